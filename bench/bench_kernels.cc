@@ -1,0 +1,212 @@
+// bench_kernels.cc — microbenchmarks of onyx's CPU kernels, GEMM backends side by side.
+//
+// Each GEMM shape runs under every backend of kernels/cpu/gemm.h in the same process, so the
+// ratios are comparable even on a noisy shared machine. The "GFLOPS" column is a rate counter:
+// Google Benchmark prints it as FLOP/s with SI prefixes (e.g. 97.3G/s = 97.3 GFLOP/s).
+//   onyx_bench --benchmark_filter=sgemm      # only the GEMM table
+//   OMP_NUM_THREADS=1 onyx_bench ...         # single-thread ceilings
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kernels/cpu/gemm.h"
+#include "runtime/parallel.h"
+#include "runtime/session.h"
+
+namespace {
+
+using onyx::kernels::GemmBackend;
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+void set_flops(benchmark::State& state, double flops_per_iter) {
+  state.counters["GFLOPS"] = benchmark::Counter(
+      flops_per_iter, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+const GemmBackend kBackends[] = {GemmBackend::OneDNN, GemmBackend::OneDNNMatmul,
+                                 GemmBackend::OpenBLAS};
+
+// C(M,N) = A(M,K) · op(B): op(B) = B^T (stored (N,K)) when transB, as PyTorch's Linear exports.
+void bm_sgemm(benchmark::State& state, GemmBackend be, int64_t M, int64_t N, int64_t K,
+              bool transB) {
+  onyx::kernels::set_gemm_backend(be);
+  auto a = random_vec(M * K, 1), b = random_vec(K * N, 2);
+  std::vector<float> c(M * N);
+  for (auto _ : state) {
+    onyx::kernels::sgemm(false, transB, M, N, K, 1.f, a.data(), K, b.data(), transB ? K : N, 0.f,
+                         c.data(), N);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * M * N * K);
+}
+
+// Attention-like batch: scores(b) = Q(b)(T,d) · K(b)^T, b over batch·heads.
+void bm_sgemm_batched(benchmark::State& state, GemmBackend be, int64_t batch, int64_t M, int64_t N,
+                      int64_t K, bool transB) {
+  onyx::kernels::set_gemm_backend(be);
+  auto a = random_vec(batch * M * K, 1), b = random_vec(batch * K * N, 2);
+  std::vector<float> c(batch * M * N);
+  for (auto _ : state) {
+    onyx::kernels::sgemm_strided_batched(false, transB, M, N, K, 1.f, a.data(), K, M * K, b.data(),
+                                         transB ? K : N, K * N, 0.f, c.data(), N, M * N, batch);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * batch * M * N * K);
+}
+
+// The same batch as independent single-threaded GEMMs spread over the pool by onyx's parallel_for
+// (the alternative to one batched oneDNN primitive).
+void bm_sgemm_batched_parallel_for(benchmark::State& state, GemmBackend be, int64_t batch,
+                                   int64_t M, int64_t N, int64_t K, bool transB) {
+  onyx::kernels::set_gemm_backend(be);
+  auto a = random_vec(batch * M * K, 1), b = random_vec(batch * K * N, 2);
+  std::vector<float> c(batch * M * N);
+  for (auto _ : state) {
+    onyx::runtime::parallel_for(batch, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; i++)
+        onyx::kernels::sgemm(false, transB, M, N, K, 1.f, a.data() + i * M * K, K,
+                             b.data() + i * K * N, transB ? K : N, 0.f, c.data() + i * M * N, N);
+    });
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * batch * M * N * K);
+}
+
+// A GEMM followed by an OpenMP elementwise pass over its output (GELU-like), as a transformer
+// alternates them: shows whether the BLAS pool and the OpenMP pool get in each other's way.
+void bm_sgemm_then_elementwise(benchmark::State& state, GemmBackend be, int64_t M, int64_t N,
+                               int64_t K) {
+  onyx::kernels::set_gemm_backend(be);
+  auto a = random_vec(M * K, 1), b = random_vec(K * N, 2);
+  std::vector<float> c(M * N), d(M * N);
+  for (auto _ : state) {
+    onyx::kernels::sgemm(false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, c.data(), N);
+    onyx::runtime::parallel_for(M * N, 1 << 14, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; i++) d[i] = c[i] / (1.f + std::exp(-1.702f * c[i]));
+    });
+    benchmark::DoNotOptimize(d.data());
+  }
+  set_flops(state, 2.0 * M * N * K);
+}
+
+// MatMul node through the kernel registry: (B,T,C) x (C,N) broadcast weight → one GEMM.
+void bm_matmul_node(benchmark::State& state, int64_t B, int64_t T, int64_t C, int64_t N) {
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  onyx::ir::Node node;
+  node.op_type = "MatMul";
+  node.inputs = {"a", "b"};
+  node.outputs = {"y"};
+  auto x = onyx::Tensor::from_vector(onyx::DType::Float32, {B, T, C}, random_vec(B * T * C, 1));
+  auto w = onyx::Tensor::from_vector(onyx::DType::Float32, {C, N}, random_vec(C * N, 2));
+  for (auto _ : state) {
+    auto out = onyx::runtime::run_node(node, 17, {x, w});
+    benchmark::DoNotOptimize(out[0].raw());
+  }
+  set_flops(state, 2.0 * B * T * C * N);
+}
+
+// Conv node (NCHW), e.g. a ViT patch embedding or a ResNet 3x3 layer.
+void bm_conv_node(benchmark::State& state, int64_t N, int64_t C, int64_t H, int64_t M, int64_t k,
+                  int64_t stride, int64_t pad) {
+  onyx::ir::Node node;
+  node.op_type = "Conv";
+  node.inputs = {"x", "w"};
+  node.outputs = {"y"};
+  onyx::ir::Attribute s;
+  s.kind = onyx::ir::Attribute::Kind::Ints;
+  s.ints = {stride, stride};
+  node.attrs["strides"] = s;
+  onyx::ir::Attribute p;
+  p.kind = onyx::ir::Attribute::Kind::Ints;
+  p.ints = {pad, pad, pad, pad};
+  node.attrs["pads"] = p;
+  auto x = onyx::Tensor::from_vector(onyx::DType::Float32, {N, C, H, H}, random_vec(N * C * H * H, 1));
+  auto w = onyx::Tensor::from_vector(onyx::DType::Float32, {M, C, k, k}, random_vec(M * C * k * k, 2));
+  int64_t OH = (H + 2 * pad - k) / stride + 1;
+  for (auto _ : state) {
+    auto out = onyx::runtime::run_node(node, 17, {x, w});
+    benchmark::DoNotOptimize(out[0].raw());
+  }
+  set_flops(state, 2.0 * N * M * OH * OH * C * k * k);
+}
+
+void register_all() {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{2048, 768, 768},  {2048, 3072, 768}, {2048, 256, 256},
+                          {2048, 256, 1024}, {2048, 1024, 256}, {2048, 50257, 256}};
+  for (auto sh : shapes) {
+    for (bool transB : {false, true}) {
+      if (transB && sh.N != 768 && sh.N != 50257) continue;  // transB only on two shapes
+      for (auto be : kBackends) {
+        std::string name = std::string("sgemm/") + onyx::kernels::gemm_backend_name(be) + "/" +
+                           std::to_string(sh.M) + "x" + std::to_string(sh.N) + "x" +
+                           std::to_string(sh.K) + (transB ? "/transB" : "");
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), bm_sgemm, be, sh.M, sh.N, sh.K, transB);
+        b->Unit(benchmark::kMillisecond)->UseRealTime();
+        if (sh.N > 10000) b->Iterations(3);
+      }
+    }
+  }
+  for (bool transB : {true, false}) {
+    for (auto be : kBackends) {
+      // 64 x (128x128x64): scores = Q·K^T (transB); 64 x (128x64x128) context = P·V.
+      int64_t M = 128, N = transB ? 128 : 64, K = transB ? 64 : 128;
+      std::string shape = "64x(" + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                          std::to_string(K) + ")" + (transB ? "/transB" : "");
+      std::string be_name = onyx::kernels::gemm_backend_name(be);
+      benchmark::RegisterBenchmark(("sgemm_batched/" + be_name + "/" + shape).c_str(),
+                                   bm_sgemm_batched, be, 64, M, N, K, transB)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("sgemm_batched_parallel_for/" + be_name + "/" + shape).c_str(),
+                                   bm_sgemm_batched_parallel_for, be, 64, M, N, K, transB)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  }
+  for (auto be : kBackends) {
+    for (auto sh : {Shape{2048, 256, 256}, Shape{2048, 768, 768}}) {
+      std::string name = std::string("sgemm_then_elementwise/") +
+                         onyx::kernels::gemm_backend_name(be) + "/" + std::to_string(sh.M) + "x" +
+                         std::to_string(sh.N) + "x" + std::to_string(sh.K);
+      benchmark::RegisterBenchmark(name.c_str(), bm_sgemm_then_elementwise, be, sh.M, sh.N, sh.K)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+  }
+  benchmark::RegisterBenchmark("matmul_node/(16x128x768)x(768x3072)", bm_matmul_node, 16, 128, 768,
+                               3072)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("conv_node/patch16_1x3x224_to_768", bm_conv_node, 1, 3, 224, 768,
+                               16, 16, 0)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("conv_node/3x3_8x64x56_to_64", bm_conv_node, 8, 64, 56, 64, 3, 1, 1)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

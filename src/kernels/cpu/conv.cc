@@ -1,0 +1,290 @@
+// conv.cc — Conv (ONNX, opsets 1–18): 1-D, 2-D and 3-D, NC[D]H[W] layout, groups, strides,
+// dilations, explicit or automatic (SAME_UPPER / SAME_LOWER / VALID) padding, optional bias.
+//
+// float32 runs oneDNN's convolution primitive on the plain layouts (no reorders of activations or
+// weights: weights change every training step). Primitive creation costs far more than a small
+// convolution, so primitives are cached per geometry. float16/bfloat16 are converted to float32
+// around it; float64 uses a direct loop. Hand-written: the ONNX attribute semantics (auto_pad,
+// kernel_shape checks, output size) and the cache.
+#include <omp.h>
+
+#include <algorithm>
+#include <dnnl.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "runtime/kernel.h"
+#include "runtime/parallel.h"
+
+namespace onyx::runtime {
+namespace {
+
+// X (N,C,in...) * W (M,C/group,k...) [+ B (M)] → Y (N,M,out...)
+struct ConvGeom {
+  int nsp = 0;  // spatial dims: 1, 2 or 3
+  int64_t N = 0, C = 0, M = 0, group = 1;
+  std::vector<int64_t> in, k, out, stride, dil, pad_b, pad_e;
+  Shape out_shape() const {
+    Shape s{N, M};
+    s.insert(s.end(), out.begin(), out.end());
+    return s;
+  }
+};
+
+ConvGeom conv_geom(const ir::Node& node, const Shape& x, const Shape& w, const Shape* b) {
+  ONYX_CHECK(x.size() >= 3 && x.size() <= 5, node.describe(),
+             ": Conv input X must be (N, C, D1[, D2[, D3]]), got ", shape_str(x));
+  ONYX_CHECK(w.size() == x.size(), node.describe(), ": Conv weight W ", shape_str(w),
+             " must have the rank of X ", shape_str(x));
+  ConvGeom g;
+  g.nsp = (int)x.size() - 2;
+  g.N = x[0];
+  g.C = x[1];
+  g.M = w[0];
+  g.group = node.attr_int("group", 1);
+  ONYX_CHECK(g.group >= 1 && g.C % g.group == 0 && g.M % g.group == 0 && w[1] * g.group == g.C,
+             node.describe(), ": Conv channels do not match: X ", shape_str(x), ", W ",
+             shape_str(w), ", group ", g.group, " (need C = W[1]*group and M % group == 0)");
+  if (b != nullptr)
+    ONYX_CHECK(b->size() == 1 && (*b)[0] == g.M, node.describe(), ": Conv bias ", shape_str(*b),
+               " must be [", g.M, "]");
+  g.in.assign(x.begin() + 2, x.end());
+  g.k.assign(w.begin() + 2, w.end());
+  auto ks = node.attr_ints("kernel_shape", g.k);
+  ONYX_CHECK(ks == g.k, node.describe(), ": Conv kernel_shape ", shape_str(ks),
+             " differs from the weight's spatial shape ", shape_str(g.k));
+  g.stride = node.attr_ints("strides", std::vector<int64_t>(g.nsp, 1));
+  g.dil = node.attr_ints("dilations", std::vector<int64_t>(g.nsp, 1));
+  auto pads = node.attr_ints("pads", std::vector<int64_t>(2 * g.nsp, 0));
+  ONYX_CHECK((int)g.stride.size() == g.nsp && (int)g.dil.size() == g.nsp &&
+                 (int)pads.size() == 2 * g.nsp,
+             node.describe(), ": Conv strides ", shape_str(g.stride), ", dilations ",
+             shape_str(g.dil), ", pads ", shape_str(pads), " do not fit ", g.nsp,
+             " spatial dimensions");
+  for (int i = 0; i < g.nsp; i++)
+    ONYX_CHECK(g.stride[i] >= 1 && g.dil[i] >= 1 && pads[i] >= 0 && pads[i + g.nsp] >= 0,
+               node.describe(), ": Conv needs strides and dilations >= 1 and pads >= 0, got ",
+               shape_str(g.stride), ", ", shape_str(g.dil), ", ", shape_str(pads));
+  std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  g.out.resize(g.nsp);
+  g.pad_b.resize(g.nsp);
+  g.pad_e.resize(g.nsp);
+  for (int i = 0; i < g.nsp; i++) {
+    int64_t ek = (g.k[i] - 1) * g.dil[i] + 1;  // dilated kernel extent
+    if (auto_pad == "NOTSET" || auto_pad.empty()) {
+      g.pad_b[i] = pads[i];
+      g.pad_e[i] = pads[i + g.nsp];
+    } else if (auto_pad == "VALID") {
+      g.pad_b[i] = g.pad_e[i] = 0;
+    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      int64_t o = (g.in[i] + g.stride[i] - 1) / g.stride[i];
+      int64_t total = std::max<int64_t>(0, (o - 1) * g.stride[i] + ek - g.in[i]);
+      int64_t small = total / 2;  // the odd extra pixel goes at the end for UPPER
+      g.pad_b[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+      g.pad_e[i] = total - g.pad_b[i];
+    } else {
+      ONYX_UNSUPPORTED(node.describe(), ": Conv auto_pad '", auto_pad, "'");
+    }
+    int64_t span = g.in[i] + g.pad_b[i] + g.pad_e[i] - ek;
+    ONYX_CHECK(span >= 0, node.describe(), ": Conv kernel ", shape_str(g.k), " (dilations ",
+               shape_str(g.dil), ") is larger than the padded input ", shape_str(x));
+    g.out[i] = span / g.stride[i] + 1;
+  }
+  return g;
+}
+
+// ---- float32 via oneDNN ----------------------------------------------------------------------
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+struct CachedConv {
+  dnnl::convolution_forward prim;
+  dnnl::memory::desc x_md, w_md, b_md, y_md;
+};
+
+std::mutex g_conv_mu;
+std::map<std::vector<int64_t>, std::shared_ptr<const CachedConv>> g_conv_cache;
+
+dnnl::memory::format_tag plain_tag(int ndims) {
+  using tag = dnnl::memory::format_tag;
+  switch (ndims) {
+    case 1: return tag::a;
+    case 3: return tag::abc;
+    case 4: return tag::abcd;
+    case 5: return tag::abcde;
+    default: return tag::abcdef;
+  }
+}
+
+std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias) {
+  std::vector<int64_t> key{g.nsp, g.N, g.C, g.M, g.group, has_bias, omp_get_max_threads()};
+  for (auto* v : {&g.in, &g.k, &g.stride, &g.dil, &g.pad_b, &g.pad_e})
+    key.insert(key.end(), v->begin(), v->end());
+  {
+    std::lock_guard<std::mutex> lock(g_conv_mu);
+    auto it = g_conv_cache.find(key);
+    if (it != g_conv_cache.end()) return it->second;
+  }
+  using dims = dnnl::memory::dims;
+  using dt = dnnl::memory::data_type;
+  dims xd{g.N, g.C}, yd{g.N, g.M}, wd;
+  xd.insert(xd.end(), g.in.begin(), g.in.end());
+  yd.insert(yd.end(), g.out.begin(), g.out.end());
+  if (g.group > 1) wd = {g.group, g.M / g.group, g.C / g.group};  // same bytes as (M, C/g, k...)
+  else wd = {g.M, g.C};
+  wd.insert(wd.end(), g.k.begin(), g.k.end());
+  dims dil(g.nsp);
+  for (int i = 0; i < g.nsp; i++) dil[i] = g.dil[i] - 1;  // oneDNN counts skipped pixels
+  auto e = std::make_shared<CachedConv>();
+  e->x_md = dnnl::memory::desc(xd, dt::f32, plain_tag((int)xd.size()));
+  e->w_md = dnnl::memory::desc(wd, dt::f32, plain_tag((int)wd.size()));
+  e->y_md = dnnl::memory::desc(yd, dt::f32, plain_tag((int)yd.size()));
+  if (has_bias) e->b_md = dnnl::memory::desc({g.M}, dt::f32, plain_tag(1));
+  dims stride(g.stride.begin(), g.stride.end()), pb(g.pad_b.begin(), g.pad_b.end()),
+      pe(g.pad_e.begin(), g.pad_e.end());
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                    dnnl::algorithm::convolution_direct, e->x_md, e->w_md, e->b_md,
+                                    e->y_md, stride, dil, pb, pe);
+  dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
+  e->prim = dnnl::convolution_forward(pd);
+  std::lock_guard<std::mutex> lock(g_conv_mu);
+  if (g_conv_cache.size() >= 1024) g_conv_cache.clear();
+  g_conv_cache.emplace(key, e);
+  return e;
+}
+
+void conv_f32(const ConvGeom& g, const float* X, const float* W, const float* B, float* Y) {
+  auto e = get_conv(g, B != nullptr);
+  thread_local dnnl::stream stream(cpu_engine());
+  auto& eng = cpu_engine();
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(e->x_md, eng, const_cast<float*>(X))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(e->w_md, eng, const_cast<float*>(W))},
+      {DNNL_ARG_DST, dnnl::memory(e->y_md, eng, Y)}};
+  if (B != nullptr) args[DNNL_ARG_BIAS] = dnnl::memory(e->b_md, eng, const_cast<float*>(B));
+  e->prim.execute(stream, args);
+  stream.wait();
+}
+
+// ---- other dtypes ----------------------------------------------------------------------------
+
+// Direct loop (float64): every output pixel sums its receptive field. Spatial dims are padded to
+// three (size 1, stride 1) so one loop nest serves 1-D, 2-D and 3-D.
+template <class T>
+void conv_direct(const ConvGeom& g, const T* X, const T* W, const T* B, T* Y) {
+  auto pad3 = [&](const std::vector<int64_t>& v, int64_t fill) {
+    std::vector<int64_t> r(3 - g.nsp, fill);
+    r.insert(r.end(), v.begin(), v.end());
+    return r;
+  };
+  auto in = pad3(g.in, 1), k = pad3(g.k, 1), out = pad3(g.out, 1), st = pad3(g.stride, 1),
+       dl = pad3(g.dil, 1), pb = pad3(g.pad_b, 0);
+  const int64_t Cg = g.C / g.group, Mg = g.M / g.group;
+  const int64_t in_sz = in[0] * in[1] * in[2], out_sz = out[0] * out[1] * out[2],
+                k_sz = k[0] * k[1] * k[2];
+  parallel_for(g.N * g.M, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; p++) {
+      int64_t n = p / g.M, m = p % g.M, grp = m / Mg;
+      T* y = Y + p * out_sz;
+      for (int64_t o0 = 0; o0 < out[0]; o0++)
+        for (int64_t o1 = 0; o1 < out[1]; o1++)
+          for (int64_t o2 = 0; o2 < out[2]; o2++) {
+            T acc = B ? B[m] : T(0);
+            for (int64_t c = 0; c < Cg; c++) {
+              const T* x = X + (n * g.C + grp * Cg + c) * in_sz;
+              const T* w = W + (m * Cg + c) * k_sz;
+              for (int64_t k0 = 0; k0 < k[0]; k0++) {
+                int64_t i0 = o0 * st[0] - pb[0] + k0 * dl[0];
+                if (i0 < 0 || i0 >= in[0]) continue;
+                for (int64_t k1 = 0; k1 < k[1]; k1++) {
+                  int64_t i1 = o1 * st[1] - pb[1] + k1 * dl[1];
+                  if (i1 < 0 || i1 >= in[1]) continue;
+                  for (int64_t k2 = 0; k2 < k[2]; k2++) {
+                    int64_t i2 = o2 * st[2] - pb[2] + k2 * dl[2];
+                    if (i2 < 0 || i2 >= in[2]) continue;
+                    acc += x[(i0 * in[1] + i1) * in[2] + i2] * w[(k0 * k[1] + k1) * k[2] + k2];
+                  }
+                }
+              }
+            }
+            y[(o0 * out[1] + o1) * out[2] + o2] = acc;
+          }
+    }
+  });
+}
+
+std::vector<float> to_f32(const Tensor& t) {
+  std::vector<float> v(t.numel());
+  const uint16_t* p = t.data<uint16_t>();
+  bool half = t.dtype() == DType::Float16;
+  for (size_t i = 0; i < v.size(); i++) v[i] = half ? half_to_float(p[i]) : bf16_to_float(p[i]);
+  return v;
+}
+
+void conv_infer(InferContext& ctx) {
+  const auto& x = ctx.input(0);
+  const auto& w = ctx.input(1);
+  ONYX_CHECK(x.dtype == w.dtype, ctx.node.describe(), ": Conv X is ", dtype_name(x.dtype),
+             " but W is ", dtype_name(w.dtype));
+  const Shape* b = ctx.has_input(2) ? &ctx.input(2).shape : nullptr;
+  ctx.set_output(0, x.dtype, conv_geom(ctx.node, x.shape, w.shape, b).out_shape());
+}
+
+void conv_compute(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  Tensor& y = ctx.output(0);
+  ConvGeom g = conv_geom(ctx.node, x.shape(), w.shape(), b ? &b->shape() : nullptr);
+  if (y.numel() == 0) return;
+  if (x.numel() == 0 || w.numel() == 0) {  // no input channels: the output is the bias
+    int64_t per = y.numel() / (g.N * g.M);
+    for (int64_t p = 0; p < g.N * g.M; p++) {
+      double v = b ? b->get_as_double(p % g.M) : 0.0;
+      for (int64_t i = 0; i < per; i++) {
+        int64_t idx = p * per + i;
+        switch (y.dtype()) {
+          case DType::Float32: y.data<float>()[idx] = (float)v; break;
+          case DType::Float64: y.data<double>()[idx] = v; break;
+          case DType::Float16: y.data<uint16_t>()[idx] = float_to_half((float)v); break;
+          case DType::BFloat16: y.data<uint16_t>()[idx] = float_to_bf16((float)v); break;
+          default: ONYX_UNSUPPORTED(ctx.node.describe(), ": Conv of dtype ", dtype_name(y.dtype()));
+        }
+      }
+    }
+    return;
+  }
+  switch (x.dtype()) {
+    case DType::Float32:
+      return conv_f32(g, x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr,
+                      y.data<float>());
+    case DType::Float64:
+      return conv_direct<double>(g, x.data<double>(), w.data<double>(),
+                                 b ? b->data<double>() : nullptr, y.data<double>());
+    case DType::Float16:
+    case DType::BFloat16: {
+      auto xf = to_f32(x), wf = to_f32(w);
+      std::vector<float> bf, yf(y.numel());
+      if (b) bf = to_f32(*b);
+      conv_f32(g, xf.data(), wf.data(), b ? bf.data() : nullptr, yf.data());
+      uint16_t* p = y.data<uint16_t>();
+      bool half = y.dtype() == DType::Float16;
+      for (size_t i = 0; i < yf.size(); i++) p[i] = half ? float_to_half(yf[i]) : float_to_bf16(yf[i]);
+      return;
+    }
+    default: ONYX_UNSUPPORTED(ctx.node.describe(), ": Conv of dtype ", dtype_name(x.dtype()));
+  }
+}
+
+}  // namespace
+
+void register_conv_kernels(KernelRegistry& r) {
+  r.add("", "Conv", OpKernel{conv_infer, conv_compute, {}});
+}
+
+}  // namespace onyx::runtime

@@ -1,0 +1,265 @@
+// kernels/cpu/gemm.cc — sgemm / sgemm_strided_batched over oneDNN or OpenBLAS (see gemm.h).
+//
+// Hand-written only as a thin dispatch layer: the arithmetic is the libraries'. What lives here is
+// what the libraries leave to the caller on this machine (PERF.md):
+//  - oneDNN primitive creation costs far more than running a small GEMM, so matmul primitives are
+//    cached per (shape, strides, transposes, alpha, beta, threads) in a mutex-guarded map;
+//  - OpenBLAS (Debian's pthread build) keeps its own thread pool; it is resized to the OpenMP
+//    thread count before each call so the two pools never ask for more threads than cores.
+#include "kernels/cpu/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "onyx/error.h"
+#include "runtime/parallel.h"
+
+namespace onyx::kernels {
+namespace {
+
+GemmBackend backend_from_env() {
+  const char* s = std::getenv("ONYX_GEMM");
+  if (s == nullptr || *s == 0) return GemmBackend::OneDNN;
+  std::string v(s);
+  for (char& c : v) c = (char)std::tolower((unsigned char)c);
+  if (v == "onednn" || v == "dnnl") return GemmBackend::OneDNN;
+  if (v == "onednn_matmul") return GemmBackend::OneDNNMatmul;
+  if (v == "openblas" || v == "blas") return GemmBackend::OpenBLAS;
+  throw Error(cat("ONYX_GEMM=", s, ": expected 'onednn', 'onednn_matmul' or 'openblas'"));
+}
+
+std::atomic<int> g_backend{-1};
+
+// C = beta * C, for K == 0 (no product terms) where the libraries may not touch C.
+void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; i++) {
+    float* c = C + i * ldc;
+    if (beta == 0.f)
+      std::fill(c, c + N, 0.f);
+    else if (beta != 1.f)
+      for (int64_t j = 0; j < N; j++) c[j] *= beta;
+  }
+}
+
+void check_args(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t lda,
+                int64_t ldb, int64_t ldc) {
+  ONYX_CHECK(M >= 0 && N >= 0 && K >= 0, "sgemm: negative size M=", M, " N=", N, " K=", K);
+  ONYX_CHECK(lda >= std::max<int64_t>(1, transA ? M : K) &&
+                 ldb >= std::max<int64_t>(1, transB ? K : N) && ldc >= std::max<int64_t>(1, N),
+             "sgemm: leading dimensions too small: M=", M, " N=", N, " K=", K, " transA=", transA,
+             " transB=", transB, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+}
+
+// ---- OpenBLAS --------------------------------------------------------------------------------
+
+// Keeps OpenBLAS's pthread pool at the OpenMP thread count (1 inside a parallel region, where the
+// caller's threads already occupy the cores).
+void sync_openblas_threads() {
+  static std::atomic<int> current{0};
+  int want = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (current.load(std::memory_order_relaxed) != want) {
+    openblas_set_num_threads(want);
+    current.store(want, std::memory_order_relaxed);
+  }
+}
+
+void openblas_sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                    int64_t ldc) {
+  sync_openblas_threads();
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+              (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C,
+              (blasint)ldc);
+}
+
+// ---- oneDNN ----------------------------------------------------------------------------------
+
+void dnnl_single(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  dnnl_status_t st = dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, alpha, A, lda, B,
+                                ldb, beta, C, ldc);
+  ONYX_CHECK(st == dnnl_success, "dnnl_sgemm failed (status ", (int)st, ") for M=", M, " N=", N,
+             " K=", K, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+}
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+struct MatmulKey {
+  int64_t v[15];
+  bool operator==(const MatmulKey& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
+};
+struct MatmulKeyHash {
+  size_t operator()(const MatmulKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t x : k.v) h = (h ^ (uint64_t)x) * 1099511628211ull;
+    return (size_t)h;
+  }
+};
+
+struct CachedMatmul {
+  dnnl::matmul prim;
+  dnnl::memory::desc a_md, b_md, c_md;
+  bool reference = false;  // oneDNN found only its slow reference implementation
+};
+
+std::mutex g_cache_mu;
+std::unordered_map<MatmulKey, std::shared_ptr<const CachedMatmul>, MatmulKeyHash> g_cache;
+constexpr size_t kMaxCached = 4096;  // plans are per bucketed signature; this is only a backstop
+
+int64_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// One matmul primitive for `batch` GEMMs at the given strides (batch 1 → plain 2-D).
+std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t M, int64_t N,
+                                               int64_t K, float alpha, int64_t lda,
+                                               int64_t strideA, int64_t ldb, int64_t strideB,
+                                               float beta, int64_t ldc, int64_t strideC,
+                                               int64_t batch) {
+  int nthr = omp_get_max_threads();
+  MatmulKey key{{transA, transB, M, N, K, lda, strideA, ldb, strideB, ldc, strideC, batch,
+                 float_bits(alpha), float_bits(beta), nthr}};
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    auto it = g_cache.find(key);
+    if (it != g_cache.end()) return it->second;
+  }
+  using dims = dnnl::memory::dims;
+  using dt = dnnl::memory::data_type;
+  auto md = [&](int64_t rows, int64_t cols, int64_t ld, bool trans, int64_t stride) {
+    // logical (rows, cols); stored (cols, rows) with leading dimension ld when trans
+    dims r_c_strides = trans ? dims{1, ld} : dims{ld, 1};
+    if (batch == 1) return dnnl::memory::desc(dims{rows, cols}, dt::f32, r_c_strides);
+    int64_t b = stride == 0 ? 1 : batch;  // size-1 batch dim broadcasts
+    int64_t bs = stride == 0 ? (trans ? cols : rows) * ld : stride;
+    return dnnl::memory::desc(dims{b, rows, cols}, dt::f32, dims{bs, r_c_strides[0], r_c_strides[1]});
+  };
+  auto e = std::make_shared<CachedMatmul>();
+  e->a_md = md(M, K, lda, transA, strideA);
+  e->b_md = md(K, N, ldb, transB, strideB);
+  e->c_md = md(M, N, ldc, false, strideC);
+  dnnl::primitive_attr attr;
+  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  dnnl::matmul::desc d(e->a_md, e->b_md, e->c_md);
+  dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+  e->reference = std::string(pd.impl_info_str()).find("ref") != std::string::npos;
+  e->prim = dnnl::matmul(pd);
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  if (g_cache.size() >= kMaxCached) g_cache.clear();
+  g_cache.emplace(key, e);
+  return e;
+}
+
+void dnnl_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, int64_t strideA, const float* B, int64_t ldb,
+                 int64_t strideB, float beta, float* C, int64_t ldc, int64_t strideC,
+                 int64_t batch) {
+  std::shared_ptr<const CachedMatmul> e;
+  try {
+    e = get_matmul(transA, transB, M, N, K, alpha, lda, strideA, ldb, strideB, beta, ldc, strideC,
+                   batch);
+  } catch (const dnnl::error&) {
+    e = nullptr;  // a layout oneDNN's matmul rejects: fall through to dnnl_sgemm per matrix
+  }
+  if (e == nullptr || e->reference) {
+    for (int64_t i = 0; i < batch; i++)
+      dnnl_single(transA, transB, M, N, K, alpha, A + i * strideA, lda, B + i * strideB, ldb, beta,
+                  C + i * strideC, ldc);
+    return;
+  }
+  thread_local dnnl::stream stream(cpu_engine());
+  dnnl::memory a(e->a_md, cpu_engine(), const_cast<float*>(A));
+  dnnl::memory b(e->b_md, cpu_engine(), const_cast<float*>(B));
+  dnnl::memory c(e->c_md, cpu_engine(), C);
+  e->prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  stream.wait();
+}
+
+}  // namespace
+
+GemmBackend gemm_backend() {
+  int b = g_backend.load(std::memory_order_relaxed);
+  if (b < 0) {
+    b = (int)backend_from_env();
+    g_backend.store(b, std::memory_order_relaxed);
+  }
+  return (GemmBackend)b;
+}
+
+void set_gemm_backend(GemmBackend b) { g_backend.store((int)b, std::memory_order_relaxed); }
+
+const char* gemm_backend_name(GemmBackend b) {
+  switch (b) {
+    case GemmBackend::OneDNN: return "onednn";
+    case GemmBackend::OneDNNMatmul: return "onednn_matmul";
+    case GemmBackend::OpenBLAS: return "openblas";
+  }
+  return "?";
+}
+
+size_t gemm_cached_primitives() {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  return g_cache.size();
+}
+
+void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_args(transA, transB, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  GemmBackend be = gemm_backend();
+  if (be == GemmBackend::OpenBLAS)
+    openblas_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (be == GemmBackend::OneDNNMatmul)
+    dnnl_matmul(transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  else
+    dnnl_single(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void sgemm_strided_batched(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float* A, int64_t lda, int64_t strideA, const float* B,
+                           int64_t ldb, int64_t strideB, float beta, float* C, int64_t ldc,
+                           int64_t strideC, int64_t batch) {
+  check_args(transA, transB, M, N, K, lda, ldb, ldc);
+  ONYX_CHECK(batch >= 0 && strideA >= 0 && strideB >= 0 && strideC >= 0,
+             "sgemm_strided_batched: negative batch or stride");
+  if (batch == 0 || M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < batch; i++) scale_c(M, N, beta, C + i * strideC, ldc);
+    return;
+  }
+  if (batch == 1)
+    return sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (gemm_backend() == GemmBackend::OpenBLAS) {
+    for (int64_t i = 0; i < batch; i++)
+      openblas_sgemm(transA, transB, M, N, K, alpha, A + i * strideA, lda, B + i * strideB, ldb,
+                     beta, C + i * strideC, ldc);
+    return;
+  }
+  dnnl_matmul(transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
+              strideC, batch);
+}
+
+}  // namespace onyx::kernels

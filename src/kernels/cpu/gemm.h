@@ -1,0 +1,41 @@
+// kernels/cpu/gemm.h — the one single-precision GEMM entry point every CPU kernel calls (MatMul,
+// Gemm, Conv via im2col, autodiff's weight gradients, fused attention).
+//
+// Row-major throughout: C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C, where op(X) is X or
+// X^T. A is stored (M,K) with row stride lda, or (K,M) when transA; B is (K,N), or (N,K) when
+// transB. beta == 0 overwrites C without reading it (NaNs in C do not propagate).
+//
+// Backends (chosen once from the environment variable ONYX_GEMM, or by set_gemm_backend):
+//   onednn   — oneDNN's row-major dnnl_sgemm for single GEMMs and a cached oneDNN matmul
+//              primitive for batches (the default: fastest measured here, see bench_kernels.cc);
+//   onednn_matmul — cached oneDNN matmul primitives for single GEMMs too (for comparison);
+//   openblas — cblas_sgemm; its pthread pool is kept at the OpenMP thread count.
+// Both run on the cores of the one OpenMP pool (runtime/parallel.h); called from inside a parallel
+// region they run single-threaded.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace onyx::kernels {
+
+enum class GemmBackend { OneDNN, OneDNNMatmul, OpenBLAS };
+
+GemmBackend gemm_backend();  // ONYX_GEMM=onednn|onednn_matmul|openblas at first use; default OneDNN
+void set_gemm_backend(GemmBackend b);
+const char* gemm_backend_name(GemmBackend b);
+
+// C(M,N) = alpha * op(A) * op(B) + beta * C.
+void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// `batch` independent GEMMs: matrix i of A starts at A + i*strideA (likewise B, C). A stride of 0
+// for A or B broadcasts one matrix over the batch (e.g. attention's shared weights).
+void sgemm_strided_batched(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float* A, int64_t lda, int64_t strideA, const float* B,
+                           int64_t ldb, int64_t strideB, float beta, float* C, int64_t ldc,
+                           int64_t strideC, int64_t batch);
+
+// Number of cached oneDNN primitives (for tests and benchmarks).
+size_t gemm_cached_primitives();
+
+}  // namespace onyx::kernels

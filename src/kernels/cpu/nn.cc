@@ -1,0 +1,598 @@
+// kernels/cpu/nn.cc — Softmax, LogSoftmax, LayerNormalization, Dropout, BatchNormalization and
+// InstanceNormalization (ONNX domain "", opsets 6–18 as each op defines them).
+// Hand-written because softmax and LayerNorm sit on the transformer hot path: float32 rows are
+// processed with AVX2 (max-subtracted exp, two-pass mean/variance) and threaded over rows; other float
+// types convert through float32 (or double for float64 softmax). Dropout in training mode draws from
+// Philox4x32-10 keyed on the run seed, the node's seed attribute and the node's output name, indexed
+// by element, so masks do not depend on the thread count (DESIGN decision 10).
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/philox.h"
+#include "runtime/kernel.h"
+#include "runtime/parallel.h"
+
+namespace onyx::runtime {
+namespace {
+
+using namespace nnutil;
+
+int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)); }
+
+// Values of `t` (shape right-aligned-broadcastable to `target`) expanded to target's row-major
+// layout, as C. Used for LayerNorm's Scale/B, which are small (one row).
+template <class C>
+std::vector<C> broadcast_values(const Tensor& t, const Shape& target, const ir::Node& node,
+                                const char* what) {
+  int64_t n = shape_numel(target);
+  const Shape& s = t.shape();
+  int64_t r = (int64_t)target.size(), sr = (int64_t)s.size();
+  ONYX_CHECK(sr <= r, node.describe(), ": ", what, " of shape ", shape_str(s),
+             " does not broadcast to ", shape_str(target));
+  for (int64_t i = 0; i < sr; i++) {
+    int64_t d = s[i], td = target[r - sr + i];
+    ONYX_CHECK(d == td || d == 1, node.describe(), ": ", what, " of shape ", shape_str(s),
+               " does not broadcast to ", shape_str(target));
+  }
+  std::vector<C> out(n);
+  if (t.numel() == n) {
+    for (int64_t i = 0; i < n; i++) out[i] = (C)t.get_as_double(i);
+    return out;
+  }
+  // strides of t in target's index space (0 where broadcast)
+  std::vector<int64_t> st(r, 0);
+  int64_t acc = 1;
+  for (int64_t i = sr - 1; i >= 0; i--) {
+    st[r - sr + i] = s[i] == 1 ? 0 : acc;
+    acc *= s[i];
+  }
+  for (int64_t i = 0; i < n; i++) {
+    int64_t rem = i, off = 0;
+    for (int64_t k = r - 1; k >= 0; k--) {
+      off += (rem % target[k]) * st[k];
+      rem /= target[k];
+    }
+    out[i] = (C)t.get_as_double(off);
+  }
+  return out;
+}
+
+// ---- Softmax / LogSoftmax ----------------------------------------------------------------------
+
+struct SoftmaxDims {
+  int64_t O, R, I;  // x viewed as (O, R, I), softmax over R
+};
+
+SoftmaxDims softmax_dims(const ir::Node& node, int64_t opset, const Shape& s) {
+  int64_t rank = (int64_t)s.size();
+  SoftmaxDims d{1, 1, 1};
+  if (rank == 0) return d;
+  if (opset >= 13) {
+    int64_t axis = normalize_axis(node.attr_int("axis", -1), rank, node);
+    for (int64_t i = 0; i < axis; i++) d.O *= s[i];
+    d.R = s[axis];
+    for (int64_t i = axis + 1; i < rank; i++) d.I *= s[i];
+  } else {  // opsets 1–12: input coerced to 2-D at `axis` (default 1)
+    int64_t axis = node.attr_int("axis", 1);
+    ONYX_CHECK(axis >= -rank && axis <= rank, node.describe(), ": axis ", axis,
+               " is out of range for rank ", rank);
+    if (axis < 0) axis += rank;
+    for (int64_t i = 0; i < axis; i++) d.O *= s[i];
+    for (int64_t i = axis; i < rank; i++) d.R *= s[i];
+  }
+  return d;
+}
+
+// float32: rows when I == 1, else column blocks processed with vector exp.
+template <bool LOG>
+void softmax_f32(const float* x, float* y, SoftmaxDims d) {  // x, y (O,R,I)
+  if (d.I == 1) {
+    parallel_for(d.O, rows_grain(d.R), [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; o++) {
+        if constexpr (LOG)
+          log_softmax_row(x + o * d.R, y + o * d.R, d.R);
+        else
+          softmax_row(x + o * d.R, y + o * d.R, d.R);
+      }
+    });
+    return;
+  }
+  parallel_for(d.O, rows_grain(d.R * d.I), [&](int64_t b, int64_t e) {
+    std::vector<float> m(d.I), s(d.I);
+    for (int64_t o = b; o < e; o++) {
+      const float* xo = x + o * d.R * d.I;
+      float* yo = y + o * d.R * d.I;
+      std::fill(m.begin(), m.end(), -INFINITY);
+      std::fill(s.begin(), s.end(), 0.f);
+      float *mp = m.data(), *sp = s.data();
+      for (int64_t r = 0; r < d.R; r++) {
+        const float* xr = xo + r * d.I;
+#pragma omp simd
+        for (int64_t j = 0; j < d.I; j++) mp[j] = xr[j] > mp[j] ? xr[j] : mp[j];
+      }
+      for (int64_t r = 0; r < d.R; r++) {
+        const float* xr = xo + r * d.I;
+        float* yr = yo + r * d.I;
+        int64_t j = 0;
+        for (; j + 8 <= d.I; j += 8) {
+          __m256 ev = exp8(_mm256_sub_ps(_mm256_loadu_ps(xr + j), _mm256_loadu_ps(mp + j)));
+          if (!LOG) _mm256_storeu_ps(yr + j, ev);
+          _mm256_storeu_ps(sp + j, _mm256_add_ps(_mm256_loadu_ps(sp + j), ev));
+        }
+        for (; j < d.I; j++) {
+          float ev = std::exp(xr[j] - mp[j]);
+          if (!LOG) yr[j] = ev;
+          sp[j] += ev;
+        }
+      }
+      if constexpr (LOG) {
+        for (int64_t j = 0; j < d.I; j++) sp[j] = std::log(sp[j]);
+        for (int64_t r = 0; r < d.R; r++) {
+          const float* xr = xo + r * d.I;
+          float* yr = yo + r * d.I;
+#pragma omp simd
+          for (int64_t j = 0; j < d.I; j++) yr[j] = (xr[j] - mp[j]) - sp[j];
+        }
+      } else {
+        for (int64_t j = 0; j < d.I; j++) sp[j] = 1.0f / sp[j];
+        for (int64_t r = 0; r < d.R; r++) {
+          float* yr = yo + r * d.I;
+#pragma omp simd
+          for (int64_t j = 0; j < d.I; j++) yr[j] *= sp[j];
+        }
+      }
+    }
+  });
+}
+
+// Other float types: double arithmetic, strided.
+template <bool LOG, class T>
+void softmax_generic(const T* x, T* y, SoftmaxDims d) {
+  parallel_for(d.O * d.I, rows_grain(d.R), [&](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; q++) {
+      int64_t o = q / d.I, j = q % d.I;
+      const T* xq = x + o * d.R * d.I + j;
+      T* yq = y + o * d.R * d.I + j;
+      double m = -INFINITY;
+      for (int64_t r = 0; r < d.R; r++) {
+        double v = Elem<T>::load(xq[r * d.I]);
+        m = (v > m || v != v) ? v : m;
+      }
+      double s = 0;
+      for (int64_t r = 0; r < d.R; r++) s += std::exp(Elem<T>::load(xq[r * d.I]) - m);
+      double ls = std::log(s);
+      for (int64_t r = 0; r < d.R; r++) {
+        double v = Elem<T>::load(xq[r * d.I]) - m;
+        yq[r * d.I] = Elem<T>::store(LOG ? v - ls : std::exp(v) / s);
+      }
+    }
+  });
+}
+
+template <bool LOG>
+OpKernel make_softmax_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& in = ctx.input(0);
+    softmax_dims(ctx.node, ctx.opset, in.shape);  // validates axis
+    ctx.set_output(0, in.dtype, in.shape);
+  };
+  k.compute = [](KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    SoftmaxDims d = softmax_dims(ctx.node, ctx.opset, x.shape());
+    if (x.numel() == 0) return;
+    dispatch(x.dtype(), kFloats, ctx.node, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float>)
+        softmax_f32<LOG>(x.data<float>(), y.data<float>(), d);
+      else
+        softmax_generic<LOG, T>(x.data<T>(), y.data<T>(), d);
+    });
+  };
+  return k;
+}
+
+// ---- LayerNormalization --------------------------------------------------------------------------
+
+// One row: y = (x - mean) * inv * scale + bias; returns mean and inv (1/sqrt(var + eps)).
+inline void layer_norm_row_f32(const float* x, float* y, int64_t n, const float* scale,
+                               const float* bias, float eps, float* mean_out, float* inv_out) {
+  float mean = row_sum(x, n) / (float)n;
+  float var = row_sum_sq_dev(x, n, mean) / (float)n;
+  float inv = 1.0f / std::sqrt(var + eps);
+  __m256 vm = _mm256_set1_ps(mean), vi = _mm256_set1_ps(inv);
+  int64_t i = 0;
+  if (bias) {
+    for (; i + 8 <= n; i += 8) {
+      __m256 nrm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi);
+      _mm256_storeu_ps(y + i, _mm256_fmadd_ps(nrm, _mm256_loadu_ps(scale + i), _mm256_loadu_ps(bias + i)));
+    }
+    for (; i < n; i++) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      __m256 nrm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi);
+      _mm256_storeu_ps(y + i, _mm256_mul_ps(nrm, _mm256_loadu_ps(scale + i)));
+    }
+    for (; i < n; i++) y[i] = (x[i] - mean) * inv * scale[i];
+  }
+  *mean_out = mean;
+  *inv_out = inv;
+}
+
+inline void layer_norm_row_f64(const double* x, double* y, int64_t n, const double* scale,
+                               const double* bias, double eps, double* mean_out, double* inv_out) {
+  double mean = 0, var = 0;
+  for (int64_t i = 0; i < n; i++) mean += x[i];
+  mean /= (double)n;
+  for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+  var /= (double)n;
+  double inv = 1.0 / std::sqrt(var + eps);
+  for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * inv * scale[i] + (bias ? bias[i] : 0.0);
+  *mean_out = mean;
+  *inv_out = inv;
+}
+
+DType stash_dtype(const ir::Node& node) {
+  int64_t st = node.attr_int("stash_type", 1);
+  if (st == 1) return DType::Float32;
+  if (st == 11) return DType::Float64;
+  ONYX_UNSUPPORTED(node.describe(), ": stash_type ", st, " is not supported (float32 or float64 only)");
+}
+
+Shape stat_shape(const Shape& s, int64_t axis) {
+  Shape r(s.begin(), s.begin() + axis);
+  r.resize(s.size(), 1);
+  return r;
+}
+
+// Runs LayerNorm in compute type C over (rows, cols); converts X/Y rows of storage type T as needed.
+template <class C, class T, class U>
+void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
+                      const std::vector<C>* bias, C eps, int64_t rows, int64_t cols, Tensor* mean_t,
+                      Tensor* inv_t) {
+  const T* x = xt.data<T>();
+  T* y = yt.data<T>();
+  U* mo = mean_t ? mean_t->data<U>() : nullptr;
+  U* io = inv_t ? inv_t->data<U>() : nullptr;
+  const C* bp = bias ? bias->data() : nullptr;
+  parallel_for(rows, rows_grain(cols), [&](int64_t b, int64_t e) {
+    std::vector<C> xb, yb;
+    if constexpr (!std::is_same_v<T, C>) {
+      xb.resize(cols);
+      yb.resize(cols);
+    }
+    for (int64_t r = b; r < e; r++) {
+      const C* xr;
+      C* yr;
+      if constexpr (std::is_same_v<T, C>) {
+        xr = x + r * cols;
+        yr = y + r * cols;
+      } else {
+        for (int64_t i = 0; i < cols; i++) xb[i] = (C)Elem<T>::load(x[r * cols + i]);
+        xr = xb.data();
+        yr = yb.data();
+      }
+      C mean, inv;
+      if constexpr (std::is_same_v<C, float>)
+        layer_norm_row_f32(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
+      else
+        layer_norm_row_f64(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
+      if constexpr (!std::is_same_v<T, C>)
+        for (int64_t i = 0; i < cols; i++) y[r * cols + i] = Elem<T>::store(yr[i]);
+      if (mo) mo[r] = (U)mean;
+      if (io) io[r] = (U)inv;
+    }
+  });
+}
+
+OpKernel make_layer_norm_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& x = ctx.input(0);
+    ctx.input(1);  // Scale is required
+    int64_t axis = normalize_axis(ctx.node.attr_int("axis", -1), x.rank(), ctx.node);
+    DType u = stash_dtype(ctx.node);
+    ctx.set_output(0, x.dtype, x.shape);
+    if (ctx.num_outputs() > 1) ctx.set_output(1, u, stat_shape(x.shape, axis));
+    if (ctx.num_outputs() > 2) ctx.set_output(2, u, stat_shape(x.shape, axis));
+  };
+  k.compute = [](KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Shape& s = x.shape();
+    int64_t axis = normalize_axis(ctx.node.attr_int("axis", -1), x.rank(), ctx.node);
+    Shape norm_shape(s.begin() + axis, s.end());
+    int64_t rows = 1, cols = shape_numel(norm_shape);
+    for (int64_t i = 0; i < axis; i++) rows *= s[i];
+    float eps = ctx.node.attr_float("epsilon", 1e-5f);
+    DType u = stash_dtype(ctx.node);
+    Tensor* mean_t = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+    Tensor* inv_t = ctx.has_output(2) ? &ctx.output(2) : nullptr;
+    if (rows == 0) return;
+    ONYX_CHECK(cols > 0, ctx.node.describe(), ": cannot normalize over an empty shape ",
+               shape_str(norm_shape), " of input ", shape_str(s));
+    dispatch(x.dtype(), kFloats, ctx.node, [&](auto tag) {
+      using T = decltype(tag);
+      auto run = [&](auto ctag, auto utag) {
+        using C = decltype(ctag);
+        using U = decltype(utag);
+        std::vector<C> scale = broadcast_values<C>(ctx.input(1), norm_shape, ctx.node, "Scale");
+        std::vector<C> bias;
+        if (ctx.has_input(2)) bias = broadcast_values<C>(ctx.input(2), norm_shape, ctx.node, "B");
+        layer_norm_typed<C, T, U>(x, ctx.output(0), scale, ctx.has_input(2) ? &bias : nullptr,
+                                  (C)eps, rows, cols, mean_t, inv_t);
+      };
+      if (u == DType::Float32)
+        run(float{}, float{});
+      else
+        run(double{}, double{});
+    });
+  };
+  return k;
+}
+
+// ---- Dropout -------------------------------------------------------------------------------------
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+OpKernel make_dropout_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& x = ctx.input(0);
+    ctx.set_output(0, x.dtype, x.shape);
+    if (ctx.num_outputs() > 1) ctx.set_output(1, ctx.opset >= 10 ? DType::Bool : x.dtype, x.shape);
+  };
+  k.compute = [](KernelContext& ctx) {
+    const ir::Node& node = ctx.node;
+    const Tensor& xt = ctx.input(0);
+    Tensor& yt = ctx.output(0);
+    Tensor* mask = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+    double ratio = 0.5;
+    bool training = false;
+    if (ctx.opset >= 12) {
+      if (ctx.has_input(1)) {
+        const Tensor& r = ctx.input(1);
+        ONYX_CHECK(r.numel() == 1, node.describe(), ": ratio must be a scalar, got shape ",
+                   shape_str(r.shape()));
+        ratio = r.get_as_double(0);
+      }
+      if (ctx.has_input(2)) {
+        const Tensor& t = ctx.input(2);
+        ONYX_CHECK(t.numel() == 1, node.describe(), ": training_mode must be a scalar, got shape ",
+                   shape_str(t.shape()));
+        training = t.get_as_double(0) != 0;
+      }
+    } else {
+      ratio = node.attr_float("ratio", 0.5f);
+    }
+    int64_t n = xt.numel();
+    if (!training || ratio == 0) {  // identity, mask all true
+      if (yt.raw() != xt.raw()) std::memcpy(yt.raw(), xt.raw(), xt.nbytes());
+      if (mask) {
+        if (mask->dtype() == DType::Bool)
+          std::memset(mask->raw(), 1, mask->nbytes());
+        else
+          dispatch(mask->dtype(), kFloats, node, [&](auto tag) {
+            using T = decltype(tag);
+            T one = Elem<T>::store(1.0);
+            T* m = mask->data<T>();
+            for (int64_t i = 0; i < n; i++) m[i] = one;
+          });
+      }
+      return;
+    }
+    ONYX_CHECK(ratio >= 0 && ratio <= 1, node.describe(), ": ratio must be in [0, 1), got ", ratio);
+    ONYX_CHECK(!mask || mask->dtype() == DType::Bool, node.describe(), ": mask must be bool");
+    uint64_t key = mix_seed(ctx.seed ^ mix_seed((uint64_t)node.attr_int("seed", 0) + 0x5eed) ^
+                            fnv1a(node.outputs.empty() ? node.name : node.outputs[0]));
+    const float thresh = (float)ratio;
+    const double scale = ratio >= 1 ? 0.0 : 1.0 / (1.0 - ratio);
+    bool* mp = mask ? mask->data<bool>() : nullptr;
+    dispatch(xt.dtype(), kFloats, node, [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = xt.data<T>();
+      T* y = yt.data<T>();
+      const float fscale = (float)scale;
+      int64_t nblocks = (n + 3) / 4;
+      parallel_for(nblocks, 4096, [&](int64_t b, int64_t e) {
+        for (int64_t blk = b; blk < e; blk++) {
+          Philox4x32::Counter u = Philox4x32::block(key, (uint64_t)blk);
+          int64_t i0 = blk * 4, cnt = std::min<int64_t>(4, n - i0);
+          for (int64_t w = 0; w < cnt; w++) {
+            int64_t i = i0 + w;
+            bool keep = Philox4x32::to_unit_float(u[w]) >= thresh;
+            if constexpr (std::is_same_v<T, float>)
+              y[i] = keep ? x[i] * fscale : 0.0f;
+            else
+              y[i] = keep ? Elem<T>::store(Elem<T>::load(x[i]) * scale) : Elem<T>::store(0.0);
+            if (mp) mp[i] = keep;
+          }
+        }
+      });
+    });
+  };
+  return k;
+}
+
+// ---- BatchNormalization / InstanceNormalization ---------------------------------------------------
+
+// x viewed as (N, C, S).
+void ncs_dims(const Shape& s, const ir::Node& node, int64_t& N, int64_t& C, int64_t& S) {
+  ONYX_CHECK(s.size() >= 2, node.describe(), ": input must have rank >= 2, got ", shape_str(s));
+  N = s[0];
+  C = s[1];
+  S = 1;
+  for (size_t i = 2; i < s.size(); i++) S *= s[i];
+}
+
+void check_channel_vec(const Tensor& t, int64_t C, const ir::Node& node, const char* what) {
+  ONYX_CHECK(t.numel() == C, node.describe(), ": ", what, " must have ", C, " elements, got shape ",
+             shape_str(t.shape()));
+}
+
+std::vector<double> as_doubles(const Tensor& t) { return t.to_double_vector(); }
+
+bool bn_training(const KernelContext& ctx) {
+  return ctx.opset >= 14 && ctx.node.attr_int("training_mode", 0) != 0;
+}
+
+OpKernel make_batch_norm_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& x = ctx.input(0);
+    ONYX_CHECK(x.rank() >= 2, ctx.node.describe(), ": input must have rank >= 2, got ",
+               shape_str(x.shape));
+    if (ctx.opset < 9 && ctx.node.attr_int("spatial", 1) == 0)
+      ONYX_UNSUPPORTED(ctx.node.describe(), ": spatial=0 is not supported");
+    bool training = ctx.opset >= 14 && ctx.node.attr_int("training_mode", 0) != 0;
+    ctx.set_output(0, x.dtype, x.shape);
+    if (ctx.num_outputs() > 1) {
+      if (!training) {
+        // Opsets < 14 put training statistics here; an inference node lists only Y.
+        for (int i = 1; i < ctx.num_outputs(); i++)
+          if (!ctx.node.outputs[i].empty())
+            ONYX_UNSUPPORTED(ctx.node.describe(), ": training-mode outputs need opset >= 14 with training_mode=1");
+      } else {
+        const TensorMeta& mean = ctx.input(3);
+        for (int i = 1; i < ctx.num_outputs() && i < 3; i++) ctx.set_output(i, mean.dtype, {x.shape[1]});
+      }
+    }
+  };
+  k.compute = [](KernelContext& ctx) {
+    const ir::Node& node = ctx.node;
+    const Tensor& xt = ctx.input(0);
+    int64_t N, C, S;
+    ncs_dims(xt.shape(), node, N, C, S);
+    const char* names[] = {"", "scale", "B", "input_mean", "input_var"};
+    for (int i = 1; i <= 4; i++) check_channel_vec(ctx.input(i), C, node, names[i]);
+    std::vector<double> scale = as_doubles(ctx.input(1)), bias = as_doubles(ctx.input(2));
+    std::vector<double> mean = as_doubles(ctx.input(3)), var = as_doubles(ctx.input(4));
+    double eps = node.attr_float("epsilon", 1e-5f);
+    bool training = bn_training(ctx);
+    const Tensor& x = xt;
+    if (training) {
+      double momentum = node.attr_float("momentum", 0.9f);
+      std::vector<double> bm(C, 0.0), bv(C, 0.0);
+      dispatch(x.dtype(), kFloats, node, [&](auto tag) {
+        using T = decltype(tag);
+        const T* xp = x.data<T>();
+        parallel_for(C, 1, [&](int64_t b, int64_t e) {
+          for (int64_t c = b; c < e; c++) {
+            double s = 0, ss = 0;
+            for (int64_t n = 0; n < N; n++)
+              for (int64_t i = 0; i < S; i++) s += Elem<T>::load(xp[(n * C + c) * S + i]);
+            double cnt = (double)(N * S), m = cnt > 0 ? s / cnt : 0;
+            for (int64_t n = 0; n < N; n++)
+              for (int64_t i = 0; i < S; i++) {
+                double d = Elem<T>::load(xp[(n * C + c) * S + i]) - m;
+                ss += d * d;
+              }
+            bm[c] = m;
+            bv[c] = cnt > 0 ? ss / cnt : 0;
+          }
+        });
+      });
+      for (int o = 1; o <= 2; o++) {
+        if (!ctx.has_output(o)) continue;
+        Tensor& out = ctx.output(o);
+        const std::vector<double>& run = o == 1 ? mean : var;
+        const std::vector<double>& cur = o == 1 ? bm : bv;
+        dispatch(out.dtype(), kFloats, node, [&](auto tag) {
+          using T = decltype(tag);
+          T* p = out.data<T>();
+          for (int64_t c = 0; c < C; c++) p[c] = Elem<T>::store(run[c] * momentum + cur[c] * (1 - momentum));
+        });
+      }
+      mean = bm;
+      var = bv;
+    }
+    // y = x * a + b per channel
+    std::vector<float> a(C), b(C);
+    for (int64_t c = 0; c < C; c++) {
+      double inv = 1.0 / std::sqrt(var[c] + eps);
+      a[c] = (float)(scale[c] * inv);
+      b[c] = (float)(bias[c] - mean[c] * scale[c] * inv);
+    }
+    Tensor& yt = ctx.output(0);
+    dispatch(x.dtype(), kFloats, node, [&](auto tag) {
+      using T = decltype(tag);
+      const T* xp = x.data<T>();
+      T* yp = yt.data<T>();
+      parallel_for(N * C, rows_grain(S), [&](int64_t rb, int64_t re) {
+        for (int64_t r = rb; r < re; r++) {
+          int64_t c = r % C;
+          const T* xr = xp + r * S;
+          T* yr = yp + r * S;
+          float ac = a[c], bc = b[c];
+          if constexpr (std::is_same_v<T, float>) {
+#pragma omp simd
+            for (int64_t i = 0; i < S; i++) yr[i] = xr[i] * ac + bc;
+          } else {
+            for (int64_t i = 0; i < S; i++) yr[i] = Elem<T>::store(Elem<T>::load(xr[i]) * ac + bc);
+          }
+        }
+      });
+    });
+  };
+  return k;
+}
+
+OpKernel make_instance_norm_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& x = ctx.input(0);
+    ONYX_CHECK(x.rank() >= 2, ctx.node.describe(), ": input must have rank >= 2, got ",
+               shape_str(x.shape));
+    ctx.set_output(0, x.dtype, x.shape);
+  };
+  k.compute = [](KernelContext& ctx) {
+    const ir::Node& node = ctx.node;
+    const Tensor& x = ctx.input(0);
+    int64_t N, C, S;
+    ncs_dims(x.shape(), node, N, C, S);
+    check_channel_vec(ctx.input(1), C, node, "scale");
+    check_channel_vec(ctx.input(2), C, node, "B");
+    std::vector<double> scale = as_doubles(ctx.input(1)), bias = as_doubles(ctx.input(2));
+    float eps = node.attr_float("epsilon", 1e-5f);
+    if (x.numel() == 0) return;
+    Tensor& yt = ctx.output(0);
+    dispatch(x.dtype(), kFloats, node, [&](auto tag) {
+      using T = decltype(tag);
+      const T* xp = x.data<T>();
+      T* yp = yt.data<T>();
+      parallel_for(N * C, rows_grain(S), [&](int64_t rb, int64_t re) {
+        std::vector<float> xb(S), yb(S), sc(S), bs(S);
+        for (int64_t r = rb; r < re; r++) {
+          int64_t c = r % C;
+          std::fill(sc.begin(), sc.end(), (float)scale[c]);
+          std::fill(bs.begin(), bs.end(), (float)bias[c]);
+          for (int64_t i = 0; i < S; i++) xb[i] = Elem<T>::load(xp[r * S + i]);
+          float m, inv;
+          layer_norm_row_f32(xb.data(), yb.data(), S, sc.data(), bs.data(), eps, &m, &inv);
+          for (int64_t i = 0; i < S; i++) yp[r * S + i] = Elem<T>::store(yb[i]);
+        }
+      });
+    });
+  };
+  return k;
+}
+
+}  // namespace
+
+void register_nn_kernels(KernelRegistry& r) {
+  r.add("", "Softmax", make_softmax_kernel<false>());
+  r.add("", "LogSoftmax", make_softmax_kernel<true>());
+  r.add("", "LayerNormalization", make_layer_norm_kernel());
+  r.add("", "Dropout", make_dropout_kernel());
+  r.add("", "BatchNormalization", make_batch_norm_kernel());
+  r.add("", "InstanceNormalization", make_instance_norm_kernel());
+}
+
+}  // namespace onyx::runtime

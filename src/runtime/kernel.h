@@ -1,0 +1,96 @@
+// runtime/kernel.h — the contract between the planner/executor and every op implementation.
+//
+// An op registers two functions under (domain, op_type, device):
+//   infer(InferContext&)   : output dtypes and shapes from input metas (and, for shape-like inputs
+//                            such as Reshape's `shape`, from their values when known at plan time).
+//   compute(KernelContext&): fills the outputs, which the executor has already allocated with the
+//                            inferred metas.
+// An infer that needs an input's value calls ctx.value(i). At plan time that throws NeedValue when
+// the value is not a constant; the planner then marks the node dynamic and re-runs infer at run
+// time, when every value is known. Constant inputs (initializers, Constant nodes, Shape of a known
+// shape, ...) are folded at plan time by running compute once.
+//
+// Ops throw onyx::Error for bad input (the executor adds the node's name, op and shapes) and
+// onyx::Unsupported for attribute values or dtypes onyx does not claim.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "onyx/tensor.h"
+
+namespace onyx::runtime {
+
+struct NeedValue {
+  int input;
+};
+
+struct InferContext {
+  const ir::Node& node;
+  int64_t opset;                                 // version of the node's domain
+  std::vector<const TensorMeta*> inputs;         // nullptr for an absent optional input
+  std::vector<const Tensor*> values;             // known values (constants / run time) or nullptr
+  std::vector<TensorMeta> outputs;               // to fill: one per node output
+
+  int num_inputs() const { return (int)inputs.size(); }
+  bool has_input(int i) const { return i < (int)inputs.size() && inputs[i] != nullptr; }
+  const TensorMeta& input(int i) const;  // throws (naming the node) if absent
+  const Tensor& value(int i) const;      // throws NeedValue if unknown, Error if absent
+  int num_outputs() const { return (int)node.outputs.size(); }
+  void set_output(int i, DType dtype, Shape shape);
+};
+
+struct KernelContext {
+  const ir::Node& node;
+  int64_t opset;
+  std::vector<const Tensor*> inputs;  // nullptr for an absent optional input
+  std::vector<Tensor*> outputs;       // pre-allocated; nullptr for an absent optional output
+  uint64_t seed = 0;                  // per-run seed for random ops (Dropout in training)
+  bool training = false;              // Dropout etc.: training mode requested by the caller
+
+  int num_inputs() const { return (int)inputs.size(); }
+  bool has_input(int i) const { return i < (int)inputs.size() && inputs[i] != nullptr; }
+  const Tensor& input(int i) const;
+  bool has_output(int i) const { return i < (int)outputs.size() && outputs[i] != nullptr; }
+  Tensor& output(int i);
+};
+
+using InferFn = std::function<void(InferContext&)>;
+using ComputeFn = std::function<void(KernelContext&)>;
+
+struct OpKernel {
+  InferFn infer;
+  ComputeFn compute;
+  // Inputs whose *values* the infer function reads (e.g. Reshape's shape = {1}); used by the
+  // planner to decide what to fold. Inputs not listed are only read through their metas.
+  std::vector<int> value_inputs;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& instance();  // filled with all CPU kernels on first use
+  void add(const std::string& domain, const std::string& op_type, OpKernel k);
+  const OpKernel* find(const std::string& domain, const std::string& op_type) const;
+  std::vector<std::string> op_names() const;  // "Add", "onyx.LayerNormGrad", ...
+
+ private:
+  std::map<std::string, OpKernel> kernels_;
+};
+
+// Shared helpers for infer functions.
+// Numpy-style multidirectional broadcast; throws naming both shapes when incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+// Normalizes an axis in [-rank, rank) to [0, rank); throws naming the node otherwise.
+int64_t normalize_axis(int64_t axis, int64_t rank, const ir::Node& node);
+
+// Each op family registers itself here (one function per src/kernels/cpu/*.cc file).
+void register_elementwise_kernels(KernelRegistry& r);  // unary, binary, compare, logic, Where, Cast, Clip...
+void register_matmul_kernels(KernelRegistry& r);       // MatMul, Gemm
+void register_conv_kernels(KernelRegistry& r);         // Conv
+void register_shape_kernels(KernelRegistry& r);        // Reshape, Transpose, Concat, Slice, Gather, ...
+void register_reduce_kernels(KernelRegistry& r);       // Reduce*, ArgMax, CumSum
+void register_nn_kernels(KernelRegistry& r);           // Softmax, LogSoftmax, LayerNormalization, Dropout
+void register_loss_kernels(KernelRegistry& r);         // SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
+
+}  // namespace onyx::runtime

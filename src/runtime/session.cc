@@ -1,0 +1,318 @@
+// session.cc — planner (order, constant folding, static shape inference, lifetimes) and executor.
+#include "runtime/session.h"
+
+#include <set>
+#include <unordered_set>
+
+namespace onyx::runtime {
+namespace {
+
+// Ops never folded at plan time: their results are random or depend on the run's mode.
+bool never_fold(const ir::Node& n) {
+  static const std::set<std::string> ops = {"Dropout", "RandomNormal", "RandomUniform",
+                                            "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+                                            "Multinomial"};
+  return ops.count(n.op_type) != 0;
+}
+
+// Ops whose outputs depend only on input metas, so they fold when the metas are static.
+bool meta_only(const ir::Node& n) { return n.op_type == "Shape" || n.op_type == "Size"; }
+
+std::string input_shapes(const std::vector<const TensorMeta*>& metas) {
+  std::string s;
+  for (size_t i = 0; i < metas.size(); i++) {
+    s += i ? ", " : "";
+    s += metas[i] ? cat(dtype_name(metas[i]->dtype), shape_str(metas[i]->shape)) : "absent";
+  }
+  return s;
+}
+
+[[noreturn]] void rethrow_with_context(const ir::Node& node, int64_t opset,
+                                       const std::vector<const TensorMeta*>& metas,
+                                       const Error& e) {
+  std::string prefix = node.describe();
+  std::string msg = e.what();
+  // Kernels usually start their message with the node's description already.
+  if (msg.rfind(prefix, 0) != 0) msg = prefix + ": " + msg;
+  msg += cat(" [opset ", opset, "; inputs: ", input_shapes(metas), "]");
+  if (dynamic_cast<const Unsupported*>(&e)) throw Unsupported(msg);
+  throw Error(msg);
+}
+
+std::vector<Tensor> infer_and_compute(const ir::Node& node, const OpKernel& k, int64_t opset,
+                                      const std::vector<const Tensor*>& in,
+                                      const std::vector<bool>& want_output, const RunOptions& opts) {
+  std::vector<TensorMeta> in_metas(in.size());
+  InferContext ic{node, opset, {}, {}, {}};
+  for (size_t i = 0; i < in.size(); i++) {
+    if (in[i]) in_metas[i] = in[i]->meta();
+    ic.inputs.push_back(in[i] ? &in_metas[i] : nullptr);
+    ic.values.push_back(in[i]);
+  }
+  ic.outputs.resize(node.outputs.size());
+  try {
+    k.infer(ic);
+  } catch (NeedValue&) {
+    throw Error(cat(node.describe(), ": infer needs a value that is not available"));
+  }
+  std::vector<Tensor> out(node.outputs.size());
+  KernelContext kc{node, opset, in, {}, opts.seed, opts.training};
+  for (size_t i = 0; i < node.outputs.size(); i++) {
+    if (want_output[i]) {
+      ONYX_CHECK(ic.outputs[i].dtype != DType::Undefined, node.describe(), ": output ", i,
+                 " was not inferred");
+      out[i] = Tensor(ic.outputs[i].dtype, ic.outputs[i].shape);
+      kc.outputs.push_back(&out[i]);
+    } else {
+      kc.outputs.push_back(nullptr);
+    }
+  }
+  k.compute(kc);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Tensor> run_node(const ir::Node& node, int64_t opset, const std::vector<Tensor>& inputs,
+                             const RunOptions& opts) {
+  const OpKernel* k = KernelRegistry::instance().find(node.domain, node.op_type);
+  if (!k) ONYX_UNSUPPORTED(node.describe(), ": no kernel for op '", node.op_type, "'");
+  std::vector<const Tensor*> in;
+  for (auto& t : inputs) in.push_back(t.defined() ? &t : nullptr);
+  std::vector<bool> want(node.outputs.size());
+  for (size_t i = 0; i < node.outputs.size(); i++) want[i] = !node.outputs[i].empty();
+  std::vector<const TensorMeta*> metas;
+  std::vector<TensorMeta> ms(in.size());
+  for (size_t i = 0; i < in.size(); i++) {
+    if (in[i]) ms[i] = in[i]->meta();
+    metas.push_back(in[i] ? &ms[i] : nullptr);
+  }
+  try {
+    return infer_and_compute(node, *k, opset, in, want, opts);
+  } catch (const Error& e) {
+    rethrow_with_context(node, opset, metas, e);
+  }
+}
+
+Session::Session(std::shared_ptr<const ir::Graph> graph) : graph_(std::move(graph)) {
+  order_ = ir::topological_order(*graph_);
+}
+
+void Session::check_supported() const {
+  auto& reg = KernelRegistry::instance();
+  for (auto& n : graph_->nodes)
+    if (!reg.find(n.domain, n.op_type))
+      ONYX_UNSUPPORTED(n.describe(), ": unknown op '", n.domain.empty() ? "" : n.domain + ".",
+                       n.op_type, "' (opset ", graph_->opset(n.domain), "): onyx has no kernel for it");
+}
+
+static std::string signature_key(const std::map<std::string, TensorMeta>& sig) {
+  std::string k;
+  for (auto& [name, m] : sig) k += cat(name, ":", (int)m.dtype, shape_str(m.shape), ";");
+  return k;
+}
+
+const Plan& Session::plan_for(const std::map<std::string, TensorMeta>& signature) {
+  std::string key = signature_key(signature);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  check_supported();
+  const ir::Graph& g = *graph_;
+  auto plan = std::make_unique<Plan>();
+  auto& reg = KernelRegistry::instance();
+  for (auto& [name, t] : g.initializers) {
+    plan->constants[name] = t;
+    plan->metas[name] = t.meta();
+  }
+  for (auto& [name, m] : signature) plan->metas[name] = m;
+
+  std::set<std::string> graph_outputs;
+  for (auto& o : g.outputs) graph_outputs.insert(o.name);
+
+  for (int idx : order_) {
+    const ir::Node& node = g.nodes[idx];
+    const OpKernel* k = reg.find(node.domain, node.op_type);
+    int64_t opset = g.opset(node.domain);
+    std::vector<const TensorMeta*> metas;
+    std::vector<const Tensor*> values;
+    bool all_meta = true, all_const = true;
+    for (auto& in : node.inputs) {
+      if (in.empty()) {
+        metas.push_back(nullptr);
+        values.push_back(nullptr);
+        continue;
+      }
+      auto m = plan->metas.find(in);
+      auto c = plan->constants.find(in);
+      metas.push_back(m == plan->metas.end() ? nullptr : &m->second);
+      values.push_back(c == plan->constants.end() ? nullptr : &c->second);
+      if (m == plan->metas.end()) all_meta = false;
+      if (c == plan->constants.end()) all_const = false;
+    }
+    bool foldable = !never_fold(node) && (all_const || (meta_only(node) && all_meta));
+    // Folding: run the node now, keep its outputs as constants.
+    if (foldable) {
+      std::vector<Tensor> meta_tensors;  // Shape/Size read only shapes: wrap metas without data
+      std::vector<const Tensor*> in = values;
+      if (!all_const) {
+        meta_tensors.resize(metas.size());
+        for (size_t i = 0; i < metas.size(); i++)
+          if (metas[i] && !values[i]) {
+            meta_tensors[i] = Tensor::wrap(metas[i]->dtype, metas[i]->shape, nullptr, nullptr);
+            in[i] = &meta_tensors[i];
+          }
+      }
+      std::vector<bool> want(node.outputs.size());
+      for (size_t i = 0; i < node.outputs.size(); i++) want[i] = !node.outputs[i].empty();
+      std::vector<Tensor> outs;
+      try {
+        outs = infer_and_compute(node, *k, opset, in, want, {});
+      } catch (const Error& e) {
+        rethrow_with_context(node, opset, metas, e);
+      }
+      for (size_t i = 0; i < outs.size(); i++)
+        if (want[i]) {
+          plan->constants[node.outputs[i]] = outs[i];
+          plan->metas[node.outputs[i]] = outs[i].meta();
+        }
+      plan->folded_nodes++;
+      continue;
+    }
+    PlanStep step{idx, k, true, {}, {}};
+    if (all_meta) {
+      InferContext ic{node, opset, metas, values, {}};
+      ic.outputs.resize(node.outputs.size());
+      try {
+        k->infer(ic);
+        step.dynamic = false;
+        step.output_metas = ic.outputs;
+        for (size_t i = 0; i < node.outputs.size(); i++)
+          if (!node.outputs[i].empty()) plan->metas[node.outputs[i]] = ic.outputs[i];
+      } catch (NeedValue&) {
+        step.dynamic = true;
+      } catch (const Error& e) {
+        rethrow_with_context(node, opset, metas, e);
+      }
+    }
+    plan->steps.push_back(std::move(step));
+  }
+
+  // Lifetimes: a value is freed after the last step that reads it, unless it is a graph output
+  // or a constant.
+  std::unordered_map<std::string, int> last_use;
+  for (int s = 0; s < (int)plan->steps.size(); s++)
+    for (auto& in : g.nodes[plan->steps[s].node].inputs)
+      if (!in.empty()) last_use[in] = s;
+  for (auto& [name, s] : last_use)
+    if (!graph_outputs.count(name) && !plan->constants.count(name))
+      plan->steps[s].free_after.push_back(name);
+
+  auto& ref = *plan;
+  plans_[key] = std::move(plan);
+  return ref;
+}
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs,
+                                           const RunOptions& opts) {
+  const ir::Graph& g = *graph_;
+  std::map<std::string, TensorMeta> sig;
+  for (auto& [name, t] : inputs) {
+    const ir::ValueInfo* vi = g.find_input(name);
+    if (!vi) {
+      if (g.is_initializer(name)) continue;  // overriding initializers is not supported here
+      std::string known;
+      for (auto& v : g.inputs) known += (known.empty() ? "" : ", ") + v.name;
+      throw Error(cat("input '", name, "' is not an input of the model (inputs: ", known, ")"));
+    }
+    ONYX_CHECK(vi->dtype == DType::Undefined || vi->dtype == t.dtype(), "input '", name,
+               "' has dtype ", dtype_name(t.dtype()), " but the model expects ",
+               dtype_name(vi->dtype));
+    if (vi->has_shape && opts.check_declared_shapes) {
+      bool ok = vi->shape.size() == t.shape().size();
+      for (size_t i = 0; ok && i < vi->shape.size(); i++)
+        if (vi->shape[i] >= 0 && vi->shape[i] != t.shape()[i]) ok = false;
+      if (!ok) {
+        std::string want = "[";
+        for (size_t i = 0; i < vi->shape.size(); i++)
+          want += (i ? ", " : "") +
+                  (vi->shape[i] >= 0 ? std::to_string(vi->shape[i])
+                                     : (vi->dim_params[i].empty() ? "?" : vi->dim_params[i]));
+        want += "]";
+        throw Error(cat("input '", name, "' has shape ", shape_str(t.shape()),
+                        " but the model expects ", want));
+      }
+    }
+    sig[name] = t.meta();
+  }
+  for (auto& v : g.inputs)
+    ONYX_CHECK(inputs.count(v.name), "input '", v.name, "' (", dtype_name(v.dtype),
+               ") is missing");
+
+  const Plan& plan = plan_for(sig);
+  std::unordered_map<std::string, Tensor> values;
+  for (auto& [name, t] : inputs) values[name] = t;
+  auto lookup = [&](const std::string& n) -> const Tensor* {
+    auto it = values.find(n);
+    if (it != values.end()) return &it->second;
+    auto c = plan.constants.find(n);
+    if (c != plan.constants.end()) return &c->second;
+    return nullptr;
+  };
+
+  for (auto& step : plan.steps) {
+    const ir::Node& node = g.nodes[step.node];
+    int64_t opset = g.opset(node.domain);
+    std::vector<const Tensor*> in;
+    std::vector<TensorMeta> in_metas(node.inputs.size());
+    std::vector<const TensorMeta*> meta_ptrs;
+    for (size_t i = 0; i < node.inputs.size(); i++) {
+      const Tensor* t = node.inputs[i].empty() ? nullptr : lookup(node.inputs[i]);
+      ONYX_CHECK(node.inputs[i].empty() || t, node.describe(), ": input '", node.inputs[i],
+                 "' has no value");
+      in.push_back(t);
+      if (t) in_metas[i] = t->meta();
+      meta_ptrs.push_back(t ? &in_metas[i] : nullptr);
+    }
+    try {
+      std::vector<TensorMeta> out_metas;
+      if (step.dynamic) {
+        InferContext ic{node, opset, meta_ptrs, in, {}};
+        ic.outputs.resize(node.outputs.size());
+        try {
+          step.kernel->infer(ic);
+        } catch (NeedValue&) {
+          throw Error("shape inference needs a value that is not available");
+        }
+        out_metas = std::move(ic.outputs);
+      }
+      const auto& metas = step.dynamic ? out_metas : step.output_metas;
+      std::vector<Tensor> outs(node.outputs.size());
+      KernelContext kc{node, opset, in, {}, opts.seed, opts.training};
+      for (size_t i = 0; i < node.outputs.size(); i++) {
+        if (node.outputs[i].empty()) {
+          kc.outputs.push_back(nullptr);
+          continue;
+        }
+        ONYX_CHECK(metas[i].dtype != DType::Undefined, "output ", i, " was not inferred");
+        outs[i] = Tensor(metas[i].dtype, metas[i].shape);
+        kc.outputs.push_back(&outs[i]);
+      }
+      step.kernel->compute(kc);
+      for (size_t i = 0; i < node.outputs.size(); i++)
+        if (!node.outputs[i].empty()) values[node.outputs[i]] = std::move(outs[i]);
+    } catch (const Error& e) {
+      rethrow_with_context(node, opset, meta_ptrs, e);
+    }
+    for (auto& name : step.free_after) values.erase(name);
+  }
+
+  std::map<std::string, Tensor> result;
+  for (auto& o : g.outputs) {
+    const Tensor* t = lookup(o.name);
+    ONYX_CHECK(t, "graph output '", o.name, "' was not produced");
+    result[o.name] = *t;
+  }
+  return result;
+}
+
+}  // namespace onyx::runtime

@@ -1,0 +1,15 @@
+// commands.h — one function per `onyx` subcommand; each registers its CLI11 options and returns
+// the action to run when that subcommand is chosen.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace onyx::cli {
+
+using Action = std::function<int()>;
+
+Action add_run_command(CLI::App& app);
+Action add_info_command(CLI::App& app);
+Action add_conformance_command(CLI::App& app);
+
+}  // namespace onyx::cli

@@ -1,0 +1,42 @@
+// main.cc — the `onyx` command line: dispatches to one file per subcommand. Every onyx::Error
+// becomes "onyx: error: ..." on stderr and exit status 1; nothing is left half-written.
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "commands.h"
+#include "onyx/error.h"
+#include "runtime/parallel.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"onyx — a C++ training runtime for transformer models"};
+  app.require_subcommand(1);
+  int threads = 0;
+  app.add_option("--threads", threads, "threads for kernels and BLAS (default: all cores)");
+  std::map<CLI::App*, onyx::cli::Action> actions;
+  auto add = [&](onyx::cli::Action (*f)(CLI::App&)) {
+    size_t before = app.get_subcommands({}).size();
+    auto action = f(app);
+    actions[app.get_subcommands({})[before]] = action;
+  };
+  add(onyx::cli::add_run_command);
+  add(onyx::cli::add_info_command);
+  add(onyx::cli::add_conformance_command);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (threads > 0) onyx::runtime::set_num_threads(threads);
+  try {
+    for (auto& [sub, action] : actions)
+      if (sub->parsed()) return action();
+  } catch (const onyx::Error& e) {
+    std::cerr << "onyx: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "onyx: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
