@@ -19,8 +19,8 @@ tally() {  # reads "N passed, M failed, K skipped" from the last matching line o
     return
   fi
   local p f s
-  p=$(sed -E 's/.*[^0-9]?([0-9]+) passed.*/\1/' <<<"$line")
-  f=$(sed -E 's/.*[^0-9]([0-9]+) failed.*/\1/' <<<"$line")
+  p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+')
+  f=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '[0-9]+')
   s=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
   PASSED=$((PASSED + p)) FAILED=$((FAILED + f)) SKIPPED=$((SKIPPED + ${s:-0}))
 }

@@ -47,6 +47,10 @@ KernelRegistry& KernelRegistry::instance() {
     register_reduce_kernels(*r);
     register_nn_kernels(*r);
     register_loss_kernels(*r);
+    register_elementwise_grad_kernels(*r);
+    register_matmul_grad_kernels(*r);
+    register_shape_grad_kernels(*r);
+    register_nn_grad_kernels(*r);
     return r;
   }();
   return *reg;

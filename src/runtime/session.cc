@@ -94,8 +94,11 @@ std::vector<Tensor> run_node(const ir::Node& node, int64_t opset, const std::vec
   }
 }
 
-Session::Session(std::shared_ptr<const ir::Graph> graph) : graph_(std::move(graph)) {
+Session::Session(std::shared_ptr<const ir::Graph> graph, std::set<std::string> parameters)
+    : graph_(std::move(graph)), parameters_(std::move(parameters)) {
   order_ = ir::topological_order(*graph_);
+  for (auto& p : parameters_)
+    ONYX_CHECK(graph_->initializers.count(p), "parameter '", p, "' is not an initializer");
 }
 
 void Session::check_supported() const {
@@ -121,7 +124,7 @@ const Plan& Session::plan_for(const std::map<std::string, TensorMeta>& signature
   auto plan = std::make_unique<Plan>();
   auto& reg = KernelRegistry::instance();
   for (auto& [name, t] : g.initializers) {
-    plan->constants[name] = t;
+    if (!parameters_.count(name)) plan->constants[name] = t;
     plan->metas[name] = t.meta();
   }
   for (auto& [name, m] : signature) plan->metas[name] = m;
@@ -219,7 +222,15 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   for (auto& [name, t] : inputs) {
     const ir::ValueInfo* vi = g.find_input(name);
     if (!vi) {
-      if (g.is_initializer(name)) continue;  // overriding initializers is not supported here
+      if (parameters_.count(name)) {
+        const Tensor& init = g.initializers.at(name);
+        ONYX_CHECK(t.meta() == init.meta(), "parameter '", name, "' is given as ",
+                   dtype_name(t.dtype()), shape_str(t.shape()), " but the model has ",
+                   dtype_name(init.dtype()), shape_str(init.shape()));
+        continue;
+      }
+      ONYX_CHECK(!g.is_initializer(name), "input '", name, "' names an initializer of the model, ",
+                 "which is a constant here and cannot be replaced");
       std::string known;
       for (auto& v : g.inputs) known += (known.empty() ? "" : ", ") + v.name;
       throw Error(cat("input '", name, "' is not an input of the model (inputs: ", known, ")"));
@@ -251,6 +262,8 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   const Plan& plan = plan_for(sig);
   std::unordered_map<std::string, Tensor> values;
   for (auto& [name, t] : inputs) values[name] = t;
+  for (auto& p : parameters_)
+    if (!values.count(p)) values[p] = g.initializers.at(p);
   auto lookup = [&](const std::string& n) -> const Tensor* {
     auto it = values.find(n);
     if (it != values.end()) return &it->second;

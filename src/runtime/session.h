@@ -7,6 +7,7 @@
 // Plans are cached by signature (DESIGN decision 2).
 #pragma once
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -42,7 +43,10 @@ struct Plan {
 
 class Session {
  public:
-  explicit Session(std::shared_ptr<const ir::Graph> graph);
+  // `parameters`: initializers that change between runs (trainable weights). They are never
+  // folded into constants; a run may pass a new value for each by name (else the initializer).
+  explicit Session(std::shared_ptr<const ir::Graph> graph,
+                   std::set<std::string> parameters = {});
   // Checks every op has a kernel before anything runs; throws naming the first that does not.
   void check_supported() const;
 
@@ -56,6 +60,7 @@ class Session {
 
  private:
   std::shared_ptr<const ir::Graph> graph_;
+  std::set<std::string> parameters_;
   std::vector<int> order_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;
 };

@@ -1,14 +1,16 @@
 // tests/kernels/test_nn.cc — hand-checked cases for the nn, loss and reduce kernels: softmax rows,
 // LayerNorm against a naive double loop, cross-entropy with ignore_index, Dropout (identity at
-// ratio 0, statistics and determinism in training mode), Philox known-answer vectors, and reductions
-// over the last / leading / scattered axes against a naive loop.
+// ratio 0, statistics and determinism in training mode), Philox known-answer vectors, and
+// reductions over the last / leading / scattered axes against a naive loop.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/philox.h"
+#include "runtime/parallel.h"
 #include "runtime/session.h"
 
 using namespace onyx;
@@ -71,10 +73,54 @@ TEST(Philox, KnownAnswerVectors) {
   using P = runtime::Philox4x32;
   auto a = P::generate({0, 0, 0, 0}, {0, 0});
   EXPECT_EQ(a, (P::Counter{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
-  auto b = P::generate({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu});
+  auto b =
+      P::generate({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu});
   EXPECT_EQ(b, (P::Counter{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
-  auto c = P::generate({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u});
+  auto c =
+      P::generate({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u});
   EXPECT_EQ(c, (P::Counter{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(Philox, EightLaneGeneratorMatchesScalar) {
+  using P = runtime::Philox4x32;
+  P::Key key{0x12345678u, 0x9abcdef0u};
+  for (uint64_t ctr : {uint64_t(0), uint64_t(8) << 32 | 0xfffffff8u, uint64_t(1) << 40}) {
+    __m256i out[4];
+    P::generate8(ctr, 3, key, out);
+    alignas(32) uint32_t w[4][8];
+    for (int k = 0; k < 4; k++) _mm256_store_si256((__m256i*)w[k], out[k]);
+    for (int l = 0; l < 8; l++) {
+      uint64_t c = ctr + l;
+      auto ref = P::generate({(uint32_t)c, (uint32_t)(c >> 32), 3, 0}, key);
+      for (int k = 0; k < 4; k++) EXPECT_EQ(w[k][l], ref[k]) << "lane " << l << " word " << k;
+    }
+  }
+}
+
+TEST(VecMath, Exp8IsAccurateForNonPositiveInputs) {
+  float worst = 0;
+  for (int k = 0; k < 100000; k++) {
+    alignas(32) float x[8], y[8];
+    for (int l = 0; l < 8; l++) x[l] = -100.0f * (float)(k * 8 + l) / 800000.0f;
+    _mm256_store_ps(y, runtime::nnutil::exp8(_mm256_load_ps(x)));
+    for (int l = 0; l < 8; l++) {
+      double ref = std::exp((double)x[l]);
+      if (ref < 1.2e-38) {
+        EXPECT_LE(y[l], 1.2e-38f);
+        continue;
+      }
+      worst = std::max(worst, (float)(std::fabs(y[l] - ref) / ref));
+    }
+  }
+  EXPECT_LT(worst, 3e-7f);
+  alignas(32) float x[8] = {-INFINITY, NAN, 0.f, -0.f, -1e30f, -87.4f, -1.f, -0.5f}, y[8];
+  _mm256_store_ps(y, runtime::nnutil::exp8(_mm256_load_ps(x)));
+  EXPECT_EQ(y[0], 0.f);
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_EQ(y[2], 1.f);
+  EXPECT_EQ(y[3], 1.f);
+  EXPECT_EQ(y[4], 0.f);
+  EXPECT_EQ(y[5], 0.f);
 }
 
 TEST(Softmax, RowsSumToOneAndLargeValuesAreStable) {
@@ -207,6 +253,12 @@ TEST(Dropout, TrainingStatisticsAndDeterminism) {
       ASSERT_EQ(keep, b[1].data<bool>()[i]) << "same seed must give the same mask";
     }
     EXPECT_NEAR((double)dropped / n, ratio, 0.01) << "ratio " << ratio;
+    // the mask does not depend on the thread count
+    int saved = runtime::num_threads();
+    runtime::set_num_threads(1);
+    auto single = run_node(node, 13, {x, Tensor::scalar_f32(ratio), bool_scalar(true)}, opts);
+    runtime::set_num_threads(saved);
+    for (int64_t i = 0; i < n; i++) ASSERT_EQ(single[0].data<float>()[i], a[0].data<float>()[i]);
     // another run seed gives another mask
     opts.seed = 1235;
     auto c = run_node(node, 13, {x, Tensor::scalar_f32(ratio), bool_scalar(true)}, opts);
@@ -221,7 +273,8 @@ TEST(Reduce, FastAndGeneralPathsMatchNaive) {
   Shape s{2, 3, 4, 5};
   Tensor x = randn(s, 9);
   const float* xp = x.data<float>();
-  std::vector<std::vector<int64_t>> cases{{3}, {0}, {0, 1}, {1}, {0, 2}, {1, 3}, {0, 1, 2, 3}, {2, 3}};
+  std::vector<std::vector<int64_t>> cases{{3},    {0},    {0, 1},       {1},
+                                          {0, 2}, {1, 3}, {0, 1, 2, 3}, {2, 3}};
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceLogSumExp", "ReduceL2"}) {
     for (auto& axes : cases) {
       // ReduceSum takes axes as an input from opset 13, the others as an attribute until 18.
@@ -268,7 +321,8 @@ TEST(Reduce, FastAndGeneralPathsMatchNaive) {
           for (double v : g) r += v * v;
           r = std::sqrt(r);
         }
-        EXPECT_NEAR(y.data<float>()[o], r, 1e-4) << op << " axes size " << axes.size() << " at " << o;
+        EXPECT_NEAR(y.data<float>()[o], r, 1e-4)
+            << op << " axes size " << axes.size() << " at " << o;
       }
     }
   }
@@ -314,4 +368,29 @@ TEST(Reduce, ArgMaxSelectLastAndCumSum) {
   Tensor y = run_node(cs, 14, {x, Tensor::scalar_i64(1)})[0];
   std::vector<float> expect{6, 3, 0, 7, 5, 0};
   for (int i = 0; i < 6; i++) EXPECT_EQ(y.data<float>()[i], expect[i]);
+}
+
+TEST(Reduce, IntegerAndHalfTypes) {
+  // int64 sums stay exact beyond 2^53
+  int64_t big = (int64_t(1) << 60) + 1;
+  Tensor xi = Tensor::from_vector(DType::Int64, {2, 2}, std::vector<int64_t>{big, 1, -3, 7});
+  auto sum = make_node("ReduceSum", 2, 1);
+  set_int(sum, "keepdims", 0);
+  Tensor ax = Tensor::from_vector(DType::Int64, {1}, std::vector<int64_t>{1});
+  Tensor s = run_node(sum, 13, {xi, ax})[0];
+  EXPECT_EQ(s.data<int64_t>()[0], big + 1);
+  EXPECT_EQ(s.data<int64_t>()[1], 4);
+
+  // float16 max over everything (opset 18, axes input absent)
+  std::vector<uint16_t> h{float_to_half(1.5f), float_to_half(-2.f), float_to_half(7.25f)};
+  Tensor xh = Tensor::from_vector(DType::Float16, {3}, h);
+  auto mx = make_node("ReduceMax", 1, 1);
+  Tensor m = run_node(mx, 18, {xh})[0];
+  ASSERT_EQ(m.shape(), (Shape{1}));
+  EXPECT_EQ(half_to_float(m.data<uint16_t>()[0]), 7.25f);
+
+  // repeated axes are an error
+  auto mean = make_node("ReduceMean", 1, 1);
+  set_ints(mean, "axes", {1, -1});
+  EXPECT_THROW(run_node(mean, 13, {xi}), Error);
 }

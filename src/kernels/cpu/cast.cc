@@ -42,9 +42,28 @@ inline To convert(From v) {
   }
 }
 
+bool is_half_like_dtype(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
 void cast_tensor(const Tensor& x, Tensor& y, const ir::Node& node) {
   if (x.dtype() == y.dtype()) {
     std::memcpy(y.raw(), x.raw(), x.nbytes());
+    return;
+  }
+  // float32 <-> float16/bfloat16: the vectorized array conversions.
+  if (x.dtype() == DType::Float32 && is_half_like_dtype(y.dtype())) {
+    const float* src = x.data<float>();
+    parallel_for(x.numel(), kGrain, [&](int64_t b, int64_t e) {
+      if (y.dtype() == DType::Float16) from_float(src + b, y.data<Half>() + b, e - b);
+      else from_float(src + b, y.data<BFloat16>() + b, e - b);
+    });
+    return;
+  }
+  if (y.dtype() == DType::Float32 && is_half_like_dtype(x.dtype())) {
+    float* dst = y.data<float>();
+    parallel_for(x.numel(), kGrain, [&](int64_t b, int64_t e) {
+      if (x.dtype() == DType::Float16) to_float(x.data<Half>() + b, dst + b, e - b);
+      else to_float(x.data<BFloat16>() + b, dst + b, e - b);
+    });
     return;
   }
   dispatch(x.dtype(), AllTypes{}, node, [&](auto tf) {

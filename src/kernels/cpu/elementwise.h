@@ -241,6 +241,13 @@ void binary_apply(const Tensor& a, const Tensor& b, Tensor& out, const Op& op,
 // Copies `in` broadcast to out's shape (any dtype; by element size).
 void expand_into(const Tensor& in, Tensor& out);
 
+// Array conversions between float and the 16-bit float types (F16C for float16), round to
+// nearest even; x and y may not overlap.
+void to_float(const Half* x, float* y, int64_t n);
+void to_float(const BFloat16* x, float* y, int64_t n);
+void from_float(const float* x, Half* y, int64_t n);
+void from_float(const float* x, BFloat16* y, int64_t n);
+
 }  // namespace ew
 }  // namespace onyx::runtime
 

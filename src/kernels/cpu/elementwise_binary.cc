@@ -228,16 +228,23 @@ void add_pow(KernelRegistry& r) {
     const Tensor& a = c.input(0);
     const Tensor& b = c.input(1);
     Tensor& out = c.output(0);
-    // x^2 (LayerNorm decompositions, variance): exact as x*x.
-    if (a.dtype() == DType::Float32 && b.numel() == 1 && b.get_as_double(0) == 2.0 &&
-        out.shape() == a.shape()) {
+    // float32 ** scalar 2 / 3 / 0.5 / 1 / -1 (variance, tanh-Gelu and RMS decompositions): plain
+    // arithmetic as PyTorch does for these exponents, instead of a libm powf per element.
+    if (a.dtype() == DType::Float32 && b.numel() == 1 && out.shape() == a.shape()) {
+      const double e = b.get_as_double(0);
       const float* x = a.data<float>();
       float* y = out.data<float>();
-      parallel_for(a.numel(), kGrain, [&](int64_t lo, int64_t hi) {
+      auto run = [&](auto f) {
+        parallel_for(a.numel(), kGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-        for (int64_t i = lo; i < hi; i++) y[i] = x[i] * x[i];
-      });
-      return;
+          for (int64_t i = lo; i < hi; i++) y[i] = f(x[i]);
+        });
+      };
+      if (e == 2.0) return run([](float v) { return v * v; });
+      if (e == 3.0) return run([](float v) { return v * v * v; });
+      if (e == 1.0) return run([](float v) { return v; });
+      if (e == -1.0) return run([](float v) { return 1.0f / v; });
+      if (e == 0.5) return run([](float v) { return __builtin_sqrtf(v); });
     }
     dispatch(a.dtype(), PowBaseTypes{}, c.node, [&](auto ta) {
       using A = typename decltype(ta)::type;
@@ -316,6 +323,13 @@ void add_variadic(KernelRegistry& r, const char* name, L types, bool mean) {
 
 // ---- Where(condition, X, Y) -----------------------------------------------------------------
 
+// One run of Where with compile-time 0/1 strides, so each of the 8 layouts is a plain loop.
+template <class U, int SC, int SX, int SY>
+void where_run(const uint8_t* c, const U* a, const U* b, U* o, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) o[i] = c[i * SC] ? a[i * SX] : b[i * SY];
+}
+
 template <class U>
 void where_typed(const Tensor& cond, const Tensor& x, const Tensor& y, Tensor& out) {
   BroadcastWalk w = plan_walk(out.shape(), {cond.shape(), x.shape(), y.shape()});
@@ -329,7 +343,16 @@ void where_typed(const Tensor& cond, const Tensor& x, const Tensor& y, Tensor& o
     const U* a = px + off[1];
     const U* b = py + off[2];
     U* o = po + pos;
-    for (int64_t i = 0; i < n; i++) o[i] = c[i * sc] ? a[i * sx] : b[i * sy];
+    switch (sc * 4 + sx * 2 + sy) {
+      case 0: where_run<U, 0, 0, 0>(c, a, b, o, n); break;
+      case 1: where_run<U, 0, 0, 1>(c, a, b, o, n); break;
+      case 2: where_run<U, 0, 1, 0>(c, a, b, o, n); break;
+      case 3: where_run<U, 0, 1, 1>(c, a, b, o, n); break;
+      case 4: where_run<U, 1, 0, 0>(c, a, b, o, n); break;
+      case 5: where_run<U, 1, 0, 1>(c, a, b, o, n); break;
+      case 6: where_run<U, 1, 1, 0>(c, a, b, o, n); break;
+      default: where_run<U, 1, 1, 1>(c, a, b, o, n); break;
+    }
   });
 }
 

@@ -1,6 +1,6 @@
 // elementwise_unary.cc — one-input elementwise ops: math (Exp, Log, Sqrt, Erf, trig, rounding...),
-// activations (Relu, Sigmoid, Tanh, Gelu, Elu, Selu, HardSwish, ...), Clip, IsNaN/IsInf, Not,
-// and com.microsoft Gelu/FastGelu/BiasGelu.
+// activations (Relu, Sigmoid, Tanh, Gelu, Elu, Selu, HardSwish, Shrink, ...), Clip, IsNaN/IsInf,
+// Not, and com.microsoft Gelu/FastGelu/BiasGelu.
 // Hand-written because Exp/Tanh/Sigmoid/Erf/Gelu sit on the training hot path and libm's scalar
 // calls do not vectorize: float32 goes through AVX2 versions below (exp ~1 ulp, erf abs error
 // < 1e-7, tanh abs error < 1e-7); float16/bfloat16 reuse them through float blocks; float64 and
@@ -145,13 +145,13 @@ void unary_apply(const T* x, T* y, int64_t n, const Op& op, int64_t grain) {
       float buf[kBlock];
       for (int64_t i = b; i < e; i += kBlock) {
         int64_t m = std::min(kBlock, e - i);
-        for (int64_t j = 0; j < m; j++) buf[j] = load(x[i + j]);
+        to_float(x + i, buf, m);
         if constexpr (HasF32<Op>) {
           op.f32(buf, buf, m);
         } else {
           for (int64_t j = 0; j < m; j++) buf[j] = op(buf[j]);
         }
-        for (int64_t j = 0; j < m; j++) y[i + j] = store<T>(buf[j]);
+        from_float(buf, y + i, m);
       }
     } else {
 #pragma omp simd
@@ -319,6 +319,15 @@ struct HardSigmoid {
   template <class M>
   M operator()(M x) const {
     return std::max(M(0), std::min(M(1), M(alpha) * x + M(beta)));
+  }
+};
+struct Shrink {
+  float lambd, bias;
+  template <class M>
+  M operator()(M x) const {
+    using C = std::conditional_t<std::is_integral_v<M>, double, M>;  // ints compare exactly
+    C v = C(x), l = C(lambd), b = C(bias);
+    return v < -l ? M(v + b) : (v > l ? M(v - b) : M(0));
   }
 };
 struct HardSwish {
@@ -490,6 +499,12 @@ void register_unary_kernels(KernelRegistry& r) {
       r, "", "HardSigmoid", FloatTypes{},
       [](const KernelContext& c) {
         return HardSigmoid{c.node.attr_float("alpha", 0.2f), c.node.attr_float("beta", 0.5f)};
+      },
+      kGrain);
+  add_unary(
+      r, "", "Shrink", NumericTypes{},
+      [](const KernelContext& c) {
+        return Shrink{c.node.attr_float("lambd", 0.5f), c.node.attr_float("bias", 0.0f)};
       },
       kGrain);
 

@@ -2,9 +2,9 @@
 // inputs (N, C, d1..dk), targets (N, d1..dk), optional class weights (C), ignore_index,
 // reduction none/sum/mean, and SCE's optional log_prob output.
 // Hand-written because the LM-head loss over (B·T, vocab) float32 logits is a hot path: rows are
-// threaded, and when log_prob is not requested the [tokens × vocab] log-softmax is never materialized
-// (one max pass and one exp-sum pass per row, then the target's logit).
-// Mean reduction divides by the sum of the weights of non-ignored targets (their count without weights).
+// threaded, and when log_prob is not requested the [tokens × vocab] log-softmax is never
+// materialized (one max pass and one exp-sum pass per row, then the target's logit). Mean reduction
+// divides by the sum of the weights of non-ignored targets (their count without weights).
 #include <cmath>
 #include <string>
 #include <vector>
@@ -31,16 +31,18 @@ Reduction reduction_of(const ir::Node& node) {
 // Validates shapes; returns the loss output shape.
 Shape loss_infer_shapes(const ir::Node& node, const TensorMeta& x, const TensorMeta& t,
                         const TensorMeta* w) {
-  ONYX_CHECK(x.rank() >= 2, node.describe(), ": input must be (N, C, d1..dk), got ", shape_str(x.shape));
+  ONYX_CHECK(x.rank() >= 2, node.describe(), ": input must be (N, C, d1..dk), got ",
+             shape_str(x.shape));
   Shape expect_t{x.shape[0]};
   expect_t.insert(expect_t.end(), x.shape.begin() + 2, x.shape.end());
   ONYX_CHECK(t.shape == expect_t, node.describe(), ": target shape ", shape_str(t.shape),
-             " does not match input shape ", shape_str(x.shape), " (expected ", shape_str(expect_t), ")");
+             " does not match input shape ", shape_str(x.shape), " (expected ", shape_str(expect_t),
+             ")");
   ONYX_CHECK(t.dtype == DType::Int32 || t.dtype == DType::Int64, node.describe(),
              ": target must be int32 or int64, got ", dtype_name(t.dtype));
   if (w)
-    ONYX_CHECK(w->rank() == 1 && w->shape[0] == x.shape[1], node.describe(), ": weight must have shape [",
-               x.shape[1], "], got ", shape_str(w->shape));
+    ONYX_CHECK(w->rank() == 1 && w->shape[0] == x.shape[1], node.describe(),
+               ": weight must have shape [", x.shape[1], "], got ", shape_str(w->shape));
   if (reduction_of(node) == Reduction::None) return t.shape;
   return {};
 }
@@ -57,7 +59,8 @@ LossDims loss_dims(const Shape& s) {
 
 // Writes the loss output from per-target losses and effective weights (0 where ignored).
 template <class T>
-void finish_loss(KernelContext& ctx, const std::vector<double>& loss, const std::vector<double>& wgt) {
+void finish_loss(KernelContext& ctx, const std::vector<double>& loss,
+                 const std::vector<double>& wgt) {
   Tensor& out = ctx.output(0);
   T* o = out.data<T>();
   Reduction red = reduction_of(ctx.node);
@@ -83,8 +86,8 @@ std::vector<int64_t> read_targets(const Tensor& t, int64_t C, bool has_ii, int64
       v[i] = -1;
       continue;
     }
-    ONYX_CHECK(v[i] >= 0 && v[i] < C, node.describe(), ": target value ", v[i], " at flat index ", i,
-               " is outside [0, ", C, ")", has_ii ? " and is not ignore_index" : "");
+    ONYX_CHECK(v[i] >= 0 && v[i] < C, node.describe(), ": target value ", v[i], " at flat index ",
+               i, " is outside [0, ", C, ")", has_ii ? " and is not ignore_index" : "");
   }
   return v;
 }
@@ -157,7 +160,8 @@ void loss_compute(KernelContext& ctx) {
               double ls = std::log(s);
               if (lp)
                 for (int64_t c = 0; c < d.C; c++)
-                  lp[n * d.C * d.D + c * d.D + j] = Elem<T>::store(Elem<T>::load(xn[c * d.D + j]) - m - ls);
+                  lp[n * d.C * d.D + c * d.D + j] =
+                      Elem<T>::store(Elem<T>::load(xn[c * d.D + j]) - m - ls);
               int64_t q2 = n * d.D + j;
               int64_t c = tgt[q2];
               if (c < 0) {

@@ -1,10 +1,11 @@
-// kernels/cpu/nn.cc — Softmax, LogSoftmax, LayerNormalization, Dropout, BatchNormalization and
-// InstanceNormalization (ONNX domain "", opsets 6–18 as each op defines them).
-// Hand-written because softmax and LayerNorm sit on the transformer hot path: float32 rows are
-// processed with AVX2 (max-subtracted exp, two-pass mean/variance) and threaded over rows; other float
-// types convert through float32 (or double for float64 softmax). Dropout in training mode draws from
-// Philox4x32-10 keyed on the run seed, the node's seed attribute and the node's output name, indexed
-// by element, so masks do not depend on the thread count (DESIGN decision 10).
+// kernels/cpu/nn.cc — Softmax, LogSoftmax, LayerNormalization, Dropout, BatchNormalization,
+// InstanceNormalization and MeanVarianceNormalization (ONNX domain "", opsets 6–18 as each op
+// defines them). Hand-written because softmax and LayerNorm sit on the transformer hot path:
+// float32 rows are processed with AVX2 (max-subtracted exp, two-pass mean/variance) and threaded
+// over rows; other float types convert through float32 (or double for float64 softmax). Dropout in
+// training mode draws from Philox4x32-10 keyed on the run seed, the node's seed attribute and the
+// node's output name, indexed by element, so masks do not depend on the thread count (DESIGN
+// decision 10).
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -20,7 +21,9 @@ namespace {
 
 using namespace nnutil;
 
-int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)); }
+int64_t rows_grain(int64_t cols) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
+}
 
 // Values of `t` (shape right-aligned-broadcastable to `target`) expanded to target's row-major
 // layout, as C. Used for LayerNorm's Scale/B, which are small (one row).
@@ -196,7 +199,8 @@ OpKernel make_softmax_kernel() {
   return k;
 }
 
-// ---- LayerNormalization --------------------------------------------------------------------------
+// ---- LayerNormalization
+// --------------------------------------------------------------------------
 
 // One row: y = (x - mean) * inv * scale + bias; returns mean and inv (1/sqrt(var + eps)).
 inline void layer_norm_row_f32(const float* x, float* y, int64_t n, const float* scale,
@@ -209,7 +213,8 @@ inline void layer_norm_row_f32(const float* x, float* y, int64_t n, const float*
   if (bias) {
     for (; i + 8 <= n; i += 8) {
       __m256 nrm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi);
-      _mm256_storeu_ps(y + i, _mm256_fmadd_ps(nrm, _mm256_loadu_ps(scale + i), _mm256_loadu_ps(bias + i)));
+      _mm256_storeu_ps(y + i,
+                       _mm256_fmadd_ps(nrm, _mm256_loadu_ps(scale + i), _mm256_loadu_ps(bias + i)));
     }
     for (; i < n; i++) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
   } else {
@@ -240,7 +245,8 @@ DType stash_dtype(const ir::Node& node) {
   int64_t st = node.attr_int("stash_type", 1);
   if (st == 1) return DType::Float32;
   if (st == 11) return DType::Float64;
-  ONYX_UNSUPPORTED(node.describe(), ": stash_type ", st, " is not supported (float32 or float64 only)");
+  ONYX_UNSUPPORTED(node.describe(), ": stash_type ", st,
+                   " is not supported (float32 or float64 only)");
 }
 
 Shape stat_shape(const Shape& s, int64_t axis) {
@@ -249,7 +255,8 @@ Shape stat_shape(const Shape& s, int64_t axis) {
   return r;
 }
 
-// Runs LayerNorm in compute type C over (rows, cols); converts X/Y rows of storage type T as needed.
+// Runs LayerNorm in compute type C over (rows, cols); converts X/Y rows of storage type T as
+// needed.
 template <class C, class T, class U>
 void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
                       const std::vector<C>* bias, C eps, int64_t rows, int64_t cols, Tensor* mean_t,
@@ -334,7 +341,8 @@ OpKernel make_layer_norm_kernel() {
   return k;
 }
 
-// ---- Dropout -------------------------------------------------------------------------------------
+// ---- Dropout
+// -------------------------------------------------------------------------------------
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -392,22 +400,47 @@ OpKernel make_dropout_kernel() {
     ONYX_CHECK(!mask || mask->dtype() == DType::Bool, node.describe(), ": mask must be bool");
     uint64_t key = mix_seed(ctx.seed ^ mix_seed((uint64_t)node.attr_int("seed", 0) + 0x5eed) ^
                             fnv1a(node.outputs.empty() ? node.name : node.outputs[0]));
-    const float thresh = (float)ratio;
+    // keep element i iff its 24-bit uniform (word >> 8) >= ratio * 2^24.
+    const uint32_t t24 = (uint32_t)std::ceil(ratio * 16777216.0);
     const double scale = ratio >= 1 ? 0.0 : 1.0 / (1.0 - ratio);
+    const Philox4x32::Key pkey = Philox4x32::key_from(key);
     bool* mp = mask ? mask->data<bool>() : nullptr;
     dispatch(xt.dtype(), kFloats, node, [&](auto tag) {
       using T = decltype(tag);
       const T* x = xt.data<T>();
       T* y = yt.data<T>();
       const float fscale = (float)scale;
-      int64_t nblocks = (n + 3) / 4;
-      parallel_for(nblocks, 4096, [&](int64_t b, int64_t e) {
-        for (int64_t blk = b; blk < e; blk++) {
-          Philox4x32::Counter u = Philox4x32::block(key, (uint64_t)blk);
-          int64_t i0 = blk * 4, cnt = std::min<int64_t>(4, n - i0);
-          for (int64_t w = 0; w < cnt; w++) {
-            int64_t i = i0 + w;
-            bool keep = Philox4x32::to_unit_float(u[w]) >= thresh;
+      // Element i draws word (i % 32) / 8 of counter (i / 32) * 8 + i % 8: one AVX2 Philox call
+      // serves 32 consecutive elements, and the mask depends only on (key, i).
+      int64_t ngroups = (n + 31) / 32;
+      parallel_for(ngroups, 1024, [&](int64_t b, int64_t e) {
+        alignas(32) uint32_t u[32];
+        for (int64_t g = b; g < e; g++) {
+          __m256i words[4];
+          Philox4x32::generate8((uint64_t)g * 8, 0, pkey, words);
+          int64_t i0 = g * 32, cnt = std::min<int64_t>(32, n - i0);
+          if constexpr (std::is_same_v<T, float>) {
+            if (cnt == 32) {
+              const __m256i vt = _mm256_set1_epi32((int)t24);
+              const __m256 vs = _mm256_set1_ps(fscale);
+              for (int w = 0; w < 4; w++) {
+                __m256 drop =
+                    _mm256_castsi256_ps(_mm256_cmpgt_epi32(vt, _mm256_srli_epi32(words[w], 8)));
+                __m256 xv = _mm256_loadu_ps(x + i0 + w * 8);
+                _mm256_storeu_ps(y + i0 + w * 8, _mm256_andnot_ps(drop, _mm256_mul_ps(xv, vs)));
+                if (mp) {
+                  uint64_t bytes =
+                      _pdep_u64(~(unsigned)_mm256_movemask_ps(drop) & 0xffu, 0x0101010101010101ull);
+                  std::memcpy(mp + i0 + w * 8, &bytes, 8);
+                }
+              }
+              continue;
+            }
+          }
+          for (int w = 0; w < 4; w++) _mm256_store_si256((__m256i*)(u + w * 8), words[w]);
+          for (int64_t j = 0; j < cnt; j++) {
+            int64_t i = i0 + j;
+            bool keep = (u[j] >> 8) >= t24;
             if constexpr (std::is_same_v<T, float>)
               y[i] = keep ? x[i] * fscale : 0.0f;
             else
@@ -421,7 +454,8 @@ OpKernel make_dropout_kernel() {
   return k;
 }
 
-// ---- BatchNormalization / InstanceNormalization ---------------------------------------------------
+// ---- BatchNormalization / InstanceNormalization
+// ---------------------------------------------------
 
 // x viewed as (N, C, S).
 void ncs_dims(const Shape& s, const ir::Node& node, int64_t& N, int64_t& C, int64_t& S) {
@@ -458,10 +492,12 @@ OpKernel make_batch_norm_kernel() {
         // Opsets < 14 put training statistics here; an inference node lists only Y.
         for (int i = 1; i < ctx.num_outputs(); i++)
           if (!ctx.node.outputs[i].empty())
-            ONYX_UNSUPPORTED(ctx.node.describe(), ": training-mode outputs need opset >= 14 with training_mode=1");
+            ONYX_UNSUPPORTED(ctx.node.describe(),
+                             ": training-mode outputs need opset >= 14 with training_mode=1");
       } else {
         const TensorMeta& mean = ctx.input(3);
-        for (int i = 1; i < ctx.num_outputs() && i < 3; i++) ctx.set_output(i, mean.dtype, {x.shape[1]});
+        for (int i = 1; i < ctx.num_outputs() && i < 3; i++)
+          ctx.set_output(i, mean.dtype, {x.shape[1]});
       }
     }
   };
@@ -507,7 +543,8 @@ OpKernel make_batch_norm_kernel() {
         dispatch(out.dtype(), kFloats, node, [&](auto tag) {
           using T = decltype(tag);
           T* p = out.data<T>();
-          for (int64_t c = 0; c < C; c++) p[c] = Elem<T>::store(run[c] * momentum + cur[c] * (1 - momentum));
+          for (int64_t c = 0; c < C; c++)
+            p[c] = Elem<T>::store(run[c] * momentum + cur[c] * (1 - momentum));
         });
       }
       mean = bm;
@@ -584,6 +621,65 @@ OpKernel make_instance_norm_kernel() {
   return k;
 }
 
+// ---- MeanVarianceNormalization ------------------------------------------------------------------
+// Y = (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9) over `axes` (default [0, 2, 3]), as the ONNX
+// function body defines it. Rare op: statistics in double, one thread.
+OpKernel make_mvn_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& x = ctx.input(0);
+    for (int64_t a : ctx.node.attr_ints("axes", {0, 2, 3})) normalize_axis(a, x.rank(), ctx.node);
+    ctx.set_output(0, x.dtype, x.shape);
+  };
+  k.compute = [](KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Shape& s = x.shape();
+    int64_t rank = x.rank();
+    std::vector<bool> red(rank, false);
+    for (int64_t a : ctx.node.attr_ints("axes", {0, 2, 3}))
+      red[normalize_axis(a, rank, ctx.node)] = true;
+    // group index of each element = its index over the kept axes
+    int64_t groups = 1;
+    for (int64_t i = 0; i < rank; i++)
+      if (!red[i]) groups *= s[i];
+    int64_t n = x.numel();
+    if (n == 0) return;
+    std::vector<int64_t> gidx(n);
+    std::vector<int64_t> idx(rank, 0);
+    for (int64_t e = 0; e < n; e++) {
+      int64_t g = 0;
+      for (int64_t i = 0; i < rank; i++)
+        if (!red[i]) g = g * s[i] + idx[i];
+      gidx[e] = g;
+      for (int64_t i = rank - 1; i >= 0; i--) {
+        if (++idx[i] < s[i]) break;
+        idx[i] = 0;
+      }
+    }
+    double count = (double)(n / groups);
+    Tensor& yt = ctx.output(0);
+    dispatch(x.dtype(), kFloats, ctx.node, [&](auto tag) {
+      using T = decltype(tag);
+      const T* xp = x.data<T>();
+      T* yp = yt.data<T>();
+      std::vector<double> sum(groups, 0.0), sq(groups, 0.0);
+      for (int64_t e = 0; e < n; e++) {
+        double v = Elem<T>::load(xp[e]);
+        sum[gidx[e]] += v;
+        sq[gidx[e]] += v * v;
+      }
+      for (int64_t g = 0; g < groups; g++) {
+        sum[g] /= count;
+        double var = sq[g] / count - sum[g] * sum[g];
+        sq[g] = std::sqrt(var > 0 ? var : 0.0) + 1e-9;
+      }
+      for (int64_t e = 0; e < n; e++)
+        yp[e] = Elem<T>::store((Elem<T>::load(xp[e]) - sum[gidx[e]]) / sq[gidx[e]]);
+    });
+  };
+  return k;
+}
+
 }  // namespace
 
 void register_nn_kernels(KernelRegistry& r) {
@@ -593,6 +689,7 @@ void register_nn_kernels(KernelRegistry& r) {
   r.add("", "Dropout", make_dropout_kernel());
   r.add("", "BatchNormalization", make_batch_norm_kernel());
   r.add("", "InstanceNormalization", make_instance_norm_kernel());
+  r.add("", "MeanVarianceNormalization", make_mvn_kernel());
 }
 
 }  // namespace onyx::runtime

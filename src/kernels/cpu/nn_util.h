@@ -65,19 +65,44 @@ template <class F>
 void dispatch(DType t, unsigned set, const ir::Node& node, F&& f) {
   bool fl = set & kFloats, in = set & kInts, un = set & kUInts;
   switch (t) {
-    case DType::Float32: if (fl) return f(float{}); break;
-    case DType::Float64: if (fl) return f(double{}); break;
-    case DType::Float16: if (fl) return f(Half{}); break;
-    case DType::BFloat16: if (fl) return f(BFloat16{}); break;
-    case DType::Int8: if (in) return f(int8_t{}); break;
-    case DType::Int16: if (in) return f(int16_t{}); break;
-    case DType::Int32: if (in) return f(int32_t{}); break;
-    case DType::Int64: if (in) return f(int64_t{}); break;
-    case DType::UInt8: if (un) return f(uint8_t{}); break;
-    case DType::UInt16: if (un) return f(uint16_t{}); break;
-    case DType::UInt32: if (un) return f(uint32_t{}); break;
-    case DType::UInt64: if (un) return f(uint64_t{}); break;
-    default: break;
+    case DType::Float32:
+      if (fl) return f(float{});
+      break;
+    case DType::Float64:
+      if (fl) return f(double{});
+      break;
+    case DType::Float16:
+      if (fl) return f(Half{});
+      break;
+    case DType::BFloat16:
+      if (fl) return f(BFloat16{});
+      break;
+    case DType::Int8:
+      if (in) return f(int8_t{});
+      break;
+    case DType::Int16:
+      if (in) return f(int16_t{});
+      break;
+    case DType::Int32:
+      if (in) return f(int32_t{});
+      break;
+    case DType::Int64:
+      if (in) return f(int64_t{});
+      break;
+    case DType::UInt8:
+      if (un) return f(uint8_t{});
+      break;
+    case DType::UInt16:
+      if (un) return f(uint16_t{});
+      break;
+    case DType::UInt32:
+      if (un) return f(uint32_t{});
+      break;
+    case DType::UInt64:
+      if (un) return f(uint64_t{});
+      break;
+    default:
+      break;
   }
   ONYX_UNSUPPORTED(node.describe(), ": dtype ", dtype_name(t), " is not supported");
 }
@@ -105,14 +130,13 @@ inline float hmin8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// exp(x) for 8 floats, Cephes-style range reduction + degree-5 polynomial (≈ 1 ulp on [-87, 88]).
-// Below ≈ -87.3 the result is 0 (exponent underflow), above 88.7 it is +inf.
+// exp(x) for 8 floats x <= 0 (all callers pass x - max), Cephes-style range reduction + degree-5
+// polynomial, ≈ 1 ulp. Results below FLT_MIN (x < -87.3) are exactly 0, so exp(-inf) = 0; NaN stays
+// NaN (the clamps keep NaN operands). Positive x is clamped to 88.37 (never reached by callers).
 inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.7228391f), lo = _mm256_set1_ps(-88.0f);
-  __m256 big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+  const __m256 lo = _mm256_set1_ps(-87.33654475f);
   __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3762626647949f));
+  x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), _mm256_max_ps(lo, x));
   __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
   fx = _mm256_floor_ps(fx);
   x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
@@ -126,11 +150,8 @@ inline __m256 exp8(__m256 x) {
   __m256 x2 = _mm256_mul_ps(x, x);
   y = _mm256_fmadd_ps(y, x2, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
   __m256i n = _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127));
-  __m256 pow2n = _mm256_castsi256_ps(_mm256_slli_epi32(n, 23));
-  y = _mm256_mul_ps(y, pow2n);
-  y = _mm256_andnot_ps(tiny, y);
-  y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), big);
-  return _mm256_blendv_ps(y, _mm256_set1_ps(NAN), nan);
+  y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(n, 23)));
+  return _mm256_andnot_ps(tiny, y);
 }
 
 inline float row_sum(const float* x, int64_t n) {
@@ -225,8 +246,8 @@ inline void row_scale(float* y, int64_t n, float s) {
   for (; i < n; i++) y[i] *= s;
 }
 
-// y = softmax(x) over one contiguous row (y may alias x). NaN-propagating; a row of all -inf gives NaN
-// (as numpy does).
+// y = softmax(x) over one contiguous row (y may alias x). NaN-propagating; a row of all -inf gives
+// NaN (as numpy does).
 inline void softmax_row(const float* x, float* y, int64_t n) {
   float m = row_max(x, n);
   float s = row_sum_exp(x, n, m, y);

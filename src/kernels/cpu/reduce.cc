@@ -1,9 +1,10 @@
-// kernels/cpu/reduce.cc — Reduce* (Mean, Sum, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare),
-// ArgMax/ArgMin and CumSum, with full ONNX semantics for opsets 13–18 (axes as attribute, or as an
-// optional input for ReduceSum from 13 and every Reduce* from 18; keepdims; noop_with_empty_axes).
-// Hand-written because reductions are on the hot path of decomposed LayerNorm/softmax (ReduceMean over
-// the last axis of (B,T,C)) and of bias gradients (ReduceSum over the leading axes of (B,T,C)): both
-// shapes get AVX2 float32 paths; any other axis set goes through a generic offset-list reduction.
+// kernels/cpu/reduce.cc — Reduce* (Mean, Sum, Max, Min, Prod, L1, L2, LogSum, LogSumExp,
+// SumSquare), ArgMax/ArgMin and CumSum, with full ONNX semantics for opsets 13–18 (axes as
+// attribute, or as an optional input for ReduceSum from 13 and every Reduce* from 18; keepdims;
+// noop_with_empty_axes). Hand-written because reductions are on the hot path of decomposed
+// LayerNorm/softmax (ReduceMean over the last axis of (B,T,C)) and of bias gradients (ReduceSum
+// over the leading axes of (B,T,C)): both shapes get AVX2 float32 paths; any other axis set goes
+// through a generic offset-list reduction.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -71,8 +72,8 @@ ReduceSpec make_reduce_spec(const ir::Node& node, int64_t opset, const Shape& in
 
 // ---- reduction arithmetic ----------------------------------------------------------------------
 
-// Accumulator: double for floating types and for ops whose result is not integral (Mean, L2, LogSum,
-// LogSumExp); 64-bit integers otherwise, so integer sums/products/max stay exact.
+// Accumulator: double for floating types and for ops whose result is not integral (Mean, L2,
+// LogSum, LogSumExp); 64-bit integers otherwise, so integer sums/products/max stay exact.
 template <RedOp op, class T>
 using AccOf = std::conditional_t<(op == RedOp::Mean || op == RedOp::L2 || op == RedOp::LogSum ||
                                   op == RedOp::LogSumExp),
@@ -138,9 +139,12 @@ A reduce_seq(int64_t n, Get&& get) {
   }
 }
 
-// ---- kernels -------------------------------------------------------------------------------------
+// ---- kernels
+// -------------------------------------------------------------------------------------
 
-int64_t grain_for(int64_t work_per_item) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_item)); }
+int64_t grain_for(int64_t work_per_item) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_item));
+}
 
 // [O, R] contiguous rows: out[o] = reduce(x[o, :]).
 template <RedOp op, class T>
@@ -150,12 +154,34 @@ void reduce_rows(const T* x, T* y, int64_t O, int64_t R) {  // x (O,R), y (O)
     for (int64_t o = b; o < e; o++) {
       const T* row = x + o * R;
       if constexpr (std::is_same_v<T, float>) {
-        if constexpr (op == RedOp::Sum) { y[o] = row_sum(row, R); continue; }
-        if constexpr (op == RedOp::Mean) { y[o] = row_sum(row, R) / (float)R; continue; }
-        if constexpr (op == RedOp::Max) { if (R > 0) { y[o] = row_max(row, R); continue; } }
-        if constexpr (op == RedOp::Min) { if (R > 0) { y[o] = row_min(row, R); continue; } }
-        if constexpr (op == RedOp::SumSquare) { y[o] = row_sum_sq_dev(row, R, 0.f); continue; }
-        if constexpr (op == RedOp::L2) { y[o] = std::sqrt(row_sum_sq_dev(row, R, 0.f)); continue; }
+        if constexpr (op == RedOp::Sum) {
+          y[o] = row_sum(row, R);
+          continue;
+        }
+        if constexpr (op == RedOp::Mean) {
+          y[o] = row_sum(row, R) / (float)R;
+          continue;
+        }
+        if constexpr (op == RedOp::Max) {
+          if (R > 0) {
+            y[o] = row_max(row, R);
+            continue;
+          }
+        }
+        if constexpr (op == RedOp::Min) {
+          if (R > 0) {
+            y[o] = row_min(row, R);
+            continue;
+          }
+        }
+        if constexpr (op == RedOp::SumSquare) {
+          y[o] = row_sum_sq_dev(row, R, 0.f);
+          continue;
+        }
+        if constexpr (op == RedOp::L2) {
+          y[o] = std::sqrt(row_sum_sq_dev(row, R, 0.f));
+          continue;
+        }
       }
       A r = reduce_seq<op, A>(R, [&](int64_t j) { return (A)Elem<T>::load(row[j]); });
       y[o] = Elem<T>::store((typename Elem<T>::acc)r);
@@ -216,7 +242,8 @@ void reduce_middle(const T* x, T* y, int64_t O, int64_t R, int64_t I) {  // x (O
     });
   } else {  // few outer rows (bias-gradient shape): split the columns
     for (int64_t o = 0; o < O; o++)
-      parallel_for(I, std::max<int64_t>(64, grain_for(R)), [&](int64_t b, int64_t e) { run(o, b, e); });
+      parallel_for(I, std::max<int64_t>(64, grain_for(R)),
+                   [&](int64_t b, int64_t e) { run(o, b, e); });
   }
 }
 
@@ -331,7 +358,8 @@ OpKernel make_reduce_kernel() {
   return k;
 }
 
-// ---- ArgMax / ArgMin -----------------------------------------------------------------------------
+// ---- ArgMax / ArgMin
+// -----------------------------------------------------------------------------
 
 template <bool is_max>
 OpKernel make_arg_kernel() {
@@ -399,7 +427,8 @@ OpKernel make_arg_kernel() {
   return k;
 }
 
-// ---- CumSum --------------------------------------------------------------------------------------
+// ---- CumSum
+// --------------------------------------------------------------------------------------
 
 OpKernel make_cumsum_kernel() {
   OpKernel k;
@@ -407,7 +436,8 @@ OpKernel make_cumsum_kernel() {
     const TensorMeta& in = ctx.input(0);
     const TensorMeta& ax = ctx.input(1);
     ONYX_CHECK(ax.numel() == 1 && ax.rank() <= 1, ctx.node.describe(),
-               ": axis must be a scalar or a 1-element 1-D tensor, got shape ", shape_str(ax.shape));
+               ": axis must be a scalar or a 1-element 1-D tensor, got shape ",
+               shape_str(ax.shape));
     ctx.set_output(0, in.dtype, in.shape);
   };
   k.compute = [](KernelContext& ctx) {

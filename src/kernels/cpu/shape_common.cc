@@ -6,6 +6,10 @@
 
 #include <algorithm>
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 namespace onyx::runtime::shape_detail {
 
 void parallel_memcpy(void* dst, const void* src, size_t bytes) {
@@ -58,6 +62,74 @@ inline int64_t seek(int64_t r, int64_t* idx, const int64_t* sizes, const int64_t
   return off;
 }
 
+// One 8x8 block: d[p * ld + q] = s[p + q * ls] for p < pn, q < qn.
+template <class U>
+inline void transpose_block(U* d, int64_t ld, const U* s, int64_t ls, int64_t pn, int64_t qn) {
+#ifdef __AVX2__
+  if constexpr (sizeof(U) == 4) {
+    if (pn == 8 && qn == 8) {
+      __m256 r[8], t[8];
+      for (int q = 0; q < 8; q++) r[q] = _mm256_loadu_ps((const float*)(s + q * ls));
+      for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      for (int i = 0; i < 2; i++)
+        for (int h = 0; h < 2; h++) {
+          __m256 a = t[4 * i + h], b = t[4 * i + 2 + h];
+          r[4 * i + 2 * h] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0));
+          r[4 * i + 2 * h + 1] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2));
+        }
+      // r[i] (i < 4): columns i | i+4 of rows 0-3; r[4+i]: the same of rows 4-7.
+      for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps((float*)(d + i * ld), _mm256_permute2f128_ps(r[i], r[4 + i], 0x20));
+        _mm256_storeu_ps((float*)(d + (i + 4) * ld), _mm256_permute2f128_ps(r[i], r[4 + i], 0x31));
+      }
+      return;
+    }
+  }
+#endif
+  for (int64_t q = 0; q < qn; q++)
+    for (int64_t p = 0; p < pn; p++) d[p * ld + q] = s[p + q * ls];
+}
+
+// dst (contiguous, shape sz) from src where output dim j has source stride 1: for every index of
+// the other dims, copies the (sz[j], sz[last]) plane in 8x8 blocks, q-blocks outermost so each
+// block reads 8 contiguous source runs.
+template <class U>
+void transpose_planes(U* dst, const U* src, const std::vector<int64_t>& sz,
+                      const std::vector<int64_t>& st, int j) {
+  int k = (int)sz.size();
+  std::vector<int64_t> dstr = contiguous_strides(sz);
+  std::vector<int64_t> bsz, bst, bdst;  // batch dims: all but j and the last
+  for (int d = 0; d < k - 1; d++)
+    if (d != j) {
+      bsz.push_back(sz[d]);
+      bst.push_back(st[d]);
+      bdst.push_back(dstr[d]);
+    }
+  int nb = (int)bsz.size();
+  int64_t P = sz[j], Q = sz[k - 1], sq = st[k - 1], ld = dstr[j];
+  constexpr int64_t B = 8;
+  int64_t qblocks = (Q + B - 1) / B, batches = prod(bsz, 0, nb);
+  parallel_for(batches * qblocks, std::max<int64_t>(1, 16384 / (B * P)), [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; u++) {
+      int64_t bi = u / qblocks, q0 = (u % qblocks) * B, qn = std::min(B, Q - q0);
+      int64_t so = 0, dof = 0;
+      for (int d = nb - 1; d >= 0; d--) {
+        int64_t i = bi % bsz[d];
+        bi /= bsz[d];
+        so += i * bst[d];
+        dof += i * bdst[d];
+      }
+      const U* s = src + so + q0 * sq;
+      U* d = dst + dof + q0;
+      for (int64_t p0 = 0; p0 < P; p0 += B)
+        transpose_block(d + p0 * ld, ld, s + p0, sq, std::min(B, P - p0), qn);
+    }
+  });
+}
+
 template <class U>
 void strided_copy_t(U* dst, const U* src, const std::vector<int64_t>& sz,
                     const std::vector<int64_t>& st) {
@@ -67,27 +139,16 @@ void strided_copy_t(U* dst, const U* src, const std::vector<int64_t>& sz,
     return;
   }
   int64_t inner = sz[k - 1], in_stride = st[k - 1];
-  if (in_stride != 1 && k >= 2 && st[k - 2] == 1) {
-    // Batched 2-D transpose: dst[b][p][q] = src[off_b + p + q*sq]. Tile so both sides stay in L1.
-    constexpr int64_t T = 32;
-    int64_t P = sz[k - 2], Q = inner, sq = in_stride;
-    int kb = k - 2;
-    int64_t batch = prod(sz, 0, kb), ptiles = (P + T - 1) / T;
-    parallel_for(batch * ptiles, std::max<int64_t>(1, 16384 / (T * Q)), [&](int64_t b, int64_t e) {
-      std::vector<int64_t> idx(std::max(kb, 1));
-      for (int64_t u = b; u < e; u++) {
-        int64_t bi = u / ptiles, p0 = (u % ptiles) * T, p1 = std::min(P, p0 + T);
-        int64_t off = seek(bi, idx.data(), sz.data(), st.data(), kb);
-        const U* s = src + off;
-        U* d = dst + bi * P * Q;
-        for (int64_t q0 = 0; q0 < Q; q0 += T) {
-          int64_t q1 = std::min(Q, q0 + T);
-          for (int64_t p = p0; p < p1; p++)
-            for (int64_t q = q0; q < q1; q++) d[p * Q + q] = s[p + q * sq];
-        }
-      }
-    });
-    return;
+  if (in_stride != 1) {
+    // A transpose: some other output dim j reads the source contiguously. Copy 8x8 blocks of the
+    // (j, last) plane so reads and writes both use whole cache lines.
+    int j = -1;
+    for (int d = k - 2; d >= 0 && j < 0; d--)
+      if (st[d] == 1) j = d;
+    if (j >= 0 && sz[j] >= 4) {
+      transpose_planes(dst, src, sz, st, j);
+      return;
+    }
   }
   int ko = k - 1;  // outer dims
   int64_t rows = prod(sz, 0, ko);

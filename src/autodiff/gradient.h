@@ -1,0 +1,116 @@
+// autodiff/gradient.h — builds the training graph: forward + loss + backward in one ir::Graph.
+//
+// The builder walks from the loss back to the trainable tensors. Each op's backward is a small
+// declarative rule (DESIGN decision 6) that emits IR nodes through a GradContext; fused gradient
+// kernels (LayerNormGrad, SoftmaxGrad, GeluGrad, ...) are ops in the "onyx" domain. Shapes are
+// static per input signature (DESIGN decision 2), so rules see every forward value's meta and emit
+// static-shape nodes (e.g. ReduceSum with constant axes to undo broadcasting).
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "onyx/tensor.h"
+
+namespace onyx::autodiff {
+
+struct LossSpec {
+  enum class Kind { GraphOutput, CrossEntropy, MSE };
+  Kind kind = Kind::GraphOutput;
+  std::string output;  // the scalar loss output, or the logits / predictions output; "" = auto
+  std::string labels;  // graph input holding labels (CrossEntropy, MSE); added if absent
+  int64_t ignore_index = -100;
+  float label_smoothing = 0.0f;
+};
+
+struct GradientOptions {
+  LossSpec loss;
+  std::set<std::string> frozen;        // initializers that get no gradient and no backward work
+  std::vector<std::string> trainable;  // empty: every float initializer not frozen
+};
+
+struct TrainingGraph {
+  std::shared_ptr<ir::Graph> graph;  // inputs: forward inputs (+ labels); outputs: loss, grads
+  std::string loss;                  // name of the scalar loss value
+  std::vector<std::pair<std::string, std::string>> gradients;  // (parameter, gradient value)
+  int backward_nodes = 0;
+};
+
+// Throws onyx::Error naming the op and node when a node on the path to the loss has no rule,
+// before anything runs; and when the loss is not a scalar.
+TrainingGraph build_training_graph(const ir::Graph& forward,
+                                   const std::map<std::string, TensorMeta>& signature,
+                                   const GradientOptions& opts);
+
+// ---- what a gradient rule sees -------------------------------------------------------------
+
+struct Builder;  // the builder's state (gradient.cc)
+
+class GradContext {
+ public:
+  GradContext(Builder& b, int node_index);
+  const ir::Node& node() const;
+  int64_t opset() const;
+  int num_inputs() const;
+  int num_outputs() const;
+  const std::string& I(int i) const;  // forward input name ("" if absent)
+  const std::string& O(int i) const;  // forward output name
+  // Ensures forward output i exists (adds a name to an optional output, e.g. LayerNorm's Mean or
+  // Dropout's mask) and returns it.
+  std::string ensure_output(int i);
+  std::string GO(int i) const;        // gradient flowing into output i; "" when none
+  bool needs(int i) const;            // does input i need a gradient?
+  const TensorMeta& meta(const std::string& value) const;  // forward value's static dtype/shape
+  const Tensor* constant(const std::string& value) const;  // value if known at build time
+
+  // Contributes `grad` (same shape as input i, or broadcastable to it: it is reduced) to input i.
+  void set(int i, const std::string& grad);
+  // Emits a node; returns its output names (num_outputs of them).
+  std::vector<std::string> emit(const std::string& op, const std::vector<std::string>& inputs,
+                                std::map<std::string, ir::Attribute> attrs = {},
+                                const std::string& domain = "", int num_outputs = 1);
+  std::string emit1(const std::string& op, const std::vector<std::string>& inputs,
+                    std::map<std::string, ir::Attribute> attrs = {},
+                    const std::string& domain = "") {
+    return emit(op, inputs, std::move(attrs), domain, 1)[0];
+  }
+  // New constant initializers.
+  std::string const_i64(const std::vector<int64_t>& v);   // 1-D int64
+  std::string const_scalar(double v, DType dtype);        // 0-D of dtype
+  // Sums `grad` (whose shape is grad_shape) over broadcast axes so it has `target`'s shape.
+  std::string reduce_to_shape(const std::string& grad, const Shape& grad_shape, const Shape& target);
+
+ private:
+  Builder& b_;
+  int node_;
+};
+
+ir::Attribute attr_i(int64_t v);
+ir::Attribute attr_f(float v);
+ir::Attribute attr_s(const std::string& v);
+ir::Attribute attr_ints(const std::vector<int64_t>& v);
+
+using GradRule = std::function<void(GradContext&)>;
+
+class GradRegistry {
+ public:
+  static GradRegistry& instance();
+  void add(const std::string& domain, const std::string& op, GradRule rule);
+  const GradRule* find(const std::string& domain, const std::string& op) const;
+
+ private:
+  std::map<std::string, GradRule> rules_;
+};
+
+// One registration function per src/autodiff/gradients/<family>.cc file.
+void register_elementwise_grads(GradRegistry& r);  // Add Sub Mul Div Pow Sqrt ... Where Cast Identity
+void register_matmul_grads(GradRegistry& r);       // MatMul Gemm Conv
+void register_shape_grads(GradRegistry& r);        // Reshape Transpose ... Gather Expand Tile
+void register_nn_grads(GradRegistry& r);           // Softmax LogSoftmax LayerNorm Dropout losses
+void register_reduce_grads(GradRegistry& r);       // ReduceSum ReduceMean ReduceMax ReduceMin
+
+}  // namespace onyx::autodiff

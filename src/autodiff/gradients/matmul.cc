@@ -1,0 +1,5 @@
+// matmul.cc — gradient rules of this family (being written).
+#include "autodiff/gradient.h"
+namespace onyx::autodiff {
+void register_matmul_grads(GradRegistry&) {}
+}  // namespace onyx::autodiff

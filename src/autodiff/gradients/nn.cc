@@ -1,0 +1,5 @@
+// nn.cc — gradient rules of this family (being written).
+#include "autodiff/gradient.h"
+namespace onyx::autodiff {
+void register_nn_grads(GradRegistry&) {}
+}  // namespace onyx::autodiff

@@ -1,0 +1,5 @@
+// grad_shape.cc — fused gradient kernels of this family, "onyx" domain (being written).
+#include "runtime/kernel.h"
+namespace onyx::runtime {
+void register_shape_grad_kernels(KernelRegistry&) {}
+}  // namespace onyx::runtime
