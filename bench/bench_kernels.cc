@@ -131,8 +131,10 @@ void bm_conv_node(benchmark::State& state, int64_t N, int64_t C, int64_t H, int6
   p.kind = onyx::ir::Attribute::Kind::Ints;
   p.ints = {pad, pad, pad, pad};
   node.attrs["pads"] = p;
-  auto x = onyx::Tensor::from_vector(onyx::DType::Float32, {N, C, H, H}, random_vec(N * C * H * H, 1));
-  auto w = onyx::Tensor::from_vector(onyx::DType::Float32, {M, C, k, k}, random_vec(M * C * k * k, 2));
+  auto x =
+      onyx::Tensor::from_vector(onyx::DType::Float32, {N, C, H, H}, random_vec(N * C * H * H, 1));
+  auto w =
+      onyx::Tensor::from_vector(onyx::DType::Float32, {M, C, k, k}, random_vec(M * C * k * k, 2));
   int64_t OH = (H + 2 * pad - k) / stride + 1;
   for (auto _ : state) {
     auto out = onyx::runtime::run_node(node, 17, {x, w});
@@ -160,7 +162,8 @@ void register_all() {
         std::string name = std::string("sgemm/") + onyx::kernels::gemm_backend_name(be) + "/" +
                            std::to_string(sh.M) + "x" + std::to_string(sh.N) + "x" +
                            std::to_string(sh.K) + (transB ? "/transB" : "");
-        auto* b = benchmark::RegisterBenchmark(name.c_str(), bm_sgemm, be, sh.M, sh.N, sh.K, transB);
+        auto* b =
+            benchmark::RegisterBenchmark(name.c_str(), bm_sgemm, be, sh.M, sh.N, sh.K, transB);
         b->Unit(benchmark::kMillisecond)->Apply(time_mode);
         if (sh.N > 10000) b->Iterations(3);
       }
@@ -197,8 +200,8 @@ void register_all() {
                                3072)
       ->Unit(benchmark::kMillisecond)
       ->Apply(time_mode);
-  benchmark::RegisterBenchmark("conv_node/patch16_1x3x224_to_768", bm_conv_node, 1, 3, 224, 768,
-                               16, 16, 0)
+  benchmark::RegisterBenchmark("conv_node/patch16_1x3x224_to_768", bm_conv_node, 1, 3, 224, 768, 16,
+                               16, 0)
       ->Unit(benchmark::kMillisecond)
       ->Apply(time_mode);
   benchmark::RegisterBenchmark("conv_node/3x3_8x64x56_to_64", bm_conv_node, 8, 64, 56, 64, 3, 1, 1)

@@ -474,8 +474,11 @@ TrainingGraph build_training_graph(const ir::Graph& forward,
     }
     std::string out = p + "_grad";
     while (b.metas.count(out)) out += "_";
+    // The last node of each gradient writes (or adds) into the parameter's view of the flat
+    // gradient buffer when the caller binds it (RunOptions::bound_outputs / accumulate).
     ir::Node id;
-    id.op_type = "Identity";
+    id.op_type = "AccumulateGrad";
+    id.domain = "onyx";
     id.name = b.fresh("grad_out/" + p);
     id.inputs = {gname};
     id.outputs = {out};

@@ -51,6 +51,7 @@ KernelRegistry& KernelRegistry::instance() {
     register_matmul_grad_kernels(*r);
     register_shape_grad_kernels(*r);
     register_nn_grad_kernels(*r);
+    register_accumulate_kernels(*r);
     return r;
   }();
   return *reg;

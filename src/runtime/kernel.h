@@ -48,6 +48,7 @@ struct KernelContext {
   std::vector<Tensor*> outputs;       // pre-allocated; nullptr for an absent optional output
   uint64_t seed = 0;                  // per-run seed for random ops (Dropout in training)
   bool training = false;              // Dropout etc.: training mode requested by the caller
+  bool accumulate = false;            // onyx.AccumulateGrad: add into the (bound) output
 
   int num_inputs() const { return (int)inputs.size(); }
   bool has_input(int i) const { return i < (int)inputs.size() && inputs[i] != nullptr; }
@@ -97,5 +98,6 @@ void register_elementwise_grad_kernels(KernelRegistry& r);  // GeluGrad, ReluGra
 void register_matmul_grad_kernels(KernelRegistry& r);       // ConvGrad, ...
 void register_shape_grad_kernels(KernelRegistry& r);        // GatherGrad (scatter-add), SliceGrad, ...
 void register_nn_grad_kernels(KernelRegistry& r);           // LayerNormGrad, SoftmaxGrad, SCE grad, ...
+void register_accumulate_kernels(KernelRegistry& r);        // AccumulateGrad (into the flat buffer)
 
 }  // namespace onyx::runtime

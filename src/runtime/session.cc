@@ -11,7 +11,7 @@ namespace {
 bool never_fold(const ir::Node& n) {
   static const std::set<std::string> ops = {"Dropout", "RandomNormal", "RandomUniform",
                                             "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-                                            "Multinomial"};
+                                            "Multinomial", "AccumulateGrad"};
   return ops.count(n.op_type) != 0;
 }
 
@@ -307,7 +307,17 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
           continue;
         }
         ONYX_CHECK(metas[i].dtype != DType::Undefined, "output ", i, " was not inferred");
-        outs[i] = Tensor(metas[i].dtype, metas[i].shape);
+        auto bound = opts.bound_outputs.find(node.outputs[i]);
+        if (bound != opts.bound_outputs.end()) {
+          ONYX_CHECK(bound->second.meta() == metas[i], "bound output '", node.outputs[i], "' is ",
+                     dtype_name(bound->second.dtype()), shape_str(bound->second.shape()),
+                     " but the graph produces ", dtype_name(metas[i].dtype),
+                     shape_str(metas[i].shape));
+          outs[i] = bound->second;
+          kc.accumulate = opts.accumulate;
+        } else {
+          outs[i] = Tensor(metas[i].dtype, metas[i].shape);
+        }
         kc.outputs.push_back(&outs[i]);
       }
       step.kernel->compute(kc);

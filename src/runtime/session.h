@@ -24,6 +24,11 @@ struct RunOptions {
   // Reject inputs whose shape disagrees with the model's declared input shape. The conformance
   // runner turns this off: a few onnx 1.12 suite cases ship data that contradicts their model.
   bool check_declared_shapes = true;
+  // Values written straight into caller-owned storage (e.g. views of the flat gradient buffer,
+  // DESIGN decision 3) instead of freshly allocated tensors. Metas must match.
+  std::map<std::string, Tensor> bound_outputs;
+  // Kernels that support it (onyx.AccumulateGrad) add into a bound output instead of overwriting.
+  bool accumulate = false;
 };
 
 struct PlanStep {

@@ -93,7 +93,8 @@ std::vector<double> naive_matmul(const Tensor& a, const Tensor& b, Shape& out) {
     for (int64_t m = 0; m < M; m++)
       for (int64_t n = 0; n < N; n++) {
         double acc = 0;
-        for (int64_t k = 0; k < K; k++) acc += A[ia * M * K + m * K + k] * B[ib * K * N + k * N + n];
+        for (int64_t k = 0; k < K; k++)
+          acc += A[ia * M * K + m * K + k] * B[ib * K * N + k * N + n];
         C[i * M * N + m * N + n] = acc;
       }
   }
@@ -129,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair<Shape, Shape>{{2, 3, 7, 8}, {8, 9}},  // shared weight, 2 batch dims
                       std::pair<Shape, Shape>{{7, 8}, {3, 8, 9}},     // shared A
                       std::pair<Shape, Shape>{{3, 7, 8}, {3, 8, 9}},  // same batch
-                      std::pair<Shape, Shape>{{2, 1, 7, 8}, {3, 8, 9}},    // mixed broadcast
+                      std::pair<Shape, Shape>{{2, 1, 7, 8}, {3, 8, 9}},     // mixed broadcast
                       std::pair<Shape, Shape>{{2, 1, 7, 8}, {1, 3, 8, 9}},  // mixed broadcast
                       std::pair<Shape, Shape>{{1, 3, 7, 8}, {2, 1, 8, 9}},
                       std::pair<Shape, Shape>{{2, 3, 0, 8}, {8, 4}},  // empty M
@@ -138,7 +139,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair<Shape, Shape>{{4, 130, 70}, {70, 129}}));
 
 TEST(MatMul, Int64AndDouble) {
-  auto a = Tensor::from_vector<int64_t>(DType::Int64, {2, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  auto a = Tensor::from_vector<int64_t>(DType::Int64, {2, 2, 3},
+                                        {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
   auto b = Tensor::from_vector<int64_t>(DType::Int64, {3, 1}, {1, 10, 100});
   auto out = run_node(make_node("MatMul", 2), 13, {a, b});
   EXPECT_EQ(out[0].dtype(), DType::Int64);
@@ -227,9 +229,10 @@ TEST(Gemm, DefaultsAndInt32) {
 }
 
 TEST(Gemm, BadBiasShapeThrows) {
-  EXPECT_THROW(run_node(make_node("Gemm", 3), 13,
-                        {random_tensor({2, 3}, 1), random_tensor({3, 4}, 2), random_tensor({3}, 3)}),
-               Error);
+  EXPECT_THROW(
+      run_node(make_node("Gemm", 3), 13,
+               {random_tensor({2, 3}, 1), random_tensor({3, 4}, 2), random_tensor({3}, 3)}),
+      Error);
 }
 
 // ---- sgemm wrapper: strides and batches --------------------------------------------------------
@@ -319,7 +322,8 @@ std::vector<double> naive_conv(const Tensor& X, const Tensor& W, const Tensor* B
   auto x = X.to_double_vector(), w = W.to_double_vector();
   auto b = B ? B->to_double_vector() : std::vector<double>{};
   int64_t osz = shape_numel(Shape(out.begin(), out.end()));
-  int64_t isz = shape_numel(Shape(in.begin(), in.end())), ksz = shape_numel(Shape(k.begin(), k.end()));
+  int64_t isz = shape_numel(Shape(in.begin(), in.end())),
+          ksz = shape_numel(Shape(k.begin(), k.end()));
   std::vector<double> y(N * M * osz);
   for (int64_t n = 0; n < N; n++)
     for (int64_t m = 0; m < M; m++)
@@ -382,25 +386,33 @@ INSTANTIATE_TEST_SUITE_P(
         ConvCase{{1, 1, 5, 5}, {1, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, false, ""},
         ConvCase{{2, 3, 9, 8}, {4, 3, 3, 2}, {2, 1}, {1, 1}, {1, 0, 2, 1}, 1, true, ""},
         ConvCase{{2, 4, 11, 10}, {6, 2, 3, 3}, {2, 3}, {2, 1}, {0, 1, 1, 2}, 2, true, ""},
-        ConvCase{{1, 6, 7, 7}, {6, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 6, true, ""},  // depthwise
+        ConvCase{
+            {1, 6, 7, 7}, {6, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 6, true, ""},  // depthwise
         ConvCase{{1, 2, 7, 6}, {3, 2, 3, 2}, {2, 2}, {1, 2}, {}, 1, false, "SAME_UPPER"},
         ConvCase{{1, 2, 7, 6}, {3, 2, 2, 3}, {2, 3}, {1, 1}, {}, 1, true, "SAME_LOWER"},
         ConvCase{{1, 2, 7, 6}, {3, 2, 3, 3}, {2, 1}, {1, 1}, {}, 1, false, "VALID"},
-        ConvCase{{2, 3, 16}, {5, 3, 4}, {3}, {2}, {2, 1}, 1, true, ""},           // 1-D
-        ConvCase{{1, 4, 10}, {4, 2, 3}, {1}, {1}, {}, 2, false, "SAME_LOWER"},   // 1-D grouped
-        ConvCase{{1, 2, 5, 6, 4}, {3, 2, 2, 3, 2}, {1, 2, 1}, {2, 1, 1}, {1, 0, 1, 0, 1, 1}, 1,
-                 true, ""},                                                      // 3-D
-        ConvCase{{1, 3, 32, 32}, {8, 3, 8, 8}, {8, 8}, {1, 1}, {0, 0, 0, 0}, 1, true, ""}));  // patches
+        ConvCase{{2, 3, 16}, {5, 3, 4}, {3}, {2}, {2, 1}, 1, true, ""},         // 1-D
+        ConvCase{{1, 4, 10}, {4, 2, 3}, {1}, {1}, {}, 2, false, "SAME_LOWER"},  // 1-D grouped
+        ConvCase{{1, 2, 5, 6, 4},
+                 {3, 2, 2, 3, 2},
+                 {1, 2, 1},
+                 {2, 1, 1},
+                 {1, 0, 1, 0, 1, 1},
+                 1,
+                 true,
+                 ""},  // 3-D
+        ConvCase{
+            {1, 3, 32, 32}, {8, 3, 8, 8}, {8, 8}, {1, 1}, {0, 0, 0, 0}, 1, true, ""}));  // patches
 
 TEST(Conv, BadChannelsThrow) {
-  EXPECT_THROW(run_node(make_node("Conv", 2), 11, {random_tensor({1, 3, 5, 5}, 1),
-                                                   random_tensor({2, 2, 3, 3}, 2)}),
+  EXPECT_THROW(run_node(make_node("Conv", 2), 11,
+                        {random_tensor({1, 3, 5, 5}, 1), random_tensor({2, 2, 3, 3}, 2)}),
                Error);
 }
 
 TEST(Conv, KernelLargerThanInputThrows) {
-  EXPECT_THROW(run_node(make_node("Conv", 2), 11, {random_tensor({1, 1, 2, 2}, 1),
-                                                   random_tensor({1, 1, 3, 3}, 2)}),
+  EXPECT_THROW(run_node(make_node("Conv", 2), 11,
+                        {random_tensor({1, 1, 2, 2}, 1), random_tensor({1, 1, 3, 3}, 2)}),
                Error);
 }
 

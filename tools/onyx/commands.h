@@ -11,5 +11,6 @@ using Action = std::function<int()>;
 Action add_run_command(CLI::App& app);
 Action add_info_command(CLI::App& app);
 Action add_conformance_command(CLI::App& app);
+Action add_grad_command(CLI::App& app);
 
 }  // namespace onyx::cli

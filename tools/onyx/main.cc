@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add(onyx::cli::add_run_command);
   add(onyx::cli::add_info_command);
   add(onyx::cli::add_conformance_command);
+  add(onyx::cli::add_grad_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

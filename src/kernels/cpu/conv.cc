@@ -58,11 +58,10 @@ ConvGeom conv_geom(const ir::Node& node, const Shape& x, const Shape& w, const S
   g.stride = node.attr_ints("strides", std::vector<int64_t>(g.nsp, 1));
   g.dil = node.attr_ints("dilations", std::vector<int64_t>(g.nsp, 1));
   auto pads = node.attr_ints("pads", std::vector<int64_t>(2 * g.nsp, 0));
-  ONYX_CHECK((int)g.stride.size() == g.nsp && (int)g.dil.size() == g.nsp &&
-                 (int)pads.size() == 2 * g.nsp,
-             node.describe(), ": Conv strides ", shape_str(g.stride), ", dilations ",
-             shape_str(g.dil), ", pads ", shape_str(pads), " do not fit ", g.nsp,
-             " spatial dimensions");
+  ONYX_CHECK(
+      (int)g.stride.size() == g.nsp && (int)g.dil.size() == g.nsp && (int)pads.size() == 2 * g.nsp,
+      node.describe(), ": Conv strides ", shape_str(g.stride), ", dilations ", shape_str(g.dil),
+      ", pads ", shape_str(pads), " do not fit ", g.nsp, " spatial dimensions");
   for (int i = 0; i < g.nsp; i++)
     ONYX_CHECK(g.stride[i] >= 1 && g.dil[i] >= 1 && pads[i] >= 0 && pads[i + g.nsp] >= 0,
                node.describe(), ": Conv needs strides and dilations >= 1 and pads >= 0, got ",
@@ -113,11 +112,16 @@ std::map<std::vector<int64_t>, std::shared_ptr<const CachedConv>> g_conv_cache;
 dnnl::memory::format_tag plain_tag(int ndims) {
   using tag = dnnl::memory::format_tag;
   switch (ndims) {
-    case 1: return tag::a;
-    case 3: return tag::abc;
-    case 4: return tag::abcd;
-    case 5: return tag::abcde;
-    default: return tag::abcdef;
+    case 1:
+      return tag::a;
+    case 3:
+      return tag::abc;
+    case 4:
+      return tag::abcd;
+    case 5:
+      return tag::abcde;
+    default:
+      return tag::abcdef;
   }
 }
 
@@ -135,8 +139,10 @@ std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias) {
   dims xd{g.N, g.C}, yd{g.N, g.M}, wd;
   xd.insert(xd.end(), g.in.begin(), g.in.end());
   yd.insert(yd.end(), g.out.begin(), g.out.end());
-  if (g.group > 1) wd = {g.group, g.M / g.group, g.C / g.group};  // same bytes as (M, C/g, k...)
-  else wd = {g.M, g.C};
+  if (g.group > 1)
+    wd = {g.group, g.M / g.group, g.C / g.group};  // same bytes as (M, C/g, k...)
+  else
+    wd = {g.M, g.C};
   wd.insert(wd.end(), g.k.begin(), g.k.end());
   dims dil(g.nsp);
   for (int i = 0; i < g.nsp; i++) dil[i] = g.dil[i] - 1;  // oneDNN counts skipped pixels
@@ -249,11 +255,20 @@ void conv_compute(KernelContext& ctx) {
       for (int64_t i = 0; i < per; i++) {
         int64_t idx = p * per + i;
         switch (y.dtype()) {
-          case DType::Float32: y.data<float>()[idx] = (float)v; break;
-          case DType::Float64: y.data<double>()[idx] = v; break;
-          case DType::Float16: y.data<uint16_t>()[idx] = float_to_half((float)v); break;
-          case DType::BFloat16: y.data<uint16_t>()[idx] = float_to_bf16((float)v); break;
-          default: ONYX_UNSUPPORTED(ctx.node.describe(), ": Conv of dtype ", dtype_name(y.dtype()));
+          case DType::Float32:
+            y.data<float>()[idx] = (float)v;
+            break;
+          case DType::Float64:
+            y.data<double>()[idx] = v;
+            break;
+          case DType::Float16:
+            y.data<uint16_t>()[idx] = float_to_half((float)v);
+            break;
+          case DType::BFloat16:
+            y.data<uint16_t>()[idx] = float_to_bf16((float)v);
+            break;
+          default:
+            ONYX_UNSUPPORTED(ctx.node.describe(), ": Conv of dtype ", dtype_name(y.dtype()));
         }
       }
     }
@@ -274,10 +289,12 @@ void conv_compute(KernelContext& ctx) {
       conv_f32(g, xf.data(), wf.data(), b ? bf.data() : nullptr, yf.data());
       uint16_t* p = y.data<uint16_t>();
       bool half = y.dtype() == DType::Float16;
-      for (size_t i = 0; i < yf.size(); i++) p[i] = half ? float_to_half(yf[i]) : float_to_bf16(yf[i]);
+      for (size_t i = 0; i < yf.size(); i++)
+        p[i] = half ? float_to_half(yf[i]) : float_to_bf16(yf[i]);
       return;
     }
-    default: ONYX_UNSUPPORTED(ctx.node.describe(), ": Conv of dtype ", dtype_name(x.dtype()));
+    default:
+      ONYX_UNSUPPORTED(ctx.node.describe(), ": Conv of dtype ", dtype_name(x.dtype()));
   }
 }
 

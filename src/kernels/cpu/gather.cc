@@ -74,6 +74,28 @@ void gather_compute(KernelContext& ctx) {
   });
 }
 
+// Scatter reductions (opset 16: add/mul; 18: max/min), applied in index order.
+enum class Reduction { Add, Mul, Max, Min };
+
+Reduction parse_reduction(const ir::Node& node, const std::string& red) {
+  if (red == "add") return Reduction::Add;
+  if (red == "mul") return Reduction::Mul;
+  if (red == "max") return Reduction::Max;
+  if (red == "min") return Reduction::Min;
+  ONYX_UNSUPPORTED(node.describe(), ": reduction '", red, "'");
+}
+
+template <class S>
+inline void reduce_into(Reduction op, S& dst, S upd) {
+  using A = Arith<S>;
+  auto a = A::load(dst), b = A::load(upd);
+  decltype(a) v = op == Reduction::Add   ? a + b
+                  : op == Reduction::Mul ? a * b
+                  : op == Reduction::Max ? std::max(a, b)
+                                         : std::min(a, b);
+  dst = A::store(v);
+}
+
 // ---- GatherElements / ScatterElements ----
 // Source (data) offset for every element of `indices`: its own multi-index with the axis
 // coordinate replaced by the index value.
@@ -141,17 +163,11 @@ void scatter_elements_compute(KernelContext& ctx) {
     });
     return;
   }
-  int op = red == "add" ? 0 : red == "mul" ? 1 : red == "max" ? 2 : red == "min" ? 3 : -1;
-  if (op < 0) ONYX_UNSUPPORTED(ctx.node.describe(), ": reduction '", red, "'");
+  Reduction op = parse_reduction(ctx.node, red);
   dispatch_dtype(x.dtype(), ctx.node, [&]<class S>() {
-    using A = Arith<S>;
     const S* u = upd.data<S>();
     S* d = y.data<S>();
-    for (int64_t i = 0; i < n; i++) {
-      auto a = A::load(d[off[i]]), b = A::load(u[i]);
-      decltype(a) v = op == 0 ? a + b : op == 1 ? a * b : op == 2 ? std::max(a, b) : std::min(a, b);
-      d[off[i]] = A::store(v);
-    }
+    for (int64_t i = 0; i < n; i++) reduce_into(op, d[off[i]], u[i]);
   });
 }
 
@@ -258,19 +274,12 @@ void scatternd_compute(KernelContext& ctx) {
                   slice * es);
     return;
   }
-  int op = red == "add" ? 0 : red == "mul" ? 1 : red == "max" ? 2 : red == "min" ? 3 : -1;
-  if (op < 0) ONYX_UNSUPPORTED(ctx.node.describe(), ": reduction '", red, "'");
+  Reduction op = parse_reduction(ctx.node, red);
   dispatch_dtype(x.dtype(), ctx.node, [&]<class S>() {
-    using A = Arith<S>;
     const S* u = upd.data<S>();
     S* d = y.data<S>();
     for (int64_t row = 0; row < rows; row++)
-      for (int64_t i = 0; i < slice; i++) {
-        S& t = d[dst_off[row] + i];
-        auto a = A::load(t), b = A::load(u[row * slice + i]);
-        decltype(a) v = op == 0 ? a + b : op == 1 ? a * b : op == 2 ? std::max(a, b) : std::min(a, b);
-        t = A::store(v);
-      }
+      for (int64_t i = 0; i < slice; i++) reduce_into(op, d[dst_off[row] + i], u[row * slice + i]);
   });
 }
 

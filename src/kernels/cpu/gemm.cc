@@ -52,8 +52,8 @@ void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
   }
 }
 
-void check_args(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t lda,
-                int64_t ldb, int64_t ldc) {
+void check_args(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                int64_t ldc) {
   ONYX_CHECK(M >= 0 && N >= 0 && K >= 0, "sgemm: negative size M=", M, " N=", N, " K=", K);
   ONYX_CHECK(lda >= std::max<int64_t>(1, transA ? M : K) &&
                  ldb >= std::max<int64_t>(1, transB ? K : N) && ldc >= std::max<int64_t>(1, N),
@@ -129,10 +129,9 @@ int64_t float_bits(float f) {
 
 // One matmul primitive for `batch` GEMMs at the given strides (batch 1 → plain 2-D).
 std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t M, int64_t N,
-                                               int64_t K, float alpha, int64_t lda,
-                                               int64_t strideA, int64_t ldb, int64_t strideB,
-                                               float beta, int64_t ldc, int64_t strideC,
-                                               int64_t batch) {
+                                               int64_t K, float alpha, int64_t lda, int64_t strideA,
+                                               int64_t ldb, int64_t strideB, float beta,
+                                               int64_t ldc, int64_t strideC, int64_t batch) {
   int nthr = omp_get_max_threads();
   MatmulKey key{{transA, transB, M, N, K, lda, strideA, ldb, strideB, ldc, strideC, batch,
                  float_bits(alpha), float_bits(beta), nthr}};
@@ -149,7 +148,8 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
     if (batch == 1) return dnnl::memory::desc(dims{rows, cols}, dt::f32, r_c_strides);
     int64_t b = stride == 0 ? 1 : batch;  // size-1 batch dim broadcasts
     int64_t bs = stride == 0 ? (trans ? cols : rows) * ld : stride;
-    return dnnl::memory::desc(dims{b, rows, cols}, dt::f32, dims{bs, r_c_strides[0], r_c_strides[1]});
+    return dnnl::memory::desc(dims{b, rows, cols}, dt::f32,
+                              dims{bs, r_c_strides[0], r_c_strides[1]});
   };
   auto e = std::make_shared<CachedMatmul>();
   e->a_md = md(M, K, lda, transA, strideA);
@@ -212,9 +212,12 @@ void set_gemm_backend(GemmBackend b) { g_backend.store((int)b, std::memory_order
 
 const char* gemm_backend_name(GemmBackend b) {
   switch (b) {
-    case GemmBackend::OneDNN: return "onednn";
-    case GemmBackend::OneDNNMatmul: return "onednn_matmul";
-    case GemmBackend::OpenBLAS: return "openblas";
+    case GemmBackend::OneDNN:
+      return "onednn";
+    case GemmBackend::OneDNNMatmul:
+      return "onednn_matmul";
+    case GemmBackend::OpenBLAS:
+      return "openblas";
   }
   return "?";
 }
@@ -250,8 +253,7 @@ void sgemm_strided_batched(bool transA, bool transB, int64_t M, int64_t N, int64
     for (int64_t i = 0; i < batch; i++) scale_c(M, N, beta, C + i * strideC, ldc);
     return;
   }
-  if (batch == 1)
-    return sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (batch == 1) return sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (gemm_backend() == GemmBackend::OpenBLAS) {
     for (int64_t i = 0; i < batch; i++)
       openblas_sgemm(transA, transB, M, N, K, alpha, A + i * strideA, lda, B + i * strideB, ldb,

@@ -22,7 +22,7 @@ namespace {
 // from the result, a 1-D B a (K,1) column likewise. Batch dims broadcast.
 struct MatMulShape {
   int64_t M = 1, N = 1, K = 1;
-  Shape batch;            // broadcast batch shape
+  Shape batch;             // broadcast batch shape
   Shape a_batch, b_batch;  // each operand's batch dims, left-padded with 1s to batch's rank
   Shape out;
 };
@@ -97,8 +97,8 @@ void matmul_f32(const MatMulShape& s, const float* A, const float* B, float* C) 
     kernels::sgemm_strided_batched(false, false, M, N, K, 1.f, A, K, 0, B, N, K * N, 0.f, C, N,
                                    M * N, nb);
   } else if (s.a_batch == s.b_batch) {
-    kernels::sgemm_strided_batched(false, false, M, N, K, 1.f, A, K, M * K, B, N, K * N, 0.f, C,
-                                   N, M * N, nb);
+    kernels::sgemm_strided_batched(false, false, M, N, K, 1.f, A, K, M * K, B, N, K * N, 0.f, C, N,
+                                   M * N, nb);
   } else {  // both broadcast in different dims: one GEMM per output matrix
     std::vector<int64_t> ai, bi;
     batch_offsets(s, ai, bi);
@@ -115,21 +115,21 @@ void matmul_loop(const MatMulShape& s, const T* A, const T* B, T* C) {
   std::vector<int64_t> ai, bi;
   batch_offsets(s, ai, bi);
   int64_t rows = (int64_t)ai.size() * M;
-  parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N * K)), [&](int64_t r0,
-                                                                                 int64_t r1) {
-    for (int64_t r = r0; r < r1; r++) {
-      int64_t b = r / M, m = r % M;
-      const T* a = A + ai[b] * M * K + m * K;
-      const T* bm = B + bi[b] * K * N;
-      T* c = C + r * N;
-      std::fill(c, c + N, T(0));
-      for (int64_t k = 0; k < K; k++) {
-        T av = a[k];
-        const T* brow = bm + k * N;
-        for (int64_t n = 0; n < N; n++) c[n] += av * brow[n];
-      }
-    }
-  });
+  parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N * K)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; r++) {
+                   int64_t b = r / M, m = r % M;
+                   const T* a = A + ai[b] * M * K + m * K;
+                   const T* bm = B + bi[b] * K * N;
+                   T* c = C + r * N;
+                   std::fill(c, c + N, T(0));
+                   for (int64_t k = 0; k < K; k++) {
+                     T av = a[k];
+                     const T* brow = bm + k * N;
+                     for (int64_t n = 0; n < N; n++) c[n] += av * brow[n];
+                   }
+                 }
+               });
 }
 
 // float16 / bfloat16 <-> float32 around the float32 kernels.
@@ -155,12 +155,23 @@ void from_f32(const std::vector<float>& v, Tensor& t) {
 template <class F>
 bool dispatch_exact(DType dt, F&& f) {
   switch (dt) {
-    case DType::Float64: f(double{}); return true;
-    case DType::Int32: f(int32_t{}); return true;
-    case DType::Int64: f(int64_t{}); return true;
-    case DType::UInt32: f(uint32_t{}); return true;
-    case DType::UInt64: f(uint64_t{}); return true;
-    default: return false;
+    case DType::Float64:
+      f(double{});
+      return true;
+    case DType::Int32:
+      f(int32_t{});
+      return true;
+    case DType::Int64:
+      f(int64_t{});
+      return true;
+    case DType::UInt32:
+      f(uint32_t{});
+      return true;
+    case DType::UInt64:
+      f(uint64_t{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -239,7 +250,9 @@ struct BroadcastC {
     if (c.size() == 2) rows = c[0];
     if (!c.empty()) cols = c.back();
   }
-  int64_t at(int64_t i, int64_t j) const { return (rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j); }
+  int64_t at(int64_t i, int64_t j) const {
+    return (rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j);
+  }
 };
 
 void gemm_f32(const GemmShape& g, float alpha, float beta, const float* A, int64_t lda,

@@ -14,7 +14,7 @@ namespace onyx::runtime::shape_detail {
 
 void parallel_memcpy(void* dst, const void* src, size_t bytes) {
   if (dst == src || bytes == 0) return;
-  constexpr int64_t kChunk = 1 << 20;  // 1 MiB per task: below that, threads cost more than they save
+  constexpr int64_t kChunk = 1 << 20;  // 1 MiB per task: below that threads cost more than they save
   int64_t chunks = (int64_t)((bytes + kChunk - 1) / kChunk);
   parallel_for(chunks, 2, [&](int64_t b, int64_t e) {
     size_t lo = (size_t)b * kChunk, hi = std::min(bytes, (size_t)e * kChunk);

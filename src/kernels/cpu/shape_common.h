@@ -13,7 +13,7 @@
 namespace onyx::runtime::shape_detail {
 
 // Sub-families registered by register_shape_kernels (shape.cc).
-void register_transpose_kernels(KernelRegistry& r);  // Transpose, DepthToSpace, SpaceToDepth, Expand, Tile
+void register_transpose_kernels(KernelRegistry& r);  // Transpose, Depth/SpaceToDepth, Expand, Tile
 void register_slice_kernels(KernelRegistry& r);      // Slice, Concat, Split, Pad, Trilu, Compress
 void register_gather_kernels(KernelRegistry& r);     // Gather*, Scatter*, OneHot
 
@@ -61,8 +61,9 @@ void fill_elements(void* dst, int64_t n, const void* value, size_t es);
 
 // Gathers a strided view into a contiguous buffer:
 //   dst[i0, ..., ik] = src[i0 * src_strides[0] + ... + ik * src_strides[k]]   (strides in elements,
-// may be 0 or negative), dst contiguous of `shape`. Merges dims, copies contiguous rows with memcpy,
-// tiles 2-D transposes, and splits the work across threads.
+// may be 0 or negative), dst contiguous of `shape`. Merges dims, copies contiguous rows with
+// memcpy, copies transposes in 8x8 blocks (AVX2 for 4-byte elements), and splits the work across
+// threads.
 void strided_copy(void* dst, const void* src, const Shape& shape,
                   const std::vector<int64_t>& src_strides, size_t es);
 

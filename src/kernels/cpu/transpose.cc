@@ -1,4 +1,5 @@
-// transpose.cc — ops that are one strided copy: Transpose, DepthToSpace, SpaceToDepth, Expand, Tile.
+// transpose.cc — ops that are one strided copy: Transpose, DepthToSpace, SpaceToDepth, Expand,
+// Tile.
 // Each builds (output shape, source strides) and hands them to strided_copy, which merges dims,
 // copies contiguous rows with memcpy (so the attention permutation (0,2,1,3) is a row copy of
 // head_dim elements) and tiles 2-D transposes (last-two-dims swap, NCHW<->NHWC), threaded.
@@ -117,8 +118,8 @@ Shape expand_shape(const ir::Node& node, const Shape& in, const Tensor& shape_t)
   try {
     return broadcast_shapes(in, req);
   } catch (const Error& e) {
-    throw Error(cat(node.describe(), ": cannot expand ", shape_str(in), " to ", shape_str(req), ": ",
-                    e.what()));
+    throw Error(cat(node.describe(), ": cannot expand ", shape_str(in), " to ", shape_str(req),
+                    ": ", e.what()));
   }
 }
 

@@ -1,0 +1,34 @@
+// accumulate.cc — onyx.AccumulateGrad(g) -> out: the last node of every parameter gradient.
+// When the executor binds `out` to the parameter's view of the flat gradient buffer and the run
+// asks to accumulate (gradient accumulation over micro-batches), out += g; otherwise out = g.
+#include <cstring>
+
+#include "runtime/kernel.h"
+#include "runtime/parallel.h"
+
+namespace onyx::runtime {
+
+void register_accumulate_kernels(KernelRegistry& r) {
+  r.add("onyx", "AccumulateGrad",
+        OpKernel{[](InferContext& c) { c.set_output(0, c.input(0).dtype, c.input(0).shape); },
+                 [](KernelContext& c) {
+                   const Tensor& g = c.input(0);
+                   Tensor& out = c.output(0);
+                   if (out.raw() == g.raw()) return;
+                   if (!c.accumulate) {
+                     std::memcpy(out.raw(), g.raw(), g.nbytes());
+                     return;
+                   }
+                   ONYX_CHECK(g.dtype() == DType::Float32, c.node.describe(),
+                              ": accumulation supports float32 gradients, got ",
+                              dtype_name(g.dtype()));
+                   const float* src = g.data<float>();
+                   float* dst = out.data<float>();
+                   parallel_for(g.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+                     for (int64_t i = b; i < e; i++) dst[i] += src[i];
+                   });
+                 },
+                 {}});
+}
+
+}  // namespace onyx::runtime

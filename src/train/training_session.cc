@@ -1,0 +1,92 @@
+// training_session.cc — builds/caches training graphs per signature and runs them over flat
+// buffers.
+#include "train/training_session.h"
+
+#include <cstring>
+
+namespace onyx::train {
+
+TrainingSession::TrainingSession(std::shared_ptr<const ir::Graph> forward,
+                                 autodiff::GradientOptions opts)
+    : forward_(std::move(forward)), opts_(std::move(opts)) {
+  std::vector<std::pair<std::string, Shape>> layout;
+  if (opts_.trainable.empty()) {
+    for (auto& name : forward_->initializer_order) {
+      const Tensor& t = forward_->initializers.at(name);
+      if (is_float(t.dtype()) && !opts_.frozen.count(name)) params_.push_back(name);
+    }
+  } else {
+    for (auto& n : opts_.trainable)
+      if (!opts_.frozen.count(n)) params_.push_back(n);
+  }
+  for (auto& p : params_) {
+    const Tensor& t = forward_->initializers.at(p);
+    ONYX_CHECK(t.dtype() == DType::Float32, "parameter '", p, "' is ", dtype_name(t.dtype()),
+               ": training supports float32 parameters (mixed precision comes later)");
+    layout.push_back({p, t.shape()});
+  }
+  opts_.trainable = params_;
+  FlatLayout l = FlatLayout::of(layout);
+  param_buf_ = FlatBuffer(l);
+  grad_buf_ = FlatBuffer(l);
+  for (auto& p : params_) {
+    const Tensor& t = forward_->initializers.at(p);
+    std::memcpy(param_buf_.view(p).raw(), t.raw(), t.nbytes());
+  }
+}
+
+static std::string batch_key(const std::map<std::string, Tensor>& batch) {
+  std::string k;
+  for (auto& [n, t] : batch) k += cat(n, ":", (int)t.dtype(), shape_str(t.shape()), ";");
+  return k;
+}
+
+TrainingSession::Compiled& TrainingSession::compiled_for(const std::map<std::string, Tensor>& batch) {
+  std::string key = batch_key(batch);
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) return it->second;
+  auto t0 = std::chrono::steady_clock::now();
+  std::map<std::string, TensorMeta> sig;
+  for (auto& [n, t] : batch) sig[n] = t.meta();
+  Compiled c;
+  c.tg = autodiff::build_training_graph(*forward_, sig, opts_);
+  c.session = std::make_unique<runtime::Session>(
+      c.tg.graph, std::set<std::string>(params_.begin(), params_.end()));
+  auto t1 = std::chrono::steady_clock::now();
+  last_build_ms_ = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  return graphs_.emplace(key, std::move(c)).first->second;
+}
+
+const autodiff::TrainingGraph& TrainingSession::training_graph_for(
+    const std::map<std::string, Tensor>& batch) {
+  return compiled_for(batch).tg;
+}
+
+double TrainingSession::forward_backward(const std::map<std::string, Tensor>& batch,
+                                         bool accumulate, uint64_t seed, bool training) {
+  Compiled& c = compiled_for(batch);
+  std::map<std::string, Tensor> feeds;
+  for (auto& [n, t] : batch)
+    if (c.tg.graph->find_input(n)) feeds[n] = t;
+  for (auto& p : params_) feeds[p] = param_buf_.view(p);
+  runtime::RunOptions ro;
+  ro.seed = seed;
+  ro.training = training;
+  ro.accumulate = accumulate;
+  for (auto& [p, g] : c.tg.gradients) ro.bound_outputs[g] = grad_buf_.view(p);
+  auto out = c.session->run(feeds, ro);
+  return out.at(c.tg.loss).get_as_double(0);
+}
+
+std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::string, Tensor>& batch) {
+  if (!forward_session_)
+    forward_session_ = std::make_unique<runtime::Session>(
+        forward_, std::set<std::string>(params_.begin(), params_.end()));
+  std::map<std::string, Tensor> feeds;
+  for (auto& [n, t] : batch)
+    if (forward_->find_input(n)) feeds[n] = t;
+  for (auto& p : params_) feeds[p] = param_buf_.view(p);
+  return forward_session_->run(feeds);
+}
+
+}  // namespace onyx::train

@@ -1,0 +1,54 @@
+// train/training_session.h — forward + backward of one model over flat parameter and gradient
+// buffers. The training graph is built once per input signature and cached (DESIGN decision 2);
+// each step binds every parameter gradient to its view of the flat gradient buffer, so gradients
+// land there directly, overwritten or accumulated (gradient accumulation needs no extra buffer).
+#pragma once
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "autodiff/gradient.h"
+#include "runtime/session.h"
+#include "train/flat_buffer.h"
+
+namespace onyx::train {
+
+class TrainingSession {
+ public:
+  TrainingSession(std::shared_ptr<const ir::Graph> forward, autodiff::GradientOptions opts);
+
+  const std::vector<std::string>& parameters() const { return params_; }
+  FlatBuffer& params() { return param_buf_; }
+  FlatBuffer& grads() { return grad_buf_; }
+
+  // One forward + backward on `batch` (graph inputs and labels by name). Gradients are written
+  // into grads() (added to what is there when `accumulate`). Returns the loss.
+  double forward_backward(const std::map<std::string, Tensor>& batch, bool accumulate,
+                          uint64_t seed = 0, bool training = true);
+  // Forward only (evaluation): runs the loss graph without backward work; returns every forward
+  // output plus "loss" when labels are present.
+  std::map<std::string, Tensor> forward(const std::map<std::string, Tensor>& batch);
+
+  size_t cached_graphs() const { return graphs_.size(); }
+  double last_build_ms() const { return last_build_ms_; }
+  const autodiff::TrainingGraph& training_graph_for(const std::map<std::string, Tensor>& batch);
+
+ private:
+  struct Compiled {
+    autodiff::TrainingGraph tg;
+    std::unique_ptr<runtime::Session> session;
+  };
+  Compiled& compiled_for(const std::map<std::string, Tensor>& batch);
+
+  std::shared_ptr<const ir::Graph> forward_;
+  autodiff::GradientOptions opts_;
+  std::vector<std::string> params_;
+  FlatBuffer param_buf_, grad_buf_;
+  std::map<std::string, Compiled> graphs_;
+  std::unique_ptr<runtime::Session> forward_session_;
+  double last_build_ms_ = 0;
+};
+
+}  // namespace onyx::train
