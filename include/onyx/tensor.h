@@ -39,7 +39,7 @@ class Tensor {
   static Tensor from_vector(DType dtype, Shape shape, const std::vector<T>& v) {
     Tensor t(dtype, std::move(shape));
     ONYX_CHECK(v.size() * sizeof(T) == t.nbytes(), "from_vector: size mismatch");
-    std::memcpy(t.raw(), v.data(), t.nbytes());
+    if (t.nbytes()) std::memcpy(t.raw(), v.data(), t.nbytes());
     return t;
   }
   static Tensor scalar_f32(float v);

@@ -163,8 +163,12 @@ struct Builder {
     }
     std::string r = grad;
     if (!axes.empty()) {
-      Tensor ax = Tensor::from_vector<int64_t>(DType::Int64, {(int64_t)axes.size()}, axes);
-      r = emit("ReduceSum", {grad, constant(ax, "")}, {{"keepdims", attr_i(1)}}, "", 1);
+      if (g.opset("") >= 13) {
+        Tensor ax = Tensor::from_vector<int64_t>(DType::Int64, {(int64_t)axes.size()}, axes);
+        r = emit("ReduceSum", {grad, constant(ax, "")}, {{"keepdims", attr_i(1)}}, "", 1);
+      } else {  // axes became an input of ReduceSum at opset 13
+        r = emit("ReduceSum", {grad}, {{"keepdims", attr_i(1)}, {"axes", attr_ints(axes)}}, "", 1);
+      }
     }
     if (metas.at(r).shape != target) {
       Tensor sh = Tensor::from_vector<int64_t>(DType::Int64, {(int64_t)target.size()}, target);
@@ -333,8 +337,11 @@ std::string append_loss(Builder& b, const LossSpec& spec,
   std::string logp = add("LogSoftmax", {flat}, {{"axis", attr_i(-1)}});
   std::string nll = add("NegativeLogLikelihoodLoss", {logp, labels1d},
                         {{"reduction", attr_s("none")}, {"ignore_index", attr_i(spec.ignore_index)}});
-  std::string mean_logp = add("ReduceMean", {logp, const_node(Tensor::from_vector<int64_t>(DType::Int64, {1}, {1}))},
-                              {{"keepdims", attr_i(0)}});
+  std::string mean_logp =
+      g.opset("") >= 18
+          ? add("ReduceMean", {logp, const_node(Tensor::from_vector<int64_t>(DType::Int64, {1}, {1}))},
+                {{"keepdims", attr_i(0)}})
+          : add("ReduceMean", {logp}, {{"keepdims", attr_i(0)}, {"axes", attr_ints({1})}});
   std::string ignore = const_node(Tensor::scalar_i64(spec.ignore_index));
   std::string is_ignored = add("Equal", {labels1d, ignore});
   std::string active = add("Cast", {add("Not", {is_ignored})}, {{"to", attr_i((int64_t)DType::Float32)}});
@@ -349,6 +356,44 @@ std::string append_loss(Builder& b, const LossSpec& spec,
 
 }  // namespace
 
+std::vector<std::string> trainable_parameters(const ir::Graph& forward,
+                                              const GradientOptions& opts) {
+  std::vector<std::string> params;
+  for (auto& f : opts.frozen)
+    ONYX_CHECK(forward.initializers.count(f), "frozen '", f, "' is not an initializer of the model");
+  if (opts.trainable.empty()) {
+    for (auto& name : forward.initializer_order) {
+      const Tensor& t = forward.initializers.at(name);
+      if (is_float(t.dtype()) && !opts.frozen.count(name) && t.rank() > 0 &&
+          name.rfind("onnx::", 0) != 0)
+        params.push_back(name);
+    }
+  } else {
+    for (auto& name : opts.trainable) {
+      ONYX_CHECK(forward.initializers.count(name), "trainable '", name, "' is not an initializer");
+      if (!opts.frozen.count(name)) params.push_back(name);
+    }
+  }
+  return params;
+}
+
+LossGraph build_loss_graph(const ir::Graph& forward, const GradientOptions& opts,
+                           const std::map<std::string, TensorMeta>& signature_in) {
+  Builder b;
+  b.g = forward;
+  std::map<std::string, TensorMeta> signature = signature_in;
+  std::string loss = append_loss(b, opts.loss, signature);
+  std::vector<ir::ValueInfo> outs;
+  ir::ValueInfo lo;
+  lo.name = loss;
+  lo.dtype = DType::Float32;
+  outs.push_back(lo);
+  for (auto& o : forward.outputs)
+    if (o.name != loss) outs.push_back(o);
+  b.g.outputs = outs;
+  return {std::make_shared<ir::Graph>(std::move(b.g)), loss};
+}
+
 TrainingGraph build_training_graph(const ir::Graph& forward,
                                    const std::map<std::string, TensorMeta>& signature_in,
                                    const GradientOptions& opts) {
@@ -357,20 +402,7 @@ TrainingGraph build_training_graph(const ir::Graph& forward,
   std::map<std::string, TensorMeta> signature = signature_in;
   std::string loss = append_loss(b, opts.loss, signature);
 
-  // Trainable parameters.
-  std::vector<std::string> params;
-  if (opts.trainable.empty()) {
-    for (auto& name : forward.initializer_order)
-      if (is_float(forward.initializers.at(name).dtype()) && !opts.frozen.count(name))
-        params.push_back(name);
-  } else {
-    for (auto& name : opts.trainable) {
-      ONYX_CHECK(forward.initializers.count(name), "trainable '", name, "' is not an initializer");
-      if (!opts.frozen.count(name)) params.push_back(name);
-    }
-  }
-  for (auto& f : opts.frozen)
-    ONYX_CHECK(forward.initializers.count(f), "frozen '", f, "' is not an initializer of the model");
+  std::vector<std::string> params = trainable_parameters(forward, opts);
 
   // Static metas and constants of the forward graph (+ loss) for this signature; parameters are
   // variables, so nothing computed from them is folded.

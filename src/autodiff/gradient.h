@@ -33,6 +33,11 @@ struct GradientOptions {
   std::vector<std::string> trainable;  // empty: every float initializer not frozen
 };
 
+// The parameters trained by default: float initializers, in file order, except frozen ones,
+// 0-d scalars and exporter constants named "onnx::..." (PyTorch stores constants such as a Pow
+// exponent as initializers; they are not model weights).
+std::vector<std::string> trainable_parameters(const ir::Graph& forward, const GradientOptions& opts);
+
 struct TrainingGraph {
   std::shared_ptr<ir::Graph> graph;  // inputs: forward inputs (+ labels); outputs: loss, grads
   std::string loss;                  // name of the scalar loss value
@@ -45,6 +50,15 @@ struct TrainingGraph {
 TrainingGraph build_training_graph(const ir::Graph& forward,
                                    const std::map<std::string, TensorMeta>& signature,
                                    const GradientOptions& opts);
+
+// The forward graph with the loss appended (no backward): outputs are the loss followed by the
+// forward graph's own outputs (minus the loss if it was one). For evaluation.
+struct LossGraph {
+  std::shared_ptr<ir::Graph> graph;
+  std::string loss;
+};
+LossGraph build_loss_graph(const ir::Graph& forward, const GradientOptions& opts,
+                           const std::map<std::string, TensorMeta>& signature);
 
 // ---- what a gradient rule sees -------------------------------------------------------------
 

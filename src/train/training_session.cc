@@ -10,15 +10,7 @@ TrainingSession::TrainingSession(std::shared_ptr<const ir::Graph> forward,
                                  autodiff::GradientOptions opts)
     : forward_(std::move(forward)), opts_(std::move(opts)) {
   std::vector<std::pair<std::string, Shape>> layout;
-  if (opts_.trainable.empty()) {
-    for (auto& name : forward_->initializer_order) {
-      const Tensor& t = forward_->initializers.at(name);
-      if (is_float(t.dtype()) && !opts_.frozen.count(name)) params_.push_back(name);
-    }
-  } else {
-    for (auto& n : opts_.trainable)
-      if (!opts_.frozen.count(n)) params_.push_back(n);
-  }
+  params_ = autodiff::trainable_parameters(*forward_, opts_);
   for (auto& p : params_) {
     const Tensor& t = forward_->initializers.at(p);
     ONYX_CHECK(t.dtype() == DType::Float32, "parameter '", p, "' is ", dtype_name(t.dtype()),
@@ -79,14 +71,36 @@ double TrainingSession::forward_backward(const std::map<std::string, Tensor>& ba
 }
 
 std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::string, Tensor>& batch) {
-  if (!forward_session_)
-    forward_session_ = std::make_unique<runtime::Session>(
-        forward_, std::set<std::string>(params_.begin(), params_.end()));
+  const auto& spec = opts_.loss;
+  bool has_labels = spec.kind == autodiff::LossSpec::Kind::GraphOutput || batch.count(spec.labels);
+  if (!has_labels) {
+    if (!forward_session_)
+      forward_session_ = std::make_unique<runtime::Session>(
+          forward_, std::set<std::string>(params_.begin(), params_.end()));
+    std::map<std::string, Tensor> feeds;
+    for (auto& [n, t] : batch)
+      if (forward_->find_input(n)) feeds[n] = t;
+    for (auto& p : params_) feeds[p] = param_buf_.view(p);
+    return forward_session_->run(feeds);
+  }
+  std::string key = batch_key(batch);
+  auto it = eval_graphs_.find(key);
+  if (it == eval_graphs_.end()) {
+    std::map<std::string, TensorMeta> sig;
+    for (auto& [n, t] : batch) sig[n] = t.meta();
+    EvalCompiled c;
+    c.lg = autodiff::build_loss_graph(*forward_, opts_, sig);
+    c.session = std::make_unique<runtime::Session>(
+        c.lg.graph, std::set<std::string>(params_.begin(), params_.end()));
+    it = eval_graphs_.emplace(key, std::move(c)).first;
+  }
   std::map<std::string, Tensor> feeds;
   for (auto& [n, t] : batch)
-    if (forward_->find_input(n)) feeds[n] = t;
+    if (it->second.lg.graph->find_input(n)) feeds[n] = t;
   for (auto& p : params_) feeds[p] = param_buf_.view(p);
-  return forward_session_->run(feeds);
+  auto out = it->second.session->run(feeds);
+  out["loss"] = out.at(it->second.lg.loss);
+  return out;
 }
 
 }  // namespace onyx::train

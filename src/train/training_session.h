@@ -27,9 +27,11 @@ class TrainingSession {
   // into grads() (added to what is there when `accumulate`). Returns the loss.
   double forward_backward(const std::map<std::string, Tensor>& batch, bool accumulate,
                           uint64_t seed = 0, bool training = true);
-  // Forward only (evaluation): runs the loss graph without backward work; returns every forward
-  // output plus "loss" when labels are present.
+  // Forward only (evaluation): the forward graph with the loss appended, no backward work.
+  // Returns every forward output, plus the loss under the key "loss" when the batch has what the
+  // loss needs (labels); without labels only the model's outputs are computed.
   std::map<std::string, Tensor> forward(const std::map<std::string, Tensor>& batch);
+  const autodiff::GradientOptions& options() const { return opts_; }
 
   size_t cached_graphs() const { return graphs_.size(); }
   double last_build_ms() const { return last_build_ms_; }
@@ -48,6 +50,11 @@ class TrainingSession {
   FlatBuffer param_buf_, grad_buf_;
   std::map<std::string, Compiled> graphs_;
   std::unique_ptr<runtime::Session> forward_session_;
+  struct EvalCompiled {
+    autodiff::LossGraph lg;
+    std::unique_ptr<runtime::Session> session;
+  };
+  std::map<std::string, EvalCompiled> eval_graphs_;
   double last_build_ms_ = 0;
 };
 

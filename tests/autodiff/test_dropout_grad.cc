@@ -153,7 +153,8 @@ TEST(DropoutGrad, SeedChangesMaskNotTheRule) {
   check_masked(m, a, 0.25);
   check_masked(m, b, 0.25);
   int64_t diff = 0;
-  for (int64_t i = 0; i < m.x.numel(); i++) diff += a.mask.data<bool>()[i] != b.mask.data<bool>()[i];
+  for (int64_t i = 0; i < m.x.numel(); i++)
+    diff += a.mask.data<bool>()[i] != b.mask.data<bool>()[i];
   EXPECT_GT(diff, 0);
   Result a2 = run_training(m, {}, 1);  // same seed: same mask, bit for bit
   for (int64_t i = 0; i < m.x.numel(); i++)
@@ -176,6 +177,14 @@ TEST(DropoutGrad, TrainingFalseConstantIsIdentity) {
   Model m = make_model({3, 9}, 0.5f, 0);
   Result r = run_training(m, {});
   EXPECT_FALSE(r.mask.defined());  // no mask requested: the rule passes dy through
-  for (int64_t i = 0; i < m.x.numel(); i++)
+  for (int64_t i = 0; i < m.x.numel(); i++) EXPECT_EQ(r.dx.data<float>()[i], m.w.data<float>()[i]);
+}
+
+TEST(DropoutGrad, RatioZeroIsIdentity) {
+  Model m = make_model({4, 17}, 0.0f, 1);
+  Result r = run_training(m, {});
+  for (int64_t i = 0; i < m.x.numel(); i++) {
     EXPECT_EQ(r.dx.data<float>()[i], m.w.data<float>()[i]);
+    EXPECT_EQ(r.y.data<float>()[i], m.x.data<float>()[i]);
+  }
 }

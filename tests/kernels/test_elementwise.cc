@@ -89,7 +89,8 @@ TEST(ElementwiseKernels, AddBroadcastsLikeNumpy) {
     Tensor a = iota(c.a), b = iota(c.b, 100.0f);
     auto out = run_node(n, 14, {a, b});
     ASSERT_EQ(out[0].shape(), c.out) << shape_str(c.a) << " + " << shape_str(c.b);
-    EXPECT_EQ(values<float>(out[0]), naive_add(a, b, c.out)) << shape_str(c.a) << " + " << shape_str(c.b);
+    EXPECT_EQ(values<float>(out[0]), naive_add(a, b, c.out))
+        << shape_str(c.a) << " + " << shape_str(c.b);
   }
 }
 
@@ -131,8 +132,10 @@ TEST(ElementwiseKernels, PowMixedTypesKeepsBaseType) {
     auto p = run_node(n, 15, {f32({9}, x), f32({}, {e})});
     for (size_t i = 0; i < x.size(); i++) {
       float want = std::pow(x[i], e);
-      if (std::isnan(want)) EXPECT_TRUE(std::isnan(p[0].data<float>()[i]));
-      else EXPECT_NEAR(p[0].data<float>()[i], want, 2e-7f * std::fabs(want)) << x[i] << "^" << e;
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(p[0].data<float>()[i]));
+      else
+        EXPECT_NEAR(p[0].data<float>()[i], want, 2e-7f * std::fabs(want)) << x[i] << "^" << e;
     }
   }
 }
@@ -163,7 +166,9 @@ TEST(ElementwiseKernels, CastRoundsToNearestEvenAndTruncatesToInt) {
 
   // double -> float16 is rounded once: just above a float16 tie (not representable as float).
   set_int(n, "to", (int64_t)DType::Float16);
-  auto d = run_node(n, 13, {Tensor::from_vector(DType::Float64, {1}, std::vector<double>{1.0 + 0x1p-11 + 0x1p-40})});
+  auto d = run_node(
+      n, 13,
+      {Tensor::from_vector(DType::Float64, {1}, std::vector<double>{1.0 + 0x1p-11 + 0x1p-40})});
   EXPECT_EQ(d[0].data<uint16_t>()[0], 0x3c01);
 
   auto like = make_node("CastLike", 2);
@@ -173,12 +178,14 @@ TEST(ElementwiseKernels, CastRoundsToNearestEvenAndTruncatesToInt) {
 
 TEST(ElementwiseKernels, VectorHalfConversionsMatchScalar) {
   std::vector<float> x;
-  for (int i = 0; i < 997; i++) x.push_back(std::ldexp((float)((i * 7919) % 2048) - 1024.0f, (i % 40) - 30));
+  for (int i = 0; i < 997; i++)
+    x.push_back(std::ldexp((float)((i * 7919) % 2048) - 1024.0f, (i % 40) - 30));
   x.insert(x.end(), {INFINITY, -INFINITY, 65519.0f, 65520.0f, 1e-8f, -3e-5f, 0.0f, -0.0f});
   auto n = make_node("Cast", 1);
   set_int(n, "to", (int64_t)DType::Float16);
   auto h = run_node(n, 13, {f32({(int64_t)x.size()}, x)});
-  for (size_t i = 0; i < x.size(); i++) ASSERT_EQ(h[0].data<uint16_t>()[i], float_to_half(x[i])) << x[i];
+  for (size_t i = 0; i < x.size(); i++)
+    ASSERT_EQ(h[0].data<uint16_t>()[i], float_to_half(x[i])) << x[i];
   set_int(n, "to", (int64_t)DType::Float32);
   auto back = run_node(n, 13, {h[0]});
   for (size_t i = 0; i < x.size(); i++)
@@ -205,7 +212,8 @@ TEST(ElementwiseKernels, GeluBothForms) {
   auto ms = run_node(make_node("Gelu", 1, "com.microsoft"), 1, {t});
   auto fast = run_node(make_node("FastGelu", 1, "com.microsoft"), 1, {t});
   for (size_t i = 0; i < x.size(); i++) {
-    EXPECT_NEAR(none[0].data<float>()[i], exact(x[i]), 2e-7 + 2e-7 * std::fabs(exact(x[i]))) << x[i];
+    EXPECT_NEAR(none[0].data<float>()[i], exact(x[i]), 2e-7 + 2e-7 * std::fabs(exact(x[i])))
+        << x[i];
     EXPECT_NEAR(ms[0].data<float>()[i], exact(x[i]), 2e-7 + 2e-7 * std::fabs(exact(x[i]))) << x[i];
     EXPECT_NEAR(tanh_form[0].data<float>()[i], approx(x[i]), 3e-7 + 3e-7 * std::fabs(approx(x[i])));
     EXPECT_NEAR(fast[0].data<float>()[i], approx(x[i]), 3e-7 + 3e-7 * std::fabs(approx(x[i])));
@@ -213,7 +221,8 @@ TEST(ElementwiseKernels, GeluBothForms) {
   // FastGelu with bias over the last dim: gelu(x + b).
   auto fb = run_node(make_node("FastGelu", 2, "com.microsoft"), 1,
                      {f32({2, 2}, {0, 1, 2, 3}), f32({2}, {1, -1})});
-  std::vector<float> want = {(float)approx(1), (float)approx(0), (float)approx(3), (float)approx(2)};
+  std::vector<float> want = {(float)approx(1), (float)approx(0), (float)approx(3),
+                             (float)approx(2)};
   for (int i = 0; i < 4; i++) EXPECT_NEAR(fb[0].data<float>()[i], want[i], 1e-6);
 
   set_string(g, "approximate", "sigmoid");
@@ -227,9 +236,11 @@ TEST(ElementwiseKernels, VectorMathMatchesLibm) {
   std::vector<float> y(x.size());
   double erf_err = 0, tanh_err = 0, exp_rel = 0;
   ew::erf_f32(x.data(), y.data(), (int64_t)x.size());
-  for (size_t i = 0; i < x.size(); i++) erf_err = std::max(erf_err, std::fabs(y[i] - std::erf((double)x[i])));
+  for (size_t i = 0; i < x.size(); i++)
+    erf_err = std::max(erf_err, std::fabs(y[i] - std::erf((double)x[i])));
   ew::tanh_f32(x.data(), y.data(), (int64_t)x.size());
-  for (size_t i = 0; i < x.size(); i++) tanh_err = std::max(tanh_err, std::fabs(y[i] - std::tanh((double)x[i])));
+  for (size_t i = 0; i < x.size(); i++)
+    tanh_err = std::max(tanh_err, std::fabs(y[i] - std::tanh((double)x[i])));
   ew::exp_f32(x.data(), y.data(), (int64_t)x.size());
   for (size_t i = 0; i < x.size(); i++) {
     double want = std::exp((double)x[i]);
@@ -287,7 +298,8 @@ TEST(ElementwiseKernels, VariadicMaxAndMeanBroadcast) {
   for (float v : values<float>(m[0])) EXPECT_TRUE(std::isnan(v));
   auto m2 = run_node(make_node("Max", 2), 13, {f32({3}, {1, 5, 2}), f32({2, 1}, {3, 0})});
   EXPECT_EQ(values<float>(m2[0]), (std::vector<float>{3, 5, 3, 1, 5, 2}));
-  auto mean = run_node(make_node("Mean", 3), 13, {f32({2}, {1, 2}), f32({1}, {3}), f32({2}, {5, 7})});
+  auto mean =
+      run_node(make_node("Mean", 3), 13, {f32({2}, {1, 2}), f32({1}, {3}), f32({2}, {5, 7})});
   EXPECT_EQ(values<float>(mean[0]), (std::vector<float>{3, 4}));
 }
 

@@ -255,9 +255,11 @@ void register_elementwise_grads(GradRegistry& r) {
 
   // Cast between float dtypes: the gradient is cast back (GradContext::set casts to the input's
   // dtype). Casts from or to non-float types carry no gradient.
-  r.add("", "Cast", [](GradContext& c) {
+  auto cast = [](GradContext& c) {
     if (is_float(dtype_of(c, c.I(0))) && is_float(dtype_of(c, c.O(0)))) c.set(0, c.GO(0));
-  });
+  };
+  r.add("", "Cast", cast);
+  r.add("", "CastLike", cast);  // the target_type input gets no gradient
 }
 
 }  // namespace onyx::autodiff

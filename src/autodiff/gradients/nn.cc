@@ -46,8 +46,8 @@ void layer_norm_rule(GradContext& c) {
   std::string dy = c.GO(0), dmean = c.GO(1), dinv = c.GO(2);
   std::string mean = c.ensure_output(1), inv = c.ensure_output(2);
   if (!dy.empty() && (c.needs(0) || c.needs(1) || (has_bias && c.needs(2)))) {
-    auto g = c.emit("LayerNormGrad", {dy, x, scale, mean, inv}, {{"axis", attr_i(axis)}}, "onyx",
-                    3);
+    auto g =
+        c.emit("LayerNormGrad", {dy, x, scale, mean, inv}, {{"axis", attr_i(axis)}}, "onyx", 3);
     c.set(0, g[0]);
     c.set(1, g[1]);
     if (has_bias) c.set(2, g[2]);
@@ -56,7 +56,8 @@ void layer_norm_rule(GradContext& c) {
   // d inv / dx = -inv^3 (x - mean) / cols.
   if (!c.needs(0)) return;
   if (!dmean.empty()) {
-    std::string t = c.emit1("Mul", {dmean, c.const_scalar(1.0 / (double)cols, c.meta(dmean).dtype)});
+    std::string t =
+        c.emit1("Mul", {dmean, c.const_scalar(1.0 / (double)cols, c.meta(dmean).dtype)});
     c.set(0, c.emit1("Expand", {cast_to(c, t, xt), c.const_i64(xs)}));
   }
   if (!dinv.empty()) {
@@ -87,8 +88,10 @@ void dropout_rule(GradContext& c) {
   }
   std::string mask = c.ensure_output(1);
   std::vector<std::string> in{dy, mask, ratio};
-  if (!tv) in.push_back(training);
-  else if (ratio.empty()) in.pop_back();
+  if (!tv)
+    in.push_back(training);
+  else if (ratio.empty())
+    in.pop_back();
   c.set(0, c.emit1("DropoutGrad", in, {}, "onyx"));
 }
 
@@ -96,7 +99,8 @@ void dropout_rule(GradContext& c) {
 std::map<std::string, ir::Attribute> loss_attrs(GradContext& c) {
   std::map<std::string, ir::Attribute> a;
   a["reduction"] = attr_s(c.node().attr_string("reduction", "mean"));
-  if (c.node().has_attr("ignore_index")) a["ignore_index"] = attr_i(c.node().attr_int("ignore_index", 0));
+  if (c.node().has_attr("ignore_index"))
+    a["ignore_index"] = attr_i(c.node().attr_int("ignore_index", 0));
   return a;
 }
 

@@ -11,7 +11,10 @@ std::vector<int64_t> reduced_axes(GradContext& c, bool* noop) {
   const ir::Node& n = c.node();
   int64_t rank = (int64_t)c.meta(c.I(0)).shape.size();
   std::vector<int64_t> axes;
-  bool from_input = c.num_inputs() > 1 && !c.I(1).empty();
+  // Axes are an input from opset 13 for ReduceSum and from opset 18 for the others; before
+  // that an extra input is ignored, exactly as the kernels do.
+  bool input_form = n.op_type == "ReduceSum" ? c.opset() >= 13 : c.opset() >= 18;
+  bool from_input = input_form && c.num_inputs() > 1 && !c.I(1).empty();
   if (from_input) {
     const Tensor* t = c.constant(c.I(1));
     ONYX_CHECK(t, n.describe(), ": reduction axes must be a constant to differentiate");
@@ -65,7 +68,10 @@ void register_reduce_grads(GradRegistry& r) {
     std::string y = expand_back(c, c.O(0), axes);
     DType dt = c.meta(c.I(0)).dtype;
     std::string hit = c.emit1("Cast", {c.emit1("Equal", {c.I(0), y})}, {{"to", attr_i((int64_t)dt)}});
-    std::string count = c.emit1("ReduceSum", {hit, c.const_i64(axes)}, {{"keepdims", attr_i(1)}});
+    std::string count =
+        c.opset() >= 13
+            ? c.emit1("ReduceSum", {hit, c.const_i64(axes)}, {{"keepdims", attr_i(1)}})
+            : c.emit1("ReduceSum", {hit}, {{"keepdims", attr_i(1)}, {"axes", attr_ints(axes)}});
     std::string dy = expand_back(c, c.GO(0), axes);
     c.set(0, c.emit1("Div", {c.emit1("Mul", {dy, hit}), count}));
   };

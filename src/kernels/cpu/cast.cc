@@ -33,8 +33,10 @@ inline To convert(From v) {
   } else if constexpr (std::is_same_v<From, bool>) {
     return store<To>(v ? 1 : 0);
   } else if constexpr (is_half_like<To>) {
-    if constexpr (std::is_same_v<From, float>) return store<To>(v);
-    else return store<To>(double_to_float_odd((double)v));
+    if constexpr (std::is_same_v<From, float>)
+      return store<To>(v);
+    else
+      return store<To>(double_to_float_odd((double)v));
   } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
     return float_to_int<To>(v);
   } else {
@@ -53,16 +55,20 @@ void cast_tensor(const Tensor& x, Tensor& y, const ir::Node& node) {
   if (x.dtype() == DType::Float32 && is_half_like_dtype(y.dtype())) {
     const float* src = x.data<float>();
     parallel_for(x.numel(), kGrain, [&](int64_t b, int64_t e) {
-      if (y.dtype() == DType::Float16) from_float(src + b, y.data<Half>() + b, e - b);
-      else from_float(src + b, y.data<BFloat16>() + b, e - b);
+      if (y.dtype() == DType::Float16)
+        from_float(src + b, y.data<Half>() + b, e - b);
+      else
+        from_float(src + b, y.data<BFloat16>() + b, e - b);
     });
     return;
   }
   if (y.dtype() == DType::Float32 && is_half_like_dtype(x.dtype())) {
     float* dst = y.data<float>();
     parallel_for(x.numel(), kGrain, [&](int64_t b, int64_t e) {
-      if (x.dtype() == DType::Float16) to_float(x.data<Half>() + b, dst + b, e - b);
-      else to_float(x.data<BFloat16>() + b, dst + b, e - b);
+      if (x.dtype() == DType::Float16)
+        to_float(x.data<Half>() + b, dst + b, e - b);
+      else
+        to_float(x.data<BFloat16>() + b, dst + b, e - b);
     });
     return;
   }

@@ -34,8 +34,7 @@ BroadcastWalk plan_walk(const Shape& out, const std::vector<Shape>& ins) {
   for (size_t i = 0; i < r; i++) {
     if (out[i] == 1) continue;  // size-1 output dims contribute nothing
     bool merge = !w.dims.empty();
-    for (size_t k = 0; k < nin && merge; k++)
-      merge = w.strides[k].back() == full[k][i] * out[i];
+    for (size_t k = 0; k < nin && merge; k++) merge = w.strides[k].back() == full[k][i] * out[i];
     if (merge) {
       w.dims.back() *= out[i];
       for (size_t k = 0; k < nin; k++) w.strides[k].back() = full[k][i];
@@ -74,11 +73,20 @@ void expand_into(const Tensor& in, Tensor& out) {
   ONYX_CHECK(in.dtype() == out.dtype(), "expand_into: dtype mismatch");
   if (out.numel() == 0) return;
   switch (dtype_size(in.dtype())) {
-    case 1: expand_typed<uint8_t>(in, out); break;
-    case 2: expand_typed<uint16_t>(in, out); break;
-    case 4: expand_typed<uint32_t>(in, out); break;
-    case 8: expand_typed<uint64_t>(in, out); break;
-    default: ONYX_UNSUPPORTED("expand: dtype ", dtype_name(in.dtype()));
+    case 1:
+      expand_typed<uint8_t>(in, out);
+      break;
+    case 2:
+      expand_typed<uint16_t>(in, out);
+      break;
+    case 4:
+      expand_typed<uint32_t>(in, out);
+      break;
+    case 8:
+      expand_typed<uint64_t>(in, out);
+      break;
+    default:
+      ONYX_UNSUPPORTED("expand: dtype ", dtype_name(in.dtype()));
   }
 }
 

@@ -17,10 +17,11 @@
 namespace onyx::runtime {
 
 // Registration of the sub-families; register_elementwise_kernels (elementwise.cc) calls them.
-void register_unary_kernels(KernelRegistry& r);   // elementwise_unary.cc: math, activations, Clip, Gelu
-void register_binary_kernels(KernelRegistry& r);  // elementwise_binary.cc: arithmetic, compare, logic,
-                                                  // variadic Min/Max/Sum/Mean, Where, PRelu
-void register_cast_kernels(KernelRegistry& r);    // cast.cc: Cast, CastLike
+void register_unary_kernels(
+    KernelRegistry& r);  // elementwise_unary.cc: math, activations, Clip, Gelu
+void register_binary_kernels(KernelRegistry& r);  // elementwise_binary.cc: arithmetic, compare,
+                                                  // logic, variadic Min/Max/Sum/Mean, Where, PRelu
+void register_cast_kernels(KernelRegistry& r);  // cast.cc: Cast, CastLike
 
 namespace ew {
 
@@ -40,28 +41,42 @@ struct Tag {
 
 template <class T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::Float32;
-  else if constexpr (std::is_same_v<T, double>) return DType::Float64;
-  else if constexpr (std::is_same_v<T, Half>) return DType::Float16;
-  else if constexpr (std::is_same_v<T, BFloat16>) return DType::BFloat16;
-  else if constexpr (std::is_same_v<T, int8_t>) return DType::Int8;
-  else if constexpr (std::is_same_v<T, int16_t>) return DType::Int16;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DType::UInt8;
-  else if constexpr (std::is_same_v<T, uint16_t>) return DType::UInt16;
-  else if constexpr (std::is_same_v<T, uint32_t>) return DType::UInt32;
-  else if constexpr (std::is_same_v<T, uint64_t>) return DType::UInt64;
-  else if constexpr (std::is_same_v<T, bool>) return DType::Bool;
-  else static_assert(sizeof(T) == 0, "no DType for this C++ type");
+  if constexpr (std::is_same_v<T, float>)
+    return DType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::Float64;
+  else if constexpr (std::is_same_v<T, Half>)
+    return DType::Float16;
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return DType::BFloat16;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return DType::Int8;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return DType::Int16;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::Int32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::Int64;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DType::UInt8;
+  else if constexpr (std::is_same_v<T, uint16_t>)
+    return DType::UInt16;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return DType::UInt32;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return DType::UInt64;
+  else if constexpr (std::is_same_v<T, bool>)
+    return DType::Bool;
+  else
+    static_assert(sizeof(T) == 0, "no DType for this C++ type");
 }
 
 using FloatTypes = Types<float, double, Half, BFloat16>;
 using SignedTypes = Types<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t>;
 using UnsignedIntTypes = Types<uint8_t, uint16_t, uint32_t, uint64_t>;
 using IntTypes = Types<int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t>;
-using NumericTypes = Types<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t,
-                           uint16_t, uint32_t, uint64_t>;
+using NumericTypes = Types<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t,
+                           uint8_t, uint16_t, uint32_t, uint64_t>;
 using AllTypes = Types<float, double, Half, BFloat16, int8_t, int16_t, int32_t, int64_t, uint8_t,
                        uint16_t, uint32_t, uint64_t, bool>;
 using BoolTypes = Types<bool>;
@@ -107,16 +122,22 @@ constexpr bool is_half_like = std::is_same_v<T, Half> || std::is_same_v<T, BFloa
 
 template <class T>
 inline Math<T> load(T v) {
-  if constexpr (std::is_same_v<T, Half>) return half_to_float(v.bits);
-  else if constexpr (std::is_same_v<T, BFloat16>) return bf16_to_float(v.bits);
-  else return v;
+  if constexpr (std::is_same_v<T, Half>)
+    return half_to_float(v.bits);
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return bf16_to_float(v.bits);
+  else
+    return v;
 }
 
 template <class T, class U>
 inline T store(U v) {
-  if constexpr (std::is_same_v<T, Half>) return Half{float_to_half((float)v)};
-  else if constexpr (std::is_same_v<T, BFloat16>) return BFloat16{float_to_bf16((float)v)};
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, Half>)
+    return Half{float_to_half((float)v)};
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return BFloat16{float_to_bf16((float)v)};
+  else
+    return static_cast<T>(v);
 }
 
 // Wrapping integer arithmetic (no signed-overflow UB, no int promotion overflow for 16-bit mul).
@@ -143,7 +164,8 @@ inline I float_to_int(F v) {
   if constexpr (std::is_same_v<I, bool>) {
     return v != 0;
   } else if constexpr (std::is_same_v<I, uint64_t>) {
-    if (!(v > -1)) return v != v ? 0 : (uint64_t)(int64_t)std::max<double>(v, -9.2233720368547758e18);
+    if (!(v > -1))
+      return v != v ? 0 : (uint64_t)(int64_t)std::max<double>(v, -9.2233720368547758e18);
     if (v >= 18446744073709551616.0) return std::numeric_limits<uint64_t>::max();
     if (v >= 9223372036854775808.0) return (uint64_t)(v - 9223372036854775808.0) + (1ull << 63);
     return (uint64_t)(int64_t)v;
@@ -162,7 +184,7 @@ inline I float_to_int(F v) {
 // inputs become one flat run, (B,T,C)+(C) rows of C, (B,T,C)*(B,T,1) rows with a scalar operand.
 struct BroadcastWalk {
   int64_t numel = 0;
-  std::vector<int64_t> dims;                  // collapsed output dims; dims.back() is the row length
+  std::vector<int64_t> dims;  // collapsed output dims; dims.back() is the row length
   std::vector<std::vector<int64_t>> strides;  // [input][dim] in elements; 0 where broadcast
   std::vector<int64_t> inner_stride;          // per input: 1, or 0 when broadcast along rows
 };

@@ -16,22 +16,28 @@ using namespace ew;
 struct AddOp {
   template <class M>
   M operator()(M a, M b) const {
-    if constexpr (std::is_integral_v<M>) return wrap_add(a, b);
-    else return a + b;
+    if constexpr (std::is_integral_v<M>)
+      return wrap_add(a, b);
+    else
+      return a + b;
   }
 };
 struct SubOp {
   template <class M>
   M operator()(M a, M b) const {
-    if constexpr (std::is_integral_v<M>) return wrap_sub(a, b);
-    else return a - b;
+    if constexpr (std::is_integral_v<M>)
+      return wrap_sub(a, b);
+    else
+      return a - b;
   }
 };
 struct MulOp {
   template <class M>
   M operator()(M a, M b) const {
-    if constexpr (std::is_integral_v<M>) return wrap_mul(a, b);
-    else return a * b;
+    if constexpr (std::is_integral_v<M>)
+      return wrap_mul(a, b);
+    else
+      return a * b;
   }
 };
 // Integer division truncates toward zero (C, as ONNX specifies); x/0 gives 0 instead of a trap.
@@ -78,8 +84,10 @@ struct BitShiftOp {
 struct PReluOp {
   template <class M>
   M operator()(M x, M slope) const {
-    if constexpr (std::is_integral_v<M>) return x < 0 ? wrap_mul(slope, x) : x;
-    else return x < 0 ? slope * x : x;
+    if constexpr (std::is_integral_v<M>)
+      return x < 0 ? wrap_mul(slope, x) : x;
+    else
+      return x < 0 ? slope * x : x;
   }
 };
 // Min/Max propagate NaN (numpy minimum/maximum).
@@ -203,7 +211,8 @@ struct PowOp {
   MA operator()(MA a, MB b) const {
     if constexpr (std::is_integral_v<MA> && std::is_integral_v<MB>) {
       if constexpr (std::is_unsigned_v<MB>)
-        if (b > MB(std::numeric_limits<int64_t>::max())) return int_pow<MA>(a, std::numeric_limits<int64_t>::max());
+        if (b > MB(std::numeric_limits<int64_t>::max()))
+          return int_pow<MA>(a, std::numeric_limits<int64_t>::max());
       return int_pow<MA>(a, (int64_t)b);
     } else if constexpr (std::is_integral_v<MA>) {
       return float_to_int<MA>(std::pow((double)a, (double)b));
@@ -344,14 +353,30 @@ void where_typed(const Tensor& cond, const Tensor& x, const Tensor& y, Tensor& o
     const U* b = py + off[2];
     U* o = po + pos;
     switch (sc * 4 + sx * 2 + sy) {
-      case 0: where_run<U, 0, 0, 0>(c, a, b, o, n); break;
-      case 1: where_run<U, 0, 0, 1>(c, a, b, o, n); break;
-      case 2: where_run<U, 0, 1, 0>(c, a, b, o, n); break;
-      case 3: where_run<U, 0, 1, 1>(c, a, b, o, n); break;
-      case 4: where_run<U, 1, 0, 0>(c, a, b, o, n); break;
-      case 5: where_run<U, 1, 0, 1>(c, a, b, o, n); break;
-      case 6: where_run<U, 1, 1, 0>(c, a, b, o, n); break;
-      default: where_run<U, 1, 1, 1>(c, a, b, o, n); break;
+      case 0:
+        where_run<U, 0, 0, 0>(c, a, b, o, n);
+        break;
+      case 1:
+        where_run<U, 0, 0, 1>(c, a, b, o, n);
+        break;
+      case 2:
+        where_run<U, 0, 1, 0>(c, a, b, o, n);
+        break;
+      case 3:
+        where_run<U, 0, 1, 1>(c, a, b, o, n);
+        break;
+      case 4:
+        where_run<U, 1, 0, 0>(c, a, b, o, n);
+        break;
+      case 5:
+        where_run<U, 1, 0, 1>(c, a, b, o, n);
+        break;
+      case 6:
+        where_run<U, 1, 1, 0>(c, a, b, o, n);
+        break;
+      default:
+        where_run<U, 1, 1, 1>(c, a, b, o, n);
+        break;
     }
   });
 }
@@ -363,7 +388,8 @@ void add_where(KernelRegistry& r) {
                dtype_name(c.input(0).dtype));
     check_same_dtype(c, 1, 2);
     require_dtype(c.input(1).dtype, AllTypes{}, c.node);
-    Shape s = broadcast_shapes(c.input(0).shape, broadcast_shapes(c.input(1).shape, c.input(2).shape));
+    Shape s =
+        broadcast_shapes(c.input(0).shape, broadcast_shapes(c.input(1).shape, c.input(2).shape));
     c.set_output(0, c.input(1).dtype, s);
   };
   k.compute = [](KernelContext& c) {
@@ -371,11 +397,20 @@ void add_where(KernelRegistry& r) {
     if (out.numel() == 0) return;
     const Tensor &cond = c.input(0), &x = c.input(1), &y = c.input(2);
     switch (dtype_size(out.dtype())) {
-      case 1: where_typed<uint8_t>(cond, x, y, out); break;
-      case 2: where_typed<uint16_t>(cond, x, y, out); break;
-      case 4: where_typed<uint32_t>(cond, x, y, out); break;
-      case 8: where_typed<uint64_t>(cond, x, y, out); break;
-      default: ONYX_UNSUPPORTED(c.node.describe(), ": dtype ", dtype_name(out.dtype()));
+      case 1:
+        where_typed<uint8_t>(cond, x, y, out);
+        break;
+      case 2:
+        where_typed<uint16_t>(cond, x, y, out);
+        break;
+      case 4:
+        where_typed<uint32_t>(cond, x, y, out);
+        break;
+      case 8:
+        where_typed<uint64_t>(cond, x, y, out);
+        break;
+      default:
+        ONYX_UNSUPPORTED(c.node.describe(), ": dtype ", dtype_name(out.dtype()));
     }
   };
   r.add("", "Where", std::move(k));
@@ -388,9 +423,8 @@ void register_binary_kernels(KernelRegistry& r) {
   add_simple_binary<false, SubOp>(r, "Sub", NumericTypes{});
   add_simple_binary<false, MulOp>(r, "Mul", NumericTypes{});
   add_simple_binary<false, DivOp>(r, "Div", NumericTypes{});
-  add_binary<false>(r, "Mod", NumericTypes{}, [](const KernelContext& c) {
-    return ModOp{c.node.attr_int("fmod", 0) != 0};
-  });
+  add_binary<false>(r, "Mod", NumericTypes{},
+                    [](const KernelContext& c) { return ModOp{c.node.attr_int("fmod", 0) != 0}; });
   add_binary<false>(r, "BitShift", UnsignedIntTypes{}, [](const KernelContext& c) {
     std::string dir = c.node.attr_string("direction", "");
     ONYX_CHECK(dir == "LEFT" || dir == "RIGHT", c.node.describe(),

@@ -133,7 +133,9 @@ inline void vec_map(const float* x, float* y, int64_t n, VF f) {
 // otherwise) and optionally `f32(x, y, n)`, a vectorized float32 array kernel.
 
 template <class Op>
-concept HasF32 = requires(const Op& op, const float* x, float* y, int64_t n) { op.f32(x, y, n); };
+concept HasF32 = requires(const Op& op, const float* x, float* y, int64_t n) {
+  op.f32(x, y, n);
+};
 
 template <class T, class Op>
 void unary_apply(const T* x, T* y, int64_t n, const Op& op, int64_t grain) {
@@ -163,16 +165,21 @@ void unary_apply(const T* x, T* y, int64_t n, const Op& op, int64_t grain) {
 struct Neg {
   template <class M>
   M operator()(M x) const {
-    if constexpr (std::is_integral_v<M>) return wrap_sub<M>(0, x);
-    else return -x;
+    if constexpr (std::is_integral_v<M>)
+      return wrap_sub<M>(0, x);
+    else
+      return -x;
   }
 };
 struct Abs {
   template <class M>
   M operator()(M x) const {
-    if constexpr (std::is_unsigned_v<M>) return x;
-    else if constexpr (std::is_integral_v<M>) return x < 0 ? wrap_sub<M>(0, x) : x;
-    else return std::fabs(x);
+    if constexpr (std::is_unsigned_v<M>)
+      return x;
+    else if constexpr (std::is_integral_v<M>)
+      return x < 0 ? wrap_sub<M>(0, x) : x;
+    else
+      return std::fabs(x);
   }
 };
 struct Sign {
@@ -247,17 +254,19 @@ struct Gelu {
     return M(0.5) * x * (M(1) + std::erf(x * M(0.70710678118654752440)));
   }
   void f32(const float* x, float* y, int64_t n) const {
-    if (tanh_form) vec_map(x, y, n, gelu_tanh_ps);
-    else vec_map(x, y, n, gelu_erf_ps);
+    if (tanh_form)
+      vec_map(x, y, n, gelu_tanh_ps);
+    else
+      vec_map(x, y, n, gelu_erf_ps);
   }
 };
 
-#define ONYX_STD_UNARY(Name, expr)   \
-  struct Name {                      \
-    template <class M>               \
-    M operator()(M x) const {        \
-      return expr;                   \
-    }                                \
+#define ONYX_STD_UNARY(Name, expr) \
+  struct Name {                    \
+    template <class M>             \
+    M operator()(M x) const {      \
+      return expr;                 \
+    }                              \
   };
 ONYX_STD_UNARY(Ceil, std::ceil(x))
 ONYX_STD_UNARY(Floor, std::floor(x))
@@ -362,7 +371,8 @@ void add_unary(KernelRegistry& r, const char* domain, const char* name, L types,
 
 template <class Op, class L>
 void add_simple(KernelRegistry& r, const char* name, L types, int64_t grain) {
-  add_unary(r, "", name, types, [](const KernelContext&) { return Op{}; }, grain);
+  add_unary(
+      r, "", name, types, [](const KernelContext&) { return Op{}; }, grain);
 }
 
 // IsNaN / IsInf: float in, bool out.
@@ -416,8 +426,10 @@ Math<T> clip_bound(const KernelContext& c, int i, bool upper) {
                dtype_name(t.dtype()), " differs from input dtype ", dtype_name(c.input(0).dtype()));
     return load(t.data<T>()[0]);
   }
-  if constexpr (std::is_floating_point_v<M>) return upper ? M(INFINITY) : M(-INFINITY);
-  else return upper ? std::numeric_limits<M>::max() : std::numeric_limits<M>::lowest();
+  if constexpr (std::is_floating_point_v<M>)
+    return upper ? M(INFINITY) : M(-INFINITY);
+  else
+    return upper ? std::numeric_limits<M>::max() : std::numeric_limits<M>::lowest();
 }
 
 void add_clip(KernelRegistry& r) {

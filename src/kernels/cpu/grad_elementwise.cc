@@ -25,6 +25,9 @@ constexpr float kTanhA = 0.79788456080286536f;        // sqrt(2 / pi)
 constexpr float kTanhB = 0.044715f;
 
 // ---- per-block float32 formulas (n <= kBlock; dx may alias dy, never x) ---------------------
+// (GCC cannot see that the simd loops fill e[0..n) before erf_f32/exp_f32 read it.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // gelu(x) = 0.5 x (1 + erf(x/sqrt2));  gelu'(x) = 0.5 (1 + erf(x/sqrt2)) + x exp(-x^2/2)/sqrt(2pi)
 void gelu_erf_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
@@ -68,6 +71,8 @@ void erf_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * kTwoInvSqrtPi * e[i];
 }
+
+#pragma GCC diagnostic pop
 
 void relu_grad_block(const float* dy, const float* y, float* dx, int64_t n) {
 #pragma omp simd

@@ -35,7 +35,7 @@ void check_same_shape(const ir::Node& node, const TensorMeta& a, const TensorMet
              " ", shape_str(b.shape), " must have the same shape");
 }
 
-// ---- SoftmaxGrad / LogSoftmaxGrad ----------------------------------------------------------------
+// ---- SoftmaxGrad / LogSoftmaxGrad ---------------------------------------------------------------
 // Attributes: axis; flatten = 1 for the opset < 13 semantics (the input coerced to 2-D at `axis`,
 // the reduction running over every axis from `axis` on).
 
@@ -78,8 +78,8 @@ inline void softmax_grad_row(const float* dy, const float* y, float* dx, int64_t
   __m256 vs = _mm256_set1_ps(s);
   i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i),
-                                           _mm256_sub_ps(_mm256_loadu_ps(dy + i), vs)));
+    _mm256_storeu_ps(
+        dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(dy + i), vs)));
   for (; i < n; i++) dx[i] = y[i] * (dy[i] - s);
 }
 
@@ -89,8 +89,8 @@ inline void log_softmax_grad_row(const float* dy, const float* y, float* dx, int
   __m256 vs = _mm256_set1_ps(s);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dx + i, _mm256_fnmadd_ps(exp8(_mm256_loadu_ps(y + i)), vs,
-                                              _mm256_loadu_ps(dy + i)));
+    _mm256_storeu_ps(dx + i,
+                     _mm256_fnmadd_ps(exp8(_mm256_loadu_ps(y + i)), vs, _mm256_loadu_ps(dy + i)));
   for (; i < n; i++) dx[i] = dy[i] - std::exp(y[i]) * s;
 }
 
@@ -194,10 +194,11 @@ OpKernel make_softmax_grad_kernel() {
   return k;
 }
 
-// ---- LayerNormGrad -------------------------------------------------------------------------------
+// ---- LayerNormGrad ------------------------------------------------------------------------------
 // x (rows, cols) normalized over axis..end; mean, inv (rows) as the forward saved them.
 //   xhat = (x - mean) * inv,  g = dy * scale
-//   dx = inv * (g - mean(g) - xhat * mean(g * xhat)),  dscale = sum_rows dy * xhat,  dbias = sum_rows dy
+//   dx = inv * (g - mean(g) - xhat * mean(g * xhat)),  dscale = sum_rows dy * xhat,  dbias =
+//   sum_rows dy
 
 // Scale (right-aligned broadcastable to the normalized shape) expanded to `cols` values.
 template <class C>
@@ -205,8 +206,8 @@ std::vector<C> expand_scale(const Tensor& t, const Shape& target, const ir::Node
   int64_t n = shape_numel(target);
   const Shape& s = t.shape();
   int64_t r = (int64_t)target.size(), sr = (int64_t)s.size();
-  ONYX_CHECK(sr <= r, node.describe(), ": scale of shape ", shape_str(s),
-             " does not broadcast to ", shape_str(target));
+  ONYX_CHECK(sr <= r, node.describe(), ": scale of shape ", shape_str(s), " does not broadcast to ",
+             shape_str(target));
   std::vector<int64_t> st(r, 0);
   int64_t acc = 1;
   for (int64_t i = sr - 1; i >= 0; i--) {
@@ -229,9 +230,8 @@ std::vector<C> expand_scale(const Tensor& t, const Shape& target, const ir::Node
 }
 
 // One float32 row: writes dx, accumulates dy*xhat into ds and dy into db.
-inline void layer_norm_grad_row_f32(const float* dy, const float* x, const float* scale,
-                                    float mean, float inv, int64_t n, float* dx, float* ds,
-                                    float* db) {
+inline void layer_norm_grad_row_f32(const float* dy, const float* x, const float* scale, float mean,
+                                    float inv, int64_t n, float* dx, float* ds, float* db) {
   __m256 vm = _mm256_set1_ps(mean), vi = _mm256_set1_ps(inv);
   __m256 sg = _mm256_setzero_ps(), sgx = sg;
   int64_t i = 0;
@@ -369,8 +369,8 @@ OpKernel make_layer_norm_grad_kernel() {
       float* dx = dxt.data<float>();
       // dscale/dbias land in float vectors first when the parameters are not float32 (the dtype
       // switch may throw, which must not happen inside a threaded loop).
-      bool f32_params = (!dst || dst->dtype() == DType::Float32) &&
-                        (!dbt || dbt->dtype() == DType::Float32);
+      bool f32_params =
+          (!dst || dst->dtype() == DType::Float32) && (!dbt || dbt->dtype() == DType::Float32);
       std::vector<float> ds_buf, db_buf;
       if (!f32_params) {
         ds_buf.resize(cols);
@@ -422,7 +422,7 @@ OpKernel make_layer_norm_grad_kernel() {
   return k;
 }
 
-// ---- DropoutGrad ---------------------------------------------------------------------------------
+// ---- DropoutGrad --------------------------------------------------------------------------------
 // Inputs: dy, mask (bool, as the forward produced it), ratio (optional scalar, default 0.5),
 // training_mode (optional bool scalar; absent means training). Not training or ratio 0: dx = dy,
 // as the forward was the identity. Otherwise dx = mask ? dy * (float)(1 / (1 - ratio)) : 0, the
@@ -477,11 +477,11 @@ OpKernel make_dropout_grad_kernel() {
   return k;
 }
 
-// ---- SoftmaxCrossEntropyLossGrad / NLLLossGrad ---------------------------------------------------
-// Same semantics as loss.cc: input (N, C, d1..dk) viewed as (N, C, D), targets (N, D); a target equal
-// to ignore_index (only when the attribute is present) contributes nothing; weight w[c] scales its
-// target's loss; mean divides by the sum of the weights of the non-ignored targets (their count
-// without weights). coef[q] = d loss / d (per-target loss q) * w[t_q]:
+// ---- SoftmaxCrossEntropyLossGrad / NLLLossGrad --------------------------------------------------
+// Same semantics as loss.cc: input (N, C, d1..dk) viewed as (N, C, D), targets (N, D); a target
+// equal to ignore_index (only when the attribute is present) contributes nothing; weight w[c]
+// scales its target's loss; mean divides by the sum of the weights of the non-ignored targets
+// (their count without weights). coef[q] = d loss / d (per-target loss q) * w[t_q]:
 //   none: dloss[q] * w,  sum: dloss * w,  mean: dloss * w / sum(w).
 
 enum class Reduction { None, Sum, Mean };
@@ -615,9 +615,8 @@ OpKernel make_sce_grad_kernel() {
             double cf = coef[q];
             if (is_lp) {
               for (int64_t k2 = 0; k2 < C; k2++)
-                dn[k2 * D + j] =
-                    Elem<T>::store(cf * (std::exp((double)Elem<T>::load(xn[k2 * D + j])) -
-                                         (k2 == c ? 1.0 : 0.0)));
+                dn[k2 * D + j] = Elem<T>::store(
+                    cf * (std::exp((double)Elem<T>::load(xn[k2 * D + j])) - (k2 == c ? 1.0 : 0.0)));
               continue;
             }
             double m = -INFINITY;
@@ -679,10 +678,10 @@ OpKernel make_nll_grad_kernel() {
   return k;
 }
 
-// ---- BatchNormGrad -------------------------------------------------------------------------------
+// ---- BatchNormGrad ------------------------------------------------------------------------------
 // Inputs: dy, x (N, C, d..), scale (C), mean (C), var (C); attributes epsilon, training_mode.
-// training_mode=1: the forward normalized with the batch statistics (recomputed here, as the forward
-// at opset >= 14 saves none):
+// training_mode=1: the forward normalized with the batch statistics (recomputed here, as the
+// forward at opset >= 14 saves none):
 //   dx = scale * inv * (dy - mean(dy) - xhat * mean(dy * xhat)) per channel
 // training_mode=0: the forward used the given running statistics: dx = dy * scale * inv.
 // Both: dscale = sum(dy * xhat), dbias = sum(dy).

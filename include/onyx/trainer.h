@@ -1,0 +1,163 @@
+// onyx/trainer.h — the Trainer, with Hugging Face's vocabulary: TrainingArguments, TrainerState,
+// TrainerControl, callbacks with Transformers' events, EarlyStoppingCallback, compute_metrics,
+// train() / evaluate() / predict() / save_model(), checkpoint-N folders, trainer_state.json and
+// exact resume.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "autodiff/gradient.h"
+#include "data/dataset.h"
+#include "onyx/tensor.h"
+#include "onyx/training_args.h"
+
+namespace onyx {
+
+// A trainable model: the forward graph, the loss, what it predicts.
+struct Model {
+  std::shared_ptr<ir::Graph> graph;
+  autodiff::LossSpec loss;
+  std::set<std::string> frozen;
+  std::string predictions;       // output used for metrics/predict; "" = first non-loss output
+  bool generic_onnx = true;      // weight-decay rule: also no decay on rank <= 1 tensors
+  std::string source;            // where the graph came from (an .onnx path), for export
+  static Model from_onnx(const std::string& path, autodiff::LossSpec loss = {});
+};
+
+struct LogEntry {
+  std::map<std::string, double> values;  // "loss", "learning_rate", "eval_accuracy", ...
+  double epoch = 0;
+  int64_t step = 0;
+  std::string to_json() const;
+};
+
+struct TrainerState {
+  double epoch = 0;
+  int64_t global_step = 0;
+  int64_t max_steps = 0;
+  int64_t num_train_epochs = 0;
+  int64_t logging_steps = 500, eval_steps = 500, save_steps = 500;
+  int64_t train_batch_size = 0;
+  std::vector<LogEntry> log_history;
+  std::optional<double> best_metric;
+  std::optional<std::string> best_model_checkpoint;
+  std::string to_json() const;
+  static TrainerState from_json(const std::string& text, const std::string& what);
+};
+
+struct TrainerControl {
+  bool should_training_stop = false;
+  bool should_epoch_stop = false;
+  bool should_save = false;
+  bool should_evaluate = false;
+  bool should_log = false;
+};
+
+using Metrics = std::map<std::string, double>;
+
+class TrainerCallback {
+ public:
+  virtual ~TrainerCallback() = default;
+  virtual void on_init_end(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+  virtual void on_train_begin(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+  virtual void on_train_end(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+  virtual void on_epoch_begin(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+  virtual void on_epoch_end(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+  virtual void on_step_begin(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+  virtual void on_substep_end(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+  virtual void on_step_end(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+  virtual void on_evaluate(const TrainingArguments&, TrainerState&, TrainerControl&,
+                           const Metrics&) {}
+  virtual void on_save(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+  virtual void on_log(const TrainingArguments&, TrainerState&, TrainerControl&, const LogEntry&) {}
+  virtual void on_prediction_step(const TrainingArguments&, TrainerState&, TrainerControl&) {}
+};
+
+// Stops training when the best-model metric has not improved by more than `threshold` for
+// `patience` evaluations (Transformers' EarlyStoppingCallback).
+class EarlyStoppingCallback : public TrainerCallback {
+ public:
+  explicit EarlyStoppingCallback(int patience = 1, double threshold = 0.0)
+      : patience_(patience), threshold_(threshold) {}
+  void on_evaluate(const TrainingArguments& args, TrainerState& state, TrainerControl& control,
+                   const Metrics& metrics) override;
+
+ private:
+  int patience_;
+  double threshold_;
+  int bad_evals_ = 0;
+  std::optional<double> best_;
+};
+
+struct EvalPrediction {
+  Tensor predictions;  // (N, ...) model outputs, e.g. logits
+  Tensor label_ids;    // (N, ...) labels (undefined when the dataset has none)
+};
+using ComputeMetrics = std::function<Metrics(const EvalPrediction&)>;
+
+namespace metrics {
+Metrics accuracy(const EvalPrediction& p);  // argmax over the last axis; labels -100 ignored
+Metrics f1(const EvalPrediction& p);        // macro F1 over classes
+Metrics mse(const EvalPrediction& p);
+// "accuracy", "f1", "mse", "perplexity" (exp of eval_loss, added by evaluate()); throws on others.
+ComputeMetrics by_names(const std::vector<std::string>& names);
+}  // namespace metrics
+
+struct TrainOutput {
+  int64_t global_step = 0;
+  double training_loss = 0;
+  Metrics metrics;  // train_runtime, train_samples_per_second, ...
+};
+
+struct PredictionOutput {
+  Tensor predictions;
+  Tensor label_ids;
+  Metrics metrics;
+};
+
+namespace train {
+class TrainingSession;
+class Optimizer;
+}
+
+class Trainer {
+ public:
+  Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Dataset> train_dataset,
+          std::shared_ptr<data::Dataset> eval_dataset = nullptr,
+          ComputeMetrics compute_metrics = nullptr,
+          std::vector<std::shared_ptr<TrainerCallback>> callbacks = {});
+  ~Trainer();
+
+  TrainOutput train();  // resumes from args.resume_from_checkpoint when set
+  Metrics evaluate(const std::string& metric_key_prefix = "eval");
+  PredictionOutput predict(const data::Dataset& dataset);
+  // model.safetensors (+ onyx_model.json describing the graph source) into `dir`, atomically.
+  void save_model(const std::string& dir);
+  const TrainerState& state() const { return state_; }
+  train::TrainingSession& session();
+  void add_callback(std::shared_ptr<TrainerCallback> cb) { callbacks_.push_back(std::move(cb)); }
+
+ private:
+  struct Impl;
+  void log(LogEntry entry);
+  void save_checkpoint();
+  void load_checkpoint(const std::string& dir);
+  void rotate_checkpoints();
+  PredictionOutput run_eval(const data::Dataset& ds, bool with_metrics);
+
+  Model model_;
+  TrainingArguments args_;
+  std::shared_ptr<data::Dataset> train_ds_, eval_ds_;
+  ComputeMetrics compute_metrics_;
+  std::vector<std::shared_ptr<TrainerCallback>> callbacks_;
+  TrainerState state_;
+  TrainerControl control_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace onyx

@@ -1,0 +1,66 @@
+// onyx/training_args.h — Hugging Face TrainingArguments, same names and defaults, so a config
+// written for `Trainer` / `ORTTrainer` reads the same here. Unknown or ill-typed keys are errors
+// that name the key.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace onyx {
+
+struct TrainingArguments {
+  std::string output_dir = "onyx_output";
+  double learning_rate = 5e-5;
+  int64_t per_device_train_batch_size = 8;
+  int64_t per_device_eval_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  double num_train_epochs = 3.0;
+  int64_t max_steps = -1;
+  int64_t warmup_steps = 0;
+  double warmup_ratio = 0.0;
+  std::string lr_scheduler_type = "linear";
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;
+  std::string optim = "adamw_fused";  // adamw_fused | adamw | sgd (+ HF/ORT aliases)
+  double sgd_momentum = 0.0;          // onyx extension (HF passes these through optim_args)
+  bool sgd_nesterov = false;
+  std::string logging_strategy = "steps";  // no | steps | epoch
+  int64_t logging_steps = 500;
+  bool logging_first_step = false;
+  std::string eval_strategy = "no";  // no | steps | epoch
+  std::optional<int64_t> eval_steps;  // default: logging_steps
+  std::string save_strategy = "steps";  // no | steps | epoch
+  int64_t save_steps = 500;
+  std::optional<int64_t> save_total_limit;
+  bool load_best_model_at_end = false;
+  std::optional<std::string> metric_for_best_model;
+  std::optional<bool> greater_is_better;
+  int64_t seed = 42;
+  std::optional<int64_t> data_seed;
+  bool dataloader_drop_last = false;
+  std::string train_sampling_strategy = "random";  // random | sequential
+  double label_smoothing_factor = 0.0;
+  std::optional<std::string> resume_from_checkpoint;
+  bool disable_tqdm = false;
+
+  // Sets one argument from its text form ("1e-4", "true", "linear"); throws naming the key.
+  void set(const std::string& key, const std::string& value);
+  static bool is_key(const std::string& key);
+  static std::vector<std::string> keys();
+  // Checks cross-field rules (strategies, positive sizes, best-model metric, ...).
+  void validate() const;
+  // All arguments as a JSON object text (saved as training_args.json in checkpoints).
+  std::string to_json() const;
+  // Canonical optimizer name for `optim` (aliases: adamw_torch, adamw_torch_fused, adamw_ort_fused
+  // -> adamw_fused; adamw_hf -> adamw).
+  std::string optimizer_name() const;
+  std::string best_metric_name() const;  // metric_for_best_model, default "loss"
+  bool best_is_greater() const;          // greater_is_better, default false for *loss
+};
+
+}  // namespace onyx

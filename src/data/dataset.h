@@ -1,0 +1,47 @@
+// data/dataset.h — datasets and the deterministic, resumable batch order.
+// A Dataset yields a batch as named tensors (graph input names, labels included) for a list of
+// sample indices. The order of samples per epoch is a pure function of (data_seed, epoch), so a
+// resumed run regenerates it and skips what was consumed (DESIGN decision 10).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "onyx/tensor.h"
+
+namespace onyx::data {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const = 0;
+  virtual std::vector<std::string> keys() const = 0;
+};
+
+// Tensors whose first dimension is the sample, from one safetensors file or a folder of them
+// (concatenated along the first dimension, files in name order). Every tensor must have the same
+// sample count; errors name the file and key.
+class TensorDataset : public Dataset {
+ public:
+  explicit TensorDataset(std::map<std::string, Tensor> tensors, std::string what = "dataset");
+  static std::shared_ptr<TensorDataset> load(const std::string& path);
+  int64_t size() const override { return n_; }
+  std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const override;
+  std::vector<std::string> keys() const override;
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+  int64_t n_ = 0;
+};
+
+// Sample order of one epoch: a permutation drawn from (seed, epoch) when shuffling, else 0..n-1.
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
+
+// Splits an order into batches of `batch_size` (the last one short unless drop_last).
+std::vector<std::vector<int64_t>> make_batches(const std::vector<int64_t>& order,
+                                               int64_t batch_size, bool drop_last);
+
+}  // namespace onyx::data

@@ -1,0 +1,40 @@
+// train/lr_schedule.h — learning-rate schedules with Hugging Face Transformers' formulas
+// (transformers.get_scheduler), as multipliers of the base lr with torch's LambdaLR semantics:
+// the lr for the optimizer step with index s (0-based; the first step is s = 0) is
+// base_lr * lambda(s). With warmup, step 0 therefore runs at lr 0, as in the HF Trainer.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace onyx::train {
+
+struct ScheduleConfig {
+  std::string type = "linear";  // see schedule_names()
+  int64_t warmup_steps = 0;     // used when > 0; otherwise ceil(warmup_ratio * total_steps)
+  double warmup_ratio = 0;
+  int64_t total_steps = 0;      // num_training_steps
+  double base_lr = 5e-5;
+  double num_cycles = -1;       // < 0: the type's default (cosine 0.5, cosine_with_restarts 1)
+  double lr_end = 1e-7;         // polynomial
+  double power = 1.0;           // polynomial
+  int64_t timescale = 0;        // inverse_sqrt; 0: Transformers' default (warmup steps, or 10000)
+};
+
+// Valid ScheduleConfig::type values: linear, cosine, cosine_with_restarts, polynomial, constant,
+// constant_with_warmup, inverse_sqrt.
+const std::vector<std::string>& schedule_names();
+
+// Throws onyx::Error for an unknown type (listing the valid ones) or invalid values.
+void validate_schedule(const ScheduleConfig& config);
+
+// Transformers' TrainingArguments.get_warmup_steps.
+int64_t effective_warmup_steps(const ScheduleConfig& config);
+
+// lambda(step): the multiplier of base_lr. Validates the config.
+double lr_multiplier(const ScheduleConfig& config, int64_t step);
+
+// base_lr * lambda(step).
+double lr_at(const ScheduleConfig& config, int64_t step);
+
+}  // namespace onyx::train

@@ -1,0 +1,493 @@
+// train/optimizer.cc — AdamW (fused flat pass and per-tensor reference), SGD, and the flat-buffer
+// helpers (grad norm, scale, finiteness). See optimizer.h.
+//
+// Multiply-adds are written out exactly where PyTorch's kernels have them: its vectorized add
+// with alpha is an FMA, its mul / addcmul / addcdiv are separate roundings. GCC contracts a*b + c
+// into an FMA by default (even in AVX intrinsics), which would silently change the rounding, so
+// contraction is off for this file and every FMA below is explicit.
+#pragma GCC optimize("fp-contract=off")
+
+#include "train/optimizer.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/parallel.h"
+
+namespace onyx::train {
+namespace {
+
+constexpr int64_t kUnit = 16;          // threads split buffers on multiples of 16 elements
+constexpr int64_t kGrainUnits = 8192;  // 128K elements per thread at least; smaller runs inline
+constexpr int64_t kChunk = 1 << 16;    // fixed reduction chunk (elements), thread-count independent
+
+// Runs f(begin, end) over element ranges of [0, n) split evenly across the pool's threads.
+template <class F>
+void parallel_elements(int64_t n, F&& f) {
+  int64_t units = (n + kUnit - 1) / kUnit;
+  runtime::parallel_for(units, kGrainUnits, [&](int64_t ub, int64_t ue) {
+    f(ub * kUnit, std::min(n, ue * kUnit));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weight-decay ranges: contiguous element ranges of the flat buffer with one decay flag each,
+// tiling [0, numel) (the padding after a tensor belongs to that tensor), adjacent equal flags
+// merged — so a fused pass needs no per-element lookup.
+struct DecayRange {
+  int64_t begin, end;
+  bool decay;
+};
+
+std::vector<DecayRange> make_decay_ranges(const FlatLayout& layout, const std::vector<bool>& mask) {
+  std::vector<size_t> order(layout.entries.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return layout.entries[a].offset < layout.entries[b].offset;
+  });
+  std::vector<DecayRange> ranges;
+  for (size_t k = 0; k < order.size(); ++k) {
+    size_t i = order[k];
+    int64_t begin = k == 0 ? 0 : layout.entries[i].offset;
+    int64_t end = k + 1 < order.size() ? layout.entries[order[k + 1]].offset : layout.numel;
+    bool decay = mask.empty() || mask[i];
+    if (begin >= end) continue;
+    if (!ranges.empty() && ranges.back().decay == decay && ranges.back().end == begin)
+      ranges.back().end = end;
+    else
+      ranges.push_back({begin, end, decay});
+  }
+  return ranges;
+}
+
+// Calls f(b, e, decay) for each part of [begin, end) with one decay flag.
+template <class F>
+void for_each_decay_range(const std::vector<DecayRange>& ranges, int64_t begin, int64_t end,
+                          F&& f) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), begin,
+                             [](int64_t x, const DecayRange& r) { return x < r.end; });
+  for (; it != ranges.end() && it->begin < end; ++it)
+    f(std::max(begin, it->begin), std::min(end, it->end), it->decay);
+}
+
+// ---------------------------------------------------------------------------------------------
+// AdamW. Scalars are computed in double, as torch does in Python, and rounded to float where
+// torch's kernels receive them.
+struct AdamWScalars {
+  float keep_decay;  // 1 - lr * weight_decay (decoupled decay, torch's param.mul_)
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float bias_correction2_sqrt, eps, neg_step_size;  // neg_step_size = -lr / (1 - beta1^t)
+};
+
+AdamWScalars adamw_scalars(const OptimizerConfig& c, double lr, int64_t t) {
+  double bias_correction1 = 1 - std::pow(c.beta1, (double)t);
+  double bias_correction2 = 1 - std::pow(c.beta2, (double)t);
+  AdamWScalars k;
+  k.keep_decay = (float)(1 - lr * c.weight_decay);
+  k.beta1 = (float)c.beta1;
+  k.one_minus_beta1 = (float)(1 - c.beta1);
+  k.beta2 = (float)c.beta2;
+  k.one_minus_beta2 = (float)(1 - c.beta2);
+  k.bias_correction2_sqrt = (float)std::sqrt(bias_correction2);
+  k.eps = (float)c.eps;
+  k.neg_step_size = (float)(-(lr / bias_correction1));
+  return k;
+}
+
+// One AdamW update of n elements, operation for operation as torch 1.13's float32 CPU kernels:
+//   p = p * keep                                   mul_
+//   m = fma(g, 1-b1, m * b1)                       mul_, add_(alpha) (vectorized add is an FMA)
+//   v = v * b2 + ((1-b2) * g) * g                  mul_, addcmul_
+//   p = p + (-step_size * m) / (sqrt(v) / sqrt(bc2) + eps)      sqrt, div, add_, addcdiv_
+// `keep` is k.keep_decay for tensors with weight decay and 1 (torch's 1 - lr*0) for the others.
+inline void adamw_update_scalar(float* p, const float* g, float* m, float* v, int64_t n,
+                                const AdamWScalars& k, float keep) {
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i];
+    float pi = p[i] * keep;
+    float mi = std::fma(gi, k.one_minus_beta1, m[i] * k.beta1);
+    float vi = v[i] * k.beta2 + (k.one_minus_beta2 * gi) * gi;
+    float denom = std::sqrt(vi) / k.bias_correction2_sqrt + k.eps;
+    p[i] = pi + (k.neg_step_size * mi) / denom;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& k,
+                  float keep) {
+  int64_t i = 0;
+#ifdef __AVX2__
+  const __m256 vkeep = _mm256_set1_ps(keep), b1 = _mm256_set1_ps(k.beta1),
+               c1 = _mm256_set1_ps(k.one_minus_beta1), b2 = _mm256_set1_ps(k.beta2),
+               c2 = _mm256_set1_ps(k.one_minus_beta2), bc2 = _mm256_set1_ps(k.bias_correction2_sqrt),
+               eps = _mm256_set1_ps(k.eps), nss = _mm256_set1_ps(k.neg_step_size);
+  for (; i + 8 <= n; i += 8) {
+    __m256 gi = _mm256_loadu_ps(g + i);
+    __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), vkeep);
+    __m256 mi = _mm256_fmadd_ps(gi, c1, _mm256_mul_ps(_mm256_loadu_ps(m + i), b1));
+    __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2),
+                              _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+    __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
+    pi = _mm256_add_ps(pi, _mm256_div_ps(_mm256_mul_ps(nss, mi), denom));
+    _mm256_storeu_ps(p + i, pi);
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+  }
+#endif
+  adamw_update_scalar(p + i, g + i, m + i, v + i, n - i, k, keep);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SGD, as torch 1.13's _single_tensor_sgd (dampening 0):
+//   d = decay ? fma(p, wd, g) : g                  d_p.add(param, alpha=wd)
+//   buf = first ? d : buf * mu + d                 clone / buf.mul_(mu).add_(d_p)
+//   d = nesterov ? fma(buf, mu, d) : buf           d_p.add(buf, alpha=mu)
+//   p = fma(d, -lr, p)                             param.add_(d_p, alpha=-lr)
+struct SgdScalars {
+  float weight_decay, momentum, neg_lr;
+};
+
+template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+void sgd_update(float* p, const float* g, float* buf, int64_t n, const SgdScalars& k) {
+  int64_t i = 0;
+#ifdef __AVX2__
+  const __m256 wd = _mm256_set1_ps(k.weight_decay), mu = _mm256_set1_ps(k.momentum),
+               nlr = _mm256_set1_ps(k.neg_lr);
+  for (; i + 8 <= n; i += 8) {
+    __m256 pi = _mm256_loadu_ps(p + i);
+    __m256 d = _mm256_loadu_ps(g + i);
+    if constexpr (kDecay) d = _mm256_fmadd_ps(pi, wd, d);
+    if constexpr (kMomentum) {
+      __m256 b = d;
+      if constexpr (!kFirst) b = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(buf + i), mu), d);
+      _mm256_storeu_ps(buf + i, b);
+      d = kNesterov ? _mm256_fmadd_ps(b, mu, d) : b;
+    }
+    _mm256_storeu_ps(p + i, _mm256_fmadd_ps(d, nlr, pi));
+  }
+#endif
+  for (; i < n; ++i) {
+    float d = g[i];
+    if constexpr (kDecay) d = std::fma(p[i], k.weight_decay, d);
+    if constexpr (kMomentum) {
+      float b = kFirst ? d : buf[i] * k.momentum + d;
+      buf[i] = b;
+      d = kNesterov ? std::fma(b, k.momentum, d) : b;
+    }
+    p[i] = std::fma(d, k.neg_lr, p[i]);
+  }
+}
+
+using SgdKernel = void (*)(float*, const float*, float*, int64_t, const SgdScalars&);
+
+template <bool kDecay>
+SgdKernel pick_sgd_kernel(bool momentum, bool first, bool nesterov) {
+  if (!momentum) return sgd_update<kDecay, false, false, false>;
+  if (first) return nesterov ? sgd_update<kDecay, true, true, true> : sgd_update<kDecay, true, true, false>;
+  return nesterov ? sgd_update<kDecay, true, false, true> : sgd_update<kDecay, true, false, false>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared by all optimizers here: the layout, decay ranges, named flat state buffers, checks.
+class FlatOptimizer : public Optimizer {
+ public:
+  FlatOptimizer(std::string name, const OptimizerConfig& config, const FlatLayout& layout,
+                const std::vector<bool>& decay_mask, const std::vector<std::string>& buffer_names)
+      : name_(std::move(name)),
+        config_(config),
+        layout_(layout),
+        decay_mask_(decay_mask),
+        ranges_(make_decay_ranges(layout, decay_mask)) {
+    for (auto& b : buffer_names) buffers_[b] = Tensor::zeros(DType::Float32, {layout_.numel});
+  }
+
+  const std::string& name() const override { return name_; }
+
+  std::map<std::string, Tensor> state() const override {
+    std::map<std::string, Tensor> s = buffers_;
+    s["step"] = Tensor::scalar_i64(step_count);
+    return s;
+  }
+
+  void load_state(const std::map<std::string, Tensor>& state) override {
+    std::string expected;
+    for (auto& [key, t] : buffers_) expected += key + ", ";
+    expected += "step";
+    for (auto& [key, t] : state)
+      ONYX_CHECK(key == "step" || buffers_.count(key), name_, " optimizer state: unexpected key '",
+                 key, "' (expected ", expected, ")");
+    for (auto& [key, buf] : buffers_) {
+      auto it = state.find(key);
+      ONYX_CHECK(it != state.end(), name_, " optimizer state: missing key '", key, "' (expected ",
+                 expected, ")");
+      const Tensor& t = it->second;
+      ONYX_CHECK(t.defined() && t.dtype() == DType::Float32 && t.shape() == buf.shape(), name_,
+                 " optimizer state '", key, "': expected float32 ", shape_str(buf.shape()),
+                 ", got ", t.defined() ? dtype_name(t.dtype()) : "undefined", " ",
+                 shape_str(t.shape()));
+    }
+    auto it = state.find("step");
+    ONYX_CHECK(it != state.end(), name_, " optimizer state: missing key 'step' (expected ",
+               expected, ")");
+    const Tensor& st = it->second;
+    ONYX_CHECK(st.defined() && is_integer(st.dtype()) && st.numel() == 1, name_,
+               " optimizer state 'step': expected an int64 scalar, got ",
+               st.defined() ? dtype_name(st.dtype()) : "undefined", " ", shape_str(st.shape()));
+    int64_t step = st.to_int64_vector()[0];
+    ONYX_CHECK(step >= 0, name_, " optimizer state 'step': negative value ", step);
+    for (auto& [key, buf] : buffers_) std::memcpy(buf.raw(), state.at(key).raw(), buf.nbytes());
+    step_count = step;
+  }
+
+ protected:
+  void check_buffers(const FlatBuffer& params, const FlatBuffer& grads) const {
+    auto check = [&](const FlatBuffer& b, const char* what) {
+      const FlatLayout& l = b.layout();
+      ONYX_CHECK(l.dtype == DType::Float32 && l.numel == layout_.numel &&
+                     l.entries.size() == layout_.entries.size(),
+                 name_, ".step: the ", what, " buffer (", dtype_name(l.dtype), ", ",
+                 l.entries.size(), " tensors, ", l.numel,
+                 " elements) does not have the optimizer's layout (float32, ",
+                 layout_.entries.size(), " tensors, ", layout_.numel, " elements)");
+      for (size_t i = 0; i < l.entries.size(); ++i) {
+        auto &a = l.entries[i], &e = layout_.entries[i];
+        ONYX_CHECK(a.offset == e.offset && a.shape == e.shape && a.name == e.name, name_,
+                   ".step: the ", what, " buffer's tensor #", i, " is '", a.name, "' ",
+                   shape_str(a.shape), " at ", a.offset, ", the optimizer's is '", e.name, "' ",
+                   shape_str(e.shape), " at ", e.offset);
+      }
+    };
+    check(params, "params");
+    check(grads, "grads");
+  }
+
+  bool decays(size_t entry) const { return decay_mask_.empty() || decay_mask_[entry]; }
+  float* buffer(const std::string& key) { return buffers_.at(key).data<float>(); }
+
+  std::string name_;
+  OptimizerConfig config_;
+  FlatLayout layout_;
+  std::vector<bool> decay_mask_;
+  std::vector<DecayRange> ranges_;
+  std::map<std::string, Tensor> buffers_;
+};
+
+// One threaded, vectorized pass over the flat buffers.
+class FusedAdamW : public FlatOptimizer {
+ public:
+  FusedAdamW(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask)
+      : FlatOptimizer("adamw_fused", c, l, mask, {"exp_avg", "exp_avg_sq"}) {}
+
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
+    check_buffers(params, grads);
+    ++step_count;
+    AdamWScalars k = adamw_scalars(config_, lr, step_count);
+    float* p = params.flat().data<float>();
+    const float* g = grads.flat().data<float>();
+    float* m = buffer("exp_avg");
+    float* v = buffer("exp_avg_sq");
+    parallel_elements(layout_.numel, [&](int64_t begin, int64_t end) {
+      for_each_decay_range(ranges_, begin, end, [&](int64_t b, int64_t e, bool decay) {
+        adamw_update(p + b, g + b, m + b, v + b, e - b, k, decay ? k.keep_decay : 1.0f);
+      });
+    });
+  }
+};
+
+// The reference: tensor by tensor, plain scalar code, one thread. Same math as FusedAdamW.
+class ReferenceAdamW : public FlatOptimizer {
+ public:
+  ReferenceAdamW(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask)
+      : FlatOptimizer("adamw", c, l, mask, {"exp_avg", "exp_avg_sq"}) {}
+
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
+    check_buffers(params, grads);
+    ++step_count;
+    AdamWScalars k = adamw_scalars(config_, lr, step_count);
+    float* m = buffer("exp_avg");
+    float* v = buffer("exp_avg_sq");
+    for (size_t i = 0; i < layout_.entries.size(); ++i) {
+      const FlatLayout::Entry& e = layout_.entries[i];
+      float* p = params.view(e.name).data<float>();
+      const float* g = grads.view(e.name).data<float>();
+      adamw_update_scalar(p, g, m + e.offset, v + e.offset, shape_numel(e.shape), k,
+                          decays(i) ? k.keep_decay : 1.0f);
+    }
+  }
+};
+
+class Sgd : public FlatOptimizer {
+ public:
+  Sgd(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask)
+      : FlatOptimizer("sgd", c, l, mask,
+                      c.momentum != 0 ? std::vector<std::string>{"momentum_buffer"}
+                                      : std::vector<std::string>{}) {}
+
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
+    check_buffers(params, grads);
+    bool momentum = config_.momentum != 0, first = step_count == 0;
+    SgdScalars k{(float)config_.weight_decay, (float)config_.momentum, (float)(-lr)};
+    bool any_decay = config_.weight_decay != 0;  // torch skips the decay add when wd == 0
+    SgdKernel with_decay = pick_sgd_kernel<true>(momentum, first, config_.nesterov);
+    SgdKernel without = pick_sgd_kernel<false>(momentum, first, config_.nesterov);
+    float* p = params.flat().data<float>();
+    const float* g = grads.flat().data<float>();
+    float* buf = momentum ? buffer("momentum_buffer") : nullptr;
+    parallel_elements(layout_.numel, [&](int64_t begin, int64_t end) {
+      for_each_decay_range(ranges_, begin, end, [&](int64_t b, int64_t e, bool decay) {
+        (decay && any_decay ? with_decay : without)(p + b, g + b, buf ? buf + b : nullptr, e - b, k);
+      });
+    });
+    ++step_count;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+double sum_squares(const float* x, int64_t n) {
+  int64_t i = 0;
+  double s = 0;
+#ifdef __AVX2__
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+    __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x0));
+    __m256d d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x0, 1));
+    __m256d d2 = _mm256_cvtps_pd(_mm256_castps256_ps128(x1));
+    __m256d d3 = _mm256_cvtps_pd(_mm256_extractf128_ps(x1, 1));
+    a0 = _mm256_fmadd_pd(d0, d0, a0);
+    a1 = _mm256_fmadd_pd(d1, d1, a1);
+    a2 = _mm256_fmadd_pd(d2, d2, a2);
+    a3 = _mm256_fmadd_pd(d3, d3, a3);
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
+  s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+  for (; i < n; ++i) s += (double)x[i] * (double)x[i];
+  return s;
+}
+
+bool range_finite(const float* x, int64_t n) {
+  int64_t i = 0;
+#ifdef __AVX2__
+  const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+  __m256i bad = _mm256_setzero_si256();
+  for (; i + 8 <= n; i += 8) {
+    __m256i bits = _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(x + i)), exp_mask);
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(bits, exp_mask));
+  }
+  if (!_mm256_testz_si256(bad, bad)) return false;
+#endif
+  for (; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+void check_float32(const FlatBuffer& b, const char* what) {
+  if (b.layout().dtype != DType::Float32)
+    ONYX_UNSUPPORTED(what, ": flat buffers of ", dtype_name(b.layout().dtype),
+                     " are not supported (float32 only)");
+}
+
+bool contains(const std::string& haystack, const char* needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> names = {"adamw_fused", "adamw", "sgd"};
+  return names;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const FlatLayout& layout,
+                                          const std::vector<bool>& decay_mask) {
+  const auto& names = optimizer_names();
+  if (std::find(names.begin(), names.end(), c.name) == names.end()) {
+    std::string valid;
+    for (auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
+    throw Error(cat("unknown optimizer '", c.name, "' (valid: ", valid, ")"));
+  }
+  if (layout.dtype != DType::Float32)
+    ONYX_UNSUPPORTED("optimizer '", c.name, "': flat buffers of ", dtype_name(layout.dtype),
+                     " are not supported (float32 only)");
+  ONYX_CHECK(decay_mask.empty() || decay_mask.size() == layout.entries.size(), "optimizer '",
+             c.name, "': the weight-decay mask has ", decay_mask.size(),
+             " entries, the layout has ", layout.entries.size(), " tensors");
+  ONYX_CHECK(c.lr >= 0, "optimizer '", c.name, "': invalid learning rate ", c.lr);
+  ONYX_CHECK(c.weight_decay >= 0, "optimizer '", c.name, "': invalid weight_decay ", c.weight_decay);
+  if (c.name == "sgd") {
+    ONYX_CHECK(c.momentum >= 0, "optimizer 'sgd': invalid momentum ", c.momentum);
+    ONYX_CHECK(!c.nesterov || c.momentum > 0, "optimizer 'sgd': nesterov needs momentum > 0");
+    return std::make_unique<Sgd>(c, layout, decay_mask);
+  }
+  ONYX_CHECK(c.beta1 >= 0 && c.beta1 < 1, "optimizer '", c.name, "': invalid beta1 ", c.beta1,
+             " (must be in [0, 1))");
+  ONYX_CHECK(c.beta2 >= 0 && c.beta2 < 1, "optimizer '", c.name, "': invalid beta2 ", c.beta2,
+             " (must be in [0, 1))");
+  ONYX_CHECK(c.eps >= 0, "optimizer '", c.name, "': invalid eps ", c.eps);
+  if (c.name == "adamw") return std::make_unique<ReferenceAdamW>(c, layout, decay_mask);
+  return std::make_unique<FusedAdamW>(c, layout, decay_mask);
+}
+
+std::vector<bool> hf_decay_mask(const FlatLayout& layout, bool generic_onnx) {
+  std::vector<bool> mask;
+  mask.reserve(layout.entries.size());
+  for (auto& e : layout.entries) {
+    std::string n = e.name;
+    for (char& ch : n) ch = (char)std::tolower((unsigned char)ch);
+    bool no_decay = contains(n, "bias") || contains(n, "layernorm") || contains(n, "layer_norm") ||
+                    contains(n, "ln_") || contains(n, "norm");
+    if (generic_onnx && e.shape.size() <= 1) no_decay = true;
+    mask.push_back(!no_decay);
+  }
+  return mask;
+}
+
+double global_grad_norm(const FlatBuffer& grads) {
+  check_float32(grads, "global_grad_norm");
+  const float* g = grads.flat().data<float>();
+  int64_t n = grads.layout().numel;
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(chunks);
+  runtime::parallel_for(chunks, 2, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c)
+      partial[c] = sum_squares(g + c * kChunk, std::min(kChunk, n - c * kChunk));
+  });
+  double total = 0;
+  for (double s : partial) total += s;
+  return std::sqrt(total);
+}
+
+void scale(FlatBuffer& buffer, float factor) {
+  check_float32(buffer, "scale");
+  float* x = buffer.flat().data<float>();
+  parallel_elements(buffer.layout().numel, [&](int64_t b, int64_t e) {
+    int64_t i = b;
+#ifdef __AVX2__
+    __m256 f = _mm256_set1_ps(factor);
+    for (; i + 8 <= e; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), f));
+#endif
+    for (; i < e; ++i) x[i] *= factor;
+  });
+}
+
+bool all_finite(const FlatBuffer& buffer) {
+  check_float32(buffer, "all_finite");
+  const float* x = buffer.flat().data<float>();
+  int64_t n = buffer.layout().numel;
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<char> finite(chunks, 1);
+  runtime::parallel_for(chunks, 2, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c)
+      finite[c] = range_finite(x + c * kChunk, std::min(kChunk, n - c * kChunk));
+  });
+  return std::all_of(finite.begin(), finite.end(), [](char f) { return f != 0; });
+}
+
+}  // namespace onyx::train

@@ -1,0 +1,701 @@
+// trainer.cc — the training loop with Transformers' semantics: gradient accumulation, clipping,
+// schedules, logging/eval/save strategies, checkpoint rotation that keeps the best, load best at
+// end, and exact resume (parameters, optimizer moments, schedule, data order, RNG, partial loss
+// accumulators and the log all come back bit for bit).
+#include "onyx/trainer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/safetensors.h"
+#include "ir/onnx_io.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+#include "train/progress.h"
+#include "train/training_session.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace onyx {
+
+// ---- model, log entries, state -------------------------------------------------------------
+
+Model Model::from_onnx(const std::string& path, autodiff::LossSpec loss) {
+  Model m;
+  m.graph = std::make_shared<ir::Graph>(ir::load_onnx(path));
+  m.loss = std::move(loss);
+  m.source = fs::absolute(path).string();
+  return m;
+}
+
+static json entry_json(const LogEntry& e) {
+  json j;
+  for (auto& [k, v] : e.values) j[k] = v;
+  j["epoch"] = e.epoch;
+  j["step"] = e.step;
+  return j;
+}
+
+std::string LogEntry::to_json() const { return entry_json(*this).dump(); }
+
+std::string TrainerState::to_json() const {
+  json j;
+  j["epoch"] = epoch;
+  j["global_step"] = global_step;
+  j["max_steps"] = max_steps;
+  j["num_train_epochs"] = num_train_epochs;
+  j["logging_steps"] = logging_steps;
+  j["eval_steps"] = eval_steps;
+  j["save_steps"] = save_steps;
+  j["train_batch_size"] = train_batch_size;
+  j["best_metric"] = best_metric ? json(*best_metric) : json();
+  j["best_model_checkpoint"] = best_model_checkpoint ? json(*best_model_checkpoint) : json();
+  j["is_local_process_zero"] = true;
+  j["is_world_process_zero"] = true;
+  j["is_hyper_param_search"] = false;
+  j["total_flos"] = 0;
+  json h = json::array();
+  for (auto& e : log_history) h.push_back(entry_json(e));
+  j["log_history"] = h;
+  return j.dump(2);
+}
+
+TrainerState TrainerState::from_json(const std::string& text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    throw Error(cat(what, ": not valid JSON: ", e.what()));
+  }
+  TrainerState s;
+  try {
+    s.epoch = j.at("epoch").get<double>();
+    s.global_step = j.at("global_step").get<int64_t>();
+    s.max_steps = j.at("max_steps").get<int64_t>();
+    s.num_train_epochs = j.value("num_train_epochs", (int64_t)0);
+    s.logging_steps = j.value("logging_steps", (int64_t)500);
+    s.eval_steps = j.value("eval_steps", (int64_t)500);
+    s.save_steps = j.value("save_steps", (int64_t)500);
+    s.train_batch_size = j.value("train_batch_size", (int64_t)0);
+    if (j.contains("best_metric") && !j["best_metric"].is_null())
+      s.best_metric = j["best_metric"].get<double>();
+    if (j.contains("best_model_checkpoint") && !j["best_model_checkpoint"].is_null())
+      s.best_model_checkpoint = j["best_model_checkpoint"].get<std::string>();
+    for (auto& e : j.at("log_history")) {
+      LogEntry le;
+      for (auto& [k, v] : e.items()) {
+        if (k == "epoch") le.epoch = v.get<double>();
+        else if (k == "step") le.step = v.get<int64_t>();
+        else if (v.is_number()) le.values[k] = v.get<double>();
+      }
+      s.log_history.push_back(le);
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(cat(what, ": missing or ill-typed field: ", e.what()));
+  }
+  return s;
+}
+
+void EarlyStoppingCallback::on_evaluate(const TrainingArguments& args, TrainerState&,
+                                        TrainerControl& control, const Metrics& m) {
+  std::string key = "eval_" + args.best_metric_name();
+  auto it = m.find(key);
+  if (it == m.end()) return;
+  bool greater = args.best_is_greater();
+  double v = it->second;
+  bool improved = !best_ || (greater ? v > *best_ + threshold_ : v < *best_ - threshold_);
+  if (improved) {
+    best_ = v;
+    bad_evals_ = 0;
+  } else if (++bad_evals_ >= patience_) {
+    control.should_training_stop = true;
+  }
+}
+
+// ---- metrics -------------------------------------------------------------------------------
+
+namespace metrics {
+namespace {
+// (N, C) argmax over last axis vs (N) labels, skipping -100.
+void pairs(const EvalPrediction& p, std::vector<int64_t>& pred, std::vector<int64_t>& gold) {
+  ONYX_CHECK(p.label_ids.defined(), "metrics need labels in the evaluation dataset");
+  const Tensor& x = p.predictions;
+  int64_t c = x.rank() ? x.dim(-1) : 1;
+  int64_t n = x.numel() / std::max<int64_t>(c, 1);
+  ONYX_CHECK(p.label_ids.numel() == n, "metrics: ", n, " predictions but ", p.label_ids.numel(),
+             " labels");
+  for (int64_t i = 0; i < n; i++) {
+    int64_t y = (int64_t)p.label_ids.get_as_double(i);
+    if (y == -100) continue;
+    int64_t best = 0;
+    double bv = -INFINITY;
+    for (int64_t k = 0; k < c; k++) {
+      double v = x.get_as_double(i * c + k);
+      if (v > bv) {
+        bv = v;
+        best = k;
+      }
+    }
+    pred.push_back(best);
+    gold.push_back(y);
+  }
+}
+}  // namespace
+
+Metrics accuracy(const EvalPrediction& p) {
+  std::vector<int64_t> pr, g;
+  pairs(p, pr, g);
+  int64_t ok = 0;
+  for (size_t i = 0; i < pr.size(); i++) ok += pr[i] == g[i];
+  return {{"accuracy", pr.empty() ? 0.0 : (double)ok / pr.size()}};
+}
+
+Metrics f1(const EvalPrediction& p) {
+  std::vector<int64_t> pr, g;
+  pairs(p, pr, g);
+  std::map<int64_t, std::array<int64_t, 3>> c;  // tp, fp, fn
+  for (size_t i = 0; i < pr.size(); i++) {
+    if (pr[i] == g[i]) c[g[i]][0]++;
+    else {
+      c[pr[i]][1]++;
+      c[g[i]][2]++;
+    }
+  }
+  double sum = 0;
+  for (auto& [k, v] : c) {
+    double d = 2.0 * v[0] + v[1] + v[2];
+    sum += d > 0 ? 2.0 * v[0] / d : 0;
+  }
+  return {{"f1", c.empty() ? 0.0 : sum / c.size()}};
+}
+
+Metrics mse(const EvalPrediction& p) {
+  ONYX_CHECK(p.label_ids.defined() && p.label_ids.numel() == p.predictions.numel(),
+             "mse: predictions and labels must have the same number of elements");
+  double s = 0;
+  for (int64_t i = 0; i < p.predictions.numel(); i++) {
+    double d = p.predictions.get_as_double(i) - p.label_ids.get_as_double(i);
+    s += d * d;
+  }
+  return {{"mse", p.predictions.numel() ? s / p.predictions.numel() : 0.0}};
+}
+
+ComputeMetrics by_names(const std::vector<std::string>& names) {
+  for (auto& n : names)
+    ONYX_CHECK(n == "accuracy" || n == "f1" || n == "mse" || n == "perplexity", "unknown metric '",
+               n, "' (accuracy, f1, mse, perplexity)");
+  return [names](const EvalPrediction& p) {
+    Metrics m;
+    for (auto& n : names) {
+      Metrics r;
+      if (n == "accuracy") r = accuracy(p);
+      else if (n == "f1") r = f1(p);
+      else if (n == "mse") r = mse(p);
+      m.insert(r.begin(), r.end());
+    }
+    return m;
+  };
+}
+}  // namespace metrics
+
+// ---- trainer -------------------------------------------------------------------------------
+
+struct Trainer::Impl {
+  std::unique_ptr<train::TrainingSession> ts;
+  std::unique_ptr<train::Optimizer> opt;
+  train::ScheduleConfig sched;
+  std::unique_ptr<train::Progress> progress;
+  // Data position and accumulators (saved in checkpoints for exact resume).
+  int64_t epoch = 0;             // current epoch index
+  int64_t batches_done = 0;      // micro-batches consumed in the current epoch
+  double loss_since_log = 0;     // sum of step losses since the last "loss" log
+  int64_t steps_since_log = 0;
+  double loss_total = 0;         // sum of all step losses (train_loss)
+  double last_grad_norm = 0;
+  int64_t skipped_steps = 0;
+  uint64_t data_seed = 0;
+  std::vector<bool> decay_mask;
+};
+
+Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Dataset> train_dataset,
+                 std::shared_ptr<data::Dataset> eval_dataset, ComputeMetrics compute_metrics,
+                 std::vector<std::shared_ptr<TrainerCallback>> callbacks)
+    : model_(std::move(model)),
+      args_(std::move(args)),
+      train_ds_(std::move(train_dataset)),
+      eval_ds_(std::move(eval_dataset)),
+      compute_metrics_(std::move(compute_metrics)),
+      callbacks_(std::move(callbacks)),
+      impl_(std::make_unique<Impl>()) {
+  args_.validate();
+  ONYX_CHECK(model_.graph, "Trainer: the model has no graph");
+  if (args_.eval_strategy != "no")
+    ONYX_CHECK(eval_ds_, "eval_strategy is '", args_.eval_strategy, "' but no eval dataset was given");
+  // Every graph input must come from the dataset (labels too, when the loss is appended).
+  auto check_ds = [&](const data::Dataset& ds, const char* which) {
+    auto keys = ds.keys();
+    auto has = [&](const std::string& k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); };
+    for (auto& in : model_.graph->inputs)
+      ONYX_CHECK(has(in.name), which, " dataset has no tensor for model input '", in.name,
+                 "' (it has: ", [&] {
+                   std::string s;
+                   for (auto& k : keys) s += (s.empty() ? "" : ", ") + k;
+                   return s;
+                 }(), ")");
+    if (model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput)
+      ONYX_CHECK(has(model_.loss.labels), which, " dataset has no labels '", model_.loss.labels, "'");
+  };
+  if (train_ds_) check_ds(*train_ds_, "train");
+  if (eval_ds_) check_ds(*eval_ds_, "eval");
+  autodiff::GradientOptions go;
+  go.loss = model_.loss;
+  if (args_.label_smoothing_factor > 0) go.loss.label_smoothing = (float)args_.label_smoothing_factor;
+  go.frozen = model_.frozen;
+  impl_->ts = std::make_unique<train::TrainingSession>(model_.graph, go);
+  impl_->decay_mask = train::hf_decay_mask(impl_->ts->params().layout(), model_.generic_onnx);
+  train::OptimizerConfig oc;
+  oc.name = args_.optimizer_name();
+  oc.lr = args_.learning_rate;
+  oc.beta1 = args_.adam_beta1;
+  oc.beta2 = args_.adam_beta2;
+  oc.eps = args_.adam_epsilon;
+  oc.weight_decay = args_.weight_decay;
+  oc.momentum = args_.sgd_momentum;
+  oc.nesterov = args_.sgd_nesterov;
+  impl_->opt = train::make_optimizer(oc, impl_->ts->params().layout(), impl_->decay_mask);
+  impl_->data_seed = (uint64_t)args_.data_seed.value_or(args_.seed);
+  for (auto& cb : callbacks_) cb->on_init_end(args_, state_, control_);
+}
+
+Trainer::~Trainer() = default;
+
+train::TrainingSession& Trainer::session() { return *impl_->ts; }
+
+static void append_line(const std::string& path, const std::string& line) {
+  std::ofstream f(path, std::ios::app);
+  f << line << "\n";
+}
+
+void Trainer::log(LogEntry e) {
+  e.epoch = state_.epoch;
+  e.step = state_.global_step;
+  state_.log_history.push_back(e);
+  append_line((fs::path(args_.output_dir) / "log_history.jsonl").string(), e.to_json());
+  if (impl_->progress) impl_->progress->log(e);
+  for (auto& cb : callbacks_) cb->on_log(args_, state_, control_, e);
+}
+
+static void fsync_path(const fs::path& p, bool dir) {
+  int fd = ::open(p.c_str(), dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void Trainer::save_model(const std::string& dir) {
+  fs::create_directories(dir);
+  auto& ts = *impl_->ts;
+  std::map<std::string, Tensor> weights;
+  for (auto& [name, t] : model_.graph->initializers)
+    weights[name] = ts.params().views().count(name) ? ts.params().view(name) : t;
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), weights, {{"format", "pt"}});
+  json m;
+  m["source"] = model_.source;
+  m["producer"] = "onyx";
+  io::write_file_atomic((fs::path(dir) / "onyx_model.json").string(), m.dump(2) + "\n");
+}
+
+void Trainer::save_checkpoint() {
+  std::string name = cat("checkpoint-", state_.global_step);
+  fs::path final_dir = fs::path(args_.output_dir) / name;
+  fs::path tmp = fs::path(args_.output_dir) / cat(".tmp-", name, "-", ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  auto& I = *impl_;
+  save_model(tmp.string());
+  io::save_safetensors((tmp / "optimizer.safetensors").string(), I.opt->state(),
+                       {{"optimizer", args_.optimizer_name()}});
+  json sch;
+  sch["last_epoch"] = state_.global_step;
+  sch["type"] = args_.lr_scheduler_type;
+  io::write_file_atomic((tmp / "scheduler.json").string(), sch.dump(2) + "\n");
+  json rng;
+  rng["seed"] = args_.seed;
+  rng["data_seed"] = I.data_seed;
+  rng["epoch"] = I.epoch;
+  rng["batches_done_in_epoch"] = I.batches_done;
+  rng["loss_since_log"] = I.loss_since_log;
+  rng["steps_since_log"] = I.steps_since_log;
+  rng["loss_total"] = I.loss_total;
+  rng["last_grad_norm"] = I.last_grad_norm;
+  rng["skipped_steps"] = I.skipped_steps;
+  io::write_file_atomic((tmp / "rng_state.json").string(), rng.dump(2) + "\n");
+  io::write_file_atomic((tmp / "training_args.json").string(), args_.to_json() + "\n");
+  // Best-model bookkeeping before writing the state (as Transformers does).
+  io::write_file_atomic((tmp / "trainer_state.json").string(), state_.to_json() + "\n");
+  fsync_path(tmp, true);
+  if (fs::exists(final_dir)) {
+    fs::path old = fs::path(args_.output_dir) / cat(".old-", name, "-", ::getpid());
+    fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fs::remove_all(old);
+  } else {
+    fs::rename(tmp, final_dir);
+  }
+  fsync_path(args_.output_dir, true);
+  for (auto& cb : callbacks_) cb->on_save(args_, state_, control_);
+  rotate_checkpoints();
+}
+
+void Trainer::rotate_checkpoints() {
+  if (!args_.save_total_limit) return;
+  std::vector<std::pair<int64_t, fs::path>> cks;
+  for (auto& e : fs::directory_iterator(args_.output_dir)) {
+    std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("checkpoint-", 0) == 0) {
+      try {
+        cks.push_back({std::stoll(n.substr(11)), e.path()});
+      } catch (...) {
+      }
+    }
+  }
+  std::sort(cks.begin(), cks.end());
+  // The best checkpoint is never deleted: move it to the newest end of the list.
+  if (state_.best_model_checkpoint) {
+    for (size_t i = 0; i < cks.size(); i++)
+      if (fs::path(*state_.best_model_checkpoint).filename() == cks[i].second.filename()) {
+        auto b = cks[i];
+        cks.erase(cks.begin() + i);
+        cks.push_back(b);
+        break;
+      }
+  }
+  int64_t limit = *args_.save_total_limit;
+  if (limit == 1 && state_.best_model_checkpoint && args_.load_best_model_at_end) limit = 2;
+  while ((int64_t)cks.size() > limit) {
+    fs::remove_all(cks.front().second);
+    cks.erase(cks.begin());
+  }
+}
+
+void Trainer::load_checkpoint(const std::string& dir) {
+  fs::path d(dir);
+  ONYX_CHECK(fs::is_directory(d), "resume_from_checkpoint: '", dir, "' is not a folder");
+  auto& I = *impl_;
+  auto read = [&](const char* f) {
+    fs::path p = d / f;
+    ONYX_CHECK(fs::exists(p), "checkpoint '", dir, "' has no ", f);
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  auto weights = io::load_safetensors((d / "model.safetensors").string());
+  for (auto& p : I.ts->parameters()) {
+    auto it = weights.tensors.find(p);
+    ONYX_CHECK(it != weights.tensors.end(), "checkpoint '", dir, "': model.safetensors has no tensor '", p, "'");
+    Tensor& v = I.ts->params().view(p);
+    ONYX_CHECK(it->second.meta() == v.meta(), "checkpoint '", dir, "': tensor '", p, "' is ",
+               dtype_name(it->second.dtype()), shape_str(it->second.shape()), " but the model has ",
+               dtype_name(v.dtype()), shape_str(v.shape()));
+    std::memcpy(v.raw(), it->second.raw(), v.nbytes());
+  }
+  auto opt = io::load_safetensors((d / "optimizer.safetensors").string());
+  I.opt->load_state(opt.tensors);
+  state_ = TrainerState::from_json(read("trainer_state.json"), cat("'", (d / "trainer_state.json").string(), "'"));
+  json rng;
+  try {
+    rng = json::parse(read("rng_state.json"));
+    I.epoch = rng.at("epoch").get<int64_t>();
+    I.batches_done = rng.at("batches_done_in_epoch").get<int64_t>();
+    I.loss_since_log = rng.at("loss_since_log").get<double>();
+    I.steps_since_log = rng.at("steps_since_log").get<int64_t>();
+    I.loss_total = rng.at("loss_total").get<double>();
+    I.last_grad_norm = rng.at("last_grad_norm").get<double>();
+    I.skipped_steps = rng.value("skipped_steps", (int64_t)0);
+    I.data_seed = rng.at("data_seed").get<uint64_t>();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(cat("checkpoint '", dir, "': rng_state.json: ", e.what()));
+  }
+  // The log file continues exactly where the checkpoint's history ends.
+  std::string log_path = (fs::path(args_.output_dir) / "log_history.jsonl").string();
+  std::string text;
+  for (auto& e : state_.log_history) text += e.to_json() + "\n";
+  io::write_file_atomic(log_path, text);
+}
+
+PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
+  auto& ts = *impl_->ts;
+  std::string pred_name = model_.predictions;
+  if (pred_name.empty())
+    for (auto& o : model_.graph->outputs)
+      if (model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput || o.name != model_.loss.output) {
+        if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput && model_.loss.output.empty() &&
+            &o == &model_.graph->outputs[0])
+          continue;
+        pred_name = o.name;
+        break;
+      }
+  std::string label_name = model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput ? model_.loss.labels : "";
+  if (label_name.empty()) {
+    for (auto& k : ds.keys())
+      if (k == "labels" || k == "label") label_name = k;
+  }
+  double loss_sum = 0;
+  int64_t n_loss = 0;
+  std::vector<Tensor> preds, labels;
+  auto order = data::epoch_order(ds.size(), false, 0, 0);
+  for (auto& idx : data::make_batches(order, args_.per_device_eval_batch_size, false)) {
+    auto batch = ds.batch(idx);
+    auto out = ts.forward(batch);
+    if (out.count("loss")) {
+      loss_sum += out["loss"].get_as_double(0) * (double)idx.size();
+      n_loss += (int64_t)idx.size();
+    }
+    if (!pred_name.empty() && out.count(pred_name)) preds.push_back(out[pred_name]);
+    if (!label_name.empty() && batch.count(label_name)) labels.push_back(batch[label_name]);
+    for (auto& cb : callbacks_) cb->on_prediction_step(args_, state_, control_);
+  }
+  auto concat = [](const std::vector<Tensor>& ts) -> Tensor {
+    if (ts.empty()) return {};
+    Shape s = ts[0].shape();
+    int64_t n = 0;
+    for (auto& t : ts) n += t.rank() ? t.dim(0) : 1;
+    if (s.empty()) s = {n};
+    else s[0] = n;
+    Tensor out(ts[0].dtype(), s);
+    char* dst = (char*)out.raw();
+    for (auto& t : ts) {
+      std::memcpy(dst, t.raw(), t.nbytes());
+      dst += t.nbytes();
+    }
+    return out;
+  };
+  PredictionOutput po;
+  po.predictions = concat(preds);
+  po.label_ids = concat(labels);
+  if (n_loss) po.metrics["loss"] = loss_sum / n_loss;
+  if (with_metrics && compute_metrics_ && po.predictions.defined()) {
+    auto m = compute_metrics_({po.predictions, po.label_ids});
+    po.metrics.insert(m.begin(), m.end());
+  }
+  if (po.metrics.count("loss")) po.metrics["perplexity"] = std::exp(std::min(po.metrics["loss"], 700.0));
+  return po;
+}
+
+Metrics Trainer::evaluate(const std::string& prefix) {
+  ONYX_CHECK(eval_ds_, "evaluate: no eval dataset");
+  auto t0 = std::chrono::steady_clock::now();
+  PredictionOutput po = run_eval(*eval_ds_, true);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Metrics m;
+  for (auto& [k, v] : po.metrics) m[prefix + "_" + k] = v;
+  m[prefix + "_runtime"] = secs;
+  m[prefix + "_samples_per_second"] = secs > 0 ? eval_ds_->size() / secs : 0;
+  LogEntry e;
+  e.values = m;
+  log(e);
+  for (auto& cb : callbacks_) cb->on_evaluate(args_, state_, control_, m);
+  // Track the best checkpoint (Transformers: the next save becomes best if the metric improved).
+  std::string key = prefix + "_" + args_.best_metric_name();
+  if (m.count(key)) {
+    double v = m[key];
+    bool better = !state_.best_metric ||
+                  (args_.best_is_greater() ? v > *state_.best_metric : v < *state_.best_metric);
+    if (better) {
+      state_.best_metric = v;
+      state_.best_model_checkpoint =
+          (fs::path(args_.output_dir) / cat("checkpoint-", state_.global_step)).string();
+    }
+  }
+  return m;
+}
+
+PredictionOutput Trainer::predict(const data::Dataset& ds) {
+  PredictionOutput po = run_eval(ds, true);
+  Metrics m;
+  for (auto& [k, v] : po.metrics) m["test_" + k] = v;
+  po.metrics = m;
+  return po;
+}
+
+TrainOutput Trainer::train() {
+  ONYX_CHECK(train_ds_, "train: no train dataset");
+  auto& I = *impl_;
+  auto& a = args_;
+  fs::create_directories(a.output_dir);
+  {  // fail early, before any step, if output_dir cannot be written
+    std::string probe = (fs::path(a.output_dir) / ".onyx-write-test").string();
+    std::ofstream f(probe);
+    ONYX_CHECK(f.good(), "output_dir '", a.output_dir, "' is not writable");
+    f.close();
+    fs::remove(probe);
+  }
+  bool shuffle = a.train_sampling_strategy == "random";
+  int64_t n_batches = (int64_t)data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0),
+                                                  a.per_device_train_batch_size, a.dataloader_drop_last).size();
+  ONYX_CHECK(n_batches > 0, "the train dataset (", train_ds_->size(), " samples) gives no batch of ",
+             a.per_device_train_batch_size, (a.dataloader_drop_last ? " with dataloader_drop_last" : ""));
+  int64_t ga = a.gradient_accumulation_steps;
+  int64_t updates_per_epoch = (n_batches + ga - 1) / ga;
+  int64_t max_steps = a.max_steps > 0 ? a.max_steps
+                                      : (int64_t)std::ceil(a.num_train_epochs * updates_per_epoch);
+  int64_t num_epochs = (max_steps + updates_per_epoch - 1) / updates_per_epoch;
+  state_ = TrainerState();
+  I.epoch = I.batches_done = 0;
+  I.loss_since_log = I.loss_total = 0;
+  I.steps_since_log = 0;
+  std::string log_path = (fs::path(a.output_dir) / "log_history.jsonl").string();
+  if (a.resume_from_checkpoint) {
+    load_checkpoint(*a.resume_from_checkpoint);
+  } else {
+    io::write_file_atomic(log_path, "");
+  }
+  state_.max_steps = max_steps;
+  state_.num_train_epochs = num_epochs;
+  state_.logging_steps = a.logging_steps;
+  state_.eval_steps = a.eval_steps.value_or(a.logging_steps);
+  state_.save_steps = a.save_steps;
+  state_.train_batch_size = a.per_device_train_batch_size;
+  I.sched.type = a.lr_scheduler_type;
+  I.sched.warmup_steps = a.warmup_steps;
+  I.sched.warmup_ratio = a.warmup_ratio;
+  I.sched.total_steps = max_steps;
+  I.sched.base_lr = a.learning_rate;
+  I.progress = std::make_unique<train::Progress>(max_steps, a.disable_tqdm);
+  I.progress->start(state_.global_step);
+  control_ = TrainerControl();
+  for (auto& cb : callbacks_) cb->on_train_begin(a, state_, control_);
+  auto t_start = std::chrono::steady_clock::now();
+  int64_t samples_seen = 0, steps_run = 0;
+  const int64_t eval_every = state_.eval_steps;
+
+  auto maybe_log_save_evaluate = [&](bool epoch_end) {
+    bool do_log = control_.should_log, do_eval = control_.should_evaluate, do_save = control_.should_save;
+    if (!epoch_end) {
+      do_log |= a.logging_strategy == "steps" && state_.global_step % a.logging_steps == 0;
+      do_log |= a.logging_first_step && state_.global_step == 1;
+      do_eval |= a.eval_strategy == "steps" && state_.global_step % eval_every == 0;
+      do_save |= a.save_strategy == "steps" && state_.global_step % a.save_steps == 0;
+    } else {
+      do_log |= a.logging_strategy == "epoch";
+      do_eval |= a.eval_strategy == "epoch";
+      do_save |= a.save_strategy == "epoch";
+    }
+    if (do_log && I.steps_since_log > 0) {
+      LogEntry e;
+      e.values["loss"] = I.loss_since_log / (double)I.steps_since_log;
+      e.values["grad_norm"] = I.last_grad_norm;
+      e.values["learning_rate"] = train::lr_at(I.sched, state_.global_step);
+      I.loss_since_log = 0;
+      I.steps_since_log = 0;
+      log(e);
+    }
+    if (do_eval) evaluate();
+    if (do_save) save_checkpoint();
+    control_.should_log = control_.should_evaluate = control_.should_save = false;
+  };
+
+  while (I.epoch < num_epochs && state_.global_step < max_steps && !control_.should_training_stop) {
+    auto batches = data::make_batches(data::epoch_order(train_ds_->size(), shuffle, I.data_seed, I.epoch),
+                                      a.per_device_train_batch_size, a.dataloader_drop_last);
+    if (I.batches_done == 0)
+      for (auto& cb : callbacks_) cb->on_epoch_begin(a, state_, control_);
+    while (I.batches_done < (int64_t)batches.size() && state_.global_step < max_steps) {
+      // One optimizer step over up to `ga` micro-batches.
+      int64_t group_start = I.batches_done;
+      int64_t group_end = std::min<int64_t>((int64_t)batches.size(), group_start + ga);
+      for (auto& cb : callbacks_) cb->on_step_begin(a, state_, control_);
+      double step_loss = 0;
+      for (int64_t b = group_start; b < group_end; b++) {
+        auto batch = train_ds_->batch(batches[b]);
+        uint64_t seed = (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)(b - group_start);
+        step_loss += I.ts->forward_backward(batch, b > group_start, seed, true);
+        samples_seen += (int64_t)batches[b].size();
+        if (b + 1 < group_end)
+          for (auto& cb : callbacks_) cb->on_substep_end(a, state_, control_);
+      }
+      int64_t micro = group_end - group_start;
+      step_loss /= (double)micro;
+      auto& grads = I.ts->grads();
+      if (micro > 1) train::scale(grads, 1.0f / (float)micro);
+      double norm = train::global_grad_norm(grads);
+      double lr = train::lr_at(I.sched, state_.global_step);
+      if (!std::isfinite(norm) || !train::all_finite(grads)) {
+        I.skipped_steps++;
+        LogEntry e;
+        e.values["skipped_nonfinite_step"] = 1;
+        e.values["grad_norm"] = norm;
+        log(e);
+      } else {
+        if (a.max_grad_norm > 0 && norm > a.max_grad_norm)
+          train::scale(grads, (float)(a.max_grad_norm / (norm + 1e-6)));
+        I.opt->step(I.ts->params(), grads, lr);
+      }
+      I.last_grad_norm = norm;
+      I.batches_done = group_end;
+      state_.global_step++;
+      steps_run++;
+      state_.epoch = (double)I.epoch + (double)I.batches_done / (double)batches.size();
+      if (std::isfinite(step_loss)) {
+        I.loss_since_log += step_loss;
+        I.loss_total += step_loss;
+      }
+      I.steps_since_log++;
+      I.progress->update(state_.global_step, step_loss, train::lr_at(I.sched, state_.global_step),
+                         samples_seen);
+      for (auto& cb : callbacks_) cb->on_step_end(a, state_, control_);
+      maybe_log_save_evaluate(false);
+      if (control_.should_epoch_stop || control_.should_training_stop) break;
+    }
+    bool finished_epoch = I.batches_done >= (int64_t)batches.size();
+    if (finished_epoch) {
+      for (auto& cb : callbacks_) cb->on_epoch_end(a, state_, control_);
+      I.epoch++;
+      I.batches_done = 0;
+      state_.epoch = (double)I.epoch;
+      maybe_log_save_evaluate(true);
+    }
+    control_.should_epoch_stop = false;
+    if (!finished_epoch) break;
+  }
+  I.progress->finish();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (a.load_best_model_at_end && state_.best_model_checkpoint &&
+      fs::exists(fs::path(*state_.best_model_checkpoint) / "model.safetensors")) {
+    auto w = io::load_safetensors((fs::path(*state_.best_model_checkpoint) / "model.safetensors").string());
+    for (auto& p : I.ts->parameters())
+      std::memcpy(I.ts->params().view(p).raw(), w.tensors.at(p).raw(), I.ts->params().view(p).nbytes());
+  }
+  TrainOutput out;
+  out.global_step = state_.global_step;
+  out.training_loss = state_.global_step ? I.loss_total / (double)state_.global_step : 0;
+  LogEntry e;
+  e.values["train_runtime"] = secs;
+  e.values["train_samples_per_second"] = secs > 0 ? samples_seen / secs : 0;
+  e.values["train_steps_per_second"] = secs > 0 ? steps_run / secs : 0;
+  e.values["train_loss"] = out.training_loss;
+  out.metrics = e.values;
+  log(e);
+  for (auto& cb : callbacks_) cb->on_train_end(a, state_, control_);
+  // The final state next to the checkpoints, as Transformers' save_state() does.
+  io::write_file_atomic((fs::path(a.output_dir) / "trainer_state.json").string(), state_.to_json() + "\n");
+  return out;
+}
+
+}  // namespace onyx

@@ -1,0 +1,228 @@
+// training_args.cc — TrainingArguments from text: one table maps each Hugging Face key to its
+// field and type, so parsing, error messages, key listing and JSON dumps share one source.
+#include "onyx/training_args.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "onyx/error.h"
+
+namespace onyx {
+namespace {
+
+struct Field {
+  const char* name;
+  std::function<void(TrainingArguments&, const std::string&)> set;
+  std::function<nlohmann::json(const TrainingArguments&)> get;
+};
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  return s;
+}
+
+double parse_double(const std::string& key, const std::string& v) {
+  try {
+    size_t pos;
+    double d = std::stod(v, &pos);
+    if (pos == v.size() && std::isfinite(d)) return d;
+  } catch (...) {
+  }
+  throw Error(cat("training argument '", key, "': expected a number, got '", v, "'"));
+}
+int64_t parse_int(const std::string& key, const std::string& v) {
+  try {
+    size_t pos;
+    long long i = std::stoll(v, &pos);
+    if (pos == v.size()) return i;
+    double d = std::stod(v, &pos);  // accept "1e3" and "10.0" when integral
+    if (pos == v.size() && d == std::floor(d) && std::fabs(d) < 9e15) return (int64_t)d;
+  } catch (...) {
+  }
+  throw Error(cat("training argument '", key, "': expected an integer, got '", v, "'"));
+}
+bool parse_bool(const std::string& key, const std::string& v) {
+  std::string l = lower(v);
+  if (l == "true" || l == "1" || l == "yes" || l == "on") return true;
+  if (l == "false" || l == "0" || l == "no" || l == "off") return false;
+  throw Error(cat("training argument '", key, "': expected true or false, got '", v, "'"));
+}
+bool is_none(const std::string& v) {
+  std::string l = lower(v);
+  return l == "none" || l == "null" || l == "~" || l.empty();
+}
+std::string one_of(const std::string& key, const std::string& v, std::vector<std::string> ok) {
+  for (auto& o : ok)
+    if (v == o) return v;
+  std::string list;
+  for (auto& o : ok) list += (list.empty() ? "" : ", ") + o;
+  throw Error(cat("training argument '", key, "': '", v, "' is not one of: ", list));
+}
+
+#define F_DOUBLE(name) \
+  {#name, [](TrainingArguments& a, const std::string& v) { a.name = parse_double(#name, v); }, \
+   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
+#define F_INT(name) \
+  {#name, [](TrainingArguments& a, const std::string& v) { a.name = parse_int(#name, v); }, \
+   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
+#define F_BOOL(name) \
+  {#name, [](TrainingArguments& a, const std::string& v) { a.name = parse_bool(#name, v); }, \
+   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
+#define F_STR(name) \
+  {#name, [](TrainingArguments& a, const std::string& v) { a.name = v; }, \
+   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
+#define F_CHOICE(name, ...)                                                         \
+  {#name,                                                                           \
+   [](TrainingArguments& a, const std::string& v) { a.name = one_of(#name, v, {__VA_ARGS__}); }, \
+   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
+#define F_OPT_INT(name)                                                                    \
+  {#name,                                                                                  \
+   [](TrainingArguments& a, const std::string& v) {                                        \
+     if (is_none(v)) a.name.reset();                                                       \
+     else a.name = parse_int(#name, v);                                                    \
+   },                                                                                      \
+   [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); }}
+#define F_OPT_STR(name)                                                                    \
+  {#name,                                                                                  \
+   [](TrainingArguments& a, const std::string& v) {                                        \
+     if (is_none(v)) a.name.reset();                                                       \
+     else a.name = v;                                                                      \
+   },                                                                                      \
+   [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); }}
+#define F_OPT_BOOL(name)                                                                   \
+  {#name,                                                                                  \
+   [](TrainingArguments& a, const std::string& v) {                                        \
+     if (is_none(v)) a.name.reset();                                                       \
+     else a.name = parse_bool(#name, v);                                                   \
+   },                                                                                      \
+   [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); }}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = {
+      F_STR(output_dir),
+      F_DOUBLE(learning_rate),
+      F_INT(per_device_train_batch_size),
+      F_INT(per_device_eval_batch_size),
+      F_INT(gradient_accumulation_steps),
+      F_DOUBLE(num_train_epochs),
+      F_INT(max_steps),
+      F_INT(warmup_steps),
+      F_DOUBLE(warmup_ratio),
+      F_CHOICE(lr_scheduler_type, "linear", "cosine", "cosine_with_restarts", "polynomial",
+               "constant", "constant_with_warmup", "inverse_sqrt"),
+      F_DOUBLE(weight_decay),
+      F_DOUBLE(adam_beta1),
+      F_DOUBLE(adam_beta2),
+      F_DOUBLE(adam_epsilon),
+      F_DOUBLE(max_grad_norm),
+      F_CHOICE(optim, "adamw_fused", "adamw", "sgd", "adamw_torch", "adamw_torch_fused",
+               "adamw_ort_fused", "adamw_hf"),
+      F_DOUBLE(sgd_momentum),
+      F_BOOL(sgd_nesterov),
+      F_CHOICE(logging_strategy, "no", "steps", "epoch"),
+      F_INT(logging_steps),
+      F_BOOL(logging_first_step),
+      F_CHOICE(eval_strategy, "no", "steps", "epoch"),
+      F_OPT_INT(eval_steps),
+      F_CHOICE(save_strategy, "no", "steps", "epoch"),
+      F_INT(save_steps),
+      F_OPT_INT(save_total_limit),
+      F_BOOL(load_best_model_at_end),
+      F_OPT_STR(metric_for_best_model),
+      F_OPT_BOOL(greater_is_better),
+      F_INT(seed),
+      F_OPT_INT(data_seed),
+      F_BOOL(dataloader_drop_last),
+      F_CHOICE(train_sampling_strategy, "random", "sequential"),
+      F_DOUBLE(label_smoothing_factor),
+      F_OPT_STR(resume_from_checkpoint),
+      F_BOOL(disable_tqdm),
+  };
+  return f;
+}
+
+}  // namespace
+
+void TrainingArguments::set(const std::string& key_in, const std::string& value) {
+  std::string key = key_in == "evaluation_strategy" ? "eval_strategy" : key_in;  // HF's old name
+  for (auto& f : fields())
+    if (key == f.name) return f.set(*this, value);
+  throw Error(cat("unknown training argument '", key_in, "'"));
+}
+
+bool TrainingArguments::is_key(const std::string& key) {
+  if (key == "evaluation_strategy") return true;
+  for (auto& f : fields())
+    if (key == f.name) return true;
+  return false;
+}
+
+std::vector<std::string> TrainingArguments::keys() {
+  std::vector<std::string> k;
+  for (auto& f : fields()) k.push_back(f.name);
+  return k;
+}
+
+std::string TrainingArguments::to_json() const {
+  nlohmann::ordered_json j;
+  for (auto& f : fields()) j[f.name] = f.get(*this);
+  return j.dump(2);
+}
+
+std::string TrainingArguments::optimizer_name() const {
+  if (optim == "adamw_torch" || optim == "adamw_torch_fused" || optim == "adamw_ort_fused")
+    return "adamw_fused";
+  if (optim == "adamw_hf") return "adamw";
+  return optim;
+}
+
+std::string TrainingArguments::best_metric_name() const {
+  std::string m = metric_for_best_model.value_or("loss");
+  if (m.rfind("eval_", 0) == 0) m = m.substr(5);
+  return m;
+}
+
+bool TrainingArguments::best_is_greater() const {
+  if (greater_is_better) return *greater_is_better;
+  std::string m = best_metric_name();
+  return !(m == "loss" || (m.size() >= 4 && m.substr(m.size() - 4) == "loss"));
+}
+
+void TrainingArguments::validate() const {
+  auto positive = [](const char* k, int64_t v) {
+    ONYX_CHECK(v > 0, "training argument '", k, "' must be positive, got ", v);
+  };
+  positive("per_device_train_batch_size", per_device_train_batch_size);
+  positive("per_device_eval_batch_size", per_device_eval_batch_size);
+  positive("gradient_accumulation_steps", gradient_accumulation_steps);
+  if (logging_strategy == "steps") positive("logging_steps", logging_steps);
+  if (save_strategy == "steps") positive("save_steps", save_steps);
+  if (eval_strategy == "steps" && eval_steps) positive("eval_steps", *eval_steps);
+  ONYX_CHECK(learning_rate >= 0, "training argument 'learning_rate' must be >= 0");
+  ONYX_CHECK(warmup_ratio >= 0 && warmup_ratio <= 1,
+             "training argument 'warmup_ratio' must be in [0, 1], got ", warmup_ratio);
+  ONYX_CHECK(warmup_steps >= 0, "training argument 'warmup_steps' must be >= 0");
+  ONYX_CHECK(num_train_epochs > 0 || max_steps > 0,
+             "set 'num_train_epochs' > 0 or 'max_steps' > 0");
+  ONYX_CHECK(label_smoothing_factor >= 0 && label_smoothing_factor < 1,
+             "training argument 'label_smoothing_factor' must be in [0, 1)");
+  ONYX_CHECK(!save_total_limit || *save_total_limit > 0,
+             "training argument 'save_total_limit' must be positive");
+  ONYX_CHECK(!output_dir.empty(), "training argument 'output_dir' is empty");
+  if (load_best_model_at_end) {
+    ONYX_CHECK(eval_strategy != "no",
+               "load_best_model_at_end needs an eval_strategy other than 'no'");
+    ONYX_CHECK(save_strategy == eval_strategy,
+               "load_best_model_at_end needs save_strategy ('", save_strategy,
+               "') equal to eval_strategy ('", eval_strategy, "')");
+    if (save_strategy == "steps") {
+      int64_t es = eval_steps.value_or(logging_steps);
+      ONYX_CHECK(save_steps % es == 0, "load_best_model_at_end needs save_steps (", save_steps,
+                 ") to be a multiple of eval_steps (", es, ")");
+    }
+  }
+}
+
+}  // namespace onyx

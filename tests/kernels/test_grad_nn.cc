@@ -1,0 +1,206 @@
+// tests/kernels/test_grad_nn.cc — the fused nn gradient kernels ("onyx" domain) in every dtype
+// path: the float32 AVX2 paths (checked by finite differences in tests/autodiff/gradcheck_nn.inc)
+// against the double / float16 generic paths on the same values, plus a naive LayerNormGrad
+// reference with many rows and threads (the per-block dscale/dbias partial sums).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "runtime/parallel.h"
+#include "runtime/session.h"
+
+using namespace onyx;
+using onyx::runtime::run_node;
+
+namespace {
+
+ir::Attribute ai(int64_t v) {
+  ir::Attribute a;
+  a.kind = ir::Attribute::Kind::Int;
+  a.i = v;
+  return a;
+}
+ir::Attribute as(const std::string& v) {
+  ir::Attribute a;
+  a.kind = ir::Attribute::Kind::String;
+  a.s = v;
+  return a;
+}
+ir::Attribute aints(std::vector<int64_t> v) {
+  ir::Attribute a;
+  a.kind = ir::Attribute::Kind::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+
+ir::Node node(const std::string& op, const std::string& domain, int nin, int nout,
+              std::map<std::string, ir::Attribute> attrs = {}) {
+  ir::Node n;
+  n.name = op + "_test";
+  n.op_type = op;
+  n.domain = domain;
+  for (int i = 0; i < nin; i++) n.inputs.push_back("in" + std::to_string(i));
+  for (int i = 0; i < nout; i++) n.outputs.push_back("out" + std::to_string(i));
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+Tensor rand_f32(Shape s, uint32_t seed, float lo = -1, float hi = 1) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(shape_numel(s));
+  for (auto& x : v) x = d(g);
+  return Tensor::from_vector(DType::Float32, s, v);
+}
+
+Tensor cast(const Tensor& t, DType dt) {
+  if (!t.defined() || t.dtype() == dt) return t;
+  return run_node(node("Cast", "", 1, 1, {{"to", ai((int64_t)dt)}}), 13, {t})[0];
+}
+
+// Runs `n` on the float32 inputs and again with the float inputs listed in `convert` cast to `dt`;
+// compares every output within tol.
+void expect_same_in(DType dt, const ir::Node& n, const std::vector<Tensor>& in,
+                    const std::vector<int>& convert, double tol) {
+  auto ref = run_node(n, 1, in);
+  std::vector<Tensor> in2 = in;
+  for (int i : convert) in2[i] = cast(in[i], dt);
+  auto got = run_node(n, 1, in2);
+  ASSERT_EQ(ref.size(), got.size());
+  for (size_t o = 0; o < ref.size(); o++) {
+    ASSERT_EQ(ref[o].shape(), got[o].shape()) << n.op_type << " output " << o;
+    for (int64_t i = 0; i < ref[o].numel(); i++)
+      ASSERT_NEAR(ref[o].get_as_double(i), got[o].get_as_double(i),
+                  tol * (1 + std::fabs(ref[o].get_as_double(i))))
+          << n.op_type << " " << dtype_name(dt) << " output " << o << " [" << i << "]";
+  }
+}
+
+Tensor forward1(const std::string& op, std::map<std::string, ir::Attribute> attrs,
+                const std::vector<Tensor>& in, int64_t opset = 13) {
+  return run_node(node(op, "", (int)in.size(), 1, std::move(attrs)), opset, in)[0];
+}
+
+}  // namespace
+
+TEST(NnGradKernels, SoftmaxGradDtypes) {
+  for (int64_t axis : {0, 1, 2}) {
+    Tensor x = rand_f32({3, 4, 21}, 1, -3, 3), dy = rand_f32({3, 4, 21}, 2);
+    Tensor y = forward1("Softmax", {{"axis", ai(axis)}}, {x});
+    Tensor ly = forward1("LogSoftmax", {{"axis", ai(axis)}}, {x});
+    auto sg = node("SoftmaxGrad", "onyx", 2, 1, {{"axis", ai(axis)}});
+    auto lg = node("LogSoftmaxGrad", "onyx", 2, 1, {{"axis", ai(axis)}});
+    expect_same_in(DType::Float64, sg, {dy, y}, {0, 1}, 1e-5);
+    expect_same_in(DType::Float64, lg, {dy, ly}, {0, 1}, 1e-5);
+    expect_same_in(DType::Float16, sg, {dy, y}, {0, 1}, 1e-2);
+  }
+  // opset < 13 semantics: reduce over axes [1, rank)
+  Tensor x = rand_f32({3, 4, 5}, 3), dy = rand_f32({3, 4, 5}, 4);
+  Tensor y = forward1("Softmax", {}, {x}, 11);
+  auto sg = node("SoftmaxGrad", "onyx", 2, 1, {{"axis", ai(1)}, {"flatten", ai(1)}});
+  expect_same_in(DType::Float64, sg, {dy, y}, {0, 1}, 1e-5);
+}
+
+TEST(NnGradKernels, LayerNormGradMatchesNaiveAndDtypes) {
+  const int64_t rows = 700, cols = 37;
+  Tensor x = rand_f32({7, 100, cols}, 5, -2, 2), dy = rand_f32({7, 100, cols}, 6);
+  Tensor scale = rand_f32({cols}, 7), bias = rand_f32({cols}, 8);
+  auto fwd = node("LayerNormalization", "", 3, 3, {{"axis", ai(-1)}});
+  auto f = run_node(fwd, 17, {x, scale, bias});
+  auto g = node("LayerNormGrad", "onyx", 5, 3, {{"axis", ai(2)}});
+  for (int threads : {1, 3, 8}) {
+    int saved = runtime::num_threads();
+    runtime::set_num_threads(threads);
+    auto out = run_node(g, 1, {dy, x, scale, f[1], f[2]});
+    runtime::set_num_threads(saved);
+    // naive double reference
+    std::vector<double> ds(cols, 0), db(cols, 0);
+    const float *xp = x.data<float>(), *dyp = dy.data<float>(), *sp = scale.data<float>();
+    for (int64_t r = 0; r < rows; r++) {
+      double m = 0, v = 0;
+      for (int64_t c = 0; c < cols; c++) m += xp[r * cols + c];
+      m /= cols;
+      for (int64_t c = 0; c < cols; c++) v += (xp[r * cols + c] - m) * (xp[r * cols + c] - m);
+      double inv = 1 / std::sqrt(v / cols + 1e-5);
+      double sg = 0, sgx = 0;
+      for (int64_t c = 0; c < cols; c++) {
+        double xh = (xp[r * cols + c] - m) * inv, gg = dyp[r * cols + c] * sp[c];
+        sg += gg;
+        sgx += gg * xh;
+        ds[c] += dyp[r * cols + c] * xh;
+        db[c] += dyp[r * cols + c];
+      }
+      for (int64_t c = 0; c < cols; c++) {
+        double xh = (xp[r * cols + c] - m) * inv, gg = dyp[r * cols + c] * sp[c];
+        double dx = (gg - sg / cols - xh * sgx / cols) * inv;
+        ASSERT_NEAR(out[0].data<float>()[r * cols + c], dx, 1e-4 * (1 + std::fabs(dx)));
+      }
+    }
+    for (int64_t c = 0; c < cols; c++) {
+      EXPECT_NEAR(out[1].data<float>()[c], ds[c], 1e-3 * (1 + std::fabs(ds[c]))) << threads;
+      EXPECT_NEAR(out[2].data<float>()[c], db[c], 1e-3 * (1 + std::fabs(db[c]))) << threads;
+    }
+  }
+  // double x with float32 statistics: the generic path
+  expect_same_in(DType::Float64, g, {dy, x, scale, f[1], f[2]}, {0, 1}, 1e-4);
+  expect_same_in(DType::Float64, g, {dy, x, scale, f[1], f[2]}, {0, 1, 3, 4}, 1e-4);
+}
+
+TEST(NnGradKernels, DropoutGradDtypes) {
+  Tensor dy = rand_f32({5, 13}, 9);
+  std::vector<uint8_t> m(65);
+  for (size_t i = 0; i < m.size(); i++) m[i] = (i * 7) % 3 != 0;
+  Tensor mask = Tensor::from_vector<uint8_t>(DType::Bool, {5, 13}, m);
+  auto g = node("DropoutGrad", "onyx", 3, 1);
+  Tensor ratio = Tensor::scalar_f32(0.2f);
+  auto out = run_node(g, 1, {dy, mask, ratio});
+  for (int64_t i = 0; i < 65; i++)
+    EXPECT_FLOAT_EQ(out[0].data<float>()[i], m[i] ? dy.data<float>()[i] * (float)(1 / 0.8) : 0.f);
+  expect_same_in(DType::Float64, g, {dy, mask, ratio}, {0}, 1e-6);
+  // training_mode false at run time: identity
+  auto g4 = node("DropoutGrad", "onyx", 4, 1);
+  auto id = run_node(g4, 1, {dy, mask, ratio, Tensor::from_vector<uint8_t>(DType::Bool, {}, {0})});
+  for (int64_t i = 0; i < 65; i++) EXPECT_EQ(id[0].data<float>()[i], dy.data<float>()[i]);
+}
+
+TEST(NnGradKernels, LossGradsDtypes) {
+  Tensor x = rand_f32({6, 19}, 10, -3, 3);
+  Tensor labels = Tensor::from_vector<int64_t>(DType::Int64, {6}, {0, 18, -100, 4, 4, 9});
+  Tensor w = rand_f32({19}, 11, 0.2f, 2);
+  Tensor lp = forward1("LogSoftmax", {{"axis", ai(1)}}, {x});
+  for (std::string red : {"none", "sum", "mean"}) {
+    Tensor dl = red == "none" ? rand_f32({6}, 12) : Tensor::scalar_f32(0.7f);
+    std::map<std::string, ir::Attribute> a{{"reduction", as(red)}, {"ignore_index", ai(-100)}};
+    auto sce = node("SoftmaxCrossEntropyLossGrad", "onyx", 4, 1, a);
+    expect_same_in(DType::Float64, sce, {dl, x, labels, w}, {0, 1, 3}, 1e-5);
+    // from log_prob gives the same gradient as from logits
+    auto sce_lp = sce;
+    sce_lp.attrs["log_prob"] = ai(1);
+    auto g1 = run_node(sce, 1, {dl, x, labels, w})[0];
+    auto g2 = run_node(sce_lp, 1, {dl, lp, labels, w})[0];
+    for (int64_t i = 0; i < g1.numel(); i++)
+      EXPECT_NEAR(g1.data<float>()[i], g2.data<float>()[i], 1e-5);
+    auto nll_a = a;
+    nll_a["input_shape"] = aints({6, 19});
+    auto nll = node("NLLLossGrad", "onyx", 3, 1, nll_a);
+    expect_same_in(DType::Float64, nll, {dl, labels, w}, {0, 2}, 1e-6);
+    expect_same_in(DType::Float16, nll, {dl, labels, w}, {0, 2}, 1e-2);
+  }
+  // all targets ignored with mean: zero gradient, not NaN
+  Tensor ign =
+      Tensor::from_vector<int64_t>(DType::Int64, {6}, {-100, -100, -100, -100, -100, -100});
+  auto sce = node("SoftmaxCrossEntropyLossGrad", "onyx", 3, 1, {{"ignore_index", ai(-100)}});
+  auto z = run_node(sce, 1, {Tensor::scalar_f32(1.0f), x, ign})[0];
+  for (int64_t i = 0; i < z.numel(); i++) EXPECT_EQ(z.data<float>()[i], 0.0f);
+}
+
+TEST(NnGradKernels, BatchNormGradDtypes) {
+  Tensor x = rand_f32({3, 4, 5}, 13), dy = rand_f32({3, 4, 5}, 14);
+  Tensor scale = rand_f32({4}, 15), mean = rand_f32({4}, 16), var = rand_f32({4}, 17, 0.5f, 1.5f);
+  for (int training : {0, 1}) {
+    auto g = node("BatchNormGrad", "onyx", 5, 3, {{"training_mode", ai(training)}});
+    expect_same_in(DType::Float64, g, {dy, x, scale, mean, var}, {0, 1, 2, 3, 4}, 1e-5);
+  }
+}
