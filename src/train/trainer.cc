@@ -314,6 +314,12 @@ void Trainer::save_model(const std::string& dir) {
   io::save_safetensors((fs::path(dir) / "model.safetensors").string(), weights, {{"format", "pt"}});
   json m;
   m["source"] = model_.source;
+  if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput)
+    m["loss_output"] = model_.loss.output.empty() && !model_.graph->outputs.empty()
+                           ? model_.graph->outputs[0].name
+                           : model_.loss.output;
+  else
+    m["labels"] = model_.loss.labels;
   m["producer"] = "onyx";
   io::write_file_atomic((fs::path(dir) / "onyx_model.json").string(), m.dump(2) + "\n");
 }

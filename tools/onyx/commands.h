@@ -12,5 +12,9 @@ Action add_run_command(CLI::App& app);
 Action add_info_command(CLI::App& app);
 Action add_conformance_command(CLI::App& app);
 Action add_grad_command(CLI::App& app);
+Action add_train_command(CLI::App& app);
+Action add_evaluate_command(CLI::App& app);
+Action add_predict_command(CLI::App& app);
+Action add_export_command(CLI::App& app);
 
 }  // namespace onyx::cli

@@ -23,6 +23,10 @@ int main(int argc, char** argv) {
   add(onyx::cli::add_info_command);
   add(onyx::cli::add_conformance_command);
   add(onyx::cli::add_grad_command);
+  add(onyx::cli::add_train_command);
+  add(onyx::cli::add_evaluate_command);
+  add(onyx::cli::add_predict_command);
+  add(onyx::cli::add_export_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,112 @@
+// cmd_train.cc — `onyx train CONFIG [--key value ...]`, `onyx evaluate CONFIG [...]` and
+// `onyx predict CONFIG [...] --output PRED.safetensors`: the Trainer driven by a YAML/JSON config
+// whose keys are Hugging Face TrainingArguments plus model / loss / data.
+#include <iostream>
+
+#include "commands.h"
+#include "data/dataset.h"
+#include "io/safetensors.h"
+#include "onyx/trainer.h"
+#include "train/run_config.h"
+#include "train/training_session.h"
+
+namespace onyx::cli {
+namespace {
+
+struct Loaded {
+  train::RunConfig cfg;
+  std::shared_ptr<data::Dataset> train, eval;
+};
+
+Loaded load(const std::string& path, const std::vector<std::string>& extras, bool need_train) {
+  Loaded l;
+  l.cfg = train::load_run_config(path, train::parse_overrides(extras));
+  if (need_train) {
+    ONYX_CHECK(!l.cfg.train_data.empty(), "config '", path, "': 'train_data' is missing");
+    l.train = data::TensorDataset::load(l.cfg.train_data);
+  }
+  if (!l.cfg.eval_data.empty()) l.eval = data::TensorDataset::load(l.cfg.eval_data);
+  return l;
+}
+
+Trainer make_trainer(Loaded& l) {
+  ComputeMetrics cm = l.cfg.metrics.empty() ? nullptr : metrics::by_names(l.cfg.metrics);
+  return Trainer(train::model_from_config(l.cfg), l.cfg.args, l.train, l.eval, cm);
+}
+
+}  // namespace
+
+Action add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "train a model from a YAML/JSON config");
+  auto path = std::make_shared<std::string>();
+  cmd->add_option("config", *path, "config file (.yaml or .json)")->required();
+  cmd->allow_extras();
+  return [path, cmd]() {
+    Loaded l = load(*path, cmd->remaining(), true);
+    Trainer t = make_trainer(l);
+    auto out = t.train();
+    std::cout << "trained " << out.global_step << " steps, train_loss " << out.training_loss
+              << "; checkpoints in " << l.cfg.args.output_dir << "\n";
+    if (l.eval) {
+      auto m = t.evaluate();
+      std::cout << "final evaluation:";
+      for (auto& [k, v] : m) std::cout << " " << k << "=" << v;
+      std::cout << "\n";
+    }
+    t.save_model(l.cfg.args.output_dir);
+    return 0;
+  };
+}
+
+Action add_evaluate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("evaluate", "evaluate a model (or a checkpoint's weights)");
+  auto path = std::make_shared<std::string>();
+  auto ckpt = std::make_shared<std::string>();
+  cmd->add_option("config", *path, "config file")->required();
+  cmd->add_option("--checkpoint", *ckpt, "load weights from this checkpoint folder first");
+  cmd->allow_extras();
+  return [path, ckpt, cmd]() {
+    Loaded l = load(*path, cmd->remaining(), false);
+    ONYX_CHECK(l.eval, "config '", *path, "': 'eval_data' is missing");
+    Trainer t = make_trainer(l);
+    if (!ckpt->empty()) {
+      auto w = io::load_safetensors(*ckpt + "/model.safetensors");
+      for (auto& p : t.session().parameters()) {
+        auto it = w.tensors.find(p);
+        ONYX_CHECK(it != w.tensors.end(), "checkpoint '", *ckpt, "' has no tensor '", p, "'");
+        Tensor& v = t.session().params().view(p);
+        ONYX_CHECK(it->second.meta() == v.meta(), "checkpoint '", *ckpt, "': tensor '", p, "' has shape ",
+                   shape_str(it->second.shape()), ", the model has ", shape_str(v.shape()));
+        std::memcpy(v.raw(), it->second.raw(), v.nbytes());
+      }
+    }
+    auto m = t.evaluate();
+    for (auto& [k, v] : m) std::cout << k << ": " << v << "\n";
+    return 0;
+  };
+}
+
+Action add_predict_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("predict", "write a model's predictions on test_data");
+  auto path = std::make_shared<std::string>();
+  auto output = std::make_shared<std::string>();
+  cmd->add_option("config", *path, "config file")->required();
+  cmd->add_option("--output", *output, "safetensors file for predictions")->required();
+  cmd->allow_extras();
+  return [path, output, cmd]() {
+    Loaded l = load(*path, cmd->remaining(), false);
+    std::string data_path = !l.cfg.test_data.empty() ? l.cfg.test_data : l.cfg.eval_data;
+    ONYX_CHECK(!data_path.empty(), "config '", *path, "': 'test_data' (or 'eval_data') is missing");
+    auto ds = data::TensorDataset::load(data_path);
+    Trainer t = make_trainer(l);
+    auto po = t.predict(*ds);
+    std::map<std::string, Tensor> out;
+    if (po.predictions.defined()) out["predictions"] = po.predictions;
+    if (po.label_ids.defined()) out["label_ids"] = po.label_ids;
+    io::save_safetensors(*output, out);
+    for (auto& [k, v] : po.metrics) std::cout << k << ": " << v << "\n";
+    return 0;
+  };
+}
+
+}  // namespace onyx::cli
