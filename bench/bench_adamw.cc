@@ -100,7 +100,8 @@ void BM_adamw(benchmark::State& state, const char* name) {
   onyx::train::OptimizerConfig cfg;
   cfg.name = name;
   cfg.weight_decay = 0.01;
-  auto opt = onyx::train::make_optimizer(cfg, b.layout, onyx::train::hf_decay_mask(b.layout, false));
+  auto opt =
+      onyx::train::make_optimizer(cfg, b.layout, onyx::train::hf_decay_mask(b.layout, false));
   opt->step(b.params, b.grads, 1e-3);  // warm-up: first touch of the moment buffers
   for (auto _ : state) opt->step(b.params, b.grads, 1e-3);
   set_rates(state, b.numel, 28);
@@ -115,9 +116,16 @@ void BM_grad_norm(benchmark::State& state) {
 }
 
 BENCHMARK_CAPTURE(BM_adamw, adamw_fused, "adamw_fused")
-    ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 BENCHMARK_CAPTURE(BM_adamw, adamw_reference, "adamw")
-    ->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 BENCHMARK(BM_grad_norm)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -27,9 +27,9 @@ double warmup_lambda(int64_t step, int64_t warmup) {
 }  // namespace
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {
-      "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
-      "constant_with_warmup", "inverse_sqrt"};
+  static const std::vector<std::string> names = {"linear",      "cosine",   "cosine_with_restarts",
+                                                 "polynomial",  "constant", "constant_with_warmup",
+                                                 "inverse_sqrt"};
   return names;
 }
 
@@ -89,7 +89,8 @@ double lr_multiplier(const ScheduleConfig& c, int64_t step) {
     double lr_range = lr_init - c.lr_end;
     int64_t decay_steps = total - warmup;
     // Transformers divides by zero when step == total == warmup; the limit is lr_end.
-    double pct_remaining = decay_steps > 0 ? 1 - (double)(step - warmup) / (double)decay_steps : 0.0;
+    double pct_remaining =
+        decay_steps > 0 ? 1 - (double)(step - warmup) / (double)decay_steps : 0.0;
     double decay = lr_range * std::pow(pct_remaining, c.power) + c.lr_end;
     return decay / lr_init;
   }

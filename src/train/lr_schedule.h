@@ -13,12 +13,12 @@ struct ScheduleConfig {
   std::string type = "linear";  // see schedule_names()
   int64_t warmup_steps = 0;     // used when > 0; otherwise ceil(warmup_ratio * total_steps)
   double warmup_ratio = 0;
-  int64_t total_steps = 0;      // num_training_steps
+  int64_t total_steps = 0;  // num_training_steps
   double base_lr = 5e-5;
-  double num_cycles = -1;       // < 0: the type's default (cosine 0.5, cosine_with_restarts 1)
-  double lr_end = 1e-7;         // polynomial
-  double power = 1.0;           // polynomial
-  int64_t timescale = 0;        // inverse_sqrt; 0: Transformers' default (warmup steps, or 10000)
+  double num_cycles = -1;  // < 0: the type's default (cosine 0.5, cosine_with_restarts 1)
+  double lr_end = 1e-7;    // polynomial
+  double power = 1.0;      // polynomial
+  int64_t timescale = 0;   // inverse_sqrt; 0: Transformers' default (warmup steps, or 10000)
 };
 
 // Valid ScheduleConfig::type values: linear, cosine, cosine_with_restarts, polynomial, constant,

@@ -31,9 +31,8 @@ constexpr int64_t kChunk = 1 << 16;    // fixed reduction chunk (elements), thre
 template <class F>
 void parallel_elements(int64_t n, F&& f) {
   int64_t units = (n + kUnit - 1) / kUnit;
-  runtime::parallel_for(units, kGrainUnits, [&](int64_t ub, int64_t ue) {
-    f(ub * kUnit, std::min(n, ue * kUnit));
-  });
+  runtime::parallel_for(units, kGrainUnits,
+                        [&](int64_t ub, int64_t ue) { f(ub * kUnit, std::min(n, ue * kUnit)); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -126,13 +125,15 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
 #ifdef __AVX2__
   const __m256 vkeep = _mm256_set1_ps(keep), b1 = _mm256_set1_ps(k.beta1),
                c1 = _mm256_set1_ps(k.one_minus_beta1), b2 = _mm256_set1_ps(k.beta2),
-               c2 = _mm256_set1_ps(k.one_minus_beta2), bc2 = _mm256_set1_ps(k.bias_correction2_sqrt),
-               eps = _mm256_set1_ps(k.eps), nss = _mm256_set1_ps(k.neg_step_size);
+               c2 = _mm256_set1_ps(k.one_minus_beta2),
+               bc2 = _mm256_set1_ps(k.bias_correction2_sqrt), eps = _mm256_set1_ps(k.eps),
+               nss = _mm256_set1_ps(k.neg_step_size);
   for (; i + 8 <= n; i += 8) {
     __m256 gi = _mm256_loadu_ps(g + i);
     __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), vkeep);
     __m256 mi = _mm256_fmadd_ps(gi, c1, _mm256_mul_ps(_mm256_loadu_ps(m + i), b1));
-    __m256 vi = _mm256_fmadd_ps(_mm256_mul_ps(c2, gi), gi, _mm256_mul_ps(_mm256_loadu_ps(v + i), b2));
+    __m256 vi =
+        _mm256_fmadd_ps(_mm256_mul_ps(c2, gi), gi, _mm256_mul_ps(_mm256_loadu_ps(v + i), b2));
     __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
     pi = _mm256_add_ps(pi, _mm256_div_ps(_mm256_mul_ps(nss, mi), denom));
     _mm256_storeu_ps(p + i, pi);
@@ -189,7 +190,8 @@ using SgdKernel = void (*)(float*, const float*, float*, int64_t, const SgdScala
 template <bool kDecay>
 SgdKernel pick_sgd_kernel(bool momentum, bool first, bool nesterov) {
   if (!momentum) return sgd_update<kDecay, false, false, false>;
-  if (first) return nesterov ? sgd_update<kDecay, true, true, true> : sgd_update<kDecay, true, true, false>;
+  if (first)
+    return nesterov ? sgd_update<kDecay, true, true, true> : sgd_update<kDecay, true, true, false>;
   return nesterov ? sgd_update<kDecay, true, false, true> : sgd_update<kDecay, true, false, false>;
 }
 
@@ -341,7 +343,8 @@ class Sgd : public FlatOptimizer {
     float* buf = momentum ? buffer("momentum_buffer") : nullptr;
     parallel_elements(layout_.numel, [&](int64_t begin, int64_t end) {
       for_each_decay_range(ranges_, begin, end, [&](int64_t b, int64_t e, bool decay) {
-        (decay && any_decay ? with_decay : without)(p + b, g + b, buf ? buf + b : nullptr, e - b, k);
+        (decay && any_decay ? with_decay : without)(p + b, g + b, buf ? buf + b : nullptr, e - b,
+                                                    k);
       });
     });
     ++step_count;
@@ -421,7 +424,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const FlatLa
              c.name, "': the weight-decay mask has ", decay_mask.size(),
              " entries, the layout has ", layout.entries.size(), " tensors");
   ONYX_CHECK(c.lr >= 0, "optimizer '", c.name, "': invalid learning rate ", c.lr);
-  ONYX_CHECK(c.weight_decay >= 0, "optimizer '", c.name, "': invalid weight_decay ", c.weight_decay);
+  ONYX_CHECK(c.weight_decay >= 0, "optimizer '", c.name, "': invalid weight_decay ",
+             c.weight_decay);
   if (c.name == "sgd") {
     ONYX_CHECK(c.momentum >= 0, "optimizer 'sgd': invalid momentum ", c.momentum);
     ONYX_CHECK(!c.nesterov || c.momentum > 0, "optimizer 'sgd': nesterov needs momentum > 0");

@@ -7,8 +7,9 @@
 //
 // Numerics follow PyTorch 1.13's float32 CPU kernels operation by operation (torch.optim.AdamW
 // and torch.optim.SGD), including where torch fuses a multiply-add and where it does not: on this
-// machine a 30-step run gives the same float32 bits as Debian's torch 1.13. Optimizer state is a map of named tensors ("exp_avg",
-// "exp_avg_sq", "momentum_buffer", "step"), so checkpoints are safetensors, not pickles.
+// machine a 30-step run gives the same float32 bits as Debian's torch 1.13. Optimizer state is a
+// map of named tensors ("exp_avg", "exp_avg_sq", "momentum_buffer", "step"), so checkpoints are
+// safetensors, not pickles.
 //
 // Determinism (DESIGN decision 10): every element update is independent of the partition, and the
 // only reduction here (global_grad_norm) sums fixed chunks in a fixed order, so results are bit
@@ -29,8 +30,8 @@ struct OptimizerConfig {
   std::string name = "adamw_fused";  // see optimizer_names()
   double lr = 1e-3;  // base learning rate (a schedule scales it; step() takes the current value)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;  // AdamW
-  double momentum = 0;   // SGD
-  bool nesterov = false;  // SGD; needs momentum > 0
+  double momentum = 0;                                              // SGD
+  bool nesterov = false;                                            // SGD; needs momentum > 0
 };
 
 class Optimizer {

@@ -53,7 +53,7 @@ const Case kCases[] = {
     {"cosine", 10, 110, -1, 1, 60, 5e-4},
     {"cosine", 10, 110, -1, 1, 85, 0.1464466094067262e-3},
     {"cosine", 10, 110, -1, 1, 110, 0.0},
-    {"cosine", 10, 110, 1.0, 1, 60, 0.0},  // a full cycle: back to 0 mid-way ...
+    {"cosine", 10, 110, 1.0, 1, 60, 0.0},    // a full cycle: back to 0 mid-way ...
     {"cosine", 10, 110, 1.0, 1, 110, 1e-3},  // ... and up to b at the end
     {"cosine_with_restarts", 0, 100, 2, 1, 0, 1e-3},
     {"cosine_with_restarts", 0, 100, 2, 1, 25, 5e-4},

@@ -151,7 +151,8 @@ void check_sgd(double momentum, bool nesterov, double wd) {
   auto st = opt->state();
   EXPECT_EQ(st.count("momentum_buffer"), momentum != 0 ? 1u : 0u);
   if (momentum != 0) {
-    for (int i = 0; i < 3; ++i) EXPECT_NEAR(st.at("momentum_buffer").data<float>()[i], buf[i], 1e-6);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_NEAR(st.at("momentum_buffer").data<float>()[i], buf[i], 1e-6);
   }
 }
 
@@ -211,7 +212,8 @@ TEST(Optimizer, StateRoundTripContinuesIdentically) {
       b->step(params_b, grads, 1e-3);
     }
     EXPECT_TRUE(bits_equal(params.flat(), params_b.flat())) << name;
-    for (auto& [k, t] : a->state()) EXPECT_TRUE(bits_equal(t, b->state().at(k))) << name << " " << k;
+    for (auto& [k, t] : a->state())
+      EXPECT_TRUE(bits_equal(t, b->state().at(k))) << name << " " << k;
   }
 }
 
@@ -301,8 +303,10 @@ TEST(Optimizer, HfDecayMask) {
                                       {"onnx::MatMul_123", {4, 4}},
                                       {"onnx::Add_124", {4}},
                                       {"scale", {}}});
-  std::vector<bool> hf = {true, false, false, false, true, false, false, false, false, true, true, true};
-  std::vector<bool> onnx = {true, false, false, false, true, false, false, false, false, true, false, false};
+  std::vector<bool> hf = {true,  false, false, false, true, false,
+                          false, false, false, true,  true, true};
+  std::vector<bool> onnx = {true,  false, false, false, true,  false,
+                            false, false, false, true,  false, false};
   EXPECT_EQ(hf_decay_mask(layout, false), hf);
   EXPECT_EQ(hf_decay_mask(layout, true), onnx);
 }
