@@ -37,9 +37,8 @@ function toTensor(name, spec) {
 }
 
 function fromTensor(t) {
-  const big = t.type === 'int64' || t.type === 'uint64';
-  const data = big ? Array.from(t.data, (v) => Number(v)) : Array.from(t.data, (v) => Number(v));
-  return {type: t.type, dims: Array.from(t.dims), data};
+  // Number(float32) is exact, and JSON keeps a double's shortest round-trip form: no rounding.
+  return {type: t.type, dims: Array.from(t.dims), data: Array.from(t.data, (v) => Number(v))};
 }
 
 async function main() {

@@ -1,0 +1,81 @@
+// bench_elementwise.cc — GB/s of the main memory-bound kernels (through the kernel registry, as
+// the executor calls them), next to a plain memcpy of the same bytes: the ceiling they chase.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+
+#include "autodiff/gradient.h"
+#include "runtime/session.h"
+
+using namespace onyx;
+
+namespace {
+
+Tensor randn(Shape s) {
+  Tensor t(DType::Float32, s);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d;
+  for (int64_t i = 0; i < t.numel(); i++) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+void set_bytes(benchmark::State& st, double bytes) {
+  st.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                           benchmark::Counter::kIs1000);
+  st.counters["GB/s"].value /= 1e9;
+}
+
+const Shape kAct = {16, 128, 768};  // (B,T,C) activations of a BERT-base-sized layer
+
+void bm_memcpy(benchmark::State& st) {
+  Tensor a = randn(kAct), b(DType::Float32, kAct);
+  for (auto _ : st) {
+    std::memcpy(b.raw(), a.raw(), a.nbytes());
+    benchmark::DoNotOptimize(b.raw());
+  }
+  set_bytes(st, 2.0 * a.nbytes());
+}
+
+void bm_node(benchmark::State& st, std::string op, std::vector<Tensor> in,
+             std::map<std::string, ir::Attribute> attrs, double bytes) {
+  ir::Node n;
+  n.name = op;
+  n.op_type = op;
+  n.attrs = attrs;
+  for (size_t i = 0; i < in.size(); i++) n.inputs.push_back("x" + std::to_string(i));
+  n.outputs = {"y"};
+  for (auto _ : st) {
+    auto out = runtime::run_node(n, 17, in);
+    benchmark::DoNotOptimize(out[0].raw());
+  }
+  set_bytes(st, bytes);
+}
+
+void register_all() {
+  double act = (double)shape_numel(kAct) * 4;
+  benchmark::RegisterBenchmark("memcpy/16x128x768", bm_memcpy)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  auto reg = [&](const char* name, std::string op, std::vector<Tensor> in,
+                 std::map<std::string, ir::Attribute> attrs, double bytes) {
+    benchmark::RegisterBenchmark(name, bm_node, op, in, attrs, bytes)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  };
+  reg("Add/same_shape", "Add", {randn(kAct), randn(kAct)}, {}, 3 * act);
+  reg("Add/bias_row", "Add", {randn(kAct), randn({768})}, {}, 2 * act);
+  reg("Mul/same_shape", "Mul", {randn(kAct), randn(kAct)}, {}, 3 * act);
+  reg("Relu", "Relu", {randn(kAct)}, {}, 2 * act);
+  reg("Erf", "Erf", {randn(kAct)}, {}, 2 * act);
+  reg("Tanh", "Tanh", {randn(kAct)}, {}, 2 * act);
+  reg("Gelu/erf", "Gelu", {randn(kAct)}, {}, 2 * act);
+  reg("Softmax/16x4x128x128", "Softmax", {randn({16, 4, 128, 128})}, {{"axis", autodiff::attr_i(-1)}},
+      2.0 * 16 * 4 * 128 * 128 * 4);
+  reg("LayerNormalization/16x128x768", "LayerNormalization", {randn(kAct), randn({768}), randn({768})},
+      {{"axis", autodiff::attr_i(-1)}}, 2 * act);
+  reg("Transpose/0213", "Transpose", {randn({16, 128, 12, 64})}, {{"perm", autodiff::attr_ints({0, 2, 1, 3})}},
+      2 * act);
+}
+
+const bool registered = (register_all(), true);
+
+}  // namespace

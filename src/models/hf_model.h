@@ -1,0 +1,88 @@
+// models/hf_model.h — Hugging Face architectures (BERT, RoBERTa, DistilBERT, GPT-2, ViT) built
+// as onyx graphs from a config.json, with Transformers' exact parameter names, so a checkpoint
+// folder trains without Python.
+//
+// The graphs use standard ONNX opset-17 ops only (Gather, MatMul, LayerNormalization, Softmax,
+// Erf, Dropout with training_mode, ...), have dynamic batch and sequence dimensions (shape-derived
+// values fold at plan time, per input signature), and keep every weight as an initializer named as
+// in Transformers' state_dict. Tied weights (GPT-2's lm_head, BERT's MLM decoder) are the embedding
+// initializer itself, used twice.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "onyx/trainer.h"
+
+namespace onyx::models {
+
+// config.json, parsed. Fields take the value of whichever key the model type uses
+// (hidden_size / n_embd / dim, ...); unknown keys are ignored but kept in raw_json for saving.
+struct HfConfig {
+  std::string model_type;  // "bert" | "roberta" | "distilbert" | "gpt2" | "vit"
+  std::vector<std::string> architectures;
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t intermediate_size = 0;  // GPT-2: n_inner, default 4 * n_embd
+  std::string hidden_act = "gelu";  // "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh" (tanh), "relu"
+  double layer_norm_eps = 1e-12;
+  double hidden_dropout_prob = 0.1;           // BERT hidden / GPT-2 resid_pdrop / DistilBERT dropout
+  double attention_probs_dropout_prob = 0.1;  // GPT-2 attn_pdrop / DistilBERT attention_dropout
+  double embd_pdrop = 0.1;                    // GPT-2 only (others: hidden_dropout_prob)
+  std::optional<double> classifier_dropout;   // BERT/RoBERTa classifier_dropout, DistilBERT seq_classif_dropout
+  int64_t max_position_embeddings = 0;        // GPT-2: n_positions
+  int64_t vocab_size = 0;
+  int64_t type_vocab_size = 2;
+  int64_t pad_token_id = 0;
+  int64_t image_size = 224, patch_size = 16, num_channels = 3;  // ViT
+  bool qkv_bias = true;                                         // ViT
+  int64_t num_labels = 2;
+  std::vector<std::string> id2label;  // index -> label name; size num_labels when given
+  double initializer_range = 0.02;
+  bool tie_word_embeddings = true;
+  std::string raw_json;  // the file as read ("" when built in code)
+};
+
+// Parses config.json text. Throws onyx::Error naming `what` (the file) and the key for a missing
+// required key, a value of the wrong type, an unknown model_type or invalid JSON.
+HfConfig parse_hf_config(const std::string& json_text, const std::string& what);
+// config.json text: raw_json's keys kept, the parsed fields written back under the model type's
+// own key names, plus architectures / id2label / label2id.
+std::string hf_config_to_json(const HfConfig& c, const std::string& architecture);
+
+enum class Task { SequenceClassification, TokenClassification, MaskedLM, CausalLM, ImageClassification, Base };
+
+const char* task_name(Task t);  // "SequenceClassification", ...
+// The Transformers class name: "BertForSequenceClassification", "GPT2LMHeadModel", "ViTModel", ...
+std::string architecture_name(const std::string& model_type, Task t);
+// The task of a Transformers class name ("BertForMaskedLM" -> MaskedLM); nullopt when unknown.
+std::optional<Task> task_from_architecture(const std::string& arch);
+
+struct BuiltModel {
+  Model model;  // graph (initializers = the weights, HF names), loss, predictions = "logits"
+  HfConfig config;
+  Task task = Task::Base;
+  std::vector<std::string> input_names;  // graph inputs in order (labels last when in the graph)
+  // Tied names -> the parameter they share storage with ("lm_head.weight" -> "transformer.wte.weight").
+  std::vector<std::pair<std::string, std::string>> tied;
+  // Filled by load_hf_folder: what the checkpoint lacked (randomly initialized) / had in excess.
+  std::vector<std::string> missing_keys, unexpected_keys;
+};
+
+// Builds the graph for `task` with weights randomly initialized as Transformers' _init_weights
+// does (normal(0, initializer_range) for Linear/Embedding weights, zero biases, LayerNorm 1/0,
+// padding row zero, ViT cls_token/position_embeddings truncated normal), from a deterministic RNG
+// keyed on (seed, parameter name). Throws onyx::Error for a task the model type has no head for.
+//
+// Outputs: "logits" (Base: "last_hidden_state" and, for BERT/RoBERTa/ViT, "pooler_output").
+// Loss: CrossEntropy on "logits" with labels "labels" (ignore_index -100); num_labels == 1 for
+// sequence classification is regression (MSE). CausalLM computes the shifted loss in the graph:
+// input "labels", scalar output "loss" (first), then "logits".
+BuiltModel build_hf_model(const HfConfig& config, Task task, int64_t seed = 0);
+
+// The base model's prefix in Transformers ("bert", "roberta", "distilbert", "transformer", "vit").
+std::string base_model_prefix(const std::string& model_type);
+
+}  // namespace onyx::models
