@@ -1,0 +1,289 @@
+// hf_config.cc — config.json for the supported model types: key aliases per model type
+// (hidden_size / n_embd / dim, ...), Transformers' defaults, strict types, errors that name the key
+// and the file; and writing a config back.
+#include <nlohmann/json.hpp>
+
+#include "models/hf_model.h"
+
+namespace onyx::models {
+namespace {
+
+using json = nlohmann::json;
+
+// Reads keys from the config object, naming the file and key in every error.
+struct Reader {
+  const json& j;
+  std::string what;
+  std::string model_type;
+
+  const json* find(std::initializer_list<const char*> keys) const {
+    for (const char* k : keys) {
+      auto it = j.find(k);
+      if (it != j.end() && !it->is_null()) return &*it;
+    }
+    return nullptr;
+  }
+  std::string names(std::initializer_list<const char*> keys) const {
+    std::string s;
+    for (const char* k : keys) s += std::string(s.empty() ? "'" : " / '") + k + "'";
+    return s;
+  }
+  [[noreturn]] void missing(std::initializer_list<const char*> keys) const {
+    throw Error(cat(what, ": missing required key ", names(keys), " (model_type '", model_type, "')"));
+  }
+  int64_t integer(std::initializer_list<const char*> keys, std::optional<int64_t> def = {}) const {
+    const json* v = find(keys);
+    if (!v) {
+      if (!def) missing(keys);
+      return *def;
+    }
+    if (v->is_number_integer() || v->is_number_unsigned()) return v->get<int64_t>();
+    if (v->is_number_float() && v->get<double>() == (double)(int64_t)v->get<double>())
+      return (int64_t)v->get<double>();
+    throw Error(cat(what, ": key ", names(keys), " must be an integer, got ", v->dump()));
+  }
+  double number(std::initializer_list<const char*> keys, double def) const {
+    const json* v = find(keys);
+    if (!v) return def;
+    ONYX_CHECK(v->is_number(), what, ": key ", names(keys), " must be a number, got ", v->dump());
+    return v->get<double>();
+  }
+  std::string string(std::initializer_list<const char*> keys, const std::string& def) const {
+    const json* v = find(keys);
+    if (!v) return def;
+    ONYX_CHECK(v->is_string(), what, ": key ", names(keys), " must be a string, got ", v->dump());
+    return v->get<std::string>();
+  }
+  bool boolean(std::initializer_list<const char*> keys, bool def) const {
+    const json* v = find(keys);
+    if (!v) return def;
+    ONYX_CHECK(v->is_boolean(), what, ": key ", names(keys), " must be true or false, got ", v->dump());
+    return v->get<bool>();
+  }
+};
+
+void check_positive(const Reader& r, int64_t v, const char* key) {
+  ONYX_CHECK(v > 0, r.what, ": key '", key, "' must be positive, got ", v);
+}
+
+}  // namespace
+
+HfConfig parse_hf_config(const std::string& text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(cat(what, ": invalid JSON: ", e.what()));
+  }
+  ONYX_CHECK(j.is_object(), what, ": expected a JSON object at the top level");
+  Reader r{j, what, ""};
+  HfConfig c;
+  c.raw_json = text;
+  const json* mt = r.find({"model_type"});
+  ONYX_CHECK(mt, what, ": missing required key 'model_type'");
+  ONYX_CHECK(mt->is_string(), what, ": key 'model_type' must be a string, got ", mt->dump());
+  c.model_type = r.model_type = mt->get<std::string>();
+  if (const json* a = r.find({"architectures"})) {
+    ONYX_CHECK(a->is_array(), what, ": key 'architectures' must be a list of strings");
+    for (auto& s : *a) {
+      ONYX_CHECK(s.is_string(), what, ": key 'architectures' must be a list of strings");
+      c.architectures.push_back(s.get<std::string>());
+    }
+  }
+  const std::string& t = c.model_type;
+  if (t == "bert" || t == "roberta" || t == "vit") {
+    c.hidden_size = r.integer({"hidden_size"});
+    c.num_hidden_layers = r.integer({"num_hidden_layers"});
+    c.num_attention_heads = r.integer({"num_attention_heads"});
+    c.intermediate_size = r.integer({"intermediate_size"});
+    c.hidden_act = r.string({"hidden_act"}, "gelu");
+    c.layer_norm_eps = r.number({"layer_norm_eps"}, 1e-12);
+    c.hidden_dropout_prob = r.number({"hidden_dropout_prob"}, t == "vit" ? 0.0 : 0.1);
+    c.attention_probs_dropout_prob = r.number({"attention_probs_dropout_prob"}, t == "vit" ? 0.0 : 0.1);
+    c.embd_pdrop = c.hidden_dropout_prob;
+    if (r.find({"classifier_dropout"})) c.classifier_dropout = r.number({"classifier_dropout"}, 0);
+    c.initializer_range = r.number({"initializer_range"}, 0.02);
+    if (t == "vit") {
+      c.image_size = r.integer({"image_size"});
+      c.patch_size = r.integer({"patch_size"});
+      c.num_channels = r.integer({"num_channels"}, 3);
+      c.qkv_bias = r.boolean({"qkv_bias"}, true);
+      check_positive(r, c.image_size, "image_size");
+      check_positive(r, c.patch_size, "patch_size");
+      check_positive(r, c.num_channels, "num_channels");
+      ONYX_CHECK(c.image_size % c.patch_size == 0, what, ": image_size ", c.image_size,
+                 " is not a multiple of patch_size ", c.patch_size);
+    } else {
+      c.vocab_size = r.integer({"vocab_size"});
+      c.max_position_embeddings = r.integer({"max_position_embeddings"});
+      c.type_vocab_size = r.integer({"type_vocab_size"}, 2);
+      c.pad_token_id = r.integer({"pad_token_id"}, t == "roberta" ? 1 : 0);
+      std::string pe = r.string({"position_embedding_type"}, "absolute");
+      ONYX_CHECK(pe == "absolute", what, ": position_embedding_type '", pe,
+                 "' is not supported (only 'absolute')");
+    }
+  } else if (t == "distilbert") {
+    c.hidden_size = r.integer({"dim", "hidden_size"});
+    c.num_hidden_layers = r.integer({"n_layers", "num_hidden_layers"});
+    c.num_attention_heads = r.integer({"n_heads", "num_attention_heads"});
+    c.intermediate_size = r.integer({"hidden_dim"});
+    c.hidden_act = r.string({"activation"}, "gelu");
+    c.layer_norm_eps = 1e-12;  // fixed in DistilBERT
+    c.hidden_dropout_prob = r.number({"dropout"}, 0.1);
+    c.embd_pdrop = c.hidden_dropout_prob;
+    c.attention_probs_dropout_prob = r.number({"attention_dropout"}, 0.1);
+    c.classifier_dropout = r.number({"seq_classif_dropout"}, 0.2);
+    c.vocab_size = r.integer({"vocab_size"});
+    c.max_position_embeddings = r.integer({"max_position_embeddings"});
+    c.pad_token_id = r.integer({"pad_token_id"}, 0);
+    c.initializer_range = r.number({"initializer_range"}, 0.02);
+    ONYX_CHECK(!r.boolean({"sinusoidal_pos_embds"}, false), what,
+               ": sinusoidal_pos_embds = true is not supported");
+  } else if (t == "gpt2") {
+    c.hidden_size = r.integer({"n_embd", "hidden_size"});
+    c.num_hidden_layers = r.integer({"n_layer", "num_hidden_layers"});
+    c.num_attention_heads = r.integer({"n_head", "num_attention_heads"});
+    c.intermediate_size = r.integer({"n_inner"}, 4 * c.hidden_size);
+    c.hidden_act = r.string({"activation_function"}, "gelu_new");
+    c.layer_norm_eps = r.number({"layer_norm_epsilon"}, 1e-5);
+    c.hidden_dropout_prob = r.number({"resid_pdrop"}, 0.1);
+    c.embd_pdrop = r.number({"embd_pdrop"}, 0.1);
+    c.attention_probs_dropout_prob = r.number({"attn_pdrop"}, 0.1);
+    if (r.find({"summary_first_dropout"})) c.classifier_dropout = r.number({"summary_first_dropout"}, 0.1);
+    c.vocab_size = r.integer({"vocab_size"});
+    c.max_position_embeddings = r.integer({"n_positions", "max_position_embeddings"});
+    c.pad_token_id = r.integer({"pad_token_id"}, -1);
+    c.initializer_range = r.number({"initializer_range"}, 0.02);
+    ONYX_CHECK(r.boolean({"scale_attn_weights"}, true), what,
+               ": scale_attn_weights = false is not supported");
+    ONYX_CHECK(!r.boolean({"scale_attn_by_inverse_layer_idx"}, false), what,
+               ": scale_attn_by_inverse_layer_idx = true is not supported");
+  } else {
+    throw Error(cat(what, ": model_type '", t,
+                    "' is not supported (bert, roberta, distilbert, gpt2, vit)"));
+  }
+  c.tie_word_embeddings = r.boolean({"tie_word_embeddings"}, true);
+  check_positive(r, c.hidden_size, "hidden_size");
+  check_positive(r, c.num_hidden_layers, "num_hidden_layers");
+  check_positive(r, c.num_attention_heads, "num_attention_heads");
+  check_positive(r, c.intermediate_size, "intermediate_size");
+  ONYX_CHECK(c.hidden_size % c.num_attention_heads == 0, what, ": hidden size ", c.hidden_size,
+             " is not a multiple of the number of attention heads ", c.num_attention_heads);
+  if (t != "vit") {
+    check_positive(r, c.vocab_size, "vocab_size");
+    check_positive(r, c.max_position_embeddings, "max_position_embeddings");
+  }
+  static const char* acts[] = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu"};
+  bool act_ok = false;
+  for (const char* a : acts) act_ok |= c.hidden_act == a;
+  ONYX_CHECK(act_ok, what, ": activation '", c.hidden_act,
+             "' (key 'hidden_act' / 'activation_function' / 'activation') is not supported "
+             "(gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu)");
+
+  // Labels: id2label's size (keys "0".."n-1"), overridden by an explicit num_labels.
+  if (const json* m = r.find({"id2label"})) {
+    ONYX_CHECK(m->is_object(), what, ": key 'id2label' must be an object {\"0\": \"LABEL_0\", ...}");
+    c.id2label.assign(m->size(), "");
+    for (auto& [k, v] : m->items()) {
+      int64_t id = -1;
+      try {
+        size_t used = 0;
+        id = std::stoll(k, &used);
+        if (used != k.size()) id = -1;
+      } catch (...) {
+      }
+      ONYX_CHECK(id >= 0 && id < (int64_t)m->size(), what, ": id2label key '", k,
+                 "' is not an index in [0, ", m->size(), ")");
+      ONYX_CHECK(v.is_string(), what, ": id2label['", k, "'] must be a string");
+      c.id2label[id] = v.get<std::string>();
+    }
+    c.num_labels = (int64_t)c.id2label.size();
+  }
+  if (r.find({"num_labels"})) {
+    c.num_labels = r.integer({"num_labels"});
+    if ((int64_t)c.id2label.size() != c.num_labels) c.id2label.clear();
+  }
+  check_positive(r, c.num_labels, "num_labels");
+  return c;
+}
+
+std::string hf_config_to_json(const HfConfig& c, const std::string& architecture) {
+  json j = json::object();
+  if (!c.raw_json.empty()) {
+    try {
+      j = json::parse(c.raw_json);
+    } catch (const json::exception&) {
+      j = json::object();
+    }
+  }
+  const std::string& t = c.model_type;
+  j["model_type"] = t;
+  j["architectures"] = json::array({architecture});
+  if (t == "bert" || t == "roberta" || t == "vit") {
+    j["hidden_size"] = c.hidden_size;
+    j["num_hidden_layers"] = c.num_hidden_layers;
+    j["num_attention_heads"] = c.num_attention_heads;
+    j["intermediate_size"] = c.intermediate_size;
+    j["hidden_act"] = c.hidden_act;
+    j["layer_norm_eps"] = c.layer_norm_eps;
+    j["hidden_dropout_prob"] = c.hidden_dropout_prob;
+    j["attention_probs_dropout_prob"] = c.attention_probs_dropout_prob;
+    if (c.classifier_dropout) j["classifier_dropout"] = *c.classifier_dropout;
+    j["initializer_range"] = c.initializer_range;
+    if (t == "vit") {
+      j["image_size"] = c.image_size;
+      j["patch_size"] = c.patch_size;
+      j["num_channels"] = c.num_channels;
+      j["qkv_bias"] = c.qkv_bias;
+    } else {
+      j["vocab_size"] = c.vocab_size;
+      j["max_position_embeddings"] = c.max_position_embeddings;
+      j["type_vocab_size"] = c.type_vocab_size;
+      j["pad_token_id"] = c.pad_token_id;
+    }
+  } else if (t == "distilbert") {
+    j["dim"] = c.hidden_size;
+    j["n_layers"] = c.num_hidden_layers;
+    j["n_heads"] = c.num_attention_heads;
+    j["hidden_dim"] = c.intermediate_size;
+    j["activation"] = c.hidden_act;
+    j["dropout"] = c.hidden_dropout_prob;
+    j["attention_dropout"] = c.attention_probs_dropout_prob;
+    if (c.classifier_dropout) j["seq_classif_dropout"] = *c.classifier_dropout;
+    j["vocab_size"] = c.vocab_size;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["pad_token_id"] = c.pad_token_id;
+    j["initializer_range"] = c.initializer_range;
+  } else if (t == "gpt2") {
+    j["n_embd"] = c.hidden_size;
+    j["n_layer"] = c.num_hidden_layers;
+    j["n_head"] = c.num_attention_heads;
+    if (c.intermediate_size != 4 * c.hidden_size || j.contains("n_inner"))
+      j["n_inner"] = c.intermediate_size;
+    j["activation_function"] = c.hidden_act;
+    j["layer_norm_epsilon"] = c.layer_norm_eps;
+    j["resid_pdrop"] = c.hidden_dropout_prob;
+    j["embd_pdrop"] = c.embd_pdrop;
+    j["attn_pdrop"] = c.attention_probs_dropout_prob;
+    j["vocab_size"] = c.vocab_size;
+    j["n_positions"] = c.max_position_embeddings;
+    j["initializer_range"] = c.initializer_range;
+  }
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  // Labels as Transformers writes them: id2label / label2id (num_labels is derived from them).
+  json id2label = json::object(), label2id = json::object();
+  for (int64_t i = 0; i < c.num_labels; i++) {
+    std::string name = i < (int64_t)c.id2label.size() && !c.id2label[i].empty()
+                           ? c.id2label[i]
+                           : "LABEL_" + std::to_string(i);
+    id2label[std::to_string(i)] = name;
+    label2id[name] = i;
+  }
+  j["id2label"] = id2label;
+  j["label2id"] = label2id;
+  if (j.contains("num_labels")) j["num_labels"] = c.num_labels;
+  j["torch_dtype"] = "float32";
+  return j.dump(2) + "\n";
+}
+
+}  // namespace onyx::models

@@ -1,0 +1,858 @@
+"""test_trainer.py — `onyx train` / `export` end to end: optimizer parity with PyTorch, exact
+resume after a kill, export run by ONNX Runtime, bad configs and data, checkpoint rotation.
+
+Cases (one PASS / FAIL / SKIP line each):
+  adamw-parity, adamw-ref-parity
+        a BERT-like classifier (models.TinyBert, dropout 0, cross entropy inside the model) exported
+        at opset 17 in TrainingMode.TRAINING, trained 30 steps by `onyx train` (sequential batches
+        of 8, warmup 5 + linear decay, weight_decay 0.01, max_grad_norm 1) with optim adamw_fused
+        (the default) / adamw; PyTorch runs torch.optim.AdamW with Transformers' parameter groups
+        (onyx's rule for generic ONNX models, train/optimizer.cc hf_decay_mask: no decay when the
+        name has bias / layernorm / layer_norm / ln_ / norm, or the tensor has rank <= 1),
+        LambdaLR with the linear-with-warmup lambda and clip_grad_norm_(1.0) on the same batches.
+        Every logged loss and grad_norm agrees within 1e-4 relative, every learning_rate within
+        1e-12 relative; the final weights are reported.
+  sgd-momentum-parity, sgd-momentum-ga2-parity, adamw-ga2-parity
+        the same with optim sgd + sgd_momentum 0.9 (torch.optim.SGD, weight decay on the decay
+        group as torch adds it), and with gradient_accumulation_steps 2 (PyTorch: each micro-batch
+        loss / 2 backpropagated, logged loss = mean of the two).
+  resume-exact
+        a BERT-like classifier with dropout 0.1 (kept by the training export; onyx seeds it per
+        step), random sampling, 40 steps, save_steps 10, logging_steps 1: run A uninterrupted;
+        run B started in a subprocess, SIGKILLed as soon as checkpoint-20 exists, then resumed
+        with --resume_from_checkpoint .../checkpoint-20. B's log_history.jsonl equals A's value
+        for value, bit for bit (timing keys ignored), and the final weights and checkpoint-40's
+        files are byte-identical. Both runs use the default thread count.
+  export-ort
+        `onyx export` of a trained checkpoint (loss removed, and with --keep-loss) run by ONNX
+        Runtime (onnxruntime-node via tests/cli/ort_run.js) and by `onyx run` on the same file
+        and inputs: every output within rtol 1e-5 (atol 1e-6); the exported weights equal the
+        checkpoint's bit for bit, and PyTorch (eval mode) with the checkpoint's weights gives
+        the same logits within 1e-4. SKIP when onnxruntime-node is missing and `npm install`
+        fails.
+  error-*
+        bad configs and data: exit status 1, stderr "onyx: error: ..." naming the problem, and
+        the checkpoints and files of an earlier run in output_dir unchanged (hashed before and
+        after every case), bad checkpoints left as they were.
+  rotation-*
+        save_total_limit with eval/save every 4 steps, metric_for_best_model accuracy and a model
+        whose eval accuracy falls while it trains: the best checkpoint survives rotation next to
+        the newest, trainer_state.json names it (best_model_checkpoint, best_metric), and
+        load_best_model_at_end leaves its weights in output_dir. Two probes of Transformers'
+        rules: with eval every 4 and save every 8 steps the best checkpoint is one that was saved
+        (Transformers compares metrics when it saves), and save_total_limit 1 without
+        load_best_model_at_end keeps the newest checkpoint.
+  (early stopping has no CLI switch: not tested here.)
+
+Run: ONYX=build/onyx /usr/bin/python3 tests/cli/test_trainer.py [substring-filter]
+Prints one line per case and ends with "N passed, M failed" (", K skipped" when some were);
+exits 1 if any case failed. Temporary folders are removed.
+
+onnxruntime-node is installed on first use (when missing) with
+  npm install --prefix build/npm --ignore-scripts onnxruntime-node
+"""
+import copy
+import glob
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "parity"))
+import st_io  # noqa: E402
+from models import TinyBert, TinyMlp  # noqa: E402
+
+ONYX = os.environ.get("ONYX", os.path.join(REPO, "build", "onyx"))
+NPM_PREFIX = os.path.join(REPO, "build", "npm")
+ORT_RUN = os.path.join(HERE, "ort_run.js")
+TIMING_KEYS = {"train_runtime", "train_samples_per_second", "train_steps_per_second",
+               "eval_runtime", "eval_samples_per_second", "eval_steps_per_second",
+               "test_runtime", "test_samples_per_second"}
+
+warnings.filterwarnings("ignore")
+torch.set_num_threads(1)
+
+
+class Skip(Exception):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------
+# Models, data, export
+
+
+class BertCls(nn.Module):
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.bert = TinyBert(dropout=dropout)
+
+    def forward(self, input_ids, attention_mask, token_type_ids, labels):
+        logits, _ = self.bert(input_ids, attention_mask, token_type_ids)
+        return F.cross_entropy(logits, labels), logits
+
+
+class MlpCls(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = TinyMlp(d_in=16, hidden=32, d_out=3)
+
+    def forward(self, x, labels):
+        logits = self.mlp.net(x)
+        return F.cross_entropy(logits, labels), logits
+
+
+BERT_INPUTS = ["input_ids", "attention_mask", "token_type_ids", "labels"]
+MLP_INPUTS = ["x", "labels"]
+
+
+def bert_data(n, t, seed):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(n, t, dtype=torch.long)
+    for i in range(n):
+        mask[i, 4 + i % (t - 3):] = 0  # padded tails of different lengths
+    types = torch.zeros(n, t, dtype=torch.long)
+    types[:, t // 2:] = 1
+    return {"input_ids": torch.randint(0, 60, (n, t), generator=g), "attention_mask": mask,
+            "token_type_ids": types, "labels": torch.randint(0, 3, (n,), generator=g)}
+
+
+def export(model, data, names, path):
+    bt, b = {0: "batch", 1: "seq"}, {0: "batch"}
+    dyn = {k: (bt if data[k].dim() == 2 and k != "x" else b) for k in names}
+    dyn["logits"] = b
+    torch.onnx.export(copy.deepcopy(model), tuple(data[k][:2] for k in names), path,
+                      input_names=names, output_names=["loss", "logits"], dynamic_axes=dyn,
+                      opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False)
+
+
+def save_data(path, data):
+    st_io.save(path, {k: v.numpy() for k, v in data.items()})
+
+
+def write_config(path, cfg):
+    """YAML with JSON-formatted values (valid YAML); lists/dicts as flow style."""
+    with open(path, "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+
+
+def run_onyx(args, timeout=300):
+    return subprocess.run([ONYX] + args, capture_output=True, text=True, timeout=timeout)
+
+
+def last_line(p):
+    lines = (p.stderr.strip() or p.stdout.strip()).splitlines()
+    return lines[-1] if lines else "(no output)"
+
+
+def train(cfg_path, extra=(), timeout=300):
+    p = run_onyx(["train", cfg_path] + list(extra), timeout)
+    if p.returncode != 0:
+        raise AssertionError(f"onyx train exited {p.returncode}: {last_line(p)}")
+    return p
+
+
+def read_log(out_dir):
+    with open(os.path.join(out_dir, "log_history.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def tensors_of(path):
+    return st_io.load(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# PyTorch reference training
+
+
+def no_decay(name, p):
+    """onyx's hf_decay_mask for generic ONNX models (src/train/optimizer.cc)."""
+    n = name.lower()
+    return any(s in n for s in ("bias", "layernorm", "layer_norm", "ln_", "norm")) or p.dim() <= 1
+
+
+def micro_schedule(n, bs, ga, max_steps):
+    """Sequential sampling: per optimizer step, the list of micro-batch index lists (onyx groups
+    up to `ga` batches inside one epoch; the last group of an epoch may be shorter)."""
+    nb = (n + bs - 1) // bs
+    steps = []
+    while len(steps) < max_steps:
+        for start in range(0, nb, ga):
+            steps.append([list(range(b * bs, min(n, (b + 1) * bs)))
+                          for b in range(start, min(nb, start + ga))])
+            if len(steps) == max_steps:
+                break
+    return steps
+
+
+def linear_warmup(warmup, total):
+    def lam(step):  # transformers.get_linear_schedule_with_warmup
+        if step < warmup:
+            return float(step) / float(max(1, warmup))
+        return max(0.0, float(total - step) / float(max(1, total - warmup)))
+    return lam
+
+
+def torch_train(model, data, names, o):
+    m = copy.deepcopy(model).train()
+    decay = [p for n, p in m.named_parameters() if not no_decay(n, p)]
+    nodecay = [p for n, p in m.named_parameters() if no_decay(n, p)]
+    groups = [{"params": decay, "weight_decay": o["weight_decay"]},
+              {"params": nodecay, "weight_decay": 0.0}]
+    if o["optim"] == "sgd":
+        opt = torch.optim.SGD(groups, lr=o["learning_rate"], momentum=o.get("sgd_momentum", 0.0))
+    else:
+        opt = torch.optim.AdamW(groups, lr=o["learning_rate"], betas=(0.9, 0.999), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup(o["warmup_steps"],
+                                                                 o["max_steps"]))
+    n = next(iter(data.values())).shape[0]
+    rec = []
+    for micro in micro_schedule(n, o["per_device_train_batch_size"],
+                                o.get("gradient_accumulation_steps", 1), o["max_steps"]):
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for idx in micro:
+            loss = m(*[data[k][idx] for k in names])[0]
+            (loss / len(micro) if len(micro) > 1 else loss).backward()
+            total += loss.item()
+        gn = torch.nn.utils.clip_grad_norm_(m.parameters(), o["max_grad_norm"])
+        opt.step()
+        sched.step()
+        rec.append({"loss": total / len(micro), "grad_norm": float(gn),
+                    "learning_rate": sched.get_last_lr()[0]})
+    return rec, {k: v.detach().numpy() for k, v in m.state_dict().items()}
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def parity_case(tmp, tag, model_path, model, data, names, overrides):
+    o = {"learning_rate": 1e-3, "train_sampling_strategy": "sequential", "logging_steps": 1,
+         "weight_decay": 0.01, "warmup_steps": 5, "lr_scheduler_type": "linear",
+         "max_grad_norm": 1.0, "per_device_train_batch_size": 8, "max_steps": 30,
+         "save_strategy": "no", "optim": "adamw_fused", "disable_tqdm": True}
+    o.update(overrides)
+    d = os.path.join(tmp, tag)
+    os.makedirs(d)
+    save_data(os.path.join(d, "train.safetensors"), data)
+    cfg = {"model": model_path, "loss": "loss", "train_data": "train.safetensors",
+           "output_dir": os.path.join(d, "out")}
+    cfg.update(o)
+    write_config(os.path.join(d, "cfg.yaml"), cfg)
+    train(os.path.join(d, "cfg.yaml"))
+    log = [e for e in read_log(cfg["output_dir"]) if "loss" in e]
+    ref, ref_w = torch_train(model, data, names, o)
+    steps = [e["step"] for e in log]
+    if steps != list(range(1, o["max_steps"] + 1)):
+        return False, f"logged loss steps are {steps}, want 1..{o['max_steps']}"
+    worst = {"loss": (0.0, 0), "grad_norm": (0.0, 0), "learning_rate": (0.0, 0)}
+    tol = {"loss": 1e-4, "grad_norm": 1e-4, "learning_rate": 1e-12}
+    bad = []
+    for e, r in zip(log, ref):
+        for k in worst:
+            err = rel(e[k], r[k]) if r[k] != 0 else abs(e[k])
+            if err > worst[k][0]:
+                worst[k] = (err, e["step"])
+            if err > tol[k] and len(bad) < 4:
+                bad.append(f"step {e['step']} {k} onyx {e[k]!r} torch {r[k]!r}")
+    got_w = tensors_of(os.path.join(cfg["output_dir"], "model.safetensors"))
+    w_err, w_name = 0.0, ""
+    for k, v in ref_w.items():
+        if k in got_w:
+            err = float(np.max(np.abs(got_w[k].astype(np.float64) - v) / (np.abs(v) + 1e-2)))
+            if err > w_err:
+                w_err, w_name = err, k
+    msg = (f"{len(log)} steps; max rel err loss {worst['loss'][0]:.1e} (step {worst['loss'][1]}),"
+           f" grad_norm {worst['grad_norm'][0]:.1e}, lr {worst['learning_rate'][0]:.1e};"
+           f" final weights max |d|/(|w|+1e-2) {w_err:.1e} ({w_name})")
+    if bad:
+        return False, msg + "; over tolerance: " + "; ".join(bad)
+    return True, msg
+
+
+# ----------------------------------------------------------------------------------------------
+# Cases
+
+
+class Ctx:
+    """Models and data shared between cases, made on first use."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self._cache = {}
+
+    def get(self, key, make):
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def bert_nodrop(self):
+        def make():
+            torch.manual_seed(0)
+            m = BertCls(dropout=0.0)
+            data = bert_data(64, 10, 1)
+            path = os.path.join(self.tmp, "bert_nodrop.onnx")
+            export(m, data, BERT_INPUTS, path)
+            return m, data, path
+        return self.get("bert_nodrop", make)
+
+    def bert_drop(self):
+        def make():
+            torch.manual_seed(3)
+            m = BertCls(dropout=0.1)
+            data = bert_data(64, 10, 4)
+            path = os.path.join(self.tmp, "bert_drop.onnx")
+            export(m, data, BERT_INPUTS, path)
+            return m, data, path
+        return self.get("bert_drop", make)
+
+    def mlp(self):
+        """An MLP classifier that starts out predicting class 0 (output bias 4), trained on
+        labels 1 and evaluated on labels 0: eval accuracy starts at 1 and falls."""
+        def make():
+            torch.manual_seed(5)
+            m = MlpCls()
+            with torch.no_grad():
+                m.mlp.net[4].bias.copy_(torch.tensor([2.5, 0.0, 0.0]))
+            g = torch.Generator().manual_seed(6)
+            train_d = {"x": torch.randn(64, 16, generator=g),
+                       "labels": torch.ones(64, dtype=torch.long)}
+            eval_d = {"x": torch.randn(48, 16, generator=g),
+                      "labels": torch.zeros(48, dtype=torch.long)}
+            path = os.path.join(self.tmp, "mlp.onnx")
+            export(m, train_d, MLP_INPUTS, path)
+            save_data(os.path.join(self.tmp, "mlp_train.safetensors"), train_d)
+            save_data(os.path.join(self.tmp, "mlp_eval.safetensors"), eval_d)
+            return m, train_d, eval_d, path
+        return self.get("mlp", make)
+
+
+def case_parity(ctx, tag, overrides):
+    m, data, path = ctx.bert_nodrop()
+    return parity_case(ctx.tmp, tag, path, m, data, BERT_INPUTS, overrides)
+
+
+def strip_timing(log):
+    return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in log]
+
+
+def diff_logs(a, b):
+    """Describes where two logs differ (values compared exactly)."""
+    out = []
+    if len(a) != len(b):
+        out.append(f"{len(a)} entries vs {len(b)}")
+    for i, (x, y) in enumerate(zip(a, b)):
+        for k in sorted(set(x) | set(y)):
+            if x.get(k) != y.get(k):
+                out.append(f"entry {i} (step {x.get('step')}) {k}: {x.get(k)!r} vs {y.get(k)!r}")
+    return out
+
+
+def file_digests(root):
+    """{relative path: sha256} of every file under root."""
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def case_resume(ctx):
+    m, data, path = ctx.bert_drop()
+    d = os.path.join(ctx.tmp, "resume")
+    os.makedirs(d)
+    save_data(os.path.join(d, "train.safetensors"), data)
+    base = {"model": path, "loss": "loss", "train_data": "train.safetensors",
+            "learning_rate": 1e-3, "train_sampling_strategy": "random", "logging_steps": 1,
+            "weight_decay": 0.01, "warmup_steps": 5, "max_steps": 40, "save_steps": 10,
+            "per_device_train_batch_size": 8, "seed": 7, "disable_tqdm": True}
+    out_a, out_b = os.path.join(d, "a"), os.path.join(d, "b")
+    write_config(os.path.join(d, "a.yaml"), dict(base, output_dir=out_a))
+    write_config(os.path.join(d, "b.yaml"), dict(base, output_dir=out_b))
+    train(os.path.join(d, "a.yaml"))
+    ctx._cache["trained_bert_checkpoint"] = os.path.join(out_a, "checkpoint-40")
+
+    # Run B: kill it (SIGKILL) as soon as checkpoint-20 has been renamed into place.
+    proc = subprocess.Popen([ONYX, "train", os.path.join(d, "b.yaml")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ck20 = os.path.join(out_b, "checkpoint-20")
+    deadline = time.time() + 120
+    while not os.path.isdir(ck20) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.002)
+    killed_running = proc.poll() is None
+    if killed_running:
+        proc.send_signal(signal.SIGKILL)
+    rc = proc.wait()
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if not os.path.isdir(ck20):
+        return False, f"run B ended (rc {rc}) without checkpoint-20: {err.strip()[-300:]}"
+    before = [e.get("step") for e in read_log(out_b) if "loss" in e]
+    killed_at = max(before) if before else 0
+    train(os.path.join(d, "b.yaml"), ["--resume_from_checkpoint", ck20])
+
+    la, lb = strip_timing(read_log(out_a)), strip_timing(read_log(out_b))
+    problems = diff_logs(la, lb)
+    for f in ("model.safetensors", "checkpoint-40/model.safetensors",
+              "checkpoint-40/optimizer.safetensors", "checkpoint-40/rng_state.json",
+              "checkpoint-30/model.safetensors"):
+        pa, pb = os.path.join(out_a, f), os.path.join(out_b, f)
+        if not (os.path.exists(pa) and os.path.exists(pb)):
+            problems.append(f"{f} missing in {'A' if not os.path.exists(pa) else 'B'}")
+        elif open(pa, "rb").read() != open(pb, "rb").read():
+            problems.append(f"{f} differs")
+    stale = [n for n in os.listdir(out_b) if n.startswith(".tmp-") or n.startswith(".old-")]
+    how = (f"B killed (SIGKILL) after checkpoint-20 appeared, last logged step {killed_at}"
+           if killed_running else f"B had already exited (rc {rc}) when checkpoint-20 was seen")
+    if problems:
+        # Tell nondeterminism from a resume bug: does a second uninterrupted run equal A?
+        out_c = os.path.join(d, "c")
+        write_config(os.path.join(d, "c.yaml"), dict(base, output_dir=out_c))
+        train(os.path.join(d, "c.yaml"))
+        nd = diff_logs(la, strip_timing(read_log(out_c)))
+        note = (f"; a second uninterrupted run differs from A too ({len(nd)} values, first: "
+                f"{nd[0]}): nondeterminism" if nd else
+                "; a second uninterrupted run equals A: the resume is at fault")
+        return False, (f"{how}; {len(problems)} differences, first: "
+                       + "; ".join(problems[:5]) + note)
+    msg = f"{how}; {len(la)} log entries and final/checkpoint-40 files identical"
+    if stale:
+        msg += f" (left behind by the kill: {', '.join(sorted(stale))})"
+    return True, msg
+
+
+def ensure_ort():
+    """Returns None when onnxruntime-node is importable, else raises Skip with the reason."""
+    mod = os.path.join(NPM_PREFIX, "node_modules", "onnxruntime-node")
+    if shutil.which("node") is None:
+        raise Skip("node is not installed (Debian: apt-get install nodejs npm)")
+    if not os.path.isdir(mod):
+        if shutil.which("npm") is None:
+            raise Skip("onnxruntime-node is missing and npm is not installed (apt-get install npm)")
+        os.makedirs(NPM_PREFIX, exist_ok=True)
+        p = subprocess.run(["npm", "install", "--prefix", NPM_PREFIX, "--ignore-scripts",
+                            "--no-audit", "--no-fund", "onnxruntime-node"],
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0 or not os.path.isdir(mod):
+            tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:] or ["?"]
+            raise Skip(f"npm install onnxruntime-node failed (rc {p.returncode}): {tail[0]}")
+
+
+def np_to_spec(a):
+    types = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64",
+             np.dtype(np.int32): "int32", np.dtype(np.float64): "float64"}
+    return {"type": types[a.dtype], "dims": list(a.shape), "data": a.reshape(-1).tolist()}
+
+
+def spec_to_np(s):
+    dt = {"float32": np.float32, "int64": np.int64, "int32": np.int32, "float64": np.float64,
+          "bool": np.bool_}[s["type"]]
+    return np.array(s["data"], dtype=dt).reshape(s["dims"])
+
+
+def case_export_ort(ctx):
+    import onnx
+    from onnx import numpy_helper
+    ensure_ort()
+    m, data, path = ctx.bert_drop()
+    ck = ctx._cache.get("trained_bert_checkpoint")
+    if not ck or not os.path.isdir(ck):  # case resume-exact did not run: train a short one
+        d = os.path.join(ctx.tmp, "export_train")
+        os.makedirs(d)
+        save_data(os.path.join(d, "train.safetensors"), data)
+        write_config(os.path.join(d, "cfg.yaml"),
+                     {"model": path, "loss": "loss", "train_data": "train.safetensors",
+                      "learning_rate": 1e-3, "max_steps": 10, "save_steps": 10,
+                      "output_dir": os.path.join(d, "out"), "disable_tqdm": True})
+        train(os.path.join(d, "cfg.yaml"))
+        ck = os.path.join(d, "out", "checkpoint-10")
+    d = os.path.join(ctx.tmp, "export")
+    os.makedirs(d)
+    test = bert_data(5, 10, 99)
+    ck_w = tensors_of(os.path.join(ck, "model.safetensors"))
+    notes, ok = [], True
+    for variant, extra in (("inference", []), ("keep-loss", ["--keep-loss"])):
+        onnx_path = os.path.join(d, f"{variant}.onnx")
+        p = run_onyx(["export", ck, "--output", onnx_path] + extra)
+        if p.returncode != 0:
+            return False, f"onyx export {' '.join(extra)} exited {p.returncode}: {last_line(p)}"
+        g = onnx.load(onnx_path).graph
+        init_names = {i.name for i in g.initializer}
+        in_names = [i.name for i in g.input if i.name not in init_names]
+        out_names = [o.name for o in g.output]
+        want_in = BERT_INPUTS if variant == "keep-loss" else BERT_INPUTS[:3]
+        want_out = ["loss", "logits"] if variant == "keep-loss" else ["logits"]
+        if sorted(in_names) != sorted(want_in) or sorted(out_names) != sorted(want_out):
+            ok = False
+            notes.append(f"{variant}: inputs {in_names} outputs {out_names}, want {want_in} "
+                         f"/ {want_out}")
+        if any(n.op_type == "Dropout" for n in g.node):
+            ok = False
+            notes.append(f"{variant}: Dropout left in the exported graph")
+        # The exported weights are the checkpoint's.
+        for init in g.initializer:
+            if init.name in ck_w and not np.array_equal(numpy_helper.to_array(init),
+                                                        ck_w[init.name]):
+                ok = False
+                notes.append(f"{variant}: initializer {init.name} differs from the checkpoint")
+                break
+        feeds = {k: test[k].numpy() for k in in_names if k in test}
+        in_json, out_json = os.path.join(d, f"{variant}.in.json"), os.path.join(d, "ort.json")
+        with open(in_json, "w") as f:
+            json.dump({k: np_to_spec(v) for k, v in feeds.items()}, f)
+        p = subprocess.run(["node", ORT_RUN, onnx_path, in_json, out_json],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, ORT_NODE_MODULES=os.path.join(NPM_PREFIX,
+                                                                               "node_modules")))
+        if p.returncode == 2:
+            raise Skip(f"onnxruntime-node cannot be loaded: {last_line(p)}")
+        if p.returncode != 0:
+            return False, f"ONNX Runtime failed on the {variant} export: {last_line(p)}"
+        with open(out_json) as f:
+            ort_out = {k: spec_to_np(v) for k, v in json.load(f).items()}
+        in_st, out_st = os.path.join(d, f"{variant}.in.st"), os.path.join(d, f"{variant}.out.st")
+        st_io.save(in_st, feeds)
+        p = run_onyx(["run", onnx_path, "--inputs", in_st, "--output", out_st])
+        if p.returncode != 0:
+            return False, f"onyx run on the {variant} export exited {p.returncode}: {last_line(p)}"
+        onyx_out = tensors_of(out_st)
+        worst = 0.0
+        for k, want in ort_out.items():
+            got = onyx_out.get(k)
+            if got is None or got.shape != want.shape:
+                ok = False
+                notes.append(f"{variant}: output {k} onyx {None if got is None else got.shape} "
+                             f"vs ORT {want.shape}")
+                continue
+            diff = np.abs(got.astype(np.float64) - want)
+            err = float(np.max(diff / (np.abs(want) + 1e-6 / 1e-5)))
+            worst = max(worst, err)
+            if not np.all(diff <= 1e-6 + 1e-5 * np.abs(want)):
+                ok = False
+                notes.append(f"{variant}: output {k} onyx vs ORT rel err {err:.1e}")
+        notes.append(f"{variant}: onyx vs ORT max rel err {worst:.1e}")
+        if variant == "inference":
+            # PyTorch, eval mode, with the checkpoint's weights.
+            tm = copy.deepcopy(m).eval()
+            tm.load_state_dict({k: torch.from_numpy(ck_w[k].copy())
+                                for k in tm.state_dict()})
+            with torch.no_grad():
+                ref = tm(*[test[k] for k in BERT_INPUTS])[1].numpy()
+            err = float(np.max(np.abs(ort_out["logits"] - ref) / (np.abs(ref) + 1e-2)))
+            if err > 1e-4:
+                ok = False
+            notes.append(f"ORT vs PyTorch logits rel err {err:.1e}")
+    return ok, "; ".join(notes)
+
+
+# ---- bad configs and data --------------------------------------------------------------------
+
+
+def error_cases(ctx):
+    """Yields (name, ok, message) for every bad config / data case."""
+    m, train_d, eval_d, path = ctx.mlp()
+    d = os.path.join(ctx.tmp, "errors")
+    os.makedirs(d)
+    out = os.path.join(d, "out")
+    base = {"model": path, "loss": "loss", "train_data": os.path.join(ctx.tmp,
+                                                                      "mlp_train.safetensors"),
+            "output_dir": out, "max_steps": 4, "save_steps": 2, "logging_steps": 1,
+            "learning_rate": 1e-3, "disable_tqdm": True}
+    good = os.path.join(d, "good.yaml")
+    write_config(good, base)
+    train(good)
+    ck = os.path.join(out, "checkpoint-4")
+    # Bad checkpoints, outside output_dir.
+    bad_shape = os.path.join(d, "bad-shape-ck")
+    shutil.copytree(ck, bad_shape)
+    w = tensors_of(os.path.join(bad_shape, "model.safetensors"))
+    w["mlp.net.2.weight"] = np.zeros((16, 64), np.float32)
+    st_io.save(os.path.join(bad_shape, "model.safetensors"), w)
+    bad_state = os.path.join(d, "bad-state-ck")
+    shutil.copytree(ck, bad_state)
+    with open(os.path.join(bad_state, "trainer_state.json"), "w") as f:
+        f.write('{"epoch": 1.0, "global_step": 4, "log_history": [')
+    # Bad data.
+    missing = os.path.join(d, "missing.safetensors")
+    save_data(missing, {"x": train_d["x"]})
+    uneven = os.path.join(d, "uneven.safetensors")
+    save_data(uneven, {"x": train_d["x"], "labels": train_d["labels"][:63]})
+    blocker = os.path.join(d, "a-file")
+    with open(blocker, "w") as f:
+        f.write("not a folder\n")
+
+    def cfg(name, **changes):
+        c = dict(base)
+        for k, v in changes.items():
+            if v is None:
+                c.pop(k, None)
+            else:
+                c[k] = v
+        p = os.path.join(d, name + ".yaml")
+        write_config(p, c)
+        return p
+
+    def raw_cfg(name, text):
+        p = os.path.join(d, name + ".yaml")
+        with open(p, "w") as f:
+            f.write(text)
+        return p
+
+    base_text = "".join(f"{k}: {json.dumps(v)}\n" for k, v in base.items())
+    cases = [
+        ("error-unknown-key", ["train", raw_cfg("unknown", base_text + "learning_rat: 0.1\n")],
+         [r"unknown key", r"learning_rat\b"]),
+        ("error-unknown-override", ["train", good, "--no_such_arg", "3"],
+         [r"unknown", r"no_such_arg"]),
+        ("error-wrong-type", ["train", raw_cfg("wrongtype", base_text.replace(
+            "learning_rate: 0.001", "learning_rate: abc"))], [r"learning_rate", r"abc"]),
+        ("error-wrong-type-int", ["train", cfg("wrongint", per_device_train_batch_size="eight")],
+         [r"per_device_train_batch_size", r"eight"]),
+        ("error-missing-input", ["train", cfg("missing", train_data=missing)],
+         [r"labels", r"no tensor|missing|has no"]),
+        ("error-sample-counts", ["train", cfg("uneven", train_data=uneven)],
+         [r"'labels'", r"'x'", r"63", r"64"]),
+        ("error-unwritable-output-dir",
+         ["train", cfg("unwritable", output_dir=os.path.join(blocker, "out"))],
+         [re.escape(os.path.join(blocker, "out")) + "|a-file", r"output_dir|not a directory|"
+          r"cannot create|writable"]),
+        ("error-missing-config", ["train", os.path.join(d, "no-such-config.yaml")],
+         [r"no-such-config\.yaml", r"does not exist|not found|no such"]),
+        ("error-unknown-loss-type",
+         ["train", cfg("losstype", loss={"type": "hinge", "logits": "logits",
+                                         "labels": "labels"})],
+         [r"loss\.type|loss type", r"hinge"]),
+        ("error-resume-missing",
+         ["train", good, "--resume_from_checkpoint", os.path.join(out, "checkpoint-999")],
+         [r"checkpoint-999", r"not a folder|does not exist|not found"]),
+        ("error-resume-bad-shape", ["train", good, "--resume_from_checkpoint", bad_shape],
+         [r"mlp\.net\.2\.weight", r"\[16, ?64\]|16x64|shape"]),
+        ("error-resume-bad-state-json", ["train", good, "--resume_from_checkpoint", bad_state],
+         [r"trainer_state\.json", r"JSON"]),
+    ]
+    watched = {"output_dir": out, "bad-shape checkpoint": bad_shape,
+               "bad-state checkpoint": bad_state}
+    for name, argv, pats in cases:
+        before = {k: file_digests(v) for k, v in watched.items()}
+        p = run_onyx(argv, timeout=120)
+        after = {k: file_digests(v) for k, v in watched.items()}
+        problems = []
+        if p.returncode != 1:
+            problems.append(f"exit status {p.returncode}, want 1")
+        err = p.stderr.strip()
+        if not err.startswith("onyx: error:"):
+            problems.append(f"stderr does not start with 'onyx: error:': {err[:200]!r}")
+        for pat in pats:
+            if not re.search(pat, err, re.I):
+                problems.append(f"message lacks /{pat}/")
+        for k in watched:
+            if before[k] != after[k]:
+                changed = sorted(set(before[k].items()) ^ set(after[k].items()))
+                problems.append(f"{k} changed: {sorted({c[0] for c in changed})[:5]}")
+        msg = err.splitlines()[0][:240] if err else "(no stderr)"
+        yield name, not problems, ("; ".join(problems) + " -- " if problems else "") + msg
+
+
+# ---- rotation / best checkpoint ----------------------------------------------------------------
+
+
+def rotation_run(ctx, tag, **changes):
+    m, train_d, eval_d, path = ctx.mlp()
+    d = os.path.join(ctx.tmp, tag)
+    os.makedirs(d)
+    out = os.path.join(d, "out")
+    c = {"model": path, "loss": "loss", "train_data": os.path.join(ctx.tmp, "mlp_train.safetensors"),
+         "eval_data": os.path.join(ctx.tmp, "mlp_eval.safetensors"), "metrics": ["accuracy"],
+         "output_dir": out, "learning_rate": 2e-2, "max_steps": 24, "logging_steps": 4,
+         "eval_strategy": "steps", "eval_steps": 4, "save_strategy": "steps", "save_steps": 4,
+         "metric_for_best_model": "accuracy", "load_best_model_at_end": True,
+         "save_total_limit": 2, "per_device_train_batch_size": 8, "seed": 1,
+         "disable_tqdm": True}
+    for k, v in changes.items():
+        if v is None:
+            c.pop(k, None)
+        else:
+            c[k] = v
+    write_config(os.path.join(d, "cfg.yaml"), c)
+    train(os.path.join(d, "cfg.yaml"))
+    log = read_log(out)
+    evals = [(e["step"], e["eval_accuracy"]) for e in log if "eval_accuracy" in e]
+    cks = sorted((int(n.split("-")[1]) for n in os.listdir(out) if re.fullmatch(r"checkpoint-\d+", n)))
+    with open(os.path.join(out, "trainer_state.json")) as f:
+        state = json.load(f)
+    return out, c, evals, cks, state
+
+
+def first_best(evals, steps=None):
+    """Transformers: the first step with the highest metric (a later equal one is no better)."""
+    best = None
+    for s, v in evals:
+        if steps is not None and s not in steps:
+            continue
+        if best is None or v > best[1]:
+            best = (s, v)
+    return best
+
+
+def case_rotation(ctx, tag, limit):
+    out, c, evals, cks, state = rotation_run(ctx, tag, save_total_limit=limit)
+    last = c["max_steps"]
+    # Only the evaluations at or before the final step count (onyx train also evaluates after).
+    evals = [(s, v) for s, v in evals if s <= last][:last // c["eval_steps"]]
+    best = first_best(evals)
+    trail = ", ".join(f"{s}:{v:.3f}" for s, v in evals)
+    problems = []
+    if best is None:
+        return False, "no eval_accuracy in the log"
+    if best[0] == last:
+        return False, f"setup: accuracy did not fall (evals {trail}); the test proves nothing"
+    want = sorted({best[0], last})
+    if cks != want:
+        problems.append(f"checkpoints left {cks}, want {want}")
+    want_path = os.path.join(out, f"checkpoint-{best[0]}")
+    bmc = state.get("best_model_checkpoint")
+    if bmc is None or os.path.normpath(bmc) != os.path.normpath(want_path):
+        problems.append(f"trainer_state best_model_checkpoint {bmc!r}, want {want_path!r}")
+    if state.get("best_metric") != best[1]:
+        problems.append(f"trainer_state best_metric {state.get('best_metric')!r}, want {best[1]!r}")
+    ck_state_path = os.path.join(out, f"checkpoint-{last}", "trainer_state.json")
+    if os.path.exists(ck_state_path):
+        with open(ck_state_path) as f:
+            cs = json.load(f)
+        if cs.get("best_model_checkpoint") != bmc:
+            problems.append(f"checkpoint-{last}/trainer_state.json best_model_checkpoint "
+                            f"{cs.get('best_model_checkpoint')!r}")
+    best_w = os.path.join(want_path, "model.safetensors")
+    if os.path.exists(best_w):
+        a, b = tensors_of(best_w), tensors_of(os.path.join(out, "model.safetensors"))
+        if any(not np.array_equal(a[k], b[k]) for k in a):
+            problems.append("load_best_model_at_end: output_dir/model.safetensors is not the "
+                            "best checkpoint's")
+    msg = f"evals {trail}; best checkpoint-{best[0]}; left {cks}"
+    return not problems, ("; ".join(problems) + " -- " if problems else "") + msg
+
+
+def case_best_at_save(ctx):
+    out, c, evals, cks, state = rotation_run(ctx, "rot-save8", save_steps=8,
+                                             save_total_limit=None)
+    last = c["max_steps"]
+    evals = [(s, v) for s, v in evals if s <= last][:last // c["eval_steps"]]
+    trail = ", ".join(f"{s}:{v:.3f}" for s, v in evals)
+    saved = set(cks)
+    best = first_best(evals, saved)
+    bmc = state.get("best_model_checkpoint")
+    want = os.path.join(out, f"checkpoint-{best[0]}")
+    problems = []
+    if bmc is None or not os.path.isdir(bmc):
+        problems.append(f"best_model_checkpoint {bmc!r} was never saved")
+    if bmc is None or os.path.normpath(bmc) != os.path.normpath(want):
+        problems.append(f"best_model_checkpoint {bmc!r}, want {want!r} (Transformers compares "
+                        f"the metric at save steps {sorted(saved)})")
+    msg = f"evals {trail}; saved {sorted(saved)}"
+    return not problems, ("; ".join(problems) + " -- " if problems else "") + msg
+
+
+def case_limit1_keeps_newest(ctx):
+    out, c, evals, cks, state = rotation_run(ctx, "rot-limit1-nobest", save_total_limit=1,
+                                             load_best_model_at_end=False,
+                                             metric_for_best_model=None)
+    last = c["max_steps"]
+    ok = cks == [last]
+    return ok, (f"checkpoints left {cks}, want [{last}] (Transformers keeps the newest; "
+                f"best_model_checkpoint {state.get('best_model_checkpoint')!r})")
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main():
+    filt = sys.argv[1] if len(sys.argv) > 1 else ""
+    counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
+
+    def report(status, name, msg):
+        counts[status] += 1
+        print(f"{status} {name}: {msg}", flush=True)
+
+    if not os.path.exists(ONYX):
+        report("FAIL", "setup", f"onyx binary not found at {ONYX} (set ONYX)")
+        print(f"{counts['PASS']} passed, {counts['FAIL']} failed")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="onyx-test-trainer-")
+    t0 = time.time()
+    try:
+        ctx = Ctx(tmp)
+        single = [
+            ("adamw-parity", lambda: case_parity(ctx, "adamw", {})),
+            ("adamw-ref-parity", lambda: case_parity(ctx, "adamw_ref", {"optim": "adamw"})),
+            ("sgd-momentum-parity", lambda: case_parity(
+                ctx, "sgd", {"optim": "sgd", "sgd_momentum": 0.9, "learning_rate": 0.05})),
+            ("sgd-momentum-ga2-parity", lambda: case_parity(
+                ctx, "sgd_ga2", {"optim": "sgd", "sgd_momentum": 0.9, "learning_rate": 0.05,
+                                 "gradient_accumulation_steps": 2})),
+            ("adamw-ga2-parity", lambda: case_parity(ctx, "adamw_ga2",
+                                                     {"gradient_accumulation_steps": 2})),
+            ("resume-exact", lambda: case_resume(ctx)),
+            ("export-ort", lambda: case_export_ort(ctx)),
+        ]
+        for name, fn in single:
+            if filt not in name:
+                continue
+            try:
+                ok, msg = fn()
+                report("PASS" if ok else "FAIL", name, msg)
+            except Skip as e:
+                report("SKIP", name, str(e))
+            except Exception as e:  # a broken case is a failure, with the reason
+                report("FAIL", name, f"{type(e).__name__}: {e}")
+        if not filt or filt.startswith("error"):
+            try:
+                for name, ok, msg in error_cases(ctx):
+                    if filt in name:
+                        report("PASS" if ok else "FAIL", name, msg)
+            except Exception as e:
+                report("FAIL", "error-setup", f"{type(e).__name__}: {e}")
+        rotation = [
+            ("rotation-limit2-keeps-best", lambda: case_rotation(ctx, "rot2", 2)),
+            ("rotation-limit1-keeps-best", lambda: case_rotation(ctx, "rot1", 1)),
+            ("rotation-best-is-a-saved-checkpoint", lambda: case_best_at_save(ctx)),
+            ("rotation-limit1-no-best-keeps-newest", lambda: case_limit1_keeps_newest(ctx)),
+        ]
+        for name, fn in rotation:
+            if filt not in name:
+                continue
+            try:
+                ok, msg = fn()
+                report("PASS" if ok else "FAIL", name, msg)
+            except Exception as e:
+                report("FAIL", name, f"{type(e).__name__}: {e}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"({time.time() - t0:.0f} s)")
+    line = f"{counts['PASS']} passed, {counts['FAIL']} failed"
+    if counts["SKIP"]:
+        line += f", {counts['SKIP']} skipped"
+    print(line)
+    return 1 if counts["FAIL"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+// test_trainer.cc — Trainer behaviour through the C++ API: callback events and control flags,
+// EarlyStoppingCallback, gradient accumulation equal to one big batch, the non-finite-gradient
+// guard, and metrics.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "autodiff/gradient.h"
+#include "onyx/trainer.h"
+#include "train/training_session.h"
+
+using namespace onyx;
+namespace fs = std::filesystem;
+
+namespace {
+
+ir::Node node(const std::string& op, std::vector<std::string> in, std::string out,
+              std::map<std::string, ir::Attribute> attrs = {}) {
+  ir::Node n;
+  n.name = op + "_" + out;
+  n.op_type = op;
+  n.inputs = std::move(in);
+  n.outputs = {out};
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+// Linear regression: y = x W + b, loss = mean((y - t)^2), outputs loss and y.
+Model linear_model() {
+  auto g = std::make_shared<ir::Graph>();
+  g->opsets[""] = 17;
+  for (auto [name, dt] : {std::pair{"x", DType::Float32}, std::pair{"t", DType::Float32}}) {
+    ir::ValueInfo v;
+    v.name = name;
+    v.dtype = dt;
+    g->inputs.push_back(v);
+  }
+  g->add_initializer("W", Tensor::from_vector<float>(DType::Float32, {3, 1}, {0.1f, -0.2f, 0.3f}));
+  g->add_initializer("b", Tensor::from_vector<float>(DType::Float32, {1}, {0.0f}));
+  g->nodes.push_back(node("MatMul", {"x", "W"}, "xw"));
+  g->nodes.push_back(node("Add", {"xw", "b"}, "y"));
+  g->nodes.push_back(node("Sub", {"y", "t"}, "d"));
+  g->nodes.push_back(node("Mul", {"d", "d"}, "d2"));
+  g->nodes.push_back(node("ReduceMean", {"d2"}, "loss", {{"keepdims", autodiff::attr_i(0)}}));
+  for (auto name : {"loss", "y"}) {
+    ir::ValueInfo v;
+    v.name = name;
+    v.dtype = DType::Float32;
+    g->outputs.push_back(v);
+  }
+  Model m;
+  m.graph = g;
+  m.predictions = "y";
+  return m;
+}
+
+std::shared_ptr<data::TensorDataset> regression_data(int n, bool with_nan = false) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d;
+  Tensor x(DType::Float32, {n, 3}), t(DType::Float32, {n, 1});
+  for (int i = 0; i < n; i++) {
+    float s = 0;
+    for (int k = 0; k < 3; k++) {
+      x.data<float>()[i * 3 + k] = d(rng);
+      s += x.data<float>()[i * 3 + k] * (k + 1);
+    }
+    t.data<float>()[i] = s + 0.5f;
+  }
+  if (with_nan) x.data<float>()[0] = NAN;
+  return std::make_shared<data::TensorDataset>(std::map<std::string, Tensor>{{"x", x}, {"t", t}});
+}
+
+std::string tmpdir(const std::string& name) {
+  auto p = fs::temp_directory_path() / ("onyx_trainer_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  return p.string();
+}
+
+struct Recorder : TrainerCallback {
+  std::vector<std::string> events;
+  int stop_at = -1;
+  void on_train_begin(const TrainingArguments&, TrainerState&, TrainerControl&) override { events.push_back("train_begin"); }
+  void on_epoch_begin(const TrainingArguments&, TrainerState&, TrainerControl&) override { events.push_back("epoch_begin"); }
+  void on_step_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    events.push_back("step_end");
+    if (s.global_step == stop_at) c.should_training_stop = true;
+  }
+  void on_log(const TrainingArguments&, TrainerState&, TrainerControl&, const LogEntry&) override { events.push_back("log"); }
+  void on_evaluate(const TrainingArguments&, TrainerState&, TrainerControl&, const Metrics&) override { events.push_back("evaluate"); }
+  void on_save(const TrainingArguments&, TrainerState&, TrainerControl&) override { events.push_back("save"); }
+  void on_train_end(const TrainingArguments&, TrainerState&, TrainerControl&) override { events.push_back("train_end"); }
+};
+
+TrainingArguments base_args(const std::string& dir) {
+  TrainingArguments a;
+  a.output_dir = dir;
+  a.learning_rate = 0.05;
+  a.per_device_train_batch_size = 8;
+  a.num_train_epochs = 2;
+  a.logging_steps = 2;
+  a.save_strategy = "no";
+  a.disable_tqdm = true;
+  a.train_sampling_strategy = "sequential";
+  return a;
+}
+
+}  // namespace
+
+TEST(Trainer, CallbackEventsAndStopFlag) {
+  auto a = base_args(tmpdir("events"));
+  a.eval_strategy = "epoch";
+  a.save_strategy = "epoch";
+  auto rec = std::make_shared<Recorder>();
+  rec->stop_at = 5;
+  Trainer t(linear_model(), a, regression_data(32), regression_data(16), nullptr, {rec});
+  auto out = t.train();
+  EXPECT_EQ(out.global_step, 5) << "should_training_stop ends training after step 5";
+  auto& ev = rec->events;
+  EXPECT_EQ(ev.front(), "train_begin");
+  EXPECT_EQ(ev.back(), "train_end");
+  EXPECT_EQ(std::count(ev.begin(), ev.end(), "step_end"), 5);
+  EXPECT_EQ(std::count(ev.begin(), ev.end(), "epoch_begin"), 2);
+  EXPECT_GE(std::count(ev.begin(), ev.end(), "evaluate"), 1);
+  EXPECT_GE(std::count(ev.begin(), ev.end(), "save"), 1);
+  EXPECT_TRUE(fs::exists(fs::path(a.output_dir) / "checkpoint-4" / "trainer_state.json"));
+  fs::remove_all(a.output_dir);
+}
+
+TEST(Trainer, LossDecreasesAndLogsHaveTransformersKeys) {
+  auto a = base_args(tmpdir("keys"));
+  a.num_train_epochs = 20;
+  Trainer t(linear_model(), a, regression_data(64));
+  auto out = t.train();
+  const auto& h = t.state().log_history;
+  ASSERT_GE(h.size(), 3u);
+  EXPECT_TRUE(h.front().values.count("loss") && h.front().values.count("grad_norm") &&
+              h.front().values.count("learning_rate"));
+  EXPECT_TRUE(h.back().values.count("train_runtime") && h.back().values.count("train_loss") &&
+              h.back().values.count("train_samples_per_second"));
+  EXPECT_LT(h[h.size() - 2].values.at("loss"), h.front().values.at("loss") * 0.2);
+  fs::remove_all(a.output_dir);
+}
+
+TEST(Trainer, EarlyStoppingStopsWhenTheMetricStopsImproving) {
+  auto a = base_args(tmpdir("early"));
+  a.learning_rate = 0.0;  // nothing improves after the first evaluation
+  a.num_train_epochs = 50;
+  a.eval_strategy = "steps";
+  a.eval_steps = 2;
+  auto es = std::make_shared<EarlyStoppingCallback>(2, 0.0);
+  Trainer t(linear_model(), a, regression_data(32), regression_data(8), nullptr, {es});
+  auto out = t.train();
+  EXPECT_EQ(out.global_step, 6) << "evals at 2 (best), 4, 6 (patience 2 exhausted)";
+  fs::remove_all(a.output_dir);
+}
+
+TEST(Trainer, GradientAccumulationEqualsOneBigBatch) {
+  auto run = [](int64_t batch, int64_t ga) {
+    auto a = base_args(tmpdir("ga"));
+    a.per_device_train_batch_size = batch;
+    a.gradient_accumulation_steps = ga;
+    a.num_train_epochs = 3;
+    a.max_grad_norm = 0;
+    Trainer t(linear_model(), a, regression_data(32));
+    t.train();
+    std::vector<float> w(t.session().params().view("W").data<float>(),
+                         t.session().params().view("W").data<float>() + 3);
+    fs::remove_all(a.output_dir);
+    return w;
+  };
+  auto big = run(8, 1), acc = run(4, 2);
+  for (int i = 0; i < 3; i++) EXPECT_NEAR(big[i], acc[i], 1e-5);
+}
+
+TEST(Trainer, NonFiniteGradientsSkipTheStepAndTrainingGoesOn) {
+  auto a = base_args(tmpdir("nan"));
+  a.num_train_epochs = 1;
+  Trainer t(linear_model(), a, regression_data(32, /*with_nan=*/true));
+  auto out = t.train();
+  EXPECT_EQ(out.global_step, 4);
+  int skipped = 0;
+  for (auto& e : t.state().log_history) skipped += e.values.count("skipped_nonfinite_step");
+  EXPECT_EQ(skipped, 1);
+  const Tensor& w = t.session().params().view("W");
+  for (int i = 0; i < 3; i++) EXPECT_TRUE(std::isfinite(w.data<float>()[i]));
+  fs::remove_all(a.output_dir);
+}
+
+TEST(Trainer, Metrics) {
+  Tensor logits = Tensor::from_vector<float>(DType::Float32, {4, 2}, {1, 0, 0, 1, 1, 0, 0, 1});
+  Tensor labels = Tensor::from_vector<int64_t>(DType::Int64, {4}, {0, 1, 1, -100});
+  auto acc = metrics::accuracy({logits, labels});
+  EXPECT_NEAR(acc["accuracy"], 2.0 / 3.0, 1e-12);
+  auto f1 = metrics::f1({logits, labels});
+  EXPECT_NEAR(f1["f1"], (2.0 / 3.0 + 2.0 / 3.0) / 2, 1e-12);
+  EXPECT_THROW(metrics::by_names({"bleu"}), Error);
+}
