@@ -26,6 +26,7 @@ struct Model {
   std::string predictions;       // output used for metrics/predict; "" = first non-loss output
   bool generic_onnx = true;      // weight-decay rule: also no decay on rank <= 1 tensors
   std::string source;            // where the graph came from (an .onnx path), for export
+  std::string config_json;       // Hugging Face config.json, saved next to the weights when set
   static Model from_onnx(const std::string& path, autodiff::LossSpec loss = {});
 };
 

@@ -1,11 +1,37 @@
 // session.cc — planner (order, constant folding, static shape inference, lifetimes) and executor.
 #include "runtime/session.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <set>
 #include <unordered_set>
 
 namespace onyx::runtime {
 namespace {
+
+// ONYX_PROFILE=1: time every executed node by op type; the table prints at exit (stderr).
+struct OpProfile {
+  bool enabled = std::getenv("ONYX_PROFILE") != nullptr;
+  std::mutex mu;
+  std::map<std::string, std::pair<double, int64_t>> by_op;  // seconds, calls
+  ~OpProfile() {
+    if (!enabled || by_op.empty()) return;
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (auto& [op, v] : by_op) {
+      rows.push_back({v.first, op});
+      total += v.first;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "onyx profile: %.3f s in kernels\n", total);
+    for (auto& [t, op] : rows)
+      std::fprintf(stderr, "  %-32s %9.3f s %5.1f%% %8lld calls\n", op.c_str(), t, 100 * t / total,
+                   (long long)by_op[op].second);
+  }
+};
+OpProfile g_profile;
 
 // Ops never folded at plan time: their results are random or depend on the run's mode.
 bool never_fold(const ir::Node& n) {
@@ -320,7 +346,17 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
         }
         kc.outputs.push_back(&outs[i]);
       }
-      step.kernel->compute(kc);
+      if (g_profile.enabled) {
+        auto t0 = std::chrono::steady_clock::now();
+        step.kernel->compute(kc);
+        double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard<std::mutex> lock(g_profile.mu);
+        auto& e = g_profile.by_op[(node.domain.empty() ? "" : node.domain + ".") + node.op_type];
+        e.first += dt;
+        e.second++;
+      } else {
+        step.kernel->compute(kc);
+      }
       for (size_t i = 0; i < node.outputs.size(); i++)
         if (!node.outputs[i].empty()) values[node.outputs[i]] = std::move(outs[i]);
     } catch (const Error& e) {

@@ -4,6 +4,16 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "data/idx_dataset.h"
+#include "io/safetensors.h"
+#include "data/text_datasets.h"
+#include "data/tokenizer.h"
+#include "models/hf_model.h"
+#include "models/hf_weights.h"
 
 namespace fs = std::filesystem;
 
@@ -44,7 +54,13 @@ std::string resolve(const std::string& base_dir, const std::string& p) {
 
 void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const std::string& what) {
   if (key == "model") {
-    c.model = scalar(v, key, what);
+    if (v.IsMap()) {
+      c.model.clear();
+      c.model_spec = YAML::Dump(v);
+    } else {
+      c.model = scalar(v, key, what);
+      c.model_spec.clear();
+    }
   } else if (key == "loss") {
     if (v.IsScalar()) {
       c.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
@@ -75,12 +91,10 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     if (c.loss.kind != autodiff::LossSpec::Kind::GraphOutput)
       ONYX_CHECK(!c.loss.output.empty() && !c.loss.labels.empty(), what, ": loss of type '", type,
                  "' needs 'logits' and 'labels'");
-  } else if (key == "train_data") {
-    c.train_data = scalar(v, key, what);
-  } else if (key == "eval_data") {
-    c.eval_data = scalar(v, key, what);
-  } else if (key == "test_data") {
-    c.test_data = scalar(v, key, what);
+  } else if (key == "train_data" || key == "eval_data" || key == "test_data") {
+    DataSpec& d = key == "train_data" ? c.train_data : key == "eval_data" ? c.eval_data : c.test_data;
+    if (v.IsMap()) d = {"", YAML::Dump(v)};
+    else d = {scalar(v, key, what), ""};
   } else if (key == "metrics") {
     c.metrics = string_list(v, key, what);
   } else if (key == "frozen") {
@@ -142,21 +156,201 @@ RunConfig load_run_config(const std::string& path,
     set_key(c, k, n, "command line");
   }
   std::string dir = fs::path(path).parent_path().string();
+  c.dir = dir.empty() ? "." : dir;
   c.model = resolve(dir, c.model);
-  c.train_data = resolve(dir, c.train_data);
-  c.eval_data = resolve(dir, c.eval_data);
-  c.test_data = resolve(dir, c.test_data);
-  ONYX_CHECK(!c.model.empty(), what, ": 'model' is missing");
+  for (DataSpec* d : {&c.train_data, &c.eval_data, &c.test_data}) d->path = resolve(dir, d->path);
+  ONYX_CHECK(!c.model.empty() || !c.model_spec.empty(), what, ": 'model' is missing");
   c.args.validate();
   return c;
 }
 
+namespace {
+
+// YAML scalar -> JSON value (numbers and booleans typed), recursively for maps and lists.
+nlohmann::json yaml_to_json(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (auto kv : n) j[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+    return j;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (auto x : n) j.push_back(yaml_to_json(x));
+    return j;
+  }
+  if (n.IsNull()) return nullptr;
+  std::string s = n.as<std::string>();
+  if (s == "true" || s == "false") return s == "true";
+  try {
+    size_t pos;
+    long long i = std::stoll(s, &pos);
+    if (pos == s.size()) return i;
+    double d = std::stod(s, &pos);
+    if (pos == s.size()) return d;
+  } catch (...) {
+  }
+  return s;
+}
+
+std::string read_text(const std::string& path, const std::string& what) {
+  std::ifstream f(path);
+  ONYX_CHECK(f.good(), what, ": cannot open '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+models::Task parse_task(const std::string& t, const std::string& what) {
+  static const std::map<std::string, models::Task> tasks = {
+      {"sequence-classification", models::Task::SequenceClassification},
+      {"token-classification", models::Task::TokenClassification},
+      {"masked-lm", models::Task::MaskedLM},
+      {"causal-lm", models::Task::CausalLM},
+      {"image-classification", models::Task::ImageClassification},
+      {"base", models::Task::Base}};
+  auto it = tasks.find(t);
+  if (it != tasks.end()) return it->second;
+  std::string list;
+  for (auto& [k, _] : tasks) list += (list.empty() ? "" : ", ") + k;
+  throw Error(cat(what, ": unknown task '", t, "' (", list, ")"));
+}
+
+Model from_built(models::BuiltModel b, const std::string& source) {
+  Model m = b.model;
+  m.generic_onnx = false;  // Hugging Face names: the HF weight-decay rule applies by name
+  m.source = source;
+  m.config_json = models::hf_config_to_json(b.config, models::architecture_name(b.config.model_type, b.task));
+  return m;
+}
+
+}  // namespace
+
+std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunConfig& c,
+                                                 const std::string& which) {
+  if (d.spec.empty()) return data::TensorDataset::load(d.path);
+  std::string what = cat("config '", c.path, "': '", which, "'");
+  YAML::Node n = YAML::Load(d.spec);
+  std::map<std::string, std::string> kv;
+  for (auto x : n) kv[x.first.as<std::string>()] = scalar(x.second, which + "." + x.first.as<std::string>(), what);
+  auto take = [&](const std::string& k, const std::string& def = "") {
+    auto it = kv.find(k);
+    if (it == kv.end()) return def;
+    std::string v = it->second;
+    kv.erase(it);
+    return v;
+  };
+  auto need = [&](const std::string& k) {
+    std::string v = take(k);
+    ONYX_CHECK(!v.empty(), what, ": '", k, "' is missing");
+    return v;
+  };
+  auto to_int = [&](const std::string& k, const std::string& v) {
+    try {
+      return (int64_t)std::stoll(v);
+    } catch (...) {
+      throw Error(cat(what, ": '", k, "' must be an integer, got '", v, "'"));
+    }
+  };
+  std::string type = take("type", "safetensors");
+  std::shared_ptr<data::Dataset> ds;
+  if (type == "safetensors") {
+    ds = data::TensorDataset::load(resolve(c.dir, need("path")));
+  } else if (type == "idx_images") {
+    data::IdxImageOptions o;
+    if (kv.count("mean")) o.mean = std::stof(take("mean"));
+    if (kv.count("std")) o.std = std::stof(take("std"));
+    if (kv.count("folder")) {
+      std::string folder = resolve(c.dir, take("folder"));
+      ds = data::IdxImageDataset::from_folder(folder, take("split", which == "train_data" ? "train" : "test"), o);
+    } else {
+      std::string images = resolve(c.dir, need("images"));
+      ds = std::make_shared<data::IdxImageDataset>(images, resolve(c.dir, need("labels")), o);
+    }
+  } else if (type == "text_classification" || type == "causal_lm") {
+    auto tok = data::load_tokenizer(resolve(c.dir, need("tokenizer")));
+    std::string path = resolve(c.dir, need("path"));
+    if (type == "causal_lm") {
+      data::CausalLMOptions o;
+      if (kv.count("block_size")) o.block_size = to_int("block_size", take("block_size"));
+      if (kv.count("paragraphs")) o.paragraphs = take("paragraphs") == "true";
+      ds = std::make_shared<data::CausalLMDataset>(path, tok, o);
+    } else {
+      data::TextClassificationOptions o;
+      o.format = take("format");
+      o.text_field = take("text_field", o.text_field);
+      o.text_pair_field = take("text_pair_field");
+      o.label_field = take("label_field", o.label_field);
+      if (kv.count("max_length")) o.max_length = to_int("max_length", take("max_length"));
+      if (kv.count("pad_multiple")) o.pad_multiple = to_int("pad_multiple", take("pad_multiple"));
+      if (n["labels"] && n["labels"].IsSequence()) {
+        for (auto x : n["labels"]) o.label_list.push_back(x.as<std::string>());
+        kv.erase("labels");
+      }
+      ds = std::make_shared<data::TextClassificationDataset>(path, tok, o);
+    }
+  } else {
+    throw Error(cat(what, ": unknown dataset type '", type,
+                    "' (safetensors, idx_images, text_classification, causal_lm)"));
+  }
+  if (n["labels"] && n["labels"].IsSequence()) kv.erase("labels");
+  ONYX_CHECK(kv.empty(), what, ": unknown key '", kv.begin()->first, "' for a ", type, " dataset");
+  return ds;
+}
+
 Model model_from_config(const RunConfig& c) {
-  Model m = Model::from_onnx(c.model, c.loss);
+  Model m;
+  if (!c.model_spec.empty()) {
+    std::string what = cat("config '", c.path, "': 'model'");
+    YAML::Node n = YAML::Load(c.model_spec);
+    for (auto kv : n) {
+      std::string k = kv.first.as<std::string>();
+      ONYX_CHECK(k == "arch" || k == "config" || k == "weights" || k == "task" || k == "seed", what,
+                 ": unknown key '", k, "' (arch, config, weights, task, seed)");
+    }
+    ONYX_CHECK(n["config"], what, ": 'config' (a config.json path or an inline mapping) is missing");
+    nlohmann::json cj;
+    std::string cfg_what = what + ".config";
+    if (n["config"].IsMap()) {
+      cj = yaml_to_json(n["config"]);
+    } else {
+      std::string p = resolve(c.dir, n["config"].as<std::string>());
+      if (fs::is_directory(p)) p = (fs::path(p) / "config.json").string();
+      cfg_what = cat("'", p, "'");
+      try {
+        cj = nlohmann::json::parse(read_text(p, what));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(cat(cfg_what, ": not valid JSON: ", e.what()));
+      }
+    }
+    if (n["arch"]) cj["model_type"] = n["arch"].as<std::string>();
+    models::HfConfig hc = models::parse_hf_config(cj.dump(), cfg_what);
+    models::Task task = n["task"] ? parse_task(n["task"].as<std::string>(), what)
+                                  : (hc.model_type == "vit" ? models::Task::ImageClassification
+                                     : hc.model_type == "gpt2" ? models::Task::CausalLM
+                                                               : models::Task::SequenceClassification);
+    int64_t seed = n["seed"] ? n["seed"].as<int64_t>() : c.args.seed;
+    models::BuiltModel b = models::build_hf_model(hc, task, seed);
+    if (n["weights"]) {
+      std::string w = resolve(c.dir, n["weights"].as<std::string>());
+      std::map<std::string, Tensor> tensors;
+      if (fs::is_directory(w)) tensors = models::read_hf_checkpoint(w);
+      else tensors = io::load_safetensors(w).tensors;
+      models::apply_hf_checkpoint(b, tensors, cat("'", w, "'"));
+    }
+    m = from_built(std::move(b), c.path);
+  } else if (fs::is_directory(c.model)) {
+    m = from_built(models::load_hf_folder(c.model, std::nullopt, c.args.seed), c.model);
+  } else {
+    m = Model::from_onnx(c.model, c.loss);
+  }
+  if (c.model_spec.empty() && !fs::is_directory(c.model)) {
+    m.predictions = c.predictions.empty() && c.loss.kind != autodiff::LossSpec::Kind::GraphOutput
+                        ? c.loss.output
+                        : c.predictions;
+  } else if (!c.predictions.empty()) {
+    m.predictions = c.predictions;
+  }
   m.frozen.insert(c.frozen.begin(), c.frozen.end());
-  m.predictions = c.predictions.empty() && c.loss.kind != autodiff::LossSpec::Kind::GraphOutput
-                      ? c.loss.output
-                      : c.predictions;
   return m;
 }
 

@@ -6,16 +6,28 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
 
 namespace onyx::train {
 
+// A dataset: a safetensors file/folder (`path`), or a typed mapping kept as YAML text (`spec`):
+// {type: idx_images, folder|images+labels, split}, {type: text_classification, path, tokenizer,
+// ...}, {type: causal_lm, path, tokenizer, block_size}.
+struct DataSpec {
+  std::string path;
+  std::string spec;
+  bool empty() const { return path.empty() && spec.empty(); }
+};
+
 struct RunConfig {
   std::string path;         // the config file
-  std::string model;        // .onnx path (relative paths resolve against the config's folder)
+  std::string dir;          // its folder (relative paths resolve against it)
+  std::string model;        // .onnx path or Hugging Face folder
+  std::string model_spec;   // or a mapping {arch, config, weights, task} as YAML text
   autodiff::LossSpec loss;
-  std::string train_data, eval_data, test_data;
+  DataSpec train_data, eval_data, test_data;
   std::vector<std::string> metrics;
   std::vector<std::string> frozen;
   std::string predictions;  // output used for metrics / predict
@@ -30,5 +42,7 @@ RunConfig load_run_config(const std::string& path,
 std::vector<std::pair<std::string, std::string>> parse_overrides(const std::vector<std::string>& args);
 
 Model model_from_config(const RunConfig& c);
+std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunConfig& c,
+                                                 const std::string& which);
 
 }  // namespace onyx::train

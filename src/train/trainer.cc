@@ -227,6 +227,10 @@ struct Trainer::Impl {
   int64_t skipped_steps = 0;
   uint64_t data_seed = 0;
   std::vector<bool> decay_mask;
+  // The metrics of the latest evaluate() and the step it ran at: a checkpoint saved at that same
+  // step is compared against the best one (Transformers' _save_checkpoint).
+  Metrics last_eval;
+  int64_t last_eval_step = -1;
 };
 
 Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Dataset> train_dataset,
@@ -322,15 +326,38 @@ void Trainer::save_model(const std::string& dir) {
     m["labels"] = model_.loss.labels;
   m["producer"] = "onyx";
   io::write_file_atomic((fs::path(dir) / "onyx_model.json").string(), m.dump(2) + "\n");
+  if (!model_.config_json.empty())
+    io::write_file_atomic((fs::path(dir) / "config.json").string(), model_.config_json);
 }
 
 void Trainer::save_checkpoint() {
   std::string name = cat("checkpoint-", state_.global_step);
   fs::path final_dir = fs::path(args_.output_dir) / name;
   fs::path tmp = fs::path(args_.output_dir) / cat(".tmp-", name, "-", ::getpid());
+  auto& I = *impl_;
+  // Best-model bookkeeping before writing the state (as Transformers does): only a checkpoint
+  // that is saved, with an evaluation at its own step, can become the best one. Tracked when
+  // metric_for_best_model is set or load_best_model_at_end is on (Transformers' default "loss").
+  bool track_best = args_.metric_for_best_model.has_value() || args_.load_best_model_at_end;
+  if (track_best && I.last_eval_step == state_.global_step) {
+    std::string key = "eval_" + args_.best_metric_name();
+    auto it = I.last_eval.find(key);
+    if (it == I.last_eval.end()) {
+      std::string have;
+      for (auto& [k, v] : I.last_eval) have += (have.empty() ? "" : ", ") + k;
+      throw Error(cat("metric_for_best_model '", args_.best_metric_name(),
+                      "': the evaluation has no '", key, "' (it has: ", have, ")"));
+    }
+    double v = it->second;
+    bool better = !state_.best_metric || !state_.best_model_checkpoint ||
+                  (args_.best_is_greater() ? v > *state_.best_metric : v < *state_.best_metric);
+    if (better) {
+      state_.best_metric = v;
+      state_.best_model_checkpoint = final_dir.string();
+    }
+  }
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  auto& I = *impl_;
   save_model(tmp.string());
   io::save_safetensors((tmp / "optimizer.safetensors").string(), I.opt->state(),
                        {{"optimizer", args_.optimizer_name()}});
@@ -379,18 +406,20 @@ void Trainer::rotate_checkpoints() {
     }
   }
   std::sort(cks.begin(), cks.end());
-  // The best checkpoint is never deleted: move it to the newest end of the list.
+  // As Transformers' _sorted_checkpoints / _rotate_checkpoints: the best checkpoint is never
+  // deleted (it moves to the second-newest place, the newest stays last, so a run can always be
+  // resumed), and a limit of 1 keeps two when the best is not the newest.
+  bool best_is_newest = false;
   if (state_.best_model_checkpoint) {
     for (size_t i = 0; i < cks.size(); i++)
       if (fs::path(*state_.best_model_checkpoint).filename() == cks[i].second.filename()) {
-        auto b = cks[i];
-        cks.erase(cks.begin() + i);
-        cks.push_back(b);
+        for (size_t j = i; j + 2 < cks.size(); j++) std::swap(cks[j], cks[j + 1]);
+        best_is_newest = i + 1 == cks.size();
         break;
       }
   }
   int64_t limit = *args_.save_total_limit;
-  if (limit == 1 && state_.best_model_checkpoint && args_.load_best_model_at_end) limit = 2;
+  if (limit == 1 && state_.best_model_checkpoint && !best_is_newest) limit = 2;
   while ((int64_t)cks.size() > limit) {
     fs::remove_all(cks.front().second);
     cks.erase(cks.begin());
@@ -517,17 +546,10 @@ Metrics Trainer::evaluate(const std::string& prefix) {
   e.values = m;
   log(e);
   for (auto& cb : callbacks_) cb->on_evaluate(args_, state_, control_, m);
-  // Track the best checkpoint (Transformers: the next save becomes best if the metric improved).
-  std::string key = prefix + "_" + args_.best_metric_name();
-  if (m.count(key)) {
-    double v = m[key];
-    bool better = !state_.best_metric ||
-                  (args_.best_is_greater() ? v > *state_.best_metric : v < *state_.best_metric);
-    if (better) {
-      state_.best_metric = v;
-      state_.best_model_checkpoint =
-          (fs::path(args_.output_dir) / cat("checkpoint-", state_.global_step)).string();
-    }
+  // A checkpoint saved at this step compares these against the best (save_checkpoint).
+  if (prefix == "eval") {
+    impl_->last_eval = m;
+    impl_->last_eval_step = state_.global_step;
   }
   return m;
 }
@@ -544,7 +566,11 @@ TrainOutput Trainer::train() {
   ONYX_CHECK(train_ds_, "train: no train dataset");
   auto& I = *impl_;
   auto& a = args_;
-  fs::create_directories(a.output_dir);
+  try {
+    fs::create_directories(a.output_dir);
+  } catch (const fs::filesystem_error& e) {
+    throw Error(cat("output_dir '", a.output_dir, "' cannot be created: ", e.code().message()));
+  }
   {  // fail early, before any step, if output_dir cannot be written
     std::string probe = (fs::path(a.output_dir) / ".onyx-write-test").string();
     std::ofstream f(probe);

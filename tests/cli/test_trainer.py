@@ -49,13 +49,13 @@ Prints one line per case and ends with "N passed, M failed" (", K skipped" when 
 exits 1 if any case failed. Temporary folders are removed.
 
 onnxruntime-node is installed on first use (when missing) with
-  npm install --prefix build/npm --ignore-scripts onnxruntime-node
+  npm install --prefix build/npm --ignore-scripts --no-audit --no-fund onnxruntime-node@1.30.0
+(--ignore-scripts: the package's install script only fetches optional CUDA binaries; the CPU
+build ships in the package.)
 """
 import copy
-import glob
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
@@ -79,6 +79,7 @@ from models import TinyBert, TinyMlp  # noqa: E402
 
 ONYX = os.environ.get("ONYX", os.path.join(REPO, "build", "onyx"))
 NPM_PREFIX = os.path.join(REPO, "build", "npm")
+ORT_PACKAGE = "onnxruntime-node@1.30.0"
 ORT_RUN = os.path.join(HERE, "ort_run.js")
 TIMING_KEYS = {"train_runtime", "train_samples_per_second", "train_steps_per_second",
                "eval_runtime", "eval_samples_per_second", "eval_steps_per_second",
@@ -324,13 +325,13 @@ class Ctx:
         return self.get("bert_drop", make)
 
     def mlp(self):
-        """An MLP classifier that starts out predicting class 0 (output bias 4), trained on
-        labels 1 and evaluated on labels 0: eval accuracy starts at 1 and falls."""
+        """An MLP classifier that starts out predicting class 0 (output bias 1), trained on
+        labels 1 and evaluated on labels 0: eval accuracy starts near 1 and falls step by step."""
         def make():
             torch.manual_seed(5)
             m = MlpCls()
             with torch.no_grad():
-                m.mlp.net[4].bias.copy_(torch.tensor([2.5, 0.0, 0.0]))
+                m.mlp.net[4].bias.copy_(torch.tensor([1.0, 0.0, 0.0]))
             g = torch.Generator().manual_seed(6)
             train_d = {"x": torch.randn(64, 16, generator=g),
                        "labels": torch.ones(64, dtype=torch.long)}
@@ -377,7 +378,11 @@ def file_digests(root):
 
 
 def case_resume(ctx):
+    import onnx
     m, data, path = ctx.bert_drop()
+    n_dropout = sum(n.op_type == "Dropout" for n in onnx.load(path).graph.node)
+    if n_dropout == 0:
+        return False, "setup: the training export has no Dropout node"
     d = os.path.join(ctx.tmp, "resume")
     os.makedirs(d)
     save_data(os.path.join(d, "train.safetensors"), data)
@@ -434,7 +439,8 @@ def case_resume(ctx):
                 "; a second uninterrupted run equals A: the resume is at fault")
         return False, (f"{how}; {len(problems)} differences, first: "
                        + "; ".join(problems[:5]) + note)
-    msg = f"{how}; {len(la)} log entries and final/checkpoint-40 files identical"
+    msg = (f"{how}; {n_dropout} Dropout nodes; {len(la)} log entries and final/checkpoint-40 "
+           f"files identical")
     if stale:
         msg += f" (left behind by the kill: {', '.join(sorted(stale))})"
     return True, msg
@@ -450,11 +456,13 @@ def ensure_ort():
             raise Skip("onnxruntime-node is missing and npm is not installed (apt-get install npm)")
         os.makedirs(NPM_PREFIX, exist_ok=True)
         p = subprocess.run(["npm", "install", "--prefix", NPM_PREFIX, "--ignore-scripts",
-                            "--no-audit", "--no-fund", "onnxruntime-node"],
+                            "--no-audit", "--no-fund", ORT_PACKAGE],
                            capture_output=True, text=True, timeout=600)
         if p.returncode != 0 or not os.path.isdir(mod):
-            tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:] or ["?"]
-            raise Skip(f"npm install onnxruntime-node failed (rc {p.returncode}): {tail[0]}")
+            lines = [ln for ln in (p.stderr + p.stdout).splitlines()
+                     if ln.strip() and "complete log" not in ln and "_logs" not in ln]
+            why = "; ".join(lines[:2]) if lines else "no output"
+            raise Skip(f"npm install {ORT_PACKAGE} failed (rc {p.returncode}): {why}")
 
 
 def np_to_spec(a):
@@ -633,8 +641,7 @@ def error_cases(ctx):
          [r"'labels'", r"'x'", r"63", r"64"]),
         ("error-unwritable-output-dir",
          ["train", cfg("unwritable", output_dir=os.path.join(blocker, "out"))],
-         [re.escape(os.path.join(blocker, "out")) + "|a-file", r"output_dir|not a directory|"
-          r"cannot create|writable"]),
+         [r"output_dir", re.escape(os.path.join(blocker, "out")), r"not a directory"]),
         ("error-missing-config", ["train", os.path.join(d, "no-such-config.yaml")],
          [r"no-such-config\.yaml", r"does not exist|not found|no such"]),
         ("error-unknown-loss-type",
@@ -682,7 +689,7 @@ def rotation_run(ctx, tag, **changes):
     out = os.path.join(d, "out")
     c = {"model": path, "loss": "loss", "train_data": os.path.join(ctx.tmp, "mlp_train.safetensors"),
          "eval_data": os.path.join(ctx.tmp, "mlp_eval.safetensors"), "metrics": ["accuracy"],
-         "output_dir": out, "learning_rate": 2e-2, "max_steps": 24, "logging_steps": 4,
+         "output_dir": out, "learning_rate": 3e-3, "max_steps": 24, "logging_steps": 4,
          "eval_strategy": "steps", "eval_steps": 4, "save_strategy": "steps", "save_steps": 4,
          "metric_for_best_model": "accuracy", "load_best_model_at_end": True,
          "save_total_limit": 2, "per_device_train_batch_size": 8, "seed": 1,

@@ -5,9 +5,8 @@ unicodedata, so the C++ build needs neither Python nor ICU. Run from the reposit
 Tables:
   kCharClassRuns  every code point's class (letter, number, punctuation, nonspacing mark, ...), as runs
   kLowerRanges    one-code-point lower-case mappings, as (first, last, delta, stride) ranges
-  kStripAccents   NFD decomposition with nonspacing marks (Mn) removed, for Latin-1 Supplement, Latin
-                  Extended-A/B, Greek and Coptic, Cyrillic, Latin Extended Additional, Greek Extended
-                  (Hangul syllables are decomposed by formula in the code)
+  kStripAccents   NFD decomposition with nonspacing marks (Mn) removed, for every code point that
+                  has one (Hangul syllables are decomposed by formula in the code instead)
 """
 import sys
 import unicodedata as ud
@@ -63,23 +62,23 @@ def main():
         out.write("    " + " ".join(f"{{0x{f:x}, 0x{l:x}, {d}, {s}}}," for f, l, d, s in ranges[i:i + 4]) + "\n")
     out.write("};\n\n")
 
-    blocks = [(0x00C0, 0x024F), (0x0370, 0x03FF), (0x0400, 0x04FF), (0x1E00, 0x1EFF), (0x1F00, 0x1FFF)]
     entries = []
-    for lo, hi in blocks:
-        for cp in range(lo, hi + 1):
-            ch = chr(cp)
-            d = ud.normalize("NFD", ch)
-            if d == ch:
-                continue
-            s = [ord(x) for x in d if ud.category(x) != "Mn"]
-            assert len(s) <= 2, (hex(cp), s)
-            s += [0] * (2 - len(s))
-            entries.append((cp, s[0], s[1]))
-    out.write("// {code point, first, second}: NFD without nonspacing marks; 0 = none. Covers U+00C0-024F,\n")
-    out.write("// U+0370-03FF, U+0400-04FF, U+1E00-1EFF, U+1F00-1FFF.\n")
+    for cp in range(0x110000):
+        if 0xAC00 <= cp <= 0xD7A3:
+            continue
+        ch = chr(cp)
+        d = ud.normalize("NFD", ch)
+        if d == ch or ud.category(ch) == "Mn":
+            continue
+        s = [ord(x) for x in d if ud.category(x) != "Mn"]
+        assert len(s) <= 3, (hex(cp), s)
+        s += [0] * (3 - len(s))
+        entries.append((cp, *s))
+    out.write("// {code point, c1, c2, c3}: its NFD without nonspacing marks (0 = none), for every code point\n")
+    out.write("// that NFD changes (Mn marks themselves are dropped by class; Hangul syllables by formula).\n")
     out.write(f"static const StripEntry kStripAccents[{len(entries)}] = {{\n")
-    for i in range(0, len(entries), 6):
-        out.write("    " + " ".join(f"{{0x{c:x}, 0x{a:x}, 0x{b:x}}}," for c, a, b in entries[i:i + 6]) + "\n")
+    for i in range(0, len(entries), 4):
+        out.write("    " + " ".join("{0x%x, 0x%x, 0x%x, 0x%x}," % e for e in entries[i:i + 4]) + "\n")
     out.write("};\n")
 
 

@@ -23,9 +23,9 @@ Loaded load(const std::string& path, const std::vector<std::string>& extras, boo
   l.cfg = train::load_run_config(path, train::parse_overrides(extras));
   if (need_train) {
     ONYX_CHECK(!l.cfg.train_data.empty(), "config '", path, "': 'train_data' is missing");
-    l.train = data::TensorDataset::load(l.cfg.train_data);
+    l.train = train::dataset_from_spec(l.cfg.train_data, l.cfg, "train_data");
   }
-  if (!l.cfg.eval_data.empty()) l.eval = data::TensorDataset::load(l.cfg.eval_data);
+  if (!l.cfg.eval_data.empty()) l.eval = train::dataset_from_spec(l.cfg.eval_data, l.cfg, "eval_data");
   return l;
 }
 
@@ -95,9 +95,9 @@ Action add_predict_command(CLI::App& app) {
   cmd->allow_extras();
   return [path, output, cmd]() {
     Loaded l = load(*path, cmd->remaining(), false);
-    std::string data_path = !l.cfg.test_data.empty() ? l.cfg.test_data : l.cfg.eval_data;
-    ONYX_CHECK(!data_path.empty(), "config '", *path, "': 'test_data' (or 'eval_data') is missing");
-    auto ds = data::TensorDataset::load(data_path);
+    const auto& spec = !l.cfg.test_data.empty() ? l.cfg.test_data : l.cfg.eval_data;
+    ONYX_CHECK(!spec.empty(), "config '", *path, "': 'test_data' (or 'eval_data') is missing");
+    auto ds = train::dataset_from_spec(spec, l.cfg, "test_data");
     Trainer t = make_trainer(l);
     auto po = t.predict(*ds);
     std::map<std::string, Tensor> out;

@@ -1,0 +1,165 @@
+"""bench_models.py — the three benchmark models of train_bench.py, built from tests/parity/models.py.
+
+Each entry of SPECS describes one model: its PyTorch module (loss computed inside forward, returned
+as the only output, so the ONNX export has one scalar output `loss`), batch size, the synthetic
+dataset it trains on, and the analytic FLOPs of one training step.
+
+  bert-mini  BERT-like post-LN encoder, H256 L4 A4 FFN1024, seq 128, vocab 30522, 2-label
+             sequence classification (pooler + classifier on the [CLS] token), batch 16
+  gpt2-tiny  GPT-2-like pre-LN causal LM, H256 L4 A4 FFN1024, seq 256, vocab 50257, LM head tied to
+             the token embedding, shifted causal-LM cross entropy, batch 8
+  vit-tiny   ViT-like pre-LN encoder, H192 L6 A3 FFN768, 28x28x1 images, 4x4 patches (49 + cls =
+             50 tokens), 10 classes, batch 64
+
+Dropout is 0 everywhere (TinyBert takes dropout=0.0; the GPT-2 and ViT blocks have none).
+
+FLOPs per training step (forward + backward, multiply-add = 2 FLOPs), counted analytically:
+  6 * sum over every matmul weight W (Linear, patch Conv as a matmul, tied LM head) of
+      numel(W) * (number of rows it multiplies: B*T for per-token layers, B for the BERT pooler and
+      classifier, B*N_patches for the patch conv, B for the ViT head (cls token only))
+  + 12 * L * B * T^2 * C   (attention: Q.K^T and P.V, 2*B*T^2*C each forward, x3 for fwd + bwd)
+Biases, LayerNorm, softmax, GELU, embeddings gathers, the loss and the optimizer are not counted
+(they are memory bound and a few % of the total). The factor 6 = 2 (forward) + 4 (backward: the
+input gradient and the weight gradient, one GEMM each); it slightly over-counts the first layer,
+whose input gradient is not needed.
+"""
+import os
+import sys
+
+import numpy as np
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "parity"))
+from models import TinyBert, TinyGpt2, TinyVit  # noqa: E402
+
+
+class BertMiniCls(nn.Module):
+    H, L, A, FFN, T, VOCAB, LABELS = 256, 4, 4, 1024, 128, 30522, 2
+
+    def __init__(self):
+        super().__init__()
+        self.bert = TinyBert(vocab=self.VOCAB, d=self.H, heads=self.A, ffn=self.FFN, layers=self.L,
+                             max_pos=512, types=2, labels=self.LABELS, dropout=0.0)
+
+    def forward(self, input_ids, attention_mask, token_type_ids, labels):
+        logits, _ = self.bert(input_ids, attention_mask, token_type_ids)
+        return F.cross_entropy(logits, labels)
+
+
+class Gpt2TinyLm(nn.Module):
+    H, L, A, T, VOCAB = 256, 4, 4, 256, 50257
+
+    def __init__(self):
+        super().__init__()
+        self.gpt = TinyGpt2(vocab=self.VOCAB, d=self.H, heads=self.A, layers=self.L, n_pos=1024)
+
+    def forward(self, input_ids, labels):  # Transformers-style shifted LM loss
+        logits = self.gpt(input_ids)
+        v = logits.size(-1)
+        return F.cross_entropy(logits[:, :-1, :].reshape(-1, v), labels[:, 1:].reshape(-1),
+                               ignore_index=-100)
+
+
+class VitTinyCls(nn.Module):
+    H, L, A, FFN, IMAGE, PATCH, CLASSES = 192, 6, 3, 768, 28, 4, 10
+
+    def __init__(self):
+        super().__init__()
+        self.vit = TinyVit(image=self.IMAGE, patch=self.PATCH, chans=1, d=self.H, heads=self.A,
+                           ffn=self.FFN, layers=self.L, classes=self.CLASSES)
+
+    def forward(self, pixel_values, labels):
+        return F.cross_entropy(self.vit(pixel_values), labels)
+
+
+# ------------------------------------------------------------------------------------------------
+# Synthetic datasets: numpy arrays keyed by the exported input names, first dimension = sample.
+
+
+def bert_data(n, rng):
+    c = BertMiniCls
+    types = np.zeros((n, c.T), np.int64)
+    types[:, c.T // 2:] = 1
+    return {"input_ids": rng.integers(0, c.VOCAB, (n, c.T), dtype=np.int64),
+            "attention_mask": np.ones((n, c.T), np.int64),
+            "token_type_ids": types,
+            "labels": rng.integers(0, c.LABELS, (n,), dtype=np.int64)}
+
+
+def gpt2_data(n, rng):
+    c = Gpt2TinyLm
+    ids = rng.integers(0, c.VOCAB, (n, c.T), dtype=np.int64)
+    return {"input_ids": ids, "labels": ids.copy()}
+
+
+def vit_data(n, rng):
+    c = VitTinyCls
+    return {"pixel_values": rng.standard_normal((n, 1, c.IMAGE, c.IMAGE)).astype(np.float32),
+            "labels": rng.integers(0, c.CLASSES, (n,), dtype=np.int64)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Analytic FLOPs per training step (see the module docstring).
+
+
+def _encoder_layer_matmul_params(h, ffn):
+    return 4 * h * h + 2 * h * ffn  # q, k, v, o + fc1, fc2
+
+
+def bert_flops(b):
+    c = BertMiniCls
+    tokens = b * c.T
+    per_token = c.L * _encoder_layer_matmul_params(c.H, c.FFN)
+    per_seq = c.H * c.H + c.H * c.LABELS  # pooler + classifier, on the [CLS] row only
+    return 6 * (per_token * tokens + per_seq * b) + 12 * c.L * b * c.T ** 2 * c.H
+
+
+def gpt2_flops(b):
+    c = Gpt2TinyLm
+    tokens = b * c.T
+    per_token = c.L * _encoder_layer_matmul_params(c.H, 4 * c.H) + c.H * c.VOCAB  # + tied LM head
+    return 6 * per_token * tokens + 12 * c.L * b * c.T ** 2 * c.H
+
+
+def vit_flops(b):
+    c = VitTinyCls
+    n_patch = (c.IMAGE // c.PATCH) ** 2
+    t = n_patch + 1
+    patch_params = c.H * c.PATCH * c.PATCH  # Conv2d(1, H, 4, stride 4) as a [B*49, 16] x [16, H] matmul
+    return (6 * (c.L * _encoder_layer_matmul_params(c.H, c.FFN) * b * t + patch_params * b * n_patch
+                 + c.H * c.CLASSES * b)
+            + 12 * c.L * b * t ** 2 * c.H)
+
+
+# name -> spec. `inputs`: exported input names in forward() order; `axes`: dynamic (batch) axes.
+SPECS = {
+    "bert-mini": dict(ctor=BertMiniCls, seed=1, batch=16, data=bert_data, flops=bert_flops,
+                      inputs=["input_ids", "attention_mask", "token_type_ids", "labels"],
+                      desc="BERT-like H256 L4 A4, seq 128, vocab 30522, 2 labels, batch 16"),
+    "gpt2-tiny": dict(ctor=Gpt2TinyLm, seed=2, batch=8, data=gpt2_data, flops=gpt2_flops,
+                      inputs=["input_ids", "labels"],
+                      desc="GPT-2-like H256 L4 A4, seq 256, vocab 50257, tied LM head, batch 8"),
+    "vit-tiny": dict(ctor=VitTinyCls, seed=3, batch=64, data=vit_data, flops=vit_flops,
+                     inputs=["pixel_values", "labels"],
+                     desc="ViT-like H192 L6 A3, 28x28x1, 4x4 patches, 10 classes, batch 64"),
+}
+for _s in SPECS.values():
+    _s["axes"] = {k: {0: "batch"} for k in _s["inputs"]}
+
+
+def no_decay(name, param):
+    """onyx's rule (train::hf_decay_mask with generic_onnx): no weight decay for biases,
+    LayerNorm-like names, and every tensor of rank <= 1."""
+    n = name.lower()
+    return (param.dim() <= 1 or "bias" in n or "layernorm" in n or "layer_norm" in n or "ln_" in n
+            or "norm" in n)
+
+
+def param_groups(model, weight_decay):
+    decay, other = [], []
+    for n, p in model.named_parameters():  # tied weights appear once
+        (other if no_decay(n, p) else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": other, "weight_decay": 0.0}]

@@ -1,0 +1,74 @@
+// data/bpe.h — GPT-2's byte-level BPE tokenizer (also RoBERTa's, with its post-processor).
+//   pre-tokenize: GPT-2's pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//                 matched by hand (no regex engine); \p{L} and \p{N} come from the generated Unicode
+//                 class table (every script), \s is the White_Space property
+//   byte level:   each piece's UTF-8 bytes map to printable code points (GPT-2's bytes_to_unicode),
+//                 so the vocabulary has no unknown byte
+//   BPE:          adjacent symbols merge by merge rank (lowest first, leftmost on ties), with a cache
+//                 of words already seen
+#pragma once
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace onyx::data {
+
+struct BpeConfig {
+  bool add_prefix_space = false;         // prepend ' ' to a text that does not start with one
+  std::string eos_token = "<|endoftext|>";  // also the pad token unless pad_token names another
+  std::string pad_token;
+  size_t cache_capacity = 100000;  // words cached; the cache is cleared when full
+};
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  // vocab: byte-level token string -> id; merges: pairs of byte-level strings in rank order. Every
+  // merge's parts and result must be in the vocabulary (errors name `source`).
+  BpeTokenizer(std::unordered_map<std::string, int64_t> vocab,
+               std::vector<std::pair<std::string, std::string>> merges, BpeConfig cfg = {},
+               std::string source = "BPE vocabulary");
+  // vocab.json ({"token": id}) and merges.txt (one "a b" per line, optional "#version" first line).
+  static std::shared_ptr<BpeTokenizer> from_files(const std::string& vocab_json, const std::string& merges_txt,
+                                                  BpeConfig cfg = {});
+  // tokenizer.json with model.type "BPE" (merges as "a b" strings or [a, b] pairs) and a ByteLevel
+  // pre-tokenizer (or none); other pre-tokenizers (Metaspace, custom Split regexes) are Unsupported.
+  static std::shared_ptr<BpeTokenizer> from_tokenizer_json(const std::string& path);
+  static std::shared_ptr<BpeTokenizer> from_tokenizer_json(const nlohmann::json& j, const std::string& path);
+
+  // The pieces of GPT-2's pre-tokenization pattern, as UTF-8 substrings of `text`.
+  static std::vector<std::string> pre_tokenize(const std::string& text);
+  // GPT-2's bytes_to_unicode: byte -> code point.
+  static char32_t byte_to_unicode(uint8_t b);
+  // The byte-level token strings of a text (no special tokens).
+  std::vector<std::string> tokenize(const std::string& text) const;
+
+  std::string decode(const std::vector<int64_t>& ids) const override;
+  int64_t vocab_size() const override { return (int64_t)vocab_.size(); }
+  std::optional<int64_t> token_id(const std::string& token) const override;
+  std::string kind() const override { return "bpe"; }
+  bool uses_token_type_ids() const override { return false; }
+  int64_t num_merges() const { return (int64_t)merge_rank_.size(); }
+
+ protected:
+  std::vector<int64_t> encode_plain(const std::string& text) const override;
+
+ private:
+  // BPE over one pre-tokenized piece (raw bytes) -> ids; cached.
+  void encode_piece(const std::string& piece, std::vector<int64_t>& ids) const;
+  std::vector<int64_t> bpe(const std::string& piece) const;
+
+  BpeConfig cfg_;
+  std::unordered_map<std::string, int64_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  int64_t byte_id_[256];  // id of each single byte's token
+  // (left id << 32 | right id) -> (rank, merged id)
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merge_rank_;
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
+};
+
+}  // namespace onyx::data

@@ -1,0 +1,348 @@
+// text_datasets.cc — text classification rows (JSONL/JSON/CSV) and causal-LM blocks, tokenized
+// once at load (see text_datasets.h).
+#include "data/text_datasets.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "onyx/error.h"
+
+namespace fs = std::filesystem;
+
+namespace onyx::data {
+
+std::vector<CsvRecord> parse_csv(const std::string& text, char delim, const std::string& what) {
+  std::vector<CsvRecord> out;
+  size_t i = 0;
+  const size_t n = text.size();
+  if (n >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) i = 3;
+  int64_t line = 1;
+  while (i < n) {
+    CsvRecord rec;
+    rec.line = line;
+    std::string field;
+    bool end_of_record = false;
+    while (!end_of_record) {
+      field.clear();
+      if (i < n && text[i] == '"') {  // quoted field
+        const int64_t open_line = line;
+        ++i;
+        while (true) {
+          ONYX_CHECK(i < n, what, ": line ", open_line, ": a quoted field is never closed");
+          const char c = text[i];
+          if (c == '"') {
+            if (i + 1 < n && text[i + 1] == '"') {
+              field.push_back('"');
+              i += 2;
+              continue;
+            }
+            ++i;
+            break;
+          }
+          if (c == '\n') ++line;
+          field.push_back(c);
+          ++i;
+        }
+        ONYX_CHECK(i >= n || text[i] == delim || text[i] == '\n' || text[i] == '\r', what, ": line ", line,
+                   ": unexpected character '", text[i], "' after a closing quote (a quote inside a quoted "
+                   "field must be doubled)");
+      } else {
+        while (i < n && text[i] != delim && text[i] != '\n' && text[i] != '\r') field.push_back(text[i++]);
+      }
+      rec.fields.push_back(field);
+      if (i < n && text[i] == delim) {
+        ++i;
+      } else {
+        if (i < n && text[i] == '\r') ++i;
+        if (i < n && text[i] == '\n') ++i;
+        ++line;
+        end_of_record = true;
+      }
+    }
+    if (rec.fields.size() == 1 && rec.fields[0].empty()) continue;  // blank line
+    out.push_back(std::move(rec));
+  }
+  return out;
+}
+
+namespace {
+
+struct Row {
+  int64_t line;
+  nlohmann::json obj;
+};
+
+std::vector<Row> read_rows(const std::string& path, const TextClassificationOptions& o) {
+  std::string fmt = o.format;
+  if (fmt.empty()) {
+    std::string ext = fs::path(path).extension().string();
+    if (ext == ".gz") ONYX_UNSUPPORTED("dataset '", path, "': compressed text datasets are not supported");
+    fmt = ext.empty() ? "" : ext.substr(1);
+  }
+  ONYX_CHECK(fmt == "jsonl" || fmt == "json" || fmt == "csv" || fmt == "tsv", "dataset '", path,
+             "': unknown format '", fmt, "' (expected jsonl, json, csv or tsv; set the format explicitly)");
+  const std::string text = read_text_file(path);
+  std::vector<Row> rows;
+  if (fmt == "csv" || fmt == "tsv") {
+    const char delim = o.delimiter ? o.delimiter : (fmt == "tsv" ? '\t' : ',');
+    auto recs = parse_csv(text, delim, cat("dataset '", path, "'"));
+    ONYX_CHECK(!recs.empty(), "dataset '", path, "' is empty (expected a header row)");
+    const auto& header = recs[0].fields;
+    for (size_t r = 1; r < recs.size(); ++r) {
+      ONYX_CHECK(recs[r].fields.size() == header.size(), "dataset '", path, "': line ", recs[r].line, " has ",
+                 recs[r].fields.size(), " fields but the header has ", header.size());
+      nlohmann::json obj = nlohmann::json::object();
+      for (size_t c = 0; c < header.size(); ++c) obj[header[c]] = recs[r].fields[c];
+      rows.push_back({recs[r].line, std::move(obj)});
+    }
+  } else if (fmt == "json" && text.find_first_not_of(" \t\r\n") != std::string::npos &&
+             text[text.find_first_not_of(" \t\r\n")] == '[') {
+    nlohmann::json arr;
+    try {
+      arr = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(cat("dataset '", path, "' is not valid JSON: ", e.what()));
+    }
+    int64_t k = 0;
+    for (auto& obj : arr) rows.push_back({++k, obj});
+  } else {
+    std::istringstream in(text);
+    std::string line;
+    for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      try {
+        rows.push_back({lineno, nlohmann::json::parse(line)});
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(cat("dataset '", path, "': line ", lineno, " is not valid JSON: ", e.what()));
+      }
+    }
+  }
+  for (auto& r : rows)
+    ONYX_CHECK(r.obj.is_object(), "dataset '", path, "': ", fmt == "json" ? "item " : "line ", r.line,
+               " is not a JSON object");
+  return rows;
+}
+
+bool parse_int(const std::string& s, int64_t& v) {
+  if (s.empty()) return false;
+  size_t pos = 0;
+  try {
+    v = std::stoll(s, &pos);
+  } catch (...) {
+    return false;
+  }
+  return pos == s.size();
+}
+
+std::string field_text(const Row& r, const std::string& field, const std::string& path) {
+  ONYX_CHECK(r.obj.contains(field), "dataset '", path, "': line ", r.line, " has no field '", field, "'");
+  const auto& v = r.obj[field];
+  ONYX_CHECK(v.is_string(), "dataset '", path, "': line ", r.line, ": field '", field, "' is not a string");
+  return v.get<std::string>();
+}
+
+Tensor to_tensor(const std::vector<int64_t>& v, Shape shape) { return Tensor::from_vector(DType::Int64, shape, v); }
+
+}  // namespace
+
+TextClassificationDataset::TextClassificationDataset(const std::string& path, std::shared_ptr<const Tokenizer> tok,
+                                                     TextClassificationOptions opts)
+    : tok_(std::move(tok)), opts_(std::move(opts)) {
+  ONYX_CHECK(tok_, "dataset '", path, "': no tokenizer");
+  ONYX_CHECK(opts_.max_length > 0, "dataset '", path, "': max_length must be positive");
+  ONYX_CHECK(opts_.bucket != PadBucket::Multiple || opts_.pad_multiple > 0, "dataset '", path,
+             "': pad_multiple must be positive");
+  auto rows = read_rows(path, opts_);
+  ONYX_CHECK(!rows.empty(), "dataset '", path, "' has no rows");
+
+  // Labels: integers as they are, strings through label_list or their sorted unique set.
+  if (!opts_.label_field.empty()) {
+    std::vector<std::string> str_labels;
+    std::vector<int64_t> int_labels;
+    std::vector<int64_t> lines;
+    for (auto& r : rows) {
+      ONYX_CHECK(r.obj.contains(opts_.label_field), "dataset '", path, "': line ", r.line, " has no field '",
+                 opts_.label_field, "'");
+      const auto& v = r.obj[opts_.label_field];
+      lines.push_back(r.line);
+      if (v.is_number_integer()) {
+        int_labels.push_back(v.get<int64_t>());
+      } else if (v.is_number_float()) {
+        const double d = v.get<double>();
+        ONYX_CHECK(d == std::floor(d), "dataset '", path, "': line ", r.line, ": label ", d,
+                   " is not an integer (regression labels are not supported)");
+        int_labels.push_back((int64_t)d);
+      } else if (v.is_string()) {
+        str_labels.push_back(v.get<std::string>());
+      } else {
+        throw Error(cat("dataset '", path, "': line ", r.line, ": label '", v.dump(), "' is neither an integer nor a string"));
+      }
+    }
+    ONYX_CHECK(str_labels.empty() || int_labels.empty(), "dataset '", path,
+               "': labels mix integers and strings (e.g. line ", lines[0], ")");
+    if (!str_labels.empty() && opts_.label_list.empty()) {
+      bool all_int = true;
+      std::vector<int64_t> as_int;
+      for (auto& s : str_labels) {
+        int64_t v;
+        if (!parse_int(s, v)) {
+          all_int = false;
+          break;
+        }
+        as_int.push_back(v);
+      }
+      if (all_int) {
+        int_labels = std::move(as_int);
+        str_labels.clear();
+      }
+    }
+    if (!str_labels.empty()) {
+      if (opts_.label_list.empty()) {
+        std::set<std::string> uniq(str_labels.begin(), str_labels.end());
+        id2label_.assign(uniq.begin(), uniq.end());
+      } else {
+        id2label_ = opts_.label_list;
+      }
+      for (size_t i = 0; i < id2label_.size(); ++i) label2id_[id2label_[i]] = (int64_t)i;
+      for (size_t i = 0; i < str_labels.size(); ++i) {
+        auto it = label2id_.find(str_labels[i]);
+        if (it == label2id_.end()) {
+          std::string known;
+          for (auto& l : id2label_) known += (known.empty() ? "" : ", ") + l;
+          throw Error(cat("dataset '", path, "': line ", lines[i], ": label '", str_labels[i],
+                          "' is not in the label list [", known, "]"));
+        }
+        labels_.push_back(it->second);
+      }
+    } else {
+      int64_t max_label = -1;
+      for (size_t i = 0; i < int_labels.size(); ++i) {
+        ONYX_CHECK(int_labels[i] >= 0, "dataset '", path, "': line ", lines[i], ": label ", int_labels[i],
+                   " is negative");
+        if (!opts_.label_list.empty())
+          ONYX_CHECK(int_labels[i] < (int64_t)opts_.label_list.size(), "dataset '", path, "': line ", lines[i],
+                     ": label ", int_labels[i], " is out of range for ", opts_.label_list.size(), " labels");
+        max_label = std::max(max_label, int_labels[i]);
+      }
+      if (!opts_.label_list.empty()) {
+        id2label_ = opts_.label_list;
+      } else {
+        for (int64_t i = 0; i <= max_label; ++i) id2label_.push_back(std::to_string(i));
+      }
+      for (size_t i = 0; i < id2label_.size(); ++i) label2id_[id2label_[i]] = (int64_t)i;
+      labels_ = std::move(int_labels);
+    }
+  }
+
+  EncodeOptions eo;
+  eo.max_length = opts_.max_length;
+  encodings_.reserve(rows.size());
+  for (auto& r : rows) {
+    auto a = tok_->encode_ids(field_text(r, opts_.text_field, path));
+    if (opts_.text_pair_field.empty()) {
+      encodings_.push_back(tok_->assemble(std::move(a), nullptr, eo));
+    } else {
+      auto b = tok_->encode_ids(field_text(r, opts_.text_pair_field, path));
+      encodings_.push_back(tok_->assemble(std::move(a), &b, eo));
+    }
+  }
+}
+
+int64_t TextClassificationDataset::bucket_length(int64_t longest) const {
+  int64_t len = std::max<int64_t>(longest, 1);
+  if (opts_.bucket == PadBucket::Multiple) {
+    len = (len + opts_.pad_multiple - 1) / opts_.pad_multiple * opts_.pad_multiple;
+  } else {
+    int64_t p = 1;
+    while (p < len) p *= 2;
+    len = p;
+  }
+  return std::min(len, std::max(longest, opts_.max_length));
+}
+
+std::vector<std::string> TextClassificationDataset::keys() const {
+  std::vector<std::string> k = {"attention_mask", "input_ids"};
+  if (!labels_.empty()) k.push_back("labels");
+  if (tok_->uses_token_type_ids()) k.push_back("token_type_ids");
+  return k;
+}
+
+std::map<std::string, Tensor> TextClassificationDataset::batch(const std::vector<int64_t>& indices) const {
+  const int64_t B = indices.size();
+  int64_t longest = 0;
+  for (auto i : indices) {
+    ONYX_CHECK(i >= 0 && i < size(), "text classification dataset: index ", i, " out of range (", size(), " samples)");
+    longest = std::max(longest, encodings_[i].size());
+  }
+  const int64_t L = bucket_length(longest);
+  std::vector<int64_t> ids(B * L, tok_->pad_id()), mask(B * L, 0), types(B * L, 0), labels;
+  for (int64_t b = 0; b < B; ++b) {
+    const Encoding& e = encodings_[indices[b]];
+    std::copy(e.input_ids.begin(), e.input_ids.end(), ids.begin() + b * L);
+    std::copy(e.attention_mask.begin(), e.attention_mask.end(), mask.begin() + b * L);
+    std::copy(e.token_type_ids.begin(), e.token_type_ids.end(), types.begin() + b * L);
+    if (!labels_.empty()) labels.push_back(labels_[indices[b]]);
+  }
+  std::map<std::string, Tensor> out;
+  out["input_ids"] = to_tensor(ids, {B, L});
+  out["attention_mask"] = to_tensor(mask, {B, L});
+  if (tok_->uses_token_type_ids()) out["token_type_ids"] = to_tensor(types, {B, L});
+  if (!labels_.empty()) out["labels"] = to_tensor(labels, {B});
+  return out;
+}
+
+// ---- CausalLMDataset ----
+
+CausalLMDataset::CausalLMDataset(const std::string& path, std::shared_ptr<const Tokenizer> tok, CausalLMOptions opts)
+    : tok_(std::move(tok)), opts_(opts) {
+  ONYX_CHECK(tok_, "dataset '", path, "': no tokenizer");
+  ONYX_CHECK(opts_.block_size > 0, "dataset '", path, "': block_size must be positive");
+  std::optional<int64_t> eos = tok_->eos_id();
+  ONYX_CHECK(!opts_.add_eos || eos, "dataset '", path, "': the tokenizer (", tok_->source(),
+             ") has no end-of-text token to put between documents (set add_eos false)");
+  const std::string text = read_text_file(path);
+  auto add_document = [&](const std::string& doc) {
+    if (doc.find_first_not_of(" \t\r\n") == std::string::npos) return;
+    auto ids = tok_->encode_ids(doc);
+    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+    if (opts_.add_eos) tokens_.push_back(*eos);
+  };
+  std::istringstream in(text);
+  std::string line, para;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!opts_.paragraphs) {
+      add_document(line);
+    } else if (line.find_first_not_of(" \t") == std::string::npos) {
+      add_document(para);
+      para.clear();
+    } else {
+      para += para.empty() ? line : "\n" + line;
+    }
+  }
+  if (opts_.paragraphs) add_document(para);
+  const int64_t n = tokens_.size(), bs = opts_.block_size;
+  num_blocks_ = opts_.drop_remainder ? n / bs : (n + bs - 1) / bs;
+  ONYX_CHECK(num_blocks_ > 0, "dataset '", path, "' has ", n, " tokens, fewer than one block of ", bs);
+}
+
+std::map<std::string, Tensor> CausalLMDataset::batch(const std::vector<int64_t>& indices) const {
+  const int64_t B = indices.size(), T = opts_.block_size, n = tokens_.size();
+  std::vector<int64_t> ids(B * T, tok_->pad_id()), mask(B * T, 0), labels(B * T, -100);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t i = indices[b];
+    ONYX_CHECK(i >= 0 && i < num_blocks_, "causal LM dataset: index ", i, " out of range (", num_blocks_, " blocks)");
+    for (int64_t t = 0; t < T && i * T + t < n; ++t) {
+      ids[b * T + t] = labels[b * T + t] = tokens_[i * T + t];
+      mask[b * T + t] = 1;
+    }
+  }
+  return {{"input_ids", to_tensor(ids, {B, T})}, {"attention_mask", to_tensor(mask, {B, T})},
+          {"labels", to_tensor(labels, {B, T})}};
+}
+
+}  // namespace onyx::data

@@ -1,0 +1,96 @@
+// data/text_datasets.h — text datasets read straight from files and tokenized in C++:
+//   TextClassificationDataset  JSONL / JSON / CSV / TSV rows -> input_ids, attention_mask,
+//                              (token_type_ids), labels; batches padded to a few bucket lengths
+//   CausalLMDataset            a text file -> one token stream (eos between documents) -> blocks
+// Both tokenize once at construction; batch() only gathers and pads.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+
+namespace onyx::data {
+
+// One CSV record and the line it starts on (for messages).
+struct CsvRecord {
+  int64_t line = 0;
+  std::vector<std::string> fields;
+};
+// RFC 4180: fields separated by `delim`; a field in double quotes may hold delimiters, line breaks
+// and doubled quotes (""); CRLF or LF line ends; a UTF-8 byte-order mark is skipped. Errors (an
+// unterminated quote, text after a closing quote) name `what` and the line.
+std::vector<CsvRecord> parse_csv(const std::string& text, char delim, const std::string& what);
+
+enum class PadBucket {
+  Multiple,    // round the longest sequence up to a multiple of pad_multiple
+  PowerOfTwo,  // round up to the next power of two
+};
+
+struct TextClassificationOptions {
+  std::string format;                  // "jsonl", "json", "csv", "tsv"; empty: from the file extension
+  std::string text_field = "text";
+  std::string text_pair_field;         // empty: one text per sample
+  std::string label_field = "label";   // empty: no labels (for prediction)
+  // String labels map to their index here. Empty: integer labels are used as they are (a CSV label
+  // column whose every value is an integer counts as integers), other labels map to their index in
+  // the sorted unique labels of the file.
+  std::vector<std::string> label_list;
+  int64_t max_length = 128;            // truncation (longest_first), special tokens included
+  PadBucket bucket = PadBucket::Multiple;
+  int64_t pad_multiple = 16;
+  char delimiter = 0;                  // CSV/TSV; 0: ',' for csv, '\t' for tsv
+};
+
+class TextClassificationDataset : public Dataset {
+ public:
+  TextClassificationDataset(const std::string& path, std::shared_ptr<const Tokenizer> tokenizer,
+                            TextClassificationOptions opts = {});
+  int64_t size() const override { return (int64_t)encodings_.size(); }
+  // input_ids, attention_mask, token_type_ids (if the tokenizer uses them): int64 (B, L), L the
+  // longest in the batch rounded up to the bucket (at most max_length); labels: int64 (B).
+  std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const override;
+  std::vector<std::string> keys() const override;
+
+  const std::map<std::string, int64_t>& label2id() const { return label2id_; }
+  const std::vector<std::string>& id2label() const { return id2label_; }
+  int64_t num_labels() const { return (int64_t)id2label_.size(); }
+  const Encoding& encoding(int64_t i) const { return encodings_.at(i); }  // unpadded
+  int64_t label(int64_t i) const { return labels_.at(i); }
+  int64_t bucket_length(int64_t longest) const;
+
+ private:
+  std::shared_ptr<const Tokenizer> tok_;
+  TextClassificationOptions opts_;
+  std::vector<Encoding> encodings_;
+  std::vector<int64_t> labels_;
+  std::map<std::string, int64_t> label2id_;
+  std::vector<std::string> id2label_;
+};
+
+struct CausalLMOptions {
+  int64_t block_size = 128;
+  bool paragraphs = false;      // documents are blank-line separated paragraphs, not lines
+  bool add_eos = true;          // the tokenizer's eos token after every document
+  bool drop_remainder = true;   // false: the last short block is padded (mask 0, labels -100)
+};
+
+class CausalLMDataset : public Dataset {
+ public:
+  CausalLMDataset(const std::string& path, std::shared_ptr<const Tokenizer> tokenizer, CausalLMOptions opts = {});
+  int64_t size() const override { return num_blocks_; }
+  // input_ids, attention_mask, labels: int64 (B, block_size); labels = input_ids (the model shifts).
+  std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const override;
+  std::vector<std::string> keys() const override { return {"attention_mask", "input_ids", "labels"}; }
+  const std::vector<int64_t>& tokens() const { return tokens_; }
+
+ private:
+  std::shared_ptr<const Tokenizer> tok_;
+  CausalLMOptions opts_;
+  std::vector<int64_t> tokens_;
+  int64_t num_blocks_ = 0;
+};
+
+}  // namespace onyx::data

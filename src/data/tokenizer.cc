@@ -1,0 +1,451 @@
+// tokenizer.cc — the shared half of the tokenizers: added-token matching, the special-token
+// template with truncation and padding, load_tokenizer, and the Unicode tables and UTF-8 codec.
+#include "data/tokenizer.h"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "data/bpe.h"
+#include "data/wordpiece.h"
+#include "onyx/error.h"
+
+namespace fs = std::filesystem;
+
+namespace onyx::data {
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  ONYX_CHECK(f.good(), "cannot open '", path, "'", fs::exists(path) ? "" : ": no such file");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  ONYX_CHECK(!f.bad(), "error reading '", path, "'");
+  return ss.str();
+}
+
+// ---- Tokenizer: added tokens, template, truncation, padding ----
+
+void Tokenizer::add_special_token(const std::string& text, int64_t id) {
+  if (text.empty()) return;
+  for (auto& [t, i] : added_)
+    if (t == text) {
+      i = id;
+      return;
+    }
+  added_.emplace_back(text, id);
+  std::stable_sort(added_.begin(), added_.end(),
+                   [](auto& x, auto& y) { return x.first.size() > y.first.size(); });
+}
+
+std::vector<int64_t> Tokenizer::encode_ids(const std::string& text) const {
+  if (added_.empty()) return encode_plain(text);
+  std::vector<int64_t> ids;
+  auto flush = [&](size_t from, size_t to) {
+    if (to <= from) return;
+    auto part = encode_plain(text.substr(from, to - from));
+    ids.insert(ids.end(), part.begin(), part.end());
+  };
+  size_t start = 0, i = 0;
+  while (i < text.size()) {
+    bool matched = false;
+    for (auto& [tok, id] : added_) {
+      if (text.compare(i, tok.size(), tok) == 0) {
+        flush(start, i);
+        ids.push_back(id);
+        i += tok.size();
+        start = i;
+        matched = true;
+        break;
+      }
+    }
+    if (!matched) ++i;
+  }
+  flush(start, text.size());
+  return ids;
+}
+
+int64_t Tokenizer::num_special_tokens(bool pair) const {
+  int64_t n = 0;
+  for (auto& p : pair ? template_.pair : template_.single) n += p.kind == TemplatePiece::Special;
+  return n;
+}
+
+Encoding Tokenizer::encode(const std::string& text, const EncodeOptions& opts) const {
+  return assemble(encode_ids(text), nullptr, opts);
+}
+
+Encoding Tokenizer::encode_pair(const std::string& a, const std::string& b, const EncodeOptions& opts) const {
+  auto ib = encode_ids(b);
+  return assemble(encode_ids(a), &ib, opts);
+}
+
+Encoding Tokenizer::assemble(std::vector<int64_t> a, const std::vector<int64_t>* bp,
+                             const EncodeOptions& opts) const {
+  const bool pair = bp != nullptr;
+  std::vector<int64_t> b = pair ? *bp : std::vector<int64_t>{};
+  const int64_t nspecial = opts.add_special_tokens ? num_special_tokens(pair) : 0;
+  if (opts.max_length > 0) {
+    const int64_t budget = opts.max_length - nspecial;
+    ONYX_CHECK(budget >= 0, source_, ": max_length ", opts.max_length, " leaves no room for the ", nspecial,
+               " special tokens");
+    if ((int64_t)(a.size() + b.size()) > budget) {
+      if (!pair) {
+        a.resize(budget);
+      } else {  // longest_first, as Hugging Face tokenizers' truncate_encodings
+        int64_t n1 = a.size(), n2 = b.size();
+        const bool swap = n1 > n2;
+        if (swap) std::swap(n1, n2);
+        n2 = n1 > budget ? n1 : std::max(n1, budget - n1);
+        if (n1 + n2 > budget) {
+          n1 = budget / 2;
+          n2 = n1 + budget % 2;
+        }
+        if (swap) std::swap(n1, n2);
+        a.resize(std::min<int64_t>(a.size(), n1));
+        b.resize(std::min<int64_t>(b.size(), n2));
+      }
+    }
+  }
+  Encoding e;
+  auto put = [&](const std::vector<int64_t>& ids, int64_t type) {
+    for (auto id : ids) {
+      e.input_ids.push_back(id);
+      e.token_type_ids.push_back(type);
+    }
+  };
+  const auto& tpl = pair ? template_.pair : template_.single;
+  int64_t type_b = 1;
+  for (auto& p : tpl)
+    if (p.kind == TemplatePiece::SequenceB) type_b = p.type_id;
+  if (!opts.add_special_tokens || tpl.empty()) {
+    put(a, 0);
+    if (pair) put(b, type_b);
+  } else {
+    for (auto& p : tpl) {
+      if (p.kind == TemplatePiece::Special) put({p.id}, p.type_id);
+      else if (p.kind == TemplatePiece::SequenceA) put(a, p.type_id);
+      else if (pair) put(b, p.type_id);
+    }
+  }
+  e.attention_mask.assign(e.input_ids.size(), 1);
+  if (opts.pad_to > 0) {
+    ONYX_CHECK(e.size() <= opts.pad_to, source_, ": encoding of ", e.size(), " tokens is longer than pad_to ",
+               opts.pad_to, " (set max_length to truncate)");
+    e.input_ids.resize(opts.pad_to, pad_id_);
+    e.attention_mask.resize(opts.pad_to, 0);
+    e.token_type_ids.resize(opts.pad_to, 0);
+  }
+  return e;
+}
+
+// ---- tokenizer.json pieces shared by the tokenizers ----
+
+PostTemplate parse_post_processor(const nlohmann::json& j, const std::string& path) {
+  PostTemplate t;
+  if (!j.contains("post_processor") || j["post_processor"].is_null()) return t;
+  const auto& pp = j["post_processor"];
+  const std::string type = pp.value("type", "");
+  auto special = [&](const nlohmann::json& pair_json, const char* what) {
+    ONYX_CHECK(pair_json.is_array() && pair_json.size() == 2 && pair_json[1].is_number_integer(),
+               "tokenizer file '", path, "': post_processor.", what, " should be [token, id]");
+    return TemplatePiece{TemplatePiece::Special, pair_json[1].get<int64_t>(), 0};
+  };
+  const TemplatePiece A{TemplatePiece::SequenceA, 0, 0};
+  if (type == "BertProcessing") {
+    auto cls = special(pp["cls"], "cls"), sep = special(pp["sep"], "sep");
+    auto sep1 = sep;
+    sep1.type_id = 1;
+    t.single = {cls, A, sep};
+    t.pair = {cls, A, sep, {TemplatePiece::SequenceB, 0, 1}, sep1};
+  } else if (type == "RobertaProcessing") {
+    auto cls = special(pp["cls"], "cls"), sep = special(pp["sep"], "sep");
+    t.single = {cls, A, sep};
+    t.pair = {cls, A, sep, sep, {TemplatePiece::SequenceB, 0, 0}, sep};
+  } else if (type == "TemplateProcessing") {
+    auto read = [&](const char* key) {
+      std::vector<TemplatePiece> out;
+      ONYX_CHECK(pp.contains(key) && pp[key].is_array(), "tokenizer file '", path, "': post_processor.", key,
+                 " is missing");
+      for (auto& item : pp[key]) {
+        if (item.contains("Sequence")) {
+          auto& s = item["Sequence"];
+          std::string id = s.value("id", "A");
+          out.push_back({id == "B" ? TemplatePiece::SequenceB : TemplatePiece::SequenceA, 0,
+                         s.value("type_id", (int64_t)0)});
+        } else if (item.contains("SpecialToken")) {
+          auto& s = item["SpecialToken"];
+          std::string name = s.value("id", "");
+          const auto& specials = pp.contains("special_tokens") ? pp["special_tokens"] : nlohmann::json::object();
+          ONYX_CHECK(specials.contains(name) && specials[name].contains("ids"), "tokenizer file '", path,
+                     "': post_processor template names special token '", name, "' without ids");
+          for (auto& id : specials[name]["ids"])
+            out.push_back({TemplatePiece::Special, id.get<int64_t>(), s.value("type_id", (int64_t)0)});
+        } else {
+          throw Error(cat("tokenizer file '", path, "': post_processor.", key, " has an item that is neither "
+                          "Sequence nor SpecialToken"));
+        }
+      }
+      return out;
+    };
+    t.single = read("single");
+    t.pair = read("pair");
+  } else if (type == "Sequence") {
+    for (auto& sub : pp.value("processors", nlohmann::json::array())) {
+      nlohmann::json wrapper = {{"post_processor", sub}};
+      auto st = parse_post_processor(wrapper, path);
+      if (!st.single.empty() || !st.pair.empty()) t = st;
+    }
+  } else if (type != "ByteLevel") {
+    ONYX_UNSUPPORTED("tokenizer file '", path, "': post_processor type '", type, "' is not supported");
+  }
+  return t;
+}
+
+void register_added_tokens(const nlohmann::json& j, const std::string& path, Tokenizer& tok) {
+  if (!j.contains("added_tokens") || !j["added_tokens"].is_array()) return;
+  for (auto& a : j["added_tokens"]) {
+    ONYX_CHECK(a.contains("content") && a["content"].is_string() && a.contains("id") && a["id"].is_number_integer(),
+               "tokenizer file '", path, "': an added_tokens entry lacks content or id");
+    tok.add_special_token(a["content"].get<std::string>(), a["id"].get<int64_t>());
+  }
+}
+
+// ---- load_tokenizer ----
+
+namespace {
+
+std::shared_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat("tokenizer file '", path, "' is not valid JSON: ", e.what()));
+  }
+  ONYX_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "tokenizer file '", path,
+             "' has no \"model\" object (is it a Hugging Face tokenizer.json?)");
+  auto& m = j["model"];
+  std::string type = m.value("type", "");
+  if (type.empty()) type = m.contains("merges") ? "BPE" : (m.contains("vocab") && m["vocab"].is_object() ? "WordPiece" : "");
+  if (type == "WordPiece") return WordPieceTokenizer::from_tokenizer_json(j, path);
+  if (type == "BPE") return BpeTokenizer::from_tokenizer_json(j, path);
+  ONYX_UNSUPPORTED("tokenizer file '", path, "': model.type '", type,
+                   "' is not supported (WordPiece and byte-level BPE are)");
+}
+
+}  // namespace
+
+std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  ONYX_CHECK(fs::exists(path), "tokenizer path '", path, "' does not exist");
+  if (fs::is_directory(path)) {
+    fs::path d(path);
+    if (fs::exists(d / "tokenizer.json")) return from_tokenizer_json((d / "tokenizer.json").string());
+    if (fs::exists(d / "vocab.txt")) {
+      WordPieceConfig cfg;
+      if (fs::exists(d / "tokenizer_config.json")) {
+        auto file = (d / "tokenizer_config.json").string();
+        try {
+          auto tc = nlohmann::json::parse(read_text_file(file));
+          if (tc.contains("do_lower_case") && tc["do_lower_case"].is_boolean()) {
+            cfg.lowercase = tc["do_lower_case"].get<bool>();
+            cfg.strip_accents = cfg.lowercase;
+          }
+          if (tc.contains("strip_accents") && tc["strip_accents"].is_boolean())
+            cfg.strip_accents = tc["strip_accents"].get<bool>();
+          if (tc.contains("tokenize_chinese_chars") && tc["tokenize_chinese_chars"].is_boolean())
+            cfg.handle_chinese_chars = tc["tokenize_chinese_chars"].get<bool>();
+        } catch (const nlohmann::json::exception& e) {
+          throw Error(cat("tokenizer config '", file, "' is not valid JSON: ", e.what()));
+        }
+      }
+      return WordPieceTokenizer::from_vocab_txt((d / "vocab.txt").string(), cfg);
+    }
+    if (fs::exists(d / "vocab.json") && fs::exists(d / "merges.txt"))
+      return BpeTokenizer::from_files((d / "vocab.json").string(), (d / "merges.txt").string());
+    throw Error(cat("tokenizer folder '", path,
+                    "' has no tokenizer.json, vocab.txt, or vocab.json with merges.txt"));
+  }
+  fs::path p(path);
+  if (p.filename() == "vocab.json") {
+    auto merges = p.parent_path() / "merges.txt";
+    ONYX_CHECK(fs::exists(merges), "BPE vocabulary '", path, "' needs merges.txt next to it ('",
+               merges.string(), "' does not exist)");
+    return BpeTokenizer::from_files(path, merges.string());
+  }
+  if (p.extension() == ".json") return from_tokenizer_json(path);
+  if (p.extension() == ".txt") return WordPieceTokenizer::from_vocab_txt(path);
+  throw Error(cat("tokenizer file '", path, "': expected tokenizer.json, vocab.txt or vocab.json"));
+}
+
+// ---- Unicode ----
+
+namespace unicode {
+namespace {
+
+struct LowerRange {
+  uint32_t first, last;
+  int32_t delta;
+  uint32_t stride;
+};
+struct StripEntry {
+  uint32_t cp, a, b, c;
+};
+
+#include "data/unicode_tables.inc"
+
+CharClass lookup_class(char32_t c) {
+  const uint32_t key = ((uint32_t)c << 4) | 0xF;
+  auto it = std::upper_bound(std::begin(kCharClassRuns), std::end(kCharClassRuns), key);
+  return (CharClass)(*(it - 1) & 0xF);
+}
+
+const std::array<CharClass, 256>& latin1_classes() {
+  static const std::array<CharClass, 256> t = [] {
+    std::array<CharClass, 256> a{};
+    for (int c = 0; c < 256; ++c) a[c] = lookup_class((char32_t)c);
+    return a;
+  }();
+  return t;
+}
+
+}  // namespace
+
+CharClass char_class(char32_t c) {
+  if (c < 256) return latin1_classes()[c];
+  if (c > 0x10FFFF) return CharClass::Control;
+  return lookup_class(c);
+}
+
+bool is_white_space(char32_t c) {
+  return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+bool is_cjk(char32_t c) {
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+bool is_bert_punctuation(char32_t c) {
+  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return true;
+  return char_class(c) == CharClass::Punctuation;
+}
+
+bool is_bert_control(char32_t c) {
+  if (c == '\t' || c == '\n' || c == '\r') return false;
+  return char_class(c) == CharClass::Control;
+}
+
+void append_lower(char32_t c, std::u32string& out) {
+  if (c < 128) {
+    out.push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    return;
+  }
+  if (c == 0x130) {  // İ -> i + combining dot above
+    out.push_back('i');
+    out.push_back(0x307);
+    return;
+  }
+  auto it = std::upper_bound(std::begin(kLowerRanges), std::end(kLowerRanges), (uint32_t)c,
+                             [](uint32_t v, const LowerRange& r) { return v < r.first; });
+  if (it != std::begin(kLowerRanges)) {
+    const LowerRange& r = *(it - 1);
+    if (c <= r.last && (c - r.first) % r.stride == 0) {
+      out.push_back((char32_t)((int32_t)c + r.delta));
+      return;
+    }
+  }
+  out.push_back(c);
+}
+
+void append_strip_accents(char32_t c, std::u32string& out) {
+  if (c < 0xC0) {
+    out.push_back(c);
+    return;
+  }
+  if (c >= 0xAC00 && c <= 0xD7A3) {  // Hangul syllable -> L V (T)
+    const uint32_t s = c - 0xAC00;
+    out.push_back(0x1100 + s / 588);
+    out.push_back(0x1161 + (s % 588) / 28);
+    if (s % 28) out.push_back(0x11A7 + s % 28);
+    return;
+  }
+  if (char_class(c) == CharClass::MarkNonspacing) return;
+  auto it = std::lower_bound(std::begin(kStripAccents), std::end(kStripAccents), (uint32_t)c,
+                             [](const StripEntry& e, uint32_t v) { return e.cp < v; });
+  if (it != std::end(kStripAccents) && it->cp == c) {
+    if (it->a) out.push_back(it->a);
+    if (it->b) out.push_back(it->b);
+    if (it->c) out.push_back(it->c);
+    return;
+  }
+  out.push_back(c);
+}
+
+std::u32string decode_utf8(const std::string& s, std::vector<uint8_t>* byte_len) {
+  std::u32string out;
+  out.reserve(s.size());
+  if (byte_len) byte_len->clear();
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char b0 = p[i];
+    char32_t c = 0xFFFD;
+    int len = 1;
+    if (b0 < 0x80) {
+      c = b0;
+    } else {
+      const int need = b0 >= 0xF0 && b0 <= 0xF4 ? 3 : b0 >= 0xE0 && b0 <= 0xEF ? 2 : b0 >= 0xC2 && b0 <= 0xDF ? 1 : 0;
+      if (need > 0 && i + need < n) {
+        char32_t v = b0 & (0x3F >> need);
+        bool ok = true;
+        for (int k = 1; ok && k <= need; ++k) {
+          if ((p[i + k] & 0xC0) != 0x80) ok = false;
+          else v = (v << 6) | (p[i + k] & 0x3F);
+        }
+        const char32_t min = need == 1 ? 0x80 : need == 2 ? 0x800 : 0x10000;
+        if (ok && v >= min && v <= 0x10FFFF && !(v >= 0xD800 && v <= 0xDFFF)) {
+          c = v;
+          len = need + 1;
+        }
+      }
+    }
+    out.push_back(c);
+    if (byte_len) byte_len->push_back((uint8_t)len);
+    i += len;
+  }
+  return out;
+}
+
+void append_utf8(char32_t c, std::string& out) {
+  if (c < 0x80) {
+    out.push_back((char)c);
+  } else if (c < 0x800) {
+    out.push_back((char)(0xC0 | (c >> 6)));
+    out.push_back((char)(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out.push_back((char)(0xE0 | (c >> 12)));
+    out.push_back((char)(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back((char)(0x80 | (c & 0x3F)));
+  } else {
+    out.push_back((char)(0xF0 | (c >> 18)));
+    out.push_back((char)(0x80 | ((c >> 12) & 0x3F)));
+    out.push_back((char)(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back((char)(0x80 | (c & 0x3F)));
+  }
+}
+
+std::string encode_utf8(const std::u32string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t c : s) append_utf8(c, out);
+  return out;
+}
+
+}  // namespace unicode
+}  // namespace onyx::data

@@ -1,0 +1,138 @@
+// data/tokenizer.h — what every tokenizer gives a dataset, and the Unicode helpers they share.
+// A Tokenizer turns text into ids (encode_ids), then assembles one text or a pair into input_ids,
+// attention_mask and token_type_ids with the model's special tokens (a template as Hugging Face's
+// post-processors: [CLS] A [SEP] B [SEP] for BERT, nothing for GPT-2), truncation (longest_first)
+// and padding. WordPiece (wordpiece.h) and byte-level BPE (bpe.h) implement it; load_tokenizer picks
+// one from a Hugging Face checkpoint folder or file.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace onyx::data {
+
+struct Encoding {
+  std::vector<int64_t> input_ids;
+  std::vector<int64_t> attention_mask;  // 1 for tokens, 0 for padding
+  std::vector<int64_t> token_type_ids;  // segment: 0 for the first text, 1 for the second (BERT)
+  int64_t size() const { return (int64_t)input_ids.size(); }
+};
+
+struct EncodeOptions {
+  bool add_special_tokens = true;
+  // > 0: truncate so the result, special tokens included, has at most max_length tokens. A pair is
+  // cut as Hugging Face tokenizers' longest_first: the longer text shrinks first; if both must shrink,
+  // the first keeps floor(budget/2) and the second the rest.
+  int64_t max_length = 0;
+  // > 0: pad (right, pad id, mask 0, type 0) to this length; a longer encoding is an error.
+  int64_t pad_to = 0;
+};
+
+// The post-processor's template: special tokens and the two sequences, each with a type id.
+struct TemplatePiece {
+  enum Kind { Special, SequenceA, SequenceB } kind = Special;
+  int64_t id = 0;  // the token id, for Special
+  int64_t type_id = 0;
+};
+struct PostTemplate {
+  std::vector<TemplatePiece> single, pair;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Ids of `text` without special tokens around it. Added tokens written in the text (such as
+  // "[MASK]" or "<|endoftext|>") are matched first, before normalization, and map to their id.
+  std::vector<int64_t> encode_ids(const std::string& text) const;
+  Encoding encode(const std::string& text, const EncodeOptions& opts = {}) const;
+  Encoding encode_pair(const std::string& a, const std::string& b, const EncodeOptions& opts = {}) const;
+  // The template, truncation and padding over ids that encode_ids produced (b may be null).
+  Encoding assemble(std::vector<int64_t> a, const std::vector<int64_t>* b, const EncodeOptions& opts) const;
+  // Number of special tokens the template adds for one text or a pair.
+  int64_t num_special_tokens(bool pair) const;
+
+  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual std::optional<int64_t> token_id(const std::string& token) const = 0;
+  virtual std::string kind() const = 0;  // "wordpiece", "bpe"
+  // Whether the model takes token_type_ids (BERT does, GPT-2 does not).
+  virtual bool uses_token_type_ids() const = 0;
+
+  int64_t pad_id() const { return pad_id_; }
+  std::optional<int64_t> eos_id() const { return eos_id_; }  // [SEP] for BERT, <|endoftext|> for GPT-2
+  const PostTemplate& post_template() const { return template_; }
+  const std::string& source() const { return source_; }  // the file it came from, for messages
+
+  // Added tokens are matched in raw text; they keep the id given here.
+  void add_special_token(const std::string& text, int64_t id);
+
+ protected:
+  // Ids of a stretch of text that holds no added token.
+  virtual std::vector<int64_t> encode_plain(const std::string& text) const = 0;
+
+  PostTemplate template_;
+  int64_t pad_id_ = 0;
+  std::optional<int64_t> eos_id_;
+  std::string source_;
+  std::vector<std::pair<std::string, int64_t>> added_;  // longest first
+};
+
+// Loads a tokenizer from a Hugging Face tokenizer.json (model.type WordPiece or BPE), a vocab.txt
+// (WordPiece), a vocab.json next to merges.txt (byte-level BPE), or a folder holding one of them
+// (tokenizer.json preferred; tokenizer_config.json's do_lower_case is honoured for vocab.txt).
+std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+// Reads a whole file; errors name the file.
+std::string read_text_file(const std::string& path);
+
+// For tokenizer implementations reading a Hugging Face tokenizer.json (`path` is for messages):
+// the post_processor (BertProcessing, RobertaProcessing, TemplateProcessing, ByteLevel, Sequence
+// or null) as a template, and the added_tokens marked special, registered on `tok`.
+PostTemplate parse_post_processor(const nlohmann::json& tokenizer_json, const std::string& path);
+void register_added_tokens(const nlohmann::json& tokenizer_json, const std::string& path, Tokenizer& tok);
+
+// Unicode helpers shared by the tokenizers. Character classes come from a table generated from the
+// Unicode Character Database (src/data/unicode_tables.inc, Unicode 14): complete for every script.
+namespace unicode {
+
+enum class CharClass : uint8_t {
+  Other,
+  Letter,           // \p{L}
+  MarkNonspacing,   // Mn: what BERT's accent stripping removes after NFD
+  MarkOther,        // Mc, Me
+  Number,           // \p{N}
+  Punctuation,      // \p{P}
+  Symbol,           // \p{S}
+  SpaceSeparator,   // Zs
+  LineSeparator,    // Zl, Zp
+  Control,          // \p{C}: Cc, Cf, Cs, Co, Cn (unassigned)
+};
+
+CharClass char_class(char32_t c);
+inline bool is_letter(char32_t c) { return char_class(c) == CharClass::Letter; }
+inline bool is_number(char32_t c) { return char_class(c) == CharClass::Number; }
+bool is_white_space(char32_t c);  // the Unicode White_Space property (as regex \s)
+bool is_cjk(char32_t c);          // the CJK ideograph blocks BERT surrounds with spaces
+bool is_bert_punctuation(char32_t c);  // ASCII punctuation/symbols or \p{P}
+bool is_bert_control(char32_t c);      // \p{C} except \t \n \r
+
+// Lower case, one code point to one or (for U+0130) two; appends to out.
+void append_lower(char32_t c, std::u32string& out);
+// NFD with nonspacing marks (Mn) removed, as BERT's accent stripping: every canonical decomposition
+// of the Unicode tables (Latin, Greek, Cyrillic, kana voicing marks, ...), Hangul syllables into
+// jamo; a code point NFD leaves alone is appended unchanged, an Mn mark is dropped.
+void append_strip_accents(char32_t c, std::u32string& out);
+
+// UTF-8. Invalid bytes decode to U+FFFD, one per byte; byte_len (if given) receives each code
+// point's length in the input.
+std::u32string decode_utf8(const std::string& s, std::vector<uint8_t>* byte_len = nullptr);
+void append_utf8(char32_t c, std::string& out);
+std::string encode_utf8(const std::u32string& s);
+
+}  // namespace unicode
+}  // namespace onyx::data

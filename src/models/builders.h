@@ -1,0 +1,35 @@
+// models/builders.h — internal to src/models: one builder per architecture family and the pieces
+// they share (inputs, attention masks, heads, losses). The public entry is build_hf_model.
+#pragma once
+#include <string>
+
+#include "models/graph_builder.h"
+#include "models/hf_model.h"
+
+namespace onyx::models {
+
+BuiltModel build_bert(const HfConfig& c, Task task, int64_t seed);        // bert, roberta
+BuiltModel build_distilbert(const HfConfig& c, Task task, int64_t seed);  // distilbert
+BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed);        // gpt2
+BuiltModel build_vit(const HfConfig& c, Task task, int64_t seed);         // vit
+
+// Throws naming the model type and task when the family has no head for `task`.
+[[noreturn]] void unsupported_task(const HfConfig& c, Task task, const char* supported);
+
+// (B,T) int64 graph input named `name`.
+std::string token_input(GraphBuilder& b, const std::string& name);
+// attention_mask (B,T) int64, 1 keep / 0 pad -> (B,1,1,T) float: (1 - mask) * finfo(float32).min,
+// as Transformers' get_extended_attention_mask.
+std::string additive_attention_mask(GraphBuilder& b, const std::string& mask);
+// (B,T,C) -> (B,C): the first token's hidden state.
+std::string first_token(GraphBuilder& b, const std::string& h);
+// Tied output projection: h (..., C) @ table (V, C)^T [+ bias (V)] -> (..., V), named `out`.
+std::string tied_projection(GraphBuilder& b, const std::string& h, const std::string& table,
+                            const std::string& bias, const std::string& out);
+
+// Finishes a BuiltModel: the graph into model.graph, input names, the loss for the task
+// (CrossEntropy on "logits" with "labels"; MSE when a sequence classifier has one label; the
+// graph's own "loss" output for CausalLM), predictions = "logits", Transformers' decay rule.
+BuiltModel finish_model(GraphBuilder& b, const HfConfig& c, Task task);
+
+}  // namespace onyx::models

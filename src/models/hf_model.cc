@@ -1,0 +1,125 @@
+// hf_model.cc — build_hf_model's dispatch by model type, Transformers' class names per task, and
+// the pieces the family builders share (inputs, masks, heads, loss).
+#include "autodiff/gradient.h"
+#include "models/builders.h"
+
+namespace onyx::models {
+
+using autodiff::attr_i;
+using autodiff::attr_ints;
+
+const char* task_name(Task t) {
+  switch (t) {
+    case Task::SequenceClassification: return "SequenceClassification";
+    case Task::TokenClassification: return "TokenClassification";
+    case Task::MaskedLM: return "MaskedLM";
+    case Task::CausalLM: return "CausalLM";
+    case Task::ImageClassification: return "ImageClassification";
+    case Task::Base: return "Base";
+  }
+  return "?";
+}
+
+std::string base_model_prefix(const std::string& model_type) {
+  if (model_type == "gpt2") return "transformer";
+  return model_type;  // "bert", "roberta", "distilbert", "vit"
+}
+
+std::string architecture_name(const std::string& model_type, Task t) {
+  std::string stem = model_type == "bert"         ? "Bert"
+                     : model_type == "roberta"    ? "Roberta"
+                     : model_type == "distilbert" ? "DistilBert"
+                     : model_type == "gpt2"       ? "GPT2"
+                     : model_type == "vit"        ? "ViT"
+                                                  : model_type;
+  switch (t) {
+    case Task::SequenceClassification: return stem + "ForSequenceClassification";
+    case Task::TokenClassification: return stem + "ForTokenClassification";
+    case Task::MaskedLM: return stem + "ForMaskedLM";
+    case Task::CausalLM: return model_type == "gpt2" ? "GPT2LMHeadModel" : stem + "ForCausalLM";
+    case Task::ImageClassification: return stem + "ForImageClassification";
+    case Task::Base: return stem + "Model";
+  }
+  return stem;
+}
+
+std::optional<Task> task_from_architecture(const std::string& arch) {
+  auto ends = [&](const std::string& s) {
+    return arch.size() >= s.size() && arch.compare(arch.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends("ForSequenceClassification")) return Task::SequenceClassification;
+  if (ends("ForTokenClassification")) return Task::TokenClassification;
+  if (ends("ForMaskedLM") || ends("ForPreTraining")) return Task::MaskedLM;
+  if (ends("LMHeadModel") || ends("ForCausalLM")) return Task::CausalLM;
+  if (ends("ForImageClassification")) return Task::ImageClassification;
+  if (ends("Model")) return Task::Base;
+  return std::nullopt;
+}
+
+void unsupported_task(const HfConfig& c, Task task, const char* supported) {
+  throw Error(cat("model_type '", c.model_type, "' has no ", task_name(task), " head in onyx (",
+                  supported, ")"));
+}
+
+std::string token_input(GraphBuilder& b, const std::string& name) {
+  return b.input(name, DType::Int64, {-1, -1}, {"batch_size", "sequence_length"});
+}
+
+std::string additive_attention_mask(GraphBuilder& b, const std::string& mask) {
+  // (B,T) int64 -> (B,1,1,T) float32: 0 where kept, finfo(float32).min where padded
+  b.set_scope("extended_attention_mask");
+  std::string m = b.op("Cast", {mask}, {{"to", attr_i((int64_t)DType::Float32)}});
+  m = b.op("Unsqueeze", {m, b.const_i64({1, 2})});
+  m = b.op("Sub", {b.scalar_f32(1.0f), m});
+  return b.op("Mul", {m, b.scalar_f32(kMaskValue)});
+}
+
+std::string first_token(GraphBuilder& b, const std::string& h) {
+  // (B,T,C) -> (B,C)
+  return b.op("Gather", {h, b.scalar_i64(0)}, {{"axis", attr_i(1)}});
+}
+
+std::string tied_projection(GraphBuilder& b, const std::string& h, const std::string& table,
+                            const std::string& bias, const std::string& out) {
+  // h (..., C) @ table^T (C, V) [+ bias (V)] -> (..., V)
+  std::string t = b.op("Transpose", {table}, {{"perm", attr_ints({1, 0})}});
+  if (bias.empty()) return b.op("MatMul", {h, t}, {}, out);
+  return b.op("Add", {b.op("MatMul", {h, t}), bias}, {}, out);
+}
+
+BuiltModel finish_model(GraphBuilder& b, const HfConfig& c, Task task) {
+  BuiltModel m;
+  m.config = c;
+  m.task = task;
+  auto g = std::make_shared<ir::Graph>(b.take());
+  for (auto& in : g->inputs) m.input_names.push_back(in.name);
+  m.model.graph = g;
+  m.model.generic_onnx = false;  // Transformers' rule: no weight decay on biases and LayerNorms
+  m.model.predictions = task == Task::Base ? "last_hidden_state" : "logits";
+  switch (task) {
+    case Task::Base: break;  // no loss: the bare model is a feature extractor
+    case Task::CausalLM:
+      m.model.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
+      m.model.loss.output = "loss";
+      break;
+    default:
+      m.model.loss.kind = task == Task::SequenceClassification && c.num_labels == 1
+                              ? autodiff::LossSpec::Kind::MSE  // regression, as Transformers
+                              : autodiff::LossSpec::Kind::CrossEntropy;
+      m.model.loss.output = "logits";
+      m.model.loss.labels = "labels";
+      m.model.loss.ignore_index = -100;
+  }
+  return m;
+}
+
+BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {
+  const std::string& t = c.model_type;
+  if (t == "bert" || t == "roberta") return build_bert(c, task, seed);
+  if (t == "distilbert") return build_distilbert(c, task, seed);
+  if (t == "gpt2") return build_gpt2(c, task, seed);
+  if (t == "vit") return build_vit(c, task, seed);
+  throw Error(cat("model_type '", t, "' is not supported (bert, roberta, distilbert, gpt2, vit)"));
+}
+
+}  // namespace onyx::models

@@ -1,0 +1,48 @@
+// models/hf_weights.h — Hugging Face checkpoint folders: config.json + model.safetensors (or the
+// shards named by model.safetensors.index.json) into a BuiltModel, and back.
+//
+// Loading follows Transformers' from_pretrained: F32/F16/BF16 tensors (converted to float32),
+// legacy LayerNorm "gamma"/"beta" names, buffers ("position_ids", GPT-2's "attn.bias") ignored, the
+// base-model prefix ("bert.", "transformer.", ...) added or stripped as the checkpoint and the
+// task need, tied copies ("lm_head.weight") accepted; weights the checkpoint lacks keep their
+// random init and are listed in a warning, tensors the model has no use for are listed in another,
+// and a tensor of the wrong shape is an error naming it and both shapes.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+
+#include "models/hf_model.h"
+
+namespace onyx::models {
+
+// Reads dir/config.json and the weights. `task` defaults to the config's first "architectures"
+// entry (Base when there is none). `seed` initializes what the checkpoint lacks.
+BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task = std::nullopt,
+                          int64_t seed = 0);
+
+// Reads the checkpoint tensors of a folder as stored (model.safetensors, else the shards of
+// model.safetensors.index.json), any float dtype converted to float32.
+std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir);
+
+// Puts checkpoint tensors (names as in a Transformers state_dict) into the model's initializers,
+// filling model.missing_keys / unexpected_keys and printing Transformers' warnings to stderr.
+// `what` names the checkpoint in messages.
+void apply_hf_checkpoint(BuiltModel& model, const std::map<std::string, Tensor>& tensors,
+                         const std::string& what);
+
+// The model's weights by Transformers name (tied copies not included).
+std::map<std::string, Tensor> hf_weights(const BuiltModel& model);
+
+// Writes dir/config.json (architectures, model_type, id2label/label2id) and dir/model.safetensors
+// (metadata format=pt; float32; tied weights omitted), each atomically. `weights` overrides the
+// model's initializers by name (e.g. trained values); every name must be a model weight of the
+// model's shape. Shards of an earlier sharded save in `dir` are removed.
+void save_hf_folder(const BuiltModel& model, const std::map<std::string, Tensor>& weights,
+                    const std::string& dir);
+
+// Adds the inputs a caller may leave out: attention_mask (ones) and token_type_ids (zeros), shaped
+// as input_ids, when the graph takes them.
+void fill_default_inputs(const BuiltModel& model, std::map<std::string, Tensor>& inputs);
+
+}  // namespace onyx::models
