@@ -12,6 +12,10 @@ dataset it trains on, and the analytic FLOPs of one training step.
              50 tokens), 10 classes, batch 64
 
 Dropout is 0 everywhere (TinyBert takes dropout=0.0; the GPT-2 and ViT blocks have none).
+Weights are initialized as Hugging Face does for BERT / GPT-2 / ViT (hf_init: Linear, Conv and
+Embedding weights ~ N(0, 0.02), biases 0, LayerNorm 1 and 0), so the losses start where real
+models start (ln 50257 = 10.8 for the LM) rather than at models.py's PyTorch-default init (the LM's
+N(0, 1) tied embedding gives logits of std ~16 and a first loss ~170).
 
 FLOPs per training step (forward + backward, multiply-add = 2 FLOPs), counted analytically:
   6 * sum over every matmul weight W (Linear, patch Conv as a matmul, tied LM head) of
@@ -35,6 +39,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from models import TinyBert, TinyGpt2, TinyVit  # noqa: E402
 
 
+def hf_init(module, std=0.02):
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            nn.init.normal_(m.weight, 0.0, std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, std)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+    return module
+
+
 class BertMiniCls(nn.Module):
     H, L, A, FFN, T, VOCAB, LABELS = 256, 4, 4, 1024, 128, 30522, 2
 
@@ -42,6 +60,7 @@ class BertMiniCls(nn.Module):
         super().__init__()
         self.bert = TinyBert(vocab=self.VOCAB, d=self.H, heads=self.A, ffn=self.FFN, layers=self.L,
                              max_pos=512, types=2, labels=self.LABELS, dropout=0.0)
+        hf_init(self)
 
     def forward(self, input_ids, attention_mask, token_type_ids, labels):
         logits, _ = self.bert(input_ids, attention_mask, token_type_ids)
@@ -54,6 +73,7 @@ class Gpt2TinyLm(nn.Module):
     def __init__(self):
         super().__init__()
         self.gpt = TinyGpt2(vocab=self.VOCAB, d=self.H, heads=self.A, layers=self.L, n_pos=1024)
+        hf_init(self)
 
     def forward(self, input_ids, labels):  # Transformers-style shifted LM loss
         logits = self.gpt(input_ids)
@@ -69,6 +89,7 @@ class VitTinyCls(nn.Module):
         super().__init__()
         self.vit = TinyVit(image=self.IMAGE, patch=self.PATCH, chans=1, d=self.H, heads=self.A,
                            ffn=self.FFN, layers=self.L, classes=self.CLASSES)
+        hf_init(self)  # cls_token and pos are N(0, 0.02) already
 
     def forward(self, pixel_values, labels):
         return F.cross_entropy(self.vit(pixel_values), labels)

@@ -34,9 +34,9 @@ Timing method. Every measurement is its own subprocess (nothing is shared betwee
         clip_grad_norm_, optimizer.step, loss.item()).
   Both: steady state = the median of the per-step times after the first W (warmup) steps of the run;
   samples/s = batch / median step time.
-Peak RSS: os.wait4() on each child returns that child's own rusage (ru_maxrss, the peak resident set
-of that process alone), so runs do not contaminate one another (RUSAGE_CHILDREN would give the max
-over all children so far).
+Peak RSS: ru_maxrss of each benchmark process alone (os.wait4 in a tiny launcher process; see
+_LAUNCHER for why the process that imports torch must not be the direct parent), so runs do not
+contaminate one another (RUSAGE_CHILDREN in one parent would give the max over all children so far).
 Run length: the loss-curve comparison reuses the timing runs: the onyx run and the first PyTorch
 setting run max(W+S, curve steps) steps, the other settings W+S steps. With --no-curves, or curve
 steps <= W+S, every run is W+S steps and the curves cover those steps.
@@ -54,6 +54,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -76,14 +77,46 @@ SGEMM_FILTER = "sgemm/onednn/2048x768x768(/real_time)?$"
 # Subprocess helpers
 
 
+# Peak RSS needs a small launcher. On Linux a child's ru_maxrss starts at its parent's RSS at fork
+# time (the high-water mark of the forked address space survives execve), so a benchmark process
+# started straight from this (torch-importing, several hundred MiB) process would report at least
+# the parent's size. The launcher, a bare `python3 -I -S` of ~8 MiB, spawns the benchmark process
+# and reports that grandchild's own ru_maxrss (os.wait4). Its floor (~8 MiB) is far below any
+# benchmark process's real peak, so the value reported is the real peak.
+_LAUNCHER = r"""
+import os, sys
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, st, ru = os.wait4(pid, 0)
+code = os.waitstatus_to_exitcode(st)
+with open(sys.argv[1], "w") as f:
+    f.write("%d %d\n" % (ru.ru_maxrss, code))
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 def run_child(cmd, env=None, stdout_path=None, stderr_path=None, on_line=None, timeout=3600):
-    """Runs cmd; calls on_line(line, perf_counter()) for each stdout line as it arrives. Returns
-    (exit code, peak RSS in MiB of that child alone, wall seconds). stderr goes to stderr_path."""
+    """Runs cmd through the launcher; calls on_line(line, perf_counter()) for each stdout line as it
+    arrives. Returns (exit code, peak RSS in MiB of cmd's process alone, wall seconds). stderr goes
+    to stderr_path. On timeout the launcher's process group (cmd included) is killed."""
     out_f = open(stdout_path, "w") if stdout_path else None
     err_f = open(stderr_path, "w") if stderr_path else subprocess.DEVNULL
+    fd, rss_path = tempfile.mkstemp(prefix="onyx-bench-rss-")
+    os.close(fd)
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err_f, text=True, bufsize=1)
-    deadline = t0 + timeout
+    p = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LAUNCHER, rss_path] + list(cmd),
+                         env=env, stdout=subprocess.PIPE, stderr=err_f, text=True, bufsize=1,
+                         start_new_session=True)
+    timed_out = []
+
+    def kill():  # the process group this call created: launcher + benchmark process
+        timed_out.append(True)
+        try:
+            os.killpg(p.pid, 9)
+        except ProcessLookupError:
+            pass
+
+    watchdog = threading.Timer(timeout, kill)
+    watchdog.start()
     try:
         for line in p.stdout:
             now = time.perf_counter()
@@ -91,18 +124,26 @@ def run_child(cmd, env=None, stdout_path=None, stderr_path=None, on_line=None, t
                 out_f.write(line)
             if on_line:
                 on_line(line, now)
-            if now > deadline:
-                os.kill(p.pid, 9)
-                break
     finally:
         p.stdout.close()
-        _, status, ru = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)  # so Popen does not wait again
+        rc = p.wait()
+        watchdog.cancel()
         if out_f:
             out_f.close()
         if stderr_path:
             err_f.close()
-    return p.returncode, ru.ru_maxrss / 1024.0, time.perf_counter() - t0
+    rss = 0.0
+    try:
+        with open(rss_path) as f:
+            kb, code = f.read().split()
+        rss, rc = int(kb) / 1024.0, int(code)
+    except (OSError, ValueError):
+        pass  # launcher killed (timeout): rc is the launcher's status
+    os.remove(rss_path)
+    if timed_out and stderr_path:
+        with open(stderr_path, "a") as f:
+            f.write(f"error: killed after the {timeout} s timeout\n")
+    return rc, rss, time.perf_counter() - t0
 
 
 def last_error_line(path):
@@ -336,7 +377,7 @@ def run_torch(name, mdir, steps, warmup, threads, blas):
 def bench_model(name, spec, args, workdir, log):
     mdir = os.path.join(workdir, name)
     timed = args.warmup + args.steps
-    curve = max(timed, args.curve_steps) if args.curves else timed
+    curve = max(timed, args.curve_steps.get(name, args.curve_steps[""])) if args.curves else timed
     row = {"model": name, "desc": spec["desc"], "batch": spec["batch"]}
     t0 = time.time()
     row.update(prepare(name, spec, mdir, curve))
@@ -497,10 +538,11 @@ def plot(rows, path):
             ax.annotate("failed" if h == 0 else f"{h:.2f}", (bar.get_x() + bar.get_width() / 2, h),
                         ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="gray", lw=1, ls="--")
+    ax.set_ylim(0, max([1.0] + sp + rs) * 1.35)
     ax.set_xticks(x, names)
     ax.set_ylabel("ratio onyx / PyTorch (best setting)")
     ax.set_title("onyx vs PyTorch training, " + datetime.date.today().isoformat())
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return None
@@ -522,8 +564,9 @@ def write_report(path, rows, meta):
         f"{', '.join(str(t or 'default (all cores)') for t in meta['onyx_threads'])}; "
         f"PyTorch {meta['torch']}",
         f"- steps: {meta['warmup']} warmup + {meta['steps']} measured"
-        + (f"; onyx and the first torch setting run {meta['curve_steps']} steps for the loss curves"
-           if meta["curves"] and meta["curve_steps"] > meta["warmup"] + meta["steps"] else "")
+        + ("; loss curves: the first onyx and torch settings run "
+           + ", ".join(f"{n} {k}" for n, k in meta["curve_steps"].items()) + " steps"
+           if meta["curves"] else "")
         + ("; loss curves off (--no-curves): compared over the timing runs" if not meta["curves"] else ""),
         f"- sgemm ceiling (`onyx_bench --benchmark_filter='{SGEMM_FILTER}'`, this run): "
         + (f"{ceiling:.1f} GFLOP/s" if ceiling else "n/a")
@@ -547,7 +590,9 @@ def write_report(path, rows, meta):
         "- Step time: median over the steps after warmup. onyx: time between consecutive per-step log "
         "lines (logging_steps 1), read as they arrive on a pipe; torch: perf_counter around each step. "
         "samples/s = batch / median step time.",
-        "- Peak RSS: ru_maxrss of each benchmark process alone (os.wait4), in MiB.",
+        "- Peak RSS: ru_maxrss of each benchmark process alone, in MiB (measured through a small "
+        "launcher: a child's ru_maxrss starts at its parent's RSS at fork, so the harness itself "
+        "must not be the direct parent).",
         "- GFLOP/s: analytic FLOPs per step / median step time; FLOPs = 6 × Σ(matmul weight numel × rows "
         "it multiplies) + 12 × L × B × T² × C (attention), see bench/bench_models.py.",
         "- The machine is shared: timings are noisy; compare ratios measured in the same run.",
@@ -575,7 +620,10 @@ def main():
                     help="loss-curve comparison over --curve-steps (default on)")
     ap.add_argument("--no-curves", dest="curves", action="store_false",
                     help="compare losses only over the W+S timing steps")
-    ap.add_argument("--curve-steps", type=int, default=50)
+    ap.add_argument("--curve-steps", default="50,gpt2-tiny=20",
+                    help="loss-curve length: N for every model, MODEL=N for one (default: "
+                         "50,gpt2-tiny=20: gpt2-tiny's steps cost ~7x the others', 50 of them would "
+                         "push a default run past ~15 minutes on 2 cores)")
     ap.add_argument("--onyx-threads", default="0",
                     help="comma list of onyx --threads settings to try, 0 = onyx's default (all "
                          "cores); the fastest is reported (default: 0)")
@@ -589,6 +637,14 @@ def main():
         ap.error("--warmup and --steps must be >= 1")
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     args.onyx_threads = [int(x) for x in args.onyx_threads.split(",") if x.strip()] or [0]
+    curve_steps = {"": 50}
+    try:
+        for part in args.curve_steps.split(","):
+            k, _, v = part.strip().rpartition("=")
+            curve_steps[k] = int(v)
+    except ValueError:
+        ap.error(f"--curve-steps: expected N or MODEL=N entries, got {args.curve_steps!r}")
+    args.curve_steps = curve_steps
     unknown = [n for n in names if n not in bench_models.SPECS]
     if unknown:
         ap.error(f"unknown model(s) {unknown}; known: {list(bench_models.SPECS)}")
@@ -607,7 +663,8 @@ def main():
     meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine_info(),
             "load_start": " ".join(f"{x:.1f}" for x in os.getloadavg()), "onyx": args.onyx,
             "build_type": build_type(args.onyx), "torch": torch.__version__, "warmup": args.warmup,
-            "steps": args.steps, "curves": args.curves, "curve_steps": args.curve_steps,
+            "steps": args.steps, "curves": args.curves,
+            "curve_steps": {n: args.curve_steps.get(n, args.curve_steps[""]) for n in names},
             "onyx_threads": args.onyx_threads,
             "models": names}
     log(f"machine: {meta['machine']['nproc']} CPUs, {meta['machine']['cpu']}; load {meta['load_start']}; "

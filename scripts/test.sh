@@ -25,6 +25,10 @@ tally() {  # reads "N passed, M failed, K skipped" from the last matching line o
   PASSED=$((PASSED + p)) FAILED=$((FAILED + f)) SKIPPED=$((SKIPPED + ${s:-0}))
 }
 
+echo "== tokenizer references (GPT-2 ids from js-tiktoken, BERT's Python tokenization)"
+bash tests/data/make_bpe_reference.sh "$BUILD" 2>&1 | tail -3
+$PY tests/data/make_wordpiece_reference.py "$BUILD/wordpiece-reference" 2>&1 | tail -3
+
 echo "== unit tests (ctest)"
 (cd "$BUILD" && ctest --output-on-failure -j2 --timeout 300) >"$LOGDIR/ctest.log" 2>&1
 rc=$?

@@ -1,5 +1,5 @@
-// bpe.cc — GPT-2's byte-level BPE: the pre-tokenization pattern matched by hand, the byte-to-unicode
-// map, and rank-ordered merges over a heap with a word cache (see bpe.h).
+// bpe.cc — GPT-2's byte-level BPE: the pre-tokenization pattern matched by hand, the
+// byte-to-unicode map, and rank-ordered merges over a heap with a word cache (see bpe.h).
 #include "data/bpe.h"
 
 #include <nlohmann/json.hpp>
@@ -12,14 +12,16 @@ namespace onyx::data {
 
 namespace {
 
-// GPT-2's bytes_to_unicode: printable bytes keep their code point; the other 68 map to 256, 257, ...
+// GPT-2's bytes_to_unicode: printable bytes keep their code point; the other 68 map to 256, 257,
+// ...
 struct ByteMap {
   char32_t to_cp[256];
   std::unordered_map<char32_t, uint8_t> to_byte;
   ByteMap() {
     int extra = 0;
     for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       to_cp[b] = printable ? (char32_t)b : (char32_t)(256 + extra++);
       to_byte[to_cp[b]] = (uint8_t)b;
     }
@@ -49,7 +51,8 @@ BpeTokenizer::BpeTokenizer(std::unordered_map<std::string, int64_t> vocab,
   ONYX_CHECK(!vocab_.empty(), source_, ": the vocabulary is empty");
   int64_t max_id = -1;
   for (auto& [t, id] : vocab_) {
-    ONYX_CHECK(id >= 0 && id < (1ll << 31), source_, ": token '", t, "' has id ", id, " out of range");
+    ONYX_CHECK(id >= 0 && id < (1ll << 31), source_, ": token '", t, "' has id ", id,
+               " out of range");
     max_id = std::max(max_id, id);
   }
   id_to_token_.resize(max_id + 1);
@@ -62,10 +65,10 @@ BpeTokenizer::BpeTokenizer(std::unordered_map<std::string, int64_t> vocab,
   for (size_t r = 0; r < merges.size(); ++r) {
     auto& [a, b] = merges[r];
     auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(a + b);
-    ONYX_CHECK(ia != vocab_.end() && ib != vocab_.end(), source_, ": merge ", r + 1, " ('", a, "' '", b,
-               "') has a part that is not in the vocabulary");
-    ONYX_CHECK(iab != vocab_.end(), source_, ": merge ", r + 1, " ('", a, "' '", b, "') makes '", a + b,
-               "', which is not in the vocabulary");
+    ONYX_CHECK(ia != vocab_.end() && ib != vocab_.end(), source_, ": merge ", r + 1, " ('", a,
+               "' '", b, "') has a part that is not in the vocabulary");
+    ONYX_CHECK(iab != vocab_.end(), source_, ": merge ", r + 1, " ('", a, "' '", b, "') makes '",
+               a + b, "', which is not in the vocabulary");
     const uint64_t key = ((uint64_t)ia->second << 32) | (uint64_t)ib->second;
     merge_rank_.try_emplace(key, (int32_t)r, (int32_t)iab->second);  // the first (lowest) rank wins
   }
@@ -79,14 +82,17 @@ BpeTokenizer::BpeTokenizer(std::unordered_map<std::string, int64_t> vocab,
   if (eos_id_) add_special_token(id_to_token_[*eos_id_], *eos_id_);
 }
 
-std::shared_ptr<BpeTokenizer> BpeTokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt,
+std::shared_ptr<BpeTokenizer> BpeTokenizer::from_files(const std::string& vocab_json,
+                                                       const std::string& merges_txt,
                                                        BpeConfig cfg) {
   std::unordered_map<std::string, int64_t> vocab;
   try {
     auto j = nlohmann::json::parse(read_text_file(vocab_json));
-    ONYX_CHECK(j.is_object(), "BPE vocabulary '", vocab_json, "' should be a JSON object {\"token\": id}");
+    ONYX_CHECK(j.is_object(), "BPE vocabulary '", vocab_json,
+               "' should be a JSON object {\"token\": id}");
     for (auto& [t, id] : j.items()) {
-      ONYX_CHECK(id.is_number_integer(), "BPE vocabulary '", vocab_json, "': token '", t, "' has no integer id");
+      ONYX_CHECK(id.is_number_integer(), "BPE vocabulary '", vocab_json, "': token '", t,
+                 "' has no integer id");
       vocab[t] = id.get<int64_t>();
     }
   } catch (const nlohmann::json::exception& e) {
@@ -99,9 +105,10 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_files(const std::string& vocab_
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (lineno == 1 && line.rfind("#version", 0) == 0)) continue;
     auto sp = line.find(' ');
-    ONYX_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() && line.find(' ', sp + 1) == std::string::npos,
-               "BPE merges '", merges_txt, "' line ", lineno, ": expected two tokens separated by one space, got '",
-               line, "'");
+    ONYX_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
+                   line.find(' ', sp + 1) == std::string::npos,
+               "BPE merges '", merges_txt, "' line ", lineno,
+               ": expected two tokens separated by one space, got '", line, "'");
     merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
   return std::make_shared<BpeTokenizer>(std::move(vocab), std::move(merges), std::move(cfg),
@@ -118,11 +125,13 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const std::strin
   return from_tokenizer_json(j, path);
 }
 
-std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::json& j, const std::string& path) {
+std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::json& j,
+                                                                const std::string& path) {
   auto where = [&](const std::string& what) { return cat("tokenizer file '", path, "': ", what); };
   ONYX_CHECK(j.contains("model") && j["model"].is_object(), where("no \"model\" object"));
   const auto& m = j["model"];
-  ONYX_CHECK(m.contains("vocab") && m["vocab"].is_object(), where("model.vocab (token -> id) is missing"));
+  ONYX_CHECK(m.contains("vocab") && m["vocab"].is_object(),
+             where("model.vocab (token -> id) is missing"));
   ONYX_CHECK(m.contains("merges") && m["merges"].is_array(), where("model.merges is missing"));
   BpeConfig cfg;
   std::unordered_map<std::string, int64_t> vocab;
@@ -130,7 +139,8 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::
   try {
     for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
-        ONYX_UNSUPPORTED(where(cat("model.", k, " is set; only GPT-2-style byte-level BPE is supported")));
+        ONYX_UNSUPPORTED(
+            where(cat("model.", k, " is set; only GPT-2-style byte-level BPE is supported")));
     if (m.value("byte_fallback", false))
       ONYX_UNSUPPORTED(where("model.byte_fallback (SentencePiece-style BPE) is not supported"));
     if (j.contains("normalizer") && !j["normalizer"].is_null())
@@ -157,8 +167,10 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::
       if (mj.is_string()) {
         const std::string s = mj.get<std::string>();
         auto sp = s.find(' ');
-        ONYX_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos,
-                   where(cat("model.merges[", r - 1, "] '", s, "' is not two tokens separated by one space")));
+        ONYX_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size() &&
+                       s.find(' ', sp + 1) == std::string::npos,
+                   where(cat("model.merges[", r - 1, "] '", s,
+                             "' is not two tokens separated by one space")));
         merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       } else {
         ONYX_CHECK(mj.is_array() && mj.size() == 2 && mj[0].is_string() && mj[1].is_string(),
@@ -169,7 +181,8 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::
   } catch (const nlohmann::json::exception& e) {
     throw Error(where(cat("unexpected value: ", e.what())));
   }
-  auto tok = std::make_shared<BpeTokenizer>(std::move(vocab), std::move(merges), cfg, cat("tokenizer file '", path, "'"));
+  auto tok = std::make_shared<BpeTokenizer>(std::move(vocab), std::move(merges), cfg,
+                                            cat("tokenizer file '", path, "'"));
   tok->template_ = parse_post_processor(j, path);
   if (j.contains("padding") && j["padding"].is_object() && j["padding"].contains("pad_id"))
     tok->pad_id_ = j["padding"]["pad_id"].get<int64_t>();
@@ -210,8 +223,11 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(const std::string& text) {
     size_t j = 0;
     if (c == U'\'' && i + 1 < n) {
       const char32_t c1 = cp[i + 1], c2 = i + 2 < n ? cp[i + 2] : 0;
-      if (c1 == U's' || c1 == U't' || c1 == U'm' || c1 == U'd') j = i + 2;
-      else if ((c1 == U'r' && c2 == U'e') || (c1 == U'v' && c2 == U'e') || (c1 == U'l' && c2 == U'l')) j = i + 3;
+      if (c1 == U's' || c1 == U't' || c1 == U'm' || c1 == U'd')
+        j = i + 2;
+      else if ((c1 == U'r' && c2 == U'e') || (c1 == U'v' && c2 == U'e') ||
+               (c1 == U'l' && c2 == U'l'))
+        j = i + 3;
     }
     if (!j) {
       if (k[i] != 0) {
@@ -234,8 +250,8 @@ std::vector<int64_t> BpeTokenizer::bpe(const std::string& piece) const {
   std::vector<int32_t> id(n), prev(n), next(n);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t b = (uint8_t)piece[i];
-    ONYX_CHECK(byte_id_[b] >= 0, source_, ": the vocabulary has no token for byte 0x", std::hex, (int)b,
-               " ('", byte_token(b), "')");
+    ONYX_CHECK(byte_id_[b] >= 0, source_, ": the vocabulary has no token for byte 0x", std::hex,
+               (int)b, " ('", byte_token(b), "')");
     id[i] = (int32_t)byte_id_[b];
     prev[i] = (int32_t)i - 1;
     next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
@@ -311,8 +327,10 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
                " (vocabulary has ", id_to_token_.size(), " ids)");
     for (char32_t c : unicode::decode_utf8(id_to_token_[id])) {
       auto it = to_byte.find(c);
-      if (it != to_byte.end()) out.push_back((char)it->second);
-      else unicode::append_utf8(c, out);
+      if (it != to_byte.end())
+        out.push_back((char)it->second);
+      else
+        unicode::append_utf8(c, out);
     }
   }
   return out;

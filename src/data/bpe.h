@@ -1,10 +1,12 @@
 // data/bpe.h — GPT-2's byte-level BPE tokenizer (also RoBERTa's, with its post-processor).
-//   pre-tokenize: GPT-2's pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//                 matched by hand (no regex engine); \p{L} and \p{N} come from the generated Unicode
-//                 class table (every script), \s is the White_Space property
+//   pre-tokenize: GPT-2's pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
+//   ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//                 matched by hand (no regex engine); \p{L} and \p{N} come from the generated
+//                 Unicode class table (every script), \s is the White_Space property
 //   byte level:   each piece's UTF-8 bytes map to printable code points (GPT-2's bytes_to_unicode),
 //                 so the vocabulary has no unknown byte
-//   BPE:          adjacent symbols merge by merge rank (lowest first, leftmost on ties), with a cache
+//   BPE:          adjacent symbols merge by merge rank (lowest first, leftmost on ties), with a
+//   cache
 //                 of words already seen
 #pragma once
 #include <mutex>
@@ -18,7 +20,7 @@
 namespace onyx::data {
 
 struct BpeConfig {
-  bool add_prefix_space = false;         // prepend ' ' to a text that does not start with one
+  bool add_prefix_space = false;            // prepend ' ' to a text that does not start with one
   std::string eos_token = "<|endoftext|>";  // also the pad token unless pad_token names another
   std::string pad_token;
   size_t cache_capacity = 100000;  // words cached; the cache is cleared when full
@@ -32,12 +34,15 @@ class BpeTokenizer : public Tokenizer {
                std::vector<std::pair<std::string, std::string>> merges, BpeConfig cfg = {},
                std::string source = "BPE vocabulary");
   // vocab.json ({"token": id}) and merges.txt (one "a b" per line, optional "#version" first line).
-  static std::shared_ptr<BpeTokenizer> from_files(const std::string& vocab_json, const std::string& merges_txt,
+  static std::shared_ptr<BpeTokenizer> from_files(const std::string& vocab_json,
+                                                  const std::string& merges_txt,
                                                   BpeConfig cfg = {});
   // tokenizer.json with model.type "BPE" (merges as "a b" strings or [a, b] pairs) and a ByteLevel
-  // pre-tokenizer (or none); other pre-tokenizers (Metaspace, custom Split regexes) are Unsupported.
+  // pre-tokenizer (or none); other pre-tokenizers (Metaspace, custom Split regexes) are
+  // Unsupported.
   static std::shared_ptr<BpeTokenizer> from_tokenizer_json(const std::string& path);
-  static std::shared_ptr<BpeTokenizer> from_tokenizer_json(const nlohmann::json& j, const std::string& path);
+  static std::shared_ptr<BpeTokenizer> from_tokenizer_json(const nlohmann::json& j,
+                                                           const std::string& path);
 
   // The pieces of GPT-2's pre-tokenization pattern, as UTF-8 substrings of `text`.
   static std::vector<std::string> pre_tokenize(const std::string& text);

@@ -30,10 +30,12 @@ struct IdxImageOptions {
 
 class IdxImageDataset : public Dataset {
  public:
-  IdxImageDataset(const std::string& images_path, const std::string& labels_path, IdxImageOptions opts = {});
+  IdxImageDataset(const std::string& images_path, const std::string& labels_path,
+                  IdxImageOptions opts = {});
   // A folder holding {train,t10k}-images-idx3-ubyte[.gz] and {train,t10k}-labels-idx1-ubyte[.gz]
   // (MNIST / Fashion-MNIST names); split is "train" or "test" ("t10k").
-  static std::shared_ptr<IdxImageDataset> from_folder(const std::string& folder, const std::string& split,
+  static std::shared_ptr<IdxImageDataset> from_folder(const std::string& folder,
+                                                      const std::string& split,
                                                       IdxImageOptions opts = {});
   int64_t size() const override { return n_; }
   std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const override;

@@ -47,11 +47,13 @@ std::vector<CsvRecord> parse_csv(const std::string& text, char delim, const std:
           field.push_back(c);
           ++i;
         }
-        ONYX_CHECK(i >= n || text[i] == delim || text[i] == '\n' || text[i] == '\r', what, ": line ", line,
-                   ": unexpected character '", text[i], "' after a closing quote (a quote inside a quoted "
+        ONYX_CHECK(i >= n || text[i] == delim || text[i] == '\n' || text[i] == '\r', what,
+                   ": line ", line, ": unexpected character '", text[i],
+                   "' after a closing quote (a quote inside a quoted "
                    "field must be doubled)");
       } else {
-        while (i < n && text[i] != delim && text[i] != '\n' && text[i] != '\r') field.push_back(text[i++]);
+        while (i < n && text[i] != delim && text[i] != '\n' && text[i] != '\r')
+          field.push_back(text[i++]);
       }
       rec.fields.push_back(field);
       if (i < n && text[i] == delim) {
@@ -80,11 +82,13 @@ std::vector<Row> read_rows(const std::string& path, const TextClassificationOpti
   std::string fmt = o.format;
   if (fmt.empty()) {
     std::string ext = fs::path(path).extension().string();
-    if (ext == ".gz") ONYX_UNSUPPORTED("dataset '", path, "': compressed text datasets are not supported");
+    if (ext == ".gz")
+      ONYX_UNSUPPORTED("dataset '", path, "': compressed text datasets are not supported");
     fmt = ext.empty() ? "" : ext.substr(1);
   }
   ONYX_CHECK(fmt == "jsonl" || fmt == "json" || fmt == "csv" || fmt == "tsv", "dataset '", path,
-             "': unknown format '", fmt, "' (expected jsonl, json, csv or tsv; set the format explicitly)");
+             "': unknown format '", fmt,
+             "' (expected jsonl, json, csv or tsv; set the format explicitly)");
   const std::string text = read_text_file(path);
   std::vector<Row> rows;
   if (fmt == "csv" || fmt == "tsv") {
@@ -93,8 +97,9 @@ std::vector<Row> read_rows(const std::string& path, const TextClassificationOpti
     ONYX_CHECK(!recs.empty(), "dataset '", path, "' is empty (expected a header row)");
     const auto& header = recs[0].fields;
     for (size_t r = 1; r < recs.size(); ++r) {
-      ONYX_CHECK(recs[r].fields.size() == header.size(), "dataset '", path, "': line ", recs[r].line, " has ",
-                 recs[r].fields.size(), " fields but the header has ", header.size());
+      ONYX_CHECK(recs[r].fields.size() == header.size(), "dataset '", path, "': line ",
+                 recs[r].line, " has ", recs[r].fields.size(), " fields but the header has ",
+                 header.size());
       nlohmann::json obj = nlohmann::json::object();
       for (size_t c = 0; c < header.size(); ++c) obj[header[c]] = recs[r].fields[c];
       rows.push_back({recs[r].line, std::move(obj)});
@@ -122,8 +127,8 @@ std::vector<Row> read_rows(const std::string& path, const TextClassificationOpti
     }
   }
   for (auto& r : rows)
-    ONYX_CHECK(r.obj.is_object(), "dataset '", path, "': ", fmt == "json" ? "item " : "line ", r.line,
-               " is not a JSON object");
+    ONYX_CHECK(r.obj.is_object(), "dataset '", path, "': ", fmt == "json" ? "item " : "line ",
+               r.line, " is not a JSON object");
   return rows;
 }
 
@@ -139,17 +144,22 @@ bool parse_int(const std::string& s, int64_t& v) {
 }
 
 std::string field_text(const Row& r, const std::string& field, const std::string& path) {
-  ONYX_CHECK(r.obj.contains(field), "dataset '", path, "': line ", r.line, " has no field '", field, "'");
+  ONYX_CHECK(r.obj.contains(field), "dataset '", path, "': line ", r.line, " has no field '", field,
+             "'");
   const auto& v = r.obj[field];
-  ONYX_CHECK(v.is_string(), "dataset '", path, "': line ", r.line, ": field '", field, "' is not a string");
+  ONYX_CHECK(v.is_string(), "dataset '", path, "': line ", r.line, ": field '", field,
+             "' is not a string");
   return v.get<std::string>();
 }
 
-Tensor to_tensor(const std::vector<int64_t>& v, Shape shape) { return Tensor::from_vector(DType::Int64, shape, v); }
+Tensor to_tensor(const std::vector<int64_t>& v, Shape shape) {
+  return Tensor::from_vector(DType::Int64, shape, v);
+}
 
 }  // namespace
 
-TextClassificationDataset::TextClassificationDataset(const std::string& path, std::shared_ptr<const Tokenizer> tok,
+TextClassificationDataset::TextClassificationDataset(const std::string& path,
+                                                     std::shared_ptr<const Tokenizer> tok,
                                                      TextClassificationOptions opts)
     : tok_(std::move(tok)), opts_(std::move(opts)) {
   ONYX_CHECK(tok_, "dataset '", path, "': no tokenizer");
@@ -165,8 +175,8 @@ TextClassificationDataset::TextClassificationDataset(const std::string& path, st
     std::vector<int64_t> int_labels;
     std::vector<int64_t> lines;
     for (auto& r : rows) {
-      ONYX_CHECK(r.obj.contains(opts_.label_field), "dataset '", path, "': line ", r.line, " has no field '",
-                 opts_.label_field, "'");
+      ONYX_CHECK(r.obj.contains(opts_.label_field), "dataset '", path, "': line ", r.line,
+                 " has no field '", opts_.label_field, "'");
       const auto& v = r.obj[opts_.label_field];
       lines.push_back(r.line);
       if (v.is_number_integer()) {
@@ -179,7 +189,8 @@ TextClassificationDataset::TextClassificationDataset(const std::string& path, st
       } else if (v.is_string()) {
         str_labels.push_back(v.get<std::string>());
       } else {
-        throw Error(cat("dataset '", path, "': line ", r.line, ": label '", v.dump(), "' is neither an integer nor a string"));
+        throw Error(cat("dataset '", path, "': line ", r.line, ": label '", v.dump(),
+                        "' is neither an integer nor a string"));
       }
     }
     ONYX_CHECK(str_labels.empty() || int_labels.empty(), "dataset '", path,
@@ -221,11 +232,12 @@ TextClassificationDataset::TextClassificationDataset(const std::string& path, st
     } else {
       int64_t max_label = -1;
       for (size_t i = 0; i < int_labels.size(); ++i) {
-        ONYX_CHECK(int_labels[i] >= 0, "dataset '", path, "': line ", lines[i], ": label ", int_labels[i],
-                   " is negative");
+        ONYX_CHECK(int_labels[i] >= 0, "dataset '", path, "': line ", lines[i], ": label ",
+                   int_labels[i], " is negative");
         if (!opts_.label_list.empty())
-          ONYX_CHECK(int_labels[i] < (int64_t)opts_.label_list.size(), "dataset '", path, "': line ", lines[i],
-                     ": label ", int_labels[i], " is out of range for ", opts_.label_list.size(), " labels");
+          ONYX_CHECK(int_labels[i] < (int64_t)opts_.label_list.size(), "dataset '", path,
+                     "': line ", lines[i], ": label ", int_labels[i], " is out of range for ",
+                     opts_.label_list.size(), " labels");
         max_label = std::max(max_label, int_labels[i]);
       }
       if (!opts_.label_list.empty()) {
@@ -271,11 +283,13 @@ std::vector<std::string> TextClassificationDataset::keys() const {
   return k;
 }
 
-std::map<std::string, Tensor> TextClassificationDataset::batch(const std::vector<int64_t>& indices) const {
+std::map<std::string, Tensor> TextClassificationDataset::batch(
+    const std::vector<int64_t>& indices) const {
   const int64_t B = indices.size();
   int64_t longest = 0;
   for (auto i : indices) {
-    ONYX_CHECK(i >= 0 && i < size(), "text classification dataset: index ", i, " out of range (", size(), " samples)");
+    ONYX_CHECK(i >= 0 && i < size(), "text classification dataset: index ", i, " out of range (",
+               size(), " samples)");
     longest = std::max(longest, encodings_[i].size());
   }
   const int64_t L = bucket_length(longest);
@@ -297,7 +311,8 @@ std::map<std::string, Tensor> TextClassificationDataset::batch(const std::vector
 
 // ---- CausalLMDataset ----
 
-CausalLMDataset::CausalLMDataset(const std::string& path, std::shared_ptr<const Tokenizer> tok, CausalLMOptions opts)
+CausalLMDataset::CausalLMDataset(const std::string& path, std::shared_ptr<const Tokenizer> tok,
+                                 CausalLMOptions opts)
     : tok_(std::move(tok)), opts_(opts) {
   ONYX_CHECK(tok_, "dataset '", path, "': no tokenizer");
   ONYX_CHECK(opts_.block_size > 0, "dataset '", path, "': block_size must be positive");
@@ -327,7 +342,8 @@ CausalLMDataset::CausalLMDataset(const std::string& path, std::shared_ptr<const 
   if (opts_.paragraphs) add_document(para);
   const int64_t n = tokens_.size(), bs = opts_.block_size;
   num_blocks_ = opts_.drop_remainder ? n / bs : (n + bs - 1) / bs;
-  ONYX_CHECK(num_blocks_ > 0, "dataset '", path, "' has ", n, " tokens, fewer than one block of ", bs);
+  ONYX_CHECK(num_blocks_ > 0, "dataset '", path, "' has ", n, " tokens, fewer than one block of ",
+             bs);
 }
 
 std::map<std::string, Tensor> CausalLMDataset::batch(const std::vector<int64_t>& indices) const {
@@ -335,13 +351,15 @@ std::map<std::string, Tensor> CausalLMDataset::batch(const std::vector<int64_t>&
   std::vector<int64_t> ids(B * T, tok_->pad_id()), mask(B * T, 0), labels(B * T, -100);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t i = indices[b];
-    ONYX_CHECK(i >= 0 && i < num_blocks_, "causal LM dataset: index ", i, " out of range (", num_blocks_, " blocks)");
+    ONYX_CHECK(i >= 0 && i < num_blocks_, "causal LM dataset: index ", i, " out of range (",
+               num_blocks_, " blocks)");
     for (int64_t t = 0; t < T && i * T + t < n; ++t) {
       ids[b * T + t] = labels[b * T + t] = tokens_[i * T + t];
       mask[b * T + t] = 1;
     }
   }
-  return {{"input_ids", to_tensor(ids, {B, T})}, {"attention_mask", to_tensor(mask, {B, T})},
+  return {{"input_ids", to_tensor(ids, {B, T})},
+          {"attention_mask", to_tensor(mask, {B, T})},
           {"labels", to_tensor(labels, {B, T})}};
 }
 

@@ -30,18 +30,18 @@ enum class PadBucket {
 };
 
 struct TextClassificationOptions {
-  std::string format;                  // "jsonl", "json", "csv", "tsv"; empty: from the file extension
+  std::string format;  // "jsonl", "json", "csv", "tsv"; empty: from the file extension
   std::string text_field = "text";
-  std::string text_pair_field;         // empty: one text per sample
-  std::string label_field = "label";   // empty: no labels (for prediction)
+  std::string text_pair_field;        // empty: one text per sample
+  std::string label_field = "label";  // empty: no labels (for prediction)
   // String labels map to their index here. Empty: integer labels are used as they are (a CSV label
   // column whose every value is an integer counts as integers), other labels map to their index in
   // the sorted unique labels of the file.
   std::vector<std::string> label_list;
-  int64_t max_length = 128;            // truncation (longest_first), special tokens included
+  int64_t max_length = 128;  // truncation (longest_first), special tokens included
   PadBucket bucket = PadBucket::Multiple;
   int64_t pad_multiple = 16;
-  char delimiter = 0;                  // CSV/TSV; 0: ',' for csv, '\t' for tsv
+  char delimiter = 0;  // CSV/TSV; 0: ',' for csv, '\t' for tsv
 };
 
 class TextClassificationDataset : public Dataset {
@@ -72,18 +72,22 @@ class TextClassificationDataset : public Dataset {
 
 struct CausalLMOptions {
   int64_t block_size = 128;
-  bool paragraphs = false;      // documents are blank-line separated paragraphs, not lines
-  bool add_eos = true;          // the tokenizer's eos token after every document
-  bool drop_remainder = true;   // false: the last short block is padded (mask 0, labels -100)
+  bool paragraphs = false;     // documents are blank-line separated paragraphs, not lines
+  bool add_eos = true;         // the tokenizer's eos token after every document
+  bool drop_remainder = true;  // false: the last short block is padded (mask 0, labels -100)
 };
 
 class CausalLMDataset : public Dataset {
  public:
-  CausalLMDataset(const std::string& path, std::shared_ptr<const Tokenizer> tokenizer, CausalLMOptions opts = {});
+  CausalLMDataset(const std::string& path, std::shared_ptr<const Tokenizer> tokenizer,
+                  CausalLMOptions opts = {});
   int64_t size() const override { return num_blocks_; }
-  // input_ids, attention_mask, labels: int64 (B, block_size); labels = input_ids (the model shifts).
+  // input_ids, attention_mask, labels: int64 (B, block_size); labels = input_ids (the model
+  // shifts).
   std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const override;
-  std::vector<std::string> keys() const override { return {"attention_mask", "input_ids", "labels"}; }
+  std::vector<std::string> keys() const override {
+    return {"attention_mask", "input_ids", "labels"};
+  }
   const std::vector<int64_t>& tokens() const { return tokens_; }
 
  private:

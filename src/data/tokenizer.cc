@@ -77,7 +77,8 @@ Encoding Tokenizer::encode(const std::string& text, const EncodeOptions& opts) c
   return assemble(encode_ids(text), nullptr, opts);
 }
 
-Encoding Tokenizer::encode_pair(const std::string& a, const std::string& b, const EncodeOptions& opts) const {
+Encoding Tokenizer::encode_pair(const std::string& a, const std::string& b,
+                                const EncodeOptions& opts) const {
   auto ib = encode_ids(b);
   return assemble(encode_ids(a), &ib, opts);
 }
@@ -89,8 +90,8 @@ Encoding Tokenizer::assemble(std::vector<int64_t> a, const std::vector<int64_t>*
   const int64_t nspecial = opts.add_special_tokens ? num_special_tokens(pair) : 0;
   if (opts.max_length > 0) {
     const int64_t budget = opts.max_length - nspecial;
-    ONYX_CHECK(budget >= 0, source_, ": max_length ", opts.max_length, " leaves no room for the ", nspecial,
-               " special tokens");
+    ONYX_CHECK(budget >= 0, source_, ": max_length ", opts.max_length, " leaves no room for the ",
+               nspecial, " special tokens");
     if ((int64_t)(a.size() + b.size()) > budget) {
       if (!pair) {
         a.resize(budget);
@@ -125,15 +126,18 @@ Encoding Tokenizer::assemble(std::vector<int64_t> a, const std::vector<int64_t>*
     if (pair) put(b, type_b);
   } else {
     for (auto& p : tpl) {
-      if (p.kind == TemplatePiece::Special) put({p.id}, p.type_id);
-      else if (p.kind == TemplatePiece::SequenceA) put(a, p.type_id);
-      else if (pair) put(b, p.type_id);
+      if (p.kind == TemplatePiece::Special)
+        put({p.id}, p.type_id);
+      else if (p.kind == TemplatePiece::SequenceA)
+        put(a, p.type_id);
+      else if (pair)
+        put(b, p.type_id);
     }
   }
   e.attention_mask.assign(e.input_ids.size(), 1);
   if (opts.pad_to > 0) {
-    ONYX_CHECK(e.size() <= opts.pad_to, source_, ": encoding of ", e.size(), " tokens is longer than pad_to ",
-               opts.pad_to, " (set max_length to truncate)");
+    ONYX_CHECK(e.size() <= opts.pad_to, source_, ": encoding of ", e.size(),
+               " tokens is longer than pad_to ", opts.pad_to, " (set max_length to truncate)");
     e.input_ids.resize(opts.pad_to, pad_id_);
     e.attention_mask.resize(opts.pad_to, 0);
     e.token_type_ids.resize(opts.pad_to, 0);
@@ -167,8 +171,8 @@ PostTemplate parse_post_processor(const nlohmann::json& j, const std::string& pa
   } else if (type == "TemplateProcessing") {
     auto read = [&](const char* key) {
       std::vector<TemplatePiece> out;
-      ONYX_CHECK(pp.contains(key) && pp[key].is_array(), "tokenizer file '", path, "': post_processor.", key,
-                 " is missing");
+      ONYX_CHECK(pp.contains(key) && pp[key].is_array(), "tokenizer file '", path,
+                 "': post_processor.", key, " is missing");
       for (auto& item : pp[key]) {
         if (item.contains("Sequence")) {
           auto& s = item["Sequence"];
@@ -178,13 +182,17 @@ PostTemplate parse_post_processor(const nlohmann::json& j, const std::string& pa
         } else if (item.contains("SpecialToken")) {
           auto& s = item["SpecialToken"];
           std::string name = s.value("id", "");
-          const auto& specials = pp.contains("special_tokens") ? pp["special_tokens"] : nlohmann::json::object();
-          ONYX_CHECK(specials.contains(name) && specials[name].contains("ids"), "tokenizer file '", path,
-                     "': post_processor template names special token '", name, "' without ids");
+          const auto& specials =
+              pp.contains("special_tokens") ? pp["special_tokens"] : nlohmann::json::object();
+          ONYX_CHECK(specials.contains(name) && specials[name].contains("ids"), "tokenizer file '",
+                     path, "': post_processor template names special token '", name,
+                     "' without ids");
           for (auto& id : specials[name]["ids"])
-            out.push_back({TemplatePiece::Special, id.get<int64_t>(), s.value("type_id", (int64_t)0)});
+            out.push_back(
+                {TemplatePiece::Special, id.get<int64_t>(), s.value("type_id", (int64_t)0)});
         } else {
-          throw Error(cat("tokenizer file '", path, "': post_processor.", key, " has an item that is neither "
+          throw Error(cat("tokenizer file '", path, "': post_processor.", key,
+                          " has an item that is neither "
                           "Sequence nor SpecialToken"));
         }
       }
@@ -199,7 +207,8 @@ PostTemplate parse_post_processor(const nlohmann::json& j, const std::string& pa
       if (!st.single.empty() || !st.pair.empty()) t = st;
     }
   } else if (type != "ByteLevel") {
-    ONYX_UNSUPPORTED("tokenizer file '", path, "': post_processor type '", type, "' is not supported");
+    ONYX_UNSUPPORTED("tokenizer file '", path, "': post_processor type '", type,
+                     "' is not supported");
   }
   return t;
 }
@@ -207,7 +216,8 @@ PostTemplate parse_post_processor(const nlohmann::json& j, const std::string& pa
 void register_added_tokens(const nlohmann::json& j, const std::string& path, Tokenizer& tok) {
   if (!j.contains("added_tokens") || !j["added_tokens"].is_array()) return;
   for (auto& a : j["added_tokens"]) {
-    ONYX_CHECK(a.contains("content") && a["content"].is_string() && a.contains("id") && a["id"].is_number_integer(),
+    ONYX_CHECK(a.contains("content") && a["content"].is_string() && a.contains("id") &&
+                   a["id"].is_number_integer(),
                "tokenizer file '", path, "': an added_tokens entry lacks content or id");
     tok.add_special_token(a["content"].get<std::string>(), a["id"].get<int64_t>());
   }
@@ -224,11 +234,14 @@ std::shared_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(cat("tokenizer file '", path, "' is not valid JSON: ", e.what()));
   }
-  ONYX_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "tokenizer file '", path,
-             "' has no \"model\" object (is it a Hugging Face tokenizer.json?)");
+  ONYX_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "tokenizer file '",
+             path, "' has no \"model\" object (is it a Hugging Face tokenizer.json?)");
   auto& m = j["model"];
   std::string type = m.value("type", "");
-  if (type.empty()) type = m.contains("merges") ? "BPE" : (m.contains("vocab") && m["vocab"].is_object() ? "WordPiece" : "");
+  if (type.empty())
+    type = m.contains("merges")
+               ? "BPE"
+               : (m.contains("vocab") && m["vocab"].is_object() ? "WordPiece" : "");
   if (type == "WordPiece") return WordPieceTokenizer::from_tokenizer_json(j, path);
   if (type == "BPE") return BpeTokenizer::from_tokenizer_json(j, path);
   ONYX_UNSUPPORTED("tokenizer file '", path, "': model.type '", type,
@@ -241,7 +254,8 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   ONYX_CHECK(fs::exists(path), "tokenizer path '", path, "' does not exist");
   if (fs::is_directory(path)) {
     fs::path d(path);
-    if (fs::exists(d / "tokenizer.json")) return from_tokenizer_json((d / "tokenizer.json").string());
+    if (fs::exists(d / "tokenizer.json"))
+      return from_tokenizer_json((d / "tokenizer.json").string());
     if (fs::exists(d / "vocab.txt")) {
       WordPieceConfig cfg;
       if (fs::exists(d / "tokenizer_config.json")) {
@@ -325,13 +339,16 @@ bool is_white_space(char32_t c) {
 }
 
 bool is_cjk(char32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
 bool is_bert_punctuation(char32_t c) {
-  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return true;
+  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+      (c >= 123 && c <= 126))
+    return true;
   return char_class(c) == CharClass::Punctuation;
 }
 
@@ -400,13 +417,18 @@ std::u32string decode_utf8(const std::string& s, std::vector<uint8_t>* byte_len)
     if (b0 < 0x80) {
       c = b0;
     } else {
-      const int need = b0 >= 0xF0 && b0 <= 0xF4 ? 3 : b0 >= 0xE0 && b0 <= 0xEF ? 2 : b0 >= 0xC2 && b0 <= 0xDF ? 1 : 0;
+      const int need = b0 >= 0xF0 && b0 <= 0xF4   ? 3
+                       : b0 >= 0xE0 && b0 <= 0xEF ? 2
+                       : b0 >= 0xC2 && b0 <= 0xDF ? 1
+                                                  : 0;
       if (need > 0 && i + need < n) {
         char32_t v = b0 & (0x3F >> need);
         bool ok = true;
         for (int k = 1; ok && k <= need; ++k) {
-          if ((p[i + k] & 0xC0) != 0x80) ok = false;
-          else v = (v << 6) | (p[i + k] & 0x3F);
+          if ((p[i + k] & 0xC0) != 0x80)
+            ok = false;
+          else
+            v = (v << 6) | (p[i + k] & 0x3F);
         }
         const char32_t min = need == 1 ? 0x80 : need == 2 ? 0x800 : 0x10000;
         if (ok && v >= min && v <= 0x10FFFF && !(v >= 0xD800 && v <= 0xDFFF)) {

@@ -2,8 +2,8 @@
 // A Tokenizer turns text into ids (encode_ids), then assembles one text or a pair into input_ids,
 // attention_mask and token_type_ids with the model's special tokens (a template as Hugging Face's
 // post-processors: [CLS] A [SEP] B [SEP] for BERT, nothing for GPT-2), truncation (longest_first)
-// and padding. WordPiece (wordpiece.h) and byte-level BPE (bpe.h) implement it; load_tokenizer picks
-// one from a Hugging Face checkpoint folder or file.
+// and padding. WordPiece (wordpiece.h) and byte-level BPE (bpe.h) implement it; load_tokenizer
+// picks one from a Hugging Face checkpoint folder or file.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -25,8 +25,8 @@ struct Encoding {
 struct EncodeOptions {
   bool add_special_tokens = true;
   // > 0: truncate so the result, special tokens included, has at most max_length tokens. A pair is
-  // cut as Hugging Face tokenizers' longest_first: the longer text shrinks first; if both must shrink,
-  // the first keeps floor(budget/2) and the second the rest.
+  // cut as Hugging Face tokenizers' longest_first: the longer text shrinks first; if both must
+  // shrink, the first keeps floor(budget/2) and the second the rest.
   int64_t max_length = 0;
   // > 0: pad (right, pad id, mask 0, type 0) to this length; a longer encoding is an error.
   int64_t pad_to = 0;
@@ -50,9 +50,11 @@ class Tokenizer {
   // "[MASK]" or "<|endoftext|>") are matched first, before normalization, and map to their id.
   std::vector<int64_t> encode_ids(const std::string& text) const;
   Encoding encode(const std::string& text, const EncodeOptions& opts = {}) const;
-  Encoding encode_pair(const std::string& a, const std::string& b, const EncodeOptions& opts = {}) const;
+  Encoding encode_pair(const std::string& a, const std::string& b,
+                       const EncodeOptions& opts = {}) const;
   // The template, truncation and padding over ids that encode_ids produced (b may be null).
-  Encoding assemble(std::vector<int64_t> a, const std::vector<int64_t>* b, const EncodeOptions& opts) const;
+  Encoding assemble(std::vector<int64_t> a, const std::vector<int64_t>* b,
+                    const EncodeOptions& opts) const;
   // Number of special tokens the template adds for one text or a pair.
   int64_t num_special_tokens(bool pair) const;
 
@@ -64,7 +66,9 @@ class Tokenizer {
   virtual bool uses_token_type_ids() const = 0;
 
   int64_t pad_id() const { return pad_id_; }
-  std::optional<int64_t> eos_id() const { return eos_id_; }  // [SEP] for BERT, <|endoftext|> for GPT-2
+  std::optional<int64_t> eos_id() const {
+    return eos_id_;
+  }  // [SEP] for BERT, <|endoftext|> for GPT-2
   const PostTemplate& post_template() const { return template_; }
   const std::string& source() const { return source_; }  // the file it came from, for messages
 
@@ -94,7 +98,8 @@ std::string read_text_file(const std::string& path);
 // the post_processor (BertProcessing, RobertaProcessing, TemplateProcessing, ByteLevel, Sequence
 // or null) as a template, and the added_tokens marked special, registered on `tok`.
 PostTemplate parse_post_processor(const nlohmann::json& tokenizer_json, const std::string& path);
-void register_added_tokens(const nlohmann::json& tokenizer_json, const std::string& path, Tokenizer& tok);
+void register_added_tokens(const nlohmann::json& tokenizer_json, const std::string& path,
+                           Tokenizer& tok);
 
 // Unicode helpers shared by the tokenizers. Character classes come from a table generated from the
 // Unicode Character Database (src/data/unicode_tables.inc, Unicode 14): complete for every script.
@@ -102,22 +107,22 @@ namespace unicode {
 
 enum class CharClass : uint8_t {
   Other,
-  Letter,           // \p{L}
-  MarkNonspacing,   // Mn: what BERT's accent stripping removes after NFD
-  MarkOther,        // Mc, Me
-  Number,           // \p{N}
-  Punctuation,      // \p{P}
-  Symbol,           // \p{S}
-  SpaceSeparator,   // Zs
-  LineSeparator,    // Zl, Zp
-  Control,          // \p{C}: Cc, Cf, Cs, Co, Cn (unassigned)
+  Letter,          // \p{L}
+  MarkNonspacing,  // Mn: what BERT's accent stripping removes after NFD
+  MarkOther,       // Mc, Me
+  Number,          // \p{N}
+  Punctuation,     // \p{P}
+  Symbol,          // \p{S}
+  SpaceSeparator,  // Zs
+  LineSeparator,   // Zl, Zp
+  Control,         // \p{C}: Cc, Cf, Cs, Co, Cn (unassigned)
 };
 
 CharClass char_class(char32_t c);
 inline bool is_letter(char32_t c) { return char_class(c) == CharClass::Letter; }
 inline bool is_number(char32_t c) { return char_class(c) == CharClass::Number; }
-bool is_white_space(char32_t c);  // the Unicode White_Space property (as regex \s)
-bool is_cjk(char32_t c);          // the CJK ideograph blocks BERT surrounds with spaces
+bool is_white_space(char32_t c);       // the Unicode White_Space property (as regex \s)
+bool is_cjk(char32_t c);               // the CJK ideograph blocks BERT surrounds with spaces
 bool is_bert_punctuation(char32_t c);  // ASCII punctuation/symbols or \p{P}
 bool is_bert_control(char32_t c);      // \p{C} except \t \n \r
 

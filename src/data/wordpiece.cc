@@ -8,28 +8,33 @@
 
 namespace onyx::data {
 
-WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, WordPieceConfig cfg, std::string source)
+WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, WordPieceConfig cfg,
+                                       std::string source)
     : cfg_(std::move(cfg)), vocab_(std::move(vocab)) {
   source_ = std::move(source);
   ids_.reserve(vocab_.size());
   for (size_t i = 0; i < vocab_.size(); ++i) ids_[vocab_[i]] = (int64_t)i;
   auto unk = ids_.find(cfg_.unk_token);
-  ONYX_CHECK(unk != ids_.end(), source_, ": the vocabulary has no unknown token '", cfg_.unk_token, "'");
+  ONYX_CHECK(unk != ids_.end(), source_, ": the vocabulary has no unknown token '", cfg_.unk_token,
+             "'");
   unk_id_ = unk->second;
   auto cls = token_id(cfg_.cls_token), sep = token_id(cfg_.sep_token);
   if (cls && sep) {
     const TemplatePiece c{TemplatePiece::Special, *cls, 0}, s0{TemplatePiece::Special, *sep, 0},
         s1{TemplatePiece::Special, *sep, 1};
     template_.single = {c, {TemplatePiece::SequenceA, 0, 0}, s0};
-    template_.pair = {c, {TemplatePiece::SequenceA, 0, 0}, s0, {TemplatePiece::SequenceB, 0, 1}, s1};
+    template_.pair = {
+        c, {TemplatePiece::SequenceA, 0, 0}, s0, {TemplatePiece::SequenceB, 0, 1}, s1};
   }
   if (auto pad = token_id(cfg_.pad_token)) pad_id_ = *pad;
   eos_id_ = sep;
-  for (auto* t : {&cfg_.unk_token, &cfg_.cls_token, &cfg_.sep_token, &cfg_.pad_token, &cfg_.mask_token})
+  for (auto* t :
+       {&cfg_.unk_token, &cfg_.cls_token, &cfg_.sep_token, &cfg_.pad_token, &cfg_.mask_token})
     if (auto id = token_id(*t)) add_special_token(*t, *id);
 }
 
-std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_vocab_txt(const std::string& path, WordPieceConfig cfg) {
+std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_vocab_txt(const std::string& path,
+                                                                       WordPieceConfig cfg) {
   std::string text = read_text_file(path);
   std::vector<std::string> vocab;
   std::istringstream in(text);
@@ -39,10 +44,12 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_vocab_txt(const std
     vocab.push_back(line);
   }
   ONYX_CHECK(!vocab.empty(), "WordPiece vocabulary '", path, "' is empty");
-  return std::make_shared<WordPieceTokenizer>(std::move(vocab), std::move(cfg), cat("WordPiece vocabulary '", path, "'"));
+  return std::make_shared<WordPieceTokenizer>(std::move(vocab), std::move(cfg),
+                                              cat("WordPiece vocabulary '", path, "'"));
 }
 
-std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(const std::string& path) {
+std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(
+    const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_text_file(path));
@@ -52,12 +59,13 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(cons
   return from_tokenizer_json(j, path);
 }
 
-std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(const nlohmann::json& j,
-                                                                           const std::string& path) {
+std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(
+    const nlohmann::json& j, const std::string& path) {
   auto where = [&](const std::string& what) { return cat("tokenizer file '", path, "': ", what); };
   ONYX_CHECK(j.contains("model") && j["model"].is_object(), where("no \"model\" object"));
   const auto& m = j["model"];
-  ONYX_CHECK(m.contains("vocab") && m["vocab"].is_object(), where("model.vocab (token -> id) is missing"));
+  ONYX_CHECK(m.contains("vocab") && m["vocab"].is_object(),
+             where("model.vocab (token -> id) is missing"));
   WordPieceConfig cfg;
   try {
     if (m.contains("unk_token") && m["unk_token"].is_string()) cfg.unk_token = m["unk_token"];
@@ -71,7 +79,8 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(cons
       const auto& n = j["normalizer"];
       const std::string type = n.value("type", "");
       if (type != "BertNormalizer")
-        ONYX_UNSUPPORTED(where(cat("normalizer type '", type, "' is not supported with WordPiece (BertNormalizer is)")));
+        ONYX_UNSUPPORTED(where(cat("normalizer type '", type,
+                                   "' is not supported with WordPiece (BertNormalizer is)")));
       cfg.clean_text = n.value("clean_text", true);
       cfg.handle_chinese_chars = n.value("handle_chinese_chars", true);
       cfg.lowercase = n.value("lowercase", true);
@@ -82,7 +91,8 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(cons
     if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
       const std::string type = j["pre_tokenizer"].value("type", "");
       if (type != "BertPreTokenizer")
-        ONYX_UNSUPPORTED(where(cat("pre_tokenizer type '", type, "' is not supported with WordPiece (BertPreTokenizer is)")));
+        ONYX_UNSUPPORTED(where(cat("pre_tokenizer type '", type,
+                                   "' is not supported with WordPiece (BertPreTokenizer is)")));
     }
   } catch (const nlohmann::json::exception& e) {
     throw Error(where(cat("unexpected value: ", e.what())));
@@ -90,7 +100,8 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(cons
 
   int64_t max_id = -1;
   for (auto& [tok, id] : m["vocab"].items()) {
-    ONYX_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0, where(cat("model.vocab['", tok, "'] is not an id")));
+    ONYX_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0,
+               where(cat("model.vocab['", tok, "'] is not an id")));
     max_id = std::max(max_id, id.get<int64_t>());
   }
   ONYX_CHECK(max_id >= 0, where("model.vocab is empty"));
@@ -101,9 +112,11 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(cons
     seen[id.get<int64_t>()] = true;
   }
   for (int64_t i = 0; i <= max_id; ++i)
-    ONYX_CHECK(seen[i], where(cat("model.vocab has no token with id ", i, " (ids must be 0..", max_id, ")")));
+    ONYX_CHECK(seen[i], where(cat("model.vocab has no token with id ", i, " (ids must be 0..",
+                                  max_id, ")")));
 
-  auto tok = std::make_shared<WordPieceTokenizer>(std::move(vocab), cfg, cat("tokenizer file '", path, "'"));
+  auto tok = std::make_shared<WordPieceTokenizer>(std::move(vocab), cfg,
+                                                  cat("tokenizer file '", path, "'"));
   tok->template_ = parse_post_processor(j, path);
   if (j.contains("padding") && j["padding"].is_object() && j["padding"].contains("pad_id"))
     tok->pad_id_ = j["padding"]["pad_id"].get<int64_t>();
@@ -243,8 +256,8 @@ std::string WordPieceTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   const auto& pre = cfg_.continuing_subword_prefix;
   for (auto id : ids) {
-    ONYX_CHECK(id >= 0 && id < (int64_t)vocab_.size(), source_, ": cannot decode id ", id, " (vocabulary has ",
-               vocab_.size(), " tokens)");
+    ONYX_CHECK(id >= 0 && id < (int64_t)vocab_.size(), source_, ": cannot decode id ", id,
+               " (vocabulary has ", vocab_.size(), " tokens)");
     const std::string& t = vocab_[id];
     if (!pre.empty() && t.compare(0, pre.size(), pre) == 0 && !out.empty()) {
       out.append(t, pre.size(), std::string::npos);

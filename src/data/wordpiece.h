@@ -37,11 +37,13 @@ class WordPieceTokenizer : public Tokenizer {
   explicit WordPieceTokenizer(std::vector<std::string> vocab, WordPieceConfig cfg = {},
                               std::string source = "WordPiece vocabulary");
   // vocab.txt: one token per line, id = line number.
-  static std::shared_ptr<WordPieceTokenizer> from_vocab_txt(const std::string& path, WordPieceConfig cfg = {});
+  static std::shared_ptr<WordPieceTokenizer> from_vocab_txt(const std::string& path,
+                                                            WordPieceConfig cfg = {});
   // tokenizer.json with model.type "WordPiece"; normalizer BertNormalizer (or null), pre_tokenizer
   // BertPreTokenizer (or null), post_processor BertProcessing / TemplateProcessing.
   static std::shared_ptr<WordPieceTokenizer> from_tokenizer_json(const std::string& path);
-  static std::shared_ptr<WordPieceTokenizer> from_tokenizer_json(const nlohmann::json& j, const std::string& path);
+  static std::shared_ptr<WordPieceTokenizer> from_tokenizer_json(const nlohmann::json& j,
+                                                                 const std::string& path);
 
   std::u32string normalize(const std::string& text) const;
   std::vector<std::u32string> pre_tokenize(const std::u32string& normalized) const;
@@ -61,7 +63,8 @@ class WordPieceTokenizer : public Tokenizer {
 
  private:
   // Appends the pieces of one pre-tokenized word (ids, and strings if `pieces` is non-null).
-  void wordpiece(const std::u32string& word, std::vector<int64_t>& ids, std::vector<std::string>* pieces) const;
+  void wordpiece(const std::u32string& word, std::vector<int64_t>& ids,
+                 std::vector<std::string>* pieces) const;
 
   WordPieceConfig cfg_;
   std::vector<std::string> vocab_;

@@ -41,21 +41,21 @@ struct Bert {
     int64_t pad = c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size ? c.pad_token_id : -1;
     double sd = c.initializer_range;
     // Parameters in Transformers' order; RoBERTa's position table has a padding row too.
-    std::string words = b.param(p + ".word_embeddings.weight", {c.vocab_size, C}, Init::normal(sd, pad));
-    std::string positions = b.param(p + ".position_embeddings.weight", {c.max_position_embeddings, C},
-                                    Init::normal(sd, roberta ? pad : -1));
-    std::string types = b.param(p + ".token_type_embeddings.weight", {c.type_vocab_size, C},
-                                Init::normal(sd));
+    std::string words =
+        b.param(p + ".word_embeddings.weight", {c.vocab_size, C}, Init::normal(sd, pad));
+    std::string positions =
+        b.param(p + ".position_embeddings.weight", {c.max_position_embeddings, C},
+                Init::normal(sd, roberta ? pad : -1));
+    std::string types =
+        b.param(p + ".token_type_embeddings.weight", {c.type_vocab_size, C}, Init::normal(sd));
     b.set_scope(p);
-    std::string x = b.op("Gather", {words, ids}, {{"axis", attr_i(0)}});  // (B,T,C)
-    if (!token_type_ids.empty())
-      x = b.op("Add", {x, b.op("Gather", {types, token_type_ids}, {{"axis", attr_i(0)}})});  // + (B,T,C)
-    else  // RoBERTa without token_type_ids: every token has type 0
-      x = b.op("Add", {x, b.op("Gather", {types, b.scalar_i64(0)}, {{"axis", attr_i(0)}})});  // + (C)
-    if (roberta)  // + (B,T,C)
-      x = b.op("Add", {x, b.op("Gather", {positions, roberta_position_ids(ids)}, {{"axis", attr_i(0)}})});
-    else  // absolute positions 0..T-1: the first T rows of the table, + (T,C)
-      x = b.op("Add", {x, b.op("Slice", {positions, b.const_i64({0}), b.dim_of(ids, 1), b.const_i64({0})})});
+    // RoBERTa without token_type_ids: every token has type 0, one (C) row broadcast.
+    std::string type_ids = token_type_ids.empty() ? b.scalar_i64(0) : token_type_ids;
+    std::string x = b.gather_rows(words, ids);             // (B,T,C)
+    x = b.op("Add", {x, b.gather_rows(types, type_ids)});  // + (B,T,C) or (C)
+    std::string pos = roberta ? b.gather_rows(positions, roberta_position_ids(ids))  // (B,T,C)
+                              : b.leading_rows(positions, ids, 1);  // rows 0..T-1: (T,C)
+    x = b.op("Add", {x, pos});
     x = b.layer_norm(x, p + ".LayerNorm", C, c.layer_norm_eps);
     return b.dropout(x, c.hidden_dropout_prob);
   }
@@ -67,15 +67,15 @@ struct Bert {
     std::string k = b.linear(h, p + ".self.key", C, C, weight_init());
     std::string v = b.linear(h, p + ".self.value", C, C, weight_init());
     b.set_scope(p + ".self");
-    q = b.split_heads(q, nh, hs);             // (B,nh,T,hs)
-    k = b.split_heads_transposed(k, nh, hs);  // (B,nh,hs,T)
-    v = b.split_heads(v, nh, hs);             // (B,nh,T,hs)
-    std::string att = b.op("MatMul", {q, k});                                   // (B,nh,T,T)
+    q = b.split_heads(q, nh, hs);              // (B,nh,T,hs)
+    k = b.split_heads_transposed(k, nh, hs);   // (B,nh,hs,T)
+    v = b.split_heads(v, nh, hs);              // (B,nh,T,hs)
+    std::string att = b.op("MatMul", {q, k});  // (B,nh,T,T)
     att = b.op("Div", {att, b.scalar_f32((float)std::sqrt((double)hs))});
     att = b.op("Add", {att, mask});
     att = b.op("Softmax", {att}, {{"axis", attr_i(-1)}});
     att = b.dropout(att, c.attention_probs_dropout_prob);
-    std::string y = b.merge_heads(b.op("MatMul", {att, v}), C);                  // (B,T,C)
+    std::string y = b.merge_heads(b.op("MatMul", {att, v}), C);  // (B,T,C)
     y = b.linear(y, p + ".output.dense", C, C, weight_init());
     y = b.dropout(y, c.hidden_dropout_prob);
     b.set_scope(p + ".output");
@@ -88,7 +88,7 @@ struct Bert {
     std::string a = attention(p + ".attention", h, mask);
     std::string f = b.linear(a, p + ".intermediate.dense", C, F, weight_init());  // (B,T,F)
     f = b.activation(f, c.hidden_act);
-    f = b.linear(f, p + ".output.dense", F, C, weight_init());                   // (B,T,C)
+    f = b.linear(f, p + ".output.dense", F, C, weight_init());  // (B,T,C)
     f = b.dropout(f, c.hidden_dropout_prob);
     b.set_scope(p + ".output");
     return b.layer_norm(b.op("Add", {f, a}), p + ".output.LayerNorm", C, c.layer_norm_eps);
@@ -98,7 +98,8 @@ struct Bert {
   std::string pooler(const std::string& h, const std::string& out = "") {
     std::string p = prefix + "pooler";
     b.set_scope(p);
-    std::string x = b.linear(first_token(b, h), p + ".dense", c.hidden_size, c.hidden_size, weight_init());
+    std::string x =
+        b.linear(first_token(b, h), p + ".dense", c.hidden_size, c.hidden_size, weight_init());
     return b.op("Tanh", {x}, {}, out);
   }
 
@@ -143,7 +144,7 @@ BuiltModel build_bert(const HfConfig& c, Task task, int64_t seed) {
       if (!roberta) {  // BertForSequenceClassification: dropout(pooler) -> classifier
         std::string x = b.dropout(m.pooler(h), cls_dropout);
         b.linear(x, "classifier", C, L, w, true, "logits");  // (B,L)
-      } else {  // RobertaClassificationHead on h[:, 0]
+      } else {                                               // RobertaClassificationHead on h[:, 0]
         b.set_scope("classifier");
         std::string x = b.dropout(first_token(b, h), cls_dropout);
         x = b.op("Tanh", {b.linear(x, "classifier.dense", C, C, w)});
@@ -175,7 +176,8 @@ BuiltModel build_bert(const HfConfig& c, Task task, int64_t seed) {
       b.output("logits", DType::Float32, {-1, -1, c.vocab_size});
       break;
     }
-    default: break;
+    default:
+      break;
   }
   BuiltModel out = finish_model(b, c, task);
   if (task == Task::MaskedLM) {

@@ -31,7 +31,7 @@ struct DistilBert {
     std::string table = b.param(p + ".position_embeddings.weight", {c.max_position_embeddings, C},
                                 Init::normal(c.initializer_range));
     b.set_scope(p + ".position_embeddings");
-    std::string pos = b.op("Slice", {table, b.const_i64({0}), b.dim_of(ids, 1), b.const_i64({0})});
+    std::string pos = b.leading_rows(table, ids, 1);  // rows 0..T-1: (T,C)
     b.set_scope(p);
     std::string x = b.op("Add", {words, pos});  // (B,T,C) + (T,C)
     x = b.layer_norm(x, p + ".LayerNorm", C, 1e-12);
@@ -46,15 +46,15 @@ struct DistilBert {
     std::string k = b.linear(h, p + ".k_lin", C, C, weight_init());
     std::string v = b.linear(h, p + ".v_lin", C, C, weight_init());
     b.set_scope(p);
-    q = b.split_heads(q, nh, hs);                                     // (B,nh,T,hs)
+    q = b.split_heads(q, nh, hs);  // (B,nh,T,hs)
     q = b.op("Div", {q, b.scalar_f32((float)std::sqrt((double)hs))});
-    k = b.split_heads_transposed(k, nh, hs);                          // (B,nh,hs,T)
-    v = b.split_heads(v, nh, hs);                                     // (B,nh,T,hs)
-    std::string att = b.op("MatMul", {q, k});                         // (B,nh,T,T)
+    k = b.split_heads_transposed(k, nh, hs);   // (B,nh,hs,T)
+    v = b.split_heads(v, nh, hs);              // (B,nh,T,hs)
+    std::string att = b.op("MatMul", {q, k});  // (B,nh,T,T)
     att = b.op("Where", {pad, b.scalar_f32(kMaskValue), att});
     att = b.op("Softmax", {att}, {{"axis", attr_i(-1)}});
     att = b.dropout(att, c.attention_probs_dropout_prob);
-    std::string y = b.merge_heads(b.op("MatMul", {att, v}), C);       // (B,T,C)
+    std::string y = b.merge_heads(b.op("MatMul", {att, v}), C);  // (B,T,C)
     return b.linear(y, p + ".out_lin", C, C, weight_init());
   }
 
@@ -66,7 +66,7 @@ struct DistilBert {
     a = b.layer_norm(b.op("Add", {a, h}), p + ".sa_layer_norm", C, 1e-12);
     std::string f = b.linear(a, p + ".ffn.lin1", C, F, weight_init());  // (B,T,F)
     f = b.activation(f, c.hidden_act);
-    f = b.linear(f, p + ".ffn.lin2", F, C, weight_init());              // (B,T,C)
+    f = b.linear(f, p + ".ffn.lin2", F, C, weight_init());  // (B,T,C)
     f = b.dropout(f, c.hidden_dropout_prob);
     b.set_scope(p);
     return b.layer_norm(b.op("Add", {f, a}), p + ".output_layer_norm", C, 1e-12);
@@ -132,7 +132,8 @@ BuiltModel build_distilbert(const HfConfig& c, Task task, int64_t seed) {
       b.output("logits", DType::Float32, {-1, -1, c.vocab_size});
       break;
     }
-    default: break;
+    default:
+      break;
   }
   BuiltModel out = finish_model(b, c, task);
   if (task == Task::MaskedLM && c.tie_word_embeddings)

@@ -33,7 +33,7 @@ struct Gpt2 {
     std::string wpe = b.param(prefix + "wpe.weight", {c.max_position_embeddings, C},
                               Init::normal(c.initializer_range));
     b.set_scope(prefix + "wpe");
-    std::string pos = b.op("Slice", {wpe, b.const_i64({0}), b.dim_of(ids, 1), b.const_i64({0})});
+    std::string pos = b.leading_rows(wpe, ids, 1);  // rows 0..T-1: (T,C)
     b.set_scope(prefix + "drop");
     return b.dropout(b.op("Add", {tok, pos}), c.embd_pdrop);  // (B,T,C) + (T,C)
   }
@@ -79,7 +79,7 @@ struct Gpt2 {
     int64_t C = c.hidden_size, F = c.intermediate_size;
     std::string x = b.conv1d(h, p + ".c_fc", C, F, weight_init());  // (B,T,F)
     x = b.activation(x, c.hidden_act);
-    x = b.conv1d(x, p + ".c_proj", F, C, proj_init());              // (B,T,C)
+    x = b.conv1d(x, p + ".c_proj", F, C, proj_init());  // (B,T,C)
     return b.dropout(x, c.hidden_dropout_prob);
   }
 
@@ -87,7 +87,8 @@ struct Gpt2 {
   std::string block(const std::string& p, const std::string& h, const std::string& causal,
                     const std::string& pad) {
     int64_t C = c.hidden_size;
-    std::string a = attention(p + ".attn", b.layer_norm(h, p + ".ln_1", C, c.layer_norm_eps), causal, pad);
+    std::string a =
+        attention(p + ".attn", b.layer_norm(h, p + ".ln_1", C, c.layer_norm_eps), causal, pad);
     b.set_scope(p);
     std::string x = b.op("Add", {a, h});
     std::string m = mlp(p + ".mlp", b.layer_norm(x, p + ".ln_2", C, c.layer_norm_eps));
@@ -99,7 +100,8 @@ struct Gpt2 {
     std::string h = embeddings(ids);
     std::string causal = causal_mask(ids);
     std::string pad = additive_attention_mask(b, mask);
-    for (int64_t i = 0; i < c.num_hidden_layers; i++) h = block(cat(prefix, "h.", i), h, causal, pad);
+    for (int64_t i = 0; i < c.num_hidden_layers; i++)
+      h = block(cat(prefix, "h.", i), h, causal, pad);
     return b.layer_norm(h, prefix + "ln_f", c.hidden_size, c.layer_norm_eps);
   }
 };
@@ -131,8 +133,10 @@ BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed) {
   // Loss: cross entropy of logits[:, :-1] against labels[:, 1:], ignore_index -100, mean.
   std::string labels = token_input(b, "labels");
   b.set_scope("loss");
-  std::string shift_logits = b.op("Slice", {logits, b.const_i64({0}), b.const_i64({-1}), b.const_i64({1})});
-  std::string shift_labels = b.op("Slice", {labels, b.const_i64({1}), b.const_i64({INT64_MAX}), b.const_i64({1})});
+  std::string shift_logits =
+      b.op("Slice", {logits, b.const_i64({0}), b.const_i64({-1}), b.const_i64({1})});
+  std::string shift_labels =
+      b.op("Slice", {labels, b.const_i64({1}), b.const_i64({INT64_MAX}), b.const_i64({1})});
   std::string flat_logits = b.op("Reshape", {shift_logits, b.const_i64({-1, V})});  // (B*(T-1),V)
   std::string flat_labels = b.op("Reshape", {shift_labels, b.const_i64({-1})});     // (B*(T-1))
   b.op("SoftmaxCrossEntropyLoss", {flat_logits, flat_labels},

@@ -54,13 +54,15 @@ ir::Attribute attr_t(const Tensor& t) {
 
 }  // namespace
 
-Tensor init_parameter(uint64_t seed, const std::string& name, const Shape& shape, const Init& init) {
+Tensor init_parameter(uint64_t seed, const std::string& name, const Shape& shape,
+                      const Init& init) {
   Tensor t = Tensor::zeros(DType::Float32, shape);
   float* p = t.data<float>();
   int64_t n = t.numel();
   NormalStream rng{seed * 0x9e3779b97f4a7c15ull ^ fnv1a(name)};
   switch (init.kind) {
-    case Init::Zeros: break;
+    case Init::Zeros:
+      break;
     case Init::Ones:
       for (int64_t i = 0; i < n; i++) p[i] = 1.0f;
       break;
@@ -131,7 +133,8 @@ std::vector<std::string> GraphBuilder::op_n(const std::string& type,
   n.name = fresh(scope_.empty() ? type : scope_ + "/" + type);
   n.inputs = inputs;
   n.attrs = std::move(attrs);
-  for (int i = 0; i < num_outputs; i++) n.outputs.push_back(fresh(n.name + ":" + std::to_string(i)));
+  for (int i = 0; i < num_outputs; i++)
+    n.outputs.push_back(fresh(n.name + ":" + std::to_string(i)));
   g_.nodes.push_back(n);
   return n.outputs;
 }
@@ -169,6 +172,15 @@ std::string GraphBuilder::dim_of(const std::string& x, int64_t dim) {
   return op("Shape", {x}, {{"start", attr_i(dim)}, {"end", attr_i(dim + 1)}});
 }
 
+std::string GraphBuilder::gather_rows(const std::string& table, const std::string& ids) {
+  return op("Gather", {table, ids}, {{"axis", attr_i(0)}});
+}
+
+std::string GraphBuilder::leading_rows(const std::string& table, const std::string& like,
+                                       int64_t axis) {
+  return op("Slice", {table, const_i64({0}), dim_of(like, axis), const_i64({0})});
+}
+
 // ---- layers ----------------------------------------------------------------------------------
 
 std::string GraphBuilder::linear(const std::string& x, const std::string& name, int64_t in,
@@ -198,7 +210,8 @@ std::string GraphBuilder::layer_norm(const std::string& x, const std::string& na
   set_scope(name);
   std::string w = param(name + ".weight", {dim}, Init::ones());
   std::string b = param(name + ".bias", {dim}, Init::zeros());
-  return op("LayerNormalization", {x, w, b}, {{"axis", attr_i(-1)}, {"epsilon", attr_f((float)eps)}});
+  return op("LayerNormalization", {x, w, b},
+            {{"axis", attr_i(-1)}, {"epsilon", attr_f((float)eps)}});
 }
 
 std::string GraphBuilder::embedding(const std::string& ids, const std::string& name, int64_t rows,
@@ -206,7 +219,7 @@ std::string GraphBuilder::embedding(const std::string& ids, const std::string& n
   // table (rows, dim) gathered at ids (...) -> (..., dim)
   set_scope(name);
   std::string w = param(name + ".weight", {rows, dim}, Init::normal(init_std, padding_idx));
-  return op("Gather", {w, ids}, {{"axis", attr_i(0)}});
+  return gather_rows(w, ids);
 }
 
 std::string GraphBuilder::dropout(const std::string& x, double p) {

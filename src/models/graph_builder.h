@@ -53,9 +53,9 @@ class GraphBuilder {
                                 std::map<std::string, ir::Attribute> attrs, int num_outputs);
   // Constant nodes (deduplicated by value).
   std::string const_i64(const std::vector<int64_t>& v);  // 1-D int64
-  std::string scalar_i64(int64_t v);                      // 0-D int64
-  std::string scalar_f32(float v);                        // 0-D float32
-  std::string scalar_bool(bool v);                        // 0-D bool
+  std::string scalar_i64(int64_t v);                     // 0-D int64
+  std::string scalar_f32(float v);                       // 0-D float32
+  std::string scalar_bool(bool v);                       // 0-D bool
   std::string const_tensor(const Tensor& t);
 
   // ---- layers (Transformers modules) ----
@@ -83,6 +83,10 @@ class GraphBuilder {
   // (B,nh,T,hs) -> (B,T,C)
   std::string merge_heads(const std::string& x, int64_t c);
 
+  // table (rows, ...) gathered at ids (...) -> (ids..., ...)
+  std::string gather_rows(const std::string& table, const std::string& ids);
+  // The first n rows of table, n = like.shape[axis] (folds at plan time): positions 0..T-1.
+  std::string leading_rows(const std::string& table, const std::string& like, int64_t axis);
   // [dim] of x's shape as a 1-D int64 (folds at plan time).
   std::string dim_of(const std::string& x, int64_t dim);
 

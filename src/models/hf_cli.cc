@@ -11,29 +11,33 @@
 
 namespace onyx::models {
 
-int run_hf_folder_cli(const std::string& dir, const std::string& inputs, const std::string& output) {
+int run_hf_folder_cli(const std::string& dir, const std::string& inputs,
+                      const std::string& output) {
   BuiltModel m = load_hf_folder(dir);
   passes::InferenceExportOptions opts;
-  if (m.model.loss.kind == autodiff::LossSpec::Kind::GraphOutput) opts.loss_output = m.model.loss.output;
+  if (m.model.loss.kind == autodiff::LossSpec::Kind::GraphOutput)
+    opts.loss_output = m.model.loss.output;
   auto g = std::make_shared<ir::Graph>(passes::make_inference_graph(*m.model.graph, opts));
   auto in = io::load_safetensors(inputs).tensors;
   in.erase("labels");
   fill_default_inputs(m, in);
   for (auto it = in.begin(); it != in.end();)  // inputs only the removed loss needed
-    it = !g->find_input(it->first) && m.model.graph->find_input(it->first) ? in.erase(it) : std::next(it);
+    it = !g->find_input(it->first) && m.model.graph->find_input(it->first) ? in.erase(it)
+                                                                           : std::next(it);
   runtime::Session s(g);
   s.check_supported();
   auto out = s.run(in);
   io::save_safetensors(output, out);
-  for (auto& [k, t] : out) std::cout << k << ": " << dtype_name(t.dtype()) << " " << shape_str(t.shape()) << "\n";
+  for (auto& [k, t] : out)
+    std::cout << k << ": " << dtype_name(t.dtype()) << " " << shape_str(t.shape()) << "\n";
   return 0;
 }
 
 int grad_hf_folder_cli(const std::string& dir, const std::string& inputs, const std::string& output,
                        uint64_t seed, bool dropout) {
   BuiltModel m = load_hf_folder(dir);
-  ONYX_CHECK(m.task != Task::Base, dir, ": the bare model (", architecture_name(m.config.model_type, m.task),
-             ") has no loss to differentiate");
+  ONYX_CHECK(m.task != Task::Base, dir, ": the bare model (",
+             architecture_name(m.config.model_type, m.task), ") has no loss to differentiate");
   ir::Graph fwd = *m.model.graph;
   if (!dropout)  // Dropout without its training_mode input is the identity
     for (auto& n : fwd.nodes)

@@ -29,7 +29,8 @@ struct Reader {
     return s;
   }
   [[noreturn]] void missing(std::initializer_list<const char*> keys) const {
-    throw Error(cat(what, ": missing required key ", names(keys), " (model_type '", model_type, "')"));
+    throw Error(
+        cat(what, ": missing required key ", names(keys), " (model_type '", model_type, "')"));
   }
   int64_t integer(std::initializer_list<const char*> keys, std::optional<int64_t> def = {}) const {
     const json* v = find(keys);
@@ -57,7 +58,8 @@ struct Reader {
   bool boolean(std::initializer_list<const char*> keys, bool def) const {
     const json* v = find(keys);
     if (!v) return def;
-    ONYX_CHECK(v->is_boolean(), what, ": key ", names(keys), " must be true or false, got ", v->dump());
+    ONYX_CHECK(v->is_boolean(), what, ": key ", names(keys), " must be true or false, got ",
+               v->dump());
     return v->get<bool>();
   }
 };
@@ -99,7 +101,8 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
     c.hidden_act = r.string({"hidden_act"}, "gelu");
     c.layer_norm_eps = r.number({"layer_norm_eps"}, 1e-12);
     c.hidden_dropout_prob = r.number({"hidden_dropout_prob"}, t == "vit" ? 0.0 : 0.1);
-    c.attention_probs_dropout_prob = r.number({"attention_probs_dropout_prob"}, t == "vit" ? 0.0 : 0.1);
+    c.attention_probs_dropout_prob =
+        r.number({"attention_probs_dropout_prob"}, t == "vit" ? 0.0 : 0.1);
     c.embd_pdrop = c.hidden_dropout_prob;
     if (r.find({"classifier_dropout"})) c.classifier_dropout = r.number({"classifier_dropout"}, 0);
     c.initializer_range = r.number({"initializer_range"}, 0.02);
@@ -149,7 +152,8 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
     c.hidden_dropout_prob = r.number({"resid_pdrop"}, 0.1);
     c.embd_pdrop = r.number({"embd_pdrop"}, 0.1);
     c.attention_probs_dropout_prob = r.number({"attn_pdrop"}, 0.1);
-    if (r.find({"summary_first_dropout"})) c.classifier_dropout = r.number({"summary_first_dropout"}, 0.1);
+    if (r.find({"summary_first_dropout"}))
+      c.classifier_dropout = r.number({"summary_first_dropout"}, 0.1);
     c.vocab_size = r.integer({"vocab_size"});
     c.max_position_embeddings = r.integer({"n_positions", "max_position_embeddings"});
     c.pad_token_id = r.integer({"pad_token_id"}, -1);
@@ -182,7 +186,8 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
 
   // Labels: id2label's size (keys "0".."n-1"), overridden by an explicit num_labels.
   if (const json* m = r.find({"id2label"})) {
-    ONYX_CHECK(m->is_object(), what, ": key 'id2label' must be an object {\"0\": \"LABEL_0\", ...}");
+    ONYX_CHECK(m->is_object(), what,
+               ": key 'id2label' must be an object {\"0\": \"LABEL_0\", ...}");
     c.id2label.assign(m->size(), "");
     for (auto& [k, v] : m->items()) {
       int64_t id = -1;

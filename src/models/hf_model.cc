@@ -10,12 +10,18 @@ using autodiff::attr_ints;
 
 const char* task_name(Task t) {
   switch (t) {
-    case Task::SequenceClassification: return "SequenceClassification";
-    case Task::TokenClassification: return "TokenClassification";
-    case Task::MaskedLM: return "MaskedLM";
-    case Task::CausalLM: return "CausalLM";
-    case Task::ImageClassification: return "ImageClassification";
-    case Task::Base: return "Base";
+    case Task::SequenceClassification:
+      return "SequenceClassification";
+    case Task::TokenClassification:
+      return "TokenClassification";
+    case Task::MaskedLM:
+      return "MaskedLM";
+    case Task::CausalLM:
+      return "CausalLM";
+    case Task::ImageClassification:
+      return "ImageClassification";
+    case Task::Base:
+      return "Base";
   }
   return "?";
 }
@@ -33,12 +39,18 @@ std::string architecture_name(const std::string& model_type, Task t) {
                      : model_type == "vit"        ? "ViT"
                                                   : model_type;
   switch (t) {
-    case Task::SequenceClassification: return stem + "ForSequenceClassification";
-    case Task::TokenClassification: return stem + "ForTokenClassification";
-    case Task::MaskedLM: return stem + "ForMaskedLM";
-    case Task::CausalLM: return model_type == "gpt2" ? "GPT2LMHeadModel" : stem + "ForCausalLM";
-    case Task::ImageClassification: return stem + "ForImageClassification";
-    case Task::Base: return stem + "Model";
+    case Task::SequenceClassification:
+      return stem + "ForSequenceClassification";
+    case Task::TokenClassification:
+      return stem + "ForTokenClassification";
+    case Task::MaskedLM:
+      return stem + "ForMaskedLM";
+    case Task::CausalLM:
+      return model_type == "gpt2" ? "GPT2LMHeadModel" : stem + "ForCausalLM";
+    case Task::ImageClassification:
+      return stem + "ForImageClassification";
+    case Task::Base:
+      return stem + "Model";
   }
   return stem;
 }
@@ -97,7 +109,8 @@ BuiltModel finish_model(GraphBuilder& b, const HfConfig& c, Task task) {
   m.model.generic_onnx = false;  // Transformers' rule: no weight decay on biases and LayerNorms
   m.model.predictions = task == Task::Base ? "last_hidden_state" : "logits";
   switch (task) {
-    case Task::Base: break;  // no loss: the bare model is a feature extractor
+    case Task::Base:
+      break;  // no loss: the bare model is a feature extractor
     case Task::CausalLM:
       m.model.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
       m.model.loss.output = "loss";

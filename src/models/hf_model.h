@@ -25,14 +25,15 @@ struct HfConfig {
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
-  int64_t intermediate_size = 0;  // GPT-2: n_inner, default 4 * n_embd
+  int64_t intermediate_size = 0;    // GPT-2: n_inner, default 4 * n_embd
   std::string hidden_act = "gelu";  // "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh" (tanh), "relu"
   double layer_norm_eps = 1e-12;
-  double hidden_dropout_prob = 0.1;           // BERT hidden / GPT-2 resid_pdrop / DistilBERT dropout
+  double hidden_dropout_prob = 0.1;  // BERT hidden / GPT-2 resid_pdrop / DistilBERT dropout
   double attention_probs_dropout_prob = 0.1;  // GPT-2 attn_pdrop / DistilBERT attention_dropout
   double embd_pdrop = 0.1;                    // GPT-2 only (others: hidden_dropout_prob)
-  std::optional<double> classifier_dropout;   // BERT/RoBERTa classifier_dropout, DistilBERT seq_classif_dropout
-  int64_t max_position_embeddings = 0;        // GPT-2: n_positions
+  std::optional<double>
+      classifier_dropout;  // BERT/RoBERTa classifier_dropout, DistilBERT seq_classif_dropout
+  int64_t max_position_embeddings = 0;  // GPT-2: n_positions
   int64_t vocab_size = 0;
   int64_t type_vocab_size = 2;
   int64_t pad_token_id = 0;
@@ -52,7 +53,14 @@ HfConfig parse_hf_config(const std::string& json_text, const std::string& what);
 // own key names, plus architectures / id2label / label2id.
 std::string hf_config_to_json(const HfConfig& c, const std::string& architecture);
 
-enum class Task { SequenceClassification, TokenClassification, MaskedLM, CausalLM, ImageClassification, Base };
+enum class Task {
+  SequenceClassification,
+  TokenClassification,
+  MaskedLM,
+  CausalLM,
+  ImageClassification,
+  Base
+};
 
 const char* task_name(Task t);  // "SequenceClassification", ...
 // The Transformers class name: "BertForSequenceClassification", "GPT2LMHeadModel", "ViTModel", ...
@@ -65,7 +73,8 @@ struct BuiltModel {
   HfConfig config;
   Task task = Task::Base;
   std::vector<std::string> input_names;  // graph inputs in order (labels last when in the graph)
-  // Tied names -> the parameter they share storage with ("lm_head.weight" -> "transformer.wte.weight").
+  // Tied names -> the parameter they share storage with ("lm_head.weight" ->
+  // "transformer.wte.weight").
   std::vector<std::pair<std::string, std::string>> tied;
   // Filled by load_hf_folder: what the checkpoint lacked (randomly initialized) / had in excess.
   std::vector<std::string> missing_keys, unexpected_keys;

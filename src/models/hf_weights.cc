@@ -26,7 +26,8 @@ std::string read_text(const fs::path& p) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
@@ -105,7 +106,8 @@ std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir) {
                index.string(), ": missing required key 'weight_map' ({tensor name: shard file})");
     std::map<std::string, std::vector<std::string>> by_file;
     for (auto& [name, file] : j["weight_map"].items()) {
-      ONYX_CHECK(file.is_string(), index.string(), ": weight_map['", name, "'] must be a file name");
+      ONYX_CHECK(file.is_string(), index.string(), ": weight_map['", name,
+                 "'] must be a file name");
       std::string f = file.get<std::string>();
       ONYX_CHECK(f.find('/') == std::string::npos && f != ".." && !f.empty(), index.string(),
                  ": weight_map['", name, "'] = '", f, "' is not a file name in the folder");
@@ -173,10 +175,11 @@ void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& ten
       continue;
     }
     const Tensor& cur = g.initializers.at(k);
-    ONYX_CHECK(t.dtype() == DType::Float32, what, ": tensor '", k, "' has dtype ", dtype_name(t.dtype()),
-               "; model weights must be F32, F16 or BF16");
-    ONYX_CHECK(t.shape() == cur.shape(), what, ": size mismatch for '", k, "': the checkpoint has shape ",
-               shape_str(t.shape()), ", the model (", arch, ") expects ", shape_str(cur.shape()));
+    ONYX_CHECK(t.dtype() == DType::Float32, what, ": tensor '", k, "' has dtype ",
+               dtype_name(t.dtype()), "; model weights must be F32, F16 or BF16");
+    ONYX_CHECK(t.shape() == cur.shape(), what, ": size mismatch for '", k,
+               "': the checkpoint has shape ", shape_str(t.shape()), ", the model (", arch,
+               ") expects ", shape_str(cur.shape()));
     g.initializers[k] = t;
     loaded.insert(k);
   }
@@ -185,7 +188,8 @@ void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& ten
     auto it = mapped.find(name);
     if (it == mapped.end()) continue;
     const Tensor& cur = g.initializers.at(src);
-    if (!loaded.count(src) && it->second.dtype() == DType::Float32 && it->second.shape() == cur.shape()) {
+    if (!loaded.count(src) && it->second.dtype() == DType::Float32 &&
+        it->second.shape() == cur.shape()) {
       g.initializers[src] = it->second;
       loaded.insert(src);
     } else if (!loaded.count(src) || !bit_equal(it->second, g.initializers.at(src))) {
@@ -199,13 +203,14 @@ void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& ten
   m.missing_keys = missing;
   m.unexpected_keys = unexpected;
   if (!unexpected.empty())
-    std::cerr << "Some weights of the model checkpoint at " << what << " were not used when initializing "
-              << arch << ": " << list(unexpected) << "\n";
+    std::cerr << "Some weights of the model checkpoint at " << what
+              << " were not used when initializing " << arch << ": " << list(unexpected) << "\n";
   if (!missing.empty())
-    std::cerr << "Some weights of " << arch << " were not initialized from the model checkpoint at "
-              << what << " and are newly initialized: " << list(missing)
-              << "\nYou should probably TRAIN this model on a down-stream task to be able to use it "
-                 "for predictions and inference.\n";
+    std::cerr
+        << "Some weights of " << arch << " were not initialized from the model checkpoint at "
+        << what << " and are newly initialized: " << list(missing)
+        << "\nYou should probably TRAIN this model on a down-stream task to be able to use it "
+           "for predictions and inference.\n";
 }
 
 BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task, int64_t seed) {
@@ -218,9 +223,10 @@ BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task, int6
     task = Task::Base;
     if (!c.architectures.empty()) {
       task = task_from_architecture(c.architectures[0]);
-      ONYX_CHECK(task, cfg.string(), ": architecture '", c.architectures[0],
-                 "' is not one onyx knows (...ForSequenceClassification, ...ForTokenClassification, "
-                 "...ForMaskedLM, ...LMHeadModel, ...ForImageClassification, ...Model)");
+      ONYX_CHECK(
+          task, cfg.string(), ": architecture '", c.architectures[0],
+          "' is not one onyx knows (...ForSequenceClassification, ...ForTokenClassification, "
+          "...ForMaskedLM, ...LMHeadModel, ...ForImageClassification, ...Model)");
     }
   }
   BuiltModel m = build_hf_model(c, *task, seed);
@@ -246,8 +252,8 @@ void save_hf_folder(const BuiltModel& m, const std::map<std::string, Tensor>& we
     const Tensor& cur = g.initializers.at(k);
     auto it = weights.find(k);
     Tensor t = it != weights.end() ? it->second : cur;
-    ONYX_CHECK(t.shape() == cur.shape(), "save_hf_folder: '", k, "' has shape ", shape_str(t.shape()),
-               ", the model expects ", shape_str(cur.shape()));
+    ONYX_CHECK(t.shape() == cur.shape(), "save_hf_folder: '", k, "' has shape ",
+               shape_str(t.shape()), ", the model expects ", shape_str(cur.shape()));
     ONYX_CHECK(is_float(t.dtype()), "save_hf_folder: '", k, "' has dtype ", dtype_name(t.dtype()));
     out[k] = to_float32(t);
   }
@@ -255,9 +261,11 @@ void save_hf_folder(const BuiltModel& m, const std::map<std::string, Tensor>& we
   std::error_code ec;
   fs::create_directories(d, ec);
   ONYX_CHECK(fs::is_directory(d), dir, ": cannot create the folder: ", ec.message());
-  io::save_safetensors((d / "model.safetensors").string(), out, {{"format", "pt"}}, g.initializer_order);
-  io::write_file_atomic((d / "config.json").string(),
-                        hf_config_to_json(m.config, architecture_name(m.config.model_type, m.task)));
+  io::save_safetensors((d / "model.safetensors").string(), out, {{"format", "pt"}},
+                       g.initializer_order);
+  io::write_file_atomic(
+      (d / "config.json").string(),
+      hf_config_to_json(m.config, architecture_name(m.config.model_type, m.task)));
   // An earlier sharded save would shadow nothing (model.safetensors is read first) but wastes
   // space: remove it, as Transformers' save_pretrained does.
   static const std::regex shard(R"(model-\d+-of-\d+\.safetensors)");

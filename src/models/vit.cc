@@ -27,20 +27,22 @@ struct Vit {
     std::string p = prefix + "embeddings";
     int64_t C = c.hidden_size, P = c.patch_size, n = (c.image_size / P) * (c.image_size / P);
     std::string cls = b.param(p + ".cls_token", {1, 1, C}, Init::trunc_normal(c.initializer_range));
-    std::string pos = b.param(p + ".position_embeddings", {1, n + 1, C},
-                              Init::trunc_normal(c.initializer_range));
+    std::string pos =
+        b.param(p + ".position_embeddings", {1, n + 1, C}, Init::trunc_normal(c.initializer_range));
     std::string proj = p + ".patch_embeddings.projection";
     std::string w = b.param(proj + ".weight", {C, c.num_channels, P, P}, weight_init());
     std::string bias = b.param(proj + ".bias", {C}, Init::zeros());
     b.set_scope(proj);
-    std::string x = b.op("Conv", {pixels, w, bias},
-                         {{"kernel_shape", attr_ints({P, P})}, {"strides", attr_ints({P, P})}});  // (B,C,S/P,S/P)
-    x = b.op("Reshape", {x, b.const_i64({0, 0, -1})});              // (B,C,N)
-    x = b.op("Transpose", {x}, {{"perm", attr_ints({0, 2, 1})}});  // (B,N,C)
+    std::string x = b.op(
+        "Conv", {pixels, w, bias},
+        {{"kernel_shape", attr_ints({P, P})}, {"strides", attr_ints({P, P})}});  // (B,C,S/P,S/P)
+    x = b.op("Reshape", {x, b.const_i64({0, 0, -1})});                           // (B,C,N)
+    x = b.op("Transpose", {x}, {{"perm", attr_ints({0, 2, 1})}});                // (B,N,C)
     b.set_scope(p);
-    std::string shape = b.op("Concat", {b.dim_of(pixels, 0), b.const_i64({1, C})}, {{"axis", attr_i(0)}});
-    std::string cls_b = b.op("Expand", {cls, shape});                     // (B,1,C)
-    x = b.op("Concat", {cls_b, x}, {{"axis", attr_i(1)}});                // (B,N+1,C)
+    std::string shape =
+        b.op("Concat", {b.dim_of(pixels, 0), b.const_i64({1, C})}, {{"axis", attr_i(0)}});
+    std::string cls_b = b.op("Expand", {cls, shape});       // (B,1,C)
+    x = b.op("Concat", {cls_b, x}, {{"axis", attr_i(1)}});  // (B,N+1,C)
     x = b.op("Add", {x, pos});
     return b.dropout(x, c.hidden_dropout_prob);
   }
@@ -52,9 +54,9 @@ struct Vit {
     std::string k = b.linear(h, p + ".attention.key", C, C, weight_init(), c.qkv_bias);
     std::string v = b.linear(h, p + ".attention.value", C, C, weight_init(), c.qkv_bias);
     b.set_scope(p + ".attention");
-    q = b.split_heads(q, nh, hs);             // (B,nh,T,hs)
-    k = b.split_heads_transposed(k, nh, hs);  // (B,nh,hs,T)
-    v = b.split_heads(v, nh, hs);             // (B,nh,T,hs)
+    q = b.split_heads(q, nh, hs);              // (B,nh,T,hs)
+    k = b.split_heads_transposed(k, nh, hs);   // (B,nh,hs,T)
+    v = b.split_heads(v, nh, hs);              // (B,nh,T,hs)
     std::string att = b.op("MatMul", {q, k});  // (B,nh,T,T)
     att = b.op("Div", {att, b.scalar_f32((float)std::sqrt((double)hs))});
     att = b.op("Softmax", {att}, {{"axis", attr_i(-1)}});
@@ -67,7 +69,8 @@ struct Vit {
   // ViTLayer: x + attn(layernorm_before(x)), then x + mlp(layernorm_after(x)). (B,T,C) -> (B,T,C)
   std::string layer(const std::string& p, const std::string& h) {
     int64_t C = c.hidden_size, F = c.intermediate_size;
-    std::string a = attention(p + ".attention", b.layer_norm(h, p + ".layernorm_before", C, c.layer_norm_eps));
+    std::string a =
+        attention(p + ".attention", b.layer_norm(h, p + ".layernorm_before", C, c.layer_norm_eps));
     b.set_scope(p);
     std::string x = b.op("Add", {a, h});
     std::string f = b.layer_norm(x, p + ".layernorm_after", C, c.layer_norm_eps);
@@ -79,7 +82,8 @@ struct Vit {
 
   std::string encode(const std::string& pixels) {
     std::string h = embeddings(pixels);
-    for (int64_t i = 0; i < c.num_hidden_layers; i++) h = layer(cat(prefix, "encoder.layer.", i), h);
+    for (int64_t i = 0; i < c.num_hidden_layers; i++)
+      h = layer(cat(prefix, "encoder.layer.", i), h);
     return b.layer_norm(h, prefix + "layernorm", c.hidden_size, c.layer_norm_eps);
   }
 };

@@ -1,6 +1,7 @@
 // test_bpe.cc — byte-level BPE on a tiny hand-made vocabulary: GPT-2's pre-tokenization pattern,
 // the byte-to-unicode map, merge order by rank, decoding, file formats and their errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -35,8 +36,8 @@ std::shared_ptr<BpeTokenizer> make(const Merges& merges, BpeConfig cfg = {},
   return std::make_shared<BpeTokenizer>(vocab, merges, cfg, "test BPE");
 }
 
-const Merges kMerges = {{"h", "e"},  {"l", "l"},  {"he", "ll"}, {"hell", "o"}, {"Ġ", "w"},
-                        {"o", "r"},  {"Ġw", "or"}, {"l", "d"},  {"Ġwor", "ld"}};
+const Merges kMerges = {{"h", "e"}, {"l", "l"},   {"he", "ll"}, {"hell", "o"}, {"Ġ", "w"},
+                        {"o", "r"}, {"Ġw", "or"}, {"l", "d"},   {"Ġwor", "ld"}};
 
 std::string tmpdir(const std::string& name) {
   auto d = fs::temp_directory_path() / ("onyx_test_bpe_" + std::to_string(::getpid()) + "_" + name);
@@ -54,10 +55,12 @@ void write(const std::string& path, const std::string& text) {
 
 TEST(Bpe, PreTokenizePattern) {
   auto P = BpeTokenizer::pre_tokenize;
-  EXPECT_EQ(P("Hello world's  test\n\nnew"), (V{"Hello", " world", "'s", " ", " test", "\n", "\n", "new"}));
+  EXPECT_EQ(P("Hello world's  test\n\nnew"),
+            (V{"Hello", " world", "'s", " ", " test", "\n", "\n", "new"}));
   EXPECT_EQ(P("abc123 45!!  ?"), (V{"abc", "123", " 45", "!!", " ", " ?"}));
   EXPECT_EQ(P("a  "), (V{"a", "  "}));
-  EXPECT_EQ(P("I'm they'll we've you're 'S"), (V{"I", "'m", " they", "'ll", " we", "'ve", " you", "'re", " '", "S"}));
+  EXPECT_EQ(P("I'm they'll we've you're 'S"),
+            (V{"I", "'m", " they", "'ll", " we", "'ve", " you", "'re", " '", "S"}));
   EXPECT_EQ(P("Привет мир, 日本語です"), (V{"Привет", " мир", ",", " 日本語です"}));
   EXPECT_EQ(P("x²³ ٣٤"), (V{"x", "²³", " ٣٤"}));
   EXPECT_EQ(P("\ta\n b"), (V{"\t", "a", "\n", " b"}));
@@ -67,7 +70,7 @@ TEST(Bpe, PreTokenizePattern) {
 
 TEST(Bpe, ByteToUnicode) {
   EXPECT_EQ(BpeTokenizer::byte_to_unicode('A'), U'A');
-  EXPECT_EQ(BpeTokenizer::byte_to_unicode(' '), (char32_t)0x120);  // Ġ
+  EXPECT_EQ(BpeTokenizer::byte_to_unicode(' '), (char32_t)0x120);   // Ġ
   EXPECT_EQ(BpeTokenizer::byte_to_unicode('\n'), (char32_t)0x10A);  // Ċ
   EXPECT_EQ(BpeTokenizer::byte_to_unicode(0), (char32_t)0x100);
   EXPECT_EQ(BpeTokenizer::byte_to_unicode(0xAD), (char32_t)0x143);
@@ -107,7 +110,8 @@ TEST(Bpe, AddPrefixSpace) {
 
 TEST(Bpe, DecodeRoundTrip) {
   auto t = make(kMerges);
-  for (const std::string& s : std::vector<std::string>{"hello world", "Grüße, мир! 日本 😀\n\t x", std::string("\0\x01\xff bytes", 9), ""})
+  for (const std::string& s : std::vector<std::string>{"hello world", "Grüße, мир! 日本 😀\n\t x",
+                                                       std::string("\0\x01\xff bytes", 9), ""})
     EXPECT_EQ(t->decode(t->encode_ids(s)), s);
   // no special tokens around a text; a pair is A then B
   auto e = t->encode_pair("hello", " world");
@@ -136,7 +140,9 @@ TEST(Bpe, LoadFilesAndTokenizerJson) {
   nlohmann::json jm = nlohmann::json::array();
   for (auto& [a, b] : kMerges) jm.push_back({a, b});  // the newer [a, b] form
   nlohmann::json j = {
-      {"added_tokens", nlohmann::json::array({{{"id", vocab["<|endoftext|>"]}, {"content", "<|endoftext|>"}, {"special", true}}})},
+      {"added_tokens",
+       nlohmann::json::array(
+           {{{"id", vocab["<|endoftext|>"]}, {"content", "<|endoftext|>"}, {"special", true}}})},
       {"normalizer", nullptr},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
       {"post_processor", {{"type", "ByteLevel"}}},
@@ -175,8 +181,9 @@ TEST(Bpe, ErrorsNameTheFile) {
     EXPECT_NE(std::string(e.what()).find("merges.txt"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("'qz'"), std::string::npos) << e.what();
   }
-  write(dir + "/tokenizer.json",
-        R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})");
+  write(
+      dir + "/tokenizer.json",
+      R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})");
   try {
     load_tokenizer(dir + "/tokenizer.json");
     FAIL() << "expected an error";

@@ -51,13 +51,14 @@ void check_all(const Tokenizer& tok, const std::vector<Line>& lines, const std::
     tokens += ids.size();
     if (ids != l.ids) {
       if (++bad <= 5)
-        ADD_FAILURE() << what << ": ids differ for " << nlohmann::json(l.text).dump() << "\n  onyx:     "
-                      << show(ids) << "\n  tiktoken: " << show(l.ids);
+        ADD_FAILURE() << what << ": ids differ for " << nlohmann::json(l.text).dump()
+                      << "\n  onyx:     " << show(ids) << "\n  tiktoken: " << show(l.ids);
     }
     EXPECT_EQ(tok.decode(ids), l.text) << what;
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << lines.size() << " lines differ";
-  std::cout << "[ info ] " << what << ": " << lines.size() << " lines, " << tokens << " tokens identical to js-tiktoken\n";
+  std::cout << "[ info ] " << what << ": " << lines.size() << " lines, " << tokens
+            << " tokens identical to js-tiktoken\n";
 }
 
 }  // namespace
@@ -65,8 +66,9 @@ void check_all(const Tokenizer& tok, const std::vector<Line>& lines, const std::
 TEST(BpeTiktoken, Gpt2IdsMatchOnAllLines) {
   const std::string dir = reference_dir();
   if (!fs::exists(dir + "/reference.jsonl"))
-    GTEST_SKIP() << "no GPT-2 reference in " << dir
-                 << " (run tests/data/make_bpe_reference.sh BUILD_DIR; it needs node and npm's js-tiktoken)";
+    GTEST_SKIP()
+        << "no GPT-2 reference in " << dir
+        << " (run tests/data/make_bpe_reference.sh BUILD_DIR; it needs node and npm's js-tiktoken)";
   auto lines = read_reference(dir + "/reference.jsonl");
   ASSERT_GT(lines.size(), 1000u);
 

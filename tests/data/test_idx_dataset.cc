@@ -2,8 +2,10 @@
 // plain), normalization, errors for truncated and mismatched files, and Fashion-MNIST from Debian's
 // dataset-fashion-mnist when installed.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "data/idx_dataset.h"
@@ -18,7 +20,9 @@ namespace {
 struct TmpDir {
   std::string path;
   explicit TmpDir(const std::string& name) {
-    path = (fs::temp_directory_path() / ("onyx_test_idx_" + std::to_string(::getpid()) + "_" + name)).string();
+    path =
+        (fs::temp_directory_path() / ("onyx_test_idx_" + std::to_string(::getpid()) + "_" + name))
+            .string();
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -45,7 +49,8 @@ IdxArray images3() {
 
 TEST(IdxDataset, RoundTripGzipAndPlain) {
   TmpDir d("roundtrip");
-  const std::string im = d.path + "/train-images-idx3-ubyte.gz", lb = d.path + "/train-labels-idx1-ubyte";
+  const std::string im = d.path + "/train-images-idx3-ubyte.gz",
+                    lb = d.path + "/train-labels-idx1-ubyte";
   write_idx(im, images3(), /*gzip=*/true);
   write_idx(lb, IdxArray{{3}, {7, 0, 9}}, /*gzip=*/false);
   auto back = read_idx(im);
@@ -68,12 +73,14 @@ TEST(IdxDataset, RoundTripGzipAndPlain) {
   }
   // custom normalization (MNIST's usual mean/std)
   IdxImageDataset mn(im, lb, {0.1307f, 0.3081f});
-  EXPECT_NEAR(mn.batch({1}).at("pixel_values").to_double_vector()[1], (105 / 255.0 - 0.1307) / 0.3081, 1e-5);
+  EXPECT_NEAR(mn.batch({1}).at("pixel_values").to_double_vector()[1],
+              (105 / 255.0 - 0.1307) / 0.3081, 1e-5);
 }
 
 TEST(IdxDataset, TruncatedAndMismatchedFilesNameTheFile) {
   TmpDir d("errors");
-  const std::string plain = d.path + "/images.idx", gz = d.path + "/images.idx.gz", lb = d.path + "/labels.idx";
+  const std::string plain = d.path + "/images.idx", gz = d.path + "/images.idx.gz",
+                    lb = d.path + "/labels.idx";
   write_idx(plain, images3());
   write_idx(gz, images3(), true);
   write_idx(lb, IdxArray{{3}, {1, 2, 3}});

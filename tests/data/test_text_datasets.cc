@@ -1,8 +1,10 @@
 // test_text_datasets.cc — CSV parsing (RFC 4180 quoting), text classification rows from CSV and
 // JSONL (label mapping, pairs, bucketed padding), and causal-LM blocks.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "data/bpe.h"
@@ -20,8 +22,8 @@ using I = std::vector<int64_t>;
 
 std::shared_ptr<WordPieceTokenizer> bert() {
   return std::make_shared<WordPieceTokenizer>(
-      std::vector<std::string>{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "movie", "very", ",",
-                               "\"", "it", "was", "!", "fine"},
+      std::vector<std::string>{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "movie",
+                               "very", ",", "\"", "it", "was", "!", "fine"},
       WordPieceConfig{}, "test vocabulary");
 }
 
@@ -33,14 +35,16 @@ std::shared_ptr<BpeTokenizer> gpt() {
     vocab[s] = b;
   }
   vocab["<|endoftext|>"] = 256;
-  return std::make_shared<BpeTokenizer>(vocab, std::vector<std::pair<std::string, std::string>>{}, BpeConfig{},
-                                        "test BPE");
+  return std::make_shared<BpeTokenizer>(vocab, std::vector<std::pair<std::string, std::string>>{},
+                                        BpeConfig{}, "test BPE");
 }
 
 struct TmpDir {
   std::string path;
   explicit TmpDir(const std::string& name) {
-    path = (fs::temp_directory_path() / ("onyx_test_textds_" + std::to_string(::getpid()) + "_" + name)).string();
+    path = (fs::temp_directory_path() /
+            ("onyx_test_textds_" + std::to_string(::getpid()) + "_" + name))
+               .string();
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -66,7 +70,9 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(Csv, Rfc4180Quoting) {
   auto recs = parse_csv(
-      "\xEF\xBB\xBFid,text,n\n1,\"x, y\",3\n2,\"he said \"\"hi\"\"\",4\r\n3,\"multi\nline\",5\n\n4,,\"\"\n", ',', "t.csv");
+      "\xEF\xBB\xBFid,text,n\n1,\"x, y\",3\n2,\"he said "
+      "\"\"hi\"\"\",4\r\n3,\"multi\nline\",5\n\n4,,\"\"\n",
+      ',', "t.csv");
   ASSERT_EQ(recs.size(), 5u);
   EXPECT_EQ(recs[0].fields, (std::vector<std::string>{"id", "text", "n"}));
   EXPECT_EQ(recs[1].fields, (std::vector<std::string>{"1", "x, y", "3"}));
@@ -115,15 +121,17 @@ TEST(TextClassification, CsvStringLabelsSortedUnique) {
   EXPECT_EQ(ids[16 + 3], 0);  // [PAD]
   EXPECT_EQ(mask[16 + 2], 1);
   EXPECT_EQ(mask[16 + 3], 0);
-  EXPECT_EQ(ds.keys(), (std::vector<std::string>{"attention_mask", "input_ids", "labels", "token_type_ids"}));
+  EXPECT_EQ(ds.keys(),
+            (std::vector<std::string>{"attention_mask", "input_ids", "labels", "token_type_ids"}));
 }
 
 TEST(TextClassification, JsonlLabelMappingAndPairs) {
   TmpDir d("jsonl");
-  auto path = d.write("dev.jsonl",
-                      "{\"premise\": \"good movie\", \"hypothesis\": \"fine\", \"gold\": \"entailment\"}\n"
-                      "\n"
-                      "{\"premise\": \"bad\", \"hypothesis\": \"very bad movie\", \"gold\": \"contradiction\"}\n");
+  auto path = d.write(
+      "dev.jsonl",
+      "{\"premise\": \"good movie\", \"hypothesis\": \"fine\", \"gold\": \"entailment\"}\n"
+      "\n"
+      "{\"premise\": \"bad\", \"hypothesis\": \"very bad movie\", \"gold\": \"contradiction\"}\n");
   TextClassificationOptions o;
   o.text_field = "premise";
   o.text_pair_field = "hypothesis";
@@ -137,29 +145,36 @@ TEST(TextClassification, JsonlLabelMappingAndPairs) {
   EXPECT_EQ(ds.encoding(1).token_type_ids, (I{0, 0, 0, 1, 1, 1, 1}));
 
   // integer labels are used as they are
-  auto ints = d.write("ints.jsonl", "{\"text\": \"good\", \"label\": 1}\n{\"text\": \"bad\", \"label\": 0}\n");
+  auto ints = d.write("ints.jsonl",
+                      "{\"text\": \"good\", \"label\": 1}\n{\"text\": \"bad\", \"label\": 0}\n");
   TextClassificationDataset di(ints, bert());
   EXPECT_EQ(di.label(0), 1);
   EXPECT_EQ(di.num_labels(), 2);
 
   // an unknown label names the file and line; a bad line names the file and line
   auto e1 = error_of([&] {
-    auto p = d.write("bad.jsonl", "{\"premise\": \"a\", \"hypothesis\": \"b\", \"gold\": \"maybe\"}\n");
+    auto p =
+        d.write("bad.jsonl", "{\"premise\": \"a\", \"hypothesis\": \"b\", \"gold\": \"maybe\"}\n");
     TextClassificationDataset bad(p, bert(), o);
   });
   EXPECT_NE(e1.find("bad.jsonl"), std::string::npos) << e1;
   EXPECT_NE(e1.find("line 1"), std::string::npos) << e1;
   EXPECT_NE(e1.find("'maybe'"), std::string::npos) << e1;
-  auto e2 = error_of([&] { TextClassificationDataset(d.write("x.jsonl", "{\"text\": \"a\", \"label\": 0}\n{oops\n"), bert()); });
+  auto e2 = error_of([&] {
+    TextClassificationDataset(d.write("x.jsonl", "{\"text\": \"a\", \"label\": 0}\n{oops\n"),
+                              bert());
+  });
   EXPECT_NE(e2.find("x.jsonl': line 2"), std::string::npos) << e2;
-  auto e3 = error_of([&] { TextClassificationDataset(d.write("y.jsonl", "{\"txt\": \"a\", \"label\": 0}\n"), bert()); });
+  auto e3 = error_of([&] {
+    TextClassificationDataset(d.write("y.jsonl", "{\"txt\": \"a\", \"label\": 0}\n"), bert());
+  });
   EXPECT_NE(e3.find("no field 'text'"), std::string::npos) << e3;
 }
 
 TEST(TextClassification, BucketsTruncationAndBpe) {
   TmpDir d("buckets");
   std::string rows = "text,label\n";
-  rows += "good,1\n";                                  // [CLS] good [SEP]: 3
+  rows += "good,1\n";                                // [CLS] good [SEP]: 3
   rows += "good good good good good good good,0\n";  // 9
   rows += std::string("\"") + [] {
     std::string s;

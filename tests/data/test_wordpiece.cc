@@ -1,7 +1,9 @@
 // test_wordpiece.cc — BERT WordPiece on a hand-made vocabulary: normalization (lower case, accents,
-// controls, CJK), punctuation splitting, ## subwords, unknown words, added tokens in text, pairs with
-// longest_first truncation and padding, and loading from vocab.txt / tokenizer.json / a folder.
+// controls, CJK), punctuation splitting, ## subwords, unknown words, added tokens in text, pairs
+// with longest_first truncation and padding, and loading from vocab.txt / tokenizer.json / a
+// folder.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -18,9 +20,10 @@ using namespace onyx::data;
 namespace {
 
 const std::vector<std::string> kVocab = {
-    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown", "fox", "un", "##aff", "##able", ",",
-    ".",     "!",     "cafe",  "naive", "resume", "北",   "京",   "hello", "world", "jump", "##ed", "over", "a",
-    "##b",   "café",  "αβγ",   "еж",    "?",     "$",     "ᄒ",     "##ᅡ",    "##ᆫ",
+    "[PAD]", "[UNK]", "[CLS]",  "[SEP]", "[MASK]", "the",  "quick", "brown", "fox",
+    "un",    "##aff", "##able", ",",     ".",      "!",    "cafe",  "naive", "resume",
+    "北",    "京",    "hello",  "world", "jump",   "##ed", "over",  "a",     "##b",
+    "café",  "αβγ",   "еж",     "?",     "$",      "ᄒ",   "##ᅡ",  "##ᆫ",
 };
 
 std::shared_ptr<WordPieceTokenizer> make(WordPieceConfig cfg = {}) {
@@ -28,7 +31,8 @@ std::shared_ptr<WordPieceTokenizer> make(WordPieceConfig cfg = {}) {
 }
 
 std::string tmpdir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("onyx_test_wordpiece_" + std::to_string(::getpid()) + "_" + name);
+  auto d = fs::temp_directory_path() /
+           ("onyx_test_wordpiece_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();
@@ -90,7 +94,8 @@ TEST(WordPiece, CleanTextAndChineseChars) {
 TEST(WordPiece, SpecialTokensInText) {
   auto t = make();
   EXPECT_EQ(t->encode_ids("the [MASK] fox"), (I{5, 4, 8}));
-  EXPECT_EQ(t->encode_ids("the [mask] fox"), (I{5, 1, 1, 1, 8}));  // case matters; [ ] are punctuation
+  EXPECT_EQ(t->encode_ids("the [mask] fox"),
+            (I{5, 1, 1, 1, 8}));  // case matters; [ ] are punctuation
 }
 
 TEST(WordPiece, SingleAndPairTemplate) {
@@ -124,7 +129,8 @@ TEST(WordPiece, TruncationLongestFirstAndPadding) {
   // budget 3: both must shrink; the shorter side gets floor(3/2) = 1, the longer the other 2
   o.max_length = 6;
   o.pad_to = 0;
-  EXPECT_EQ(t->encode_pair("the quick brown fox", "hello world", o).input_ids, (I{2, 5, 6, 3, 20, 3}));
+  EXPECT_EQ(t->encode_pair("the quick brown fox", "hello world", o).input_ids,
+            (I{2, 5, 6, 3, 20, 3}));
   // equal lengths 4 + 4, budget 5: first floor(5/2) = 2, second 3
   o.max_length = 8;
   EXPECT_EQ(t->encode_pair("the quick brown fox", "hello world over a", o).input_ids,
@@ -155,19 +161,32 @@ TEST(WordPiece, LoadFromFiles) {
   for (size_t i = 0; i < kVocab.size(); ++i) vocab[kVocab[i]] = i;
   nlohmann::json j = {
       {"version", "1.0"},
-      {"added_tokens", nlohmann::json::array({{{"id", 4}, {"content", "[MASK]"}, {"special", true}}})},
+      {"added_tokens",
+       nlohmann::json::array({{{"id", 4}, {"content", "[MASK]"}, {"special", true}}})},
       {"normalizer",
-       {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
-        {"strip_accents", nullptr}, {"lowercase", true}}},
+       {{"type", "BertNormalizer"},
+        {"clean_text", true},
+        {"handle_chinese_chars", true},
+        {"strip_accents", nullptr},
+        {"lowercase", true}}},
       {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", nlohmann::json::parse(R"([{"SpecialToken":{"id":"[CLS]","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"[SEP]","type_id":0}}])")},
-        {"pair", nlohmann::json::parse(R"([{"SpecialToken":{"id":"[CLS]","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"[SEP]","type_id":0}},{"Sequence":{"id":"B","type_id":1}},{"SpecialToken":{"id":"[SEP]","type_id":1}}])")},
-        {"special_tokens", nlohmann::json::parse(R"({"[CLS]":{"id":"[CLS]","ids":[2],"tokens":["[CLS]"]},"[SEP]":{"id":"[SEP]","ids":[3],"tokens":["[SEP]"]}})")}}},
+        {"single",
+         nlohmann::json::parse(
+             R"([{"SpecialToken":{"id":"[CLS]","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"[SEP]","type_id":0}}])")},
+        {"pair",
+         nlohmann::json::parse(
+             R"([{"SpecialToken":{"id":"[CLS]","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"[SEP]","type_id":0}},{"Sequence":{"id":"B","type_id":1}},{"SpecialToken":{"id":"[SEP]","type_id":1}}])")},
+        {"special_tokens",
+         nlohmann::json::parse(
+             R"({"[CLS]":{"id":"[CLS]","ids":[2],"tokens":["[CLS]"]},"[SEP]":{"id":"[SEP]","ids":[3],"tokens":["[SEP]"]}})")}}},
       {"model",
-       {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
-        {"max_input_chars_per_word", 100}, {"vocab", vocab}}}};
+       {{"type", "WordPiece"},
+        {"unk_token", "[UNK]"},
+        {"continuing_subword_prefix", "##"},
+        {"max_input_chars_per_word", 100},
+        {"vocab", vocab}}}};
   write(dir + "/tokenizer.json", j.dump());
   auto t3 = load_tokenizer(dir);
   EXPECT_EQ(t3->kind(), "wordpiece");

@@ -1,6 +1,6 @@
 // test_wordpiece_reference.cc — onyx's WordPiece against BERT's original Python tokenization
-// (BasicTokenizer + WordpieceTokenizer over unicodedata) on WordNet glosses and lines in many scripts,
-// made by tests/data/make_wordpiece_reference.py into BUILD/wordpiece-reference (or
+// (BasicTokenizer + WordpieceTokenizer over unicodedata) on WordNet glosses and lines in many
+// scripts, made by tests/data/make_wordpiece_reference.py into BUILD/wordpiece-reference (or
 // $ONYX_WORDPIECE_REFERENCE). Every line must give the same ids, from vocab.txt and tokenizer.json.
 #include <gtest/gtest.h>
 
@@ -31,8 +31,9 @@ void check_all(const Tokenizer& tok, const std::string& reference, const std::st
     ++n;
     auto ids = tok.encode_ids(j["text"].get<std::string>());
     if (ids != j["ids"].get<std::vector<int64_t>>() && ++bad <= 5)
-      ADD_FAILURE() << what << ": ids differ for " << j["text"].dump() << "\n  onyx:   "
-                    << nlohmann::json(ids).dump() << "\n  python: " << j["ids"].dump();
+      ADD_FAILURE() << what << ": ids differ for " << j["text"].dump()
+                    << "\n  onyx:   " << nlohmann::json(ids).dump()
+                    << "\n  python: " << j["ids"].dump();
   }
   EXPECT_GT(n, 1000);
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " lines differ";
@@ -45,7 +46,8 @@ TEST(WordPieceReference, BertPythonIdsMatchOnAllLines) {
   if (!fs::exists(dir + "/reference.jsonl"))
     GTEST_SKIP() << "no WordPiece reference in " << dir
                  << " (run python3 tests/data/make_wordpiece_reference.py " << dir << ")";
-  check_all(*WordPieceTokenizer::from_vocab_txt(dir + "/vocab.txt"), dir + "/reference.jsonl", "vocab.txt");
+  check_all(*WordPieceTokenizer::from_vocab_txt(dir + "/vocab.txt"), dir + "/reference.jsonl",
+            "vocab.txt");
   auto tj = load_tokenizer(dir + "/tokenizer.json");
   EXPECT_EQ(tj->kind(), "wordpiece");
   check_all(*tj, dir + "/reference.jsonl", "tokenizer.json");

@@ -51,7 +51,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("onyx_hf_test_" + name + "_" + std::to_string(::getpid()));
+  fs::path p =
+      fs::temp_directory_path() / ("onyx_hf_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
@@ -74,7 +75,8 @@ Tensor ids_tensor(int64_t b, int64_t t, int64_t vocab, uint32_t seed) {
   return x;
 }
 
-// Inputs for a model: token ids with the last row padded at the end, or images; labels for the task.
+// Inputs for a model: token ids with the last row padded at the end, or images; labels for the
+// task.
 std::map<std::string, Tensor> make_inputs(const BuiltModel& m, int64_t b, int64_t t, bool labels) {
   std::map<std::string, Tensor> in;
   const HfConfig& c = m.config;
@@ -87,7 +89,8 @@ std::map<std::string, Tensor> make_inputs(const BuiltModel& m, int64_t b, int64_
   } else {
     in["input_ids"] = ids_tensor(b, t, c.vocab_size, 3 + (uint32_t)t);
     Tensor mask(DType::Int64, {b, t});
-    for (int64_t i = 0; i < b * t; i++) mask.data<int64_t>()[i] = (i / t == b - 1 && i % t >= t - 2) ? 0 : 1;
+    for (int64_t i = 0; i < b * t; i++)
+      mask.data<int64_t>()[i] = (i / t == b - 1 && i % t >= t - 2) ? 0 : 1;
     in["attention_mask"] = mask;
     if (m.model.graph->find_input("token_type_ids")) {
       Tensor tt = Tensor::zeros(DType::Int64, {b, t});
@@ -101,7 +104,8 @@ std::map<std::string, Tensor> make_inputs(const BuiltModel& m, int64_t b, int64_
                    : Shape{b, t};
     int64_t n = m.task == Task::MaskedLM || m.task == Task::CausalLM ? c.vocab_size : c.num_labels;
     Tensor l(DType::Int64, ls);
-    for (int64_t i = 0; i < l.numel(); i++) l.data<int64_t>()[i] = i == 1 ? -100 : (int64_t)(rng() % n);
+    for (int64_t i = 0; i < l.numel(); i++)
+      l.data<int64_t>()[i] = i == 1 ? -100 : (int64_t)(rng() % n);
     in["labels"] = l;
   }
   return in;
@@ -118,13 +122,20 @@ struct Case {
   Task task;
 };
 const Case kCases[] = {
-    {kBert, Task::SequenceClassification}, {kBert, Task::TokenClassification},
-    {kBert, Task::MaskedLM},               {kBert, Task::Base},
-    {kRoberta, Task::SequenceClassification}, {kRoberta, Task::TokenClassification},
-    {kRoberta, Task::MaskedLM},            {kDistil, Task::SequenceClassification},
-    {kDistil, Task::TokenClassification},  {kDistil, Task::MaskedLM},
-    {kDistil, Task::Base},                 {kGpt2, Task::CausalLM},
-    {kGpt2, Task::Base},                   {kVit, Task::ImageClassification},
+    {kBert, Task::SequenceClassification},
+    {kBert, Task::TokenClassification},
+    {kBert, Task::MaskedLM},
+    {kBert, Task::Base},
+    {kRoberta, Task::SequenceClassification},
+    {kRoberta, Task::TokenClassification},
+    {kRoberta, Task::MaskedLM},
+    {kDistil, Task::SequenceClassification},
+    {kDistil, Task::TokenClassification},
+    {kDistil, Task::MaskedLM},
+    {kDistil, Task::Base},
+    {kGpt2, Task::CausalLM},
+    {kGpt2, Task::Base},
+    {kVit, Task::ImageClassification},
     {kVit, Task::Base},
 };
 
@@ -159,10 +170,12 @@ TEST(HfConfig, ParsesAliasesAndDefaults) {
 }
 
 TEST(HfConfig, ErrorsNameTheKeyAndTheFile) {
-  std::string e = error_of([] { parse_hf_config(R"({"model_type": "bert", "hidden_size": 8})", "dir/config.json"); });
+  std::string e = error_of(
+      [] { parse_hf_config(R"({"model_type": "bert", "hidden_size": 8})", "dir/config.json"); });
   EXPECT_NE(e.find("dir/config.json"), std::string::npos) << e;
   EXPECT_NE(e.find("'num_hidden_layers'"), std::string::npos) << e;
-  e = error_of([] { parse_hf_config(R"({"model_type": "gpt2", "n_embd": "big"})", "dir/config.json"); });
+  e = error_of(
+      [] { parse_hf_config(R"({"model_type": "gpt2", "n_embd": "big"})", "dir/config.json"); });
   EXPECT_NE(e.find("'n_embd'"), std::string::npos) << e;
   EXPECT_NE(e.find("integer"), std::string::npos) << e;
   e = error_of([] { parse_hf_config(R"({"hidden_size": 8})", "dir/config.json"); });
@@ -191,53 +204,70 @@ TEST(HfConfig, TaskFromArchitecture) {
 // ---- graphs -------------------------------------------------------------------------------------
 
 TEST(HfModel, TransformersParameterNames) {
-  auto has = [](const BuiltModel& m, const std::string& n) { return m.model.graph->initializers.count(n) == 1; };
+  auto has = [](const BuiltModel& m, const std::string& n) {
+    return m.model.graph->initializers.count(n) == 1;
+  };
   BuiltModel b = build_hf_model(cfg(kBert), Task::SequenceClassification, 0);
-  for (auto n : {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
-                 "bert.embeddings.token_type_embeddings.weight", "bert.embeddings.LayerNorm.weight",
-                 "bert.encoder.layer.1.attention.self.query.weight", "bert.encoder.layer.0.attention.output.dense.bias",
-                 "bert.encoder.layer.0.attention.output.LayerNorm.weight", "bert.encoder.layer.0.intermediate.dense.weight",
-                 "bert.encoder.layer.0.output.dense.weight", "bert.encoder.layer.0.output.LayerNorm.bias",
-                 "bert.pooler.dense.weight", "classifier.weight", "classifier.bias"})
+  for (auto n :
+       {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
+        "bert.embeddings.token_type_embeddings.weight", "bert.embeddings.LayerNorm.weight",
+        "bert.encoder.layer.1.attention.self.query.weight",
+        "bert.encoder.layer.0.attention.output.dense.bias",
+        "bert.encoder.layer.0.attention.output.LayerNorm.weight",
+        "bert.encoder.layer.0.intermediate.dense.weight",
+        "bert.encoder.layer.0.output.dense.weight", "bert.encoder.layer.0.output.LayerNorm.bias",
+        "bert.pooler.dense.weight", "classifier.weight", "classifier.bias"})
     EXPECT_TRUE(has(b, n)) << n;
   EXPECT_EQ(b.model.graph->initializers.at("classifier.weight").shape(), (Shape{3, 16}));
   // padding_idx row is zero; Linear weights are N(0, 0.02)
   const Tensor& we = b.model.graph->initializers.at("bert.embeddings.word_embeddings.weight");
   for (int i = 0; i < 16; i++) EXPECT_EQ(we.data<float>()[i], 0.0f);
   double s = 0;
-  const Tensor& q = b.model.graph->initializers.at("bert.encoder.layer.0.intermediate.dense.weight");
+  const Tensor& q =
+      b.model.graph->initializers.at("bert.encoder.layer.0.intermediate.dense.weight");
   for (double v : q.to_double_vector()) s += v * v;
   EXPECT_NEAR(std::sqrt(s / q.numel()), 0.02, 0.004);
-  EXPECT_EQ(b.model.graph->initializers.at("bert.embeddings.LayerNorm.weight").data<float>()[3], 1.0f);
+  EXPECT_EQ(b.model.graph->initializers.at("bert.embeddings.LayerNorm.weight").data<float>()[3],
+            1.0f);
 
   BuiltModel g = build_hf_model(cfg(kGpt2), Task::CausalLM, 0);
   for (auto n : {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
                  "transformer.h.1.attn.c_attn.weight", "transformer.h.0.attn.c_proj.bias",
-                 "transformer.h.0.ln_2.bias", "transformer.h.0.mlp.c_fc.weight", "transformer.h.0.mlp.c_proj.weight",
-                 "transformer.ln_f.weight"})
+                 "transformer.h.0.ln_2.bias", "transformer.h.0.mlp.c_fc.weight",
+                 "transformer.h.0.mlp.c_proj.weight", "transformer.ln_f.weight"})
     EXPECT_TRUE(has(g, n)) << n;
   EXPECT_FALSE(has(g, "lm_head.weight"));
-  EXPECT_EQ(g.model.graph->initializers.at("transformer.h.0.attn.c_attn.weight").shape(), (Shape{16, 48}));
+  EXPECT_EQ(g.model.graph->initializers.at("transformer.h.0.attn.c_attn.weight").shape(),
+            (Shape{16, 48}));
 
   BuiltModel d = build_hf_model(cfg(kDistil), Task::SequenceClassification, 0);
-  for (auto n : {"distilbert.embeddings.word_embeddings.weight", "distilbert.transformer.layer.0.attention.q_lin.weight",
-                 "distilbert.transformer.layer.1.attention.out_lin.bias", "distilbert.transformer.layer.0.sa_layer_norm.weight",
-                 "distilbert.transformer.layer.0.ffn.lin1.weight", "distilbert.transformer.layer.0.ffn.lin2.bias",
-                 "distilbert.transformer.layer.0.output_layer_norm.weight", "pre_classifier.weight", "classifier.bias"})
+  for (auto n : {"distilbert.embeddings.word_embeddings.weight",
+                 "distilbert.transformer.layer.0.attention.q_lin.weight",
+                 "distilbert.transformer.layer.1.attention.out_lin.bias",
+                 "distilbert.transformer.layer.0.sa_layer_norm.weight",
+                 "distilbert.transformer.layer.0.ffn.lin1.weight",
+                 "distilbert.transformer.layer.0.ffn.lin2.bias",
+                 "distilbert.transformer.layer.0.output_layer_norm.weight", "pre_classifier.weight",
+                 "classifier.bias"})
     EXPECT_TRUE(has(d, n)) << n;
 
   BuiltModel r = build_hf_model(cfg(kRoberta), Task::SequenceClassification, 0);
-  for (auto n : {"roberta.embeddings.position_embeddings.weight", "classifier.dense.weight", "classifier.out_proj.bias"})
+  for (auto n : {"roberta.embeddings.position_embeddings.weight", "classifier.dense.weight",
+                 "classifier.out_proj.bias"})
     EXPECT_TRUE(has(r, n)) << n;
 
   BuiltModel v = build_hf_model(cfg(kVit), Task::ImageClassification, 0);
-  for (auto n : {"vit.embeddings.cls_token", "vit.embeddings.position_embeddings",
-                 "vit.embeddings.patch_embeddings.projection.weight", "vit.encoder.layer.0.layernorm_before.weight",
-                 "vit.encoder.layer.1.attention.attention.query.weight", "vit.encoder.layer.0.attention.output.dense.bias",
-                 "vit.encoder.layer.0.layernorm_after.bias", "vit.encoder.layer.0.intermediate.dense.weight",
-                 "vit.encoder.layer.0.output.dense.weight", "vit.layernorm.weight", "classifier.weight"})
+  for (auto n :
+       {"vit.embeddings.cls_token", "vit.embeddings.position_embeddings",
+        "vit.embeddings.patch_embeddings.projection.weight",
+        "vit.encoder.layer.0.layernorm_before.weight",
+        "vit.encoder.layer.1.attention.attention.query.weight",
+        "vit.encoder.layer.0.attention.output.dense.bias",
+        "vit.encoder.layer.0.layernorm_after.bias", "vit.encoder.layer.0.intermediate.dense.weight",
+        "vit.encoder.layer.0.output.dense.weight", "vit.layernorm.weight", "classifier.weight"})
     EXPECT_TRUE(has(v, n)) << n;
-  EXPECT_EQ(v.model.graph->initializers.at("vit.embeddings.position_embeddings").shape(), (Shape{1, 5, 16}));
+  EXPECT_EQ(v.model.graph->initializers.at("vit.embeddings.position_embeddings").shape(),
+            (Shape{1, 5, 16}));
 
   BuiltModel mlm = build_hf_model(cfg(kBert), Task::MaskedLM, 0);
   EXPECT_TRUE(has(mlm, "cls.predictions.bias"));
@@ -248,7 +278,9 @@ TEST(HfModel, TransformersParameterNames) {
   // The same seed gives the same weights; another seed others.
   BuiltModel b2 = build_hf_model(cfg(kBert), Task::SequenceClassification, 0);
   BuiltModel b3 = build_hf_model(cfg(kBert), Task::SequenceClassification, 1);
-  auto w = [](const BuiltModel& m) { return m.model.graph->initializers.at("classifier.weight").to_double_vector(); };
+  auto w = [](const BuiltModel& m) {
+    return m.model.graph->initializers.at("classifier.weight").to_double_vector();
+  };
   EXPECT_EQ(w(b), w(b2));
   EXPECT_NE(w(b), w(b3));
 }
@@ -257,7 +289,8 @@ TEST(HfModel, GraphsUseStandardOpsOnly) {
   for (const Case& c : kCases) {
     BuiltModel m = build_hf_model(cfg(c.config), c.task, 0);
     EXPECT_EQ(m.model.graph->opset(""), 17);
-    for (auto& n : m.model.graph->nodes) EXPECT_EQ(n.domain, "") << case_name(c) << " " << n.describe();
+    for (auto& n : m.model.graph->nodes)
+      EXPECT_EQ(n.domain, "") << case_name(c) << " " << n.describe();
   }
 }
 
@@ -339,12 +372,14 @@ TEST(HfModel, CausalLmLossShiftsLabels) {
   EXPECT_NEAR(out.at("loss").get_as_double(0), total / n, 1e-5);
 }
 
-// ---- checkpoint folders --------------------------------------------------------------------------
+// ---- checkpoint folders
+// --------------------------------------------------------------------------
 
 namespace {
 
 // A folder holding `m`'s weights (under their own names) and `config_text`.
-fs::path write_folder(const std::string& name, const char* config_text, const std::map<std::string, Tensor>& w) {
+fs::path write_folder(const std::string& name, const char* config_text,
+                      const std::map<std::string, Tensor>& w) {
   fs::path d = temp_dir(name);
   write(d / "config.json", config_text);
   io::save_safetensors((d / "model.safetensors").string(), w, {{"format", "pt"}});
@@ -405,7 +440,9 @@ TEST(HfWeights, SaveTakesTrainedWeightsAndChecksThem) {
   EXPECT_NE(config.find("\"BertForSequenceClassification\""), std::string::npos);
   EXPECT_NE(config.find("\"NEUTRAL\""), std::string::npos);
   EXPECT_NE(config.find("some_unknown_key"), std::string::npos);  // unknown keys kept
-  std::string e = error_of([&] { save_hf_folder(m, {{"classifier.weight", Tensor::zeros(DType::Float32, {2, 16})}}, d.string()); });
+  std::string e = error_of([&] {
+    save_hf_folder(m, {{"classifier.weight", Tensor::zeros(DType::Float32, {2, 16})}}, d.string());
+  });
   EXPECT_NE(e.find("classifier.weight"), std::string::npos) << e;
   EXPECT_NE(e.find("[2, 16]"), std::string::npos) << e;
   e = error_of([&] { save_hf_folder(m, {{"classifer.weight", cw}}, d.string()); });
@@ -423,11 +460,13 @@ TEST(HfWeights, HalfPrecisionLegacyNamesBuffersAndTiedCopies) {
       h.data<uint16_t>()[i] = h.dtype() == DType::Float16 ? float_to_half(t.data<float>()[i])
                                                           : float_to_bf16(t.data<float>()[i]);
     std::string name = k;
-    if (name.size() > 7 && name.substr(name.size() - 7) == ".weight" && name.find("ln_") != std::string::npos)
+    if (name.size() > 7 && name.substr(name.size() - 7) == ".weight" &&
+        name.find("ln_") != std::string::npos)
       name = name.substr(0, name.size() - 7) + ".gamma";
     file[name] = h;
   }
-  file["transformer.h.0.attn.bias"] = Tensor::zeros(DType::Float32, {1, 1, 32, 32});  // causal buffer
+  file["transformer.h.0.attn.bias"] =
+      Tensor::zeros(DType::Float32, {1, 1, 32, 32});  // causal buffer
   file["lm_head.weight"] = file["transformer.wte.weight"];
   fs::path d = write_folder("half", kGpt2, file);
   BuiltModel m = load_hf_folder(d.string());
@@ -436,15 +475,17 @@ TEST(HfWeights, HalfPrecisionLegacyNamesBuffersAndTiedCopies) {
   EXPECT_TRUE(m.unexpected_keys.empty());
   const Tensor& wte = m.model.graph->initializers.at("transformer.wte.weight");
   EXPECT_EQ(wte.dtype(), DType::Float32);
-  EXPECT_EQ(wte.data<float>()[7], half_to_float(float_to_half(w.at("transformer.wte.weight").data<float>()[7])));
+  EXPECT_EQ(wte.data<float>()[7],
+            half_to_float(float_to_half(w.at("transformer.wte.weight").data<float>()[7])));
   const Tensor& ln = m.model.graph->initializers.at("transformer.h.1.ln_2.weight");
   EXPECT_EQ(ln.data<float>()[0], 1.0f);
   fs::remove_all(d);
 }
 
 TEST(HfWeights, BaseCheckpointIntoHeadModelAndBack) {
-  // A bare BertModel checkpoint (no "bert." prefix, with pooler) into BertForSequenceClassification:
-  // the prefix is added, the classifier is missing (newly initialized), nothing is unexpected.
+  // A bare BertModel checkpoint (no "bert." prefix, with pooler) into
+  // BertForSequenceClassification: the prefix is added, the classifier is missing (newly
+  // initialized), nothing is unexpected.
   BuiltModel base = build_hf_model(cfg(kBert), Task::Base, 2);
   auto w = hf_weights(base);
   EXPECT_TRUE(w.count("embeddings.word_embeddings.weight"));
@@ -490,7 +531,9 @@ TEST(HfWeights, ShardedCheckpoint) {
   for (auto& [k, t] : w) {
     bool first = i++ % 2 == 0;
     (first ? s1 : s2)[k] = t;
-    index += cat(i > 1 ? ", " : "", "\"", k, "\": \"", first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors", "\"");
+    index +=
+        cat(i > 1 ? ", " : "", "\"", k, "\": \"",
+            first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors", "\"");
   }
   index += "}}";
   io::save_safetensors((d / "model-00001-of-00002.safetensors").string(), s1);
@@ -508,8 +551,10 @@ TEST(HfWeights, ShardedCheckpoint) {
   // An index naming a tensor its shard lacks.
   fs::path d2 = temp_dir("badshard");
   write(d2 / "config.json", kDistil);
-  io::save_safetensors((d2 / "a.safetensors").string(), {{"x", Tensor::zeros(DType::Float32, {1})}});
-  write(d2 / "model.safetensors.index.json", R"({"weight_map": {"distilbert.embeddings.LayerNorm.weight": "a.safetensors"}})");
+  io::save_safetensors((d2 / "a.safetensors").string(),
+                       {{"x", Tensor::zeros(DType::Float32, {1})}});
+  write(d2 / "model.safetensors.index.json",
+        R"({"weight_map": {"distilbert.embeddings.LayerNorm.weight": "a.safetensors"}})");
   std::string e = error_of([&] { load_hf_folder(d2.string(), Task::MaskedLM); });
   EXPECT_NE(e.find("distilbert.embeddings.LayerNorm.weight"), std::string::npos) << e;
   EXPECT_NE(e.find("a.safetensors"), std::string::npos) << e;

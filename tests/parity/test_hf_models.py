@@ -616,15 +616,20 @@ def cls_labels(g, b, t, n):
     return torch.randint(0, n, (b,), generator=g)
 
 
-def tok_labels(g, b, t, n):
+# Token-level labels are -100 at padding, as Transformers' data collators make them. (A padding
+# token that reaches the loss would also differ: nn.Embedding(padding_idx) gives the padding row no
+# gradient, which a standard ONNX Gather cannot express.)
+def tok_labels(g, b, t, n, inputs):
     y = torch.randint(0, n, (b, t), generator=g)
     y[:, 0] = -100
+    y[inputs["attention_mask"] == 0] = -100
     return y
 
 
-def mlm_labels(g, b, t, n):
+def mlm_labels(g, b, t, n, inputs):
     y = torch.full((b, t), -100, dtype=torch.long)
     y[:, 1::3] = torch.randint(0, n, (b, len(range(1, t, 3))), generator=g)
+    y[inputs["attention_mask"] == 0] = -100
     return y
 
 
@@ -638,10 +643,10 @@ CASES = [
      lambda g, b, t: text_inputs(g, b, t, 80), lambda g, b, t, i: cls_labels(g, b, t, 3), "ce",
      [(2, 7), (3, 12)]),
     ("bert-tokcls", BertForTokenClassification, BERT_CFG, "BertForTokenClassification",
-     lambda g, b, t: text_inputs(g, b, t, 80), lambda g, b, t, i: tok_labels(g, b, t, 3), "ce",
+     lambda g, b, t: text_inputs(g, b, t, 80), lambda g, b, t, i: tok_labels(g, b, t, 3, i), "ce",
      [(2, 6), (2, 11)]),
     ("bert-mlm", BertForMaskedLM, BERT_CFG, "BertForMaskedLM",
-     lambda g, b, t: text_inputs(g, b, t, 80), lambda g, b, t, i: mlm_labels(g, b, t, 80), "ce",
+     lambda g, b, t: text_inputs(g, b, t, 80), lambda g, b, t, i: mlm_labels(g, b, t, 80, i), "ce",
      [(2, 8), (3, 5)]),
     ("roberta-seqcls", RobertaForSequenceClassification, ROBERTA_CFG,
      "RobertaForSequenceClassification",
