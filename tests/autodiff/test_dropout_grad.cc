@@ -101,6 +101,7 @@ Result run_training(const Model& m, const std::map<std::string, Tensor>& inputs,
   }
   runtime::Session s(tg.graph, {"x"});
   runtime::RunOptions ro;
+  ro.training = true;  // a training run: Dropout applies where the node asks for it
   ro.seed = seed;
   auto out = s.run(inputs, ro);
   Result r;

@@ -237,6 +237,7 @@ TEST(Dropout, TrainingStatisticsAndDeterminism) {
   set_int(node, "seed", 42);
   for (float ratio : {0.1f, 0.5f, 0.9f}) {
     runtime::RunOptions opts;
+    opts.training = true;
     opts.seed = 1234;
     auto a = run_node(node, 13, {x, Tensor::scalar_f32(ratio), bool_scalar(true)}, opts);
     auto b = run_node(node, 13, {x, Tensor::scalar_f32(ratio), bool_scalar(true)}, opts);

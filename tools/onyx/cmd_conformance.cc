@@ -185,6 +185,7 @@ Outcome run_case(const fs::path& dir) {
     try {
       runtime::RunOptions opts;
       opts.check_declared_shapes = false;
+      opts.training = true;  // the suite's Dropout cases decide with their own training_mode
       got = session.run(inputs, opts);
     } catch (const Unsupported& e) {
       return {Outcome::Skip, e.what()};

@@ -6,7 +6,10 @@
 #include <iostream>
 
 #include "autodiff/gradient.h"
+#include <filesystem>
+
 #include "commands.h"
+#include "models/hf_cli.h"
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
 #include "runtime/session.h"
@@ -25,7 +28,7 @@ Action add_grad_command(CLI::App& app) {
     float label_smoothing = 0;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("model", o->model, "an .onnx file")->required();
+  cmd->add_option("model", o->model, "an .onnx file or a Hugging Face model folder")->required();
   cmd->add_option("--inputs", o->inputs, "safetensors with the graph inputs (and labels)")->required();
   cmd->add_option("--output", o->output, "safetensors to write loss + gradients to")->required();
   cmd->add_option("--loss", o->loss, "name of a scalar graph output to use as the loss");
@@ -38,6 +41,8 @@ Action add_grad_command(CLI::App& app) {
   cmd->add_flag("--no-dropout", o->no_dropout, "run Dropout as the identity");
   cmd->add_option("--seed", o->seed, "dropout seed");
   return [o]() {
+    if (std::filesystem::is_directory(o->model))
+      return models::grad_hf_folder_cli(o->model, o->inputs, o->output, o->seed, !o->no_dropout);
     ir::Graph fwd = ir::load_onnx(o->model);
     if (o->no_dropout)  // Dropout without its training_mode input is the identity
       for (auto& n : fwd.nodes)

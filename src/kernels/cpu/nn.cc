@@ -375,7 +375,9 @@ OpKernel make_dropout_kernel() {
         const Tensor& t = ctx.input(2);
         ONYX_CHECK(t.numel() == 1, node.describe(), ": training_mode must be a scalar, got shape ",
                    shape_str(t.shape()));
-        training = t.get_as_double(0) != 0;
+        // Active only when the node asks for it AND the run is a training run: a model
+        // exported in training mode still evaluates without dropout (RunOptions::training).
+        training = t.get_as_double(0) != 0 && ctx.training;
       }
     } else {
       ratio = node.attr_float("ratio", 0.5f);
