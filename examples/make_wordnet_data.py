@@ -64,6 +64,8 @@ def main():
         if w not in seen:
             vocab.append(w)
             seen.add(w)
+    vocab = vocab[:8192]
+    vocab += [f"[unused{i}]" for i in range(8192 - len(vocab))]  # a fixed size for the configs
     with open(os.path.join(out, "vocab.txt"), "w") as f:
         f.write("\n".join(vocab) + "\n")
     print(f"{len(train)} train / {len(evals)} eval glosses, vocabulary of {len(vocab)} in {out}")

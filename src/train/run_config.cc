@@ -231,7 +231,11 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
   std::string what = cat("config '", c.path, "': '", which, "'");
   YAML::Node n = YAML::Load(d.spec);
   std::map<std::string, std::string> kv;
-  for (auto x : n) kv[x.first.as<std::string>()] = scalar(x.second, which + "." + x.first.as<std::string>(), what);
+  for (auto x : n) {
+    std::string k = x.first.as<std::string>();
+    if (k == "labels" && x.second.IsSequence()) continue;  // the label list, read below
+    kv[k] = scalar(x.second, which + "." + k, what);
+  }
   auto take = [&](const std::string& k, const std::string& def = "") {
     auto it = kv.find(k);
     if (it == kv.end()) return def;
@@ -282,17 +286,14 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       o.label_field = take("label_field", o.label_field);
       if (kv.count("max_length")) o.max_length = to_int("max_length", take("max_length"));
       if (kv.count("pad_multiple")) o.pad_multiple = to_int("pad_multiple", take("pad_multiple"));
-      if (n["labels"] && n["labels"].IsSequence()) {
+      if (n["labels"] && n["labels"].IsSequence())
         for (auto x : n["labels"]) o.label_list.push_back(x.as<std::string>());
-        kv.erase("labels");
-      }
       ds = std::make_shared<data::TextClassificationDataset>(path, tok, o);
     }
   } else {
     throw Error(cat(what, ": unknown dataset type '", type,
                     "' (safetensors, idx_images, text_classification, causal_lm)"));
   }
-  if (n["labels"] && n["labels"].IsSequence()) kv.erase("labels");
   ONYX_CHECK(kv.empty(), what, ": unknown key '", kv.begin()->first, "' for a ", type, " dataset");
   return ds;
 }

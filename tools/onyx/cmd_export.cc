@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
+#include "models/hf_weights.h"
 #include "passes/inference_export.h"
 
 namespace fs = std::filesystem;
@@ -21,14 +22,21 @@ Action add_export_command(CLI::App& app) {
     bool keep_loss = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("input", o->input, "a checkpoint folder (or training output_dir) or an .onnx file")->required();
+  cmd->add_option("input", o->input, "a checkpoint folder, a Hugging Face model folder, or an .onnx file")->required();
   cmd->add_option("--output", o->output, "the .onnx file to write")->required();
   cmd->add_option("--loss", o->loss, "name of the loss output to remove (default: from the checkpoint)");
   cmd->add_flag("--keep-loss", o->keep_loss, "keep the loss output (and its label inputs)");
   return [o]() {
     ir::Graph g;
     std::string loss = o->loss;
-    if (fs::is_directory(o->input)) {
+    if (fs::is_directory(o->input) && fs::exists(fs::path(o->input) / "config.json")) {
+      // A Hugging Face folder (or a checkpoint of an onyx-built HF model): config.json + weights.
+      models::BuiltModel b = models::load_hf_folder(o->input);
+      g = *b.model.graph;
+      if (loss.empty())
+        for (auto& out : g.outputs)
+          if (out.name == "loss") loss = "loss";
+    } else if (fs::is_directory(o->input)) {
       fs::path dir(o->input);
       fs::path meta = dir / "onyx_model.json";
       ONYX_CHECK(fs::exists(meta), "'", o->input, "' has no onyx_model.json (not an onyx checkpoint)");
