@@ -265,6 +265,21 @@ std::string GradContext::const_scalar(double v, DType dtype) {
   }
   return b_.constant(t, "");
 }
+std::string GradContext::reshape(const std::string& v, const Shape& shape) {
+  if (meta(v).shape == shape) return v;
+  std::map<std::string, ir::Attribute> attrs;
+  bool has_zero = false;
+  for (int64_t d : shape) has_zero |= d == 0;
+  if (has_zero && opset() >= 14) attrs["allowzero"] = attr_i(1);
+  return emit1("Reshape", {v, const_i64(shape)}, attrs);
+}
+std::string GradContext::reduce_sum(const std::string& v, const std::vector<int64_t>& axes,
+                                    bool keepdims) {
+  if (axes.empty()) return v;
+  if (opset() >= 13)
+    return emit1("ReduceSum", {v, const_i64(axes)}, {{"keepdims", attr_i(keepdims)}});
+  return emit1("ReduceSum", {v}, {{"axes", attr_ints(axes)}, {"keepdims", attr_i(keepdims)}});
+}
 std::string GradContext::reduce_to_shape(const std::string& grad, const Shape& gs, const Shape& t) {
   return b_.reduce_to_shape(grad, gs, t);
 }

@@ -95,6 +95,11 @@ class GradContext {
   // New constant initializers.
   std::string const_i64(const std::vector<int64_t>& v);   // 1-D int64
   std::string const_scalar(double v, DType dtype);        // 0-D of dtype
+  // Reshape to a static shape (no node when it already has it; allowzero for zero-sized dims).
+  std::string reshape(const std::string& v, const Shape& shape);
+  // ReduceSum over static axes, with axes as an input (opset >= 13) or an attribute (before);
+  // no node for empty axes.
+  std::string reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims);
   // Sums `grad` (whose shape is grad_shape) over broadcast axes so it has `target`'s shape.
   std::string reduce_to_shape(const std::string& grad, const Shape& grad_shape, const Shape& target);
 

@@ -13,34 +13,16 @@
 namespace onyx::autodiff {
 namespace {
 
-std::string reshape(GradContext& c, const std::string& v, const Shape& shape) {
-  if (c.meta(v).shape == shape) return v;
-  std::map<std::string, ir::Attribute> attrs;
-  bool has_zero = false;
-  for (int64_t d : shape) has_zero |= d == 0;
-  if (has_zero && c.opset() >= 14) attrs["allowzero"] = attr_i(1);
-  return c.emit1("Reshape", {v, c.const_i64(shape)}, attrs);
-}
-
-// ReduceSum with axes as an input (opset >= 13) or an attribute (before).
-std::string reduce_sum(GradContext& c, const std::string& v, const std::vector<int64_t>& axes,
-                       bool keepdims) {
-  if (axes.empty()) return v;
-  if (c.opset() >= 13)
-    return c.emit1("ReduceSum", {v, c.const_i64(axes)}, {{"keepdims", attr_i(keepdims)}});
-  return c.emit1("ReduceSum", {v}, {{"axes", attr_ints(axes)}, {"keepdims", attr_i(keepdims)}});
-}
-
 // Contributes `g` (computed for the 1-D-promoted operand, shape `promoted`, possibly with extra
 // broadcast batch dims) to input i.
 void finish(GradContext& c, int i, std::string g, const Shape& promoted) {
   const Shape& gs = c.meta(g).shape;
   if (gs != promoted) {
     // Same element count: only size-1 dims differ (e.g. (K,N) for a (1,K,N) operand).
-    if (shape_numel(gs) == shape_numel(promoted)) g = reshape(c, g, promoted);
+    if (shape_numel(gs) == shape_numel(promoted)) g = c.reshape(g, promoted);
     else g = c.reduce_to_shape(g, gs, promoted);
   }
-  c.set(i, reshape(c, g, c.meta(c.I(i)).shape));
+  c.set(i, c.reshape(g, c.meta(c.I(i)).shape));
 }
 
 int64_t batch_numel(const Shape& s) {  // elements of the dims before the last two
@@ -60,13 +42,13 @@ void matmul_rule(GradContext& c) {
   Shape y2(y.begin(), y.end() - (av ? 0 : 1) - (bv ? 0 : 1));
   y2.push_back(M);
   y2.push_back(N);
-  std::string dy2 = reshape(c, dy, y2);
+  std::string dy2 = c.reshape(dy, y2);
   if (c.needs(0)) {
-    std::string B2 = reshape(c, c.I(1), b2);
+    std::string B2 = c.reshape(c.I(1), b2);
     finish(c, 0, c.emit1("MatMulT", {dy2, B2}, {{"transB", attr_i(1)}}, "onyx"), a2);
   }
   if (c.needs(1)) {
-    std::string A2 = reshape(c, c.I(0), a2);
+    std::string A2 = c.reshape(c.I(0), a2);
     std::string g = batch_numel(b2) == 1
                         ? c.emit1("MatMulGradB", {A2, dy2}, {}, "onyx")
                         : c.emit1("MatMulT", {A2, dy2}, {{"transA", attr_i(1)}}, "onyx");
@@ -100,7 +82,7 @@ void gemm_rule(GradContext& c) {
     const Shape& ys = c.meta(dy).shape;
     std::string g = dy;
     if ((cs.size() == 1 || (cs.size() == 2 && cs[0] == 1 && ys[0] != 1)) && cs.back() == ys[1])
-      g = reduce_sum(c, dy, {0}, cs.size() == 2);
+      g = c.reduce_sum(dy, {0}, cs.size() == 2);
     if (beta != 1.f) g = c.emit1("Mul", {g, c.const_scalar(beta, c.meta(g).dtype)});
     c.set(2, g);
   }
@@ -152,7 +134,7 @@ void conv_rule(GradContext& c) {
   if (c.needs(2)) {
     std::vector<int64_t> axes{0};
     for (int i = 0; i < nsp; i++) axes.push_back(2 + i);
-    c.set(2, reduce_sum(c, dy, axes, false));
+    c.set(2, c.reduce_sum(dy, axes, false));
   }
 }
 

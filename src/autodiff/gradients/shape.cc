@@ -13,24 +13,6 @@
 namespace onyx::autodiff {
 namespace {
 
-std::string reshape(GradContext& c, const std::string& v, const Shape& shape) {
-  if (c.meta(v).shape == shape) return v;
-  std::map<std::string, ir::Attribute> attrs;
-  bool has_zero = false;
-  for (int64_t d : shape) has_zero |= d == 0;
-  if (has_zero && c.opset() >= 14) attrs["allowzero"] = attr_i(1);
-  return c.emit1("Reshape", {v, c.const_i64(shape)}, attrs);
-}
-
-// ReduceSum with axes as an input (opset >= 13) or an attribute (before).
-std::string reduce_sum(GradContext& c, const std::string& v, const std::vector<int64_t>& axes,
-                       bool keepdims) {
-  if (axes.empty()) return v;
-  if (c.opset() >= 13)
-    return c.emit1("ReduceSum", {v, c.const_i64(axes)}, {{"keepdims", attr_i(keepdims)}});
-  return c.emit1("ReduceSum", {v}, {{"axes", attr_ints(axes)}, {"keepdims", attr_i(keepdims)}});
-}
-
 std::string zeros(GradContext& c, DType dt, const Shape& shape) {
   return c.emit1("Expand", {c.const_scalar(0.0, dt), c.const_i64(shape)});
 }
@@ -42,7 +24,7 @@ std::vector<int64_t> const_ints(GradContext& c, int i, const char* what) {
 }
 
 // Reshape-like: the gradient is dy with x's shape.
-void reshape_rule(GradContext& c) { c.set(0, reshape(c, c.GO(0), c.meta(c.I(0)).shape)); }
+void reshape_rule(GradContext& c) { c.set(0, c.reshape(c.GO(0), c.meta(c.I(0)).shape)); }
 
 void transpose_rule(GradContext& c) {
   int64_t r = (int64_t)c.meta(c.I(0)).shape.size();
@@ -160,8 +142,8 @@ void tile_rule(GradContext& c) {
     view.push_back(x[i]);
   }
   if (axes.empty()) return c.set(0, c.GO(0));
-  std::string g = reduce_sum(c, reshape(c, c.GO(0), view), axes, false);
-  c.set(0, reshape(c, g, x));
+  std::string g = c.reduce_sum(c.reshape(c.GO(0), view), axes, false);
+  c.set(0, c.reshape(g, x));
 }
 
 }  // namespace
