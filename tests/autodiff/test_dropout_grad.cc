@@ -2,7 +2,8 @@
 // finite differences in general, so these tests build the training graph of
 //   y = Dropout(x, ratio, training_mode);  loss = sum(y * w)     (so dy = w)
 // expose the mask the forward drew, and check dx == dy * mask / (1 - ratio) element by element,
-// with training_mode constant, absent ratio (default 0.5), and training_mode as a run-time input.
+// with training_mode constant, absent ratio (default 0.5), training_mode as a run-time input, and
+// runs that are not training runs (identity).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -82,8 +83,8 @@ struct Result {
 };
 
 // Builds the training graph, adds y and the saved mask to its outputs, runs it.
-Result run_training(const Model& m, const std::map<std::string, Tensor>& inputs,
-                    uint64_t seed = 0) {
+Result run_training(const Model& m, const std::map<std::string, Tensor>& inputs, uint64_t seed = 0,
+                    bool training_run = true) {
   std::map<std::string, TensorMeta> sig;
   for (auto& [k, v] : inputs) sig[k] = v.meta();
   autodiff::GradientOptions opts;
@@ -101,7 +102,7 @@ Result run_training(const Model& m, const std::map<std::string, Tensor>& inputs,
   }
   runtime::Session s(tg.graph, {"x"});
   runtime::RunOptions ro;
-  ro.training = true;  // a training run: Dropout applies where the node asks for it
+  ro.training = training_run;  // a training run: Dropout applies where the node asks for it
   ro.seed = seed;
   auto out = s.run(inputs, ro);
   Result r;
@@ -187,5 +188,20 @@ TEST(DropoutGrad, RatioZeroIsIdentity) {
   for (int64_t i = 0; i < m.x.numel(); i++) {
     EXPECT_EQ(r.dx.data<float>()[i], m.w.data<float>()[i]);
     EXPECT_EQ(r.y.data<float>()[i], m.x.data<float>()[i]);
+  }
+}
+
+// The training graph evaluated in a run that is not a training run (RunOptions::training false):
+// the forward is the identity although the node asks for training, so the gradient must be too.
+TEST(DropoutGrad, EvalRunIsIdentity) {
+  for (int training : {1, -1}) {
+    Model m = make_model({6, 21}, 0.3f, training);
+    std::map<std::string, Tensor> in;
+    if (training < 0) in["training"] = bool_scalar(true);
+    Result r = run_training(m, in, 0, /*training_run=*/false);
+    for (int64_t i = 0; i < m.x.numel(); i++) {
+      EXPECT_EQ(r.dx.data<float>()[i], m.w.data<float>()[i]);
+      EXPECT_EQ(r.y.data<float>()[i], m.x.data<float>()[i]);
+    }
   }
 }

@@ -63,11 +63,12 @@ Tensor cast(const Tensor& t, DType dt) {
 // Runs `n` on the float32 inputs and again with the float inputs listed in `convert` cast to `dt`;
 // compares every output within tol.
 void expect_same_in(DType dt, const ir::Node& n, const std::vector<Tensor>& in,
-                    const std::vector<int>& convert, double tol) {
-  auto ref = run_node(n, 1, in);
+                    const std::vector<int>& convert, double tol,
+                    const runtime::RunOptions& opts = {}) {
+  auto ref = run_node(n, 1, in, opts);
   std::vector<Tensor> in2 = in;
   for (int i : convert) in2[i] = cast(in[i], dt);
-  auto got = run_node(n, 1, in2);
+  auto got = run_node(n, 1, in2, opts);
   ASSERT_EQ(ref.size(), got.size());
   for (size_t o = 0; o < ref.size(); o++) {
     ASSERT_EQ(ref[o].shape(), got[o].shape()) << n.op_type << " output " << o;
@@ -155,14 +156,21 @@ TEST(NnGradKernels, DropoutGradDtypes) {
   Tensor mask = Tensor::from_vector<uint8_t>(DType::Bool, {5, 13}, m);
   auto g = node("DropoutGrad", "onyx", 3, 1);
   Tensor ratio = Tensor::scalar_f32(0.2f);
-  auto out = run_node(g, 1, {dy, mask, ratio});
+  runtime::RunOptions train;
+  train.training = true;  // a training run: dropout active where the node asks for it
+  auto out = run_node(g, 1, {dy, mask, ratio}, train);
   for (int64_t i = 0; i < 65; i++)
     EXPECT_FLOAT_EQ(out[0].data<float>()[i], m[i] ? dy.data<float>()[i] * (float)(1 / 0.8) : 0.f);
-  expect_same_in(DType::Float64, g, {dy, mask, ratio}, {0}, 1e-6);
-  // training_mode false at run time: identity
+  expect_same_in(DType::Float64, g, {dy, mask, ratio}, {0}, 1e-6, train);
+  // identity: training_mode false at run time, or not a training run
   auto g4 = node("DropoutGrad", "onyx", 4, 1);
-  auto id = run_node(g4, 1, {dy, mask, ratio, Tensor::from_vector<uint8_t>(DType::Bool, {}, {0})});
-  for (int64_t i = 0; i < 65; i++) EXPECT_EQ(id[0].data<float>()[i], dy.data<float>()[i]);
+  auto id =
+      run_node(g4, 1, {dy, mask, ratio, Tensor::from_vector<uint8_t>(DType::Bool, {}, {0})}, train);
+  auto eval = run_node(g, 1, {dy, mask, ratio});
+  for (int64_t i = 0; i < 65; i++) {
+    EXPECT_EQ(id[0].data<float>()[i], dy.data<float>()[i]);
+    EXPECT_EQ(eval[0].data<float>()[i], dy.data<float>()[i]);
+  }
 }
 
 TEST(NnGradKernels, LossGradsDtypes) {

@@ -424,9 +424,11 @@ OpKernel make_layer_norm_grad_kernel() {
 
 // ---- DropoutGrad --------------------------------------------------------------------------------
 // Inputs: dy, mask (bool, as the forward produced it), ratio (optional scalar, default 0.5),
-// training_mode (optional bool scalar; absent means training). Not training or ratio 0: dx = dy,
-// as the forward was the identity. Otherwise dx = mask ? dy * (float)(1 / (1 - ratio)) : 0, the
-// same float scale the forward multiplied by.
+// training_mode (optional bool scalar; absent means the node asks for training). Like the forward,
+// dropout is active only when the node asks for it AND the run is a training run
+// (RunOptions::training, seen here as ctx.training). Not active or ratio 0: dx = dy, as the forward
+// was the identity (its mask is then all true, so it alone cannot tell). Otherwise dx = mask ? dy *
+// (float)(1 / (1 - ratio)) : 0, the same float scale the forward multiplied by.
 OpKernel make_dropout_grad_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
@@ -440,7 +442,7 @@ OpKernel make_dropout_grad_kernel() {
     const Tensor& mt = ctx.input(1);
     Tensor& dxt = ctx.output(0);
     double ratio = ctx.has_input(2) ? ctx.input(2).get_as_double(0) : 0.5;
-    bool training = ctx.has_input(3) ? ctx.input(3).get_as_double(0) != 0 : true;
+    bool training = (ctx.has_input(3) ? ctx.input(3).get_as_double(0) != 0 : true) && ctx.training;
     int64_t n = dyt.numel();
     if (!training || ratio == 0) {
       if (dxt.raw() != dyt.raw()) std::memcpy(dxt.raw(), dyt.raw(), dyt.nbytes());
