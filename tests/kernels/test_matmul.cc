@@ -295,6 +295,12 @@ struct ConvCase {
   std::string auto_pad;
 };
 
+// Readable test names in ctest output: "x[1, 3, 8, 8] w[4, 3, 3, 3] g1 SAME_UPPER".
+void PrintTo(const ConvCase& c, std::ostream* os) {
+  *os << "x" << shape_str(c.x) << " w" << shape_str(c.w) << " g" << c.group << " "
+      << (c.auto_pad.empty() ? "NOTSET" : c.auto_pad) << (c.bias ? " bias" : "");
+}
+
 // Direct definition on double with explicit pads (auto_pad resolved by the caller's case).
 std::vector<double> naive_conv(const Tensor& X, const Tensor& W, const Tensor* B, const ConvCase& c,
                                Shape& out_shape) {
