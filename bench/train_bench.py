@@ -2,15 +2,17 @@
 
 Usage (normally through bench/run.sh, which builds the binaries first):
   /usr/bin/python3 bench/train_bench.py [--models bert-mini,gpt2-tiny,vit-tiny] [--warmup 3]
-      [--steps 10] [--curve-steps 50 | --no-curves] [--onyx build/onyx]
-      [--onyx-bench build/onyx_bench] [--workdir DIR] [--keep]
+      [--steps 10] [--curve-steps 50,gpt2-tiny=20 | --no-curves] [--onyx-threads 0,1]
+      [--onyx build/onyx] [--onyx-bench build/onyx_bench] [--workdir DIR] [--keep] [--out bench]
 
 For each model (bench_models.py), in one run:
   1. Build the PyTorch model (fixed seed, dropout 0), export it to ONNX (opset 14, TrainingMode.TRAINING,
      no constant folding, loss inside the graph as the only output `loss`, dynamic batch axes),
      save its initial weights (init.safetensors: the same tensors as the ONNX initializers; checked)
      and a synthetic dataset (fixed seed) of max(W+S, curve steps) batches.
-  2. onyx: `onyx train` with AdamW (adamw_fused) lr 1e-4, weight_decay 0.01, betas (0.9, 0.999),
+  2. onyx: `onyx [--threads N] train` at each --onyx-threads setting (default: onyx's default, all
+     cores, and 1 thread; the fastest is reported, as for PyTorch: on a loaded 2-core machine the
+     2-thread runs suffer far more than the 1-thread ones) with AdamW (adamw_fused) lr 1e-4, weight_decay 0.01, betas (0.9, 0.999),
      eps 1e-8, constant LR, max_grad_norm 1.0, sequential sampling, logging_steps 1, save_strategy no.
   3. PyTorch: the same module, initial weights and batches; torch.optim.AdamW with the same
      hyper-parameters and param groups (onyx's rule: no decay on biases, LayerNorm-like names and
@@ -37,8 +39,10 @@ Timing method. Every measurement is its own subprocess (nothing is shared betwee
 Peak RSS: ru_maxrss of each benchmark process alone (os.wait4 in a tiny launcher process; see
 _LAUNCHER for why the process that imports torch must not be the direct parent), so runs do not
 contaminate one another (RUSAGE_CHILDREN in one parent would give the max over all children so far).
-Run length: the loss-curve comparison reuses the timing runs: the onyx run and the first PyTorch
-setting run max(W+S, curve steps) steps, the other settings W+S steps. With --no-curves, or curve
+Run length: the loss-curve comparison reuses the timing runs: the first onyx setting and the first
+PyTorch setting run max(W+S, curve steps) steps, the other settings W+S steps. Curve steps default
+to 50, 20 for gpt2-tiny (its steps cost ~7x the others'; 50 would push a default run well past
+15 minutes on 2 cores). With --no-curves, or curve
 steps <= W+S, every run is W+S steps and the curves cover those steps.
 
 Outputs: bench/RESULTS.md (regenerated), bench/results.png (ratios), bench/results.json (raw data).
@@ -185,11 +189,14 @@ def build_type(binary):
 # sgemm ceiling
 
 
-def sgemm_ceiling(onyx_bench):
+def sgemm_ceiling(onyx_bench, one_thread=False):
+    """GFLOP/s of onyx_bench's oneDNN sgemm 2048x768x768 at its default threads (all cores, wall
+    time), or with OMP_NUM_THREADS=1 (onyx_bench then times by the thread's CPU time)."""
     if not os.access(onyx_bench, os.X_OK):
         return None, f"onyx_bench not found at {onyx_bench}"
+    env = dict(os.environ, OMP_NUM_THREADS="1") if one_thread else None
     p = subprocess.run([onyx_bench, f"--benchmark_filter={SGEMM_FILTER}", "--benchmark_format=json"],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=env)
     if p.returncode != 0:
         return None, f"onyx_bench exited {p.returncode}: {p.stderr.strip()[-300:]}"
     if not p.stdout.strip():
@@ -571,7 +578,8 @@ def write_report(path, rows, meta):
         f"- sgemm ceiling (`onyx_bench --benchmark_filter='{SGEMM_FILTER}'`, this run): "
         + (f"{ceiling:.1f} GFLOP/s" if ceiling else "n/a")
         + f" (before the models: {fmt(meta['sgemm_before'])}, after: {fmt(meta['sgemm_after'])}; "
-          "the higher is used)"
+          "the higher is used); one thread (OMP_NUM_THREADS=1, per CPU-second): "
+        + fmt(meta.get("sgemm_one_thread"))
         + (f" — {meta['sgemm_error']}" if meta.get("sgemm_error") else ""),
         "",
         table(rows, ceiling),
@@ -624,9 +632,10 @@ def main():
                     help="loss-curve length: N for every model, MODEL=N for one (default: "
                          "50,gpt2-tiny=20: gpt2-tiny's steps cost ~7x the others', 50 of them would "
                          "push a default run past ~15 minutes on 2 cores)")
-    ap.add_argument("--onyx-threads", default="0",
+    ap.add_argument("--onyx-threads", default="0,1",
                     help="comma list of onyx --threads settings to try, 0 = onyx's default (all "
-                         "cores); the fastest is reported (default: 0)")
+                         "cores); the fastest is reported, as for PyTorch; the first one runs the "
+                         "loss-curve length (default: 0,1)")
     ap.add_argument("--onyx", default=os.path.join(REPO, "build", "onyx"))
     ap.add_argument("--onyx-bench", default=None, help="default: onyx_bench next to --onyx")
     ap.add_argument("--workdir", default=None, help="default: a temporary directory")
@@ -683,6 +692,9 @@ def main():
                              "error": f"harness: {type(e).__name__}: {e}"})
         after, err2 = sgemm_ceiling(onyx_bench)
         log(f"sgemm ceiling (after): {fmt(after)} GFLOP/s" + (f" ({err2})" if err2 else ""))
+        one, _ = sgemm_ceiling(onyx_bench, one_thread=True)
+        log(f"sgemm, one thread (CPU time): {fmt(one)} GFLOP/s")
+        meta["sgemm_one_thread"] = one
         vals = [v for v in (before, after) if v]
         meta.update(sgemm_before=before, sgemm_after=after, sgemm_ceiling=max(vals) if vals else None,
                     sgemm_error=err or err2,
