@@ -264,4 +264,32 @@ void sgemm_strided_batched(bool transA, bool transB, int64_t M, int64_t N, int64
               strideC, batch);
 }
 
+void broadcast_batch_offsets(const std::vector<int64_t>& batch, const std::vector<int64_t>& a_batch,
+                             const std::vector<int64_t>& b_batch, std::vector<int64_t>& ai,
+                             std::vector<int64_t>& bi) {
+  int r = (int)batch.size();
+  int64_t nb = 1;
+  for (int64_t d : batch) nb *= d;
+  ai.assign(nb, 0);
+  bi.assign(nb, 0);
+  std::vector<int64_t> as(r), bs(r), idx(r, 0);
+  int64_t sa = 1, sb = 1;
+  for (int d = r - 1; d >= 0; d--) {
+    as[d] = a_batch[d] == 1 ? 0 : sa;
+    bs[d] = b_batch[d] == 1 ? 0 : sb;
+    sa *= a_batch[d];
+    sb *= b_batch[d];
+  }
+  for (int64_t i = 0; i < nb; i++) {
+    for (int d = 0; d < r; d++) {
+      ai[i] += idx[d] * as[d];
+      bi[i] += idx[d] * bs[d];
+    }
+    for (int d = r - 1; d >= 0; d--) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 }  // namespace onyx::kernels

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace onyx::kernels {
 
@@ -37,5 +38,12 @@ void sgemm_strided_batched(bool transA, bool transB, int64_t M, int64_t N, int64
 
 // Number of cached oneDNN primitives (for tests and benchmarks).
 size_t gemm_cached_primitives();
+
+// Numpy batch broadcasting for batched matrix products: for each index of `batch` (row-major),
+// the matrix index into A (batch shape a_batch) and into B (b_batch), both already padded with
+// leading 1s to batch's rank; dims of size 1 repeat.
+void broadcast_batch_offsets(const std::vector<int64_t>& batch, const std::vector<int64_t>& a_batch,
+                             const std::vector<int64_t>& b_batch, std::vector<int64_t>& ai,
+                             std::vector<int64_t>& bi);
 
 }  // namespace onyx::kernels

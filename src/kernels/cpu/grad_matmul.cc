@@ -161,28 +161,7 @@ MMT mmt_shape(const ir::Node& node, const Shape& a, const Shape& b) {
 
 // Matrix index into A and into B for every output batch index (broadcast dims repeat).
 void batch_offsets(const MMT& s, std::vector<int64_t>& ai, std::vector<int64_t>& bi) {
-  int r = (int)s.batch.size();
-  int64_t nb = shape_numel(s.batch);
-  ai.assign(nb, 0);
-  bi.assign(nb, 0);
-  std::vector<int64_t> as(r), bs(r), idx(r, 0);
-  int64_t sa = 1, sb = 1;
-  for (int d = r - 1; d >= 0; d--) {
-    as[d] = s.a_batch[d] == 1 ? 0 : sa;
-    bs[d] = s.b_batch[d] == 1 ? 0 : sb;
-    sa *= s.a_batch[d];
-    sb *= s.b_batch[d];
-  }
-  for (int64_t i = 0; i < nb; i++) {
-    for (int d = 0; d < r; d++) {
-      ai[i] += idx[d] * as[d];
-      bi[i] += idx[d] * bs[d];
-    }
-    for (int d = r - 1; d >= 0; d--) {
-      if (++idx[d] < s.batch[d]) break;
-      idx[d] = 0;
-    }
-  }
+  kernels::broadcast_batch_offsets(s.batch, s.a_batch, s.b_batch, ai, bi);
 }
 
 template <class T>

@@ -57,31 +57,7 @@ MatMulShape matmul_shape(const Shape& a, const Shape& b, const ir::Node& node) {
 
 // For each output batch index, the matrix index into A and into B (broadcast dims repeat).
 void batch_offsets(const MatMulShape& s, std::vector<int64_t>& ai, std::vector<int64_t>& bi) {
-  int r = (int)s.batch.size();
-  int64_t nb = shape_numel(s.batch);
-  ai.assign(nb, 0);
-  bi.assign(nb, 0);
-  std::vector<int64_t> as(r), bs(r), idx(r, 0);
-  int64_t sa = 1, sb = 1;
-  for (int d = r - 1; d >= 0; d--) {
-    as[d] = s.a_batch[d] == 1 ? 0 : sa;
-    bs[d] = s.b_batch[d] == 1 ? 0 : sb;
-    sa *= s.a_batch[d];
-    sb *= s.b_batch[d];
-  }
-  for (int64_t i = 0; i < nb; i++) {
-    int64_t oa = 0, ob = 0;
-    for (int d = 0; d < r; d++) {
-      oa += idx[d] * as[d];
-      ob += idx[d] * bs[d];
-    }
-    ai[i] = oa;
-    bi[i] = ob;
-    for (int d = r - 1; d >= 0; d--) {
-      if (++idx[d] < s.batch[d]) break;
-      idx[d] = 0;
-    }
-  }
+  kernels::broadcast_batch_offsets(s.batch, s.a_batch, s.b_batch, ai, bi);
 }
 
 // ---- MatMul compute --------------------------------------------------------------------------
