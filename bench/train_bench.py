@@ -150,6 +150,16 @@ def run_child(cmd, env=None, stdout_path=None, stderr_path=None, on_line=None, t
     return rc, rss, time.perf_counter() - t0
 
 
+def exit_text(what, rc, stderr_path):
+    """'<what> exited N: <last error line>', or 'killed by signal N' (9: e.g. the OOM killer)."""
+    if rc < 0:
+        import signal
+        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+        hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if rc == -9 else ""
+        return f"{what} killed by {name}{hint}; last stderr line: {last_error_line(stderr_path)}"
+    return f"{what} exited {rc}: {last_error_line(stderr_path)}"
+
+
 def last_error_line(path):
     try:
         with open(path) as f:
@@ -289,7 +299,7 @@ def run_onyx(onyx, name, spec, mdir, steps, warmup, threads=0):
                               stderr_path=err_path, on_line=on_line)
     res = {"threads": threads, "rc": rc, "peak_rss_mb": rss, "wall_s": wall, "steps": steps}
     if rc != 0:
-        res["error"] = f"onyx train exited {rc}: {last_error_line(err_path)}"
+        res["error"] = exit_text("onyx train", rc, err_path)
         return res
     losses, final = {}, {}
     with open(os.path.join(out_dir, "log_history.jsonl")) as f:
@@ -367,7 +377,7 @@ def run_torch(name, mdir, steps, warmup, threads, blas):
     res = {"threads": threads, "openblas": blas, "rc": rc, "peak_rss_mb": rss, "wall_s": wall,
            "steps": steps}
     if rc != 0:
-        res["error"] = f"torch worker exited {rc}: {last_error_line(err)}"
+        res["error"] = exit_text("torch worker", rc, err)
         return res
     with open(result) as f:
         r = json.load(f)
