@@ -89,26 +89,6 @@ void slice_grad_compute(KernelContext& ctx) {
 
 // ---- shared: indices and float dispatch ------------------------------------------------------
 
-// Indices as int64 in [0, dim), negatives wrapped; throws naming the first bad one.
-std::vector<int64_t> read_indices(const ir::Node& node, const Tensor& ind, int64_t dim) {
-  DType t = ind.dtype();
-  ONYX_CHECK(t == DType::Int64 || t == DType::Int32, node.describe(),
-             ": indices must be int32 or int64, got ", dtype_name(t));
-  int64_t n = ind.numel();
-  std::vector<int64_t> out(n);
-  const int64_t* p64 = t == DType::Int64 ? ind.data<int64_t>() : nullptr;
-  const int32_t* p32 = t == DType::Int32 ? ind.data<int32_t>() : nullptr;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t v = p64 ? p64[i] : p32[i];
-    int64_t w = v < 0 ? v + dim : v;
-    if (w < 0 || w >= dim)
-      throw Error(cat(node.describe(), ": index ", v, " (at flat position ", i, " of indices ",
-                      shape_str(ind.shape()), ") is out of range for a dim of size ", dim));
-    out[i] = w;
-  }
-  return out;
-}
-
 // Runs f(const T* dy, T* dx) with T = float or double; float16/bfloat16 through float copies.
 template <class F>
 void dispatch_float1(KernelContext& ctx, const Tensor& dy, Tensor& dx, F&& f) {
@@ -205,7 +185,7 @@ void gather_grad_compute(KernelContext& ctx) {
   int64_t r = dx.rank();
   int64_t axis = normalize_axis(ctx.node.attr_int("axis", 0), r, ctx.node);
   int64_t V = x[axis], outer = prod(x, 0, axis), inner = prod(x, axis + 1, r);
-  auto idx = read_indices(ctx.node, ind, V);
+  auto idx = read_indices(ctx.node, ind, V, x, axis);
   if (dx.numel() == 0) return;
   dispatch_float1(ctx, dy, dx, [&](auto* D, auto* X) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
@@ -262,7 +242,7 @@ void gather_elements_grad_compute(KernelContext& ctx) {
   Tensor& dx = ctx.output(0);        // data's shape
   int64_t r = dx.rank();
   int64_t axis = normalize_axis(ctx.node.attr_int("axis", 0), r, ctx.node);
-  auto idx = read_indices(ctx.node, ind, dx.shape()[axis]);
+  auto idx = read_indices(ctx.node, ind, dx.shape()[axis], dx.shape(), axis);
   if (dx.numel() == 0) return;
   dispatch_float1(ctx, dy, dx, [&](auto* D, auto* X) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;

@@ -202,4 +202,25 @@ void store_double(DType t, void* dst, int64_t i, double v, const ir::Node& node)
   });
 }
 
+std::vector<int64_t> read_indices(const ir::Node& node, const Tensor& ind, int64_t dim,
+                                  const Shape& data_shape, int64_t axis) {
+  DType t = ind.dtype();
+  ONYX_CHECK(t == DType::Int64 || t == DType::Int32, node.describe(), ": indices must be int32 or ",
+             "int64, got ", dtype_name(t));
+  int64_t n = ind.numel();
+  std::vector<int64_t> out(n);
+  const int64_t* p64 = t == DType::Int64 ? ind.data<int64_t>() : nullptr;
+  const int32_t* p32 = t == DType::Int32 ? ind.data<int32_t>() : nullptr;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = p64 ? p64[i] : p32[i];
+    int64_t w = v < 0 ? v + dim : v;
+    if (w < 0 || w >= dim)
+      throw Error(cat(node.describe(), ": index ", v, " (at flat position ", i, " of indices ",
+                      shape_str(ind.shape()), ") is out of range for axis ", axis,
+                      " of size ", dim, " in data ", shape_str(data_shape)));
+    out[i] = w;
+  }
+  return out;
+}
+
 }  // namespace onyx::runtime::shape_detail

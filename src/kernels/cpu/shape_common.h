@@ -123,4 +123,10 @@ void dispatch_dtype(DType t, const ir::Node& node, F&& f) {
 // Writes `v` converted to dtype t at element i of dst.
 void store_double(DType t, void* dst, int64_t i, double v, const ir::Node& node);
 
+// Gather-style indices (int32 or int64) as int64 in [0, dim), negatives wrapped; throws naming
+// the first out-of-range index, its position, the axis and the data shape. Used by Gather,
+// GatherElements and their gradient kernels.
+std::vector<int64_t> read_indices(const ir::Node& node, const Tensor& ind, int64_t dim,
+                                  const Shape& data_shape, int64_t axis);
+
 }  // namespace onyx::runtime::shape_detail
