@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ir/graph.h"
+#include "passes/pass.h"
 
 namespace onyx::passes {
 
@@ -14,9 +15,5 @@ struct InferenceExportOptions {
 };
 
 ir::Graph make_inference_graph(const ir::Graph& g, const InferenceExportOptions& opts);
-
-// Removes nodes whose outputs reach no graph output, then graph inputs and initializers no node
-// uses. Returns the number of nodes removed.
-int eliminate_dead_nodes(ir::Graph& g);
 
 }  // namespace onyx::passes

@@ -2,6 +2,7 @@
 // buffers.
 #include "train/training_session.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace onyx::train {
@@ -9,6 +10,8 @@ namespace onyx::train {
 TrainingSession::TrainingSession(std::shared_ptr<const ir::Graph> forward,
                                  autodiff::GradientOptions opts)
     : forward_(std::move(forward)), opts_(std::move(opts)) {
+  const char* env = std::getenv("ONYX_PASSES");  // ONYX_PASSES=0: no graph optimization
+  optimize_ = !(env && std::string(env) == "0");
   std::vector<std::pair<std::string, Shape>> layout;
   params_ = autodiff::trainable_parameters(*forward_, opts_);
   for (auto& p : params_) {
@@ -41,7 +44,23 @@ TrainingSession::Compiled& TrainingSession::compiled_for(const std::map<std::str
   std::map<std::string, TensorMeta> sig;
   for (auto& [n, t] : batch) sig[n] = t.meta();
   Compiled c;
-  c.tg = autodiff::build_training_graph(*forward_, sig, opts_);
+  if (optimize_) {
+    // forward + loss → passes (fold, eliminate, fuse) → autodiff → passes on the whole graph
+    std::set<std::string> vars(params_.begin(), params_.end());
+    autodiff::LossGraph lg = autodiff::build_loss_graph(*forward_, opts_, sig);
+    ir::Graph fwd = *lg.graph;
+    fwd.outputs.resize(1);  // the loss
+    ir::Graph opt = passes::optimize_forward(fwd, sig, vars, pass_opts_, &c.report);
+    autodiff::GradientOptions go = opts_;
+    go.loss = autodiff::LossSpec{};
+    go.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
+    go.loss.output = lg.loss;
+    go.trainable = params_;
+    c.tg = autodiff::build_training_graph(opt, sig, go);
+    passes::optimize_training(*c.tg.graph, sig, vars, pass_opts_, &c.report);
+  } else {
+    c.tg = autodiff::build_training_graph(*forward_, sig, opts_);
+  }
   c.session = std::make_unique<runtime::Session>(
       c.tg.graph, std::set<std::string>(params_.begin(), params_.end()));
   auto t1 = std::chrono::steady_clock::now();
@@ -90,6 +109,10 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
     for (auto& [n, t] : batch) sig[n] = t.meta();
     EvalCompiled c;
     c.lg = autodiff::build_loss_graph(*forward_, opts_, sig);
+    if (optimize_)
+      c.lg.graph = std::make_shared<ir::Graph>(passes::optimize_forward(
+          *c.lg.graph, sig, std::set<std::string>(params_.begin(), params_.end()), pass_opts_,
+          nullptr));
     c.session = std::make_unique<runtime::Session>(
         c.lg.graph, std::set<std::string>(params_.begin(), params_.end()));
     it = eval_graphs_.emplace(key, std::move(c)).first;

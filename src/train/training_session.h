@@ -10,6 +10,7 @@
 #include <string>
 
 #include "autodiff/gradient.h"
+#include "passes/pass.h"
 #include "runtime/session.h"
 #include "train/flat_buffer.h"
 
@@ -36,11 +37,23 @@ class TrainingSession {
   size_t cached_graphs() const { return graphs_.size(); }
   double last_build_ms() const { return last_build_ms_; }
   const autodiff::TrainingGraph& training_graph_for(const std::map<std::string, Tensor>& batch);
+  // What the optimization passes did to the graph of this batch's signature.
+  const passes::PassReport& pass_report_for(const std::map<std::string, Tensor>& batch) {
+    return compiled_for(batch).report;
+  }
+  // Graph optimization (passes) on or off; off also with ONYX_PASSES=0 in the environment.
+  void set_optimize(bool on, passes::OptimizeOptions o = {}) {
+    optimize_ = on;
+    pass_opts_ = o;
+    graphs_.clear();
+    eval_graphs_.clear();
+  }
 
  private:
   struct Compiled {
     autodiff::TrainingGraph tg;
     std::unique_ptr<runtime::Session> session;
+    passes::PassReport report;
   };
   Compiled& compiled_for(const std::map<std::string, Tensor>& batch);
 
@@ -56,6 +69,8 @@ class TrainingSession {
   };
   std::map<std::string, EvalCompiled> eval_graphs_;
   double last_build_ms_ = 0;
+  bool optimize_ = true;
+  passes::OptimizeOptions pass_opts_;
 };
 
 }  // namespace onyx::train

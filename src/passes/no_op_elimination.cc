@@ -1,0 +1,127 @@
+// no_op_elimination.cc — removes nodes that do not change their input and collapses chains of
+// layout ops, for one input signature (shapes are static):
+//   Identity                                      → its input
+//   Dropout that cannot drop (ratio 0, or training_mode absent/false), mask unused → its input
+//   Cast to the input's own dtype                 → its input
+//   Reshape/Flatten/Squeeze/Unsqueeze to the input's own shape → its input
+//   reshape-like(reshape-like(x))                 → Reshape(x, final shape)
+//   Transpose(Transpose(x, p), q)                 → Transpose(x, p∘q), or x when that is the identity
+// A node whose output is a graph output is kept (the output keeps its name).
+#include "passes/pass.h"
+
+namespace onyx::passes {
+namespace {
+
+bool reshape_like(const ir::Node& n) {
+  return n.domain.empty() && (n.op_type == "Reshape" || n.op_type == "Flatten" ||
+                              n.op_type == "Squeeze" || n.op_type == "Unsqueeze");
+}
+
+// Dropout that is the identity whatever the run: ratio 0, or training_mode absent or false.
+bool inert_dropout(const ir::Graph& g, const ir::Node& n, const PassContext& ctx, int64_t opset) {
+  if (opset < 12) return n.attr_float("ratio", 0.5f) == 0.0f;
+  if (n.has_input(1)) {
+    auto r = ctx.scalar(g, n.inputs[1]);
+    if (r && *r == 0.0) return true;
+  }
+  if (!n.has_input(2)) return true;  // training_mode defaults to false
+  auto t = ctx.scalar(g, n.inputs[2]);
+  return t && *t == 0.0;
+}
+
+}  // namespace
+
+int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
+  int removed = 0;
+  std::set<std::string> outputs;
+  for (auto& o : g.outputs) outputs.insert(o.name);
+  std::vector<int> order = ir::topological_order(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  std::unordered_map<std::string, int> producer;
+  for (int i = 0; i < (int)g.nodes.size(); i++)
+    for (auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = i;
+  std::unordered_map<std::string, int> reads;
+  for (auto& n : g.nodes)
+    for (auto& in : n.inputs)
+      if (!in.empty()) reads[in]++;
+
+  // Forwards every read of `from` to `to` (the node producing `from` becomes dead).
+  auto bypass = [&](int idx, const std::string& from, const std::string& to) {
+    replace_uses(g, from, to);
+    reads[to] += reads[from];
+    reads[from] = 0;
+    dead[idx] = true;
+    removed++;
+  };
+
+  for (int idx : order) {
+    ir::Node& n = g.nodes[idx];
+    if (!n.domain.empty() || n.outputs.empty() || n.inputs.empty() || n.inputs[0].empty())
+      continue;
+    const std::string x = n.inputs[0];
+    const std::string y = n.outputs[0];
+    if (y.empty() || outputs.count(y)) continue;
+    const std::string& op = n.op_type;
+    bool same_meta = ctx.has_meta(x) && ctx.has_meta(y) && ctx.meta(x) == ctx.meta(y);
+
+    if (op == "Identity") {
+      bypass(idx, y, x);
+    } else if (op == "Dropout") {
+      bool mask_used = n.outputs.size() > 1 && !n.outputs[1].empty() &&
+                       (reads[n.outputs[1]] > 0 || outputs.count(n.outputs[1]));
+      if (!mask_used && inert_dropout(g, n, ctx, g.opset(""))) bypass(idx, y, x);
+    } else if (op == "Cast" && same_meta) {
+      bypass(idx, y, x);
+    } else if (reshape_like(n) && same_meta) {
+      bypass(idx, y, x);
+    } else if (reshape_like(n) && ctx.has_meta(y)) {
+      auto p = producer.find(x);
+      if (p == producer.end() || dead[p->second] || !reshape_like(g.nodes[p->second])) continue;
+      const std::string src = g.nodes[p->second].inputs[0];
+      Shape target = ctx.meta(y).shape;
+      std::string shape_name = ctx.fresh(g, y + "_shape");
+      g.add_initializer(shape_name, Tensor::from_vector<int64_t>(
+                                        DType::Int64, {(int64_t)target.size()}, target));
+      reads[x]--;
+      reads[src]++;
+      n.op_type = "Reshape";
+      n.inputs = {src, shape_name};
+      n.attrs.clear();
+      removed++;
+    } else if (op == "Transpose" && ctx.has_meta(x)) {
+      auto p = producer.find(x);
+      if (p == producer.end() || dead[p->second]) continue;
+      const ir::Node& inner = g.nodes[p->second];
+      if (inner.op_type != "Transpose" || !inner.domain.empty()) continue;
+      int64_t rank = (int64_t)ctx.meta(x).shape.size();
+      auto perm_of = [&](const ir::Node& t) {
+        std::vector<int64_t> p = t.attr_ints("perm");
+        if (p.empty())
+          for (int64_t i = rank - 1; i >= 0; i--) p.push_back(i);
+        return p;
+      };
+      std::vector<int64_t> p1 = perm_of(inner), p2 = perm_of(n), q(rank);
+      bool identity = true;
+      for (int64_t i = 0; i < rank; i++) {
+        q[i] = p1[p2[i]];
+        identity &= q[i] == i;
+      }
+      const std::string src = inner.inputs[0];
+      if (identity) {
+        bypass(idx, y, src);
+      } else {
+        reads[x]--;
+        reads[src]++;
+        n.inputs[0] = src;
+        n.attrs["perm"].kind = ir::Attribute::Kind::Ints;
+        n.attrs["perm"].ints = q;
+        removed++;
+      }
+    }
+  }
+  remove_nodes(g, dead);
+  return removed;
+}
+
+}  // namespace onyx::passes

@@ -1,0 +1,113 @@
+// passes/pass.h — what every graph pass sees: the graph, its static metas for one input
+// signature, which initializers are variables (trainable weights, never folded), and small helpers
+// to find producers/consumers and rewrite uses. One pass per file (DESIGN decision 7); the
+// pipeline (pipeline.cc) runs them in order and records how often each one fired.
+//
+// A pass is `int run(ir::Graph&, PassContext&)` returning how many rewrites it applied (fusions
+// made, nodes removed). Passes run on a graph specialized to one input signature (DESIGN decision
+// 2): shape subgraphs have been folded into initializers, so a pass reads Reshape targets, axes
+// and scalar constants with ctx.constant / ctx.scalar, and any value's shape with ctx.meta.
+#pragma once
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.h"
+#include "onyx/tensor.h"
+
+namespace onyx::passes {
+
+struct PassContext {
+  std::map<std::string, TensorMeta> signature;         // graph input metas
+  std::set<std::string> variables;                     // trainable initializers: never folded
+  std::unordered_map<std::string, TensorMeta> metas;   // static meta of every value
+  int counter = 0;                                     // for fresh names
+
+  // Recomputes `metas` for the graph as it is now (the kernels' own infer functions). The
+  // pipeline calls it before every pass; a pass that adds values and needs their metas calls it.
+  void refresh(const ir::Graph& g);
+  bool has_meta(const std::string& v) const { return metas.count(v) != 0; }
+  const TensorMeta& meta(const std::string& v) const;  // throws naming the value
+  // The value of a non-variable initializer, or nullptr (also for variables and node outputs).
+  const Tensor* constant(const ir::Graph& g, const std::string& name) const;
+  // A one-element float or int constant as a double, if `name` is one.
+  std::optional<double> scalar(const ir::Graph& g, const std::string& name) const;
+  // A value or node name not yet used in the graph: "<base>_onyx<N>".
+  std::string fresh(const ir::Graph& g, const std::string& base);
+};
+
+// Producers and consumers of every value of a graph (rebuild after rewriting).
+class GraphIndex {
+ public:
+  explicit GraphIndex(const ir::Graph& g);
+  int producer(const std::string& v) const;  // node index, -1 for inputs/initializers
+  const std::vector<int>& consumers(const std::string& v) const;  // node indices (repeats if a
+                                                                   // node reads it twice)
+  bool is_graph_output(const std::string& v) const { return outputs_.count(v) != 0; }
+  // Number of reads: consuming node inputs plus graph outputs.
+  int uses(const std::string& v) const;
+
+ private:
+  std::unordered_map<std::string, int> producer_;
+  std::unordered_map<std::string, std::vector<int>> consumers_;
+  std::set<std::string> outputs_;
+  std::vector<int> none_;
+};
+
+// Replaces every node input named `from` by `to` (graph outputs are left alone).
+void replace_uses(ir::Graph& g, const std::string& from, const std::string& to);
+// Removes the nodes whose index is marked; keeps the order of the others.
+void remove_nodes(ir::Graph& g, const std::vector<bool>& dead);
+// Reorders g.nodes into a topological order (stable: file order among ready nodes). The runtime
+// schedules in vector order when it is valid, so passes that insert nodes call this at the end.
+void sort_topologically(ir::Graph& g);
+
+struct Pass {
+  const char* name;
+  std::function<int(ir::Graph&, PassContext&)> run;
+};
+
+struct PassStat {
+  std::string pass;
+  int applied = 0;
+};
+struct PassReport {
+  std::vector<PassStat> stats;  // in the order the passes ran (a pass may run more than once)
+  int nodes_before = 0, nodes_after = 0;
+  int applied(const std::string& pass) const;  // summed over runs
+};
+
+// ---- the passes (one file each) ---------------------------------------------------------------
+// Folds every node computable from non-variable initializers and from input *shapes* (PyTorch's
+// Shape→Gather→Concat→Reshape subgraphs) into initializers. Random ops never fold.
+int fold_constants(ir::Graph& g, PassContext& ctx);
+// Removes nodes whose outputs reach no graph output; then unused inputs and initializers.
+int eliminate_dead_nodes(ir::Graph& g);
+// Merges nodes with the same op, domain, attributes and inputs (random ops excepted).
+int eliminate_common_subexpressions(ir::Graph& g, PassContext& ctx);
+// Identity; Dropout that cannot drop (ratio 0 or training_mode false, mask unused); Cast to the
+// same dtype; Reshape/Flatten/Squeeze/Unsqueeze to the input's own shape; chains of reshapes
+// collapsed into one Reshape; Transpose∘Transpose composed (removed when the identity).
+int eliminate_no_ops(ir::Graph& g, PassContext& ctx);
+
+// ---- the pipelines ----------------------------------------------------------------------------
+struct OptimizeOptions {
+  bool fusions = true;  // false: folding and elimination only
+};
+// The forward (+ loss) graph, specialized to `signature`, before autodiff: fold, eliminate,
+// fuse. `variables` are the trainable initializers.
+ir::Graph optimize_forward(const ir::Graph& g, const std::map<std::string, TensorMeta>& signature,
+                           const std::set<std::string>& variables, const OptimizeOptions& opts,
+                           PassReport* report);
+// The training graph (forward + backward) after autodiff: CSE and dead-node elimination.
+void optimize_training(ir::Graph& g, const std::map<std::string, TensorMeta>& signature,
+                       const std::set<std::string>& variables, const OptimizeOptions& opts,
+                       PassReport* report);
+// The fusion passes, in pipeline order (for `onyx plan` and tests).
+const std::vector<Pass>& fusion_passes();
+
+}  // namespace onyx::passes

