@@ -47,6 +47,15 @@ struct TrainingArguments {
   double label_smoothing_factor = 0.0;
   std::optional<std::string> resume_from_checkpoint;
   bool disable_tqdm = false;
+  // Recompute each transformer layer's activations in backward instead of keeping them.
+  bool gradient_checkpointing = false;
+  // Halve per_device_train_batch_size until the planned step memory fits (max_memory, else the
+  // machine's available memory), as Transformers does after out-of-memory errors.
+  bool auto_find_batch_size = false;
+  // onyx extension: memory budget for one training step ("6GB", "512MiB", bytes); with
+  // auto_find_batch_size the largest batch (halving) whose plan fits is used, else a plan over
+  // budget is an error before the first step.
+  std::optional<std::string> max_memory;
 
   // Sets one argument from its text form ("1e-4", "true", "linear"); throws naming the key.
   void set(const std::string& key, const std::string& value);

@@ -78,6 +78,7 @@ struct PassStat {
 struct PassReport {
   std::vector<PassStat> stats;  // in the order the passes ran (a pass may run more than once)
   int nodes_before = 0, nodes_after = 0;
+  int recomputed_layers = 0;  // gradient checkpointing: layers whose activations are recomputed
   int applied(const std::string& pass) const;  // summed over runs
 };
 
@@ -93,10 +94,35 @@ int eliminate_common_subexpressions(ir::Graph& g, PassContext& ctx);
 // same dtype; Reshape/Flatten/Squeeze/Unsqueeze to the input's own shape; chains of reshapes
 // collapsed into one Reshape; Transpose∘Transpose composed (removed when the identity).
 int eliminate_no_ops(ir::Graph& g, PassContext& ctx);
+// ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul gamma][/Add beta] over the last axis (PyTorch's
+// opset-14 LayerNorm) → LayerNormalization(x, gamma, beta) {axis -1, epsilon}.
+int fuse_layer_norm(ir::Graph& g, PassContext& ctx);
+// 0.5·x·(1 + erf(x/√2)) → Gelu; 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → Gelu {tanh}.
+int fuse_gelu(ir::Graph& g, PassContext& ctx);
+// MatMul(X, Transpose(W, [1,0])) [+ b] → onyx.MatMulT(X, W[, b]) {transB 1};
+// MatMul(X, W) + b → onyx.MatMulT(X, W, b) (W 2-D, b 1-D of the last dim).
+int fuse_linear(ir::Graph& g, PassContext& ctx);
+// Reshape/Transpose/MatMul/scale/mask/Softmax/MatMul/Transpose/Reshape multi-head attention (BERT
+// padding mask, GPT-2 causal Where, ViT none) -> onyx.Attention(Q, K, V[, mask]).
+int fuse_attention(ir::Graph& g, PassContext& ctx);
+// SoftmaxCrossEntropyLoss over a linear layer's logits (LM head: MatMul/MatMulT/Gemm, optional
+// bias, time-shift Slice and row Reshape) → onyx.LinearCrossEntropy, which never materializes the
+// (tokens × vocab) logits and computes the loss gradient chunk by chunk (cross_entropy_fusion.cc).
+int fuse_cross_entropy(ir::Graph& g, PassContext& ctx);
+
+// Gradient checkpointing per transformer layer (recompute.cc): `n_forward` = how many leading
+// nodes of the training graph are forward nodes (autodiff appends the backward after them).
+// Returns the number of nodes cloned.
+struct RecomputeStats {
+  int layers = 0;
+  int nodes_cloned = 0;
+};
+int recompute_layers(ir::Graph& g, int n_forward, RecomputeStats* stats);
 
 // ---- the pipelines ----------------------------------------------------------------------------
 struct OptimizeOptions {
-  bool fusions = true;  // false: folding and elimination only
+  bool fusions = true;     // false: folding and elimination only
+  bool recompute = false;  // gradient checkpointing per transformer layer (recompute.cc)
 };
 // The forward (+ loss) graph, specialized to `signature`, before autodiff: fold, eliminate,
 // fuse. `variables` are the trainable initializers.

@@ -268,6 +268,9 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   if (args_.label_smoothing_factor > 0) go.loss.label_smoothing = (float)args_.label_smoothing_factor;
   go.frozen = model_.frozen;
   impl_->ts = std::make_unique<train::TrainingSession>(model_.graph, go);
+  passes::OptimizeOptions po;
+  po.recompute = args_.gradient_checkpointing;
+  impl_->ts->set_pass_options(po);
   impl_->decay_mask = train::hf_decay_mask(impl_->ts->params().layout(), model_.generic_onnx);
   train::OptimizerConfig oc;
   oc.name = args_.optimizer_name();

@@ -139,6 +139,9 @@ const std::vector<Field>& fields() {
       F_DOUBLE(label_smoothing_factor),
       F_OPT_STR(resume_from_checkpoint),
       F_BOOL(disable_tqdm),
+      F_BOOL(gradient_checkpointing),
+      F_BOOL(auto_find_batch_size),
+      F_OPT_STR(max_memory),
   };
   return f;
 }

@@ -44,28 +44,38 @@ TrainingSession::Compiled& TrainingSession::compiled_for(const std::map<std::str
   std::map<std::string, TensorMeta> sig;
   for (auto& [n, t] : batch) sig[n] = t.meta();
   Compiled c;
-  if (optimize_) {
-    // forward + loss → passes (fold, eliminate, fuse) → autodiff → passes on the whole graph
-    std::set<std::string> vars(params_.begin(), params_.end());
-    autodiff::LossGraph lg = autodiff::build_loss_graph(*forward_, opts_, sig);
-    ir::Graph fwd = *lg.graph;
-    fwd.outputs.resize(1);  // the loss
-    ir::Graph opt = passes::optimize_forward(fwd, sig, vars, pass_opts_, &c.report);
-    autodiff::GradientOptions go = opts_;
-    go.loss = autodiff::LossSpec{};
-    go.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
-    go.loss.output = lg.loss;
-    go.trainable = params_;
-    c.tg = autodiff::build_training_graph(opt, sig, go);
-    passes::optimize_training(*c.tg.graph, sig, vars, pass_opts_, &c.report);
-  } else {
-    c.tg = autodiff::build_training_graph(*forward_, sig, opts_);
+  // forward + loss → passes (fold, eliminate, fuse) → autodiff → recompute → passes on the whole
+  std::set<std::string> vars(params_.begin(), params_.end());
+  autodiff::LossGraph lg = autodiff::build_loss_graph(*forward_, opts_, sig);
+  ir::Graph fwd = *lg.graph;
+  fwd.outputs.resize(1);  // the loss
+  if (optimize_) fwd = passes::optimize_forward(fwd, sig, vars, pass_opts_, &c.report);
+  autodiff::GradientOptions go = opts_;
+  go.loss = autodiff::LossSpec{};
+  go.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
+  go.loss.output = lg.loss;
+  go.trainable = params_;
+  c.tg = autodiff::build_training_graph(fwd, sig, go);
+  if (pass_opts_.recompute) {
+    passes::RecomputeStats st;
+    passes::recompute_layers(*c.tg.graph, (int)fwd.nodes.size(), &st);
+    c.report.stats.push_back({"recompute_layers", st.nodes_cloned});
+    c.report.recomputed_layers = st.layers;
   }
+  if (optimize_) passes::optimize_training(*c.tg.graph, sig, vars, pass_opts_, &c.report);
   c.session = std::make_unique<runtime::Session>(
       c.tg.graph, std::set<std::string>(params_.begin(), params_.end()));
   auto t1 = std::chrono::steady_clock::now();
   last_build_ms_ = std::chrono::duration<double, std::milli>(t1 - t0).count();
   return graphs_.emplace(key, std::move(c)).first->second;
+}
+
+const runtime::Plan& TrainingSession::plan_for(const std::map<std::string, Tensor>& batch) {
+  Compiled& c = compiled_for(batch);
+  std::map<std::string, TensorMeta> sig;
+  for (auto& [n, t] : batch)
+    if (c.tg.graph->find_input(n)) sig[n] = t.meta();
+  return c.session->plan_for(sig);
 }
 
 const autodiff::TrainingGraph& TrainingSession::training_graph_for(

@@ -42,12 +42,19 @@ class TrainingSession {
     return compiled_for(batch).report;
   }
   // Graph optimization (passes) on or off; off also with ONYX_PASSES=0 in the environment.
-  void set_optimize(bool on, passes::OptimizeOptions o = {}) {
+  void set_optimize(bool on) {
     optimize_ = on;
+    graphs_.clear();
+    eval_graphs_.clear();
+  }
+  void set_pass_options(const passes::OptimizeOptions& o) {
     pass_opts_ = o;
     graphs_.clear();
     eval_graphs_.clear();
   }
+  const passes::OptimizeOptions& pass_options() const { return pass_opts_; }
+  // The runtime plan of the training graph for this batch's signature (built, not run).
+  const runtime::Plan& plan_for(const std::map<std::string, Tensor>& batch);
 
  private:
   struct Compiled {

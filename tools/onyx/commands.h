@@ -16,5 +16,6 @@ Action add_train_command(CLI::App& app);
 Action add_evaluate_command(CLI::App& app);
 Action add_predict_command(CLI::App& app);
 Action add_export_command(CLI::App& app);
+Action add_plan_command(CLI::App& app);
 
 }  // namespace onyx::cli

@@ -4,8 +4,8 @@
 // float32 rows are processed with AVX2 (max-subtracted exp, two-pass mean/variance) and threaded
 // over rows; other float types convert through float32 (or double for float64 softmax). Dropout in
 // training mode draws from Philox4x32-10 keyed on the run seed, the node's seed attribute and the
-// node's output name, indexed by element, so masks do not depend on the thread count (DESIGN
-// decision 10).
+// node's output name (or its rng_key attribute, which recomputed clones carry), indexed by
+// element, so masks do not depend on the thread count (DESIGN decision 10).
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -401,7 +401,9 @@ OpKernel make_dropout_kernel() {
     ONYX_CHECK(ratio >= 0 && ratio <= 1, node.describe(), ": ratio must be in [0, 1), got ", ratio);
     ONYX_CHECK(!mask || mask->dtype() == DType::Bool, node.describe(), ": mask must be bool");
     uint64_t key = mix_seed(ctx.seed ^ mix_seed((uint64_t)node.attr_int("seed", 0) + 0x5eed) ^
-                            fnv1a(node.outputs.empty() ? node.name : node.outputs[0]));
+                            fnv1a(node.has_attr("rng_key") ? node.attr_string("rng_key", "")
+                                  : node.outputs.empty()  ? node.name
+                                                          : node.outputs[0]));
     // keep element i iff its 24-bit uniform (word >> 8) >= ratio * 2^24.
     const uint32_t t24 = (uint32_t)std::ceil(ratio * 16777216.0);
     const double scale = ratio >= 1 ? 0.0 : 1.0 / (1.0 - ratio);

@@ -1,0 +1,115 @@
+// cmd_plan.cc — `onyx plan CONFIG [--batch B] [--key value ...]`: builds the optimized training
+// graph for one batch of the config's training data and prints, before running anything, what a
+// step will do: the passes and the fusions they applied (with counts), the op histogram of the
+// training graph, FLOPs per step, and the planned memory (activation arena, parameters,
+// gradients, optimizer state).
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "data/dataset.h"
+#include "onyx/trainer.h"
+#include "runtime/plan_stats.h"
+#include "train/run_config.h"
+#include "train/training_session.h"
+
+namespace onyx::cli {
+namespace {
+
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
+  return b;
+}
+
+}  // namespace
+
+Action add_plan_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "plan", "print the optimized training step of a config: fusions, ops, FLOPs, memory");
+  struct Opts {
+    std::string config;
+    int64_t batch = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("config", o->config, "config file (.yaml or .json), as for `onyx train`")
+      ->required();
+  cmd->add_option("--batch", o->batch, "batch size (default: per_device_train_batch_size)");
+  cmd->allow_extras();
+  return [o, cmd]() {
+    auto cfg = train::load_run_config(o->config, train::parse_overrides(cmd->remaining()));
+    ONYX_CHECK(!cfg.train_data.empty(), "config '", o->config, "': 'train_data' is missing");
+    auto ds = train::dataset_from_spec(cfg.train_data, cfg, "train_data");
+    int64_t batch = o->batch > 0 ? o->batch : cfg.args.per_device_train_batch_size;
+    ONYX_CHECK(ds->size() > 0, "config '", o->config, "': the training data is empty");
+    batch = std::min<int64_t>(batch, ds->size());
+    Trainer t(train::model_from_config(cfg), cfg.args, ds, nullptr);
+    train::TrainingSession& ts = t.session();
+    auto idx = data::make_batches(data::epoch_order(ds->size(), false, 0, 0), batch, false).at(0);
+    auto b = ds->batch(idx);
+
+    std::cout << "model: " << (cfg.model.empty() ? std::string("(model spec)") : cfg.model) << "\n";
+    std::cout << "batch:";
+    for (auto& [n, tn] : b) std::cout << " " << n << " " << dtype_name(tn.dtype()) << shape_str(tn.shape());
+    std::cout << "\n";
+    const auto& tg = ts.training_graph_for(b);
+    const auto& rep = ts.pass_report_for(b);
+    const runtime::Plan& plan = ts.plan_for(b);
+
+    std::cout << "passes (forward graph " << rep.nodes_before << " -> " << rep.nodes_after
+              << " nodes):\n";
+    std::map<std::string, int> totals;
+    std::vector<std::string> order;
+    for (auto& s : rep.stats) {
+      if (!totals.count(s.pass)) order.push_back(s.pass);
+      totals[s.pass] += s.applied;
+    }
+    for (auto& p : order) std::printf("  %-34s %6d\n", p.c_str(), totals[p]);
+    std::cout << "fusions applied:";
+    bool any = false;
+    for (auto& p : order)
+      if (p.find("fusion") != std::string::npos && totals[p] > 0) {
+        std::cout << (any ? ", " : " ") << p << " x" << totals[p];
+        any = true;
+      }
+    std::cout << (any ? "" : " none") << "\n";
+    if (ts.pass_options().recompute)
+      std::cout << "gradient_checkpointing: " << rep.recomputed_layers << " layers recomputed ("
+                << totals["recompute_layers"] << " nodes cloned)\n";
+
+    std::map<std::string, int> hist;
+    for (auto& st : plan.steps) {
+      const ir::Node& n = tg.graph->nodes[st.node];
+      hist[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type]++;
+    }
+    std::vector<std::pair<int, std::string>> rows;
+    for (auto& [op, c] : hist) rows.push_back({c, op});
+    std::sort(rows.rbegin(), rows.rend());
+    std::cout << "training graph: " << plan.steps.size() << " steps (" << tg.backward_nodes
+              << " backward nodes built), ops:\n";
+    for (auto& [c, op] : rows) std::printf("  %-34s %6d\n", op.c_str(), c);
+
+    runtime::FlopCount fc = runtime::count_flops(*tg.graph, plan);
+    std::printf("FLOPs per step: %.2f GFLOP", fc.total / 1e9);
+    for (auto& [op, f] : fc.by_op) std::printf("; %s %.2f", op.c_str(), f / 1e9);
+    std::printf("\n");
+
+    std::set<std::string> bound;
+    for (auto& [p, gname] : tg.gradients) bound.insert(gname);
+    double live = runtime::peak_live_bytes(*tg.graph, plan, bound);
+    double pbytes = 4.0 * (double)ts.params().layout().numel;  // float32
+    std::string opt = cfg.args.optimizer_name();
+    int states = opt.rfind("adamw", 0) == 0 ? 2 : (cfg.args.sgd_momentum != 0 ? 1 : 0);
+    std::cout << "memory plan:\n"
+              << "  activations (peak live)            " << mib(live) << "\n"
+              << "  parameters                         " << mib(pbytes) << "\n"
+              << "  gradients                          " << mib(pbytes) << "\n"
+              << "  optimizer state (" << states << " buffers)        " << mib(states * pbytes) << "\n"
+              << "  total                              "
+              << mib(live + (2 + states) * pbytes) << "\n";
+    return 0;
+  };
+}
+
+}  // namespace onyx::cli
