@@ -140,6 +140,8 @@ class Trainer {
   // model.safetensors (+ onyx_model.json describing the graph source) into `dir`, atomically.
   void save_model(const std::string& dir);
   const TrainerState& state() const { return state_; }
+  // auto_find_batch_size / max_memory: picks the batch size whose planned step fits (train()).
+  void fit_batch_to_memory();
   train::TrainingSession& session();
   void add_callback(std::shared_ptr<TrainerCallback> cb) { callbacks_.push_back(std::move(cb)); }
 

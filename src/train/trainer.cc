@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -565,6 +566,67 @@ PredictionOutput Trainer::predict(const data::Dataset& ds) {
   return po;
 }
 
+// Bytes of a memory size: "6GB", "512MiB", "1.5 GiB", "100000" (bytes); kB/MB/GB are powers of
+// 1000, KiB/MiB/GiB of 1024.
+static double parse_memory_size(const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw Error(cat("max_memory: '", text, "' is not a size (e.g. 6GB, 512MiB, or bytes)"));
+  }
+  std::string unit = text.substr(pos);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  static const std::map<std::string, double> units = {
+      {"", 1},      {"B", 1},          {"kB", 1e3},       {"KB", 1e3}, {"MB", 1e6},
+      {"GB", 1e9},  {"TB", 1e12},      {"KiB", 1024.0},   {"MiB", 1048576.0},
+      {"GiB", 1073741824.0},           {"TiB", 1099511627776.0}};
+  auto it = units.find(unit);
+  ONYX_CHECK(it != units.end() && v > 0, "max_memory: '", text,
+             "' is not a size (e.g. 6GB, 512MiB, or bytes)");
+  return v * it->second;
+}
+
+// MemAvailable of /proc/meminfo in bytes (0 when unknown).
+static double available_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+void Trainer::fit_batch_to_memory() {
+  auto& a = args_;
+  if (!a.auto_find_batch_size && !a.max_memory) return;
+  double budget = a.max_memory ? parse_memory_size(*a.max_memory) : 0.9 * available_memory();
+  if (budget <= 0) return;  // no budget known: nothing to fit
+  auto& ts = *impl_->ts;
+  int states = impl_->opt->name().rfind("adamw", 0) == 0 ? 2 : (a.sgd_momentum != 0 ? 1 : 0);
+  int64_t b = std::min<int64_t>(a.per_device_train_batch_size, train_ds_->size());
+  const int64_t asked = a.per_device_train_batch_size;
+  double need = 0;
+  for (;;) {
+    auto idx = data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0), b, false).at(0);
+    need = ts.planned_step_bytes(train_ds_->batch(idx), states);
+    if (need <= budget || !a.auto_find_batch_size || b == 1) break;
+    b = std::max<int64_t>(1, b / 2);
+  }
+  ts.set_pass_options(ts.pass_options());  // drop the graphs planned for batches not used
+  auto mib = [](double x) { return cat((int64_t)std::llround(x / 1048576.0), " MiB"); };
+  ONYX_CHECK(need <= budget, "a training step at batch ", b, " is planned to need ", mib(need),
+             ", more than the memory budget of ", mib(budget),
+             a.max_memory ? cat(" (max_memory ", *a.max_memory, ")") : std::string(" (available memory)"),
+             a.auto_find_batch_size ? "" : "; set auto_find_batch_size to search a smaller batch");
+  if (b != asked)
+    std::cerr << "auto_find_batch_size: per_device_train_batch_size " << asked << " -> " << b
+              << " (a step is planned to need " << mib(need) << " of " << mib(budget) << ")\n";
+  a.per_device_train_batch_size = b;
+}
+
 TrainOutput Trainer::train() {
   ONYX_CHECK(train_ds_, "train: no train dataset");
   auto& I = *impl_;
@@ -581,6 +643,7 @@ TrainOutput Trainer::train() {
     f.close();
     fs::remove(probe);
   }
+  fit_batch_to_memory();
   bool shuffle = a.train_sampling_strategy == "random";
   int64_t n_batches = (int64_t)data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0),
                                                   a.per_device_train_batch_size, a.dataloader_drop_last).size();

@@ -2,6 +2,8 @@
 // buffers.
 #include "train/training_session.h"
 
+#include "runtime/plan_stats.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -76,6 +78,19 @@ const runtime::Plan& TrainingSession::plan_for(const std::map<std::string, Tenso
   for (auto& [n, t] : batch)
     if (c.tg.graph->find_input(n)) sig[n] = t.meta();
   return c.session->plan_for(sig);
+}
+
+double TrainingSession::planned_activation_bytes(const std::map<std::string, Tensor>& batch) {
+  const autodiff::TrainingGraph& tg = compiled_for(batch).tg;
+  std::set<std::string> bound;
+  for (auto& [p, g] : tg.gradients) bound.insert(g);
+  return runtime::peak_live_bytes(*tg.graph, plan_for(batch), bound);
+}
+
+double TrainingSession::planned_step_bytes(const std::map<std::string, Tensor>& batch,
+                                           int optimizer_buffers) {
+  double params = (double)param_buf_.flat().nbytes();
+  return planned_activation_bytes(batch) + (2 + optimizer_buffers) * params;
 }
 
 const autodiff::TrainingGraph& TrainingSession::training_graph_for(

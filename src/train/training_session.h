@@ -53,6 +53,11 @@ class TrainingSession {
     eval_graphs_.clear();
   }
   const passes::OptimizeOptions& pass_options() const { return pass_opts_; }
+  // Planned bytes of one training step at this batch: activation peak + parameters + gradients
+  // + `optimizer_buffers` moment buffers of the parameters' size.
+  double planned_step_bytes(const std::map<std::string, Tensor>& batch, int optimizer_buffers);
+  // Planned activation bytes alone (the arena's peak).
+  double planned_activation_bytes(const std::map<std::string, Tensor>& batch);
   // The runtime plan of the training graph for this batch's signature (built, not run).
   const runtime::Plan& plan_for(const std::map<std::string, Tensor>& batch);
 

@@ -1,0 +1,163 @@
+"""test_plan.py — `onyx plan` and the memory options on the benchmark's three models, exported
+from PyTorch at opset 14 as users export them (bench/bench_models.py: bert-mini, gpt2-tiny,
+vit-tiny; LayerNorm and GELU decomposed, shape subgraphs, Dropout nodes).
+
+Cases (one PASS / FAIL line each):
+  plan-<model>       `onyx plan CONFIG` names every fusion the model should get, with counts:
+                     LayerNorm (one per norm), GELU (one per layer), attention (one per layer),
+                     linear (every projection), and for gpt2-tiny the LM-head cross-entropy; the
+                     FLOPs per step it prints equal the benchmark's analytic count within 1%.
+  checkpointing      `--gradient_checkpointing true` cuts bert-mini's planned activation memory
+                     by at least 40%.
+  max-memory-*       a max_memory budget below the planned step: exit 1 naming batch, need and
+                     budget; with auto_find_batch_size the batch is halved until it fits and the
+                     run trains; a malformed size is an error naming it.
+
+Run: ONYX=build/onyx /usr/bin/python3 tests/cli/test_plan.py [substring-filter]
+Ends with "N passed, M failed".
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import bench_models  # noqa: E402
+import train_bench  # noqa: E402
+
+ONYX = os.environ.get("ONYX", os.path.join(REPO, "build", "onyx"))
+
+# fusion -> expected count per model (None: at least one)
+EXPECT = {
+    "bert-mini": {"layer_norm_fusion": 9, "gelu_fusion": 4, "attention_fusion": 4,
+                  "linear_fusion": None},
+    "gpt2-tiny": {"layer_norm_fusion": 9, "gelu_fusion": 4, "attention_fusion": 4,
+                  "linear_fusion": None, "cross_entropy_fusion": 1},
+    "vit-tiny": {"layer_norm_fusion": 13, "gelu_fusion": 6, "attention_fusion": 6,
+                 "linear_fusion": None},
+}
+
+
+def run(args, timeout=600):
+    return subprocess.run([ONYX] + args, capture_output=True, text=True, timeout=timeout)
+
+
+def write_config(mdir, name, **extra):
+    spec = bench_models.SPECS[name]
+    cfg = {"model": os.path.join(mdir, "model.onnx"), "loss": "loss",
+           "train_data": os.path.join(mdir, "train.safetensors"),
+           "output_dir": os.path.join(mdir, "out"), "max_steps": 1,
+           "per_device_train_batch_size": spec["batch"], "save_strategy": "no",
+           "eval_strategy": "no", "disable_tqdm": True, "logging_steps": 1,
+           "train_sampling_strategy": "sequential"}
+    cfg.update(extra)
+    path = os.path.join(mdir, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def fusions_of(out):
+    m = re.search(r"^fusions applied:(.*)$", out, re.M)
+    if not m:
+        return None
+    found = {}
+    for part in m.group(1).split(","):
+        mm = re.match(r"\s*(\w+) x(\d+)", part)
+        if mm:
+            found[mm.group(1)] = int(mm.group(2))
+    return found
+
+
+def gflops_of(out):
+    m = re.search(r"^FLOPs per step: ([\d.]+) GFLOP", out, re.M)
+    return float(m.group(1)) if m else None
+
+
+def activations_mib(out):
+    m = re.search(r"activations \([^)]*\)\s+([\d.]+) MiB", out)
+    return float(m.group(1)) if m else None
+
+
+def main():
+    filt = sys.argv[1] if len(sys.argv) > 1 else ""
+    results = []
+
+    def report(ok, name, msg):
+        results.append(ok)
+        print(("PASS " if ok else "FAIL ") + name + ": " + msg, flush=True)
+
+    tmp = tempfile.mkdtemp(prefix="onyx_plan_test_")
+    try:
+        mdirs = {}
+        for name, spec in bench_models.SPECS.items():
+            if filt and filt not in "plan-" + name and not (name == "bert-mini" and filt in
+                                                             "checkpointing max-memory"):
+                continue
+            mdirs[name] = os.path.join(tmp, name)
+            train_bench.prepare(name, spec, mdirs[name], 2)
+        for name in mdirs:
+            if filt and filt not in "plan-" + name:
+                continue
+            cfg = write_config(mdirs[name], name)
+            r = run(["plan", cfg])
+            if r.returncode != 0:
+                report(False, "plan-" + name, "exit %d: %s" % (r.returncode, r.stderr.strip()[-400:]))
+                continue
+            found = fusions_of(r.stdout) or {}
+            problems = []
+            for fusion, want in EXPECT[name].items():
+                got = found.get(fusion, 0)
+                if (want is None and got < 1) or (want is not None and got != want):
+                    problems.append("%s x%d (want %s)" % (fusion, got, want or ">= 1"))
+            gf = gflops_of(r.stdout)
+            analytic = bench_models.SPECS[name]["flops"](bench_models.SPECS[name]["batch"]) / 1e9
+            if gf is None or abs(gf - analytic) > 0.01 * analytic:
+                problems.append("FLOPs %s GFLOP vs analytic %.2f" % (gf, analytic))
+            report(not problems, "plan-" + name,
+                   ("; ".join(problems) if problems else "fusions %s; %.2f GFLOP/step (analytic %.2f)"
+                    % (", ".join("%s x%d" % kv for kv in sorted(found.items())), gf, analytic)))
+
+        if "bert-mini" in mdirs and (not filt or filt in "checkpointing"):
+            cfg = write_config(mdirs["bert-mini"], "bert-mini")
+            a = run(["plan", cfg])
+            b = run(["plan", cfg, "--gradient_checkpointing", "true"])
+            ma, mb = activations_mib(a.stdout), activations_mib(b.stdout)
+            ok = a.returncode == 0 and b.returncode == 0 and ma and mb and mb <= 0.6 * ma
+            report(bool(ok), "checkpointing",
+                   "bert-mini planned activations %s MiB -> %s MiB with gradient_checkpointing (%s)"
+                   % (ma, mb, "-%.0f%%" % (100 * (1 - mb / ma)) if ma and mb else "?"))
+
+        if "bert-mini" in mdirs and (not filt or filt in "max-memory"):
+            cfg = write_config(mdirs["bert-mini"], "bert-mini")
+            r = run(["train", cfg, "--max_memory", "100MB"])
+            ok = (r.returncode == 1 and "batch 16" in r.stderr and "max_memory 100MB" in r.stderr
+                  and not os.path.exists(os.path.join(mdirs["bert-mini"], "out", "model.safetensors")))
+            report(ok, "max-memory-over-budget", r.stderr.strip().splitlines()[-1] if r.stderr else
+                   "exit %d, no message" % r.returncode)
+            plan = run(["plan", cfg, "--batch", "4"])
+            # a budget that fits batch 4 but not 16: auto_find_batch_size halves 16 -> 8 -> 4
+            m = re.search(r"^\s+total\s+([\d.]+) MiB", plan.stdout, re.M)
+            budget = int(float(m.group(1)) * 1.05 * 1048576) if m else 0
+            r = run(["train", cfg, "--max_memory", str(budget), "--auto_find_batch_size", "true"])
+            ok = r.returncode == 0 and re.search(r"per_device_train_batch_size 16 -> (4|8)", r.stderr)
+            report(bool(ok), "max-memory-auto-find",
+                   (r.stderr.strip().splitlines() or ["(no output)"])[-1] if r.returncode == 0 else
+                   "exit %d: %s" % (r.returncode, r.stderr.strip()[-300:]))
+            r = run(["train", cfg, "--max_memory", "lots"])
+            ok = r.returncode == 1 and "max_memory: 'lots' is not a size" in r.stderr
+            report(ok, "max-memory-malformed", r.stderr.strip()[-200:])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    passed = sum(1 for x in results if x)
+    print("%d passed, %d failed" % (passed, len(results) - passed))
+    sys.exit(0 if passed == len(results) else 1)
+
+
+if __name__ == "__main__":
+    main()
