@@ -51,6 +51,7 @@ If `onyx train` fails for a model, its row records the failure message and the b
 import argparse
 import datetime
 import json
+import re
 import os
 import platform
 import shutil
@@ -264,9 +265,7 @@ def prepare(name, spec, mdir, n_batches):
 # onyx
 
 
-def run_onyx(onyx, name, spec, mdir, steps, warmup, threads=0):
-    """threads 0: onyx's default (all cores); N > 0: `onyx --threads N train ...`."""
-    tag = f"onyx_t{threads}"
+def write_onyx_config(name, spec, mdir, steps, tag):
     out_dir = os.path.join(mdir, tag + "_out")
     shutil.rmtree(out_dir, ignore_errors=True)
     cfg = {
@@ -281,6 +280,38 @@ def run_onyx(onyx, name, spec, mdir, steps, warmup, threads=0):
     cfg_path = os.path.join(mdir, tag + "_config.json")  # JSON is valid YAML
     with open(cfg_path, "w") as f:
         json.dump(cfg, f, indent=1)
+    return cfg_path, out_dir
+
+
+def run_plan(onyx, name, spec, mdir):
+    """`onyx plan` of the benchmark config, without and with gradient_checkpointing: the fusions
+    applied (with counts), FLOPs per step and the planned memory."""
+    cfg_path, _ = write_onyx_config(name, spec, mdir, 1, "plan")
+    res = {}
+    for key, extra in (("plain", []), ("checkpointing", ["--gradient_checkpointing", "true"])):
+        p = subprocess.run([onyx, "plan", cfg_path] + extra, capture_output=True, text=True,
+                           timeout=600)
+        if p.returncode != 0:
+            res[key] = {"error": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]}
+            continue
+        r = {"text": p.stdout}
+        m = re.search(r"^fusions applied:(.*)$", p.stdout, re.M)
+        r["fusions"] = {mm.group(1): int(mm.group(2))
+                        for mm in re.finditer(r"(\w+) x(\d+)", m.group(1) if m else "")}
+        m = re.search(r"^FLOPs per step: ([\d.]+) GFLOP", p.stdout, re.M)
+        r["gflop"] = float(m.group(1)) if m else None
+        for field, pat in (("activations_mib", r"activations \([^)]*\)\s+([\d.]+) MiB"),
+                           ("total_mib", r"^\s+total\s+([\d.]+) MiB")):
+            m = re.search(pat, p.stdout, re.M)
+            r[field] = float(m.group(1)) if m else None
+        res[key] = r
+    return res
+
+
+def run_onyx(onyx, name, spec, mdir, steps, warmup, threads=0):
+    """threads 0: onyx's default (all cores); N > 0: `onyx --threads N train ...`."""
+    tag = f"onyx_t{threads}"
+    cfg_path, out_dir = write_onyx_config(name, spec, mdir, steps, tag)
     stamps = []  # (step, perf_counter) of each per-step log line
 
     def on_line(line, now):
@@ -400,6 +431,14 @@ def bench_model(name, spec, args, workdir, log):
     row.update(prepare(name, spec, mdir, curve))
     log(f"[{name}] exported ({row['params'] / 1e6:.2f}M params, {row['onnx_mb']:.0f} MB ONNX, "
         f"{row['flops_per_step'] / 1e9:.1f} GFLOP/step) in {time.time() - t0:.0f}s")
+
+    row["plan"] = run_plan(args.onyx, name, spec, mdir)
+    pl, pc = row["plan"].get("plain", {}), row["plan"].get("checkpointing", {})
+    if "error" in pl:
+        log(f"[{name}] onyx plan FAILED: {pl['error']}")
+    else:
+        log(f"[{name}] onyx plan: fusions {pl['fusions']}; {pl['gflop']} GFLOP/step; activations "
+            f"{pl['activations_mib']} MiB, with gradient_checkpointing {pc.get('activations_mib')} MiB")
 
     row["onyx_runs"] = []
     for i, th in enumerate(args.onyx_threads):
@@ -565,6 +604,29 @@ def plot(rows, path):
     return None
 
 
+def plans(rows):
+    md = ["| model | fusions applied (count) | GFLOP/step (graph) | planned activations MiB | "
+          "with gradient_checkpointing MiB | cut | planned step total MiB |",
+          "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p = r.get("plan", {})
+        a, c = p.get("plain", {}), p.get("checkpointing", {})
+        if not a or "error" in a:
+            md.append(f"| {r['model']} | {a.get('error', 'not run')} | | | | | |")
+            continue
+        cut = (1 - c["activations_mib"] / a["activations_mib"]) if c.get("activations_mib") and \
+            a.get("activations_mib") else None
+        md.append(f"| {r['model']} | " + ", ".join(f"{k} {v}" for k, v in sorted(a["fusions"].items()))
+                  + f" | {fmt(a['gflop'], '{:.2f}')} | {fmt(a['activations_mib'])} | "
+                  f"{fmt(c.get('activations_mib'))} | {fmt(cut and 100 * cut, '{:.0f}%')} | "
+                  f"{fmt(a['total_mib'])} |")
+    md.append("")
+    md.append("Planned activations: the peak of activation bytes alive at once over the training step "
+              "(the arena must hold at least this); the total adds parameters, gradients and AdamW's two "
+              "moment buffers.")
+    return "\n".join(md)
+
+
 def write_report(path, rows, meta):
     ceiling = meta["sgemm_ceiling"]
     md = [
@@ -614,6 +676,10 @@ def write_report(path, rows, meta):
         "- GFLOP/s: analytic FLOPs per step / median step time; FLOPs = 6 × Σ(matmul weight numel × rows "
         "it multiplies) + 12 × L × B × T² × C (attention), see bench/bench_models.py.",
         "- The machine is shared: timings are noisy; compare ratios measured in the same run.",
+        "",
+        "## What onyx does to each model (`onyx plan`, printed before anything runs)",
+        "",
+        plans(rows),
         "",
         "## Details",
         "",

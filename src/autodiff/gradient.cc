@@ -52,6 +52,8 @@ GradRegistry& GradRegistry::instance() {
     register_shape_grads(*r);
     register_nn_grads(*r);
     register_reduce_grads(*r);
+    register_attention_grads(*r);
+    register_loss_grads(*r);
     return r;
   }();
   return *reg;
@@ -270,13 +272,15 @@ std::string GradContext::reshape(const std::string& v, const Shape& shape) {
   std::map<std::string, ir::Attribute> attrs;
   bool has_zero = false;
   for (int64_t d : shape) has_zero |= d == 0;
-  if (has_zero && opset() >= 14) attrs["allowzero"] = attr_i(1);
+  // The emitted Reshape / ReduceSum are ai.onnx ops: their form follows the graph's ai.onnx
+  // opset, not the opset of the rule's own domain (an "onyx" rule's is 1).
+  if (has_zero && b_.g.opset("") >= 14) attrs["allowzero"] = attr_i(1);
   return emit1("Reshape", {v, const_i64(shape)}, attrs);
 }
 std::string GradContext::reduce_sum(const std::string& v, const std::vector<int64_t>& axes,
                                     bool keepdims) {
   if (axes.empty()) return v;
-  if (opset() >= 13)
+  if (b_.g.opset("") >= 13)
     return emit1("ReduceSum", {v, const_i64(axes)}, {{"keepdims", attr_i(keepdims)}});
   return emit1("ReduceSum", {v}, {{"axes", attr_ints(axes)}, {"keepdims", attr_i(keepdims)}});
 }

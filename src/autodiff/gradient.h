@@ -131,5 +131,7 @@ void register_matmul_grads(GradRegistry& r);       // MatMul Gemm Conv
 void register_shape_grads(GradRegistry& r);        // Reshape Transpose ... Gather Expand Tile
 void register_nn_grads(GradRegistry& r);           // Softmax LogSoftmax LayerNorm Dropout losses
 void register_reduce_grads(GradRegistry& r);       // ReduceSum ReduceMean ReduceMax ReduceMin
+void register_attention_grads(GradRegistry& r);    // onyx.Attention
+void register_loss_grads(GradRegistry& r);         // onyx.LinearCrossEntropy (fused LM head + loss)
 
 }  // namespace onyx::autodiff

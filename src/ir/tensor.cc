@@ -2,21 +2,9 @@
 #include "onyx/tensor.h"
 
 #include <cstdlib>
-#include <malloc.h>
 #include <sstream>
 
 namespace onyx {
-
-namespace {
-// Activations are allocated and freed every step. glibc serves large blocks with fresh mmaps,
-// so every step would pay first-touch page faults on every activation; keeping large blocks in
-// the heap lets freed buffers be reused warm (until the memory planner's arena replaces this).
-const bool heap_tuned = [] {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  return true;
-}();
-}  // namespace
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;

@@ -47,6 +47,11 @@ void cleanup(ir::Graph& g, PassContext& ctx, PassReport* report) {
 
 const std::vector<Pass>& fusion_passes() {
   static const std::vector<Pass> passes = {
+      {"layer_norm_fusion", fuse_layer_norm},
+      {"gelu_fusion", fuse_gelu},
+      {"linear_fusion", fuse_linear},
+      {"attention_fusion", fuse_attention},
+      {"cross_entropy_fusion", fuse_cross_entropy},
   };
   return passes;
 }

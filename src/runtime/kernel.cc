@@ -46,7 +46,9 @@ KernelRegistry& KernelRegistry::instance() {
     register_shape_kernels(*r);
     register_reduce_kernels(*r);
     register_nn_kernels(*r);
+    register_attention_kernels(*r);
     register_loss_kernels(*r);
+    register_linear_cross_entropy_kernels(*r);
     register_elementwise_grad_kernels(*r);
     register_matmul_grad_kernels(*r);
     register_shape_grad_kernels(*r);

@@ -66,6 +66,11 @@ struct OpKernel {
   // Inputs whose *values* the infer function reads (e.g. Reshape's shape = {1}); used by the
   // planner to decide what to fold. Inputs not listed are only read through their metas.
   std::vector<int> value_inputs;
+  // (output i, input j): output i may be written over input j's memory (the memory planner does
+  // so when input j dies at this node and has the output's element count and element size).
+  // Declare only when compute reads element k of input j before it writes element k of output i
+  // and reads no other element of input j afterwards.
+  std::vector<std::pair<int, int>> inplace;
 };
 
 class KernelRegistry {
@@ -92,7 +97,9 @@ void register_conv_kernels(KernelRegistry& r);         // Conv
 void register_shape_kernels(KernelRegistry& r);        // Reshape, Transpose, Concat, Slice, Gather, ...
 void register_reduce_kernels(KernelRegistry& r);       // Reduce*, ArgMax, CumSum
 void register_nn_kernels(KernelRegistry& r);           // Softmax, LogSoftmax, LayerNormalization, Dropout
+void register_attention_kernels(KernelRegistry& r);    // onyx.Attention, onyx.AttentionGrad
 void register_loss_kernels(KernelRegistry& r);         // SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
+void register_linear_cross_entropy_kernels(KernelRegistry& r);  // onyx.LinearCrossEntropy
 // Fused gradient kernels ("onyx" domain), one file each in src/kernels/cpu/grad_<family>.cc.
 void register_elementwise_grad_kernels(KernelRegistry& r);  // GeluGrad, ReluGrad, ...
 void register_matmul_grad_kernels(KernelRegistry& r);       // ConvGrad, ...

@@ -46,9 +46,9 @@ FlopCount count_flops(const ir::Graph& g, const Plan& plan) {
     } else if (op == "onyx.AttentionGrad" && n.inputs.size() > 2) {
       const TensorMeta* q = meta(n.inputs[1]);
       const TensorMeta* k = meta(n.inputs[2]);
-      // dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q (+ S = Q·Kᵀ again when P is recomputed)
-      if (q && k && q->shape.size() == 3)
-        f = (n.attr_int("recompute", 0) ? 10 : 8) * prod(q->shape) * (double)k->shape[1];
+      // S = Q·Kᵀ again (P is recomputed from the saved log-sum-exp), dP = dO·Vᵀ, dV = Pᵀ·dO,
+      // dQ = dS·K, dK = dSᵀ·Q: five GEMMs of 2·B·T·S·C (causal masking skips none of the count)
+      if (q && k && q->shape.size() == 3) f = 10 * prod(q->shape) * (double)k->shape[1];
     } else if (op == "onyx.LinearCrossEntropy" && b && as.size() == 2 && b->shape.size() == 2) {
       // logits, dH and dW: three (N × V × C) GEMMs
       double v = n.attr_int("transB", 1) ? (double)b->shape[0] : (double)b->shape[1];

@@ -1,4 +1,5 @@
-// session.cc — planner (order, constant folding, static shape inference, lifetimes) and executor.
+// session.cc — planner (order, constant folding, static shape inference, lifetimes, memory plan)
+// and executor (kernels over the session's arena; view ops as views).
 #include "runtime/session.h"
 
 #include <chrono>
@@ -123,6 +124,8 @@ std::vector<Tensor> run_node(const ir::Node& node, int64_t opset, const std::vec
 Session::Session(std::shared_ptr<const ir::Graph> graph, std::set<std::string> parameters)
     : graph_(std::move(graph)), parameters_(std::move(parameters)) {
   order_ = ir::topological_order(*graph_);
+  const char* mp = std::getenv("ONYX_MEMORY_PLAN");  // ONYX_MEMORY_PLAN=0: heap per value
+  memory_planning_ = !(mp && std::string(mp) == "0");
   for (auto& p : parameters_)
     ONYX_CHECK(graph_->initializers.count(p), "parameter '", p, "' is not an initializer");
 }
@@ -235,6 +238,7 @@ const Plan& Session::plan_for(const std::map<std::string, TensorMeta>& signature
   for (auto& [name, s] : last_use)
     if (!graph_outputs.count(name) && !plan->constants.count(name))
       plan->steps[s].free_after.push_back(name);
+  if (memory_planning_) plan_memory(g, *plan, graph_outputs);
 
   auto& ref = *plan;
   plans_[key] = std::move(plan);
@@ -286,6 +290,17 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
                ") is missing");
 
   const Plan& plan = plan_for(sig);
+  if (g_profile.enabled && reported_.insert(&plan).second && plan.memory.arena_bytes > (1 << 20))
+    std::fprintf(stderr, "onyx plan (%zu steps): %s\n", plan.steps.size(),
+                 plan.memory.summary().c_str());
+  if (plan.memory.arena_bytes > arena_bytes_) {  // grown once per larger plan, then reused
+    arena_.reset();
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(kArenaAlignment, plan.memory.arena_bytes));
+    ONYX_CHECK(p != nullptr, "out of memory allocating the ", plan.memory.arena_bytes,
+               "-byte activation arena");
+    arena_ = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
+    arena_bytes_ = plan.memory.arena_bytes;
+  }
   std::unordered_map<std::string, Tensor> values;
   for (auto& [name, t] : inputs) values[name] = t;
   for (auto& p : parameters_)
@@ -301,6 +316,14 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   for (auto& step : plan.steps) {
     const ir::Node& node = g.nodes[step.node];
     int64_t opset = g.opset(node.domain);
+    // A view op: output 0 is input 0 under another shape (unless it must land in bound storage).
+    if (step.alias && !opts.bound_outputs.count(node.outputs[0])) {
+      const Tensor* x = lookup(node.inputs[0]);
+      ONYX_CHECK(x, node.describe(), ": input '", node.inputs[0], "' has no value");
+      values[node.outputs[0]] = x->reshaped(step.output_metas[0].shape);
+      for (auto& name : step.free_after) values.erase(name);
+      continue;
+    }
     std::vector<const Tensor*> in;
     std::vector<TensorMeta> in_metas(node.inputs.size());
     std::vector<const TensorMeta*> meta_ptrs;
@@ -341,6 +364,10 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
                      shape_str(metas[i].shape));
           outs[i] = bound->second;
           kc.accumulate = opts.accumulate;
+        } else if (!step.dynamic && i < step.output_offsets.size() &&
+                   step.output_offsets[i] >= 0) {
+          outs[i] = Tensor::wrap(metas[i].dtype, metas[i].shape,
+                                 arena_.get() + step.output_offsets[i], arena_);
         } else {
           outs[i] = Tensor(metas[i].dtype, metas[i].shape);
         }
@@ -369,7 +396,10 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   for (auto& o : g.outputs) {
     const Tensor* t = lookup(o.name);
     ONYX_CHECK(t, "graph output '", o.name, "' was not produced");
-    result[o.name] = *t;
+    // The next run reuses the arena: what the caller keeps must not live there.
+    const uint8_t* p = static_cast<const uint8_t*>(t->raw());
+    bool in_arena = arena_ && p >= arena_.get() && p < arena_.get() + arena_bytes_;
+    result[o.name] = in_arena ? t->clone() : *t;
   }
   return result;
 }

@@ -4,7 +4,10 @@
 // order, constants folded (initializers, Constant nodes, and everything computable from them and
 // from input *shapes*, which folds PyTorch's Shape→Gather→Concat→Reshape subgraphs), inferred
 // output metas of every static node, and the step after which each value can be freed.
-// Plans are cached by signature (DESIGN decision 2).
+// Plans are cached by signature (DESIGN decision 2). Each plan also carries a memory plan
+// (runtime/memory_plan.h): static activations and temporaries live at planned offsets of one
+// arena that the session keeps across runs; view ops alias their input; declared in-place
+// kernels write over an input that dies at that step.
 #pragma once
 #include <map>
 #include <set>
@@ -15,6 +18,7 @@
 
 #include "ir/graph.h"
 #include "runtime/kernel.h"
+#include "runtime/memory_plan.h"
 
 namespace onyx::runtime {
 
@@ -37,6 +41,10 @@ struct PlanStep {
   bool dynamic;                           // infer re-run at run time (shapes depend on run-time values)
   std::vector<TensorMeta> output_metas;   // valid when !dynamic
   std::vector<std::string> free_after;    // values whose last use is this step
+  // Memory plan, per output: byte offset in the session's arena, or -1 (allocated at run time:
+  // graph outputs, dynamic steps). When `alias`, output 0 is a view of input 0 (no kernel runs).
+  std::vector<int64_t> output_offsets;
+  bool alias = false;
 };
 
 struct Plan {
@@ -44,6 +52,7 @@ struct Plan {
   std::unordered_map<std::string, Tensor> constants;  // folded values (incl. initializers)
   std::unordered_map<std::string, TensorMeta> metas;  // every value with a static meta
   int folded_nodes = 0;
+  MemoryPlan memory;  // arena offsets and planned peak bytes (printable before anything runs)
 };
 
 class Session {
@@ -58,8 +67,26 @@ class Session {
   // Runs the graph; inputs by graph-input name. Returns every graph output by name.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs,
                                     const RunOptions& opts = {});
-  // The plan for an input signature (compiled on first use, then cached).
+  // The plan for an input signature (compiled on first use, then cached). Nothing runs:
+  // plan_for(sig).memory.planned_peak_bytes is the memory the run will need (`onyx plan`).
   const Plan& plan_for(const std::map<std::string, TensorMeta>& signature);
+  // The arena shared by this session's plans (they never run at the same time); grown to the
+  // largest plan run so far and kept across runs. Null before the first run.
+  const void* arena_data() const { return arena_.get(); }
+  size_t arena_bytes() const { return arena_bytes_; }
+  // Frees the arena (the next run allocates it again). For long pauses between runs: after an
+  // evaluation pass, at the end of training before the final save.
+  void release_arena() {
+    arena_.reset();
+    arena_bytes_ = 0;
+  }
+  // Memory planning on (default) or off (ONYX_MEMORY_PLAN=0): off allocates every value on the
+  // heap and copies in view ops, as before the planner existed. Clears the cached plans.
+  void set_memory_planning(bool on) {
+    memory_planning_ = on;
+    plans_.clear();
+    reported_.clear();
+  }
   size_t cached_plans() const { return plans_.size(); }
   const ir::Graph& graph() const { return *graph_; }
 
@@ -68,6 +95,10 @@ class Session {
   std::set<std::string> parameters_;
   std::vector<int> order_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;
+  std::shared_ptr<uint8_t> arena_;
+  size_t arena_bytes_ = 0;
+  bool memory_planning_ = true;
+  std::set<const Plan*> reported_;  // plans whose memory summary ONYX_PROFILE printed
 };
 
 // Runs one node on concrete inputs (nullptr-free; pass an undefined Tensor for an absent optional

@@ -268,7 +268,14 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   go.loss = model_.loss;
   if (args_.label_smoothing_factor > 0) go.loss.label_smoothing = (float)args_.label_smoothing_factor;
   go.frozen = model_.frozen;
+  const bool sole_owner = model_.graph.use_count() == 1;
   impl_->ts = std::make_unique<train::TrainingSession>(model_.graph, go);
+  // The flat parameter buffer now holds a copy of every trainable initializer. When no one else
+  // holds this graph, its initializers become views of that buffer, so the file's copy is freed
+  // (one parameter set less in peak RSS). A shared graph is left alone: another trainer built
+  // from the same Model must still see the initial weights.
+  if (sole_owner)
+    for (auto& p : impl_->ts->parameters()) model_.graph->initializers[p] = impl_->ts->params().view(p);
   passes::OptimizeOptions po;
   po.recompute = args_.gradient_checkpointing;
   impl_->ts->set_pass_options(po);
@@ -510,6 +517,7 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
     if (!label_name.empty() && batch.count(label_name)) labels.push_back(batch[label_name]);
     for (auto& cb : callbacks_) cb->on_prediction_step(args_, state_, control_);
   }
+  ts.release_activation_memory(false);  // training resumes: its arena, not evaluation's, is needed
   auto concat = [](const std::vector<Tensor>& ts) -> Tensor {
     if (ts.empty()) return {};
     Shape s = ts[0].shape();
@@ -773,6 +781,7 @@ TrainOutput Trainer::train() {
     if (!finished_epoch) break;
   }
   I.progress->finish();
+  I.ts->release_activation_memory(true);  // the final save and evaluation need no training arena
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (a.load_best_model_at_end && state_.best_model_checkpoint &&
       fs::exists(fs::path(*state_.best_model_checkpoint) / "model.safetensors")) {

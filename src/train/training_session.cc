@@ -81,10 +81,13 @@ const runtime::Plan& TrainingSession::plan_for(const std::map<std::string, Tenso
 }
 
 double TrainingSession::planned_activation_bytes(const std::map<std::string, Tensor>& batch) {
+  const runtime::Plan& plan = plan_for(batch);
+  if (plan.memory.arena_bytes > 0) return (double)plan.memory.arena_bytes;
+  // No arena (ONYX_MEMORY_PLAN=0): what a fresh allocation per value keeps alive at most.
   const autodiff::TrainingGraph& tg = compiled_for(batch).tg;
   std::set<std::string> bound;
   for (auto& [p, g] : tg.gradients) bound.insert(g);
-  return runtime::peak_live_bytes(*tg.graph, plan_for(batch), bound);
+  return runtime::peak_live_bytes(*tg.graph, plan, bound);
 }
 
 double TrainingSession::planned_step_bytes(const std::map<std::string, Tensor>& batch,

@@ -53,6 +53,14 @@ class TrainingSession {
     eval_graphs_.clear();
   }
   const passes::OptimizeOptions& pass_options() const { return pass_opts_; }
+  // Frees the sessions' activation arenas (each comes back on its session's next run): the
+  // evaluation ones after an evaluation pass, the training ones too when training ends.
+  void release_activation_memory(bool training_too) {
+    for (auto& [k, c] : eval_graphs_) c.session->release_arena();
+    if (forward_session_) forward_session_->release_arena();
+    if (training_too)
+      for (auto& [k, c] : graphs_) c.session->release_arena();
+  }
   // Planned bytes of one training step at this batch: activation peak + parameters + gradients
   // + `optimizer_buffers` moment buffers of the parameters' size.
   double planned_step_bytes(const std::map<std::string, Tensor>& batch, int optimizer_buffers);

@@ -22,6 +22,8 @@ static const std::vector<Case>& all_cases() {
 #include "gradcheck_matmul.inc"
 #include "gradcheck_shape.inc"
 #include "gradcheck_nn.inc"
+#include "gradcheck_loss.inc"
+#include "gradcheck_attention.inc"
   };
   return cases;
 }

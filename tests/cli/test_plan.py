@@ -6,7 +6,8 @@ Cases (one PASS / FAIL line each):
   plan-<model>       `onyx plan CONFIG` names every fusion the model should get, with counts:
                      LayerNorm (one per norm), GELU (one per layer), attention (one per layer),
                      linear (every projection), and for gpt2-tiny the LM-head cross-entropy; the
-                     FLOPs per step it prints equal the benchmark's analytic count within 1%.
+                     FLOPs per step it prints are within [-1%, +5%] of the benchmark's analytic
+                     count (the graph also counts attention's recomputed scores in backward).
   checkpointing      `--gradient_checkpointing true` cuts bert-mini's planned activation memory
                      by at least 40%.
   max-memory-*       a max_memory budget below the planned step: exit 1 naming batch, need and
@@ -117,7 +118,9 @@ def main():
                     problems.append("%s x%d (want %s)" % (fusion, got, want or ">= 1"))
             gf = gflops_of(r.stdout)
             analytic = bench_models.SPECS[name]["flops"](bench_models.SPECS[name]["batch"]) / 1e9
-            if gf is None or abs(gf - analytic) > 0.01 * analytic:
+            # The graph count is what runs: the analytic count plus attention's recomputed scores
+            # in backward (P is rebuilt from the saved log-sum-exp), a few percent.
+            if gf is None or not (0.99 * analytic <= gf <= 1.05 * analytic):
                 problems.append("FLOPs %s GFLOP vs analytic %.2f" % (gf, analytic))
             report(not problems, "plan-" + name,
                    ("; ".join(problems) if problems else "fusions %s; %.2f GFLOP/step (analytic %.2f)"

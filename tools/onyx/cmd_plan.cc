@@ -98,16 +98,19 @@ Action add_plan_command(CLI::App& app) {
     std::set<std::string> bound;
     for (auto& [p, gname] : tg.gradients) bound.insert(gname);
     double live = runtime::peak_live_bytes(*tg.graph, plan, bound);
+    double arena = ts.planned_activation_bytes(b);
     double pbytes = 4.0 * (double)ts.params().layout().numel;  // float32
     std::string opt = cfg.args.optimizer_name();
     int states = opt.rfind("adamw", 0) == 0 ? 2 : (cfg.args.sgd_momentum != 0 ? 1 : 0);
-    std::cout << "memory plan:\n"
-              << "  activations (peak live)            " << mib(live) << "\n"
+    std::cout << "memory plan: " << plan.memory.summary() << "\n"
+              << "  activations (arena)                " << mib(arena) << "  (" << mib(live)
+              << " live at the peak; " << mib((double)plan.memory.kept_bytes)
+              << " kept for backward)\n"
               << "  parameters                         " << mib(pbytes) << "\n"
               << "  gradients                          " << mib(pbytes) << "\n"
               << "  optimizer state (" << states << " buffers)        " << mib(states * pbytes) << "\n"
               << "  total                              "
-              << mib(live + (2 + states) * pbytes) << "\n";
+              << mib(arena + (2 + states) * pbytes) << "\n";
     return 0;
   };
 }

@@ -6,6 +6,10 @@
 //   dB = A^T · dY  → onyx MatMulGradB(A, dY) when B has no batch (a weight): ONE GEMM over B·T rows
 //                    with transA; else onyx MatMulT(A, dY, transA=1) per batch, then reduced.
 // Gemm: the transposes become Gemm flags of the emitted Gemms (no Transpose nodes); dC = beta·dY.
+// onyx MatMulT(A, B, bias?) (the Linear layers of passes/linear_fusion.cc): Y = alpha·op(A)·op(B)
+//   + bias. dA and dB are MatMulTs with flags; when B is one matrix (a weight), dB is ONE
+//   MatMulGradB GEMM over every leading row (transB: dW = dY^T·X = MatMulGradB(dY, X)); the bias
+//   gradient is dY summed over every leading dim (onyx BiasGrad, a column-sum kernel).
 // Conv: onyx ConvGradInput / ConvGradWeight (im2col + GEMM, grad_matmul.cc) with auto_pad resolved
 // to explicit pads here; the bias gradient is ReduceSum over N and the spatial dims.
 #include "autodiff/gradient.h"
@@ -88,6 +92,52 @@ void gemm_rule(GradContext& c) {
   }
 }
 
+// onyx MatMulT: Y (...,M,N) = alpha · op(A) · op(B) + bias, op(X) = X or X^T (last two dims).
+//   dA = alpha · dY · op(B)^T   (transA = 0)      dA = alpha · op(B) · dY^T   (transA = 1)
+//   dB = alpha · op(A)^T · dY   (transB = 0)      dB = alpha · dY^T · op(A)   (transB = 1)
+// Each product is one MatMulT with flags (op(B)^T is B with the flag flipped). The results have
+// the broadcast batch shape; GradContext::set sums them down to the operand's own batch dims.
+void matmul_t_rule(GradContext& c) {
+  // Read everything from the node first: emitting nodes may reallocate the graph's node list.
+  const bool ta = c.node().attr_int("transA", 0) != 0, tb = c.node().attr_int("transB", 0) != 0;
+  const float alpha = c.node().attr_float("alpha", 1.f);
+  const bool has_bias = c.num_inputs() > 2 && !c.I(2).empty();
+  std::string dy = c.GO(0);  // (...,M,N)
+  std::string A = c.I(0), B = c.I(1);
+  auto mmt = [&](const std::string& x, bool tx, const std::string& z, bool tz) {
+    std::map<std::string, ir::Attribute> at;
+    if (tx) at["transA"] = attr_i(1);
+    if (tz) at["transB"] = attr_i(1);
+    if (alpha != 1.f) at["alpha"] = attr_f(alpha);
+    return c.emit1("MatMulT", {x, z}, at, "onyx");
+  };
+  // Contributes g to input i: a reshape when only size-1 dims differ, else a batch reduction.
+  auto give = [&](int i, const std::string& g) {
+    const Shape& want = c.meta(c.I(i)).shape;
+    if (c.meta(g).shape != want && shape_numel(c.meta(g).shape) == shape_numel(want))
+      return c.set(i, c.reshape(g, want));
+    c.set(i, g);
+  };
+  if (c.needs(0)) give(0, ta ? mmt(B, tb, dy, true) : mmt(dy, false, B, !tb));
+  if (c.needs(1)) {
+    const Shape& bs = c.meta(B).shape;
+    const Shape& as = c.meta(A).shape;
+    if (batch_numel(bs) == 1 && !ta && batch_numel(as) == batch_numel(c.meta(dy).shape)) {
+      // One weight matrix: ONE GEMM over every leading row of A and dY.
+      std::map<std::string, ir::Attribute> at;
+      if (alpha != 1.f) at["alpha"] = attr_f(alpha);
+      give(1, tb ? c.emit1("MatMulGradB", {dy, A}, at, "onyx")    // (N,K) = dY^T · A
+                 : c.emit1("MatMulGradB", {A, dy}, at, "onyx"));  // (K,N) = A^T · dY
+    } else {
+      give(1, tb ? mmt(dy, true, A, ta) : mmt(A, !ta, dy, false));
+    }
+  }
+  if (has_bias && c.needs(2)) {
+    // bias (N): dY summed over every leading dim, one streaming column-sum kernel.
+    c.set(2, c.emit1("BiasGrad", {dy}, {}, "onyx"));
+  }
+}
+
 // Explicit begin/end pads of a Conv (auto_pad resolved the way the forward kernel does).
 std::vector<int64_t> conv_pads(GradContext& c, const Shape& x, const Shape& w) {
   const ir::Node& n = c.node();
@@ -144,6 +194,7 @@ void register_matmul_grads(GradRegistry& r) {
   r.add("", "MatMul", matmul_rule);
   r.add("", "Gemm", gemm_rule);
   r.add("", "Conv", conv_rule);
+  r.add("onyx", "MatMulT", matmul_t_rule);
 }
 
 }  // namespace onyx::autodiff

@@ -177,6 +177,7 @@ void add_binary(KernelRegistry& r, const char* name, L types, Make make) {
       binary_apply<T, T, O>(a, b, out, op);
     });
   };
+  k.inplace = {{0, 0}, {0, 1}};  // out[i] reads a[i], b[i] first (never over a broadcast operand)
   r.add("", name, std::move(k));
 }
 

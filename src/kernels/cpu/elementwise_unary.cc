@@ -366,6 +366,7 @@ void add_unary(KernelRegistry& r, const char* domain, const char* name, L types,
       unary_apply<T>(x.data<T>(), y.data<T>(), x.numel(), op, grain);
     });
   };
+  k.inplace = {{0, 0}};  // y[i] = f(x[i]); x == y is allowed
   r.add(domain, name, std::move(k));
 }
 

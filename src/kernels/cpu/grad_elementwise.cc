@@ -191,6 +191,7 @@ void add_grad_kernel(KernelRegistry& r, const char* name, bool with_bias,
                   bias ? bias->numel() : 1, dx.data<T>(), dx.numel(), block, scalar, grain);
     });
   };
+  k.inplace = {{0, 0}};  // dx may alias dy (never x)
   r.add("onyx", name, std::move(k));
 }
 

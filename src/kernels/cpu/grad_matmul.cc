@@ -1,19 +1,26 @@
 // grad_matmul.cc — fused gradient kernels of the matmul family ("onyx" domain), emitted by the
 // rules in autodiff/gradients/matmul.cc:
-//   MatMulT(A, B)         transA, transB, alpha   Y = alpha · op(A) · op(B), numpy batch broadcast,
-//                                                 op(X) swaps X's last two dims (no copy: GEMM flags)
+//   MatMulT(A, B, bias?)  transA, transB, alpha   Y = alpha · op(A) · op(B) (+ bias), numpy batch
+//                                                 broadcast, op(X) swaps X's last two dims (no
+//                                                 copy: GEMM flags); bias (N) is broadcast over the
+//                                                 rows (the Linear layers passes/linear_fusion.cc
+//                                                 makes)
 //   MatMulGradB(A, dY)    alpha                   (K,N) = alpha · A(R,K)^T · dY(R,N), R = every
 //                                                 leading dim of A and dY folded (they must agree)
+//   BiasGrad(dY)                                  (N) = dY(R,N) summed over its R leading rows (the
+//                                                 bias gradient of MatMulT; columns split over
+//                                                 threads, so the sum order never changes)
 //   ConvGradInput(dY, W)  strides pads dilations group input_shape   dX of Conv (N,C,in...)
 //   ConvGradWeight(dY, X) strides pads dilations group kernel_shape  dW of Conv (M,C/group,k...)
 // pads are explicit (begin..., end...): the rule resolves auto_pad. Conv is 1-, 2- or 3-D.
 //
-// Hand-written because these are the backward of every linear layer and patch embedding: the
-// weight gradient of (B,T,K)x(K,N) is ONE (K x B·T) x (B·T x N) GEMM with transA, never B small
-// ones and never a materialized transpose; Conv's gradients are im2col + GEMM (+ col2im), with
-// the per-sample work threaded over samples (per-thread partial dW, summed in a fixed order, so
-// results are deterministic for a given thread count). float32 calls kernels::sgemm; float16 and
-// bfloat16 are converted to float32 around the same code; float64 uses a plain loop GEMM.
+// Hand-written because these are the forward and backward of every linear layer and patch
+// embedding: the weight gradient of (B,T,K)x(K,N) is ONE (K x B·T) x (B·T x N) GEMM with transA,
+// never B small ones and never a materialized transpose; Conv's gradients are im2col + GEMM (+
+// col2im), with the per-sample work threaded over samples (per-thread partial dW, summed in a fixed
+// order, so results are deterministic for a given thread count). float32 calls kernels::sgemm;
+// float16 and bfloat16 are converted to float32 around the same code; float64 uses a plain loop
+// GEMM.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -164,16 +171,43 @@ void batch_offsets(const MMT& s, std::vector<int64_t>& ai, std::vector<int64_t>&
   kernels::broadcast_batch_offsets(s.batch, s.a_batch, s.b_batch, ai, bi);
 }
 
+// Y rows (R, N) = bias (N), rows in parallel: the bias is written first and the GEMM then
+// accumulates onto it (beta = 1), so the bias costs no extra pass over Y.
 template <class T>
-void matmul_t(const MMT& s, T alpha, const T* A, const T* B, T* C) {
+void fill_rows(T* C, int64_t R, int64_t N, const T* bias) {
+  parallel_for(R, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; r++) std::memcpy(C + r * N, bias, N * sizeof(T));
+               });
+}
+
+// Y (R, N) += bias (N) after a batched GEMM (paths that cannot start from the bias).
+template <class T>
+void add_rows(T* C, int64_t R, int64_t N, const T* bias) {
+  parallel_for(R, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; r++) {
+                   T* c = C + r * N;
+#pragma omp simd
+                   for (int64_t j = 0; j < N; j++) c[j] += bias[j];
+                 }
+               });
+}
+
+template <class T>
+void matmul_t(const MMT& s, T alpha, const T* A, const T* B, T* C, const T* bias = nullptr) {
   const int64_t M = s.M, N = s.N, K = s.K;
   const int64_t lda = s.ta ? M : K, ldb = s.tb ? K : N;
   const int64_t na = shape_numel(s.a_batch), nbm = shape_numel(s.b_batch);
   const int64_t nb = shape_numel(s.batch);
   if (nbm == 1 && !s.ta) {
-    // (na·M, K) x op(B): a shared 2-D right operand — one GEMM over every row of A.
-    gemm<T>(false, s.tb, na * M, N, K, alpha, A, lda, B, ldb, T(0), C, N);
-  } else if (na == 1) {
+    // (na·M, K) x op(B): a shared 2-D right operand — one GEMM over every row of A; with a bias,
+    // Y starts as the bias rows and the GEMM adds onto them (beta = 1).
+    if (bias) fill_rows<T>(C, na * M, N, bias);
+    gemm<T>(false, s.tb, na * M, N, K, alpha, A, lda, B, ldb, bias ? T(1) : T(0), C, N);
+    return;
+  }
+  if (na == 1) {
     gemm_strided_batched<T>(s.ta, s.tb, M, N, K, alpha, A, lda, 0, B, ldb, K * N, C, N, M * N, nb);
   } else if (nbm == 1) {
     gemm_strided_batched<T>(s.ta, s.tb, M, N, K, alpha, A, lda, M * K, B, ldb, 0, C, N, M * N, nb);
@@ -187,25 +221,65 @@ void matmul_t(const MMT& s, T alpha, const T* A, const T* B, T* C) {
       gemm<T>(s.ta, s.tb, M, N, K, alpha, A + ai[i] * M * K, lda, B + bi[i] * K * N, ldb, T(0),
               C + i * M * N, N);
   }
+  if (bias) add_rows<T>(C, nb * M, N, bias);
+}
+
+// The optional bias (input 2): 1-D of N elements, the output's dtype.
+void check_bias(const ir::Node& node, const TensorMeta& bias, DType dt, int64_t N) {
+  ONYX_CHECK(bias.dtype == dt, node.describe(), ": bias is ", dtype_name(bias.dtype), ", A and B ",
+             dtype_name(dt));
+  ONYX_CHECK(bias.rank() == 1 && bias.shape[0] == N, node.describe(), ": bias ",
+             shape_str(bias.shape), " must be 1-D of the output's last dim (", N, ")");
+}
+
+// The bias as T (float32 / float64 copied as they are; float16 / bfloat16 through float32).
+template <class T>
+std::vector<T> bias_values(const Tensor& b) {
+  std::vector<T> v(b.numel());
+  switch (b.dtype()) {
+    case DType::Float32:
+      for (size_t i = 0; i < v.size(); i++) v[i] = (T)b.data<float>()[i];
+      break;
+    case DType::Float64:
+      for (size_t i = 0; i < v.size(); i++) v[i] = (T)b.data<double>()[i];
+      break;
+    default: {
+      std::vector<float> f = to_f32(b);
+      for (size_t i = 0; i < v.size(); i++) v[i] = (T)f[i];
+    }
+  }
+  return v;
 }
 
 void matmul_t_infer(InferContext& ctx) {
   const auto& a = ctx.input(0);
   const auto& b = ctx.input(1);
   check_float(ctx.node, a.dtype, b.dtype);
-  ctx.set_output(0, a.dtype, mmt_shape(ctx.node, a.shape, b.shape).out);
+  MMT s = mmt_shape(ctx.node, a.shape, b.shape);
+  if (ctx.node.has_input(2)) check_bias(ctx.node, ctx.input(2), a.dtype, s.N);
+  ctx.set_output(0, a.dtype, s.out);
 }
 
 void matmul_t_compute(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);  // (...a, M, K) or (...a, K, M) with transA
   const Tensor& b = ctx.input(1);  // (...b, K, N) or (...b, N, K) with transB
   Tensor& y = ctx.output(0);       // (broadcast(...a, ...b), M, N)
+  const Tensor* bias = ctx.node.has_input(2) ? &ctx.input(2) : nullptr;  // (N) or absent
   MMT s = mmt_shape(ctx.node, a.shape(), b.shape());
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
   dispatch_float2(ctx, a, b, y, [&](auto* A, auto* B, auto* C) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
-    matmul_t<T>(s, (T)alpha, A, B, C);
+    if (!bias) return matmul_t<T>(s, (T)alpha, A, B, C);
+    ONYX_CHECK(bias->dtype() == y.dtype() && bias->rank() == 1 && bias->dim(0) == s.N,
+               ctx.node.describe(), ": bias ", shape_str(bias->shape()), " ",
+               dtype_name(bias->dtype()), " does not fit the output (", s.N, " columns)");
+    if constexpr (std::is_same_v<T, float>) {
+      if (bias->dtype() == DType::Float32)
+        return matmul_t<T>(s, (T)alpha, A, B, C, bias->data<float>());
+    }
+    std::vector<T> bv = bias_values<T>(*bias);
+    matmul_t<T>(s, (T)alpha, A, B, C, bv.data());
   });
 }
 
@@ -238,6 +312,57 @@ void matmul_grad_b_compute(KernelContext& ctx) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
     gemm<T>(true, false, K, N, R, (T)alpha, A, K, D, N, T(0), C, N);
   });
+}
+
+// ---- BiasGrad --------------------------------------------------------------------------------
+
+void bias_grad_infer(InferContext& ctx) {
+  const auto& dy = ctx.input(0);
+  if (!is_float(dy.dtype)) ONYX_UNSUPPORTED(ctx.node.describe(), ": dtype ", dtype_name(dy.dtype));
+  ONYX_CHECK(dy.rank() >= 1, ctx.node.describe(), ": BiasGrad needs rank >= 1, got ",
+             shape_str(dy.shape));
+  ctx.set_output(0, dy.dtype, {dy.shape.back()});
+}
+
+// db[c] = sum over rows r of D[r, c] for c in [c0, c1): one row segment at a time, so the reads
+// stream and the accumulators stay in L1.
+template <class T>
+void column_sums(const T* D, int64_t R, int64_t N, int64_t c0, int64_t c1, T* db) {
+  T* acc = db + c0;
+  const int64_t w = c1 - c0;
+  std::fill(acc, acc + w, T(0));
+  for (int64_t r = 0; r < R; r++) {
+    const T* d = D + r * N + c0;
+#pragma omp simd
+    for (int64_t j = 0; j < w; j++) acc[j] += d[j];
+  }
+}
+
+void bias_grad_compute(KernelContext& ctx) {
+  const Tensor& dy = ctx.input(0);  // (R..., N)
+  Tensor& db = ctx.output(0);       // (N)
+  const int64_t N = dy.dim(-1);
+  if (N == 0) return;
+  const int64_t R = dy.numel() / N;
+  auto run = [&](auto* D, auto* out) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(out)>>;
+    // Column blocks of >= 64 (a cache line multiple); each thread owns whole columns.
+    parallel_for(N, 64, [&](int64_t c0, int64_t c1) { column_sums<T>(D, R, N, c0, c1, out); });
+  };
+  switch (dy.dtype()) {
+    case DType::Float32:
+      return run(dy.data<float>(), db.data<float>());
+    case DType::Float64:
+      return run(dy.data<double>(), db.data<double>());
+    case DType::Float16:
+    case DType::BFloat16: {
+      std::vector<float> d = to_f32(dy), o(N);
+      run((const float*)d.data(), o.data());
+      return from_f32(o, db);
+    }
+    default:
+      ONYX_UNSUPPORTED(ctx.node.describe(), ": dtype ", dtype_name(dy.dtype()));
+  }
 }
 
 // ---- Conv gradients --------------------------------------------------------------------------
@@ -527,6 +652,7 @@ void conv_grad_weight_compute(KernelContext& ctx) {
 void register_matmul_grad_kernels(KernelRegistry& r) {
   r.add("onyx", "MatMulT", OpKernel{matmul_t_infer, matmul_t_compute, {}});
   r.add("onyx", "MatMulGradB", OpKernel{matmul_grad_b_infer, matmul_grad_b_compute, {}});
+  r.add("onyx", "BiasGrad", OpKernel{bias_grad_infer, bias_grad_compute, {}});
   r.add("onyx", "ConvGradInput", OpKernel{conv_grad_input_infer, conv_grad_input_compute, {}});
   r.add("onyx", "ConvGradWeight", OpKernel{conv_grad_weight_infer, conv_grad_weight_compute, {}});
 }

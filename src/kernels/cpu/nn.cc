@@ -196,6 +196,7 @@ OpKernel make_softmax_kernel() {
         softmax_generic<LOG, T>(x.data<T>(), y.data<T>(), d);
     });
   };
+  k.inplace = {{0, 0}};  // every path reads x[i] before it writes y[i]
   return k;
 }
 

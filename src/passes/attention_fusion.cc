@@ -1,0 +1,323 @@
+// attention_fusion.cc — fuses exported multi-head attention into one onyx.Attention node
+// (kernels/cpu/attention.cc; backward rule in autodiff/gradients/attention.cc). Hand-written: the
+// pattern is what PyTorch's opset-14 export of BERT / GPT-2 / ViT self-attention looks like after
+// folding, and no library does this rewrite on our IR.
+//
+// Matched, from each Softmax back and forth (every intermediate value used once):
+//   q  = Transpose(Reshape(Q, (B,Tq,H,D)),  [0,2,1,3])       optional scalar Mul/Div on q
+//   kT = Transpose(Reshape(K, (B,Tk,H,D)),  [0,2,3,1])       or [0,1,3,2] of a [0,2,1,3] one;
+//                                                            optional scalar Mul/Div on kT
+//   v  = Transpose(Reshape(V, (B,Tk,H,Dv)), [0,2,1,3])
+//   s  = MatMul(q, kT)  then, in this order from the MatMul: scalar Div/Mul (the scale), at most one
+//        Add(s, mask) (an additive mask broadcastable to (B,H,Tq,Tk)) and at most one
+//        Where(cond, fill, s) with a constant causal cond (true exactly above the diagonal) and a
+//        fill <= -1e4 (or the Where(keep, s, fill) form with the lower triangle); a scale after
+//        the Add would scale the mask, so that chain is left alone
+//   p  = Softmax(s, axis = last)
+//   o  = Reshape(Transpose(MatMul(p, v), [0,2,1,3]), (B,Tq,H·Dv))
+// → o = onyx.Attention(Q, K, V[, mask]) {num_heads H, scale, causal}, reading Q/K/V as (B,T,C)
+// directly (a Reshape is added when the projection produced another shape of the same data).
+// A Dropout between Softmax and the second MatMul (attention dropout with ratio > 0) is not
+// fused: the kernel has no dropout, and inert dropouts are already gone.
+//
+// The Q/K/V side starts at the Reshape, so it matches both the exported MatMul+Add projections and
+// linear_fusion's onyx.MatMulT(x, W, bias) (B,T,C) outputs.
+#include <cmath>
+
+#include "passes/pass.h"
+
+namespace onyx::passes {
+namespace {
+
+bool is_op(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+bool perm_is(const ir::Node& n, std::vector<int64_t> p) {
+  return is_op(n, "Transpose") && n.attr_ints("perm") == p;
+}
+
+struct Matcher {
+  ir::Graph& g;
+  PassContext& ctx;
+  GraphIndex idx;
+
+  Matcher(ir::Graph& g_, PassContext& c) : g(g_), ctx(c), idx(g_) {}
+
+  const ir::Node* producer(const std::string& v) const {
+    int p = idx.producer(v);
+    return p < 0 ? nullptr : &g.nodes[p];
+  }
+  bool single_use(const std::string& v) const { return idx.uses(v) == 1; }
+  bool f32(const std::string& v) const {
+    return ctx.has_meta(v) && ctx.meta(v).dtype == DType::Float32;
+  }
+
+  // x = Mul(a, c) / Mul(c, a) / Div(a, c) with c a one-element constant: returns a, multiplies
+  // `scale` by the factor. nullopt when x is not such a node.
+  std::optional<std::string> peel_scalar(const std::string& x, double& scale) const {
+    const ir::Node* n = producer(x);
+    if (!n || n->inputs.size() != 2) return std::nullopt;
+    if (is_op(*n, "Mul")) {
+      for (int i = 0; i < 2; i++) {
+        auto c = ctx.scalar(g, n->inputs[i]);
+        if (c && ctx.meta(n->inputs[i]).dtype == DType::Float32 &&
+            ctx.meta(n->inputs[1 - i]).shape == ctx.meta(x).shape) {
+          scale *= *c;
+          return n->inputs[1 - i];
+        }
+      }
+    } else if (is_op(*n, "Div")) {
+      auto c = ctx.scalar(g, n->inputs[1]);
+      if (c && *c != 0 && ctx.meta(n->inputs[1]).dtype == DType::Float32 &&
+          ctx.meta(n->inputs[0]).shape == ctx.meta(x).shape) {
+        scale /= *c;
+        return n->inputs[0];
+      }
+    }
+    return std::nullopt;
+  }
+  // Strips single-use scalar Mul/Div nodes above x.
+  std::string peel_scalars(std::string x, double& scale) const {
+    while (single_use(x)) {
+      auto a = peel_scalar(x, scale);
+      if (!a) break;
+      x = *a;
+    }
+    return x;
+  }
+
+  // One head side: x = Transpose(Reshape(X, (B,T,H,D)), perm); returns X and (B,T,H,D).
+  bool head_side(const std::string& x, const std::vector<int64_t>& perm, std::string& X,
+                 Shape& bthd) const {
+    const ir::Node* t = producer(x);
+    if (!t || !perm_is(*t, perm)) return false;
+    const ir::Node* r = producer(t->inputs[0]);
+    if (!r || !is_op(*r, "Reshape") || !ctx.has_meta(r->outputs[0])) return false;
+    bthd = ctx.meta(r->outputs[0]).shape;
+    if (bthd.size() != 4 || !f32(r->inputs[0])) return false;
+    X = r->inputs[0];
+    return true;
+  }
+
+  // K side: [0,2,3,1] directly, or [0,1,3,2] of a [0,2,1,3] head transpose.
+  bool key_side(const std::string& x, std::string& K, Shape& bthd) const {
+    if (head_side(x, {0, 2, 3, 1}, K, bthd)) return true;
+    const ir::Node* t = producer(x);
+    if (!t || !perm_is(*t, {0, 1, 3, 2})) return false;
+    return head_side(t->inputs[0], {0, 2, 1, 3}, K, bthd);
+  }
+
+  // cond's masked positions (true where the score is replaced by the fill) are exactly j > i over
+  // the last two dims (Tq, Tk), for every leading index.
+  bool is_causal(const std::string& cond, bool masked_when_true, int64_t T) const {
+    const Tensor* c = ctx.constant(g, cond);
+    if (!c || c->dtype() != DType::Bool || c->rank() < 2 || c->dim(-1) != T || c->dim(-2) != T)
+      return false;
+    const uint8_t* m = static_cast<const uint8_t*>(c->raw());
+    int64_t mats = c->numel() / (T * T);
+    for (int64_t k = 0; k < mats; k++)
+      for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++) {
+          bool masked = (m[(k * T + i) * T + j] != 0) == masked_when_true;
+          if (masked != (j > i)) return false;
+        }
+    return true;
+  }
+
+  // Does v depend on a trainable weight? The fused op's mask input gets no gradient, so a learned
+  // additive bias (relative positions, ALiBi slopes as weights) must stay unfused.
+  bool depends_on_variable(const std::string& v) const {
+    std::vector<std::string> todo{v};
+    std::set<std::string> seen;
+    while (!todo.empty()) {
+      std::string x = todo.back();
+      todo.pop_back();
+      if (x.empty() || !seen.insert(x).second) continue;
+      if (ctx.variables.count(x)) return true;
+      if (const ir::Node* n = producer(x))
+        for (auto& i : n->inputs) todo.push_back(i);
+    }
+    return false;
+  }
+
+  // Tries the pattern around Softmax node `si`; on success rewrites and returns true.
+  bool try_fuse(int si) {
+    const ir::Node& sm = g.nodes[si];
+    const std::string p = sm.outputs[0], s_in = sm.inputs[0];
+    if (!f32(p)) return false;
+    const Shape& ps = ctx.meta(p).shape;
+    if (ps.size() != 4) return false;
+    int64_t axis = sm.attr_int("axis", -1);
+    if (axis != -1 && axis != 3) return false;
+    const int64_t B = ps[0], H = ps[1], Tq = ps[2], Tk = ps[3];
+
+    // ---- forward: p -> MatMul(p, v) -> Transpose -> Reshape
+    if (!single_use(p)) return false;
+    int pv_i = idx.consumers(p)[0];
+    const ir::Node& pv = g.nodes[pv_i];
+    if (!is_op(pv, "MatMul") || pv.inputs[0] != p) return false;
+    std::string V;
+    Shape v_bthd;
+    if (!head_side(pv.inputs[1], {0, 2, 1, 3}, V, v_bthd)) return false;
+    const std::string o = pv.outputs[0];
+    if (!single_use(o)) return false;
+    const ir::Node& ot = g.nodes[idx.consumers(o)[0]];
+    if (!perm_is(ot, {0, 2, 1, 3}) || !single_use(ot.outputs[0])) return false;
+    int out_i = idx.consumers(ot.outputs[0])[0];
+    const ir::Node& out_r = g.nodes[out_i];
+    if (!is_op(out_r, "Reshape") || out_r.inputs[0] != ot.outputs[0]) return false;
+    const std::string out = out_r.outputs[0];
+    const int64_t Dv = v_bthd[3];
+    if (!ctx.has_meta(out) || shape_numel(ctx.meta(out).shape) != B * Tq * H * Dv) return false;
+
+    // ---- backward from the softmax input: mask / causal / scale, down to MatMul(q, kT)
+    double scale = 1.0;
+    std::string mask;
+    bool causal = false, seen_scale = false;  // walking back: a scale seen before the mask
+    std::string x = s_in;
+    const ir::Node* qk = nullptr;
+    for (int guard = 0; guard < 16; guard++) {
+      if (!single_use(x) || !f32(x) || ctx.meta(x).shape != ps) return false;
+      const ir::Node* n = producer(x);
+      if (!n) return false;
+      if (is_op(*n, "MatMul")) {
+        qk = n;
+        break;
+      }
+      if (auto a = peel_scalar(x, scale)) {
+        seen_scale = true;
+        x = *a;
+        continue;
+      }
+      if (is_op(*n, "Add") && n->inputs.size() == 2 && mask.empty()) {
+        if (seen_scale) return false;  // the scale would apply to the mask too
+        // the score side is the operand with the full (B,H,Tq,Tk) shape produced in the chain
+        int si2 = -1;
+        for (int i = 0; i < 2; i++) {
+          const std::string& a = n->inputs[i];
+          if (f32(a) && ctx.meta(a).shape == ps && producer(a) && single_use(a)) {
+            const ir::Node* pa = producer(a);
+            if (is_op(*pa, "MatMul") || is_op(*pa, "Mul") || is_op(*pa, "Div") ||
+                is_op(*pa, "Where") || is_op(*pa, "Add")) {
+              si2 = i;
+              break;
+            }
+          }
+        }
+        if (si2 < 0) return false;
+        const std::string& m = n->inputs[1 - si2];
+        if (!f32(m) || ctx.meta(m).shape.size() > 4) return false;
+        // broadcastable to (B,H,Tq,Tk) without growing the scores
+        const Shape& msh = ctx.meta(m).shape;
+        for (size_t i = 0; i < msh.size(); i++) {
+          int64_t full = ps[4 - msh.size() + i];
+          if (msh[i] != full && msh[i] != 1) return false;
+        }
+        if (depends_on_variable(m)) return false;
+        mask = m;
+        x = n->inputs[si2];
+        continue;
+      }
+      if (is_op(*n, "Where") && n->inputs.size() == 3 && !causal && Tq == Tk) {
+        int side = -1;  // which of X (1) / Y (2) carries the scores
+        for (int i = 1; i <= 2; i++) {
+          auto fill = ctx.scalar(g, n->inputs[3 - i]);
+          if (fill && *fill <= -1e4 && f32(n->inputs[i]) && ctx.meta(n->inputs[i]).shape == ps) {
+            side = i;
+            break;
+          }
+        }
+        if (side < 0) return false;
+        // Where(cond, fill, s): masked where cond; Where(cond, s, fill): masked where !cond.
+        if (!is_causal(n->inputs[0], side == 2, Tq)) return false;
+        causal = true;
+        x = n->inputs[side];
+        continue;
+      }
+      return false;
+    }
+    if (!qk || qk->inputs.size() != 2) return false;
+
+    std::string Q, K;
+    Shape q_bthd, k_bthd;
+    if (!head_side(peel_scalars(qk->inputs[0], scale), {0, 2, 1, 3}, Q, q_bthd)) return false;
+    if (!key_side(peel_scalars(qk->inputs[1], scale), K, k_bthd)) return false;
+    if (!(scale > 0) || !std::isfinite(scale)) return false;
+    const int64_t D = q_bthd[3];
+    if (q_bthd != Shape({B, Tq, H, D}) || k_bthd != Shape({B, Tk, H, D}) ||
+        v_bthd != Shape({B, Tk, H, Dv}))
+      return false;
+
+    // ---- rewrite: Q/K/V as (B,T,C) (adding a Reshape when needed), then the fused node
+    std::vector<ir::Node> extra;
+    auto as_btc = [&](const std::string& X, int64_t T, int64_t C) {
+      Shape want{B, T, C};
+      if (ctx.meta(X).shape == want) return X;
+      std::string shp = ctx.fresh(g, X + "/btc_shape");
+      g.add_initializer(shp, Tensor::from_vector<int64_t>(DType::Int64, {3}, want));
+      ir::Node r;
+      r.name = ctx.fresh(g, X + "/btc");
+      r.op_type = "Reshape";
+      r.inputs = {X, shp};
+      r.outputs = {r.name};
+      ctx.metas[r.name] = {DType::Float32, want};
+      extra.push_back(r);
+      return r.outputs[0];
+    };
+    std::string q = as_btc(Q, Tq, H * D), k = as_btc(K, Tk, H * D), v = as_btc(V, Tk, H * Dv);
+
+    ir::Node att;
+    att.name = ctx.fresh(g, sm.name + "/attention");
+    att.op_type = "Attention";
+    att.domain = "onyx";
+    att.inputs = {q, k, v};
+    if (!mask.empty()) att.inputs.push_back(mask);
+    att.attrs["num_heads"].kind = ir::Attribute::Kind::Int;
+    att.attrs["num_heads"].i = H;
+    att.attrs["scale"].kind = ir::Attribute::Kind::Float;
+    att.attrs["scale"].f = (float)scale;
+    att.attrs["causal"].kind = ir::Attribute::Kind::Int;
+    att.attrs["causal"].i = causal ? 1 : 0;
+    Shape btc{B, Tq, H * Dv};
+    if (ctx.meta(out).shape == btc) {
+      att.outputs = {out};
+    } else {  // the graph wanted another view of the same data: reshape the fused output
+      std::string y = ctx.fresh(g, out + "/attention");
+      att.outputs = {y};
+      std::string shp = ctx.fresh(g, out + "/shape");
+      g.add_initializer(shp, Tensor::from_vector<int64_t>(DType::Int64,
+                                                          {(int64_t)ctx.meta(out).shape.size()},
+                                                          ctx.meta(out).shape));
+      ir::Node r;
+      r.name = ctx.fresh(g, out + "/reshape");
+      r.op_type = "Reshape";
+      r.inputs = {y, shp};
+      r.outputs = {out};
+      extra.push_back(r);
+    }
+    // The fused node takes the final Reshape's place (after every input's producer); the rest of
+    // the old chain is left for dead-node elimination.
+    g.nodes[out_i] = att;
+    for (auto& e : extra) g.nodes.push_back(e);
+    return true;
+  }
+};
+
+}  // namespace
+
+int fuse_attention(ir::Graph& g, PassContext& ctx) {
+  std::vector<int> softmaxes;
+  for (int i = 0; i < (int)g.nodes.size(); i++)
+    if (is_op(g.nodes[i], "Softmax")) softmaxes.push_back(i);
+  if (softmaxes.empty()) return 0;
+  int fused = 0;
+  Matcher m(g, ctx);
+  for (int si : softmaxes) {
+    // Earlier rewrites replace only final Reshape nodes (not part of another match's chain, which
+    // ends at its own Reshape) and append nodes, so the index stays valid for the others.
+    if (m.try_fuse(si)) fused++;
+  }
+  if (fused) sort_topologically(g);
+  return fused;
+}
+
+}  // namespace onyx::passes

@@ -1,0 +1,275 @@
+// tests/passes/test_attention_fusion.cc — passes/attention_fusion.cc: the exported attention
+// subgraph (tests/passes/attention_graphs.h builds it in each variant the pass claims) becomes one
+// onyx.Attention node — op counts before and after, equal outputs through runtime::Session within
+// 1e-5 — and chains the pass must leave alone stay unfused. Then the real opset-14 exports in
+// /work/prof (bert-mini, gpt2-tiny, vit-tiny): 4, 4 and 6 fused attentions after
+// passes::optimize_forward, and the same loss with and without fusions.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "attention_graphs.h"
+#include "autodiff/gradient.h"
+#include "ir/onnx_io.h"
+#include "passes/pass.h"
+#include "runtime/session.h"
+
+using namespace onyx;
+using namespace onyx::attn_test;
+
+namespace {
+
+int count_ops(const ir::Graph& g, const std::string& op, const std::string& domain = "") {
+  int n = 0;
+  for (auto& nd : g.nodes)
+    if (nd.op_type == op && nd.domain == domain) n++;
+  return n;
+}
+
+std::map<std::string, TensorMeta> signature_of(const ir::Graph& g) {
+  std::map<std::string, TensorMeta> sig;
+  for (auto& in : g.inputs) sig[in.name] = {in.dtype, in.shape};
+  return sig;
+}
+
+std::set<std::string> weights_of(const Spec& s) {
+  if (!s.projections) return {};
+  return {"q.weight", "q.bias", "k.weight", "k.bias", "v.weight", "v.bias"};
+}
+
+// Runs fuse_attention alone (after folding) and removes what it left dead; returns the count.
+int fuse_only(ir::Graph& g, const std::set<std::string>& vars) {
+  passes::PassContext ctx;
+  ctx.signature = signature_of(g);
+  ctx.variables = vars;
+  ctx.refresh(g);
+  int n = passes::fuse_attention(g, ctx);
+  passes::eliminate_dead_nodes(g);
+  return n;
+}
+
+std::map<std::string, Tensor> feeds_for(const Spec& s) {
+  std::map<std::string, Tensor> f;
+  if (s.projections) {
+    f["x"] = random_tensor({s.B, s.Tq, s.E}, 5);
+  } else {
+    f["Q"] = random_tensor({s.B, s.Tq, s.H * s.D}, 6, -2, 2);
+    f["K"] = random_tensor({s.B, s.Tk, s.H * s.D}, 7, -2, 2);
+    f["V"] = random_tensor({s.B, s.Tk, s.H * s.Dv}, 8);
+  }
+  if (s.mask != Mask::None) f["mask"] = padding_mask(s);
+  return f;
+}
+
+Tensor run(const ir::Graph& g, const std::map<std::string, Tensor>& feeds, const std::string& out) {
+  runtime::Session s(std::make_shared<ir::Graph>(g));
+  return s.run(feeds).at(out);
+}
+
+void expect_close(const Tensor& a, const Tensor& b, double rtol, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  for (int64_t i = 0; i < a.numel(); i++) {
+    double x = a.get_as_double(i), y = b.get_as_double(i);
+    ASSERT_NEAR(x, y, rtol * (1e-2 + std::fabs(y))) << what << " element " << i;
+  }
+}
+
+struct Variant {
+  const char* name;
+  Spec spec;
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  Spec s;
+  v.push_back({"plain_div", s});  // ViT: no mask
+  s.mask = Mask::Padding;
+  v.push_back({"bert_padding_mask", s});
+  s.mask = Mask::None, s.causal = true;
+  v.push_back({"gpt2_causal_where", s});
+  s.mask = Mask::Padding;
+  v.push_back({"causal_and_padding", s});
+  s = Spec();
+  s.scale = Scale::MulAfter, s.mask = Mask::Full;
+  v.push_back({"mul_scale_full_mask", s});
+  s = Spec();
+  s.scale = Scale::MulOnQ;
+  v.push_back({"scale_on_q", s});
+  s.scale = Scale::MulOnBoth, s.k = KLayout::DoubleTranspose;
+  v.push_back({"scale_on_q_and_k_double_transpose", s});
+  s = Spec();
+  s.Tq = 6, s.Tk = 9, s.Dv = 3, s.mask = Mask::Full;
+  v.push_back({"cross_attention_dv", s});
+  s = Spec();
+  s.projections = true, s.mask = Mask::Padding, s.Tq = s.Tk = 7;
+  v.push_back({"with_projections", s});
+  return v;
+}
+
+}  // namespace
+
+TEST(AttentionFusion, FusesEachVariantWithEqualNumerics) {
+  for (const Variant& v : variants()) {
+    SCOPED_TRACE(v.name);
+    ir::Graph before = unfused_attention(v.spec);
+    ir::Graph after = before;
+    EXPECT_EQ(fuse_only(after, weights_of(v.spec)), 1);
+    // before: the exported chain; after: one fused node, no head transposes or score ops left
+    EXPECT_EQ(count_ops(before, "Softmax"), 1);
+    EXPECT_GE(count_ops(before, "Transpose"), 4);
+    EXPECT_EQ(count_ops(after, "Attention", "onyx"), 1);
+    EXPECT_EQ(count_ops(after, "Softmax"), 0);
+    EXPECT_EQ(count_ops(after, "Transpose"), 0);
+    EXPECT_EQ(count_ops(after, "Where"), 0);
+    EXPECT_EQ(count_ops(after, "Div"), 0);
+    EXPECT_EQ(count_ops(after, "MatMul"), v.spec.projections ? 3 : 0);
+    EXPECT_EQ(count_ops(after, "Reshape"), 0);
+    for (auto& n : after.nodes)
+      if (n.op_type == "Attention") {
+        EXPECT_EQ(n.attr_int("num_heads", 0), v.spec.H);
+        EXPECT_NEAR(n.attr_float("scale", 0), 1.0 / std::sqrt((double)v.spec.D), 1e-6);
+        EXPECT_EQ(n.attr_int("causal", -1), v.spec.causal ? 1 : 0);
+        EXPECT_EQ(n.inputs.size(), v.spec.mask == Mask::None ? 3u : 4u);
+      }
+    auto feeds = feeds_for(v.spec);
+    expect_close(run(after, feeds, "out"), run(before, feeds, "out"), 1e-5, v.name);
+  }
+}
+
+TEST(AttentionFusion, FiresInsideTheForwardPipeline) {
+  Spec s;
+  s.projections = true, s.mask = Mask::Padding, s.causal = true;
+  ir::Graph g = unfused_attention(s);
+  passes::PassReport report;
+  ir::Graph opt = passes::optimize_forward(g, signature_of(g), weights_of(s), {}, &report);
+  EXPECT_EQ(report.applied("attention_fusion"), 1);
+  EXPECT_EQ(count_ops(opt, "Attention", "onyx"), 1);
+  auto feeds = feeds_for(s);
+  expect_close(run(opt, feeds, "out"), run(g, feeds, "out"), 1e-5, "pipeline");
+}
+
+TEST(AttentionFusion, LeavesOtherChainsAlone) {
+  // A scale applied after the mask would scale the mask too.
+  {
+    Spec s;
+    s.mask = Mask::Padding;
+    s.scale = Scale::MulOnQ;
+    ir::Graph g = unfused_attention(s);
+    // move a Div after the mask Add: rewire softmax to read Div(Add(...))
+    for (auto& n : g.nodes)
+      if (n.op_type == "Softmax") {
+        ir::Node d;
+        d.name = "late_div";
+        d.op_type = "Div";
+        d.inputs = {n.inputs[0], "late_c"};
+        d.outputs = {"late_div_out"};
+        g.add_initializer("late_c", Tensor::scalar_f32(2.0f));
+        n.inputs[0] = "late_div_out";
+        g.nodes.insert(g.nodes.begin(), d);
+        break;
+      }
+    passes::sort_topologically(g);
+    EXPECT_EQ(fuse_only(g, {}), 0);
+  }
+  // A Where whose condition is not causal (the diagonal masked too).
+  {
+    Spec s;
+    s.causal = true;
+    ir::Graph g = unfused_attention(s);
+    Tensor& c = g.initializers.at("causal_cond");
+    for (int64_t i = 0; i < s.Tq; i++) c.data<uint8_t>()[i * s.Tk + i] = 1;
+    EXPECT_EQ(fuse_only(g, {}), 0);
+  }
+  // Probabilities read twice (e.g. returned as attention weights).
+  {
+    Spec s;
+    ir::Graph g = unfused_attention(s);
+    for (auto& n : g.nodes)
+      if (n.op_type == "Softmax") {
+        ir::ValueInfo vi;
+        vi.name = n.outputs[0];
+        g.outputs.push_back(vi);
+      }
+    EXPECT_EQ(fuse_only(g, {}), 0);
+  }
+  // A mask computed from trainable weights (a learned bias) would lose its gradient.
+  {
+    Spec s;
+    s.mask = Mask::Full;
+    ir::Graph g = unfused_attention(s);
+    std::vector<ir::ValueInfo> inputs;
+    for (auto& in : g.inputs)
+      if (in.name != "mask") inputs.push_back(in);
+    g.inputs = inputs;
+    g.add_initializer("mask", padding_mask(s));
+    EXPECT_EQ(fuse_only(g, {"mask"}), 0);
+  }
+  // Head dims that do not line up (K reshaped to other heads than Q).
+  {
+    Spec s;
+    ir::Graph g = unfused_attention(s);
+    g.initializers.at("k_shape") = Tensor::from_vector<int64_t>(DType::Int64, {4}, {s.B, s.Tk, 1, 8});
+    g.initializers.at("q_shape") = Tensor::from_vector<int64_t>(DType::Int64, {4}, {s.B, s.Tq, 1, 8});
+    // Q (B,1,T,8)·Kᵀ (B,1,8,T) is a valid graph with H=1, but V still has 2 heads: not attention.
+    EXPECT_EQ(fuse_only(g, {}), 0);
+  }
+}
+
+// ---- the real exports -----------------------------------------------------------------------
+
+namespace {
+
+struct Export {
+  const char* model;
+  int attentions;
+};
+
+std::map<std::string, Tensor> export_feeds(const ir::Graph& g, int64_t batch) {
+  std::map<std::string, Tensor> f;
+  std::mt19937 rng(3);
+  for (auto& in : g.inputs) {
+    Shape s = in.shape;
+    for (auto& d : s)
+      if (d < 0) d = batch;
+    if (in.dtype == DType::Float32) {
+      f[in.name] = random_tensor(s, 4);
+      continue;
+    }
+    std::vector<int64_t> v(shape_numel(s));
+    int64_t hi = (in.name == "labels" && s.size() == 1) || in.name == "token_type_ids" ? 2 : 100;
+    for (auto& x : v) x = (int64_t)(rng() % hi);
+    if (in.name == "attention_mask")
+      for (size_t i = 0; i < v.size(); i++) v[i] = (int64_t)(i % s.back()) < (int64_t)s.back() - 9 * (int64_t)(i / s.back()) ? 1 : 0;
+    f[in.name] = Tensor::from_vector<int64_t>(DType::Int64, s, v);
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST(AttentionFusion, FiresOnRealExports) {
+  for (Export e : {Export{"bert-mini", 4}, Export{"gpt2-tiny", 4}, Export{"vit-tiny", 6}}) {
+    SCOPED_TRACE(e.model);
+    std::string path = std::string("/work/prof/") + e.model + "/model.onnx";
+    if (!std::filesystem::exists(path)) {
+      GTEST_SKIP() << path << " is absent (made by bench/train_bench.py prepare())";
+    }
+    ir::Graph g = ir::load_onnx(path);
+    auto feeds = export_feeds(g, 2);
+    std::map<std::string, TensorMeta> sig;
+    for (auto& [k, t] : feeds) sig[k] = t.meta();
+    auto params = autodiff::trainable_parameters(g, {});
+    std::set<std::string> vars(params.begin(), params.end());
+    passes::PassReport report;
+    ir::Graph fused = passes::optimize_forward(g, sig, vars, {}, &report);
+    EXPECT_EQ(report.applied("attention_fusion"), e.attentions);
+    EXPECT_EQ(count_ops(fused, "Attention", "onyx"), e.attentions);
+    EXPECT_EQ(count_ops(fused, "Softmax"), 0);
+    passes::OptimizeOptions plain;
+    plain.fusions = false;
+    ir::Graph unfused = passes::optimize_forward(g, sig, vars, plain, nullptr);
+    EXPECT_EQ(count_ops(unfused, "Softmax"), e.attentions);
+    std::string out = g.outputs[0].name;
+    expect_close(run(fused, feeds, out), run(unfused, feeds, out), 1e-5, e.model);
+  }
+}
