@@ -69,6 +69,7 @@ void sort_topologically(ir::Graph& g);
 struct Pass {
   const char* name;
   std::function<int(ir::Graph&, PassContext&)> run;
+  bool until_fixpoint = false;  // run again (after CSE and DCE) until it applies nothing
 };
 
 struct PassStat {
@@ -110,6 +111,10 @@ int fuse_attention(ir::Graph& g, PassContext& ctx);
 // (tokens × vocab) logits and computes the loss gradient chunk by chunk (cross_entropy_fusion.cc).
 int fuse_cross_entropy(ir::Graph& g, PassContext& ctx);
 
+// Gather(per-token op(x, ...), tokens, axis=1) → per-token op(Gather(x, tokens, 1), ...): a
+// read-out of a few tokens ([CLS] pooling) is computed for those tokens only (token_pruning.cc).
+int prune_tokens(ir::Graph& g, PassContext& ctx);
+
 // Gradient checkpointing per transformer layer (recompute.cc): `n_forward` = how many leading
 // nodes of the training graph are forward nodes (autodiff appends the backward after them).
 // Returns the number of nodes cloned.
@@ -123,6 +128,7 @@ int recompute_layers(ir::Graph& g, int n_forward, RecomputeStats* stats);
 struct OptimizeOptions {
   bool fusions = true;     // false: folding and elimination only
   bool recompute = false;  // gradient checkpointing per transformer layer (recompute.cc)
+  bool token_pruning = true;  // compute read-out tokens only (token_pruning.cc)
 };
 // The forward (+ loss) graph, specialized to `signature`, before autodiff: fold, eliminate,
 // fuse. `variables` are the trainable initializers.

@@ -52,6 +52,9 @@ const std::vector<Pass>& fusion_passes() {
       {"linear_fusion", fuse_linear},
       {"attention_fusion", fuse_attention},
       {"cross_entropy_fusion", fuse_cross_entropy},
+      // after the fusions, so it moves token selections through the fused ops; one op per run,
+      // repeated (with CSE merging equal selections) until nothing moves
+      {"token_pruning", prune_tokens, /*until_fixpoint=*/true},
   };
   return passes;
 }
@@ -68,8 +71,22 @@ ir::Graph optimize_forward(const ir::Graph& src, const std::map<std::string, Ten
   cleanup(g, ctx, report);
   if (opts.fusions) {
     for (auto& p : fusion_passes()) {
-      run_pass(p.name, g, ctx, report, p.run);
-      eliminate_dead(g, variables);
+      if (!opts.token_pruning && std::string(p.name) == "token_pruning") continue;
+      if (!p.until_fixpoint) {
+        run_pass(p.name, g, ctx, report, p.run);
+        eliminate_dead(g, variables);
+        continue;
+      }
+      PassReport round;
+      for (int i = 0; i < 100; i++) {
+        round.stats.clear();
+        run_pass(p.name, g, ctx, &round, p.run);
+        if (report) report->stats.push_back(round.stats.back());
+        if (round.stats.back().applied == 0) break;
+        run_pass("eliminate_common_subexpressions", g, ctx, nullptr,
+                 eliminate_common_subexpressions);
+        eliminate_dead(g, variables);
+      }
     }
     cleanup(g, ctx, report);
   }

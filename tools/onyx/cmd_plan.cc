@@ -69,7 +69,7 @@ Action add_plan_command(CLI::App& app) {
     std::cout << "fusions applied:";
     bool any = false;
     for (auto& p : order)
-      if (p.find("fusion") != std::string::npos && totals[p] > 0) {
+      if ((p.find("fusion") != std::string::npos || p == "token_pruning") && totals[p] > 0) {
         std::cout << (any ? ", " : " ") << p << " x" << totals[p];
         any = true;
       }

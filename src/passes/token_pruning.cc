@@ -1,0 +1,182 @@
+// token_pruning.cc — computes only the tokens a model reads out.
+//
+// A classifier on the [CLS] token (BERT's pooler, ViT's head) reads `hidden[:, 0]`: exported as
+// Gather(hidden, 0, axis=1). Everything after the last attention that mixes tokens is per token,
+// so the last layer's output projection, feed-forward, norms and residual adds — and the queries
+// of its attention — are needed for that one token only, not for all T. This pass moves such a
+// token selection up through per-token ops, one op per application (the pipeline repeats it until
+// nothing changes):
+//
+//   Gather(op(a, b, ...), idx, axis=1)  →  op(Gather(a, idx', 1), Gather(b, idx', 1), ...)
+//
+// where idx' is the same tokens as a 1-D index (the token axis is kept, size k, so every op still
+// sees rank-3 values; a scalar index gets a final Reshape dropping the axis). It applies when the
+// selected value has no other reader and its producer is per token along axis 1:
+//   unary elementwise ops and Dropout (its mask unused: the selected tokens get masks drawn alike,
+//   not the same bits), binary elementwise ops whose other operands do not vary along the token
+//   axis (biases, scalars) or are rank-3 token tensors (selected too), LayerNormalization over the
+//   last axis, MatMul / onyx.MatMulT of a token tensor by a 2-D weight, and onyx.Attention without
+//   causal masking whose mask does not vary by query (only the queries are selected; keys and
+//   values keep every token). The result is the same math on fewer rows; the backward follows
+//   from the Gather's own gradient (a scatter into the unselected tensor).
+#include "passes/pass.h"
+
+namespace onyx::passes {
+namespace {
+
+bool unary_per_token(const std::string& op) {
+  static const std::set<std::string> ops = {"Gelu", "Relu", "Tanh", "Sigmoid", "Erf", "Neg",
+                                            "Exp", "Sqrt", "Identity", "Cast", "Softplus",
+                                            "LeakyRelu", "Elu", "Abs", "Reciprocal"};
+  return ops.count(op) != 0;
+}
+
+bool binary_per_token(const std::string& op) {
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"};
+  return ops.count(op) != 0;
+}
+
+// What to do with one input of a per-token op whose output is [B,T,...] (rank 3).
+enum class Operand { Select, Keep, Bail };
+
+Operand classify(const PassContext& ctx, const std::string& v, int64_t T) {
+  if (v.empty() || !ctx.has_meta(v)) return Operand::Bail;
+  const Shape& s = ctx.meta(v).shape;
+  if (s.size() <= 1) return Operand::Keep;                    // bias, scalar
+  if (s.size() == 2) return s[0] == 1 ? Operand::Keep : Operand::Bail;  // aligned to (T, C)
+  if (s.size() == 3) return s[1] == 1 ? Operand::Keep : s[1] == T ? Operand::Select : Operand::Bail;
+  return Operand::Bail;
+}
+
+}  // namespace
+
+int prune_tokens(ir::Graph& g, PassContext& ctx) {
+  GraphIndex index(g);
+  int applied = 0;
+  std::vector<bool> dead(g.nodes.size(), false);
+  std::vector<ir::Node> added;
+  const size_t n_nodes = g.nodes.size();
+  for (size_t gi = 0; gi < n_nodes; gi++) {
+    const ir::Node gather = g.nodes[gi];  // copy: g.nodes may grow below
+    if (gather.op_type != "Gather" || !gather.domain.empty() || gather.inputs.size() != 2) continue;
+    const std::string& x = gather.inputs[0];
+    const std::string& y = gather.outputs[0];
+    if (!ctx.has_meta(x) || !ctx.has_meta(y) || ctx.meta(x).shape.size() != 3) continue;
+    const Shape xs = ctx.meta(x).shape;
+    int64_t axis = gather.attr_int("axis", 0);
+    if (axis < 0) axis += 3;
+    if (axis != 1 || index.uses(x) != 1 || index.is_graph_output(x)) continue;
+    const Tensor* idx = ctx.constant(g, gather.inputs[1]);
+    if (!idx || idx->rank() > 1 || idx->numel() == 0) continue;
+    const int64_t T = xs[1];
+    std::vector<int64_t> tokens = idx->to_int64_vector();
+    bool ok = true;
+    for (auto& t : tokens) {
+      if (t < 0) t += T;
+      ok &= t >= 0 && t < T;
+    }
+    if (!ok || (int64_t)tokens.size() >= T) continue;
+    int p = index.producer(x);
+    if (p < 0) continue;
+    const ir::Node& op = g.nodes[p];
+    if (dead[p]) continue;
+
+    // Which inputs are selected, which are kept as they are.
+    std::vector<int> select;
+    bool fits = false;
+    if (op.domain.empty() && unary_per_token(op.op_type)) {
+      fits = classify(ctx, op.inputs[0], T) == Operand::Select;
+      select = {0};
+    } else if (op.domain.empty() && binary_per_token(op.op_type) && op.inputs.size() == 2) {
+      fits = true;
+      bool any = false;
+      for (int i = 0; i < 2; i++) {
+        Operand c = classify(ctx, op.inputs[i], T);
+        if (c == Operand::Bail) fits = false;
+        if (c == Operand::Select) {
+          select.push_back(i);
+          any = true;
+        }
+      }
+      fits = fits && any;
+    } else if (op.domain.empty() && op.op_type == "Dropout") {
+      // Dropout(x)[:, tokens] and Dropout(x[:, tokens]) draw their masks differently but alike
+      bool mask_unused = op.outputs.size() < 2 || op.outputs[1].empty() ||
+                         index.uses(op.outputs[1]) == 0;
+      fits = mask_unused && classify(ctx, op.inputs[0], T) == Operand::Select;
+      for (size_t i = 1; i < op.inputs.size(); i++)
+        fits = fits && classify(ctx, op.inputs[i], T) == Operand::Keep;
+      select = {0};
+    } else if (op.domain.empty() && op.op_type == "LayerNormalization") {
+      int64_t a = op.attr_int("axis", -1);
+      bool stats_unused = true;
+      for (size_t o = 1; o < op.outputs.size(); o++)
+        stats_unused &= op.outputs[o].empty() || index.uses(op.outputs[o]) == 0;
+      fits = (a == -1 || a == 2) && stats_unused &&
+             classify(ctx, op.inputs[0], T) == Operand::Select;
+      select = {0};
+    } else if ((op.domain.empty() && op.op_type == "MatMul") ||
+               (op.domain == "onyx" && op.op_type == "MatMulT" && op.attr_int("transA", 0) == 0)) {
+      fits = op.inputs.size() >= 2 && ctx.has_meta(op.inputs[1]) &&
+             ctx.meta(op.inputs[1]).shape.size() == 2 &&
+             classify(ctx, op.inputs[0], T) == Operand::Select;
+      select = {0};
+    } else if (op.domain == "onyx" && op.op_type == "Attention" && op.attr_int("causal", 0) == 0) {
+      bool lse_unused = op.outputs.size() < 2 || op.outputs[1].empty() ||
+                        index.uses(op.outputs[1]) == 0;
+      bool mask_ok = true;
+      if (op.inputs.size() > 3 && !op.inputs[3].empty()) {
+        const Shape& ms = ctx.meta(op.inputs[3]).shape;  // broadcast to (B, H, Tq, Tk)
+        mask_ok = ms.size() < 2 || ms[ms.size() - 2] == 1;
+      }
+      fits = lse_unused && mask_ok && classify(ctx, op.inputs[0], T) == Operand::Select;
+      select = {0};
+    }
+    if (!fits) continue;
+
+    // The rewrite: selected inputs, the op on k tokens, then the gather's own output shape.
+    const int64_t k = (int64_t)tokens.size();
+    std::string idx1 = ctx.fresh(g, x + "_tokens");
+    g.add_initializer(idx1, Tensor::from_vector<int64_t>(DType::Int64, {k}, tokens));
+    ir::Node pruned = op;
+    pruned.name = op.name.empty() ? ctx.fresh(g, "token_pruned") : op.name + "/tokens";
+    for (int i : select) {
+      ir::Node sel;
+      sel.op_type = "Gather";
+      sel.name = ctx.fresh(g, op.inputs[i] + "/select_tokens");
+      sel.inputs = {op.inputs[i], idx1};
+      sel.outputs = {ctx.fresh(g, op.inputs[i] + "_selected")};
+      sel.attrs["axis"].kind = ir::Attribute::Kind::Int;
+      sel.attrs["axis"].i = 1;
+      pruned.inputs[i] = sel.outputs[0];
+      added.push_back(std::move(sel));
+    }
+    for (size_t o = 1; o < pruned.outputs.size(); o++) pruned.outputs[o].clear();
+    const bool scalar = idx->rank() == 0;
+    pruned.outputs[0] = scalar ? ctx.fresh(g, x + "_pruned") : y;
+    if (scalar) {  // (B, 1, C) → the gather's (B, C)
+      const Shape& ys = ctx.meta(y).shape;
+      std::string shape = ctx.fresh(g, y + "_shape");
+      g.add_initializer(shape, Tensor::from_vector<int64_t>(DType::Int64, {(int64_t)ys.size()}, ys));
+      ir::Node r;
+      r.op_type = "Reshape";
+      r.name = ctx.fresh(g, y + "/reshape");
+      r.inputs = {pruned.outputs[0], shape};
+      r.outputs = {y};
+      added.push_back(std::move(pruned));
+      added.push_back(std::move(r));
+    } else {
+      added.push_back(std::move(pruned));
+    }
+    dead[gi] = true;
+    dead[p] = true;
+    applied++;
+  }
+  if (applied == 0) return 0;
+  remove_nodes(g, dead);
+  for (auto& n : added) g.nodes.push_back(std::move(n));
+  sort_topologically(g);
+  return applied;
+}
+
+}  // namespace onyx::passes
