@@ -100,7 +100,7 @@ def main():
         mdirs = {}
         for name, spec in bench_models.SPECS.items():
             if filt and filt not in "plan-" + name and not (name == "bert-mini" and filt in
-                                                             "checkpointing max-memory"):
+                                                             "checkpointing max-memory plan-with-eval"):
                 continue
             mdirs[name] = os.path.join(tmp, name)
             train_bench.prepare(name, spec, mdirs[name], 2)
@@ -129,6 +129,16 @@ def main():
             report(not problems, "plan-" + name,
                    ("; ".join(problems) if problems else "fusions %s; %.2f GFLOP/step (analytic %.2f)"
                     % (", ".join("%s x%d" % kv for kv in sorted(found.items())), gf, analytic)))
+
+        if "bert-mini" in mdirs and (not filt or filt in "plan-with-eval"):
+            # a full training config (evaluation each epoch, best model at end) plans the same
+            cfg = write_config(mdirs["bert-mini"], "bert-mini",
+                               eval_data=os.path.join(mdirs["bert-mini"], "train.safetensors"),
+                               eval_strategy="epoch", save_strategy="epoch",
+                               load_best_model_at_end=True)
+            r = run(["plan", cfg])
+            ok = r.returncode == 0 and (fusions_of(r.stdout) or {}).get("attention_fusion") == 4
+            report(ok, "plan-with-eval-config", "exit %d %s" % (r.returncode, r.stderr.strip()[-200:]))
 
         if "bert-mini" in mdirs and (not filt or filt in "checkpointing"):
             cfg = write_config(mdirs["bert-mini"], "bert-mini")

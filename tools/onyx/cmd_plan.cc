@@ -44,7 +44,10 @@ Action add_plan_command(CLI::App& app) {
     int64_t batch = o->batch > 0 ? o->batch : cfg.args.per_device_train_batch_size;
     ONYX_CHECK(ds->size() > 0, "config '", o->config, "': the training data is empty");
     batch = std::min<int64_t>(batch, ds->size());
-    Trainer t(train::model_from_config(cfg), cfg.args, ds, nullptr);
+    TrainingArguments args = cfg.args;  // planning a training step: no evaluation involved
+    args.eval_strategy = "no";
+    args.load_best_model_at_end = false;
+    Trainer t(train::model_from_config(cfg), args, ds, nullptr);
     train::TrainingSession& ts = t.session();
     auto idx = data::make_batches(data::epoch_order(ds->size(), false, 0, 0), batch, false).at(0);
     auto b = ds->batch(idx);
