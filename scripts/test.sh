@@ -29,6 +29,9 @@ echo "== tokenizer references (GPT-2 ids from js-tiktoken, BERT's Python tokeniz
 bash tests/data/make_bpe_reference.sh "$BUILD" 2>&1 | tail -3
 $PY tests/data/make_wordpiece_reference.py "$BUILD/wordpiece-reference" 2>&1 | tail -3
 
+echo "== benchmark models exported from PyTorch at opset 14 (the passes' tests read them)"
+$PY bench/make_exports.py "$BUILD/bench-exports" 2>&1 | tail -3
+
 echo "== unit tests (ctest)"
 (cd "$BUILD" && ctest --output-on-failure -j2 --timeout 300) >"$LOGDIR/ctest.log" 2>&1
 rc=$?

@@ -2,7 +2,7 @@
 // them (small ops: ReduceMean/Sub/Pow/.../Add; Div/Erf/Add/Mul/Mul; Transpose/MatMul/Add), in each
 // variant layer_norm_fusion.cc, gelu_fusion.cc and linear_fusion.cc claim to match, plus the
 // helpers their tests share (run a graph, compare outputs, run one pass, feeds for the real
-// exports in /work/prof). Hand-written test scaffolding.
+// exports in <build>/bench-exports). Hand-written test scaffolding.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -227,7 +227,7 @@ inline void expect_close(const Tensor& a, const Tensor& b, double rtol, const st
   }
 }
 
-// Feeds for a /work/prof export with the batch dim set to `batch` (token ids in range, a padding
+// Feeds for a <build>/bench-exports export with the batch dim set to `batch` (token ids in range, a padding
 // mask with real padding, binary labels where the model is a classifier).
 inline std::map<std::string, Tensor> export_feeds(const ir::Graph& g, int64_t batch) {
   std::map<std::string, Tensor> f;

@@ -4,8 +4,10 @@
 // linear_fusion's MatMulT with and without bias; a Gemm classifier head; the trainer's appended
 // loss over a 3-D logits output): op counts before and after, and equal loss and parameter
 // gradients through runtime::Session and autodiff (1e-5 relative). Chains the pass must leave alone
-// stay unfused. Then the real opset-14 exports in /work/prof: one fusion each, same loss.
+// stay unfused. Then the real opset-14 exports in <build>/bench-exports: one fusion each, same loss.
 #include <gtest/gtest.h>
+
+#include "../real_exports.h"
 
 #include <climits>
 #include <filesystem>
@@ -371,9 +373,8 @@ std::map<std::string, Tensor> export_feeds(const ir::Graph& g) {
 
 TEST(CrossEntropyFusion, FiresOnRealExports) {
   for (const char* model : {"gpt2-tiny", "bert-mini", "vit-tiny"}) {
-    std::string path = std::string("/work/prof/") + model + "/model.onnx";
-    if (!std::filesystem::exists(path))
-      GTEST_SKIP() << path << " is absent (made by bench/train_bench.py prepare())";
+    std::string path = onyx::test_exports::real_export(model);
+    if (path.empty()) GTEST_SKIP() << onyx::test_exports::real_export_missing(model);
     ir::Graph g = ir::load_onnx(path);
     auto feeds = export_feeds(g);
     auto sig = sig_of(feeds);

@@ -2,9 +2,11 @@
 // GPT-2's tanh GELU, in every association and operand order the pass claims
 // (tests/passes/decomposed_graphs.h), become one Gelu {approximate} — op counts before and after,
 // equal outputs through runtime::Session within 1e-5 — look-alikes with other constants or shared
-// intermediates stay, and the real opset-14 exports in /work/prof get 4 (bert-mini, erf),
+// intermediates stay, and the real opset-14 exports in <build>/bench-exports get 4 (bert-mini, erf),
 // 4 (gpt2-tiny, tanh) and 6 (vit-tiny, erf) fused GELUs in passes::optimize_forward.
 #include <gtest/gtest.h>
+
+#include "../real_exports.h"
 
 #include <filesystem>
 
@@ -138,9 +140,8 @@ TEST(GeluFusion, FiresOnRealExports) {
   for (Export e : {Export{"bert-mini", 4, "none"}, Export{"gpt2-tiny", 4, "tanh"},
                    Export{"vit-tiny", 6, "none"}}) {
     SCOPED_TRACE(e.model);
-    std::string path = std::string("/work/prof/") + e.model + "/model.onnx";
-    if (!std::filesystem::exists(path))
-      GTEST_SKIP() << path << " is absent (made by bench/train_bench.py prepare())";
+    std::string path = onyx::test_exports::real_export(e.model);
+    if (path.empty()) GTEST_SKIP() << onyx::test_exports::real_export_missing(e.model);
     ir::Graph g = ir::load_onnx(path);
     auto feeds = export_feeds(g, 2);
     std::map<std::string, TensorMeta> sig;

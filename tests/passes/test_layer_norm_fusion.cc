@@ -1,9 +1,11 @@
 // tests/passes/test_layer_norm_fusion.cc — passes/layer_norm_fusion.cc: PyTorch's decomposed
 // LayerNorm (tests/passes/decomposed_graphs.h builds each variant the pass claims) becomes one
 // LayerNormalization — op counts before and after, equal outputs through runtime::Session within
-// 1e-5 — chains the pass must leave alone stay, and the real opset-14 exports in /work/prof
+// 1e-5 — chains the pass must leave alone stay, and the real opset-14 exports in <build>/bench-exports
 // (bert-mini, gpt2-tiny, vit-tiny) get 9, 9 and 13 fused LayerNorms in passes::optimize_forward.
 #include <gtest/gtest.h>
+
+#include "../real_exports.h"
 
 #include <filesystem>
 
@@ -130,9 +132,8 @@ TEST(LayerNormFusion, FiresOnRealExports) {
   };
   for (Export e : {Export{"bert-mini", 9}, Export{"gpt2-tiny", 9}, Export{"vit-tiny", 13}}) {
     SCOPED_TRACE(e.model);
-    std::string path = std::string("/work/prof/") + e.model + "/model.onnx";
-    if (!std::filesystem::exists(path))
-      GTEST_SKIP() << path << " is absent (made by bench/train_bench.py prepare())";
+    std::string path = onyx::test_exports::real_export(e.model);
+    if (path.empty()) GTEST_SKIP() << onyx::test_exports::real_export_missing(e.model);
     ir::Graph g = ir::load_onnx(path);
     auto feeds = export_feeds(g, 2);
     std::map<std::string, TensorMeta> sig;

@@ -4,9 +4,11 @@
 // pass must leave alone stay. Then one small graph with all three decomposed patterns
 // (LayerNorm → Linear → GELU → Linear) through passes::optimize_forward: 1 LayerNormalization,
 // 1 Gelu, 2 MatMulT, equal outputs and equal parameter gradients against the unfused graph. Then
-// the real opset-14 exports in /work/prof: 24 (bert-mini), 25 (gpt2-tiny, with the tied LM head)
+// the real opset-14 exports in <build>/bench-exports: 24 (bert-mini), 25 (gpt2-tiny, with the tied LM head)
 // and 36 (vit-tiny) fused linears, and the same output with and without fusions.
 #include <gtest/gtest.h>
+
+#include "../real_exports.h"
 
 #include <filesystem>
 
@@ -187,9 +189,8 @@ TEST(LinearFusion, FiresOnRealExports) {
   };
   for (Export e : {Export{"bert-mini", 24}, Export{"gpt2-tiny", 25}, Export{"vit-tiny", 36}}) {
     SCOPED_TRACE(e.model);
-    std::string path = std::string("/work/prof/") + e.model + "/model.onnx";
-    if (!std::filesystem::exists(path))
-      GTEST_SKIP() << path << " is absent (made by bench/train_bench.py prepare())";
+    std::string path = onyx::test_exports::real_export(e.model);
+    if (path.empty()) GTEST_SKIP() << onyx::test_exports::real_export_missing(e.model);
     ir::Graph g = ir::load_onnx(path);
     auto feeds = export_feeds(g, 2);
     std::map<std::string, TensorMeta> sig;

@@ -1,9 +1,11 @@
 // test_memory_plan.cc — the arena memory plan (runtime/memory_plan.h): the packer never overlaps
 // two buffers whose lifetimes intersect; on real graphs (a small MLP forward and its training
-// graph, and the /work/prof exports when present) no two live values share bytes, in-place and
+// graph, and the benchmark exports (bench/make_exports.py) when present) no two live values share bytes, in-place and
 // views happen where declared, results equal the unplanned run bit for bit, the arena is reused
 // across runs, and graph outputs survive the next run.
 #include <gtest/gtest.h>
+
+#include "../real_exports.h"
 
 #include <cstring>
 #include <filesystem>
@@ -293,12 +295,12 @@ TEST(MemoryPlan, TrainingGraphEqualsUnplanned) {
   for (auto& [name, t] : a) EXPECT_TRUE(bit_equal(t, b.at(name))) << name;
 }
 
-// The real exports: the training graph of each /work/prof model plans without overlaps.
+// The real exports (bench/make_exports.py): the training graph of each plans without overlaps.
 TEST(MemoryPlan, RealExportsHaveNoLiveOverlap) {
   int seen = 0;
   for (auto m : {"bert-mini", "vit-tiny"}) {
-    std::string path = std::string("/work/prof/") + m + "/model.onnx";
-    if (!std::filesystem::exists(path)) continue;
+    std::string path = onyx::test_exports::real_export(m);
+    if (path.empty()) continue;
     auto g = std::make_shared<ir::Graph>(ir::load_onnx(path));
     std::map<std::string, TensorMeta> sig;
     for (auto& in : g->inputs) {
@@ -314,5 +316,5 @@ TEST(MemoryPlan, RealExportsHaveNoLiveOverlap) {
     EXPECT_GT(plan.memory.alias_of.size(), 0u) << m;
     seen++;
   }
-  if (!seen) GTEST_SKIP() << "/work/prof exports are absent";
+  if (!seen) GTEST_SKIP() << onyx::test_exports::real_export_missing("any benchmark model");
 }
