@@ -53,6 +53,7 @@ GradRegistry& GradRegistry::instance() {
     register_nn_grads(*r);
     register_reduce_grads(*r);
     register_attention_grads(*r);
+    register_dropout_add_grads(*r);
     register_loss_grads(*r);
     return r;
   }();

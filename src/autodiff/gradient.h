@@ -132,6 +132,7 @@ void register_shape_grads(GradRegistry& r);        // Reshape Transpose ... Gath
 void register_nn_grads(GradRegistry& r);           // Softmax LogSoftmax LayerNorm Dropout losses
 void register_reduce_grads(GradRegistry& r);       // ReduceSum ReduceMean ReduceMax ReduceMin
 void register_attention_grads(GradRegistry& r);    // onyx.Attention
+void register_dropout_add_grads(GradRegistry& r);  // onyx.DropoutAdd
 void register_loss_grads(GradRegistry& r);         // onyx.LinearCrossEntropy (fused LM head + loss)
 
 }  // namespace onyx::autodiff

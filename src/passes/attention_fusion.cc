@@ -14,11 +14,15 @@
 //        fill <= -1e4 (or the Where(keep, s, fill) form with the lower triangle); a scale after
 //        the Add would scale the mask, so that chain is left alone
 //   p  = Softmax(s, axis = last)
-//   o  = Reshape(Transpose(MatMul(p, v), [0,2,1,3]), (B,Tq,H·Dv))
+//   p' = Dropout(p, ratio r, training_mode)   optional (attention dropout, e.g. BERT's
+//        attention_probs_dropout_prob): opset >= 12, mask output unused, ratio and training_mode
+//        constant scalars (absent ratio: 0.5; absent or false training_mode: inert)
+//   o  = Reshape(Transpose(MatMul(p', v), [0,2,1,3]), (B,Tq,H·Dv))
 // → o = onyx.Attention(Q, K, V[, mask]) {num_heads H, scale, causal}, reading Q/K/V as (B,T,C)
 // directly (a Reshape is added when the projection produced another shape of the same data).
-// A Dropout between Softmax and the second MatMul (attention dropout with ratio > 0) is not
-// fused: the kernel has no dropout, and inert dropouts are already gone.
+// An active Dropout becomes {dropout_ratio r, seed, rng_key}: the Dropout's own seed attribute and
+// identity (its rng_key attribute, else its output name), so the kernel draws the very mask the
+// Dropout would have drawn for a run seed (DESIGN decision 10) and AttentionGrad redraws it.
 //
 // The Q/K/V side starts at the Reshape, so it matches both the exported MatMul+Add projections and
 // linear_fusion's onyx.MatMulT(x, W, bias) (B,T,C) outputs.
@@ -139,6 +143,37 @@ struct Matcher {
     return false;
   }
 
+  // Attention dropout on the probabilities: Dropout(p, ratio, training_mode) whose mask nobody
+  // reads and whose ratio / training_mode are constants. Sets the ratio (0 when the Dropout is
+  // inert), the node's seed attribute and its rng identity (as the Dropout kernel picks it).
+  bool dropout_of(const ir::Node& dn, double& ratio, int64_t& seed, std::string& key) const {
+    if (dn.outputs.empty() || dn.inputs.empty() || !f32(dn.outputs[0])) return false;
+    for (size_t o = 1; o < dn.outputs.size(); o++)
+      if (!dn.outputs[o].empty() && idx.uses(dn.outputs[o]) != 0) return false;
+    if (g.opset("") < 12) {  // opsets < 12 run Dropout as the identity at inference and training
+      ratio = 0;
+      return true;
+    }
+    double r = 0.5;
+    bool training = false;
+    if (dn.inputs.size() > 1 && !dn.inputs[1].empty()) {
+      auto v = ctx.scalar(g, dn.inputs[1]);
+      if (!v) return false;
+      r = *v;
+    }
+    if (dn.inputs.size() > 2 && !dn.inputs[2].empty()) {
+      auto v = ctx.scalar(g, dn.inputs[2]);
+      if (!v) return false;
+      training = *v != 0;
+    }
+    // the attribute is a float: only ratios a float holds exactly keep the Dropout's threshold
+    if (!(r >= 0 && r < 1) || (double)(float)r != r) return false;
+    ratio = training ? r : 0;
+    seed = dn.attr_int("seed", 0);
+    key = dn.has_attr("rng_key") ? dn.attr_string("rng_key", "") : dn.outputs[0];
+    return true;
+  }
+
   // Tries the pattern around Softmax node `si`; on success rewrites and returns true.
   bool try_fuse(int si) {
     const ir::Node& sm = g.nodes[si];
@@ -150,11 +185,20 @@ struct Matcher {
     if (axis != -1 && axis != 3) return false;
     const int64_t B = ps[0], H = ps[1], Tq = ps[2], Tk = ps[3];
 
-    // ---- forward: p -> MatMul(p, v) -> Transpose -> Reshape
+    // ---- forward: p -> [Dropout] -> MatMul(p, v) -> Transpose -> Reshape
     if (!single_use(p)) return false;
-    int pv_i = idx.consumers(p)[0];
+    std::string pd = p;  // what the P·V MatMul reads
+    double dropout_ratio = 0;
+    int64_t dropout_seed = 0;
+    std::string dropout_key;
+    if (const ir::Node& dn = g.nodes[idx.consumers(p)[0]]; is_op(dn, "Dropout")) {
+      if (!dropout_of(dn, dropout_ratio, dropout_seed, dropout_key)) return false;
+      pd = dn.outputs[0];
+      if (!single_use(pd)) return false;
+    }
+    int pv_i = idx.consumers(pd)[0];
     const ir::Node& pv = g.nodes[pv_i];
-    if (!is_op(pv, "MatMul") || pv.inputs[0] != p) return false;
+    if (!is_op(pv, "MatMul") || pv.inputs[0] != pd) return false;
     std::string V;
     Shape v_bthd;
     if (!head_side(pv.inputs[1], {0, 2, 1, 3}, V, v_bthd)) return false;
@@ -277,6 +321,14 @@ struct Matcher {
     att.attrs["scale"].f = (float)scale;
     att.attrs["causal"].kind = ir::Attribute::Kind::Int;
     att.attrs["causal"].i = causal ? 1 : 0;
+    if (dropout_ratio > 0) {
+      att.attrs["dropout_ratio"].kind = ir::Attribute::Kind::Float;
+      att.attrs["dropout_ratio"].f = (float)dropout_ratio;
+      att.attrs["seed"].kind = ir::Attribute::Kind::Int;
+      att.attrs["seed"].i = dropout_seed;
+      att.attrs["rng_key"].kind = ir::Attribute::Kind::String;
+      att.attrs["rng_key"].s = dropout_key;
+    }
     Shape btc{B, Tq, H * Dv};
     if (ctx.meta(out).shape == btc) {
       att.outputs = {out};

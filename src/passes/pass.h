@@ -110,10 +110,17 @@ int fuse_attention(ir::Graph& g, PassContext& ctx);
 // bias, time-shift Slice and row Reshape) → onyx.LinearCrossEntropy, which never materializes the
 // (tokens × vocab) logits and computes the loss gradient chunk by chunk (cross_entropy_fusion.cc).
 int fuse_cross_entropy(ir::Graph& g, PassContext& ctx);
+// Add(Dropout(y, ratio, training_mode), residual) (either order) → onyx.DropoutAdd(y, residual,
+// ratio, training_mode) {seed, rng_key}: the Dropout's mask, drawn in the add's pass.
+int fuse_dropout_add(ir::Graph& g, PassContext& ctx);
 
 // Gather(per-token op(x, ...), tokens, axis=1) → per-token op(Gather(x, tokens, 1), ...): a
 // read-out of a few tokens ([CLS] pooling) is computed for those tokens only (token_pruning.cc).
 int prune_tokens(ir::Graph& g, PassContext& ctx);
+
+// Training graph: AccumulateGrad(g) -> p_grad removed where g's producer can add into its output
+// (OpKernel::accumulate_outputs), which then writes p_grad itself (gradient_into_buffer.cc).
+int write_gradients_into_buffer(ir::Graph& g, PassContext& ctx);
 
 // Gradient checkpointing per transformer layer (recompute.cc): `n_forward` = how many leading
 // nodes of the training graph are forward nodes (autodiff appends the backward after them).
@@ -129,6 +136,7 @@ struct OptimizeOptions {
   bool fusions = true;     // false: folding and elimination only
   bool recompute = false;  // gradient checkpointing per transformer layer (recompute.cc)
   bool token_pruning = true;  // compute read-out tokens only (token_pruning.cc)
+  bool gradient_into_buffer = true;  // producers write parameter gradients (gradient_into_buffer.cc)
 };
 // The forward (+ loss) graph, specialized to `signature`, before autodiff: fold, eliminate,
 // fuse. `variables` are the trainable initializers.

@@ -4,7 +4,8 @@
 // subgraphs, remove no-ops, merge common subexpressions, then the fusions, each followed by dead-
 // node elimination. Fusing before autodiff means the backward is built from the fused ops' own
 // gradient rules (LayerNormGrad, GeluGrad, ...), so the backward is fused too. After autodiff the
-// whole training graph gets no-op elimination, CSE and dead-node elimination again.
+// whole training graph gets no-op elimination, CSE and dead-node elimination again, then
+// gradient_into_buffer (parameter gradients written by their producers, no AccumulateGrad copy).
 #include "passes/pass.h"
 
 namespace onyx::passes {
@@ -51,6 +52,7 @@ const std::vector<Pass>& fusion_passes() {
       {"gelu_fusion", fuse_gelu},
       {"linear_fusion", fuse_linear},
       {"attention_fusion", fuse_attention},
+      {"dropout_add_fusion", fuse_dropout_add},
       {"cross_entropy_fusion", fuse_cross_entropy},
       // after the fusions, so it moves token selections through the fused ops; one op per run,
       // repeated (with CSE merging equal selections) until nothing moves
@@ -101,9 +103,10 @@ void optimize_training(ir::Graph& g, const std::map<std::string, TensorMeta>& si
   PassContext ctx;
   ctx.signature = signature;
   ctx.variables = variables;
-  (void)opts;
   run_pass("fold_constants", g, ctx, report, fold_constants);
   cleanup(g, ctx, report);
+  if (opts.fusions && opts.gradient_into_buffer)
+    run_pass("gradient_into_buffer", g, ctx, report, write_gradients_into_buffer);
   sort_topologically(g);
 }
 

@@ -13,7 +13,7 @@
 // sees rank-3 values; a scalar index gets a final Reshape dropping the axis). It applies when the
 // selected value has no other reader and its producer is per token along axis 1:
 //   unary elementwise ops and Dropout (its mask unused: the selected tokens get masks drawn alike,
-//   not the same bits), binary elementwise ops whose other operands do not vary along the token
+//   not the same bits) and onyx.DropoutAdd (its y and residual treated as Add's operands), binary elementwise ops whose other operands do not vary along the token
 //   axis (biases, scalars) or are rank-3 token tensors (selected too), LayerNormalization over the
 //   last axis, MatMul / onyx.MatMulT of a token tensor by a 2-D weight, and onyx.Attention without
 //   causal masking whose mask does not vary by query (only the queries are selected; keys and
@@ -107,6 +107,19 @@ int prune_tokens(ir::Graph& g, PassContext& ctx) {
       for (size_t i = 1; i < op.inputs.size(); i++)
         fits = fits && classify(ctx, op.inputs[i], T) == Operand::Keep;
       select = {0};
+    } else if (op.domain == "onyx" && op.op_type == "DropoutAdd" && op.inputs.size() >= 2) {
+      // dropout_add_fusion's Dropout(y) + residual: y and residual like Add's operands, the
+      // ratio / training_mode scalars kept; masks drawn alike, as for Dropout
+      bool mask_unused = op.outputs.size() < 2 || op.outputs[1].empty() ||
+                         index.uses(op.outputs[1]) == 0;
+      fits = mask_unused;
+      for (size_t i = 0; i < op.inputs.size(); i++) {
+        if (i >= 2 && op.inputs[i].empty()) continue;
+        Operand c = classify(ctx, op.inputs[i], T);
+        if (c == Operand::Bail || (i >= 2 && c != Operand::Keep)) fits = false;
+        if (i < 2 && c == Operand::Select) select.push_back((int)i);
+      }
+      fits = fits && !select.empty();
     } else if (op.domain.empty() && op.op_type == "LayerNormalization") {
       int64_t a = op.attr_int("axis", -1);
       bool stats_unused = true;

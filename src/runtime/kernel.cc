@@ -47,6 +47,7 @@ KernelRegistry& KernelRegistry::instance() {
     register_reduce_kernels(*r);
     register_nn_kernels(*r);
     register_attention_kernels(*r);
+    register_dropout_add_kernels(*r);
     register_loss_kernels(*r);
     register_linear_cross_entropy_kernels(*r);
     register_elementwise_grad_kernels(*r);

@@ -49,12 +49,16 @@ struct KernelContext {
   uint64_t seed = 0;                  // per-run seed for random ops (Dropout in training)
   bool training = false;              // Dropout etc.: training mode requested by the caller
   bool accumulate = false;            // onyx.AccumulateGrad: add into the (bound) output
+  uint64_t accumulate_mask = 0;       // bit i: output i is bound and the run accumulates into it
 
   int num_inputs() const { return (int)inputs.size(); }
   bool has_input(int i) const { return i < (int)inputs.size() && inputs[i] != nullptr; }
   const Tensor& input(int i) const;
   bool has_output(int i) const { return i < (int)outputs.size() && outputs[i] != nullptr; }
   Tensor& output(int i);
+  // Output i must be added into (out += result) instead of overwritten: the executor sets this
+  // only for outputs listed in OpKernel::accumulate_outputs that are bound to caller storage.
+  bool accumulates(int i) const { return i < 64 && ((accumulate_mask >> i) & 1) != 0; }
 };
 
 using InferFn = std::function<void(InferContext&)>;
@@ -71,6 +75,12 @@ struct OpKernel {
   // Declare only when compute reads element k of input j before it writes element k of output i
   // and reads no other element of input j afterwards.
   std::vector<std::pair<int, int>> inplace;
+  // Outputs the kernel can add into instead of overwriting (float32; KernelContext::accumulates):
+  // passes/gradient_into_buffer.cc lets such an output be a parameter gradient of the training
+  // graph directly, written (or, accumulating micro-batches, added) into the flat gradient
+  // buffer without an onyx.AccumulateGrad pass. The sum must be out + (result as computed
+  // without accumulation), so gradient accumulation stays bit-identical.
+  std::vector<int> accumulate_outputs;
 };
 
 class KernelRegistry {
@@ -98,6 +108,7 @@ void register_shape_kernels(KernelRegistry& r);        // Reshape, Transpose, Co
 void register_reduce_kernels(KernelRegistry& r);       // Reduce*, ArgMax, CumSum
 void register_nn_kernels(KernelRegistry& r);           // Softmax, LogSoftmax, LayerNormalization, Dropout
 void register_attention_kernels(KernelRegistry& r);    // onyx.Attention, onyx.AttentionGrad
+void register_dropout_add_kernels(KernelRegistry& r);  // onyx.DropoutAdd
 void register_loss_kernels(KernelRegistry& r);         // SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
 void register_linear_cross_entropy_kernels(KernelRegistry& r);  // onyx.LinearCrossEntropy
 // Fused gradient kernels ("onyx" domain), one file each in src/kernels/cpu/grad_<family>.cc.

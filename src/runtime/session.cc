@@ -2,6 +2,7 @@
 // and executor (kernels over the session's arena; view ops as views).
 #include "runtime/session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -364,6 +365,9 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
                      shape_str(metas[i].shape));
           outs[i] = bound->second;
           kc.accumulate = opts.accumulate;
+          const auto& acc = step.kernel->accumulate_outputs;
+          if (opts.accumulate && std::find(acc.begin(), acc.end(), (int)i) != acc.end())
+            kc.accumulate_mask |= uint64_t(1) << i;
         } else if (!step.dynamic && i < step.output_offsets.size() &&
                    step.output_offsets[i] >= 0) {
           outs[i] = Tensor::wrap(metas[i].dtype, metas[i].shape,

@@ -10,6 +10,10 @@ Cases (one PASS / FAIL line each):
                      FLOPs per step it prints are within [-1%, +5%] of the benchmark's analytic
                      count (the graph also counts attention's recomputed scores in backward), or
                      up to 30% below it where token_pruning drops the last layer's unread tokens.
+  plan-bert-mini-dropout
+                     the same BERT with dropout 0.1 (as fine-tuning configs have it): the
+                     Dropout + residual Adds fuse (dropout_add_fusion, two per layer) and the
+                     attention still fuses.
   checkpointing      `--gradient_checkpointing true` cuts bert-mini's planned activation memory
                      by at least 40%.
   max-memory-*       a max_memory budget below the planned step: exit 1 naming batch, need and
@@ -100,7 +104,8 @@ def main():
         mdirs = {}
         for name, spec in bench_models.SPECS.items():
             if filt and filt not in "plan-" + name and not (name == "bert-mini" and filt in
-                                                             "checkpointing max-memory plan-with-eval"):
+                                                             "checkpointing max-memory plan-with-eval "
+                                                             "plan-bert-mini-dropout"):
                 continue
             mdirs[name] = os.path.join(tmp, name)
             train_bench.prepare(name, spec, mdirs[name], 2)
@@ -129,6 +134,27 @@ def main():
             report(not problems, "plan-" + name,
                    ("; ".join(problems) if problems else "fusions %s; %.2f GFLOP/step (analytic %.2f)"
                     % (", ".join("%s x%d" % kv for kv in sorted(found.items())), gf, analytic)))
+
+        if "bert-mini" in mdirs and (not filt or filt in "plan-bert-mini-dropout"):
+            spec = dict(bench_models.SPECS["bert-mini"])
+
+            def with_dropout():
+                from models import TinyBert
+                m = bench_models.BertMiniCls()
+                c = bench_models.BertMiniCls
+                m.bert = TinyBert(vocab=c.VOCAB, d=c.H, heads=c.A, ffn=c.FFN, layers=c.L,
+                                  max_pos=512, types=2, labels=c.LABELS, dropout=0.1)
+                return bench_models.hf_init(m)
+            spec["ctor"] = with_dropout
+            ddir = os.path.join(tmp, "bert-mini-dropout")
+            train_bench.prepare("bert-mini", spec, ddir, 2)
+            r = run(["plan", write_config(ddir, "bert-mini")])
+            found = fusions_of(r.stdout) or {}
+            ok = (r.returncode == 0 and found.get("dropout_add_fusion") == 8
+                  and found.get("attention_fusion") == 4)
+            report(ok, "plan-bert-mini-dropout", "fusions %s; exit %d %s" % (
+                ", ".join("%s x%d" % kv for kv in sorted(found.items())), r.returncode,
+                r.stderr.strip()[-200:]))
 
         if "bert-mini" in mdirs and (not filt or filt in "plan-with-eval"):
             # a full training config (evaluation each epoch, best model at end) plans the same

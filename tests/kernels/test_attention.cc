@@ -4,6 +4,9 @@
 // for several B/H/T/D, with and without masks, causal, cross-attention (Tq != Tk) and Dv != D,
 // query-block boundaries (T > 64, T not a multiple of 8). Also: the saved LSE, determinism across
 // thread counts, and errors for bad shapes. Finite differences: tests/autodiff/gradcheck_attention.inc.
+// Attention dropout (dropout_ratio): inert outside training runs, the same mask as the unfused
+// Softmax → Dropout → MatMul for a run seed (forward and backward), drop fraction and expectation,
+// finite differences for a fixed seed, bit-identical repeats over thread counts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +35,15 @@ ir::Node attention_node(const Spec& s, bool grad) {
   sc.f = 1.0f / std::sqrt((float)s.D);
   n.attrs["scale"] = sc;
   n.attrs["causal"] = int_attr(s.causal ? 1 : 0);
+  if (s.dropout > 0) {  // the identity of the Dropout the unfused graph has (attention_graphs.h)
+    ir::Attribute r, key;
+    r.kind = ir::Attribute::Kind::Float;
+    r.f = s.dropout;
+    key.kind = ir::Attribute::Kind::String;
+    key.s = kDropoutOut;
+    n.attrs["dropout_ratio"] = r;
+    n.attrs["rng_key"] = key;
+  }
   if (grad) {
     n.inputs = {"dO", "Q", "K", "V", s.mask != Mask::None ? "mask" : "", "lse"};
     n.outputs = {"dQ", "dK", "dV"};
@@ -55,17 +67,25 @@ Inputs make_inputs(const Spec& s, uint32_t seed) {
   return in;
 }
 
-std::vector<Tensor> fused_forward(const Spec& s, const Inputs& in) {
+std::vector<Tensor> fused_forward(const Spec& s, const Inputs& in,
+                                  const runtime::RunOptions& ro = {}) {
   std::vector<Tensor> args = {in.Q, in.K, in.V};
   if (s.mask != Mask::None) args.push_back(in.mask);
-  return run_node(attention_node(s, false), 1, args);
+  return run_node(attention_node(s, false), 1, args, ro);
 }
 
-Tensor unfused_forward(const Spec& s, const Inputs& in) {
+Tensor unfused_forward(const Spec& s, const Inputs& in, const runtime::RunOptions& ro = {}) {
   runtime::Session sess(std::make_shared<ir::Graph>(unfused_attention(s)));
   std::map<std::string, Tensor> feeds = {{"Q", in.Q}, {"K", in.K}, {"V", in.V}};
   if (s.mask != Mask::None) feeds["mask"] = in.mask;
-  return sess.run(feeds).at("out");
+  return sess.run(feeds, ro).at("out");
+}
+
+runtime::RunOptions training_run(uint64_t seed) {
+  runtime::RunOptions ro;
+  ro.training = true;
+  ro.seed = seed;
+  return ro;
 }
 
 void expect_close(const Tensor& got, const Tensor& want, double rtol, const std::string& what) {
@@ -263,11 +283,14 @@ TEST(Attention, BadInputsNameTheNode) {
 // unfused subgraph's forward + autodiff backward. Not a test: run with
 // --gtest_also_run_disabled_tests --gtest_filter='*AttentionBench*'.
 TEST(Attention, DISABLED_AttentionBench) {
-  for (bool causal : {false, true}) {
+  for (int variant = 0; variant < 4; variant++) {
+    bool causal = variant & 1;
     Spec s;
     s.B = causal ? 8 : 16, s.Tq = s.Tk = causal ? 256 : 128, s.H = 4, s.D = 64, s.Dv = 64;
     s.mask = causal ? Mask::None : Mask::Padding;
     s.causal = causal;
+    s.dropout = variant >= 2 ? 0.1f : 0.0f;  // attention dropout, in a training run
+    const runtime::RunOptions ro = training_run(1);
     Inputs in = make_inputs(s, 1);
     Tensor W = random_tensor({s.B, s.Tq, s.H * s.Dv}, 2);
     ir::Graph g = unfused_attention(s);
@@ -309,15 +332,263 @@ TEST(Attention, DISABLED_AttentionBench) {
       }
       return best * 1e3;
     };
-    double unfused = time([&] { sess.run({}); });
-    double fused_f = time([&] { fused_forward(s, in); });
-    auto f = fused_forward(s, in);
+    double unfused = time([&] { sess.run({}, ro); });
+    double fused_f = time([&] { fused_forward(s, in, ro); });
+    auto f = fused_forward(s, in, ro);
     double fused_b = time([&] {
       run_node(attention_node(s, true), 1,
-               {W, in.Q, in.K, in.V, s.mask != Mask::None ? in.mask : Tensor(), f[1]});
+               {W, in.Q, in.K, in.V, s.mask != Mask::None ? in.mask : Tensor(), f[1]}, ro);
     });
     runtime::set_num_threads(saved);
-    std::printf("%s, 1 thread CPU time: unfused fwd+bwd %.2f ms; fused fwd %.2f ms + bwd %.2f ms = %.2f ms\n",
-                spec_name(s).c_str(), unfused, fused_f, fused_b, fused_f + fused_b);
+    std::printf("%s dropout %.1f, 1 thread CPU time: unfused fwd+bwd %.2f ms; fused fwd %.2f ms + bwd %.2f ms = %.2f ms\n",
+                spec_name(s).c_str(), s.dropout, unfused, fused_f, fused_b, fused_f + fused_b);
+  }
+}
+
+// ---- attention dropout (dropout_ratio) ----------------------------------------------------------
+
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+std::vector<Spec> dropout_specs() {
+  std::vector<Spec> v;
+  for (Spec s : specs()) {
+    if (s.Tq == 1) continue;
+    s.dropout = 0.25f;
+    v.push_back(s);
+  }
+  return v;
+}
+
+// The unfused graph (with its Dropout) plus loss = ReduceSum(out * W); Q/K/V are initializers.
+ir::Graph unfused_with_loss(const Spec& s, const Inputs& in, const Tensor& W) {
+  ir::Graph g = unfused_attention(s);
+  g.inputs.clear();
+  g.add_initializer("Q", in.Q);
+  g.add_initializer("K", in.K);
+  g.add_initializer("V", in.V);
+  if (s.mask != Mask::None) g.add_initializer("mask", in.mask);
+  g.add_initializer("W", W);
+  ir::Node mul, sum;
+  mul.name = "mul", mul.op_type = "Mul", mul.inputs = {"out", "W"}, mul.outputs = {"ow"};
+  sum.name = "sum", sum.op_type = "ReduceSum", sum.inputs = {"ow"}, sum.outputs = {"loss"};
+  sum.attrs["keepdims"] = int_attr(0);
+  g.nodes.push_back(mul);
+  g.nodes.push_back(sum);
+  g.outputs.clear();
+  ir::ValueInfo lo;
+  lo.name = "loss";
+  lo.dtype = DType::Float32;
+  g.outputs.push_back(lo);
+  return g;
+}
+
+}  // namespace
+
+// Outside training runs, or with dropout_ratio 0, the op is the plain attention, bit for bit.
+TEST(AttentionDropout, InertOutsideTrainingRunsAndAtRatioZero) {
+  for (Spec s : dropout_specs()) {
+    Spec plain = s;
+    plain.dropout = 0;
+    Inputs in = make_inputs(s, 31);
+    Tensor W = random_tensor({s.B, s.Tq, s.H * s.Dv}, 32);
+    auto want = fused_forward(plain, in, training_run(5));
+    auto eval = fused_forward(s, in);  // training = false
+    EXPECT_TRUE(same_bits(eval[0], want[0]) && same_bits(eval[1], want[1])) << spec_name(s);
+    ir::Node zero = attention_node(s, false);
+    zero.attrs["dropout_ratio"].f = 0;
+    std::vector<Tensor> args = {in.Q, in.K, in.V};
+    if (s.mask != Mask::None) args.push_back(in.mask);
+    auto z = run_node(zero, 1, args, training_run(5));
+    EXPECT_TRUE(same_bits(z[0], want[0])) << spec_name(s);
+    std::vector<Tensor> gargs = {W, in.Q, in.K, in.V, s.mask != Mask::None ? in.mask : Tensor(), want[1]};
+    auto gw = run_node(attention_node(plain, true), 1, gargs, training_run(5));
+    auto ge = run_node(attention_node(s, true), 1, gargs);
+    for (int i = 0; i < 3; i++) EXPECT_TRUE(same_bits(ge[i], gw[i])) << spec_name(s) << " grad " << i;
+  }
+}
+
+// In a training run the fused op drops exactly the probabilities the unfused graph's Dropout drops
+// (same run seed, same rng identity): outputs agree to float rounding, and differ from no dropout.
+TEST(AttentionDropout, ForwardMatchesUnfusedGraphWithTheSameMask) {
+  uint32_t seed = 700;
+  for (const Spec& s : dropout_specs()) {
+    Inputs in = make_inputs(s, seed += 10);
+    for (uint64_t run_seed : {1ull, 12345ull}) {
+      auto ro = training_run(run_seed);
+      auto fused = fused_forward(s, in, ro);
+      expect_close(fused[0], unfused_forward(s, in, ro), 1e-5, spec_name(s) + " dropout");
+      Spec plain = s;
+      plain.dropout = 0;
+      EXPECT_FALSE(same_bits(fused[0], fused_forward(plain, in, ro)[0])) << spec_name(s);
+      // the saved LSE is the softmax's, before dropout
+      EXPECT_TRUE(same_bits(fused[1], fused_forward(plain, in, ro)[1])) << spec_name(s);
+    }
+  }
+}
+
+// With V = one identity block per head (Dv = Tk), O_h = P' itself: about a fraction r of the
+// probabilities are zero, the others are P / (1 - r), and the mean over run seeds is P.
+TEST(AttentionDropout, DropsAFractionRAndKeepsTheExpectation) {
+  Spec s;
+  s.B = 2, s.Tq = s.Tk = 48, s.H = 2, s.D = 8, s.Dv = 48, s.dropout = 0.3f;
+  Inputs in = make_inputs(s, 3);
+  std::vector<float> v((size_t)(s.B * s.Tk * s.H * s.Dv), 0.0f);
+  for (int64_t b = 0; b < s.B; b++)
+    for (int64_t j = 0; j < s.Tk; j++)
+      for (int64_t h = 0; h < s.H; h++) v[(b * s.Tk + j) * s.H * s.Dv + h * s.Dv + j] = 1.0f;
+  in.V = Tensor::from_vector(DType::Float32, {s.B, s.Tk, s.H * s.Dv}, v);
+  Spec plain = s;
+  plain.dropout = 0;
+  Tensor P = fused_forward(plain, in)[0];
+  const int64_t n = P.numel();
+  const int runs = 100;
+  std::vector<double> mean((size_t)n, 0.0);
+  int64_t dropped = 0, wrong = 0;
+  for (int r = 0; r < runs; r++) {
+    Tensor O = fused_forward(s, in, training_run(1000 + r))[0];
+    for (int64_t i = 0; i < n; i++) {
+      float o = O.data<float>()[i], p = P.data<float>()[i];
+      mean[i] += o / runs;
+      if (o == 0) {
+        dropped++;
+      } else if (std::fabs(o - p / (1 - s.dropout)) > 1e-6f * (1 + p)) {
+        wrong++;
+      }
+    }
+  }
+  double frac = (double)dropped / ((double)n * runs);
+  EXPECT_NEAR(frac, 0.3, 0.005);
+  EXPECT_EQ(wrong, 0);
+  double ratio_sum = 0;
+  for (int64_t i = 0; i < n; i++) ratio_sum += mean[i] / P.data<float>()[i];
+  EXPECT_NEAR(ratio_sum / n, 1.0, 0.01);
+}
+
+// dQ, dK, dV with dropout: AttentionGrad (redrawing the mask) against autodiff of the unfused graph
+// (Softmax → Dropout → MatMul, DropoutGrad on the stored mask) in the same training run.
+TEST(AttentionDropout, BackwardMatchesAutodiffOfUnfusedGraph) {
+  uint32_t seed = 900;
+  for (const Spec& s : dropout_specs()) {
+    Inputs in = make_inputs(s, seed += 10);
+    Tensor W = random_tensor({s.B, s.Tq, s.H * s.Dv}, seed + 5);
+    ir::Graph g = unfused_with_loss(s, in, W);
+    autodiff::GradientOptions opts;
+    opts.trainable = {"Q", "K", "V"};
+    auto tg = autodiff::build_training_graph(g, {}, opts);
+    runtime::Session sess(tg.graph, {"Q", "K", "V"});
+    auto ro = training_run(77);
+    auto res = sess.run({}, ro);
+    std::map<std::string, Tensor> ref;
+    for (auto& [p, gname] : tg.gradients) ref[p] = res.at(gname);
+    auto fwd = fused_forward(s, in, ro);
+    auto grads = run_node(attention_node(s, true), 1,
+                          {W, in.Q, in.K, in.V, s.mask != Mask::None ? in.mask : Tensor(), fwd[1]}, ro);
+    expect_close(grads[0], ref.at("Q"), 2e-4, spec_name(s) + " dQ");
+    expect_close(grads[1], ref.at("K"), 2e-4, spec_name(s) + " dK");
+    expect_close(grads[2], ref.at("V"), 2e-4, spec_name(s) + " dV");
+  }
+}
+
+// Finite differences through the rule (onyx.Attention → autodiff → onyx.AttentionGrad): for a fixed
+// run seed the mask is fixed, so loss(Q, K, V) is smooth and central differences apply.
+TEST(AttentionDropout, GradientMatchesFiniteDifferencesForAFixedSeed) {
+  for (bool causal : {false, true}) {
+    Spec s;
+    s.B = 2, s.Tq = s.Tk = 6, s.H = 2, s.D = 3, s.Dv = 3, s.dropout = 0.4f, s.causal = causal;
+    s.mask = causal ? Mask::None : Mask::Padding;
+    Inputs in = make_inputs(s, 51);
+    Tensor W = random_tensor({s.B, s.Tq, s.H * s.Dv}, 52);
+    auto g = std::make_shared<ir::Graph>();
+    g->opsets[""] = 17;
+    g->add_initializer("Q", in.Q);
+    g->add_initializer("K", in.K);
+    g->add_initializer("V", in.V);
+    g->add_initializer("W", W);
+    if (s.mask != Mask::None) g->add_initializer("mask", in.mask);
+    ir::Node att = attention_node(s, false);
+    att.outputs = {"O"};
+    g->nodes.push_back(att);
+    ir::Node mul, sum;
+    mul.name = "mul", mul.op_type = "Mul", mul.inputs = {"O", "W"}, mul.outputs = {"ow"};
+    sum.name = "sum", sum.op_type = "ReduceSum", sum.inputs = {"ow"}, sum.outputs = {"loss"};
+    sum.attrs["keepdims"] = int_attr(0);
+    g->nodes.push_back(mul);
+    g->nodes.push_back(sum);
+    ir::ValueInfo lo;
+    lo.name = "loss";
+    lo.dtype = DType::Float32;
+    g->outputs.push_back(lo);
+    autodiff::GradientOptions opts;
+    opts.trainable = {"Q", "K", "V"};
+    auto tg = autodiff::build_training_graph(*g, {}, opts);
+    auto ro = training_run(2024);
+    runtime::Session ts(tg.graph, {"Q", "K", "V"});
+    auto res = ts.run({}, ro);
+    auto loss_at = [&](const std::string& name, const Tensor& t) {
+      runtime::Session fs(g, {"Q", "K", "V"});
+      return fs.run({{name, t}}, ro).at("loss").get_as_double(0);
+    };
+    int checked = 0;
+    for (auto& [param, gname] : tg.gradients) {
+      const Tensor& grad = res.at(gname);
+      Tensor x = g->initializers.at(param);
+      for (int64_t k = 0; k < x.numel(); k += 5) {
+        Tensor xp = x.clone(), xm = x.clone();
+        const float eps = 1e-2f;
+        xp.data<float>()[k] += eps;
+        xm.data<float>()[k] -= eps;
+        double numeric = (loss_at(param, xp) - loss_at(param, xm)) / (2.0 * eps);
+        EXPECT_NEAR(grad.get_as_double(k), numeric, 2e-3 + 2e-2 * std::fabs(numeric))
+            << (causal ? "causal " : "") << "d loss / d " << param << "[" << k << "]";
+        checked++;
+      }
+    }
+    EXPECT_GT(checked, 20);
+  }
+}
+
+// Same run seed: the same bits, whatever the thread count; another run seed: another mask.
+TEST(AttentionDropout, SameBitsForASeedAndAnyThreadCount) {
+  Spec s;
+  s.B = 3, s.Tq = s.Tk = 100, s.H = 3, s.D = 16, s.Dv = 16, s.mask = Mask::Padding, s.causal = true;
+  s.dropout = 0.1f;
+  Inputs in = make_inputs(s, 9);
+  Tensor W = random_tensor({s.B, s.Tq, s.H * s.Dv}, 3);
+  int saved = runtime::num_threads();
+  std::vector<std::vector<Tensor>> outs;
+  for (int t : {1, 2, 3, 2}) {
+    runtime::set_num_threads(t);
+    auto ro = training_run(42);
+    auto f = fused_forward(s, in, ro);
+    auto g = run_node(attention_node(s, true), 1, {W, in.Q, in.K, in.V, in.mask, f[1]}, ro);
+    outs.push_back({f[0], f[1], g[0], g[1], g[2]});
+  }
+  auto other = fused_forward(s, in, training_run(43));
+  runtime::set_num_threads(saved);
+  for (size_t r = 1; r < outs.size(); r++)
+    for (size_t i = 0; i < outs[0].size(); i++)
+      EXPECT_TRUE(same_bits(outs[0][i], outs[r][i])) << "output " << i << ", run " << r;
+  EXPECT_FALSE(same_bits(other[0], outs[0][0]));
+}
+
+// AttentionGrad cannot redraw the forward's mask without the forward's identity.
+TEST(AttentionDropout, GradWithoutRngKeyIsAnError) {
+  Spec s;
+  s.dropout = 0.2f;
+  Inputs in = make_inputs(s, 4);
+  auto ro = training_run(1);
+  auto f = fused_forward(s, in, ro);
+  ir::Node n = attention_node(s, true);
+  n.attrs.erase("rng_key");
+  Tensor W = random_tensor({s.B, s.Tq, s.H * s.Dv}, 3);
+  try {
+    run_node(n, 1, {W, in.Q, in.K, in.V, Tensor(), f[1]}, ro);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rng_key"), std::string::npos) << e.what();
   }
 }

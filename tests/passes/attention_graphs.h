@@ -26,7 +26,11 @@ struct Spec {
   KLayout k = KLayout::Perm0231;
   bool projections = false;  // Q/K/V = x·W + b from one input x (B,Tq,E) (self-attention)
   int64_t E = 8;
+  float dropout = 0;  // > 0: Dropout(p, dropout, training_mode=true) named kDropoutOut before P·V
 };
+
+// The attention-dropout node's output name (the rng identity a fused op must carry).
+inline const char* kDropoutOut = "attn_dropout_out";
 
 inline ir::Attribute ints_attr(std::vector<int64_t> v) {
   ir::Attribute a;
@@ -142,6 +146,18 @@ inline ir::Graph unfused_attention(const Spec& s) {
     sc = b.add("Where", {"causal_cond", b.f32("neg_fill", -FLT_MAX), sc});
   }
   std::string p = b.add("Softmax", {sc}, {{"axis", int_attr(-1)}});
+  if (s.dropout > 0) {
+    b.g.add_initializer("attn_dropout_ratio", Tensor::scalar_f32(s.dropout));
+    b.g.add_initializer("attn_dropout_training",
+                        Tensor::from_vector<uint8_t>(DType::Bool, {}, {1}));
+    ir::Node d;
+    d.name = "attn_dropout";
+    d.op_type = "Dropout";
+    d.inputs = {p, "attn_dropout_ratio", "attn_dropout_training"};
+    d.outputs = {kDropoutOut};
+    b.g.nodes.push_back(d);
+    p = kDropoutOut;
+  }
   std::string o = b.add("MatMul", {p, v});
   std::string ot = b.add("Transpose", {o}, {{"perm", ints_attr({0, 2, 1, 3})}});
   std::string out = b.add("Reshape", {ot, b.i64("out_shape", {s.B, s.Tq, Cv})});

@@ -1,9 +1,11 @@
 // tests/passes/test_attention_fusion.cc — passes/attention_fusion.cc: the exported attention
 // subgraph (tests/passes/attention_graphs.h builds it in each variant the pass claims) becomes one
 // onyx.Attention node — op counts before and after, equal outputs through runtime::Session within
-// 1e-5 — and chains the pass must leave alone stay unfused. Then the real opset-14 exports in
-// /work/prof (bert-mini, gpt2-tiny, vit-tiny): 4, 4 and 6 fused attentions after
-// passes::optimize_forward, and the same loss with and without fusions.
+// 1e-5 — and chains the pass must leave alone stay unfused. Attention dropout (Softmax → Dropout →
+// MatMul) is fused into the op's dropout_ratio with the Dropout's rng identity: equal outputs in a
+// training run (same mask) and outside one. Then the real opset-14 exports in <build>/bench-exports
+// (bert-mini, gpt2-tiny, vit-tiny): 4, 4 and 6 fused attentions after passes::optimize_forward,
+// and the same loss with and without fusions.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "ir/onnx_io.h"
 #include "passes/pass.h"
 #include "runtime/session.h"
+#include "../real_exports.h"
 
 using namespace onyx;
 using namespace onyx::attn_test;
@@ -61,9 +64,23 @@ std::map<std::string, Tensor> feeds_for(const Spec& s) {
   return f;
 }
 
-Tensor run(const ir::Graph& g, const std::map<std::string, Tensor>& feeds, const std::string& out) {
+Tensor run(const ir::Graph& g, const std::map<std::string, Tensor>& feeds, const std::string& out,
+           const runtime::RunOptions& ro = {}) {
   runtime::Session s(std::make_shared<ir::Graph>(g));
-  return s.run(feeds).at(out);
+  return s.run(feeds, ro).at(out);
+}
+
+runtime::RunOptions training_run(uint64_t seed) {
+  runtime::RunOptions ro;
+  ro.training = true;
+  ro.seed = seed;
+  return ro;
+}
+
+const ir::Node* find_op(const ir::Graph& g, const std::string& op) {
+  for (auto& n : g.nodes)
+    if (n.op_type == op) return &n;
+  return nullptr;
 }
 
 void expect_close(const Tensor& a, const Tensor& b, double rtol, const std::string& what) {
@@ -215,6 +232,101 @@ TEST(AttentionFusion, LeavesOtherChainsAlone) {
   }
 }
 
+// ---- attention dropout ----------------------------------------------------------------------
+
+TEST(AttentionFusion, FusesAttentionDropoutWithItsRngIdentity) {
+  std::vector<Variant> vs;
+  Spec s;
+  s.mask = Mask::Padding, s.dropout = 0.1f;
+  vs.push_back({"bert_padding_dropout", s});
+  s.mask = Mask::None, s.causal = true;
+  vs.push_back({"gpt2_causal_dropout", s});
+  s = Spec();
+  s.projections = true, s.mask = Mask::Padding, s.Tq = s.Tk = 7, s.dropout = 0.3f;
+  vs.push_back({"with_projections_dropout", s});
+  for (const Variant& v : vs) {
+    SCOPED_TRACE(v.name);
+    ir::Graph before = unfused_attention(v.spec);
+    ir::Graph after = before;
+    EXPECT_EQ(count_ops(before, "Dropout"), 1);
+    EXPECT_EQ(fuse_only(after, weights_of(v.spec)), 1);
+    EXPECT_EQ(count_ops(after, "Attention", "onyx"), 1);
+    EXPECT_EQ(count_ops(after, "Dropout"), 0);
+    EXPECT_EQ(count_ops(after, "Softmax"), 0);
+    const ir::Node* att = find_op(after, "Attention");
+    ASSERT_TRUE(att);
+    EXPECT_FLOAT_EQ(att->attr_float("dropout_ratio", 0), v.spec.dropout);
+    EXPECT_EQ(att->attr_string("rng_key", ""), kDropoutOut);
+    EXPECT_EQ(att->attr_int("seed", -1), 0);
+    auto feeds = feeds_for(v.spec);
+    // outside a training run both are plain attention; in one, the same mask is dropped
+    expect_close(run(after, feeds, "out"), run(before, feeds, "out"), 1e-5, v.name);
+    for (uint64_t seed : {1ull, 99ull}) {
+      Tensor a = run(after, feeds, "out", training_run(seed));
+      expect_close(a, run(before, feeds, "out", training_run(seed)), 1e-5, v.name);
+      Tensor plain = run(after, feeds, "out");
+      bool differs = false;
+      for (int64_t i = 0; i < a.numel(); i++) differs |= a.data<float>()[i] != plain.data<float>()[i];
+      EXPECT_TRUE(differs) << "dropout active in a training run";
+    }
+  }
+}
+
+TEST(AttentionFusion, DropoutSeedAttributeAndInertDropouts) {
+  // The Dropout's own seed attribute travels with it.
+  {
+    Spec s;
+    s.dropout = 0.2f;
+    ir::Graph before = unfused_attention(s);
+    for (auto& n : before.nodes)
+      if (n.op_type == "Dropout") n.attrs["seed"] = int_attr(17);
+    ir::Graph after = before;
+    EXPECT_EQ(fuse_only(after, {}), 1);
+    EXPECT_EQ(find_op(after, "Attention")->attr_int("seed", 0), 17);
+    auto feeds = feeds_for(s);
+    expect_close(run(after, feeds, "out", training_run(4)), run(before, feeds, "out", training_run(4)),
+                 1e-5, "seed attribute");
+  }
+  // training_mode constant false: inert, fused without dropout.
+  {
+    Spec s;
+    s.dropout = 0.2f;
+    ir::Graph g = unfused_attention(s);
+    g.initializers.at("attn_dropout_training") = Tensor::from_vector<uint8_t>(DType::Bool, {}, {0});
+    EXPECT_EQ(fuse_only(g, {}), 1);
+    EXPECT_FALSE(find_op(g, "Attention")->has_attr("dropout_ratio"));
+  }
+}
+
+TEST(AttentionFusion, LeavesOtherDropoutsAlone) {
+  // The Dropout's mask is read (returned).
+  {
+    Spec s;
+    s.dropout = 0.1f;
+    ir::Graph g = unfused_attention(s);
+    for (auto& n : g.nodes)
+      if (n.op_type == "Dropout") n.outputs.push_back("attn_dropout_mask");
+    ir::ValueInfo vi;
+    vi.name = "attn_dropout_mask";
+    g.outputs.push_back(vi);
+    EXPECT_EQ(fuse_only(g, {}), 0);
+  }
+  // ratio, or training_mode, known only at run time.
+  for (const char* runtime_input : {"attn_dropout_ratio", "attn_dropout_training"}) {
+    Spec s;
+    s.dropout = 0.1f;
+    ir::Graph g = unfused_attention(s);
+    ir::ValueInfo vi;
+    vi.name = runtime_input;
+    vi.dtype = g.initializers.at(runtime_input).dtype();
+    vi.shape = {};
+    vi.has_shape = true;
+    g.initializers.erase(runtime_input);
+    g.inputs.push_back(vi);
+    EXPECT_EQ(fuse_only(g, {}), 0) << runtime_input;
+  }
+}
+
 // ---- the real exports -----------------------------------------------------------------------
 
 namespace {
@@ -250,10 +362,8 @@ std::map<std::string, Tensor> export_feeds(const ir::Graph& g, int64_t batch) {
 TEST(AttentionFusion, FiresOnRealExports) {
   for (Export e : {Export{"bert-mini", 4}, Export{"gpt2-tiny", 4}, Export{"vit-tiny", 6}}) {
     SCOPED_TRACE(e.model);
-    std::string path = std::string("/work/prof/") + e.model + "/model.onnx";
-    if (!std::filesystem::exists(path)) {
-      GTEST_SKIP() << path << " is absent (made by bench/train_bench.py prepare())";
-    }
+    std::string path = test_exports::real_export(e.model);
+    if (path.empty()) GTEST_SKIP() << test_exports::real_export_missing(e.model);
     ir::Graph g = ir::load_onnx(path);
     auto feeds = export_feeds(g, 2);
     std::map<std::string, TensorMeta> sig;

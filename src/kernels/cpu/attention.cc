@@ -1,16 +1,23 @@
 // kernels/cpu/attention.cc — fused multi-head scaled-dot-product attention, "onyx" domain, formed
 // by passes/attention_fusion.cc from the exported Reshape/Transpose/MatMul/Softmax chains:
 //
-//   Attention(Q, K, V, [mask])  attrs num_heads, scale, causal  -> O, [LSE]
+//   Attention(Q, K, V, [mask])  attrs num_heads, scale, causal [, dropout_ratio, seed, rng_key]
+//                               -> O, [LSE]
 //     Q (B,Tq,C)  K (B,Tk,C)  V (B,Tk,Cv)  mask: additive float, broadcastable to (B,H,Tq,Tk)
 //     per head h (D = C/H, Dv = Cv/H), reading the head's columns [h*D, (h+1)*D) in place:
 //       S = scale * Q_h K_hᵀ + mask (causal: S_ij = -inf for j > i),  P = softmax_rows(S)
-//       O_h = P V_h   written into O (B,Tq,Cv) at columns [h*Dv, (h+1)*Dv)
-//     LSE (B,H,Tq): the softmax's row log-sum-exp, saved for the backward.
-//   AttentionGrad(dO, Q, K, V, [mask], LSE)  same attrs  -> dQ, dK, dV
-//     P is recomputed from LSE (P = exp(S - LSE)), then per head
-//       dP = dO_h V_hᵀ,  dV_h = Pᵀ dO_h,  dS = P ∘ (dP - rowsum(dP ∘ P)) * scale,
-//       dQ_h = dS K_h,   dK_h = dSᵀ Q_h.   The mask gets no gradient.
+//       P' = Dropout(P): in a training run (KernelContext::training) with dropout_ratio r > 0,
+//            P'_ij = M_ij · P_ij / (1 - r), M the mask the Dropout node this op replaced would
+//            draw on the (B,H,Tq,Tk) probabilities — element ((b·H+h)·Tq+i)·Tk+j, Philox keyed
+//            on the run seed, `seed` and `rng_key` (dropout_rng.h); otherwise P' = P
+//       O_h = P' V_h   written into O (B,Tq,Cv) at columns [h*Dv, (h+1)*Dv)
+//     LSE (B,H,Tq): the softmax's row log-sum-exp (of S, before dropout), saved for the backward.
+//   AttentionGrad(dO, Q, K, V, [mask], LSE)  same attrs (rng_key required with dropout) -> dQ, dK, dV
+//     P is recomputed from LSE (P = exp(S - LSE)) and P' from P with the same mask, then per head
+//       dP' = dO_h V_hᵀ,  dV_h = P'ᵀ dO_h,  dP = M/(1-r) ∘ dP',
+//       dS = P ∘ (dP - rowsum(dP ∘ P)) * scale = (P' ∘ dP' - P · rowsum(P' ∘ dP')) * scale,
+//       dQ_h = dS K_h,   dK_h = dSᵀ Q_h.   The mask gets no gradient; the dropout mask is
+//     regenerated from its counter, never stored.
 //
 // Hand-written because this is the one place where the unfused graph materializes (B,H,T,T)
 // tensors several times over (scores, scaled, masked, probabilities, and their gradients) plus
@@ -29,8 +36,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "kernels/cpu/dropout_rng.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/nn_util.h"
 #include "runtime/kernel.h"
@@ -55,6 +64,7 @@ struct AttnDims {
   // Additive mask viewed as (B,H,Tq,Tk) through element strides (0 on broadcast dims).
   bool has_mask = false;
   int64_t mb = 0, mh = 0, mq = 0, mk = 0;
+  double dropout_ratio = 0;  // applied only in training runs (see dropout_draw)
 };
 
 AttnDims attention_dims(const ir::Node& node, const TensorMeta& q, const TensorMeta& k,
@@ -81,6 +91,9 @@ AttnDims attention_dims(const ir::Node& node, const TensorMeta& q, const TensorM
   d.Dv = d.Cv / d.H;
   d.scale = node.attr_float("scale", d.D > 0 ? 1.0f / std::sqrt((float)d.D) : 1.0f);
   d.causal = node.attr_int("causal", 0) != 0;
+  d.dropout_ratio = node.attr_float("dropout_ratio", 0.0f);
+  ONYX_CHECK(d.dropout_ratio >= 0 && d.dropout_ratio <= 1, node.describe(), ": dropout_ratio ",
+             d.dropout_ratio, " must be in [0, 1]");
   ONYX_CHECK(!d.causal || d.Tq == d.Tk, node.describe(), ": causal attention needs Tq == Tk, got ",
              d.Tq, " and ", d.Tk);
   if (mask) {
@@ -104,6 +117,18 @@ AttnDims attention_dims(const ir::Node& node, const TensorMeta& q, const TensorM
     d.mk = strides[3];
   }
   return d;
+}
+
+// The probabilities' dropout draw when it is active (a training run and dropout_ratio > 0), as the
+// Dropout node this op replaced would draw it; nullopt otherwise. The backward must regenerate the
+// forward's mask, so AttentionGrad needs the forward's identity in rng_key.
+std::optional<dropout_rng::Draw> dropout_draw(const KernelContext& ctx, const AttnDims& d,
+                                              bool grad) {
+  if (!ctx.training || !(d.dropout_ratio > 0)) return std::nullopt;
+  ONYX_CHECK(!grad || ctx.node.has_attr("rng_key"), ctx.node.describe(),
+             ": dropout needs the forward's rng_key attribute to regenerate its mask");
+  return dropout_rng::make_draw(ctx.seed, ctx.node.attr_int("seed", 0),
+                                dropout_rng::rng_key_of(ctx.node), d.dropout_ratio);
 }
 
 // Scores of query rows [r0, r0+rows) of head (b,h) against keys [0, n): S = scale * Q Kᵀ + mask,
@@ -136,7 +161,7 @@ inline int64_t row_keys(const AttnDims& d, int64_t n, int64_t i) {
 // ---- forward ------------------------------------------------------------------------------------
 
 void attention_forward(const AttnDims& d, const float* Q, const float* K, const float* V,
-                       const float* mask, float* O, float* LSE) {
+                       const float* mask, const dropout_rng::Draw* drop, float* O, float* LSE) {
   int64_t nblk = (d.Tq + kBlockQ - 1) / kBlockQ;
   int64_t tasks = d.B * d.H * nblk;
   parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
@@ -155,6 +180,7 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
         row_scale(s, ni, 1.0f / sum);
         std::fill(s + ni, s + n, 0.0f);
         if (LSE) LSE[bh * d.Tq + r0 + i] = mx + std::log(sum);
+        if (drop) dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, ni, s);
       }
       const float* v = V + b * d.Tk * d.Cv + h * d.Dv;        // (n, Dv), ld Cv
       float* o = O + (b * d.Tq + r0) * d.Cv + h * d.Dv;       // (rows, Dv), ld Cv
@@ -166,14 +192,16 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
 // ---- backward -----------------------------------------------------------------------------------
 
 void attention_backward(const AttnDims& d, const float* dO, const float* Q, const float* K,
-                        const float* V, const float* mask, const float* LSE, float* dQ, float* dK,
-                        float* dV) {
+                        const float* V, const float* mask, const float* LSE,
+                        const dropout_rng::Draw* drop, float* dQ, float* dK, float* dV) {
   int64_t pairs = d.B * d.H;
   parallel_for(pairs, 1, [&](int64_t p0, int64_t p1) {
     size_t tile_elems = (size_t)(std::min(kBlockQ, d.Tq) * d.Tk);
-    std::vector<float> tiles(2 * tile_elems);  // per-thread P and dP/dS tiles (BQ,Tk)
+    // per-thread P and dP/dS tiles (BQ,Tk), and the dropped P' with dropout
+    std::vector<float> tiles((drop ? 3 : 2) * tile_elems);
     float* P = tiles.data();
     float* dS = P + tile_elems;
+    float* Pd = drop ? dS + tile_elems : nullptr;
     for (int64_t bh = p0; bh < p1; bh++) {
       int64_t b = bh / d.H, h = bh % d.H;
       const float* k = K + b * d.Tk * d.C + h * d.D;    // (Tk, D), ld C
@@ -197,6 +225,44 @@ void attention_backward(const AttnDims& d, const float* dO, const float* Q, cons
           int64_t ni = row_keys(d, n, r0 + i);
           row_sum_exp(p, ni, LSE[bh * d.Tq + r0 + i], p);
           std::fill(p + ni, p + n, 0.0f);
+        }
+        if (drop) {
+          // P' = M/(1-r) ∘ P;  dP' = dO Vᵀ;  dV += P'ᵀ dO;
+          // dS = (P' ∘ dP' - P · rowsum(P' ∘ dP')) * scale   (P ∘ dP = P' ∘ dP')
+          for (int64_t i = 0; i < rows; i++) {
+            std::memcpy(Pd + i * n, P + i * n, (size_t)n * sizeof(float));
+            dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, row_keys(d, n, r0 + i),
+                                   Pd + i * n);
+          }
+          sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Cv, v, d.Cv, 0.0f, dS, n);
+          sgemm(true, false, n, d.Dv, rows, 1.0f, Pd, n, dout, d.Cv, 1.0f, dv, d.Cv);
+          for (int64_t i = 0; i < rows; i++) {
+            const float* p = P + i * n;
+            const float* pd = Pd + i * n;
+            float* ds = dS + i * n;
+            __m256 acc = _mm256_setzero_ps();
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8) {
+              __m256 x = _mm256_mul_ps(_mm256_loadu_ps(pd + j), _mm256_loadu_ps(ds + j));
+              _mm256_storeu_ps(ds + j, x);  // ds now holds P' ∘ dP'
+              acc = _mm256_add_ps(acc, x);
+            }
+            float r = hsum8(acc);
+            for (; j < n; j++) {
+              ds[j] *= pd[j];
+              r += ds[j];
+            }
+            __m256 vr = _mm256_set1_ps(r), vs = _mm256_set1_ps(d.scale);
+            j = 0;
+            for (; j + 8 <= n; j += 8) {
+              __m256 x = _mm256_fnmadd_ps(_mm256_loadu_ps(p + j), vr, _mm256_loadu_ps(ds + j));
+              _mm256_storeu_ps(ds + j, _mm256_mul_ps(x, vs));
+            }
+            for (; j < n; j++) ds[j] = (ds[j] - p[j] * r) * d.scale;
+          }
+          sgemm(false, false, rows, d.D, n, 1.0f, dS, n, k, d.C, 0.0f, dq, d.C);
+          sgemm(true, false, n, d.D, rows, 1.0f, dS, n, q, d.C, 1.0f, dk, d.C);
+          continue;
         }
         // dP = dO Vᵀ (rows, n);  dV += Pᵀ dO (n, Dv)
         sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Cv, v, d.Cv, 0.0f, dS, n);
@@ -260,9 +326,10 @@ OpKernel make_attention_kernel() {
       return;
     }
     float* lse = ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
+    auto drop = dropout_draw(ctx, d, false);
     attention_forward(d, ctx.input(0).data<float>(), ctx.input(1).data<float>(),
                       ctx.input(2).data<float>(), mm ? ctx.input(3).data<float>() : nullptr,
-                      ctx.output(0).data<float>(), lse);
+                      drop ? &*drop : nullptr, ctx.output(0).data<float>(), lse);
   };
   return k;
 }
@@ -310,10 +377,11 @@ OpKernel make_attention_grad_kernel() {
       for (int i = 0; i < 3; i++) std::fill(out[i], out[i] + like[i]->numel(), 0.0f);
       return;
     }
+    auto drop = dropout_draw(ctx, d, true);
     attention_backward(d, ctx.input(0).data<float>(), ctx.input(1).data<float>(),
                        ctx.input(2).data<float>(), ctx.input(3).data<float>(),
                        mm ? ctx.input(4).data<float>() : nullptr, ctx.input(5).data<float>(),
-                       out[0], out[1], out[2]);
+                       drop ? &*drop : nullptr, out[0], out[1], out[2]);
   };
   return k;
 }

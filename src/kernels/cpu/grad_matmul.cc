@@ -13,6 +13,10 @@
 //   ConvGradInput(dY, W)  strides pads dilations group input_shape   dX of Conv (N,C,in...)
 //   ConvGradWeight(dY, X) strides pads dilations group kernel_shape  dW of Conv (M,C/group,k...)
 // pads are explicit (begin..., end...): the rule resolves auto_pad. Conv is 1-, 2- or 3-D.
+// MatMulGradB, BiasGrad and ConvGradWeight write parameter gradients straight into the trainer's
+// flat gradient buffer (passes/gradient_into_buffer.cc); accumulating micro-batches they add
+// out + (the gradient as computed alone), so gradient accumulation is bit-identical to a separate
+// onyx.AccumulateGrad.
 //
 // Hand-written because these are the forward and backward of every linear layer and patch
 // embedding: the weight gradient of (B,T,K)x(K,N) is ONE (K x B·T) x (B·T x N) GEMM with transA,
@@ -308,6 +312,24 @@ void matmul_grad_b_compute(KernelContext& ctx) {
   int64_t R = shape_numel(Shape(a.shape().begin(), a.shape().end() - 1));
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
+  if (ctx.accumulates(0)) {
+    // y += A^T dY (a bound gradient, micro-batches accumulating). Not beta = 1: the GEMM would
+    // fold y into its K-blocked partial sums, and the sum must be y + (A^T dY) exactly as a
+    // separate onyx.AccumulateGrad computed it. The product goes through a scratch matrix.
+    ONYX_CHECK(y.dtype() == DType::Float32 && a.dtype() == DType::Float32 &&
+                   dy.dtype() == DType::Float32,
+               ctx.node.describe(), ": accumulation supports float32 gradients, got ",
+               dtype_name(y.dtype()));
+    std::vector<float> tmp((size_t)(K * N));
+    gemm<float>(true, false, K, N, R, (float)alpha, a.data<float>(), K, dy.data<float>(), N, 0.f,
+                tmp.data(), N);
+    float* out = y.data<float>();
+    parallel_for(K * N, 1 << 15, [&](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; i++) out[i] += tmp[i];
+    });
+    return;
+  }
   dispatch_float2(ctx, a, dy, y, [&](auto* A, auto* D, auto* C) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
     gemm<T>(true, false, K, N, R, (T)alpha, A, K, D, N, T(0), C, N);
@@ -326,16 +348,21 @@ void bias_grad_infer(InferContext& ctx) {
 
 // db[c] = sum over rows r of D[r, c] for c in [c0, c1): one row segment at a time, so the reads
 // stream and the accumulators stay in L1.
+// With `add`, db[c] += that sum (the sum is formed first, in the same order, then added once).
 template <class T>
-void column_sums(const T* D, int64_t R, int64_t N, int64_t c0, int64_t c1, T* db) {
-  T* acc = db + c0;
+void column_sums(const T* D, int64_t R, int64_t N, int64_t c0, int64_t c1, T* db,
+                 bool add = false) {
   const int64_t w = c1 - c0;
+  std::vector<T> scratch(add ? w : 0);
+  T* acc = add ? scratch.data() : db + c0;
   std::fill(acc, acc + w, T(0));
   for (int64_t r = 0; r < R; r++) {
     const T* d = D + r * N + c0;
 #pragma omp simd
     for (int64_t j = 0; j < w; j++) acc[j] += d[j];
   }
+  if (add)
+    for (int64_t j = 0; j < w; j++) db[c0 + j] += acc[j];
 }
 
 void bias_grad_compute(KernelContext& ctx) {
@@ -344,10 +371,15 @@ void bias_grad_compute(KernelContext& ctx) {
   const int64_t N = dy.dim(-1);
   if (N == 0) return;
   const int64_t R = dy.numel() / N;
+  const bool add = ctx.accumulates(0);  // db is a bound gradient: db += column sums
+  ONYX_CHECK(!add || (dy.dtype() == DType::Float32 && db.dtype() == DType::Float32),
+             ctx.node.describe(), ": accumulation supports float32 gradients, got ",
+             dtype_name(db.dtype()));
   auto run = [&](auto* D, auto* out) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(out)>>;
     // Column blocks of >= 64 (a cache line multiple); each thread owns whole columns.
-    parallel_for(N, 64, [&](int64_t c0, int64_t c1) { column_sums<T>(D, R, N, c0, c1, out); });
+    parallel_for(N, 64,
+                 [&](int64_t c0, int64_t c1) { column_sums<T>(D, R, N, c0, c1, out, add); });
   };
   switch (dy.dtype()) {
     case DType::Float32:
@@ -637,6 +669,25 @@ void conv_grad_weight_compute(KernelContext& ctx) {
   Tensor& dw = ctx.output(0);       // (M, C/group, k...)
   ConvG g = conv_g(ctx.node, x.shape(), dw.shape(), dy.shape());
   if (dw.numel() == 0) return;
+  if (ctx.accumulates(0)) {
+    // dW += the weight gradient (a bound gradient, micro-batches accumulating): computed into a
+    // scratch tensor, then added, so the sum is exactly dW + (gradient).
+    ONYX_CHECK(dw.dtype() == DType::Float32, ctx.node.describe(),
+               ": accumulation supports float32 gradients, got ", dtype_name(dw.dtype()));
+    if (dy.numel() == 0 || x.numel() == 0) return;
+    Tensor tmp(DType::Float32, dw.shape());
+    dispatch_float2(ctx, dy, x, tmp, [&](auto* D, auto* X, auto* W) {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
+      conv_grad_weight<T>(g, D, X, W);
+    });
+    const float* src = tmp.data<float>();
+    float* out = dw.data<float>();
+    parallel_for(dw.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; i++) out[i] += src[i];
+    });
+    return;
+  }
   if (dy.numel() == 0 || x.numel() == 0) {
     std::memset(dw.raw(), 0, dw.nbytes());
     return;
@@ -651,10 +702,12 @@ void conv_grad_weight_compute(KernelContext& ctx) {
 
 void register_matmul_grad_kernels(KernelRegistry& r) {
   r.add("onyx", "MatMulT", OpKernel{matmul_t_infer, matmul_t_compute, {}});
-  r.add("onyx", "MatMulGradB", OpKernel{matmul_grad_b_infer, matmul_grad_b_compute, {}});
-  r.add("onyx", "BiasGrad", OpKernel{bias_grad_infer, bias_grad_compute, {}});
+  // MatMulGradB and BiasGrad can add into a bound weight / bias gradient (gradient_into_buffer.cc).
+  r.add("onyx", "MatMulGradB", OpKernel{matmul_grad_b_infer, matmul_grad_b_compute, {}, {}, {0}});
+  r.add("onyx", "BiasGrad", OpKernel{bias_grad_infer, bias_grad_compute, {}, {}, {0}});
   r.add("onyx", "ConvGradInput", OpKernel{conv_grad_input_infer, conv_grad_input_compute, {}});
-  r.add("onyx", "ConvGradWeight", OpKernel{conv_grad_weight_infer, conv_grad_weight_compute, {}});
+  r.add("onyx", "ConvGradWeight",
+        OpKernel{conv_grad_weight_infer, conv_grad_weight_compute, {}, {}, {0}});
 }
 
 }  // namespace onyx::runtime

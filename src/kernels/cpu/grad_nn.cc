@@ -347,14 +347,24 @@ OpKernel make_layer_norm_grad_kernel() {
     Tensor* dbt = ctx.has_output(2) ? &ctx.output(2) : nullptr;
     ONYX_CHECK(dyt.dtype() == xt.dtype(), node.describe(), ": dy and x dtypes differ");
     ONYX_CHECK(mt.dtype() == it.dtype(), node.describe(), ": mean and inv_std_dev dtypes differ");
+    // dscale (output 1) / dbias (output 2) bound to a gradient buffer that accumulates: the
+    // column sum is added to what is there (float32 only, as onyx.AccumulateGrad did).
+    const bool add_s = ctx.accumulates(1), add_b = ctx.accumulates(2);
+    ONYX_CHECK((!add_s || dst->dtype() == DType::Float32) &&
+                   (!add_b || dbt->dtype() == DType::Float32),
+               node.describe(), ": accumulation supports float32 gradients");
     auto store_param = [&](Tensor* t, int64_t c, double v) {
       dispatch(t->dtype(), kFloats, node, [&](auto tag) {
         using P = decltype(tag);
-        t->data<P>()[c] = Elem<P>::store(v);
+        if ((t == dst && add_s) || (t == dbt && add_b))
+          t->data<float>()[c] += (float)v;
+        else
+          t->data<P>()[c] = Elem<P>::store(v);
       });
     };
     if (cols == 0) return;
     if (rows == 0) {
+      if (add_s || add_b) return;  // adding zeros
       for (int64_t c = 0; c < cols; c++) {
         if (dst) store_param(dst, c, 0.0);
         if (dbt) store_param(dbt, c, 0.0);
@@ -385,8 +395,8 @@ OpKernel make_layer_norm_grad_kernel() {
                                     cols, dx + r * cols, ds, db);
           },
           [&](int64_t c, float sv, float bv) {
-            if (dsp) dsp[c] = sv;
-            if (dbp) dbp[c] = bv;
+            if (dsp) dsp[c] = add_s ? dsp[c] + sv : sv;
+            if (dbp) dbp[c] = add_b ? dbp[c] + bv : bv;
           });
       if (!f32_params)
         for (int64_t c = 0; c < cols; c++) {
@@ -778,7 +788,9 @@ OpKernel make_batch_norm_grad_kernel() {
 void register_nn_grad_kernels(KernelRegistry& r) {
   r.add("onyx", "SoftmaxGrad", make_softmax_grad_kernel<false>());
   r.add("onyx", "LogSoftmaxGrad", make_softmax_grad_kernel<true>());
-  r.add("onyx", "LayerNormGrad", make_layer_norm_grad_kernel());
+  OpKernel ln = make_layer_norm_grad_kernel();
+  ln.accumulate_outputs = {1, 2};  // dscale, dbias can add into bound gradients
+  r.add("onyx", "LayerNormGrad", std::move(ln));
   r.add("onyx", "DropoutGrad", make_dropout_grad_kernel());
   r.add("onyx", "SoftmaxCrossEntropyLossGrad", make_sce_grad_kernel());
   r.add("onyx", "NLLLossGrad", make_nll_grad_kernel());

@@ -144,9 +144,11 @@ void index_grad_infer(InferContext& ctx) {
 // ---- GatherGrad ------------------------------------------------------------------------------
 
 // dx (outer, V, inner) = Σ over i with idx[i] = v of dy (outer, I, inner)[o, i, :].
+// With `add` (dx is a bound gradient, micro-batches accumulating): each row's sum is formed in a
+// scratch row exactly as without it, then added to dx once; rows no index names stay as they are.
 template <class T>
 void gather_grad(const T* dy, T* dx, const std::vector<int64_t>& idx, int64_t outer, int64_t V,
-                 int64_t inner) {
+                 int64_t inner, bool add = false) {
   const int64_t I = (int64_t)idx.size();
   // Positions bucketed by row, ascending within a row.
   std::vector<int64_t> first(V + 1, 0), pos(I);
@@ -158,20 +160,26 @@ void gather_grad(const T* dy, T* dx, const std::vector<int64_t>& idx, int64_t ou
   }
   parallel_for(outer * V, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, inner)),
                [&](int64_t b, int64_t e) {
+                 std::vector<T> row(add ? inner : 0);
                  for (int64_t u = b; u < e; u++) {
                    int64_t o = u / V, v = u % V;
-                   T* out = dx + u * inner;
+                   T* dst = dx + u * inner;
                    int64_t p0 = first[v], p1 = first[v + 1];
                    if (p0 == p1) {
-                     std::fill(out, out + inner, T(0));
+                     if (!add) std::fill(dst, dst + inner, T(0));
                      continue;
                    }
+                   T* out = add ? row.data() : dst;
                    const T* src = dy + (o * I + pos[p0]) * inner;
                    std::copy(src, src + inner, out);
                    for (int64_t p = p0 + 1; p < p1; p++) {
                      const T* s = dy + (o * I + pos[p]) * inner;
 #pragma omp simd
                      for (int64_t k = 0; k < inner; k++) out[k] += s[k];
+                   }
+                   if (add) {
+#pragma omp simd
+                     for (int64_t k = 0; k < inner; k++) dst[k] += out[k];
                    }
                  }
                });
@@ -187,9 +195,12 @@ void gather_grad_compute(KernelContext& ctx) {
   int64_t V = x[axis], outer = prod(x, 0, axis), inner = prod(x, axis + 1, r);
   auto idx = read_indices(ctx.node, ind, V, x, axis);
   if (dx.numel() == 0) return;
+  const bool add = ctx.accumulates(0);
+  ONYX_CHECK(!add || dx.dtype() == DType::Float32, ctx.node.describe(),
+             ": accumulation supports float32 gradients, got ", dtype_name(dx.dtype()));
   dispatch_float1(ctx, dy, dx, [&](auto* D, auto* X) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
-    gather_grad<T>(D, X, idx, outer, V, inner);
+    gather_grad<T>(D, X, idx, outer, V, inner, add);
   });
 }
 
@@ -254,7 +265,8 @@ void gather_elements_grad_compute(KernelContext& ctx) {
 
 void register_shape_grad_kernels(KernelRegistry& r) {
   r.add("onyx", "SliceGrad", OpKernel{slice_grad_infer, slice_grad_compute, {}});
-  r.add("onyx", "GatherGrad", OpKernel{index_grad_infer, gather_grad_compute, {}});
+  // can add into a bound embedding gradient (passes/gradient_into_buffer.cc)
+  r.add("onyx", "GatherGrad", OpKernel{index_grad_infer, gather_grad_compute, {}, {}, {0}});
   r.add("onyx", "GatherElementsGrad", OpKernel{index_grad_infer, gather_elements_grad_compute, {}});
 }
 

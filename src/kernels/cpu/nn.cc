@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/dropout_rng.h"
 #include "kernels/cpu/philox.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
@@ -345,12 +346,6 @@ OpKernel make_layer_norm_kernel() {
 // ---- Dropout
 // -------------------------------------------------------------------------------------
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
 OpKernel make_dropout_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
@@ -401,14 +396,17 @@ OpKernel make_dropout_kernel() {
     }
     ONYX_CHECK(ratio >= 0 && ratio <= 1, node.describe(), ": ratio must be in [0, 1), got ", ratio);
     ONYX_CHECK(!mask || mask->dtype() == DType::Bool, node.describe(), ": mask must be bool");
-    uint64_t key = mix_seed(ctx.seed ^ mix_seed((uint64_t)node.attr_int("seed", 0) + 0x5eed) ^
-                            fnv1a(node.has_attr("rng_key") ? node.attr_string("rng_key", "")
-                                  : node.outputs.empty()  ? node.name
-                                                          : node.outputs[0]));
-    // keep element i iff its 24-bit uniform (word >> 8) >= ratio * 2^24.
-    const uint32_t t24 = (uint32_t)std::ceil(ratio * 16777216.0);
+    // The draw fused ops reproduce (dropout_rng.h): key from the run seed, the seed attribute and
+    // the rng_key attribute or output name; keep element i iff (word >> 8) >= ratio * 2^24.
+    const dropout_rng::Draw draw = dropout_rng::make_draw(
+        ctx.seed, node.attr_int("seed", 0),
+        node.has_attr("rng_key") ? node.attr_string("rng_key", "")
+        : node.outputs.empty()   ? node.name
+                                 : node.outputs[0],
+        ratio);
+    const uint32_t t24 = draw.t24;
     const double scale = ratio >= 1 ? 0.0 : 1.0 / (1.0 - ratio);
-    const Philox4x32::Key pkey = Philox4x32::key_from(key);
+    const Philox4x32::Key pkey = draw.key;
     bool* mp = mask ? mask->data<bool>() : nullptr;
     dispatch(xt.dtype(), kFloats, node, [&](auto tag) {
       using T = decltype(tag);
