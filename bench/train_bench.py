@@ -625,9 +625,9 @@ def plans(rows):
                   f"{fmt(c.get('activations_mib'))} | {fmt(cut and 100 * cut, '{:.0f}%')} | "
                   f"{fmt(a['total_mib'])} |")
     md.append("")
-    md.append("Planned activations: the peak of activation bytes alive at once over the training step "
-              "(the arena must hold at least this); the total adds parameters, gradients and AdamW's two "
-              "moment buffers.")
+    md.append("Planned activations: the size of the activation arena the memory plan lays out for one "
+              "training step (offsets from lifetimes, in-place and views); the total adds parameters, "
+              "gradients and AdamW's two moment buffers.")
     return "\n".join(md)
 
 
