@@ -377,11 +377,7 @@ TEST(CrossEntropyFusion, FiresOnRealExports) {
     if (path.empty()) GTEST_SKIP() << onyx::test_exports::real_export_missing(model);
     ir::Graph g = ir::load_onnx(path);
     auto feeds = export_feeds(g);
-    auto sig = sig_of(feeds);
-    auto params = autodiff::trainable_parameters(g, {});
-    std::set<std::string> vars(params.begin(), params.end());
-    passes::PassReport report;
-    ir::Graph fused = passes::optimize_forward(g, sig, vars, {}, &report);
+    auto [fused, report, sig, vars] = onyx::test_exports::optimize_export(g, feeds);
     EXPECT_EQ(report.applied("cross_entropy_fusion"), 1) << model;
     EXPECT_EQ(count_ops(fused, "LinearCrossEntropy", "onyx"), 1) << model;
     EXPECT_EQ(count_ops(fused, "SoftmaxCrossEntropyLoss"), 0) << model;

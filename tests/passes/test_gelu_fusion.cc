@@ -144,12 +144,7 @@ TEST(GeluFusion, FiresOnRealExports) {
     if (path.empty()) GTEST_SKIP() << onyx::test_exports::real_export_missing(e.model);
     ir::Graph g = ir::load_onnx(path);
     auto feeds = export_feeds(g, 2);
-    std::map<std::string, TensorMeta> sig;
-    for (auto& [k, t] : feeds) sig[k] = t.meta();
-    auto params = autodiff::trainable_parameters(g, {});
-    std::set<std::string> vars(params.begin(), params.end());
-    passes::PassReport report;
-    ir::Graph fused = passes::optimize_forward(g, sig, vars, {}, &report);
+    auto [fused, report, sig, vars] = onyx::test_exports::optimize_export(g, feeds);
     EXPECT_EQ(report.applied("gelu_fusion"), e.gelus);
     EXPECT_EQ(count_ops(fused, "Gelu"), e.gelus);
     for (auto& n : fused.nodes)
