@@ -33,6 +33,7 @@ class TrainingSession {
   // loss needs (labels); without labels only the model's outputs are computed.
   std::map<std::string, Tensor> forward(const std::map<std::string, Tensor>& batch);
   const autodiff::GradientOptions& options() const { return opts_; }
+  const std::shared_ptr<const ir::Graph>& forward_graph() const { return forward_; }
 
   size_t cached_graphs() const { return graphs_.size(); }
   double last_build_ms() const { return last_build_ms_; }

@@ -77,9 +77,19 @@ Action add_plan_command(CLI::App& app) {
         any = true;
       }
     std::cout << (any ? "" : " none") << "\n";
-    if (ts.pass_options().recompute)
+    if (ts.pass_options().recompute) {
+      // The same step planned without recompute, for the memory it saves (a second session: the
+      // first one's graph, report and plan stay as they are).
+      train::TrainingSession plain(ts.forward_graph(), ts.options());
+      passes::OptimizeOptions po = ts.pass_options();
+      po.recompute = false;
+      plain.set_pass_options(po);
+      double without = plain.planned_activation_bytes(b);
+      double with = ts.planned_activation_bytes(b);
       std::cout << "gradient_checkpointing: " << rep.recomputed_layers << " layers recomputed ("
-                << totals["recompute_layers"] << " nodes cloned)\n";
+                << totals["recompute_layers"] << " nodes cloned); activations " << mib(without)
+                << " -> " << mib(with) << " (saves " << mib(without - with) << ")\n";
+    }
 
     std::map<std::string, int> hist;
     for (auto& st : plan.steps) {
@@ -107,7 +117,7 @@ Action add_plan_command(CLI::App& app) {
     int states = opt.rfind("adamw", 0) == 0 ? 2 : (cfg.args.sgd_momentum != 0 ? 1 : 0);
     std::cout << "memory plan: " << plan.memory.summary() << "\n"
               << "  activations (arena)                " << mib(arena) << "  (" << mib(live)
-              << " live at the peak; " << mib((double)plan.memory.kept_bytes)
+              << " at the peak without in-place and views; " << mib((double)plan.memory.kept_bytes)
               << " kept for backward)\n"
               << "  parameters                         " << mib(pbytes) << "\n"
               << "  gradients                          " << mib(pbytes) << "\n"
