@@ -4,6 +4,8 @@
 #pragma once
 #include <filesystem>
 #include <map>
+#include <random>
+#include <vector>
 #include <set>
 #include <string>
 
@@ -22,6 +24,34 @@ inline std::string real_export(const std::string& model) {
 inline std::string real_export_missing(const std::string& model) {
   return "no " + model + " export in " + ONYX_BINARY_DIR +
          "/bench-exports (run: /usr/bin/python3 bench/make_exports.py <build>/bench-exports)";
+}
+
+// Feeds for an export with the batch dim set to `batch`: floats uniform in [-1, 1), token ids in
+// range, a padding mask with real padding, binary labels / token types.
+inline std::map<std::string, Tensor> export_feeds(const ir::Graph& g, int64_t batch) {
+  std::map<std::string, Tensor> f;
+  std::mt19937 rng(3);
+  for (auto& in : g.inputs) {
+    Shape s = in.shape;
+    for (auto& d : s)
+      if (d < 0) d = batch;
+    if (in.dtype == DType::Float32) {
+      std::mt19937 frng(4);
+      std::uniform_real_distribution<float> u(-1, 1);
+      std::vector<float> v(shape_numel(s));
+      for (auto& x : v) x = u(frng);
+      f[in.name] = Tensor::from_vector(DType::Float32, s, v);
+      continue;
+    }
+    std::vector<int64_t> v(shape_numel(s));
+    int64_t hi = (in.name == "labels" && s.size() == 1) || in.name == "token_type_ids" ? 2 : 100;
+    for (auto& x : v) x = (int64_t)(rng() % hi);
+    if (in.name == "attention_mask")
+      for (size_t i = 0; i < v.size(); i++)
+        v[i] = (int64_t)(i % s.back()) < (int64_t)s.back() - 9 * (int64_t)(i / s.back()) ? 1 : 0;
+    f[in.name] = Tensor::from_vector<int64_t>(DType::Int64, s, v);
+  }
+  return f;
 }
 
 // An export specialized to `feeds` (its input signature) and run through the forward pipeline

@@ -15,6 +15,7 @@
 #include "onyx/tensor.h"
 #include "passes/pass.h"
 #include "runtime/session.h"
+#include "../real_exports.h"
 
 namespace onyx::fusion_test {
 
@@ -227,28 +228,6 @@ inline void expect_close(const Tensor& a, const Tensor& b, double rtol, const st
   }
 }
 
-// Feeds for a <build>/bench-exports export with the batch dim set to `batch` (token ids in range, a padding
-// mask with real padding, binary labels where the model is a classifier).
-inline std::map<std::string, Tensor> export_feeds(const ir::Graph& g, int64_t batch) {
-  std::map<std::string, Tensor> f;
-  std::mt19937 rng(3);
-  for (auto& in : g.inputs) {
-    Shape s = in.shape;
-    for (auto& d : s)
-      if (d < 0) d = batch;
-    if (in.dtype == DType::Float32) {
-      f[in.name] = random_tensor(s, 4);
-      continue;
-    }
-    std::vector<int64_t> v(shape_numel(s));
-    int64_t hi = (in.name == "labels" && s.size() == 1) || in.name == "token_type_ids" ? 2 : 100;
-    for (auto& x : v) x = (int64_t)(rng() % hi);
-    if (in.name == "attention_mask")
-      for (size_t i = 0; i < v.size(); i++)
-        v[i] = (int64_t)(i % s.back()) < (int64_t)s.back() - 9 * (int64_t)(i / s.back()) ? 1 : 0;
-    f[in.name] = Tensor::from_vector<int64_t>(DType::Int64, s, v);
-  }
-  return f;
-}
+using onyx::test_exports::export_feeds;  // real_exports.h
 
 }  // namespace onyx::fusion_test
