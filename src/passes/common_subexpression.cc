@@ -7,16 +7,12 @@
 #include <unordered_map>
 
 #include "passes/pass.h"
+#include "runtime/session.h"
 
 namespace onyx::passes {
 namespace {
 
-bool never_merge(const ir::Node& n) {
-  static const std::set<std::string> ops = {"Dropout", "RandomNormal", "RandomUniform",
-                                            "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-                                            "Multinomial", "AccumulateGrad"};
-  return ops.count(n.op_type) != 0 || n.outputs.empty();
-}
+bool never_merge(const ir::Node& n) { return runtime::never_fold(n) || n.outputs.empty(); }
 
 std::string tensor_key(const Tensor& t) {
   std::string k = cat((int)t.dtype(), shape_str(t.shape()), ":");

@@ -35,13 +35,6 @@ struct OpProfile {
 };
 OpProfile g_profile;
 
-// Ops never folded at plan time: their results are random or depend on the run's mode.
-bool never_fold(const ir::Node& n) {
-  static const std::set<std::string> ops = {"Dropout", "RandomNormal", "RandomUniform",
-                                            "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-                                            "Multinomial", "AccumulateGrad"};
-  return ops.count(n.op_type) != 0;
-}
 
 // Ops whose outputs depend only on input metas, so they fold when the metas are static.
 bool meta_only(const ir::Node& n) { return n.op_type == "Shape" || n.op_type == "Size"; }
@@ -100,6 +93,13 @@ std::vector<Tensor> infer_and_compute(const ir::Node& node, const OpKernel& k, i
 }
 
 }  // namespace
+
+bool never_fold(const ir::Node& n) {
+  static const std::set<std::string> ops = {"Dropout", "RandomNormal", "RandomUniform",
+                                            "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+                                            "Multinomial", "AccumulateGrad"};
+  return ops.count(n.op_type) != 0;
+}
 
 std::vector<Tensor> run_node(const ir::Node& node, int64_t opset, const std::vector<Tensor>& inputs,
                              const RunOptions& opts) {

@@ -101,6 +101,10 @@ class Session {
   std::set<const Plan*> reported_;  // plans whose memory summary ONYX_PROFILE printed
 };
 
+// Ops whose results are random or depend on the run (Dropout, Random*, onyx.AccumulateGrad): never
+// folded at plan time, never merged by common-subexpression elimination.
+bool never_fold(const ir::Node& n);
+
 // Runs one node on concrete inputs (nullptr-free; pass an undefined Tensor for an absent optional
 // input). For kernel tests and constant folding.
 std::vector<Tensor> run_node(const ir::Node& node, int64_t opset, const std::vector<Tensor>& inputs,
