@@ -11,7 +11,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUILD:-$ROOT/build}"
-PY="${PYTHON:-/usr/bin/python3}"
+PY="${PYTHON:-$BUILD/venv/bin/python}"
 if [ "${SKIP_BUILD:-0}" = 1 ]; then
   :  # use the binaries already in $BUILD
 elif [ ! -f "$BUILD/CMakeCache.txt" ]; then

@@ -244,7 +244,8 @@ def prepare(name, spec, mdir, n_batches):
         warnings.simplefilter("ignore")
         torch.onnx.export(model, example, path, input_names=spec["inputs"], output_names=["loss"],
                           dynamic_axes=spec["axes"], opset_version=14,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          dynamo=False)
     # The ONNX initializers must be the torch initial weights (same names, same values).
     m = onnx.load(path)
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}

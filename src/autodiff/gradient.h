@@ -120,6 +120,7 @@ class GradRegistry {
   static GradRegistry& instance();
   void add(const std::string& domain, const std::string& op, GradRule rule);
   const GradRule* find(const std::string& domain, const std::string& op) const;
+  std::vector<std::string> op_names() const;  // "Add", "onyx.MatMulT", ...
 
  private:
   std::map<std::string, GradRule> rules_;

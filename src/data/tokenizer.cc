@@ -307,13 +307,20 @@ struct StripEntry {
   uint32_t cp, a, b, c;
 };
 
+// What Hugging Face tokenizers' BertNormalizer and BertPreTokenizer make of a code point (its
+// Unicode 8 tables): dropped by clean_text, split off as punctuation, dropped by strip_accents.
+enum class BertClass : uint8_t { Other, Control, Punctuation, Nonspacing };
+
 #include "data/unicode_tables.inc"
 
-CharClass lookup_class(char32_t c) {
+template <size_t N>
+uint8_t lookup_run(const uint32_t (&runs)[N], char32_t c) {
   const uint32_t key = ((uint32_t)c << 4) | 0xF;
-  auto it = std::upper_bound(std::begin(kCharClassRuns), std::end(kCharClassRuns), key);
-  return (CharClass)(*(it - 1) & 0xF);
+  auto it = std::upper_bound(std::begin(runs), std::end(runs), key);
+  return (uint8_t)(*(it - 1) & 0xF);
 }
+
+CharClass lookup_class(char32_t c) { return (CharClass)lookup_run(kCharClassRuns, c); }
 
 const std::array<CharClass, 256>& latin1_classes() {
   static const std::array<CharClass, 256> t = [] {
@@ -322,6 +329,17 @@ const std::array<CharClass, 256>& latin1_classes() {
     return a;
   }();
   return t;
+}
+
+BertClass bert_class(char32_t c) {
+  static const std::array<BertClass, 256> latin1 = [] {
+    std::array<BertClass, 256> a{};
+    for (int i = 0; i < 256; ++i) a[i] = (BertClass)lookup_run(kBertClassRuns, (char32_t)i);
+    return a;
+  }();
+  if (c < 256) return latin1[c];
+  if (c > 0x10FFFF) return BertClass::Control;
+  return (BertClass)lookup_run(kBertClassRuns, c);
 }
 
 }  // namespace
@@ -339,23 +357,17 @@ bool is_white_space(char32_t c) {
 }
 
 bool is_cjk(char32_t c) {
+  // Hugging Face tokenizers' ranges: BERT's, except that the last block starts at U+2B920, not
+  // U+2B820 (so U+2B820..U+2B91F stay inside words)
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
          (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
-         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
-bool is_bert_punctuation(char32_t c) {
-  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
-      (c >= 123 && c <= 126))
-    return true;
-  return char_class(c) == CharClass::Punctuation;
-}
+bool is_bert_punctuation(char32_t c) { return bert_class(c) == BertClass::Punctuation; }
 
-bool is_bert_control(char32_t c) {
-  if (c == '\t' || c == '\n' || c == '\r') return false;
-  return char_class(c) == CharClass::Control;
-}
+bool is_bert_control(char32_t c) { return bert_class(c) == BertClass::Control; }
 
 void append_lower(char32_t c, std::u32string& out) {
   if (c < 128) {
@@ -391,7 +403,7 @@ void append_strip_accents(char32_t c, std::u32string& out) {
     if (s % 28) out.push_back(0x11A7 + s % 28);
     return;
   }
-  if (char_class(c) == CharClass::MarkNonspacing) return;
+  if (bert_class(c) == BertClass::Nonspacing) return;
   auto it = std::lower_bound(std::begin(kStripAccents), std::end(kStripAccents), (uint32_t)c,
                              [](const StripEntry& e, uint32_t v) { return e.cp < v; });
   if (it != std::end(kStripAccents) && it->cp == c) {

@@ -101,14 +101,19 @@ PostTemplate parse_post_processor(const nlohmann::json& tokenizer_json, const st
 void register_added_tokens(const nlohmann::json& tokenizer_json, const std::string& path,
                            Tokenizer& tok);
 
-// Unicode helpers shared by the tokenizers. Character classes come from a table generated from the
-// Unicode Character Database (src/data/unicode_tables.inc, Unicode 14): complete for every script.
+// Unicode helpers shared by the tokenizers, from the tables that tests/data/gen_unicode_tables.py
+// generates (src/data/unicode_tables.inc). char_class comes from the Unicode Character Database
+// (Unicode 14, complete for every script), as byte-level BPE's regex classes. The is_bert_*
+// helpers, append_lower and append_strip_accents are what Hugging Face tokenizers' BertNormalizer
+// and BertPreTokenizer do, read from that library: its categories are Unicode 8's, so a code point
+// assigned later (or not at all) is an ordinary character to BERT, neither control, punctuation
+// nor mark.
 namespace unicode {
 
 enum class CharClass : uint8_t {
   Other,
   Letter,          // \p{L}
-  MarkNonspacing,  // Mn: what BERT's accent stripping removes after NFD
+  MarkNonspacing,  // Mn (BERT's accent stripping uses its own, older set)
   MarkOther,       // Mc, Me
   Number,          // \p{N}
   Punctuation,     // \p{P}
@@ -122,14 +127,18 @@ CharClass char_class(char32_t c);
 inline bool is_letter(char32_t c) { return char_class(c) == CharClass::Letter; }
 inline bool is_number(char32_t c) { return char_class(c) == CharClass::Number; }
 bool is_white_space(char32_t c);       // the Unicode White_Space property (as regex \s)
-bool is_cjk(char32_t c);               // the CJK ideograph blocks BERT surrounds with spaces
-bool is_bert_punctuation(char32_t c);  // ASCII punctuation/symbols or \p{P}
-bool is_bert_control(char32_t c);      // \p{C} except \t \n \r
+bool is_cjk(char32_t c);  // the CJK ideograph blocks BERT surrounds with spaces (HF's ranges)
+// ASCII punctuation/symbols or \p{P} (Unicode 8), as BertPreTokenizer splits off.
+bool is_bert_punctuation(char32_t c);
+// What BertNormalizer's clean_text drops: NUL, U+FFFD and \p{C} (Unicode 8: Cc, Cf, Co, Cs; not
+// unassigned code points) except \t \n \r.
+bool is_bert_control(char32_t c);
 
-// Lower case, one code point to one or (for U+0130) two; appends to out.
+// Lower case as BertNormalizer (Rust's char::to_lowercase, one code point at a time), one code
+// point to one or (for U+0130) two; appends to out.
 void append_lower(char32_t c, std::u32string& out);
-// NFD with nonspacing marks (Mn) removed, as BERT's accent stripping: every canonical decomposition
-// of the Unicode tables (Latin, Greek, Cyrillic, kana voicing marks, ...), Hangul syllables into
+// NFD with nonspacing marks (Mn, Unicode 8) removed, as BertNormalizer's strip_accents: every
+// canonical decomposition (Latin, Greek, Cyrillic, kana voicing marks, ...), Hangul syllables into
 // jamo; a code point NFD leaves alone is appended unchanged, an Mn mark is dropped.
 void append_strip_accents(char32_t c, std::u32string& out);
 

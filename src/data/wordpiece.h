@@ -2,7 +2,9 @@
 // BertPreTokenizer + WordPiece model + BertProcessing ([CLS] A [SEP] B [SEP], token types 0/1).
 //   normalize:    clean text (drop NUL, U+FFFD and \p{C} controls; white space -> ' '), put spaces
 //                 around CJK ideographs, strip accents (NFD, then drop Mn marks; every Unicode
-//                 decomposition, from a generated table), lower-case (full Unicode, per character)
+//                 decomposition, from a generated table), lower-case (full Unicode, per character);
+//                 the classes are Hugging Face tokenizers' own (Unicode 8), see unicode:: in
+//                 tokenizer.h
 //   pre-tokenize: split on white space, then every punctuation character is a word of its own
 //   WordPiece:    greedy longest match first, later pieces prefixed "##"; a word with no
 //                 segmentation, or longer than max_input_chars_per_word characters, is [UNK]

@@ -20,6 +20,11 @@ std::string read_file(const std::string& path) {
 }
 
 DType dtype_of(int32_t code, const std::string& where) {
+  // A type ONNX defines that onyx does not claim (float8, int4, float4, ...) is "unsupported";
+  // a code ONNX does not define is an error in the file.
+  if (!is_valid_onnx_dtype(code) && code != 8 && onnx::TensorProto_DataType_IsValid(code) && code != 0)
+    ONYX_UNSUPPORTED(where, ": tensor data type ", onnx::TensorProto_DataType_Name(code),
+                     " is not supported");
   ONYX_CHECK(is_valid_onnx_dtype(code) || code == 8, where, ": unknown tensor data type ", code);
   if (code == 8) ONYX_UNSUPPORTED(where, ": string tensors are not supported");
   return (DType)code;

@@ -4,6 +4,9 @@
 //   Dropout that cannot drop (ratio 0, or training_mode absent/false), mask unused → its input
 //   Cast to the input's own dtype                 → its input
 //   Reshape/Flatten/Squeeze/Unsqueeze to the input's own shape → its input
+//   Expand/Tile to the input's own shape, Slice keeping the whole input (positive steps, output
+//   shape = input shape; the dynamo exporter writes x[:, :-1] as a full Slice of axis 0 first)
+//                                                 → its input
 //   reshape-like(reshape-like(x))                 → Reshape(x, final shape)
 //   Transpose(Transpose(x, p), q)                 → Transpose(x, p∘q), or x when that is the identity
 // A node whose output is a graph output is kept (the output keeps its name).
@@ -75,6 +78,16 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
       bypass(idx, y, x);
     } else if (reshape_like(n) && same_meta) {
       bypass(idx, y, x);
+    } else if ((op == "Expand" || op == "Tile") && same_meta) {
+      bypass(idx, y, x);
+    } else if (op == "Slice" && same_meta && g.opset("") >= 10) {
+      bool forward = true;  // a negative step would reverse the axis: same shape, other order
+      if (n.has_input(4)) {
+        const Tensor* st = ctx.constant(g, n.inputs[4]);
+        if (!st) continue;
+        for (int64_t v : st->to_int64_vector()) forward &= v > 0;
+      }
+      if (forward) bypass(idx, y, x);
     } else if (reshape_like(n) && ctx.has_meta(y)) {
       auto p = producer.find(x);
       if (p == producer.end() || dead[p->second] || !reshape_like(g.nodes[p->second])) continue;

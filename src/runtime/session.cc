@@ -36,8 +36,14 @@ struct OpProfile {
 OpProfile g_profile;
 
 
-// Ops whose outputs depend only on input metas, so they fold when the metas are static.
-bool meta_only(const ir::Node& n) { return n.op_type == "Shape" || n.op_type == "Size"; }
+// Inputs of which an op reads only the meta (dtype, shape), not the data: all of Shape's and
+// Size's, CastLike's second (the dtype to cast to). Such a node folds when its other inputs are
+// constants and these inputs' metas are static: the dynamo exporter writes every masking fill as
+// CastLike(constant, scores).
+bool meta_only_input(const ir::Node& n, size_t i) {
+  if (!n.domain.empty() && n.domain != "ai.onnx") return false;
+  return n.op_type == "Shape" || n.op_type == "Size" || (n.op_type == "CastLike" && i == 1);
+}
 
 std::string input_shapes(const std::vector<const TensorMeta*>& metas) {
   std::string s;
@@ -168,8 +174,9 @@ const Plan& Session::plan_for(const std::map<std::string, TensorMeta>& signature
     int64_t opset = g.opset(node.domain);
     std::vector<const TensorMeta*> metas;
     std::vector<const Tensor*> values;
-    bool all_meta = true, all_const = true;
-    for (auto& in : node.inputs) {
+    bool all_meta = true, all_const = true, known = true;  // known: const, or meta where enough
+    for (size_t i = 0; i < node.inputs.size(); i++) {
+      const std::string& in = node.inputs[i];
       if (in.empty()) {
         metas.push_back(nullptr);
         values.push_back(nullptr);
@@ -181,8 +188,10 @@ const Plan& Session::plan_for(const std::map<std::string, TensorMeta>& signature
       values.push_back(c == plan->constants.end() ? nullptr : &c->second);
       if (m == plan->metas.end()) all_meta = false;
       if (c == plan->constants.end()) all_const = false;
+      if (c == plan->constants.end() && !(m != plan->metas.end() && meta_only_input(node, i)))
+        known = false;
     }
-    bool foldable = !never_fold(node) && (all_const || (meta_only(node) && all_meta));
+    bool foldable = !never_fold(node) && (all_const || known);
     // Folding: run the node now, keep its outputs as constants.
     if (foldable) {
       std::vector<Tensor> meta_tensors;  // Shape/Size read only shapes: wrap metas without data

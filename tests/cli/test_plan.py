@@ -14,13 +14,20 @@ Cases (one PASS / FAIL line each):
                      the same BERT with dropout 0.1 (as fine-tuning configs have it): the
                      Dropout + residual Adds fuse (dropout_add_fusion, two per layer) and the
                      attention still fuses.
+  exporters-<model>  the same model (and bert-mini with dropout 0.1) exported for training by
+                     torch 2.13's TorchScript exporter (dynamo=False, opset 17) and by its dynamo
+                     exporter (dynamo=True, default opset, optimize=False: see
+                     tests/parity/exporters.py): every fusion that fires on the TorchScript export
+                     fires on the dynamo export with the same count (GELU / LayerNorm count as
+                     fired when the dynamo graph already has that many Gelu / LayerNormalization
+                     nodes, the ops those fusions produce), and the FLOPs per step agree.
   checkpointing      `--gradient_checkpointing true` cuts bert-mini's planned activation memory
                      by at least 40%.
   max-memory-*       a max_memory budget below the planned step: exit 1 naming batch, need and
                      budget; with auto_find_batch_size the batch is halved until it fits and the
                      run trains; a malformed size is an error naming it.
 
-Run: ONYX=build/onyx /usr/bin/python3 tests/cli/test_plan.py [substring-filter]
+Run: ONYX=build/onyx build/venv/bin/python tests/cli/test_plan.py [substring-filter]
 Ends with "N passed, M failed".
 """
 import json
@@ -34,7 +41,10 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bench"))
+sys.path.insert(0, os.path.join(REPO, "tests", "parity"))
 import bench_models  # noqa: E402
+import st_io  # noqa: E402
+from exporters import export  # noqa: E402
 import train_bench  # noqa: E402
 
 ONYX = os.environ.get("ONYX", os.path.join(REPO, "build", "onyx"))
@@ -91,6 +101,71 @@ def activations_mib(out):
     return float(m.group(1)) if m else None
 
 
+def export_both(name, spec, mdir):
+    """mdir/{ts17,dynamo}.onnx (training exports of the same module) + mdir/train.safetensors."""
+    import numpy as np
+    import torch
+    torch.set_num_threads(1)
+    os.makedirs(mdir, exist_ok=True)
+    torch.manual_seed(spec["seed"])
+    model = spec["ctor"]().train()
+    b = spec["batch"]
+    data = spec["data"](2 * b, np.random.default_rng(1000 + spec["seed"]))
+    st_io.save(os.path.join(mdir, "train.safetensors"), data)
+    example = tuple(torch.from_numpy(data[k][:b]) for k in spec["inputs"])
+    for label, exporter, opset in (("ts17", "ts", 17), ("dynamo", "dynamo", None)):
+        export(model, example, os.path.join(mdir, label + ".onnx"), exporter=exporter,
+               opset=opset, input_names=spec["inputs"], output_names=["loss"],
+               dynamic_axes=spec["axes"], training=True, fold=False)
+
+
+def exporters_case(name, spec, mdir):
+    """(ok, message): fusions of the TorchScript export fire on the dynamo export too."""
+    import onnx
+    export_both(name, spec, mdir)
+    plans = {}
+    for label in ("ts17", "dynamo"):
+        cfg = write_config(mdir, name)
+        with open(cfg) as f:
+            c = json.load(f)
+        c["model"] = os.path.join(mdir, label + ".onnx")
+        with open(cfg, "w") as f:
+            json.dump(c, f)
+        r = run(["plan", cfg])
+        if r.returncode != 0:
+            return False, "%s: onyx plan exit %d: %s" % (label, r.returncode, r.stderr.strip()[-300:])
+        plans[label] = (fusions_of(r.stdout) or {}, gflops_of(r.stdout))
+    native = {}
+    for n in onnx.load(os.path.join(mdir, "dynamo.onnx")).graph.node:
+        native[n.op_type] = native.get(n.op_type, 0) + 1
+    (ts, gf_ts), (dy, gf_dy) = plans["ts17"], plans["dynamo"]
+    problems = []
+    for fusion, count in sorted(ts.items()):
+        got = dy.get(fusion, 0)
+        if fusion == "gelu_fusion":
+            got += native.get("Gelu", 0)
+        if fusion == "layer_norm_fusion":
+            got += native.get("LayerNormalization", 0)
+        if got != count:
+            problems.append("%s: TorchScript x%d, dynamo x%d" % (fusion, count, got))
+    if gf_ts is None or gf_dy is None or abs(gf_ts - gf_dy) > 0.01 * gf_ts:
+        problems.append("FLOPs/step TorchScript %s, dynamo %s" % (gf_ts, gf_dy))
+    fmt = lambda d: ", ".join("%s x%d" % kv for kv in sorted(d.items()))  # noqa: E731
+    return not problems, ("; ".join(problems) if problems else
+                          "TorchScript-17: %s | dynamo: %s (+ native Gelu x%d, LayerNormalization "
+                          "x%d); %.2f GFLOP/step both" % (fmt(ts), fmt(dy), native.get("Gelu", 0),
+                                                          native.get("LayerNormalization", 0), gf_ts))
+
+
+def bert_mini_with_dropout():
+    from models import TinyBert
+    m = bench_models.BertMiniCls()
+    c = bench_models.BertMiniCls
+    m.bert = TinyBert(vocab=c.VOCAB, d=c.H, heads=c.A, ffn=c.FFN, layers=c.L,
+                      max_pos=512, types=2, labels=c.LABELS, dropout=0.1)
+    return bench_models.hf_init(m)
+
+
 def main():
     filt = sys.argv[1] if len(sys.argv) > 1 else ""
     results = []
@@ -137,15 +212,7 @@ def main():
 
         if "bert-mini" in mdirs and (not filt or filt in "plan-bert-mini-dropout"):
             spec = dict(bench_models.SPECS["bert-mini"])
-
-            def with_dropout():
-                from models import TinyBert
-                m = bench_models.BertMiniCls()
-                c = bench_models.BertMiniCls
-                m.bert = TinyBert(vocab=c.VOCAB, d=c.H, heads=c.A, ffn=c.FFN, layers=c.L,
-                                  max_pos=512, types=2, labels=c.LABELS, dropout=0.1)
-                return bench_models.hf_init(m)
-            spec["ctor"] = with_dropout
+            spec["ctor"] = bert_mini_with_dropout
             ddir = os.path.join(tmp, "bert-mini-dropout")
             train_bench.prepare("bert-mini", spec, ddir, 2)
             r = run(["plan", write_config(ddir, "bert-mini")])
@@ -155,6 +222,20 @@ def main():
             report(ok, "plan-bert-mini-dropout", "fusions %s; exit %d %s" % (
                 ", ".join("%s x%d" % kv for kv in sorted(found.items())), r.returncode,
                 r.stderr.strip()[-200:]))
+
+        variants = dict(bench_models.SPECS)
+        variants["bert-mini-dropout"] = dict(bench_models.SPECS["bert-mini"],
+                                             ctor=bert_mini_with_dropout)
+        for name, spec in variants.items():
+            case = "exporters-" + name
+            if filt and filt not in case:
+                continue
+            try:
+                ok, msg = exporters_case(name.replace("-dropout", ""), spec,
+                                         os.path.join(tmp, case))
+            except Exception as e:  # an export failure is this test's failure
+                ok, msg = False, "%s: %s" % (type(e).__name__, str(e)[-300:])
+            report(ok, case, msg)
 
         if "bert-mini" in mdirs and (not filt or filt in "plan-with-eval"):
             # a full training config (evaluation each epoch, best model at end) plans the same

@@ -2,13 +2,14 @@
 
 Builds small reference models in PyTorch (random init, fixed seeds, eval mode): a BERT-like post-LN
 encoder, a GPT-2-like pre-LN causal LM with tied embeddings, a ViT-like encoder and an MLP. Each is
-exported with torch.onnx.export at opset 14 (constant folding on) and opset 17 (constant folding
-off, so the runtime must fold PyTorch's Shape->Gather->Concat->Reshape subgraphs itself), with
-dynamic batch/sequence axes. Every exported file is run twice, at two different batch sizes /
+exported three ways (exporters.py): the TorchScript exporter (dynamo=False) at opset 14 (constant
+folding on) and opset 17 (constant folding off, so the runtime must fold PyTorch's
+Shape->Gather->Concat->Reshape subgraphs itself), and the dynamo exporter (dynamo=True) at its
+default opset, all with dynamic batch/sequence axes. Every exported file is run twice, at two different batch sizes /
 sequence lengths, and every graph output is compared with PyTorch's within rtol 1e-4, atol 1e-5.
 The models live in models.py (shared with test_grad_parity.py).
 
-Run: ONYX=build/onyx /usr/bin/python3 tests/parity/test_forward_parity.py
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_forward_parity.py
 Prints one line per case and ends with "N passed, M failed"; exits 1 if any case failed.
 """
 import os
@@ -72,7 +73,7 @@ MODELS = [
     ("mlp", TinyMlp, mlp_inputs, ["probs"], {"x": {0: "batch"}, "probs": {0: "batch"}},
      [(4, None), (1, None)]),
 ]
-EXPORTS = [(14, True), (17, False)]  # (opset, do_constant_folding)
+from exporters import VARIANTS, export  # noqa: E402
 
 
 def compare(got, want):
@@ -137,15 +138,14 @@ def main():
             model = ctor().eval()
             g = torch.Generator().manual_seed(99 + mi)
             input_sets = [make(g, b, t) for b, t in shapes]
-            for opset, fold in EXPORTS:
-                variant = f"{mname}/opset{opset}{'' if fold else '-nofold'}"
+            for label, exporter, opset, fold in VARIANTS:
+                variant = f"{mname}/{label}{'' if fold else '-nofold'}"
                 path = os.path.join(tmp, variant.replace("/", "_") + ".onnx")
                 try:
                     with torch.no_grad():
-                        torch.onnx.export(model, tuple(input_sets[0].values()), path,
-                                          input_names=list(input_sets[0]), output_names=out_names,
-                                          dynamic_axes=dyn, opset_version=opset,
-                                          do_constant_folding=fold)
+                        export(model, tuple(input_sets[0].values()), path, exporter=exporter,
+                               opset=opset, input_names=list(input_sets[0]),
+                               output_names=out_names, dynamic_axes=dyn, fold=fold)
                 except Exception as e:  # an export failure is this test's problem: report it
                     for b, t in shapes:
                         print(f"FAIL {variant}/B{b}" + (f"T{t}" if t else "")

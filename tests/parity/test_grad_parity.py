@@ -1,7 +1,8 @@
 """test_grad_parity.py — loss and gradient parity between PyTorch's backward() and `onyx grad`.
 
 Models (models.py, random init, fixed seeds, dropout p=0 unless said), each exported with
-torch.onnx.export in TrainingMode.TRAINING without constant folding, at opset 14 and opset 17, with
+torch.onnx.export in training mode without constant folding, by the TorchScript exporter at opset 14 and
+opset 17 and by the dynamo exporter at its default opset (tests/parity/exporters.py), with
 dynamic batch / sequence axes:
   mlp-mse        MLP (softmax output) with an MSE loss computed inside the model (scalar output)
   mlp-mse-app    the same MLP exported logits-only; onyx appends the loss (--loss-type mse)
@@ -32,7 +33,7 @@ so a case passes exactly when its maximum is <= 1e-4. On a failure the line also
 implementations' errors against a float64 PyTorch reference, to tell float32 accumulation-order
 noise from a wrong gradient.
 
-Run: ONYX=build/onyx /usr/bin/python3 tests/parity/test_grad_parity.py [substring-filter]
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_grad_parity.py [substring-filter]
 Prints one line per case and ends with "N passed, M failed" (", K skipped" when some were);
 exits 1 if any case failed.
 """
@@ -52,12 +53,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
+from exporters import VARIANTS, export  # noqa: E402
 from models import TinyBert, TinyGpt2, TinyMlp, TinyVit  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ONYX = os.environ.get("ONYX", os.path.join(REPO, "build", "onyx"))
 RTOL, ATOL = 1e-4, 1e-6
-OPSETS = [14, 17]
 
 warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
@@ -266,17 +267,37 @@ def run_onyx(args):
     return p.returncode, p.stdout, p.stderr
 
 
-def grad_case(tmp, name, opset, path, model, inputs, model_inputs, extra, ref_loss, frozen):
+def tied_names(model, path):
+    """{PyTorch name (named_parameters' first name of a tensor): the name the export gave it}.
+    A tied tensor has several module paths (wte.weight / lm_head.weight); the exporters pick
+    different ones (TorchScript the first, dynamo the last), so names are translated through this."""
+    import onnx
+    inits = {i.name for i in onnx.load(path, load_external_data=False).graph.initializer}
+    by_id = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(n)
+    out = {}
+    for names in by_id.values():
+        hit = [n for n in names if n in inits]
+        out[names[0]] = hit[0] if hit else names[0]
+    return out
+
+
+def grad_case(tmp, name, label, path, model, inputs, model_inputs, extra, ref_loss, frozen):
     """Returns (ok, message)."""
-    tag = f"{name}_{opset}"
+    tag = f"{name}_{label}"
     in_path = os.path.join(tmp, tag + ".in.safetensors")
     out_path = os.path.join(tmp, tag + ".grads.safetensors")
     st_io.save(in_path, {k: v.numpy() for k, v in inputs.items()})
+    to_onnx = tied_names(model, path)
+    from_onnx = {v: k for k, v in to_onnx.items()}
+    extra = [",".join(to_onnx.get(n, n) for n in a.split(",")) if i and extra[i - 1] == "--frozen"
+             else a for i, a in enumerate(extra)]
     rc, out, err = run_onyx(["grad", path, "--inputs", in_path, "--output", out_path] + extra)
     if rc != 0:
         lines = (err.strip() or out.strip()).splitlines()
         return False, f"onyx exited {rc}: {lines[-1] if lines else '(no output)'}"
-    got = st_io.load(out_path)
+    got = {from_onnx.get(k, k): v for k, v in st_io.load(out_path).items()}
     dropout = "--no-dropout" not in extra
     loss32, ref32 = torch_reference(model, inputs, model_inputs, ref_loss, set(frozen),
                                     torch.float32, dropout)
@@ -410,29 +431,27 @@ def main():
     try:
         models, input_sets = {}, {}
         for ename, (ctor, seed, make, in_names, out_names, dyn) in EXPORTS.items():
-            if not any(e == ename and filt in f"{c}/opset{o}" for c, e, *_ in CASES
-                       for o in OPSETS):
+            if not any(e == ename and filt in f"{c}/{v[0]}" for c, e, *_ in CASES
+                       for v in VARIANTS):
                 continue
             torch.manual_seed(seed)
             models[ename] = ctor()
             input_sets[ename] = make(torch.Generator().manual_seed(100 + seed))
-        for opset in OPSETS:
+        for label, exporter, opset, fold in VARIANTS:
             paths = {}
             for cname, ename, extra, ref_loss, frozen in CASES:
-                case = f"{cname}/opset{opset}"
+                case = f"{cname}/{label}"
                 if filt not in case:
                     continue
                 ctor, seed, make, in_names, out_names, dyn = EXPORTS[ename]
                 model, inputs = models[ename], input_sets[ename]
                 if ename not in paths:
-                    path = os.path.join(tmp, f"{ename}_{opset}.onnx")
+                    path = os.path.join(tmp, f"{ename}_{label}.onnx")
                     try:
-                        torch.onnx.export(copy.deepcopy(model),
-                                          tuple(inputs[k] for k in in_names), path,
-                                          input_names=in_names, output_names=out_names,
-                                          dynamic_axes=dyn, opset_version=opset,
-                                          training=torch.onnx.TrainingMode.TRAINING,
-                                          do_constant_folding=False)
+                        export(copy.deepcopy(model).train(), tuple(inputs[k] for k in in_names),
+                               path, exporter=exporter, opset=opset, input_names=in_names,
+                               output_names=out_names, dynamic_axes=dyn, training=True,
+                               fold=False)
                         paths[ename] = path
                     except Exception as e:  # an export failure is this test's problem: report
                         paths[ename] = None
@@ -442,7 +461,7 @@ def main():
                     report("FAIL", case, "torch.onnx.export failed (see above)")
                     continue
                 try:
-                    ok, msg = grad_case(tmp, cname, opset, paths[ename], model, inputs, in_names,
+                    ok, msg = grad_case(tmp, cname, label, paths[ename], model, inputs, in_names,
                                         extra, ref_loss, frozen)
                 except Exception as e:
                     ok, msg = False, f"{type(e).__name__}: {e}"

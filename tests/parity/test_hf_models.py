@@ -12,7 +12,7 @@ checkpoint carries) next to a config.json; then
   - `onyx grad FOLDER --inputs IN --output OUT --no-dropout`, when `onyx grad` accepts a folder:
     the loss and every parameter's gradient within rtol 1e-4 / atol 1e-6 (else skipped, saying why).
 
-Run: ONYX=build/onyx /usr/bin/python3 tests/parity/test_hf_models.py
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_hf_models.py
 Prints one line per case and ends with "N passed, M failed, K skipped"; exits 1 if any failed.
 """
 import json

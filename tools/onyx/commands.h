@@ -17,5 +17,6 @@ Action add_evaluate_command(CLI::App& app);
 Action add_predict_command(CLI::App& app);
 Action add_export_command(CLI::App& app);
 Action add_plan_command(CLI::App& app);
+Action add_ops_command(CLI::App& app);
 
 }  // namespace onyx::cli

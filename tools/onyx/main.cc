@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   add(onyx::cli::add_predict_command);
   add(onyx::cli::add_export_command);
   add(onyx::cli::add_plan_command);
+  add(onyx::cli::add_ops_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

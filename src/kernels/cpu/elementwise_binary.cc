@@ -73,12 +73,16 @@ struct ModOp {
     return r;
   }
 };
+// A shift by a negative amount or by the bit width or more gives 0 (an arithmetic right shift of
+// a negative signed value gives -1); a left shift of a signed value shifts its two's-complement
+// bits (ONNX BitShift, which accepts signed types since opset 28).
 struct BitShiftOp {
   bool left;
   template <class M>
   M operator()(M a, M b) const {
-    if (b >= M(sizeof(M) * 8)) return 0;
-    return left ? M(a << b) : M(a >> b);
+    using U = std::make_unsigned_t<M>;
+    if (b < M(0) || b >= M(sizeof(M) * 8)) return (!left && a < M(0)) ? M(-1) : M(0);
+    return left ? M(U(U(a) << U(b))) : M(a >> b);
   }
 };
 struct PReluOp {
@@ -426,7 +430,7 @@ void register_binary_kernels(KernelRegistry& r) {
   add_simple_binary<false, DivOp>(r, "Div", NumericTypes{});
   add_binary<false>(r, "Mod", NumericTypes{},
                     [](const KernelContext& c) { return ModOp{c.node.attr_int("fmod", 0) != 0}; });
-  add_binary<false>(r, "BitShift", UnsignedIntTypes{}, [](const KernelContext& c) {
+  add_binary<false>(r, "BitShift", IntTypes{}, [](const KernelContext& c) {
     std::string dir = c.node.attr_string("direction", "");
     ONYX_CHECK(dir == "LEFT" || dir == "RIGHT", c.node.describe(),
                ": direction must be LEFT or RIGHT, got '", dir, "'");

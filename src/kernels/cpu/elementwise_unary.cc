@@ -532,7 +532,11 @@ struct ClipOp {
   template <class M>
   struct Bounds {
     M lo, hi;
-    M operator()(M x) const { return x < lo ? lo : (x > hi ? hi : x); }
+    // min(max(x, lo), hi): when lo > hi every element becomes hi (ONNX Clip, numpy.clip).
+    M operator()(M x) const {
+      M y = x < lo ? lo : x;
+      return y > hi ? hi : y;
+    }
   };
 };
 

@@ -350,6 +350,17 @@ OpKernel make_reduce_kernel() {
       std::memcpy(y.raw(), x.raw(), x.nbytes());
       return;
     }
+    if constexpr (op == RedOp::Max || op == RedOp::Min) {
+      // bool (opset 20): ReduceMax is "any", ReduceMin "all" — the uint8 max/min of 0/1 bytes;
+      // an empty ReduceMin gives uint8's 255 there, which is true.
+      if (x.dtype() == DType::Bool) {
+        Tensor xb = x.reinterpreted(DType::UInt8), yb = y.reinterpreted(DType::UInt8);
+        reduce_typed<op, uint8_t>(xb, yb, s);
+        uint8_t* out = yb.data<uint8_t>();
+        for (int64_t i = 0; i < yb.numel(); i++) out[i] = out[i] != 0;
+        return;
+      }
+    }
     dispatch(x.dtype(), kAllNumeric, ctx.node, [&](auto tag) {
       using T = decltype(tag);
       reduce_typed<op, T>(x, y, s);

@@ -1,6 +1,6 @@
 // slice.cc — ops that cut, join or frame tensors along axes: Slice, Concat, Split, Pad, Trilu,
 // Compress. Slice is a strided copy; Concat/Split are per-row memcpy over the dims before the axis;
-// Pad maps each output index to a source index per dim (constant/reflect/edge). Byte-generic
+// Pad maps each output index to a source index per dim (constant/reflect/edge/wrap). Byte-generic
 // (element size, not dtype), threaded over rows.
 #include <algorithm>
 
@@ -234,7 +234,7 @@ void split_compute(KernelContext& ctx) {
 }
 
 // ---- Pad ----
-enum class PadMode { Constant, Reflect, Edge };
+enum class PadMode { Constant, Reflect, Edge, Wrap };
 
 struct PadPlan {
   PadMode mode;
@@ -251,6 +251,7 @@ PadPlan pad_plan(const Ctx& ctx, const Shape& in, Get&& get) {
   if (mode == "constant") p.mode = PadMode::Constant;
   else if (mode == "reflect") p.mode = PadMode::Reflect;
   else if (mode == "edge") p.mode = PadMode::Edge;
+  else if (mode == "wrap") p.mode = PadMode::Wrap;
   else ONYX_UNSUPPORTED(n.describe(), ": mode '", mode, "'");
   std::vector<int64_t> pads =
       ctx.opset < 11 ? n.attr_ints_required("pads") : get(1)->to_int64_vector();
@@ -287,6 +288,7 @@ int64_t pad_source(PadMode mode, int64_t o, int64_t begin, int64_t n) {
   if (i >= 0 && i < n) return i;
   if (mode == PadMode::Constant) return -1;
   if (mode == PadMode::Edge) return i < 0 ? 0 : n - 1;
+  if (mode == PadMode::Wrap) return ((i % n) + n) % n;  // numpy.pad(mode="wrap")
   if (n == 1) return 0;
   while (i < 0 || i >= n) {  // reflect without repeating the edge
     if (i < 0) i = -i;

@@ -87,7 +87,10 @@ View depth_space_view(const ir::Node& node, const Shape& in, bool to_space) {
   ONYX_CHECK(H % b == 0 && W % b == 0, node.describe(), ": spatial dims of ", shape_str(in),
              " are not divisible by blocksize ", b);
   Shape s6 = {N, C, H / b, b, W / b, b};
-  return permuted(s6, contiguous_strides(s6), {0, 3, 5, 1, 2, 4});
+  std::string mode = node.attr_string("mode", "DCR");
+  if (mode == "DCR") return permuted(s6, contiguous_strides(s6), {0, 3, 5, 1, 2, 4});
+  if (mode == "CRD") return permuted(s6, contiguous_strides(s6), {0, 1, 3, 5, 2, 4});
+  ONYX_UNSUPPORTED(node.describe(), ": mode '", mode, "'");
 }
 
 Shape depth_space_out(const ir::Node& node, const Shape& in, bool to_space) {

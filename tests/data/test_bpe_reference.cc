@@ -1,7 +1,8 @@
-// test_bpe_tiktoken.cc — onyx's byte-level BPE against GPT-2's real encoding: js-tiktoken's
-// r50k_base ids for a few thousand lines of WordNet glosses and hand-written Unicode lines, made by
-// tests/data/make_bpe_reference.sh into BUILD/bpe-reference (or $ONYX_BPE_REFERENCE). Every line
-// must give the same ids, from tokenizer.json and from vocab.json + merges.txt, and decode back.
+// test_bpe_reference.cc — onyx's byte-level BPE against GPT-2's real vocabulary as Hugging Face
+// tokenizers encodes it: ids for every WordNet gloss and hand-written Unicode lines, made by
+// tests/data/make_tokenizer_references.py into BUILD/bpe-reference (or $ONYX_BPE_REFERENCE). Every
+// line must give the same ids, from tokenizer.json and from vocab.json + merges.txt, and decode
+// back. A missing reference is a failure, not a skip.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -45,32 +46,38 @@ std::string show(const std::vector<int64_t>& v) {
 }
 
 void check_all(const Tokenizer& tok, const std::vector<Line>& lines, const std::string& what) {
-  int64_t bad = 0, tokens = 0;
+  int64_t bad = 0, bad_decode = 0, tokens = 0;
   for (auto& l : lines) {
     auto ids = tok.encode_ids(l.text);
     tokens += ids.size();
-    if (ids != l.ids) {
-      if (++bad <= 5)
-        ADD_FAILURE() << what << ": ids differ for " << nlohmann::json(l.text).dump()
-                      << "\n  onyx:     " << show(ids) << "\n  tiktoken: " << show(l.ids);
-    }
-    EXPECT_EQ(tok.decode(ids), l.text) << what;
+    if (ids != l.ids && ++bad <= 5)
+      ADD_FAILURE() << what << ": ids differ for " << nlohmann::json(l.text).dump()
+                    << "\n  onyx:            " << show(ids)
+                    << "\n  HF tokenizers:   " << show(l.ids);
+    const std::string back = tok.decode(l.ids);
+    if (back != l.text && ++bad_decode <= 5)
+      ADD_FAILURE() << what << ": HF tokenizers' ids of " << nlohmann::json(l.text).dump()
+                    << " decode to " << nlohmann::json(back).dump();
   }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << lines.size() << " lines differ";
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << lines.size()
+                    << " lines differ from HF tokenizers";
+  EXPECT_EQ(bad_decode, 0) << what << ": " << bad_decode << " of " << lines.size()
+                           << " lines do not decode back";
   std::cout << "[ info ] " << what << ": " << lines.size() << " lines, " << tokens
-            << " tokens identical to js-tiktoken\n";
+            << " tokens checked against HF tokenizers\n";
 }
 
 }  // namespace
 
-TEST(BpeTiktoken, Gpt2IdsMatchOnAllLines) {
+TEST(BpeReference, Gpt2IdsMatchHfTokenizersOnAllLines) {
   const std::string dir = reference_dir();
   if (!fs::exists(dir + "/reference.jsonl"))
-    GTEST_SKIP()
-        << "no GPT-2 reference in " << dir
-        << " (run tests/data/make_bpe_reference.sh BUILD_DIR; it needs node and npm's js-tiktoken)";
+    FAIL() << "no GPT-2 BPE reference in " << dir
+           << "; make it with HF tokenizers: build/venv/bin/python "
+              "tests/data/make_tokenizer_references.py "
+           << fs::path(dir).parent_path().string();
   auto lines = read_reference(dir + "/reference.jsonl");
-  ASSERT_GT(lines.size(), 1000u);
+  ASSERT_GT(lines.size(), 100000u);
 
   auto from_json = BpeTokenizer::from_tokenizer_json(dir + "/tokenizer.json");
   EXPECT_EQ(from_json->vocab_size(), 50257);
@@ -79,5 +86,7 @@ TEST(BpeTiktoken, Gpt2IdsMatchOnAllLines) {
   check_all(*from_json, lines, "tokenizer.json");
 
   auto from_files = BpeTokenizer::from_files(dir + "/vocab.json", dir + "/merges.txt");
+  EXPECT_EQ(from_files->vocab_size(), 50257);
+  EXPECT_EQ(from_files->num_merges(), 50000);
   check_all(*from_files, lines, "vocab.json + merges.txt");
 }
