@@ -35,12 +35,14 @@ echo "== unit tests (ctest)"
 (cd "$BUILD" && ctest --output-on-failure -j2 --timeout 300) >"$LOGDIR/ctest.log" 2>&1
 rc=$?
 tail -n 25 "$LOGDIR/ctest.log"
-line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$LOGDIR/ctest.log" | tail -1)
-if [ -n "$line" ]; then
-  total=$(grep -oE 'out of [0-9]+' <<<"$line" | grep -oE '[0-9]+')
-  nf=$(grep -oE '[0-9]+ tests failed' <<<"$line" | grep -oE '[0-9]+')
+# Counted from ctest's per-test lines (its summary line differs between CMake 3 and 4); the
+# summary line must still be there, else ctest did not finish.
+if grep -qE 'tests passed(, [0-9]+ tests failed)? out of [0-9]+' "$LOGDIR/ctest.log"; then
+  np=$(grep -cE 'Test +#[0-9]+: .* Passed' "$LOGDIR/ctest.log" || true)
+  nf=$(grep -cE 'Test +#[0-9]+: .*\*\*\*(Failed|Exception|Timeout)' "$LOGDIR/ctest.log" || true)
   ns=$(grep -cE '\*\*\*Skipped|Not Run' "$LOGDIR/ctest.log" || true)
-  PASSED=$((PASSED + total - nf - ns)) FAILED=$((FAILED + nf)) SKIPPED=$((SKIPPED + ns))
+  [ "$rc" -ne 0 ] && [ "$nf" -eq 0 ] && nf=1
+  PASSED=$((PASSED + np)) FAILED=$((FAILED + nf)) SKIPPED=$((SKIPPED + ns))
 else
   echo "  ctest printed no summary (rc=$rc): counted as 1 failure"
   FAILED=$((FAILED + 1))

@@ -5,6 +5,8 @@
 // executor uses), so rules can ask for any value's meta and shape bugs surface at build time.
 #include "autodiff/gradient.h"
 
+#include <iostream>
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -381,6 +383,30 @@ std::string append_loss(Builder& b, const LossSpec& spec,
 
 }  // namespace
 
+namespace {
+// torch.onnx.export(dynamo=True) with its default optimize=True writes an inference model: every
+// Linear's W^T is folded into a new initializer "val_<n>" and equal-valued initializers are merged
+// (all LayerNorm weights start at 1 and end up shared). Training such a file trains another model,
+// so say so, once per process.
+void warn_if_inference_export(const ir::Graph& g, const std::vector<std::string>& params) {
+  static bool warned = false;
+  if (warned || g.producer_name.rfind("pytorch", 0) != 0) return;
+  std::vector<std::string> folded;
+  for (auto& p : params) {
+    if (p.size() < 5 || p.rfind("val_", 0) != 0) continue;
+    if (p.find_first_not_of("0123456789", 4) == std::string::npos) folded.push_back(p);
+  }
+  if (folded.empty()) return;
+  warned = true;
+  std::cerr << "onyx: warning: " << folded.size() << " trainable initializers are named val_<n> (e.g. '"
+            << folded[0] << "'): this looks like torch.onnx.export(dynamo=True) with its default "
+               "optimize=True, which folds each Linear's transposed weight into a new initializer "
+               "and merges initializers of equal value (e.g. every LayerNorm weight), so the "
+               "parameters trained are not the model's; export with optimize=False (README: "
+               "Exporting from PyTorch)\n";
+}
+}  // namespace
+
 std::vector<std::string> trainable_parameters(const ir::Graph& forward,
                                               const GradientOptions& opts) {
   std::vector<std::string> params;
@@ -389,8 +415,13 @@ std::vector<std::string> trainable_parameters(const ir::Graph& forward,
   if (opts.trainable.empty()) {
     for (auto& name : forward.initializer_order) {
       const Tensor& t = forward.initializers.at(name);
+      // Not parameters: "onnx::" constants of the TorchScript exporter, and rotary
+      // embeddings' inv_freq, a buffer Transformers computes from the config (the dynamo exporter
+      // writes buffers as initializers like any weight; training it would move every rotary
+      // frequency).
+      bool buffer = name.size() >= 8 && name.compare(name.size() - 8, 8, "inv_freq") == 0;
       if (is_float(t.dtype()) && !opts.frozen.count(name) && t.rank() > 0 &&
-          name.rfind("onnx::", 0) != 0)
+          name.rfind("onnx::", 0) != 0 && !buffer)
         params.push_back(name);
     }
   } else {
@@ -399,6 +430,7 @@ std::vector<std::string> trainable_parameters(const ir::Graph& forward,
       if (!opts.frozen.count(name)) params.push_back(name);
     }
   }
+  warn_if_inference_export(forward, params);
   return params;
 }
 

@@ -225,6 +225,7 @@ Graph parse_onnx(const std::string& bytes, const std::string& what, const std::s
     g.opsets[d] = op.version();
   }
   if (!g.opsets.count("")) g.opsets[""] = m.ir_version() >= 3 ? 1 : 1;
+  lower_split_to_sequence(g);
   return g;
 }
 

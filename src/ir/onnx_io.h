@@ -10,6 +10,9 @@ namespace onyx::ir {
 // naming the file and what is wrong: unreadable, not a protobuf ModelProto, missing graph, a
 // tensor whose data size does not match its shape, external data out of range, ...
 Graph load_onnx(const std::string& path);
+// SplitToSequence whose every reader is a SequenceAt at a constant position → one Slice per reader
+// (sequence_lowering.cc); parse_onnx applies it. Returns the number of SplitToSequence lowered.
+int lower_split_to_sequence(Graph& g);
 // Parses a serialized ModelProto held in memory; `base_dir` resolves external data.
 Graph parse_onnx(const std::string& bytes, const std::string& what, const std::string& base_dir);
 

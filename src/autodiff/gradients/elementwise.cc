@@ -177,6 +177,14 @@ void register_elementwise_grads(GradRegistry& r) {
         }));
   // y = exp(x): dx = dy * y
   r.add("", "Exp", unary([](GradContext& c, const std::string& dy) { return mul(c, dy, c.O(0)); }));
+  // y = sin(x): dx = dy cos(x); y = cos(x): dx = -dy sin(x) (rotary tables from a learned or
+  // buffered frequency)
+  r.add("", "Sin", unary([](GradContext& c, const std::string& dy) {
+          return mul(c, dy, c.emit1("Cos", {c.I(0)}));
+        }));
+  r.add("", "Cos", unary([](GradContext& c, const std::string& dy) {
+          return c.emit1("Neg", {mul(c, dy, c.emit1("Sin", {c.I(0)}))});
+        }));
   // y = log(x): dx = dy / x
   r.add("", "Log", unary([](GradContext& c, const std::string& dy) {
           return c.emit1("Div", {dy, c.I(0)});
