@@ -1,5 +1,7 @@
 // main.cc — the `onyx` command line: dispatches to one file per subcommand. Every onyx::Error
 // becomes "onyx: error: ..." on stderr and exit status 1; nothing is left half-written.
+#include <malloc.h>
+
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -9,6 +11,11 @@
 #include "runtime/parallel.h"
 
 int main(int argc, char** argv) {
+  // Allocations of 1 MiB and more are mmapped and go back to the system when freed. glibc's
+  // default raises that threshold after each large free (up to 32 MiB), so once the model file's
+  // protobuf copy is gone every tensor below 32 MiB comes from a heap that never shrinks:
+  // bert-base's peak RSS measured 2.90 GiB with the default, 2.25 GiB with this (planned 2.17).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   CLI::App app{"onyx — a C++ training runtime for transformer models"};
   app.require_subcommand(1);
   int threads = 0;
