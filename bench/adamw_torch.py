@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """adamw_torch.py — torch.optim.AdamW step time on the ~100M-parameter layout of bench_adamw.cc.
 
 Same tensor sizes, same weight-decay groups (HF rule: no decay for biases and norms), same
@@ -6,7 +6,7 @@ hyperparameters. Runs foreach=False and foreach=True under torch.set_num_threads
 prints ms/step (median of the timed steps) and GB/s at 28 bytes/param for each, and the best.
 Compare with:  onyx_bench --benchmark_filter=adamw
 
-    /usr/bin/python3 bench/adamw_torch.py [--steps 5]
+    build/venv/bin/python bench/adamw_torch.py [--steps 5]
 """
 import argparse
 import statistics

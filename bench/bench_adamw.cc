@@ -6,7 +6,7 @@
 // counter (SI gigabytes, printed as e.g. "14.2/s") compares directly with the memory-copy
 // ceiling in shared/PERF.md; grad norm reads 4 bytes per parameter.
 //   onyx_bench --benchmark_filter=adamw           # threads: /1 and /2 after the name
-//   python3 bench/adamw_torch.py                  # the torch numbers, same layout
+//   build/venv/bin/python bench/adamw_torch.py    # the torch numbers, same layout
 #include <benchmark/benchmark.h>
 
 #include <cstdint>

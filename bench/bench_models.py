@@ -1,8 +1,11 @@
-"""bench_models.py — the three benchmark models of train_bench.py, built from tests/parity/models.py.
+"""bench_models.py — the benchmark models of train_bench.py, built from tests/parity/models.py.
 
-Each entry of SPECS describes one model: its PyTorch module (loss computed inside forward, returned
-as the only output, so the ONNX export has one scalar output `loss`), batch size, the synthetic
-dataset it trains on, and the analytic FLOPs of one training step.
+SPECS holds the three small models (the test suite exports them: bench/make_exports.py,
+tests/cli/test_plan.py, so keep it to these three); ALL_SPECS adds the two full-size ones the
+benchmark also trains (bert-base, gpt2-small). Each entry describes one model: its PyTorch module
+(loss computed inside forward, returned as the only output, so the ONNX export has one scalar
+output `loss`), batch size, the synthetic dataset it trains on, and the analytic FLOPs of one
+training step.
 
   bert-mini  BERT-like post-LN encoder, H256 L4 A4 FFN1024, seq 128, vocab 30522, 2-label
              sequence classification (pooler + classifier on the [CLS] token), batch 16
@@ -10,6 +13,10 @@ dataset it trains on, and the analytic FLOPs of one training step.
              the token embedding, shifted causal-LM cross entropy, batch 8
   vit-tiny   ViT-like pre-LN encoder, H192 L6 A3 FFN768, 28x28x1 images, 4x4 patches (49 + cls =
              50 tokens), 10 classes, batch 64
+  bert-base  the same BERT at BERT-base size: H768 L12 A12 FFN3072, seq 128, vocab 30522, 2 labels,
+             batch 8 (109.5M parameters)
+  gpt2-small the same GPT-2 at GPT-2 small size (124M): H768 L12 A12 FFN3072, seq 256, vocab 50257,
+             1024 positions, tied LM head, batch 4
 
 Dropout is 0 everywhere (TinyBert takes dropout=0.0; the GPT-2 and ViT blocks have none).
 Weights are initialized as Hugging Face does for BERT / GPT-2 / ViT (hf_init: Linear, Conv and
@@ -27,6 +34,7 @@ Biases, LayerNorm, softmax, GELU, embeddings gathers, the loss and the optimizer
 input gradient and the weight gradient, one GEMM each); it slightly over-counts the first layer,
 whose input gradient is not needed.
 """
+import functools
 import os
 import sys
 
@@ -67,6 +75,10 @@ class BertMiniCls(nn.Module):
         return F.cross_entropy(logits, labels)
 
 
+class BertBaseCls(BertMiniCls):
+    H, L, A, FFN = 768, 12, 12, 3072
+
+
 class Gpt2TinyLm(nn.Module):
     H, L, A, T, VOCAB = 256, 4, 4, 256, 50257
 
@@ -80,6 +92,10 @@ class Gpt2TinyLm(nn.Module):
         v = logits.size(-1)
         return F.cross_entropy(logits[:, :-1, :].reshape(-1, v), labels[:, 1:].reshape(-1),
                                ignore_index=-100)
+
+
+class Gpt2SmallLm(Gpt2TinyLm):
+    H, L, A = 768, 12, 12
 
 
 class VitTinyCls(nn.Module):
@@ -99,8 +115,7 @@ class VitTinyCls(nn.Module):
 # Synthetic datasets: numpy arrays keyed by the exported input names, first dimension = sample.
 
 
-def bert_data(n, rng):
-    c = BertMiniCls
+def bert_data(n, rng, c=BertMiniCls):
     types = np.zeros((n, c.T), np.int64)
     types[:, c.T // 2:] = 1
     return {"input_ids": rng.integers(0, c.VOCAB, (n, c.T), dtype=np.int64),
@@ -109,8 +124,7 @@ def bert_data(n, rng):
             "labels": rng.integers(0, c.LABELS, (n,), dtype=np.int64)}
 
 
-def gpt2_data(n, rng):
-    c = Gpt2TinyLm
+def gpt2_data(n, rng, c=Gpt2TinyLm):
     ids = rng.integers(0, c.VOCAB, (n, c.T), dtype=np.int64)
     return {"input_ids": ids, "labels": ids.copy()}
 
@@ -129,16 +143,14 @@ def _encoder_layer_matmul_params(h, ffn):
     return 4 * h * h + 2 * h * ffn  # q, k, v, o + fc1, fc2
 
 
-def bert_flops(b):
-    c = BertMiniCls
+def bert_flops(b, c=BertMiniCls):
     tokens = b * c.T
     per_token = c.L * _encoder_layer_matmul_params(c.H, c.FFN)
     per_seq = c.H * c.H + c.H * c.LABELS  # pooler + classifier, on the [CLS] row only
     return 6 * (per_token * tokens + per_seq * b) + 12 * c.L * b * c.T ** 2 * c.H
 
 
-def gpt2_flops(b):
-    c = Gpt2TinyLm
+def gpt2_flops(b, c=Gpt2TinyLm):
     tokens = b * c.T
     per_token = c.L * _encoder_layer_matmul_params(c.H, 4 * c.H) + c.H * c.VOCAB  # + tied LM head
     return 6 * per_token * tokens + 12 * c.L * b * c.T ** 2 * c.H
@@ -166,7 +178,21 @@ SPECS = {
                      inputs=["pixel_values", "labels"],
                      desc="ViT-like H192 L6 A3, 28x28x1, 4x4 patches, 10 classes, batch 64"),
 }
-for _s in SPECS.values():
+ALL_SPECS = dict(SPECS)
+ALL_SPECS.update({
+    "bert-base": dict(ctor=BertBaseCls, seed=4, batch=8,
+                      data=functools.partial(bert_data, c=BertBaseCls),
+                      flops=functools.partial(bert_flops, c=BertBaseCls),
+                      inputs=["input_ids", "attention_mask", "token_type_ids", "labels"],
+                      desc="BERT-base H768 L12 A12, seq 128, vocab 30522, 2 labels, batch 8"),
+    "gpt2-small": dict(ctor=Gpt2SmallLm, seed=5, batch=4,
+                       data=functools.partial(gpt2_data, c=Gpt2SmallLm),
+                       flops=functools.partial(gpt2_flops, c=Gpt2SmallLm),
+                       inputs=["input_ids", "labels"],
+                       desc="GPT-2 small (124M) H768 L12 A12, seq 256, vocab 50257, tied LM head, "
+                            "batch 4"),
+})
+for _s in ALL_SPECS.values():
     _s["axes"] = {k: {0: "batch"} for k in _s["inputs"]}
 
 

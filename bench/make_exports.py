@@ -1,8 +1,9 @@
 """make_exports.py OUT_DIR — writes the benchmark's three models (bench_models.SPECS: bert-mini,
-gpt2-tiny, vit-tiny), exported from PyTorch at opset 14 in training mode exactly as
-train_bench.py does, to OUT_DIR/<model>/{model.onnx, train.safetensors, init.safetensors}, for the
-tests that check the passes on real exports (scripts/test.sh runs it before ctest; the gtests find
-them under ONYX_BINARY_DIR/bench-exports). A model whose files are newer than its sources is
+gpt2-tiny, vit-tiny), exported from PyTorch with the TorchScript exporter (dynamo=False) at opset 14
+in training mode (train_bench.prepare; the benchmark itself exports at opset 17), to
+OUT_DIR/<model>/{model.onnx, train.safetensors, init.safetensors}, for the tests that check the
+passes on real exports (scripts/test.sh runs it before ctest; the gtests find them under
+ONYX_BINARY_DIR/bench-exports). A model whose files are newer than its sources is
 left as it is."""
 import os
 import sys
@@ -24,7 +25,7 @@ def main():
         path = os.path.join(out, name, "model.onnx")
         if os.path.exists(path) and os.path.getmtime(path) > newest:
             continue
-        train_bench.prepare(name, spec, os.path.join(out, name), 2)
+        train_bench.prepare(name, spec, os.path.join(out, name), 2, opset=14)
         print("exported", path)
 
 
