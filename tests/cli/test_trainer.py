@@ -12,6 +12,9 @@ Cases (one PASS / FAIL / SKIP line each):
         LambdaLR with the linear-with-warmup lambda and clip_grad_norm_(1.0) on the same batches.
         Every logged loss and grad_norm agrees within 1e-4 relative, every learning_rate within
         1e-12 relative; the final weights are reported.
+  adamw-parity-dynamo, adamw-ga2-parity-dynamo
+        adamw-parity and adamw-ga2-parity on the same model exported by torch 2.13's dynamo
+        exporter (dynamo=True, default opset, optimize=False; tests/parity/exporters.py).
   sgd-momentum-parity, sgd-momentum-ga2-parity, adamw-ga2-parity
         the same with optim sgd + sgd_momentum 0.9 (torch.optim.SGD, weight decay on the decay
         group as torch adds it), and with gradient_accumulation_steps 2 (PyTorch: each micro-batch
@@ -124,14 +127,15 @@ def bert_data(n, t, seed):
             "token_type_ids": types, "labels": torch.randint(0, 3, (n,), generator=g)}
 
 
-def export(model, data, names, path):
+def export(model, data, names, path, exporter="ts"):
+    """Training export: TorchScript exporter at opset 17 (default) or the dynamo exporter."""
+    from exporters import export as export_with
     bt, b = {0: "batch", 1: "seq"}, {0: "batch"}
     dyn = {k: (bt if data[k].dim() == 2 and k != "x" else b) for k in names}
     dyn["logits"] = b
-    torch.onnx.export(copy.deepcopy(model), tuple(data[k][:2] for k in names), path,
-                      input_names=names, output_names=["loss", "logits"], dynamic_axes=dyn,
-                      opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, dynamo=False)
+    export_with(copy.deepcopy(model).train(), tuple(data[k][:2] for k in names), path,
+                exporter=exporter, opset=17 if exporter == "ts" else None, input_names=names,
+                output_names=["loss", "logits"], dynamic_axes=dyn, training=True, fold=False)
 
 
 def save_data(path, data):
@@ -306,6 +310,15 @@ class Ctx:
             return m, data, path
         return self.get("bert_nodrop", make)
 
+    def bert_nodrop_dynamo(self):
+        """The same model, weights and data as bert_nodrop, exported by the dynamo exporter."""
+        def make():
+            m, data, _ = self.bert_nodrop()
+            path = os.path.join(self.tmp, "bert_nodrop_dynamo.onnx")
+            export(m, data, BERT_INPUTS, path, exporter="dynamo")
+            return m, data, path
+        return self.get("bert_nodrop_dynamo", make)
+
     def bert_drop(self):
         def make():
             torch.manual_seed(3)
@@ -337,8 +350,8 @@ class Ctx:
         return self.get("mlp", make)
 
 
-def case_parity(ctx, tag, overrides):
-    m, data, path = ctx.bert_nodrop()
+def case_parity(ctx, tag, overrides, exporter="ts"):
+    m, data, path = ctx.bert_nodrop() if exporter == "ts" else ctx.bert_nodrop_dynamo()
     return parity_case(ctx.tmp, tag, path, m, data, BERT_INPUTS, overrides)
 
 
@@ -777,6 +790,9 @@ def main():
                                  "gradient_accumulation_steps": 2})),
             ("adamw-ga2-parity", lambda: case_parity(ctx, "adamw_ga2",
                                                      {"gradient_accumulation_steps": 2})),
+            ("adamw-parity-dynamo", lambda: case_parity(ctx, "adamw_dyn", {}, "dynamo")),
+            ("adamw-ga2-parity-dynamo", lambda: case_parity(
+                ctx, "adamw_ga2_dyn", {"gradient_accumulation_steps": 2}, "dynamo")),
             ("resume-exact", lambda: case_resume(ctx)),
             ("export-ort", lambda: case_export_ort(ctx)),
         ]
