@@ -14,6 +14,8 @@
 //        fill <= -1e4 (or the Where(keep, s, fill) form with the lower triangle); a scale after
 //        the Add would scale the mask, so that chain is left alone
 //   p  = Softmax(s, axis = last)
+//   p  = Where(IsNaN(p), 0, p)                 optional (the dynamo exporter's SDPA: a row the
+//        mask hides entirely is 0, not NaN) → {zero_masked_rows 1}
 //   p' = Dropout(p, ratio r, training_mode)   optional (attention dropout, e.g. BERT's
 //        attention_probs_dropout_prob): opset >= 12, mask output unused, ratio and training_mode
 //        constant scalars (absent ratio: 0.5; absent or false training_mode: inert)
@@ -174,6 +176,26 @@ struct Matcher {
     return true;
   }
 
+  // p's two readers are IsNaN(p) and Where(IsNaN(p), 0, p) (the dynamo exporter's SDPA: rows the
+  // mask hides entirely become 0, not NaN): out = that Where's output.
+  bool nan_guard(const std::string& p, std::string& out) const {
+    const auto& cs = idx.consumers(p);
+    if (cs.size() != 2) return false;
+    const ir::Node* isnan = nullptr;
+    const ir::Node* where = nullptr;
+    for (int c : cs) {
+      const ir::Node& n = g.nodes[c];
+      if (is_op(n, "IsNaN") && n.inputs.size() == 1) isnan = &n;
+      else if (is_op(n, "Where") && n.inputs.size() == 3) where = &n;
+    }
+    if (!isnan || !where || !single_use(isnan->outputs[0])) return false;
+    if (where->inputs[0] != isnan->outputs[0] || where->inputs[2] != p) return false;
+    auto zero = ctx.scalar(g, where->inputs[1]);
+    if (!zero || *zero != 0.0 || !f32(where->outputs[0])) return false;
+    out = where->outputs[0];
+    return true;
+  }
+
   // Tries the pattern around Softmax node `si`; on success rewrites and returns true.
   bool try_fuse(int si) {
     const ir::Node& sm = g.nodes[si];
@@ -185,13 +207,18 @@ struct Matcher {
     if (axis != -1 && axis != 3) return false;
     const int64_t B = ps[0], H = ps[1], Tq = ps[2], Tk = ps[3];
 
-    // ---- forward: p -> [Dropout] -> MatMul(p, v) -> Transpose -> Reshape
-    if (!single_use(p)) return false;
+    // ---- forward: p -> [NaN guard] -> [Dropout] -> MatMul(p, v) -> Transpose -> Reshape
     std::string pd = p;  // what the P·V MatMul reads
+    bool zero_masked_rows = false;
+    if (!single_use(p)) {
+      if (!nan_guard(p, pd)) return false;
+      zero_masked_rows = true;
+    }
+    if (!single_use(pd)) return false;
     double dropout_ratio = 0;
     int64_t dropout_seed = 0;
     std::string dropout_key;
-    if (const ir::Node& dn = g.nodes[idx.consumers(p)[0]]; is_op(dn, "Dropout")) {
+    if (const ir::Node& dn = g.nodes[idx.consumers(pd)[0]]; is_op(dn, "Dropout")) {
       if (!dropout_of(dn, dropout_ratio, dropout_seed, dropout_key)) return false;
       pd = dn.outputs[0];
       if (!single_use(pd)) return false;
@@ -321,6 +348,10 @@ struct Matcher {
     att.attrs["scale"].f = (float)scale;
     att.attrs["causal"].kind = ir::Attribute::Kind::Int;
     att.attrs["causal"].i = causal ? 1 : 0;
+    if (zero_masked_rows) {
+      att.attrs["zero_masked_rows"].kind = ir::Attribute::Kind::Int;
+      att.attrs["zero_masked_rows"].i = 1;
+    }
     if (dropout_ratio > 0) {
       att.attrs["dropout_ratio"].kind = ir::Attribute::Kind::Float;
       att.attrs["dropout_ratio"].f = (float)dropout_ratio;

@@ -9,6 +9,8 @@
 //                                                 → its input
 //   reshape-like(reshape-like(x))                 → Reshape(x, final shape)
 //   Transpose(Transpose(x, p), q)                 → Transpose(x, p∘q), or x when that is the identity
+//   Reshape(Transpose(Reshape(x)))  merging then splitting leading dims around the transpose
+//                                                 → Transpose(x, q)
 // A node whose output is a graph output is kept (the output keeps its name).
 #include "passes/pass.h"
 
@@ -30,6 +32,60 @@ bool inert_dropout(const ir::Graph& g, const ir::Node& n, const PassContext& ctx
   if (!n.has_input(2)) return true;  // training_mode defaults to false
   auto t = ctx.scalar(g, n.inputs[2]);
   return t && *t == 0.0;
+}
+
+// Reshape(Transpose(Reshape(src, U), p), Y) where the inner Reshape merges src's leading dims
+// 0..m into one (U = [S0·…·Sm, S(m+1), …]), p keeps that merged axis first and the outer Reshape
+// splits it back (Y = [S0, …, Sm, U permuted by p]): the same as Transpose(src, q). The dynamo
+// exporter writes a 4-D key transpose this way (through a 3-D bmm layout). Rewrites `n` in place
+// into that Transpose; the two inner nodes are left to dead-node elimination.
+bool merged_transpose(ir::Graph& g, PassContext& ctx,
+                      const std::unordered_map<std::string, int>& producer,
+                      std::unordered_map<std::string, int>& reads, const std::vector<bool>& dead,
+                      ir::Node& n) {
+  auto pt = producer.find(n.inputs[0]);
+  if (pt == producer.end() || dead[pt->second]) return false;
+  const ir::Node& t = g.nodes[pt->second];
+  if (!t.domain.empty() || t.op_type != "Transpose" || reads[n.inputs[0]] != 1) return false;
+  auto pr = producer.find(t.inputs[0]);
+  if (pr == producer.end() || dead[pr->second]) return false;
+  const ir::Node& r = g.nodes[pr->second];
+  if (!r.domain.empty() || r.op_type != "Reshape" || reads[t.inputs[0]] != 1) return false;
+  const std::string& src = r.inputs[0];
+  if (!ctx.has_meta(src) || !ctx.has_meta(t.inputs[0])) return false;
+  const Shape S = ctx.meta(src).shape, U = ctx.meta(t.inputs[0]).shape, Y = ctx.meta(n.outputs[0]).shape;
+  int64_t r1 = (int64_t)U.size();
+  std::vector<int64_t> perm = t.attr_ints("perm");
+  if (r1 < 2 || (int64_t)perm.size() != r1 || perm[0] != 0) return false;
+  // m: the last src dim merged into U[0]
+  int64_t prod = 1, m = -1;
+  for (int64_t i = 0; i < (int64_t)S.size(); i++) {
+    prod *= S[i];
+    if (prod == U[0]) {
+      m = i;
+      break;
+    }
+    if (prod > U[0] || prod == 0) return false;
+  }
+  if (m < 0 || (int64_t)S.size() - (m + 1) != r1 - 1) return false;
+  for (int64_t j = 1; j < r1; j++)
+    if (U[j] != S[m + j]) return false;
+  Shape want(S.begin(), S.begin() + m + 1);
+  std::vector<int64_t> q;
+  for (int64_t i = 0; i <= m; i++) q.push_back(i);
+  for (int64_t j = 1; j < r1; j++) {
+    want.push_back(U[perm[j]]);
+    q.push_back(m + perm[j]);
+  }
+  if (want != Y) return false;
+  reads[n.inputs[0]]--;
+  reads[src]++;
+  n.op_type = "Transpose";
+  n.inputs = {src};
+  n.attrs.clear();
+  n.attrs["perm"].kind = ir::Attribute::Kind::Ints;
+  n.attrs["perm"].ints = q;
+  return true;
 }
 
 }  // namespace
@@ -88,6 +144,9 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
         for (int64_t v : st->to_int64_vector()) forward &= v > 0;
       }
       if (forward) bypass(idx, y, x);
+    } else if (op == "Reshape" && ctx.has_meta(y) && merged_transpose(g, ctx, producer, reads,
+                                                                      dead, n)) {
+      removed++;
     } else if (reshape_like(n) && ctx.has_meta(y)) {
       auto p = producer.find(x);
       if (p == producer.end() || dead[p->second] || !reshape_like(g.nodes[p->second])) continue;

@@ -35,6 +35,7 @@ ir::Node attention_node(const Spec& s, bool grad) {
   sc.f = 1.0f / std::sqrt((float)s.D);
   n.attrs["scale"] = sc;
   n.attrs["causal"] = int_attr(s.causal ? 1 : 0);
+  if (s.nan_guard) n.attrs["zero_masked_rows"] = int_attr(1);
   if (s.dropout > 0) {  // the identity of the Dropout the unfused graph has (attention_graphs.h)
     ir::Attribute r, key;
     r.kind = ir::Attribute::Kind::Float;
@@ -205,6 +206,48 @@ TEST(Attention, BackwardMatchesAutodiffOfUnfusedGraph) {
     expect_close(grads[1], ref.at("K"), 2e-4, spec_name(s) + " dK");
     expect_close(grads[2], ref.at("V"), 2e-4, spec_name(s) + " dV");
   }
+}
+
+// zero_masked_rows: the last batch's mask hides every key (-inf), so its softmax rows are NaN in
+// the unfused graph and 0 behind the dynamo exporter's Where(IsNaN(P), 0, P). The fused op gives
+// O = 0 and zero gradients there, LSE = +inf, and on the other batches exactly what it gives
+// without that batch (checked against the unfused graph by the tests above).
+TEST(Attention, FullyMaskedRowsAreZeroWithZeroMaskedRows) {
+  Spec s;
+  s.B = 3, s.Tq = s.Tk = 6, s.H = 2, s.D = 4, s.Dv = 4, s.mask = Mask::Padding, s.nan_guard = true;
+  Inputs in = make_inputs(s, 900);
+  Tensor W = random_tensor({s.B, s.Tq, s.H * s.Dv}, 901);
+  auto fwd = fused_forward(s, in);
+  auto grads = run_node(attention_node(s, true), 1, {W, in.Q, in.K, in.V, in.mask, fwd[1]});
+  Spec s2 = s;
+  s2.B = 2;
+  auto first2 = [](const Tensor& t) {
+    Shape sh = t.shape();
+    int64_t per = t.numel() / sh[0];
+    sh[0] = 2;
+    std::vector<float> v(t.data<float>(), t.data<float>() + 2 * per);
+    return Tensor::from_vector(DType::Float32, sh, v);
+  };
+  Inputs in2{first2(in.Q), first2(in.K), first2(in.V), first2(in.mask)};
+  auto fwd2 = fused_forward(s2, in2);
+  auto grads2 = run_node(attention_node(s2, true), 1,
+                         {first2(W), in2.Q, in2.K, in2.V, in2.mask, fwd2[1]});
+  auto check = [&](const Tensor& full, const Tensor& two, const char* what) {
+    int64_t per = full.numel() / s.B;
+    for (int64_t i = 0; i < full.numel(); i++) {
+      float g = full.data<float>()[i];
+      if (i < 2 * per)
+        ASSERT_EQ(g, two.data<float>()[i]) << what << " element " << i;
+      else
+        ASSERT_EQ(g, 0.0f) << what << " element " << i << " of the fully masked batch";
+    }
+  };
+  check(fwd[0], fwd2[0], "O");
+  check(grads[0], grads2[0], "dQ");
+  check(grads[1], grads2[1], "dK");
+  check(grads[2], grads2[2], "dV");
+  for (int64_t i = 2 * s.H * s.Tq; i < 3 * s.H * s.Tq; i++)
+    EXPECT_EQ(fwd[1].data<float>()[i], INFINITY) << "LSE of a fully masked row";
 }
 
 // The mask is a stop-gradient input: a graph that wants its gradient is refused by name.

@@ -5,6 +5,7 @@
 // attention_fusion.cc claims to match (scale placement, mask kinds, causal Where, K transposes).
 #pragma once
 #include <cfloat>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ struct Spec {
   bool projections = false;  // Q/K/V = x·W + b from one input x (B,Tq,E) (self-attention)
   int64_t E = 8;
   float dropout = 0;  // > 0: Dropout(p, dropout, training_mode=true) named kDropoutOut before P·V
+  // The dynamo exporter's SDPA: P = Where(IsNaN(P), 0, P) after the Softmax, and a padding mask of
+  // -inf whose last batch hides every key (those rows' softmax is NaN, the Where makes them 0).
+  bool nan_guard = false;
 };
 
 // The attention-dropout node's output name (the rng identity a fused op must carry).
@@ -146,6 +150,8 @@ inline ir::Graph unfused_attention(const Spec& s) {
     sc = b.add("Where", {"causal_cond", b.f32("neg_fill", -FLT_MAX), sc});
   }
   std::string p = b.add("Softmax", {sc}, {{"axis", int_attr(-1)}});
+  if (s.nan_guard)
+    p = b.add("Where", {b.add("IsNaN", {p}), b.f32("nan_fill", 0.0f), p});
   if (s.dropout > 0) {
     b.g.add_initializer("attn_dropout_ratio", Tensor::scalar_f32(s.dropout));
     b.g.add_initializer("attn_dropout_training",
@@ -181,7 +187,9 @@ inline Tensor padding_mask(const Spec& s) {
   if (s.mask == Mask::Padding)
     for (int64_t b = 1; b < s.B; b++)
       for (int64_t j = s.Tk - std::min<int64_t>(b, s.Tk - 1); j < s.Tk; j++)
-        m.data<float>()[b * s.Tk + j] = -10000.0f;
+        m.data<float>()[b * s.Tk + j] = s.nan_guard ? -INFINITY : -10000.0f;
+  if (s.mask == Mask::Padding && s.nan_guard)  // the last batch: every key hidden
+    for (int64_t j = 0; j < s.Tk; j++) m.data<float>()[(s.B - 1) * s.Tk + j] = -INFINITY;
   return m;
 }
 

@@ -120,6 +120,9 @@ std::vector<Variant> variants() {
   s = Spec();
   s.projections = true, s.mask = Mask::Padding, s.Tq = s.Tk = 7;
   v.push_back({"with_projections", s});
+  s = Spec();
+  s.B = 3, s.mask = Mask::Padding, s.scale = Scale::MulOnBoth, s.nan_guard = true;
+  v.push_back({"sdpa_nan_guard_fully_masked_rows", s});
   return v;
 }
 
@@ -147,7 +150,9 @@ TEST(AttentionFusion, FusesEachVariantWithEqualNumerics) {
         EXPECT_NEAR(n.attr_float("scale", 0), 1.0 / std::sqrt((double)v.spec.D), 1e-6);
         EXPECT_EQ(n.attr_int("causal", -1), v.spec.causal ? 1 : 0);
         EXPECT_EQ(n.inputs.size(), v.spec.mask == Mask::None ? 3u : 4u);
+        EXPECT_EQ(n.attr_int("zero_masked_rows", 0), v.spec.nan_guard ? 1 : 0);
       }
+    EXPECT_EQ(count_ops(after, "IsNaN"), 0);
     auto feeds = feeds_for(v.spec);
     expect_close(run(after, feeds, "out"), run(before, feeds, "out"), 1e-5, v.name);
   }

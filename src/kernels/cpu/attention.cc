@@ -1,7 +1,8 @@
 // kernels/cpu/attention.cc — fused multi-head scaled-dot-product attention, "onyx" domain, formed
 // by passes/attention_fusion.cc from the exported Reshape/Transpose/MatMul/Softmax chains:
 //
-//   Attention(Q, K, V, [mask])  attrs num_heads, scale, causal [, dropout_ratio, seed, rng_key]
+//   Attention(Q, K, V, [mask])  attrs num_heads, scale, causal [, dropout_ratio, seed, rng_key,
+//                               zero_masked_rows]
 //                               -> O, [LSE]
 //     Q (B,Tq,C)  K (B,Tk,C)  V (B,Tk,Cv)  mask: additive float, broadcastable to (B,H,Tq,Tk)
 //     per head h (D = C/H, Dv = Cv/H), reading the head's columns [h*D, (h+1)*D) in place:
@@ -61,6 +62,10 @@ struct AttnDims {
   int64_t B = 0, Tq = 0, Tk = 0, H = 0, D = 0, Dv = 0, C = 0, Cv = 0;
   float scale = 1.0f;
   bool causal = false;
+  // A query row whose every score is -inf (the mask hides every key): softmax gives NaN there;
+  // with zero_masked_rows the row's P (and so its output) is 0 instead, as the dynamo exporter's
+  // SDPA writes it (Where(IsNaN(P), 0, P)). Its LSE is +inf, so backward recomputes P = 0.
+  bool zero_masked_rows = false;
   // Additive mask viewed as (B,H,Tq,Tk) through element strides (0 on broadcast dims).
   bool has_mask = false;
   int64_t mb = 0, mh = 0, mq = 0, mk = 0;
@@ -91,6 +96,7 @@ AttnDims attention_dims(const ir::Node& node, const TensorMeta& q, const TensorM
   d.Dv = d.Cv / d.H;
   d.scale = node.attr_float("scale", d.D > 0 ? 1.0f / std::sqrt((float)d.D) : 1.0f);
   d.causal = node.attr_int("causal", 0) != 0;
+  d.zero_masked_rows = node.attr_int("zero_masked_rows", 0) != 0;
   d.dropout_ratio = node.attr_float("dropout_ratio", 0.0f);
   ONYX_CHECK(d.dropout_ratio >= 0 && d.dropout_ratio <= 1, node.describe(), ": dropout_ratio ",
              d.dropout_ratio, " must be in [0, 1]");
@@ -176,6 +182,11 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
         float* s = S + i * n;
         int64_t ni = row_keys(d, n, r0 + i);
         float mx = row_max(s, ni);
+        if (d.zero_masked_rows && mx == -INFINITY) {
+          std::fill(s, s + n, 0.0f);
+          if (LSE) LSE[bh * d.Tq + r0 + i] = INFINITY;
+          continue;
+        }
         float sum = row_sum_exp(s, ni, mx, s);
         row_scale(s, ni, 1.0f / sum);
         std::fill(s + ni, s + n, 0.0f);
