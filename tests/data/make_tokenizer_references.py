@@ -5,7 +5,8 @@ tests/data/test_wordpiece_reference.cc check onyx's tokenizers against, with Hug
     build/venv/bin/python tests/data/make_tokenizer_references.py BUILD_DIR
 Writes
   BUILD_DIR/bpe-reference/        GPT-2's real byte-level BPE: vocab.json and merges.txt (copied from
-                                  /work/shared/data/gpt2-tokenizer, or $ONYX_GPT2_TOKENIZER), a
+                                  ../shared/data/gpt2-tokenizer beside the checkout, or
+                                  $ONYX_GPT2_TOKENIZER), a
                                   tokenizer.json that HF tokenizers builds from them (ByteLevel
                                   pre-tokenizer without prefix space, ByteLevel decoder,
                                   <|endoftext|> = 50256 as special token), reference.jsonl
@@ -25,7 +26,10 @@ import shutil
 import sys
 
 WORDNET = [f"/usr/share/wordnet/data.{pos}" for pos in ("noun", "verb", "adj", "adv")]
-GPT2_DIR = os.environ.get("ONYX_GPT2_TOKENIZER", "/work/shared/data/gpt2-tokenizer")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# shared/ lies beside the checkout (the project's data folder; CI lays a copy there too)
+GPT2_DIR = os.environ.get("ONYX_GPT2_TOKENIZER",
+                          os.path.join(os.path.dirname(REPO), "shared", "data", "gpt2-tokenizer"))
 
 # Code points that Unicode 8 (HF tokenizers' BERT tables) and later versions see differently: a
 # Unicode 15 emoji, unassigned U+0378, CJK Extension E's first block (not split by HF), punctuation,
