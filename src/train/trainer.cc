@@ -707,7 +707,8 @@ TrainOutput Trainer::train() {
       LogEntry e;
       e.values["loss"] = I.loss_since_log / (double)I.steps_since_log;
       e.values["grad_norm"] = I.last_grad_norm;
-      e.values["learning_rate"] = train::lr_at(I.sched, state_.global_step);
+      // the LR the last step applied (Transformers reads it before lr_scheduler.step())
+      e.values["learning_rate"] = train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1));
       I.loss_since_log = 0;
       I.steps_since_log = 0;
       log(e);

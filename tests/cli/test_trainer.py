@@ -230,9 +230,9 @@ def torch_train(model, data, names, o):
             total += loss.item()
         gn = torch.nn.utils.clip_grad_norm_(m.parameters(), o["max_grad_norm"])
         opt.step()
-        sched.step()
-        rec.append({"loss": total / len(micro), "grad_norm": float(gn),
-                    "learning_rate": sched.get_last_lr()[0]})
+        lr = sched.get_last_lr()[0]  # the LR this step used: Transformers logs it (read before
+        sched.step()                 # lr_scheduler.step(), trainer.py "get learning rate before update")
+        rec.append({"loss": total / len(micro), "grad_norm": float(gn), "learning_rate": lr})
     return rec, {k: v.detach().numpy() for k, v in m.state_dict().items()}
 
 

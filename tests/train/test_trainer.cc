@@ -127,6 +127,26 @@ TEST(Trainer, CallbackEventsAndStopFlag) {
   fs::remove_all(a.output_dir);
 }
 
+// Transformers logs the learning rate the logged step applied (read before lr_scheduler.step()):
+// lr 0.1 with linear decay over 3 steps logs 0.1, 0.0667, 0.0333.
+TEST(Trainer, LogsTheLearningRateTheStepApplied) {
+  auto a = base_args(tmpdir("lr_logged"));
+  a.learning_rate = 0.1;
+  a.lr_scheduler_type = "linear";
+  a.max_steps = 3;
+  a.logging_steps = 1;
+  Trainer t(linear_model(), a, regression_data(32));
+  t.train();
+  std::vector<double> lrs;
+  for (auto& e : t.state().log_history)
+    if (e.values.count("learning_rate")) lrs.push_back(e.values.at("learning_rate"));
+  ASSERT_EQ(lrs.size(), 3u);
+  EXPECT_NEAR(lrs[0], 0.1, 1e-12);
+  EXPECT_NEAR(lrs[1], 0.1 * 2 / 3, 1e-12);
+  EXPECT_NEAR(lrs[2], 0.1 / 3, 1e-12);
+  fs::remove_all(a.output_dir);
+}
+
 TEST(Trainer, LossDecreasesAndLogsHaveTransformersKeys) {
   auto a = base_args(tmpdir("keys"));
   a.num_train_epochs = 20;
