@@ -3,6 +3,7 @@
 // train() / evaluate() / predict() / save_model(), checkpoint-N folders, trainer_state.json and
 // exact resume.
 #pragma once
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -96,8 +97,9 @@ class EarlyStoppingCallback : public TrainerCallback {
 };
 
 struct EvalPrediction {
-  Tensor predictions;  // (N, ...) model outputs, e.g. logits
+  Tensor predictions;  // (N, ...) model outputs, e.g. logits (undefined when the model has none)
   Tensor label_ids;    // (N, ...) labels (undefined when the dataset has none)
+  double loss = NAN;   // the mean evaluation loss (NaN when not computed), for perplexity
 };
 using ComputeMetrics = std::function<Metrics(const EvalPrediction&)>;
 
@@ -136,6 +138,10 @@ class Trainer {
 
   TrainOutput train();  // resumes from args.resume_from_checkpoint when set
   Metrics evaluate(const std::string& metric_key_prefix = "eval");
+  // Whether compute_metrics reads the predictions (default true). When it does not (no
+  // compute_metrics, or only perplexity, which is exp(eval loss)), evaluation keeps none: a language
+  // model's logits over an eval set are tokens x vocabulary floats (GBs).
+  void set_metrics_need_predictions(bool need) { metrics_need_predictions_ = need; }
   PredictionOutput predict(const data::Dataset& dataset);
   // model.safetensors (+ onyx_model.json describing the graph source) into `dir`, atomically.
   void save_model(const std::string& dir);
@@ -157,6 +163,7 @@ class Trainer {
   TrainingArguments args_;
   std::shared_ptr<data::Dataset> train_ds_, eval_ds_;
   ComputeMetrics compute_metrics_;
+  bool metrics_need_predictions_ = true;
   std::vector<std::shared_ptr<TrainerCallback>> callbacks_;
   TrainerState state_;
   TrainerControl control_;

@@ -55,17 +55,34 @@ void Progress::update(int64_t step, double loss, double lr, int64_t samples) {
 }
 
 void Progress::log(const LogEntry& e) {
-  if (bar_ && drawn_) std::printf("\r\033[K");
-  std::printf("%s\n", e.to_json().c_str());
-  if (bar_ && drawn_) draw();
+  bool bar = bar_ && drawn_ && !finished_;  // after finish() the bar's line is done
+  if (bar) std::printf("\r\033[K");
+  if (bar_) {
+    // On a terminal, as Transformers' ProgressCallback prints it: floats with 4 significant
+    // digits, epoch last. Through a pipe: one JSON line with every digit (log_history.jsonl has
+    // them either way).
+    std::string line = "{";
+    char buf[64];
+    for (auto& [k, v] : e.values) {
+      std::snprintf(buf, sizeof buf, "%.4g", v);
+      line += (line.size() > 1 ? ", '" : "'") + k + "': '" + buf + "'";
+    }
+    std::snprintf(buf, sizeof buf, "%.4g", e.epoch);
+    line += (line.size() > 1 ? ", 'epoch': '" : "'epoch': '") + std::string(buf) + "'}";
+    std::printf("%s\n", line.c_str());
+  } else {
+    std::printf("%s\n", e.to_json().c_str());
+  }
+  if (bar) draw();
   std::fflush(stdout);
 }
 
 void Progress::finish() {
-  if (bar_ && drawn_) {
+  if (bar_ && drawn_ && !finished_) {
     draw();
     std::printf("\n");
   }
+  finished_ = true;
   std::fflush(stdout);
 }
 

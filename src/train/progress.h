@@ -23,6 +23,7 @@ class Progress {
   double loss_ = 0, lr_ = 0;
   bool bar_;
   bool drawn_ = false;
+  bool finished_ = false;  // finish() ran: later log lines print without redrawing the bar
   std::chrono::steady_clock::time_point t0_, last_draw_;
 };
 

@@ -132,6 +132,8 @@ namespace {
 // (N, C) argmax over last axis vs (N) labels, skipping -100.
 void pairs(const EvalPrediction& p, std::vector<int64_t>& pred, std::vector<int64_t>& gold) {
   ONYX_CHECK(p.label_ids.defined(), "metrics need labels in the evaluation dataset");
+  ONYX_CHECK(p.predictions.defined(),
+             "accuracy and f1 need the model's predictions (set 'predictions' in the config)");
   const Tensor& x = p.predictions;
   int64_t c = x.rank() ? x.dim(-1) : 1;
   int64_t n = x.numel() / std::max<int64_t>(c, 1);
@@ -183,6 +185,7 @@ Metrics f1(const EvalPrediction& p) {
 }
 
 Metrics mse(const EvalPrediction& p) {
+  ONYX_CHECK(p.predictions.defined(), "mse needs the model's predictions (set 'predictions' in the config)");
   ONYX_CHECK(p.label_ids.defined() && p.label_ids.numel() == p.predictions.numel(),
              "mse: predictions and labels must have the same number of elements");
   double s = 0;
@@ -204,6 +207,7 @@ ComputeMetrics by_names(const std::vector<std::string>& names) {
       if (n == "accuracy") r = accuracy(p);
       else if (n == "f1") r = f1(p);
       else if (n == "mse") r = mse(p);
+      else if (n == "perplexity" && std::isfinite(p.loss)) r = {{"perplexity", std::exp(std::min(p.loss, 700.0))}};
       m.insert(r.begin(), r.end());
     }
     return m;
@@ -513,7 +517,8 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
       loss_sum += out["loss"].get_as_double(0) * (double)idx.size();
       n_loss += (int64_t)idx.size();
     }
-    if (!pred_name.empty() && out.count(pred_name)) preds.push_back(out[pred_name]);
+    bool keep_preds = !with_metrics || (compute_metrics_ && metrics_need_predictions_);
+    if (keep_preds && !pred_name.empty() && out.count(pred_name)) preds.push_back(out[pred_name]);
     if (!label_name.empty() && batch.count(label_name)) labels.push_back(batch[label_name]);
     for (auto& cb : callbacks_) cb->on_prediction_step(args_, state_, control_);
   }
@@ -537,11 +542,13 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
   po.predictions = concat(preds);
   po.label_ids = concat(labels);
   if (n_loss) po.metrics["loss"] = loss_sum / n_loss;
-  if (with_metrics && compute_metrics_ && po.predictions.defined()) {
-    auto m = compute_metrics_({po.predictions, po.label_ids});
+  // Metrics are what was asked for: perplexity only when the metrics name it (a language model's
+  // exp(eval loss)), not for every model with a loss.
+  if (with_metrics && compute_metrics_) {
+    EvalPrediction ep{po.predictions, po.label_ids, n_loss ? loss_sum / n_loss : NAN};
+    auto m = compute_metrics_(ep);
     po.metrics.insert(m.begin(), m.end());
   }
-  if (po.metrics.count("loss")) po.metrics["perplexity"] = std::exp(std::min(po.metrics["loss"], 700.0));
   return po;
 }
 
@@ -764,7 +771,7 @@ TrainOutput Trainer::train() {
         I.loss_total += step_loss;
       }
       I.steps_since_log++;
-      I.progress->update(state_.global_step, step_loss, train::lr_at(I.sched, state_.global_step),
+      I.progress->update(state_.global_step, step_loss, train::lr_at(I.sched, state_.global_step - 1),
                          samples_seen);
       for (auto& cb : callbacks_) cb->on_step_end(a, state_, control_);
       maybe_log_save_evaluate(false);

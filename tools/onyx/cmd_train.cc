@@ -34,6 +34,13 @@ Trainer make_trainer(Loaded& l) {
   return Trainer(train::model_from_config(l.cfg), l.cfg.args, l.train, l.eval, cm);
 }
 
+// perplexity is computed from the eval loss alone; the other metrics read the predictions
+bool metrics_need_predictions(const Loaded& l) {
+  for (auto& m : l.cfg.metrics)
+    if (m != "perplexity") return true;
+  return false;
+}
+
 }  // namespace
 
 Action add_train_command(CLI::App& app) {
@@ -44,6 +51,7 @@ Action add_train_command(CLI::App& app) {
   return [path, cmd]() {
     Loaded l = load(*path, cmd->remaining(), true);
     Trainer t = make_trainer(l);
+    t.set_metrics_need_predictions(metrics_need_predictions(l));
     auto out = t.train();
     std::cout << "trained " << out.global_step << " steps, train_loss " << out.training_loss
               << "; checkpoints in " << l.cfg.args.output_dir << "\n";
@@ -69,6 +77,7 @@ Action add_evaluate_command(CLI::App& app) {
     Loaded l = load(*path, cmd->remaining(), false);
     ONYX_CHECK(l.eval, "config '", *path, "': 'eval_data' is missing");
     Trainer t = make_trainer(l);
+    t.set_metrics_need_predictions(metrics_need_predictions(l));
     if (!ckpt->empty()) {
       auto w = io::load_safetensors(*ckpt + "/model.safetensors");
       for (auto& p : t.session().parameters()) {
@@ -99,6 +108,7 @@ Action add_predict_command(CLI::App& app) {
     ONYX_CHECK(!spec.empty(), "config '", *path, "': 'test_data' (or 'eval_data') is missing");
     auto ds = train::dataset_from_spec(spec, l.cfg, "test_data");
     Trainer t = make_trainer(l);
+    t.set_metrics_need_predictions(metrics_need_predictions(l));
     auto po = t.predict(*ds);
     std::map<std::string, Tensor> out;
     if (po.predictions.defined()) out["predictions"] = po.predictions;
