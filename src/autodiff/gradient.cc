@@ -407,6 +407,12 @@ void warn_if_inference_export(const ir::Graph& g, const std::vector<std::string>
 }
 }  // namespace
 
+static bool exporter_constant_name(const std::string& n) {
+  size_t p = n.rfind("_val_", 0) == 0 ? 5 : n.rfind("val_", 0) == 0 ? 4 : std::string::npos;
+  return p != std::string::npos && p < n.size() &&
+         n.find_first_not_of("0123456789", p) == std::string::npos;
+}
+
 std::vector<std::string> trainable_parameters(const ir::Graph& forward,
                                               const GradientOptions& opts) {
   std::vector<std::string> params;
@@ -420,8 +426,12 @@ std::vector<std::string> trainable_parameters(const ir::Graph& forward,
       // writes buffers as initializers like any weight; training it would move every rotary
       // frequency).
       bool buffer = name.size() >= 8 && name.compare(name.size() - 8, 8, "inv_freq") == 0;
-      if (is_float(t.dtype()) && !opts.frozen.count(name) && t.rank() > 0 &&
-          name.rfind("onnx::", 0) != 0 && !buffer)
+      // A 0-d initializer is a parameter too (Transformers' RegressionModel a and b, a
+      // temperature, a ReZero gate), except the exporters' own folded constants: "onnx::*"
+      // (TorchScript) and "val_<n>" / "_val_<n>" (dynamo).
+      if (t.rank() == 0 && exporter_constant_name(name)) continue;
+      if (is_float(t.dtype()) && !opts.frozen.count(name) && name.rfind("onnx::", 0) != 0 &&
+          !buffer)
         params.push_back(name);
     }
   } else {

@@ -16,6 +16,11 @@ TrainingSession::TrainingSession(std::shared_ptr<const ir::Graph> forward,
   optimize_ = !(env && std::string(env) == "0");
   std::vector<std::pair<std::string, Shape>> layout;
   params_ = autodiff::trainable_parameters(*forward_, opts_);
+  ONYX_CHECK(!params_.empty(), "the model has no trainable parameter: no float initializer",
+             opts_.frozen.empty() ? "" : " that is not frozen",
+             opts_.trainable.empty() ? "" : " among the trainable names given",
+             " (export the model with its weights as initializers, e.g. torch.onnx.export with "
+             "export_params=True)");
   for (auto& p : params_) {
     const Tensor& t = forward_->initializers.at(p);
     ONYX_CHECK(t.dtype() == DType::Float32, "parameter '", p, "' is ", dtype_name(t.dtype()),

@@ -15,6 +15,9 @@ Cases (one PASS / FAIL / SKIP line each):
   adamw-parity-dynamo, adamw-ga2-parity-dynamo
         adamw-parity and adamw-ga2-parity on the same model exported by torch 2.13's dynamo
         exporter (dynamo=True, default opset, optimize=False; tests/parity/exporters.py).
+  scalar-params-parity
+        Transformers' RegressionModel (y = a·x + b, 0-d parameters, MSE inside the model) trains:
+        the same log as PyTorch's, and a, b move towards the data's 2 and 3.
   sgd-momentum-parity, sgd-momentum-ga2-parity, adamw-ga2-parity
         the same with optim sgd + sgd_momentum 0.9 (torch.optim.SGD, weight decay on the decay
         group as torch adds it), and with gradient_accumulation_steps 2 (PyTorch: each micro-batch
@@ -110,6 +113,19 @@ class MlpCls(nn.Module):
     def forward(self, x, labels):
         logits = self.mlp.net(x)
         return F.cross_entropy(logits, labels), logits
+
+
+class RegressionModel(nn.Module):
+    """Transformers' tests/trainer fixture: y = a * x + b with 0-d parameters a, b and an MSE loss."""
+
+    def __init__(self, a=0.0, b=0.0):
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor(a).float())
+        self.b = nn.Parameter(torch.tensor(b).float())
+
+    def forward(self, input_x, labels):
+        y = input_x * self.a + self.b
+        return F.mse_loss(y, labels), y
 
 
 BERT_INPUTS = ["input_ids", "attention_mask", "token_type_ids", "labels"]
@@ -348,6 +364,26 @@ class Ctx:
             save_data(os.path.join(self.tmp, "mlp_eval.safetensors"), eval_d)
             return m, train_d, eval_d, path
         return self.get("mlp", make)
+
+
+def case_scalar_params(ctx):
+    """0-d parameters train (Transformers' RegressionModel, y = 2x + 3 + noise): every logged
+    loss, grad_norm and LR and the final a, b as PyTorch's; a and b move towards 2 and 3."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(42)
+    x = torch.randn(64, generator=g)
+    data = {"input_x": x, "labels": 2.0 * x + 3.0 + 0.1 * torch.randn(64, generator=g)}
+    m = RegressionModel()
+    path = os.path.join(ctx.tmp, "regression.onnx")
+    export(m, data, ["input_x", "labels"], path)
+    ok, msg = parity_case(ctx.tmp, "scalar", path, m, data, ["input_x", "labels"],
+                          {"learning_rate": 0.1, "weight_decay": 0.0, "warmup_steps": 0})
+    w = tensors_of(os.path.join(ctx.tmp, "scalar", "out", "model.safetensors"))
+    a, b = float(w["a"]), float(w["b"])
+    if not (a > 0.5 and b > 0.5):
+        ok = False
+        msg += f"; a={a:.3f} b={b:.3f} did not move towards 2 and 3"
+    return ok, msg + f"; trained a={a:.3f}, b={b:.3f}"
 
 
 def case_parity(ctx, tag, overrides, exporter="ts"):
@@ -617,6 +653,9 @@ def error_cases(ctx):
          [r"output_dir", re.escape(os.path.join(blocker, "out")), r"not a directory"]),
         ("error-missing-config", ["train", os.path.join(d, "no-such-config.yaml")],
          [r"no-such-config\.yaml", r"does not exist|not found|no such"]),
+        ("error-no-trainable-parameter",
+         ["train", cfg("allfrozen", frozen=[n for n, _ in m.named_parameters()])],
+         [r"no trainable parameter", r"frozen"]),
         ("error-unknown-loss-type",
          ["train", cfg("losstype", loss={"type": "hinge", "logits": "logits",
                                          "labels": "labels"})],
@@ -793,6 +832,7 @@ def main():
             ("adamw-parity-dynamo", lambda: case_parity(ctx, "adamw_dyn", {}, "dynamo")),
             ("adamw-ga2-parity-dynamo", lambda: case_parity(
                 ctx, "adamw_ga2_dyn", {"gradient_accumulation_steps": 2}, "dynamo")),
+            ("scalar-params-parity", lambda: case_scalar_params(ctx)),
             ("resume-exact", lambda: case_resume(ctx)),
             ("export-ort", lambda: case_export_ort(ctx)),
         ]
