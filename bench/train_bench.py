@@ -670,6 +670,15 @@ def bench_model(name, spec, args, workdir, log):
             log(f"{what}: {r['median_step_s']:.3f} s/step median over {r['n_timed']} steps, "
                 f"peak RSS {r['peak_rss_mb']:.0f} MiB{extra} ({time.time() - t_start:.0f}s)")
 
+    def run_settings(settings, run_one):
+        """run_one(steps, threads) at each thread setting; the first runs the curve's length."""
+        runs = []
+        for i, th in enumerate(settings):
+            t_start = time.time()
+            runs.append(run_one(curve if i == 0 else timed, th))
+            report_run(runs[-1], t_start)
+        return runs
+
     if "onyx" in args.peers:
         row["plan"] = run_plan(args.onyx, name, spec, mdir)
         pl, pc = row["plan"].get("plain", {}), row["plan"].get("checkpointing", {})
@@ -679,35 +688,22 @@ def bench_model(name, spec, args, workdir, log):
             log(f"[{name}] onyx plan: fusions {pl['fusions']}; {pl['gflop']} GFLOP/step; "
                 f"activations {pl['activations_mib']} MiB, with gradient_checkpointing "
                 f"{pc.get('activations_mib')} MiB")
-        runs = []
-        for i, th in enumerate(args.onyx_threads):
-            t0 = time.time()
-            runs.append(run_onyx(args.onyx, name, spec, mdir, curve if i == 0 else timed, warmup, th))
-            report_run(runs[-1], t0)
-        row["runs"]["onyx"] = runs
+        row["runs"]["onyx"] = run_settings(
+            args.onyx_threads, lambda n, th: run_onyx(args.onyx, name, spec, mdir, n, warmup, th))
 
     if "torch" in args.peers:
-        runs = []
-        for i, th in enumerate(args.torch_threads):
-            t0 = time.time()
-            runs.append(run_torch(name, mdir, curve if i == 0 else timed, warmup, th))
-            report_run(runs[-1], t0)
-        row["runs"]["torch"] = runs
+        row["runs"]["torch"] = run_settings(
+            args.torch_threads, lambda n, th: run_torch(name, mdir, n, warmup, th))
 
     if "compile" in args.peers:
         settings = args.compile_threads
         if settings == "best":
             eager = best_of(row["runs"].get("torch", []))
             settings = [eager["threads"] if eager else args.torch_threads[0]]
-        runs = []
-        for i, th in enumerate(settings):
-            t0 = time.time()
-            runs.append(run_torch(name, mdir, curve if i == 0 else timed, warmup, th, compile_=True))
-            report_run(runs[-1], t0)
-        row["runs"]["compile"] = runs
+        row["runs"]["compile"] = run_settings(
+            settings, lambda n, th: run_torch(name, mdir, n, warmup, th, compile_=True))
 
     if "ortt" in args.peers:
-        t0 = time.time()
         art = ortt_artifacts(args.ortt_python, mdir)
         row["ortt_artifacts"] = art
         if "error" in art:
@@ -719,13 +715,9 @@ def bench_model(name, spec, args, workdir, log):
             log(f"[{name}] ORT Training artifacts in {art['wall_s']:.0f}s (exposed optional outputs "
                 f"{art.get('exposed_outputs')}; clip node {art.get('clip_node')}, adam_mode "
                 f"{art.get('adam_mode')})")
-            runs = []
-            for i, th in enumerate(args.ortt_threads):
-                t0 = time.time()
-                runs.append(run_ortt(args.ortt_python, name, spec, mdir, curve if i == 0 else timed,
-                                     warmup, th))
-                report_run(runs[-1], t0)
-            row["runs"]["ortt"] = runs
+            row["runs"]["ortt"] = run_settings(
+                args.ortt_threads,
+                lambda n, th: run_ortt(args.ortt_python, name, spec, mdir, n, warmup, th))
 
     if args.grad_check and "onyx" in args.peers and "ortt" in args.peers:
         t0 = time.time()
