@@ -5,9 +5,8 @@
 // executor uses), so rules can ask for any value's meta and shape bugs surface at build time.
 #include "autodiff/gradient.h"
 
-#include <iostream>
-
 #include <algorithm>
+#include <iostream>
 #include <unordered_map>
 
 #include "runtime/kernel.h"
@@ -384,6 +383,16 @@ std::string append_loss(Builder& b, const LossSpec& spec,
 }  // namespace
 
 namespace {
+// `n` is `prefix` followed by digits only: the names exporters give values they generate.
+bool numbered(const std::string& n, const char* prefix) {
+  size_t p = std::char_traits<char>::length(prefix);
+  return n.size() > p && n.compare(0, p, prefix) == 0 &&
+         n.find_first_not_of("0123456789", p) == std::string::npos;
+}
+
+// The dynamo exporter's folded constants ("val_<n>", "_val_<n>"); "onnx::*" are TorchScript's.
+bool exporter_constant_name(const std::string& n) { return numbered(n, "val_") || numbered(n, "_val_"); }
+
 // torch.onnx.export(dynamo=True) with its default optimize=True writes an inference model: every
 // Linear's W^T is folded into a new initializer "val_<n>" and equal-valued initializers are merged
 // (all LayerNorm weights start at 1 and end up shared). Training such a file trains another model,
@@ -392,10 +401,8 @@ void warn_if_inference_export(const ir::Graph& g, const std::vector<std::string>
   static bool warned = false;
   if (warned || g.producer_name.rfind("pytorch", 0) != 0) return;
   std::vector<std::string> folded;
-  for (auto& p : params) {
-    if (p.size() < 5 || p.rfind("val_", 0) != 0) continue;
-    if (p.find_first_not_of("0123456789", 4) == std::string::npos) folded.push_back(p);
-  }
+  for (auto& p : params)
+    if (numbered(p, "val_")) folded.push_back(p);
   if (folded.empty()) return;
   warned = true;
   std::cerr << "onyx: warning: " << folded.size() << " trainable initializers are named val_<n> (e.g. '"
@@ -406,12 +413,6 @@ void warn_if_inference_export(const ir::Graph& g, const std::vector<std::string>
                "Exporting from PyTorch)\n";
 }
 }  // namespace
-
-static bool exporter_constant_name(const std::string& n) {
-  size_t p = n.rfind("_val_", 0) == 0 ? 5 : n.rfind("val_", 0) == 0 ? 4 : std::string::npos;
-  return p != std::string::npos && p < n.size() &&
-         n.find_first_not_of("0123456789", p) == std::string::npos;
-}
 
 std::vector<std::string> trainable_parameters(const ir::Graph& forward,
                                               const GradientOptions& opts) {

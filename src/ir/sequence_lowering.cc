@@ -39,7 +39,6 @@ int lower_split_to_sequence(Graph& g) {
   std::set<std::string> graph_outputs;
   for (auto& o : g.outputs) graph_outputs.insert(o.name);
 
-  std::vector<Node> out;
   std::set<size_t> replaced;  // SequenceAt nodes turned into Slice (+ Squeeze)
   std::set<size_t> dropped;   // SplitToSequence nodes whose every reader was lowered
   std::map<size_t, std::vector<Node>> insert_at;
@@ -73,14 +72,9 @@ int lower_split_to_sequence(Graph& g) {
       }
       int64_t k = pos_t->to_int64_vector()[0];
       int64_t start, end;
-      if (!split) {
-        if (k < 0) {  // chunks of one along the axis: counted from the end
-          start = k;
-          end = k == -1 ? INT64_MAX : k + 1;
-        } else {
-          start = k;
-          end = k + 1;
-        }
+      if (!split) {  // chunks of one along the axis (a negative k counts from the end)
+        start = k;
+        end = k == -1 ? INT64_MAX : k + 1;
       } else if (scalar_split) {
         if (k < 0 || sizes[0] <= 0) {  // the last chunk's size depends on the axis length
           ok = false;
@@ -128,6 +122,7 @@ int lower_split_to_sequence(Graph& g) {
     lowered++;
   }
   if (!lowered) return 0;
+  std::vector<Node> out;
   for (size_t i = 0; i < g.nodes.size(); i++) {
     if (dropped.count(i)) {
       for (auto& n : insert_at[i]) out.push_back(std::move(n));

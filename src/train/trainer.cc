@@ -509,6 +509,8 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
   double loss_sum = 0;
   int64_t n_loss = 0;
   std::vector<Tensor> preds, labels;
+  // predict() returns the predictions; evaluate() keeps them only for metrics that read them
+  const bool keep_preds = !with_metrics || (compute_metrics_ && metrics_need_predictions_);
   auto order = data::epoch_order(ds.size(), false, 0, 0);
   for (auto& idx : data::make_batches(order, args_.per_device_eval_batch_size, false)) {
     auto batch = ds.batch(idx);
@@ -517,7 +519,6 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
       loss_sum += out["loss"].get_as_double(0) * (double)idx.size();
       n_loss += (int64_t)idx.size();
     }
-    bool keep_preds = !with_metrics || (compute_metrics_ && metrics_need_predictions_);
     if (keep_preds && !pred_name.empty() && out.count(pred_name)) preds.push_back(out[pred_name]);
     if (!label_name.empty() && batch.count(label_name)) labels.push_back(batch[label_name]);
     for (auto& cb : callbacks_) cb->on_prediction_step(args_, state_, control_);

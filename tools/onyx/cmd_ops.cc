@@ -2,7 +2,9 @@
 // is claimed exactly when a kernel is registered for it) with whether autodiff has a gradient rule
 // for it. docs/OPS.md is this command's --markdown output; scripts/test.sh checks that the two
 // agree, so the conformance suite's "unknown op" skips are the unclaimed ops by construction.
+#include <algorithm>
 #include <iostream>
+#include <map>
 #include <set>
 
 #include "autodiff/gradient.h"
@@ -44,25 +46,19 @@ Action add_ops_command(CLI::App& app) {
                  "string, complex, sequences/optionals/maps). \"gradient\": `src/autodiff/gradients/` "
                  "has a rule, so the op can sit on the path from parameters to the loss.\n\n"
                  "Data types: float32, float16, bfloat16, float64, int8–int64, uint8–uint64, bool.\n\n";
-    for (const char* dom : {"ai.onnx", "com.microsoft", "onyx"}) {
-      std::vector<std::string> rows;
-      for (auto& k : kernels)
-        if (domain_of(k) == dom) rows.push_back(k);
-      if (rows.empty()) continue;
-      std::cout << "## " << dom << " (" << rows.size() << " ops"
-                << (std::string(dom) == "onyx" ? ": fused and gradient kernels" : "") << ")\n\n"
+    std::map<std::string, std::vector<std::string>> by_domain;
+    for (auto& k : kernels) by_domain[domain_of(k)].push_back(k);
+    std::vector<std::string> order = {"ai.onnx", "com.microsoft", "onyx"};
+    for (auto& [d, _] : by_domain)
+      if (std::find(order.begin(), order.end(), d) == order.end()) order.push_back(d);
+    for (auto& dom : order) {
+      auto it = by_domain.find(dom);
+      if (it == by_domain.end()) continue;
+      std::cout << "## " << dom << " (" << it->second.size() << " ops"
+                << (dom == "onyx" ? ": fused and gradient kernels" : "") << ")\n\n"
                 << "| op | gradient |\n|---|---|\n";
-      for (auto& k : rows) std::cout << "| " << name_of(k) << " | " << (grads.count(k) ? "yes" : "") << " |\n";
-      std::cout << "\n";
-    }
-    std::set<std::string> other;
-    for (auto& k : kernels) {
-      std::string d = domain_of(k);
-      if (d != "ai.onnx" && d != "com.microsoft" && d != "onyx") other.insert(k);
-    }
-    if (!other.empty()) {
-      std::cout << "## other domains\n\n| op | gradient |\n|---|---|\n";
-      for (auto& k : other) std::cout << "| " << k << " | " << (grads.count(k) ? "yes" : "") << " |\n";
+      for (auto& k : it->second)
+        std::cout << "| " << name_of(k) << " | " << (grads.count(k) ? "yes" : "") << " |\n";
       std::cout << "\n";
     }
     return 0;
