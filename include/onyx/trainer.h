@@ -28,6 +28,22 @@ struct Model {
   bool generic_onnx = true;      // weight-decay rule: also no decay on rank <= 1 tensors
   std::string source;            // where the graph came from (an .onnx path), for export
   std::string config_json;       // Hugging Face config.json, saved next to the weights when set
+  // Loss normalization under gradient accumulation, as Transformers' num_items_in_batch: an
+  // optimizer step's loss is the sum over the items of all its micro-batches divided by their
+  // number. Items are the entries of the batch tensor `items_labels` that differ from
+  // `items_ignore_index`, from each row's second position on when `items_shifted` (a causal LM's
+  // targets). Empty: the loss is a batch mean over unknown items and micro-batches are averaged
+  // (the Trainer fills it in for a cross-entropy LossSpec).
+  std::string items_labels;
+  bool items_shifted = false;
+  int64_t items_ignore_index = -100;
+  // Graph inputs a dataset may omit, and what fills them in a batch (Hugging Face models:
+  // attention_mask of ones, token_type_ids of zeros).
+  std::set<std::string> optional_inputs;
+  // Files saved next to the weights in output_dir and every checkpoint, so that Transformers'
+  // AutoTokenizer / AutoImageProcessor open the folder (tokenizer.json, vocab.txt, ...).
+  std::vector<std::string> processor_files;
+  std::function<void(std::map<std::string, Tensor>&)> fill_defaults;
   static Model from_onnx(const std::string& path, autodiff::LossSpec loss = {});
 };
 
@@ -48,6 +64,7 @@ struct TrainerState {
   std::vector<LogEntry> log_history;
   std::optional<double> best_metric;
   std::optional<std::string> best_model_checkpoint;
+  std::optional<int64_t> best_global_step;  // the step of the best evaluation (Transformers 5)
   std::string to_json() const;
   static TrainerState from_json(const std::string& text, const std::string& what);
 };
@@ -86,6 +103,9 @@ class EarlyStoppingCallback : public TrainerCallback {
  public:
   explicit EarlyStoppingCallback(int patience = 1, double threshold = 0.0)
       : patience_(patience), threshold_(threshold) {}
+  // metric_for_best_model and an eval_strategy are required (Transformers asserts them).
+  void on_train_begin(const TrainingArguments& args, TrainerState& state,
+                      TrainerControl& control) override;
   void on_evaluate(const TrainingArguments& args, TrainerState& state, TrainerControl& control,
                    const Metrics& metrics) override;
 
@@ -93,7 +113,6 @@ class EarlyStoppingCallback : public TrainerCallback {
   int patience_;
   double threshold_;
   int bad_evals_ = 0;
-  std::optional<double> best_;
 };
 
 struct EvalPrediction {
@@ -158,6 +177,8 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   void rotate_checkpoints();
   PredictionOutput run_eval(const data::Dataset& ds, bool with_metrics);
+  // A batch of `ds` with the inputs the model fills by default (Model::fill_defaults) added.
+  std::map<std::string, Tensor> load_batch(const data::Dataset& ds, const std::vector<int64_t>& idx) const;
 
   Model model_;
   TrainingArguments args_;

@@ -32,6 +32,8 @@ struct TrainingArguments {
   std::string logging_strategy = "steps";  // no | steps | epoch
   int64_t logging_steps = 500;
   bool logging_first_step = false;
+  // A non-finite micro-batch loss adds the mean of the losses since the last log instead.
+  bool logging_nan_inf_filter = true;
   std::string eval_strategy = "no";  // no | steps | epoch
   std::optional<int64_t> eval_steps;  // default: logging_steps
   std::string save_strategy = "steps";  // no | steps | epoch
@@ -56,11 +58,27 @@ struct TrainingArguments {
   // auto_find_batch_size the largest batch (halving) whose plan fits is used, else a plan over
   // budget is an error before the first step.
   std::optional<std::string> max_memory;
+  // Where logs go besides log_history.jsonl: "none" (Transformers 5's default) or "tensorboard"
+  // ("all" = every integration onyx has, i.e. tensorboard).
+  std::string report_to = "none";
+  // TensorBoard event folder; empty = $TENSORBOARD_LOGGING_DIR, else
+  // output_dir/runs/<Mon><DD>_<HH-MM-SS>_<host> (Transformers' default_logdir).
+  std::string logging_dir;
 
   // Sets one argument from its text form ("1e-4", "true", "linear"); throws naming the key.
   void set(const std::string& key, const std::string& value);
   static bool is_key(const std::string& key);
   static std::vector<std::string> keys();
+  // One key as `onyx train --help` lists it.
+  struct ArgInfo {
+    std::string name;
+    std::string type;                  // float, int, bool, str, int | None, str | None, bool | None
+    std::vector<std::string> choices;  // the values a choice key accepts; empty otherwise
+    std::string default_value;         // as a config writes it: 5e-05, 8, false, "linear", None
+    std::string help;                  // one line, after Transformers' TrainingArguments docs
+  };
+  // Every key, in keys() order, with its type, default and help.
+  static std::vector<ArgInfo> describe();
   // Checks cross-field rules (strategies, positive sizes, best-model metric, ...).
   void validate() const;
   // All arguments as a JSON object text (saved as training_args.json in checkpoints).

@@ -114,6 +114,8 @@ BuiltModel finish_model(GraphBuilder& b, const HfConfig& c, Task task) {
     case Task::CausalLM:
       m.model.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
       m.model.loss.output = "loss";
+      m.model.items_labels = "labels";  // the loss's targets: labels[:, 1:] != -100
+      m.model.items_shifted = true;
       break;
     default:
       m.model.loss.kind = task == Task::SequenceClassification && c.num_labels == 1

@@ -276,18 +276,31 @@ void save_hf_folder(const BuiltModel& m, const std::map<std::string, Tensor>& we
   }
 }
 
+std::set<std::string> defaulted_inputs(const BuiltModel& m) {
+  std::set<std::string> out;
+  for (const char* n : {"attention_mask", "token_type_ids"})
+    if (m.model.graph->find_input(n)) out.insert(n);
+  return out;
+}
+
+std::function<void(std::map<std::string, Tensor>&)> default_input_filler(const BuiltModel& m) {
+  std::set<std::string> names = defaulted_inputs(m);
+  return [names](std::map<std::string, Tensor>& inputs) {
+    auto ids = inputs.find("input_ids");
+    if (ids == inputs.end()) return;
+    Shape s = ids->second.shape();
+    if (names.count("attention_mask") && !inputs.count("attention_mask")) {
+      Tensor ones(DType::Int64, s);
+      std::fill(ones.data<int64_t>(), ones.data<int64_t>() + ones.numel(), 1);
+      inputs["attention_mask"] = ones;
+    }
+    if (names.count("token_type_ids") && !inputs.count("token_type_ids"))
+      inputs["token_type_ids"] = Tensor::zeros(DType::Int64, s);
+  };
+}
+
 void fill_default_inputs(const BuiltModel& m, std::map<std::string, Tensor>& inputs) {
-  auto ids = inputs.find("input_ids");
-  if (ids == inputs.end()) return;
-  Shape s = ids->second.shape();
-  const ir::Graph& g = *m.model.graph;
-  if (g.find_input("attention_mask") && !inputs.count("attention_mask")) {
-    Tensor ones(DType::Int64, s);
-    std::fill(ones.data<int64_t>(), ones.data<int64_t>() + ones.numel(), 1);
-    inputs["attention_mask"] = ones;
-  }
-  if (g.find_input("token_type_ids") && !inputs.count("token_type_ids"))
-    inputs["token_type_ids"] = Tensor::zeros(DType::Int64, s);
+  default_input_filler(m)(inputs);
 }
 
 }  // namespace onyx::models

@@ -8,8 +8,10 @@
 // random init and are listed in a warning, tensors the model has no use for are listed in another,
 // and a tensor of the wrong shape is an error naming it and both shapes.
 #pragma once
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "models/hf_model.h"
@@ -44,5 +46,8 @@ void save_hf_folder(const BuiltModel& model, const std::map<std::string, Tensor>
 // Adds the inputs a caller may leave out: attention_mask (ones) and token_type_ids (zeros), shaped
 // as input_ids, when the graph takes them.
 void fill_default_inputs(const BuiltModel& model, std::map<std::string, Tensor>& inputs);
+// The same as a function that holds only the names it needs (not the graph), and those names.
+std::function<void(std::map<std::string, Tensor>&)> default_input_filler(const BuiltModel& model);
+std::set<std::string> defaulted_inputs(const BuiltModel& model);
 
 }  // namespace onyx::models

@@ -1,89 +1,233 @@
-// progress.cc — terminal progress bar and plain-line logging.
+// progress.cc — tqdm's progress bar (tqdm/std.py: format_meter, format_interval, Bar, EMA) and
+// Transformers' log printing (trainer_callback.py: ProgressCallback, PrinterCallback).
 #include "train/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 namespace onyx::train {
+namespace {
 
-Progress::Progress(int64_t total, bool disable_bar)
-    : total_(total), bar_(!disable_bar && ::isatty(STDOUT_FILENO)) {}
+Progress* g_open_bar = nullptr;  // the bar on screen whose line is not ended yet
 
-void Progress::start(int64_t step) {
-  step_ = start_step_ = step;
-  t0_ = last_draw_ = std::chrono::steady_clock::now();
-}
-
-static std::string hms(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  int64_t t = (int64_t)s;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%02lld:%02lld:%02lld", (long long)(t / 3600),
-                (long long)(t / 60 % 60), (long long)(t % 60));
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
 
-void Progress::draw() {
-  double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  double rate = el > 0 ? (step_ - start_step_) / el : 0;
-  double eta = rate > 0 ? (total_ - step_) / rate : NAN;
-  int width = 30;
-  int filled = total_ ? (int)(width * step_ / total_) : 0;
-  std::string bar(filled, '#');
-  bar += std::string(width - filled, '.');
-  std::printf("\r%3d%%|%s| %lld/%lld [%s<%s, %.1f samples/s] loss %.4f lr %.2e ",
-              total_ ? (int)(100 * step_ / total_) : 0, bar.c_str(), (long long)step_,
-              (long long)total_, hms(el).c_str(), hms(eta).c_str(), el > 0 ? samples_ / el : 0.0,
-              loss_, lr_);
-  std::fflush(stdout);
-  drawn_ = true;
+// Display width of UTF-8 text whose characters are all one column wide (ASCII, block elements).
+size_t disp_len(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
 }
 
-void Progress::update(int64_t step, double loss, double lr, int64_t samples) {
+std::string disp_trim(const std::string& s, size_t cols) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (((unsigned char)s[i] & 0xC0) != 0x80 && n++ == cols) return s.substr(0, i);
+  }
+  return s;
+}
+
+// tqdm's Bar with the UTF charset " ▏▎▍▌▋▊▉█": full blocks, one partial block, spaces.
+std::string bar(double frac, int64_t n_bars) {
+  static const char* const kPartial[8] = {" ", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
+  frac = std::clamp(frac, 0.0, 1.0);
+  const int64_t nsyms = 8;
+  int64_t cells = (int64_t)(frac * (double)n_bars * (double)nsyms);
+  int64_t full = cells / nsyms, part = cells % nsyms;
+  std::string res;
+  for (int64_t i = 0; i < full; i++) res += "█";
+  if (full < n_bars) {
+    res += kPartial[part];
+    res += std::string(n_bars - full - 1, ' ');
+  }
+  return res;
+}
+
+int rank(const std::string& k) {
+  if (k == "loss") return 0;
+  if (k == "grad_norm") return 1;
+  if (k == "learning_rate") return 2;
+  for (const char* split : {"eval_", "test_", "train_"}) {
+    std::string p = split;
+    if (k.rfind(p, 0) != 0) continue;
+    std::string s = k.substr(p.size());
+    if (s == "loss") return p == "train_" ? 24 : 10;
+    if (s == "runtime") return 20;
+    if (s == "samples_per_second") return 21;
+    if (s == "steps_per_second") return 22;
+    if (s == "tokens_per_second") return 23;
+    return 11;
+  }
+  return 30;
+}
+
+}  // namespace
+
+std::string format_log_dict(const std::map<std::string, double>& values,
+                            std::optional<double> epoch) {
+  std::vector<std::pair<std::string, double>> kv(values.begin(), values.end());
+  std::stable_sort(kv.begin(), kv.end(),
+                   [](auto& a, auto& b) { return rank(a.first) < rank(b.first); });
+  if (epoch) kv.push_back({"epoch", *epoch});
+  std::string s = "{";
+  for (auto& [k, v] : kv) s += (s.size() > 1 ? ", '" : "'") + k + "': '" + fmt("%.4g", v) + "'";
+  return s + "}";
+}
+
+std::string Progress::format_interval(double t) {
+  const char* sign = t < 0 ? "-" : "";
+  long long secs = std::llabs((long long)t);  // Python's abs(int(t))
+  long long mins = secs / 60, s = secs % 60, h = mins / 60, m = mins % 60;
+  char buf[48];
+  if (h) std::snprintf(buf, sizeof buf, "%s%lld:%02lld:%02lld", sign, h, m, s);
+  else std::snprintf(buf, sizeof buf, "%s%02lld:%02lld", sign, m, s);
+  return buf;
+}
+
+std::string Progress::format_meter(int64_t n, int64_t total, double elapsed, int ncols,
+                                   double rate, const std::string& postfix, int64_t initial) {
+  if (total && (double)n >= (double)total + 0.5) total = 0;
+  std::string elapsed_str = format_interval(elapsed);
+  if (!(rate > 0) && elapsed) rate = (double)(n - initial) / elapsed;
+  bool known = rate > 0 || rate < 0;  // tqdm: `if rate` (a non-zero number)
+  double inv_rate = known ? 1.0 / rate : 0;
+  std::string rate_fmt = known && inv_rate > 1 ? fmt("%5.2f", inv_rate) + "s/it"
+                         : known              ? fmt("%5.2f", rate) + "it/s"
+                                              : "?it/s";
+  std::string n_fmt = std::to_string(n), total_fmt = total ? std::to_string(total) : "?";
+  std::string post = postfix.empty() ? "" : ", " + postfix;
+  double remaining = known && total ? (double)(total - n) / rate : 0;
+  std::string remaining_str = known ? format_interval(remaining) : "?";
+  std::string r_bar = "| " + n_fmt + "/" + total_fmt + " [" + elapsed_str + "<" + remaining_str +
+                      ", " + rate_fmt + post + "]";
+  if (!total) {  // no total: no bar and no ETA, just the stats
+    std::string res = n_fmt + "it [" + elapsed_str + ", " + rate_fmt + post + "]";
+    return ncols ? disp_trim(res, ncols) : res;
+  }
+  double frac = (double)n / (double)total;
+  std::string l_bar = fmt("%3.0f", frac * 100) + "%|";
+  if (ncols == 0) return l_bar.substr(0, l_bar.size() - 1) + r_bar.substr(1);
+  int64_t width = ncols ? std::max<int64_t>(1, ncols - (int64_t)disp_len(l_bar + r_bar)) : 10;
+  std::string res = l_bar + bar(frac, width) + r_bar;
+  return ncols ? disp_trim(res, ncols) : res;
+}
+
+int Progress::terminal_columns() {
+  struct winsize ws {};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* c = std::getenv("COLUMNS")) {
+    int v = std::atoi(c);
+    if (v > 0) return v;
+  }
+  return 80;
+}
+
+Progress::Progress(int64_t total, bool disable_bar)
+    : total_(total), tty_(::isatty(STDOUT_FILENO)), bar_(!disable_bar && tty_) {}
+
+Progress::~Progress() {
+  if (state_ == Bar::Live || state_ == Bar::Final) end_line();
+}
+
+// EMA's bias correction 1 / (1 - 0.7^calls) is the same for both, so it cancels in the ratio.
+double Progress::smoothed_rate() const {
+  return ema_calls_ && ema_dt_ > 0 ? ema_dn_ / ema_dt_ : 0;
+}
+
+std::string Progress::line(double rate) const {
+  double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  // no postfix before the first step has a loss (tqdm shows none until set_postfix)
+  std::string postfix =
+      step_ > start_step_ ? fmt("loss=%.4f", loss_) + ", " + fmt("lr=%.1e", lr_) : "";
+  return format_meter(step_, total_, el, terminal_columns(), rate, postfix, start_step_);
+}
+
+// tqdm's status_printer: back to the line's start, the new text, spaces over any longer old one
+void Progress::draw(const std::string& s) {
+  size_t len = disp_len(s);
+  std::string pad(last_len_ > len ? last_len_ - len : 0, ' ');
+  std::fputs(("\r" + s + pad).c_str(), stdout);
+  std::fflush(stdout);
+  last_len_ = len;
+}
+
+void Progress::end_line() {
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  state_ = Bar::Closed;
+  if (g_open_bar == this) g_open_bar = nullptr;
+}
+
+void Progress::start(int64_t step) {
+  step_ = start_step_ = last_print_step_ = step;
+  t0_ = last_print_ = std::chrono::steady_clock::now();
+  if (!bar_) return;
+  if (g_open_bar && g_open_bar != this) g_open_bar->end_line();
+  g_open_bar = this;
+  state_ = Bar::Live;
+  draw(line(0));  // tqdm displays the empty bar when it is created
+}
+
+void Progress::update(int64_t step, double loss, double lr, int64_t /*samples*/) {
   step_ = step;
   loss_ = loss;
   lr_ = lr;
-  samples_ = samples;
-  if (!bar_) return;
+  if (!bar_ || state_ != Bar::Live) return;
   auto now = std::chrono::steady_clock::now();
-  if (std::chrono::duration<double>(now - last_draw_).count() > 0.1 || step == total_) {
-    last_draw_ = now;
-    draw();
+  double dt = std::chrono::duration<double>(now - last_print_).count();
+  if (dt < 0.1 && step != total_) return;  // tqdm's mininterval
+  int64_t dn = step - last_print_step_;
+  if (dt > 0 && dn > 0) {  // tqdm's EMA (smoothing 0.3) of the steps and time between prints
+    ema_dn_ = 0.3 * (double)dn + 0.7 * ema_dn_;
+    ema_dt_ = 0.3 * dt + 0.7 * ema_dt_;
+    ema_calls_++;
   }
+  last_print_ = now;
+  last_print_step_ = step;
+  draw(line(smoothed_rate()));
 }
 
 void Progress::log(const LogEntry& e) {
-  bool bar = bar_ && drawn_ && !finished_;  // after finish() the bar's line is done
-  if (bar) std::printf("\r\033[K");
-  if (bar_) {
-    // On a terminal, as Transformers' ProgressCallback prints it: floats with 4 significant
-    // digits, epoch last. Through a pipe: one JSON line with every digit (log_history.jsonl has
-    // them either way).
-    std::string line = "{";
-    char buf[64];
-    for (auto& [k, v] : e.values) {
-      std::snprintf(buf, sizeof buf, "%.4g", v);
-      line += (line.size() > 1 ? ", '" : "'") + k + "': '" + buf + "'";
-    }
-    std::snprintf(buf, sizeof buf, "%.4g", e.epoch);
-    line += (line.size() > 1 ? ", 'epoch': '" : "'epoch': '") + std::string(buf) + "'}";
-    std::printf("%s\n", line.c_str());
-  } else {
+  if (!tty_) {  // through a pipe: every digit, one JSON line (log_history.jsonl has the same)
     std::printf("%s\n", e.to_json().c_str());
+    std::fflush(stdout);
+    return;
   }
-  if (bar) draw();
-  std::fflush(stdout);
+  if (!bar_) {  // disable_tqdm: PrinterCallback's print(logs)
+    std::printf("%s\n", format_log_dict(e.values, e.epoch).c_str());
+    std::fflush(stdout);
+    return;
+  }
+  if (state_ != Bar::Live && state_ != Bar::Final) return;  // training is over
+  // tqdm.write: clear the bar, print the line, redraw the bar below it
+  std::printf("\r\033[K%s\n", format_log_dict(e.values, e.epoch).c_str());
+  last_len_ = 0;
+  if (state_ == Bar::Final) {
+    draw(final_line_);
+    end_line();
+  } else {
+    draw(line(smoothed_rate()));
+  }
 }
 
 void Progress::finish() {
-  if (bar_ && drawn_ && !finished_) {
-    draw();
-    std::printf("\n");
-  }
-  finished_ = true;
-  std::fflush(stdout);
+  if (!bar_ || state_ != Bar::Live) return;
+  final_line_ = line(0);  // tqdm.close(): the overall average rate, not the smoothed one
+  draw(final_line_);
+  state_ = Bar::Final;
+}
+
+void Progress::close_open_bar() {
+  if (g_open_bar) g_open_bar->end_line();
 }
 
 }  // namespace onyx::train

@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -101,6 +102,42 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     c.frozen = string_list(v, key, what);
   } else if (key == "predictions") {
     c.predictions = scalar(v, key, what);
+  } else if (key == "early_stopping_patience" || key == "early_stopping_threshold") {
+    std::string t = scalar(v, key, what);
+    try {
+      size_t pos = 0;
+      if (key == "early_stopping_patience") {
+        long long p = std::stoll(t, &pos);
+        ONYX_CHECK(pos == t.size() && p > 0, "x");
+        c.early_stopping_patience = p;
+      } else {
+        double d = std::stod(t, &pos);
+        ONYX_CHECK(pos == t.size() && d >= 0, "x");
+        c.early_stopping_threshold = d;
+      }
+    } catch (const std::exception&) {
+      throw Error(cat(what, ": '", key, "' must be ",
+                      key == "early_stopping_patience" ? "a positive integer" : "a number >= 0",
+                      ", got '", t, "'"));
+    }
+  } else if (key == "report_to" && v.IsSequence()) {
+    // Transformers takes a list of integrations: [] = none, [x] = x; onyx has only tensorboard
+    // ("all" = tensorboard), so a list naming anything else besides it is an error.
+    std::vector<std::string> names;
+    for (auto& s : string_list(v, key, what))
+      if (s != "none" && std::find(names.begin(), names.end(), s) == names.end()) names.push_back(s);
+    bool all_tb = !names.empty();
+    for (auto& s : names) all_tb = all_tb && (s == "tensorboard" || s == "all");
+    std::string joined;
+    for (auto& s : names) joined += (joined.empty() ? "" : ", ") + s;
+    ONYX_CHECK(names.size() <= 1 || all_tb, what, ": 'report_to' lists [", joined,
+               "]; onyx reports only to tensorboard (report_to: none, tensorboard, all or a "
+               "list of one of them)");
+    try {
+      c.args.set(key, names.empty() ? "none" : names.size() == 1 ? names[0] : "tensorboard");
+    } catch (const Error& e) {
+      throw Error(cat(what, ": ", e.what()));
+    }
   } else if (TrainingArguments::is_key(key)) {
     try {
       c.args.set(key, scalar(v, key, what));
@@ -152,7 +189,9 @@ RunConfig load_run_config(const std::string& path,
     } catch (...) {
       n = YAML::Node(v);
     }
-    if (!n.IsScalar() && !n.IsNull() && k != "metrics" && k != "frozen" && k != "loss") n = YAML::Node(v);
+    if (!n.IsScalar() && !n.IsNull() && k != "metrics" && k != "frozen" && k != "loss" &&
+        k != "report_to")
+      n = YAML::Node(v);
     set_key(c, k, n, "command line");
   }
   std::string dir = fs::path(path).parent_path().string();
@@ -220,6 +259,8 @@ Model from_built(models::BuiltModel b, const std::string& source) {
   m.generic_onnx = false;  // Hugging Face names: the HF weight-decay rule applies by name
   m.source = source;
   m.config_json = models::hf_config_to_json(b.config, models::architecture_name(b.config.model_type, b.task));
+  m.optional_inputs = models::defaulted_inputs(b);
+  m.fill_defaults = models::default_input_filler(b);
   return m;
 }
 
@@ -305,8 +346,9 @@ Model model_from_config(const RunConfig& c) {
     YAML::Node n = YAML::Load(c.model_spec);
     for (auto kv : n) {
       std::string k = kv.first.as<std::string>();
-      ONYX_CHECK(k == "arch" || k == "config" || k == "weights" || k == "task" || k == "seed", what,
-                 ": unknown key '", k, "' (arch, config, weights, task, seed)");
+      ONYX_CHECK(k == "arch" || k == "config" || k == "weights" || k == "task" || k == "seed" ||
+                     k == "config_overrides",
+                 what, ": unknown key '", k, "' (arch, config, config_overrides, weights, task, seed)");
     }
     ONYX_CHECK(n["config"], what, ": 'config' (a config.json path or an inline mapping) is missing");
     nlohmann::json cj;
@@ -322,6 +364,12 @@ Model model_from_config(const RunConfig& c) {
       } catch (const nlohmann::json::exception& e) {
         throw Error(cat(cfg_what, ": not valid JSON: ", e.what()));
       }
+    }
+    // config_overrides: keys set over the config (from_pretrained(path, num_labels=4, ...))
+    if (n["config_overrides"]) {
+      ONYX_CHECK(n["config_overrides"].IsMap(), what, ": 'config_overrides' must be a mapping");
+      nlohmann::json over = yaml_to_json(n["config_overrides"]);
+      for (auto& [k, v] : over.items()) cj[k] = v;
     }
     if (n["arch"]) cj["model_type"] = n["arch"].as<std::string>();
     models::HfConfig hc = models::parse_hf_config(cj.dump(), cfg_what);
@@ -352,6 +400,33 @@ Model model_from_config(const RunConfig& c) {
     m.predictions = c.predictions;
   }
   m.frozen.insert(c.frozen.begin(), c.frozen.end());
+  // Tokenizer / image-processor files of a Hugging Face folder, and the tokenizer the data names,
+  // go next to the saved weights.
+  auto add_dir = [&](const std::string& d) {
+    static const char* names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                  "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
+                                  "tokenizer.model", "spiece.model", "chat_template.jinja",
+                                  "preprocessor_config.json", "generation_config.json"};
+    for (const char* n : names)
+      if (fs::is_regular_file(fs::path(d) / n)) m.processor_files.push_back((fs::path(d) / n).string());
+  };
+  auto add_processor_files = [&](const std::string& p) {
+    if (fs::is_directory(p)) {
+      add_dir(p);
+    } else if (fs::is_regular_file(p)) {  // a tokenizer file of a Hugging Face folder: its folder
+      fs::path dir = fs::path(p).parent_path();
+      if (fs::is_regular_file(dir / "tokenizer_config.json")) add_dir(dir.string());
+      else m.processor_files.push_back(p);
+    }
+  };
+  if (c.model_spec.empty() && fs::is_directory(c.model)) add_processor_files(c.model);
+  if (!c.train_data.spec.empty()) {
+    YAML::Node n = YAML::Load(c.train_data.spec);
+    if (n.IsMap() && n["tokenizer"] && n["tokenizer"].IsScalar()) {
+      std::string tok = resolve(c.dir, n["tokenizer"].as<std::string>());
+      if (m.processor_files.empty()) add_processor_files(tok);
+    }
+  }
   return m;
 }
 

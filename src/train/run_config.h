@@ -2,6 +2,7 @@
 // metrics, and any TrainingArguments by their Hugging Face names. `--key value` on the command line
 // overrides the file. Unknown keys and ill-typed values are errors naming the key and the file.
 #pragma once
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ struct RunConfig {
   std::vector<std::string> metrics;
   std::vector<std::string> frozen;
   std::string predictions;  // output used for metrics / predict
+  // Transformers' EarlyStoppingCallback(early_stopping_patience, early_stopping_threshold)
+  std::optional<int64_t> early_stopping_patience;
+  double early_stopping_threshold = 0.0;
   TrainingArguments args;
 };
 

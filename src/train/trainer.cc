@@ -60,6 +60,7 @@ std::string TrainerState::to_json() const {
   j["save_steps"] = save_steps;
   j["train_batch_size"] = train_batch_size;
   j["best_metric"] = best_metric ? json(*best_metric) : json();
+  j["best_global_step"] = best_global_step ? json(*best_global_step) : json();
   j["best_model_checkpoint"] = best_model_checkpoint ? json(*best_model_checkpoint) : json();
   j["is_local_process_zero"] = true;
   j["is_world_process_zero"] = true;
@@ -90,6 +91,8 @@ TrainerState TrainerState::from_json(const std::string& text, const std::string&
     s.train_batch_size = j.value("train_batch_size", (int64_t)0);
     if (j.contains("best_metric") && !j["best_metric"].is_null())
       s.best_metric = j["best_metric"].get<double>();
+    if (j.contains("best_global_step") && !j["best_global_step"].is_null())
+      s.best_global_step = j["best_global_step"].get<int64_t>();
     if (j.contains("best_model_checkpoint") && !j["best_model_checkpoint"].is_null())
       s.best_model_checkpoint = j["best_model_checkpoint"].get<std::string>();
     for (auto& e : j.at("log_history")) {
@@ -109,20 +112,24 @@ TrainerState TrainerState::from_json(const std::string& text, const std::string&
   return s;
 }
 
-void EarlyStoppingCallback::on_evaluate(const TrainingArguments& args, TrainerState&,
+void EarlyStoppingCallback::on_train_begin(const TrainingArguments& args, TrainerState&,
+                                           TrainerControl&) {
+  ONYX_CHECK(args.metric_for_best_model, "early stopping needs metric_for_best_model");
+  ONYX_CHECK(args.eval_strategy != "no", "early stopping needs an eval_strategy of steps or epoch");
+}
+
+// As Transformers: an evaluation improves when it beats TrainerState.best_metric (the best of the
+// evaluations before this one) by more than the threshold.
+void EarlyStoppingCallback::on_evaluate(const TrainingArguments& args, TrainerState& state,
                                         TrainerControl& control, const Metrics& m) {
-  std::string key = "eval_" + args.best_metric_name();
-  auto it = m.find(key);
+  auto it = m.find("eval_" + args.best_metric_name());
   if (it == m.end()) return;
-  bool greater = args.best_is_greater();
   double v = it->second;
-  bool improved = !best_ || (greater ? v > *best_ + threshold_ : v < *best_ - threshold_);
-  if (improved) {
-    best_ = v;
-    bad_evals_ = 0;
-  } else if (++bad_evals_ >= patience_) {
-    control.should_training_stop = true;
-  }
+  bool improved = !state.best_metric ||
+                  ((args.best_is_greater() ? v > *state.best_metric : v < *state.best_metric) &&
+                   std::fabs(v - *state.best_metric) > threshold_);
+  bad_evals_ = improved ? 0 : bad_evals_ + 1;
+  if (bad_evals_ >= patience_) control.should_training_stop = true;
 }
 
 // ---- metrics -------------------------------------------------------------------------------
@@ -232,10 +239,6 @@ struct Trainer::Impl {
   int64_t skipped_steps = 0;
   uint64_t data_seed = 0;
   std::vector<bool> decay_mask;
-  // The metrics of the latest evaluate() and the step it ran at: a checkpoint saved at that same
-  // step is compared against the best one (Transformers' _save_checkpoint).
-  Metrics last_eval;
-  int64_t last_eval_step = -1;
 };
 
 Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Dataset> train_dataset,
@@ -257,7 +260,7 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
     auto keys = ds.keys();
     auto has = [&](const std::string& k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); };
     for (auto& in : model_.graph->inputs)
-      ONYX_CHECK(has(in.name), which, " dataset has no tensor for model input '", in.name,
+      ONYX_CHECK(has(in.name) || model_.optional_inputs.count(in.name), which, " dataset has no tensor for model input '", in.name,
                  "' (it has: ", [&] {
                    std::string s;
                    for (auto& k : keys) s += (s.empty() ? "" : ", ") + k;
@@ -268,6 +271,10 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   };
   if (train_ds_) check_ds(*train_ds_, "train");
   if (eval_ds_) check_ds(*eval_ds_, "eval");
+  if (model_.items_labels.empty() && model_.loss.kind == autodiff::LossSpec::Kind::CrossEntropy) {
+    model_.items_labels = model_.loss.labels;  // a mean over the labels that are not ignored
+    model_.items_ignore_index = model_.loss.ignore_index;
+  }
   autodiff::GradientOptions go;
   go.loss = model_.loss;
   if (args_.label_smoothing_factor > 0) go.loss.label_smoothing = (float)args_.label_smoothing_factor;
@@ -301,6 +308,26 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
 Trainer::~Trainer() = default;
 
 train::TrainingSession& Trainer::session() { return *impl_->ts; }
+
+std::map<std::string, Tensor> Trainer::load_batch(const data::Dataset& ds,
+                                                 const std::vector<int64_t>& idx) const {
+  auto batch = ds.batch(idx);
+  if (model_.fill_defaults) model_.fill_defaults(batch);
+  return batch;
+}
+
+// The items a micro-batch's loss averages over (Model::items_labels); -1 when not known.
+static int64_t count_items(const Model& m, const std::map<std::string, Tensor>& batch) {
+  if (m.items_labels.empty()) return -1;
+  auto it = batch.find(m.items_labels);
+  if (it == batch.end()) return -1;
+  const Tensor& y = it->second;
+  const int64_t row = y.rank() ? y.dim(-1) : 1;
+  int64_t n = 0;
+  for (int64_t i = 0; i < y.numel(); i++)
+    if (!(m.items_shifted && i % row == 0) && (int64_t)y.get_as_double(i) != m.items_ignore_index) n++;
+  return n;
+}
 
 static void append_line(const std::string& path, const std::string& line) {
   std::ofstream f(path, std::ios::app);
@@ -343,6 +370,13 @@ void Trainer::save_model(const std::string& dir) {
   io::write_file_atomic((fs::path(dir) / "onyx_model.json").string(), m.dump(2) + "\n");
   if (!model_.config_json.empty())
     io::write_file_atomic((fs::path(dir) / "config.json").string(), model_.config_json);
+  for (auto& f : model_.processor_files) {
+    fs::path to = fs::path(dir) / fs::path(f).filename();
+    std::error_code ec;
+    if (fs::exists(to) && fs::equivalent(f, to, ec)) continue;  // saving into the source folder
+    fs::copy_file(f, to, fs::copy_options::overwrite_existing, ec);
+    ONYX_CHECK(!ec, "cannot copy '", f, "' to '", to.string(), "': ", ec.message());
+  }
 }
 
 void Trainer::save_checkpoint() {
@@ -350,26 +384,12 @@ void Trainer::save_checkpoint() {
   fs::path final_dir = fs::path(args_.output_dir) / name;
   fs::path tmp = fs::path(args_.output_dir) / cat(".tmp-", name, "-", ::getpid());
   auto& I = *impl_;
-  // Best-model bookkeeping before writing the state (as Transformers does): only a checkpoint
-  // that is saved, with an evaluation at its own step, can become the best one. Tracked when
-  // metric_for_best_model is set or load_best_model_at_end is on (Transformers' default "loss").
-  bool track_best = args_.metric_for_best_model.has_value() || args_.load_best_model_at_end;
-  if (track_best && I.last_eval_step == state_.global_step) {
-    std::string key = "eval_" + args_.best_metric_name();
-    auto it = I.last_eval.find(key);
-    if (it == I.last_eval.end()) {
-      std::string have;
-      for (auto& [k, v] : I.last_eval) have += (have.empty() ? "" : ", ") + k;
-      throw Error(cat("metric_for_best_model '", args_.best_metric_name(),
-                      "': the evaluation has no '", key, "' (it has: ", have, ")"));
-    }
-    double v = it->second;
-    bool better = !state_.best_metric || !state_.best_model_checkpoint ||
-                  (args_.best_is_greater() ? v > *state_.best_metric : v < *state_.best_metric);
-    if (better) {
-      state_.best_metric = v;
-      state_.best_model_checkpoint = final_dir.string();
-    }
+  // As Transformers 5: the best checkpoint is the one of the best evaluation's step, when that
+  // step was saved (this one, or one still on disk).
+  if (state_.best_global_step) {
+    fs::path best = fs::path(args_.output_dir) / cat("checkpoint-", *state_.best_global_step);
+    if (*state_.best_global_step == state_.global_step) state_.best_model_checkpoint = final_dir.string();
+    else if (fs::exists(best)) state_.best_model_checkpoint = best.string();
   }
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -392,7 +412,6 @@ void Trainer::save_checkpoint() {
   rng["skipped_steps"] = I.skipped_steps;
   io::write_file_atomic((tmp / "rng_state.json").string(), rng.dump(2) + "\n");
   io::write_file_atomic((tmp / "training_args.json").string(), args_.to_json() + "\n");
-  // Best-model bookkeeping before writing the state (as Transformers does).
   io::write_file_atomic((tmp / "trainer_state.json").string(), state_.to_json() + "\n");
   fsync_path(tmp, true);
   if (fs::exists(final_dir)) {
@@ -512,8 +531,9 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
   // predict() returns the predictions; evaluate() keeps them only for metrics that read them
   const bool keep_preds = !with_metrics || (compute_metrics_ && metrics_need_predictions_);
   auto order = data::epoch_order(ds.size(), false, 0, 0);
-  for (auto& idx : data::make_batches(order, args_.per_device_eval_batch_size, false)) {
-    auto batch = ds.batch(idx);
+  // dataloader_drop_last applies to evaluation too, as Transformers' eval DataLoader has it
+  for (auto& idx : data::make_batches(order, args_.per_device_eval_batch_size, args_.dataloader_drop_last)) {
+    auto batch = load_batch(ds, idx);
     auto out = ts.forward(batch);
     if (out.count("loss")) {
       loss_sum += out["loss"].get_as_double(0) * (double)idx.size();
@@ -566,10 +586,23 @@ Metrics Trainer::evaluate(const std::string& prefix) {
   e.values = m;
   log(e);
   for (auto& cb : callbacks_) cb->on_evaluate(args_, state_, control_, m);
-  // A checkpoint saved at this step compares these against the best (save_checkpoint).
-  if (prefix == "eval") {
-    impl_->last_eval = m;
-    impl_->last_eval_step = state_.global_step;
+  // The best metric after the callbacks have seen the evaluation (Transformers'
+  // _determine_best_metric): tracked when metric_for_best_model is set or load_best_model_at_end
+  // is on (whose default metric is the loss).
+  if (prefix == "eval" && (args_.metric_for_best_model || args_.load_best_model_at_end)) {
+    std::string key = "eval_" + args_.best_metric_name();
+    auto it = m.find(key);
+    if (it == m.end()) {
+      std::string have;
+      for (auto& [k, v] : m) have += (have.empty() ? "" : ", ") + k;
+      throw Error(cat("metric_for_best_model '", args_.best_metric_name(),
+                      "': the evaluation has no '", key, "' (it has: ", have, ")"));
+    }
+    double v = it->second;
+    if (!state_.best_metric || (args_.best_is_greater() ? v > *state_.best_metric : v < *state_.best_metric)) {
+      state_.best_metric = v;
+      if (args_.save_strategy != "no") state_.best_global_step = state_.global_step;
+    }
   }
   return m;
 }
@@ -627,7 +660,7 @@ void Trainer::fit_batch_to_memory() {
   double need = 0;
   for (;;) {
     auto idx = data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0), b, false).at(0);
-    need = ts.planned_step_bytes(train_ds_->batch(idx), states);
+    need = ts.planned_step_bytes(load_batch(*train_ds_, idx), states);
     if (need <= budget || !a.auto_find_batch_size || b == 1) break;
     b = std::max<int64_t>(1, b / 2);
   }
@@ -706,6 +739,10 @@ TrainOutput Trainer::train() {
       do_log |= a.logging_first_step && state_.global_step == 1;
       do_eval |= a.eval_strategy == "steps" && state_.global_step % eval_every == 0;
       do_save |= a.save_strategy == "steps" && state_.global_step % a.save_steps == 0;
+      if (state_.global_step >= state_.max_steps) {  // Transformers' DefaultFlowCallback at the end
+        do_eval |= a.eval_strategy == "steps";        // (an evaluation, not a second one)
+        do_save |= a.save_strategy == "steps";
+      }
     } else {
       do_log |= a.logging_strategy == "epoch";
       do_eval |= a.eval_strategy == "epoch";
@@ -736,19 +773,48 @@ TrainOutput Trainer::train() {
       int64_t group_start = I.batches_done;
       int64_t group_end = std::min<int64_t>((int64_t)batches.size(), group_start + ga);
       for (auto& cb : callbacks_) cb->on_step_begin(a, state_, control_);
-      double step_loss = 0;
+      // Each micro-batch's gradient is weighted by its share of the step's items (Transformers'
+      // num_items_in_batch: sum over all items / their number), or equally when the items are not
+      // known. The gradient buffer accumulates without a second buffer: after micro-batch j it
+      // holds (sum_{i<=j} w_i g_i) / w_j, rescaled by w_j / w_{j+1} before the next one adds
+      // g_{j+1} and by w_last at the end; equal weights need no rescale until the end.
+      std::vector<std::map<std::string, Tensor>> micro_batches;
+      std::vector<int64_t> items;
+      int64_t total_items = 0;
+      bool counted = true;
       for (int64_t b = group_start; b < group_end; b++) {
-        auto batch = train_ds_->batch(batches[b]);
-        uint64_t seed = (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)(b - group_start);
-        step_loss += I.ts->forward_backward(batch, b > group_start, seed, true);
+        micro_batches.push_back(load_batch(*train_ds_, batches[b]));
+        items.push_back(count_items(model_, micro_batches.back()));
+        counted &= items.back() >= 0;
+        total_items += std::max<int64_t>(items.back(), 0);
+      }
+      if (!counted || total_items == 0) std::fill(items.begin(), items.end(), 1);  // plain mean
+      if (!counted || total_items == 0) total_items = (int64_t)items.size();
+      double step_loss = 0, prev_w = 0;
+      for (int64_t b = group_start; b < group_end; b++) {
+        const int64_t j = b - group_start;
+        if (items[j] > 0) {  // a micro-batch without targets adds nothing to the loss or gradient
+          const double w = (double)items[j] / (double)total_items;
+          if (prev_w > 0 && w != prev_w) train::scale(I.ts->grads(), (float)(prev_w / w));
+          uint64_t seed = (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)j;
+          const double part = w * I.ts->forward_backward(micro_batches[j], prev_w > 0, seed, true);
+          step_loss += part;
+          prev_w = w;
+          // The logged loss, as Transformers accumulates tr_loss per micro-batch: a nan/inf one
+          // adds tr_loss / (1 + steps since the last log) with logging_nan_inf_filter.
+          const double add = std::isfinite(part) || !a.logging_nan_inf_filter
+                                 ? part
+                                 : I.loss_since_log / (double)(1 + I.steps_since_log);
+          I.loss_since_log += add;
+          I.loss_total += add;
+        }
         samples_seen += (int64_t)batches[b].size();
         if (b + 1 < group_end)
           for (auto& cb : callbacks_) cb->on_substep_end(a, state_, control_);
       }
-      int64_t micro = group_end - group_start;
-      step_loss /= (double)micro;
+      micro_batches.clear();
       auto& grads = I.ts->grads();
-      if (micro > 1) train::scale(grads, 1.0f / (float)micro);
+      if (prev_w != 1.0) train::scale(grads, (float)prev_w);
       double norm = train::global_grad_norm(grads);
       double lr = train::lr_at(I.sched, state_.global_step);
       if (!std::isfinite(norm) || !train::all_finite(grads)) {
@@ -767,10 +833,6 @@ TrainOutput Trainer::train() {
       state_.global_step++;
       steps_run++;
       state_.epoch = (double)I.epoch + (double)I.batches_done / (double)batches.size();
-      if (std::isfinite(step_loss)) {
-        I.loss_since_log += step_loss;
-        I.loss_total += step_loss;
-      }
       I.steps_since_log++;
       I.progress->update(state_.global_step, step_loss, train::lr_at(I.sched, state_.global_step - 1),
                          samples_seen);

@@ -44,10 +44,14 @@ Cases (one PASS / FAIL / SKIP line each):
         whose eval accuracy falls while it trains: the best checkpoint survives rotation next to
         the newest, trainer_state.json names it (best_model_checkpoint, best_metric), and
         load_best_model_at_end leaves its weights in output_dir. Two probes of Transformers'
-        rules: with eval every 4 and save every 8 steps the best checkpoint is one that was saved
-        (Transformers compares metrics when it saves), and save_total_limit 1 without
+        rules: with eval every 4 and save every 8 steps the best metric and its step come from
+        every evaluation and best_model_checkpoint names that step's checkpoint only if it was
+        saved (Transformers 5's _determine_best_metric / _save_checkpoint; checked against the
+        real Trainer in tests/parity/test_hf_trainer.py bert-best-eval2-save4), and
+        save_total_limit 1 without
         load_best_model_at_end keeps the newest checkpoint.
-  (early stopping has no CLI switch: not tested here.)
+  (early stopping, early_stopping_patience in the config: tests/parity/test_hf_trainer.py, against
+  the real Trainer.)
 
 Run: ONYX=build/onyx build/venv/bin/python tests/cli/test_trainer.py [substring-filter]
 Prints one line per case and ends with "N passed, M failed" (", K skipped" when some were);
@@ -777,16 +781,24 @@ def case_best_at_save(ctx):
     evals = [(s, v) for s, v in evals if s <= last][:last // c["eval_steps"]]
     trail = ", ".join(f"{s}:{v:.3f}" for s, v in evals)
     saved = set(cks)
-    best = first_best(evals, saved)
+    # Transformers 5 (_determine_best_metric): the best metric and its step are tracked at every
+    # evaluation; a save names checkpoint-<best step> when that step was saved, so an unsaved
+    # best evaluation leaves best_model_checkpoint at an earlier saved best, or None.
+    best_val, best_step, want = None, None, None
+    for s_, v in evals:
+        if best_val is None or v > best_val:
+            best_val, best_step = v, s_
+        if s_ in saved and best_step in saved:
+            want = os.path.join(out, f"checkpoint-{best_step}")
     bmc = state.get("best_model_checkpoint")
-    want = os.path.join(out, f"checkpoint-{best[0]}")
     problems = []
-    if bmc is None or not os.path.isdir(bmc):
-        problems.append(f"best_model_checkpoint {bmc!r} was never saved")
-    if bmc is None or os.path.normpath(bmc) != os.path.normpath(want):
-        problems.append(f"best_model_checkpoint {bmc!r}, want {want!r} (Transformers compares "
-                        f"the metric at save steps {sorted(saved)})")
-    msg = f"evals {trail}; saved {sorted(saved)}"
+    if (bmc is None) != (want is None) or (bmc and os.path.normpath(bmc) != os.path.normpath(want)):
+        problems.append(f"best_model_checkpoint {bmc!r}, want {want!r} (best evaluation at step "
+                        f"{best_step}; saved {sorted(saved)})")
+    if state.get("best_global_step") != best_step or state.get("best_metric") != best_val:
+        problems.append(f"best_global_step {state.get('best_global_step')} / best_metric "
+                        f"{state.get('best_metric')}, want {best_step} / {best_val}")
+    msg = f"evals {trail}; saved {sorted(saved)}; best step {best_step}, checkpoint {want}"
     return not problems, ("; ".join(problems) + " -- " if problems else "") + msg
 
 
@@ -856,7 +868,7 @@ def main():
         rotation = [
             ("rotation-limit2-keeps-best", lambda: case_rotation(ctx, "rot2", 2)),
             ("rotation-limit1-keeps-best", lambda: case_rotation(ctx, "rot1", 1)),
-            ("rotation-best-is-a-saved-checkpoint", lambda: case_best_at_save(ctx)),
+            ("rotation-best-checkpoint-when-saved", lambda: case_best_at_save(ctx)),
             ("rotation-limit1-no-best-keeps-newest", lambda: case_limit1_keeps_newest(ctx)),
         ]
         for name, fn in rotation:

@@ -168,6 +168,7 @@ TEST(Trainer, EarlyStoppingStopsWhenTheMetricStopsImproving) {
   a.num_train_epochs = 50;
   a.eval_strategy = "steps";
   a.eval_steps = 2;
+  a.metric_for_best_model = "loss";  // required, as Transformers asserts
   auto es = std::make_shared<EarlyStoppingCallback>(2, 0.0);
   Trainer t(linear_model(), a, regression_data(32), regression_data(8), nullptr, {es});
   auto out = t.train();

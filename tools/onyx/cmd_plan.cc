@@ -37,6 +37,8 @@ Action add_plan_command(CLI::App& app) {
       ->required();
   cmd->add_option("--batch", o->batch, "batch size (default: per_device_train_batch_size)");
   cmd->allow_extras();
+  cmd->footer("Config keys and every TrainingArguments key (--key value overrides the file): "
+              "see `onyx train --help`.");
   return [o, cmd]() {
     auto cfg = train::load_run_config(o->config, train::parse_overrides(cmd->remaining()));
     ONYX_CHECK(!cfg.train_data.empty(), "config '", o->config, "': 'train_data' is missing");

@@ -7,7 +7,9 @@
 #include "data/dataset.h"
 #include "io/safetensors.h"
 #include "onyx/trainer.h"
+#include "train/progress.h"
 #include "train/run_config.h"
+#include "train/tensorboard.h"
 #include "train/training_session.h"
 
 namespace onyx::cli {
@@ -31,7 +33,16 @@ Loaded load(const std::string& path, const std::vector<std::string>& extras, boo
 
 Trainer make_trainer(Loaded& l) {
   ComputeMetrics cm = l.cfg.metrics.empty() ? nullptr : metrics::by_names(l.cfg.metrics);
-  return Trainer(train::model_from_config(l.cfg), l.cfg.args, l.train, l.eval, cm);
+  Model model = train::model_from_config(l.cfg);
+  std::vector<std::shared_ptr<TrainerCallback>> callbacks;
+  // report_to tensorboard / all: Transformers' TensorBoardCallback (model_config when the model
+  // has a Hugging Face config, as Transformers writes model.config)
+  if (train::reports_to_tensorboard(l.cfg.args))
+    callbacks.push_back(std::make_shared<train::TensorBoardCallback>(model.config_json));
+  if (l.cfg.early_stopping_patience)
+    callbacks.push_back(std::make_shared<EarlyStoppingCallback>((int)*l.cfg.early_stopping_patience,
+                                                                l.cfg.early_stopping_threshold));
+  return Trainer(std::move(model), l.cfg.args, l.train, l.eval, cm, std::move(callbacks));
 }
 
 // perplexity is computed from the eval loss alone; the other metrics read the predictions
@@ -43,23 +54,74 @@ bool metrics_need_predictions(const Loaded& l) {
 
 }  // namespace
 
+namespace {
+
+// `onyx train --help`'s footer: the config's own keys (train/run_config.cc), then every
+// TrainingArguments key with its type, default and help (TrainingArguments::describe()).
+std::string config_keys_help() {
+  std::string s =
+      "Config keys (a YAML or JSON mapping; each can also be given as --key value or --key=value,\n"
+      "which overrides the file):\n"
+      "  model: str | mapping (required)\n"
+      "      An ONNX file, a Hugging Face model folder, or {arch, config, weights, task, seed}.\n"
+      "  loss: str | mapping\n"
+      "      A scalar graph output, or {type: cross_entropy | mse | output, logits, labels, "
+      "ignore_index}.\n"
+      "  predictions: str\n"
+      "      The graph output that metrics and predict read (default: the loss's logits).\n"
+      "  train_data: str | mapping\n"
+      "      Training samples: a .safetensors file (tensors named as the graph inputs, dim 0 =\n"
+      "      sample), or {type: safetensors | idx_images | text_classification | causal_lm, ...}.\n"
+      "  eval_data: str | mapping\n"
+      "      Evaluation samples, as train_data.\n"
+      "  test_data: str | mapping\n"
+      "      Samples for `onyx predict` (default: eval_data), as train_data.\n"
+      "  metrics: list\n"
+      "      Evaluation metrics: accuracy, f1, mse, perplexity.\n"
+      "  frozen: list\n"
+      "      Initializers that are not trained.\n"
+      "  early_stopping_patience: int | None = None\n"
+      "      Stop after this many evaluations without metric_for_best_model improving "
+      "(EarlyStoppingCallback).\n"
+      "  early_stopping_threshold: float = 0.0\n"
+      "      How much metric_for_best_model must improve to count as an improvement.\n"
+      "\n"
+      "TrainingArguments (Hugging Face's names and defaults):\n";
+  for (auto& a : TrainingArguments::describe()) {
+    s += "  " + a.name + ": " + a.type + " = " + a.default_value;
+    if (!a.choices.empty()) {
+      s += "  {";
+      for (size_t i = 0; i < a.choices.size(); i++) s += (i ? ", " : "") + a.choices[i];
+      s += "}";
+    }
+    s += "\n      " + a.help + "\n";
+  }
+  return s;
+}
+
+constexpr const char* kSeeTrainHelp =
+    "Config keys and every TrainingArguments key (--key value overrides the file): see `onyx "
+    "train --help`.";
+
+}  // namespace
+
 Action add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model from a YAML/JSON config");
   auto path = std::make_shared<std::string>();
   cmd->add_option("config", *path, "config file (.yaml or .json)")->required();
   cmd->allow_extras();
+  cmd->footer(config_keys_help());
   return [path, cmd]() {
     Loaded l = load(*path, cmd->remaining(), true);
     Trainer t = make_trainer(l);
     t.set_metrics_need_predictions(metrics_need_predictions(l));
     auto out = t.train();
+    train::Progress::close_open_bar();  // the summary starts on a line of its own
     std::cout << "trained " << out.global_step << " steps, train_loss " << out.training_loss
               << "; checkpoints in " << l.cfg.args.output_dir << "\n";
     if (l.eval) {
       auto m = t.evaluate();
-      std::cout << "final evaluation:";
-      for (auto& [k, v] : m) std::cout << " " << k << "=" << v;
-      std::cout << "\n";
+      std::cout << "final evaluation: " << train::format_log_dict(m) << "\n";
     }
     t.save_model(l.cfg.args.output_dir);
     return 0;
@@ -73,6 +135,7 @@ Action add_evaluate_command(CLI::App& app) {
   cmd->add_option("config", *path, "config file")->required();
   cmd->add_option("--checkpoint", *ckpt, "load weights from this checkpoint folder first");
   cmd->allow_extras();
+  cmd->footer(kSeeTrainHelp);
   return [path, ckpt, cmd]() {
     Loaded l = load(*path, cmd->remaining(), false);
     ONYX_CHECK(l.eval, "config '", *path, "': 'eval_data' is missing");
@@ -102,6 +165,7 @@ Action add_predict_command(CLI::App& app) {
   cmd->add_option("config", *path, "config file")->required();
   cmd->add_option("--output", *output, "safetensors file for predictions")->required();
   cmd->allow_extras();
+  cmd->footer(kSeeTrainHelp);
   return [path, output, cmd]() {
     Loaded l = load(*path, cmd->remaining(), false);
     const auto& spec = !l.cfg.test_data.empty() ? l.cfg.test_data : l.cfg.eval_data;

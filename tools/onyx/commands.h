@@ -18,5 +18,6 @@ Action add_predict_command(CLI::App& app);
 Action add_export_command(CLI::App& app);
 Action add_plan_command(CLI::App& app);
 Action add_ops_command(CLI::App& app);
+Action add_plot_command(CLI::App& app);
 
 }  // namespace onyx::cli

@@ -8,7 +8,26 @@
 
 #include "commands.h"
 #include "onyx/error.h"
+#include "onyx_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
 #include "runtime/parallel.h"
+
+#ifndef ONYX_VERSION
+#define ONYX_VERSION "unknown"
+#endif
+
+// `onyx --version`: "onyx 0.1.0 (commit 1a2b3c4d5e6f, GCC 12.2.0)"
+static std::string version_text() {
+  std::string s = std::string("onyx ") + ONYX_VERSION + " (";
+  if (*ONYX_GIT_COMMIT) s += std::string("commit ") + ONYX_GIT_COMMIT + ", ";
+#if defined(__clang__)
+  s += "clang " __clang_version__;
+#elif defined(__GNUC__)
+  s += "GCC " __VERSION__;
+#else
+  s += "unknown compiler";
+#endif
+  return s + ")";
+}
 
 int main(int argc, char** argv) {
   // Allocations of 1 MiB and more are mmapped and go back to the system when freed. glibc's
@@ -18,6 +37,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   CLI::App app{"onyx — a C++ training runtime for transformer models"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text(), "print the version, git commit and compiler");
   int threads = 0;
   app.add_option("--threads", threads, "threads for kernels and BLAS (default: all cores)");
   std::map<CLI::App*, onyx::cli::Action> actions;
@@ -36,6 +56,7 @@ int main(int argc, char** argv) {
   add(onyx::cli::add_export_command);
   add(onyx::cli::add_plan_command);
   add(onyx::cli::add_ops_command);
+  add(onyx::cli::add_plot_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
