@@ -73,7 +73,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "parity"))
 import st_io  # noqa: E402
-from models import TinyMlp  # noqa: E402
+from models import MlpCls  # noqa: E402
 
 ONYX = os.environ.get("ONYX", os.path.join(REPO, "build", "onyx"))
 HOST = socket.gethostname()
@@ -85,16 +85,6 @@ torch.set_num_threads(1)
 
 class Skip(Exception):
     pass
-
-
-class MlpCls(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.mlp = TinyMlp(d_in=16, hidden=32, d_out=3)
-
-    def forward(self, x, labels):
-        logits = self.mlp.net(x)
-        return F.cross_entropy(logits, labels), logits
 
 
 def write_config(path, cfg):

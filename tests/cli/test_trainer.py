@@ -80,7 +80,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "parity"))
 import st_io  # noqa: E402
-from models import TinyBert, TinyMlp  # noqa: E402
+from models import MlpCls, TinyBert  # noqa: E402
 
 ONYX = os.environ.get("ONYX", os.path.join(REPO, "build", "onyx"))
 TIMING_KEYS = {"train_runtime", "train_samples_per_second", "train_steps_per_second",
@@ -106,16 +106,6 @@ class BertCls(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids, labels):
         logits, _ = self.bert(input_ids, attention_mask, token_type_ids)
-        return F.cross_entropy(logits, labels), logits
-
-
-class MlpCls(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.mlp = TinyMlp(d_in=16, hidden=32, d_out=3)
-
-    def forward(self, x, labels):
-        logits = self.mlp.net(x)
         return F.cross_entropy(logits, labels), logits
 
 

@@ -149,3 +149,15 @@ class TinyMlp(nn.Module):
 
     def forward(self, x):
         return torch.softmax(self.net(x), dim=-1)
+
+
+class MlpCls(nn.Module):
+    """TinyMlp with its cross entropy inside: (x, labels) -> (loss, logits), for the CLI tests."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = TinyMlp(d_in=16, hidden=32, d_out=3)
+
+    def forward(self, x, labels):
+        logits = self.mlp.net(x)
+        return F.cross_entropy(logits, labels), logits

@@ -14,8 +14,9 @@ steps and entries.
 
 Cases (per model unless noted):
   <model>-epochs      2 epochs of 22 samples at batch 4 (the last batch of each epoch has 2),
-                      warmup_steps 2, linear decay, weight_decay 0.01, logging_steps 1, eval every
-                      3 steps, logging_first_step.
+                      warmup_steps 2, linear decay, weight_decay 0.01, eval every 3 steps,
+                      logging_steps 5 with logging_first_step (logs at 1, 5, 10: each loss the
+                      mean over its window).
   <model>-ga          gradient_accumulation_steps 2 at batch 3 (8 micro-batches per epoch, the last
                       of 1 sample), variable-length sequences with padding and -100 labels,
                       max_steps 7 (crosses the epoch boundary), cosine schedule.
@@ -273,7 +274,7 @@ def main():
             if flt in names[0]:
                 tmp = tempfile.mkdtemp(dir=root)
                 args = dict(base, per_device_train_batch_size=4, num_train_epochs=2,
-                            warmup_steps=2, logging_first_step=True)
+                            warmup_steps=2, logging_first_step=True, logging_steps=5)
                 side_by_side(names[0], folder, kind, make_data(kind, N_TRAIN, 1, pad), evald,
                              args, tmp)
             if flt in names[1]:
