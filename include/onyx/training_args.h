@@ -30,14 +30,14 @@ struct TrainingArguments {
   double sgd_momentum = 0.0;          // onyx extension (HF passes these through optim_args)
   bool sgd_nesterov = false;
   std::string logging_strategy = "steps";  // no | steps | epoch
-  int64_t logging_steps = 500;
+  double logging_steps = 500;  // steps (>= 1) or a ratio of max_steps (< 1), as Transformers
   bool logging_first_step = false;
   // A non-finite micro-batch loss adds the mean of the losses since the last log instead.
   bool logging_nan_inf_filter = true;
   std::string eval_strategy = "no";  // no | steps | epoch
-  std::optional<int64_t> eval_steps;  // default: logging_steps
+  std::optional<double> eval_steps;  // default: logging_steps; a ratio when < 1
   std::string save_strategy = "steps";  // no | steps | epoch
-  int64_t save_steps = 500;
+  double save_steps = 500;  // a ratio of max_steps when < 1
   std::optional<int64_t> save_total_limit;
   bool load_best_model_at_end = false;
   std::optional<std::string> metric_for_best_model;
@@ -87,7 +87,10 @@ struct TrainingArguments {
   // -> adamw_fused; adamw_hf -> adamw).
   std::string optimizer_name() const;
   std::string best_metric_name() const;  // metric_for_best_model, default "loss"
-  bool best_is_greater() const;          // greater_is_better, default false for *loss
+  bool best_is_greater() const;
+  // logging_steps / eval_steps / save_steps as a number of steps: a value below 1 is a ratio of
+  // max_steps, rounded up (Transformers' rule).
+  static int64_t interval(double steps, int64_t max_steps);          // greater_is_better, default false for *loss
 };
 
 }  // namespace onyx

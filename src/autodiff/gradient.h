@@ -33,9 +33,10 @@ struct GradientOptions {
   std::vector<std::string> trainable;  // empty: every float initializer not frozen
 };
 
-// The parameters trained by default: float initializers, in file order, except frozen ones,
-// 0-d scalars and exporter constants named "onnx::..." (PyTorch stores constants such as a Pow
-// exponent as initializers; they are not model weights).
+// The parameters trained by default: float initializers (0-d ones too: a temperature, a gate), in
+// file order, except frozen ones, rotary inv_freq buffers and the exporters' folded constants
+// ("onnx::..." and val_<n>: PyTorch stores constants such as a Pow exponent as initializers; they
+// are not model weights).
 std::vector<std::string> trainable_parameters(const ir::Graph& forward, const GradientOptions& opts);
 
 struct TrainingGraph {

@@ -715,9 +715,9 @@ TrainOutput Trainer::train() {
   }
   state_.max_steps = max_steps;
   state_.num_train_epochs = num_epochs;
-  state_.logging_steps = a.logging_steps;
-  state_.eval_steps = a.eval_steps.value_or(a.logging_steps);
-  state_.save_steps = a.save_steps;
+  state_.logging_steps = TrainingArguments::interval(a.logging_steps, max_steps);
+  state_.eval_steps = TrainingArguments::interval(a.eval_steps.value_or(a.logging_steps), max_steps);
+  state_.save_steps = TrainingArguments::interval(a.save_steps, max_steps);
   state_.train_batch_size = a.per_device_train_batch_size;
   I.sched.type = a.lr_scheduler_type;
   I.sched.warmup_steps = a.warmup_steps;
@@ -735,10 +735,10 @@ TrainOutput Trainer::train() {
   auto maybe_log_save_evaluate = [&](bool epoch_end) {
     bool do_log = control_.should_log, do_eval = control_.should_evaluate, do_save = control_.should_save;
     if (!epoch_end) {
-      do_log |= a.logging_strategy == "steps" && state_.global_step % a.logging_steps == 0;
+      do_log |= a.logging_strategy == "steps" && state_.global_step % state_.logging_steps == 0;
       do_log |= a.logging_first_step && state_.global_step == 1;
       do_eval |= a.eval_strategy == "steps" && state_.global_step % eval_every == 0;
-      do_save |= a.save_strategy == "steps" && state_.global_step % a.save_steps == 0;
+      do_save |= a.save_strategy == "steps" && state_.global_step % state_.save_steps == 0;
       if (state_.global_step >= state_.max_steps) {  // Transformers' DefaultFlowCallback at the end
         do_eval |= a.eval_strategy == "steps";        // (an evaluation, not a second one)
         do_save |= a.save_strategy == "steps";

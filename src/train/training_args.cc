@@ -46,6 +46,15 @@ int64_t parse_int(const std::string& key, const std::string& v) {
   }
   throw Error(cat("training argument '", key, "': expected an integer, got '", v, "'"));
 }
+// logging_steps, eval_steps, save_steps: an integer >= 1, or a ratio of max_steps in (0, 1).
+double parse_steps(const std::string& key, const std::string& v) {
+  double d = parse_double(key, v);
+  if ((d > 0 && d < 1) || (d >= 1 && d == std::floor(d))) return d;
+  throw Error(cat("training argument '", key, "': expected an integer >= 1 or a ratio of max_steps in (0, 1), got '", v, "'"));
+}
+nlohmann::json steps_json(double d) {
+  return d >= 1 && d == std::floor(d) ? nlohmann::json((int64_t)d) : nlohmann::json(d);
+}
 bool parse_bool(const std::string& key, const std::string& v) {
   std::string l = lower(v);
   if (l == "true" || l == "1" || l == "yes" || l == "on") return true;
@@ -74,6 +83,10 @@ std::string one_of(const std::string& key, const std::string& v, std::vector<std
   {#name, "int", {}, help, \
    [](TrainingArguments& a, const std::string& v) { a.name = parse_int(#name, v); }, \
    [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
+#define F_STEPS(name, help) \
+  {#name, "int | float", {}, help, \
+   [](TrainingArguments& a, const std::string& v) { a.name = parse_steps(#name, v); }, \
+   [](const TrainingArguments& a) { return steps_json(a.name); }}
 #define F_BOOL(name, help) \
   {#name, "bool", {}, help, \
    [](TrainingArguments& a, const std::string& v) { a.name = parse_bool(#name, v); }, \
@@ -151,20 +164,25 @@ const std::vector<Field>& fields() {
       F_CHOICE(logging_strategy,
           "When to log loss, grad_norm and learning_rate: no, every logging_steps, or each epoch.",
           "no", "steps", "epoch"),
-      F_INT(logging_steps, "Optimizer steps between two logs when logging_strategy is steps."),
+      F_STEPS(logging_steps, "Optimizer steps between two logs when logging_strategy is steps; below 1, a ratio of max_steps."),
       F_BOOL(logging_first_step, "Also log after the first optimizer step."),
       F_BOOL(logging_nan_inf_filter, "A nan/inf micro-batch loss adds the mean of the losses logged since the last log instead (the step itself is skipped either way)."),
       F_CHOICE(eval_strategy,
           "When to evaluate on eval_data: no, every eval_steps, or each epoch (old name: "
           "evaluation_strategy).",
           "no", "steps", "epoch"),
-      F_OPT_INT(eval_steps,
-          "Optimizer steps between two evaluations when eval_strategy is steps (None: "
-          "logging_steps)."),
+      {"eval_steps", "int | float | None", {},
+       "Optimizer steps between two evaluations when eval_strategy is steps (None: "
+       "logging_steps); below 1, a ratio of max_steps.",
+       [](TrainingArguments& a, const std::string& v) {
+         if (is_none(v)) a.eval_steps.reset();
+         else a.eval_steps = parse_steps("eval_steps", v);
+       },
+       [](const TrainingArguments& a) { return a.eval_steps ? steps_json(*a.eval_steps) : nlohmann::json(); }},
       F_CHOICE(save_strategy,
           "When to save a checkpoint-N folder: no, every save_steps, or each epoch.",
           "no", "steps", "epoch"),
-      F_INT(save_steps, "Optimizer steps between two checkpoints when save_strategy is steps."),
+      F_STEPS(save_steps, "Optimizer steps between two checkpoints when save_strategy is steps; below 1, a ratio of max_steps."),
       F_OPT_INT(save_total_limit,
           "Keep at most this many checkpoints (the oldest go first; the best one is kept)."),
       F_BOOL(load_best_model_at_end,
@@ -265,7 +283,7 @@ bool TrainingArguments::best_is_greater() const {
 }
 
 void TrainingArguments::validate() const {
-  auto positive = [](const char* k, int64_t v) {
+  auto positive = [](const char* k, double v) {
     ONYX_CHECK(v > 0, "training argument '", k, "' must be positive, got ", v);
   };
   positive("per_device_train_batch_size", per_device_train_batch_size);
@@ -292,11 +310,19 @@ void TrainingArguments::validate() const {
                "load_best_model_at_end needs save_strategy ('", save_strategy,
                "') equal to eval_strategy ('", eval_strategy, "')");
     if (save_strategy == "steps") {
-      int64_t es = eval_steps.value_or(logging_steps);
-      ONYX_CHECK(save_steps % es == 0, "load_best_model_at_end needs save_steps (", save_steps,
-                 ") to be a multiple of eval_steps (", es, ")");
+      double es = eval_steps.value_or(logging_steps);
+      // as Transformers: both steps or both ratios, and save a multiple of eval
+      ONYX_CHECK((es < 1) == (save_steps < 1),
+                 "load_best_model_at_end needs save_steps and eval_steps both as steps or both as ratios");
+      double q = save_steps / es;
+      ONYX_CHECK(std::fabs(q - std::round(q)) < 1e-9 && q >= 1, "load_best_model_at_end needs save_steps (",
+                 steps_json(save_steps).dump(), ") to be a multiple of eval_steps (", steps_json(es).dump(), ")");
     }
   }
+}
+
+int64_t TrainingArguments::interval(double steps, int64_t max_steps) {
+  return steps < 1 ? (int64_t)std::ceil((double)max_steps * steps) : (int64_t)steps;
 }
 
 }  // namespace onyx

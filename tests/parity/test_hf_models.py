@@ -1,6 +1,7 @@
 """test_hf_models.py — parity of onyx's Hugging Face builders with PyTorch modules that have
-Transformers' exact module structure and parameter names (the transformers package itself is not
-installed): BertForSequenceClassification / ...ForTokenClassification / ...ForMaskedLM,
+Transformers' exact module structure and parameter names, written here so that each module's wiring
+is visible (tests/parity/test_hf_trainer.py and test_hf_exports.py use the real transformers
+classes): BertForSequenceClassification / ...ForTokenClassification / ...ForMaskedLM,
 RobertaForSequenceClassification, DistilBertForSequenceClassification, GPT2LMHeadModel (Conv1D,
 tied lm_head) and ViTForImageClassification.
 

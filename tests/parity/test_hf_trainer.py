@@ -19,7 +19,8 @@ Cases (per model unless noted):
                       mean over its window).
   <model>-ga          gradient_accumulation_steps 2 at batch 3 (8 micro-batches per epoch, the last
                       of 1 sample), variable-length sequences with padding and -100 labels,
-                      max_steps 7 (crosses the epoch boundary), cosine schedule.
+                      max_steps 7 (crosses the epoch boundary), cosine schedule, eval_steps 0.3
+                      (a ratio of max_steps), so evaluations at 3, 6 and the last step 7.
   bert-drop-last      dataloader_drop_last with batch 5 (22 -> 4 batches per epoch), 3 epochs.
   gpt2-ga-equivalence GA 3 × batch 2 equals batch 6 (onyx against onyx and Transformers):
                       the loss is the sum over label tokens over the number of label tokens of
@@ -280,7 +281,8 @@ def main():
             if flt in names[1]:
                 tmp = tempfile.mkdtemp(dir=root)
                 args = dict(base, per_device_train_batch_size=3, gradient_accumulation_steps=2,
-                            max_steps=7, lr_scheduler_type="cosine", warmup_steps=1)
+                            max_steps=7, lr_scheduler_type="cosine", warmup_steps=1,
+                            eval_steps=0.3)  # a ratio of max_steps: every ceil(2.1) = 3 steps
                 side_by_side(names[1], folder, kind, make_data(kind, N_TRAIN, 3, pad), evald,
                              args, tmp)
             if mname == "bert" and flt in "bert-drop-last":
