@@ -101,6 +101,12 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def repo_rel(path):
+    """A path as the report shows it: relative to the repository (no machine paths in reports)."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.dirname(HERE))
+    return path if rel.startswith("..") else rel
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "parity"))
@@ -358,7 +364,8 @@ def run_plan(onyx, name, spec, mdir):
         if p.returncode != 0:
             res[key] = {"error": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]}
             continue
-        r = {"text": p.stdout}
+        # the report names no machine path: the temporary model folder is written as <tmp>
+        r = {"text": p.stdout.replace(os.path.dirname(mdir.rstrip("/")), "<tmp>")}
         m = re.search(r"^fusions applied:(.*)$", p.stdout, re.M)
         r["fusions"] = {mm.group(1): int(mm.group(2))
                         for mm in re.finditer(r"(\w+) x(\d+)", m.group(1) if m else "")}
@@ -1268,11 +1275,11 @@ def main():
 
     import torch
     meta = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine_info(),
-            "load_start": " ".join(f"{x:.1f}" for x in os.getloadavg()), "onyx": args.onyx,
+            "load_start": " ".join(f"{x:.1f}" for x in os.getloadavg()), "onyx": repo_rel(args.onyx),
             "build_type": build_type(args.onyx), "torch": torch.__version__, "peers": args.peers,
             "curves": args.curves, "onyx_threads": args.onyx_threads,
             "torch_threads": args.torch_threads, "compile_threads": args.compile_threads,
-            "ortt_threads": args.ortt_threads, "ortt_python": args.ortt_python,
+            "ortt_threads": args.ortt_threads, "ortt_python": repo_rel(args.ortt_python),
             "exporter": f"torch.onnx.export(dynamo=False) TorchScript, opset {BENCH_OPSET}",
             "lr": LR, "weight_decay": WD, "max_grad_norm": MAX_GRAD_NORM, "betas": BETAS, "eps": EPS,
             "models": names}

@@ -110,10 +110,9 @@ struct Builder {
       vals.push_back(c == constants.end() ? nullptr : &c->second);
     }
     int64_t opset = n.domain.empty() ? g.opset("") : (g.opset(n.domain) ? g.opset(n.domain) : 1);
-    runtime::InferContext ic{n, opset, in, vals, {}};
-    ic.outputs.resize(n.outputs.size());
+    std::vector<TensorMeta> outs;
     try {
-      k->infer(ic);
+      outs = runtime::infer_node(*k, n, opset, in, vals);
     } catch (runtime::NeedValue& nv) {
       throw Error(cat("gradient of ", current, ": ", n.describe(), " needs the value of input ",
                       nv.input, " at build time"));
@@ -121,7 +120,7 @@ struct Builder {
       throw Error(cat("gradient of ", current, ": ", e.what()));
     }
     for (size_t i = 0; i < n.outputs.size(); i++)
-      if (!n.outputs[i].empty()) metas[n.outputs[i]] = ic.outputs[i];
+      if (!n.outputs[i].empty()) metas[n.outputs[i]] = outs[i];
     if (n.op_type == "Constant" && n.domain.empty()) constants[n.outputs[0]] = n.attrs["value"].t;
     backward_nodes++;
     g.nodes.push_back(n);
@@ -217,10 +216,7 @@ std::string GradContext::ensure_output(int i) {
       auto c = b_.constants.find(x);
       vals.push_back(x.empty() || c == b_.constants.end() ? nullptr : &c->second);
     }
-    runtime::InferContext ic{n, opset(), in, vals, {}};
-    ic.outputs.resize(n.outputs.size());
-    k->infer(ic);
-    b_.metas[n.outputs[i]] = ic.outputs[i];
+    b_.metas[n.outputs[i]] = runtime::infer_node(*k, n, opset(), in, vals)[i];
   }
   return n.outputs[i];
 }
@@ -462,6 +458,36 @@ LossGraph build_loss_graph(const ir::Graph& forward, const GradientOptions& opts
   return {std::make_shared<ir::Graph>(std::move(b.g)), loss};
 }
 
+GradientPaths gradient_paths(const ir::Graph& g, const std::vector<std::string>& params,
+                             const std::string& loss,
+                             const std::function<bool(const std::string&)>& carries_gradient) {
+  GradientPaths r;
+  r.order = ir::topological_order(g);
+  // Forward: which values depend on a parameter through values that carry gradients.
+  r.requires_grad.insert(params.begin(), params.end());
+  for (int idx : r.order) {
+    const ir::Node& n = g.nodes[idx];
+    bool any = false;
+    for (auto& i : n.inputs) any |= !i.empty() && r.requires_grad.count(i);
+    if (!any) continue;
+    for (auto& o : n.outputs)
+      if (!o.empty() && carries_gradient(o)) r.requires_grad.insert(o);
+  }
+  // Backward reachability from the loss.
+  std::set<std::string> reaches{loss};
+  r.on_path.assign(g.nodes.size(), false);
+  for (auto it = r.order.rbegin(); it != r.order.rend(); ++it) {
+    const ir::Node& n = g.nodes[*it];
+    bool feeds = false;
+    for (auto& o : n.outputs) feeds |= !o.empty() && reaches.count(o) && r.requires_grad.count(o);
+    if (!feeds) continue;
+    r.on_path[*it] = true;
+    for (auto& i : n.inputs)
+      if (!i.empty() && r.requires_grad.count(i)) reaches.insert(i);
+  }
+  return r;
+}
+
 TrainingGraph build_training_graph(const ir::Graph& forward,
                                    const std::map<std::string, TensorMeta>& signature_in,
                                    const GradientOptions& opts) {
@@ -497,32 +523,14 @@ TrainingGraph build_training_graph(const ir::Graph& forward,
              "' must be a float scalar, but it is ", dtype_name(lm->second.dtype), " ",
              shape_str(lm->second.shape));
 
-  // Forward: which values depend on a parameter through float paths.
-  std::vector<int> order = ir::topological_order(b.g);
-  for (auto& p : params) b.requires_grad.insert(p);
-  for (int idx : order) {
-    const ir::Node& n = b.g.nodes[idx];
-    bool any = false;
-    for (auto& i : n.inputs) any |= !i.empty() && b.requires_grad.count(i);
-    if (!any) continue;
-    for (auto& o : n.outputs) {
-      auto m = b.metas.find(o);
-      if (!o.empty() && m != b.metas.end() && is_float(m->second.dtype) && !b.constants.count(o))
-        b.requires_grad.insert(o);
-    }
-  }
-  // Backward reachability from the loss.
-  std::set<std::string> reaches{loss};
-  std::vector<bool> on_path(b.g.nodes.size(), false);
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const ir::Node& n = b.g.nodes[*it];
-    bool feeds = false;
-    for (auto& o : n.outputs) feeds |= !o.empty() && reaches.count(o) && b.requires_grad.count(o);
-    if (!feeds) continue;
-    on_path[*it] = true;
-    for (auto& i : n.inputs)
-      if (!i.empty() && b.requires_grad.count(i)) reaches.insert(i);
-  }
+  // Which values depend on a parameter through float paths, and which nodes feed the loss.
+  GradientPaths paths = gradient_paths(b.g, params, loss, [&](const std::string& v) {
+    auto m = b.metas.find(v);
+    return m != b.metas.end() && is_float(m->second.dtype) && !b.constants.count(v);
+  });
+  const std::vector<int>& order = paths.order;
+  const std::vector<bool>& on_path = paths.on_path;
+  b.requires_grad = std::move(paths.requires_grad);
   // Every node on the path needs a rule: check them all before building anything.
   auto& rules = GradRegistry::instance();
   for (int idx : order)

@@ -46,6 +46,21 @@ struct TrainingGraph {
   int backward_nodes = 0;
 };
 
+// What the builder differentiates, found without building anything: the parameters and every
+// value computed from one that can carry a gradient (`carries_gradient(value)`: in
+// build_training_graph, float and not a plan-time constant) form `requires_grad`; node i of `g`
+// is `on_path` when one of its outputs in requires_grad reaches `loss`, i.e. it lies on a path
+// from a trainable parameter to the loss and needs a gradient rule. `order` is
+// ir::topological_order(g). Also used by check_coverage (coverage.h) on the graph as loaded.
+struct GradientPaths {
+  std::vector<int> order;
+  std::set<std::string> requires_grad;
+  std::vector<bool> on_path;  // by index into g.nodes
+};
+GradientPaths gradient_paths(const ir::Graph& g, const std::vector<std::string>& params,
+                             const std::string& loss,
+                             const std::function<bool(const std::string&)>& carries_gradient);
+
 // Throws onyx::Error naming the op and node when a node on the path to the loss has no rule,
 // before anything runs; and when the loss is not a scalar.
 TrainingGraph build_training_graph(const ir::Graph& forward,

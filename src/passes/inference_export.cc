@@ -3,6 +3,8 @@
 
 #include <set>
 
+#include "onyx/custom_ops.h"
+
 namespace onyx::passes {
 
 ir::Graph make_inference_graph(const ir::Graph& src, const InferenceExportOptions& opts) {
@@ -29,9 +31,14 @@ ir::Graph make_inference_graph(const ir::Graph& src, const InferenceExportOption
     g.outputs = outs;
   }
   eliminate_dead_nodes(g);
+  // Custom ops (onyx/custom_ops.h) stay: the exported file needs the same library wherever it runs.
+  std::set<std::string> custom;
+  for (auto& c : custom_ops()) custom.insert(c.domain + "." + c.name);
   for (auto& n : g.nodes)
-    ONYX_CHECK(n.domain.empty() || n.domain == "ai.onnx" || n.domain == "com.microsoft", n.describe(),
-               ": op of domain '", n.domain, "' is not a standard ONNX op");
+    ONYX_CHECK(n.domain.empty() || n.domain == "ai.onnx" || n.domain == "com.microsoft" ||
+                   custom.count(n.domain + "." + n.op_type),
+               n.describe(), ": op of domain '", n.domain, "' is not a standard ONNX op",
+               n.domain == "onyx" ? "" : " (nor a custom op of a library loaded with --custom-ops)");
   return g;
 }
 

@@ -13,14 +13,12 @@
 //                                                 → Transpose(x, q)
 // A node whose output is a graph output is kept (the output keeps its name).
 #include "passes/pass.h"
+#include "runtime/kernel.h"
 
 namespace onyx::passes {
 namespace {
 
-bool reshape_like(const ir::Node& n) {
-  return n.domain.empty() && (n.op_type == "Reshape" || n.op_type == "Flatten" ||
-                              n.op_type == "Squeeze" || n.op_type == "Unsqueeze");
-}
+bool reshape_like(const ir::Node& n) { return runtime::op_traits(n).reshape_like; }
 
 // Dropout that is the identity whatever the run: ratio 0, or training_mode absent or false.
 bool inert_dropout(const ir::Graph& g, const ir::Node& n, const PassContext& ctx, int64_t opset) {

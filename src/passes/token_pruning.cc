@@ -20,21 +20,12 @@
 //   values keep every token). The result is the same math on fewer rows; the backward follows
 //   from the Gather's own gradient (a scatter into the unselected tensor).
 #include "passes/pass.h"
+#include "runtime/kernel.h"
 
 namespace onyx::passes {
 namespace {
 
-bool unary_per_token(const std::string& op) {
-  static const std::set<std::string> ops = {"Gelu", "Relu", "Tanh", "Sigmoid", "Erf", "Neg",
-                                            "Exp", "Sqrt", "Identity", "Cast", "Softplus",
-                                            "LeakyRelu", "Elu", "Abs", "Reciprocal"};
-  return ops.count(op) != 0;
-}
-
-bool binary_per_token(const std::string& op) {
-  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"};
-  return ops.count(op) != 0;
-}
+using PerToken = runtime::OpTraits::PerToken;
 
 // What to do with one input of a per-token op whose output is [B,T,...] (rank 3).
 enum class Operand { Select, Keep, Bail };
@@ -84,10 +75,11 @@ int prune_tokens(ir::Graph& g, PassContext& ctx) {
     // Which inputs are selected, which are kept as they are.
     std::vector<int> select;
     bool fits = false;
-    if (op.domain.empty() && unary_per_token(op.op_type)) {
+    const PerToken per_token = runtime::op_traits(op).per_token;
+    if (per_token == PerToken::Unary && op.inputs.size() == 1) {
       fits = classify(ctx, op.inputs[0], T) == Operand::Select;
       select = {0};
-    } else if (op.domain.empty() && binary_per_token(op.op_type) && op.inputs.size() == 2) {
+    } else if (per_token == PerToken::Binary && op.inputs.size() == 2) {
       fits = true;
       bool any = false;
       for (int i = 0; i < 2; i++) {

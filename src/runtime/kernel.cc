@@ -50,6 +50,10 @@ KernelRegistry& KernelRegistry::instance() {
     register_dropout_add_kernels(*r);
     register_loss_kernels(*r);
     register_linear_cross_entropy_kernels(*r);
+    register_pool_kernels(*r);
+    register_resize_kernels(*r);
+    register_conv_transpose_kernels(*r);
+    register_group_norm_kernels(*r);
     register_elementwise_grad_kernels(*r);
     register_matmul_grad_kernels(*r);
     register_shape_grad_kernels(*r);
@@ -65,8 +69,33 @@ static std::string key(const std::string& domain, const std::string& op) {
   return d.empty() ? op : d + "." + op;
 }
 
-void KernelRegistry::add(const std::string& domain, const std::string& op, OpKernel k) {
-  kernels_[key(domain, op)] = std::move(k);
+OpTraits& KernelRegistry::add(const std::string& domain, const std::string& op, OpKernel k) {
+  OpKernel& slot = kernels_[key(domain, op)];
+  slot = std::move(k);
+  return slot.traits;
+}
+
+std::vector<TensorMeta> infer_node(const OpKernel& k, const ir::Node& node, int64_t opset,
+                                   const std::vector<const TensorMeta*>& inputs,
+                                   const std::vector<const Tensor*>& values) {
+  InferContext ic{node, opset, inputs, values, {}};
+  ic.outputs.resize(node.outputs.size());
+  k.infer(ic);
+  return std::move(ic.outputs);
+}
+
+const OpTraits& op_traits(const ir::Node& node) {
+  static const OpTraits none;
+  const OpKernel* k = KernelRegistry::instance().find(node.domain, node.op_type);
+  return k ? k->traits : none;
+}
+
+const char* precision_name(OpTraits::Precision p) {
+  switch (p) {
+    case OpTraits::Precision::LowPrecision: return "bf16-ok";
+    case OpTraits::Precision::Fp32: return "fp32";
+    default: return "follow";
+  }
 }
 
 const OpKernel* KernelRegistry::find(const std::string& domain, const std::string& op) const {

@@ -13,6 +13,8 @@
 // Ops throw onyx::Error for bad input (the executor adds the node's name, op and shapes) and
 // onyx::Unsupported for attribute values or dtypes onyx does not claim.
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -64,6 +66,40 @@ struct KernelContext {
 using InferFn = std::function<void(InferContext&)>;
 using ComputeFn = std::function<void(KernelContext&)>;
 
+// FLOPs of one call, from the node and the metas of its inputs and outputs (nullptr when unknown).
+using FlopsFn = std::function<double(const ir::Node&, const std::vector<const TensorMeta*>& inputs,
+                                     const std::vector<const TensorMeta*>& outputs)>;
+
+// What passes and planners know about an op, declared once where its kernel registers
+// (KernelRegistry::add returns them: `r.add("", "Reshape", {...}).view = true;`) and read back
+// with op_traits(node). An op without a kernel has the defaults: nothing is assumed of it.
+struct OpTraits {
+  // Draws random numbers (Dropout, RandomNormal, ...): run every time, never folded at plan time.
+  bool random = false;
+  // Writes more than its outputs (onyx.AccumulateGrad adds into bound storage): never folded.
+  bool side_effects = false;
+  // Output 0 is input 0's bytes under another shape: the memory planner aliases it (no copy).
+  bool view = false;
+  // Output 0 is input 0 reshaped (Reshape, Flatten, Squeeze, Unsqueeze): no-op elimination drops
+  // one that keeps the shape and merges chains into one Reshape.
+  bool reshape_like = false;
+  // Inputs read only through their metas (Shape's data, CastLike's target): the node folds when
+  // its other inputs are constants and these metas are static.
+  std::vector<int> meta_only_inputs;
+  // Token pruning (passes/token_pruning.cc) may run the op on a subset of the token rows:
+  // Unary: each output row depends only on the same input row; Binary: elementwise with
+  // broadcasting, so rows of [B,T,...] operands are selected and smaller operands kept.
+  enum class PerToken { No, Unary, Binary } per_token = PerToken::No;
+  // FLOPs per call (onyx plan, bench); ops without one count 0 (elementwise work is not counted).
+  FlopsFn flops;
+  // Mixed precision class: LowPrecision = GEMM-like, may take bf16 inputs with fp32 accumulation
+  // (MatMul, Gemm, Conv, attention); Fp32 = must see fp32 (normalizations, softmax, losses,
+  // reductions, the optimizer's inputs); Follow = computes in whatever dtype it is given (shape
+  // ops, elementwise). Read by `onyx ops`; the bf16 pass (issue #13) is to place casts by it.
+  enum class Precision { Follow, LowPrecision, Fp32 } precision = Precision::Follow;
+};
+const char* precision_name(OpTraits::Precision p);
+
 struct OpKernel {
   InferFn infer;
   ComputeFn compute;
@@ -81,12 +117,14 @@ struct OpKernel {
   // buffer without an onyx.AccumulateGrad pass. The sum must be out + (result as computed
   // without accumulation), so gradient accumulation stays bit-identical.
   std::vector<int> accumulate_outputs;
+  OpTraits traits;
 };
 
 class KernelRegistry {
  public:
   static KernelRegistry& instance();  // filled with all CPU kernels on first use
-  void add(const std::string& domain, const std::string& op_type, OpKernel k);
+  // Registers (or replaces) a kernel; returns its traits for the caller to declare.
+  OpTraits& add(const std::string& domain, const std::string& op_type, OpKernel k);
   const OpKernel* find(const std::string& domain, const std::string& op_type) const;
   std::vector<std::string> op_names() const;  // "Add", "onyx.LayerNormGrad", ...
 
@@ -94,11 +132,22 @@ class KernelRegistry {
   std::map<std::string, OpKernel> kernels_;
 };
 
+// Product of shape[from, to) as a double (FLOPs functions).
+inline double shape_product(const Shape& s, size_t from = 0, size_t to = SIZE_MAX) {
+  double p = 1;
+  for (size_t i = from; i < std::min(to, s.size()); i++) p *= (double)s[i];
+  return p;
+}
+
 // Shared helpers for infer functions.
 // Numpy-style multidirectional broadcast; throws naming both shapes when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 // Normalizes an axis in [-rank, rank) to [0, rank); throws naming the node otherwise.
 int64_t normalize_axis(int64_t axis, int64_t rank, const ir::Node& node);
+
+// 2·M·N·K of a Gemm-like node (Gemm, onyx.MatMulT; transA picks A's K axis): an OpTraits::flops.
+double gemm_like_flops(const ir::Node& n, const std::vector<const TensorMeta*>& inputs,
+                       const std::vector<const TensorMeta*>& outputs);
 
 // Each op family registers itself here (one function per src/kernels/cpu/*.cc file).
 void register_elementwise_kernels(KernelRegistry& r);  // unary, binary, compare, logic, Where, Cast, Clip...
@@ -111,11 +160,25 @@ void register_attention_kernels(KernelRegistry& r);    // onyx.Attention, onyx.A
 void register_dropout_add_kernels(KernelRegistry& r);  // onyx.DropoutAdd
 void register_loss_kernels(KernelRegistry& r);         // SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
 void register_linear_cross_entropy_kernels(KernelRegistry& r);  // onyx.LinearCrossEntropy
+void register_pool_kernels(KernelRegistry& r);        // MaxPool, AveragePool, Global*Pool (+ their grads)
+void register_resize_kernels(KernelRegistry& r);      // Resize, onyx.ResizeGrad, onyx.PadGrad
+void register_conv_transpose_kernels(KernelRegistry& r);  // ConvTranspose
+void register_group_norm_kernels(KernelRegistry& r);  // GroupNormalization, onyx.GroupNormGrad
 // Fused gradient kernels ("onyx" domain), one file each in src/kernels/cpu/grad_<family>.cc.
 void register_elementwise_grad_kernels(KernelRegistry& r);  // GeluGrad, ReluGrad, ...
 void register_matmul_grad_kernels(KernelRegistry& r);       // ConvGrad, ...
 void register_shape_grad_kernels(KernelRegistry& r);        // GatherGrad (scatter-add), SliceGrad, ...
 void register_nn_grad_kernels(KernelRegistry& r);           // LayerNormGrad, SoftmaxGrad, SCE grad, ...
 void register_accumulate_kernels(KernelRegistry& r);        // AccumulateGrad (into the flat buffer)
+
+// Runs k's shape inference for `node`: output metas from input metas (nullptr = absent) and the
+// values known so far (nullptr = unknown). Throws NeedValue when infer needs an unknown value,
+// and the kernel's Error otherwise.
+std::vector<TensorMeta> infer_node(const OpKernel& k, const ir::Node& node, int64_t opset,
+                                   const std::vector<const TensorMeta*>& inputs,
+                                   const std::vector<const Tensor*>& values);
+
+// The traits of the node's op (the defaults when no kernel is registered for it).
+const OpTraits& op_traits(const ir::Node& node);
 
 }  // namespace onyx::runtime

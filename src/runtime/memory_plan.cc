@@ -128,11 +128,7 @@ std::string MemoryPlan::summary() const {
 namespace {
 
 // Ops whose output is the input's bytes under another shape: a view, never a copy.
-bool is_view_op(const ir::Node& n) {
-  if (!n.domain.empty()) return false;
-  return n.op_type == "Reshape" || n.op_type == "Flatten" || n.op_type == "Squeeze" ||
-         n.op_type == "Unsqueeze" || n.op_type == "Identity";
-}
+bool is_view_op(const ir::Node& n) { return op_traits(n).view; }
 
 bool fixed_size(DType t) {
   try {

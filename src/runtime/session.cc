@@ -36,13 +36,12 @@ struct OpProfile {
 OpProfile g_profile;
 
 
-// Inputs of which an op reads only the meta (dtype, shape), not the data: all of Shape's and
-// Size's, CastLike's second (the dtype to cast to). Such a node folds when its other inputs are
-// constants and these inputs' metas are static: the dynamo exporter writes every masking fill as
-// CastLike(constant, scores).
+// Inputs of which an op reads only the meta (OpTraits::meta_only_inputs: Shape's, Size's,
+// CastLike's target). Such a node folds when its other inputs are constants and these inputs'
+// metas are static: the dynamo exporter writes every masking fill as CastLike(constant, scores).
 bool meta_only_input(const ir::Node& n, size_t i) {
-  if (!n.domain.empty() && n.domain != "ai.onnx") return false;
-  return n.op_type == "Shape" || n.op_type == "Size" || (n.op_type == "CastLike" && i == 1);
+  const auto& m = op_traits(n).meta_only_inputs;
+  return std::find(m.begin(), m.end(), (int)i) != m.end();
 }
 
 std::string input_shapes(const std::vector<const TensorMeta*>& metas) {
@@ -70,15 +69,14 @@ std::vector<Tensor> infer_and_compute(const ir::Node& node, const OpKernel& k, i
                                       const std::vector<const Tensor*>& in,
                                       const std::vector<bool>& want_output, const RunOptions& opts) {
   std::vector<TensorMeta> in_metas(in.size());
-  InferContext ic{node, opset, {}, {}, {}};
+  std::vector<const TensorMeta*> meta_ptrs;
   for (size_t i = 0; i < in.size(); i++) {
     if (in[i]) in_metas[i] = in[i]->meta();
-    ic.inputs.push_back(in[i] ? &in_metas[i] : nullptr);
-    ic.values.push_back(in[i]);
+    meta_ptrs.push_back(in[i] ? &in_metas[i] : nullptr);
   }
-  ic.outputs.resize(node.outputs.size());
+  std::vector<TensorMeta> out_metas;
   try {
-    k.infer(ic);
+    out_metas = infer_node(k, node, opset, meta_ptrs, in);
   } catch (NeedValue&) {
     throw Error(cat(node.describe(), ": infer needs a value that is not available"));
   }
@@ -86,9 +84,9 @@ std::vector<Tensor> infer_and_compute(const ir::Node& node, const OpKernel& k, i
   KernelContext kc{node, opset, in, {}, opts.seed, opts.training};
   for (size_t i = 0; i < node.outputs.size(); i++) {
     if (want_output[i]) {
-      ONYX_CHECK(ic.outputs[i].dtype != DType::Undefined, node.describe(), ": output ", i,
+      ONYX_CHECK(out_metas[i].dtype != DType::Undefined, node.describe(), ": output ", i,
                  " was not inferred");
-      out[i] = Tensor(ic.outputs[i].dtype, ic.outputs[i].shape);
+      out[i] = Tensor(out_metas[i].dtype, out_metas[i].shape);
       kc.outputs.push_back(&out[i]);
     } else {
       kc.outputs.push_back(nullptr);
@@ -101,10 +99,8 @@ std::vector<Tensor> infer_and_compute(const ir::Node& node, const OpKernel& k, i
 }  // namespace
 
 bool never_fold(const ir::Node& n) {
-  static const std::set<std::string> ops = {"Dropout", "RandomNormal", "RandomUniform",
-                                            "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-                                            "Multinomial", "AccumulateGrad"};
-  return ops.count(n.op_type) != 0;
+  const OpTraits& t = op_traits(n);
+  return t.random || t.side_effects;
 }
 
 std::vector<Tensor> run_node(const ir::Node& node, int64_t opset, const std::vector<Tensor>& inputs,
@@ -222,14 +218,11 @@ const Plan& Session::plan_for(const std::map<std::string, TensorMeta>& signature
     }
     PlanStep step{idx, k, true, {}, {}};
     if (all_meta) {
-      InferContext ic{node, opset, metas, values, {}};
-      ic.outputs.resize(node.outputs.size());
       try {
-        k->infer(ic);
+        step.output_metas = infer_node(*k, node, opset, metas, values);
         step.dynamic = false;
-        step.output_metas = ic.outputs;
         for (size_t i = 0; i < node.outputs.size(); i++)
-          if (!node.outputs[i].empty()) plan->metas[node.outputs[i]] = ic.outputs[i];
+          if (!node.outputs[i].empty()) plan->metas[node.outputs[i]] = step.output_metas[i];
       } catch (NeedValue&) {
         step.dynamic = true;
       } catch (const Error& e) {
@@ -348,14 +341,11 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     try {
       std::vector<TensorMeta> out_metas;
       if (step.dynamic) {
-        InferContext ic{node, opset, meta_ptrs, in, {}};
-        ic.outputs.resize(node.outputs.size());
         try {
-          step.kernel->infer(ic);
+          out_metas = infer_node(*step.kernel, node, opset, meta_ptrs, in);
         } catch (NeedValue&) {
           throw Error("shape inference needs a value that is not available");
         }
-        out_metas = std::move(ic.outputs);
       }
       const auto& metas = step.dynamic ? out_metas : step.output_metas;
       std::vector<Tensor> outs(node.outputs.size());

@@ -15,6 +15,7 @@
 #include "data/tokenizer.h"
 #include "models/hf_model.h"
 #include "models/hf_weights.h"
+#include "onyx/custom_ops.h"
 
 namespace fs = std::filesystem;
 
@@ -100,6 +101,18 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     c.metrics = string_list(v, key, what);
   } else if (key == "frozen") {
     c.frozen = string_list(v, key, what);
+  } else if (key == "custom_op_libraries") {
+    // Loaded as soon as they are read, so the model (and every later plan) sees their ops.
+    // Relative paths resolve against the config file's folder.
+    for (auto& lib : string_list(v, key, what)) {
+      std::string p = resolve(fs::path(c.path).parent_path().string(), lib);
+      try {
+        load_custom_op_library(p);
+      } catch (const Error& e) {
+        throw Error(cat(what, ": 'custom_op_libraries': ", e.what()));
+      }
+      c.custom_op_libraries.push_back(p);
+    }
   } else if (key == "predictions") {
     c.predictions = scalar(v, key, what);
   } else if (key == "early_stopping_patience" || key == "early_stopping_threshold") {
@@ -190,7 +203,7 @@ RunConfig load_run_config(const std::string& path,
       n = YAML::Node(v);
     }
     if (!n.IsScalar() && !n.IsNull() && k != "metrics" && k != "frozen" && k != "loss" &&
-        k != "report_to")
+        k != "report_to" && k != "custom_op_libraries")
       n = YAML::Node(v);
     set_key(c, k, n, "command line");
   }

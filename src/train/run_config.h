@@ -31,6 +31,7 @@ struct RunConfig {
   DataSpec train_data, eval_data, test_data;
   std::vector<std::string> metrics;
   std::vector<std::string> frozen;
+  std::vector<std::string> custom_op_libraries;  // loaded while the config is read (custom_ops.h)
   std::string predictions;  // output used for metrics / predict
   // Transformers' EarlyStoppingCallback(early_stopping_patience, early_stopping_threshold)
   std::optional<int64_t> early_stopping_patience;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "autodiff/coverage.h"
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
 #include "train/lr_schedule.h"
@@ -279,6 +280,9 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   go.loss = model_.loss;
   if (args_.label_smoothing_factor > 0) go.loss.label_smoothing = (float)args_.label_smoothing_factor;
   go.frozen = model_.frozen;
+  // Every op has a kernel and, on the path from the parameters to the loss, a gradient rule: all
+  // missing ones named at once, before any data is read or graph planned (autodiff/coverage.h).
+  autodiff::require_coverage(*model_.graph, go, /*gradients=*/train_ds_ != nullptr);
   const bool sole_owner = model_.graph.use_count() == 1;
   impl_->ts = std::make_unique<train::TrainingSession>(model_.graph, go);
   // The flat parameter buffer now holds a copy of every trainable initializer. When no one else

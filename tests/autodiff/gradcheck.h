@@ -7,6 +7,7 @@
 #include <ostream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autodiff/gradient.h"
@@ -48,6 +49,31 @@ inline In Fixed(Tensor t) {
   i.shape = t.shape();
   i.diff = false;
   i.fixed = t;
+  return i;
+}
+// Differentiable input of distinct values at least `step` apart, in a fixed shuffled order
+// (MaxPool-style ops: no two window entries within the finite-difference step of each other).
+inline In Distinct(Shape s, float step = 0.05f) {
+  int64_t n = shape_numel(s);
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; i++) v[i] = ((float)i - (float)n / 2) * step;
+  uint64_t r = 0x9E3779B97F4A7C15ull;
+  for (int64_t i = n - 1; i > 0; i--) {  // Fisher-Yates with a fixed xorshift stream
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    std::swap(v[i], v[(int64_t)(r % (uint64_t)(i + 1))]);
+  }
+  In in;
+  in.shape = s;
+  in.fixed = Tensor::from_vector<float>(DType::Float32, s, v);
+  return in;
+}
+inline In F32(Shape s, std::vector<float> v) {  // a fixed float tensor (scales, roi)
+  In i;
+  i.shape = s;
+  i.diff = false;
+  i.fixed = Tensor::from_vector<float>(DType::Float32, s, v);
   return i;
 }
 inline In Absent() {

@@ -1,8 +1,18 @@
-"""test_cli_errors.py — `onyx run` / `onyx info` on bad input.
+"""test_cli_errors.py — `onyx run` / `onyx info` on bad input, and `onyx check` / `onyx train` on
+models that cannot be trained.
 
 Every case must end with exit status exactly 1 (not a crash or a signal), stderr starting with
 "onyx: error:", a message that names the problem (checked with case-insensitive regexes), and no
 file created in the --output directory (neither the output nor a temporary left behind).
+
+Coverage cases (`onyx check`, autodiff/coverage.h): onnx.helper models whose loss depends on a
+parameter through an op onyx has no kernel for (one not listed by `onyx ops`) and through an op
+with a kernel but no gradient rule, each alone and both together: `onyx check` exits 1 naming
+every missing op and its node; `onyx train` on the same models exits 1 within seconds with the
+same names, its output_dir (the case's output directory) left empty: no checkpoint, no
+log_history.jsonl. The same no-rule op off the parameters' path (applied to an input), the
+exported real model with an appended cross entropy, and a training config pass: exit 0, the
+table on stdout and "N op types: all supported".
 
 Run: ONYX=build/onyx build/venv/bin/python tests/cli/test_cli_errors.py
 Prints one line per case and ends with "N passed, M failed"; exits 1 if any case failed.
@@ -14,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -63,6 +74,125 @@ def helper_model(nodes, inputs, outputs, initializers=()):
     from onnx import helper
     g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)], ir_version=7)
+
+
+def claimed_ops():
+    """{op: has_gradient_rule} for the ai.onnx ops `onyx ops` lists."""
+    p = subprocess.run([ONYX, "ops"], capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        raise RuntimeError(f"onyx ops failed: {p.stderr.strip()}")
+    ops = {}
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 1 and "." not in parts[0] and not parts[0][0].isdigit():
+            ops[parts[0]] = "(gradient)" in line
+    return ops
+
+
+def path_model(path, ops, off_path_op=None):
+    """loss = ReduceSum(<ops...>(x * w) + b [+ <off_path_op>(x)]): the loss depends on the
+    parameter w through every op of `ops` (unary float ops, node names given); off_path_op is
+    applied to the input x only, so it needs no gradient."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Mul", ["x", "w"], ["h0"], name="scale")]
+    for i, (op, name) in enumerate(ops):
+        nodes.append(helper.make_node(op, [f"h{i}"], [f"h{i + 1}"], name=name))
+    last = f"h{len(ops)}"
+    nodes.append(helper.make_node("Add", [last, "b"], ["shifted"], name="shift"))
+    if off_path_op:
+        nodes += [helper.make_node(off_path_op, ["x"], ["xq"], name="input_only"),
+                  helper.make_node("Add", ["shifted", "xq"], ["summed"], name="plus_input")]
+        last = "summed"
+    else:
+        last = "shifted"
+    nodes.append(helper.make_node("ReduceSum", [last], ["loss"], name="total", keepdims=0))
+    graph = helper.make_graph(
+        nodes, "coverage",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        initializer=[numpy_helper.from_array(rng.standard_normal((2, 3)).astype(np.float32), "w"),
+                     numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def coverage_cases(tmp, real, write):
+    """`onyx check` and `onyx train` on models with an op without a kernel / a gradient rule on
+    the loss path (see the header); each case is (name, argv builder, regexes, options)."""
+    ops = claimed_ops()
+    # Unary float ops (no required attributes): the first one onyx does not claim, and the first
+    # one with a kernel but no gradient rule (rules get added, so this is a list).
+    no_kernel = next((op for op in ["Hardmax", "LpNormalization", "Det"] if op not in ops), None)
+    no_rule = next((op for op in ["Floor", "Ceil", "Round", "Sign", "Softsign", "HardSigmoid",
+                                  "HardSwish", "Celu", "ThresholdedRelu", "Shrink"]
+                    if op in ops and not ops[op]), None)
+    if no_kernel is None or no_rule is None:
+        raise RuntimeError("no candidate op left without a kernel / without a gradient rule: "
+                           "extend the lists in coverage_cases")
+    models = {
+        "nokernel": [(no_kernel, "my_unclaimed")],
+        "norule": [(no_rule, "quantize")],
+        "both": [(no_rule, "quantize"), (no_kernel, "my_unclaimed")],
+    }
+    paths = {}
+    for k, chain in models.items():
+        paths[k] = os.path.join(tmp, f"cov_{k}.onnx")
+        path_model(paths[k], chain)
+    paths["offpath"] = os.path.join(tmp, "cov_offpath.onnx")
+    path_model(paths["offpath"], [("Relu", "act")], off_path_op=no_rule)
+    data = os.path.join(tmp, "cov_x.safetensors")
+    st_io.save(data, {"x": np.random.default_rng(0).standard_normal((64, 3)).astype(np.float32)})
+
+    kernel_re = [rf"forward kernel for '{no_kernel}'", r"my_unclaimed"]
+    rule_re = [rf"gradient for '{no_rule}'", r"'quantize'"]
+    both_re = kernel_re + rule_re + [rf"gradient for '{no_kernel}'"]
+
+    def check_argv(model, *extra):
+        return lambda d, out: ["check", model, *extra]
+
+    def train_argv(model):
+        def argv(d, out):
+            cfg = (f"model: {model}\nloss: loss\ntrain_data: {data}\noutput_dir: {os.path.dirname(out)}\n"
+                   "max_steps: 1000\nper_device_train_batch_size: 2\nlogging_steps: 1\n"
+                   "save_steps: 1\nreport_to: tensorboard\ndisable_tqdm: true\n")
+            return ["train", write(d, "train.yaml", cfg.encode())]
+        return argv
+
+    fast = {"max_s": 10}
+    cases = [
+        (f"check: {no_kernel} (no kernel) on the loss path", check_argv(paths["nokernel"]),
+         kernel_re, {"stdout": [rf"{no_kernel}\s+ai\.onnx\s+17\s+1\s+NO"]}),
+        (f"check: {no_rule} (kernel, no gradient rule) on the loss path", check_argv(paths["norule"]),
+         rule_re, {"stdout": [rf"{no_rule}\s+ai\.onnx\s+17\s+1\s+yes\s+NO"]}),
+        (f"check: {no_kernel} and {no_rule} named at once", check_argv(paths["both"]), both_re, {}),
+        ("check: --loss that is not an output", check_argv(paths["norule"], "--loss", "nope"),
+         [r"'nope'", r"not an output"], {}),
+        (f"train: {no_rule} without a gradient rule fails before step 1", train_argv(paths["norule"]),
+         [r"cannot be trained"] + rule_re, fast),
+        (f"train: {no_kernel} and {no_rule} fail before step 1, both named", train_argv(paths["both"]),
+         [r"cannot be trained"] + both_re, fast),
+        (f"check: {no_rule} applied to an input only (not needed) passes",
+         check_argv(paths["offpath"]), [r"op types: all supported"],
+         {"rc": 0, "stdout": [rf"{no_rule}\s+ai\.onnx\s+17\s+1\s+yes\s+not needed",
+                              r"Relu\s+ai\.onnx\s+17\s+1\s+yes\s+yes",
+                              r"^op\s+domain\s+opset\s+count\s+forward\s+gradient",
+                              r"^\d+ op types: all supported$"]}),
+        ("check: the exported real model with --logits/--labels passes",
+         check_argv(real, "--logits", "logits", "--labels", "labels"), [],
+         {"rc": 0, "stdout": [r"SoftmaxCrossEntropyLoss\s+ai\.onnx\s+14\s+1\s+yes\s+yes",
+                              r"Gather\s+ai\.onnx\s+14\s+\d+\s+yes\s+yes",
+                              r"^\d+ op types: all supported$"]}),
+        ("check: a training config passes",
+         lambda d, out: ["check", write(d, "ok.yaml", (
+             f"model: {paths['offpath']}\nloss: loss\ntrain_data: {data}\n"
+             f"output_dir: {os.path.dirname(out)}\n").encode())],
+         [], {"rc": 0, "stdout": [r"trainable parameters? \(9 elements\)",
+                                  r"^\d+ op types: all supported$"]}),
+    ]
+    return cases
 
 
 def build_cases(tmp):
@@ -216,6 +346,9 @@ def build_cases(tmp):
                                        "--inputs", write(d, "x.safetensors", xin), "--output", out],
                   [r"'y'|\by\b"]))
 
+    # --- ops without a kernel or a gradient rule: `onyx check`, and `onyx train` before step 1 ---
+    cases += coverage_cases(tmp, real, write)
+
     # --- output that cannot be written --------------------------------------------------------
     cases.append(("--output in a directory that does not exist",
                   lambda d, out: ["run", real, "--inputs", good_in, "--output",
@@ -224,32 +357,47 @@ def build_cases(tmp):
     return cases
 
 
-def check(case_dir, out_dir, argv, patterns):
+def check(case_dir, out_dir, argv, patterns, opts=None):
+    """opts: rc (expected exit status, default 1), stdout (regexes, multiline), max_s (seconds)."""
+    opts = opts or {}
+    want_rc = opts.get("rc", 1)
     out = os.path.join(out_dir, "out.safetensors")
     args = [ONYX] + argv(case_dir, out)
+    t0 = time.monotonic()
     try:
         p = subprocess.run(args, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         return False, "timed out after 120 s"
+    elapsed = time.monotonic() - t0
     err = p.stderr.strip()
     first = err.splitlines()[0] if err else "(empty stderr)"
     problems = []
-    if p.returncode != 1:
+    if p.returncode != want_rc:
         how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit {p.returncode}"
-        problems.append(f"expected exit 1, got {how}")
-    if not p.stderr.startswith("onyx: error:"):
+        problems.append(f"expected exit {want_rc}, got {how}")
+    if want_rc == 1 and not p.stderr.startswith("onyx: error:"):
         problems.append("stderr does not start with 'onyx: error:'")
+    text = err if want_rc == 1 else p.stdout
     for pat in patterns:
-        if not re.search(pat, err, re.IGNORECASE):
+        if not re.search(pat, text, re.IGNORECASE):
             problems.append(f"message lacks /{pat}/")
+    for pat in opts.get("stdout", []):
+        if not re.search(pat, p.stdout, re.MULTILINE):
+            problems.append(f"stdout lacks /{pat}/")
+    if "max_s" in opts and elapsed > opts["max_s"]:
+        problems.append(f"took {elapsed:.1f} s (more than {opts['max_s']} s)")
     left = os.listdir(out_dir)
     if left:
         problems.append(f"left files in the output directory: {left}")
     if os.path.isdir(os.path.join(case_dir, "no_such_dir")):
         problems.append("created the missing output directory")
     if problems:
-        return False, "; ".join(problems) + f" — stderr: {first[:300]}"
-    return True, first[:200]
+        shown = first if want_rc == 1 else (err or p.stdout.strip())[-300:]
+        return False, "; ".join(problems) + f" — stderr: {shown[:300]}"
+    if want_rc != 1:
+        lines = p.stdout.strip().splitlines()
+        return True, f"exit {p.returncode}: {lines[-1][:200] if lines else ''}"
+    return True, first[:200] + (f" ({elapsed:.2f} s)" if "max_s" in opts else "")
 
 
 def main():
@@ -266,12 +414,12 @@ def main():
             print(f"FAIL setup: {type(e).__name__}: {e}")
             print("0 passed, 1 failed")
             return 1
-        for i, (name, argv, patterns) in enumerate(cases):
+        for i, (name, argv, patterns, *opts) in enumerate(cases):
             case_dir = os.path.join(tmp, f"case{i}")
             out_dir = os.path.join(case_dir, "out")
             os.makedirs(out_dir)
             try:
-                ok, msg = check(case_dir, out_dir, argv, patterns)
+                ok, msg = check(case_dir, out_dir, argv, patterns, *opts)
             except Exception as e:
                 ok, msg = False, f"{type(e).__name__}: {e}"
             print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)

@@ -20,6 +20,12 @@ dynamic batch / sequence axes:
   gpt2-frozen    as gpt2-logits with --frozen: frozen parameters must get no gradient entry, and
                  the rest must match PyTorch with those parameters' requires_grad off
   vit-cls        ViT-like encoder (Conv patches, cls token, pos embedding), classification CE
+  einsum-scatter torch.einsum (batched matmul, three operands, ellipsis, a batch diagonal), the
+                 trigonometric / hyperbolic functions and their inverses (Tan ... Atanh), tensor.scatter
+                 (ScatterElements), index_put (ScatterND; with accumulate=True, reduction add in the
+                 dynamo export) and advanced indexing (GatherND in the dynamo export); static shapes.
+                 The TorchScript exporter has no symbolic for sinh / cosh / asinh / acosh / atanh: the
+                 test registers one each, emitting the standard ONNX op (opset 9)
 and one error case:
   no-rule        an onnx.helper graph whose loss depends on a parameter through a float op that
                  onyx runs forward but cannot differentiate (Floor; Ceil / Round if Floor gains a
@@ -128,6 +134,50 @@ class VitCls(nn.Module):
         return F.cross_entropy(self.vit(pixel_values), labels)
 
 
+# TorchScript export of the hyperbolic functions (dynamo exports them already): the ONNX op itself.
+for _op in ["sinh", "cosh", "asinh", "acosh", "atanh"]:
+    torch.onnx.register_custom_op_symbolic(
+        f"aten::{_op}", (lambda name: lambda g, x: g.op(name, x))(_op.capitalize()), 9)
+
+
+class EinsumScatter(nn.Module):
+    """Einsum, trig / hyperbolic ops and scatters on the path from every parameter to an MSE loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 6) * 0.3)
+        self.q = nn.Parameter(torch.randn(6, 6) * 0.3)
+        self.u = nn.Parameter(torch.randn(6) * 0.5)
+        self.table = nn.Parameter(torch.randn(5, 6) * 0.5)
+        self.src = nn.Parameter(torch.randn(2, 3) * 0.5)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x, col_idx, rows, target):
+        h = torch.einsum("btd,de->bte", x, self.w)  # a batched matmul
+        t = torch.tanh(h)  # |t| < 1 for the inverse functions' domains
+        h = (torch.atan(h) + torch.asinh(h) + torch.sinh(0.5 * h) + torch.cosh(0.3 * h)
+             + torch.asin(0.9 * t) + torch.acos(0.8 * t) + torch.atanh(0.7 * t)
+             + torch.tan(0.4 * t) + torch.acosh(1.5 + h * h))
+        h = 0.1 * h
+        s = torch.einsum("bte,ef,bsf->bts", h, self.q, h)  # three operands
+        h = (torch.einsum("bts,bse->bte", torch.softmax(s, -1), h)
+             + torch.einsum("...e,e->...", h, self.u).unsqueeze(-1))  # ellipsis
+        d = torch.einsum("bii->bi", torch.einsum("bte,bse->bts", h, h))  # a diagonal
+        tab = self.table.scatter(1, col_idx, self.src * 2.0)  # ScatterElements
+        tab = tab.index_put((rows,), h[0, : rows.size(0)])  # ScatterND
+        tab = tab.index_put((rows,), h[1, : rows.size(0)], accumulate=True)
+        picked = h[rows % 2, rows % 4]  # GatherND (dynamo)
+        pooled = h.mean(1) + tab.sum(0) + d.sum(-1, keepdim=True) + picked.sum(0)
+        diff = self.head(pooled) - target
+        return (diff * diff).mean()
+
+
+def einsum_scatter_inputs(g):
+    return {"x": torch.randn(2, 4, 8, generator=g),
+            "col_idx": torch.tensor([[0, 3, 5], [4, 1, 2]]),  # unique per row: scatter, no reduction
+            "rows": torch.tensor([4, 1]), "target": torch.randn(2, 3, generator=g)}
+
+
 def ce_ref(smoothing=0.0):
     def f(outputs, inputs):
         logits = outputs[0]
@@ -207,6 +257,8 @@ EXPORTS = {
                     {"input_ids": BT, "logits": BT}),
     "vit-cls": (VitCls, 14, vit_inputs, ["pixel_values", "labels"], ["loss"],
                 {"pixel_values": B, "labels": B}),
+    "einsum-scatter": (EinsumScatter, 15, einsum_scatter_inputs,
+                       ["x", "col_idx", "rows", "target"], ["loss"], {}),
 }
 
 GPT_FROZEN = ["wte.weight", "blocks.0.ln1.weight", "blocks.1.attn.q.bias"]
@@ -228,6 +280,7 @@ CASES = [
      ["--logits", "logits", "--labels", "labels", "--frozen", ",".join(GPT_FROZEN)], ce_ref(),
      GPT_FROZEN),
     ("vit-cls", "vit-cls", [], None, []),
+    ("einsum-scatter", "einsum-scatter", [], None, []),
 ]
 
 

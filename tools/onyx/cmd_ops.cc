@@ -9,6 +9,7 @@
 
 #include "autodiff/gradient.h"
 #include "commands.h"
+#include "onyx/custom_ops.h"
 #include "runtime/kernel.h"
 
 namespace onyx::cli {
@@ -29,9 +30,33 @@ Action add_ops_command(CLI::App& app) {
       auto dot = k.rfind('.');
       return dot == std::string::npos ? k : k.substr(dot + 1);
     };
+    // The OpTraits declared where the kernel registers, as words.
+    auto traits_of = [](const std::string& k) {
+      auto dot = k.rfind('.');
+      ir::Node n;
+      n.domain = dot == std::string::npos ? "" : k.substr(0, dot);
+      n.op_type = dot == std::string::npos ? k : k.substr(dot + 1);
+      const runtime::OpTraits& t = runtime::op_traits(n);
+      std::vector<std::string> w;
+      if (t.view) w.push_back("view");
+      if (t.reshape_like) w.push_back("reshape-like");
+      if (t.random) w.push_back("random");
+      if (t.side_effects) w.push_back("side effects");
+      if (t.per_token == runtime::OpTraits::PerToken::Unary) w.push_back("per-token");
+      if (t.per_token == runtime::OpTraits::PerToken::Binary) w.push_back("per-token (broadcast)");
+      for (int i : t.meta_only_inputs) w.push_back(cat("meta-only input ", i));
+      if (t.flops) w.push_back("FLOPs");
+      if (t.precision != runtime::OpTraits::Precision::Follow) w.push_back(runtime::precision_name(t.precision));
+      std::string s;
+      for (auto& x : w) s += (s.empty() ? "" : ", ") + x;
+      return s;
+    };
+    std::map<std::string, std::string> custom;  // loaded custom ops (--custom-ops) -> library
+    for (auto& c : custom_ops()) custom[c.domain + "." + c.name] = c.library;
     if (!*markdown) {
       for (auto& k : kernels)
-        std::cout << k << (grads.count(k) ? "  (gradient)" : "") << "\n";
+        std::cout << k << (grads.count(k) ? "  (gradient)" : "")
+                  << (custom.count(k) ? "  (custom op from " + custom[k] + ")" : "") << "\n";
       std::cout << kernels.size() << " ops, " << grads.size() << " gradient rules\n";
       return 0;
     }
@@ -44,7 +69,12 @@ Action add_ops_command(CLI::App& app) {
                  "opset version the suite has; a case is skipped only for an op that is not listed "
                  "here or a data type onyx does not claim (float8, int4/uint4, int2/uint2, float4, "
                  "string, complex, sequences/optionals/maps). \"gradient\": `src/autodiff/gradients/` "
-                 "has a rule, so the op can sit on the path from parameters to the loss.\n\n"
+                 "has a rule, so the op can sit on the path from parameters to the loss. "
+                 "\"traits\": what passes and planners know of it (`OpTraits`, declared where the "
+                 "kernel registers): a view the planner aliases, reshape-like, random (never folded), "
+                 "side effects, per-token (token pruning may run it on fewer rows), inputs read "
+                 "only through their metas, a FLOPs formula, and the mixed-precision class (bf16-ok: "
+                 "GEMM-like, bf16 inputs with fp32 accumulation; fp32: must see fp32).\n\n"
                  "Data types: float32, float16, bfloat16, float64, int8–int64, uint8–uint64, bool.\n\n";
     std::map<std::string, std::vector<std::string>> by_domain;
     for (auto& k : kernels) by_domain[domain_of(k)].push_back(k);
@@ -56,9 +86,10 @@ Action add_ops_command(CLI::App& app) {
       if (it == by_domain.end()) continue;
       std::cout << "## " << dom << " (" << it->second.size() << " ops"
                 << (dom == "onyx" ? ": fused and gradient kernels" : "") << ")\n\n"
-                << "| op | gradient |\n|---|---|\n";
+                << "| op | gradient | traits |\n|---|---|---|\n";
       for (auto& k : it->second)
-        std::cout << "| " << name_of(k) << " | " << (grads.count(k) ? "yes" : "") << " |\n";
+        std::cout << "| " << name_of(k) << " | " << (grads.count(k) ? "yes" : "") << " | "
+                  << traits_of(k) << " |\n";
       std::cout << "\n";
     }
     return 0;

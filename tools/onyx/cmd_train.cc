@@ -80,6 +80,8 @@ std::string config_keys_help() {
       "      Evaluation metrics: accuracy, f1, mse, perplexity.\n"
       "  frozen: list\n"
       "      Initializers that are not trained.\n"
+      "  custom_op_libraries: list\n"
+      "      Shared libraries of custom ops (include/onyx/custom_op.h), relative to the config.\n"
       "  early_stopping_patience: int | None = None\n"
       "      Stop after this many evaluations without metric_for_best_model improving "
       "(EarlyStoppingCallback).\n"

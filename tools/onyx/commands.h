@@ -19,5 +19,6 @@ Action add_export_command(CLI::App& app);
 Action add_plan_command(CLI::App& app);
 Action add_ops_command(CLI::App& app);
 Action add_plot_command(CLI::App& app);
+Action add_check_command(CLI::App& app);
 
 }  // namespace onyx::cli

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "onyx/error.h"
+#include "onyx/custom_ops.h"
 #include "onyx_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
 #include "runtime/parallel.h"
 
@@ -40,6 +41,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", version_text(), "print the version, git commit and compiler");
   int threads = 0;
   app.add_option("--threads", threads, "threads for kernels and BLAS (default: all cores)");
+  std::vector<std::string> custom_op_libs;
+  app.add_option("--custom-ops", custom_op_libs,
+                 "shared libraries of custom ops to load (LIB[,LIB]; include/onyx/custom_op.h)")
+      ->delimiter(',');
   std::map<CLI::App*, onyx::cli::Action> actions;
   auto add = [&](onyx::cli::Action (*f)(CLI::App&)) {
     size_t before = app.get_subcommands({}).size();
@@ -57,6 +62,7 @@ int main(int argc, char** argv) {
   add(onyx::cli::add_plan_command);
   add(onyx::cli::add_ops_command);
   add(onyx::cli::add_plot_command);
+  add(onyx::cli::add_check_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -64,6 +70,7 @@ int main(int argc, char** argv) {
   }
   if (threads > 0) onyx::runtime::set_num_threads(threads);
   try {
+    for (auto& lib : custom_op_libs) onyx::load_custom_op_library(lib);
     for (auto& [sub, action] : actions)
       if (sub->parsed()) return action();
   } catch (const onyx::Error& e) {

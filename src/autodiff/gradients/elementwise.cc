@@ -189,6 +189,50 @@ void register_elementwise_grads(GradRegistry& r) {
   r.add("", "Log", unary([](GradContext& c, const std::string& dy) {
           return c.emit1("Div", {dy, c.I(0)});
         }));
+  // Trigonometric and hyperbolic functions and their inverses (PyTorch's formulas; outside the
+  // domain, e.g. |x| >= 1 for Asin, the gradient is inf / nan as there).
+  // y = tan(x): dx = dy (1 + y^2)
+  r.add("", "Tan", unary([](GradContext& c, const std::string& dy) {
+          std::string y2 = mul(c, c.O(0), c.O(0));
+          return mul(c, dy, c.emit1("Add", {y2, scalar_like(c, 1.0, dy)}));
+        }));
+  // y = asin(x): dx = dy / sqrt(1 - x^2); y = acos(x): dx = -dy / sqrt(1 - x^2)
+  auto one_minus_x2 = [](GradContext& c) {
+    return c.emit1("Sub", {scalar_like(c, 1.0, c.I(0)), mul(c, c.I(0), c.I(0))});
+  };
+  r.add("", "Asin", unary([one_minus_x2](GradContext& c, const std::string& dy) {
+          return c.emit1("Div", {dy, c.emit1("Sqrt", {one_minus_x2(c)})});
+        }));
+  r.add("", "Acos", unary([one_minus_x2](GradContext& c, const std::string& dy) {
+          return c.emit1("Neg", {c.emit1("Div", {dy, c.emit1("Sqrt", {one_minus_x2(c)})})});
+        }));
+  // y = atan(x): dx = dy / (1 + x^2)
+  r.add("", "Atan", unary([](GradContext& c, const std::string& dy) {
+          std::string x2 = mul(c, c.I(0), c.I(0));
+          return c.emit1("Div", {dy, c.emit1("Add", {x2, scalar_like(c, 1.0, c.I(0))})});
+        }));
+  // y = sinh(x): dx = dy cosh(x); y = cosh(x): dx = dy sinh(x)
+  r.add("", "Sinh", unary([](GradContext& c, const std::string& dy) {
+          return mul(c, dy, c.emit1("Cosh", {c.I(0)}));
+        }));
+  r.add("", "Cosh", unary([](GradContext& c, const std::string& dy) {
+          return mul(c, dy, c.emit1("Sinh", {c.I(0)}));
+        }));
+  // y = asinh(x): dx = dy / sqrt(x^2 + 1); y = acosh(x): dx = dy / sqrt(x^2 - 1) (x > 1)
+  r.add("", "Asinh", unary([](GradContext& c, const std::string& dy) {
+          std::string x2 = mul(c, c.I(0), c.I(0));
+          std::string s = c.emit1("Sqrt", {c.emit1("Add", {x2, scalar_like(c, 1.0, c.I(0))})});
+          return c.emit1("Div", {dy, s});
+        }));
+  r.add("", "Acosh", unary([](GradContext& c, const std::string& dy) {
+          std::string x2 = mul(c, c.I(0), c.I(0));
+          std::string s = c.emit1("Sqrt", {c.emit1("Sub", {x2, scalar_like(c, 1.0, c.I(0))})});
+          return c.emit1("Div", {dy, s});
+        }));
+  // y = atanh(x): dx = dy / (1 - x^2)
+  r.add("", "Atanh", unary([one_minus_x2](GradContext& c, const std::string& dy) {
+          return c.emit1("Div", {dy, one_minus_x2(c)});
+        }));
   r.add("", "Tanh", fused("TanhGrad", /*use_output=*/true));
   r.add("", "Sigmoid", fused("SigmoidGrad", /*use_output=*/true));
   r.add("", "Relu", fused("ReluGrad", /*use_output=*/true));

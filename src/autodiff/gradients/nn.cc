@@ -157,6 +157,8 @@ void batch_norm_rule(GradContext& c) {
 
 }  // namespace
 
+void register_nn_spatial_grads(GradRegistry& r);  // nn_spatial.cc: pooling, Resize, norms, Pad, ...
+
 void register_nn_grads(GradRegistry& r) {
   r.add("", "Softmax", softmax_rule<false>);
   r.add("", "LogSoftmax", softmax_rule<true>);
@@ -165,6 +167,7 @@ void register_nn_grads(GradRegistry& r) {
   r.add("", "SoftmaxCrossEntropyLoss", sce_rule);
   r.add("", "NegativeLogLikelihoodLoss", nll_rule);
   r.add("", "BatchNormalization", batch_norm_rule);
+  register_nn_spatial_grads(r);
 }
 
 }  // namespace onyx::autodiff

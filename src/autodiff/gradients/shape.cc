@@ -6,6 +6,15 @@
 //   Split → Concat of the output grads (zeros where absent)    Slice → onyx SliceGrad (scatter)
 //   Gather → onyx GatherGrad (scatter-add: the embedding backward)
 //   GatherElements → onyx GatherElementsGrad                   Tile → Reshape + ReduceSum
+//   GatherND → ScatterND(zeros, indices, dy, reduction=add) (batch_dims: batch coordinates
+//              prepended to the indices)
+//   ScatterElements / Scatter / ScatterND, reduction none: data gets dy with the scattered
+//              positions zeroed (the same scatter of zeros into dy), updates get the gather of dy
+//              at the indices (GatherElements / GatherND); reduction add: data gets dy, updates
+//              the same gather. With repeated indices and reduction none, every duplicate gets
+//              the gather (as PyTorch's scatter backward), not only the one written last.
+//              Reductions mul / max / min are refused.
+//   Einsum → Einsum of dy with the other operands (gradients/einsum.cc)
 #include <algorithm>
 
 #include "autodiff/gradient.h"
@@ -146,7 +155,66 @@ void tile_rule(GradContext& c) {
   c.set(0, c.reshape(g, x));
 }
 
+// y = GatherND(x, idx, batch_dims=b): dx = scatter-add of dy at the gathered positions. ScatterND
+// has no batch_dims, so for b > 0 each index row gets its b batch coordinates prepended.
+void gathernd_rule(GradContext& c) {
+  const Shape x = c.meta(c.I(0)).shape;
+  const Shape is = c.meta(c.I(1)).shape;
+  const std::string dy = c.GO(0);
+  std::string idx = c.I(1);
+  const int64_t b = c.node().attr_int("batch_dims", 0);
+  if (b > 0) {
+    Shape rows(is.begin(), is.end() - 1);  // index rows: (batch..., rest...)
+    int64_t nrows = 1, nbatch = 1;
+    for (int64_t d : rows) nrows *= d;
+    for (int64_t d = 0; d < b; d++) nbatch *= is[d];
+    const int64_t per_batch = nrows ? nrows / nbatch : 0;
+    std::vector<int64_t> coords;
+    coords.reserve(nrows * b);
+    for (int64_t r = 0; r < nrows; r++) {
+      int64_t bi = r / per_batch;  // flat batch index, split into its b coordinates
+      std::vector<int64_t> bc(b);
+      for (int64_t d = b - 1; d >= 0; d--) {
+        bc[d] = bi % is[d];
+        bi /= is[d];
+      }
+      coords.insert(coords.end(), bc.begin(), bc.end());
+    }
+    Shape cs = rows;
+    cs.push_back(b);
+    idx = c.emit1("Concat", {c.reshape(c.const_i64(coords), cs), idx}, {{"axis", attr_i(-1)}});
+  }
+  std::string z = zeros(c, c.meta(c.I(0)).dtype, x);
+  c.set(0, c.emit1("ScatterND", {z, idx, dy}, {{"reduction", attr_s("add")}}));
+}
+
+// ScatterElements(x, idx, upd, axis, reduction) / Scatter (opset < 11) / ScatterND(x, idx, upd,
+// reduction).
+void scatter_rule(GradContext& c, bool nd) {
+  const std::string x = c.I(0), idx = c.I(1), upd = c.I(2), dy = c.GO(0);
+  const std::string red = c.node().attr_string("reduction", "none");
+  ONYX_CHECK(red == "none" || red == "add", c.node().describe(), ": no gradient for ",
+             c.node().op_type, " with reduction '", red, "' (only 'none' and 'add')");
+  std::map<std::string, ir::Attribute> axis;
+  if (!nd) {
+    int64_t a = c.node().attr_int("axis", 0);
+    if (a < 0) a += (int64_t)c.meta(x).shape.size();
+    axis["axis"] = attr_i(a);
+  }
+  if (c.needs(0)) {
+    if (red == "add") {
+      c.set(0, dy);
+    } else {
+      std::string z = zeros(c, c.meta(upd).dtype, c.meta(upd).shape);
+      c.set(0, c.emit1(nd ? "ScatterND" : "ScatterElements", {dy, idx, z}, axis));
+    }
+  }
+  if (c.needs(2)) c.set(2, c.emit1(nd ? "GatherND" : "GatherElements", {dy, idx}, axis));
+}
+
 }  // namespace
+
+void register_einsum_grads(GradRegistry& r);  // gradients/einsum.cc
 
 void register_shape_grads(GradRegistry& r) {
   r.add("", "Reshape", reshape_rule);
@@ -161,6 +229,11 @@ void register_shape_grads(GradRegistry& r) {
   r.add("", "Gather", gather_rule);
   r.add("", "GatherElements", gather_elements_rule);
   r.add("", "Tile", tile_rule);
+  r.add("", "GatherND", gathernd_rule);
+  r.add("", "ScatterElements", [](GradContext& c) { scatter_rule(c, false); });
+  r.add("", "Scatter", [](GradContext& c) { scatter_rule(c, false); });
+  r.add("", "ScatterND", [](GradContext& c) { scatter_rule(c, true); });
+  register_einsum_grads(r);
 }
 
 }  // namespace onyx::autodiff

@@ -9,7 +9,7 @@
 namespace onyx::runtime {
 
 void register_accumulate_kernels(KernelRegistry& r) {
-  r.add("onyx", "AccumulateGrad",
+  OpTraits& t = r.add("onyx", "AccumulateGrad",
         OpKernel{[](InferContext& c) { c.set_output(0, c.input(0).dtype, c.input(0).shape); },
                  [](KernelContext& c) {
                    const Tensor& g = c.input(0);
@@ -29,6 +29,7 @@ void register_accumulate_kernels(KernelRegistry& r) {
                    });
                  },
                  {}});
+  t.side_effects = true;  // adds into the caller's bound storage: never folded
 }
 
 }  // namespace onyx::runtime

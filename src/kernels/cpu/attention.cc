@@ -400,8 +400,26 @@ OpKernel make_attention_grad_kernel() {
 }  // namespace
 
 void register_attention_kernels(KernelRegistry& r) {
-  r.add("onyx", "Attention", make_attention_kernel());
-  r.add("onyx", "AttentionGrad", make_attention_grad_kernel());
+  using Metas = std::vector<const TensorMeta*>;
+  OpTraits& fwd = r.add("onyx", "Attention", make_attention_kernel());
+  fwd.precision = OpTraits::Precision::LowPrecision;
+  fwd.flops = [](const ir::Node&, const Metas& in, const Metas&) {
+    // Q (B,T,C), K (B,S,C): S = Q·Kᵀ and O = P·V, 2·B·T·S·C each
+    return in[0] && in.size() > 1 && in[1] && in[0]->shape.size() == 3 && in[1]->shape.size() >= 2
+               ? 4 * shape_product(in[0]->shape) * (double)in[1]->shape[1]
+               : 0.0;
+  };
+  OpTraits& bwd = r.add("onyx", "AttentionGrad", make_attention_grad_kernel());
+  bwd.precision = OpTraits::Precision::LowPrecision;
+  bwd.flops = [](const ir::Node&, const Metas& in, const Metas&) {
+    // S = Q·Kᵀ again (P is recomputed from the saved log-sum-exp), dP = dO·Vᵀ, dV = Pᵀ·dO,
+    // dQ = dS·K, dK = dSᵀ·Q: five GEMMs of 2·B·T·S·C (causal masking skips none of the count)
+    const TensorMeta* q = in.size() > 1 ? in[1] : nullptr;
+    const TensorMeta* k = in.size() > 2 ? in[2] : nullptr;
+    return q && k && q->shape.size() == 3 && k->shape.size() >= 2
+               ? 10 * shape_product(q->shape) * (double)k->shape[1]
+               : 0.0;
+  };
 }
 
 }  // namespace onyx::runtime

@@ -103,7 +103,7 @@ void register_cast_kernels(KernelRegistry& r) {
     c.set_output(0, (DType)to, c.input(0).shape);
   };
   cast.compute = [](KernelContext& c) { cast_tensor(c.input(0), c.output(0), c.node); };
-  r.add("", "Cast", std::move(cast));
+  r.add("", "Cast", std::move(cast)).per_token = OpTraits::PerToken::Unary;
 
   OpKernel like;
   like.infer = [](InferContext& c) {
@@ -111,7 +111,7 @@ void register_cast_kernels(KernelRegistry& r) {
     c.set_output(0, c.input(1).dtype, c.input(0).shape);
   };
   like.compute = [](KernelContext& c) { cast_tensor(c.input(0), c.output(0), c.node); };
-  r.add("", "CastLike", std::move(like));
+  r.add("", "CastLike", std::move(like)).meta_only_inputs = {1};  // only its dtype is read
 }
 
 }  // namespace onyx::runtime

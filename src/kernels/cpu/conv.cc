@@ -301,7 +301,14 @@ void conv_compute(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_kernels(KernelRegistry& r) {
-  r.add("", "Conv", OpKernel{conv_infer, conv_compute, {}});
+  OpTraits& conv = r.add("", "Conv", OpKernel{conv_infer, conv_compute, {}});
+  conv.precision = OpTraits::Precision::LowPrecision;
+  conv.flops = [](const ir::Node&, const std::vector<const TensorMeta*>& in,
+                  const std::vector<const TensorMeta*>& out) {  // per output: C/group · kernel
+    return in.size() > 1 && in[1] && out[0] && in[1]->shape.size() >= 2
+               ? 2 * shape_product(out[0]->shape) * shape_product(in[1]->shape, 1)
+               : 0.0;
+  };
 }
 
 }  // namespace onyx::runtime

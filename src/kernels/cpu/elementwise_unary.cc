@@ -493,7 +493,7 @@ void add_unary(KernelRegistry& r, const char* domain, const char* name, L types,
     });
   };
   k.inplace = {{0, 0}};  // y[i] = f(x[i]); x == y is allowed
-  r.add(domain, name, std::move(k));
+  r.add(domain, name, std::move(k)).per_token = OpTraits::PerToken::Unary;  // elementwise
 }
 
 template <class Op, class L>

@@ -701,13 +701,38 @@ void conv_grad_weight_compute(KernelContext& ctx) {
 }  // namespace
 
 void register_matmul_grad_kernels(KernelRegistry& r) {
-  r.add("onyx", "MatMulT", OpKernel{matmul_t_infer, matmul_t_compute, {}});
+  using Metas = std::vector<const TensorMeta*>;
+  constexpr auto low = OpTraits::Precision::LowPrecision;
+  OpTraits& mmt = r.add("onyx", "MatMulT", OpKernel{matmul_t_infer, matmul_t_compute, {}});
+  mmt.precision = low;
+  mmt.flops = gemm_like_flops;
   // MatMulGradB and BiasGrad can add into a bound weight / bias gradient (gradient_into_buffer.cc).
-  r.add("onyx", "MatMulGradB", OpKernel{matmul_grad_b_infer, matmul_grad_b_compute, {}, {}, {0}});
+  OpTraits& gb = r.add("onyx", "MatMulGradB", OpKernel{matmul_grad_b_infer, matmul_grad_b_compute, {}, {}, {0}});
+  gb.precision = low;
+  gb.flops = [](const ir::Node&, const Metas& in, const Metas& out) {
+    // (K,N) = A(R,K)^T dY(R,N): 2·R·K·N
+    return in[0] && out[0] && !in[0]->shape.empty() && !out[0]->shape.empty()
+               ? 2 * shape_product(in[0]->shape) * (double)out[0]->shape.back()
+               : 0.0;
+  };
   r.add("onyx", "BiasGrad", OpKernel{bias_grad_infer, bias_grad_compute, {}, {}, {0}});
-  r.add("onyx", "ConvGradInput", OpKernel{conv_grad_input_infer, conv_grad_input_compute, {}});
-  r.add("onyx", "ConvGradWeight",
-        OpKernel{conv_grad_weight_infer, conv_grad_weight_compute, {}, {}, {0}});
+  OpTraits& gi = r.add("onyx", "ConvGradInput", OpKernel{conv_grad_input_infer, conv_grad_input_compute, {}});
+  gi.precision = low;
+  gi.flops = [](const ir::Node&, const Metas& in, const Metas&) {
+    // dY (N,M,out...) against W (M,C/g,k...)
+    return in[0] && in.size() > 1 && in[1] && in[1]->shape.size() >= 2
+               ? 2 * shape_product(in[0]->shape) * shape_product(in[1]->shape, 1)
+               : 0.0;
+  };
+  OpTraits& gw = r.add("onyx", "ConvGradWeight",
+                       OpKernel{conv_grad_weight_infer, conv_grad_weight_compute, {}, {}, {0}});
+  gw.precision = low;
+  gw.flops = [](const ir::Node&, const Metas& in, const Metas& out) {
+    return in[0] && out[0] && !out[0]->shape.empty()
+               ? 2 * shape_product(out[0]->shape) * shape_product(in[0]->shape) /
+                     std::max<double>(1, (double)out[0]->shape[0])
+               : 0.0;
+  };
 }
 
 }  // namespace onyx::runtime

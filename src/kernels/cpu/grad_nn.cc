@@ -790,7 +790,7 @@ void register_nn_grad_kernels(KernelRegistry& r) {
   r.add("onyx", "LogSoftmaxGrad", make_softmax_grad_kernel<true>());
   OpKernel ln = make_layer_norm_grad_kernel();
   ln.accumulate_outputs = {1, 2};  // dscale, dbias can add into bound gradients
-  r.add("onyx", "LayerNormGrad", std::move(ln));
+  r.add("onyx", "LayerNormGrad", std::move(ln)).precision = OpTraits::Precision::Fp32;
   r.add("onyx", "DropoutGrad", make_dropout_grad_kernel());
   r.add("onyx", "SoftmaxCrossEntropyLossGrad", make_sce_grad_kernel());
   r.add("onyx", "NLLLossGrad", make_nll_grad_kernel());

@@ -292,7 +292,16 @@ void lce_compute(KernelContext& ctx) {
 }  // namespace
 
 void register_linear_cross_entropy_kernels(KernelRegistry& r) {
-  r.add("onyx", "LinearCrossEntropy", OpKernel{lce_infer, lce_compute, {}});
+  OpTraits& t = r.add("onyx", "LinearCrossEntropy", OpKernel{lce_infer, lce_compute, {}});
+  t.precision = OpTraits::Precision::LowPrecision;  // the GEMMs; its softmax is fp32 inside
+  t.flops = [](const ir::Node& n, const std::vector<const TensorMeta*>& in,
+               const std::vector<const TensorMeta*>&) {
+    // logits, dH and dW: three (N × V × C) GEMMs
+    if (!in[0] || in.size() < 2 || !in[1] || in[0]->shape.size() != 2 || in[1]->shape.size() != 2)
+      return 0.0;
+    double v = n.attr_int("transB", 1) ? (double)in[1]->shape[0] : (double)in[1]->shape[1];
+    return 6 * (double)in[0]->shape[0] * (double)in[0]->shape[1] * v;
+  };
 }
 
 }  // namespace onyx::runtime

@@ -203,8 +203,8 @@ OpKernel make_loss_kernel() {
 }  // namespace
 
 void register_loss_kernels(KernelRegistry& r) {
-  r.add("", "SoftmaxCrossEntropyLoss", make_loss_kernel<true>());
-  r.add("", "NegativeLogLikelihoodLoss", make_loss_kernel<false>());
+  r.add("", "SoftmaxCrossEntropyLoss", make_loss_kernel<true>()).precision = OpTraits::Precision::Fp32;
+  r.add("", "NegativeLogLikelihoodLoss", make_loss_kernel<false>()).precision = OpTraits::Precision::Fp32;
 }
 
 }  // namespace onyx::runtime

@@ -1,4 +1,4 @@
-// matmul.cc — MatMul (numpy matmul semantics) and Gemm.
+// matmul.cc — MatMul (numpy matmul semantics) and Gemm; registers Einsum (einsum.cc) too.
 //
 // float32 goes to kernels/cpu/gemm.h (oneDNN / OpenBLAS); float16 and bfloat16 are converted to
 // float32 around the same path. float64 and the integer types use a plain cache-friendly loop
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/einsum.h"
 #include "kernels/cpu/gemm.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
@@ -315,9 +316,28 @@ void gemm_compute(KernelContext& ctx) {
 
 }  // namespace
 
+// 2·M·N·K for Gemm and onyx.MatMulT (transA picks which axis of A is K).
+double gemm_like_flops(const ir::Node& n, const std::vector<const TensorMeta*>& in,
+                       const std::vector<const TensorMeta*>& out) {
+  if (!in[0] || !out[0] || in[0]->shape.size() < 2) return 0;
+  const Shape& as = in[0]->shape;
+  bool ta = n.attr_int("transA", 0) != 0;
+  return 2 * shape_product(out[0]->shape) * (double)(ta ? as[as.size() - 2] : as.back());
+}
+
 void register_matmul_kernels(KernelRegistry& r) {
-  r.add("", "MatMul", OpKernel{matmul_infer, matmul_compute, {}});
-  r.add("", "Gemm", OpKernel{gemm_infer, gemm_compute, {}});
+  OpTraits& mm = r.add("", "MatMul", OpKernel{matmul_infer, matmul_compute, {}});
+  mm.precision = OpTraits::Precision::LowPrecision;
+  mm.flops = [](const ir::Node&, const std::vector<const TensorMeta*>& in,
+                const std::vector<const TensorMeta*>& out) {
+    return in[0] && out[0] && !in[0]->shape.empty()
+               ? 2 * shape_product(out[0]->shape) * (double)in[0]->shape.back()
+               : 0.0;
+  };
+  OpTraits& gemm = r.add("", "Gemm", OpKernel{gemm_infer, gemm_compute, {}});
+  gemm.precision = OpTraits::Precision::LowPrecision;
+  gemm.flops = gemm_like_flops;
+  register_einsum_kernels(r);
 }
 
 }  // namespace onyx::runtime

@@ -686,10 +686,10 @@ OpKernel make_mvn_kernel() {
 }  // namespace
 
 void register_nn_kernels(KernelRegistry& r) {
-  r.add("", "Softmax", make_softmax_kernel<false>());
-  r.add("", "LogSoftmax", make_softmax_kernel<true>());
-  r.add("", "LayerNormalization", make_layer_norm_kernel());
-  r.add("", "Dropout", make_dropout_kernel());
+  r.add("", "Softmax", make_softmax_kernel<false>()).precision = OpTraits::Precision::Fp32;
+  r.add("", "LogSoftmax", make_softmax_kernel<true>()).precision = OpTraits::Precision::Fp32;
+  r.add("", "LayerNormalization", make_layer_norm_kernel()).precision = OpTraits::Precision::Fp32;
+  r.add("", "Dropout", make_dropout_kernel()).random = true;
   r.add("", "BatchNormalization", make_batch_norm_kernel());
   r.add("", "InstanceNormalization", make_instance_norm_kernel());
   r.add("", "MeanVarianceNormalization", make_mvn_kernel());

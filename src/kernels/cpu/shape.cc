@@ -276,24 +276,29 @@ void eyelike_compute(KernelContext& ctx) {
 
 void register_shape_kernels(KernelRegistry& r) {
   using namespace shape_detail;
-  r.add("", "Reshape", {reshape_infer, copy_input0, {1}});
-  r.add("", "Flatten", {flatten_infer, copy_input0, {}});
-  r.add("", "Squeeze", {squeeze_infer, copy_input0, {1}});
-  r.add("", "Unsqueeze", {unsqueeze_infer, copy_input0, {1}});
-  r.add("", "Identity",
+  // Reshape-likes are views: the planner aliases their output to the input's memory.
+  for (OpTraits* t : {&r.add("", "Reshape", {reshape_infer, copy_input0, {1}}),
+                      &r.add("", "Flatten", {flatten_infer, copy_input0, {}}),
+                      &r.add("", "Squeeze", {squeeze_infer, copy_input0, {1}}),
+                      &r.add("", "Unsqueeze", {unsqueeze_infer, copy_input0, {1}})})
+    t->view = t->reshape_like = true;
+  OpTraits& identity = r.add("", "Identity",
         {[](InferContext& ctx) {
            const auto& x = ctx.input(0);
            ctx.set_output(0, x.dtype, x.shape);
          },
          copy_input0, {}});
+  identity.view = true;
+  identity.per_token = OpTraits::PerToken::Unary;
 
-  r.add("", "Shape", {shape_infer, shape_compute, {}});
+  r.add("", "Shape", {shape_infer, shape_compute, {}}).meta_only_inputs = {0};
   r.add("", "Size",
         {[](InferContext& ctx) {
            ctx.input(0);
            ctx.set_output(0, DType::Int64, {});
          },
-         [](KernelContext& ctx) { *ctx.output(0).data<int64_t>() = ctx.input(0).numel(); }, {}});
+         [](KernelContext& ctx) { *ctx.output(0).data<int64_t>() = ctx.input(0).numel(); }, {}})
+      .meta_only_inputs = {0};
 
   r.add("", "Constant",
         {[](InferContext& ctx) {
