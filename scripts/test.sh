@@ -65,7 +65,8 @@ else
   head -20 "$LOGDIR/ops.diff"; FAILED=$((FAILED + 1))
 fi
 
-for t in tests/parity/test_*.py tests/cli/test_*.py; do
+# tests/python: the `onyx` Python package (pip install . into $BUILD/python-target, incremental)
+for t in tests/parity/test_*.py tests/cli/test_*.py tests/python/test_*.py; do
   [ -f "$t" ] || continue
   echo "== $t"
   ONYX="$BUILD/onyx" $PY "$t" >"$LOGDIR/$(basename "$t").log" 2>&1

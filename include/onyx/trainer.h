@@ -44,6 +44,9 @@ struct Model {
   // AutoTokenizer / AutoImageProcessor open the folder (tokenizer.json, vocab.txt, ...).
   std::vector<std::string> processor_files;
   std::function<void(std::map<std::string, Tensor>&)> fill_defaults;
+  // BatchNormalization running_var updated with the unbiased batch variance (PyTorch's BatchNorm)
+  // instead of the population variance the ONNX spec defines (config batch_norm_running_var).
+  bool batch_norm_unbiased_var = false;
   static Model from_onnx(const std::string& path, autodiff::LossSpec loss = {});
 };
 

@@ -14,37 +14,6 @@
 
 namespace onyx::autodiff {
 
-ir::Attribute attr_i(int64_t v) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::Int;
-  a.i = v;
-  return a;
-}
-ir::Attribute attr_f(float v) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::Float;
-  a.f = v;
-  return a;
-}
-ir::Attribute attr_s(const std::string& v) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::String;
-  a.s = v;
-  return a;
-}
-ir::Attribute attr_ints(const std::vector<int64_t>& v) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::Ints;
-  a.ints = v;
-  return a;
-}
-static ir::Attribute attr_t(const Tensor& t) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::Tensor;
-  a.t = t;
-  return a;
-}
-
 GradRegistry& GradRegistry::instance() {
   static GradRegistry* reg = [] {
     auto* r = new GradRegistry();
@@ -143,7 +112,8 @@ struct Builder {
   }
 
   std::string constant(const Tensor& t, const std::string& base) {
-    return emit("Constant", {}, {{"value", attr_t(t)}}, "", 1) + (base.empty() ? "" : "");
+    return emit("Constant", {}, {{"value", ir::Attribute::of_tensor(t)}}, "", 1) +
+           (base.empty() ? "" : "");
   }
 
   // Sum of all contributions to `value`'s gradient; "" when none.
@@ -340,7 +310,9 @@ std::string append_loss(Builder& b, const LossSpec& spec,
     g.nodes.push_back(std::move(n));
     return out;
   };
-  auto const_node = [&](const Tensor& t) { return add("Constant", {}, {{"value", attr_t(t)}}); };
+  auto const_node = [&](const Tensor& t) {
+    return add("Constant", {}, {{"value", ir::Attribute::of_tensor(t)}});
+  };
   if (spec.kind == LossSpec::Kind::MSE) {
     std::string d = add("Sub", {pred, spec.labels});
     std::string sq = add("Mul", {d, d});
@@ -410,12 +382,35 @@ void warn_if_inference_export(const ir::Graph& g, const std::vector<std::string>
 }
 }  // namespace
 
+std::vector<std::string> batch_norm_buffers(const ir::Graph& g) {
+  std::map<std::string, int> stats_uses;  // initializer -> uses as a BatchNorm mean/var input
+  std::set<std::string> other_uses;
+  for (auto& n : g.nodes) {
+    bool bn = n.op_type == "BatchNormalization" && (n.domain.empty() || n.domain == "ai.onnx");
+    for (size_t i = 0; i < n.inputs.size(); i++) {
+      const std::string& in = n.inputs[i];
+      if (in.empty() || !g.initializers.count(in)) continue;
+      if (bn && (i == 3 || i == 4)) stats_uses[in]++;
+      else other_uses.insert(in);
+    }
+  }
+  for (auto& o : g.outputs) other_uses.insert(o.name);
+  std::vector<std::string> r;
+  for (auto& name : g.initializer_order)
+    if (stats_uses.count(name) && !other_uses.count(name) &&
+        is_float(g.initializers.at(name).dtype()))
+      r.push_back(name);
+  return r;
+}
+
 std::vector<std::string> trainable_parameters(const ir::Graph& forward,
                                               const GradientOptions& opts) {
   std::vector<std::string> params;
   for (auto& f : opts.frozen)
     ONYX_CHECK(forward.initializers.count(f), "frozen '", f, "' is not an initializer of the model");
   if (opts.trainable.empty()) {
+    std::vector<std::string> bn = batch_norm_buffers(forward);
+    std::set<std::string> bn_buffers(bn.begin(), bn.end());
     for (auto& name : forward.initializer_order) {
       const Tensor& t = forward.initializers.at(name);
       // Not parameters: "onnx::" constants of the TorchScript exporter, and rotary
@@ -427,6 +422,8 @@ std::vector<std::string> trainable_parameters(const ir::Graph& forward,
       // temperature, a ReZero gate), except the exporters' own folded constants: "onnx::*"
       // (TorchScript) and "val_<n>" / "_val_<n>" (dynamo).
       if (t.rank() == 0 && exporter_constant_name(name)) continue;
+      // BatchNormalization's running mean / var: buffers updated by the forward, not trained.
+      if (bn_buffers.count(name)) continue;
       if (is_float(t.dtype()) && !opts.frozen.count(name) && name.rfind("onnx::", 0) != 0 &&
           !buffer)
         params.push_back(name);
@@ -596,6 +593,14 @@ TrainingGraph build_training_graph(const ir::Graph& forward,
     vi.dtype = pm.dtype;
     outs.push_back(vi);
     tg.gradients.push_back({p, out});
+  }
+  for (auto& v : opts.keep_outputs) {
+    auto m = b.metas.find(v);
+    ONYX_CHECK(m != b.metas.end(), "training graph: kept output '", v, "' is not a value of the graph");
+    ir::ValueInfo vi;
+    vi.name = v;
+    vi.dtype = m->second.dtype;
+    outs.push_back(vi);
   }
   b.g.outputs = outs;
   tg.loss = loss;

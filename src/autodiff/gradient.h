@@ -31,12 +31,22 @@ struct GradientOptions {
   LossSpec loss;
   std::set<std::string> frozen;        // initializers that get no gradient and no backward work
   std::vector<std::string> trainable;  // empty: every float initializer not frozen
+  // Forward values kept as outputs of the training graph, after the loss and the gradients (the
+  // updated BatchNormalization running statistics, train::TrainingSession).
+  std::vector<std::string> keep_outputs;
 };
 
+// BatchNormalization's running statistics: float initializers of `g` that are read by at least
+// one node and only ever as input 3 (input_mean) or 4 (input_var) of a BatchNormalization. They
+// are PyTorch's buffers, not parameters: trainable_parameters leaves them out, and in training
+// mode train::TrainingSession writes the node's updated statistics (outputs 1, 2) back into them.
+// In initializer order.
+std::vector<std::string> batch_norm_buffers(const ir::Graph& g);
+
 // The parameters trained by default: float initializers (0-d ones too: a temperature, a gate), in
-// file order, except frozen ones, rotary inv_freq buffers and the exporters' folded constants
-// ("onnx::..." and val_<n>: PyTorch stores constants such as a Pow exponent as initializers; they
-// are not model weights).
+// file order, except frozen ones, rotary inv_freq buffers, BatchNormalization running statistics
+// (batch_norm_buffers) and the exporters' folded constants ("onnx::..." and val_<n>: PyTorch
+// stores constants such as a Pow exponent as initializers; they are not model weights).
 std::vector<std::string> trainable_parameters(const ir::Graph& forward, const GradientOptions& opts);
 
 struct TrainingGraph {
@@ -124,10 +134,11 @@ class GradContext {
   int node_;
 };
 
-ir::Attribute attr_i(int64_t v);
-ir::Attribute attr_f(float v);
-ir::Attribute attr_s(const std::string& v);
-ir::Attribute attr_ints(const std::vector<int64_t>& v);
+// Short names for the ir::Attribute factories, for the rules' many attribute maps.
+inline ir::Attribute attr_i(int64_t v) { return ir::Attribute::of_int(v); }
+inline ir::Attribute attr_f(float v) { return ir::Attribute::of_float(v); }
+inline ir::Attribute attr_s(const std::string& v) { return ir::Attribute::of_string(v); }
+inline ir::Attribute attr_ints(const std::vector<int64_t>& v) { return ir::Attribute::of_ints(v); }
 
 using GradRule = std::function<void(GradContext&)>;
 

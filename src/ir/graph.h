@@ -26,6 +26,50 @@ struct Attribute {
   std::vector<std::string> strings;
   std::vector<onyx::Tensor> tensors;
   std::shared_ptr<Graph> g;  // subgraphs are parsed but not executed
+
+  // Factories: one attribute of each kind, e.g. `{{"axis", ir::Attribute::of_int(-1)}}`.
+  static Attribute of_int(int64_t v) {
+    Attribute a;
+    a.kind = Kind::Int;
+    a.i = v;
+    return a;
+  }
+  static Attribute of_float(float v) {
+    Attribute a;
+    a.kind = Kind::Float;
+    a.f = v;
+    return a;
+  }
+  static Attribute of_string(std::string v) {
+    Attribute a;
+    a.kind = Kind::String;
+    a.s = std::move(v);
+    return a;
+  }
+  static Attribute of_tensor(onyx::Tensor v) {
+    Attribute a;
+    a.kind = Kind::Tensor;
+    a.t = std::move(v);
+    return a;
+  }
+  static Attribute of_ints(std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Kind::Ints;
+    a.ints = std::move(v);
+    return a;
+  }
+  static Attribute of_floats(std::vector<float> v) {
+    Attribute a;
+    a.kind = Kind::Floats;
+    a.floats = std::move(v);
+    return a;
+  }
+  static Attribute of_strings(std::vector<std::string> v) {
+    Attribute a;
+    a.kind = Kind::Strings;
+    a.strings = std::move(v);
+    return a;
+  }
 };
 
 struct Node {

@@ -6,14 +6,10 @@
 // B batch, T sequence, C hidden, nh heads, hs = C / nh, F intermediate, V vocabulary, L labels.
 #include <cmath>
 
-#include "autodiff/gradient.h"
 #include "models/builders.h"
 
 namespace onyx::models {
 namespace {
-
-using autodiff::attr_i;
-using autodiff::attr_ints;
 
 struct Bert {
   GraphBuilder& b;
@@ -29,7 +25,7 @@ struct Bert {
     // ids (B,T) -> (B,T)
     std::string pad = b.scalar_i64(c.pad_token_id);
     std::string keep = b.op("Cast", {b.op("Not", {b.op("Equal", {ids, pad})})},
-                            {{"to", attr_i((int64_t)DType::Int64)}});
+                            {{"to", Attr::of_int((int64_t)DType::Int64)}});
     std::string count = b.op("CumSum", {keep, b.scalar_i64(1)});
     return b.op("Add", {b.op("Mul", {count, keep}), pad});
   }
@@ -73,7 +69,7 @@ struct Bert {
     std::string att = b.op("MatMul", {q, k});  // (B,nh,T,T)
     att = b.op("Div", {att, b.scalar_f32((float)std::sqrt((double)hs))});
     att = b.op("Add", {att, mask});
-    att = b.op("Softmax", {att}, {{"axis", attr_i(-1)}});
+    att = b.op("Softmax", {att}, {{"axis", Attr::of_int(-1)}});
     att = b.dropout(att, c.attention_probs_dropout_prob);
     std::string y = b.merge_heads(b.op("MatMul", {att, v}), C);  // (B,T,C)
     y = b.linear(y, p + ".output.dense", C, C, weight_init());

@@ -6,13 +6,10 @@
 // B batch, T sequence, C dim, nh n_heads, hs = C / nh, F hidden_dim, V vocabulary, L labels.
 #include <cmath>
 
-#include "autodiff/gradient.h"
 #include "models/builders.h"
 
 namespace onyx::models {
 namespace {
-
-using autodiff::attr_i;
 
 struct DistilBert {
   GraphBuilder& b;
@@ -52,7 +49,7 @@ struct DistilBert {
     v = b.split_heads(v, nh, hs);              // (B,nh,T,hs)
     std::string att = b.op("MatMul", {q, k});  // (B,nh,T,T)
     att = b.op("Where", {pad, b.scalar_f32(kMaskValue), att});
-    att = b.op("Softmax", {att}, {{"axis", attr_i(-1)}});
+    att = b.op("Softmax", {att}, {{"axis", Attr::of_int(-1)}});
     att = b.dropout(att, c.attention_probs_dropout_prob);
     std::string y = b.merge_heads(b.op("MatMul", {att, v}), C);  // (B,T,C)
     return b.linear(y, p + ".out_lin", C, C, weight_init());

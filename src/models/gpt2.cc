@@ -6,14 +6,10 @@
 #include <climits>
 #include <cmath>
 
-#include "autodiff/gradient.h"
 #include "models/builders.h"
 
 namespace onyx::models {
 namespace {
-
-using autodiff::attr_i;
-using autodiff::attr_s;
 
 struct Gpt2 {
   GraphBuilder& b;
@@ -42,14 +38,11 @@ struct Gpt2 {
   std::string causal_mask(const std::string& ids) {
     b.set_scope(prefix + "causal_mask");
     std::string t = b.dim_of(ids, 1);
-    std::string tt = b.op("Concat", {t, t}, {{"axis", attr_i(0)}});
+    std::string tt = b.op("Concat", {t, t}, {{"axis", Attr::of_int(0)}});
     Tensor one = Tensor::from_vector<float>(DType::Float32, {1}, {1.0f});
-    ir::Attribute v;
-    v.kind = ir::Attribute::Kind::Tensor;
-    v.t = one;
-    std::string ones = b.op("ConstantOfShape", {tt}, {{"value", v}});
-    std::string lower = b.op("Trilu", {ones}, {{"upper", attr_i(0)}});
-    return b.op("Cast", {lower}, {{"to", attr_i((int64_t)DType::Bool)}});
+    std::string ones = b.op("ConstantOfShape", {tt}, {{"value", Attr::of_tensor(one)}});
+    std::string lower = b.op("Trilu", {ones}, {{"upper", Attr::of_int(0)}});
+    return b.op("Cast", {lower}, {{"to", Attr::of_int((int64_t)DType::Bool)}});
   }
 
   // GPT2Attention: c_attn -> q, k, v; softmax(mask(q k^T / sqrt(hs))) v; c_proj.
@@ -59,7 +52,7 @@ struct Gpt2 {
     int64_t C = c.hidden_size, nh = c.num_attention_heads, hs = C / nh;
     std::string qkv = b.conv1d(h, p + ".c_attn", C, 3 * C, weight_init());  // (B,T,3C)
     b.set_scope(p);
-    auto parts = b.op_n("Split", {qkv, b.const_i64({C, C, C})}, {{"axis", attr_i(2)}}, 3);
+    auto parts = b.op_n("Split", {qkv, b.const_i64({C, C, C})}, {{"axis", Attr::of_int(2)}}, 3);
     std::string q = b.split_heads(parts[0], nh, hs);             // (B,nh,T,hs)
     std::string k = b.split_heads_transposed(parts[1], nh, hs);  // (B,nh,hs,T)
     std::string v = b.split_heads(parts[2], nh, hs);             // (B,nh,T,hs)
@@ -67,7 +60,7 @@ struct Gpt2 {
     att = b.op("Div", {att, b.scalar_f32((float)std::sqrt((double)hs))});
     att = b.op("Where", {causal, att, b.scalar_f32(kMaskValue)});
     att = b.op("Add", {att, pad});
-    att = b.op("Softmax", {att}, {{"axis", attr_i(-1)}});
+    att = b.op("Softmax", {att}, {{"axis", Attr::of_int(-1)}});
     att = b.dropout(att, c.attention_probs_dropout_prob);
     std::string y = b.merge_heads(b.op("MatMul", {att, v}), C);  // (B,T,C)
     y = b.conv1d(y, p + ".c_proj", C, C, proj_init());
@@ -140,7 +133,7 @@ BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed) {
   std::string flat_logits = b.op("Reshape", {shift_logits, b.const_i64({-1, V})});  // (B*(T-1),V)
   std::string flat_labels = b.op("Reshape", {shift_labels, b.const_i64({-1})});     // (B*(T-1))
   b.op("SoftmaxCrossEntropyLoss", {flat_logits, flat_labels},
-       {{"reduction", attr_s("mean")}, {"ignore_index", attr_i(-100)}}, "loss");
+       {{"reduction", Attr::of_string("mean")}, {"ignore_index", Attr::of_int(-100)}}, "loss");
   b.output("loss", DType::Float32, {});
   b.output("logits", DType::Float32, {-1, -1, V});
   BuiltModel out = finish_model(b, c, task);

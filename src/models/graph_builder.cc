@@ -3,13 +3,7 @@
 
 #include <cmath>
 
-#include "autodiff/gradient.h"
-
 namespace onyx::models {
-
-using autodiff::attr_f;
-using autodiff::attr_i;
-using autodiff::attr_ints;
 
 namespace {
 
@@ -44,13 +38,6 @@ struct NormalStream {
     return r * std::cos(th);
   }
 };
-
-ir::Attribute attr_t(const Tensor& t) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::Tensor;
-  a.t = t;
-  return a;
-}
 
 }  // namespace
 
@@ -153,7 +140,7 @@ std::string GraphBuilder::const_tensor(const Tensor& t) {
   if (it != constants_.end()) return it->second;
   std::string saved = scope_;
   scope_ = "const";
-  std::string o = op("Constant", {}, {{"value", attr_t(t)}});
+  std::string o = op("Constant", {}, {{"value", Attr::of_tensor(t)}});
   scope_ = saved;
   return constants_[key] = o;
 }
@@ -169,11 +156,11 @@ std::string GraphBuilder::scalar_bool(bool v) {
 }
 
 std::string GraphBuilder::dim_of(const std::string& x, int64_t dim) {
-  return op("Shape", {x}, {{"start", attr_i(dim)}, {"end", attr_i(dim + 1)}});
+  return op("Shape", {x}, {{"start", Attr::of_int(dim)}, {"end", Attr::of_int(dim + 1)}});
 }
 
 std::string GraphBuilder::gather_rows(const std::string& table, const std::string& ids) {
-  return op("Gather", {table, ids}, {{"axis", attr_i(0)}});
+  return op("Gather", {table, ids}, {{"axis", Attr::of_int(0)}});
 }
 
 std::string GraphBuilder::leading_rows(const std::string& table, const std::string& like,
@@ -189,7 +176,7 @@ std::string GraphBuilder::linear(const std::string& x, const std::string& name, 
   // x (..., in) @ W^T (in, out) + b (out) -> (..., out)
   set_scope(name);
   std::string w = param(name + ".weight", {out, in}, w_init);
-  std::string wt = op("Transpose", {w}, {{"perm", attr_ints({1, 0})}});
+  std::string wt = op("Transpose", {w}, {{"perm", Attr::of_ints({1, 0})}});
   if (!bias) return op("MatMul", {x, wt}, {}, out_name);
   std::string b = param(name + ".bias", {out}, Init::zeros());
   return op("Add", {op("MatMul", {x, wt}), b}, {}, out_name);
@@ -211,7 +198,7 @@ std::string GraphBuilder::layer_norm(const std::string& x, const std::string& na
   std::string w = param(name + ".weight", {dim}, Init::ones());
   std::string b = param(name + ".bias", {dim}, Init::zeros());
   return op("LayerNormalization", {x, w, b},
-            {{"axis", attr_i(-1)}, {"epsilon", attr_f((float)eps)}});
+            {{"axis", Attr::of_int(-1)}, {"epsilon", Attr::of_float((float)eps)}});
 }
 
 std::string GraphBuilder::embedding(const std::string& ids, const std::string& name, int64_t rows,
@@ -249,18 +236,18 @@ std::string GraphBuilder::activation(const std::string& x, const std::string& ac
 std::string GraphBuilder::split_heads(const std::string& x, int64_t nh, int64_t hs) {
   // (B,T,C) -> (B,T,nh,hs) -> (B,nh,T,hs)
   std::string r = op("Reshape", {x, const_i64({0, 0, nh, hs})});
-  return op("Transpose", {r}, {{"perm", attr_ints({0, 2, 1, 3})}});
+  return op("Transpose", {r}, {{"perm", Attr::of_ints({0, 2, 1, 3})}});
 }
 
 std::string GraphBuilder::split_heads_transposed(const std::string& x, int64_t nh, int64_t hs) {
   // (B,T,C) -> (B,T,nh,hs) -> (B,nh,hs,T)
   std::string r = op("Reshape", {x, const_i64({0, 0, nh, hs})});
-  return op("Transpose", {r}, {{"perm", attr_ints({0, 2, 3, 1})}});
+  return op("Transpose", {r}, {{"perm", Attr::of_ints({0, 2, 3, 1})}});
 }
 
 std::string GraphBuilder::merge_heads(const std::string& x, int64_t c) {
   // (B,nh,T,hs) -> (B,T,nh,hs) -> (B,T,C)
-  std::string t = op("Transpose", {x}, {{"perm", attr_ints({0, 2, 1, 3})}});
+  std::string t = op("Transpose", {x}, {{"perm", Attr::of_ints({0, 2, 1, 3})}});
   return op("Reshape", {t, const_i64({0, 0, c})});
 }
 

@@ -15,6 +15,9 @@
 
 namespace onyx::models {
 
+// Attributes for GraphBuilder::op: Attr::of_int(-1), Attr::of_ints({0, 2, 1, 3}), ...
+using Attr = ir::Attribute;
+
 // How a parameter starts out (Transformers' _init_weights).
 struct Init {
   enum Kind { Normal, TruncNormal, Zeros, Ones };

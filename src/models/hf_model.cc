@@ -5,9 +5,6 @@
 
 namespace onyx::models {
 
-using autodiff::attr_i;
-using autodiff::attr_ints;
-
 const char* task_name(Task t) {
   switch (t) {
     case Task::SequenceClassification:
@@ -80,7 +77,7 @@ std::string token_input(GraphBuilder& b, const std::string& name) {
 std::string additive_attention_mask(GraphBuilder& b, const std::string& mask) {
   // (B,T) int64 -> (B,1,1,T) float32: 0 where kept, finfo(float32).min where padded
   b.set_scope("extended_attention_mask");
-  std::string m = b.op("Cast", {mask}, {{"to", attr_i((int64_t)DType::Float32)}});
+  std::string m = b.op("Cast", {mask}, {{"to", Attr::of_int((int64_t)DType::Float32)}});
   m = b.op("Unsqueeze", {m, b.const_i64({1, 2})});
   m = b.op("Sub", {b.scalar_f32(1.0f), m});
   return b.op("Mul", {m, b.scalar_f32(kMaskValue)});
@@ -88,13 +85,13 @@ std::string additive_attention_mask(GraphBuilder& b, const std::string& mask) {
 
 std::string first_token(GraphBuilder& b, const std::string& h) {
   // (B,T,C) -> (B,C)
-  return b.op("Gather", {h, b.scalar_i64(0)}, {{"axis", attr_i(1)}});
+  return b.op("Gather", {h, b.scalar_i64(0)}, {{"axis", Attr::of_int(1)}});
 }
 
 std::string tied_projection(GraphBuilder& b, const std::string& h, const std::string& table,
                             const std::string& bias, const std::string& out) {
   // h (..., C) @ table^T (C, V) [+ bias (V)] -> (..., V)
-  std::string t = b.op("Transpose", {table}, {{"perm", attr_ints({1, 0})}});
+  std::string t = b.op("Transpose", {table}, {{"perm", Attr::of_ints({1, 0})}});
   if (bias.empty()) return b.op("MatMul", {h, t}, {}, out);
   return b.op("Add", {b.op("MatMul", {h, t}), bias}, {}, out);
 }

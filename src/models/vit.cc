@@ -6,14 +6,10 @@
 // hs = C / nh, F intermediate, L labels.
 #include <cmath>
 
-#include "autodiff/gradient.h"
 #include "models/builders.h"
 
 namespace onyx::models {
 namespace {
-
-using autodiff::attr_i;
-using autodiff::attr_ints;
 
 struct Vit {
   GraphBuilder& b;
@@ -33,16 +29,16 @@ struct Vit {
     std::string w = b.param(proj + ".weight", {C, c.num_channels, P, P}, weight_init());
     std::string bias = b.param(proj + ".bias", {C}, Init::zeros());
     b.set_scope(proj);
-    std::string x = b.op(
-        "Conv", {pixels, w, bias},
-        {{"kernel_shape", attr_ints({P, P})}, {"strides", attr_ints({P, P})}});  // (B,C,S/P,S/P)
-    x = b.op("Reshape", {x, b.const_i64({0, 0, -1})});                           // (B,C,N)
-    x = b.op("Transpose", {x}, {{"perm", attr_ints({0, 2, 1})}});                // (B,N,C)
+    std::string x = b.op("Conv", {pixels, w, bias},
+                         {{"kernel_shape", Attr::of_ints({P, P})},
+                          {"strides", Attr::of_ints({P, P})}});  // (B,C,S/P,S/P)
+    x = b.op("Reshape", {x, b.const_i64({0, 0, -1})});            // (B,C,N)
+    x = b.op("Transpose", {x}, {{"perm", Attr::of_ints({0, 2, 1})}});  // (B,N,C)
     b.set_scope(p);
     std::string shape =
-        b.op("Concat", {b.dim_of(pixels, 0), b.const_i64({1, C})}, {{"axis", attr_i(0)}});
-    std::string cls_b = b.op("Expand", {cls, shape});       // (B,1,C)
-    x = b.op("Concat", {cls_b, x}, {{"axis", attr_i(1)}});  // (B,N+1,C)
+        b.op("Concat", {b.dim_of(pixels, 0), b.const_i64({1, C})}, {{"axis", Attr::of_int(0)}});
+    std::string cls_b = b.op("Expand", {cls, shape});            // (B,1,C)
+    x = b.op("Concat", {cls_b, x}, {{"axis", Attr::of_int(1)}});  // (B,N+1,C)
     x = b.op("Add", {x, pos});
     return b.dropout(x, c.hidden_dropout_prob);
   }
@@ -59,7 +55,7 @@ struct Vit {
     v = b.split_heads(v, nh, hs);              // (B,nh,T,hs)
     std::string att = b.op("MatMul", {q, k});  // (B,nh,T,T)
     att = b.op("Div", {att, b.scalar_f32((float)std::sqrt((double)hs))});
-    att = b.op("Softmax", {att}, {{"axis", attr_i(-1)}});
+    att = b.op("Softmax", {att}, {{"axis", Attr::of_int(-1)}});
     att = b.dropout(att, c.attention_probs_dropout_prob);
     std::string y = b.merge_heads(b.op("MatMul", {att, v}), C);  // (B,T,C)
     y = b.linear(y, p + ".output.dense", C, C, weight_init());

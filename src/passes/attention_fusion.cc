@@ -30,16 +30,10 @@
 // linear_fusion's onyx.MatMulT(x, W, bias) (B,T,C) outputs.
 #include <cmath>
 
-#include "passes/pass.h"
+#include "passes/match.h"
 
 namespace onyx::passes {
 namespace {
-
-bool is_op(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
-
-bool perm_is(const ir::Node& n, std::vector<int64_t> p) {
-  return is_op(n, "Transpose") && n.attr_ints("perm") == p;
-}
 
 struct Matcher {
   ir::Graph& g;
@@ -48,14 +42,9 @@ struct Matcher {
 
   Matcher(ir::Graph& g_, PassContext& c) : g(g_), ctx(c), idx(g_) {}
 
-  const ir::Node* producer(const std::string& v) const {
-    int p = idx.producer(v);
-    return p < 0 ? nullptr : &g.nodes[p];
-  }
-  bool single_use(const std::string& v) const { return idx.uses(v) == 1; }
-  bool f32(const std::string& v) const {
-    return ctx.has_meta(v) && ctx.meta(v).dtype == DType::Float32;
-  }
+  const ir::Node* producer(const std::string& v) const { return idx.producer_node(g, v); }
+  bool single_use(const std::string& v) const { return idx.single_use(v); }
+  bool f32(const std::string& v) const { return is_f32(ctx, v); }
 
   // x = Mul(a, c) / Mul(c, a) / Div(a, c) with c a one-element constant: returns a, multiplies
   // `scale` by the factor. nullopt when x is not such a node.
@@ -95,7 +84,7 @@ struct Matcher {
   bool head_side(const std::string& x, const std::vector<int64_t>& perm, std::string& X,
                  Shape& bthd) const {
     const ir::Node* t = producer(x);
-    if (!t || !perm_is(*t, perm)) return false;
+    if (!t || !is_transpose(*t, perm)) return false;
     const ir::Node* r = producer(t->inputs[0]);
     if (!r || !is_op(*r, "Reshape") || !ctx.has_meta(r->outputs[0])) return false;
     bthd = ctx.meta(r->outputs[0]).shape;
@@ -108,7 +97,7 @@ struct Matcher {
   bool key_side(const std::string& x, std::string& K, Shape& bthd) const {
     if (head_side(x, {0, 2, 3, 1}, K, bthd)) return true;
     const ir::Node* t = producer(x);
-    if (!t || !perm_is(*t, {0, 1, 3, 2})) return false;
+    if (!t || !is_transpose(*t, {0, 1, 3, 2})) return false;
     return head_side(t->inputs[0], {0, 2, 1, 3}, K, bthd);
   }
 
@@ -150,8 +139,7 @@ struct Matcher {
   // inert), the node's seed attribute and its rng identity (as the Dropout kernel picks it).
   bool dropout_of(const ir::Node& dn, double& ratio, int64_t& seed, std::string& key) const {
     if (dn.outputs.empty() || dn.inputs.empty() || !f32(dn.outputs[0])) return false;
-    for (size_t o = 1; o < dn.outputs.size(); o++)
-      if (!dn.outputs[o].empty() && idx.uses(dn.outputs[o]) != 0) return false;
+    if (!idx.outputs_unused(dn)) return false;
     if (g.opset("") < 12) {  // opsets < 12 run Dropout as the identity at inference and training
       ratio = 0;
       return true;
@@ -172,7 +160,7 @@ struct Matcher {
     if (!(r >= 0 && r < 1) || (double)(float)r != r) return false;
     ratio = training ? r : 0;
     seed = dn.attr_int("seed", 0);
-    key = dn.has_attr("rng_key") ? dn.attr_string("rng_key", "") : dn.outputs[0];
+    key = dropout_rng_key(dn);
     return true;
   }
 
@@ -214,26 +202,29 @@ struct Matcher {
       if (!nan_guard(p, pd)) return false;
       zero_masked_rows = true;
     }
-    if (!single_use(pd)) return false;
+    int pc = idx.sole_consumer(pd);
+    if (pc < 0) return false;
     double dropout_ratio = 0;
     int64_t dropout_seed = 0;
     std::string dropout_key;
-    if (const ir::Node& dn = g.nodes[idx.consumers(pd)[0]]; is_op(dn, "Dropout")) {
+    if (const ir::Node& dn = g.nodes[pc]; is_op(dn, "Dropout")) {
       if (!dropout_of(dn, dropout_ratio, dropout_seed, dropout_key)) return false;
       pd = dn.outputs[0];
-      if (!single_use(pd)) return false;
+      pc = idx.sole_consumer(pd);
+      if (pc < 0) return false;
     }
-    int pv_i = idx.consumers(pd)[0];
-    const ir::Node& pv = g.nodes[pv_i];
+    const ir::Node& pv = g.nodes[pc];
     if (!is_op(pv, "MatMul") || pv.inputs[0] != pd) return false;
     std::string V;
     Shape v_bthd;
     if (!head_side(pv.inputs[1], {0, 2, 1, 3}, V, v_bthd)) return false;
     const std::string o = pv.outputs[0];
-    if (!single_use(o)) return false;
-    const ir::Node& ot = g.nodes[idx.consumers(o)[0]];
-    if (!perm_is(ot, {0, 2, 1, 3}) || !single_use(ot.outputs[0])) return false;
-    int out_i = idx.consumers(ot.outputs[0])[0];
+    int ot_i = idx.sole_consumer(o);
+    if (ot_i < 0) return false;
+    const ir::Node& ot = g.nodes[ot_i];
+    if (!is_transpose(ot, {0, 2, 1, 3})) return false;
+    int out_i = idx.sole_consumer(ot.outputs[0]);
+    if (out_i < 0) return false;
     const ir::Node& out_r = g.nodes[out_i];
     if (!is_op(out_r, "Reshape") || out_r.inputs[0] != ot.outputs[0]) return false;
     const std::string out = out_r.outputs[0];
@@ -323,42 +314,26 @@ struct Matcher {
     auto as_btc = [&](const std::string& X, int64_t T, int64_t C) {
       Shape want{B, T, C};
       if (ctx.meta(X).shape == want) return X;
-      std::string shp = ctx.fresh(g, X + "/btc_shape");
-      g.add_initializer(shp, Tensor::from_vector<int64_t>(DType::Int64, {3}, want));
-      ir::Node r;
-      r.name = ctx.fresh(g, X + "/btc");
-      r.op_type = "Reshape";
-      r.inputs = {X, shp};
-      r.outputs = {r.name};
-      ctx.metas[r.name] = {DType::Float32, want};
-      extra.push_back(r);
-      return r.outputs[0];
+      std::string shp = add_i64_constant(g, ctx, X + "/btc_shape", want);
+      std::string name = ctx.fresh(g, X + "/btc");
+      ctx.metas[name] = {DType::Float32, want};
+      extra.push_back(make_node("Reshape", "", {X, shp}, {name}, {}, name));
+      return name;
     };
     std::string q = as_btc(Q, Tq, H * D), k = as_btc(K, Tk, H * D), v = as_btc(V, Tk, H * Dv);
 
-    ir::Node att;
-    att.name = ctx.fresh(g, sm.name + "/attention");
-    att.op_type = "Attention";
-    att.domain = "onyx";
-    att.inputs = {q, k, v};
+    using A = ir::Attribute;
+    ir::Node att = make_node("Attention", "onyx", {q, k, v}, {},
+                             {{"num_heads", A::of_int(H)},
+                              {"scale", A::of_float((float)scale)},
+                              {"causal", A::of_int(causal ? 1 : 0)}},
+                             ctx.fresh(g, sm.name + "/attention"));
     if (!mask.empty()) att.inputs.push_back(mask);
-    att.attrs["num_heads"].kind = ir::Attribute::Kind::Int;
-    att.attrs["num_heads"].i = H;
-    att.attrs["scale"].kind = ir::Attribute::Kind::Float;
-    att.attrs["scale"].f = (float)scale;
-    att.attrs["causal"].kind = ir::Attribute::Kind::Int;
-    att.attrs["causal"].i = causal ? 1 : 0;
-    if (zero_masked_rows) {
-      att.attrs["zero_masked_rows"].kind = ir::Attribute::Kind::Int;
-      att.attrs["zero_masked_rows"].i = 1;
-    }
+    if (zero_masked_rows) att.attrs["zero_masked_rows"] = A::of_int(1);
     if (dropout_ratio > 0) {
-      att.attrs["dropout_ratio"].kind = ir::Attribute::Kind::Float;
-      att.attrs["dropout_ratio"].f = (float)dropout_ratio;
-      att.attrs["seed"].kind = ir::Attribute::Kind::Int;
-      att.attrs["seed"].i = dropout_seed;
-      att.attrs["rng_key"].kind = ir::Attribute::Kind::String;
-      att.attrs["rng_key"].s = dropout_key;
+      att.attrs["dropout_ratio"] = A::of_float((float)dropout_ratio);
+      att.attrs["seed"] = A::of_int(dropout_seed);
+      att.attrs["rng_key"] = A::of_string(dropout_key);
     }
     Shape btc{B, Tq, H * Dv};
     if (ctx.meta(out).shape == btc) {
@@ -366,16 +341,9 @@ struct Matcher {
     } else {  // the graph wanted another view of the same data: reshape the fused output
       std::string y = ctx.fresh(g, out + "/attention");
       att.outputs = {y};
-      std::string shp = ctx.fresh(g, out + "/shape");
-      g.add_initializer(shp, Tensor::from_vector<int64_t>(DType::Int64,
-                                                          {(int64_t)ctx.meta(out).shape.size()},
-                                                          ctx.meta(out).shape));
-      ir::Node r;
-      r.name = ctx.fresh(g, out + "/reshape");
-      r.op_type = "Reshape";
-      r.inputs = {y, shp};
-      r.outputs = {out};
-      extra.push_back(r);
+      std::string shp = add_i64_constant(g, ctx, out + "/shape", ctx.meta(out).shape);
+      std::string name = ctx.fresh(g, out + "/reshape");
+      extra.push_back(make_node("Reshape", "", {y, shp}, {out}, {}, name));
     }
     // The fused node takes the final Reshape's place (after every input's producer); the rest of
     // the old chain is left for dead-node elimination.
@@ -399,7 +367,10 @@ int fuse_attention(ir::Graph& g, PassContext& ctx) {
     // ends at its own Reshape) and append nodes, so the index stays valid for the others.
     if (m.try_fuse(si)) fused++;
   }
-  if (fused) sort_topologically(g);
+  if (fused) {
+    import_domain(g, "onyx");
+    sort_topologically(g);
+  }
   return fused;
 }
 

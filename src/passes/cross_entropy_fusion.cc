@@ -18,27 +18,10 @@
 // reshaped to (N, C), and the loss node becomes LinearCrossEntropy(h', W, labels, [bias]) with the
 // loss's ignore_index and reduction; its output keeps the loss's name. The labels keep their own
 // Slice/Reshape. The old nodes become dead and are removed by the pipeline's dead-node elimination.
-#include "passes/pass.h"
+#include "passes/match.h"
 
 namespace onyx::passes {
 namespace {
-
-ir::Attribute int_attr(int64_t v) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::Int;
-  a.i = v;
-  return a;
-}
-ir::Attribute string_attr(const std::string& v) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::String;
-  a.s = v;
-  return a;
-}
-
-bool is_op(const ir::Node& n, const char* op, const char* domain = "") {
-  return n.op_type == op && n.domain == domain;
-}
 
 // What the match found.
 struct Match {
@@ -72,29 +55,24 @@ std::optional<std::vector<int64_t>> slice_axes(const ir::Graph& g, const ir::Nod
   return axes;
 }
 
-bool is_f32(const PassContext& ctx, const std::string& v) {
-  return ctx.has_meta(v) && ctx.meta(v).dtype == DType::Float32;
-}
-
 // The linear layer producing `y` (logits (..., V)), or false.
 bool match_linear(const ir::Graph& g, const GraphIndex& idx, const PassContext& ctx, int p,
                   int64_t V, Match& m) {
   const ir::Node& n = g.nodes[p];
-  if (is_op(n, "MatMul") || is_op(n, "MatMulT", "onyx")) {
+  if (is_op(n, "MatMul") || is_op(n, "onyx", "MatMulT")) {
     if (!n.has_input(0) || !n.has_input(1)) return false;
     const std::string& b = n.inputs[1];
     if (!ctx.has_meta(b) || ctx.meta(b).rank() != 2 || !is_f32(ctx, n.inputs[0])) return false;
     m.h = n.inputs[0];
-    if (n.domain == "onyx") {
+    if (is_op(n, "onyx", "MatMulT")) {
       if (n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.0f) != 1.0f) return false;
       m.w = b;
       m.transB = n.attr_int("transB", 0) != 0;
       if (n.has_input(2)) m.bias = n.inputs[2];  // linear_fusion's MatMulT(X, W, b)
     } else {
-      int t = idx.producer(b);
-      bool tr = t >= 0 && is_op(g.nodes[t], "Transpose") &&
-                g.nodes[t].attr_ints("perm", {1, 0}) == std::vector<int64_t>{1, 0};
-      m.w = tr ? g.nodes[t].inputs[0] : b;
+      const ir::Node* t = idx.producer_node(g, b);
+      bool tr = t && is_transpose(*t, {1, 0});
+      m.w = tr ? t->inputs[0] : b;
       m.transB = tr;
     }
   } else if (is_op(n, "Gemm")) {
@@ -132,8 +110,7 @@ int fuse_cross_entropy(ir::Graph& g, PassContext& ctx) {
     const ir::Node& loss = g.nodes[li];
     if (!is_op(loss, "SoftmaxCrossEntropyLoss") || loss.inputs.size() < 2) continue;
     if (loss.has_input(2)) continue;  // class weights
-    if (loss.outputs.size() > 1 && !loss.outputs[1].empty() && idx.uses(loss.outputs[1]) > 0)
-      continue;  // log_prob used
+    if (!idx.outputs_unused(loss)) continue;  // log_prob used
     std::string red = loss.attr_string("reduction", "mean");
     if (red != "mean" && red != "sum") continue;
     const std::string x = loss.inputs[0], labels = loss.inputs[1];
@@ -142,7 +119,7 @@ int fuse_cross_entropy(ir::Graph& g, PassContext& ctx) {
     if (!ctx.has_meta(labels) || ctx.meta(labels).shape != Shape{N}) continue;
 
     // Walk back: [Reshape|Flatten] ← [Slice] ← [Add bias] ← linear. Every step single-use.
-    auto single = [&](const std::string& v) { return idx.uses(v) == 1; };
+    auto single = [&](const std::string& v) { return idx.single_use(v); };
     Match m;
     std::string cur = x;
     int p = idx.producer(cur);
@@ -203,25 +180,17 @@ int fuse_cross_entropy(ir::Graph& g, PassContext& ctx) {
     }
     const bool is_2d = m.slice < 0 && ctx.meta(m.h).shape == Shape{N, C};
     if (!is_2d) {
-      std::string shape = ctx.fresh(g, m.h + "/rows_shape");
-      g.add_initializer(shape, Tensor::from_vector<int64_t>(DType::Int64, {2}, {N, C}));
-      ir::Node r;
-      r.op_type = "Reshape";
-      r.name = ctx.fresh(g, loss.name + "/rows");
-      r.inputs = {h, shape};
-      h = ctx.fresh(g, m.h + "/rows");
-      r.outputs = {h};
-      added.push_back(std::move(r));
+      std::string shape = add_i64_constant(g, ctx, m.h + "/rows_shape", {N, C});
+      std::string name = ctx.fresh(g, loss.name + "/rows");
+      std::string rows = ctx.fresh(g, m.h + "/rows");
+      added.push_back(make_node("Reshape", "", {h, shape}, {rows}, {}, name));
+      h = rows;
     }
-    ir::Node f;
-    f.op_type = "LinearCrossEntropy";
-    f.domain = "onyx";
-    f.name = ctx.fresh(g, loss.name + "/linear_cross_entropy");
-    f.inputs = {h, m.w, labels};
+    ir::Node f = make_node("LinearCrossEntropy", "onyx", {h, m.w, labels}, {loss.outputs[0]},
+                           {{"transB", ir::Attribute::of_int(m.transB ? 1 : 0)},
+                            {"reduction", ir::Attribute::of_string(red)}},
+                           ctx.fresh(g, loss.name + "/linear_cross_entropy"));
     if (!m.bias.empty()) f.inputs.push_back(m.bias);
-    f.outputs = {loss.outputs[0]};
-    f.attrs["transB"] = int_attr(m.transB ? 1 : 0);
-    f.attrs["reduction"] = string_attr(red);
     if (loss.has_attr("ignore_index")) f.attrs["ignore_index"] = loss.attrs.at("ignore_index");
     added.push_back(std::move(f));
     g.nodes.erase(g.nodes.begin() + li);
@@ -230,7 +199,7 @@ int fuse_cross_entropy(ir::Graph& g, PassContext& ctx) {
     fused++;
   }
   if (fused) {
-    if (!g.opsets.count("onyx")) g.opsets["onyx"] = 1;
+    import_domain(g, "onyx");
     sort_topologically(g);
   }
   return fused;

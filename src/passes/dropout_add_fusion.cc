@@ -15,22 +15,16 @@
 // `x + Dropout(c_proj(a))`: y is usually linear_fusion's onyx.MatMulT(x, W, bias), so a layer's
 // output projection, dropout and residual become two kernels with one pass over the activation
 // between them, forward and backward (the backward needs only dout and the bool mask).
-#include "passes/pass.h"
+#include "passes/match.h"
 
 namespace onyx::passes {
-namespace {
-
-bool is_op(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
-
-}  // namespace
 
 int fuse_dropout_add(ir::Graph& g, PassContext& ctx) {
   if (g.opset("") < 12) return 0;  // older Dropouts are the identity, already removed
   GraphIndex idx(g);
   int fused = 0;
   auto f32_shape = [&](const std::string& v, const Shape& s) {
-    return !v.empty() && ctx.has_meta(v) && ctx.meta(v).dtype == DType::Float32 &&
-           ctx.meta(v).shape == s;
+    return is_f32(ctx, v) && ctx.meta(v).shape == s;
   };
   for (size_t ai = 0; ai < g.nodes.size(); ai++) {
     const ir::Node& add = g.nodes[ai];
@@ -42,28 +36,20 @@ int fuse_dropout_add(ir::Graph& g, PassContext& ctx) {
       const std::string& d = add.inputs[side];
       const std::string& residual = add.inputs[1 - side];
       int di = idx.producer(d);
-      if (di < 0 || !is_op(g.nodes[di], "Dropout") || idx.uses(d) != 1 || d == residual) continue;
+      if (di < 0 || !is_op(g.nodes[di], "Dropout") || !idx.single_use(d) || d == residual) continue;
       const ir::Node& dn = g.nodes[di];
       if (dn.inputs.empty() || dn.outputs[0] != d) continue;
-      bool mask_unused = true;
-      for (size_t o = 1; o < dn.outputs.size(); o++)
-        mask_unused &= dn.outputs[o].empty() || idx.uses(dn.outputs[o]) == 0;
-      if (!mask_unused) continue;
+      if (!idx.outputs_unused(dn)) continue;  // the mask is read
       const std::string& y = dn.inputs[0];
       if (!f32_shape(y, shape) || !f32_shape(d, shape) || !f32_shape(residual, shape)) continue;
 
-      ir::Node fn;
-      fn.name = ctx.fresh(g, dn.name.empty() ? d + "/dropout_add" : dn.name + "/dropout_add");
-      fn.op_type = "DropoutAdd";
-      fn.domain = "onyx";
-      fn.inputs = {y, residual};
+      ir::Node fn = make_node(
+          "DropoutAdd", "onyx", {y, residual}, {out},
+          {{"seed", ir::Attribute::of_int(dn.attr_int("seed", 0))},
+           {"rng_key", ir::Attribute::of_string(dropout_rng_key(dn))}},
+          ctx.fresh(g, dn.name.empty() ? d + "/dropout_add" : dn.name + "/dropout_add"));
       for (size_t i = 1; i < dn.inputs.size() && i < 3; i++) fn.inputs.push_back(dn.inputs[i]);
       while (fn.inputs.size() > 2 && fn.inputs.back().empty()) fn.inputs.pop_back();
-      fn.outputs = {out};
-      fn.attrs["seed"].kind = ir::Attribute::Kind::Int;
-      fn.attrs["seed"].i = dn.attr_int("seed", 0);
-      fn.attrs["rng_key"].kind = ir::Attribute::Kind::String;
-      fn.attrs["rng_key"].s = dn.has_attr("rng_key") ? dn.attr_string("rng_key", "") : d;
       // In the Add's place (after y's and residual's producers); the Dropout is left for
       // dead-node elimination.
       g.nodes[ai] = fn;
@@ -71,6 +57,7 @@ int fuse_dropout_add(ir::Graph& g, PassContext& ctx) {
       break;
     }
   }
+  if (fused) import_domain(g, "onyx");
   return fused;
 }
 

@@ -15,12 +15,10 @@
 // roundings of the exported constants and hand-written forms match.
 #include <cmath>
 
-#include "passes/pass.h"
+#include "passes/match.h"
 
 namespace onyx::passes {
 namespace {
-
-bool is_op(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
 
 struct GeluMatcher {
   ir::Graph& g;
@@ -31,14 +29,9 @@ struct GeluMatcher {
   GeluMatcher(ir::Graph& g_, PassContext& c)
       : g(g_), ctx(c), idx(g_), claimed(g_.nodes.size(), false) {}
 
-  int producer(const std::string& v) const { return v.empty() ? -1 : idx.producer(v); }
+  int producer(const std::string& v) const { return idx.producer(v); }
+  int sole_consumer(const std::string& v) const { return idx.sole_consumer(v); }
   bool free(int i) const { return i >= 0 && !claimed[i]; }
-
-  // The one node reading v (v used exactly once, not a graph output), or -1.
-  int sole_consumer(const std::string& v) const {
-    if (idx.uses(v) != 1 || idx.consumers(v).size() != 1) return -1;
-    return idx.consumers(v)[0];
-  }
   // Node i is free, of type op, has two inputs, and its output is read only by `reader` (or, when
   // reader < 0, by anyone: the pattern's last node).
   bool inner(int i, const char* op, int reader) const {
@@ -46,8 +39,7 @@ struct GeluMatcher {
     return reader < 0 || sole_consumer(g.nodes[i].outputs[0]) == reader;
   }
   bool is_const(const std::string& v, double want) const {
-    auto s = ctx.scalar(g, v);
-    return s && std::fabs(*s - want) <= 1e-4 * std::fabs(want);
+    return is_scalar_near(ctx, g, v, want, 1e-4);
   }
   // For a two-input node with one input the constant `want`: the other input, else "".
   std::string other_than_const(const ir::Node& n, double want) const {
@@ -126,13 +118,13 @@ struct GeluMatcher {
     int m1 = sole_consumer(h);
     if (m1 < 0 || !inner(m1, "Mul", -1)) return -1;
     const ir::Node& a = g.nodes[m1];
-    const std::string o1 = a.inputs[0] == h ? a.inputs[1] : a.inputs[0];
+    const std::string o1 = other_input(a, h);
     if (o1 == x || is_const(o1, 0.5)) {
       // Mul(Mul(x, h), 0.5) or Mul(Mul(h, 0.5), x): one more Mul by the remaining factor.
       int m2 = sole_consumer(a.outputs[0]);
       if (m2 < 0 || !inner(m2, "Mul", -1)) return -1;
       const ir::Node& b = g.nodes[m2];
-      const std::string o2 = b.inputs[0] == a.outputs[0] ? b.inputs[1] : b.inputs[0];
+      const std::string o2 = other_input(b, a.outputs[0]);
       bool ok = o1 == x ? is_const(o2, 0.5) : o2 == x;
       if (!ok) return -1;
       nodes.insert(nodes.end(), {m1, m2});
@@ -166,14 +158,10 @@ struct GeluMatcher {
     const std::string y = g.nodes[last].outputs[0];
     if (!ctx.has_meta(y) || !(ctx.meta(y) == ctx.meta(x))) return false;
 
-    ir::Node gelu;
-    gelu.name = g.nodes[ei].name + "_Gelu";
-    gelu.op_type = "Gelu";
-    gelu.inputs = {x};
-    gelu.outputs = {y};
-    gelu.attrs["approximate"] = ir::Attribute{};
-    gelu.attrs["approximate"].kind = ir::Attribute::Kind::String;
-    gelu.attrs["approximate"].s = tanh_form ? "tanh" : "none";
+    ir::Node gelu =
+        make_node("Gelu", "", {x}, {y},
+                  {{"approximate", ir::Attribute::of_string(tanh_form ? "tanh" : "none")}},
+                  g.nodes[ei].name + "_Gelu");
     for (int n : nodes) claimed[n] = true;
     g.nodes[last] = std::move(gelu);  // the rest is left for dead-node elimination
     return true;

@@ -19,7 +19,7 @@
 // Hand-written: a dozen lines of graph surgery tied to onyx's kernel registry.
 #include <unordered_set>
 
-#include "passes/pass.h"
+#include "passes/match.h"
 #include "runtime/kernel.h"
 
 namespace onyx::passes {
@@ -43,12 +43,11 @@ int write_gradients_into_buffer(ir::Graph& g, PassContext& ctx) {
   int rewrites = 0;
   for (size_t a = 0; a < g.nodes.size(); a++) {
     const ir::Node& acc = g.nodes[a];
-    if (acc.domain != "onyx" || acc.op_type != "AccumulateGrad" || acc.inputs.size() != 1 ||
-        acc.outputs.size() != 1)
+    if (!is_op(acc, "onyx", "AccumulateGrad") || acc.inputs.size() != 1 || acc.outputs.size() != 1)
       continue;
     const std::string& grad = acc.inputs[0];
     int p = index.producer(grad);
-    if (p < 0 || index.uses(grad) != 1 || constant.count(grad)) continue;
+    if (p < 0 || !index.single_use(grad) || constant.count(grad)) continue;
     if (!ctx.has_meta(grad) || ctx.meta(grad).dtype != DType::Float32) continue;
     ir::Node& prod = g.nodes[p];
     const runtime::OpKernel* k = registry.find(prod.domain, prod.op_type);

@@ -7,8 +7,31 @@
 
 namespace onyx::passes {
 
+int batch_norm_to_inference(ir::Graph& g) {
+  if (g.opset("") < 14) return 0;  // no training_mode before opset 14
+  std::set<std::string> read;
+  for (auto& n : g.nodes)
+    for (auto& i : n.inputs) read.insert(i);
+  for (auto& o : g.outputs) read.insert(o.name);
+  int changed = 0;
+  for (auto& n : g.nodes) {
+    if (n.op_type != "BatchNormalization" || !(n.domain.empty() || n.domain == "ai.onnx")) continue;
+    if (n.attr_int("training_mode", 0) == 0) continue;
+    for (size_t i = 1; i < n.outputs.size(); i++)
+      ONYX_CHECK(n.outputs[i].empty() || !read.count(n.outputs[i]), n.describe(),
+                 ": its running statistics output '", n.outputs[i],
+                 "' is read by the graph; cannot put it in inference mode");
+    n.attrs.erase("training_mode");
+    n.attrs.erase("onyx_unbiased_var");
+    n.outputs.resize(1);
+    changed++;
+  }
+  return changed;
+}
+
 ir::Graph make_inference_graph(const ir::Graph& src, const InferenceExportOptions& opts) {
   ir::Graph g = src;
+  batch_norm_to_inference(g);
   std::set<std::string> consumed;
   for (auto& n : g.nodes)
     for (auto& i : n.inputs) consumed.insert(i);

@@ -16,14 +16,10 @@
 // The last dim is the only one normalized (LayerNormalization's axis = -1); C is its size. The
 // kernel and gradient rule do not depend on the graph's opset (LayerNormalization is opset 17 in
 // ONNX; our training graphs never leave the runtime, and export uses the unfused graph).
-#include <cmath>
-
-#include "passes/pass.h"
+#include "passes/match.h"
 
 namespace onyx::passes {
 namespace {
-
-bool is_op(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
 
 struct LayerNormMatcher {
   ir::Graph& g;
@@ -33,20 +29,6 @@ struct LayerNormMatcher {
 
   LayerNormMatcher(ir::Graph& g_, PassContext& c)
       : g(g_), ctx(c), idx(g_), claimed(g_.nodes.size(), false) {}
-
-  // The one node reading v (v used exactly once, not a graph output), or -1.
-  int sole_consumer(const std::string& v) const {
-    if (idx.uses(v) != 1 || idx.consumers(v).size() != 1) return -1;
-    return idx.consumers(v)[0];
-  }
-
-  // The other input of a two-input node whose input `v` is one of them ("" when it is neither).
-  static std::string other_input(const ir::Node& n, const std::string& v) {
-    if (n.inputs.size() != 2) return "";
-    if (n.inputs[0] == v) return n.inputs[1];
-    if (n.inputs[1] == v) return n.inputs[0];
-    return "";
-  }
 
   // ReduceMean over exactly the last axis of its input, keepdims = 1.
   bool reduces_last_axis(const ir::Node& n) const {
@@ -64,11 +46,6 @@ struct LayerNormMatcher {
     if (axes.size() != 1 || rank < 1) return false;
     int64_t a = axes[0] < 0 ? axes[0] + rank : axes[0];
     return a == rank - 1;
-  }
-
-  bool is_scalar(const std::string& v, double want) const {
-    auto s = ctx.scalar(g, v);
-    return s && std::fabs(*s - want) <= 1e-6 * std::fabs(want);
   }
 
   // A (C) vector of x's dtype: LayerNormalization's scale or bias.
@@ -90,7 +67,7 @@ struct LayerNormMatcher {
     std::vector<int> nodes{mi};
 
     // d = Sub(x, m)
-    int si = sole_consumer(mean.outputs[0]);
+    int si = idx.sole_consumer(mean.outputs[0]);
     if (!free(si) || !is_op(g.nodes[si], "Sub") || g.nodes[si].inputs.size() != 2 ||
         g.nodes[si].inputs[0] != x || g.nodes[si].inputs[1] != mean.outputs[0])
       return false;
@@ -106,7 +83,7 @@ struct LayerNormMatcher {
         if (di >= 0 && di != c) return false;
         di = c;
       } else if (is_op(n, "Pow") && n.inputs.size() == 2 && n.inputs[0] == d &&
-                 is_scalar(n.inputs[1], 2.0)) {
+                 is_scalar_near(ctx, g, n.inputs[1], 2.0, 1e-6)) {
         if (qi >= 0 && qi != c) return false;
         qi = c;
       } else if (is_op(n, "Mul") && n.inputs.size() == 2 && n.inputs[0] == d && n.inputs[1] == d) {
@@ -121,19 +98,19 @@ struct LayerNormMatcher {
     nodes.push_back(di);
 
     // v = ReduceMean(q), then Add eps, then Sqrt, which is the Div's denominator.
-    int vi = sole_consumer(g.nodes[qi].outputs[0]);
+    int vi = idx.sole_consumer(g.nodes[qi].outputs[0]);
     if (!free(vi) || !reduces_last_axis(g.nodes[vi])) return false;
     nodes.push_back(vi);
-    int ai = sole_consumer(g.nodes[vi].outputs[0]);
+    int ai = idx.sole_consumer(g.nodes[vi].outputs[0]);
     if (!free(ai) || !is_op(g.nodes[ai], "Add")) return false;
     std::string eps_name = other_input(g.nodes[ai], g.nodes[vi].outputs[0]);
     auto eps = ctx.scalar(g, eps_name);
     if (!eps || *eps < 0) return false;
     nodes.push_back(ai);
-    int ri = sole_consumer(g.nodes[ai].outputs[0]);
+    int ri = idx.sole_consumer(g.nodes[ai].outputs[0]);
     if (!free(ri) || !is_op(g.nodes[ri], "Sqrt")) return false;
     nodes.push_back(ri);
-    if (sole_consumer(g.nodes[ri].outputs[0]) != di ||
+    if (idx.sole_consumer(g.nodes[ri].outputs[0]) != di ||
         g.nodes[di].inputs[1] != g.nodes[ri].outputs[0])
       return false;
 
@@ -141,7 +118,7 @@ struct LayerNormMatcher {
     std::string y = g.nodes[di].outputs[0];
     int last = di;
     std::string gamma, beta;
-    int gi = sole_consumer(y);
+    int gi = idx.sole_consumer(y);
     if (free(gi) && is_op(g.nodes[gi], "Mul")) {
       std::string o = other_input(g.nodes[gi], y);
       if (!o.empty() && o != y && is_channel_vector(o, xm)) {
@@ -151,7 +128,7 @@ struct LayerNormMatcher {
         y = g.nodes[gi].outputs[0];
       }
     }
-    int bi = sole_consumer(y);
+    int bi = idx.sole_consumer(y);
     if (free(bi) && is_op(g.nodes[bi], "Add")) {
       std::string o = other_input(g.nodes[bi], y);
       if (!o.empty() && o != y && is_channel_vector(o, xm)) {
@@ -175,21 +152,15 @@ struct LayerNormMatcher {
       gamma = ctx.fresh(g, mean.outputs[0] + "_ones");
       g.add_initializer(gamma, ones);
     }
-    ir::Node ln;
     std::string base = mean.name;
     auto slash = base.rfind('/');
-    ln.name = slash == std::string::npos ? base + "_LayerNormalization"
-                                         : base.substr(0, slash + 1) + "LayerNormalization";
-    ln.op_type = "LayerNormalization";
-    ln.inputs = {x, gamma};
-    if (!beta.empty()) ln.inputs.push_back(beta);
-    ln.outputs = {g.nodes[last].outputs[0]};
-    ln.attrs["axis"] = ir::Attribute{};
-    ln.attrs["axis"].kind = ir::Attribute::Kind::Int;
-    ln.attrs["axis"].i = -1;
-    ln.attrs["epsilon"] = ir::Attribute{};
-    ln.attrs["epsilon"].kind = ir::Attribute::Kind::Float;
-    ln.attrs["epsilon"].f = (float)*eps;
+    std::vector<std::string> inputs{x, gamma};
+    if (!beta.empty()) inputs.push_back(beta);
+    ir::Node ln = make_node(
+        "LayerNormalization", "", std::move(inputs), {g.nodes[last].outputs[0]},
+        {{"axis", ir::Attribute::of_int(-1)}, {"epsilon", ir::Attribute::of_float((float)*eps)}},
+        slash == std::string::npos ? base + "_LayerNormalization"
+                                   : base.substr(0, slash + 1) + "LayerNormalization");
     for (int n : nodes) claimed[n] = true;
     // The last node becomes the fused one (same output name); the others are left for dead-node
     // elimination (their outputs are now unread).

@@ -13,21 +13,9 @@
 //                                                       them
 // A plain MatMul(X, W) without a bias is left alone (nothing to gain). The Transpose stays when
 // something else reads it (dead-node elimination removes it otherwise).
-#include "passes/pass.h"
+#include "passes/match.h"
 
 namespace onyx::passes {
-namespace {
-
-bool is_op(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
-
-ir::Attribute int_attr(int64_t v) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::Int;
-  a.i = v;
-  return a;
-}
-
-}  // namespace
 
 int fuse_linear(ir::Graph& g, PassContext& ctx) {
   GraphIndex idx(g);
@@ -46,23 +34,18 @@ int fuse_linear(ir::Graph& g, PassContext& ctx) {
     // B = Transpose(W, [1,0]) → read W with transB.
     std::string W = B;
     bool transB = false;
-    int ti = idx.producer(B);
-    if (ti >= 0 && is_op(g.nodes[ti], "Transpose") && g.nodes[ti].inputs.size() == 1) {
-      std::vector<int64_t> perm = g.nodes[ti].attr_ints("perm", {1, 0});
-      if (perm == std::vector<int64_t>{1, 0}) {
-        W = g.nodes[ti].inputs[0];
-        transB = true;
-      }
+    if (const ir::Node* t = idx.producer_node(g, B); t && is_transpose(*t, {1, 0})) {
+      W = t->inputs[0];
+      transB = true;
     }
 
     // Y + b with b (N), Y read only by that Add.
     std::string bias;
     int ai = -1;
-    if (idx.uses(Y) == 1 && idx.consumers(Y).size() == 1) {
-      int c = idx.consumers(Y)[0];
+    if (int c = idx.sole_consumer(Y); c >= 0) {
       const ir::Node& add = g.nodes[c];
       if (!dead[c] && is_op(add, "Add") && add.inputs.size() == 2) {
-        const std::string& o = add.inputs[0] == Y ? add.inputs[1] : add.inputs[0];
+        const std::string o = other_input(add, Y);
         if (o != Y && ctx.has_meta(o) && ctx.meta(o).dtype == xm.dtype &&
             ctx.meta(o).shape.size() == 1 && ctx.meta(o).shape[0] == ym.shape.back()) {
           bias = o;
@@ -72,12 +55,9 @@ int fuse_linear(ir::Graph& g, PassContext& ctx) {
     }
     if (!transB && bias.empty()) continue;
 
-    ir::Node f;
-    f.op_type = "MatMulT";
-    f.domain = "onyx";
-    f.inputs = {X, W};
+    ir::Node f = make_node("MatMulT", "onyx", {X, W}, {});
     if (!bias.empty()) f.inputs.push_back(bias);
-    if (transB) f.attrs["transB"] = int_attr(1);
+    if (transB) f.attrs["transB"] = ir::Attribute::of_int(1);
     if (ai >= 0) {
       // The Add becomes the fused node (its output keeps its name); the MatMul dies.
       f.name = g.nodes[ai].name + "_MatMulT";
@@ -93,7 +73,7 @@ int fuse_linear(ir::Graph& g, PassContext& ctx) {
   }
   if (fused) {
     remove_nodes(g, dead);
-    if (!g.opsets.count("onyx")) g.opsets["onyx"] = 1;
+    import_domain(g, "onyx");
     sort_topologically(g);
   }
   return fused;

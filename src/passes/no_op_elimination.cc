@@ -12,7 +12,7 @@
 //   Reshape(Transpose(Reshape(x)))  merging then splitting leading dims around the transpose
 //                                                 → Transpose(x, q)
 // A node whose output is a graph output is kept (the output keeps its name).
-#include "passes/pass.h"
+#include "passes/match.h"
 #include "runtime/kernel.h"
 
 namespace onyx::passes {
@@ -44,11 +44,11 @@ bool merged_transpose(ir::Graph& g, PassContext& ctx,
   auto pt = producer.find(n.inputs[0]);
   if (pt == producer.end() || dead[pt->second]) return false;
   const ir::Node& t = g.nodes[pt->second];
-  if (!t.domain.empty() || t.op_type != "Transpose" || reads[n.inputs[0]] != 1) return false;
+  if (!is_op(t, "Transpose") || reads[n.inputs[0]] != 1) return false;
   auto pr = producer.find(t.inputs[0]);
   if (pr == producer.end() || dead[pr->second]) return false;
   const ir::Node& r = g.nodes[pr->second];
-  if (!r.domain.empty() || r.op_type != "Reshape" || reads[t.inputs[0]] != 1) return false;
+  if (!is_op(r, "Reshape") || reads[t.inputs[0]] != 1) return false;
   const std::string& src = r.inputs[0];
   if (!ctx.has_meta(src) || !ctx.has_meta(t.inputs[0])) return false;
   const Shape S = ctx.meta(src).shape, U = ctx.meta(t.inputs[0]).shape, Y = ctx.meta(n.outputs[0]).shape;
@@ -81,8 +81,7 @@ bool merged_transpose(ir::Graph& g, PassContext& ctx,
   n.op_type = "Transpose";
   n.inputs = {src};
   n.attrs.clear();
-  n.attrs["perm"].kind = ir::Attribute::Kind::Ints;
-  n.attrs["perm"].ints = q;
+  n.attrs["perm"] = ir::Attribute::of_ints(q);
   return true;
 }
 
@@ -114,7 +113,8 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
 
   for (int idx : order) {
     ir::Node& n = g.nodes[idx];
-    if (!n.domain.empty() || n.outputs.empty() || n.inputs.empty() || n.inputs[0].empty())
+    if (!is_default_domain(n.domain) || n.outputs.empty() || n.inputs.empty() ||
+        n.inputs[0].empty())
       continue;
     const std::string x = n.inputs[0];
     const std::string y = n.outputs[0];
@@ -134,7 +134,7 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
       bypass(idx, y, x);
     } else if ((op == "Expand" || op == "Tile") && same_meta) {
       bypass(idx, y, x);
-    } else if (op == "Slice" && same_meta && g.opset("") >= 10) {
+    } else if (is_op(g, n, "", "Slice", 10) && same_meta) {
       bool forward = true;  // a negative step would reverse the axis: same shape, other order
       if (n.has_input(4)) {
         const Tensor* st = ctx.constant(g, n.inputs[4]);
@@ -150,9 +150,7 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
       if (p == producer.end() || dead[p->second] || !reshape_like(g.nodes[p->second])) continue;
       const std::string src = g.nodes[p->second].inputs[0];
       Shape target = ctx.meta(y).shape;
-      std::string shape_name = ctx.fresh(g, y + "_shape");
-      g.add_initializer(shape_name, Tensor::from_vector<int64_t>(
-                                        DType::Int64, {(int64_t)target.size()}, target));
+      std::string shape_name = add_i64_constant(g, ctx, y + "_shape", target);
       reads[x]--;
       reads[src]++;
       n.op_type = "Reshape";
@@ -163,15 +161,10 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
       auto p = producer.find(x);
       if (p == producer.end() || dead[p->second]) continue;
       const ir::Node& inner = g.nodes[p->second];
-      if (inner.op_type != "Transpose" || !inner.domain.empty()) continue;
+      if (!is_op(inner, "Transpose")) continue;
       int64_t rank = (int64_t)ctx.meta(x).shape.size();
-      auto perm_of = [&](const ir::Node& t) {
-        std::vector<int64_t> p = t.attr_ints("perm");
-        if (p.empty())
-          for (int64_t i = rank - 1; i >= 0; i--) p.push_back(i);
-        return p;
-      };
-      std::vector<int64_t> p1 = perm_of(inner), p2 = perm_of(n), q(rank);
+      std::vector<int64_t> p1 = transpose_perm(inner, rank), p2 = transpose_perm(n, rank), q(rank);
+      if ((int64_t)p1.size() != rank || (int64_t)p2.size() != rank) continue;  // malformed perm
       bool identity = true;
       for (int64_t i = 0; i < rank; i++) {
         q[i] = p1[p2[i]];
@@ -184,8 +177,7 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
         reads[x]--;
         reads[src]++;
         n.inputs[0] = src;
-        n.attrs["perm"].kind = ir::Attribute::Kind::Ints;
-        n.attrs["perm"].ints = q;
+        n.attrs["perm"] = ir::Attribute::of_ints(q);
         removed++;
       }
     }

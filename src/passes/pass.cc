@@ -69,6 +69,23 @@ int GraphIndex::uses(const std::string& v) const {
   return (int)consumers(v).size() + (outputs_.count(v) ? 1 : 0);
 }
 
+int GraphIndex::sole_consumer(const std::string& v) const {
+  const std::vector<int>& c = consumers(v);
+  if (c.size() != 1 || outputs_.count(v)) return -1;
+  return c[0];
+}
+
+bool GraphIndex::outputs_unused(const ir::Node& n, size_t from) const {
+  for (size_t o = from; o < n.outputs.size(); o++)
+    if (!unused(n.outputs[o])) return false;
+  return true;
+}
+
+const ir::Node* GraphIndex::producer_node(const ir::Graph& g, const std::string& v) const {
+  int p = producer(v);
+  return p < 0 ? nullptr : &g.nodes[p];
+}
+
 void replace_uses(ir::Graph& g, const std::string& from, const std::string& to) {
   for (auto& n : g.nodes)
     for (auto& in : n.inputs)

@@ -40,7 +40,9 @@ struct PassContext {
   std::string fresh(const ir::Graph& g, const std::string& base);
 };
 
-// Producers and consumers of every value of a graph (rebuild after rewriting).
+// Producers and consumers of every value of a graph (rebuild after rewriting; node indices stay
+// valid while a pass only replaces nodes in place or appends them). passes/match.h has the op
+// tests and node builders that go with it.
 class GraphIndex {
  public:
   explicit GraphIndex(const ir::Graph& g);
@@ -50,6 +52,18 @@ class GraphIndex {
   bool is_graph_output(const std::string& v) const { return outputs_.count(v) != 0; }
   // Number of reads: consuming node inputs plus graph outputs.
   int uses(const std::string& v) const;
+  // Read exactly once (by one node input, or only as a graph output).
+  bool single_use(const std::string& v) const { return uses(v) == 1; }
+  // The one node reading v when v is read exactly once by a node input and is not a graph
+  // output (so a pattern may absorb it), else -1.
+  int sole_consumer(const std::string& v) const;
+  // Nobody reads v ("" counts as unread: an absent optional output).
+  bool unused(const std::string& v) const { return v.empty() || uses(v) == 0; }
+  // Node n's outputs from index `from` on are all unread (Dropout's mask, LayerNormalization's
+  // statistics, Attention's log-sum-exp).
+  bool outputs_unused(const ir::Node& n, size_t from = 1) const;
+  // The node producing v in g (the graph this index was built from), or nullptr.
+  const ir::Node* producer_node(const ir::Graph& g, const std::string& v) const;
 
  private:
   std::unordered_map<std::string, int> producer_;

@@ -14,7 +14,7 @@
 // the recomputed mask equals the forward's.
 #include <regex>
 
-#include "passes/pass.h"
+#include "passes/match.h"
 
 namespace onyx::passes {
 namespace {
@@ -77,12 +77,10 @@ int recompute_layers(ir::Graph& g, int n_forward, RecomputeStats* stats) {
     std::vector<ir::Node>& out = inserts[first_consumer];
     for (int i : closure) {  // std::set iterates in graph order, which is topological
       ir::Node c = g.nodes[i];
-      if (c.op_type == "Dropout" && !c.outputs.empty()) {
-        c.attrs["rng_key"].kind = ir::Attribute::Kind::String;
-        c.attrs["rng_key"].s = c.outputs[0];
-      }
-      c.attrs["onyx_recompute"].kind = ir::Attribute::Kind::Int;
-      c.attrs["onyx_recompute"].i = 1;
+      // the clone draws the original's mask: the original's identity, before renaming
+      if (is_op(c, "Dropout") && !c.outputs.empty())
+        c.attrs["rng_key"] = ir::Attribute::of_string(dropout_rng_key(c));
+      c.attrs["onyx_recompute"] = ir::Attribute::of_int(1);
       c.name += "/recompute";
       for (auto& in : c.inputs) {
         auto r = rename.find(in);

@@ -19,7 +19,7 @@
 //   causal masking whose mask does not vary by query (only the queries are selected; keys and
 //   values keep every token). The result is the same math on fewer rows; the backward follows
 //   from the Gather's own gradient (a scatter into the unselected tensor).
-#include "passes/pass.h"
+#include "passes/match.h"
 #include "runtime/kernel.h"
 
 namespace onyx::passes {
@@ -49,14 +49,14 @@ int prune_tokens(ir::Graph& g, PassContext& ctx) {
   const size_t n_nodes = g.nodes.size();
   for (size_t gi = 0; gi < n_nodes; gi++) {
     const ir::Node gather = g.nodes[gi];  // copy: g.nodes may grow below
-    if (gather.op_type != "Gather" || !gather.domain.empty() || gather.inputs.size() != 2) continue;
+    if (!is_op(gather, "Gather") || gather.inputs.size() != 2) continue;
     const std::string& x = gather.inputs[0];
     const std::string& y = gather.outputs[0];
     if (!ctx.has_meta(x) || !ctx.has_meta(y) || ctx.meta(x).shape.size() != 3) continue;
     const Shape xs = ctx.meta(x).shape;
     int64_t axis = gather.attr_int("axis", 0);
     if (axis < 0) axis += 3;
-    if (axis != 1 || index.uses(x) != 1 || index.is_graph_output(x)) continue;
+    if (axis != 1 || index.sole_consumer(x) < 0) continue;
     const Tensor* idx = ctx.constant(g, gather.inputs[1]);
     if (!idx || idx->rank() > 1 || idx->numel() == 0) continue;
     const int64_t T = xs[1];
@@ -91,20 +91,16 @@ int prune_tokens(ir::Graph& g, PassContext& ctx) {
         }
       }
       fits = fits && any;
-    } else if (op.domain.empty() && op.op_type == "Dropout") {
+    } else if (is_op(op, "Dropout")) {
       // Dropout(x)[:, tokens] and Dropout(x[:, tokens]) draw their masks differently but alike
-      bool mask_unused = op.outputs.size() < 2 || op.outputs[1].empty() ||
-                         index.uses(op.outputs[1]) == 0;
-      fits = mask_unused && classify(ctx, op.inputs[0], T) == Operand::Select;
+      fits = index.outputs_unused(op) && classify(ctx, op.inputs[0], T) == Operand::Select;
       for (size_t i = 1; i < op.inputs.size(); i++)
         fits = fits && classify(ctx, op.inputs[i], T) == Operand::Keep;
       select = {0};
-    } else if (op.domain == "onyx" && op.op_type == "DropoutAdd" && op.inputs.size() >= 2) {
+    } else if (is_op(op, "onyx", "DropoutAdd") && op.inputs.size() >= 2) {
       // dropout_add_fusion's Dropout(y) + residual: y and residual like Add's operands, the
       // ratio / training_mode scalars kept; masks drawn alike, as for Dropout
-      bool mask_unused = op.outputs.size() < 2 || op.outputs[1].empty() ||
-                         index.uses(op.outputs[1]) == 0;
-      fits = mask_unused;
+      fits = index.outputs_unused(op);
       for (size_t i = 0; i < op.inputs.size(); i++) {
         if (i >= 2 && op.inputs[i].empty()) continue;
         Operand c = classify(ctx, op.inputs[i], T);
@@ -112,23 +108,19 @@ int prune_tokens(ir::Graph& g, PassContext& ctx) {
         if (i < 2 && c == Operand::Select) select.push_back((int)i);
       }
       fits = fits && !select.empty();
-    } else if (op.domain.empty() && op.op_type == "LayerNormalization") {
+    } else if (is_op(op, "LayerNormalization")) {
       int64_t a = op.attr_int("axis", -1);
-      bool stats_unused = true;
-      for (size_t o = 1; o < op.outputs.size(); o++)
-        stats_unused &= op.outputs[o].empty() || index.uses(op.outputs[o]) == 0;
-      fits = (a == -1 || a == 2) && stats_unused &&
+      fits = (a == -1 || a == 2) && index.outputs_unused(op) &&
              classify(ctx, op.inputs[0], T) == Operand::Select;
       select = {0};
-    } else if ((op.domain.empty() && op.op_type == "MatMul") ||
-               (op.domain == "onyx" && op.op_type == "MatMulT" && op.attr_int("transA", 0) == 0)) {
+    } else if (is_op(op, "MatMul") ||
+               (is_op(op, "onyx", "MatMulT") && op.attr_int("transA", 0) == 0)) {
       fits = op.inputs.size() >= 2 && ctx.has_meta(op.inputs[1]) &&
              ctx.meta(op.inputs[1]).shape.size() == 2 &&
              classify(ctx, op.inputs[0], T) == Operand::Select;
       select = {0};
-    } else if (op.domain == "onyx" && op.op_type == "Attention" && op.attr_int("causal", 0) == 0) {
-      bool lse_unused = op.outputs.size() < 2 || op.outputs[1].empty() ||
-                        index.uses(op.outputs[1]) == 0;
+    } else if (is_op(op, "onyx", "Attention") && op.attr_int("causal", 0) == 0) {
+      bool lse_unused = index.outputs_unused(op);
       bool mask_ok = true;
       if (op.inputs.size() > 3 && !op.inputs[3].empty()) {
         const Shape& ms = ctx.meta(op.inputs[3]).shape;  // broadcast to (B, H, Tq, Tk)
@@ -140,34 +132,23 @@ int prune_tokens(ir::Graph& g, PassContext& ctx) {
     if (!fits) continue;
 
     // The rewrite: selected inputs, the op on k tokens, then the gather's own output shape.
-    const int64_t k = (int64_t)tokens.size();
-    std::string idx1 = ctx.fresh(g, x + "_tokens");
-    g.add_initializer(idx1, Tensor::from_vector<int64_t>(DType::Int64, {k}, tokens));
+    std::string idx1 = add_i64_constant(g, ctx, x + "_tokens", tokens);
     ir::Node pruned = op;
     pruned.name = op.name.empty() ? ctx.fresh(g, "token_pruned") : op.name + "/tokens";
     for (int i : select) {
-      ir::Node sel;
-      sel.op_type = "Gather";
-      sel.name = ctx.fresh(g, op.inputs[i] + "/select_tokens");
-      sel.inputs = {op.inputs[i], idx1};
-      sel.outputs = {ctx.fresh(g, op.inputs[i] + "_selected")};
-      sel.attrs["axis"].kind = ir::Attribute::Kind::Int;
-      sel.attrs["axis"].i = 1;
-      pruned.inputs[i] = sel.outputs[0];
-      added.push_back(std::move(sel));
+      std::string name = ctx.fresh(g, op.inputs[i] + "/select_tokens");
+      std::string selected = ctx.fresh(g, op.inputs[i] + "_selected");
+      added.push_back(make_node("Gather", "", {op.inputs[i], idx1}, {selected},
+                                {{"axis", ir::Attribute::of_int(1)}}, name));
+      pruned.inputs[i] = selected;
     }
     for (size_t o = 1; o < pruned.outputs.size(); o++) pruned.outputs[o].clear();
     const bool scalar = idx->rank() == 0;
     pruned.outputs[0] = scalar ? ctx.fresh(g, x + "_pruned") : y;
     if (scalar) {  // (B, 1, C) → the gather's (B, C)
-      const Shape& ys = ctx.meta(y).shape;
-      std::string shape = ctx.fresh(g, y + "_shape");
-      g.add_initializer(shape, Tensor::from_vector<int64_t>(DType::Int64, {(int64_t)ys.size()}, ys));
-      ir::Node r;
-      r.op_type = "Reshape";
-      r.name = ctx.fresh(g, y + "/reshape");
-      r.inputs = {pruned.outputs[0], shape};
-      r.outputs = {y};
+      std::string shape = add_i64_constant(g, ctx, y + "_shape", ctx.meta(y).shape);
+      std::string name = ctx.fresh(g, y + "/reshape");
+      ir::Node r = make_node("Reshape", "", {pruned.outputs[0], shape}, {y}, {}, name);
       added.push_back(std::move(pruned));
       added.push_back(std::move(r));
     } else {

@@ -115,6 +115,11 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     }
   } else if (key == "predictions") {
     c.predictions = scalar(v, key, what);
+  } else if (key == "batch_norm_running_var") {
+    c.batch_norm_running_var = scalar(v, key, what);
+    ONYX_CHECK(c.batch_norm_running_var == "population" || c.batch_norm_running_var == "unbiased",
+               what, ": 'batch_norm_running_var' must be population (the ONNX spec) or unbiased "
+               "(PyTorch's BatchNorm), got '", c.batch_norm_running_var, "'");
   } else if (key == "early_stopping_patience" || key == "early_stopping_threshold") {
     std::string t = scalar(v, key, what);
     try {
@@ -413,6 +418,7 @@ Model model_from_config(const RunConfig& c) {
     m.predictions = c.predictions;
   }
   m.frozen.insert(c.frozen.begin(), c.frozen.end());
+  m.batch_norm_unbiased_var = c.batch_norm_running_var == "unbiased";
   // Tokenizer / image-processor files of a Hugging Face folder, and the tokenizer the data names,
   // go next to the saved weights.
   auto add_dir = [&](const std::string& d) {

@@ -33,6 +33,9 @@ struct RunConfig {
   std::vector<std::string> frozen;
   std::vector<std::string> custom_op_libraries;  // loaded while the config is read (custom_ops.h)
   std::string predictions;  // output used for metrics / predict
+  // Training-mode BatchNormalization's running_var update: "population" (the ONNX spec's batch
+  // variance) or "unbiased" (N - 1, PyTorch's BatchNorm); Model::batch_norm_unbiased_var.
+  std::string batch_norm_running_var = "population";
   // Transformers' EarlyStoppingCallback(early_stopping_patience, early_stopping_threshold)
   std::optional<int64_t> early_stopping_patience;
   double early_stopping_threshold = 0.0;

@@ -289,8 +289,12 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   // holds this graph, its initializers become views of that buffer, so the file's copy is freed
   // (one parameter set less in peak RSS). A shared graph is left alone: another trainer built
   // from the same Model must still see the initial weights.
-  if (sole_owner)
+  if (sole_owner) {
     for (auto& p : impl_->ts->parameters()) model_.graph->initializers[p] = impl_->ts->params().view(p);
+    // BatchNorm running statistics: the session's buffers, updated in place by training.
+    for (auto& [b, t] : impl_->ts->buffers()) model_.graph->initializers[b] = t;
+  }
+  impl_->ts->set_unbiased_running_var(model_.batch_norm_unbiased_var);
   passes::OptimizeOptions po;
   po.recompute = args_.gradient_checkpointing;
   impl_->ts->set_pass_options(po);
@@ -360,7 +364,9 @@ void Trainer::save_model(const std::string& dir) {
   auto& ts = *impl_->ts;
   std::map<std::string, Tensor> weights;
   for (auto& [name, t] : model_.graph->initializers)
-    weights[name] = ts.params().views().count(name) ? ts.params().view(name) : t;
+    weights[name] = ts.params().views().count(name) ? ts.params().view(name)
+                    : ts.buffers().count(name)      ? ts.buffers().at(name)
+                                                    : t;
   io::save_safetensors((fs::path(dir) / "model.safetensors").string(), weights, {{"format", "pt"}});
   json m;
   m["source"] = model_.source;
@@ -477,15 +483,8 @@ void Trainer::load_checkpoint(const std::string& dir) {
     return ss.str();
   };
   auto weights = io::load_safetensors((d / "model.safetensors").string());
-  for (auto& p : I.ts->parameters()) {
-    auto it = weights.tensors.find(p);
-    ONYX_CHECK(it != weights.tensors.end(), "checkpoint '", dir, "': model.safetensors has no tensor '", p, "'");
-    Tensor& v = I.ts->params().view(p);
-    ONYX_CHECK(it->second.meta() == v.meta(), "checkpoint '", dir, "': tensor '", p, "' is ",
-               dtype_name(it->second.dtype()), shape_str(it->second.shape()), " but the model has ",
-               dtype_name(v.dtype()), shape_str(v.shape()));
-    std::memcpy(v.raw(), it->second.raw(), v.nbytes());
-  }
+  // Parameters and BatchNorm running statistics (buffers), as they were at the save.
+  I.ts->load_weights(weights.tensors, cat("checkpoint '", dir, "': model.safetensors"));
   auto opt = io::load_safetensors((d / "optimizer.safetensors").string());
   I.opt->load_state(opt.tensors);
   state_ = TrainerState::from_json(read("trainer_state.json"), cat("'", (d / "trainer_state.json").string(), "'"));
@@ -860,9 +859,8 @@ TrainOutput Trainer::train() {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (a.load_best_model_at_end && state_.best_model_checkpoint &&
       fs::exists(fs::path(*state_.best_model_checkpoint) / "model.safetensors")) {
-    auto w = io::load_safetensors((fs::path(*state_.best_model_checkpoint) / "model.safetensors").string());
-    for (auto& p : I.ts->parameters())
-      std::memcpy(I.ts->params().view(p).raw(), w.tensors.at(p).raw(), I.ts->params().view(p).nbytes());
+    fs::path best = fs::path(*state_.best_model_checkpoint) / "model.safetensors";
+    I.ts->load_weights(io::load_safetensors(best.string()).tensors, cat("'", best.string(), "'"));
   }
   TrainOutput out;
   out.global_step = state_.global_step;

@@ -2,10 +2,12 @@
 // buffers.
 #include "train/training_session.h"
 
+#include "passes/inference_export.h"
 #include "runtime/plan_stats.h"
 
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 
 namespace onyx::train {
 
@@ -35,6 +37,76 @@ TrainingSession::TrainingSession(std::shared_ptr<const ir::Graph> forward,
     const Tensor& t = forward_->initializers.at(p);
     std::memcpy(param_buf_.view(p).raw(), t.raw(), t.nbytes());
   }
+  std::set<std::string> trained(params_.begin(), params_.end());
+  for (auto& b : autodiff::batch_norm_buffers(*forward_))
+    if (!trained.count(b)) buffers_[b] = forward_->initializers.at(b).clone();
+}
+
+std::set<std::string> TrainingSession::variables() const {
+  std::set<std::string> v(params_.begin(), params_.end());
+  for (auto& [b, t] : buffers_) v.insert(b);
+  return v;
+}
+
+void TrainingSession::load_weights(const std::map<std::string, Tensor>& weights,
+                                   const std::string& what) {
+  auto copy = [&](const std::string& name, Tensor& dst) {
+    auto it = weights.find(name);
+    ONYX_CHECK(it != weights.end(), what, " has no tensor '", name, "'");
+    ONYX_CHECK(it->second.meta() == dst.meta(), what, ": tensor '", name, "' is ",
+               dtype_name(it->second.dtype()), shape_str(it->second.shape()), " but the model has ",
+               dtype_name(dst.dtype()), shape_str(dst.shape()));
+    std::memcpy(dst.raw(), it->second.raw(), dst.nbytes());
+  };
+  for (auto& p : params_) copy(p, param_buf_.view(p));
+  for (auto& [b, t] : buffers_) copy(b, t);
+}
+
+std::vector<std::pair<std::string, std::string>> TrainingSession::expose_running_stats(
+    ir::Graph& g) const {
+  std::vector<std::pair<std::string, std::string>> r;
+  if (buffers_.empty() || g.opset("") < 14) return r;
+  auto training_bn = [](const ir::Node& n) {
+    return n.op_type == "BatchNormalization" && (n.domain.empty() || n.domain == "ai.onnx") &&
+           n.attr_int("training_mode", 0) != 0;
+  };
+  std::map<std::string, int> uses;
+  std::set<std::string> names;
+  for (auto& n : g.nodes) {
+    for (auto& o : n.outputs) names.insert(o);
+    if (!training_bn(n)) continue;
+    for (size_t k = 3; k <= 4 && k < n.inputs.size(); k++)
+      if (buffers_.count(n.inputs[k])) uses[n.inputs[k]]++;
+  }
+  for (auto& [b, count] : uses) {
+    if (count == 1) continue;
+    static std::set<std::string> warned;
+    if (warned.insert(b).second)
+      std::cerr << "onyx: warning: running statistic '" << b << "' is read by " << count
+                << " training-mode BatchNormalizations; it is not updated by training\n";
+  }
+  for (auto& n : g.nodes) {
+    if (!training_bn(n)) continue;
+    for (size_t k = 3; k <= 4 && k < n.inputs.size(); k++) {
+      const std::string& b = n.inputs[k];
+      if (!buffers_.count(b) || uses[b] != 1) continue;
+      size_t o = k - 2;  // input_mean -> running_mean (1), input_var -> running_var (2)
+      if (n.outputs.size() <= o) n.outputs.resize(o + 1);
+      if (n.outputs[o].empty()) {
+        std::string name = b + "/updated";
+        while (names.count(name) || g.initializers.count(name)) name += "_";
+        names.insert(name);
+        n.outputs[o] = name;
+      }
+      ir::ValueInfo vi;
+      vi.name = n.outputs[o];
+      vi.dtype = buffers_.at(b).dtype();
+      g.outputs.push_back(vi);
+      r.push_back({n.outputs[o], b});
+      if (unbiased_var_) n.attrs["onyx_unbiased_var"] = autodiff::attr_i(1);
+    }
+  }
+  return r;
 }
 
 static std::string batch_key(const std::map<std::string, Tensor>& batch) {
@@ -52,16 +124,18 @@ TrainingSession::Compiled& TrainingSession::compiled_for(const std::map<std::str
   for (auto& [n, t] : batch) sig[n] = t.meta();
   Compiled c;
   // forward + loss → passes (fold, eliminate, fuse) → autodiff → recompute → passes on the whole
-  std::set<std::string> vars(params_.begin(), params_.end());
+  std::set<std::string> vars = variables();
   autodiff::LossGraph lg = autodiff::build_loss_graph(*forward_, opts_, sig);
   ir::Graph fwd = *lg.graph;
-  fwd.outputs.resize(1);  // the loss
+  fwd.outputs.resize(1);  // the loss, then the updated running statistics
+  c.stat_outputs = expose_running_stats(fwd);
   if (optimize_) fwd = passes::optimize_forward(fwd, sig, vars, pass_opts_, &c.report);
   autodiff::GradientOptions go = opts_;
   go.loss = autodiff::LossSpec{};
   go.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
   go.loss.output = lg.loss;
   go.trainable = params_;
+  for (auto& [out, b] : c.stat_outputs) go.keep_outputs.push_back(out);
   c.tg = autodiff::build_training_graph(fwd, sig, go);
   if (pass_opts_.recompute) {
     passes::RecomputeStats st;
@@ -70,8 +144,7 @@ TrainingSession::Compiled& TrainingSession::compiled_for(const std::map<std::str
     c.report.recomputed_layers = st.layers;
   }
   if (optimize_) passes::optimize_training(*c.tg.graph, sig, vars, pass_opts_, &c.report);
-  c.session = std::make_unique<runtime::Session>(
-      c.tg.graph, std::set<std::string>(params_.begin(), params_.end()));
+  c.session = std::make_unique<runtime::Session>(c.tg.graph, vars);
   auto t1 = std::chrono::steady_clock::now();
   last_build_ms_ = std::chrono::duration<double, std::milli>(t1 - t0).count();
   return graphs_.emplace(key, std::move(c)).first->second;
@@ -113,12 +186,22 @@ double TrainingSession::forward_backward(const std::map<std::string, Tensor>& ba
   for (auto& [n, t] : batch)
     if (c.tg.graph->find_input(n)) feeds[n] = t;
   for (auto& p : params_) feeds[p] = param_buf_.view(p);
+  for (auto& [b, t] : buffers_) feeds[b] = t;
   runtime::RunOptions ro;
   ro.seed = seed;
   ro.training = training;
   ro.accumulate = accumulate;
   for (auto& [p, g] : c.tg.gradients) ro.bound_outputs[g] = grad_buf_.view(p);
   auto out = c.session->run(feeds, ro);
+  // The momentum update of the running statistics, as PyTorch's train-mode forward applies it.
+  for (auto& [o, b] : c.stat_outputs) {
+    const Tensor& v = out.at(o);
+    Tensor& dst = buffers_.at(b);
+    ONYX_CHECK(v.meta() == dst.meta(), "running statistic '", b, "': the graph computed ",
+               dtype_name(v.dtype()), shape_str(v.shape()), " for ", dtype_name(dst.dtype()),
+               shape_str(dst.shape()));
+    std::memcpy(dst.raw(), v.raw(), dst.nbytes());
+  }
   return out.at(c.tg.loss).get_as_double(0);
 }
 
@@ -126,13 +209,19 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
   const auto& spec = opts_.loss;
   bool has_labels = spec.kind == autodiff::LossSpec::Kind::GraphOutput || batch.count(spec.labels);
   if (!has_labels) {
-    if (!forward_session_)
-      forward_session_ = std::make_unique<runtime::Session>(
-          forward_, std::set<std::string>(params_.begin(), params_.end()));
+    if (!forward_session_) {
+      // Made on first use: by then a Trainer has replaced the graph's weights by views of the
+      // parameter buffer, so this copy holds no second set of weights.
+      auto g = std::make_shared<ir::Graph>(*forward_);
+      passes::batch_norm_to_inference(*g);
+      eval_forward_ = g;
+      forward_session_ = std::make_unique<runtime::Session>(eval_forward_, variables());
+    }
     std::map<std::string, Tensor> feeds;
     for (auto& [n, t] : batch)
-      if (forward_->find_input(n)) feeds[n] = t;
+      if (eval_forward_->find_input(n)) feeds[n] = t;
     for (auto& p : params_) feeds[p] = param_buf_.view(p);
+    for (auto& [b, t] : buffers_) feeds[b] = t;
     return forward_session_->run(feeds);
   }
   std::string key = batch_key(batch);
@@ -142,18 +231,18 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
     for (auto& [n, t] : batch) sig[n] = t.meta();
     EvalCompiled c;
     c.lg = autodiff::build_loss_graph(*forward_, opts_, sig);
+    passes::batch_norm_to_inference(*c.lg.graph);  // evaluation: PyTorch's eval() BatchNorm
     if (optimize_)
-      c.lg.graph = std::make_shared<ir::Graph>(passes::optimize_forward(
-          *c.lg.graph, sig, std::set<std::string>(params_.begin(), params_.end()), pass_opts_,
-          nullptr));
-    c.session = std::make_unique<runtime::Session>(
-        c.lg.graph, std::set<std::string>(params_.begin(), params_.end()));
+      c.lg.graph = std::make_shared<ir::Graph>(
+          passes::optimize_forward(*c.lg.graph, sig, variables(), pass_opts_, nullptr));
+    c.session = std::make_unique<runtime::Session>(c.lg.graph, variables());
     it = eval_graphs_.emplace(key, std::move(c)).first;
   }
   std::map<std::string, Tensor> feeds;
   for (auto& [n, t] : batch)
     if (it->second.lg.graph->find_input(n)) feeds[n] = t;
   for (auto& p : params_) feeds[p] = param_buf_.view(p);
+  for (auto& [b, t] : buffers_) feeds[b] = t;
   auto out = it->second.session->run(feeds);
   out["loss"] = out.at(it->second.lg.loss);
   return out;

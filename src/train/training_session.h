@@ -2,6 +2,16 @@
 // buffers. The training graph is built once per input signature and cached (DESIGN decision 2);
 // each step binds every parameter gradient to its view of the flat gradient buffer, so gradients
 // land there directly, overwritten or accumulated (gradient accumulation needs no extra buffer).
+//
+// BatchNormalization running statistics (autodiff::batch_norm_buffers: initializers read only as
+// a BatchNormalization's input_mean / input_var) are buffers, as in PyTorch: not trained, held in
+// buffers() and fed to every run like the parameters. A training-mode BatchNormalization
+// (training_mode=1) reading one has its updated statistics (outputs 1, 2: input * momentum +
+// batch statistic * (1 - momentum)) as outputs of the training graph, copied back into the
+// buffer after each forward_backward — once per micro-batch, the next one reading the updated
+// values, as PyTorch's model.train() forward does. Evaluation (forward()) runs the graph with
+// every BatchNormalization in inference mode (passes::batch_norm_to_inference), normalizing with
+// the buffers, as PyTorch's model.eval().
 #pragma once
 #include <chrono>
 #include <map>
@@ -23,9 +33,24 @@ class TrainingSession {
   const std::vector<std::string>& parameters() const { return params_; }
   FlatBuffer& params() { return param_buf_; }
   FlatBuffer& grads() { return grad_buf_; }
+  // BatchNormalization running statistics (see the header comment), by initializer name; each
+  // tensor owns its storage and is updated in place.
+  const std::map<std::string, Tensor>& buffers() const { return buffers_; }
+  Tensor& buffer(const std::string& name) { return buffers_.at(name); }
+  // Copies every parameter and buffer from `weights` (a model.safetensors), which must have each
+  // with the same dtype and shape; `what` names the source in errors.
+  void load_weights(const std::map<std::string, Tensor>& weights, const std::string& what);
+  // running_var updated with the unbiased batch variance (N - 1), as PyTorch's BatchNorm does,
+  // instead of ONNX's population variance (the default). Config: batch_norm_running_var.
+  void set_unbiased_running_var(bool on) {
+    unbiased_var_ = on;
+    graphs_.clear();
+  }
+  bool unbiased_running_var() const { return unbiased_var_; }
 
   // One forward + backward on `batch` (graph inputs and labels by name). Gradients are written
-  // into grads() (added to what is there when `accumulate`). Returns the loss.
+  // into grads() (added to what is there when `accumulate`); the running statistics of
+  // training-mode BatchNormalizations are written into buffers(). Returns the loss.
   double forward_backward(const std::map<std::string, Tensor>& batch, bool accumulate,
                           uint64_t seed = 0, bool training = true);
   // Forward only (evaluation): the forward graph with the loss appended, no backward work.
@@ -75,14 +100,22 @@ class TrainingSession {
     autodiff::TrainingGraph tg;
     std::unique_ptr<runtime::Session> session;
     passes::PassReport report;
+    std::vector<std::pair<std::string, std::string>> stat_outputs;  // (graph output, buffer)
   };
+  // Names and outputs the updated statistics of g's training-mode BatchNormalizations that read a
+  // buffer (graph outputs appended); returns (output, buffer) pairs.
+  std::vector<std::pair<std::string, std::string>> expose_running_stats(ir::Graph& g) const;
+  std::set<std::string> variables() const;  // parameters and buffers: fed, never folded
   Compiled& compiled_for(const std::map<std::string, Tensor>& batch);
 
   std::shared_ptr<const ir::Graph> forward_;
   autodiff::GradientOptions opts_;
   std::vector<std::string> params_;
   FlatBuffer param_buf_, grad_buf_;
+  std::map<std::string, Tensor> buffers_;
+  bool unbiased_var_ = false;
   std::map<std::string, Compiled> graphs_;
+  std::shared_ptr<const ir::Graph> eval_forward_;  // forward_ with BatchNorms in inference mode
   std::unique_ptr<runtime::Session> forward_session_;
   struct EvalCompiled {
     autodiff::LossGraph lg;

@@ -82,6 +82,9 @@ std::string config_keys_help() {
       "      Initializers that are not trained.\n"
       "  custom_op_libraries: list\n"
       "      Shared libraries of custom ops (include/onyx/custom_op.h), relative to the config.\n"
+      "  batch_norm_running_var: str = population  {population, unbiased}\n"
+      "      Training-mode BatchNormalization's running_var update: the batch's population\n"
+      "      variance (the ONNX spec) or its unbiased variance (PyTorch's BatchNorm).\n"
       "  early_stopping_patience: int | None = None\n"
       "      Stop after this many evaluations without metric_for_best_model improving "
       "(EarlyStoppingCallback).\n"
@@ -144,15 +147,9 @@ Action add_evaluate_command(CLI::App& app) {
     Trainer t = make_trainer(l);
     t.set_metrics_need_predictions(metrics_need_predictions(l));
     if (!ckpt->empty()) {
-      auto w = io::load_safetensors(*ckpt + "/model.safetensors");
-      for (auto& p : t.session().parameters()) {
-        auto it = w.tensors.find(p);
-        ONYX_CHECK(it != w.tensors.end(), "checkpoint '", *ckpt, "' has no tensor '", p, "'");
-        Tensor& v = t.session().params().view(p);
-        ONYX_CHECK(it->second.meta() == v.meta(), "checkpoint '", *ckpt, "': tensor '", p, "' has shape ",
-                   shape_str(it->second.shape()), ", the model has ", shape_str(v.shape()));
-        std::memcpy(v.raw(), it->second.raw(), v.nbytes());
-      }
+      // parameters and BatchNorm running statistics
+      t.session().load_weights(io::load_safetensors(*ckpt + "/model.safetensors").tensors,
+                               cat("checkpoint '", *ckpt, "'"));
     }
     auto m = t.evaluate();
     for (auto& [k, v] : m) std::cout << k << ": " << v << "\n";

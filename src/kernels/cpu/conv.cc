@@ -15,11 +15,15 @@
 #include <mutex>
 #include <vector>
 
+#include "kernels/cpu/nn_util.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
 namespace onyx::runtime {
 namespace {
+
+using nnutil::from_f32;
+using nnutil::to_f32;
 
 // X (N,C,in...) * W (M,C/group,k...) [+ B (M)] → Y (N,M,out...)
 struct ConvGeom {
@@ -224,13 +228,6 @@ void conv_direct(const ConvGeom& g, const T* X, const T* W, const T* B, T* Y) {
   });
 }
 
-std::vector<float> to_f32(const Tensor& t) {
-  std::vector<float> v(t.numel());
-  const uint16_t* p = t.data<uint16_t>();
-  bool half = t.dtype() == DType::Float16;
-  for (size_t i = 0; i < v.size(); i++) v[i] = half ? half_to_float(p[i]) : bf16_to_float(p[i]);
-  return v;
-}
 
 void conv_infer(InferContext& ctx) {
   const auto& x = ctx.input(0);
@@ -287,10 +284,7 @@ void conv_compute(KernelContext& ctx) {
       std::vector<float> bf, yf(y.numel());
       if (b) bf = to_f32(*b);
       conv_f32(g, xf.data(), wf.data(), b ? bf.data() : nullptr, yf.data());
-      uint16_t* p = y.data<uint16_t>();
-      bool half = y.dtype() == DType::Float16;
-      for (size_t i = 0; i < yf.size(); i++)
-        p[i] = half ? float_to_half(yf[i]) : float_to_bf16(yf[i]);
+      from_f32(yf, y);
       return;
     }
     default:

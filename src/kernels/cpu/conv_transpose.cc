@@ -217,13 +217,6 @@ void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y) {
   }
 }
 
-std::vector<float> to_f32(const Tensor& t) {
-  std::vector<float> v(t.numel());
-  const uint16_t* p = t.data<uint16_t>();
-  bool half = t.dtype() == DType::Float16;
-  for (size_t i = 0; i < v.size(); i++) v[i] = half ? half_to_float(p[i]) : bf16_to_float(p[i]);
-  return v;
-}
 
 void deconv_infer(InferContext& ctx) {
   const auto& x = ctx.input(0);
@@ -254,10 +247,7 @@ void deconv_compute(KernelContext& ctx) {
       std::vector<float> bf, yf(y.numel());
       if (b) bf = to_f32(*b);
       deconv<float>(g, xf.data(), wf.data(), b ? bf.data() : nullptr, yf.data());
-      uint16_t* p = y.data<uint16_t>();
-      bool half = y.dtype() == DType::Float16;
-      for (size_t i = 0; i < yf.size(); i++)
-        p[i] = half ? float_to_half(yf[i]) : float_to_bf16(yf[i]);
+      from_f32(yf, y);
       return;
     }
     default:

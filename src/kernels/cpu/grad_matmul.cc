@@ -30,11 +30,15 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/nn_util.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
 namespace onyx::runtime {
 namespace {
+
+using nnutil::from_f32;
+using nnutil::to_f32;
 
 // ---- GEMM on float / double --------------------------------------------------------------------
 
@@ -93,19 +97,6 @@ void gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T a
     gemm<T>(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, T(0), C + i * sC, ldc);
 }
 
-// float16 / bfloat16 <-> float32.
-std::vector<float> to_f32(const Tensor& t) {
-  std::vector<float> v(t.numel());
-  const uint16_t* p = t.data<uint16_t>();
-  bool half = t.dtype() == DType::Float16;
-  for (size_t i = 0; i < v.size(); i++) v[i] = half ? half_to_float(p[i]) : bf16_to_float(p[i]);
-  return v;
-}
-void from_f32(const std::vector<float>& v, Tensor& t) {
-  uint16_t* p = t.data<uint16_t>();
-  bool half = t.dtype() == DType::Float16;
-  for (size_t i = 0; i < v.size(); i++) p[i] = half ? float_to_half(v[i]) : float_to_bf16(v[i]);
-}
 
 // Runs f(const T* in0, const T* in1, T* out) with T = float (float32, float16, bfloat16 through
 // float32 copies) or double. Every kernel here has two float inputs and one output.

@@ -11,11 +11,15 @@
 
 #include "kernels/cpu/einsum.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/nn_util.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
 namespace onyx::runtime {
 namespace {
+
+using nnutil::from_f32;
+using nnutil::to_f32;
 
 // ---- MatMul shapes ---------------------------------------------------------------------------
 
@@ -109,24 +113,7 @@ void matmul_loop(const MatMulShape& s, const T* A, const T* B, T* C) {
                });
 }
 
-// float16 / bfloat16 <-> float32 around the float32 kernels.
-std::vector<float> to_f32(const Tensor& t) {
-  std::vector<float> v(t.numel());
-  const uint16_t* p = t.data<uint16_t>();
-  if (t.dtype() == DType::Float16)
-    for (size_t i = 0; i < v.size(); i++) v[i] = half_to_float(p[i]);
-  else
-    for (size_t i = 0; i < v.size(); i++) v[i] = bf16_to_float(p[i]);
-  return v;
-}
 
-void from_f32(const std::vector<float>& v, Tensor& t) {
-  uint16_t* p = t.data<uint16_t>();
-  if (t.dtype() == DType::Float16)
-    for (size_t i = 0; i < v.size(); i++) p[i] = float_to_half(v[i]);
-  else
-    for (size_t i = 0; i < v.size(); i++) p[i] = float_to_bf16(v[i]);
-}
 
 // Calls f(T{}) with T the C++ type of an exact-loop dtype; false if dtype is not one.
 template <class F>

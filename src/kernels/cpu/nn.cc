@@ -518,6 +518,13 @@ OpKernel make_batch_norm_kernel() {
     const Tensor& x = xt;
     if (training) {
       double momentum = node.attr_float("momentum", 0.9f);
+      // ONNX: running_var = input_var * momentum + current_var * (1 - momentum) with current_var
+      // the population variance (the spec: "this formula does not use sample size N - 1"), as
+      // here by default. PyTorch's BatchNorm updates running_var with the unbiased batch variance
+      // (N - 1); train::TrainingSession asks for that with the onyx-internal attribute
+      // onyx_unbiased_var=1 (config batch_norm_running_var: unbiased). Y always uses the
+      // population variance, as both define it.
+      const bool unbiased = node.attr_int("onyx_unbiased_var", 0) != 0;
       std::vector<double> bm(C, 0.0), bv(C, 0.0);
       dispatch(x.dtype(), kFloats, node, [&](auto tag) {
         using T = decltype(tag);
@@ -538,11 +545,15 @@ OpKernel make_batch_norm_kernel() {
           }
         });
       });
+      const double count = (double)(N * S);
+      std::vector<double> bv_run = bv;
+      if (unbiased && count > 1)
+        for (auto& v : bv_run) v *= count / (count - 1);
       for (int o = 1; o <= 2; o++) {
         if (!ctx.has_output(o)) continue;
         Tensor& out = ctx.output(o);
         const std::vector<double>& run = o == 1 ? mean : var;
-        const std::vector<double>& cur = o == 1 ? bm : bv;
+        const std::vector<double>& cur = o == 1 ? bm : bv_run;
         dispatch(out.dtype(), kFloats, node, [&](auto tag) {
           using T = decltype(tag);
           T* p = out.data<T>();

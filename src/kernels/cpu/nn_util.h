@@ -10,12 +10,29 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "ir/graph.h"
 #include "onyx/dtype.h"
 #include "onyx/error.h"
+#include "onyx/tensor.h"
 
 namespace onyx::runtime::nnutil {
+
+// A float16 / bfloat16 tensor's values as float32, and back (kernels that compute those dtypes
+// through their float32 path).
+inline std::vector<float> to_f32(const Tensor& t) {
+  std::vector<float> v(t.numel());
+  const uint16_t* p = t.data<uint16_t>();
+  bool half = t.dtype() == DType::Float16;
+  for (size_t i = 0; i < v.size(); i++) v[i] = half ? half_to_float(p[i]) : bf16_to_float(p[i]);
+  return v;
+}
+inline void from_f32(const std::vector<float>& v, Tensor& t) {
+  uint16_t* p = t.data<uint16_t>();
+  bool half = t.dtype() == DType::Float16;
+  for (size_t i = 0; i < v.size(); i++) p[i] = half ? float_to_half(v[i]) : float_to_bf16(v[i]);
+}
 
 // ---- element traits -------------------------------------------------------------------------
 // Acc<T>: the type arithmetic is done in (double for floating types, 64-bit ints for integers).

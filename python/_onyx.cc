@@ -1,0 +1,444 @@
+// python/_onyx.cc — the extension module onyx._onyx: the C++ Trainer, TrainingArguments' key table,
+// TrainerState / TrainerControl, for the Python package python/onyx/__init__.py (which holds the
+// Transformers-shaped classes; this file is the thin layer under them).
+//
+// Binding library: nanobind (3.1), not pybind11. Reasons: its ndarray type wraps numpy memory and
+// hands C++ memory to numpy without copies (datasets go into data::TensorDataset as Tensor::wrap
+// views; predictions come back as arrays that own the C++ tensor), it compiles several times faster
+// and links smaller modules (this machine has 2 cores), and scikit-build-core finds it by its
+// CMake config with no setup.py. Built only by `pip install .` (CMakeLists.txt: if(SKBUILD)).
+//
+// GIL: train / evaluate / predict / save_model run with the GIL released; Python callbacks and
+// compute_metrics take it back. A Python exception raised there is restored as the thread's error
+// indicator, unwinds the C++ Trainer as PyPending, and is raised again to the caller unchanged.
+// TrainerState and TrainerControl reach Python callbacks by reference (rv_policy::reference), so
+// `control.should_training_stop = True` in Python sets the C++ Trainer's own control.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "data/dataset.h"
+#include "onyx/error.h"
+#include "onyx/trainer.h"
+#include "onyx/training_args.h"
+#include "runtime/parallel.h"
+#include "train/run_config.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace onyx::python {
+namespace {
+
+// A Python exception is pending (set as this thread's error indicator) and unwinds C++ code.
+struct PyPending {};
+
+// Runs f with the GIL released; a Python exception raised inside (PyPending) is raised again.
+template <class F>
+auto without_gil(F&& f) {
+  try {
+    nb::gil_scoped_release release;
+    return f();
+  } catch (const PyPending&) {
+    throw nb::python_error();
+  }
+}
+
+// Calls fn(*args, **kwargs) with the GIL held; a Python exception becomes PyPending.
+nb::object call_py(nb::handle fn, nb::tuple args, nb::dict kwargs) {
+  PyObject* r = PyObject_Call(fn.ptr(), args.ptr(), kwargs.ptr());
+  if (!r) throw PyPending{};
+  return nb::steal(r);
+}
+
+// ---- dtypes and arrays ------------------------------------------------------------------------
+
+DType dtype_of(nb::dlpack::dtype d) {
+  using C = nb::dlpack::dtype_code;
+  if (d.lanes != 1) throw Error("arrays with vector lanes are not supported");
+  C c = (C)d.code;
+  if (c == C::Float && d.bits == 32) return DType::Float32;
+  if (c == C::Float && d.bits == 64) return DType::Float64;
+  if (c == C::Float && d.bits == 16) return DType::Float16;
+  if (c == C::Bfloat && d.bits == 16) return DType::BFloat16;
+  if (c == C::Int && d.bits == 64) return DType::Int64;
+  if (c == C::Int && d.bits == 32) return DType::Int32;
+  if (c == C::Int && d.bits == 16) return DType::Int16;
+  if (c == C::Int && d.bits == 8) return DType::Int8;
+  if (c == C::UInt && d.bits == 8) return DType::UInt8;
+  if (c == C::UInt && d.bits == 16) return DType::UInt16;
+  if (c == C::UInt && d.bits == 32) return DType::UInt32;
+  if (c == C::UInt && d.bits == 64) return DType::UInt64;
+  if (c == C::Bool && d.bits == 8) return DType::Bool;
+  throw Error(cat("unsupported array dtype (code ", (int)d.code, ", ", (int)d.bits, " bits)"));
+}
+
+nb::dlpack::dtype dlpack_of(DType t) {
+  using C = nb::dlpack::dtype_code;
+  auto mk = [](C c, int bits) { return nb::dlpack::dtype{(uint8_t)c, (uint8_t)bits, 1}; };
+  switch (t) {
+    case DType::Float32: return mk(C::Float, 32);
+    case DType::Float64: return mk(C::Float, 64);
+    case DType::Float16: return mk(C::Float, 16);
+    case DType::BFloat16: return mk(C::Bfloat, 16);
+    case DType::Int64: return mk(C::Int, 64);
+    case DType::Int32: return mk(C::Int, 32);
+    case DType::Int16: return mk(C::Int, 16);
+    case DType::Int8: return mk(C::Int, 8);
+    case DType::UInt8: return mk(C::UInt, 8);
+    case DType::UInt16: return mk(C::UInt, 16);
+    case DType::UInt32: return mk(C::UInt, 32);
+    case DType::UInt64: return mk(C::UInt, 64);
+    case DType::Bool: return mk(C::Bool, 8);
+    default: throw Error(cat("tensor dtype ", dtype_name(t), " has no numpy equivalent"));
+  }
+}
+
+using CpuArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
+
+// A numpy array as a Tensor without a copy: the Tensor's storage owner holds a reference to the
+// array (released with the GIL taken, whichever thread drops the last Tensor).
+Tensor tensor_from_array(nb::handle obj, const std::string& what) {
+  CpuArray a;
+  if (!nb::try_cast(obj, a, false))
+    throw Error(cat(what, ": expected a C-contiguous numpy array on the CPU"));
+  Shape s(a.ndim());
+  for (size_t i = 0; i < a.ndim(); i++) s[i] = (int64_t)a.shape(i);
+  DType dt;
+  try {
+    dt = dtype_of(a.dtype());
+  } catch (const Error& e) {
+    throw Error(cat(what, ": ", e.what()));
+  }
+  PyObject* ref = obj.ptr();
+  Py_INCREF(ref);
+  std::shared_ptr<void> owner(ref, [](void* p) {
+    if (!Py_IsInitialized()) return;  // interpreter gone: nothing to release
+    nb::gil_scoped_acquire gil;
+    Py_DECREF((PyObject*)p);
+  });
+  return Tensor::wrap(dt, std::move(s), a.data(), std::move(owner));
+}
+
+// A Tensor as a numpy array sharing its storage (the array owns a Tensor copy); None if undefined.
+nb::object array_from_tensor(const Tensor& t) {
+  if (!t.defined()) return nb::none();
+  auto* keep = new Tensor(t);
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  nb::ndarray<nb::numpy> a(keep->raw(), shape.size(), shape.data(), owner, nullptr, dlpack_of(t.dtype()));
+  return a.cast();
+}
+
+// {name: array} (first dimension = sample) as a TensorDataset of zero-copy views.
+std::shared_ptr<data::Dataset> dataset_from_dict(nb::handle d, const std::string& which) {
+  if (d.is_none()) return nullptr;
+  if (!nb::isinstance<nb::dict>(d)) throw Error(cat(which, ": expected a dict of numpy arrays"));
+  std::map<std::string, Tensor> tensors;
+  for (auto [k, v] : nb::borrow<nb::dict>(d)) {
+    std::string key = nb::cast<std::string>(nb::str(k));
+    tensors[key] = tensor_from_array(v, cat(which, "['", key, "']"));
+  }
+  return std::make_shared<data::TensorDataset>(std::move(tensors), which);
+}
+
+nb::dict metrics_dict(const Metrics& m) {
+  nb::dict d;
+  for (auto& [k, v] : m) d[k.c_str()] = v;
+  return d;
+}
+
+nb::dict log_entry_dict(const LogEntry& e) {
+  nb::dict d = metrics_dict(e.values);
+  d["epoch"] = e.epoch;
+  d["step"] = e.step;
+  return d;
+}
+
+// ---- TrainingArguments ----------------------------------------------------------------------
+
+TrainingArguments args_from_items(const std::vector<std::pair<std::string, std::string>>& items) {
+  TrainingArguments a;
+  for (auto& [k, v] : items) a.set(k, v);
+  return a;
+}
+
+// ---- callbacks -------------------------------------------------------------------------------
+
+// One Python callback object: each Transformers event calls its method of that name, if it has
+// one, with (args, state, control, **kwargs); a TrainerControl it returns replaces the control.
+// The Python objects are borrowed: TrainerBox::refs owns them (and shows them to the garbage
+// collector, so a cycle through a callback or compute_metrics is collected).
+class PyCallback : public TrainerCallback {
+ public:
+  PyCallback(nb::handle cb, nb::handle py_args) : cb_(cb), py_args_(py_args) {}
+  void on_init_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_init_end", s, c); }
+  void on_train_begin(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_train_begin", s, c); }
+  void on_train_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_train_end", s, c); }
+  void on_epoch_begin(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_epoch_begin", s, c); }
+  void on_epoch_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_epoch_end", s, c); }
+  void on_step_begin(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_step_begin", s, c); }
+  void on_substep_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_substep_end", s, c); }
+  void on_step_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_step_end", s, c); }
+  void on_save(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_save", s, c); }
+  void on_prediction_step(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_prediction_step", s, c);
+  }
+  void on_evaluate(const TrainingArguments&, TrainerState& s, TrainerControl& c, const Metrics& m) override {
+    call("on_evaluate", s, c, [&](nb::dict& kw) { kw["metrics"] = metrics_dict(m); });
+  }
+  void on_log(const TrainingArguments&, TrainerState& s, TrainerControl& c, const LogEntry& e) override {
+    call("on_log", s, c, [&](nb::dict& kw) {
+      nb::dict logs = metrics_dict(e.values);
+      logs["epoch"] = e.epoch;  // as Transformers' Trainer.log passes it
+      kw["logs"] = logs;
+    });
+  }
+
+ private:
+  template <class K = void (*)(nb::dict&)>
+  void call(const char* event, TrainerState& s, TrainerControl& c, K add_kwargs = [](nb::dict&) {}) {
+    nb::gil_scoped_acquire gil;
+    nb::object fn = nb::getattr(cb_, event, nb::none());
+    if (fn.is_none()) return;
+    nb::dict kw;
+    add_kwargs(kw);
+    nb::object r = call_py(fn, nb::make_tuple(py_args_, nb::cast(&s, nb::rv_policy::reference),
+                                              nb::cast(&c, nb::rv_policy::reference)),
+                           kw);
+    if (nb::isinstance<TrainerControl>(r)) c = nb::cast<TrainerControl&>(r);
+  }
+  nb::handle cb_, py_args_;
+};
+
+// compute_metrics(predictions, label_ids, loss) -> {name: number}, called with the GIL held
+// (fn borrowed, as PyCallback's objects).
+ComputeMetrics py_compute_metrics(nb::handle fn) {
+  return [fn](const EvalPrediction& p) -> Metrics {
+    nb::gil_scoped_acquire gil;
+    nb::object r = call_py(fn, nb::make_tuple(array_from_tensor(p.predictions),
+                                                  array_from_tensor(p.label_ids), p.loss),
+                           nb::dict());
+    Metrics m;
+    if (r.is_none()) return m;
+    if (!nb::isinstance<nb::dict>(r)) throw Error("compute_metrics must return a dict of numbers");
+    for (auto [k, v] : nb::borrow<nb::dict>(r)) {
+      std::string key = nb::cast<std::string>(nb::str(k));
+      PyObject* f = PyNumber_Float(v.ptr());
+      if (!f) throw PyPending{};
+      m[key] = PyFloat_AsDouble(f);
+      Py_DECREF(f);
+    }
+    return m;
+  };
+}
+
+// ---- Trainer ---------------------------------------------------------------------------------
+
+// The C++ Trainer and the Python objects its callbacks and compute_metrics call (owned here, borrowed
+// by them; tp_traverse / tp_clear below let Python's garbage collector see and break cycles).
+struct TrainerBox {
+  std::unique_ptr<Trainer> t;
+  std::vector<nb::object> refs;
+};
+
+int trainer_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  for (auto& r : nb::inst_ptr<TrainerBox>(self)->refs) Py_VISIT(r.ptr());
+  return 0;
+}
+
+int trainer_clear(PyObject* self) {
+  TrainerBox* b = nb::inst_ptr<TrainerBox>(self);
+  b->t.reset();  // first: its callbacks borrow refs
+  b->refs.clear();
+  return 0;
+}
+
+PyType_Slot trainer_slots[] = {{Py_tp_traverse, (void*)trainer_traverse},
+                               {Py_tp_clear, (void*)trainer_clear},
+                               {0, nullptr}};
+
+autodiff::LossSpec loss_spec(nb::handle loss) {
+  autodiff::LossSpec spec;
+  if (loss.is_none()) return spec;
+  if (nb::isinstance<nb::str>(loss)) {
+    spec.output = nb::cast<std::string>(loss);
+    return spec;
+  }
+  if (!nb::isinstance<nb::dict>(loss))
+    throw Error("loss: expected an output name or a dict {type, logits, labels, ignore_index}");
+  std::string type = "cross_entropy";
+  for (auto [k, v] : nb::borrow<nb::dict>(loss)) {
+    std::string key = nb::cast<std::string>(nb::str(k));
+    if (key == "type") type = nb::cast<std::string>(v);
+    else if (key == "logits" || key == "predictions" || key == "output") spec.output = nb::cast<std::string>(v);
+    else if (key == "labels") spec.labels = nb::cast<std::string>(v);
+    else if (key == "ignore_index") spec.ignore_index = nb::cast<int64_t>(v);
+    else throw Error(cat("loss: unknown key '", key, "' (type, logits, labels, ignore_index)"));
+  }
+  if (type == "cross_entropy") spec.kind = autodiff::LossSpec::Kind::CrossEntropy;
+  else if (type == "mse") spec.kind = autodiff::LossSpec::Kind::MSE;
+  else if (type == "output") spec.kind = autodiff::LossSpec::Kind::GraphOutput;
+  else throw Error(cat("loss: 'type' must be cross_entropy, mse or output, got '", type, "'"));
+  if (spec.kind != autodiff::LossSpec::Kind::GraphOutput)
+    ONYX_CHECK(!spec.output.empty() && !spec.labels.empty(), "loss of type '", type, "' needs 'logits' and 'labels'");
+  return spec;
+}
+
+void trainer_init(TrainerBox* self, const std::string& model,
+                  const std::vector<std::pair<std::string, std::string>>& arg_items, nb::object py_args,
+                  nb::object train_dataset, nb::object eval_dataset, nb::object compute_metrics,
+                  std::vector<std::string> metric_names, nb::list callbacks, nb::object loss,
+                  std::string predictions, std::vector<std::string> frozen) {
+  TrainerBox box;  // moved into *self at the end (nanobind runs no destructor if __init__ throws)
+  // Everything `onyx train` reads from a config, through the same function (model_from_config).
+  train::RunConfig c;
+  c.path = model;
+  c.dir = ".";
+  c.model = model;
+  c.args = args_from_items(arg_items);
+  c.loss = loss_spec(loss);
+  c.predictions = predictions;
+  c.frozen = frozen;
+  c.metrics = metric_names;
+  auto train_ds = dataset_from_dict(train_dataset, "train_dataset");
+  auto eval_ds = dataset_from_dict(eval_dataset, "eval_dataset");
+  ComputeMetrics cm;
+  bool need_predictions = true;
+  if (!compute_metrics.is_none()) {
+    box.refs.push_back(compute_metrics);
+    cm = py_compute_metrics(compute_metrics);
+  } else if (!metric_names.empty()) {
+    cm = metrics::by_names(metric_names);
+    need_predictions = false;
+    for (auto& m : metric_names)
+      if (m != "perplexity") need_predictions = true;
+  }
+  box.refs.push_back(py_args);
+  std::vector<std::shared_ptr<TrainerCallback>> cbs;
+  for (nb::handle cb : callbacks) {
+    if (nb::isinstance<nb::tuple>(cb)) {  // ("early_stopping", patience, threshold): the C++ one
+      auto t = nb::borrow<nb::tuple>(cb);
+      cbs.push_back(std::make_shared<EarlyStoppingCallback>(nb::cast<int>(t[1]), nb::cast<double>(t[2])));
+    } else {
+      box.refs.push_back(nb::borrow(cb));
+      cbs.push_back(std::make_shared<PyCallback>(cb, py_args));
+    }
+  }
+  without_gil([&] {
+    Model m = train::model_from_config(c);
+    box.t = std::make_unique<Trainer>(std::move(m), c.args, train_ds, eval_ds, cm, std::move(cbs));
+    box.t->set_metrics_need_predictions(need_predictions);
+    return 0;
+  });
+  new (self) TrainerBox(std::move(box));
+}
+
+Trainer& get(TrainerBox& b) {
+  ONYX_CHECK(b.t, "the Trainer was not constructed");
+  return *b.t;
+}
+
+}  // namespace
+}  // namespace onyx::python
+
+NB_MODULE(_onyx, m) {
+  using namespace onyx;
+  using namespace onyx::python;
+  m.doc() = "onyx's C++ core (the Python API is the package onyx)";
+  nb::exception<Error>(m, "OnyxError", PyExc_ValueError);
+
+  m.def("describe_args", [] {
+    nb::list out;
+    for (auto& a : TrainingArguments::describe()) {
+      nb::dict d;
+      d["name"] = a.name;
+      d["type"] = a.type;
+      d["choices"] = a.choices;
+      d["default"] = a.default_value;
+      d["help"] = a.help;
+      out.append(d);
+    }
+    return out;
+  }, "Every TrainingArguments key, in order: name, type, choices, default (JSON text or None), help.");
+  m.def("arg_keys", &TrainingArguments::keys);
+  m.def("check_args", [](const std::vector<std::pair<std::string, std::string>>& items) {
+    TrainingArguments a = args_from_items(items);
+    a.validate();
+    return a.to_json();
+  }, "items"_a, "Sets each (key, text) as `onyx train` does, validates, returns the arguments as JSON.");
+  m.def("set_num_threads", &runtime::set_num_threads, "n"_a,
+        "Threads of onyx's kernels, oneDNN and OpenBLAS (the CLI's --threads).");
+
+  nb::class_<TrainerControl>(m, "TrainerControl")
+      .def(nb::init<>())
+      .def_rw("should_training_stop", &TrainerControl::should_training_stop)
+      .def_rw("should_epoch_stop", &TrainerControl::should_epoch_stop)
+      .def_rw("should_save", &TrainerControl::should_save)
+      .def_rw("should_evaluate", &TrainerControl::should_evaluate)
+      .def_rw("should_log", &TrainerControl::should_log)
+      .def("__repr__", [](const TrainerControl& c) {
+        return cat("TrainerControl(should_training_stop=", c.should_training_stop ? "True" : "False",
+                   ", should_epoch_stop=", c.should_epoch_stop ? "True" : "False",
+                   ", should_save=", c.should_save ? "True" : "False",
+                   ", should_evaluate=", c.should_evaluate ? "True" : "False",
+                   ", should_log=", c.should_log ? "True" : "False", ")");
+      });
+
+  nb::class_<TrainerState>(m, "TrainerState")
+      .def_rw("epoch", &TrainerState::epoch)
+      .def_rw("global_step", &TrainerState::global_step)
+      .def_rw("max_steps", &TrainerState::max_steps)
+      .def_rw("num_train_epochs", &TrainerState::num_train_epochs)
+      .def_rw("logging_steps", &TrainerState::logging_steps)
+      .def_rw("eval_steps", &TrainerState::eval_steps)
+      .def_rw("save_steps", &TrainerState::save_steps)
+      .def_rw("train_batch_size", &TrainerState::train_batch_size)
+      .def_rw("best_metric", &TrainerState::best_metric)
+      .def_rw("best_model_checkpoint", &TrainerState::best_model_checkpoint)
+      .def_rw("best_global_step", &TrainerState::best_global_step)
+      .def_prop_ro("log_history", [](const TrainerState& s) {
+        nb::list l;
+        for (auto& e : s.log_history) l.append(log_entry_dict(e));
+        return l;
+      }, "A list of dicts, one per log, as Transformers' TrainerState.log_history (a copy).")
+      .def_prop_ro("is_local_process_zero", [](const TrainerState&) { return true; })
+      .def_prop_ro("is_world_process_zero", [](const TrainerState&) { return true; })
+      .def("to_json_string", &TrainerState::to_json);
+
+  nb::class_<TrainerBox>(m, "Trainer", nb::type_slots(trainer_slots))
+      .def("__init__", &trainer_init, "model"_a, "arg_items"_a, "py_args"_a, "train_dataset"_a.none(),
+           "eval_dataset"_a.none(), "compute_metrics"_a.none(), "metric_names"_a, "callbacks"_a,
+           "loss"_a.none(), "predictions"_a, "frozen"_a)
+      .def("train", [](TrainerBox& b) {
+        TrainOutput o = without_gil([&] { return get(b).train(); });
+        return nb::make_tuple(o.global_step, o.training_loss, metrics_dict(o.metrics));
+      })
+      .def("evaluate", [](TrainerBox& b, const std::string& prefix) {
+        Metrics m = without_gil([&] { return get(b).evaluate(prefix); });
+        return metrics_dict(m);
+      }, "metric_key_prefix"_a = "eval")
+      .def("predict", [](TrainerBox& b, nb::object ds) {
+        auto d = dataset_from_dict(ds, "test_dataset");
+        ONYX_CHECK(d, "predict: test_dataset is None");
+        PredictionOutput p = without_gil([&] { return get(b).predict(*d); });
+        return nb::make_tuple(array_from_tensor(p.predictions), array_from_tensor(p.label_ids),
+                              metrics_dict(p.metrics));
+      }, "test_dataset"_a)
+      .def("save_model", [](TrainerBox& b, const std::string& dir) {
+        without_gil([&] { get(b).save_model(dir); return 0; });
+      }, "output_dir"_a)
+      .def_prop_ro("state", [](TrainerBox& b) -> const TrainerState& { return get(b).state(); },
+                   nb::rv_policy::reference_internal)
+      .def("release", [](TrainerBox& b) { without_gil([&] { b.t.reset(); return 0; }); },
+           "Frees the C++ Trainer (its arenas, parameters, datasets).");
+}

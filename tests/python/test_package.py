@@ -1,0 +1,473 @@
+"""test_package.py — the Python package `onyx` (issue #12): built by `pip install .`, then used as
+Transformers' Trainer is.
+
+Build (once per run; incremental): `pip install . --no-build-isolation --no-deps --target
+build/python-target -C build-dir=build/python-build` with the reference venv's Python and the
+pinned build requirements of pyproject.toml (scikit-build-core, nanobind) installed into
+build/python-build-deps (the reference venv itself is not changed). A persistent build folder
+makes a rerun relink nothing when no source changed; ccache (CMakeLists.txt) serves a clean one.
+The plain, isolated `pip install .` (README) builds the same CMake target.
+
+Cases (one PASS / FAIL / SKIP line each):
+  args-keys        onyx.TrainingArguments' fields are exactly the C++ keys, in order, with the
+                   C++ defaults; to_dict() / to_json_string() round-trip
+  args-errors      unknown keyword -> TypeError; ill-typed / bad choice / cross-field -> ValueError
+                   naming the key (the C++ parser's message); "1e-4" is read as 0.0001
+  args-transformers  from a transformers.TrainingArguments instance and its to_dict(): onyx's keys
+                   taken, the others ignored with one warning listing them, fp16=True refused
+  parity-cli       a tiny MLP exported by torch (TorchScript exporter, opset 17, training mode,
+                   `loss` + `logits` outputs) trained by onyx.Trainer (numpy datasets) and by
+                   `onyx train` with the same config: the same log_history (every value but the
+                   timings identical), the same final weights (bit for bit)
+  compute-metrics  a Python compute_metrics(EvalPrediction) gets numpy predictions (N, 3) and
+                   label_ids (N,), unpacks as a tuple, and its accuracy equals the built-in one
+  callback-stop    a TrainerCallback setting control.should_training_stop at step 3 in
+                   on_step_end stops training at step 3; events arrive with (args, state,
+                   control, **kwargs) in Transformers' order; a raising callback's exception
+                   reaches the caller
+  early-stopping   onyx.EarlyStoppingCallback (the C++ one) stops before max_steps
+  save-model       save_model(dir) writes model.safetensors with the trained weights
+  ort-alias        ORTTrainer + ORTTrainingArguments(optim="adamw_ort_fused") = Trainer + adamw_fused
+  hf-folder        a tiny BertForSequenceClassification (save_pretrained) trains from its folder;
+                   the saved folder opens with from_pretrained, its logits = Trainer.predict's
+  no-leaks         a Trainer in a reference cycle through its callback / compute_metrics is
+                   collected at exit (no nanobind leak report)
+
+Run: build/venv/bin/python tests/python/test_package.py [substring-filter]
+Ends with "N passed, M failed, K skipped"; exits 1 if any case failed.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BUILD = os.environ.get("BUILD", os.path.join(REPO, "build"))
+ONYX = os.environ.get("ONYX", os.path.join(BUILD, "onyx"))
+TARGET = os.path.join(BUILD, "python-target")
+DEPS = os.path.join(BUILD, "python-build-deps")
+BUILD_DEPS = ["scikit-build-core==1.1.2", "nanobind==3.1.0", "pathspec==1.1.1", "packaging==26.4"]
+sys.path.insert(0, os.path.join(REPO, "tests", "parity"))
+import st_io  # noqa: E402
+
+TIMING = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "eval_runtime",
+          "eval_samples_per_second", "eval_steps_per_second"}
+
+
+class Skip(Exception):
+    pass
+
+
+def build_package():
+    """pip install . into TARGET; returns the seconds it took."""
+    stamp = os.path.join(DEPS, ".stamp")
+    want = " ".join(BUILD_DEPS)
+    if not os.path.exists(stamp) or open(stamp).read() != want:
+        shutil.rmtree(DEPS, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--no-deps", "--target", DEPS] + BUILD_DEPS, check=True, capture_output=True)
+        with open(stamp, "w") as f:
+            f.write(want)
+    env = dict(os.environ, PYTHONPATH=DEPS)
+    cmd = [sys.executable, "-m", "pip", "install", ".", "-q", "--disable-pip-version-check",
+           "--no-build-isolation", "--no-deps", "--upgrade", "--target", TARGET,
+           "-C", f"build-dir={os.path.join(BUILD, 'python-build')}"]
+    t0 = time.time()
+    if shutil.which("flock"):  # the machine has 2 cores: one heavy build at a time
+        cmd = ["flock", "/tmp/onyx-build.lock"] + cmd
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stdout[-4000:], p.stderr[-4000:])
+        raise SystemExit("pip install . failed")
+    return time.time() - t0
+
+
+# ----------------------------------------------------------------------------------------------
+# fixtures
+
+
+def make_mlp(tmp):
+    """A 4 -> 16 -> 3 MLP with cross entropy inside, exported for training; data of 64 + 24 rows."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 16), nn.Linear(16, 3)
+
+        def forward(self, x, labels):
+            logits = self.fc2(torch.relu(self.fc1(x)))
+            return F.cross_entropy(logits, labels), logits
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((88, 4)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64) + (x[:, 2] > 1).astype(np.int64)
+    path = os.path.join(tmp, "mlp.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Mlp().train(), (torch.from_numpy(x[:2]), torch.from_numpy(y[:2])), path,
+                          dynamo=False, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=["x", "labels"],
+                          output_names=["loss", "logits"],
+                          dynamic_axes={"x": {0: "b"}, "labels": {0: "b"}, "logits": {0: "b"}})
+    train = {"x": x[:64], "labels": y[:64]}
+    ev = {"x": x[64:], "labels": y[64:]}
+    return path, train, ev
+
+
+CFG = dict(learning_rate=1e-2, max_steps=12, per_device_train_batch_size=8, logging_steps=2,
+           eval_strategy="steps", eval_steps=4, warmup_steps=2, weight_decay=0.01, seed=7,
+           save_strategy="no", disable_tqdm=True)
+
+
+def strip(log):
+    return [{k: v for k, v in e.items() if k not in TIMING} for e in log]
+
+
+def run_cli(cfg, tmp, name):
+    path = os.path.join(tmp, name + ".yaml")
+    with open(path, "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+    p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise AssertionError(f"onyx train exited {p.returncode}: {p.stderr.strip()[-500:]}")
+    with open(os.path.join(cfg["output_dir"], "log_history.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# ----------------------------------------------------------------------------------------------
+# cases
+
+
+def case_args_keys(onyx, tmp):
+    import dataclasses
+    from onyx import _onyx
+    names = [f.name for f in dataclasses.fields(onyx.TrainingArguments)]
+    assert names == _onyx.arg_keys(), (names, _onyx.arg_keys())
+    a = onyx.TrainingArguments()
+    cpp = json.loads(_onyx.check_args([]))
+    assert a.to_dict() == cpp, {k: (a.to_dict()[k], cpp[k]) for k in cpp if a.to_dict()[k] != cpp[k]}
+    assert a.learning_rate == 5e-5 and a.per_device_train_batch_size == 8 and a.eval_steps is None
+    b = onyx.TrainingArguments(**json.loads(a.to_json_string()))
+    assert b == a
+    return f"{len(names)} keys, defaults = C++ defaults"
+
+
+def case_args_errors(onyx, tmp):
+    msgs = []
+    try:
+        onyx.TrainingArguments(no_such_key=1)
+        raise AssertionError("unknown key accepted")
+    except TypeError as e:
+        msgs.append(str(e))
+    for kw, key in [({"learning_rate": "fast"}, "learning_rate"),
+                    ({"per_device_train_batch_size": 2.5}, "per_device_train_batch_size"),
+                    ({"lr_scheduler_type": "bogus"}, "lr_scheduler_type"),
+                    ({"warmup_ratio": 2.0}, "warmup_ratio"),
+                    ({"load_best_model_at_end": True}, "load_best_model_at_end")]:
+        try:
+            onyx.TrainingArguments(**kw)
+            raise AssertionError(f"{kw} accepted")
+        except ValueError as e:
+            assert key in str(e), (key, str(e))
+            msgs.append(str(e))
+    a = onyx.TrainingArguments(learning_rate="1e-4", max_steps="10")
+    assert a.learning_rate == 1e-4 and a.max_steps == 10, a
+    return msgs[2]
+
+
+def case_args_transformers(onyx, tmp):
+    import transformers
+    t = transformers.TrainingArguments(output_dir=os.path.join(tmp, "hf"), learning_rate=3e-3,
+                                       max_steps=9, lr_scheduler_type="cosine", warmup_steps=2,
+                                       seed=5, logging_steps=3, report_to="none",
+                                       per_device_train_batch_size=4, push_to_hub=False)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        a = onyx.TrainingArguments.from_transformers(t)
+    assert any("ignores" in str(x.message) and "push_to_hub" in str(x.message) for x in w), [str(x.message) for x in w]
+    assert (a.learning_rate, a.max_steps, a.lr_scheduler_type, a.warmup_steps, a.seed, a.logging_steps,
+            a.per_device_train_batch_size, a.optim) == (3e-3, 9, "cosine", 2, 5, 3, 4, t.optim), a
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        b = onyx.TrainingArguments.from_transformers(t.to_dict())
+    assert a == b
+    d = t.to_dict()
+    d["fp16"] = True
+    try:
+        onyx.TrainingArguments.from_transformers(d)
+        raise AssertionError("fp16=True accepted")
+    except ValueError as e:
+        assert "fp16" in str(e), str(e)
+    return f"{len(t.to_dict())} transformers keys -> {len(a.to_dict())} onyx keys; fp16 refused"
+
+
+def case_parity_cli(onyx, tmp):
+    model, train, ev = make_mlp(tmp)
+    st_io.save(os.path.join(tmp, "train.safetensors"), train)
+    st_io.save(os.path.join(tmp, "eval.safetensors"), ev)
+    cli_out = os.path.join(tmp, "cli")
+    cli_log = run_cli(dict(model=model, train_data=os.path.join(tmp, "train.safetensors"),
+                           eval_data=os.path.join(tmp, "eval.safetensors"), metrics=["accuracy"],
+                           output_dir=cli_out, **CFG), tmp, "mlp")
+    py_out = os.path.join(tmp, "py")
+    args = onyx.TrainingArguments(output_dir=py_out, **CFG)
+    t = onyx.Trainer(model, args, train_dataset=train, eval_dataset=ev, compute_metrics=["accuracy"])
+    out = t.train()
+    final = t.evaluate()
+    t.save_model(py_out)
+    assert out.global_step == 12 == t.state.global_step, out
+    assert "eval_accuracy" in final and "eval_loss" in final, final
+    a, b = strip(t.state.log_history), strip(cli_log)
+    assert len(a) == len(b), (len(a), len(b))
+    for i, (ea, eb) in enumerate(zip(a, b)):
+        assert ea == eb, f"log entry {i}: python {ea} != cli {eb}"
+    assert abs(out.training_loss - b[-2]["train_loss"]) == 0, (out.training_loss, b[-2])
+    wa = st_io.load(os.path.join(py_out, "model.safetensors"))
+    wb = st_io.load(os.path.join(cli_out, "model.safetensors"))
+    assert sorted(wa) == sorted(wb) and all(np.array_equal(wa[k], wb[k]) for k in wa)
+    case_parity_cli.result = (model, train, ev, final)
+    losses = [e["loss"] for e in a if "loss" in e]
+    return (f"{len(a)} log entries identical (loss {losses[0]:.4f} -> {losses[-1]:.4f}), "
+            f"eval_accuracy {final['eval_accuracy']:.3f}; weights equal")
+
+
+def fixture(tmp):
+    if not hasattr(case_parity_cli, "result"):
+        m, tr, ev = make_mlp(tmp)
+        return m, tr, ev, None
+    return case_parity_cli.result
+
+
+def case_compute_metrics(onyx, tmp):
+    model, train, ev, builtin = fixture(tmp)
+    seen = {}
+
+    def compute_metrics(p):
+        preds, labels = p
+        seen["types"] = (type(preds), type(labels), preds.shape, labels.shape, preds.dtype, labels.dtype)
+        return {"acc": float((preds.argmax(-1) == labels).mean()), "n": len(labels)}
+
+    args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "cm"), **CFG)
+    t = onyx.Trainer(model, args, train_dataset=train, eval_dataset=ev, compute_metrics=compute_metrics)
+    t.train()
+    m = t.evaluate()
+    assert seen["types"][:4] == (np.ndarray, np.ndarray, (24, 3), (24,)), seen
+    assert m["eval_n"] == 24, m
+    evals = [e for e in t.state.log_history if "eval_acc" in e]
+    assert len(evals) == 4, t.state.log_history  # steps 4, 8, 12 and the final evaluate()
+    if builtin is not None:
+        assert m["eval_acc"] == builtin["eval_accuracy"], (m, builtin)
+        assert m["eval_loss"] == builtin["eval_loss"], (m, builtin)
+    return f"eval_acc {m['eval_acc']:.4f} (= built-in accuracy), {seen['types'][4]} / {seen['types'][5]}"
+
+
+def case_callback_stop(onyx, tmp):
+    model, train, ev, _ = fixture(tmp)
+    events = []
+
+    class Stop(onyx.TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            events.append(("train_begin", state.global_step, type(args).__name__))
+
+        def on_step_end(self, args, state, control, **kw):
+            events.append(("step_end", state.global_step))
+            if state.global_step == 3:
+                control.should_training_stop = True
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            events.append(("log", state.global_step, sorted(logs)))
+
+        def on_evaluate(self, args, state, control, metrics=None, **kw):
+            events.append(("evaluate", state.global_step, sorted(metrics)))
+
+        def on_epoch_end(self, args, state, control, **kw):
+            events.append(("epoch_end", state.global_step))
+
+        def on_train_end(self, args, state, control, **kw):
+            events.append(("train_end", state.global_step))
+
+    args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "stop"), **dict(CFG, logging_steps=1, eval_steps=2))
+    t = onyx.Trainer(model, args, train_dataset=train, eval_dataset=ev, callbacks=[Stop()])
+    out = t.train()
+    assert out.global_step == 3 and t.state.global_step == 3, (out, events)
+    kinds = [e[0] for e in events]
+    assert kinds[0] == "train_begin" and kinds[-1] == "train_end", kinds
+    assert events[0][2] == "TrainingArguments"
+    assert [e[1] for e in events if e[0] == "step_end"] == [1, 2, 3], events
+    assert any(e[0] == "evaluate" and e[1] == 2 and "eval_loss" in e[2] for e in events), events
+    assert any(e[0] == "log" and "loss" in e[2] and "epoch" in e[2] for e in events), events
+
+    # An exception raised in a callback reaches the caller as itself.
+    class Boom(onyx.TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 2:
+                raise KeyError("boom at step 2")
+
+    t2 = onyx.Trainer(model, onyx.TrainingArguments(output_dir=os.path.join(tmp, "boom"), **CFG),
+                      train_dataset=train, eval_dataset=ev, callbacks=[Boom])
+    try:
+        t2.train()
+        raise AssertionError("the callback's exception was lost")
+    except KeyError as e:
+        assert "boom" in str(e)
+    assert t2.state.global_step == 2
+    return f"stopped at step 3; {len(events)} events ({', '.join(dict.fromkeys(kinds))}); KeyError propagated"
+
+
+def case_early_stopping(onyx, tmp):
+    model, train, ev, _ = fixture(tmp)
+    args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "es"), metric_for_best_model="eval_loss",
+                                  **dict(CFG, max_steps=40, eval_steps=2))
+    t = onyx.Trainer(model, args, train_dataset=train, eval_dataset=ev,
+                     callbacks=[onyx.EarlyStoppingCallback(early_stopping_patience=1, early_stopping_threshold=1e9)])
+    out = t.train()
+    assert out.global_step < 40 and out.global_step % 2 == 0, out
+    return f"stopped at step {out.global_step} of 40"
+
+
+def case_save_model(onyx, tmp):
+    import onnx
+    from onnx import numpy_helper
+    model, train, ev, _ = fixture(tmp)
+    d = os.path.join(tmp, "saved")
+    t = onyx.Trainer(model, onyx.TrainingArguments(output_dir=os.path.join(tmp, "sv"), **dict(CFG, eval_strategy="no")), train_dataset=train)
+    t.train()
+    t.save_model(d)
+    w = st_io.load(os.path.join(d, "model.safetensors"))
+    init = {i.name: numpy_helper.to_array(i) for i in onnx.load(model).graph.initializer}
+    assert set(w) <= set(init) and len(w) == 4, (sorted(w), sorted(init))
+    moved = [k for k in w if not np.array_equal(w[k], init[k])]
+    assert len(moved) == len(w), moved
+    return f"{sorted(w)} written, all trained"
+
+
+def case_ort_alias(onyx, tmp):
+    model, train, ev, _ = fixture(tmp)
+    cfg = dict(CFG, max_steps=4)
+    a = onyx.ORTTrainingArguments(output_dir=os.path.join(tmp, "ort"), optim="adamw_ort_fused", **cfg)
+    assert onyx.ORTTrainingArguments().optim == onyx.TrainingArguments().optim
+    ta = onyx.ORTTrainer(model, a, train_dataset=train, eval_dataset=ev)
+    ta.train()
+    tb = onyx.Trainer(model, onyx.TrainingArguments(output_dir=os.path.join(tmp, "ort2"), optim="adamw_fused", **cfg),
+                      train_dataset=train, eval_dataset=ev)
+    tb.train()
+    assert strip(ta.state.log_history) == strip(tb.state.log_history)
+    return "adamw_ort_fused log = adamw_fused log"
+
+
+def case_hf_folder(onyx, tmp):
+    import torch
+    import transformers
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=48, max_position_embeddings=32, num_labels=3,
+                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    folder = os.path.join(tmp, "bert")
+    transformers.BertForSequenceClassification(cfg).save_pretrained(folder)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(1, 64, size=(40, 12)).astype(np.int64)
+    labels = (ids[:, 0] % 3).astype(np.int64)
+    data = {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": labels}
+    out_dir = os.path.join(tmp, "bert-out")
+    args = onyx.TrainingArguments(output_dir=out_dir, learning_rate=1e-3, max_steps=6,
+                                  per_device_train_batch_size=8, logging_steps=2, save_strategy="no",
+                                  disable_tqdm=True)
+    t = onyx.Trainer(folder, args, train_dataset=data, eval_dataset={k: v[:16] for k, v in data.items()},
+                     compute_metrics=["accuracy"])
+    out = t.train()
+    m = t.evaluate()
+    t.save_model(out_dir)
+    losses = [e["loss"] for e in t.state.log_history if "loss" in e]
+    assert out.global_step == 6 and len(losses) == 3 and all(np.isfinite(losses)), t.state.log_history
+    assert os.path.exists(os.path.join(out_dir, "model.safetensors"))
+    back = transformers.BertForSequenceClassification.from_pretrained(out_dir)
+    with torch.no_grad():
+        logits = back(input_ids=torch.from_numpy(ids[:16])).logits.numpy()
+    p = t.predict({k: v[:16] for k, v in data.items()})
+    assert np.allclose(p.predictions, logits, rtol=1e-4, atol=1e-5), np.abs(p.predictions - logits).max()
+    return (f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, eval_accuracy {m['eval_accuracy']:.3f}; "
+            f"from_pretrained logits = onyx predict")
+
+
+def case_no_leaks(onyx, tmp):
+    """A Trainer whose compute_metrics and callback refer back to it (through their globals) is
+    collected at exit: nanobind reports no leaked instance (TrainerBox's tp_traverse / tp_clear)."""
+    model, train, ev, _ = fixture(tmp)
+    np.savez(os.path.join(tmp, "d.npz"), **train)
+    script = f"""
+import sys, numpy as np; sys.path.insert(0, {TARGET!r}); import onyx
+d = dict(np.load({os.path.join(tmp, "d.npz")!r}))
+class Cb(onyx.TrainerCallback):
+    def on_step_end(self, args, state, control, **kw): control.should_training_stop = trainer.state.global_step >= 2
+trainer = onyx.Trainer({model!r}, onyx.TrainingArguments(output_dir={os.path.join(tmp, "o")!r}, max_steps=5,
+                       eval_strategy="steps", eval_steps=2, disable_tqdm=True), train_dataset=d, eval_dataset=d,
+                       compute_metrics=lambda p: {{"n": len(trainer.state.log_history)}}, callbacks=[Cb()])
+print("steps", trainer.train().global_step)
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "steps 2" in p.stdout, (p.stdout[-500:], p.stderr[-2000:])
+    assert "leaked" not in p.stderr, p.stderr[-2000:]
+    return "no nanobind leak report at exit"
+
+
+CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
+         ("args-transformers", case_args_transformers), ("parity-cli", case_parity_cli),
+         ("compute-metrics", case_compute_metrics), ("callback-stop", case_callback_stop),
+         ("early-stopping", case_early_stopping), ("save-model", case_save_model),
+         ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks)]
+
+
+def main():
+    flt = sys.argv[1] if len(sys.argv) > 1 else ""
+    passed = failed = skipped = 0
+    try:
+        secs = build_package()
+        print(f"PASS build: pip install . (--no-build-isolation, incremental) in {secs:.1f}s -> {TARGET}")
+        passed += 1
+    except (SystemExit, subprocess.CalledProcessError) as e:
+        print(f"FAIL build: {e}")
+        print(f"0 passed, {len(CASES) + 1} failed, 0 skipped")
+        sys.exit(1)
+    sys.path.insert(0, TARGET)
+    import onyx
+    assert os.path.dirname(onyx.__file__) == os.path.join(TARGET, "onyx"), onyx.__file__
+    tmp = tempfile.mkdtemp(prefix="onyx-pkg-")
+    try:
+        for name, fn in CASES:
+            if flt not in name:
+                continue
+            try:
+                d = os.path.join(tmp, name)
+                os.makedirs(d)
+                detail = fn(onyx, d)
+                print(f"PASS {name}: {detail}")
+                passed += 1
+            except Skip as e:
+                print(f"SKIP {name}: {e}")
+                skipped += 1
+            except Exception as e:  # noqa: BLE001
+                import traceback
+                traceback.print_exc()
+                print(f"FAIL {name}: {type(e).__name__}: {str(e)[:600]}")
+                failed += 1
+            sys.stdout.flush()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
