@@ -791,8 +791,10 @@ TrainOutput Trainer::train() {
         counted &= items.back() >= 0;
         total_items += std::max<int64_t>(items.back(), 0);
       }
-      if (!counted || total_items == 0) std::fill(items.begin(), items.end(), 1);  // plain mean
-      if (!counted || total_items == 0) total_items = (int64_t)items.size();
+      if (!counted || total_items == 0) {  // items unknown (or none): a plain mean
+        std::fill(items.begin(), items.end(), 1);
+        total_items = (int64_t)items.size();
+      }
       double step_loss = 0, prev_w = 0;
       for (int64_t b = group_start; b < group_end; b++) {
         const int64_t j = b - group_start;
