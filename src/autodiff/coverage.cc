@@ -62,6 +62,8 @@ DType output_dtype(const ir::Node& n, size_t i, const std::function<DType(size_t
     if (op == "OneHot") return in(2);
     if (op == "Where") return in(1);
     if (op == "LayerNormalization" && i >= 1) return attr_dtype(n, "stash_type", DType::Float32);
+  } else if (n.domain == "onyx" && n.op_type == "LayerNormalization" && i >= 1) {
+    return attr_dtype(n, "stash_type", DType::Float32);  // layer_norm_fusion's, as the standard op
   }
   return n.inputs.empty() ? DType::Undefined : in(0);
 }

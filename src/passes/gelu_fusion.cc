@@ -1,6 +1,7 @@
-// gelu_fusion.cc — fuses the exported forms of GELU into one Gelu node (domain "", attribute
-// approximate = "none" | "tanh"; kernel in kernels/cpu/elementwise_unary.cc, backward the GeluGrad
-// rule of autodiff/gradients/elementwise.cc). Hand-written: the patterns are what torch.onnx emits
+// gelu_fusion.cc — fuses the exported forms of GELU into one Gelu node (domain "onyx" below opset
+// 20, the standard op from 20; attribute approximate = "none" | "tanh"; kernel in
+// kernels/cpu/elementwise_unary.cc, backward the GeluGrad rule of autodiff/gradients/elementwise.cc).
+// Hand-written: the patterns are what torch.onnx emits
 // for nn.GELU / F.gelu (erf form, BERT, ViT) and GPT-2's NewGELU (tanh form) below opset 20, and no
 // library does this rewrite on our IR.
 //
@@ -158,8 +159,11 @@ struct GeluMatcher {
     const std::string y = g.nodes[last].outputs[0];
     if (!ctx.has_meta(y) || !(ctx.meta(y) == ctx.meta(x))) return false;
 
+    // The standard Gelu exists from opset 20; below it the same op in the onyx domain.
+    const bool standard = g.opset("") >= 20;
+    if (!standard) import_domain(g, "onyx");
     ir::Node gelu =
-        make_node("Gelu", "", {x}, {y},
+        make_node("Gelu", standard ? "" : "onyx", {x}, {y},
                   {{"approximate", ir::Attribute::of_string(tanh_form ? "tanh" : "none")}},
                   g.nodes[ei].name + "_Gelu");
     for (int n : nodes) claimed[n] = true;

@@ -1,6 +1,6 @@
 // layer_norm_fusion.cc — fuses PyTorch's opset-14 decomposition of LayerNorm into one
-// LayerNormalization node (kernels/cpu/nn.cc; backward: the LayerNormGrad rule of
-// autodiff/gradients/nn.cc). Hand-written: the pattern is what torch.onnx emits for nn.LayerNorm
+// LayerNormalization node (onyx domain below opset 17, the standard op from 17; kernels/cpu/nn.cc;
+// backward: the LayerNormGrad rule of autodiff/gradients/nn.cc). Hand-written: the pattern is what torch.onnx emits for nn.LayerNorm
 // below opset 17 (BERT / GPT-2 / ViT exports), and no library does this rewrite on our IR.
 //
 // Matched, from each ReduceMean (every intermediate value used only inside the pattern):
@@ -156,8 +156,12 @@ struct LayerNormMatcher {
     auto slash = base.rfind('/');
     std::vector<std::string> inputs{x, gamma};
     if (!beta.empty()) inputs.push_back(beta);
+    // The standard op exists from opset 17; below it the same op in the onyx domain (never a
+    // default-domain op of a newer opset than the model imports).
+    const bool standard = g.opset("") >= 17;
+    if (!standard) import_domain(g, "onyx");
     ir::Node ln = make_node(
-        "LayerNormalization", "", std::move(inputs), {g.nodes[last].outputs[0]},
+        "LayerNormalization", standard ? "" : "onyx", std::move(inputs), {g.nodes[last].outputs[0]},
         {{"axis", ir::Attribute::of_int(-1)}, {"epsilon", ir::Attribute::of_float((float)*eps)}},
         slash == std::string::npos ? base + "_LayerNormalization"
                                    : base.substr(0, slash + 1) + "LayerNormalization");

@@ -108,7 +108,7 @@ int prune_tokens(ir::Graph& g, PassContext& ctx) {
         if (i < 2 && c == Operand::Select) select.push_back((int)i);
       }
       fits = fits && !select.empty();
-    } else if (is_op(op, "LayerNormalization")) {
+    } else if (is_op(op, "LayerNormalization") || is_op(op, "onyx", "LayerNormalization")) {
       int64_t a = op.attr_int("axis", -1);
       fits = (a == -1 || a == 2) && index.outputs_unused(op) &&
              classify(ctx, op.inputs[0], T) == Operand::Select;

@@ -103,6 +103,7 @@ struct LayerNormSpec {
   bool positive_axes = false;  // axes = [rank-1] instead of [-1]
   bool axes_input = false;     // opset 18: axes as an input
   float eps = 1e-5f;
+  int64_t opset = 14;          // the graph's default-domain opset (when not axes_input)
 };
 
 inline std::string layer_norm(Builder& b, const std::string& x, int64_t rank, int64_t C,

@@ -46,6 +46,9 @@ TEST(OpTraits, PerTokenClasses) {
   for (const char* op : {"Softmax", "LayerNormalization", "MatMul", "Transpose", "Gather"})
     EXPECT_EQ(op_traits(node("", op)).per_token, P::No) << op;
   EXPECT_EQ(op_traits(node("", "NoSuchOp")).per_token, P::No) << "unregistered: defaults";
+  // The onyx-domain forms of Gelu / LayerNormalization (fusions below opset 20 / 17) are the same op.
+  EXPECT_EQ(op_traits(node("onyx", "Gelu")).per_token, P::Unary);
+  EXPECT_EQ(op_traits(node("onyx", "LayerNormalization")).precision, OpTraits::Precision::Fp32);
 }
 
 TEST(OpTraits, FlopsFormulas) {

@@ -267,9 +267,11 @@ void register_elementwise_grads(GradRegistry& r) {
         }));
   // Gelu: ONNX (opset 20) approximate = none | tanh; com.microsoft Gelu (erf), FastGelu(X, bias?)
   // (tanh), BiasGelu(A, B) (erf).
-  r.add("", "Gelu", [](GradContext& c) {
-    gelu_rule(c, c.node().attr_string("approximate", "none"), -1);
-  });
+  // onyx.Gelu is gelu_fusion's form of the ONNX op in models importing an opset below 20.
+  for (const char* domain : {"", "onyx"})
+    r.add(domain, "Gelu", [](GradContext& c) {
+      gelu_rule(c, c.node().attr_string("approximate", "none"), -1);
+    });
   r.add("com.microsoft", "Gelu", [](GradContext& c) { gelu_rule(c, "none", -1); });
   r.add("com.microsoft", "FastGelu", [](GradContext& c) { gelu_rule(c, "tanh", 1); });
   r.add("com.microsoft", "BiasGelu", [](GradContext& c) { gelu_rule(c, "none", 1); });

@@ -163,6 +163,7 @@ void register_nn_grads(GradRegistry& r) {
   r.add("", "Softmax", softmax_rule<false>);
   r.add("", "LogSoftmax", softmax_rule<true>);
   r.add("", "LayerNormalization", layer_norm_rule);
+  r.add("onyx", "LayerNormalization", layer_norm_rule);  // layer_norm_fusion's, below opset 17
   r.add("", "Dropout", dropout_rule);
   r.add("", "SoftmaxCrossEntropyLoss", sce_rule);
   r.add("", "NegativeLogLikelihoodLoss", nll_rule);

@@ -683,16 +683,18 @@ void register_unary_kernels(KernelRegistry& r) {
       },
       kGrainMath);
 
-  // Gelu: ONNX (opset 20) with approximate = "none" | "tanh"; com.microsoft Gelu (erf form).
-  add_unary(
-      r, "", "Gelu", FloatTypes{},
-      [](const KernelContext& c) {
-        std::string approx = c.node.attr_string("approximate", "none");
-        if (approx != "none" && approx != "tanh")
-          ONYX_UNSUPPORTED(c.node.describe(), ": Gelu approximate='", approx, "'");
-        return Gelu{approx == "tanh"};
-      },
-      kGrainMath);
+  // Gelu: ONNX (opset 20) with approximate = "none" | "tanh", and the same op in the onyx domain
+  // (what gelu_fusion emits into models importing an opset below 20); com.microsoft Gelu (erf form).
+  for (const char* domain : {"", "onyx"})
+    add_unary(
+        r, domain, "Gelu", FloatTypes{},
+        [](const KernelContext& c) {
+          std::string approx = c.node.attr_string("approximate", "none");
+          if (approx != "none" && approx != "tanh")
+            ONYX_UNSUPPORTED(c.node.describe(), ": Gelu approximate='", approx, "'");
+          return Gelu{approx == "tanh"};
+        },
+        kGrainMath);
   add_unary(
       r, "com.microsoft", "Gelu", FloatTypes{}, [](const KernelContext&) { return Gelu{false}; },
       kGrainMath);

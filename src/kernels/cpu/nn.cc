@@ -699,7 +699,11 @@ OpKernel make_mvn_kernel() {
 void register_nn_kernels(KernelRegistry& r) {
   r.add("", "Softmax", make_softmax_kernel<false>()).precision = OpTraits::Precision::Fp32;
   r.add("", "LogSoftmax", make_softmax_kernel<true>()).precision = OpTraits::Precision::Fp32;
-  r.add("", "LayerNormalization", make_layer_norm_kernel()).precision = OpTraits::Precision::Fp32;
+  // onyx.LayerNormalization: the same op, emitted by layer_norm_fusion into models importing an
+  // opset below 17 (where the standard op does not exist yet).
+  for (const char* domain : {"", "onyx"})
+    r.add(domain, "LayerNormalization", make_layer_norm_kernel()).precision =
+        OpTraits::Precision::Fp32;
   r.add("", "Dropout", make_dropout_kernel()).random = true;
   r.add("", "BatchNormalization", make_batch_norm_kernel());
   r.add("", "InstanceNormalization", make_instance_norm_kernel());
