@@ -66,7 +66,7 @@ else
 fi
 
 # tests/python: the `onyx` Python package (pip install . into $BUILD/python-target, incremental)
-for t in tests/parity/test_*.py tests/cli/test_*.py tests/python/test_*.py; do
+for t in tests/ops/test_*.py tests/parity/test_*.py tests/cli/test_*.py tests/python/test_*.py; do
   [ -f "$t" ] || continue
   echo "== $t"
   ONYX="$BUILD/onyx" $PY "$t" >"$LOGDIR/$(basename "$t").log" 2>&1

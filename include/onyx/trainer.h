@@ -12,12 +12,16 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/gradient.h"
-#include "data/dataset.h"
+#include "onyx/dataset.h"
+#include "onyx/loss.h"
 #include "onyx/tensor.h"
 #include "onyx/training_args.h"
 
 namespace onyx {
+
+namespace ir {
+struct Graph;  // ir/graph.h
+}
 
 // A trainable model: the forward graph, the loss, what it predicts.
 struct Model {

@@ -14,18 +14,10 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "onyx/loss.h"  // LossSpec
 #include "onyx/tensor.h"
 
 namespace onyx::autodiff {
-
-struct LossSpec {
-  enum class Kind { GraphOutput, CrossEntropy, MSE };
-  Kind kind = Kind::GraphOutput;
-  std::string output;  // the scalar loss output, or the logits / predictions output; "" = auto
-  std::string labels;  // graph input holding labels (CrossEntropy, MSE); added if absent
-  int64_t ignore_index = -100;
-  float label_smoothing = 0.0f;
-};
 
 struct GradientOptions {
   LossSpec loss;

@@ -1,24 +1,18 @@
 // data/dataset.h — datasets and the deterministic, resumable batch order.
-// A Dataset yields a batch as named tensors (graph input names, labels included) for a list of
-// sample indices. The order of samples per epoch is a pure function of (data_seed, epoch), so a
-// resumed run regenerates it and skips what was consumed (DESIGN decision 10).
+// A Dataset (the interface is public: onyx/dataset.h) yields a batch as named tensors (graph
+// input names, labels included) for a list of sample indices. The order of samples per epoch is
+// a pure function of (data_seed, epoch), so a resumed run regenerates it and skips what was
+// consumed (DESIGN decision 10).
 #pragma once
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "onyx/dataset.h"  // Dataset
 #include "onyx/tensor.h"
 
 namespace onyx::data {
-
-class Dataset {
- public:
-  virtual ~Dataset() = default;
-  virtual int64_t size() const = 0;
-  virtual std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const = 0;
-  virtual std::vector<std::string> keys() const = 0;
-};
 
 // Tensors whose first dimension is the sample, from one safetensors file or a folder of them
 // (concatenated along the first dimension, files in name order). Every tensor must have the same

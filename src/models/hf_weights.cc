@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "io/safetensors.h"
+#include "ir/graph.h"
 
 namespace onyx::models {
 namespace fs = std::filesystem;

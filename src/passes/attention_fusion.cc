@@ -374,4 +374,6 @@ int fuse_attention(ir::Graph& g, PassContext& ctx) {
   return fused;
 }
 
+ONYX_REGISTER_FUSION(fuse_attention, "attention_fusion", 400);
+
 }  // namespace onyx::passes

@@ -205,4 +205,6 @@ int fuse_cross_entropy(ir::Graph& g, PassContext& ctx) {
   return fused;
 }
 
+ONYX_REGISTER_FUSION(fuse_cross_entropy, "cross_entropy_fusion", 600);
+
 }  // namespace onyx::passes

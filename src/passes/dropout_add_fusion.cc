@@ -61,4 +61,6 @@ int fuse_dropout_add(ir::Graph& g, PassContext& ctx) {
   return fused;
 }
 
+ONYX_REGISTER_FUSION(fuse_dropout_add, "dropout_add_fusion", 500);
+
 }  // namespace onyx::passes

@@ -185,4 +185,6 @@ int fuse_gelu(ir::Graph& g, PassContext& ctx) {
   return fused;
 }
 
+ONYX_REGISTER_FUSION(fuse_gelu, "gelu_fusion", 200);
+
 }  // namespace onyx::passes

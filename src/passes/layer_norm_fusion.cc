@@ -184,4 +184,6 @@ int fuse_layer_norm(ir::Graph& g, PassContext& ctx) {
   return fused;
 }
 
+ONYX_REGISTER_FUSION(fuse_layer_norm, "layer_norm_fusion", 100);
+
 }  // namespace onyx::passes

@@ -1,5 +1,5 @@
 // linear_fusion.cc — fuses PyTorch's exported nn.Linear into one onyx.MatMulT node (kernel in
-// kernels/cpu/grad_matmul.cc, gradient rule in autodiff/gradients/matmul.cc). Hand-written: the
+// kernels/cpu/matmul.cc, gradient rule in autodiff/gradients/matmul.cc). Hand-written: the
 // pattern is what torch.onnx emits for Linear on 3-D inputs (BERT / GPT-2 / ViT), and no library
 // does this rewrite on our IR.
 //
@@ -78,5 +78,7 @@ int fuse_linear(ir::Graph& g, PassContext& ctx) {
   }
   return fused;
 }
+
+ONYX_REGISTER_FUSION(fuse_linear, "linear_fusion", 300);
 
 }  // namespace onyx::passes

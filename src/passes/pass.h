@@ -84,7 +84,26 @@ struct Pass {
   const char* name;
   std::function<int(ir::Graph&, PassContext&)> run;
   bool until_fixpoint = false;  // run again (after CSE and DCE) until it applies nothing
+  int order = 0;                // fusions run by increasing order (ONYX_REGISTER_FUSION)
 };
+
+// Registers a fusion pass from its own file, at static initialization:
+//   ONYX_REGISTER_FUSION(fuse_silu, "silu_fusion", 250);
+// `order` places it among the others (layer_norm 100, gelu 200, linear 300, attention 400,
+// dropout_add 500, cross_entropy 600, token_pruning 1000: last, it moves token selections through
+// the fused ops). The pipeline and `onyx plan` read fusion_passes(); nothing else lists them.
+// (onyx_core is an OBJECT library, so every pass file is linked and its registration runs.)
+struct FusionRegistration {
+  explicit FusionRegistration(Pass p);
+};
+#define ONYX_FUSION_CAT2(a, b) a##b
+#define ONYX_FUSION_CAT(a, b) ONYX_FUSION_CAT2(a, b)
+#define ONYX_REGISTER_PASS_(fn, name, order, until_fixpoint)                               \
+  static const ::onyx::passes::FusionRegistration ONYX_FUSION_CAT(onyx_fusion_, __LINE__)( \
+      ::onyx::passes::Pass{name, fn, until_fixpoint, order})
+#define ONYX_REGISTER_FUSION(fn, name, order) ONYX_REGISTER_PASS_(fn, name, order, false)
+// ... run again (after CSE and dead-node elimination) until it applies nothing.
+#define ONYX_REGISTER_FUSION_TO_FIXPOINT(fn, name, order) ONYX_REGISTER_PASS_(fn, name, order, true)
 
 struct PassStat {
   std::string pass;
@@ -163,5 +182,7 @@ void optimize_training(ir::Graph& g, const std::map<std::string, TensorMeta>& si
                        PassReport* report);
 // The fusion passes, in pipeline order (for `onyx plan` and tests).
 const std::vector<Pass>& fusion_passes();
+// One of them by name ("gelu_fusion"); throws naming the registered ones when there is none.
+const Pass& fusion_pass(const std::string& name);
 
 }  // namespace onyx::passes

@@ -6,6 +6,8 @@
 // gradient rules (LayerNormGrad, GeluGrad, ...), so the backward is fused too. After autodiff the
 // whole training graph gets no-op elimination, CSE and dead-node elimination again, then
 // gradient_into_buffer (parameter gradients written by their producers, no AccumulateGrad copy).
+#include <algorithm>
+
 #include "passes/pass.h"
 
 namespace onyx::passes {
@@ -46,19 +48,30 @@ void cleanup(ir::Graph& g, PassContext& ctx, PassReport* report) {
 
 }  // namespace
 
-const std::vector<Pass>& fusion_passes() {
-  static const std::vector<Pass> passes = {
-      {"layer_norm_fusion", fuse_layer_norm},
-      {"gelu_fusion", fuse_gelu},
-      {"linear_fusion", fuse_linear},
-      {"attention_fusion", fuse_attention},
-      {"dropout_add_fusion", fuse_dropout_add},
-      {"cross_entropy_fusion", fuse_cross_entropy},
-      // after the fusions, so it moves token selections through the fused ops; one op per run,
-      // repeated (with CSE merging equal selections) until nothing moves
-      {"token_pruning", prune_tokens, /*until_fixpoint=*/true},
-  };
+static std::vector<Pass>& fusion_registry() {
+  static std::vector<Pass> passes;
   return passes;
+}
+
+FusionRegistration::FusionRegistration(Pass p) {
+  auto& v = fusion_registry();
+  for (auto& q : v)
+    ONYX_CHECK(std::string(q.name) != p.name, "fusion pass '", p.name, "' registered twice");
+  // Stable by order, so equal orders keep registration order (deterministic per build).
+  auto at = std::upper_bound(v.begin(), v.end(), p.order,
+                             [](int o, const Pass& q) { return o < q.order; });
+  v.insert(at, std::move(p));
+}
+
+const std::vector<Pass>& fusion_passes() { return fusion_registry(); }
+
+const Pass& fusion_pass(const std::string& name) {
+  std::string names;
+  for (auto& p : fusion_registry()) {
+    if (name == p.name) return p;
+    names += cat(names.empty() ? "" : ", ", p.name);
+  }
+  throw Error(cat("no fusion pass '", name, "' (registered: ", names, ")"));
 }
 
 ir::Graph optimize_forward(const ir::Graph& src, const std::map<std::string, TensorMeta>& signature,

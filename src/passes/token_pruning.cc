@@ -165,4 +165,8 @@ int prune_tokens(ir::Graph& g, PassContext& ctx) {
   return applied;
 }
 
+// Last of the fusions: it moves token selections through the fused ops, one op per run, repeated
+// (with CSE merging equal selections) until nothing moves.
+ONYX_REGISTER_FUSION_TO_FIXPOINT(prune_tokens, "token_pruning", 1000);
+
 }  // namespace onyx::passes

@@ -54,10 +54,6 @@ KernelRegistry& KernelRegistry::instance() {
     register_resize_kernels(*r);
     register_conv_transpose_kernels(*r);
     register_group_norm_kernels(*r);
-    register_elementwise_grad_kernels(*r);
-    register_matmul_grad_kernels(*r);
-    register_shape_grad_kernels(*r);
-    register_nn_grad_kernels(*r);
     register_accumulate_kernels(*r);
     return r;
   }();

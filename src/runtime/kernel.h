@@ -149,13 +149,15 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const ir::Node& node);
 double gemm_like_flops(const ir::Node& n, const std::vector<const TensorMeta*>& inputs,
                        const std::vector<const TensorMeta*>& outputs);
 
-// Each op family registers itself here (one function per src/kernels/cpu/*.cc file).
+// Each op family registers itself here (one function per src/kernels/cpu/*.cc file). A family's
+// fused gradient kernels ("onyx" domain: SoftmaxGrad, MatMulGradB, ConvGradWeight, GatherGrad, ...)
+// live in its file, next to their forwards, and register with them.
 void register_elementwise_kernels(KernelRegistry& r);  // unary, binary, compare, logic, Where, Cast, Clip...
-void register_matmul_kernels(KernelRegistry& r);       // MatMul, Gemm
+void register_matmul_kernels(KernelRegistry& r);       // MatMul, Gemm, Einsum, onyx.MatMulT
 void register_conv_kernels(KernelRegistry& r);         // Conv
 void register_shape_kernels(KernelRegistry& r);        // Reshape, Transpose, Concat, Slice, Gather, ...
 void register_reduce_kernels(KernelRegistry& r);       // Reduce*, ArgMax, CumSum
-void register_nn_kernels(KernelRegistry& r);           // Softmax, LogSoftmax, LayerNormalization, Dropout
+void register_nn_kernels(KernelRegistry& r);           // Softmax, LogSoftmax, LayerNormalization, Dropout, ...
 void register_attention_kernels(KernelRegistry& r);    // onyx.Attention, onyx.AttentionGrad
 void register_dropout_add_kernels(KernelRegistry& r);  // onyx.DropoutAdd
 void register_loss_kernels(KernelRegistry& r);         // SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
@@ -164,12 +166,7 @@ void register_pool_kernels(KernelRegistry& r);        // MaxPool, AveragePool, G
 void register_resize_kernels(KernelRegistry& r);      // Resize, onyx.ResizeGrad, onyx.PadGrad
 void register_conv_transpose_kernels(KernelRegistry& r);  // ConvTranspose
 void register_group_norm_kernels(KernelRegistry& r);  // GroupNormalization, onyx.GroupNormGrad
-// Fused gradient kernels ("onyx" domain), one file each in src/kernels/cpu/grad_<family>.cc.
-void register_elementwise_grad_kernels(KernelRegistry& r);  // GeluGrad, ReluGrad, ...
-void register_matmul_grad_kernels(KernelRegistry& r);       // ConvGrad, ...
-void register_shape_grad_kernels(KernelRegistry& r);        // GatherGrad (scatter-add), SliceGrad, ...
-void register_nn_grad_kernels(KernelRegistry& r);           // LayerNormGrad, SoftmaxGrad, SCE grad, ...
-void register_accumulate_kernels(KernelRegistry& r);        // AccumulateGrad (into the flat buffer)
+void register_accumulate_kernels(KernelRegistry& r);  // AccumulateGrad (into the flat buffer)
 
 // Runs k's shape inference for `node`: output metas from input metas (nullptr = absent) and the
 // values known so far (nullptr = unknown). Throws NeedValue when infer needs an unknown value,

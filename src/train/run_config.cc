@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "data/dataset.h"
 #include "data/idx_dataset.h"
 #include "io/safetensors.h"
 #include "data/text_datasets.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
+#include "onyx/dataset.h"
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
 

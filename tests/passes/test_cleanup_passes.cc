@@ -143,3 +143,27 @@ TEST(CleanupPasses, ShrinkTheRealBertExport) {
   EXPECT_LT(small.nodes.size() * 2, g.nodes.size());
   expect_close(run(small, feeds, "loss"), run(g, feeds, "loss"), 1e-6, "loss");
 }
+
+// The fusions register themselves (ONYX_REGISTER_FUSION in each pass file); the pipeline runs them
+// by their order, token pruning last and to a fixpoint.
+TEST(Pipeline, FusionsRunInRegisteredOrder) {
+  std::vector<std::string> names;
+  for (auto& p : passes::fusion_passes()) names.push_back(p.name);
+  std::vector<std::string> want{"layer_norm_fusion", "gelu_fusion",        "linear_fusion",
+                                "attention_fusion",  "dropout_add_fusion", "cross_entropy_fusion",
+                                "token_pruning"};
+  // Fusions added later sit between these; the relative order of these stays.
+  std::vector<std::string> seen;
+  for (auto& n : names)
+    if (std::find(want.begin(), want.end(), n) != want.end()) seen.push_back(n);
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(names.back(), "token_pruning");
+  EXPECT_TRUE(passes::fusion_pass("token_pruning").until_fixpoint);
+  EXPECT_FALSE(passes::fusion_pass("gelu_fusion").until_fixpoint);
+  try {
+    passes::fusion_pass("no_such_fusion");
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("registered: layer_norm_fusion"), std::string::npos) << e.what();
+  }
+}

@@ -166,8 +166,11 @@ TEST(GeluFusion, FiresOnRealExports) {
     auto [fused, report, sig, vars] = onyx::test_exports::optimize_export(g, feeds);
     EXPECT_EQ(report.applied("gelu_fusion"), e.gelus);
     EXPECT_EQ(count_ops(fused, "Gelu", "onyx"), e.gelus);
-    for (auto& n : fused.nodes)
-      if (n.op_type == "Gelu") EXPECT_EQ(n.attr_string("approximate", ""), e.approximate);
+    for (auto& n : fused.nodes) {
+      if (n.op_type == "Gelu") {
+        EXPECT_EQ(n.attr_string("approximate", ""), e.approximate);
+      }
+    }
     EXPECT_EQ(count_ops(fused, "Erf"), 0);
   }
 }

@@ -78,7 +78,9 @@ TEST(LayerNormFusion, FusesEachVariantWithEqualNumerics) {
     // valid), with the onyx domain imported.
     const std::string domain = f.opset("") >= 17 ? "" : "onyx";
     EXPECT_EQ(count_ops(f, "LayerNormalization", domain), 1);
-    if (!domain.empty()) EXPECT_EQ(f.opset("onyx"), 1);
+    if (!domain.empty()) {
+      EXPECT_EQ(f.opset("onyx"), 1);
+    }
     EXPECT_EQ(count_ops(f, "ReduceMean"), 0);
     const ir::Node& ln = f.nodes[0];
     EXPECT_FLOAT_EQ(ln.attr_float("epsilon", 0), v.spec.eps);

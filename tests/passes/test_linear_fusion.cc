@@ -196,9 +196,11 @@ TEST(LinearFusion, FiresOnRealExports) {
     auto [fused, report, sig, vars] = onyx::test_exports::optimize_export(g, feeds);
     EXPECT_EQ(report.applied("linear_fusion"), e.linears);
     // Every weight Transpose is gone (the attention ones go to attention_fusion).
-    for (auto& n : fused.nodes)
-      if (n.op_type == "Transpose" && n.domain.empty())
+    for (auto& n : fused.nodes) {
+      if (n.op_type == "Transpose" && n.domain.empty()) {
         EXPECT_FALSE(vars.count(n.inputs[0])) << n.describe() << " still transposes a weight";
+      }
+    }
     passes::OptimizeOptions plain;
     plain.fusions = false;
     ir::Graph unfused = passes::optimize_forward(g, sig, vars, plain, nullptr);

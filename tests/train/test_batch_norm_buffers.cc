@@ -11,6 +11,7 @@
 #include <random>
 
 #include "autodiff/gradient.h"
+#include "data/dataset.h"
 #include "io/safetensors.h"
 #include "onyx/trainer.h"
 #include "passes/inference_export.h"

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "autodiff/gradient.h"
+#include "data/dataset.h"
 #include "onyx/trainer.h"
 #include "train/training_session.h"
 

@@ -4,8 +4,8 @@
 #include <iostream>
 
 #include "commands.h"
-#include "data/dataset.h"
 #include "io/safetensors.h"
+#include "onyx/dataset.h"
 #include "onyx/trainer.h"
 #include "train/progress.h"
 #include "train/run_config.h"

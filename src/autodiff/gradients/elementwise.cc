@@ -1,8 +1,8 @@
 // elementwise.cc — gradient rules for elementwise ops. Each rule is a few emitted nodes; the
 // builder (GradContext::set) undoes broadcasting by summing over broadcast axes and casts a
 // gradient to its input's dtype. Activations with a cheap closed form on their output or input
-// use the fused "onyx" kernels of kernels/cpu/grad_elementwise.cc (GeluGrad, ReluGrad,
-// SigmoidGrad, TanhGrad, ErfGrad).
+// use the fused "onyx" kernels of kernels/cpu/elementwise_unary.cc (GeluGrad, ReluGrad,
+// SigmoidGrad, TanhGrad, ErfGrad, SiluGrad).
 //
 // Conventions at kinks follow PyTorch (the parity reference): Relu/Abs give 0 at 0, LeakyRelu/
 // Elu/Selu take the negative branch at 0, Clip passes the gradient where min <= x <= max (as
@@ -237,6 +237,8 @@ void register_elementwise_grads(GradRegistry& r) {
   r.add("", "Sigmoid", fused("SigmoidGrad", /*use_output=*/true));
   r.add("", "Relu", fused("ReluGrad", /*use_output=*/true));
   r.add("", "Erf", fused("ErfGrad", /*use_output=*/false));
+  // onyx.Silu (silu_fusion): dx = dy · s · (1 + x · (1 − s)), s = sigmoid(x), in one SiluGrad.
+  r.add("onyx", "Silu", fused("SiluGrad", /*use_output=*/false));
 
   // ---- activations --------------------------------------------------------------------------
   // y = x > 0 ? x : alpha x: dx = x > 0 ? dy : alpha dy

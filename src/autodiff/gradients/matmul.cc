@@ -10,8 +10,8 @@
 //   + bias. dA and dB are MatMulTs with flags; when B is one matrix (a weight), dB is ONE
 //   MatMulGradB GEMM over every leading row (transB: dW = dY^T·X = MatMulGradB(dY, X)); the bias
 //   gradient is dY summed over every leading dim (onyx BiasGrad, a column-sum kernel).
-// Conv: onyx ConvGradInput / ConvGradWeight (im2col + GEMM, grad_matmul.cc) with auto_pad resolved
-// to explicit pads here; the bias gradient is ReduceSum over N and the spatial dims.
+// Conv: onyx ConvGradInput / ConvGradWeight (im2col + GEMM, kernels/cpu/conv.cc) with auto_pad
+// resolved to explicit pads here; the bias gradient is ReduceSum over N and the spatial dims.
 #include "autodiff/gradient.h"
 
 namespace onyx::autodiff {

@@ -1,7 +1,8 @@
 // nn.cc — gradient rules for Softmax, LogSoftmax, LayerNormalization, Dropout, BatchNormalization,
 // SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss. Each rule emits one fused "onyx"-domain
-// kernel (kernels/cpu/grad_nn.cc) and reuses what the forward saved: softmax outputs, LayerNorm's
-// Mean/InvStdDev, Dropout's mask (optional forward outputs requested with ensure_output).
+// kernel (kernels/cpu/nn.cc, loss.cc: next to the forward) and reuses what the forward saved:
+// softmax outputs, LayerNorm's Mean/InvStdDev, Dropout's mask (optional forward outputs requested
+// with ensure_output).
 // Note: rules copy value names into locals; references into the node (c.I, c.node()) do not
 // survive emitting, which may grow the node list.
 #include "autodiff/gradient.h"

@@ -1,20 +1,34 @@
 // conv.cc — Conv (ONNX, opsets 1–18): 1-D, 2-D and 3-D, NC[D]H[W] layout, groups, strides,
-// dilations, explicit or automatic (SAME_UPPER / SAME_LOWER / VALID) padding, optional bias.
+// dilations, explicit or automatic (SAME_UPPER / SAME_LOWER / VALID) padding, optional bias; and
+// its fused gradients ("onyx" domain, emitted by the rules in autodiff/gradients/matmul.cc):
+//   ConvGradInput(dY, W)  strides pads dilations group input_shape   dX of Conv (N,C,in...)
+//   ConvGradWeight(dY, X) strides pads dilations group kernel_shape  dW of Conv (M,C/group,k...)
 //
-// float32 runs oneDNN's convolution primitive on the plain layouts (no reorders of activations or
-// weights: weights change every training step). Primitive creation costs far more than a small
-// convolution, so primitives are cached per geometry. float16/bfloat16 are converted to float32
-// around it; float64 uses a direct loop. Hand-written: the ONNX attribute semantics (auto_pad,
-// kernel_shape checks, output size) and the cache.
+// Conv in float32 runs oneDNN's convolution primitive on the plain layouts (no reorders of
+// activations or weights: weights change every training step). Primitive creation costs far more
+// than a small convolution, so primitives are cached per geometry. float16/bfloat16 are converted
+// to float32 around it; float64 uses a direct loop. Hand-written: the ONNX attribute semantics
+// (auto_pad, kernel_shape checks, output size) and the cache.
+// The gradients are hand-written because they are the backward of every conv layer and patch
+// embedding: im2col + GEMM (+ col2im; conv_common.h, shared with ConvTranspose) with the
+// per-sample work threaded over samples (per-thread partial dW, summed in a fixed order, so results
+// are deterministic for a given thread count); kernels::gemm (sgemm for float32, a plain loop for
+// float64), float16/bfloat16 converted to float32 around the same code. ConvGradWeight writes the
+// weight gradient straight into the trainer's flat gradient buffer
+// (passes/gradient_into_buffer.cc); accumulating micro-batches it adds out + (the gradient as
+// computed alone), so gradient accumulation is bit-identical to a separate onyx.AccumulateGrad.
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <dnnl.hpp>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "kernels/cpu/conv_common.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/nn_util.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
@@ -22,6 +36,9 @@
 namespace onyx::runtime {
 namespace {
 
+using kernels::gemm;
+using nnutil::check_float;
+using nnutil::dispatch_float;
 using nnutil::from_f32;
 using nnutil::to_f32;
 
@@ -292,6 +309,241 @@ void conv_compute(KernelContext& ctx) {
   }
 }
 
+// ---- onyx.ConvGradInput / onyx.ConvGradWeight ---------------------------------------------------
+// pads are explicit (begin..., end...): the gradient rule resolves auto_pad.
+
+// Geometry of X (N,C,in...) * W (M,C/group,k...) → dY (N,M,out...) with the spatial dims
+// left-padded to three (size 1, stride 1, no pad) so one loop nest serves 1-D, 2-D and 3-D.
+struct ConvG {
+  int64_t N = 0, C = 0, M = 0, group = 1, Cg = 0, Mg = 0;
+  int64_t in[3], k[3], out[3], st[3], dl[3], pb[3];
+  int64_t in_sz = 1, k_sz = 1, out_sz = 1;
+  bool identity_col = true;  // 1x1 kernel, stride 1, no pad: im2col is the input itself
+  // X as the image, dY's positions as the columns (conv_common.h).
+  conv_detail::ColGeom cols() const {
+    conv_detail::ColGeom c;
+    for (int i = 0; i < 3; i++) {
+      c.img[i] = in[i];
+      c.col[i] = out[i];
+      c.k[i] = k[i];
+      c.st[i] = st[i];
+      c.dl[i] = dl[i];
+      c.pb[i] = pb[i];
+    }
+    c.img_sz = in_sz;
+    c.col_sz = out_sz;
+    c.k_sz = k_sz;
+    return c;
+  }
+};
+
+ConvG conv_g(const ir::Node& node, const Shape& x, const Shape& w, const Shape& dy) {
+  ONYX_CHECK(x.size() >= 3 && x.size() <= 5 && w.size() == x.size() && dy.size() == x.size(),
+             node.describe(), ": conv gradient shapes do not fit: X ", shape_str(x), ", W ",
+             shape_str(w), ", dY ", shape_str(dy));
+  int nsp = (int)x.size() - 2;
+  ConvG g;
+  g.N = x[0];
+  g.C = x[1];
+  g.M = w[0];
+  g.group = node.attr_int("group", 1);
+  ONYX_CHECK(g.group >= 1 && g.C % g.group == 0 && g.M % g.group == 0 && w[1] * g.group == g.C &&
+                 dy[0] == g.N && dy[1] == g.M,
+             node.describe(), ": conv gradient channels do not match: X ", shape_str(x), ", W ",
+             shape_str(w), ", dY ", shape_str(dy), ", group ", g.group);
+  g.Cg = g.C / g.group;
+  g.Mg = g.M / g.group;
+  auto st = node.attr_ints("strides", std::vector<int64_t>(nsp, 1));
+  auto dl = node.attr_ints("dilations", std::vector<int64_t>(nsp, 1));
+  auto pads = node.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+  ONYX_CHECK((int)st.size() == nsp && (int)dl.size() == nsp && (int)pads.size() == 2 * nsp,
+             node.describe(), ": strides ", shape_str(st), ", dilations ", shape_str(dl), ", pads ",
+             shape_str(pads), " do not fit ", nsp, " spatial dims");
+  int off = 3 - nsp;
+  for (int i = 0; i < 3; i++) {
+    int s = i - off;
+    bool real = s >= 0;
+    g.in[i] = real ? x[2 + s] : 1;
+    g.k[i] = real ? w[2 + s] : 1;
+    g.out[i] = real ? dy[2 + s] : 1;
+    g.st[i] = real ? st[s] : 1;
+    g.dl[i] = real ? dl[s] : 1;
+    g.pb[i] = real ? pads[s] : 0;
+    int64_t pe = real ? pads[s + nsp] : 0;
+    ONYX_CHECK(g.st[i] >= 1 && g.dl[i] >= 1 && g.pb[i] >= 0 && pe >= 0, node.describe(),
+               ": bad strides/dilations/pads ", shape_str(st), " ", shape_str(dl), " ",
+               shape_str(pads));
+    int64_t span = g.in[i] + g.pb[i] + pe - ((g.k[i] - 1) * g.dl[i] + 1);
+    int64_t o = span < 0 ? 0 : span / g.st[i] + 1;
+    ONYX_CHECK(o == g.out[i], node.describe(), ": dY ", shape_str(dy),
+               " does not match the conv output for X ", shape_str(x), ", W ", shape_str(w));
+    g.in_sz *= g.in[i];
+    g.k_sz *= g.k[i];
+    g.out_sz *= g.out[i];
+    g.identity_col = g.identity_col && g.k[i] == 1 && g.st[i] == 1 && g.pb[i] == 0 && pe == 0;
+  }
+  return g;
+}
+
+// dX (N, C, in...) from dY (N, M, out...) and W (M, Cg, k...):
+// per sample and group, dcol (Cg·k, out) = W_g^T (Cg·k, Mg) · dY_ng (Mg, out), then col2im.
+template <class T>
+void conv_grad_input(const ConvG& g, const T* dY, const T* W, T* dX) {
+  const int64_t ck = g.Cg * g.k_sz;
+  const conv_detail::ColGeom cg = g.cols();
+  auto one_sample = [&](int64_t n, std::vector<T>& dcol) {
+    for (int64_t grp = 0; grp < g.group; grp++) {
+      const T* w = W + grp * g.Mg * ck;
+      const T* dy = dY + (n * g.M + grp * g.Mg) * g.out_sz;
+      T* dx = dX + (n * g.C + grp * g.Cg) * g.in_sz;
+      if (g.identity_col) {
+        gemm<T>(true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz, T(0), dx, g.in_sz);
+        continue;
+      }
+      dcol.resize(ck * g.out_sz);
+      gemm<T>(true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz, T(0), dcol.data(),
+              g.out_sz);
+      std::fill(dx, dx + g.Cg * g.in_sz, T(0));
+      // Threads own channels, so no two write the same element.
+      parallel_for(g.Cg, 1, [&](int64_t c0, int64_t c1) {
+        conv_detail::col2im_add<T>(cg, dcol.data(), dx, c0, c1);
+      });
+    }
+  };
+  int nt = num_threads();
+  if (g.N >= 2 && nt > 1) {
+    // Samples in parallel (each thread owns its samples' dX); GEMMs run single-threaded inside.
+    parallel_for(g.N, 1, [&](int64_t n0, int64_t n1) {
+      std::vector<T> dcol;
+      for (int64_t n = n0; n < n1; n++) one_sample(n, dcol);
+    });
+  } else {
+    std::vector<T> dcol;
+    for (int64_t n = 0; n < g.N; n++) one_sample(n, dcol);
+  }
+}
+
+// dW (M, Cg, k...) = Σ_n dY_ng (Mg, out) · col_ng^T (out, Cg·k) per group. Samples are split into
+// one contiguous range per thread; each range sums into its own buffer (range 0 into dW), and the
+// buffers are added in range order — deterministic for a given thread count.
+template <class T>
+void conv_grad_weight(const ConvG& g, const T* dY, const T* X, T* dW) {
+  const int64_t ck = g.Cg * g.k_sz, wsz = g.M * ck;
+  const conv_detail::ColGeom cg = g.cols();
+  auto range = [&](int64_t n0, int64_t n1, T* acc) {
+    std::vector<T> col;
+    if (!g.identity_col) col.resize(ck * g.out_sz);
+    for (int64_t n = n0; n < n1; n++)
+      for (int64_t grp = 0; grp < g.group; grp++) {
+        const T* x = X + (n * g.C + grp * g.Cg) * g.in_sz;
+        const T* dy = dY + (n * g.M + grp * g.Mg) * g.out_sz;
+        const T* cp = x;
+        if (!g.identity_col) {
+          conv_detail::im2col<T>(cg, g.Cg, x, col.data());
+          cp = col.data();
+        }
+        gemm<T>(false, true, g.Mg, ck, g.out_sz, T(1), dy, g.out_sz, cp, g.out_sz,
+                n == n0 ? T(0) : T(1), acc + grp * g.Mg * ck, ck);
+      }
+    if (n1 <= n0) std::fill(acc, acc + wsz, T(0));
+  };
+  int64_t parts = std::min<int64_t>(num_threads(), g.N);
+  if (parts <= 1 || omp_in_parallel()) {
+    range(0, g.N, dW);
+    return;
+  }
+  std::vector<T> partial((parts - 1) * wsz);
+  int64_t per = (g.N + parts - 1) / parts;
+#pragma omp parallel for num_threads((int)parts) schedule(static, 1)
+  for (int64_t p = 0; p < parts; p++) {
+    int64_t n0 = std::min(g.N, p * per), n1 = std::min(g.N, n0 + per);
+    range(n0, n1, p == 0 ? dW : partial.data() + (p - 1) * wsz);
+  }
+  parallel_for(wsz, 16384, [&](int64_t b, int64_t e) {
+    for (int64_t p = 1; p < parts; p++) {
+      const T* src = partial.data() + (p - 1) * wsz;
+#pragma omp simd
+      for (int64_t i = b; i < e; i++) dW[i] += src[i];
+    }
+  });
+}
+
+void conv_grad_input_infer(InferContext& ctx) {
+  const auto& dy = ctx.input(0);
+  const auto& w = ctx.input(1);
+  check_float(ctx.node, dy.dtype, w.dtype);
+  Shape x = ctx.node.attr_ints_required("input_shape");
+  conv_g(ctx.node, x, w.shape, dy.shape);
+  ctx.set_output(0, dy.dtype, x);
+}
+
+void conv_grad_input_compute(KernelContext& ctx) {
+  const Tensor& dy = ctx.input(0);  // (N, M, out...)
+  const Tensor& w = ctx.input(1);   // (M, C/group, k...)
+  Tensor& dx = ctx.output(0);       // (N, C, in...)
+  ConvG g = conv_g(ctx.node, dx.shape(), w.shape(), dy.shape());
+  if (dx.numel() == 0) return;
+  if (dy.numel() == 0 || w.numel() == 0) {
+    std::memset(dx.raw(), 0, dx.nbytes());
+    return;
+  }
+  dispatch_float(ctx.node, dx, [&](auto* D, auto* W, auto* X) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
+    conv_grad_input<T>(g, D, W, X);
+  }, dy, w);
+}
+
+void conv_grad_weight_infer(InferContext& ctx) {
+  const auto& dy = ctx.input(0);
+  const auto& x = ctx.input(1);
+  check_float(ctx.node, dy.dtype, x.dtype);
+  ONYX_CHECK(x.rank() >= 3 && dy.rank() == x.rank(), ctx.node.describe(), ": X ",
+             shape_str(x.shape), " and dY ", shape_str(dy.shape), " do not fit a conv");
+  int64_t group = ctx.node.attr_int("group", 1);
+  ONYX_CHECK(group >= 1 && x.shape[1] % group == 0, ctx.node.describe(), ": group ", group,
+             " does not divide the channels of X ", shape_str(x.shape));
+  Shape w{dy.shape[1], x.shape[1] / group};
+  auto ks = ctx.node.attr_ints_required("kernel_shape");
+  w.insert(w.end(), ks.begin(), ks.end());
+  conv_g(ctx.node, x.shape, w, dy.shape);
+  ctx.set_output(0, dy.dtype, w);
+}
+
+void conv_grad_weight_compute(KernelContext& ctx) {
+  const Tensor& dy = ctx.input(0);  // (N, M, out...)
+  const Tensor& x = ctx.input(1);   // (N, C, in...)
+  Tensor& dw = ctx.output(0);       // (M, C/group, k...)
+  ConvG g = conv_g(ctx.node, x.shape(), dw.shape(), dy.shape());
+  if (dw.numel() == 0) return;
+  if (ctx.accumulates(0)) {
+    // dW += the weight gradient (a bound gradient, micro-batches accumulating): computed into a
+    // scratch tensor, then added, so the sum is exactly dW + (gradient).
+    ONYX_CHECK(dw.dtype() == DType::Float32, ctx.node.describe(),
+               ": accumulation supports float32 gradients, got ", dtype_name(dw.dtype()));
+    if (dy.numel() == 0 || x.numel() == 0) return;
+    Tensor tmp(DType::Float32, dw.shape());
+    dispatch_float(ctx.node, tmp, [&](auto* D, auto* X, auto* W) {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
+      conv_grad_weight<T>(g, D, X, W);
+    }, dy, x);
+    const float* src = tmp.data<float>();
+    float* out = dw.data<float>();
+    parallel_for(dw.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; i++) out[i] += src[i];
+    });
+    return;
+  }
+  if (dy.numel() == 0 || x.numel() == 0) {
+    std::memset(dw.raw(), 0, dw.nbytes());
+    return;
+  }
+  dispatch_float(ctx.node, dw, [&](auto* D, auto* X, auto* W) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
+    conv_grad_weight<T>(g, D, X, W);
+  }, dy, x);
+}
+
 }  // namespace
 
 void register_conv_kernels(KernelRegistry& r) {
@@ -301,6 +553,27 @@ void register_conv_kernels(KernelRegistry& r) {
                   const std::vector<const TensorMeta*>& out) {  // per output: C/group · kernel
     return in.size() > 1 && in[1] && out[0] && in[1]->shape.size() >= 2
                ? 2 * shape_product(out[0]->shape) * shape_product(in[1]->shape, 1)
+               : 0.0;
+  };
+  using Metas = std::vector<const TensorMeta*>;
+  constexpr auto low = OpTraits::Precision::LowPrecision;
+  OpTraits& gi =
+      r.add("onyx", "ConvGradInput", OpKernel{conv_grad_input_infer, conv_grad_input_compute, {}});
+  gi.precision = low;
+  gi.flops = [](const ir::Node&, const Metas& in, const Metas&) {
+    // dY (N,M,out...) against W (M,C/g,k...)
+    return in[0] && in.size() > 1 && in[1] && in[1]->shape.size() >= 2
+               ? 2 * shape_product(in[0]->shape) * shape_product(in[1]->shape, 1)
+               : 0.0;
+  };
+  // ConvGradWeight can add into a bound weight gradient (gradient_into_buffer.cc).
+  OpTraits& gw = r.add("onyx", "ConvGradWeight",
+                       OpKernel{conv_grad_weight_infer, conv_grad_weight_compute, {}, {}, {0}});
+  gw.precision = low;
+  gw.flops = [](const ir::Node&, const Metas& in, const Metas& out) {
+    return in[0] && out[0] && !out[0]->shape.empty()
+               ? 2 * shape_product(out[0]->shape) * shape_product(in[0]->shape) /
+                     std::max<double>(1, (double)out[0]->shape[0])
                : 0.0;
   };
 }

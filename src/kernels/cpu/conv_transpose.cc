@@ -7,17 +7,18 @@
 // (default in·st), the odd pixel at the end for SAME_UPPER.
 //
 // Per sample and group: col (M/group·k, in) = W_gᵀ (M/group·k, C/group) · X_g (C/group, in) as one
-// GEMM (kernels::sgemm for float32, a plain loop for float64), then col2im adds each column into
-// the output window it covers (output positions outside [0, out) are dropped, so negative or
-// output_shape-implied end padding needs no special case). Samples are threaded when there are
-// several (each owns its output); one sample threads the GEMM and col2im over output channels.
-// float16/bfloat16 are converted to float32 around the same code. The backward is Conv and
-// onyx.ConvGradWeight (autodiff/gradients/nn_spatial.cc).
+// GEMM (kernels::gemm: sgemm for float32, a plain loop for float64), then col2im (conv_common.h,
+// shared with Conv's gradients) adds each column into the output window it covers (output
+// positions outside [0, out) are dropped, so negative or output_shape-implied end padding needs no
+// special case). Samples are threaded when there are several (each owns its output); one sample
+// threads the GEMM and col2im over output channels. float16/bfloat16 are converted to float32
+// around the same code. The backward is Conv and onyx.ConvGradWeight
+// (autodiff/gradients/nn_spatial.cc).
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/nn_util.h"
 #include "runtime/kernel.h"
@@ -38,6 +39,23 @@ struct DeconvGeom {
     Shape s{N, M};
     for (int i = 3 - nsp; i < 3; i++) s.push_back(out[i]);
     return s;
+  }
+  // Y as the image, X's positions as the columns (conv_common.h): column i adds into output
+  // position i·st − pb + kk·dl.
+  conv_detail::ColGeom cols() const {
+    conv_detail::ColGeom c;
+    for (int i = 0; i < 3; i++) {
+      c.img[i] = out[i];
+      c.col[i] = in[i];
+      c.k[i] = k[i];
+      c.st[i] = st[i];
+      c.dl[i] = dl[i];
+      c.pb[i] = pb[i];
+    }
+    c.img_sz = out_sz;
+    c.col_sz = in_sz;
+    c.k_sz = k_sz;
+    return c;
   }
 };
 
@@ -123,69 +141,10 @@ DeconvGeom deconv_geom(const ir::Node& node, const Shape& x, const Shape& w, con
   return g;
 }
 
-// C(M,N) = A^T (stored K x M) * B (K x N), row-major, overwriting C.
-template <class T>
-void gemm_tn(int64_t M, int64_t N, int64_t K, const T* A, const T* B, T* C) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    std::fill(C, C + M * N, T(0));
-    return;
-  }
-  if constexpr (std::is_same_v<T, float>) {
-    kernels::sgemm(true, false, M, N, K, 1.0f, A, M, B, N, 0.0f, C, N);
-  } else {
-    parallel_for(M, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N * K)),
-                 [&](int64_t i0, int64_t i1) {
-                   for (int64_t i = i0; i < i1; i++) {
-                     T* c = C + i * N;
-                     std::fill(c, c + N, T(0));
-                     for (int64_t kk = 0; kk < K; kk++) {
-                       T a = A[kk * M + i];
-                       const T* b = B + kk * N;
-                       for (int64_t j = 0; j < N; j++) c[j] += a * b[j];
-                     }
-                   }
-                 });
-  }
-}
-
-// y (Mg, out...) += col2im(col (Mg·k_sz, in_sz)) for output channels [m0, m1).
-template <class T>
-void col2im_add(const DeconvGeom& g, const T* col, T* y, int64_t m0, int64_t m1) {
-  for (int64_t m = m0; m < m1; m++) {
-    T* ym = y + m * g.out_sz;
-    for (int64_t kk = 0; kk < g.k_sz; kk++) {
-      int64_t k0 = kk / (g.k[1] * g.k[2]), k1 = (kk / g.k[2]) % g.k[1], k2 = kk % g.k[2];
-      const T* row = col + (m * g.k_sz + kk) * g.in_sz;
-      for (int64_t i0 = 0; i0 < g.in[0]; i0++) {
-        int64_t o0 = i0 * g.st[0] - g.pb[0] + k0 * g.dl[0];
-        if (o0 < 0 || o0 >= g.out[0]) continue;
-        for (int64_t i1 = 0; i1 < g.in[1]; i1++) {
-          int64_t o1 = i1 * g.st[1] - g.pb[1] + k1 * g.dl[1];
-          if (o1 < 0 || o1 >= g.out[1]) continue;
-          // valid i2: 0 <= i2*st - pb + k2*dl < out
-          int64_t base = k2 * g.dl[2] - g.pb[2];
-          int64_t s2 = g.st[2];
-          int64_t lo = base >= 0 ? 0 : (-base + s2 - 1) / s2;
-          int64_t hi = g.out[2] - base <= 0 ? 0 : (g.out[2] - base + s2 - 1) / s2;
-          hi = std::min(hi, g.in[2]);
-          const T* src = row + (i0 * g.in[1] + i1) * g.in[2];
-          T* dst = ym + (o0 * g.out[1] + o1) * g.out[2];
-          if (s2 == 1) {
-#pragma omp simd
-            for (int64_t i2 = lo; i2 < hi; i2++) dst[i2 + base] += src[i2];
-          } else {
-            for (int64_t i2 = lo; i2 < hi; i2++) dst[i2 * s2 + base] += src[i2];
-          }
-        }
-      }
-    }
-  }
-}
-
 template <class T>
 void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y) {
   const int64_t mk = g.Mg * g.k_sz;
+  const conv_detail::ColGeom cg = g.cols();
   auto init_bias = [&](int64_t n) {
     for (int64_t m = 0; m < g.M; m++) {
       T* y = Y + (n * g.M + m) * g.out_sz;
@@ -199,11 +158,14 @@ void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y) {
       const T* x = X + (n * g.C + grp * g.Cg) * g.in_sz;      // (Cg, in)
       T* y = Y + (n * g.M + grp * g.Mg) * g.out_sz;           // (Mg, out)
       col.resize(mk * g.in_sz);
-      gemm_tn<T>(mk, g.in_sz, g.Cg, w, x, col.data());
+      kernels::gemm<T>(true, false, mk, g.in_sz, g.Cg, T(1), w, mk, x, g.in_sz, T(0), col.data(),
+                       g.in_sz);
       if (threaded)
-        parallel_for(g.Mg, 1, [&](int64_t m0, int64_t m1) { col2im_add<T>(g, col.data(), y, m0, m1); });
+        parallel_for(g.Mg, 1, [&](int64_t m0, int64_t m1) {
+          conv_detail::col2im_add<T>(cg, col.data(), y, m0, m1);
+        });
       else
-        col2im_add<T>(g, col.data(), y, 0, g.Mg);
+        conv_detail::col2im_add<T>(cg, col.data(), y, 0, g.Mg);
     }
   };
   if (g.N >= 2 && num_threads() > 1) {

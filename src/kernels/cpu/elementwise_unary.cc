@@ -1,50 +1,44 @@
 // elementwise_unary.cc — one-input elementwise ops: math (Exp, Log, Sqrt, Erf, trig, rounding...),
 // activations (Relu, Sigmoid, Tanh, Gelu, Elu, Selu, HardSwish, Shrink, ...), Clip, IsNaN/IsInf,
-// Not, and com.microsoft Gelu/FastGelu/BiasGelu.
+// Not, com.microsoft Gelu/FastGelu/BiasGelu and onyx.Silu (x · sigmoid(x), silu_fusion.cc); and
+// the fused gradients of the activations
+// ("onyx" domain, emitted by the rules in autodiff/gradients/elementwise.cc):
+//   GeluGrad(dy, x, bias?)  approximate = "none" | "tanh"   dx = dy * gelu'(x + bias)
+//   ReluGrad(dy, y)                                         dx = y > 0 ? dy : 0
+//   SigmoidGrad(dy, y)                                      dx = dy * y * (1 - y)
+//   TanhGrad(dy, y)                                         dx = dy * (1 - y^2)
+//   ErfGrad(dy, x)                                          dx = dy * 2/sqrt(pi) * exp(-x^2)
+//   SiluGrad(dy, x)                    s = sigmoid(x)       dx = dy * s * (1 + x (1 - s))
+// dy, the saved value and dx share one dtype and one shape; bias (C) runs along x's last axis
+// (com.microsoft FastGelu / BiasGelu).
 // Hand-written because Exp/Tanh/Sigmoid/Erf/Gelu sit on the training hot path and libm's scalar
-// calls do not vectorize: float32 goes through AVX2 versions below (exp ~1 ulp, erf abs error
-// < 1e-7, tanh abs error < 1e-7); float16/bfloat16 reuse them through float blocks; float64 and
-// integers use scalar code.
+// calls do not vectorize: float32 goes through AVX2 versions below (exp_ps of nn_util.h ~1 ulp,
+// erf abs error < 1e-7, tanh abs error < 1e-7); float16/bfloat16 reuse them through float blocks;
+// float64 and integers use scalar code. The gradients run once per activation per step: one pass
+// instead of 4-8 emitted elementwise nodes.
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/nn_util.h"
 
 namespace onyx::runtime {
 namespace {
 
 using namespace ew;
+using nnutil::exp_ps;
 
 // ---- AVX2 float32 math ----------------------------------------------------------------------
 
 inline __m256 set1(float v) { return _mm256_set1_ps(v); }
 
-// exp(x): Cody-Waite reduction x = n ln2 + r, degree-5 polynomial (Cephes' expf coefficients) on
-// |r| <= ln2/2, scale by 2^n in two halves so results down to the subnormal range stay right.
-inline __m256 exp_ps(__m256 x) {
-  const __m256 hi = set1(88.72283f), lo = set1(-103.9721f);
-  __m256 xc = _mm256_max_ps(lo, _mm256_min_ps(hi, x));  // NaN passes through (second operand)
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, set1(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, set1(0.693359375f), xc);
-  r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
-  __m256 p = set1(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, set1(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, set1(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, set1(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, set1(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, set1(5.0000001201e-1f));
-  __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set1(1.0f)));
-  __m256i ni = _mm256_cvtps_epi32(n);
-  __m256i n1 = _mm256_srai_epi32(ni, 1);
-  __m256i n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  y = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
-  return _mm256_blendv_ps(y, set1(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
-}
+// Gelu's constants, shared by the forward and GeluGrad (and ErfGrad's 2/sqrt(pi)).
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi)
+constexpr float kTwoInvSqrtPi = 1.1283791670955126f;  // 2 / sqrt(pi)
+constexpr float kTanhA = 0.79788456080286536f;        // sqrt(2 / pi)
+constexpr float kTanhB = 0.044715f;
 
 inline __m256 sigmoid_ps(__m256 x) {
   const __m256 one = set1(1.0f);
@@ -188,7 +182,7 @@ inline void erf_array(const float* u, float* e, int64_t n) {
 
 // gelu(x) = 0.5 x (1 + erf(x / sqrt 2))
 inline __m256 gelu_erf_ps(__m256 x) {
-  __m256 e = erf_ps(_mm256_mul_ps(x, set1(0.70710678118654752f)));
+  __m256 e = erf_ps(_mm256_mul_ps(x, set1(kInvSqrt2)));
   return _mm256_mul_ps(_mm256_mul_ps(set1(0.5f), x), _mm256_add_ps(set1(1.0f), e));
 }
 
@@ -198,7 +192,7 @@ inline __m256 gelu_erf_ps(__m256 x) {
 inline void gelu_erf_array(const float* x, float* y, int64_t n) {
   constexpr int64_t kB = 512;
   alignas(32) float e[kB];
-  const __m256 c = set1(0.70710678118654752f), half = set1(0.5f), one = set1(1.0f);
+  const __m256 c = set1(kInvSqrt2), half = set1(0.5f), one = set1(1.0f);
   auto gelu = [&](__m256 v, __m256 erf_u) {
     return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, erf_u));
   };
@@ -235,7 +229,7 @@ inline void gelu_erf_array(const float* x, float* y, int64_t n) {
 // is the same function without the cancellation of 1 + tanh(u) for negative x.
 inline __m256 gelu_tanh_ps(__m256 x) {
   __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-  __m256 u = _mm256_mul_ps(set1(0.79788456080286536f), _mm256_fmadd_ps(set1(0.044715f), x3, x));
+  __m256 u = _mm256_mul_ps(set1(kTanhA), _mm256_fmadd_ps(set1(kTanhB), x3, x));
   __m256 e = exp_ps(_mm256_mul_ps(set1(-2.0f), u));
   return _mm256_div_ps(x, _mm256_add_ps(set1(1.0f), e));
 }
@@ -361,6 +355,15 @@ struct Sigmoid {
     return M(1) / (M(1) + std::exp(-x));
   }
   void f32(const float* x, float* y, int64_t n) const { vec_map(x, y, n, sigmoid_ps); }
+};
+// onyx.Silu (silu_fusion.cc): x · sigmoid(x), one pass instead of Sigmoid + Mul.
+inline __m256 silu_ps(__m256 x) { return _mm256_mul_ps(x, sigmoid_ps(x)); }
+struct Silu {
+  template <class M>
+  M operator()(M x) const {
+    return x / (M(1) + std::exp(-x));
+  }
+  void f32(const float* x, float* y, int64_t n) const { vec_map(x, y, n, silu_ps); }
 };
 struct Erf {
   template <class M>
@@ -615,6 +618,196 @@ void add_bias_gelu(KernelRegistry& r, const char* name, bool tanh_form, bool bia
   r.add("com.microsoft", name, std::move(k));
 }
 
+// ---- fused gradients ("onyx" domain) ------------------------------------------------------------
+// GeluGrad(dy, x, bias?), ErfGrad(dy, x) and ReluGrad / SigmoidGrad / TanhGrad(dy, y) (see the top
+// comment). float32 works in blocks of kGradBlock so the erf / exp above are used and every other
+// loop vectorizes; float16/bfloat16 go through the same float blocks; float64 is scalar.
+
+constexpr int64_t kGradBlock = 512;
+
+// Per-block float32 formulas (n <= kGradBlock; dx may alias dy, never x).
+// (GCC cannot see that the simd loops fill e[0..n) before erf_array / the exp map read it.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// gelu(x) = 0.5 x (1 + erf(x/sqrt2));  gelu'(x) = 0.5 (1 + erf(x/sqrt2)) + x exp(-x^2/2)/sqrt(2pi)
+void gelu_erf_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
+  alignas(32) float e[kGradBlock], g[kGradBlock];
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    e[i] = x[i] * kInvSqrt2;
+    g[i] = -0.5f * x[i] * x[i];
+  }
+  erf_array(e, e, n);
+  vec_map(g, g, n, exp_ps);
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++)
+    dx[i] = dy[i] * (0.5f * (1.0f + e[i]) + x[i] * g[i] * kInvSqrt2Pi);
+}
+
+// The forward computes 0.5 x (1 + tanh u) as x s with s = sigmoid(2u), u = a (x + b x^3);
+// gelu'(x) = s + x s (1 - s) 2 u',  u' = a (1 + 3 b x^2). No cancellation for negative x.
+void gelu_tanh_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
+  alignas(32) float e[kGradBlock];
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    e[i] = -2.0f * kTanhA * (v + kTanhB * v * v * v);
+  }
+  vec_map(e, e, n, exp_ps);
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    float s = 1.0f / (1.0f + e[i]);
+    float du = 2.0f * kTanhA * (1.0f + 3.0f * kTanhB * v * v);
+    dx[i] = dy[i] * (s + v * s * (1.0f - s) * du);
+  }
+}
+
+// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) = 1 / (1 + exp(-x)).
+void silu_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
+  alignas(32) float e[kGradBlock];
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) e[i] = -x[i];
+  vec_map(e, e, n, exp_ps);
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float s = 1.0f / (1.0f + e[i]);
+    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+  }
+}
+
+void erf_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
+  alignas(32) float e[kGradBlock];
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) e[i] = -x[i] * x[i];
+  vec_map(e, e, n, exp_ps);
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * kTwoInvSqrtPi * e[i];
+}
+
+#pragma GCC diagnostic pop
+
+void relu_grad_block(const float* dy, const float* y, float* dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void sigmoid_grad_block(const float* dy, const float* y, float* dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+}
+
+void tanh_grad_block(const float* dy, const float* y, float* dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+}
+
+// float64 scalar formulas.
+double gelu_erf_grad(double dy, double x) {
+  return dy * (0.5 * (1.0 + std::erf(x * 0.70710678118654752440)) +
+               x * std::exp(-0.5 * x * x) * 0.39894228040143267794);
+}
+double gelu_tanh_grad(double dy, double x) {
+  const double a = 0.79788456080286535588, b = 0.044715;
+  double s = 1.0 / (1.0 + std::exp(-2.0 * a * (x + b * x * x * x)));
+  return dy * (s + x * s * (1.0 - s) * 2.0 * a * (1.0 + 3.0 * b * x * x));
+}
+
+using BlockFn = void (*)(const float*, const float*, float*, int64_t);
+using ScalarFn = double (*)(double, double);
+
+// dx[i] = f(dy[i], v[i] + bias[i % C]) over blocks, parallel; bias may be null.
+template <class T>
+void grad_map(const T* dy, const T* v, const T* bias, int64_t C, T* dx, int64_t n, BlockFn block,
+              ScalarFn scalar, int64_t grain) {
+  if constexpr (std::is_same_v<T, double>) {
+    parallel_for(n, grain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; i++) dx[i] = scalar(dy[i], bias ? v[i] + bias[i % C] : v[i]);
+    });
+  } else {
+    std::vector<float> biasf;
+    const float* pb = nullptr;
+    if (bias) {
+      if constexpr (std::is_same_v<T, float>) {
+        pb = bias;
+      } else {
+        biasf.resize(C);
+        to_float(bias, biasf.data(), C);
+        pb = biasf.data();
+      }
+    }
+    parallel_for(n, grain, [&](int64_t b, int64_t e) {
+      alignas(32) float xb[kGradBlock], dyb[kGradBlock], out[kGradBlock];
+      for (int64_t i = b; i < e; i += kGradBlock) {
+        const int64_t m = std::min(kGradBlock, e - i);
+        const float* px;
+        const float* pdy;
+        float* pdx;
+        if constexpr (std::is_same_v<T, float>) {
+          px = v + i;
+          pdy = dy + i;
+          pdx = dx + i;
+        } else {
+          to_float(v + i, xb, m);
+          to_float(dy + i, dyb, m);
+          px = xb;
+          pdy = dyb;
+          pdx = out;
+        }
+        if (pb) {  // xb = v + bias, bias running along the last axis
+          int64_t col = i % C;
+          for (int64_t j = 0; j < m; j++) {
+            xb[j] = px[j] + pb[col];
+            if (++col == C) col = 0;
+          }
+          px = xb;
+        }
+        block(pdy, px, pdx, m);
+        if constexpr (!std::is_same_v<T, float>) from_float(out, dx + i, m);
+      }
+    });
+  }
+}
+
+// Registers `name`(dy, v[, bias]) -> dx with dx = f(dy, v).
+void add_grad_kernel(KernelRegistry& r, const char* name, bool with_bias,
+                     std::function<std::pair<BlockFn, ScalarFn>(const KernelContext&)> pick,
+                     int64_t grain) {
+  OpKernel k;
+  k.infer = [with_bias](InferContext& c) {
+    const TensorMeta& dy = c.input(0);
+    const TensorMeta& v = c.input(1);
+    require_dtype(dy.dtype, FloatTypes{}, c.node);
+    ONYX_CHECK(dy.dtype == v.dtype && dy.shape == v.shape, c.node.describe(), ": dy ",
+               dtype_name(dy.dtype), " ", shape_str(dy.shape), " and input 1 ", dtype_name(v.dtype),
+               " ", shape_str(v.shape), " must have the same dtype and shape");
+    if (with_bias && c.has_input(2)) {
+      const TensorMeta& b = c.input(2);
+      ONYX_CHECK(b.dtype == v.dtype && b.shape.size() == 1 && !v.shape.empty() &&
+                     b.shape[0] == v.shape.back(),
+                 c.node.describe(), ": bias ", dtype_name(b.dtype), " ", shape_str(b.shape),
+                 " must be 1-D of the last dimension of ", shape_str(v.shape));
+    }
+    c.set_output(0, dy.dtype, dy.shape);
+  };
+  k.compute = [with_bias, pick, grain](KernelContext& c) {
+    const Tensor& dy = c.input(0);
+    const Tensor& v = c.input(1);
+    Tensor& dx = c.output(0);
+    const Tensor* bias = with_bias && c.has_input(2) ? &c.input(2) : nullptr;
+    if (dx.numel() == 0) return;
+    auto [block, scalar] = pick(c);
+    dispatch(dy.dtype(), FloatTypes{}, c.node, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      grad_map<T>(dy.data<T>(), v.data<T>(), bias ? bias->data<T>() : nullptr,
+                  bias ? bias->numel() : 1, dx.data<T>(), dx.numel(), block, scalar, grain);
+    });
+  };
+  k.inplace = {{0, 0}};  // dx may alias dy (never x)
+  r.add("onyx", name, std::move(k));
+}
+
 }  // namespace
 
 void register_unary_kernels(KernelRegistry& r) {
@@ -698,6 +891,8 @@ void register_unary_kernels(KernelRegistry& r) {
   add_unary(
       r, "com.microsoft", "Gelu", FloatTypes{}, [](const KernelContext&) { return Gelu{false}; },
       kGrainMath);
+  add_unary(
+      r, "onyx", "Silu", FloatTypes{}, [](const KernelContext&) { return Silu{}; }, kGrainMath);
   add_bias_gelu(r, "FastGelu", /*tanh_form=*/true, /*bias_required=*/false);
   add_bias_gelu(r, "BiasGelu", /*tanh_form=*/false, /*bias_required=*/true);
 
@@ -706,6 +901,51 @@ void register_unary_kernels(KernelRegistry& r) {
   add_predicate(r, "IsInf", [](auto v, bool pos, bool neg) {
     return std::isinf(v) && ((v > 0 && pos) || (v < 0 && neg));
   });
+
+  // the fused gradients
+  add_grad_kernel(
+      r, "GeluGrad", /*with_bias=*/true,
+      [](const KernelContext& c) -> std::pair<BlockFn, ScalarFn> {
+        std::string approx = c.node.attr_string("approximate", "none");
+        if (approx == "tanh") return {gelu_tanh_grad_block, gelu_tanh_grad};
+        if (approx != "none") ONYX_UNSUPPORTED(c.node.describe(), ": approximate='", approx, "'");
+        return {gelu_erf_grad_block, gelu_erf_grad};
+      },
+      kGrainMath);
+  add_grad_kernel(
+      r, "ErfGrad", false,
+      [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
+        return {erf_grad_block,
+                [](double dy, double x) { return dy * 1.12837916709551257390 * std::exp(-x * x); }};
+      },
+      kGrainMath);
+  add_grad_kernel(
+      r, "SiluGrad", false,
+      [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
+        return {silu_grad_block, [](double dy, double x) {
+                  double s = 1.0 / (1.0 + std::exp(-x));
+                  return dy * s * (1.0 + x * (1.0 - s));
+                }};
+      },
+      kGrainMath);
+  add_grad_kernel(
+      r, "ReluGrad", false,
+      [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
+        return {relu_grad_block, [](double dy, double y) { return y > 0 ? dy : 0.0; }};
+      },
+      kGrain);
+  add_grad_kernel(
+      r, "SigmoidGrad", false,
+      [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
+        return {sigmoid_grad_block, [](double dy, double y) { return dy * y * (1.0 - y); }};
+      },
+      kGrain);
+  add_grad_kernel(
+      r, "TanhGrad", false,
+      [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
+        return {tanh_grad_block, [](double dy, double y) { return dy * (1.0 - y * y); }};
+      },
+      kGrain);
 }
 
 // Exposed for the kernel tests: float32 vector math against libm.

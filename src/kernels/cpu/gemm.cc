@@ -1,4 +1,5 @@
-// kernels/cpu/gemm.cc — sgemm / sgemm_strided_batched over oneDNN or OpenBLAS (see gemm.h).
+// kernels/cpu/gemm.cc — sgemm / sgemm_strided_batched over oneDNN or OpenBLAS (see gemm.h), and the
+// float64 loop dgemm.
 //
 // Hand-written only as a thin dispatch layer: the arithmetic is the libraries'. What lives here is
 // what the libraries leave to the caller on this machine (PERF.md):
@@ -262,6 +263,27 @@ void sgemm_strided_batched(bool transA, bool transB, int64_t M, int64_t N, int64
   }
   dnnl_matmul(transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
               strideC, batch);
+}
+
+void dgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+           int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  runtime::parallel_for(M, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N * K)),
+                        [&](int64_t i0, int64_t i1) {
+                          std::vector<double> acc(N);
+                          for (int64_t i = i0; i < i1; i++) {
+                            std::fill(acc.begin(), acc.end(), 0.0);
+                            for (int64_t k = 0; k < K; k++) {
+                              double a = transA ? A[k * lda + i] : A[i * lda + k];
+                              if (transB)
+                                for (int64_t j = 0; j < N; j++) acc[j] += a * B[j * ldb + k];
+                              else
+                                for (int64_t j = 0; j < N; j++) acc[j] += a * B[k * ldb + j];
+                            }
+                            double* c = C + i * ldc;
+                            for (int64_t j = 0; j < N; j++)
+                              c[j] = alpha * acc[j] + (beta == 0.0 ? 0.0 : beta * c[j]);
+                          }
+                        });
 }
 
 void broadcast_batch_offsets(const std::vector<int64_t>& batch, const std::vector<int64_t>& a_batch,

@@ -1,5 +1,7 @@
 // kernels/cpu/gemm.h — the one single-precision GEMM entry point every CPU kernel calls (MatMul,
-// Gemm, Conv via im2col, autodiff's weight gradients, fused attention).
+// Gemm, Conv via im2col, autodiff's weight gradients, fused attention), and gemm<T>, which runs it
+// for float and an exact loop (dgemm) for the kernels that take float64 through the same code
+// (onyx.MatMulT / MatMulGradB, Conv's gradients, ConvTranspose).
 //
 // Row-major throughout: C(M,N) = alpha * op(A)(M,K) * op(B)(K,N) + beta * C, where op(X) is X or
 // X^T. A is stored (M,K) with row stride lda, or (K,M) when transA; B is (K,N), or (N,K) when
@@ -13,8 +15,10 @@
 // Both run on the cores of the one OpenMP pool (runtime/parallel.h); called from inside a parallel
 // region they run single-threaded.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace onyx::kernels {
@@ -35,6 +39,29 @@ void sgemm_strided_batched(bool transA, bool transB, int64_t M, int64_t N, int64
                            const float* A, int64_t lda, int64_t strideA, const float* B,
                            int64_t ldb, int64_t strideB, float beta, float* C, int64_t ldc,
                            int64_t strideC, int64_t batch);
+
+// C(M,N) = alpha * op(A) * op(B) + beta * C in double: an exact loop (rows of C in parallel, each
+// summed over k in order into a row accumulator); M, N, K > 0.
+void dgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+           int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+
+// sgemm for float, dgemm for double. M or N <= 0 does nothing; K <= 0 (an empty sum) sets
+// C = beta * C, 0 when beta is 0; leading dimensions below 1 (empty operands) are raised to 1.
+template <class T>
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>)
+    sgemm(transA, transB, M, N, K, alpha, A, std::max<int64_t>(1, lda), B,
+          std::max<int64_t>(1, ldb), beta, C, std::max<int64_t>(1, ldc));
+  else
+    dgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 // Number of cached oneDNN primitives (for tests and benchmarks).
 size_t gemm_cached_primitives();

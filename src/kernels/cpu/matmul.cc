@@ -1,10 +1,29 @@
-// matmul.cc — MatMul (numpy matmul semantics) and Gemm; registers Einsum (einsum.cc) too.
+// matmul.cc — MatMul (numpy matmul semantics) and Gemm, and the fused "onyx"-domain ops of the
+// linear layers and their gradients (emitted by passes/linear_fusion.cc and the rules in
+// autodiff/gradients/matmul.cc):
+//   MatMulT(A, B, bias?)  transA, transB, alpha   Y = alpha · op(A) · op(B) (+ bias), numpy batch
+//                                                 broadcast, op(X) swaps X's last two dims (no
+//                                                 copy: GEMM flags); bias (N) is broadcast over the
+//                                                 rows (the Linear layers passes/linear_fusion.cc
+//                                                 makes)
+//   MatMulGradB(A, dY)    alpha                   (K,N) = alpha · A(R,K)^T · dY(R,N), R = every
+//                                                 leading dim of A and dY folded (they must agree)
+//   BiasGrad(dY)                                  (N) = dY(R,N) summed over its R leading rows (the
+//                                                 bias gradient of MatMulT; columns split over
+//                                                 threads, so the sum order never changes)
+// Registers Einsum (einsum.cc) too.
 //
 // float32 goes to kernels/cpu/gemm.h (oneDNN / OpenBLAS); float16 and bfloat16 are converted to
-// float32 around the same path. float64 and the integer types use a plain cache-friendly loop
-// (exact in their own type; they are rare and never the hot path).
+// float32 around the same path. float64 uses a plain loop (dgemm for the onyx ops, and for MatMul
+// and Gemm a cache-friendly loop that also serves the integer types: exact in their own type; they
+// are rare and never the hot path).
 // Hand-written dispatch because the transformer hot path needs care: a batched activation times a
-// shared 2-D weight, (B,T,K) x (K,N), must be ONE (B·T x K) x (K x N) GEMM, not B small ones.
+// shared 2-D weight, (B,T,K) x (K,N), must be ONE (B·T x K) x (K x N) GEMM, not B small ones, and
+// the weight gradient of (B,T,K)x(K,N) is ONE (K x B·T) x (B·T x N) GEMM with transA, never B
+// small ones and never a materialized transpose. MatMulGradB and BiasGrad write parameter
+// gradients straight into the trainer's flat gradient buffer (passes/gradient_into_buffer.cc);
+// accumulating micro-batches they add out + (the gradient as computed alone), so gradient
+// accumulation is bit-identical to a separate onyx.AccumulateGrad.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -18,20 +37,27 @@
 namespace onyx::runtime {
 namespace {
 
+using kernels::gemm;
+using nnutil::check_float;
+using nnutil::check_same_dtype;
+using nnutil::dispatch_float;
 using nnutil::from_f32;
 using nnutil::to_f32;
 
 // ---- MatMul shapes ---------------------------------------------------------------------------
 
-// A (...,M,K) · B (...,K,N) with numpy's 1-D promotions: a 1-D A is a (1,K) row that is dropped
-// from the result, a 1-D B a (K,1) column likewise. Batch dims broadcast.
+// A batched product (..., M, K) · (..., K, N): MatMul's (matmul_shape) and onyx.MatMulT's
+// (mmt_shape, where ta / tb say A / B are stored transposed: (..., K, M) / (..., N, K)).
 struct MatMulShape {
   int64_t M = 1, N = 1, K = 1;
+  bool ta = false, tb = false;
   Shape batch;             // broadcast batch shape
   Shape a_batch, b_batch;  // each operand's batch dims, left-padded with 1s to batch's rank
   Shape out;
 };
 
+// A (...,M,K) · B (...,K,N) with numpy's 1-D promotions: a 1-D A is a (1,K) row that is dropped
+// from the result, a 1-D B a (K,1) column likewise. Batch dims broadcast.
 MatMulShape matmul_shape(const Shape& a, const Shape& b, const ir::Node& node) {
   ONYX_CHECK(!a.empty() && !b.empty(), node.describe(), ": MatMul inputs must have rank >= 1, got ",
              shape_str(a), " and ", shape_str(b));
@@ -60,34 +86,114 @@ MatMulShape matmul_shape(const Shape& a, const Shape& b, const ir::Node& node) {
   return s;
 }
 
+// onyx.MatMulT: A (...a, M, K) or (...a, K, M) with transA, B (...b, K, N) or (...b, N, K) with
+// transB, both of rank >= 2; batch dims broadcast.
+MatMulShape mmt_shape(const ir::Node& node, const Shape& a, const Shape& b) {
+  ONYX_CHECK(a.size() >= 2 && b.size() >= 2, node.describe(), ": MatMulT needs rank >= 2, got ",
+             shape_str(a), " and ", shape_str(b));
+  MatMulShape s;
+  s.ta = node.attr_int("transA", 0) != 0;
+  s.tb = node.attr_int("transB", 0) != 0;
+  int64_t ar = a[a.size() - 2], ac = a.back(), br = b[b.size() - 2], bc = b.back();
+  s.M = s.ta ? ac : ar;
+  s.K = s.ta ? ar : ac;
+  int64_t kb = s.tb ? bc : br;
+  s.N = s.tb ? br : bc;
+  ONYX_CHECK(s.K == kb, node.describe(), ": MatMulT inner dimensions differ: A ", shape_str(a),
+             s.ta ? " (transposed)" : "", ", B ", shape_str(b), s.tb ? " (transposed)" : "");
+  Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  s.batch = broadcast_shapes(ab, bb);
+  s.a_batch = Shape(s.batch.size() - ab.size(), 1);
+  s.a_batch.insert(s.a_batch.end(), ab.begin(), ab.end());
+  s.b_batch = Shape(s.batch.size() - bb.size(), 1);
+  s.b_batch.insert(s.b_batch.end(), bb.begin(), bb.end());
+  s.out = s.batch;
+  s.out.push_back(s.M);
+  s.out.push_back(s.N);
+  return s;
+}
+
 // For each output batch index, the matrix index into A and into B (broadcast dims repeat).
 void batch_offsets(const MatMulShape& s, std::vector<int64_t>& ai, std::vector<int64_t>& bi) {
   kernels::broadcast_batch_offsets(s.batch, s.a_batch, s.b_batch, ai, bi);
 }
 
-// ---- MatMul compute --------------------------------------------------------------------------
+// ---- batched GEMM: MatMul's float path and onyx.MatMulT -------------------------------------
 
-void matmul_f32(const MatMulShape& s, const float* A, const float* B, float* C) {
+template <class T>
+void gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                          int64_t lda, int64_t sA, const T* B, int64_t ldb, int64_t sB, T* C,
+                          int64_t ldc, int64_t sC, int64_t batch) {
+  if (batch <= 0 || M <= 0 || N <= 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (K > 0) {
+      kernels::sgemm_strided_batched(ta, tb, M, N, K, alpha, A, std::max<int64_t>(1, lda), sA, B,
+                                     std::max<int64_t>(1, ldb), sB, 0.f, C,
+                                     std::max<int64_t>(1, ldc), sC, batch);
+      return;
+    }
+  }
+  for (int64_t i = 0; i < batch; i++)
+    gemm<T>(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, T(0), C + i * sC, ldc);
+}
+
+// Y rows (R, N) = bias (N), rows in parallel: the bias is written first and the GEMM then
+// accumulates onto it (beta = 1), so the bias costs no extra pass over Y.
+template <class T>
+void fill_rows(T* C, int64_t R, int64_t N, const T* bias) {
+  parallel_for(R, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; r++) std::memcpy(C + r * N, bias, N * sizeof(T));
+               });
+}
+
+// Y (R, N) += bias (N) after a batched GEMM (paths that cannot start from the bias).
+template <class T>
+void add_rows(T* C, int64_t R, int64_t N, const T* bias) {
+  parallel_for(R, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; r++) {
+                   T* c = C + r * N;
+#pragma omp simd
+                   for (int64_t j = 0; j < N; j++) c[j] += bias[j];
+                 }
+               });
+}
+
+// Y = alpha · op(A) · op(B) (+ bias) in float (sgemm) or double (dgemm) for any batch broadcast:
+// MatMul's float path (alpha 1, no transposes, no bias) and onyx.MatMulT.
+template <class T>
+void matmul_t(const MatMulShape& s, T alpha, const T* A, const T* B, T* C,
+              const T* bias = nullptr) {
   const int64_t M = s.M, N = s.N, K = s.K;
+  const int64_t lda = s.ta ? M : K, ldb = s.tb ? K : N;
   const int64_t na = shape_numel(s.a_batch), nbm = shape_numel(s.b_batch);
   const int64_t nb = shape_numel(s.batch);
-  if (nbm == 1) {
-    // (na·M, K) x (K, N): a shared weight (or no batch at all) — one GEMM over every row.
-    kernels::sgemm(false, false, na * M, N, K, 1.f, A, K, B, N, 0.f, C, N);
-  } else if (na == 1) {
-    kernels::sgemm_strided_batched(false, false, M, N, K, 1.f, A, K, 0, B, N, K * N, 0.f, C, N,
-                                   M * N, nb);
+  if (nbm == 1 && !s.ta) {
+    // (na·M, K) x op(B): a shared 2-D right operand — one GEMM over every row of A; with a bias,
+    // Y starts as the bias rows and the GEMM adds onto them (beta = 1).
+    if (bias) fill_rows<T>(C, na * M, N, bias);
+    gemm<T>(false, s.tb, na * M, N, K, alpha, A, lda, B, ldb, bias ? T(1) : T(0), C, N);
+    return;
+  }
+  if (na == 1) {
+    gemm_strided_batched<T>(s.ta, s.tb, M, N, K, alpha, A, lda, 0, B, ldb, K * N, C, N, M * N, nb);
+  } else if (nbm == 1) {
+    gemm_strided_batched<T>(s.ta, s.tb, M, N, K, alpha, A, lda, M * K, B, ldb, 0, C, N, M * N, nb);
   } else if (s.a_batch == s.b_batch) {
-    kernels::sgemm_strided_batched(false, false, M, N, K, 1.f, A, K, M * K, B, N, K * N, 0.f, C, N,
-                                   M * N, nb);
-  } else {  // both broadcast in different dims: one GEMM per output matrix
+    gemm_strided_batched<T>(s.ta, s.tb, M, N, K, alpha, A, lda, M * K, B, ldb, K * N, C, N, M * N,
+                            nb);
+  } else {  // both broadcast, in different dims: one GEMM per output matrix
     std::vector<int64_t> ai, bi;
     batch_offsets(s, ai, bi);
     for (int64_t i = 0; i < nb; i++)
-      kernels::sgemm(false, false, M, N, K, 1.f, A + ai[i] * M * K, K, B + bi[i] * K * N, N, 0.f,
-                     C + i * M * N, N);
+      gemm<T>(s.ta, s.tb, M, N, K, alpha, A + ai[i] * M * K, lda, B + bi[i] * K * N, ldb, T(0),
+              C + i * M * N, N);
   }
+  if (bias) add_rows<T>(C, nb * M, N, bias);
 }
+
+// ---- MatMul ----------------------------------------------------------------------------------
 
 // Exact loop for float64 and integers: rows of all batches in parallel, i-k-j order.
 template <class T>
@@ -113,8 +219,6 @@ void matmul_loop(const MatMulShape& s, const T* A, const T* B, T* C) {
                });
 }
 
-
-
 // Calls f(T{}) with T the C++ type of an exact-loop dtype; false if dtype is not one.
 template <class F>
 bool dispatch_exact(DType dt, F&& f) {
@@ -139,11 +243,6 @@ bool dispatch_exact(DType dt, F&& f) {
   }
 }
 
-void check_same_dtype(const ir::Node& node, DType a, DType b) {
-  ONYX_CHECK(a == b, node.describe(), ": inputs have different dtypes ", dtype_name(a), " and ",
-             dtype_name(b));
-}
-
 void matmul_infer(InferContext& ctx) {
   const auto& a = ctx.input(0);
   const auto& b = ctx.input(1);
@@ -162,11 +261,12 @@ void matmul_compute(KernelContext& ctx) {
     return;
   }
   DType dt = a.dtype();
-  if (dt == DType::Float32) return matmul_f32(s, a.data<float>(), b.data<float>(), y.data<float>());
+  if (dt == DType::Float32)
+    return matmul_t<float>(s, 1.f, a.data<float>(), b.data<float>(), y.data<float>());
   if (dt == DType::Float16 || dt == DType::BFloat16) {
     auto af = to_f32(a), bf = to_f32(b);
     std::vector<float> yf(y.numel());
-    matmul_f32(s, af.data(), bf.data(), yf.data());
+    matmul_t<float>(s, 1.f, af.data(), bf.data(), yf.data());
     return from_f32(yf, y);
   }
   bool ok = dispatch_exact(dt, [&](auto t) {
@@ -301,6 +401,164 @@ void gemm_compute(KernelContext& ctx) {
   if (!ok) ONYX_UNSUPPORTED(ctx.node.describe(), ": Gemm of dtype ", dtype_name(dt));
 }
 
+// ---- onyx.MatMulT ----------------------------------------------------------------------------
+
+// The optional bias (input 2): 1-D of N elements, the output's dtype.
+void check_bias(const ir::Node& node, const TensorMeta& bias, DType dt, int64_t N) {
+  ONYX_CHECK(bias.dtype == dt, node.describe(), ": bias is ", dtype_name(bias.dtype), ", A and B ",
+             dtype_name(dt));
+  ONYX_CHECK(bias.rank() == 1 && bias.shape[0] == N, node.describe(), ": bias ",
+             shape_str(bias.shape), " must be 1-D of the output's last dim (", N, ")");
+}
+
+// The bias as T (float32 / float64 copied as they are; float16 / bfloat16 through float32).
+template <class T>
+std::vector<T> bias_values(const Tensor& b) {
+  std::vector<T> v(b.numel());
+  switch (b.dtype()) {
+    case DType::Float32:
+      for (size_t i = 0; i < v.size(); i++) v[i] = (T)b.data<float>()[i];
+      break;
+    case DType::Float64:
+      for (size_t i = 0; i < v.size(); i++) v[i] = (T)b.data<double>()[i];
+      break;
+    default: {
+      std::vector<float> f = to_f32(b);
+      for (size_t i = 0; i < v.size(); i++) v[i] = (T)f[i];
+    }
+  }
+  return v;
+}
+
+void matmul_t_infer(InferContext& ctx) {
+  const auto& a = ctx.input(0);
+  const auto& b = ctx.input(1);
+  check_float(ctx.node, a.dtype, b.dtype);
+  MatMulShape s = mmt_shape(ctx.node, a.shape, b.shape);
+  if (ctx.node.has_input(2)) check_bias(ctx.node, ctx.input(2), a.dtype, s.N);
+  ctx.set_output(0, a.dtype, s.out);
+}
+
+void matmul_t_compute(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);  // (...a, M, K) or (...a, K, M) with transA
+  const Tensor& b = ctx.input(1);  // (...b, K, N) or (...b, N, K) with transB
+  Tensor& y = ctx.output(0);       // (broadcast(...a, ...b), M, N)
+  const Tensor* bias = ctx.node.has_input(2) ? &ctx.input(2) : nullptr;  // (N) or absent
+  MatMulShape s = mmt_shape(ctx.node, a.shape(), b.shape());
+  if (y.numel() == 0) return;
+  double alpha = ctx.node.attr_float("alpha", 1.f);
+  dispatch_float(ctx.node, y, [&](auto* A, auto* B, auto* C) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
+    if (!bias) return matmul_t<T>(s, (T)alpha, A, B, C);
+    ONYX_CHECK(bias->dtype() == y.dtype() && bias->rank() == 1 && bias->dim(0) == s.N,
+               ctx.node.describe(), ": bias ", shape_str(bias->shape()), " ",
+               dtype_name(bias->dtype()), " does not fit the output (", s.N, " columns)");
+    if constexpr (std::is_same_v<T, float>) {
+      if (bias->dtype() == DType::Float32)
+        return matmul_t<T>(s, (T)alpha, A, B, C, bias->data<float>());
+    }
+    std::vector<T> bv = bias_values<T>(*bias);
+    matmul_t<T>(s, (T)alpha, A, B, C, bv.data());
+  }, a, b);
+}
+
+// ---- MatMulGradB -----------------------------------------------------------------------------
+
+void matmul_grad_b_infer(InferContext& ctx) {
+  const auto& a = ctx.input(0);
+  const auto& dy = ctx.input(1);
+  check_float(ctx.node, a.dtype, dy.dtype);
+  ONYX_CHECK(a.rank() >= 1 && dy.rank() >= 1, ctx.node.describe(),
+             ": MatMulGradB needs rank >= 1, got ", shape_str(a.shape), " and ",
+             shape_str(dy.shape));
+  int64_t K = a.shape.back(), N = dy.shape.back();
+  int64_t ra = K ? a.numel() / K : shape_numel(Shape(a.shape.begin(), a.shape.end() - 1));
+  int64_t rd = N ? dy.numel() / N : shape_numel(Shape(dy.shape.begin(), dy.shape.end() - 1));
+  ONYX_CHECK(ra == rd, ctx.node.describe(), ": MatMulGradB rows differ: A ", shape_str(a.shape),
+             " has ", ra, ", dY ", shape_str(dy.shape), " has ", rd);
+  ctx.set_output(0, a.dtype, {K, N});
+}
+
+void matmul_grad_b_compute(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);   // (R..., K)
+  const Tensor& dy = ctx.input(1);  // (R..., N)
+  Tensor& y = ctx.output(0);        // (K, N)
+  int64_t K = a.dim(-1), N = dy.dim(-1);
+  int64_t R = shape_numel(Shape(a.shape().begin(), a.shape().end() - 1));
+  if (y.numel() == 0) return;
+  double alpha = ctx.node.attr_float("alpha", 1.f);
+  if (ctx.accumulates(0)) {
+    // y += A^T dY (a bound gradient, micro-batches accumulating). Not beta = 1: the GEMM would
+    // fold y into its K-blocked partial sums, and the sum must be y + (A^T dY) exactly as a
+    // separate onyx.AccumulateGrad computed it. The product goes through a scratch matrix.
+    ONYX_CHECK(y.dtype() == DType::Float32 && a.dtype() == DType::Float32 &&
+                   dy.dtype() == DType::Float32,
+               ctx.node.describe(), ": accumulation supports float32 gradients, got ",
+               dtype_name(y.dtype()));
+    std::vector<float> tmp((size_t)(K * N));
+    gemm<float>(true, false, K, N, R, (float)alpha, a.data<float>(), K, dy.data<float>(), N, 0.f,
+                tmp.data(), N);
+    float* out = y.data<float>();
+    parallel_for(K * N, 1 << 15, [&](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; i++) out[i] += tmp[i];
+    });
+    return;
+  }
+  dispatch_float(ctx.node, y, [&](auto* A, auto* D, auto* C) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
+    gemm<T>(true, false, K, N, R, (T)alpha, A, K, D, N, T(0), C, N);
+  }, a, dy);
+}
+
+// ---- BiasGrad --------------------------------------------------------------------------------
+
+void bias_grad_infer(InferContext& ctx) {
+  const auto& dy = ctx.input(0);
+  if (!is_float(dy.dtype)) ONYX_UNSUPPORTED(ctx.node.describe(), ": dtype ", dtype_name(dy.dtype));
+  ONYX_CHECK(dy.rank() >= 1, ctx.node.describe(), ": BiasGrad needs rank >= 1, got ",
+             shape_str(dy.shape));
+  ctx.set_output(0, dy.dtype, {dy.shape.back()});
+}
+
+// db[c] = sum over rows r of D[r, c] for c in [c0, c1): one row segment at a time, so the reads
+// stream and the accumulators stay in L1.
+// With `add`, db[c] += that sum (the sum is formed first, in the same order, then added once).
+template <class T>
+void column_sums(const T* D, int64_t R, int64_t N, int64_t c0, int64_t c1, T* db,
+                 bool add = false) {
+  const int64_t w = c1 - c0;
+  std::vector<T> scratch(add ? w : 0);
+  T* acc = add ? scratch.data() : db + c0;
+  std::fill(acc, acc + w, T(0));
+  for (int64_t r = 0; r < R; r++) {
+    const T* d = D + r * N + c0;
+#pragma omp simd
+    for (int64_t j = 0; j < w; j++) acc[j] += d[j];
+  }
+  if (add)
+    for (int64_t j = 0; j < w; j++) db[c0 + j] += acc[j];
+}
+
+void bias_grad_compute(KernelContext& ctx) {
+  const Tensor& dy = ctx.input(0);  // (R..., N)
+  Tensor& db = ctx.output(0);       // (N)
+  const int64_t N = dy.dim(-1);
+  if (N == 0) return;
+  const int64_t R = dy.numel() / N;
+  const bool add = ctx.accumulates(0);  // db is a bound gradient: db += column sums
+  ONYX_CHECK(!add || (dy.dtype() == DType::Float32 && db.dtype() == DType::Float32),
+             ctx.node.describe(), ": accumulation supports float32 gradients, got ",
+             dtype_name(db.dtype()));
+  auto run = [&](auto* D, auto* out) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(out)>>;
+    // Column blocks of >= 64 (a cache line multiple); each thread owns whole columns.
+    parallel_for(N, 64,
+                 [&](int64_t c0, int64_t c1) { column_sums<T>(D, R, N, c0, c1, out, add); });
+  };
+  dispatch_float(ctx.node, db, run, dy);
+}
+
 }  // namespace
 
 // 2·M·N·K for Gemm and onyx.MatMulT (transA picks which axis of A is K).
@@ -324,6 +582,22 @@ void register_matmul_kernels(KernelRegistry& r) {
   OpTraits& gemm = r.add("", "Gemm", OpKernel{gemm_infer, gemm_compute, {}});
   gemm.precision = OpTraits::Precision::LowPrecision;
   gemm.flops = gemm_like_flops;
+  using Metas = std::vector<const TensorMeta*>;
+  constexpr auto low = OpTraits::Precision::LowPrecision;
+  OpTraits& mmt = r.add("onyx", "MatMulT", OpKernel{matmul_t_infer, matmul_t_compute, {}});
+  mmt.precision = low;
+  mmt.flops = gemm_like_flops;
+  // MatMulGradB and BiasGrad can add into a bound weight / bias gradient (gradient_into_buffer.cc).
+  OpTraits& gb = r.add("onyx", "MatMulGradB",
+                       OpKernel{matmul_grad_b_infer, matmul_grad_b_compute, {}, {}, {0}});
+  gb.precision = low;
+  gb.flops = [](const ir::Node&, const Metas& in, const Metas& out) {
+    // (K,N) = A(R,K)^T dY(R,N): 2·R·K·N
+    return in[0] && out[0] && !in[0]->shape.empty() && !out[0]->shape.empty()
+               ? 2 * shape_product(in[0]->shape) * (double)out[0]->shape.back()
+               : 0.0;
+  };
+  r.add("onyx", "BiasGrad", OpKernel{bias_grad_infer, bias_grad_compute, {}, {}, {0}});
   register_einsum_kernels(r);
 }
 

@@ -1,6 +1,9 @@
-// kernels/cpu/nn_util.h — helpers shared by the reduce, nn and loss kernels: element-type traits
-// (load to an accumulator type, store back, float16/bfloat16 included), a dtype switch that hands a
-// typed tag to a generic lambda, and AVX2 float32 row primitives (sum, max, exp, softmax rows).
+// kernels/cpu/nn_util.h — helpers shared by the CPU kernels (reduce, nn, loss, attention, matmul,
+// conv, gather, ...): element-type traits (load to an accumulator type, store back,
+// float16/bfloat16 included), dtype switches (a typed tag to a generic lambda; typed pointers with
+// float16/bfloat16 through float32 copies), and AVX2 float32 primitives: the one vector exp (exp8
+// for softmax-style x <= 0, exp_ps for the whole range, both over exp_reduced) and row sum, max,
+// exp-sum and softmax rows.
 // Hand-written because GCC 12 at -O2 does not vectorize reductions or expf, and these loops are
 // the hot path of LayerNorm, softmax and cross-entropy.
 #pragma once
@@ -124,6 +127,43 @@ void dispatch(DType t, unsigned set, const ir::Node& node, F&& f) {
   ONYX_UNSUPPORTED(node.describe(), ": dtype ", dtype_name(t), " is not supported");
 }
 
+// Runs f(const T* in..., T* out) with T = float for float32, float16 and bfloat16 (the 16-bit types
+// through float32 copies of the inputs and the output) and T = double for float64. Every input must
+// have out's dtype; other dtypes are Unsupported (naming the node).
+template <class F, class... In>
+void dispatch_float(const ir::Node& node, Tensor& out, F&& f, const In&... in) {
+  const DType dt = out.dtype();
+  auto check = [&](const Tensor& t) {
+    ONYX_CHECK(t.dtype() == dt, node.describe(), ": input dtype ", dtype_name(t.dtype()),
+               " differs from the output's ", dtype_name(dt));
+  };
+  (check(in), ...);
+  switch (dt) {
+    case DType::Float32:
+      return f(in.template data<float>()..., out.data<float>());
+    case DType::Float64:
+      return f(in.template data<double>()..., out.data<double>());
+    case DType::Float16:
+    case DType::BFloat16: {
+      std::vector<float> of(out.numel());
+      [&](const auto&... inf) { f((const float*)inf.data()..., of.data()); }(to_f32(in)...);
+      return from_f32(of, out);
+    }
+    default:
+      ONYX_UNSUPPORTED(node.describe(), ": dtype ", dtype_name(dt));
+  }
+}
+
+// Infer-time checks of two-operand kernels (MatMul, Gemm, Conv gradients).
+inline void check_same_dtype(const ir::Node& node, DType a, DType b) {
+  ONYX_CHECK(a == b, node.describe(), ": inputs have different dtypes ", dtype_name(a), " and ",
+             dtype_name(b));
+}
+inline void check_float(const ir::Node& node, DType a, DType b) {
+  check_same_dtype(node, a, b);
+  if (!is_float(a)) ONYX_UNSUPPORTED(node.describe(), ": dtype ", dtype_name(a));
+}
+
 // ---- AVX2 float32 primitives ----------------------------------------------------------------
 inline float hsum8(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -147,28 +187,54 @@ inline float hmin8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// exp(x) for 8 floats x <= 0 (all callers pass x - max), Cephes-style range reduction + degree-5
-// polynomial, ≈ 1 ulp. Results below FLT_MIN (x < -87.3) are exactly 0, so exp(-inf) = 0; NaN stays
-// NaN (the clamps keep NaN operands). Positive x is clamped to 88.37 (never reached by callers).
+// e^(x - n·ln2) for 8 floats, n an integer-valued vector near x / ln2: Cody-Waite reduction
+// r = x - n·ln2 (ln2 in two parts) and Cephes' degree-5 expf polynomial on |r| <= ln2/2. The one
+// exp approximation; exp8 and exp_ps below differ only in how they pick n and apply 2^n.
+inline __m256 exp_reduced(__m256 x, __m256 n) {
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+}
+
+// exp(x) for 8 floats x <= 0 (all callers pass x - max: softmax, cross-entropy, attention),
+// ≈ 1 ulp, the cheaper variant: one 2^n scale. Results below FLT_MIN (x < -87.3) are exactly 0, so
+// exp(-inf) = 0; NaN stays NaN (the clamps keep NaN operands). Positive x is clamped to 88.37
+// (never reached by callers).
 inline __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.33654475f);
   __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
   x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), _mm256_max_ps(lo, x));
   __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
   fx = _mm256_floor_ps(fx);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  __m256 x2 = _mm256_mul_ps(x, x);
-  y = _mm256_fmadd_ps(y, x2, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  __m256 y = exp_reduced(x, fx);
   __m256i n = _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127));
   y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(n, 23)));
   return _mm256_andnot_ps(tiny, y);
+}
+
+// exp(x) for 8 floats over the whole range (the Exp op and the activations of
+// elementwise_unary.cc): n = round(x / ln2), 2^n applied in two halves so results down to the
+// subnormal range stay right; +inf above 88.72, NaN passes through.
+inline __m256 exp_ps(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.72283f), lo = _mm256_set1_ps(-103.9721f);
+  __m256 xc = _mm256_max_ps(lo, _mm256_min_ps(hi, x));  // NaN passes through (second operand)
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 y = exp_reduced(xc, n);
+  __m256i ni = _mm256_cvtps_epi32(n);
+  __m256i n1 = _mm256_srai_epi32(ni, 1);
+  __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  y = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+  return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
 }
 
 inline float row_sum(const float* x, int64_t n) {

@@ -347,7 +347,19 @@ OpKernel make_reduce_kernel() {
     ReduceSpec s = make_reduce_spec(ctx.node, ctx.opset, x.shape(), axes);
     Tensor& y = ctx.output(0);
     if (s.noop) {
-      std::memcpy(y.raw(), x.raw(), x.nbytes());
+      // Reduction over no axes: the identity for Sum/Mean/Prod/Max/Min, while the composite
+      // reductions still apply their elementwise steps (|x|, x², log, ...: ReduceSumSquare gives
+      // x², ReduceLogSum log x), as the ONNX spec says since onnx 1.16.
+      constexpr bool composite = op == RedOp::L1 || op == RedOp::L2 || op == RedOp::LogSum ||
+                                 op == RedOp::LogSumExp || op == RedOp::SumSquare;
+      if constexpr (composite) {
+        dispatch(x.dtype(), kAllNumeric, ctx.node, [&](auto tag) {
+          using T = decltype(tag);
+          reduce_rows<op, T>(x.data<T>(), y.data<T>(), x.numel(), 1);
+        });
+      } else {
+        std::memcpy(y.raw(), x.raw(), x.nbytes());
+      }
       return;
     }
     if constexpr (op == RedOp::Max || op == RedOp::Min) {

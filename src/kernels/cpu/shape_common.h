@@ -14,8 +14,10 @@ namespace onyx::runtime::shape_detail {
 
 // Sub-families registered by register_shape_kernels (shape.cc).
 void register_transpose_kernels(KernelRegistry& r);  // Transpose, Depth/SpaceToDepth, Expand, Tile
-void register_slice_kernels(KernelRegistry& r);      // Slice, Concat, Split, Pad, Trilu, Compress
-void register_gather_kernels(KernelRegistry& r);     // Gather*, Scatter*, OneHot
+void register_slice_kernels(KernelRegistry& r);      // Slice, Concat, Split, Pad, Trilu, Compress,
+                                                     // onyx.SliceGrad
+void register_gather_kernels(KernelRegistry& r);     // Gather*, Scatter*, OneHot, onyx.GatherGrad,
+                                                     // onyx.GatherElementsGrad
 
 // Bytes per element; Unsupported (naming the node) for string tensors.
 inline size_t elem_size(DType t, const ir::Node& node) {

@@ -1,7 +1,11 @@
 // slice.cc — ops that cut, join or frame tensors along axes: Slice, Concat, Split, Pad, Trilu,
-// Compress. Slice is a strided copy; Concat/Split are per-row memcpy over the dims before the axis;
-// Pad maps each output index to a source index per dim (constant/reflect/edge/wrap). Byte-generic
-// (element size, not dtype), threaded over rows.
+// Compress, and Slice's fused gradient onyx.SliceGrad (emitted by the rule in
+// autodiff/gradients/shape.cc):
+//   SliceGrad(dy)  shape starts steps   dx = zeros(shape); dx[start + i·step] = dy[i]
+// (starts/steps resolved per dim: the rule applies ONNX's clamping; steps may be negative).
+// Slice is a strided copy and SliceGrad a strided scatter into zeros; Concat/Split are per-row
+// memcpy over the dims before the axis; Pad maps each output index to a source index per dim
+// (constant/reflect/edge/wrap). Byte-generic (element size, not dtype), threaded over rows.
 #include <algorithm>
 
 #include "kernels/cpu/shape_common.h"
@@ -88,6 +92,72 @@ void slice_compute(KernelContext& ctx) {
     sst[d] = st[d] * p.step[d];
   }
   strided_copy(ctx.output(0).raw(), (const char*)x.raw() + off * (int64_t)es, p.count, sst, es);
+}
+
+// ---- onyx.SliceGrad ----
+
+void slice_grad_infer(InferContext& ctx) {
+  const auto& dy = ctx.input(0);
+  Shape x = ctx.node.attr_ints_required("shape");
+  auto st = ctx.node.attr_ints_required("starts");
+  auto sp = ctx.node.attr_ints_required("steps");
+  ONYX_CHECK(st.size() == x.size() && sp.size() == x.size() && dy.shape.size() == x.size(),
+             ctx.node.describe(), ": SliceGrad shape ", shape_str(x), ", starts ", shape_str(st),
+             ", steps ", shape_str(sp), " and dy ", shape_str(dy.shape), " differ in rank");
+  for (size_t d = 0; d < x.size(); d++) {
+    int64_t n = dy.shape[d];
+    if (n == 0) continue;
+    int64_t last = st[d] + (n - 1) * sp[d];
+    ONYX_CHECK(sp[d] != 0 && st[d] >= 0 && st[d] < x[d] && last >= 0 && last < x[d],
+               ctx.node.describe(), ": dy ", shape_str(dy.shape), " with starts ", shape_str(st),
+               " and steps ", shape_str(sp), " does not fit in ", shape_str(x));
+  }
+  ctx.set_output(0, dy.dtype, x);
+}
+
+void slice_grad_compute(KernelContext& ctx) {
+  const Tensor& dy = ctx.input(0);  // the sliced region
+  Tensor& dx = ctx.output(0);       // (shape)
+  auto st = ctx.node.attr_ints_required("starts");
+  auto sp = ctx.node.attr_ints_required("steps");
+  size_t es = elem_size(dx.dtype(), ctx.node);
+  char* out = (char*)dx.raw();
+  // Zero, in parallel chunks.
+  int64_t bytes = (int64_t)dx.nbytes();
+  parallel_for(bytes, 1 << 20, [&](int64_t b, int64_t e) { std::memset(out + b, 0, e - b); });
+  if (dy.numel() == 0) return;
+  const Shape& ys = dy.shape();
+  int r = (int)ys.size();
+  auto xs = contiguous_strides(dx.shape());
+  int64_t base = 0;
+  std::vector<int64_t> ost(r);  // output stride per dy index step
+  for (int d = 0; d < r; d++) {
+    base += st[d] * xs[d];
+    ost[d] = xs[d] * sp[d];
+  }
+  if (r == 0) {
+    std::memcpy(out, dy.raw(), es);
+    return;
+  }
+  int64_t inner = ys[r - 1], rows = dy.numel() / inner, istep = ost[r - 1];
+  by_elem_size(es, [&]<class U>() {
+    const U* src = dy.data<U>();
+    U* dst = (U*)out;
+    parallel_for(rows, std::max<int64_t>(1, 16384 / inner), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; row++) {
+        int64_t off = base, rem = row;
+        for (int d = r - 2; d >= 0; d--) {
+          off += (rem % ys[d]) * ost[d];
+          rem /= ys[d];
+        }
+        const U* s = src + row * inner;
+        U* o = dst + off;
+        if (istep == 1) std::memcpy(o, s, inner * sizeof(U));
+        else
+          for (int64_t i = 0; i < inner; i++) o[i * istep] = s[i];
+      }
+    });
+  });
 }
 
 // ---- Concat ----
@@ -460,6 +530,7 @@ void compress_compute(KernelContext& ctx) {
 
 void register_slice_kernels(KernelRegistry& r) {
   r.add("", "Slice", {slice_infer, slice_compute, {1, 2, 3, 4}});
+  r.add("onyx", "SliceGrad", OpKernel{slice_grad_infer, slice_grad_compute, {}});
   r.add("", "Concat", {concat_infer, concat_compute, {}});
   r.add("", "Split", {split_infer, split_compute, {1}});
   r.add("", "Pad", {pad_infer, pad_compute, {1, 3}});

@@ -1,0 +1,261 @@
+// train/checkpoint.cc — the Trainer's files: LogEntry / TrainerState to and from JSON
+// (log_history.jsonl, trainer_state.json), save_model (model.safetensors, onyx_model.json,
+// config.json, processor files), checkpoint-N folders written atomically (weights, optimizer
+// moments, schedule, data position and loss accumulators in rng_state.json, training arguments,
+// state), their rotation under save_total_limit keeping the best, and loading one for exact resume.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/safetensors.h"
+#include "ir/graph.h"
+#include "train/trainer_internal.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace onyx {
+
+// ---- log entries, state --------------------------------------------------------------------
+
+static json entry_json(const LogEntry& e) {
+  json j;
+  for (auto& [k, v] : e.values) j[k] = v;
+  j["epoch"] = e.epoch;
+  j["step"] = e.step;
+  return j;
+}
+
+std::string LogEntry::to_json() const { return entry_json(*this).dump(); }
+
+std::string TrainerState::to_json() const {
+  json j;
+  j["epoch"] = epoch;
+  j["global_step"] = global_step;
+  j["max_steps"] = max_steps;
+  j["num_train_epochs"] = num_train_epochs;
+  j["logging_steps"] = logging_steps;
+  j["eval_steps"] = eval_steps;
+  j["save_steps"] = save_steps;
+  j["train_batch_size"] = train_batch_size;
+  j["best_metric"] = best_metric ? json(*best_metric) : json();
+  j["best_global_step"] = best_global_step ? json(*best_global_step) : json();
+  j["best_model_checkpoint"] = best_model_checkpoint ? json(*best_model_checkpoint) : json();
+  j["is_local_process_zero"] = true;
+  j["is_world_process_zero"] = true;
+  j["is_hyper_param_search"] = false;
+  j["total_flos"] = 0;
+  json h = json::array();
+  for (auto& e : log_history) h.push_back(entry_json(e));
+  j["log_history"] = h;
+  return j.dump(2);
+}
+
+TrainerState TrainerState::from_json(const std::string& text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    throw Error(cat(what, ": not valid JSON: ", e.what()));
+  }
+  TrainerState s;
+  try {
+    s.epoch = j.at("epoch").get<double>();
+    s.global_step = j.at("global_step").get<int64_t>();
+    s.max_steps = j.at("max_steps").get<int64_t>();
+    s.num_train_epochs = j.value("num_train_epochs", (int64_t)0);
+    s.logging_steps = j.value("logging_steps", (int64_t)500);
+    s.eval_steps = j.value("eval_steps", (int64_t)500);
+    s.save_steps = j.value("save_steps", (int64_t)500);
+    s.train_batch_size = j.value("train_batch_size", (int64_t)0);
+    if (j.contains("best_metric") && !j["best_metric"].is_null())
+      s.best_metric = j["best_metric"].get<double>();
+    if (j.contains("best_global_step") && !j["best_global_step"].is_null())
+      s.best_global_step = j["best_global_step"].get<int64_t>();
+    if (j.contains("best_model_checkpoint") && !j["best_model_checkpoint"].is_null())
+      s.best_model_checkpoint = j["best_model_checkpoint"].get<std::string>();
+    for (auto& e : j.at("log_history")) {
+      LogEntry le;
+      for (auto& [k, v] : e.items()) {
+        if (k == "epoch") le.epoch = v.get<double>();
+        else if (k == "step") le.step = v.get<int64_t>();
+        else if (v.is_number()) le.values[k] = v.get<double>();
+      }
+      s.log_history.push_back(le);
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(cat(what, ": missing or ill-typed field: ", e.what()));
+  }
+  return s;
+}
+
+// ---- model and checkpoints -----------------------------------------------------------------
+
+static void fsync_path(const fs::path& p, bool dir) {
+  int fd = ::open(p.c_str(), dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void Trainer::save_model(const std::string& dir) {
+  fs::create_directories(dir);
+  auto& ts = *impl_->ts;
+  std::map<std::string, Tensor> weights;
+  for (auto& [name, t] : model_.graph->initializers)
+    weights[name] = ts.params().views().count(name) ? ts.params().view(name)
+                    : ts.buffers().count(name)      ? ts.buffers().at(name)
+                                                    : t;
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), weights, {{"format", "pt"}});
+  json m;
+  m["source"] = model_.source;
+  if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput)
+    m["loss_output"] = model_.loss.output.empty() && !model_.graph->outputs.empty()
+                           ? model_.graph->outputs[0].name
+                           : model_.loss.output;
+  else
+    m["labels"] = model_.loss.labels;
+  m["producer"] = "onyx";
+  io::write_file_atomic((fs::path(dir) / "onyx_model.json").string(), m.dump(2) + "\n");
+  if (!model_.config_json.empty())
+    io::write_file_atomic((fs::path(dir) / "config.json").string(), model_.config_json);
+  for (auto& f : model_.processor_files) {
+    fs::path to = fs::path(dir) / fs::path(f).filename();
+    std::error_code ec;
+    if (fs::exists(to) && fs::equivalent(f, to, ec)) continue;  // saving into the source folder
+    fs::copy_file(f, to, fs::copy_options::overwrite_existing, ec);
+    ONYX_CHECK(!ec, "cannot copy '", f, "' to '", to.string(), "': ", ec.message());
+  }
+}
+
+void Trainer::save_checkpoint() {
+  std::string name = cat("checkpoint-", state_.global_step);
+  fs::path final_dir = fs::path(args_.output_dir) / name;
+  fs::path tmp = fs::path(args_.output_dir) / cat(".tmp-", name, "-", ::getpid());
+  auto& I = *impl_;
+  // As Transformers 5: the best checkpoint is the one of the best evaluation's step, when that
+  // step was saved (this one, or one still on disk).
+  if (state_.best_global_step) {
+    fs::path best = fs::path(args_.output_dir) / cat("checkpoint-", *state_.best_global_step);
+    if (*state_.best_global_step == state_.global_step) state_.best_model_checkpoint = final_dir.string();
+    else if (fs::exists(best)) state_.best_model_checkpoint = best.string();
+  }
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  save_model(tmp.string());
+  io::save_safetensors((tmp / "optimizer.safetensors").string(), I.opt->state(),
+                       {{"optimizer", args_.optimizer_name()}});
+  json sch;
+  sch["last_epoch"] = state_.global_step;
+  sch["type"] = args_.lr_scheduler_type;
+  io::write_file_atomic((tmp / "scheduler.json").string(), sch.dump(2) + "\n");
+  json rng;
+  rng["seed"] = args_.seed;
+  rng["data_seed"] = I.data_seed;
+  rng["epoch"] = I.epoch;
+  rng["batches_done_in_epoch"] = I.batches_done;
+  rng["loss_since_log"] = I.loss_since_log;
+  rng["steps_since_log"] = I.steps_since_log;
+  rng["loss_total"] = I.loss_total;
+  rng["last_grad_norm"] = I.last_grad_norm;
+  rng["skipped_steps"] = I.skipped_steps;
+  io::write_file_atomic((tmp / "rng_state.json").string(), rng.dump(2) + "\n");
+  io::write_file_atomic((tmp / "training_args.json").string(), args_.to_json() + "\n");
+  io::write_file_atomic((tmp / "trainer_state.json").string(), state_.to_json() + "\n");
+  fsync_path(tmp, true);
+  if (fs::exists(final_dir)) {
+    fs::path old = fs::path(args_.output_dir) / cat(".old-", name, "-", ::getpid());
+    fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fs::remove_all(old);
+  } else {
+    fs::rename(tmp, final_dir);
+  }
+  fsync_path(args_.output_dir, true);
+  for (auto& cb : callbacks_) cb->on_save(args_, state_, control_);
+  rotate_checkpoints();
+}
+
+void Trainer::rotate_checkpoints() {
+  if (!args_.save_total_limit) return;
+  std::vector<std::pair<int64_t, fs::path>> cks;
+  for (auto& e : fs::directory_iterator(args_.output_dir)) {
+    std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("checkpoint-", 0) == 0) {
+      try {
+        cks.push_back({std::stoll(n.substr(11)), e.path()});
+      } catch (...) {
+      }
+    }
+  }
+  std::sort(cks.begin(), cks.end());
+  // As Transformers' _sorted_checkpoints / _rotate_checkpoints: the best checkpoint is never
+  // deleted (it moves to the second-newest place, the newest stays last, so a run can always be
+  // resumed), and a limit of 1 keeps two when the best is not the newest.
+  bool best_is_newest = false;
+  if (state_.best_model_checkpoint) {
+    for (size_t i = 0; i < cks.size(); i++)
+      if (fs::path(*state_.best_model_checkpoint).filename() == cks[i].second.filename()) {
+        for (size_t j = i; j + 2 < cks.size(); j++) std::swap(cks[j], cks[j + 1]);
+        best_is_newest = i + 1 == cks.size();
+        break;
+      }
+  }
+  int64_t limit = *args_.save_total_limit;
+  if (limit == 1 && state_.best_model_checkpoint && !best_is_newest) limit = 2;
+  while ((int64_t)cks.size() > limit) {
+    fs::remove_all(cks.front().second);
+    cks.erase(cks.begin());
+  }
+}
+
+void Trainer::load_checkpoint(const std::string& dir) {
+  fs::path d(dir);
+  ONYX_CHECK(fs::is_directory(d), "resume_from_checkpoint: '", dir, "' is not a folder");
+  auto& I = *impl_;
+  auto read = [&](const char* f) {
+    fs::path p = d / f;
+    ONYX_CHECK(fs::exists(p), "checkpoint '", dir, "' has no ", f);
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  auto weights = io::load_safetensors((d / "model.safetensors").string());
+  // Parameters and BatchNorm running statistics (buffers), as they were at the save.
+  I.ts->load_weights(weights.tensors, cat("checkpoint '", dir, "': model.safetensors"));
+  auto opt = io::load_safetensors((d / "optimizer.safetensors").string());
+  I.opt->load_state(opt.tensors);
+  state_ = TrainerState::from_json(read("trainer_state.json"), cat("'", (d / "trainer_state.json").string(), "'"));
+  json rng;
+  try {
+    rng = json::parse(read("rng_state.json"));
+    I.epoch = rng.at("epoch").get<int64_t>();
+    I.batches_done = rng.at("batches_done_in_epoch").get<int64_t>();
+    I.loss_since_log = rng.at("loss_since_log").get<double>();
+    I.steps_since_log = rng.at("steps_since_log").get<int64_t>();
+    I.loss_total = rng.at("loss_total").get<double>();
+    I.last_grad_norm = rng.at("last_grad_norm").get<double>();
+    I.skipped_steps = rng.value("skipped_steps", (int64_t)0);
+    I.data_seed = rng.at("data_seed").get<uint64_t>();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(cat("checkpoint '", dir, "': rng_state.json: ", e.what()));
+  }
+  // The log file continues exactly where the checkpoint's history ends.
+  std::string log_path = (fs::path(args_.output_dir) / "log_history.jsonl").string();
+  std::string text;
+  for (auto& e : state_.log_history) text += e.to_json() + "\n";
+  io::write_file_atomic(log_path, text);
+}
+
+}  // namespace onyx

@@ -1,0 +1,145 @@
+// train/evaluate.cc — evaluation and prediction: run_eval (forward over a dataset in order, the
+// mean loss, predictions and labels concatenated, compute_metrics), evaluate() (prefixed metrics,
+// runtime, best-metric tracking), predict(), and EarlyStoppingCallback, which reads evaluations.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "data/dataset.h"
+#include "ir/graph.h"
+#include "train/trainer_internal.h"
+
+namespace onyx {
+
+// ---- early stopping ------------------------------------------------------------------------
+
+void EarlyStoppingCallback::on_train_begin(const TrainingArguments& args, TrainerState&,
+                                           TrainerControl&) {
+  ONYX_CHECK(args.metric_for_best_model, "early stopping needs metric_for_best_model");
+  ONYX_CHECK(args.eval_strategy != "no", "early stopping needs an eval_strategy of steps or epoch");
+}
+
+// As Transformers: an evaluation improves when it beats TrainerState.best_metric (the best of the
+// evaluations before this one) by more than the threshold.
+void EarlyStoppingCallback::on_evaluate(const TrainingArguments& args, TrainerState& state,
+                                        TrainerControl& control, const Metrics& m) {
+  auto it = m.find("eval_" + args.best_metric_name());
+  if (it == m.end()) return;
+  double v = it->second;
+  bool improved = !state.best_metric ||
+                  ((args.best_is_greater() ? v > *state.best_metric : v < *state.best_metric) &&
+                   std::fabs(v - *state.best_metric) > threshold_);
+  bad_evals_ = improved ? 0 : bad_evals_ + 1;
+  if (bad_evals_ >= patience_) control.should_training_stop = true;
+}
+
+// ---- evaluation and prediction -------------------------------------------------------------
+
+PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
+  auto& ts = *impl_->ts;
+  std::string pred_name = model_.predictions;
+  if (pred_name.empty())
+    for (auto& o : model_.graph->outputs)
+      if (model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput || o.name != model_.loss.output) {
+        if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput && model_.loss.output.empty() &&
+            &o == &model_.graph->outputs[0])
+          continue;
+        pred_name = o.name;
+        break;
+      }
+  std::string label_name = model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput ? model_.loss.labels : "";
+  if (label_name.empty()) {
+    for (auto& k : ds.keys())
+      if (k == "labels" || k == "label") label_name = k;
+  }
+  double loss_sum = 0;
+  int64_t n_loss = 0;
+  std::vector<Tensor> preds, labels;
+  // predict() returns the predictions; evaluate() keeps them only for metrics that read them
+  const bool keep_preds = !with_metrics || (compute_metrics_ && metrics_need_predictions_);
+  auto order = data::epoch_order(ds.size(), false, 0, 0);
+  // dataloader_drop_last applies to evaluation too, as Transformers' eval DataLoader has it
+  for (auto& idx : data::make_batches(order, args_.per_device_eval_batch_size, args_.dataloader_drop_last)) {
+    auto batch = load_batch(ds, idx);
+    auto out = ts.forward(batch);
+    if (out.count("loss")) {
+      loss_sum += out["loss"].get_as_double(0) * (double)idx.size();
+      n_loss += (int64_t)idx.size();
+    }
+    if (keep_preds && !pred_name.empty() && out.count(pred_name)) preds.push_back(out[pred_name]);
+    if (!label_name.empty() && batch.count(label_name)) labels.push_back(batch[label_name]);
+    for (auto& cb : callbacks_) cb->on_prediction_step(args_, state_, control_);
+  }
+  ts.release_activation_memory(false);  // training resumes: its arena, not evaluation's, is needed
+  auto concat = [](const std::vector<Tensor>& ts) -> Tensor {
+    if (ts.empty()) return {};
+    Shape s = ts[0].shape();
+    int64_t n = 0;
+    for (auto& t : ts) n += t.rank() ? t.dim(0) : 1;
+    if (s.empty()) s = {n};
+    else s[0] = n;
+    Tensor out(ts[0].dtype(), s);
+    char* dst = (char*)out.raw();
+    for (auto& t : ts) {
+      std::memcpy(dst, t.raw(), t.nbytes());
+      dst += t.nbytes();
+    }
+    return out;
+  };
+  PredictionOutput po;
+  po.predictions = concat(preds);
+  po.label_ids = concat(labels);
+  if (n_loss) po.metrics["loss"] = loss_sum / n_loss;
+  // Metrics are what was asked for: perplexity only when the metrics name it (a language model's
+  // exp(eval loss)), not for every model with a loss.
+  if (with_metrics && compute_metrics_) {
+    EvalPrediction ep{po.predictions, po.label_ids, n_loss ? loss_sum / n_loss : NAN};
+    auto m = compute_metrics_(ep);
+    po.metrics.insert(m.begin(), m.end());
+  }
+  return po;
+}
+
+Metrics Trainer::evaluate(const std::string& prefix) {
+  ONYX_CHECK(eval_ds_, "evaluate: no eval dataset");
+  auto t0 = std::chrono::steady_clock::now();
+  PredictionOutput po = run_eval(*eval_ds_, true);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Metrics m;
+  for (auto& [k, v] : po.metrics) m[prefix + "_" + k] = v;
+  m[prefix + "_runtime"] = secs;
+  m[prefix + "_samples_per_second"] = secs > 0 ? eval_ds_->size() / secs : 0;
+  LogEntry e;
+  e.values = m;
+  log(e);
+  for (auto& cb : callbacks_) cb->on_evaluate(args_, state_, control_, m);
+  // The best metric after the callbacks have seen the evaluation (Transformers'
+  // _determine_best_metric): tracked when metric_for_best_model is set or load_best_model_at_end
+  // is on (whose default metric is the loss).
+  if (prefix == "eval" && (args_.metric_for_best_model || args_.load_best_model_at_end)) {
+    std::string key = "eval_" + args_.best_metric_name();
+    auto it = m.find(key);
+    if (it == m.end()) {
+      std::string have;
+      for (auto& [k, v] : m) have += (have.empty() ? "" : ", ") + k;
+      throw Error(cat("metric_for_best_model '", args_.best_metric_name(),
+                      "': the evaluation has no '", key, "' (it has: ", have, ")"));
+    }
+    double v = it->second;
+    if (!state_.best_metric || (args_.best_is_greater() ? v > *state_.best_metric : v < *state_.best_metric)) {
+      state_.best_metric = v;
+      if (args_.save_strategy != "no") state_.best_global_step = state_.global_step;
+    }
+  }
+  return m;
+}
+
+PredictionOutput Trainer::predict(const data::Dataset& ds) {
+  PredictionOutput po = run_eval(ds, true);
+  Metrics m;
+  for (auto& [k, v] : po.metrics) m["test_" + k] = v;
+  po.metrics = m;
+  return po;
+}
+
+}  // namespace onyx

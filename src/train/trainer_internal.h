@@ -1,0 +1,35 @@
+// train/trainer_internal.h — what the Trainer's source files share (trainer.cc: the loop;
+// checkpoint.cc: state serialization and checkpoint I/O; evaluate.cc: evaluation and prediction):
+// the definition of Trainer::Impl, the run's session, optimizer, schedule, progress display and
+// the data position and loss accumulators that checkpoints save for exact resume. Not installed.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "onyx/trainer.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+#include "train/progress.h"
+#include "train/training_session.h"
+
+namespace onyx {
+
+struct Trainer::Impl {
+  std::unique_ptr<train::TrainingSession> ts;
+  std::unique_ptr<train::Optimizer> opt;
+  train::ScheduleConfig sched;
+  std::unique_ptr<train::Progress> progress;
+  // Data position and accumulators (saved in checkpoints for exact resume).
+  int64_t epoch = 0;             // current epoch index
+  int64_t batches_done = 0;      // micro-batches consumed in the current epoch
+  double loss_since_log = 0;     // sum of step losses since the last "loss" log
+  int64_t steps_since_log = 0;
+  double loss_total = 0;         // sum of all step losses (train_loss)
+  double last_grad_norm = 0;
+  int64_t skipped_steps = 0;
+  uint64_t data_seed = 0;
+  std::vector<bool> decay_mask;
+};
+
+}  // namespace onyx
