@@ -78,7 +78,9 @@ void bm_kernel(benchmark::State& st, std::string domain, std::string op, std::ve
 
 void register_all() {
   double act = (double)shape_numel(kAct) * 4;
-  benchmark::RegisterBenchmark("memcpy/16x128x768", bm_memcpy)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  benchmark::RegisterBenchmark("memcpy/16x128x768", bm_memcpy)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   auto reg = [&](const char* name, std::string op, std::vector<Tensor> in,
                  std::map<std::string, ir::Attribute> attrs, double bytes) {
     benchmark::RegisterBenchmark(name, bm_node, op, in, attrs, bytes)
@@ -92,12 +94,12 @@ void register_all() {
   reg("Erf", "Erf", {randn(kAct)}, {}, 2 * act);
   reg("Tanh", "Tanh", {randn(kAct)}, {}, 2 * act);
   reg("Gelu/erf", "Gelu", {randn(kAct)}, {}, 2 * act);
-  reg("Softmax/16x4x128x128", "Softmax", {randn({16, 4, 128, 128})}, {{"axis", autodiff::attr_i(-1)}},
-      2.0 * 16 * 4 * 128 * 128 * 4);
-  reg("LayerNormalization/16x128x768", "LayerNormalization", {randn(kAct), randn({768}), randn({768})},
-      {{"axis", autodiff::attr_i(-1)}}, 2 * act);
-  reg("Transpose/0213", "Transpose", {randn({16, 128, 12, 64})}, {{"perm", autodiff::attr_ints({0, 2, 1, 3})}},
-      2 * act);
+  reg("Softmax/16x4x128x128", "Softmax", {randn({16, 4, 128, 128})},
+      {{"axis", autodiff::attr_i(-1)}}, 2.0 * 16 * 4 * 128 * 128 * 4);
+  reg("LayerNormalization/16x128x768", "LayerNormalization",
+      {randn(kAct), randn({768}), randn({768})}, {{"axis", autodiff::attr_i(-1)}}, 2 * act);
+  reg("Transpose/0213", "Transpose", {randn({16, 128, 12, 64})},
+      {{"perm", autodiff::attr_ints({0, 2, 1, 3})}}, 2 * act);
 }
 
 // vit-tiny's MLP activation (B=64, T=50, C=768): the Gelu / GeluGrad of the training step.

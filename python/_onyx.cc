@@ -84,20 +84,34 @@ nb::dlpack::dtype dlpack_of(DType t) {
   using C = nb::dlpack::dtype_code;
   auto mk = [](C c, int bits) { return nb::dlpack::dtype{(uint8_t)c, (uint8_t)bits, 1}; };
   switch (t) {
-    case DType::Float32: return mk(C::Float, 32);
-    case DType::Float64: return mk(C::Float, 64);
-    case DType::Float16: return mk(C::Float, 16);
-    case DType::BFloat16: return mk(C::Bfloat, 16);
-    case DType::Int64: return mk(C::Int, 64);
-    case DType::Int32: return mk(C::Int, 32);
-    case DType::Int16: return mk(C::Int, 16);
-    case DType::Int8: return mk(C::Int, 8);
-    case DType::UInt8: return mk(C::UInt, 8);
-    case DType::UInt16: return mk(C::UInt, 16);
-    case DType::UInt32: return mk(C::UInt, 32);
-    case DType::UInt64: return mk(C::UInt, 64);
-    case DType::Bool: return mk(C::Bool, 8);
-    default: throw Error(cat("tensor dtype ", dtype_name(t), " has no numpy equivalent"));
+    case DType::Float32:
+      return mk(C::Float, 32);
+    case DType::Float64:
+      return mk(C::Float, 64);
+    case DType::Float16:
+      return mk(C::Float, 16);
+    case DType::BFloat16:
+      return mk(C::Bfloat, 16);
+    case DType::Int64:
+      return mk(C::Int, 64);
+    case DType::Int32:
+      return mk(C::Int, 32);
+    case DType::Int16:
+      return mk(C::Int, 16);
+    case DType::Int8:
+      return mk(C::Int, 8);
+    case DType::UInt8:
+      return mk(C::UInt, 8);
+    case DType::UInt16:
+      return mk(C::UInt, 16);
+    case DType::UInt32:
+      return mk(C::UInt, 32);
+    case DType::UInt64:
+      return mk(C::UInt, 64);
+    case DType::Bool:
+      return mk(C::Bool, 8);
+    default:
+      throw Error(cat("tensor dtype ", dtype_name(t), " has no numpy equivalent"));
   }
 }
 
@@ -133,7 +147,8 @@ nb::object array_from_tensor(const Tensor& t) {
   auto* keep = new Tensor(t);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
-  nb::ndarray<nb::numpy> a(keep->raw(), shape.size(), shape.data(), owner, nullptr, dlpack_of(t.dtype()));
+  nb::ndarray<nb::numpy> a(keep->raw(), shape.size(), shape.data(), owner, nullptr,
+                           dlpack_of(t.dtype()));
   return a.cast();
 }
 
@@ -179,22 +194,42 @@ TrainingArguments args_from_items(const std::vector<std::pair<std::string, std::
 class PyCallback : public TrainerCallback {
  public:
   PyCallback(nb::handle cb, nb::handle py_args) : cb_(cb), py_args_(py_args) {}
-  void on_init_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_init_end", s, c); }
-  void on_train_begin(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_train_begin", s, c); }
-  void on_train_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_train_end", s, c); }
-  void on_epoch_begin(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_epoch_begin", s, c); }
-  void on_epoch_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_epoch_end", s, c); }
-  void on_step_begin(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_step_begin", s, c); }
-  void on_substep_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_substep_end", s, c); }
-  void on_step_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_step_end", s, c); }
-  void on_save(const TrainingArguments&, TrainerState& s, TrainerControl& c) override { call("on_save", s, c); }
+  void on_init_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_init_end", s, c);
+  }
+  void on_train_begin(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_train_begin", s, c);
+  }
+  void on_train_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_train_end", s, c);
+  }
+  void on_epoch_begin(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_epoch_begin", s, c);
+  }
+  void on_epoch_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_epoch_end", s, c);
+  }
+  void on_step_begin(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_step_begin", s, c);
+  }
+  void on_substep_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_substep_end", s, c);
+  }
+  void on_step_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_step_end", s, c);
+  }
+  void on_save(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
+    call("on_save", s, c);
+  }
   void on_prediction_step(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
     call("on_prediction_step", s, c);
   }
-  void on_evaluate(const TrainingArguments&, TrainerState& s, TrainerControl& c, const Metrics& m) override {
+  void on_evaluate(const TrainingArguments&, TrainerState& s, TrainerControl& c,
+                   const Metrics& m) override {
     call("on_evaluate", s, c, [&](nb::dict& kw) { kw["metrics"] = metrics_dict(m); });
   }
-  void on_log(const TrainingArguments&, TrainerState& s, TrainerControl& c, const LogEntry& e) override {
+  void on_log(const TrainingArguments&, TrainerState& s, TrainerControl& c,
+              const LogEntry& e) override {
     call("on_log", s, c, [&](nb::dict& kw) {
       nb::dict logs = metrics_dict(e.values);
       logs["epoch"] = e.epoch;  // as Transformers' Trainer.log passes it
@@ -204,14 +239,16 @@ class PyCallback : public TrainerCallback {
 
  private:
   template <class K = void (*)(nb::dict&)>
-  void call(const char* event, TrainerState& s, TrainerControl& c, K add_kwargs = [](nb::dict&) {}) {
+  void call(
+      const char* event, TrainerState& s, TrainerControl& c, K add_kwargs = [](nb::dict&) {}) {
     nb::gil_scoped_acquire gil;
     nb::object fn = nb::getattr(cb_, event, nb::none());
     if (fn.is_none()) return;
     nb::dict kw;
     add_kwargs(kw);
-    nb::object r = call_py(fn, nb::make_tuple(py_args_, nb::cast(&s, nb::rv_policy::reference),
-                                              nb::cast(&c, nb::rv_policy::reference)),
+    nb::object r = call_py(fn,
+                           nb::make_tuple(py_args_, nb::cast(&s, nb::rv_policy::reference),
+                                          nb::cast(&c, nb::rv_policy::reference)),
                            kw);
     if (nb::isinstance<TrainerControl>(r)) c = nb::cast<TrainerControl&>(r);
   }
@@ -223,9 +260,10 @@ class PyCallback : public TrainerCallback {
 ComputeMetrics py_compute_metrics(nb::handle fn) {
   return [fn](const EvalPrediction& p) -> Metrics {
     nb::gil_scoped_acquire gil;
-    nb::object r = call_py(fn, nb::make_tuple(array_from_tensor(p.predictions),
-                                                  array_from_tensor(p.label_ids), p.loss),
-                           nb::dict());
+    nb::object r = call_py(
+        fn,
+        nb::make_tuple(array_from_tensor(p.predictions), array_from_tensor(p.label_ids), p.loss),
+        nb::dict());
     Metrics m;
     if (r.is_none()) return m;
     if (!nb::isinstance<nb::dict>(r)) throw Error("compute_metrics must return a dict of numbers");
@@ -242,8 +280,9 @@ ComputeMetrics py_compute_metrics(nb::handle fn) {
 
 // ---- Trainer ---------------------------------------------------------------------------------
 
-// The C++ Trainer and the Python objects its callbacks and compute_metrics call (owned here, borrowed
-// by them; tp_traverse / tp_clear below let Python's garbage collector see and break cycles).
+// The C++ Trainer and the Python objects its callbacks and compute_metrics call (owned here,
+// borrowed by them; tp_traverse / tp_clear below let Python's garbage collector see and break
+// cycles).
 struct TrainerBox {
   std::unique_ptr<Trainer> t;
   std::vector<nb::object> refs;
@@ -263,9 +302,8 @@ int trainer_clear(PyObject* self) {
   return 0;
 }
 
-PyType_Slot trainer_slots[] = {{Py_tp_traverse, (void*)trainer_traverse},
-                               {Py_tp_clear, (void*)trainer_clear},
-                               {0, nullptr}};
+PyType_Slot trainer_slots[] = {
+    {Py_tp_traverse, (void*)trainer_traverse}, {Py_tp_clear, (void*)trainer_clear}, {0, nullptr}};
 
 autodiff::LossSpec loss_spec(nb::handle loss) {
   autodiff::LossSpec spec;
@@ -279,26 +317,37 @@ autodiff::LossSpec loss_spec(nb::handle loss) {
   std::string type = "cross_entropy";
   for (auto [k, v] : nb::borrow<nb::dict>(loss)) {
     std::string key = nb::cast<std::string>(nb::str(k));
-    if (key == "type") type = nb::cast<std::string>(v);
-    else if (key == "logits" || key == "predictions" || key == "output") spec.output = nb::cast<std::string>(v);
-    else if (key == "labels") spec.labels = nb::cast<std::string>(v);
-    else if (key == "ignore_index") spec.ignore_index = nb::cast<int64_t>(v);
-    else throw Error(cat("loss: unknown key '", key, "' (type, logits, labels, ignore_index)"));
+    if (key == "type")
+      type = nb::cast<std::string>(v);
+    else if (key == "logits" || key == "predictions" || key == "output")
+      spec.output = nb::cast<std::string>(v);
+    else if (key == "labels")
+      spec.labels = nb::cast<std::string>(v);
+    else if (key == "ignore_index")
+      spec.ignore_index = nb::cast<int64_t>(v);
+    else
+      throw Error(cat("loss: unknown key '", key, "' (type, logits, labels, ignore_index)"));
   }
-  if (type == "cross_entropy") spec.kind = autodiff::LossSpec::Kind::CrossEntropy;
-  else if (type == "mse") spec.kind = autodiff::LossSpec::Kind::MSE;
-  else if (type == "output") spec.kind = autodiff::LossSpec::Kind::GraphOutput;
-  else throw Error(cat("loss: 'type' must be cross_entropy, mse or output, got '", type, "'"));
+  if (type == "cross_entropy")
+    spec.kind = autodiff::LossSpec::Kind::CrossEntropy;
+  else if (type == "mse")
+    spec.kind = autodiff::LossSpec::Kind::MSE;
+  else if (type == "output")
+    spec.kind = autodiff::LossSpec::Kind::GraphOutput;
+  else
+    throw Error(cat("loss: 'type' must be cross_entropy, mse or output, got '", type, "'"));
   if (spec.kind != autodiff::LossSpec::Kind::GraphOutput)
-    ONYX_CHECK(!spec.output.empty() && !spec.labels.empty(), "loss of type '", type, "' needs 'logits' and 'labels'");
+    ONYX_CHECK(!spec.output.empty() && !spec.labels.empty(), "loss of type '", type,
+               "' needs 'logits' and 'labels'");
   return spec;
 }
 
 void trainer_init(TrainerBox* self, const std::string& model,
-                  const std::vector<std::pair<std::string, std::string>>& arg_items, nb::object py_args,
-                  nb::object train_dataset, nb::object eval_dataset, nb::object compute_metrics,
-                  std::vector<std::string> metric_names, nb::list callbacks, nb::object loss,
-                  std::string predictions, std::vector<std::string> frozen) {
+                  const std::vector<std::pair<std::string, std::string>>& arg_items,
+                  nb::object py_args, nb::object train_dataset, nb::object eval_dataset,
+                  nb::object compute_metrics, std::vector<std::string> metric_names,
+                  nb::list callbacks, nb::object loss, std::string predictions,
+                  std::vector<std::string> frozen) {
   TrainerBox box;  // moved into *self at the end (nanobind runs no destructor if __init__ throws)
   // Everything `onyx train` reads from a config, through the same function (model_from_config).
   train::RunConfig c;
@@ -328,7 +377,8 @@ void trainer_init(TrainerBox* self, const std::string& model,
   for (nb::handle cb : callbacks) {
     if (nb::isinstance<nb::tuple>(cb)) {  // ("early_stopping", patience, threshold): the C++ one
       auto t = nb::borrow<nb::tuple>(cb);
-      cbs.push_back(std::make_shared<EarlyStoppingCallback>(nb::cast<int>(t[1]), nb::cast<double>(t[2])));
+      cbs.push_back(
+          std::make_shared<EarlyStoppingCallback>(nb::cast<int>(t[1]), nb::cast<double>(t[2])));
     } else {
       box.refs.push_back(nb::borrow(cb));
       cbs.push_back(std::make_shared<PyCallback>(cb, py_args));
@@ -357,25 +407,33 @@ NB_MODULE(_onyx, m) {
   m.doc() = "onyx's C++ core (the Python API is the package onyx)";
   nb::exception<Error>(m, "OnyxError", PyExc_ValueError);
 
-  m.def("describe_args", [] {
-    nb::list out;
-    for (auto& a : TrainingArguments::describe()) {
-      nb::dict d;
-      d["name"] = a.name;
-      d["type"] = a.type;
-      d["choices"] = a.choices;
-      d["default"] = a.default_value;
-      d["help"] = a.help;
-      out.append(d);
-    }
-    return out;
-  }, "Every TrainingArguments key, in order: name, type, choices, default (JSON text or None), help.");
+  m.def(
+      "describe_args",
+      [] {
+        nb::list out;
+        for (auto& a : TrainingArguments::describe()) {
+          nb::dict d;
+          d["name"] = a.name;
+          d["type"] = a.type;
+          d["choices"] = a.choices;
+          d["default"] = a.default_value;
+          d["help"] = a.help;
+          out.append(d);
+        }
+        return out;
+      },
+      "Every TrainingArguments key, in order: name, type, choices, default (JSON text or None), "
+      "help.");
   m.def("arg_keys", &TrainingArguments::keys);
-  m.def("check_args", [](const std::vector<std::pair<std::string, std::string>>& items) {
-    TrainingArguments a = args_from_items(items);
-    a.validate();
-    return a.to_json();
-  }, "items"_a, "Sets each (key, text) as `onyx train` does, validates, returns the arguments as JSON.");
+  m.def(
+      "check_args",
+      [](const std::vector<std::pair<std::string, std::string>>& items) {
+        TrainingArguments a = args_from_items(items);
+        a.validate();
+        return a.to_json();
+      },
+      "items"_a,
+      "Sets each (key, text) as `onyx train` does, validates, returns the arguments as JSON.");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,
         "Threads of onyx's kernels, oneDNN and OpenBLAS (the CLI's --threads).");
 
@@ -387,11 +445,12 @@ NB_MODULE(_onyx, m) {
       .def_rw("should_evaluate", &TrainerControl::should_evaluate)
       .def_rw("should_log", &TrainerControl::should_log)
       .def("__repr__", [](const TrainerControl& c) {
-        return cat("TrainerControl(should_training_stop=", c.should_training_stop ? "True" : "False",
-                   ", should_epoch_stop=", c.should_epoch_stop ? "True" : "False",
-                   ", should_save=", c.should_save ? "True" : "False",
-                   ", should_evaluate=", c.should_evaluate ? "True" : "False",
-                   ", should_log=", c.should_log ? "True" : "False", ")");
+        return cat(
+            "TrainerControl(should_training_stop=", c.should_training_stop ? "True" : "False",
+            ", should_epoch_stop=", c.should_epoch_stop ? "True" : "False",
+            ", should_save=", c.should_save ? "True" : "False",
+            ", should_evaluate=", c.should_evaluate ? "True" : "False",
+            ", should_log=", c.should_log ? "True" : "False", ")");
       });
 
   nb::class_<TrainerState>(m, "TrainerState")
@@ -406,39 +465,63 @@ NB_MODULE(_onyx, m) {
       .def_rw("best_metric", &TrainerState::best_metric)
       .def_rw("best_model_checkpoint", &TrainerState::best_model_checkpoint)
       .def_rw("best_global_step", &TrainerState::best_global_step)
-      .def_prop_ro("log_history", [](const TrainerState& s) {
-        nb::list l;
-        for (auto& e : s.log_history) l.append(log_entry_dict(e));
-        return l;
-      }, "A list of dicts, one per log, as Transformers' TrainerState.log_history (a copy).")
+      .def_prop_ro(
+          "log_history",
+          [](const TrainerState& s) {
+            nb::list l;
+            for (auto& e : s.log_history) l.append(log_entry_dict(e));
+            return l;
+          },
+          "A list of dicts, one per log, as Transformers' TrainerState.log_history (a copy).")
       .def_prop_ro("is_local_process_zero", [](const TrainerState&) { return true; })
       .def_prop_ro("is_world_process_zero", [](const TrainerState&) { return true; })
       .def("to_json_string", &TrainerState::to_json);
 
   nb::class_<TrainerBox>(m, "Trainer", nb::type_slots(trainer_slots))
-      .def("__init__", &trainer_init, "model"_a, "arg_items"_a, "py_args"_a, "train_dataset"_a.none(),
-           "eval_dataset"_a.none(), "compute_metrics"_a.none(), "metric_names"_a, "callbacks"_a,
-           "loss"_a.none(), "predictions"_a, "frozen"_a)
-      .def("train", [](TrainerBox& b) {
-        TrainOutput o = without_gil([&] { return get(b).train(); });
-        return nb::make_tuple(o.global_step, o.training_loss, metrics_dict(o.metrics));
-      })
-      .def("evaluate", [](TrainerBox& b, const std::string& prefix) {
-        Metrics m = without_gil([&] { return get(b).evaluate(prefix); });
-        return metrics_dict(m);
-      }, "metric_key_prefix"_a = "eval")
-      .def("predict", [](TrainerBox& b, nb::object ds) {
-        auto d = dataset_from_dict(ds, "test_dataset");
-        ONYX_CHECK(d, "predict: test_dataset is None");
-        PredictionOutput p = without_gil([&] { return get(b).predict(*d); });
-        return nb::make_tuple(array_from_tensor(p.predictions), array_from_tensor(p.label_ids),
-                              metrics_dict(p.metrics));
-      }, "test_dataset"_a)
-      .def("save_model", [](TrainerBox& b, const std::string& dir) {
-        without_gil([&] { get(b).save_model(dir); return 0; });
-      }, "output_dir"_a)
-      .def_prop_ro("state", [](TrainerBox& b) -> const TrainerState& { return get(b).state(); },
-                   nb::rv_policy::reference_internal)
-      .def("release", [](TrainerBox& b) { without_gil([&] { b.t.reset(); return 0; }); },
-           "Frees the C++ Trainer (its arenas, parameters, datasets).");
+      .def("__init__", &trainer_init, "model"_a, "arg_items"_a, "py_args"_a,
+           "train_dataset"_a.none(), "eval_dataset"_a.none(), "compute_metrics"_a.none(),
+           "metric_names"_a, "callbacks"_a, "loss"_a.none(), "predictions"_a, "frozen"_a)
+      .def("train",
+           [](TrainerBox& b) {
+             TrainOutput o = without_gil([&] { return get(b).train(); });
+             return nb::make_tuple(o.global_step, o.training_loss, metrics_dict(o.metrics));
+           })
+      .def(
+          "evaluate",
+          [](TrainerBox& b, const std::string& prefix) {
+            Metrics m = without_gil([&] { return get(b).evaluate(prefix); });
+            return metrics_dict(m);
+          },
+          "metric_key_prefix"_a = "eval")
+      .def(
+          "predict",
+          [](TrainerBox& b, nb::object ds) {
+            auto d = dataset_from_dict(ds, "test_dataset");
+            ONYX_CHECK(d, "predict: test_dataset is None");
+            PredictionOutput p = without_gil([&] { return get(b).predict(*d); });
+            return nb::make_tuple(array_from_tensor(p.predictions), array_from_tensor(p.label_ids),
+                                  metrics_dict(p.metrics));
+          },
+          "test_dataset"_a)
+      .def(
+          "save_model",
+          [](TrainerBox& b, const std::string& dir) {
+            without_gil([&] {
+              get(b).save_model(dir);
+              return 0;
+            });
+          },
+          "output_dir"_a)
+      .def_prop_ro(
+          "state", [](TrainerBox& b) -> const TrainerState& { return get(b).state(); },
+          nb::rv_policy::reference_internal)
+      .def(
+          "release",
+          [](TrainerBox& b) {
+            without_gil([&] {
+              b.t.reset();
+              return 0;
+            });
+          },
+          "Frees the C++ Trainer (its arenas, parameters, datasets).");
 }

@@ -18,7 +18,7 @@ PKGS=(
   libdnnl-dev libopenblas-dev libomp-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcairo2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-venv tmux
+  python3 python3-venv tmux clang-format
   dataset-fashion-mnist wordnet-base
 )
 missing=()

@@ -57,6 +57,19 @@ grep -E '^FAIL|skipped cases|^  [0-9]+ x' "$LOGDIR/conformance.log" | head -80
 tail -n 1 "$LOGDIR/conformance.log"
 tally "$LOGDIR/conformance.log"
 
+echo "== clang-format: every C++ file in git formatted by .clang-format (fix: bash scripts/format.sh)"
+if ! command -v clang-format >/dev/null; then
+  echo "  FAIL: clang-format is not installed (scripts/setup.sh installs Debian's clang-format)"
+  FAILED=$((FAILED + 1))
+else
+  bash scripts/format.sh --check >"$LOGDIR/format.log" 2>&1
+  if [ $? -eq 0 ]; then
+    echo "  $(tail -1 "$LOGDIR/format.log")"; PASSED=$((PASSED + 1))
+  else
+    head -20 "$LOGDIR/format.log"; FAILED=$((FAILED + 1))
+  fi
+fi
+
 echo "== docs/OPS.md is the registry's op list (build/onyx ops --markdown)"
 if "$BUILD/onyx" ops --markdown | diff - docs/OPS.md >"$LOGDIR/ops.diff"; then
   echo "  docs/OPS.md up to date: $("$BUILD/onyx" ops | tail -1)"; PASSED=$((PASSED + 1))

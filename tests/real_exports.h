@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <map>
 #include <random>
-#include <vector>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "autodiff/gradient.h"
 #include "passes/pass.h"

@@ -3,7 +3,8 @@
 //
 //   ScaledSwish(X) -> Y       Y = scale · X · sigmoid(beta · X)      attrs beta, scale (float, 1)
 //     gradient as a kernel:   ScaledSwishGrad(X, Y, dY) -> dX
-//                             dX = dY · scale · (s + beta · X · s · (1 − s)),  s = sigmoid(beta · X)
+//                             dX = dY · scale · (s + beta · X · s · (1 − s)),  s = sigmoid(beta ·
+//                             X)
 //   SquaredReLU(X) -> Y       Y = alpha · max(X, 0)²                 attr alpha (float, 1)
 //     gradient as a rule of existing ops: dX = dY · (Relu(X) · alpha · 2)
 //
@@ -75,8 +76,8 @@ int swish_run(OnyxKernelContext* ctx, bool backward) {
   a.beta = (T)attr_float(ctx->attrs, "beta", 1.0f);
   a.scale = (T)attr_float(ctx->attrs, "scale", 1.0f);
   if (!a.out) return ONYX_OK;  // output not requested
-  g_api->parallel_for(ctx->inputs[0].numel, 1 << 14, backward ? swish_backward<T> : swish_forward<T>,
-                      &a);
+  g_api->parallel_for(ctx->inputs[0].numel, 1 << 14,
+                      backward ? swish_backward<T> : swish_forward<T>, &a);
   return ONYX_OK;
 }
 

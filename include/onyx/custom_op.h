@@ -169,9 +169,9 @@ typedef struct OnyxGradRule {
 
 /* ---- an op ---------------------------------------------------------------------------------- */
 typedef struct OnyxCustomOp {
-  uint32_t api_version; /* ONYX_CUSTOM_OP_API_VERSION as the library was compiled */
-  const char* domain;   /* e.g. "com.example" */
-  const char* name;     /* e.g. "ScaledSwish" */
+  uint32_t api_version;             /* ONYX_CUSTOM_OP_API_VERSION as the library was compiled */
+  const char* domain;               /* e.g. "com.example" */
+  const char* name;                 /* e.g. "ScaledSwish" */
   int32_t min_inputs, max_inputs;   /* absent optional inputs ("" in the model) count */
   int32_t min_outputs, max_outputs; /* at least 1 output */
   OnyxInferFn infer;                /* NULL: output k has input k's dtype and shape */
@@ -218,8 +218,8 @@ typedef struct OnyxCustomOpApi {
 
   /* Runs fn(user, begin, end) over [0, n) on onyx's thread pool (contiguous chunks, one per
    * thread; inline when n < grain). Blocks until done. */
-  void (*parallel_for)(int64_t n, int64_t grain,
-                       void (*fn)(void* user, int64_t begin, int64_t end), void* user);
+  void (*parallel_for)(int64_t n, int64_t grain, void (*fn)(void* user, int64_t begin, int64_t end),
+                       void* user);
 } OnyxCustomOpApi;
 
 /* The one symbol a custom-op library exports. */

@@ -15,8 +15,8 @@ namespace onyx {
 
 struct CustomOpInfo {
   std::string domain, name;  // "com.example", "ScaledSwish"
-  std::string library;       // the path it was loaded from (or the origin given to register_custom_ops)
-  std::string gradient;      // "kernel <domain>.<op>", "rules for inputs 0, 1", or "" (none)
+  std::string library;   // the path it was loaded from (or the origin given to register_custom_ops)
+  std::string gradient;  // "kernel <domain>.<op>", "rules for inputs 0, 1", or "" (none)
 };
 
 // dlopens `path`, calls its onyx_register_custom_ops and registers the ops it declares, all or
@@ -26,7 +26,8 @@ struct CustomOpInfo {
 std::vector<CustomOpInfo> load_custom_op_library(const std::string& path);
 
 // The same for an entry point linked into the program (no dlopen); `origin` names it in messages.
-std::vector<CustomOpInfo> register_custom_ops(OnyxRegisterCustomOpsFn entry, const std::string& origin);
+std::vector<CustomOpInfo> register_custom_ops(OnyxRegisterCustomOpsFn entry,
+                                              const std::string& origin);
 
 // Every custom op registered so far, in registration order.
 std::vector<CustomOpInfo> custom_ops();

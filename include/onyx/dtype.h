@@ -1,5 +1,5 @@
-// onyx/dtype.h — element types, numbered as ONNX's TensorProto.DataType so conversion is the identity.
-// float16 / bfloat16 are storage types: kernels convert to float for math.
+// onyx/dtype.h — element types, numbered as ONNX's TensorProto.DataType so conversion is the
+// identity. float16 / bfloat16 are storage types: kernels convert to float for math.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -25,12 +25,12 @@ enum class DType : int32_t {
   BFloat16 = 16,
 };
 
-size_t dtype_size(DType t);          // bytes per element; throws for Undefined/String
-const char* dtype_name(DType t);     // "float32", "int64", ...
+size_t dtype_size(DType t);                   // bytes per element; throws for Undefined/String
+const char* dtype_name(DType t);              // "float32", "int64", ...
 const char* safetensors_dtype_name(DType t);  // "F32", "I64", ... ; throws if none
 DType dtype_from_safetensors(const std::string& s);  // throws onyx::Error on unknown
-bool is_float(DType t);              // float16, bfloat16, float32, float64
-bool is_integer(DType t);            // signed or unsigned ints (not bool)
+bool is_float(DType t);                              // float16, bfloat16, float32, float64
+bool is_integer(DType t);                            // signed or unsigned ints (not bool)
 bool is_valid_onnx_dtype(int32_t code);
 
 // IEEE half and bfloat16 as raw bits, with conversions (round to nearest even).
@@ -75,7 +75,7 @@ inline uint16_t float_to_half(float v) {
   uint32_t absf = f & 0x7fffffff;
   if (absf >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (absf > 0x7f800000u ? 0x200 : 0));
   if (absf >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // overflow -> inf
-  if (absf < 0x38800000u) {  // subnormal or zero in half
+  if (absf < 0x38800000u) {                                   // subnormal or zero in half
     if (absf < 0x33000000u) return (uint16_t)sign;
     uint32_t e = absf >> 23;
     uint32_t m = (absf & 0x7fffff) | 0x800000;

@@ -1,5 +1,6 @@
 // onyx/error.h — the one exception type onyx throws, and helpers to build messages with context.
-// Every error names what and where (node, op, file, tensor); callers add context as errors travel up.
+// Every error names what and where (node, op, file, tensor); callers add context as errors travel
+// up.
 #pragma once
 #include <sstream>
 #include <stdexcept>

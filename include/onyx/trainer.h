@@ -28,10 +28,10 @@ struct Model {
   std::shared_ptr<ir::Graph> graph;
   autodiff::LossSpec loss;
   std::set<std::string> frozen;
-  std::string predictions;       // output used for metrics/predict; "" = first non-loss output
-  bool generic_onnx = true;      // weight-decay rule: also no decay on rank <= 1 tensors
-  std::string source;            // where the graph came from (an .onnx path), for export
-  std::string config_json;       // Hugging Face config.json, saved next to the weights when set
+  std::string predictions;   // output used for metrics/predict; "" = first non-loss output
+  bool generic_onnx = true;  // weight-decay rule: also no decay on rank <= 1 tensors
+  std::string source;        // where the graph came from (an .onnx path), for export
+  std::string config_json;   // Hugging Face config.json, saved next to the weights when set
   // Loss normalization under gradient accumulation, as Transformers' num_items_in_batch: an
   // optimizer step's loss is the sum over the items of all its micro-batches divided by their
   // number. Items are the entries of the batch tensor `items_labels` that differ from
@@ -152,7 +152,7 @@ struct PredictionOutput {
 namespace train {
 class TrainingSession;
 class Optimizer;
-}
+}  // namespace train
 
 class Trainer {
  public:
@@ -165,8 +165,8 @@ class Trainer {
   TrainOutput train();  // resumes from args.resume_from_checkpoint when set
   Metrics evaluate(const std::string& metric_key_prefix = "eval");
   // Whether compute_metrics reads the predictions (default true). When it does not (no
-  // compute_metrics, or only perplexity, which is exp(eval loss)), evaluation keeps none: a language
-  // model's logits over an eval set are tokens x vocabulary floats (GBs).
+  // compute_metrics, or only perplexity, which is exp(eval loss)), evaluation keeps none: a
+  // language model's logits over an eval set are tokens x vocabulary floats (GBs).
   void set_metrics_need_predictions(bool need) { metrics_need_predictions_ = need; }
   PredictionOutput predict(const data::Dataset& dataset);
   // model.safetensors (+ onyx_model.json describing the graph source) into `dir`, atomically.
@@ -185,7 +185,8 @@ class Trainer {
   void rotate_checkpoints();
   PredictionOutput run_eval(const data::Dataset& ds, bool with_metrics);
   // A batch of `ds` with the inputs the model fills by default (Model::fill_defaults) added.
-  std::map<std::string, Tensor> load_batch(const data::Dataset& ds, const std::vector<int64_t>& idx) const;
+  std::map<std::string, Tensor> load_batch(const data::Dataset& ds,
+                                           const std::vector<int64_t>& idx) const;
 
   Model model_;
   TrainingArguments args_;

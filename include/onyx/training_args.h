@@ -34,10 +34,10 @@ struct TrainingArguments {
   bool logging_first_step = false;
   // A non-finite micro-batch loss adds the mean of the losses since the last log instead.
   bool logging_nan_inf_filter = true;
-  std::string eval_strategy = "no";  // no | steps | epoch
-  std::optional<double> eval_steps;  // default: logging_steps; a ratio when < 1
+  std::string eval_strategy = "no";     // no | steps | epoch
+  std::optional<double> eval_steps;     // default: logging_steps; a ratio when < 1
   std::string save_strategy = "steps";  // no | steps | epoch
-  double save_steps = 500;  // a ratio of max_steps when < 1
+  double save_steps = 500;              // a ratio of max_steps when < 1
   std::optional<int64_t> save_total_limit;
   bool load_best_model_at_end = false;
   std::optional<std::string> metric_for_best_model;
@@ -90,7 +90,8 @@ struct TrainingArguments {
   bool best_is_greater() const;
   // logging_steps / eval_steps / save_steps as a number of steps: a value below 1 is a ratio of
   // max_steps, rounded up (Transformers' rule).
-  static int64_t interval(double steps, int64_t max_steps);          // greater_is_better, default false for *loss
+  static int64_t interval(double steps,
+                          int64_t max_steps);  // greater_is_better, default false for *loss
 };
 
 }  // namespace onyx

@@ -34,9 +34,9 @@ DType output_dtype(const ir::Node& n, size_t i, const std::function<DType(size_t
   if (!runtime::KernelRegistry::instance().find(n.domain, n.op_type)) return DType::Undefined;
   if (onnx_domain(n)) {
     static const std::set<std::string> int64_ops = {"Shape", "Size", "ArgMax", "ArgMin", "NonZero"};
-    static const std::set<std::string> bool_ops = {"Equal", "Less", "LessOrEqual", "Greater",
-                                                   "GreaterOrEqual", "Not", "And", "Or", "Xor",
-                                                   "IsNaN", "IsInf"};
+    static const std::set<std::string> bool_ops = {
+        "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
+        "And",   "Or",   "Xor",         "IsNaN",   "IsInf"};
     const std::string& op = n.op_type;
     if (int64_ops.count(op)) return DType::Int64;
     if (bool_ops.count(op)) return DType::Bool;
@@ -52,11 +52,13 @@ DType output_dtype(const ir::Node& n, size_t i, const std::function<DType(size_t
       const Tensor* t = n.attr_tensor("value");
       return t ? t->dtype() : DType::Float32;
     }
-    if (op == "RandomNormal" || op == "RandomUniform") return attr_dtype(n, "dtype", DType::Float32);
-    if (op == "EyeLike" || op == "RandomNormalLike" || op == "RandomUniformLike" || op == "Bernoulli")
+    if (op == "RandomNormal" || op == "RandomUniform")
+      return attr_dtype(n, "dtype", DType::Float32);
+    if (op == "EyeLike" || op == "RandomNormalLike" || op == "RandomUniformLike" ||
+        op == "Bernoulli")
       return attr_dtype(n, "dtype", in(0));
     if (op == "Multinomial") return attr_dtype(n, "dtype", DType::Int32);
-    if (op == "Dropout" && i == 1) return DType::Bool;  // the mask
+    if (op == "Dropout" && i == 1) return DType::Bool;                     // the mask
     if ((op == "TopK" || op == "MaxPool") && i == 1) return DType::Int64;  // indices
     if (op == "Unique" && i >= 1) return DType::Int64;
     if (op == "OneHot") return in(2);
@@ -73,7 +75,8 @@ DType output_dtype(const ir::Node& n, size_t i, const std::function<DType(size_t
 // parameters, Constant nodes, and what is computed only from those and from metas).
 std::function<bool(const std::string&)> carries_gradient_static(
     const ir::Graph& g, const std::vector<int>& order, const std::vector<std::string>& params,
-    std::shared_ptr<std::map<std::string, DType>> dtypes, std::shared_ptr<std::set<std::string>> constants) {
+    std::shared_ptr<std::map<std::string, DType>> dtypes,
+    std::shared_ptr<std::set<std::string>> constants) {
   std::set<std::string> param_set(params.begin(), params.end());
   for (auto& [name, t] : g.initializers) {
     (*dtypes)[name] = t.dtype();
@@ -113,7 +116,8 @@ std::function<bool(const std::string&)> carries_gradient_static(
 std::string describe_nodes(const OpCoverage& c, const std::vector<const ir::Node*>& nodes) {
   std::string s = cat("'", c.key(), "' (opset ", c.opset, "; ");
   const size_t shown = 4;
-  for (size_t i = 0; i < nodes.size() && i < shown; i++) s += (i ? ", " : "") + nodes[i]->describe();
+  for (size_t i = 0; i < nodes.size() && i < shown; i++)
+    s += (i ? ", " : "") + nodes[i]->describe();
   if (nodes.size() > shown) s += cat(" and ", nodes.size() - shown, " more");
   return s + ")";
 }

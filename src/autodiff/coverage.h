@@ -24,10 +24,10 @@ namespace onyx::autodiff {
 struct OpCoverage {
   std::string domain;  // "" = ai.onnx
   std::string op_type;
-  int64_t opset = 0;   // the graph's version of the domain
-  int count = 0;       // nodes of this type
-  bool forward = false;   // a kernel is registered
-  bool gradient = false;  // a gradient rule is registered
+  int64_t opset = 0;                     // the graph's version of the domain
+  int count = 0;                         // nodes of this type
+  bool forward = false;                  // a kernel is registered
+  bool gradient = false;                 // a gradient rule is registered
   std::vector<const ir::Node*> nodes;    // every node of this type (pointers into the graph)
   std::vector<const ir::Node*> on_path;  // those on a parameter -> loss path (need a rule)
   std::string key() const { return domain.empty() ? op_type : domain + "." + op_type; }
@@ -36,9 +36,9 @@ struct OpCoverage {
 };
 
 struct CoverageReport {
-  std::shared_ptr<ir::Graph> graph;  // forward + loss: what `ops` points into
-  std::string loss;                  // the scalar loss value
-  int forward_nodes = 0;             // nodes of the graph as loaded (the rest are the loss's)
+  std::shared_ptr<ir::Graph> graph;     // forward + loss: what `ops` points into
+  std::string loss;                     // the scalar loss value
+  int forward_nodes = 0;                // nodes of the graph as loaded (the rest are the loss's)
   std::vector<std::string> parameters;  // trainable_parameters()
   std::vector<OpCoverage> ops;          // sorted by domain ("" first), then op_type
   bool ok() const;                      // no forward kernel and no needed gradient missing

@@ -133,8 +133,10 @@ struct Builder {
     std::vector<int64_t> axes;
     size_t off = gs.size() - target.size();
     for (size_t i = 0; i < gs.size(); i++) {
-      if (i < off) axes.push_back((int64_t)i);
-      else if (target[i - off] == 1 && gs[i] != 1) axes.push_back((int64_t)i);
+      if (i < off)
+        axes.push_back((int64_t)i);
+      else if (target[i - off] == 1 && gs[i] != 1)
+        axes.push_back((int64_t)i);
       else
         ONYX_CHECK(target[i - off] == gs[i], "gradient of ", current, ": cannot reduce ",
                    shape_str(gs), " to ", shape_str(target));
@@ -230,13 +232,26 @@ std::string GradContext::const_i64(const std::vector<int64_t>& v) {
 std::string GradContext::const_scalar(double v, DType dtype) {
   Tensor t(dtype, {});
   switch (dtype) {
-    case DType::Float32: *t.data<float>() = (float)v; break;
-    case DType::Float64: *t.data<double>() = v; break;
-    case DType::Float16: *t.data<uint16_t>() = float_to_half((float)v); break;
-    case DType::BFloat16: *t.data<uint16_t>() = float_to_bf16((float)v); break;
-    case DType::Int64: *t.data<int64_t>() = (int64_t)v; break;
-    case DType::Int32: *t.data<int32_t>() = (int32_t)v; break;
-    default: throw Error(cat("const_scalar: unsupported dtype ", dtype_name(dtype)));
+    case DType::Float32:
+      *t.data<float>() = (float)v;
+      break;
+    case DType::Float64:
+      *t.data<double>() = v;
+      break;
+    case DType::Float16:
+      *t.data<uint16_t>() = float_to_half((float)v);
+      break;
+    case DType::BFloat16:
+      *t.data<uint16_t>() = float_to_bf16((float)v);
+      break;
+    case DType::Int64:
+      *t.data<int64_t>() = (int64_t)v;
+      break;
+    case DType::Int32:
+      *t.data<int32_t>() = (int32_t)v;
+      break;
+    default:
+      throw Error(cat("const_scalar: unsupported dtype ", dtype_name(dtype)));
   }
   return b_.constant(t, "");
 }
@@ -320,7 +335,8 @@ std::string append_loss(Builder& b, const LossSpec& spec,
   }
   // Cross entropy over the last axis: logits (..., V) and labels (...) flattened to (N, V), (N).
   std::string flat = add("Flatten", {pred}, {{"axis", attr_i(-1)}});
-  std::string labels1d = add("Reshape", {spec.labels, const_node(Tensor::from_vector<int64_t>(DType::Int64, {1}, {-1}))});
+  std::string labels1d = add(
+      "Reshape", {spec.labels, const_node(Tensor::from_vector<int64_t>(DType::Int64, {1}, {-1}))});
   if (spec.label_smoothing == 0.0f) {
     return add("SoftmaxCrossEntropyLoss", {flat, labels1d},
                {{"reduction", attr_s("mean")}, {"ignore_index", attr_i(spec.ignore_index)}});
@@ -329,16 +345,19 @@ std::string append_loss(Builder& b, const LossSpec& spec,
   // both averaged over the targets that are not ignore_index.
   float eps = spec.label_smoothing;
   std::string logp = add("LogSoftmax", {flat}, {{"axis", attr_i(-1)}});
-  std::string nll = add("NegativeLogLikelihoodLoss", {logp, labels1d},
-                        {{"reduction", attr_s("none")}, {"ignore_index", attr_i(spec.ignore_index)}});
+  std::string nll =
+      add("NegativeLogLikelihoodLoss", {logp, labels1d},
+          {{"reduction", attr_s("none")}, {"ignore_index", attr_i(spec.ignore_index)}});
   std::string mean_logp =
       g.opset("") >= 18
-          ? add("ReduceMean", {logp, const_node(Tensor::from_vector<int64_t>(DType::Int64, {1}, {1}))},
+          ? add("ReduceMean",
+                {logp, const_node(Tensor::from_vector<int64_t>(DType::Int64, {1}, {1}))},
                 {{"keepdims", attr_i(0)}})
           : add("ReduceMean", {logp}, {{"keepdims", attr_i(0)}, {"axes", attr_ints({1})}});
   std::string ignore = const_node(Tensor::scalar_i64(spec.ignore_index));
   std::string is_ignored = add("Equal", {labels1d, ignore});
-  std::string active = add("Cast", {add("Not", {is_ignored})}, {{"to", attr_i((int64_t)DType::Float32)}});
+  std::string active =
+      add("Cast", {add("Not", {is_ignored})}, {{"to", attr_i((int64_t)DType::Float32)}});
   std::string a = add("Mul", {nll, const_node(Tensor::scalar_f32(1.0f - eps))});
   std::string s = add("Mul", {mean_logp, const_node(Tensor::scalar_f32(-eps))});
   std::string per = add("Mul", {add("Add", {a, s}), active});
@@ -359,7 +378,9 @@ bool numbered(const std::string& n, const char* prefix) {
 }
 
 // The dynamo exporter's folded constants ("val_<n>", "_val_<n>"); "onnx::*" are TorchScript's.
-bool exporter_constant_name(const std::string& n) { return numbered(n, "val_") || numbered(n, "_val_"); }
+bool exporter_constant_name(const std::string& n) {
+  return numbered(n, "val_") || numbered(n, "_val_");
+}
 
 // torch.onnx.export(dynamo=True) with its default optimize=True writes an inference model: every
 // Linear's W^T is folded into a new initializer "val_<n>" and equal-valued initializers are merged
@@ -373,8 +394,9 @@ void warn_if_inference_export(const ir::Graph& g, const std::vector<std::string>
     if (numbered(p, "val_")) folded.push_back(p);
   if (folded.empty()) return;
   warned = true;
-  std::cerr << "onyx: warning: " << folded.size() << " trainable initializers are named val_<n> (e.g. '"
-            << folded[0] << "'): this looks like torch.onnx.export(dynamo=True) with its default "
+  std::cerr << "onyx: warning: " << folded.size()
+            << " trainable initializers are named val_<n> (e.g. '" << folded[0]
+            << "'): this looks like torch.onnx.export(dynamo=True) with its default "
                "optimize=True, which folds each Linear's transposed weight into a new initializer "
                "and merges initializers of equal value (e.g. every LayerNorm weight), so the "
                "parameters trained are not the model's; export with optimize=False (README: "
@@ -390,8 +412,10 @@ std::vector<std::string> batch_norm_buffers(const ir::Graph& g) {
     for (size_t i = 0; i < n.inputs.size(); i++) {
       const std::string& in = n.inputs[i];
       if (in.empty() || !g.initializers.count(in)) continue;
-      if (bn && (i == 3 || i == 4)) stats_uses[in]++;
-      else other_uses.insert(in);
+      if (bn && (i == 3 || i == 4))
+        stats_uses[in]++;
+      else
+        other_uses.insert(in);
     }
   }
   for (auto& o : g.outputs) other_uses.insert(o.name);
@@ -407,7 +431,8 @@ std::vector<std::string> trainable_parameters(const ir::Graph& forward,
                                               const GradientOptions& opts) {
   std::vector<std::string> params;
   for (auto& f : opts.frozen)
-    ONYX_CHECK(forward.initializers.count(f), "frozen '", f, "' is not an initializer of the model");
+    ONYX_CHECK(forward.initializers.count(f), "frozen '", f,
+               "' is not an initializer of the model");
   if (opts.trainable.empty()) {
     std::vector<std::string> bn = batch_norm_buffers(forward);
     std::set<std::string> bn_buffers(bn.begin(), bn.end());
@@ -550,7 +575,8 @@ TrainingGraph build_training_graph(const ir::Graph& forward,
     b.current = b.g.nodes[idx].name;
     GradContext ctx(b, idx);
     bool any_grad = false;
-    for (int o = 0; o < ctx.num_outputs(); o++) any_grad |= !ctx.O(o).empty() && b.contributions.count(ctx.O(o));
+    for (int o = 0; o < ctx.num_outputs(); o++)
+      any_grad |= !ctx.O(o).empty() && b.contributions.count(ctx.O(o));
     if (!any_grad) continue;
     const ir::Node node_copy = b.g.nodes[idx];  // rules may append nodes (reallocating g.nodes)
     try {
@@ -596,7 +622,8 @@ TrainingGraph build_training_graph(const ir::Graph& forward,
   }
   for (auto& v : opts.keep_outputs) {
     auto m = b.metas.find(v);
-    ONYX_CHECK(m != b.metas.end(), "training graph: kept output '", v, "' is not a value of the graph");
+    ONYX_CHECK(m != b.metas.end(), "training graph: kept output '", v,
+               "' is not a value of the graph");
     ir::ValueInfo vi;
     vi.name = v;
     vi.dtype = m->second.dtype;

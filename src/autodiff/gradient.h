@@ -39,7 +39,8 @@ std::vector<std::string> batch_norm_buffers(const ir::Graph& g);
 // file order, except frozen ones, rotary inv_freq buffers, BatchNormalization running statistics
 // (batch_norm_buffers) and the exporters' folded constants ("onnx::..." and val_<n>: PyTorch
 // stores constants such as a Pow exponent as initializers; they are not model weights).
-std::vector<std::string> trainable_parameters(const ir::Graph& forward, const GradientOptions& opts);
+std::vector<std::string> trainable_parameters(const ir::Graph& forward,
+                                              const GradientOptions& opts);
 
 struct TrainingGraph {
   std::shared_ptr<ir::Graph> graph;  // inputs: forward inputs (+ labels); outputs: loss, grads
@@ -94,8 +95,8 @@ class GradContext {
   // Ensures forward output i exists (adds a name to an optional output, e.g. LayerNorm's Mean or
   // Dropout's mask) and returns it.
   std::string ensure_output(int i);
-  std::string GO(int i) const;        // gradient flowing into output i; "" when none
-  bool needs(int i) const;            // does input i need a gradient?
+  std::string GO(int i) const;  // gradient flowing into output i; "" when none
+  bool needs(int i) const;      // does input i need a gradient?
   const TensorMeta& meta(const std::string& value) const;  // forward value's static dtype/shape
   const Tensor* constant(const std::string& value) const;  // value if known at build time
 
@@ -111,15 +112,16 @@ class GradContext {
     return emit(op, inputs, std::move(attrs), domain, 1)[0];
   }
   // New constant initializers.
-  std::string const_i64(const std::vector<int64_t>& v);   // 1-D int64
-  std::string const_scalar(double v, DType dtype);        // 0-D of dtype
+  std::string const_i64(const std::vector<int64_t>& v);  // 1-D int64
+  std::string const_scalar(double v, DType dtype);       // 0-D of dtype
   // Reshape to a static shape (no node when it already has it; allowzero for zero-sized dims).
   std::string reshape(const std::string& v, const Shape& shape);
   // ReduceSum over static axes, with axes as an input (opset >= 13) or an attribute (before);
   // no node for empty axes.
   std::string reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims);
   // Sums `grad` (whose shape is grad_shape) over broadcast axes so it has `target`'s shape.
-  std::string reduce_to_shape(const std::string& grad, const Shape& grad_shape, const Shape& target);
+  std::string reduce_to_shape(const std::string& grad, const Shape& grad_shape,
+                              const Shape& target);
 
  private:
   Builder& b_;
@@ -146,12 +148,13 @@ class GradRegistry {
 };
 
 // One registration function per src/autodiff/gradients/<family>.cc file.
-void register_elementwise_grads(GradRegistry& r);  // Add Sub Mul Div Pow Sqrt ... Where Cast Identity
-void register_matmul_grads(GradRegistry& r);       // MatMul Gemm Conv
-void register_shape_grads(GradRegistry& r);        // Reshape Transpose ... Gather Expand Tile
-void register_nn_grads(GradRegistry& r);           // Softmax LogSoftmax LayerNorm Dropout losses
-void register_reduce_grads(GradRegistry& r);       // ReduceSum ReduceMean ReduceMax ReduceMin
-void register_attention_grads(GradRegistry& r);    // onyx.Attention
+void register_elementwise_grads(
+    GradRegistry& r);                            // Add Sub Mul Div Pow Sqrt ... Where Cast Identity
+void register_matmul_grads(GradRegistry& r);     // MatMul Gemm Conv
+void register_shape_grads(GradRegistry& r);      // Reshape Transpose ... Gather Expand Tile
+void register_nn_grads(GradRegistry& r);         // Softmax LogSoftmax LayerNorm Dropout losses
+void register_reduce_grads(GradRegistry& r);     // ReduceSum ReduceMean ReduceMax ReduceMin
+void register_attention_grads(GradRegistry& r);  // onyx.Attention
 void register_dropout_add_grads(GradRegistry& r);  // onyx.DropoutAdd
 void register_loss_grads(GradRegistry& r);         // onyx.LinearCrossEntropy (fused LM head + loss)
 

@@ -17,13 +17,14 @@ TensorDataset::TensorDataset(std::map<std::string, Tensor> tensors, std::string 
   ONYX_CHECK(!tensors_.empty(), what, ": has no tensors");
   std::string first;
   for (auto& [k, t] : tensors_) {
-    ONYX_CHECK(t.rank() >= 1, what, ": tensor '", k, "' is a scalar; the first dimension must be the sample");
+    ONYX_CHECK(t.rank() >= 1, what, ": tensor '", k,
+               "' is a scalar; the first dimension must be the sample");
     if (first.empty()) {
       first = k;
       n_ = t.dim(0);
     } else {
-      ONYX_CHECK(t.dim(0) == n_, what, ": tensor '", k, "' has ", t.dim(0), " samples but '",
-                 first, "' has ", n_, " (mismatched sample counts)");
+      ONYX_CHECK(t.dim(0) == n_, what, ": tensor '", k, "' has ", t.dim(0), " samples but '", first,
+                 "' has ", n_, " (mismatched sample counts)");
     }
   }
 }
@@ -46,7 +47,8 @@ std::shared_ptr<TensorDataset> TensorDataset::load(const std::string& path) {
     std::vector<std::string> keys;
     for (auto& [k, t] : st.tensors) keys.push_back(k);
     if (keys0.empty()) keys0 = keys;
-    ONYX_CHECK(keys == keys0, "dataset file '", f, "' has different tensor names than '", files[0], "'");
+    ONYX_CHECK(keys == keys0, "dataset file '", f, "' has different tensor names than '", files[0],
+               "'");
     for (auto& [k, t] : st.tensors) parts[k].push_back(t);
   }
   std::map<std::string, Tensor> merged;

@@ -126,7 +126,7 @@ enum class CharClass : uint8_t {
 CharClass char_class(char32_t c);
 inline bool is_letter(char32_t c) { return char_class(c) == CharClass::Letter; }
 inline bool is_number(char32_t c) { return char_class(c) == CharClass::Number; }
-bool is_white_space(char32_t c);       // the Unicode White_Space property (as regex \s)
+bool is_white_space(char32_t c);  // the Unicode White_Space property (as regex \s)
 bool is_cjk(char32_t c);  // the CJK ideograph blocks BERT surrounds with spaces (HF's ranges)
 // ASCII punctuation/symbols or \p{P} (Unicode 8), as BertPreTokenizer splits off.
 bool is_bert_punctuation(char32_t c);

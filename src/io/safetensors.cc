@@ -24,11 +24,13 @@ SafetensorsFile parse_image(const uint8_t* base, size_t size, const std::string&
   ONYX_CHECK(size >= 8, what, ": file is ", size, " bytes, too short for a safetensors header");
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = (n << 8) | base[i];
-  ONYX_CHECK(n <= kMaxHeader, what, ": header length ", n, " exceeds the 100 MB limit (not safetensors?)");
-  ONYX_CHECK(8 + n <= size, what, ": header length ", n, " runs past the end of the file (",
-             size, " bytes; truncated?)");
+  ONYX_CHECK(n <= kMaxHeader, what, ": header length ", n,
+             " exceeds the 100 MB limit (not safetensors?)");
+  ONYX_CHECK(8 + n <= size, what, ": header length ", n, " runs past the end of the file (", size,
+             " bytes; truncated?)");
   std::string header((const char*)base + 8, n);
-  ONYX_CHECK(n > 0 && header[0] == '{', what, ": header does not start with '{' (not safetensors?)");
+  ONYX_CHECK(n > 0 && header[0] == '{', what,
+             ": header does not start with '{' (not safetensors?)");
   // Detect duplicate top-level keys, which nlohmann would silently merge.
   std::set<std::string> seen;
   std::string dup;
@@ -66,9 +68,9 @@ SafetensorsFile parse_image(const uint8_t* base, size_t size, const std::string&
       continue;
     }
     std::string w = cat(what, ": tensor '", name, "'");
-    ONYX_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
-                   v.contains("data_offsets"),
-               w, ": entry needs dtype, shape and data_offsets");
+    ONYX_CHECK(
+        v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+        w, ": entry needs dtype, shape and data_offsets");
     ONYX_CHECK(v["dtype"].is_string(), w, ": dtype is not a string");
     DType dt;
     try {
@@ -95,12 +97,14 @@ SafetensorsFile parse_image(const uint8_t* base, size_t size, const std::string&
     entries.push_back({name, b, e});
     out.tensors[name] = Tensor::wrap(dt, shape, (void*)(data + b), owner);
   }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+  });
   uint64_t pos = 0;
   for (auto& e : entries) {
     ONYX_CHECK(e.begin == pos, what, ": tensor '", e.name, "' starts at byte ", e.begin,
-               " but the previous tensor ends at ", pos, " (offsets must be contiguous, no overlap)");
+               " but the previous tensor ends at ", pos,
+               " (offsets must be contiguous, no overlap)");
     pos = e.end;
     out.order.push_back(e.name);
   }

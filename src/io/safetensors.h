@@ -1,6 +1,6 @@
 // io/safetensors.h — the safetensors format as Hugging Face specifies it: an 8-byte little-endian
-// header length N, N bytes of JSON ({name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}),
-// then the data buffer. Reading validates strictly; writing is atomic.
+// header length N, N bytes of JSON ({name: {dtype, shape, data_offsets}, "__metadata__": {str:
+// str}}), then the data buffer. Reading validates strictly; writing is atomic.
 #pragma once
 #include <map>
 #include <string>

@@ -75,7 +75,7 @@ struct Attribute {
 struct Node {
   std::string name;
   std::string op_type;
-  std::string domain;  // "" (= ai.onnx), "onyx", "com.microsoft", ...
+  std::string domain;                // "" (= ai.onnx), "onyx", "com.microsoft", ...
   std::vector<std::string> inputs;   // "" marks an absent optional input
   std::vector<std::string> outputs;  // "" marks an absent optional output
   std::map<std::string, Attribute> attrs;
@@ -110,7 +110,7 @@ struct ValueInfo {
 struct Graph {
   std::string name;
   std::vector<Node> nodes;
-  std::vector<ValueInfo> inputs;   // excludes initializers
+  std::vector<ValueInfo> inputs;  // excludes initializers
   std::vector<ValueInfo> outputs;
   std::vector<ValueInfo> value_infos;
   std::map<std::string, onyx::Tensor> initializers;

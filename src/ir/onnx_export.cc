@@ -26,8 +26,10 @@ void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* p) {
     auto* s = tt->mutable_shape();
     for (size_t i = 0; i < v.shape.size(); i++) {
       auto* d = s->add_dim();
-      if (i < v.dim_params.size() && !v.dim_params[i].empty()) d->set_dim_param(v.dim_params[i]);
-      else if (v.shape[i] >= 0) d->set_dim_value(v.shape[i]);
+      if (i < v.dim_params.size() && !v.dim_params[i].empty())
+        d->set_dim_param(v.dim_params[i]);
+      else if (v.shape[i] >= 0)
+        d->set_dim_value(v.shape[i]);
     }
   }
 }
@@ -38,22 +40,45 @@ void attribute_to_proto(const std::string& name, const Attribute& a, onnx::Attri
   using A = onnx::AttributeProto;
   p->set_name(name);
   switch (a.kind) {
-    case Attribute::Kind::Float: p->set_type(A::FLOAT); p->set_f(a.f); break;
-    case Attribute::Kind::Int: p->set_type(A::INT); p->set_i(a.i); break;
-    case Attribute::Kind::String: p->set_type(A::STRING); p->set_s(a.s); break;
-    case Attribute::Kind::Tensor: p->set_type(A::TENSOR); tensor_to_proto(a.t, "", p->mutable_t()); break;
+    case Attribute::Kind::Float:
+      p->set_type(A::FLOAT);
+      p->set_f(a.f);
+      break;
+    case Attribute::Kind::Int:
+      p->set_type(A::INT);
+      p->set_i(a.i);
+      break;
+    case Attribute::Kind::String:
+      p->set_type(A::STRING);
+      p->set_s(a.s);
+      break;
+    case Attribute::Kind::Tensor:
+      p->set_type(A::TENSOR);
+      tensor_to_proto(a.t, "", p->mutable_t());
+      break;
     case Attribute::Kind::Graph:
       p->set_type(A::GRAPH);
       if (a.g) graph_to_proto(*a.g, p->mutable_g());
       break;
-    case Attribute::Kind::Floats: p->set_type(A::FLOATS); for (float f : a.floats) p->add_floats(f); break;
-    case Attribute::Kind::Ints: p->set_type(A::INTS); for (int64_t i : a.ints) p->add_ints(i); break;
-    case Attribute::Kind::Strings: p->set_type(A::STRINGS); for (auto& s : a.strings) p->add_strings(s); break;
+    case Attribute::Kind::Floats:
+      p->set_type(A::FLOATS);
+      for (float f : a.floats) p->add_floats(f);
+      break;
+    case Attribute::Kind::Ints:
+      p->set_type(A::INTS);
+      for (int64_t i : a.ints) p->add_ints(i);
+      break;
+    case Attribute::Kind::Strings:
+      p->set_type(A::STRINGS);
+      for (auto& s : a.strings) p->add_strings(s);
+      break;
     case Attribute::Kind::Tensors:
       p->set_type(A::TENSORS);
       for (auto& t : a.tensors) tensor_to_proto(t, "", p->add_tensors());
       break;
-    case Attribute::Kind::Graphs: p->set_type(A::GRAPHS); break;
+    case Attribute::Kind::Graphs:
+      p->set_type(A::GRAPHS);
+      break;
   }
 }
 

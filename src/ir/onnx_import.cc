@@ -22,7 +22,8 @@ std::string read_file(const std::string& path) {
 DType dtype_of(int32_t code, const std::string& where) {
   // A type ONNX defines that onyx does not claim (float8, int4, float4, ...) is "unsupported";
   // a code ONNX does not define is an error in the file.
-  if (!is_valid_onnx_dtype(code) && code != 8 && onnx::TensorProto_DataType_IsValid(code) && code != 0)
+  if (!is_valid_onnx_dtype(code) && code != 8 && onnx::TensorProto_DataType_IsValid(code) &&
+      code != 0)
     ONYX_UNSUPPORTED(where, ": tensor data type ", onnx::TensorProto_DataType_Name(code),
                      " is not supported");
   ONYX_CHECK(is_valid_onnx_dtype(code) || code == 8, where, ": unknown tensor data type ", code);
@@ -45,21 +46,41 @@ void copy_field(Tensor& out, const Field& field, const std::string& where) {
   ONYX_CHECK((int64_t)field.size() == n, where, ": has ", field.size(), " values but shape ",
              shape_str(out.shape()), " needs ", n);
   switch (out.dtype()) {
-    case DType::Float32: for (int64_t i = 0; i < n; i++) out.data<float>()[i] = (float)field[i]; break;
-    case DType::Float64: for (int64_t i = 0; i < n; i++) out.data<double>()[i] = (double)field[i]; break;
-    case DType::Int64: for (int64_t i = 0; i < n; i++) out.data<int64_t>()[i] = (int64_t)field[i]; break;
-    case DType::UInt64: for (int64_t i = 0; i < n; i++) out.data<uint64_t>()[i] = (uint64_t)field[i]; break;
-    case DType::Int32: for (int64_t i = 0; i < n; i++) out.data<int32_t>()[i] = (int32_t)field[i]; break;
-    case DType::UInt32: for (int64_t i = 0; i < n; i++) out.data<uint32_t>()[i] = (uint32_t)field[i]; break;
-    case DType::Int16: for (int64_t i = 0; i < n; i++) out.data<int16_t>()[i] = (int16_t)field[i]; break;
-    case DType::UInt16: case DType::Float16: case DType::BFloat16:
+    case DType::Float32:
+      for (int64_t i = 0; i < n; i++) out.data<float>()[i] = (float)field[i];
+      break;
+    case DType::Float64:
+      for (int64_t i = 0; i < n; i++) out.data<double>()[i] = (double)field[i];
+      break;
+    case DType::Int64:
+      for (int64_t i = 0; i < n; i++) out.data<int64_t>()[i] = (int64_t)field[i];
+      break;
+    case DType::UInt64:
+      for (int64_t i = 0; i < n; i++) out.data<uint64_t>()[i] = (uint64_t)field[i];
+      break;
+    case DType::Int32:
+      for (int64_t i = 0; i < n; i++) out.data<int32_t>()[i] = (int32_t)field[i];
+      break;
+    case DType::UInt32:
+      for (int64_t i = 0; i < n; i++) out.data<uint32_t>()[i] = (uint32_t)field[i];
+      break;
+    case DType::Int16:
+      for (int64_t i = 0; i < n; i++) out.data<int16_t>()[i] = (int16_t)field[i];
+      break;
+    case DType::UInt16:
+    case DType::Float16:
+    case DType::BFloat16:
       for (int64_t i = 0; i < n; i++) out.data<uint16_t>()[i] = (uint16_t)field[i];
       break;
-    case DType::Int8: for (int64_t i = 0; i < n; i++) out.data<int8_t>()[i] = (int8_t)field[i]; break;
-    case DType::UInt8: case DType::Bool:
+    case DType::Int8:
+      for (int64_t i = 0; i < n; i++) out.data<int8_t>()[i] = (int8_t)field[i];
+      break;
+    case DType::UInt8:
+    case DType::Bool:
       for (int64_t i = 0; i < n; i++) out.data<uint8_t>()[i] = (uint8_t)field[i];
       break;
-    default: throw Error(cat(where, ": cannot hold dtype ", dtype_name(out.dtype())));
+    default:
+      throw Error(cat(where, ": cannot hold dtype ", dtype_name(out.dtype())));
   }
 }
 
@@ -77,9 +98,12 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& base_dir
     std::string location;
     int64_t offset = 0, length = -1;
     for (auto& kv : t.external_data()) {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::stoll(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::stoll(kv.value());
+      else if (kv.key() == "length")
+        length = std::stoll(kv.value());
     }
     ONYX_CHECK(!location.empty(), where, ": external data without a location");
     ONYX_CHECK(location.find("..") == std::string::npos && location[0] != '/', where,
@@ -106,11 +130,22 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& base_dir
     return out;
   }
   switch (dt) {
-    case DType::Float32: copy_field(out, t.float_data(), where); break;
-    case DType::Float64: copy_field(out, t.double_data(), where); break;
-    case DType::Int64: copy_field(out, t.int64_data(), where); break;
-    case DType::UInt32: case DType::UInt64: copy_field(out, t.uint64_data(), where); break;
-    default: copy_field(out, t.int32_data(), where); break;
+    case DType::Float32:
+      copy_field(out, t.float_data(), where);
+      break;
+    case DType::Float64:
+      copy_field(out, t.double_data(), where);
+      break;
+    case DType::Int64:
+      copy_field(out, t.int64_data(), where);
+      break;
+    case DType::UInt32:
+    case DType::UInt64:
+      copy_field(out, t.uint64_data(), where);
+      break;
+    default:
+      copy_field(out, t.int32_data(), where);
+      break;
   }
   return out;
 }
@@ -147,22 +182,54 @@ Attribute attribute_from_proto(const onnx::AttributeProto& a, const std::string&
   using A = onnx::AttributeProto;
   std::string w = cat(where, " attribute '", a.name(), "'");
   switch (a.type()) {
-    case A::FLOAT: at.kind = Attribute::Kind::Float; at.f = a.f(); break;
-    case A::INT: at.kind = Attribute::Kind::Int; at.i = a.i(); break;
-    case A::STRING: at.kind = Attribute::Kind::String; at.s = a.s(); break;
-    case A::TENSOR: at.kind = Attribute::Kind::Tensor; at.t = tensor_from_proto(a.t(), base_dir, w); break;
-    case A::GRAPH: at.kind = Attribute::Kind::Graph; at.g = graph_from_proto(a.g(), base_dir); break;
-    case A::FLOATS: at.kind = Attribute::Kind::Floats; at.floats.assign(a.floats().begin(), a.floats().end()); break;
-    case A::INTS: at.kind = Attribute::Kind::Ints; at.ints.assign(a.ints().begin(), a.ints().end()); break;
-    case A::STRINGS: at.kind = Attribute::Kind::Strings; at.strings.assign(a.strings().begin(), a.strings().end()); break;
+    case A::FLOAT:
+      at.kind = Attribute::Kind::Float;
+      at.f = a.f();
+      break;
+    case A::INT:
+      at.kind = Attribute::Kind::Int;
+      at.i = a.i();
+      break;
+    case A::STRING:
+      at.kind = Attribute::Kind::String;
+      at.s = a.s();
+      break;
+    case A::TENSOR:
+      at.kind = Attribute::Kind::Tensor;
+      at.t = tensor_from_proto(a.t(), base_dir, w);
+      break;
+    case A::GRAPH:
+      at.kind = Attribute::Kind::Graph;
+      at.g = graph_from_proto(a.g(), base_dir);
+      break;
+    case A::FLOATS:
+      at.kind = Attribute::Kind::Floats;
+      at.floats.assign(a.floats().begin(), a.floats().end());
+      break;
+    case A::INTS:
+      at.kind = Attribute::Kind::Ints;
+      at.ints.assign(a.ints().begin(), a.ints().end());
+      break;
+    case A::STRINGS:
+      at.kind = Attribute::Kind::Strings;
+      at.strings.assign(a.strings().begin(), a.strings().end());
+      break;
     case A::TENSORS:
       at.kind = Attribute::Kind::Tensors;
       for (auto& t : a.tensors()) at.tensors.push_back(tensor_from_proto(t, base_dir, w));
       break;
-    case A::GRAPHS: at.kind = Attribute::Kind::Graphs; break;
-    case A::SPARSE_TENSOR: case A::SPARSE_TENSORS: ONYX_UNSUPPORTED(w, ": sparse tensors are not supported");
-    case A::TYPE_PROTO: case A::TYPE_PROTOS: at.kind = Attribute::Kind::Int; break;
-    default: throw Error(cat(w, ": unknown attribute type ", (int)a.type()));
+    case A::GRAPHS:
+      at.kind = Attribute::Kind::Graphs;
+      break;
+    case A::SPARSE_TENSOR:
+    case A::SPARSE_TENSORS:
+      ONYX_UNSUPPORTED(w, ": sparse tensors are not supported");
+    case A::TYPE_PROTO:
+    case A::TYPE_PROTOS:
+      at.kind = Attribute::Kind::Int;
+      break;
+    default:
+      throw Error(cat(w, ": unknown attribute type ", (int)a.type()));
   }
   return at;
 }
@@ -192,7 +259,8 @@ std::shared_ptr<Graph> graph_from_proto(const onnx::GraphProto& gp, const std::s
     n.inputs.assign(np.input().begin(), np.input().end());
     n.outputs.assign(np.output().begin(), np.output().end());
     for (auto& a : np.attribute()) {
-      ONYX_CHECK(!n.attrs.count(a.name()), n.describe(), ": attribute '", a.name(), "' appears twice");
+      ONYX_CHECK(!n.attrs.count(a.name()), n.describe(), ": attribute '", a.name(),
+                 "' appears twice");
       n.attrs[a.name()] = attribute_from_proto(a, base_dir, n.describe());
     }
     g->nodes.push_back(std::move(n));

@@ -1,4 +1,5 @@
-// ir/onnx_io.h — ONNX at the edges: ModelProto <-> ir::Graph, through Debian's libonnx protobuf classes.
+// ir/onnx_io.h — ONNX at the edges: ModelProto <-> ir::Graph, through Debian's libonnx protobuf
+// classes.
 #pragma once
 #include <string>
 

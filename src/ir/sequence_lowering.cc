@@ -30,7 +30,8 @@ int lower_split_to_sequence(Graph& g) {
   if (g.opset("") < 13) return 0;
   std::map<std::string, const Node*> constants;  // Constant node outputs with a tensor value
   for (auto& n : g.nodes)
-    if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1 && n.attr_tensor("value"))
+    if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1 &&
+        n.attr_tensor("value"))
       constants[n.outputs[0]] = &n;
   std::map<std::string, std::vector<size_t>> readers;
   for (size_t i = 0; i < g.nodes.size(); i++)
@@ -103,7 +104,8 @@ int lower_split_to_sequence(Graph& g) {
       sl.name = at.name.empty() ? base + "/slice" : at.name + "/slice";
       sl.op_type = "Slice";
       bool squeeze = !split && !keepdims;
-      sl.inputs = {s.inputs[0], add_i64("start", start), add_i64("end", end), add_i64("axis", axis)};
+      sl.inputs = {s.inputs[0], add_i64("start", start), add_i64("end", end),
+                   add_i64("axis", axis)};
       sl.outputs = {squeeze ? base + "/lowered_chunk" : base};
       lowered_nodes.push_back(sl);
       if (squeeze) {

@@ -22,51 +22,94 @@ std::string shape_str(const Shape& s) {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::Float32: case DType::Int32: case DType::UInt32: return 4;
-    case DType::UInt8: case DType::Int8: case DType::Bool: return 1;
-    case DType::UInt16: case DType::Int16: case DType::Float16: case DType::BFloat16: return 2;
-    case DType::Int64: case DType::Float64: case DType::UInt64: return 8;
-    default: throw Error(cat("dtype ", dtype_name(t), " has no fixed element size"));
+    case DType::Float32:
+    case DType::Int32:
+    case DType::UInt32:
+      return 4;
+    case DType::UInt8:
+    case DType::Int8:
+    case DType::Bool:
+      return 1;
+    case DType::UInt16:
+    case DType::Int16:
+    case DType::Float16:
+    case DType::BFloat16:
+      return 2;
+    case DType::Int64:
+    case DType::Float64:
+    case DType::UInt64:
+      return 8;
+    default:
+      throw Error(cat("dtype ", dtype_name(t), " has no fixed element size"));
   }
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::Undefined: return "undefined";
-    case DType::Float32: return "float32";
-    case DType::UInt8: return "uint8";
-    case DType::Int8: return "int8";
-    case DType::UInt16: return "uint16";
-    case DType::Int16: return "int16";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::String: return "string";
-    case DType::Bool: return "bool";
-    case DType::Float16: return "float16";
-    case DType::Float64: return "float64";
-    case DType::UInt32: return "uint32";
-    case DType::UInt64: return "uint64";
-    case DType::BFloat16: return "bfloat16";
+    case DType::Undefined:
+      return "undefined";
+    case DType::Float32:
+      return "float32";
+    case DType::UInt8:
+      return "uint8";
+    case DType::Int8:
+      return "int8";
+    case DType::UInt16:
+      return "uint16";
+    case DType::Int16:
+      return "int16";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::String:
+      return "string";
+    case DType::Bool:
+      return "bool";
+    case DType::Float16:
+      return "float16";
+    case DType::Float64:
+      return "float64";
+    case DType::UInt32:
+      return "uint32";
+    case DType::UInt64:
+      return "uint64";
+    case DType::BFloat16:
+      return "bfloat16";
   }
   return "unknown";
 }
 
 const char* safetensors_dtype_name(DType t) {
   switch (t) {
-    case DType::Float32: return "F32";
-    case DType::Float16: return "F16";
-    case DType::BFloat16: return "BF16";
-    case DType::Float64: return "F64";
-    case DType::Int64: return "I64";
-    case DType::Int32: return "I32";
-    case DType::Int16: return "I16";
-    case DType::Int8: return "I8";
-    case DType::UInt8: return "U8";
-    case DType::UInt16: return "U16";
-    case DType::UInt32: return "U32";
-    case DType::UInt64: return "U64";
-    case DType::Bool: return "BOOL";
-    default: throw Error(cat("dtype ", dtype_name(t), " cannot be stored in safetensors"));
+    case DType::Float32:
+      return "F32";
+    case DType::Float16:
+      return "F16";
+    case DType::BFloat16:
+      return "BF16";
+    case DType::Float64:
+      return "F64";
+    case DType::Int64:
+      return "I64";
+    case DType::Int32:
+      return "I32";
+    case DType::Int16:
+      return "I16";
+    case DType::Int8:
+      return "I8";
+    case DType::UInt8:
+      return "U8";
+    case DType::UInt16:
+      return "U16";
+    case DType::UInt32:
+      return "U32";
+    case DType::UInt64:
+      return "U64";
+    case DType::Bool:
+      return "BOOL";
+    default:
+      throw Error(cat("dtype ", dtype_name(t), " cannot be stored in safetensors"));
   }
 }
 
@@ -88,9 +131,17 @@ bool is_float(DType t) {
 
 bool is_integer(DType t) {
   switch (t) {
-    case DType::UInt8: case DType::Int8: case DType::UInt16: case DType::Int16:
-    case DType::Int32: case DType::Int64: case DType::UInt32: case DType::UInt64: return true;
-    default: return false;
+    case DType::UInt8:
+    case DType::Int8:
+    case DType::UInt16:
+    case DType::Int16:
+    case DType::Int32:
+    case DType::Int64:
+    case DType::UInt32:
+    case DType::UInt64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -102,7 +153,8 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   size_t alloc = ((bytes + 63) / 64) * 64;
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
-  ONYX_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for tensor ", shape_str(shape_));
+  ONYX_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for tensor ",
+             shape_str(shape_));
   storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   data_ = p;
 }
@@ -163,20 +215,34 @@ Tensor Tensor::clone() const {
 
 double Tensor::get_as_double(int64_t i) const {
   switch (dtype_) {
-    case DType::Float32: return data<float>()[i];
-    case DType::Float64: return data<double>()[i];
-    case DType::Float16: return half_to_float(data<uint16_t>()[i]);
-    case DType::BFloat16: return bf16_to_float(data<uint16_t>()[i]);
-    case DType::Int64: return (double)data<int64_t>()[i];
-    case DType::Int32: return data<int32_t>()[i];
-    case DType::Int16: return data<int16_t>()[i];
-    case DType::Int8: return data<int8_t>()[i];
-    case DType::UInt8: return data<uint8_t>()[i];
-    case DType::UInt16: return data<uint16_t>()[i];
-    case DType::UInt32: return data<uint32_t>()[i];
-    case DType::UInt64: return (double)data<uint64_t>()[i];
-    case DType::Bool: return data<uint8_t>()[i] ? 1.0 : 0.0;
-    default: throw Error(cat("cannot read elements of dtype ", dtype_name(dtype_)));
+    case DType::Float32:
+      return data<float>()[i];
+    case DType::Float64:
+      return data<double>()[i];
+    case DType::Float16:
+      return half_to_float(data<uint16_t>()[i]);
+    case DType::BFloat16:
+      return bf16_to_float(data<uint16_t>()[i]);
+    case DType::Int64:
+      return (double)data<int64_t>()[i];
+    case DType::Int32:
+      return data<int32_t>()[i];
+    case DType::Int16:
+      return data<int16_t>()[i];
+    case DType::Int8:
+      return data<int8_t>()[i];
+    case DType::UInt8:
+      return data<uint8_t>()[i];
+    case DType::UInt16:
+      return data<uint16_t>()[i];
+    case DType::UInt32:
+      return data<uint32_t>()[i];
+    case DType::UInt64:
+      return (double)data<uint64_t>()[i];
+    case DType::Bool:
+      return data<uint8_t>()[i] ? 1.0 : 0.0;
+    default:
+      throw Error(cat("cannot read elements of dtype ", dtype_name(dtype_)));
   }
 }
 

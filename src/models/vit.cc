@@ -31,13 +31,13 @@ struct Vit {
     b.set_scope(proj);
     std::string x = b.op("Conv", {pixels, w, bias},
                          {{"kernel_shape", Attr::of_ints({P, P})},
-                          {"strides", Attr::of_ints({P, P})}});  // (B,C,S/P,S/P)
-    x = b.op("Reshape", {x, b.const_i64({0, 0, -1})});            // (B,C,N)
+                          {"strides", Attr::of_ints({P, P})}});        // (B,C,S/P,S/P)
+    x = b.op("Reshape", {x, b.const_i64({0, 0, -1})});                 // (B,C,N)
     x = b.op("Transpose", {x}, {{"perm", Attr::of_ints({0, 2, 1})}});  // (B,N,C)
     b.set_scope(p);
     std::string shape =
         b.op("Concat", {b.dim_of(pixels, 0), b.const_i64({1, C})}, {{"axis", Attr::of_int(0)}});
-    std::string cls_b = b.op("Expand", {cls, shape});            // (B,1,C)
+    std::string cls_b = b.op("Expand", {cls, shape});             // (B,1,C)
     x = b.op("Concat", {cls_b, x}, {{"axis", Attr::of_int(1)}});  // (B,N+1,C)
     x = b.op("Add", {x, pos});
     return b.dropout(x, c.hidden_dropout_prob);

@@ -8,7 +8,8 @@
 //   kT = Transpose(Reshape(K, (B,Tk,H,D)),  [0,2,3,1])       or [0,1,3,2] of a [0,2,1,3] one;
 //                                                            optional scalar Mul/Div on kT
 //   v  = Transpose(Reshape(V, (B,Tk,H,Dv)), [0,2,1,3])
-//   s  = MatMul(q, kT)  then, in this order from the MatMul: scalar Div/Mul (the scale), at most one
+//   s  = MatMul(q, kT)  then, in this order from the MatMul: scalar Div/Mul (the scale), at most
+//   one
 //        Add(s, mask) (an additive mask broadcastable to (B,H,Tq,Tk)) and at most one
 //        Where(cond, fill, s) with a constant causal cond (true exactly above the diagonal) and a
 //        fill <= -1e4 (or the Where(keep, s, fill) form with the lower triangle); a scale after
@@ -173,8 +174,10 @@ struct Matcher {
     const ir::Node* where = nullptr;
     for (int c : cs) {
       const ir::Node& n = g.nodes[c];
-      if (is_op(n, "IsNaN") && n.inputs.size() == 1) isnan = &n;
-      else if (is_op(n, "Where") && n.inputs.size() == 3) where = &n;
+      if (is_op(n, "IsNaN") && n.inputs.size() == 1)
+        isnan = &n;
+      else if (is_op(n, "Where") && n.inputs.size() == 3)
+        where = &n;
     }
     if (!isnan || !where || !single_use(isnan->outputs[0])) return false;
     if (where->inputs[0] != isnan->outputs[0] || where->inputs[2] != p) return false;

@@ -24,15 +24,32 @@ std::string attr_key(const ir::Attribute& a) {
   using K = ir::Attribute::Kind;
   std::string k = cat((int)a.kind, "=");
   switch (a.kind) {
-    case K::Float: k += cat(a.f); break;
-    case K::Int: k += cat(a.i); break;
-    case K::String: k += a.s; break;
-    case K::Tensor: k += tensor_key(a.t); break;
-    case K::Floats: for (float f : a.floats) k += cat(f, ","); break;
-    case K::Ints: for (int64_t i : a.ints) k += cat(i, ","); break;
-    case K::Strings: for (auto& s : a.strings) k += s + "\x1f"; break;
-    case K::Tensors: for (auto& t : a.tensors) k += tensor_key(t) + "\x1f"; break;
-    default: return "";  // subgraphs: not compared
+    case K::Float:
+      k += cat(a.f);
+      break;
+    case K::Int:
+      k += cat(a.i);
+      break;
+    case K::String:
+      k += a.s;
+      break;
+    case K::Tensor:
+      k += tensor_key(a.t);
+      break;
+    case K::Floats:
+      for (float f : a.floats) k += cat(f, ",");
+      break;
+    case K::Ints:
+      for (int64_t i : a.ints) k += cat(i, ",");
+      break;
+    case K::Strings:
+      for (auto& s : a.strings) k += s + "\x1f";
+      break;
+    case K::Tensors:
+      for (auto& t : a.tensors) k += tensor_key(t) + "\x1f";
+      break;
+    default:
+      return "";  // subgraphs: not compared
   }
   return k;
 }

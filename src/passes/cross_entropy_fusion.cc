@@ -25,11 +25,11 @@ namespace {
 
 // What the match found.
 struct Match {
-  std::string h;           // (..., C) input of the linear layer
-  std::string w;           // (V,C) with transB, else (C,V)
+  std::string h;  // (..., C) input of the linear layer
+  std::string w;  // (V,C) with transB, else (C,V)
   bool transB = true;
-  std::string bias;        // "" or (V) / (1,V)
-  int slice = -1;          // index of the Slice on the logits, or -1
+  std::string bias;  // "" or (V) / (1,V)
+  int slice = -1;    // index of the Slice on the logits, or -1
 };
 
 // The Slice's axes (from input 3, the `axes` attribute before opset 10, or the default
@@ -109,7 +109,7 @@ int fuse_cross_entropy(ir::Graph& g, PassContext& ctx) {
     GraphIndex idx(g);  // rebuilt per candidate: a fusion inserts nodes
     const ir::Node& loss = g.nodes[li];
     if (!is_op(loss, "SoftmaxCrossEntropyLoss") || loss.inputs.size() < 2) continue;
-    if (loss.has_input(2)) continue;  // class weights
+    if (loss.has_input(2)) continue;          // class weights
     if (!idx.outputs_unused(loss)) continue;  // log_prob used
     std::string red = loss.attr_string("reduction", "mean");
     if (red != "mean" && red != "sum") continue;
@@ -147,8 +147,10 @@ int fuse_cross_entropy(ir::Graph& g, PassContext& ctx) {
       if (!single(cur)) continue;
       const ir::Node& a = g.nodes[p];
       int q0 = idx.producer(a.inputs[0]), q1 = idx.producer(a.inputs[1]);
-      bool lin0 = q0 >= 0 && bias_ok(ctx, a.inputs[1], V) && ctx.meta(a.inputs[0]).shape.back() == V;
-      bool lin1 = q1 >= 0 && bias_ok(ctx, a.inputs[0], V) && ctx.meta(a.inputs[1]).shape.back() == V;
+      bool lin0 =
+          q0 >= 0 && bias_ok(ctx, a.inputs[1], V) && ctx.meta(a.inputs[0]).shape.back() == V;
+      bool lin1 =
+          q1 >= 0 && bias_ok(ctx, a.inputs[0], V) && ctx.meta(a.inputs[1]).shape.back() == V;
       if (!lin0 && !lin1) continue;
       add_bias = lin0 ? a.inputs[1] : a.inputs[0];
       cur = lin0 ? a.inputs[0] : a.inputs[1];
@@ -163,8 +165,8 @@ int fuse_cross_entropy(ir::Graph& g, PassContext& ctx) {
     }
     if (!m.bias.empty() && !bias_ok(ctx, m.bias, V)) continue;
     const int64_t C = ctx.meta(m.h).shape.back();
-    if (ctx.meta(m.h).numel() / C != (m.slice >= 0 ? ctx.meta(g.nodes[m.slice].inputs[0]).numel()
-                                                   : ctx.meta(cur).numel()) / V)
+    if (ctx.meta(m.h).numel() / C !=
+        (m.slice >= 0 ? ctx.meta(g.nodes[m.slice].inputs[0]).numel() : ctx.meta(cur).numel()) / V)
       continue;  // h's rows are the logits' rows
 
     // Rewrite: [Slice h] → [Reshape (N,C)] → LinearCrossEntropy.

@@ -31,8 +31,10 @@ int eliminate_dead_nodes(ir::Graph& g) {
   g.inputs = inputs;
   std::vector<std::string> order_kept;
   for (auto& name : g.initializer_order)
-    if (live.count(name)) order_kept.push_back(name);
-    else g.initializers.erase(name);
+    if (live.count(name))
+      order_kept.push_back(name);
+    else
+      g.initializers.erase(name);
   g.initializer_order = order_kept;
   return removed;
 }

@@ -43,11 +43,11 @@ int fuse_dropout_add(ir::Graph& g, PassContext& ctx) {
       const std::string& y = dn.inputs[0];
       if (!f32_shape(y, shape) || !f32_shape(d, shape) || !f32_shape(residual, shape)) continue;
 
-      ir::Node fn = make_node(
-          "DropoutAdd", "onyx", {y, residual}, {out},
-          {{"seed", ir::Attribute::of_int(dn.attr_int("seed", 0))},
-           {"rng_key", ir::Attribute::of_string(dropout_rng_key(dn))}},
-          ctx.fresh(g, dn.name.empty() ? d + "/dropout_add" : dn.name + "/dropout_add"));
+      ir::Node fn =
+          make_node("DropoutAdd", "onyx", {y, residual}, {out},
+                    {{"seed", ir::Attribute::of_int(dn.attr_int("seed", 0))},
+                     {"rng_key", ir::Attribute::of_string(dropout_rng_key(dn))}},
+                    ctx.fresh(g, dn.name.empty() ? d + "/dropout_add" : dn.name + "/dropout_add"));
       for (size_t i = 1; i < dn.inputs.size() && i < 3; i++) fn.inputs.push_back(dn.inputs[i]);
       while (fn.inputs.size() > 2 && fn.inputs.back().empty()) fn.inputs.pop_back();
       // In the Add's place (after y's and residual's producers); the Dropout is left for

@@ -1,8 +1,8 @@
 // gelu_fusion.cc — fuses the exported forms of GELU into one Gelu node (domain "onyx" below opset
 // 20, the standard op from 20; attribute approximate = "none" | "tanh"; kernel in
-// kernels/cpu/elementwise_unary.cc, backward the GeluGrad rule of autodiff/gradients/elementwise.cc).
-// Hand-written: the patterns are what torch.onnx emits
-// for nn.GELU / F.gelu (erf form, BERT, ViT) and GPT-2's NewGELU (tanh form) below opset 20, and no
+// kernels/cpu/elementwise_unary.cc, backward the GeluGrad rule of
+// autodiff/gradients/elementwise.cc). Hand-written: the patterns are what torch.onnx emits for
+// nn.GELU / F.gelu (erf form, BERT, ViT) and GPT-2's NewGELU (tanh form) below opset 20, and no
 // library does this rewrite on our IR.
 //
 // Matched, from each Erf / Tanh (every intermediate value used only inside the pattern):

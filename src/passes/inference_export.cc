@@ -58,10 +58,11 @@ ir::Graph make_inference_graph(const ir::Graph& src, const InferenceExportOption
   std::set<std::string> custom;
   for (auto& c : custom_ops()) custom.insert(c.domain + "." + c.name);
   for (auto& n : g.nodes)
-    ONYX_CHECK(n.domain.empty() || n.domain == "ai.onnx" || n.domain == "com.microsoft" ||
-                   custom.count(n.domain + "." + n.op_type),
-               n.describe(), ": op of domain '", n.domain, "' is not a standard ONNX op",
-               n.domain == "onyx" ? "" : " (nor a custom op of a library loaded with --custom-ops)");
+    ONYX_CHECK(
+        n.domain.empty() || n.domain == "ai.onnx" || n.domain == "com.microsoft" ||
+            custom.count(n.domain + "." + n.op_type),
+        n.describe(), ": op of domain '", n.domain, "' is not a standard ONNX op",
+        n.domain == "onyx" ? "" : " (nor a custom op of a library loaded with --custom-ops)");
   return g;
 }
 

@@ -1,7 +1,8 @@
 // layer_norm_fusion.cc — fuses PyTorch's opset-14 decomposition of LayerNorm into one
 // LayerNormalization node (onyx domain below opset 17, the standard op from 17; kernels/cpu/nn.cc;
-// backward: the LayerNormGrad rule of autodiff/gradients/nn.cc). Hand-written: the pattern is what torch.onnx emits for nn.LayerNorm
-// below opset 17 (BERT / GPT-2 / ViT exports), and no library does this rewrite on our IR.
+// backward: the LayerNormGrad rule of autodiff/gradients/nn.cc). Hand-written: the pattern is what
+// torch.onnx emits for nn.LayerNorm below opset 17 (BERT / GPT-2 / ViT exports), and no library
+// does this rewrite on our IR.
 //
 // Matched, from each ReduceMean (every intermediate value used only inside the pattern):
 //   m = ReduceMean(x, axes=[last])          keepdims = 1; axes as attribute (< 18) or input (18)

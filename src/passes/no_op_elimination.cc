@@ -8,8 +8,9 @@
 //   shape = input shape; the dynamo exporter writes x[:, :-1] as a full Slice of axis 0 first)
 //                                                 → its input
 //   reshape-like(reshape-like(x))                 → Reshape(x, final shape)
-//   Transpose(Transpose(x, p), q)                 → Transpose(x, p∘q), or x when that is the identity
-//   Reshape(Transpose(Reshape(x)))  merging then splitting leading dims around the transpose
+//   Transpose(Transpose(x, p), q)                 → Transpose(x, p∘q), or x when that is the
+//   identity Reshape(Transpose(Reshape(x)))  merging then splitting leading dims around the
+//   transpose
 //                                                 → Transpose(x, q)
 // A node whose output is a graph output is kept (the output keeps its name).
 #include "passes/match.h"
@@ -51,7 +52,8 @@ bool merged_transpose(ir::Graph& g, PassContext& ctx,
   if (!is_op(r, "Reshape") || reads[t.inputs[0]] != 1) return false;
   const std::string& src = r.inputs[0];
   if (!ctx.has_meta(src) || !ctx.has_meta(t.inputs[0])) return false;
-  const Shape S = ctx.meta(src).shape, U = ctx.meta(t.inputs[0]).shape, Y = ctx.meta(n.outputs[0]).shape;
+  const Shape S = ctx.meta(src).shape, U = ctx.meta(t.inputs[0]).shape,
+              Y = ctx.meta(n.outputs[0]).shape;
   int64_t r1 = (int64_t)U.size();
   std::vector<int64_t> perm = t.attr_ints("perm");
   if (r1 < 2 || (int64_t)perm.size() != r1 || perm[0] != 0) return false;
@@ -142,8 +144,8 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
         for (int64_t v : st->to_int64_vector()) forward &= v > 0;
       }
       if (forward) bypass(idx, y, x);
-    } else if (op == "Reshape" && ctx.has_meta(y) && merged_transpose(g, ctx, producer, reads,
-                                                                      dead, n)) {
+    } else if (op == "Reshape" && ctx.has_meta(y) &&
+               merged_transpose(g, ctx, producer, reads, dead, n)) {
       removed++;
     } else if (reshape_like(n) && ctx.has_meta(y)) {
       auto p = producer.find(x);

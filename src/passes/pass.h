@@ -22,10 +22,10 @@
 namespace onyx::passes {
 
 struct PassContext {
-  std::map<std::string, TensorMeta> signature;         // graph input metas
-  std::set<std::string> variables;                     // trainable initializers: never folded
-  std::unordered_map<std::string, TensorMeta> metas;   // static meta of every value
-  int counter = 0;                                     // for fresh names
+  std::map<std::string, TensorMeta> signature;        // graph input metas
+  std::set<std::string> variables;                    // trainable initializers: never folded
+  std::unordered_map<std::string, TensorMeta> metas;  // static meta of every value
+  int counter = 0;                                    // for fresh names
 
   // Recomputes `metas` for the graph as it is now (the kernels' own infer functions). The
   // pipeline calls it before every pass; a pass that adds values and needs their metas calls it.
@@ -48,7 +48,7 @@ class GraphIndex {
   explicit GraphIndex(const ir::Graph& g);
   int producer(const std::string& v) const;  // node index, -1 for inputs/initializers
   const std::vector<int>& consumers(const std::string& v) const;  // node indices (repeats if a
-                                                                   // node reads it twice)
+                                                                  // node reads it twice)
   bool is_graph_output(const std::string& v) const { return outputs_.count(v) != 0; }
   // Number of reads: consuming node inputs plus graph outputs.
   int uses(const std::string& v) const;
@@ -98,9 +98,9 @@ struct FusionRegistration {
 };
 #define ONYX_FUSION_CAT2(a, b) a##b
 #define ONYX_FUSION_CAT(a, b) ONYX_FUSION_CAT2(a, b)
-#define ONYX_REGISTER_PASS_(fn, name, order, until_fixpoint)                               \
-  static const ::onyx::passes::FusionRegistration ONYX_FUSION_CAT(onyx_fusion_, __LINE__)( \
-      ::onyx::passes::Pass{name, fn, until_fixpoint, order})
+#define ONYX_REGISTER_PASS_(fn, name, order, until_fixpoint)       \
+  static const ::onyx::passes::FusionRegistration ONYX_FUSION_CAT( \
+      onyx_fusion_, __LINE__)(::onyx::passes::Pass{name, fn, until_fixpoint, order})
 #define ONYX_REGISTER_FUSION(fn, name, order) ONYX_REGISTER_PASS_(fn, name, order, false)
 // ... run again (after CSE and dead-node elimination) until it applies nothing.
 #define ONYX_REGISTER_FUSION_TO_FIXPOINT(fn, name, order) ONYX_REGISTER_PASS_(fn, name, order, true)
@@ -166,10 +166,11 @@ int recompute_layers(ir::Graph& g, int n_forward, RecomputeStats* stats);
 
 // ---- the pipelines ----------------------------------------------------------------------------
 struct OptimizeOptions {
-  bool fusions = true;     // false: folding and elimination only
-  bool recompute = false;  // gradient checkpointing per transformer layer (recompute.cc)
+  bool fusions = true;        // false: folding and elimination only
+  bool recompute = false;     // gradient checkpointing per transformer layer (recompute.cc)
   bool token_pruning = true;  // compute read-out tokens only (token_pruning.cc)
-  bool gradient_into_buffer = true;  // producers write parameter gradients (gradient_into_buffer.cc)
+  bool gradient_into_buffer =
+      true;  // producers write parameter gradients (gradient_into_buffer.cc)
 };
 // The forward (+ loss) graph, specialized to `signature`, before autodiff: fold, eliminate,
 // fuse. `variables` are the trainable initializers.

@@ -13,12 +13,13 @@
 // sees rank-3 values; a scalar index gets a final Reshape dropping the axis). It applies when the
 // selected value has no other reader and its producer is per token along axis 1:
 //   unary elementwise ops and Dropout (its mask unused: the selected tokens get masks drawn alike,
-//   not the same bits) and onyx.DropoutAdd (its y and residual treated as Add's operands), binary elementwise ops whose other operands do not vary along the token
-//   axis (biases, scalars) or are rank-3 token tensors (selected too), LayerNormalization over the
-//   last axis, MatMul / onyx.MatMulT of a token tensor by a 2-D weight, and onyx.Attention without
-//   causal masking whose mask does not vary by query (only the queries are selected; keys and
-//   values keep every token). The result is the same math on fewer rows; the backward follows
-//   from the Gather's own gradient (a scatter into the unselected tensor).
+//   not the same bits) and onyx.DropoutAdd (its y and residual treated as Add's operands), binary
+//   elementwise ops whose other operands do not vary along the token axis (biases, scalars) or are
+//   rank-3 token tensors (selected too), LayerNormalization over the last axis, MatMul /
+//   onyx.MatMulT of a token tensor by a 2-D weight, and onyx.Attention without causal masking whose
+//   mask does not vary by query (only the queries are selected; keys and values keep every token).
+//   The result is the same math on fewer rows; the backward follows from the Gather's own gradient
+//   (a scatter into the unselected tensor).
 #include "passes/match.h"
 #include "runtime/kernel.h"
 
@@ -33,7 +34,7 @@ enum class Operand { Select, Keep, Bail };
 Operand classify(const PassContext& ctx, const std::string& v, int64_t T) {
   if (v.empty() || !ctx.has_meta(v)) return Operand::Bail;
   const Shape& s = ctx.meta(v).shape;
-  if (s.size() <= 1) return Operand::Keep;                    // bias, scalar
+  if (s.size() <= 1) return Operand::Keep;                              // bias, scalar
   if (s.size() == 2) return s[0] == 1 ? Operand::Keep : Operand::Bail;  // aligned to (T, C)
   if (s.size() == 3) return s[1] == 1 ? Operand::Keep : s[1] == T ? Operand::Select : Operand::Bail;
   return Operand::Bail;

@@ -4,8 +4,6 @@
 // a grad_op kernel node, or the library's rules (small graphs of existing ops) emitted through
 // GradContext. Registration is all-or-nothing per library and copies everything the library
 // passed; libraries stay loaded for the life of the process.
-#include "onyx/custom_ops.h"
-
 #include <dlfcn.h>
 
 #include <cctype>
@@ -17,6 +15,7 @@
 #include <set>
 
 #include "autodiff/gradient.h"
+#include "onyx/custom_ops.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
@@ -32,8 +31,8 @@ using AttrMap = std::map<std::string, ir::Attribute>;
 // A reference inside a gradient rule (custom_op.h, "gradient rules from existing ops").
 struct Ref {
   enum class Kind { Input, Output, GradOutput, Const, Attr, Local } kind = Kind::Local;
-  int index = 0;            // Input / Output / GradOutput
-  double value = 0;         // Const; Attr default
+  int index = 0;             // Input / Output / GradOutput
+  double value = 0;          // Const; Attr default
   bool has_default = false;  // Attr
   std::string name;          // Attr name, Local name
   std::string text;          // as written, for messages
@@ -79,7 +78,9 @@ State& state() {
 // ---- OnyxCustomOpApi functions ------------------------------------------------------------
 
 const AttrMap& attrs_of(const OnyxAttributes* a) { return *reinterpret_cast<const AttrMap*>(a); }
-const OnyxAttributes* as_attrs(const AttrMap& m) { return reinterpret_cast<const OnyxAttributes*>(&m); }
+const OnyxAttributes* as_attrs(const AttrMap& m) {
+  return reinterpret_cast<const OnyxAttributes*>(&m);
+}
 
 const ir::Attribute* find_attr(const OnyxAttributes* a, const char* name) {
   if (!a || !name) return nullptr;
@@ -151,8 +152,8 @@ Ref parse_ref(const std::string& s, const std::set<std::string>& locals, const O
   r.text = s;
   auto index_after = [&](size_t prefix, int limit, const char* what) {
     std::string digits = s.substr(prefix);
-    ONYX_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos,
-               "'", s, "' is not a valid reference");
+    ONYX_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos, "'",
+               s, "' is not a valid reference");
     int k = std::atoi(digits.c_str());
     ONYX_CHECK(k < limit, "'", s, "' refers to ", what, " ", k, " but the op has at most ", limit);
     return k;
@@ -189,7 +190,8 @@ Ref parse_ref(const std::string& s, const std::set<std::string>& locals, const O
       r.value = number(t.substr(eq + 1));
     }
   } else {
-    throw Error(cat("'", s, "' is neither I<k>, O<k>, GO<k>, const:<number>, attr:<name>[=<default>]"
+    throw Error(cat("'", s,
+                    "' is neither I<k>, O<k>, GO<k>, const:<number>, attr:<name>[=<default>]"
                     " nor the output of an earlier node of the rule"));
   }
   (void)op;
@@ -200,8 +202,14 @@ ir::Attribute copy_attribute(const OnyxAttribute& a) {
   ir::Attribute out;
   ONYX_CHECK(a.count >= 0, "attribute '", cstr(a.name), "' has a negative count");
   switch (a.type) {
-    case ONYX_ATTR_INT: out.kind = ir::Attribute::Kind::Int; out.i = a.i; break;
-    case ONYX_ATTR_FLOAT: out.kind = ir::Attribute::Kind::Float; out.f = a.f; break;
+    case ONYX_ATTR_INT:
+      out.kind = ir::Attribute::Kind::Int;
+      out.i = a.i;
+      break;
+    case ONYX_ATTR_FLOAT:
+      out.kind = ir::Attribute::Kind::Float;
+      out.f = a.f;
+      break;
     case ONYX_ATTR_STRING:
       out.kind = ir::Attribute::Kind::String;
       out.s = cstr(a.s);
@@ -237,8 +245,8 @@ Op copy_op(const OnyxCustomOp& in, const std::string& library) {
   op.domain = cstr(in.domain);
   op.name = cstr(in.name);
   std::string who = cat("op '", op.domain, ".", op.name, "'");
-  ONYX_CHECK(!op.domain.empty() && op.domain != "ai.onnx" && op.domain != "onyx",
-             who, ": the domain must be the library's own (not \"\", \"ai.onnx\" or \"onyx\")");
+  ONYX_CHECK(!op.domain.empty() && op.domain != "ai.onnx" && op.domain != "onyx", who,
+             ": the domain must be the library's own (not \"\", \"ai.onnx\" or \"onyx\")");
   ONYX_CHECK(valid_identifier(op.domain), who, ": invalid domain '", op.domain, "'");
   ONYX_CHECK(valid_identifier(op.name) && op.name.find('.') == std::string::npos, who,
              ": invalid op name '", op.name, "'");
@@ -291,7 +299,8 @@ Op copy_op(const OnyxCustomOp& in, const std::string& library) {
                  ": attrs is NULL or num_attrs is negative");
       try {
         for (int j = 0; j < n.num_inputs; j++)
-          rn.inputs.push_back(parse_ref(cstr(n.inputs[j]), locals, op, op.max_inputs, op.max_outputs));
+          rn.inputs.push_back(
+              parse_ref(cstr(n.inputs[j]), locals, op, op.max_inputs, op.max_outputs));
         for (int j = 0; j < n.num_attrs; j++) {
           ONYX_CHECK(n.attrs[j].name && *n.attrs[j].name, "an attribute has no name");
           rn.attrs[n.attrs[j].name] = copy_attribute(n.attrs[j]);
@@ -318,9 +327,11 @@ int api_register_op(void* registrar, const OnyxCustomOp* op) {
   if (!r) return ONYX_FAIL;
   try {
     ONYX_CHECK(op, "register_op was called with NULL");
-    ONYX_CHECK(op->api_version == ONYX_CUSTOM_OP_API_VERSION, "an op was built against custom-op API "
-               "version ", op->api_version, " but this onyx implements version ",
-               ONYX_CUSTOM_OP_API_VERSION, " (rebuild the library against this onyx's "
+    ONYX_CHECK(op->api_version == ONYX_CUSTOM_OP_API_VERSION,
+               "an op was built against custom-op API "
+               "version ",
+               op->api_version, " but this onyx implements version ", ONYX_CUSTOM_OP_API_VERSION,
+               " (rebuild the library against this onyx's "
                "include/onyx/custom_op.h)");
     r->ops.push_back(copy_op(*op, r->origin));
     return ONYX_OK;
@@ -344,12 +355,13 @@ std::string error_text(const char* buf, int rc) {
 
 void check_arity(const Op& op, const ir::Node& node) {
   int ni = (int)node.inputs.size(), no = (int)node.outputs.size();
-  ONYX_CHECK(ni >= op.min_inputs && ni <= op.max_inputs, node.describe(), ": ", op.who(), " takes ",
-             op.min_inputs == op.max_inputs ? cat(op.min_inputs) : cat(op.min_inputs, "..", op.max_inputs),
-             " inputs, the node has ", ni);
-  ONYX_CHECK(no >= op.min_outputs && no <= op.max_outputs, node.describe(), ": ", op.who(),
-             " has ", op.min_outputs == op.max_outputs ? cat(op.min_outputs)
-                                                       : cat(op.min_outputs, "..", op.max_outputs),
+  ONYX_CHECK(
+      ni >= op.min_inputs && ni <= op.max_inputs, node.describe(), ": ", op.who(), " takes ",
+      op.min_inputs == op.max_inputs ? cat(op.min_inputs) : cat(op.min_inputs, "..", op.max_inputs),
+      " inputs, the node has ", ni);
+  ONYX_CHECK(no >= op.min_outputs && no <= op.max_outputs, node.describe(), ": ", op.who(), " has ",
+             op.min_outputs == op.max_outputs ? cat(op.min_outputs)
+                                              : cat(op.min_outputs, "..", op.max_outputs),
              " outputs, the node has ", no);
 }
 
@@ -371,21 +383,22 @@ void infer_custom(const Op& op, runtime::InferContext& ic) {
   for (auto& o : out) std::memset(&o, 0, sizeof o);
   if (op.infer) {
     char err[ONYX_ERROR_CAPACITY] = {0};
-    OnyxInferContext c{as_attrs(node.attrs), op.user_data, (int32_t)in.size(), in.data(),
-                       (int32_t)out.size(), out.data(), err};
+    OnyxInferContext c{
+        as_attrs(node.attrs), op.user_data, (int32_t)in.size(), in.data(), (int32_t)out.size(),
+        out.data(),           err};
     int rc = op.infer(&c);
     err[ONYX_ERROR_CAPACITY - 1] = 0;
-    ONYX_CHECK(rc == ONYX_OK, node.describe(), ": ", op.who(), ": shape inference failed: ",
-               error_text(err, rc));
+    ONYX_CHECK(rc == ONYX_OK, node.describe(), ": ", op.who(),
+               ": shape inference failed: ", error_text(err, rc));
   } else {
     for (size_t k = 0; k < out.size() && k < in.size(); k++) out[k] = in[k];
   }
   for (size_t k = 0; k < out.size(); k++) {
     if (node.outputs[k].empty()) continue;
     const OnyxTensorInfo& o = out[k];
-    ONYX_CHECK(o.dtype != ONYX_DTYPE_UNDEFINED, node.describe(), ": ", op.who(), ": shape inference ",
-               op.infer ? "did not set" : "(none given: output k = input k) cannot give", " output ",
-               k);
+    ONYX_CHECK(
+        o.dtype != ONYX_DTYPE_UNDEFINED, node.describe(), ": ", op.who(), ": shape inference ",
+        op.infer ? "did not set" : "(none given: output k = input k) cannot give", " output ", k);
     ONYX_CHECK(is_valid_onnx_dtype(o.dtype) && o.dtype != (int32_t)DType::String, node.describe(),
                ": ", op.who(), ": shape inference gave output ", k, " the invalid dtype ", o.dtype);
     ONYX_CHECK(o.rank >= 0 && o.rank <= ONYX_MAX_RANK, node.describe(), ": ", op.who(),
@@ -393,7 +406,8 @@ void infer_custom(const Op& op, runtime::InferContext& ic) {
     Shape s(o.dims, o.dims + o.rank);
     for (int64_t d : s)
       ONYX_CHECK(d >= 0, node.describe(), ": ", op.who(), ": shape inference gave output ", k,
-                 " the shape ", shape_str(s), ": every dim must be known (onyx plans per input "
+                 " the shape ", shape_str(s),
+                 ": every dim must be known (onyx plans per input "
                  "shape, so the inputs' dims are all known)");
     ic.set_output((int)k, (DType)o.dtype, std::move(s));
   }
@@ -414,14 +428,23 @@ OnyxTensor tensor_view(const Tensor* t) {
 void compute_custom(const Op& op, runtime::KernelContext& kc) {
   const ir::Node& node = kc.node;
   std::vector<OnyxTensor> in, out;
-  for (int i = 0; i < kc.num_inputs(); i++) in.push_back(tensor_view(kc.has_input(i) ? kc.inputs[i] : nullptr));
+  for (int i = 0; i < kc.num_inputs(); i++)
+    in.push_back(tensor_view(kc.has_input(i) ? kc.inputs[i] : nullptr));
   for (size_t k = 0; k < kc.outputs.size(); k++) out.push_back(tensor_view(kc.outputs[k]));
   char err[ONYX_ERROR_CAPACITY] = {0};
-  OnyxKernelContext c{as_attrs(node.attrs), op.user_data, (int32_t)in.size(), in.data(),
-                      (int32_t)out.size(), out.data(), kc.training ? 1 : 0, kc.seed, err};
+  OnyxKernelContext c{as_attrs(node.attrs),
+                      op.user_data,
+                      (int32_t)in.size(),
+                      in.data(),
+                      (int32_t)out.size(),
+                      out.data(),
+                      kc.training ? 1 : 0,
+                      kc.seed,
+                      err};
   int rc = op.compute(&c);
   err[ONYX_ERROR_CAPACITY - 1] = 0;
-  ONYX_CHECK(rc == ONYX_OK, node.describe(), ": ", op.who(), ": compute failed: ", error_text(err, rc));
+  ONYX_CHECK(rc == ONYX_OK, node.describe(), ": ", op.who(),
+             ": compute failed: ", error_text(err, rc));
 }
 
 // Gradient as a kernel: one grad_op node from [inputs, outputs, output gradients].
@@ -442,9 +465,12 @@ void grad_by_rules(const Op& op, autodiff::GradContext& g) {
     const Rule* rule = nullptr;
     for (auto& r : op.rules)
       if (r.input == k) rule = &r;
-    ONYX_CHECK(rule, "gradient of ", g.node().describe(), ": ", op.who(), " has no gradient rule for"
-               " input ", k, ", which needs a gradient (it depends on a trained parameter)");
-    std::string where = cat("gradient of ", g.node().describe(), ", ", op.who(), " rule for input ", k);
+    ONYX_CHECK(rule, "gradient of ", g.node().describe(), ": ", op.who(),
+               " has no gradient rule for"
+               " input ",
+               k, ", which needs a gradient (it depends on a trained parameter)");
+    std::string where =
+        cat("gradient of ", g.node().describe(), ", ", op.who(), " rule for input ", k);
     DType dt = g.meta(g.I(k)).dtype;
     // An absent output gradient: the rule contributes nothing when every one it reads is absent;
     // otherwise the absent ones are zeros.
@@ -462,7 +488,8 @@ void grad_by_rules(const Op& op, autodiff::GradContext& g) {
     auto resolve = [&](const Ref& r) -> std::string {
       switch (r.kind) {
         case Ref::Kind::Input:
-          ONYX_CHECK(!g.I(r.index).empty(), where, ": '", r.text, "': the node has no input ", r.index);
+          ONYX_CHECK(!g.I(r.index).empty(), where, ": '", r.text, "': the node has no input ",
+                     r.index);
           return g.I(r.index);
         case Ref::Kind::Output:
           ONYX_CHECK(r.index < std::max(g.num_outputs(), op.max_outputs), where, ": '", r.text,
@@ -478,7 +505,8 @@ void grad_by_rules(const Op& op, autodiff::GradContext& g) {
           v.t = zero;
           return g.emit1("ConstantOfShape", {g.const_i64(m.shape)}, {{"value", v}});
         }
-        case Ref::Kind::Const: return g.const_scalar(r.value, dt);
+        case Ref::Kind::Const:
+          return g.const_scalar(r.value, dt);
         case Ref::Kind::Attr: {
           const ir::Node& n = g.node();
           auto it = n.attrs.find(r.name);
@@ -486,7 +514,8 @@ void grad_by_rules(const Op& op, autodiff::GradContext& g) {
           if (it != n.attrs.end()) {
             ONYX_CHECK(it->second.kind == ir::Attribute::Kind::Float ||
                            it->second.kind == ir::Attribute::Kind::Int,
-                       where, ": '", r.text, "': attribute '", r.name, "' is not an int or a float");
+                       where, ": '", r.text, "': attribute '", r.name,
+                       "' is not an int or a float");
             v = it->second.kind == ir::Attribute::Kind::Float ? it->second.f : (double)it->second.i;
           } else {
             ONYX_CHECK(r.has_default, where, ": '", r.text, "': the node has no attribute '",
@@ -494,7 +523,8 @@ void grad_by_rules(const Op& op, autodiff::GradContext& g) {
           }
           return g.const_scalar(v, dt);
         }
-        case Ref::Kind::Local: return local.at(r.name);
+        case Ref::Kind::Local:
+          return local.at(r.name);
       }
       return "";
     };
@@ -516,7 +546,8 @@ std::string gradient_text(const Op& op) {
   if (op.rules.empty()) return "";
   std::string s = "rules for input";
   s += op.rules.size() > 1 ? "s " : " ";
-  for (size_t i = 0; i < op.rules.size(); i++) s += (i ? ", " : "") + std::to_string(op.rules[i].input);
+  for (size_t i = 0; i < op.rules.size(); i++)
+    s += (i ? ", " : "") + std::to_string(op.rules[i].input);
   return s;
 }
 
@@ -539,8 +570,10 @@ std::vector<CustomOpInfo> commit(std::vector<Op>& ops, const std::string& origin
   for (auto& op : ops)
     if (!op.grad_op.empty())
       ONYX_CHECK(keys.count(op.domain + "." + op.grad_op), "custom-op library '", origin, "': op '",
-                 op.key(), "' names grad_op '", op.grad_op, "', which the library does not register"
-                 " in domain '", op.domain, "'");
+                 op.key(), "' names grad_op '", op.grad_op,
+                 "', which the library does not register"
+                 " in domain '",
+                 op.domain, "'");
   std::vector<CustomOpInfo> out;
   for (auto& o : ops) {
     auto op = std::make_shared<const Op>(o);
@@ -564,7 +597,8 @@ std::vector<CustomOpInfo> commit(std::vector<Op>& ops, const std::string& origin
   return out;
 }
 
-std::vector<CustomOpInfo> register_locked(OnyxRegisterCustomOpsFn entry, const std::string& origin) {
+std::vector<CustomOpInfo> register_locked(OnyxRegisterCustomOpsFn entry,
+                                          const std::string& origin) {
   Registrar r;
   r.origin = origin;
   // The table outlives the call (libraries keep it for their kernels' attr_* / parallel_for), so
@@ -586,10 +620,11 @@ std::vector<CustomOpInfo> register_locked(OnyxRegisterCustomOpsFn entry, const s
   api->registrar = nullptr;
   std::string lib = cat("custom-op library '", origin, "'");
   if (rc == ONYX_ERR_API_VERSION)
-    throw Error(cat(lib, " does not support this onyx's custom-op API version ",
-                    ONYX_CUSTOM_OP_API_VERSION, " (onyx_register_custom_ops returned "
-                    "ONYX_ERR_API_VERSION; rebuild it against this onyx's include/onyx/custom_op.h)",
-                    r.library_message.empty() ? "" : ": " + r.library_message));
+    throw Error(
+        cat(lib, " does not support this onyx's custom-op API version ", ONYX_CUSTOM_OP_API_VERSION,
+            " (onyx_register_custom_ops returned "
+            "ONYX_ERR_API_VERSION; rebuild it against this onyx's include/onyx/custom_op.h)",
+            r.library_message.empty() ? "" : ": " + r.library_message));
   if (!r.error.empty()) throw Error(cat(lib, ": ", r.error));
   if (rc != ONYX_OK)
     throw Error(cat(lib, ": onyx_register_custom_ops failed (returned ", rc, ")",
@@ -600,7 +635,8 @@ std::vector<CustomOpInfo> register_locked(OnyxRegisterCustomOpsFn entry, const s
 
 }  // namespace
 
-std::vector<CustomOpInfo> register_custom_ops(OnyxRegisterCustomOpsFn entry, const std::string& origin) {
+std::vector<CustomOpInfo> register_custom_ops(OnyxRegisterCustomOpsFn entry,
+                                              const std::string& origin) {
   ONYX_CHECK(entry, "register_custom_ops: no entry point for '", origin, "'");
   std::lock_guard<std::mutex> lock(state().mu);
   return register_locked(entry, origin);
@@ -624,15 +660,18 @@ std::vector<CustomOpInfo> load_custom_op_library(const std::string& path) {
   void* h = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();
-    throw Error(cat(lib, exists ? " cannot be loaded: " : " does not exist and dlopen cannot find it: ",
+    throw Error(cat(lib,
+                    exists ? " cannot be loaded: " : " does not exist and dlopen cannot find it: ",
                     e ? e : "dlopen failed"));
   }
   dlerror();
   auto entry = reinterpret_cast<OnyxRegisterCustomOpsFn>(dlsym(h, "onyx_register_custom_ops"));
   if (!entry) {
     dlclose(h);
-    throw Error(cat(lib, " does not export onyx_register_custom_ops (define it with "
-                    "ONYX_CUSTOM_OP_EXPORT and C linkage, as include/onyx/custom_op.h declares it)"));
+    throw Error(
+        cat(lib,
+            " does not export onyx_register_custom_ops (define it with "
+            "ONYX_CUSTOM_OP_EXPORT and C linkage, as include/onyx/custom_op.h declares it)"));
   }
   std::vector<CustomOpInfo> ops;
   try {

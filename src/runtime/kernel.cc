@@ -88,9 +88,12 @@ const OpTraits& op_traits(const ir::Node& node) {
 
 const char* precision_name(OpTraits::Precision p) {
   switch (p) {
-    case OpTraits::Precision::LowPrecision: return "bf16-ok";
-    case OpTraits::Precision::Fp32: return "fp32";
-    default: return "follow";
+    case OpTraits::Precision::LowPrecision:
+      return "bf16-ok";
+    case OpTraits::Precision::Fp32:
+      return "fp32";
+    default:
+      return "follow";
   }
 }
 

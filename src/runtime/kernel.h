@@ -30,10 +30,10 @@ struct NeedValue {
 
 struct InferContext {
   const ir::Node& node;
-  int64_t opset;                                 // version of the node's domain
-  std::vector<const TensorMeta*> inputs;         // nullptr for an absent optional input
-  std::vector<const Tensor*> values;             // known values (constants / run time) or nullptr
-  std::vector<TensorMeta> outputs;               // to fill: one per node output
+  int64_t opset;                          // version of the node's domain
+  std::vector<const TensorMeta*> inputs;  // nullptr for an absent optional input
+  std::vector<const Tensor*> values;      // known values (constants / run time) or nullptr
+  std::vector<TensorMeta> outputs;        // to fill: one per node output
 
   int num_inputs() const { return (int)inputs.size(); }
   bool has_input(int i) const { return i < (int)inputs.size() && inputs[i] != nullptr; }
@@ -152,21 +152,24 @@ double gemm_like_flops(const ir::Node& n, const std::vector<const TensorMeta*>& 
 // Each op family registers itself here (one function per src/kernels/cpu/*.cc file). A family's
 // fused gradient kernels ("onyx" domain: SoftmaxGrad, MatMulGradB, ConvGradWeight, GatherGrad, ...)
 // live in its file, next to their forwards, and register with them.
-void register_elementwise_kernels(KernelRegistry& r);  // unary, binary, compare, logic, Where, Cast, Clip...
-void register_matmul_kernels(KernelRegistry& r);       // MatMul, Gemm, Einsum, onyx.MatMulT
-void register_conv_kernels(KernelRegistry& r);         // Conv
-void register_shape_kernels(KernelRegistry& r);        // Reshape, Transpose, Concat, Slice, Gather, ...
-void register_reduce_kernels(KernelRegistry& r);       // Reduce*, ArgMax, CumSum
-void register_nn_kernels(KernelRegistry& r);           // Softmax, LogSoftmax, LayerNormalization, Dropout, ...
+void register_elementwise_kernels(
+    KernelRegistry& r);  // unary, binary, compare, logic, Where, Cast, Clip...
+void register_matmul_kernels(KernelRegistry& r);  // MatMul, Gemm, Einsum, onyx.MatMulT
+void register_conv_kernels(KernelRegistry& r);    // Conv
+void register_shape_kernels(KernelRegistry& r);   // Reshape, Transpose, Concat, Slice, Gather, ...
+void register_reduce_kernels(KernelRegistry& r);  // Reduce*, ArgMax, CumSum
+void register_nn_kernels(
+    KernelRegistry& r);  // Softmax, LogSoftmax, LayerNormalization, Dropout, ...
 void register_attention_kernels(KernelRegistry& r);    // onyx.Attention, onyx.AttentionGrad
 void register_dropout_add_kernels(KernelRegistry& r);  // onyx.DropoutAdd
-void register_loss_kernels(KernelRegistry& r);         // SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
+void register_loss_kernels(
+    KernelRegistry& r);  // SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
 void register_linear_cross_entropy_kernels(KernelRegistry& r);  // onyx.LinearCrossEntropy
-void register_pool_kernels(KernelRegistry& r);        // MaxPool, AveragePool, Global*Pool (+ their grads)
-void register_resize_kernels(KernelRegistry& r);      // Resize, onyx.ResizeGrad, onyx.PadGrad
+void register_pool_kernels(KernelRegistry& r);  // MaxPool, AveragePool, Global*Pool (+ their grads)
+void register_resize_kernels(KernelRegistry& r);          // Resize, onyx.ResizeGrad, onyx.PadGrad
 void register_conv_transpose_kernels(KernelRegistry& r);  // ConvTranspose
-void register_group_norm_kernels(KernelRegistry& r);  // GroupNormalization, onyx.GroupNormGrad
-void register_accumulate_kernels(KernelRegistry& r);  // AccumulateGrad (into the flat buffer)
+void register_group_norm_kernels(KernelRegistry& r);      // GroupNormalization, onyx.GroupNormGrad
+void register_accumulate_kernels(KernelRegistry& r);      // AccumulateGrad (into the flat buffer)
 
 // Runs k's shape inference for `node`: output metas from input metas (nullptr = absent) and the
 // values known so far (nullptr = unknown). Throws NeedValue when infer needs an unknown value,

@@ -30,7 +30,8 @@ std::vector<Placed> conflicts(const std::vector<BufferRequest>& reqs, const std:
   std::vector<Placed> c;
   for (int j : done)
     if (reqs[j].bytes && lifetimes_intersect(reqs[j], r)) c.push_back({offsets[j], reqs[j].bytes});
-  std::sort(c.begin(), c.end(), [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
+  std::sort(c.begin(), c.end(),
+            [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
   return c;
 }
 
@@ -112,14 +113,15 @@ size_t live_peak_bytes(const std::vector<BufferRequest>& reqs, int* peak_step) {
 std::string MemoryPlan::summary() const {
   auto mib = [](size_t b) { return b / (1024.0 * 1024.0); };
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "planned peak %.1f MiB: arena %.1f MiB (live peak %.1f MiB at step %d; kept for "
-                "backward %.1f MiB; %s) + graph outputs %.1f MiB (heap, or caller storage when bound); "
-                "%zu in-place, %zu views, %zu "
-                "dynamic values on the heap",
-                mib(planned_peak_bytes), mib(arena_bytes), mib(live_peak_bytes), peak_step,
-                mib(kept_bytes), strategy.c_str(), mib(heap_output_bytes), inplace_of.size(),
-                alias_of.size(), heap_dynamic_values);
+  std::snprintf(
+      buf, sizeof buf,
+      "planned peak %.1f MiB: arena %.1f MiB (live peak %.1f MiB at step %d; kept for "
+      "backward %.1f MiB; %s) + graph outputs %.1f MiB (heap, or caller storage when bound); "
+      "%zu in-place, %zu views, %zu "
+      "dynamic values on the heap",
+      mib(planned_peak_bytes), mib(arena_bytes), mib(live_peak_bytes), peak_step, mib(kept_bytes),
+      strategy.c_str(), mib(heap_output_bytes), inplace_of.size(), alias_of.size(),
+      heap_dynamic_values);
   return buf;
 }
 
@@ -213,8 +215,8 @@ void plan_memory(const ir::Graph& g, Plan& plan, const std::set<std::string>& gr
         // (a broadcast operand, e.g. (B,1) under (B,C), or float under bool, has fewer elements
         // and would be overwritten before it is read).
         auto im = plan.metas.find(node.inputs[j]);
-        if (im == plan.metas.end() || !fixed_size(im->second.dtype) || im->second.numel() != m.numel() ||
-            dtype_size(im->second.dtype) != dtype_size(m.dtype))
+        if (im == plan.metas.end() || !fixed_size(im->second.dtype) ||
+            im->second.numel() != m.numel() || dtype_size(im->second.dtype) != dtype_size(m.dtype))
           continue;
         if (std::find(taken.begin(), taken.end(), r) != taken.end()) continue;
         // The same bytes read through another input too (x*x, GeluGrad(dy, x) with x viewing

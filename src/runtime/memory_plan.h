@@ -38,8 +38,8 @@ struct BufferRequest {
 };
 
 enum class PackStrategy {
-  GreedyBySize,  // largest buffer first, each at the lowest offset that fits among placed buffers
-                 // whose lifetimes intersect its own
+  GreedyBySize,    // largest buffer first, each at the lowest offset that fits among placed buffers
+                   // whose lifetimes intersect its own
   BestFitInOrder,  // in order of definition, each into the smallest gap that fits (else the top)
 };
 
@@ -59,10 +59,11 @@ inline size_t arena_round(size_t bytes) {
 
 // The memory side of a Plan, readable before anything runs (`onyx plan`).
 struct MemoryPlan {
-  std::unordered_map<std::string, size_t> offset;           // arena value -> byte offset
-  std::unordered_map<std::string, std::string> alias_of;    // view value -> value whose bytes it shares
+  std::unordered_map<std::string, size_t> offset;  // arena value -> byte offset
+  std::unordered_map<std::string, std::string>
+      alias_of;  // view value -> value whose bytes it shares
   std::unordered_map<std::string, std::string> inplace_of;  // output -> input whose slot it took
-  size_t arena_bytes = 0;         // the arena's size
+  size_t arena_bytes = 0;                                   // the arena's size
   // Static graph outputs, allocated per run outside the arena — or not at all when the caller
   // binds them (RunOptions::bound_outputs: a training step's gradients in the flat buffer).
   size_t heap_output_bytes = 0;

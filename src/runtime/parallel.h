@@ -2,9 +2,9 @@
 // onyx's kernels, oneDNN (Debian builds it on GNU OpenMP) and OpenMP all share libgomp's pool, so
 // threads never oversubscribe the cores. `set_num_threads` is the single knob.
 #pragma once
-#include <cstdint>
-
 #include <omp.h>
+
+#include <cstdint>
 
 namespace onyx::runtime {
 

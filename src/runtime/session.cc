@@ -35,7 +35,6 @@ struct OpProfile {
 };
 OpProfile g_profile;
 
-
 // Inputs of which an op reads only the meta (OpTraits::meta_only_inputs: Shape's, Size's,
 // CastLike's target). Such a node folds when its other inputs are constants and these inputs'
 // metas are static: the dynamo exporter writes every masking fill as CastLike(constant, scores).
@@ -67,7 +66,8 @@ std::string input_shapes(const std::vector<const TensorMeta*>& metas) {
 
 std::vector<Tensor> infer_and_compute(const ir::Node& node, const OpKernel& k, int64_t opset,
                                       const std::vector<const Tensor*>& in,
-                                      const std::vector<bool>& want_output, const RunOptions& opts) {
+                                      const std::vector<bool>& want_output,
+                                      const RunOptions& opts) {
   std::vector<TensorMeta> in_metas(in.size());
   std::vector<const TensorMeta*> meta_ptrs;
   for (size_t i = 0; i < in.size(); i++) {
@@ -138,7 +138,8 @@ void Session::check_supported() const {
   for (auto& n : graph_->nodes)
     if (!reg.find(n.domain, n.op_type))
       ONYX_UNSUPPORTED(n.describe(), ": unknown op '", n.domain.empty() ? "" : n.domain + ".",
-                       n.op_type, "' (opset ", graph_->opset(n.domain), "): onyx has no kernel for it");
+                       n.op_type, "' (opset ", graph_->opset(n.domain),
+                       "): onyx has no kernel for it");
 }
 
 static std::string signature_key(const std::map<std::string, TensorMeta>& sig) {
@@ -278,9 +279,9 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
       if (!ok) {
         std::string want = "[";
         for (size_t i = 0; i < vi->shape.size(); i++)
-          want += (i ? ", " : "") +
-                  (vi->shape[i] >= 0 ? std::to_string(vi->shape[i])
-                                     : (vi->dim_params[i].empty() ? "?" : vi->dim_params[i]));
+          want += (i ? ", " : "") + (vi->shape[i] >= 0
+                                         ? std::to_string(vi->shape[i])
+                                         : (vi->dim_params[i].empty() ? "?" : vi->dim_params[i]));
         want += "]";
         throw Error(cat("input '", name, "' has shape ", shape_str(t.shape()),
                         " but the model expects ", want));
@@ -289,8 +290,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     sig[name] = t.meta();
   }
   for (auto& v : g.inputs)
-    ONYX_CHECK(inputs.count(v.name), "input '", v.name, "' (", dtype_name(v.dtype),
-               ") is missing");
+    ONYX_CHECK(inputs.count(v.name), "input '", v.name, "' (", dtype_name(v.dtype), ") is missing");
 
   const Plan& plan = plan_for(sig);
   if (g_profile.enabled && reported_.insert(&plan).second && plan.memory.arena_bytes > (1 << 20))
@@ -367,8 +367,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
           const auto& acc = step.kernel->accumulate_outputs;
           if (opts.accumulate && std::find(acc.begin(), acc.end(), (int)i) != acc.end())
             kc.accumulate_mask |= uint64_t(1) << i;
-        } else if (!step.dynamic && i < step.output_offsets.size() &&
-                   step.output_offsets[i] >= 0) {
+        } else if (!step.dynamic && i < step.output_offsets.size() && step.output_offsets[i] >= 0) {
           outs[i] = Tensor::wrap(metas[i].dtype, metas[i].shape,
                                  arena_.get() + step.output_offsets[i], arena_);
         } else {

@@ -10,8 +10,8 @@
 // kernels write over an input that dies at that step.
 #pragma once
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -36,11 +36,11 @@ struct RunOptions {
 };
 
 struct PlanStep {
-  int node;                               // index into graph.nodes
+  int node;  // index into graph.nodes
   const OpKernel* kernel;
-  bool dynamic;                           // infer re-run at run time (shapes depend on run-time values)
-  std::vector<TensorMeta> output_metas;   // valid when !dynamic
-  std::vector<std::string> free_after;    // values whose last use is this step
+  bool dynamic;  // infer re-run at run time (shapes depend on run-time values)
+  std::vector<TensorMeta> output_metas;  // valid when !dynamic
+  std::vector<std::string> free_after;   // values whose last use is this step
   // Memory plan, per output: byte offset in the session's arena, or -1 (allocated at run time:
   // graph outputs, dynamic steps). When `alias`, output 0 is a view of input 0 (no kernel runs).
   std::vector<int64_t> output_offsets;
@@ -59,8 +59,7 @@ class Session {
  public:
   // `parameters`: initializers that change between runs (trainable weights). They are never
   // folded into constants; a run may pass a new value for each by name (else the initializer).
-  explicit Session(std::shared_ptr<const ir::Graph> graph,
-                   std::set<std::string> parameters = {});
+  explicit Session(std::shared_ptr<const ir::Graph> graph, std::set<std::string> parameters = {});
   // Checks every op has a kernel before anything runs; throws naming the first that does not.
   void check_supported() const;
 

@@ -82,9 +82,12 @@ TrainerState TrainerState::from_json(const std::string& text, const std::string&
     for (auto& e : j.at("log_history")) {
       LogEntry le;
       for (auto& [k, v] : e.items()) {
-        if (k == "epoch") le.epoch = v.get<double>();
-        else if (k == "step") le.step = v.get<int64_t>();
-        else if (v.is_number()) le.values[k] = v.get<double>();
+        if (k == "epoch")
+          le.epoch = v.get<double>();
+        else if (k == "step")
+          le.step = v.get<int64_t>();
+        else if (v.is_number())
+          le.values[k] = v.get<double>();
       }
       s.log_history.push_back(le);
     }
@@ -145,8 +148,10 @@ void Trainer::save_checkpoint() {
   // step was saved (this one, or one still on disk).
   if (state_.best_global_step) {
     fs::path best = fs::path(args_.output_dir) / cat("checkpoint-", *state_.best_global_step);
-    if (*state_.best_global_step == state_.global_step) state_.best_model_checkpoint = final_dir.string();
-    else if (fs::exists(best)) state_.best_model_checkpoint = best.string();
+    if (*state_.best_global_step == state_.global_step)
+      state_.best_model_checkpoint = final_dir.string();
+    else if (fs::exists(best))
+      state_.best_model_checkpoint = best.string();
   }
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -234,7 +239,8 @@ void Trainer::load_checkpoint(const std::string& dir) {
   I.ts->load_weights(weights.tensors, cat("checkpoint '", dir, "': model.safetensors"));
   auto opt = io::load_safetensors((d / "optimizer.safetensors").string());
   I.opt->load_state(opt.tensors);
-  state_ = TrainerState::from_json(read("trainer_state.json"), cat("'", (d / "trainer_state.json").string(), "'"));
+  state_ = TrainerState::from_json(read("trainer_state.json"),
+                                   cat("'", (d / "trainer_state.json").string(), "'"));
   json rng;
   try {
     rng = json::parse(read("rng_state.json"));

@@ -40,14 +40,16 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
   std::string pred_name = model_.predictions;
   if (pred_name.empty())
     for (auto& o : model_.graph->outputs)
-      if (model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput || o.name != model_.loss.output) {
-        if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput && model_.loss.output.empty() &&
-            &o == &model_.graph->outputs[0])
+      if (model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput ||
+          o.name != model_.loss.output) {
+        if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput &&
+            model_.loss.output.empty() && &o == &model_.graph->outputs[0])
           continue;
         pred_name = o.name;
         break;
       }
-  std::string label_name = model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput ? model_.loss.labels : "";
+  std::string label_name =
+      model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput ? model_.loss.labels : "";
   if (label_name.empty()) {
     for (auto& k : ds.keys())
       if (k == "labels" || k == "label") label_name = k;
@@ -59,7 +61,8 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
   const bool keep_preds = !with_metrics || (compute_metrics_ && metrics_need_predictions_);
   auto order = data::epoch_order(ds.size(), false, 0, 0);
   // dataloader_drop_last applies to evaluation too, as Transformers' eval DataLoader has it
-  for (auto& idx : data::make_batches(order, args_.per_device_eval_batch_size, args_.dataloader_drop_last)) {
+  for (auto& idx :
+       data::make_batches(order, args_.per_device_eval_batch_size, args_.dataloader_drop_last)) {
     auto batch = load_batch(ds, idx);
     auto out = ts.forward(batch);
     if (out.count("loss")) {
@@ -76,8 +79,10 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
     Shape s = ts[0].shape();
     int64_t n = 0;
     for (auto& t : ts) n += t.rank() ? t.dim(0) : 1;
-    if (s.empty()) s = {n};
-    else s[0] = n;
+    if (s.empty())
+      s = {n};
+    else
+      s[0] = n;
     Tensor out(ts[0].dtype(), s);
     char* dst = (char*)out.raw();
     for (auto& t : ts) {
@@ -126,7 +131,8 @@ Metrics Trainer::evaluate(const std::string& prefix) {
                       "': the evaluation has no '", key, "' (it has: ", have, ")"));
     }
     double v = it->second;
-    if (!state_.best_metric || (args_.best_is_greater() ? v > *state_.best_metric : v < *state_.best_metric)) {
+    if (!state_.best_metric ||
+        (args_.best_is_greater() ? v > *state_.best_metric : v < *state_.best_metric)) {
       state_.best_metric = v;
       if (args_.save_strategy != "no") state_.best_global_step = state_.global_step;
     }

@@ -55,7 +55,8 @@ Metrics f1(const EvalPrediction& p) {
   pairs(p, pr, g);
   std::map<int64_t, std::array<int64_t, 3>> c;  // tp, fp, fn
   for (size_t i = 0; i < pr.size(); i++) {
-    if (pr[i] == g[i]) c[g[i]][0]++;
+    if (pr[i] == g[i])
+      c[g[i]][0]++;
     else {
       c[pr[i]][1]++;
       c[g[i]][2]++;
@@ -70,7 +71,8 @@ Metrics f1(const EvalPrediction& p) {
 }
 
 Metrics mse(const EvalPrediction& p) {
-  ONYX_CHECK(p.predictions.defined(), "mse needs the model's predictions (set 'predictions' in the config)");
+  ONYX_CHECK(p.predictions.defined(),
+             "mse needs the model's predictions (set 'predictions' in the config)");
   ONYX_CHECK(p.label_ids.defined() && p.label_ids.numel() == p.predictions.numel(),
              "mse: predictions and labels must have the same number of elements");
   double s = 0;
@@ -89,10 +91,14 @@ ComputeMetrics by_names(const std::vector<std::string>& names) {
     Metrics m;
     for (auto& n : names) {
       Metrics r;
-      if (n == "accuracy") r = accuracy(p);
-      else if (n == "f1") r = f1(p);
-      else if (n == "mse") r = mse(p);
-      else if (n == "perplexity" && std::isfinite(p.loss)) r = {{"perplexity", std::exp(std::min(p.loss, 700.0))}};
+      if (n == "accuracy")
+        r = accuracy(p);
+      else if (n == "f1")
+        r = f1(p);
+      else if (n == "mse")
+        r = mse(p);
+      else if (n == "perplexity" && std::isfinite(p.loss))
+        r = {{"perplexity", std::exp(std::min(p.loss, 700.0))}};
       m.insert(r.begin(), r.end());
     }
     return m;

@@ -88,21 +88,23 @@ std::string Progress::format_interval(double t) {
   long long secs = std::llabs((long long)t);  // Python's abs(int(t))
   long long mins = secs / 60, s = secs % 60, h = mins / 60, m = mins % 60;
   char buf[48];
-  if (h) std::snprintf(buf, sizeof buf, "%s%lld:%02lld:%02lld", sign, h, m, s);
-  else std::snprintf(buf, sizeof buf, "%s%02lld:%02lld", sign, m, s);
+  if (h)
+    std::snprintf(buf, sizeof buf, "%s%lld:%02lld:%02lld", sign, h, m, s);
+  else
+    std::snprintf(buf, sizeof buf, "%s%02lld:%02lld", sign, m, s);
   return buf;
 }
 
-std::string Progress::format_meter(int64_t n, int64_t total, double elapsed, int ncols,
-                                   double rate, const std::string& postfix, int64_t initial) {
+std::string Progress::format_meter(int64_t n, int64_t total, double elapsed, int ncols, double rate,
+                                   const std::string& postfix, int64_t initial) {
   if (total && (double)n >= (double)total + 0.5) total = 0;
   std::string elapsed_str = format_interval(elapsed);
   if (!(rate > 0) && elapsed) rate = (double)(n - initial) / elapsed;
   bool known = rate > 0 || rate < 0;  // tqdm: `if rate` (a non-zero number)
   double inv_rate = known ? 1.0 / rate : 0;
   std::string rate_fmt = known && inv_rate > 1 ? fmt("%5.2f", inv_rate) + "s/it"
-                         : known              ? fmt("%5.2f", rate) + "it/s"
-                                              : "?it/s";
+                         : known               ? fmt("%5.2f", rate) + "it/s"
+                                               : "?it/s";
   std::string n_fmt = std::to_string(n), total_fmt = total ? std::to_string(total) : "?";
   std::string post = postfix.empty() ? "" : ", " + postfix;
   double remaining = known && total ? (double)(total - n) / rate : 0;
@@ -139,9 +141,7 @@ Progress::~Progress() {
 }
 
 // EMA's bias correction 1 / (1 - 0.7^calls) is the same for both, so it cancels in the ratio.
-double Progress::smoothed_rate() const {
-  return ema_calls_ && ema_dt_ > 0 ? ema_dn_ / ema_dt_ : 0;
-}
+double Progress::smoothed_rate() const { return ema_calls_ && ema_dt_ > 0 ? ema_dn_ / ema_dt_ : 0; }
 
 std::string Progress::line(double rate) const {
   double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();

@@ -36,8 +36,8 @@ class Progress {
   // tqdm's pieces, exposed for tests.
   static std::string format_interval(double seconds);  // [H:]MM:SS
   // tqdm.format_meter with the default bar_format; rate <= 0 = unknown (then n/elapsed).
-  static std::string format_meter(int64_t n, int64_t total, double elapsed, int ncols,
-                                  double rate, const std::string& postfix, int64_t initial = 0);
+  static std::string format_meter(int64_t n, int64_t total, double elapsed, int ncols, double rate,
+                                  const std::string& postfix, int64_t initial = 0);
   static int terminal_columns();  // stdout's width (TIOCGWINSZ), else $COLUMNS, else 80
 
  private:

@@ -11,9 +11,9 @@
 
 #include "data/dataset.h"
 #include "data/idx_dataset.h"
-#include "io/safetensors.h"
 #include "data/text_datasets.h"
 #include "data/tokenizer.h"
+#include "io/safetensors.h"
 #include "models/hf_model.h"
 #include "models/hf_weights.h"
 #include "onyx/custom_ops.h"
@@ -70,14 +70,18 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
       c.loss.output = v.as<std::string>();
       return;
     }
-    ONYX_CHECK(v.IsMap(), what, ": 'loss' must be an output name or a mapping {type, logits, labels}");
+    ONYX_CHECK(v.IsMap(), what,
+               ": 'loss' must be an output name or a mapping {type, logits, labels}");
     std::string type = "cross_entropy";
     for (auto kv : v) {
       std::string k = kv.first.as<std::string>();
       std::string val = scalar(kv.second, "loss." + k, what);
-      if (k == "type") type = val;
-      else if (k == "logits" || k == "predictions" || k == "output") c.loss.output = val;
-      else if (k == "labels") c.loss.labels = val;
+      if (k == "type")
+        type = val;
+      else if (k == "logits" || k == "predictions" || k == "output")
+        c.loss.output = val;
+      else if (k == "labels")
+        c.loss.labels = val;
       else if (k == "ignore_index") {
         try {
           c.loss.ignore_index = std::stoll(val);
@@ -87,17 +91,26 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
       } else
         throw Error(cat(what, ": unknown key 'loss.", k, "' (type, logits, labels, ignore_index)"));
     }
-    if (type == "cross_entropy") c.loss.kind = autodiff::LossSpec::Kind::CrossEntropy;
-    else if (type == "mse") c.loss.kind = autodiff::LossSpec::Kind::MSE;
-    else if (type == "output") c.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
-    else throw Error(cat(what, ": 'loss.type' must be cross_entropy, mse or output, got '", type, "'"));
+    if (type == "cross_entropy")
+      c.loss.kind = autodiff::LossSpec::Kind::CrossEntropy;
+    else if (type == "mse")
+      c.loss.kind = autodiff::LossSpec::Kind::MSE;
+    else if (type == "output")
+      c.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
+    else
+      throw Error(
+          cat(what, ": 'loss.type' must be cross_entropy, mse or output, got '", type, "'"));
     if (c.loss.kind != autodiff::LossSpec::Kind::GraphOutput)
       ONYX_CHECK(!c.loss.output.empty() && !c.loss.labels.empty(), what, ": loss of type '", type,
                  "' needs 'logits' and 'labels'");
   } else if (key == "train_data" || key == "eval_data" || key == "test_data") {
-    DataSpec& d = key == "train_data" ? c.train_data : key == "eval_data" ? c.eval_data : c.test_data;
-    if (v.IsMap()) d = {"", YAML::Dump(v)};
-    else d = {scalar(v, key, what), ""};
+    DataSpec& d = key == "train_data"  ? c.train_data
+                  : key == "eval_data" ? c.eval_data
+                                       : c.test_data;
+    if (v.IsMap())
+      d = {"", YAML::Dump(v)};
+    else
+      d = {scalar(v, key, what), ""};
   } else if (key == "metrics") {
     c.metrics = string_list(v, key, what);
   } else if (key == "frozen") {
@@ -119,8 +132,10 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
   } else if (key == "batch_norm_running_var") {
     c.batch_norm_running_var = scalar(v, key, what);
     ONYX_CHECK(c.batch_norm_running_var == "population" || c.batch_norm_running_var == "unbiased",
-               what, ": 'batch_norm_running_var' must be population (the ONNX spec) or unbiased "
-               "(PyTorch's BatchNorm), got '", c.batch_norm_running_var, "'");
+               what,
+               ": 'batch_norm_running_var' must be population (the ONNX spec) or unbiased "
+               "(PyTorch's BatchNorm), got '",
+               c.batch_norm_running_var, "'");
   } else if (key == "early_stopping_patience" || key == "early_stopping_threshold") {
     std::string t = scalar(v, key, what);
     try {
@@ -144,7 +159,8 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     // ("all" = tensorboard), so a list naming anything else besides it is an error.
     std::vector<std::string> names;
     for (auto& s : string_list(v, key, what))
-      if (s != "none" && std::find(names.begin(), names.end(), s) == names.end()) names.push_back(s);
+      if (s != "none" && std::find(names.begin(), names.end(), s) == names.end())
+        names.push_back(s);
     bool all_tb = !names.empty();
     for (auto& s : names) all_tb = all_tb && (s == "tensorboard" || s == "all");
     std::string joined;
@@ -170,7 +186,8 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> parse_overrides(const std::vector<std::string>& a) {
+std::vector<std::pair<std::string, std::string>> parse_overrides(
+    const std::vector<std::string>& a) {
   std::vector<std::pair<std::string, std::string>> out;
   for (size_t i = 0; i < a.size(); i++) {
     std::string k = a[i];
@@ -193,6 +210,10 @@ RunConfig load_run_config(const std::string& path,
   c.path = path;
   std::string what = cat("config '", path, "'");
   ONYX_CHECK(fs::exists(path), "config file '", path, "' does not exist");
+  const std::string ext = fs::path(path).extension().string();
+  ONYX_CHECK(ext != ".onnx" && ext != ".safetensors" && !fs::is_directory(path), what,
+             ": is a model, not a config; write a .yaml or .json config with `model: ", path,
+             "` (and loss, train_data, ...: see `onyx train --help`)");
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -277,7 +298,8 @@ Model from_built(models::BuiltModel b, const std::string& source) {
   Model m = b.model;
   m.generic_onnx = false;  // Hugging Face names: the HF weight-decay rule applies by name
   m.source = source;
-  m.config_json = models::hf_config_to_json(b.config, models::architecture_name(b.config.model_type, b.task));
+  m.config_json =
+      models::hf_config_to_json(b.config, models::architecture_name(b.config.model_type, b.task));
   m.optional_inputs = models::defaulted_inputs(b);
   m.fill_defaults = models::default_input_filler(b);
   return m;
@@ -325,7 +347,8 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     if (kv.count("std")) o.std = std::stof(take("std"));
     if (kv.count("folder")) {
       std::string folder = resolve(c.dir, take("folder"));
-      ds = data::IdxImageDataset::from_folder(folder, take("split", which == "train_data" ? "train" : "test"), o);
+      ds = data::IdxImageDataset::from_folder(
+          folder, take("split", which == "train_data" ? "train" : "test"), o);
     } else {
       std::string images = resolve(c.dir, need("images"));
       ds = std::make_shared<data::IdxImageDataset>(images, resolve(c.dir, need("labels")), o);
@@ -367,9 +390,11 @@ Model model_from_config(const RunConfig& c) {
       std::string k = kv.first.as<std::string>();
       ONYX_CHECK(k == "arch" || k == "config" || k == "weights" || k == "task" || k == "seed" ||
                      k == "config_overrides",
-                 what, ": unknown key '", k, "' (arch, config, config_overrides, weights, task, seed)");
+                 what, ": unknown key '", k,
+                 "' (arch, config, config_overrides, weights, task, seed)");
     }
-    ONYX_CHECK(n["config"], what, ": 'config' (a config.json path or an inline mapping) is missing");
+    ONYX_CHECK(n["config"], what,
+               ": 'config' (a config.json path or an inline mapping) is missing");
     nlohmann::json cj;
     std::string cfg_what = what + ".config";
     if (n["config"].IsMap()) {
@@ -392,17 +417,20 @@ Model model_from_config(const RunConfig& c) {
     }
     if (n["arch"]) cj["model_type"] = n["arch"].as<std::string>();
     models::HfConfig hc = models::parse_hf_config(cj.dump(), cfg_what);
-    models::Task task = n["task"] ? parse_task(n["task"].as<std::string>(), what)
-                                  : (hc.model_type == "vit" ? models::Task::ImageClassification
-                                     : hc.model_type == "gpt2" ? models::Task::CausalLM
-                                                               : models::Task::SequenceClassification);
+    models::Task task = n["task"]
+                            ? parse_task(n["task"].as<std::string>(), what)
+                            : (hc.model_type == "vit"    ? models::Task::ImageClassification
+                               : hc.model_type == "gpt2" ? models::Task::CausalLM
+                                                         : models::Task::SequenceClassification);
     int64_t seed = n["seed"] ? n["seed"].as<int64_t>() : c.args.seed;
     models::BuiltModel b = models::build_hf_model(hc, task, seed);
     if (n["weights"]) {
       std::string w = resolve(c.dir, n["weights"].as<std::string>());
       std::map<std::string, Tensor> tensors;
-      if (fs::is_directory(w)) tensors = models::read_hf_checkpoint(w);
-      else tensors = io::load_safetensors(w).tensors;
+      if (fs::is_directory(w))
+        tensors = models::read_hf_checkpoint(w);
+      else
+        tensors = io::load_safetensors(w).tensors;
       models::apply_hf_checkpoint(b, tensors, cat("'", w, "'"));
     }
     m = from_built(std::move(b), c.path);
@@ -423,20 +451,31 @@ Model model_from_config(const RunConfig& c) {
   // Tokenizer / image-processor files of a Hugging Face folder, and the tokenizer the data names,
   // go next to the saved weights.
   auto add_dir = [&](const std::string& d) {
-    static const char* names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                  "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
-                                  "tokenizer.model", "spiece.model", "chat_template.jinja",
-                                  "preprocessor_config.json", "generation_config.json"};
+    static const char* names[] = {"tokenizer.json",
+                                  "tokenizer_config.json",
+                                  "special_tokens_map.json",
+                                  "vocab.txt",
+                                  "vocab.json",
+                                  "merges.txt",
+                                  "added_tokens.json",
+                                  "tokenizer.model",
+                                  "spiece.model",
+                                  "chat_template.jinja",
+                                  "preprocessor_config.json",
+                                  "generation_config.json"};
     for (const char* n : names)
-      if (fs::is_regular_file(fs::path(d) / n)) m.processor_files.push_back((fs::path(d) / n).string());
+      if (fs::is_regular_file(fs::path(d) / n))
+        m.processor_files.push_back((fs::path(d) / n).string());
   };
   auto add_processor_files = [&](const std::string& p) {
     if (fs::is_directory(p)) {
       add_dir(p);
     } else if (fs::is_regular_file(p)) {  // a tokenizer file of a Hugging Face folder: its folder
       fs::path dir = fs::path(p).parent_path();
-      if (fs::is_regular_file(dir / "tokenizer_config.json")) add_dir(dir.string());
-      else m.processor_files.push_back(p);
+      if (fs::is_regular_file(dir / "tokenizer_config.json"))
+        add_dir(dir.string());
+      else
+        m.processor_files.push_back(p);
     }
   };
   if (c.model_spec.empty() && fs::is_directory(c.model)) add_processor_files(c.model);

@@ -2,8 +2,8 @@
 // metrics, and any TrainingArguments by their Hugging Face names. `--key value` on the command line
 // overrides the file. Unknown keys and ill-typed values are errors naming the key and the file.
 #pragma once
-#include <optional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,16 +23,16 @@ struct DataSpec {
 };
 
 struct RunConfig {
-  std::string path;         // the config file
-  std::string dir;          // its folder (relative paths resolve against it)
-  std::string model;        // .onnx path or Hugging Face folder
-  std::string model_spec;   // or a mapping {arch, config, weights, task} as YAML text
+  std::string path;        // the config file
+  std::string dir;         // its folder (relative paths resolve against it)
+  std::string model;       // .onnx path or Hugging Face folder
+  std::string model_spec;  // or a mapping {arch, config, weights, task} as YAML text
   autodiff::LossSpec loss;
   DataSpec train_data, eval_data, test_data;
   std::vector<std::string> metrics;
   std::vector<std::string> frozen;
   std::vector<std::string> custom_op_libraries;  // loaded while the config is read (custom_ops.h)
-  std::string predictions;  // output used for metrics / predict
+  std::string predictions;                       // output used for metrics / predict
   // Training-mode BatchNormalization's running_var update: "population" (the ONNX spec's batch
   // variance) or "unbiased" (N - 1, PyTorch's BatchNorm); Model::batch_norm_unbiased_var.
   std::string batch_norm_running_var = "population";
@@ -47,7 +47,8 @@ RunConfig load_run_config(const std::string& path,
                           const std::vector<std::pair<std::string, std::string>>& overrides);
 
 // Parses "--key value" / "--key=value" pairs; throws on a dangling key.
-std::vector<std::pair<std::string, std::string>> parse_overrides(const std::vector<std::string>& args);
+std::vector<std::pair<std::string, std::string>> parse_overrides(
+    const std::vector<std::string>& args);
 
 Model model_from_config(const RunConfig& c);
 std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunConfig& c,

@@ -51,7 +51,9 @@ void varint(std::string& out, uint64_t v) {
   out.push_back((char)v);
 }
 
-void key(std::string& out, int field, int wire_type) { varint(out, ((uint64_t)field << 3) | wire_type); }
+void key(std::string& out, int field, int wire_type) {
+  varint(out, ((uint64_t)field << 3) | wire_type);
+}
 
 void bytes_field(std::string& out, int field, const std::string& s) {
   key(out, field, 2);
@@ -121,8 +123,9 @@ EventFileWriter::EventFileWriter(const std::string& logdir) {
   ONYX_CHECK(!ec && fs::is_directory(logdir), "tensorboard: cannot create the logging folder '",
              logdir, "'", ec ? ": " + ec.message() : "");
   char name[512];
-  std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.%s.%d.%d", (long long)std::time(nullptr),
-                hostname().c_str(), (int)getpid(), g_writer_uid.fetch_add(1));
+  std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.%s.%d.%d",
+                (long long)std::time(nullptr), hostname().c_str(), (int)getpid(),
+                g_writer_uid.fetch_add(1));
   path_ = (fs::path(logdir) / name).string();
   f_ = std::fopen(path_.c_str(), "wb");
   ONYX_CHECK(f_, "tensorboard: cannot create '", path_, "': ", std::strerror(errno));
@@ -150,7 +153,8 @@ void EventFileWriter::write_event(const std::string& what_fields, std::optional<
   std::memcpy(header, &len, 8);
   uint32_t hcrc = masked_crc32c(header, 8), dcrc = masked_crc32c(ev.data(), ev.size());
   std::memcpy(header + 8, &hcrc, 4);
-  bool ok = std::fwrite(header, 1, 12, f_) == 12 && std::fwrite(ev.data(), 1, ev.size(), f_) == ev.size() &&
+  bool ok = std::fwrite(header, 1, 12, f_) == 12 &&
+            std::fwrite(ev.data(), 1, ev.size(), f_) == ev.size() &&
             std::fwrite(&dcrc, 1, 4, f_) == 4;
   ONYX_CHECK(ok, "tensorboard: cannot write '", path_, "': ", std::strerror(errno));
 }
@@ -189,7 +193,9 @@ void EventFileWriter::add_text(const std::string& tag, const std::string& text,
 }
 
 void EventFileWriter::flush() {
-  if (f_) ONYX_CHECK(std::fflush(f_) == 0, "tensorboard: cannot write '", path_, "': ", std::strerror(errno));
+  if (f_)
+    ONYX_CHECK(std::fflush(f_) == 0, "tensorboard: cannot write '", path_,
+               "': ", std::strerror(errno));
 }
 
 void EventFileWriter::close() {
@@ -222,26 +228,31 @@ bool reports_to_tensorboard(const TrainingArguments& args) {
 
 TensorBoardCallback::TensorBoardCallback(std::string model_config_json)
     : model_config_json_(std::move(model_config_json)) {
-  if (const char* env = std::getenv("TENSORBOARD_LOGGING_DIR"); env && *env) env_dir_ = expand_user(env);
+  if (const char* env = std::getenv("TENSORBOARD_LOGGING_DIR"); env && *env)
+    env_dir_ = expand_user(env);
 }
 
 void TensorBoardCallback::open(const TrainingArguments& args) {
   if (logging_dir_.empty()) {
-    if (!args.logging_dir.empty()) logging_dir_ = expand_user(args.logging_dir);
-    else if (!env_dir_.empty()) logging_dir_ = env_dir_;
-    else logging_dir_ = (fs::path(args.output_dir) / tensorboard_default_logdir()).string();
+    if (!args.logging_dir.empty())
+      logging_dir_ = expand_user(args.logging_dir);
+    else if (!env_dir_.empty())
+      logging_dir_ = env_dir_;
+    else
+      logging_dir_ = (fs::path(args.output_dir) / tensorboard_default_logdir()).string();
   }
   writer_ = std::make_unique<EventFileWriter>(logging_dir_);
 }
 
-void TensorBoardCallback::on_train_begin(const TrainingArguments& args, TrainerState&, TrainerControl&) {
+void TensorBoardCallback::on_train_begin(const TrainingArguments& args, TrainerState&,
+                                         TrainerControl&) {
   if (!writer_) open(args);
   writer_->add_text("args", args.to_json());
   if (!model_config_json_.empty()) writer_->add_text("model_config", model_config_json_);
 }
 
-void TensorBoardCallback::on_log(const TrainingArguments& args, TrainerState& state, TrainerControl&,
-                                 const LogEntry& logs) {
+void TensorBoardCallback::on_log(const TrainingArguments& args, TrainerState& state,
+                                 TrainerControl&, const LogEntry& logs) {
   if (!writer_) open(args);
   for (auto& [k, v] : logs.values) writer_->add_scalar(tensorboard_tag(k), v, state.global_step);
   writer_->add_scalar("train/epoch", logs.epoch, state.global_step);  // Transformers' logs["epoch"]

@@ -3,7 +3,8 @@
 // end, and exact resume (parameters, optimizer moments, schedule, data order, RNG, partial loss
 // accumulators and the log all come back bit for bit). Here: the constructor, train() (the step
 // and when to log / evaluate / save), log() and fit_batch_to_memory(); metrics.cc holds the
-// built-in metrics, checkpoint.cc the state and checkpoint files, evaluate.cc evaluate() / predict().
+// built-in metrics, checkpoint.cc the state and checkpoint files, evaluate.cc evaluate() /
+// predict().
 #include "onyx/trainer.h"
 
 #include <algorithm>
@@ -48,20 +49,27 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   args_.validate();
   ONYX_CHECK(model_.graph, "Trainer: the model has no graph");
   if (args_.eval_strategy != "no")
-    ONYX_CHECK(eval_ds_, "eval_strategy is '", args_.eval_strategy, "' but no eval dataset was given");
+    ONYX_CHECK(eval_ds_, "eval_strategy is '", args_.eval_strategy,
+               "' but no eval dataset was given");
   // Every graph input must come from the dataset (labels too, when the loss is appended).
   auto check_ds = [&](const data::Dataset& ds, const char* which) {
     auto keys = ds.keys();
-    auto has = [&](const std::string& k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); };
+    auto has = [&](const std::string& k) {
+      return std::find(keys.begin(), keys.end(), k) != keys.end();
+    };
     for (auto& in : model_.graph->inputs)
-      ONYX_CHECK(has(in.name) || model_.optional_inputs.count(in.name), which, " dataset has no tensor for model input '", in.name,
-                 "' (it has: ", [&] {
-                   std::string s;
-                   for (auto& k : keys) s += (s.empty() ? "" : ", ") + k;
-                   return s;
-                 }(), ")");
+      ONYX_CHECK(
+          has(in.name) || model_.optional_inputs.count(in.name), which,
+          " dataset has no tensor for model input '", in.name, "' (it has: ",
+          [&] {
+            std::string s;
+            for (auto& k : keys) s += (s.empty() ? "" : ", ") + k;
+            return s;
+          }(),
+          ")");
     if (model_.loss.kind != autodiff::LossSpec::Kind::GraphOutput)
-      ONYX_CHECK(has(model_.loss.labels), which, " dataset has no labels '", model_.loss.labels, "'");
+      ONYX_CHECK(has(model_.loss.labels), which, " dataset has no labels '", model_.loss.labels,
+                 "'");
   };
   if (train_ds_) check_ds(*train_ds_, "train");
   if (eval_ds_) check_ds(*eval_ds_, "eval");
@@ -71,7 +79,8 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   }
   autodiff::GradientOptions go;
   go.loss = model_.loss;
-  if (args_.label_smoothing_factor > 0) go.loss.label_smoothing = (float)args_.label_smoothing_factor;
+  if (args_.label_smoothing_factor > 0)
+    go.loss.label_smoothing = (float)args_.label_smoothing_factor;
   go.frozen = model_.frozen;
   // Every op has a kernel and, on the path from the parameters to the loss, a gradient rule: all
   // missing ones named at once, before any data is read or graph planned (autodiff/coverage.h).
@@ -83,7 +92,8 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   // (one parameter set less in peak RSS). A shared graph is left alone: another trainer built
   // from the same Model must still see the initial weights.
   if (sole_owner) {
-    for (auto& p : impl_->ts->parameters()) model_.graph->initializers[p] = impl_->ts->params().view(p);
+    for (auto& p : impl_->ts->parameters())
+      model_.graph->initializers[p] = impl_->ts->params().view(p);
     // BatchNorm running statistics: the session's buffers, updated in place by training.
     for (auto& [b, t] : impl_->ts->buffers()) model_.graph->initializers[b] = t;
   }
@@ -111,7 +121,7 @@ Trainer::~Trainer() = default;
 train::TrainingSession& Trainer::session() { return *impl_->ts; }
 
 std::map<std::string, Tensor> Trainer::load_batch(const data::Dataset& ds,
-                                                 const std::vector<int64_t>& idx) const {
+                                                  const std::vector<int64_t>& idx) const {
   auto batch = ds.batch(idx);
   if (model_.fill_defaults) model_.fill_defaults(batch);
   return batch;
@@ -126,7 +136,8 @@ static int64_t count_items(const Model& m, const std::map<std::string, Tensor>& 
   const int64_t row = y.rank() ? y.dim(-1) : 1;
   int64_t n = 0;
   for (int64_t i = 0; i < y.numel(); i++)
-    if (!(m.items_shifted && i % row == 0) && (int64_t)y.get_as_double(i) != m.items_ignore_index) n++;
+    if (!(m.items_shifted && i % row == 0) && (int64_t)y.get_as_double(i) != m.items_ignore_index)
+      n++;
   return n;
 }
 
@@ -156,10 +167,17 @@ static double parse_memory_size(const std::string& text) {
   }
   std::string unit = text.substr(pos);
   unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
-  static const std::map<std::string, double> units = {
-      {"", 1},      {"B", 1},          {"kB", 1e3},       {"KB", 1e3}, {"MB", 1e6},
-      {"GB", 1e9},  {"TB", 1e12},      {"KiB", 1024.0},   {"MiB", 1048576.0},
-      {"GiB", 1073741824.0},           {"TiB", 1099511627776.0}};
+  static const std::map<std::string, double> units = {{"", 1},
+                                                      {"B", 1},
+                                                      {"kB", 1e3},
+                                                      {"KB", 1e3},
+                                                      {"MB", 1e6},
+                                                      {"GB", 1e9},
+                                                      {"TB", 1e12},
+                                                      {"KiB", 1024.0},
+                                                      {"MiB", 1048576.0},
+                                                      {"GiB", 1073741824.0},
+                                                      {"TiB", 1099511627776.0}};
   auto it = units.find(unit);
   ONYX_CHECK(it != units.end() && v > 0, "max_memory: '", text,
              "' is not a size (e.g. 6GB, 512MiB, or bytes)");
@@ -188,17 +206,19 @@ void Trainer::fit_batch_to_memory() {
   const int64_t asked = a.per_device_train_batch_size;
   double need = 0;
   for (;;) {
-    auto idx = data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0), b, false).at(0);
+    auto idx =
+        data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0), b, false).at(0);
     need = ts.planned_step_bytes(load_batch(*train_ds_, idx), states);
     if (need <= budget || !a.auto_find_batch_size || b == 1) break;
     b = std::max<int64_t>(1, b / 2);
   }
   ts.set_pass_options(ts.pass_options());  // drop the graphs planned for batches not used
   auto mib = [](double x) { return cat((int64_t)std::llround(x / 1048576.0), " MiB"); };
-  ONYX_CHECK(need <= budget, "a training step at batch ", b, " is planned to need ", mib(need),
-             ", more than the memory budget of ", mib(budget),
-             a.max_memory ? cat(" (max_memory ", *a.max_memory, ")") : std::string(" (available memory)"),
-             a.auto_find_batch_size ? "" : "; set auto_find_batch_size to search a smaller batch");
+  ONYX_CHECK(
+      need <= budget, "a training step at batch ", b, " is planned to need ", mib(need),
+      ", more than the memory budget of ", mib(budget),
+      a.max_memory ? cat(" (max_memory ", *a.max_memory, ")") : std::string(" (available memory)"),
+      a.auto_find_batch_size ? "" : "; set auto_find_batch_size to search a smaller batch");
   if (b != asked)
     std::cerr << "auto_find_batch_size: per_device_train_batch_size " << asked << " -> " << b
               << " (a step is planned to need " << mib(need) << " of " << mib(budget) << ")\n";
@@ -223,14 +243,17 @@ TrainOutput Trainer::train() {
   }
   fit_batch_to_memory();
   bool shuffle = a.train_sampling_strategy == "random";
-  int64_t n_batches = (int64_t)data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0),
-                                                  a.per_device_train_batch_size, a.dataloader_drop_last).size();
-  ONYX_CHECK(n_batches > 0, "the train dataset (", train_ds_->size(), " samples) gives no batch of ",
-             a.per_device_train_batch_size, (a.dataloader_drop_last ? " with dataloader_drop_last" : ""));
+  int64_t n_batches =
+      (int64_t)data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0),
+                                  a.per_device_train_batch_size, a.dataloader_drop_last)
+          .size();
+  ONYX_CHECK(n_batches > 0, "the train dataset (", train_ds_->size(),
+             " samples) gives no batch of ", a.per_device_train_batch_size,
+             (a.dataloader_drop_last ? " with dataloader_drop_last" : ""));
   int64_t ga = a.gradient_accumulation_steps;
   int64_t updates_per_epoch = (n_batches + ga - 1) / ga;
-  int64_t max_steps = a.max_steps > 0 ? a.max_steps
-                                      : (int64_t)std::ceil(a.num_train_epochs * updates_per_epoch);
+  int64_t max_steps =
+      a.max_steps > 0 ? a.max_steps : (int64_t)std::ceil(a.num_train_epochs * updates_per_epoch);
   int64_t num_epochs = (max_steps + updates_per_epoch - 1) / updates_per_epoch;
   state_ = TrainerState();
   I.epoch = I.batches_done = 0;
@@ -245,7 +268,8 @@ TrainOutput Trainer::train() {
   state_.max_steps = max_steps;
   state_.num_train_epochs = num_epochs;
   state_.logging_steps = TrainingArguments::interval(a.logging_steps, max_steps);
-  state_.eval_steps = TrainingArguments::interval(a.eval_steps.value_or(a.logging_steps), max_steps);
+  state_.eval_steps =
+      TrainingArguments::interval(a.eval_steps.value_or(a.logging_steps), max_steps);
   state_.save_steps = TrainingArguments::interval(a.save_steps, max_steps);
   state_.train_batch_size = a.per_device_train_batch_size;
   I.sched.type = a.lr_scheduler_type;
@@ -262,14 +286,15 @@ TrainOutput Trainer::train() {
   const int64_t eval_every = state_.eval_steps;
 
   auto maybe_log_save_evaluate = [&](bool epoch_end) {
-    bool do_log = control_.should_log, do_eval = control_.should_evaluate, do_save = control_.should_save;
+    bool do_log = control_.should_log, do_eval = control_.should_evaluate,
+         do_save = control_.should_save;
     if (!epoch_end) {
       do_log |= a.logging_strategy == "steps" && state_.global_step % state_.logging_steps == 0;
       do_log |= a.logging_first_step && state_.global_step == 1;
       do_eval |= a.eval_strategy == "steps" && state_.global_step % eval_every == 0;
       do_save |= a.save_strategy == "steps" && state_.global_step % state_.save_steps == 0;
       if (state_.global_step >= state_.max_steps) {  // Transformers' DefaultFlowCallback at the end
-        do_eval |= a.eval_strategy == "steps";        // (an evaluation, not a second one)
+        do_eval |= a.eval_strategy == "steps";       // (an evaluation, not a second one)
         do_save |= a.save_strategy == "steps";
       }
     } else {
@@ -282,7 +307,8 @@ TrainOutput Trainer::train() {
       e.values["loss"] = I.loss_since_log / (double)I.steps_since_log;
       e.values["grad_norm"] = I.last_grad_norm;
       // the LR the last step applied (Transformers reads it before lr_scheduler.step())
-      e.values["learning_rate"] = train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1));
+      e.values["learning_rate"] =
+          train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1));
       I.loss_since_log = 0;
       I.steps_since_log = 0;
       log(e);
@@ -293,8 +319,9 @@ TrainOutput Trainer::train() {
   };
 
   while (I.epoch < num_epochs && state_.global_step < max_steps && !control_.should_training_stop) {
-    auto batches = data::make_batches(data::epoch_order(train_ds_->size(), shuffle, I.data_seed, I.epoch),
-                                      a.per_device_train_batch_size, a.dataloader_drop_last);
+    auto batches =
+        data::make_batches(data::epoch_order(train_ds_->size(), shuffle, I.data_seed, I.epoch),
+                           a.per_device_train_batch_size, a.dataloader_drop_last);
     if (I.batches_done == 0)
       for (auto& cb : callbacks_) cb->on_epoch_begin(a, state_, control_);
     while (I.batches_done < (int64_t)batches.size() && state_.global_step < max_steps) {
@@ -327,7 +354,8 @@ TrainOutput Trainer::train() {
         if (items[j] > 0) {  // a micro-batch without targets adds nothing to the loss or gradient
           const double w = (double)items[j] / (double)total_items;
           if (prev_w > 0 && w != prev_w) train::scale(I.ts->grads(), (float)(prev_w / w));
-          uint64_t seed = (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)j;
+          uint64_t seed =
+              (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)j;
           const double part = w * I.ts->forward_backward(micro_batches[j], prev_w > 0, seed, true);
           step_loss += part;
           prev_w = w;
@@ -365,8 +393,8 @@ TrainOutput Trainer::train() {
       steps_run++;
       state_.epoch = (double)I.epoch + (double)I.batches_done / (double)batches.size();
       I.steps_since_log++;
-      I.progress->update(state_.global_step, step_loss, train::lr_at(I.sched, state_.global_step - 1),
-                         samples_seen);
+      I.progress->update(state_.global_step, step_loss,
+                         train::lr_at(I.sched, state_.global_step - 1), samples_seen);
       for (auto& cb : callbacks_) cb->on_step_end(a, state_, control_);
       maybe_log_save_evaluate(false);
       if (control_.should_epoch_stop || control_.should_training_stop) break;
@@ -402,7 +430,8 @@ TrainOutput Trainer::train() {
   log(e);
   for (auto& cb : callbacks_) cb->on_train_end(a, state_, control_);
   // The final state next to the checkpoints, as Transformers' save_state() does.
-  io::write_file_atomic((fs::path(a.output_dir) / "trainer_state.json").string(), state_.to_json() + "\n");
+  io::write_file_atomic((fs::path(a.output_dir) / "trainer_state.json").string(),
+                        state_.to_json() + "\n");
   return out;
 }
 

@@ -21,11 +21,11 @@ struct Trainer::Impl {
   train::ScheduleConfig sched;
   std::unique_ptr<train::Progress> progress;
   // Data position and accumulators (saved in checkpoints for exact resume).
-  int64_t epoch = 0;             // current epoch index
-  int64_t batches_done = 0;      // micro-batches consumed in the current epoch
-  double loss_since_log = 0;     // sum of step losses since the last "loss" log
+  int64_t epoch = 0;          // current epoch index
+  int64_t batches_done = 0;   // micro-batches consumed in the current epoch
+  double loss_since_log = 0;  // sum of step losses since the last "loss" log
   int64_t steps_since_log = 0;
-  double loss_total = 0;         // sum of all step losses (train_loss)
+  double loss_total = 0;  // sum of all step losses (train_loss)
   double last_grad_norm = 0;
   int64_t skipped_steps = 0;
   uint64_t data_seed = 0;

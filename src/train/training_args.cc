@@ -50,7 +50,8 @@ int64_t parse_int(const std::string& key, const std::string& v) {
 double parse_steps(const std::string& key, const std::string& v) {
   double d = parse_double(key, v);
   if ((d > 0 && d < 1) || (d >= 1 && d == std::floor(d))) return d;
-  throw Error(cat("training argument '", key, "': expected an integer >= 1 or a ratio of max_steps in (0, 1), got '", v, "'"));
+  throw Error(cat("training argument '", key,
+                  "': expected an integer >= 1 or a ratio of max_steps in (0, 1), got '", v, "'"));
 }
 nlohmann::json steps_json(double d) {
   return d >= 1 && d == std::floor(d) ? nlohmann::json((int64_t)d) : nlohmann::json(d);
@@ -75,152 +76,211 @@ std::string one_of(const std::string& key, const std::string& v, std::vector<std
 
 // Each row: the key, its type as --help prints it, the accepted values of a choice, a one-line help
 // (after Transformers' TrainingArguments docs, as onyx implements the key), parse and dump.
-#define F_DOUBLE(name, help) \
-  {#name, "float", {}, help, \
-   [](TrainingArguments& a, const std::string& v) { a.name = parse_double(#name, v); }, \
-   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
-#define F_INT(name, help) \
-  {#name, "int", {}, help, \
-   [](TrainingArguments& a, const std::string& v) { a.name = parse_int(#name, v); }, \
-   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
-#define F_STEPS(name, help) \
-  {#name, "int | float", {}, help, \
-   [](TrainingArguments& a, const std::string& v) { a.name = parse_steps(#name, v); }, \
-   [](const TrainingArguments& a) { return steps_json(a.name); }}
-#define F_BOOL(name, help) \
-  {#name, "bool", {}, help, \
-   [](TrainingArguments& a, const std::string& v) { a.name = parse_bool(#name, v); }, \
-   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
-#define F_STR(name, help) \
-  {#name, "str", {}, help, [](TrainingArguments& a, const std::string& v) { a.name = v; }, \
-   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
-#define F_CHOICE(name, help, ...)                                                   \
-  {#name, "str", {__VA_ARGS__}, help,                                               \
+#define F_DOUBLE(name, help)                                                                       \
+  {                                                                                                \
+#name, "float",                                                                                \
+        {}, help,                                                                                  \
+         [](TrainingArguments & a,                                                                 \
+            const std::string&                                                                     \
+                v) { a.name = parse_double(#name, v); },                                           \
+                                                      [](const TrainingArguments&                  \
+                                                             a) { return nlohmann::json(a.name); } \
+  }
+#define F_INT(name, help)                                                                          \
+  {                                                                                                \
+#name, "int",                                                                                  \
+        {}, help,                                                                                  \
+         [](TrainingArguments & a,                                                                 \
+            const std::string&                                                                     \
+                v) { a.name = parse_int(#name, v); }, [](const TrainingArguments&                  \
+                                                             a) { return nlohmann::json(a.name); } \
+  }
+#define F_STEPS(name, help)                                                                      \
+  {                                                                                              \
+#name, "int | float",                                                                        \
+        {}, help,                                                                                \
+         [](TrainingArguments & a,                                                               \
+            const std::string&                                                                   \
+                v) { a.name = parse_steps(#name, v); }, [](const TrainingArguments&              \
+                                                               a) { return steps_json(a.name); } \
+  }
+#define F_BOOL(name, help)                                                                       \
+  {                                                                                              \
+#name, "bool",                                                                               \
+        {}, help,                                                                                \
+         [](TrainingArguments & a,                                                               \
+            const std::string&                                                                   \
+                v) { a.name = parse_bool(#name, v); },                                           \
+                                                    [](const TrainingArguments&                  \
+                                                           a) { return nlohmann::json(a.name); } \
+  }
+#define F_STR(name, help)                                                                       \
+  {                                                                                             \
+#name, "str",                                                                               \
+        {}, help,                                                                               \
+         [](TrainingArguments & a,                                                              \
+            const std::string& v) { a.name = v; }, [](const TrainingArguments&                  \
+                                                          a) { return nlohmann::json(a.name); } \
+  }
+#define F_CHOICE(name, help, ...)                                                  \
+  {                                                                                \
+#name, "str", {__VA_ARGS__}, help,                                               \
    [](TrainingArguments& a, const std::string& v) { a.name = one_of(#name, v, {__VA_ARGS__}); }, \
-   [](const TrainingArguments& a) { return nlohmann::json(a.name); }}
-#define F_OPT_INT(name, help)                                                              \
-  {#name, "int | None", {}, help,                                                          \
+   [](const TrainingArguments& a) { return nlohmann::json(a.name); } \
+  }
+#define F_OPT_INT(name, help)                                                             \
+  {                                                                                       \
+#name, "int | None", {}, help,                                                          \
    [](TrainingArguments& a, const std::string& v) {                                        \
      if (is_none(v)) a.name.reset();                                                       \
      else a.name = parse_int(#name, v);                                                    \
    },                                                                                      \
-   [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); }}
-#define F_OPT_STR(name, help)                                                              \
-  {#name, "str | None", {}, help,                                                          \
+   [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); } \
+  }
+#define F_OPT_STR(name, help)                                                             \
+  {                                                                                       \
+#name, "str | None", {}, help,                                                          \
    [](TrainingArguments& a, const std::string& v) {                                        \
      if (is_none(v)) a.name.reset();                                                       \
      else a.name = v;                                                                      \
    },                                                                                      \
-   [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); }}
-#define F_OPT_BOOL(name, help)                                                             \
-  {#name, "bool | None", {}, help,                                                         \
+   [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); } \
+  }
+#define F_OPT_BOOL(name, help)                                                            \
+  {                                                                                       \
+#name, "bool | None", {}, help,                                                         \
    [](TrainingArguments& a, const std::string& v) {                                        \
      if (is_none(v)) a.name.reset();                                                       \
      else a.name = parse_bool(#name, v);                                                   \
    },                                                                                      \
-   [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); }}
+   [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); } \
+  }
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
       F_STR(output_dir,
-          "Folder for the checkpoints (checkpoint-N), log_history.jsonl, trainer_state.json and "
-          "the final model."),
-      F_DOUBLE(learning_rate,
+            "Folder for the checkpoints (checkpoint-N), log_history.jsonl, trainer_state.json and "
+            "the final model."),
+      F_DOUBLE(
+          learning_rate,
           "The initial learning rate of the optimizer (the peak one when the schedule warms up)."),
       F_INT(per_device_train_batch_size,
-          "Samples per training batch (onyx trains on one device, the CPU)."),
+            "Samples per training batch (onyx trains on one device, the CPU)."),
       F_INT(per_device_eval_batch_size, "Samples per batch in evaluation and prediction."),
       F_INT(gradient_accumulation_steps,
-          "Batches whose gradients add up to one optimizer step; log/eval/save steps count "
-          "optimizer steps."),
+            "Batches whose gradients add up to one optimizer step; log/eval/save steps count "
+            "optimizer steps."),
       F_DOUBLE(num_train_epochs,
-          "Epochs to train (a fraction trains that part of the last epoch); max_steps > 0 "
-          "overrides it."),
+               "Epochs to train (a fraction trains that part of the last epoch); max_steps > 0 "
+               "overrides it."),
       F_INT(max_steps,
-          "If > 0: the number of optimizer steps to train (repeating the data as needed)."),
+            "If > 0: the number of optimizer steps to train (repeating the data as needed)."),
       F_INT(warmup_steps,
-          "Steps of linear warmup from 0 to learning_rate; when > 0 it overrides warmup_ratio."),
-      F_DOUBLE(warmup_ratio,
+            "Steps of linear warmup from 0 to learning_rate; when > 0 it overrides warmup_ratio."),
+      F_DOUBLE(
+          warmup_ratio,
           "Warmup as a fraction of the total steps (rounded up), used when warmup_steps is 0."),
       F_CHOICE(lr_scheduler_type,
-          "The learning-rate schedule after warmup, as Transformers' get_scheduler builds it.",
-          "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
-          "constant_with_warmup", "inverse_sqrt"),
-      F_DOUBLE(weight_decay,
+               "The learning-rate schedule after warmup, as Transformers' get_scheduler builds it.",
+               "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+               "constant_with_warmup", "inverse_sqrt"),
+      F_DOUBLE(
+          weight_decay,
           "Decoupled weight decay of AdamW / SGD; never applied to biases and LayerNorm weights."),
       F_DOUBLE(adam_beta1, "AdamW's decay rate of the first-moment (momentum) estimates."),
       F_DOUBLE(adam_beta2, "AdamW's decay rate of the second-moment (variance) estimates."),
       F_DOUBLE(adam_epsilon, "AdamW's epsilon added to the denominator for numerical stability."),
       F_DOUBLE(max_grad_norm,
-          "Clip the gradients' global L2 norm to this before each step (0: no clipping)."),
-      F_CHOICE(optim,
+               "Clip the gradients' global L2 norm to this before each step (0: no clipping)."),
+      F_CHOICE(
+          optim,
           "Optimizer: adamw_fused (one fused kernel), adamw (per tensor) or sgd; the others are "
           "aliases.",
           "adamw_fused", "adamw", "sgd", "adamw_torch", "adamw_torch_fused", "adamw_ort_fused",
           "adamw_hf"),
-      F_DOUBLE(sgd_momentum,
+      F_DOUBLE(
+          sgd_momentum,
           "onyx extension: momentum of optim sgd (Transformers passes it through optim_args)."),
       F_BOOL(sgd_nesterov, "onyx extension: Nesterov momentum for optim sgd."),
-      F_CHOICE(logging_strategy,
+      F_CHOICE(
+          logging_strategy,
           "When to log loss, grad_norm and learning_rate: no, every logging_steps, or each epoch.",
           "no", "steps", "epoch"),
-      F_STEPS(logging_steps, "Optimizer steps between two logs when logging_strategy is steps; below 1, a ratio of max_steps."),
+      F_STEPS(logging_steps,
+              "Optimizer steps between two logs when logging_strategy is steps; below 1, a ratio "
+              "of max_steps."),
       F_BOOL(logging_first_step, "Also log after the first optimizer step."),
-      F_BOOL(logging_nan_inf_filter, "A nan/inf micro-batch loss adds the mean of the losses logged since the last log instead (the step itself is skipped either way)."),
+      F_BOOL(logging_nan_inf_filter,
+             "A nan/inf micro-batch loss adds the mean of the losses logged since the last log "
+             "instead (the step itself is skipped either way)."),
       F_CHOICE(eval_strategy,
-          "When to evaluate on eval_data: no, every eval_steps, or each epoch (old name: "
-          "evaluation_strategy).",
-          "no", "steps", "epoch"),
-      {"eval_steps", "int | float | None", {},
+               "When to evaluate on eval_data: no, every eval_steps, or each epoch (old name: "
+               "evaluation_strategy).",
+               "no", "steps", "epoch"),
+      {"eval_steps",
+       "int | float | None",
+       {},
        "Optimizer steps between two evaluations when eval_strategy is steps (None: "
        "logging_steps); below 1, a ratio of max_steps.",
        [](TrainingArguments& a, const std::string& v) {
-         if (is_none(v)) a.eval_steps.reset();
-         else a.eval_steps = parse_steps("eval_steps", v);
+         if (is_none(v))
+           a.eval_steps.reset();
+         else
+           a.eval_steps = parse_steps("eval_steps", v);
        },
-       [](const TrainingArguments& a) { return a.eval_steps ? steps_json(*a.eval_steps) : nlohmann::json(); }},
+       [](const TrainingArguments& a) {
+         return a.eval_steps ? steps_json(*a.eval_steps) : nlohmann::json();
+       }},
       F_CHOICE(save_strategy,
-          "When to save a checkpoint-N folder: no, every save_steps, or each epoch.",
-          "no", "steps", "epoch"),
-      F_STEPS(save_steps, "Optimizer steps between two checkpoints when save_strategy is steps; below 1, a ratio of max_steps."),
+               "When to save a checkpoint-N folder: no, every save_steps, or each epoch.", "no",
+               "steps", "epoch"),
+      F_STEPS(save_steps,
+              "Optimizer steps between two checkpoints when save_strategy is steps; below 1, a "
+              "ratio of max_steps."),
       F_OPT_INT(save_total_limit,
-          "Keep at most this many checkpoints (the oldest go first; the best one is kept)."),
-      F_BOOL(load_best_model_at_end,
+                "Keep at most this many checkpoints (the oldest go first; the best one is kept)."),
+      F_BOOL(
+          load_best_model_at_end,
           "Load the best checkpoint's weights at the end (needs save_strategy = eval_strategy)."),
-      F_OPT_STR(metric_for_best_model,
+      F_OPT_STR(
+          metric_for_best_model,
           "Metric that picks the best checkpoint, with or without the eval_ prefix (None: loss)."),
-      F_OPT_BOOL(greater_is_better,
+      F_OPT_BOOL(
+          greater_is_better,
           "Whether a larger metric_for_best_model is better (None: false for *loss, else true)."),
       F_INT(seed,
-          "Random seed for initialization, dropout and (without data_seed) data shuffling."),
+            "Random seed for initialization, dropout and (without data_seed) data shuffling."),
       F_OPT_INT(data_seed, "Random seed for the data sampler only (None: seed)."),
       F_BOOL(dataloader_drop_last, "Drop each epoch's last incomplete training batch."),
       F_CHOICE(train_sampling_strategy,
-          "Order of the training samples: random (shuffled each epoch) or sequential.",
-          "random", "sequential"),
+               "Order of the training samples: random (shuffled each epoch) or sequential.",
+               "random", "sequential"),
       F_DOUBLE(label_smoothing_factor,
-          "Label smoothing of the cross-entropy loss (0: none; targets become eps/num_labels, "
-          "1-eps+eps/num_labels)."),
+               "Label smoothing of the cross-entropy loss (0: none; targets become eps/num_labels, "
+               "1-eps+eps/num_labels)."),
       F_OPT_STR(resume_from_checkpoint,
-          "A checkpoint-N folder to resume training from, bit for bit (weights, optimizer, "
-          "schedule, data order)."),
+                "A checkpoint-N folder to resume training from, bit for bit (weights, optimizer, "
+                "schedule, data order)."),
       F_BOOL(disable_tqdm, "No progress bar on a terminal (log dicts are printed one per line)."),
       F_BOOL(gradient_checkpointing,
-          "Recompute each transformer layer's activations in backward instead of keeping them "
-          "(less memory)."),
-      F_BOOL(auto_find_batch_size,
+             "Recompute each transformer layer's activations in backward instead of keeping them "
+             "(less memory)."),
+      F_BOOL(
+          auto_find_batch_size,
           "Halve per_device_train_batch_size until the planned step fits max_memory (else the free "
           "memory)."),
-      F_OPT_STR(max_memory,
+      F_OPT_STR(
+          max_memory,
           "onyx extension: memory budget of one training step (6GB, 512MiB, bytes); a plan over it "
           "is an error."),
-      F_CHOICE(report_to,
+      F_CHOICE(
+          report_to,
           "Where logs go besides log_history.jsonl: none, or tensorboard (all: every integration "
           "onyx has).",
           "none", "tensorboard", "all"),
       F_STR(logging_dir,
-          "TensorBoard event folder (empty: $TENSORBOARD_LOGGING_DIR, else "
-          "output_dir/runs/<date>_<host>)."),
+            "TensorBoard event folder (empty: $TENSORBOARD_LOGGING_DIR, else "
+            "output_dir/runs/<date>_<host>)."),
   };
   return f;
 }
@@ -306,17 +366,18 @@ void TrainingArguments::validate() const {
   if (load_best_model_at_end) {
     ONYX_CHECK(eval_strategy != "no",
                "load_best_model_at_end needs an eval_strategy other than 'no'");
-    ONYX_CHECK(save_strategy == eval_strategy,
-               "load_best_model_at_end needs save_strategy ('", save_strategy,
-               "') equal to eval_strategy ('", eval_strategy, "')");
+    ONYX_CHECK(save_strategy == eval_strategy, "load_best_model_at_end needs save_strategy ('",
+               save_strategy, "') equal to eval_strategy ('", eval_strategy, "')");
     if (save_strategy == "steps") {
       double es = eval_steps.value_or(logging_steps);
       // as Transformers: both steps or both ratios, and save a multiple of eval
-      ONYX_CHECK((es < 1) == (save_steps < 1),
-                 "load_best_model_at_end needs save_steps and eval_steps both as steps or both as ratios");
+      ONYX_CHECK(
+          (es < 1) == (save_steps < 1),
+          "load_best_model_at_end needs save_steps and eval_steps both as steps or both as ratios");
       double q = save_steps / es;
-      ONYX_CHECK(std::fabs(q - std::round(q)) < 1e-9 && q >= 1, "load_best_model_at_end needs save_steps (",
-                 steps_json(save_steps).dump(), ") to be a multiple of eval_steps (", steps_json(es).dump(), ")");
+      ONYX_CHECK(std::fabs(q - std::round(q)) < 1e-9 && q >= 1,
+                 "load_best_model_at_end needs save_steps (", steps_json(save_steps).dump(),
+                 ") to be a multiple of eval_steps (", steps_json(es).dump(), ")");
     }
   }
 }

@@ -2,12 +2,12 @@
 // buffers.
 #include "train/training_session.h"
 
-#include "passes/inference_export.h"
-#include "runtime/plan_stats.h"
-
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+
+#include "passes/inference_export.h"
+#include "runtime/plan_stats.h"
 
 namespace onyx::train {
 
@@ -115,7 +115,8 @@ static std::string batch_key(const std::map<std::string, Tensor>& batch) {
   return k;
 }
 
-TrainingSession::Compiled& TrainingSession::compiled_for(const std::map<std::string, Tensor>& batch) {
+TrainingSession::Compiled& TrainingSession::compiled_for(
+    const std::map<std::string, Tensor>& batch) {
   std::string key = batch_key(batch);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) return it->second;

@@ -26,7 +26,8 @@ ir::Node node(const std::string& name, const std::string& op, std::vector<std::s
 
 // Nodes by name: mul, shape, cast, castlike, floor_c, floor_x, argmax, relu_dead, add1, add2,
 // add3, total (+ `extra` spliced in between s and add1, reading "s" and writing "s2").
-ir::Graph make_graph(const std::vector<ir::Node>& extra = {}, const std::string& no_rule = "Floor") {
+ir::Graph make_graph(const std::vector<ir::Node>& extra = {},
+                     const std::string& no_rule = "Floor") {
   ir::Graph g;
   g.opsets[""] = 17;
   ir::ValueInfo x;
@@ -44,7 +45,8 @@ ir::Graph make_graph(const std::vector<ir::Node>& extra = {}, const std::string&
     s = "s2";
   }
   g.nodes.push_back(node("shape", "Shape", {s}, {"sh"}));
-  g.nodes.push_back(node("cast", "Cast", {"sh"}, {"shf"}, {{"to", attr_i((int64_t)DType::Float32)}}));
+  g.nodes.push_back(
+      node("cast", "Cast", {"sh"}, {"shf"}, {{"to", attr_i((int64_t)DType::Float32)}}));
   g.nodes.push_back(node("castlike", "CastLike", {"c", s}, {"cl"}));
   g.nodes.push_back(node("floor_c", no_rule, {"cl"}, {"fc"}));
   g.nodes.push_back(node("floor_x", no_rule, {"x"}, {"fx"}));
@@ -139,8 +141,8 @@ TEST(Coverage, EveryMissingKernelAndRuleNamedAtOnce) {
   // candidates, once they have).
   const std::string floor = op_without_rule(), hardmax = op_without_kernel();
   if (floor.empty() || hardmax.empty()) GTEST_SKIP() << "no candidate op left";
-  ir::Graph g = make_graph({node("quantize", floor, {"s"}, {"q"}),
-                            node("my_hardmax", hardmax, {"q"}, {"s2"})}, floor);
+  ir::Graph g = make_graph(
+      {node("quantize", floor, {"s"}, {"q"}), node("my_hardmax", hardmax, {"q"}, {"s2"})}, floor);
   autodiff::GradientOptions go;
   go.loss.output = "loss";
   autodiff::CoverageReport r = autodiff::check_coverage(g, go);
@@ -152,11 +154,13 @@ TEST(Coverage, EveryMissingKernelAndRuleNamedAtOnce) {
       cat("forward kernel for '", hardmax, "' (opset 17; node 'my_hardmax' (", hardmax, "))");
   std::string s = r.summary();
   // Kernels first, then rules, each list in op order.
-  std::string rule_floor = cat("gradient for '", floor, "' (opset 17; node 'quantize' (", floor, "))");
+  std::string rule_floor =
+      cat("gradient for '", floor, "' (opset 17; node 'quantize' (", floor, "))");
   std::string rule_hardmax =
       cat("gradient for '", hardmax, "' (opset 17; node 'my_hardmax' (", hardmax, "))");
   EXPECT_EQ(s, cat("missing: ", missing_kernel, ", ",
-                   floor < hardmax ? rule_floor + ", " + rule_hardmax : rule_hardmax + ", " + rule_floor));
+                   floor < hardmax ? rule_floor + ", " + rule_hardmax
+                                   : rule_hardmax + ", " + rule_floor));
   try {
     autodiff::require_coverage(g, go);
     FAIL() << "require_coverage did not throw";

@@ -261,6 +261,9 @@ def build_cases(tmp):
                   lambda d, out: ["run", os.path.join(d, "nope.onnx"), "--inputs", good_in,
                                   "--output", out],
                   [r"nope\.onnx", r"cannot open|no such|not found|does not exist"]))
+    cases.append(("a model where a config belongs (plan)",
+                  lambda d, out: ["plan", real],
+                  [r"real\.onnx", r"is a model, not a config", r"model: "]))
     cases.append(("info on truncated .onnx",
                   lambda d, out: ["info", write(d, "t.onnx", real_bytes[: n // 2])],
                   [r"t\.onnx", r"truncated|pars|valid"]))

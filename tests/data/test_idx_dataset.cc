@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 #include "data/idx_dataset.h"
 #include "onyx/error.h"

@@ -3,10 +3,11 @@
 // through runtime::Session: forward outputs, and dQ/dK/dV against autodiff of the unfused graph,
 // for several B/H/T/D, with and without masks, causal, cross-attention (Tq != Tk) and Dv != D,
 // query-block boundaries (T > 64, T not a multiple of 8). Also: the saved LSE, determinism across
-// thread counts, and errors for bad shapes. Finite differences: tests/autodiff/gradcheck_attention.inc.
-// Attention dropout (dropout_ratio): inert outside training runs, the same mask as the unfused
-// Softmax → Dropout → MatMul for a run seed (forward and backward), drop fraction and expectation,
-// finite differences for a fixed seed, bit-identical repeats over thread counts.
+// thread counts, and errors for bad shapes. Finite differences:
+// tests/autodiff/gradcheck_attention.inc. Attention dropout (dropout_ratio): inert outside training
+// runs, the same mask as the unfused Softmax → Dropout → MatMul for a run seed (forward and
+// backward), drop fraction and expectation, finite differences for a fixed seed, bit-identical
+// repeats over thread counts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,7 +95,8 @@ void expect_close(const Tensor& got, const Tensor& want, double rtol, const std:
   // relative error, with a floor of a tenth of the largest magnitude (entries near zero come from
   // cancelling sums and carry the absolute error of the large ones)
   double big = 0;
-  for (int64_t i = 0; i < want.numel(); i++) big = std::max(big, (double)std::fabs(want.data<float>()[i]));
+  for (int64_t i = 0; i < want.numel(); i++)
+    big = std::max(big, (double)std::fabs(want.data<float>()[i]));
   double worst = 0;
   int64_t at = 0;
   for (int64_t i = 0; i < want.numel(); i++) {
@@ -124,7 +126,7 @@ std::vector<Spec> specs() {
   add(2, 5, 5, 2, 4, 4, Mask::Padding, false);
   add(2, 9, 9, 3, 8, 8, Mask::None, true);
   add(3, 17, 17, 2, 16, 16, Mask::Padding, true);
-  add(2, 7, 11, 2, 8, 5, Mask::Full, false);  // cross-attention, Dv != D
+  add(2, 7, 11, 2, 8, 5, Mask::Full, false);          // cross-attention, Dv != D
   add(2, 130, 130, 2, 16, 16, Mask::Padding, false);  // three query blocks, ragged last one
   add(1, 130, 130, 3, 8, 8, Mask::None, true);
   add(2, 64, 64, 4, 32, 32, Mask::Full, true);
@@ -151,7 +153,8 @@ TEST(Attention, ForwardMatchesUnfusedGraph) {
         int64_t nk = s.causal ? 1 : s.Tk;
         for (int64_t j = 0; j < nk; j++) {
           double d = 0;
-          for (int64_t c = 0; c < s.D; c++) d += Q[b * s.Tq * C + h * s.D + c] * K[(b * s.Tk + j) * C + h * s.D + c];
+          for (int64_t c = 0; c < s.D; c++)
+            d += Q[b * s.Tq * C + h * s.D + c] * K[(b * s.Tk + j) * C + h * s.D + c];
           d *= scale;
           if (s.mask == Mask::Padding) d += in.mask.data<float>()[b * s.Tk + j];
           if (s.mask == Mask::Full) d += in.mask.data<float>()[((b * s.H + h) * s.Tq) * s.Tk + j];
@@ -160,7 +163,8 @@ TEST(Attention, ForwardMatchesUnfusedGraph) {
         }
         for (double d : row) sum += std::exp(d - mx);
         double want = mx + std::log(sum);
-        EXPECT_NEAR(fused[1].data<float>()[(b * s.H + h) * s.Tq], want, 1e-4 * (1 + std::fabs(want)))
+        EXPECT_NEAR(fused[1].data<float>()[(b * s.H + h) * s.Tq], want,
+                    1e-4 * (1 + std::fabs(want)))
             << spec_name(s);
       }
   }
@@ -230,8 +234,8 @@ TEST(Attention, FullyMaskedRowsAreZeroWithZeroMaskedRows) {
   };
   Inputs in2{first2(in.Q), first2(in.K), first2(in.V), first2(in.mask)};
   auto fwd2 = fused_forward(s2, in2);
-  auto grads2 = run_node(attention_node(s2, true), 1,
-                         {first2(W), in2.Q, in2.K, in2.V, in2.mask, fwd2[1]});
+  auto grads2 =
+      run_node(attention_node(s2, true), 1, {first2(W), in2.Q, in2.K, in2.V, in2.mask, fwd2[1]});
   auto check = [&](const Tensor& full, const Tensor& two, const char* what) {
     int64_t per = full.numel() / s.B;
     for (int64_t i = 0; i < full.numel(); i++) {
@@ -383,8 +387,10 @@ TEST(Attention, DISABLED_AttentionBench) {
                {W, in.Q, in.K, in.V, s.mask != Mask::None ? in.mask : Tensor(), f[1]}, ro);
     });
     runtime::set_num_threads(saved);
-    std::printf("%s dropout %.1f, 1 thread CPU time: unfused fwd+bwd %.2f ms; fused fwd %.2f ms + bwd %.2f ms = %.2f ms\n",
-                spec_name(s).c_str(), s.dropout, unfused, fused_f, fused_b, fused_f + fused_b);
+    std::printf(
+        "%s dropout %.1f, 1 thread CPU time: unfused fwd+bwd %.2f ms; fused fwd %.2f ms + bwd %.2f "
+        "ms = %.2f ms\n",
+        spec_name(s).c_str(), s.dropout, unfused, fused_f, fused_b, fused_f + fused_b);
   }
 }
 
@@ -447,10 +453,12 @@ TEST(AttentionDropout, InertOutsideTrainingRunsAndAtRatioZero) {
     if (s.mask != Mask::None) args.push_back(in.mask);
     auto z = run_node(zero, 1, args, training_run(5));
     EXPECT_TRUE(same_bits(z[0], want[0])) << spec_name(s);
-    std::vector<Tensor> gargs = {W, in.Q, in.K, in.V, s.mask != Mask::None ? in.mask : Tensor(), want[1]};
+    std::vector<Tensor> gargs = {
+        W, in.Q, in.K, in.V, s.mask != Mask::None ? in.mask : Tensor(), want[1]};
     auto gw = run_node(attention_node(plain, true), 1, gargs, training_run(5));
     auto ge = run_node(attention_node(s, true), 1, gargs);
-    for (int i = 0; i < 3; i++) EXPECT_TRUE(same_bits(ge[i], gw[i])) << spec_name(s) << " grad " << i;
+    for (int i = 0; i < 3; i++)
+      EXPECT_TRUE(same_bits(ge[i], gw[i])) << spec_name(s) << " grad " << i;
   }
 }
 
@@ -528,8 +536,9 @@ TEST(AttentionDropout, BackwardMatchesAutodiffOfUnfusedGraph) {
     std::map<std::string, Tensor> ref;
     for (auto& [p, gname] : tg.gradients) ref[p] = res.at(gname);
     auto fwd = fused_forward(s, in, ro);
-    auto grads = run_node(attention_node(s, true), 1,
-                          {W, in.Q, in.K, in.V, s.mask != Mask::None ? in.mask : Tensor(), fwd[1]}, ro);
+    auto grads =
+        run_node(attention_node(s, true), 1,
+                 {W, in.Q, in.K, in.V, s.mask != Mask::None ? in.mask : Tensor(), fwd[1]}, ro);
     expect_close(grads[0], ref.at("Q"), 2e-4, spec_name(s) + " dQ");
     expect_close(grads[1], ref.at("K"), 2e-4, spec_name(s) + " dK");
     expect_close(grads[2], ref.at("V"), 2e-4, spec_name(s) + " dV");

@@ -74,7 +74,7 @@ TEST(DropoutAdd, EqualsDropoutThenAddBitForBit) {
   for (Shape s : {Shape{4, 5}, Shape{3, 37, 11}, Shape{2, 64, 32}, Shape{1, 1, 1}}) {
     Tensor y = random_tensor(s, 1), r = random_tensor(s, 2);
     for (float ratio : {0.1f, 0.5f, -1.0f}) {  // -1: ratio absent (Dropout's default 0.5)
-      for (int tmode : {1, 0, -1}) {            // -1: training_mode absent (inert)
+      for (int tmode : {1, 0, -1}) {           // -1: training_mode absent (inert)
         for (bool training_run : {true, false}) {
           for (uint64_t seed : {0ull, 7ull}) {
             Tensor rt = ratio >= 0 ? Tensor::scalar_f32(ratio) : Tensor();
@@ -127,7 +127,8 @@ TEST(DropoutAdd, BadShapesNameTheNode) {
 
 namespace {
 
-// loss = ReduceSum((Dropout(y) + r) * W) as one DropoutAdd (fused) or Dropout + Add; y, r trainable.
+// loss = ReduceSum((Dropout(y) + r) * W) as one DropoutAdd (fused) or Dropout + Add; y, r
+// trainable.
 std::shared_ptr<ir::Graph> loss_graph(bool fused, const Tensor& y, const Tensor& r, const Tensor& W,
                                       float ratio) {
   auto g = std::make_shared<ir::Graph>();
@@ -143,7 +144,8 @@ std::shared_ptr<ir::Graph> loss_graph(bool fused, const Tensor& y, const Tensor&
     g->nodes.push_back(f);
   } else {
     ir::Node d;
-    d.name = "drop", d.op_type = "Dropout", d.inputs = {"y", "ratio", "training"}, d.outputs = {"d"};
+    d.name = "drop", d.op_type = "Dropout", d.inputs = {"y", "ratio", "training"},
+    d.outputs = {"d"};
     ir::Node a;
     a.name = "add", a.op_type = "Add", a.inputs = {"r", "d"}, a.outputs = {"out"};
     g->nodes.push_back(d);
@@ -200,7 +202,8 @@ TEST(DropoutAdd, GradientEqualsUnfusedAndFiniteDifferences) {
       xp.data<float>()[k] += eps;
       xm.data<float>()[k] -= eps;
       double numeric = (fs.run({{p, xp}}, ro).at("loss").get_as_double(0) -
-                        fs.run({{p, xm}}, ro).at("loss").get_as_double(0)) / (2.0 * eps);
+                        fs.run({{p, xm}}, ro).at("loss").get_as_double(0)) /
+                       (2.0 * eps);
       EXPECT_NEAR(grads[1].at(p).get_as_double(k), numeric, 2e-3 + 1e-2 * std::fabs(numeric))
           << "d loss / d " << p << "[" << k << "]";
     }

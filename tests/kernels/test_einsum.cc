@@ -20,11 +20,11 @@ Shape out_shape(const std::string& eq, const std::vector<Shape>& shapes) {
 
 TEST(EinsumParse, OutputShapes) {
   EXPECT_EQ(out_shape("ij,jk->ik", {{3, 4}, {4, 5}}), (Shape{3, 5}));
-  EXPECT_EQ(out_shape("ij,jk", {{3, 4}, {4, 5}}), (Shape{3, 5}));      // implicit: i, k
-  EXPECT_EQ(out_shape("bA", {{3, 4}}), (Shape{4, 3}));                  // ASCII order: A before b
-  EXPECT_EQ(out_shape("ii", {{3, 3}}), (Shape{}));                      // trace
+  EXPECT_EQ(out_shape("ij,jk", {{3, 4}, {4, 5}}), (Shape{3, 5}));  // implicit: i, k
+  EXPECT_EQ(out_shape("bA", {{3, 4}}), (Shape{4, 3}));             // ASCII order: A before b
+  EXPECT_EQ(out_shape("ii", {{3, 3}}), (Shape{}));                 // trace
   EXPECT_EQ(out_shape("ii->i", {{3, 3}}), (Shape{3}));
-  EXPECT_EQ(out_shape("...i,...i", {{2, 3}, {3}}), (Shape{2}));         // implicit: "..." first
+  EXPECT_EQ(out_shape("...i,...i", {{2, 3}, {3}}), (Shape{2}));  // implicit: "..." first
   EXPECT_EQ(out_shape("i...j,j", {{3, 2, 4}, {4}}), (Shape{2, 3}));
   EXPECT_EQ(out_shape("...ij,...jk->...ik", {{2, 1, 3, 4}, {5, 4, 2}}), (Shape{2, 5, 3, 2}));
   EXPECT_EQ(out_shape(" ab , bc -> ca ", {{2, 3}, {3, 4}}), (Shape{4, 2}));

@@ -224,18 +224,18 @@ TEST_P(LinearCrossEntropy, ThroughAutodiff) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, LinearCrossEntropy,
-    ::testing::Values(
-        LceCase{"one_chunk", 6, 8, 11, true, false, "mean", 0, 0, 0},
-        LceCase{"transB0_sum", 6, 8, 11, false, false, "sum", 0, 0, 0},
-        LceCase{"bias_ignored", 9, 5, 13, true, true, "mean", 3, 0, 0},
-        LceCase{"all_ignored_mean", 5, 4, 7, true, true, "mean", 1, 0, 0},
-        LceCase{"all_ignored_sum", 5, 4, 7, false, false, "sum", 1, 2, 0},
-        LceCase{"chunks_contiguous", 50, 16, 37, true, false, "mean", 0, 8, 0},
-        LceCase{"chunks_ignored_gathered", 50, 16, 37, true, true, "mean", 4, 7, 0},
-        LceCase{"chunks_transB0", 33, 12, 45, false, true, "sum", 5, 4, 0},
-        LceCase{"chunk_one_row", 7, 9, 19, true, true, "mean", 2, 1, 0},
-        LceCase{"large_vocab_auto_chunk", 300, 32, 1003, true, false, "mean", 7, 0, 0},
-        LceCase{"label_smoothing", 20, 8, 29, true, true, "mean", 3, 6, 0.1f}),
+    ::testing::Values(LceCase{"one_chunk", 6, 8, 11, true, false, "mean", 0, 0, 0},
+                      LceCase{"transB0_sum", 6, 8, 11, false, false, "sum", 0, 0, 0},
+                      LceCase{"bias_ignored", 9, 5, 13, true, true, "mean", 3, 0, 0},
+                      LceCase{"all_ignored_mean", 5, 4, 7, true, true, "mean", 1, 0, 0},
+                      LceCase{"all_ignored_sum", 5, 4, 7, false, false, "sum", 1, 2, 0},
+                      LceCase{"chunks_contiguous", 50, 16, 37, true, false, "mean", 0, 8, 0},
+                      LceCase{"chunks_ignored_gathered", 50, 16, 37, true, true, "mean", 4, 7, 0},
+                      LceCase{"chunks_transB0", 33, 12, 45, false, true, "sum", 5, 4, 0},
+                      LceCase{"chunk_one_row", 7, 9, 19, true, true, "mean", 2, 1, 0},
+                      LceCase{"large_vocab_auto_chunk", 300, 32, 1003, true, false, "mean", 7, 0,
+                              0},
+                      LceCase{"label_smoothing", 20, 8, 29, true, true, "mean", 3, 6, 0.1f}),
     [](const ::testing::TestParamInfo<LceCase>& info) { return std::string(info.param.name); });
 
 TEST(LinearCrossEntropyKernel, RejectsLabelOutOfRange) {

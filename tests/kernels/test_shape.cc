@@ -72,13 +72,13 @@ TEST(ShapeKernels, SliceNegativeSteps) {
   auto n = make_node("Slice", 5, 1);
   // x = [[0..4],[5..9]]; rows reversed, cols from 4 down to (but excluding) 0 step -2.
   auto out = run_node(n, 13,
-                      {iota({2, 5}), i64({2}, {-1, 4}), i64({2}, {INT64_MIN, 0}),
-                       i64({2}, {0, 1}), i64({2}, {-1, -2})});
+                      {iota({2, 5}), i64({2}, {-1, 4}), i64({2}, {INT64_MIN, 0}), i64({2}, {0, 1}),
+                       i64({2}, {-1, -2})});
   EXPECT_EQ(out[0].shape(), (Shape{2, 2}));
   EXPECT_EQ(values(out[0]), (std::vector<float>{9, 7, 4, 2}));
   // INT64_MAX end with a positive step clamps to the dim.
-  auto o2 = run_node(n, 13, {iota({2, 5}), i64({1}, {1}), i64({1}, {INT64_MAX}), i64({1}, {1}),
-                             Tensor()});
+  auto o2 = run_node(n, 13,
+                     {iota({2, 5}), i64({1}, {1}), i64({1}, {INT64_MAX}), i64({1}, {1}), Tensor()});
   EXPECT_EQ(o2[0].shape(), (Shape{2, 4}));
   EXPECT_EQ(values(o2[0]), (std::vector<float>{1, 2, 3, 4, 6, 7, 8, 9}));
 }
@@ -109,8 +109,8 @@ TEST(ShapeKernels, GatherNegativeIndexRows) {
   EXPECT_EQ(values(out[0]), (std::vector<float>{9, 10, 11, 0, 1, 2, 6, 7, 8, 0, 1, 2}));
   // axis=1 with int32 indices.
   set_int(n, "axis", 1);
-  auto o2 = run_node(n, 13, {iota({2, 3}), Tensor::from_vector(DType::Int32, {1},
-                                                               std::vector<int32_t>{-1})});
+  auto o2 = run_node(
+      n, 13, {iota({2, 3}), Tensor::from_vector(DType::Int32, {1}, std::vector<int32_t>{-1})});
   EXPECT_EQ(o2[0].shape(), (Shape{2, 1}));
   EXPECT_EQ(values(o2[0]), (std::vector<float>{2, 5}));
 }
@@ -128,8 +128,8 @@ TEST(ShapeKernels, GatherOutOfRangeNamesIndex) {
 }
 
 TEST(ShapeKernels, TransposeMatchesNaive) {
-  for (auto perm : std::vector<std::vector<int64_t>>{{0, 2, 1, 3}, {0, 1, 3, 2}, {0, 2, 3, 1},
-                                                     {3, 1, 0, 2}}) {
+  for (auto perm :
+       std::vector<std::vector<int64_t>>{{0, 2, 1, 3}, {0, 1, 3, 2}, {0, 2, 3, 1}, {3, 1, 0, 2}}) {
     Shape s = {2, 37, 5, 41};
     Tensor x = iota(s);
     auto n = make_node("Transpose", 1, 1);

@@ -1,6 +1,7 @@
 // test_loaders.cc — malformed files give clear errors, never crashes: truncated / random-bytes
 // ONNX, truncated / inconsistent safetensors. Built and run under AddressSanitizer in CI.
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -9,7 +10,6 @@
 
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
-#include <onnx/onnx_pb.h>
 
 using namespace onyx;
 namespace fs = std::filesystem;
@@ -196,9 +196,11 @@ TEST(Safetensors, StrictValidation) {
     size_t data;
     std::string expect;
   } cases[] = {
-      {R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"x":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 16, "appears twice"},
+      {R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"x":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+       16, "appears twice"},
       {R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "needs 12"},
-      {R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12, "contiguous"},
+      {R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12, "contiguous"},
       {R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12, "trailing"},
       {R"({"x":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", 8, "unknown safetensors dtype"},
       {R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,80]}})", 8, "outside"},

@@ -14,10 +14,10 @@
 //             the unfused graph's outputs and, for gradient rows, its gradients
 #pragma once
 #include <functional>
-#include <type_traits>
-#include <ostream>
 #include <map>
+#include <ostream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -28,11 +28,11 @@ namespace onyx::optable {
 
 struct In {
   Shape shape;
-  bool diff = true;            // differentiate with respect to this input
+  bool diff = true;             // differentiate with respect to this input
   float lo = -1.0f, hi = 1.0f;  // uniform range of random values (float inputs)
-  float min_abs = 0.0f;        // keep |x| >= min_abs (away from kinks at 0)
-  Tensor fixed;                // when defined: this exact tensor (ints, indices, shapes, masks)
-  bool absent = false;         // an absent optional input ("")
+  float min_abs = 0.0f;         // keep |x| >= min_abs (away from kinks at 0)
+  Tensor fixed;                 // when defined: this exact tensor (ints, indices, shapes, masks)
+  bool absent = false;          // an absent optional input ("")
 };
 
 // A fixed tensor of any dtype from values given as doubles (ints, bools, float tensors).
@@ -41,22 +41,38 @@ inline In Vals(DType dt, Shape s, const std::vector<double>& v) {
   i.shape = s;
   i.diff = false;
   i.fixed = Tensor(dt, s);
-  ONYX_CHECK((int64_t)v.size() == i.fixed.numel(), "Vals: ", v.size(), " values for ", i.fixed.numel());
+  ONYX_CHECK((int64_t)v.size() == i.fixed.numel(), "Vals: ", v.size(), " values for ",
+             i.fixed.numel());
   auto put = [&](auto* p) {
     for (size_t k = 0; k < v.size(); k++) p[k] = (std::remove_pointer_t<decltype(p)>)v[k];
   };
   switch (dt) {
-    case DType::Float32: put(i.fixed.data<float>()); break;
-    case DType::Float64: put(i.fixed.data<double>()); break;
-    case DType::Int64: put(i.fixed.data<int64_t>()); break;
-    case DType::Int32: put(i.fixed.data<int32_t>()); break;
-    case DType::Int8: put(i.fixed.data<int8_t>()); break;
-    case DType::UInt8: put(i.fixed.data<uint8_t>()); break;
-    case DType::UInt32: put(i.fixed.data<uint32_t>()); break;
+    case DType::Float32:
+      put(i.fixed.data<float>());
+      break;
+    case DType::Float64:
+      put(i.fixed.data<double>());
+      break;
+    case DType::Int64:
+      put(i.fixed.data<int64_t>());
+      break;
+    case DType::Int32:
+      put(i.fixed.data<int32_t>());
+      break;
+    case DType::Int8:
+      put(i.fixed.data<int8_t>());
+      break;
+    case DType::UInt8:
+      put(i.fixed.data<uint8_t>());
+      break;
+    case DType::UInt32:
+      put(i.fixed.data<uint32_t>());
+      break;
     case DType::Bool:
       for (size_t k = 0; k < v.size(); k++) i.fixed.data<uint8_t>()[k] = v[k] != 0;
       break;
-    default: ONYX_CHECK(false, "Vals: dtype ", dtype_name(dt), " not handled");
+    default:
+      ONYX_CHECK(false, "Vals: dtype ", dtype_name(dt), " not handled");
   }
   return i;
 }
@@ -151,7 +167,7 @@ struct Case {
   std::string op;
   std::vector<In> inputs;
   std::map<std::string, ir::Attribute> attrs = {};
-  int num_outputs = 1;      // outputs created; float ones feed the loss
+  int num_outputs = 1;  // outputs created; float ones feed the loss
   std::string domain = "";
   int64_t opset = 17;
   double rtol = 2e-2, atol = 2e-3;

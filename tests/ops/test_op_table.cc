@@ -42,13 +42,13 @@ using autodiff::attr_s;
 
 static const std::vector<Case>& all_cases() {
   static const std::vector<Case> cases = {
-#include "cases_elementwise.inc"
-#include "cases_matmul.inc"
-#include "cases_shape.inc"
-#include "cases_nn.inc"
-#include "cases_loss.inc"
 #include "cases_attention.inc"
+#include "cases_elementwise.inc"
 #include "cases_forward.inc"
+#include "cases_loss.inc"
+#include "cases_matmul.inc"
+#include "cases_nn.inc"
+#include "cases_shape.inc"
   };
   return cases;
 }
@@ -100,7 +100,8 @@ ir::ValueInfo value(const std::string& name) {
 }
 
 // Appends loss = Σ_k sum(y_k · W_k) over the float32 outputs y_k (c.loss_outputs, else all) to g,
-// W_k fixed random; `values` is a graph computing the y_k named in `outs` (run to get their shapes).
+// W_k fixed random; `values` is a graph computing the y_k named in `outs` (run to get their
+// shapes).
 void add_weighted_loss(ir::Graph& g, const Case& c, std::shared_ptr<ir::Graph> values,
                        std::mt19937& rng, std::vector<std::string> outs = {}) {
   if (outs.empty())
@@ -265,7 +266,9 @@ TEST_P(OpForward, RunsAsInferred) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, OpForward, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
 // ---- gradient -----------------------------------------------------------------------------------
 
@@ -303,7 +306,9 @@ TEST_P(OpGradient, MatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, OpGradient, ::testing::ValuesIn(gradient_cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
 // ---- fusion -------------------------------------------------------------------------------------
 
@@ -364,7 +369,9 @@ TEST_P(OpFusion, PipelineFusesThePattern) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, OpFusion, ::testing::ValuesIn(fusion_cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
 // ---- bench --------------------------------------------------------------------------------------
 
@@ -387,7 +394,8 @@ TEST(OpTableBench, Rows) {
   if (out_path) {
     out.open(out_path);
     ASSERT_TRUE(out) << out_path;
-    out << "# memcpy " << memcpy_gbs << " GB/s (read+write, 64 MiB, 1 thread), reps " << reps << "\n";
+    out << "# memcpy " << memcpy_gbs << " GB/s (read+write, 64 MiB, 1 thread), reps " << reps
+        << "\n";
     out << "row\top\tforward_us\ttrain_step_us\tforward_GBps\tof_memcpy\n";
   }
   auto time_us = [&](runtime::Session& s) {
@@ -424,7 +432,6 @@ TEST(OpTableBench, Rows) {
 
 // ---- coverage -----------------------------------------------------------------------------------
 
-
 TEST(OpTableCoverage, EveryKernelHasARow) {
   std::set<std::string> covered;
   for (const Case& c : all_cases()) covered.insert(key(c.domain, c.op));
@@ -447,7 +454,8 @@ TEST(OpTableCoverage, EveryKernelHasARow) {
   std::string list;
   for (auto& m : missing) list += " " + m;
   EXPECT_TRUE(missing.empty()) << missing.size()
-                               << " registered kernels have no row in tests/ops/cases_*.inc:" << list;
+                               << " registered kernels have no row in tests/ops/cases_*.inc:"
+                               << list;
 }
 
 TEST(OpTableCoverage, EveryGradientRuleHasAGradientRow) {

@@ -117,7 +117,8 @@ inline ir::Graph unfused_attention(const Spec& s) {
   std::string qs = b.i64("q_shape", {s.B, s.Tq, s.H, s.D});
   std::string ks = b.i64("k_shape", {s.B, s.Tk, s.H, s.D});
   std::string vs = b.i64("v_shape", {s.B, s.Tk, s.H, s.Dv});
-  std::string q = b.add("Transpose", {b.add("Reshape", {Q, qs})}, {{"perm", ints_attr({0, 2, 1, 3})}});
+  std::string q =
+      b.add("Transpose", {b.add("Reshape", {Q, qs})}, {{"perm", ints_attr({0, 2, 1, 3})}});
   std::string k4 = b.add("Reshape", {K, ks});
   std::string kT;
   if (s.k == KLayout::Perm0231) {
@@ -126,7 +127,8 @@ inline ir::Graph unfused_attention(const Spec& s) {
     std::string k = b.add("Transpose", {k4}, {{"perm", ints_attr({0, 2, 1, 3})}});
     kT = b.add("Transpose", {k}, {{"perm", ints_attr({0, 1, 3, 2})}});
   }
-  std::string v = b.add("Transpose", {b.add("Reshape", {V, vs})}, {{"perm", ints_attr({0, 2, 1, 3})}});
+  std::string v =
+      b.add("Transpose", {b.add("Reshape", {V, vs})}, {{"perm", ints_attr({0, 2, 1, 3})}});
   float inv = 1.0f / std::sqrt((float)s.D);
   if (s.scale == Scale::MulOnQ) q = b.add("Mul", {q, b.f32("scale_q", inv)});
   if (s.scale == Scale::MulOnBoth) {
@@ -146,12 +148,12 @@ inline ir::Graph unfused_attention(const Spec& s) {
     std::vector<uint8_t> upper(s.Tq * s.Tk);
     for (int64_t i = 0; i < s.Tq; i++)
       for (int64_t j = 0; j < s.Tk; j++) upper[i * s.Tk + j] = j > i;
-    b.g.add_initializer("causal_cond", Tensor::from_vector<uint8_t>(DType::Bool, {s.Tq, s.Tk}, upper));
+    b.g.add_initializer("causal_cond",
+                        Tensor::from_vector<uint8_t>(DType::Bool, {s.Tq, s.Tk}, upper));
     sc = b.add("Where", {"causal_cond", b.f32("neg_fill", -FLT_MAX), sc});
   }
   std::string p = b.add("Softmax", {sc}, {{"axis", int_attr(-1)}});
-  if (s.nan_guard)
-    p = b.add("Where", {b.add("IsNaN", {p}), b.f32("nan_fill", 0.0f), p});
+  if (s.nan_guard) p = b.add("Where", {b.add("IsNaN", {p}), b.f32("nan_fill", 0.0f), p});
   if (s.dropout > 0) {
     b.g.add_initializer("attn_dropout_ratio", Tensor::scalar_f32(s.dropout));
     b.g.add_initializer("attn_dropout_training",
@@ -183,7 +185,8 @@ inline ir::Graph unfused_attention(const Spec& s) {
 // Padding masks as BERT builds them: 0 for kept keys, -10000 for the last `pad` keys of batch b>0.
 inline Tensor padding_mask(const Spec& s) {
   Shape ms = s.mask == Mask::Padding ? Shape{s.B, 1, 1, s.Tk} : Shape{s.B, s.H, s.Tq, s.Tk};
-  Tensor m = s.mask == Mask::Full ? random_tensor(ms, 77, -3, 0) : Tensor::zeros(DType::Float32, ms);
+  Tensor m =
+      s.mask == Mask::Full ? random_tensor(ms, 77, -3, 0) : Tensor::zeros(DType::Float32, ms);
   if (s.mask == Mask::Padding)
     for (int64_t b = 1; b < s.B; b++)
       for (int64_t j = s.Tk - std::min<int64_t>(b, s.Tk - 1); j < s.Tk; j++)

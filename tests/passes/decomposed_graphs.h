@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "../real_exports.h"
 #include "ir/graph.h"
 #include "onyx/tensor.h"
 #include "passes/pass.h"
 #include "runtime/session.h"
-#include "../real_exports.h"
 
 namespace onyx::fusion_test {
 
@@ -103,7 +103,7 @@ struct LayerNormSpec {
   bool positive_axes = false;  // axes = [rank-1] instead of [-1]
   bool axes_input = false;     // opset 18: axes as an input
   float eps = 1e-5f;
-  int64_t opset = 14;          // the graph's default-domain opset (when not axes_input)
+  int64_t opset = 14;  // the graph's default-domain opset (when not axes_input)
 };
 
 inline std::string layer_norm(Builder& b, const std::string& x, int64_t rank, int64_t C,

@@ -10,12 +10,12 @@
 
 #include <filesystem>
 
+#include "../real_exports.h"
 #include "attention_graphs.h"
 #include "autodiff/gradient.h"
 #include "ir/onnx_io.h"
 #include "passes/pass.h"
 #include "runtime/session.h"
-#include "../real_exports.h"
 
 using namespace onyx;
 using namespace onyx::attn_test;
@@ -230,8 +230,10 @@ TEST(AttentionFusion, LeavesOtherChainsAlone) {
   {
     Spec s;
     ir::Graph g = unfused_attention(s);
-    g.initializers.at("k_shape") = Tensor::from_vector<int64_t>(DType::Int64, {4}, {s.B, s.Tk, 1, 8});
-    g.initializers.at("q_shape") = Tensor::from_vector<int64_t>(DType::Int64, {4}, {s.B, s.Tq, 1, 8});
+    g.initializers.at("k_shape") =
+        Tensor::from_vector<int64_t>(DType::Int64, {4}, {s.B, s.Tk, 1, 8});
+    g.initializers.at("q_shape") =
+        Tensor::from_vector<int64_t>(DType::Int64, {4}, {s.B, s.Tq, 1, 8});
     // Q (B,1,T,8)·Kᵀ (B,1,8,T) is a valid graph with H=1, but V still has 2 heads: not attention.
     EXPECT_EQ(fuse_only(g, {}), 0);
   }
@@ -271,7 +273,8 @@ TEST(AttentionFusion, FusesAttentionDropoutWithItsRngIdentity) {
       expect_close(a, run(before, feeds, "out", training_run(seed)), 1e-5, v.name);
       Tensor plain = run(after, feeds, "out");
       bool differs = false;
-      for (int64_t i = 0; i < a.numel(); i++) differs |= a.data<float>()[i] != plain.data<float>()[i];
+      for (int64_t i = 0; i < a.numel(); i++)
+        differs |= a.data<float>()[i] != plain.data<float>()[i];
       EXPECT_TRUE(differs) << "dropout active in a training run";
     }
   }
@@ -289,8 +292,8 @@ TEST(AttentionFusion, DropoutSeedAttributeAndInertDropouts) {
     EXPECT_EQ(fuse_only(after, {}), 1);
     EXPECT_EQ(find_op(after, "Attention")->attr_int("seed", 0), 17);
     auto feeds = feeds_for(s);
-    expect_close(run(after, feeds, "out", training_run(4)), run(before, feeds, "out", training_run(4)),
-                 1e-5, "seed attribute");
+    expect_close(run(after, feeds, "out", training_run(4)),
+                 run(before, feeds, "out", training_run(4)), 1e-5, "seed attribute");
   }
   // training_mode constant false: inert, fused without dropout.
   {

@@ -45,11 +45,11 @@ TEST(NoOpElimination, RemovesIdentitiesAndCollapsesLayoutChains) {
   Builder b;
   b.input("x", {2, 3, 4});
   std::string a = b.add("Identity", {"x"});
-  std::string d = b.add("Dropout", {a, b.scalar(0.0f)});               // ratio 0: identity
-  std::string c = b.add("Cast", {d}, {{"to", int_attr(1)}});            // float → float
+  std::string d = b.add("Dropout", {a, b.scalar(0.0f)});      // ratio 0: identity
+  std::string c = b.add("Cast", {d}, {{"to", int_attr(1)}});  // float → float
   std::string r1 = b.add("Reshape", {c, b.i64({6, 4})});
-  std::string r2 = b.add("Reshape", {r1, b.i64({2, 12})});              // chain → one Reshape
-  std::string r3 = b.add("Reshape", {r2, b.i64({2, 12})});              // to its own shape
+  std::string r2 = b.add("Reshape", {r1, b.i64({2, 12})});  // chain → one Reshape
+  std::string r3 = b.add("Reshape", {r2, b.i64({2, 12})});  // to its own shape
   std::string t1 = b.add("Transpose", {r3}, {{"perm", ints_attr({1, 0})}});
   std::string t2 = b.add("Transpose", {t1}, {{"perm", ints_attr({1, 0})}});  // identity pair
   std::string y = b.add("Neg", {t2});
@@ -116,7 +116,7 @@ TEST(DeadNodeElimination, RemovesWhatReachesNoOutput) {
   b.input("x", {2, 2});
   b.input("unused", {2, 2});
   std::string w = b.weight("w", {2, 2});
-  b.add("Neg", {"x"});                      // dead
+  b.add("Neg", {"x"});                     // dead
   b.add("Mul", {b.add("Exp", {"x"}), w});  // dead, with its weight
   std::string y = b.add("Relu", {"x"});
   b.output(y);
@@ -164,6 +164,7 @@ TEST(Pipeline, FusionsRunInRegisteredOrder) {
     passes::fusion_pass("no_such_fusion");
     ADD_FAILURE() << "no throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("registered: layer_norm_fusion"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("registered: layer_norm_fusion"), std::string::npos)
+        << e.what();
   }
 }

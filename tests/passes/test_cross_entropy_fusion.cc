@@ -1,18 +1,18 @@
-// tests/passes/test_cross_entropy_fusion.cc — passes/cross_entropy_fusion.cc: SoftmaxCrossEntropyLoss
-// over a linear layer's logits becomes one onyx.LinearCrossEntropy. Small graphs built here, in
-// each form the pass claims (GPT-2's tied LM head with the time-shift Slice and row Reshape;
-// linear_fusion's MatMulT with and without bias; a Gemm classifier head; the trainer's appended
-// loss over a 3-D logits output): op counts before and after, and equal loss and parameter
-// gradients through runtime::Session and autodiff (1e-5 relative). Chains the pass must leave alone
-// stay unfused. Then the real opset-14 exports in <build>/bench-exports: one fusion each, same loss.
+// tests/passes/test_cross_entropy_fusion.cc — passes/cross_entropy_fusion.cc:
+// SoftmaxCrossEntropyLoss over a linear layer's logits becomes one onyx.LinearCrossEntropy. Small
+// graphs built here, in each form the pass claims (GPT-2's tied LM head with the time-shift Slice
+// and row Reshape; linear_fusion's MatMulT with and without bias; a Gemm classifier head; the
+// trainer's appended loss over a 3-D logits output): op counts before and after, and equal loss and
+// parameter gradients through runtime::Session and autodiff (1e-5 relative). Chains the pass must
+// leave alone stay unfused. Then the real opset-14 exports in <build>/bench-exports: one fusion
+// each, same loss.
 #include <gtest/gtest.h>
-
-#include "../real_exports.h"
 
 #include <climits>
 #include <filesystem>
 #include <random>
 
+#include "../real_exports.h"
 #include "autodiff/gradient.h"
 #include "ir/onnx_io.h"
 #include "passes/pass.h"
@@ -40,7 +40,9 @@ Tensor rand_f32(Shape s, uint32_t seed, float lo = -1, float hi = 1) {
   return Tensor::from_vector(DType::Float32, s, v);
 }
 
-Tensor ints(Shape s, std::vector<int64_t> v) { return Tensor::from_vector<int64_t>(DType::Int64, s, v); }
+Tensor ints(Shape s, std::vector<int64_t> v) {
+  return Tensor::from_vector<int64_t>(DType::Int64, s, v);
+}
 
 // A small graph builder: nodes named after their first output.
 struct G {
@@ -51,7 +53,8 @@ struct G {
     g->opsets["onyx"] = 1;
   }
   std::string node(const std::string& op, std::vector<std::string> in, const std::string& out,
-                   std::map<std::string, ir::Attribute> attrs = {}, const std::string& domain = "") {
+                   std::map<std::string, ir::Attribute> attrs = {},
+                   const std::string& domain = "") {
     ir::Node n;
     n.name = "n_" + out;
     n.op_type = op;
@@ -101,7 +104,8 @@ G lm_graph(Head head, bool logits_output = false, int64_t slice_axis = 1) {
   std::string logits;
   switch (head) {
     case Head::MatMulTranspose:
-      logits = m.node("MatMul", {h, m.node("Transpose", {"wte"}, "wte_t", {{"perm", attr_ints({1, 0})}})},
+      logits = m.node("MatMul",
+                      {h, m.node("Transpose", {"wte"}, "wte_t", {{"perm", attr_ints({1, 0})}})},
                       "logits");
       break;
     case Head::MatMulT:
@@ -128,8 +132,8 @@ G lm_graph(Head head, bool logits_output = false, int64_t slice_axis = 1) {
   m.constant("flat", ints({1}, {-1}));
   std::string shifted = m.node("Slice", {logits, "s0", "e_1", "ax", "s1"}, "shifted");
   std::string rows = m.node("Reshape", {shifted, "rows_v"}, "rows");
-  std::string lab = m.node("Reshape", {m.node("Slice", {"labels", "s1", "e_max", "ax1", "s1"}, "lab_s"), "flat"},
-                           "lab");
+  std::string lab = m.node(
+      "Reshape", {m.node("Slice", {"labels", "s1", "e_max", "ax1", "s1"}, "lab_s"), "flat"}, "lab");
   m.node("SoftmaxCrossEntropyLoss", {rows, lab}, "loss",
          {{"reduction", attr_s("mean")}, {"ignore_index", attr_i(-100)}});
   m.output("loss");
@@ -204,9 +208,11 @@ void expect_same_training(const ir::Graph& before, const ir::Graph& after,
     const Tensor& gb = b.grads.at(p);
     ASSERT_EQ(ga.shape(), gb.shape()) << p;
     double scale = 0;
-    for (int64_t i = 0; i < ga.numel(); i++) scale = std::max(scale, std::fabs(ga.get_as_double(i)));
     for (int64_t i = 0; i < ga.numel(); i++)
-      ASSERT_NEAR(gb.get_as_double(i), ga.get_as_double(i), 1e-5 * scale + 1e-8) << p << "[" << i << "]";
+      scale = std::max(scale, std::fabs(ga.get_as_double(i)));
+    for (int64_t i = 0; i < ga.numel(); i++)
+      ASSERT_NEAR(gb.get_as_double(i), ga.get_as_double(i), 1e-5 * scale + 1e-8)
+          << p << "[" << i << "]";
   }
 }
 
@@ -223,7 +229,7 @@ TEST_P(CrossEntropyFusionHeads, FusesAndKeepsNumerics) {
   auto sig = sig_of(feeds);
   ir::Graph before = prepared(m, sig);
   EXPECT_EQ(count_ops(before, "SoftmaxCrossEntropyLoss"), 1);
-  EXPECT_EQ(count_ops(before, "Slice"), 2);    // logits and labels
+  EXPECT_EQ(count_ops(before, "Slice"), 2);  // logits and labels
   EXPECT_EQ(count_ops(before, "Reshape"), 2);
   ir::Graph after = before;
   EXPECT_EQ(fuse_only(after, sig, m.params), 1);
@@ -232,9 +238,9 @@ TEST_P(CrossEntropyFusionHeads, FusesAndKeepsNumerics) {
   EXPECT_EQ(count_ops(after, "Transpose"), 0);
   EXPECT_EQ(count_ops(after, "MatMulT", "onyx"), 0);
   EXPECT_EQ(count_ops(after, "Add"), 0);
-  EXPECT_EQ(count_ops(after, "MatMul"), 1);    // only x · w1 is left
-  EXPECT_EQ(count_ops(after, "Slice"), 2);     // the shift moved onto h; labels keep theirs
-  EXPECT_EQ(count_ops(after, "Reshape"), 2);   // h rows (N, C); labels
+  EXPECT_EQ(count_ops(after, "MatMul"), 1);   // only x · w1 is left
+  EXPECT_EQ(count_ops(after, "Slice"), 2);    // the shift moved onto h; labels keep theirs
+  EXPECT_EQ(count_ops(after, "Reshape"), 2);  // h rows (N, C); labels
   for (auto& n : after.nodes)
     if (n.op_type == "LinearCrossEntropy") {
       EXPECT_EQ(n.inputs.size(), GetParam().head >= Head::MatMulTBias ? 4u : 3u);
@@ -278,8 +284,10 @@ TEST(CrossEntropyFusion, AppendedLossThroughPipeline) {
   m.input("ids", DType::Int64);
   m.param("wte", rand_f32({V, C}, 31));
   m.param("w1", rand_f32({C, C}, 32));
-  std::string h = m.node("Tanh", {m.node("MatMul", {m.node("Gather", {"wte", "ids"}, "x"), "w1"}, "xw")}, "h");
-  m.node("MatMul", {h, m.node("Transpose", {"wte"}, "wte_t", {{"perm", attr_ints({1, 0})}})}, "logits");
+  std::string h =
+      m.node("Tanh", {m.node("MatMul", {m.node("Gather", {"wte", "ids"}, "x"), "w1"}, "xw")}, "h");
+  m.node("MatMul", {h, m.node("Transpose", {"wte"}, "wte_t", {{"perm", attr_ints({1, 0})}})},
+         "logits");
   m.output("logits");
   auto feeds = lm_feeds();
   autodiff::GradientOptions opts;
@@ -332,8 +340,10 @@ TEST(CrossEntropyFusion, LeavesOtherChainsAlone) {
       G m = lm_graph(Head::MatMulTranspose);
       for (auto& n : m.g->nodes)
         if (n.op_type == "SoftmaxCrossEntropyLoss") {
-          if (variant == 0) n.inputs.push_back(m.constant("cw", rand_f32({V}, 40, 0.5f, 1.5f)));
-          else n.attrs["reduction"] = attr_s("none");
+          if (variant == 0)
+            n.inputs.push_back(m.constant("cw", rand_f32({V}, 40, 0.5f, 1.5f)));
+          else
+            n.attrs["reduction"] = attr_s("none");
         }
       if (variant == 1) {  // a scalar loss again, after the per-row losses
         for (auto& n : m.g->nodes)
@@ -361,10 +371,14 @@ std::map<std::string, Tensor> export_feeds(const ir::Graph& g) {
     }
     std::vector<int64_t> v(n);
     for (int64_t i = 0; i < n; i++) {
-      if (in.name == "attention_mask") v[i] = 1;
-      else if (in.name == "token_type_ids") v[i] = 0;
-      else if (in.name == "labels") v[i] = i == 1 ? -100 : (int64_t)(r() % 2);
-      else v[i] = (int64_t)(r() % 1000);
+      if (in.name == "attention_mask")
+        v[i] = 1;
+      else if (in.name == "token_type_ids")
+        v[i] = 0;
+      else if (in.name == "labels")
+        v[i] = i == 1 ? -100 : (int64_t)(r() % 2);
+      else
+        v[i] = (int64_t)(r() % 1000);
     }
     f[in.name] = ints(s, v);
   }

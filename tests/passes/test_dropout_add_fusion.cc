@@ -86,8 +86,9 @@ ir::Graph block_graph(const Block& k) {
   node("mm", "MatMul", {"x", "W"}, {"xw"});
   node("bias", "Add", {"xw", "b"}, {"y"});
   node("drop", "Dropout", {"y", "ratio", "training"}, {"d"});
-  node("residual", "Add", k.residual_first ? std::vector<std::string>{res, "d"}
-                                           : std::vector<std::string>{"d", res}, {"sum"});
+  node("residual", "Add",
+       k.residual_first ? std::vector<std::string>{res, "d"} : std::vector<std::string>{"d", res},
+       {"sum"});
   node("to_out", "Identity", {"sum"}, {"out"});
   ir::ValueInfo vo;
   vo.name = "out";
@@ -243,8 +244,8 @@ std::map<std::string, Tensor> hf_batch(const models::BuiltModel& m, const HfCase
     batch["labels"] = ids({B}, m.config.num_labels);
   } else {
     batch["input_ids"] = ids({B, T}, m.config.vocab_size);
-    batch["labels"] = c.task == models::Task::CausalLM ? batch["input_ids"]
-                                                       : ids({B}, m.config.num_labels);
+    batch["labels"] =
+        c.task == models::Task::CausalLM ? batch["input_ids"] : ids({B}, m.config.num_labels);
   }
   for (auto& in : m.model.graph->inputs)
     if (!batch.count(in.name)) {  // attention_mask / token_type_ids
@@ -287,14 +288,16 @@ Trained train_step(const models::BuiltModel& m, const std::map<std::string, Tens
 
 TEST(DropoutAddFusion, HuggingFaceModelsWithDropoutFuseAndTrainAlike) {
   const HfCase cases[] = {
-      {"bert", R"({"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+      {"bert",
+       R"({"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 32, "vocab_size": 50, "max_position_embeddings": 32, "type_vocab_size": 2,
         "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "num_labels": 3})",
        models::Task::SequenceClassification, false, 2},
       {"gpt2", R"({"model_type": "gpt2", "n_embd": 16, "n_layer": 2, "n_head": 4, "vocab_size": 60,
         "n_positions": 32, "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1})",
        models::Task::CausalLM, false, 2},
-      {"vit", R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+      {"vit",
+       R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 32, "image_size": 8, "patch_size": 4, "num_channels": 3, "num_labels": 5,
         "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1})",
        models::Task::ImageClassification, true, 2},
@@ -343,7 +346,8 @@ TEST(DropoutAddFusion, HuggingFaceModelsWithDropoutFuseAndTrainAlike) {
 
 // token_pruning moves a [CLS] selection through onyx.DropoutAdd like through Add: both y and the
 // residual are selected, the ratio / training_mode scalars kept. Outside a training run the
-// result is exact; in one, the selected tokens draw masks alike (not the same bits, as for Dropout).
+// result is exact; in one, the selected tokens draw masks alike (not the same bits, as for
+// Dropout).
 TEST(DropoutAddFusion, TokenPruningSelectsThroughDropoutAdd) {
   Block k;
   ir::Graph g = block_graph(k);
@@ -375,6 +379,7 @@ TEST(DropoutAddFusion, TokenPruningSelectsThroughDropoutAdd) {
   Tensor want = run(g, feeds, run_opts(false, 0)), got = run(pruned, feeds, run_opts(false, 0));
   ASSERT_EQ(got.shape(), want.shape());
   for (int64_t i = 0; i < want.numel(); i++)
-    EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5 * (1 + std::fabs(want.data<float>()[i])));
+    EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i],
+                1e-5 * (1 + std::fabs(want.data<float>()[i])));
   EXPECT_EQ(run(pruned, feeds, run_opts(true, 2)).shape(), want.shape());
 }

@@ -2,14 +2,13 @@
 // GPT-2's tanh GELU, in every association and operand order the pass claims
 // (tests/passes/decomposed_graphs.h), become one Gelu {approximate} — op counts before and after,
 // equal outputs through runtime::Session within 1e-5 — look-alikes with other constants or shared
-// intermediates stay, and the real opset-14 exports in <build>/bench-exports get 4 (bert-mini, erf),
-// 4 (gpt2-tiny, tanh) and 6 (vit-tiny, erf) fused GELUs in passes::optimize_forward.
+// intermediates stay, and the real opset-14 exports in <build>/bench-exports get 4 (bert-mini,
+// erf), 4 (gpt2-tiny, tanh) and 6 (vit-tiny, erf) fused GELUs in passes::optimize_forward.
 #include <gtest/gtest.h>
-
-#include "../real_exports.h"
 
 #include <filesystem>
 
+#include "../real_exports.h"
 #include "autodiff/gradient.h"
 #include "decomposed_graphs.h"
 #include "ir/onnx_io.h"

@@ -40,8 +40,8 @@ std::map<std::string, Tensor> make_batch(const models::BuiltModel& m, bool image
     return batch;
   }
   batch["input_ids"] = ids({B, T}, m.config.vocab_size, rng);
-  batch["labels"] = m.task == models::Task::CausalLM ? batch["input_ids"]
-                                                     : ids({B}, m.config.num_labels, rng);
+  batch["labels"] =
+      m.task == models::Task::CausalLM ? batch["input_ids"] : ids({B}, m.config.num_labels, rng);
   for (auto& in : m.model.graph->inputs)
     if (!batch.count(in.name)) {  // attention_mask / token_type_ids
       Tensor t = Tensor::zeros(DType::Int64, {B, T});
@@ -167,14 +167,15 @@ TEST(GradientIntoBuffer, LeavesSharedAndConstantGradients) {
     n.outputs = {std::move(out)};
     g.nodes.push_back(n);
   };
-  node("MatMulGradB", "onyx", {"a", "dy"}, "g_direct");   // rewritten
-  node("MatMulGradB", "onyx", {"a", "dy"}, "g_shared");   // also read by Neg: kept
+  node("MatMulGradB", "onyx", {"a", "dy"}, "g_direct");  // rewritten
+  node("MatMulGradB", "onyx", {"a", "dy"}, "g_shared");  // also read by Neg: kept
   node("Neg", "", {"g_shared"}, "neg");
   node("MatMulGradB", "onyx", {"ca", "cdy"}, "g_const");  // constant: kept
   node("BiasGrad", "onyx", {"dy"}, "g_bias");             // rewritten
-  for (auto& [gv, out] : std::vector<std::pair<std::string, std::string>>{
-           {"g_direct", "w1_grad"}, {"g_shared", "w2_grad"}, {"g_const", "w3_grad"},
-           {"g_bias", "b_grad"}})
+  for (auto& [gv, out] : std::vector<std::pair<std::string, std::string>>{{"g_direct", "w1_grad"},
+                                                                          {"g_shared", "w2_grad"},
+                                                                          {"g_const", "w3_grad"},
+                                                                          {"g_bias", "b_grad"}})
     node("AccumulateGrad", "onyx", {gv}, out);
   for (auto o : {"w1_grad", "w2_grad", "w3_grad", "b_grad", "neg"}) {
     ir::ValueInfo vi;
@@ -211,8 +212,8 @@ TEST(GradientIntoBuffer, RealExports) {
     const auto& tg = ts.training_graph_for(batch);
     int acc = count_ops(*tg.graph, "AccumulateGrad", "onyx");
     int rewrites = ts.pass_report_for(batch).applied("gradient_into_buffer");
-    std::printf("  %s: %d parameter gradients, %d written directly, %d AccumulateGrad left\n",
-                name, (int)tg.gradients.size(), rewrites, acc);
+    std::printf("  %s: %d parameter gradients, %d written directly, %d AccumulateGrad left\n", name,
+                (int)tg.gradients.size(), rewrites, acc);
     passes::GraphIndex index(*tg.graph);
     for (auto& n : tg.graph->nodes)  // what still goes through AccumulateGrad, and why
       if (n.op_type == "AccumulateGrad") {

@@ -1,14 +1,14 @@
 // tests/passes/test_layer_norm_fusion.cc — passes/layer_norm_fusion.cc: PyTorch's decomposed
 // LayerNorm (tests/passes/decomposed_graphs.h builds each variant the pass claims) becomes one
 // LayerNormalization — op counts before and after, equal outputs through runtime::Session within
-// 1e-5 — chains the pass must leave alone stay, and the real opset-14 exports in <build>/bench-exports
-// (bert-mini, gpt2-tiny, vit-tiny) get 9, 9 and 13 fused LayerNorms in passes::optimize_forward.
+// 1e-5 — chains the pass must leave alone stay, and the real opset-14 exports in
+// <build>/bench-exports (bert-mini, gpt2-tiny, vit-tiny) get 9, 9 and 13 fused LayerNorms in
+// passes::optimize_forward.
 #include <gtest/gtest.h>
-
-#include "../real_exports.h"
 
 #include <filesystem>
 
+#include "../real_exports.h"
 #include "autodiff/gradient.h"
 #include "decomposed_graphs.h"
 #include "ir/onnx_io.h"

@@ -4,14 +4,13 @@
 // pass must leave alone stay. Then one small graph with all three decomposed patterns
 // (LayerNorm → Linear → GELU → Linear) through passes::optimize_forward: 1 LayerNormalization,
 // 1 Gelu, 2 MatMulT, equal outputs and equal parameter gradients against the unfused graph. Then
-// the real opset-14 exports in <build>/bench-exports: 24 (bert-mini), 25 (gpt2-tiny, with the tied LM head)
-// and 36 (vit-tiny) fused linears, and the same output with and without fusions.
+// the real opset-14 exports in <build>/bench-exports: 24 (bert-mini), 25 (gpt2-tiny, with the tied
+// LM head) and 36 (vit-tiny) fused linears, and the same output with and without fusions.
 #include <gtest/gtest.h>
-
-#include "../real_exports.h"
 
 #include <filesystem>
 
+#include "../real_exports.h"
 #include "autodiff/gradient.h"
 #include "decomposed_graphs.h"
 #include "ir/onnx_io.h"

@@ -32,8 +32,8 @@ TEST(PassToolkit, AttributeFactories) {
   EXPECT_EQ(t.kind, A::Kind::Tensor);
   EXPECT_EQ(t.t.get_as_double(0), 3.0);
   // read back through the node accessors
-  ir::Node n = passes::make_node("Gelu", "", {"x"}, {"y"}, {{"approximate", A::of_string("tanh")}},
-                                 "g");
+  ir::Node n =
+      passes::make_node("Gelu", "", {"x"}, {"y"}, {{"approximate", A::of_string("tanh")}}, "g");
   EXPECT_EQ(n.attr_string("approximate", "none"), "tanh");
   EXPECT_EQ(n.name, "g");
   EXPECT_EQ(n.inputs, (std::vector<std::string>{"x"}));
@@ -111,12 +111,9 @@ TEST(PassToolkit, GraphIndexUses) {
   // x -> Neg -> a; a read by Exp and Abs; Exp -> b (graph output, also read by Sqrt); Abs -> c
   // read once; Dropout(c) -> d, mask (mask unread); Sqrt -> e only a graph output.
   ir::Graph g;
-  g.nodes = {node("Neg", {"x"}, {"a"}),
-             node("Exp", {"a"}, {"b"}),
-             node("Abs", {"a"}, {"c"}),
-             node("Dropout", {"c"}, {"d", "mask"}),
-             node("Sqrt", {"b"}, {"e"}),
-             node("Mul", {"d", "d"}, {"f"})};
+  g.nodes = {node("Neg", {"x"}, {"a"}),  node("Exp", {"a"}, {"b"}),
+             node("Abs", {"a"}, {"c"}),  node("Dropout", {"c"}, {"d", "mask"}),
+             node("Sqrt", {"b"}, {"e"}), node("Mul", {"d", "d"}, {"f"})};
   for (auto o : {"b", "e", "f"}) {
     ir::ValueInfo vi;
     vi.name = o;

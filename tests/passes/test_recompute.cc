@@ -48,7 +48,8 @@ Tensor ids(Shape s, int64_t vocab, std::mt19937& rng) {
 }
 
 void check(const char* config, models::Task task, bool image) {
-  models::BuiltModel m = models::build_hf_model(models::parse_hf_config(config, "config.json"), task, 3);
+  models::BuiltModel m =
+      models::build_hf_model(models::parse_hf_config(config, "config.json"), task, 3);
   std::mt19937 rng(5);
   std::map<std::string, Tensor> batch;
   const int64_t B = 4, T = 12;
@@ -85,10 +86,11 @@ void check(const char* config, models::Task task, bool image) {
 }  // namespace
 
 TEST(Recompute, BertWithDropoutIsBitIdentical) {
-  check(R"({"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 3, "num_attention_heads": 2,
+  check(
+      R"({"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 3, "num_attention_heads": 2,
     "intermediate_size": 32, "vocab_size": 50, "max_position_embeddings": 32, "type_vocab_size": 2,
     "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "num_labels": 3})",
-        models::Task::SequenceClassification, false);
+      models::Task::SequenceClassification, false);
 }
 
 TEST(Recompute, Gpt2IsBitIdentical) {
@@ -98,7 +100,8 @@ TEST(Recompute, Gpt2IsBitIdentical) {
 }
 
 TEST(Recompute, VitIsBitIdentical) {
-  check(R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+  check(
+      R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
     "intermediate_size": 32, "image_size": 8, "patch_size": 4, "num_channels": 3, "num_labels": 5})",
-        models::Task::ImageClassification, true);
+      models::Task::ImageClassification, true);
 }

@@ -130,7 +130,8 @@ void train_both(const char* config, models::Task task, bool image) {
     batch["pixel_values"] = randn({B, 3, 8, 8}, rng);
   } else {
     Tensor ids(DType::Int64, {B, T});
-    for (int64_t i = 0; i < B * T; i++) ids.data<int64_t>()[i] = (int64_t)(rng() % m.config.vocab_size);
+    for (int64_t i = 0; i < B * T; i++)
+      ids.data<int64_t>()[i] = (int64_t)(rng() % m.config.vocab_size);
     batch["input_ids"] = ids;
     for (auto& in : m.model.graph->inputs)
       if (in.name != "input_ids" && in.name != "labels") {
@@ -141,7 +142,8 @@ void train_both(const char* config, models::Task task, bool image) {
       }
   }
   Tensor labels(DType::Int64, {B});
-  for (int64_t i = 0; i < B; i++) labels.data<int64_t>()[i] = (int64_t)(rng() % m.config.num_labels);
+  for (int64_t i = 0; i < B; i++)
+    labels.data<int64_t>()[i] = (int64_t)(rng() % m.config.num_labels);
   batch["labels"] = labels;
 
   double loss[2], flops[2];
@@ -175,14 +177,16 @@ void train_both(const char* config, models::Task task, bool image) {
 }  // namespace
 
 TEST(TokenPruning, BertClassifierTrainsTheSame) {
-  train_both(R"({"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+  train_both(
+      R"({"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
     "intermediate_size": 32, "vocab_size": 50, "max_position_embeddings": 32, "type_vocab_size": 2,
     "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "num_labels": 3})",
-             models::Task::SequenceClassification, false);
+      models::Task::SequenceClassification, false);
 }
 
 TEST(TokenPruning, VitClassifierTrainsTheSame) {
-  train_both(R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+  train_both(
+      R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
     "intermediate_size": 32, "image_size": 8, "patch_size": 4, "num_channels": 3, "num_labels": 5})",
-             models::Task::ImageClassification, true);
+      models::Task::ImageClassification, true);
 }

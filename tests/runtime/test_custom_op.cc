@@ -97,7 +97,8 @@ void cube_grad_chunk(void* p, int64_t b, int64_t e) {
   for (int64_t i = b; i < e; i++) s->out[i] = 3 * s->x[i] * s->x[i] * s->dy[i];
 }
 int cube_compute(OnyxKernelContext* c) {
-  Span s{static_cast<const float*>(c->inputs[0].data), nullptr, static_cast<float*>(c->outputs[0].data)};
+  Span s{static_cast<const float*>(c->inputs[0].data), nullptr,
+         static_cast<float*>(c->outputs[0].data)};
   g_api->parallel_for(c->inputs[0].numel, 4, cube_chunk, &s);
   return ONYX_OK;
 }
@@ -155,7 +156,8 @@ void ensure_registered() {
 }
 
 ir::Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-              std::map<std::string, ir::Attribute> attrs = {}, const std::string& domain = "test.custom") {
+              std::map<std::string, ir::Attribute> attrs = {},
+              const std::string& domain = "test.custom") {
   ir::Node n;
   n.name = op + "_" + out[0];
   n.op_type = op;
@@ -216,8 +218,9 @@ TEST(CustomOp, FailuresNameTheOpAndOrigin) {
   one.kind = ir::Attribute::Kind::Int;
   one.i = 1;
   for (bool infer : {true, false}) {
-    auto g = graph_with({node("Fail", {"x"}, {"y"}, infer ? std::map<std::string, ir::Attribute>{{"fail_infer", one}}
-                                                          : std::map<std::string, ir::Attribute>{})},
+    auto g = graph_with({node("Fail", {"x"}, {"y"},
+                              infer ? std::map<std::string, ir::Attribute>{{"fail_infer", one}}
+                                    : std::map<std::string, ir::Attribute>{})},
                         "y");
     ir::ValueInfo x;
     x.name = "x";
@@ -231,8 +234,12 @@ TEST(CustomOp, FailuresNameTheOpAndOrigin) {
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
       std::string m = e.what();
-      EXPECT_NE(m.find("custom op 'test.custom.Fail' (library 'test_custom_op.cc')"), std::string::npos) << m;
-      EXPECT_NE(m.find(infer ? "shape inference failed: boom" : "compute failed: kaboom"), std::string::npos) << m;
+      EXPECT_NE(m.find("custom op 'test.custom.Fail' (library 'test_custom_op.cc')"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find(infer ? "shape inference failed: boom" : "compute failed: kaboom"),
+                std::string::npos)
+          << m;
     }
   }
 }
@@ -277,7 +284,8 @@ TEST(CustomOp, GradientsFromRulesAndKernelMatchFiniteDifferences) {
       double lm = loss_of();
       x.data<float>()[k] = orig;
       double numeric = (lp - lm) / (2 * eps);
-      EXPECT_NEAR(grad.get_as_double(k), numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << param << "[" << k << "]";
+      EXPECT_NEAR(grad.get_as_double(k), numeric, 2e-3 + 2e-2 * std::fabs(numeric))
+          << param << "[" << k << "]";
     }
   }
 }
@@ -300,7 +308,8 @@ TEST(CustomOp, InputWithoutRuleThatNeedsAGradientIsAnError) {
     autodiff::build_training_graph(*g, {}, opts);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("has no gradient rule for input 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("has no gradient rule for input 0"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -348,11 +357,15 @@ TEST(CustomOp, RegistrationErrors) {
             std::string::npos);
   EXPECT_NE(error_of(register_nothing, "empty").find("registered no ops"), std::string::npos);
   std::string m = error_of(register_failing, "failing");
-  EXPECT_NE(m.find("custom-op library 'failing': onyx_register_custom_ops failed (returned 42): no licence"),
-            std::string::npos) << m;
+  EXPECT_NE(
+      m.find(
+          "custom-op library 'failing': onyx_register_custom_ops failed (returned 42): no licence"),
+      std::string::npos)
+      << m;
   // The same op from a second origin; and nothing of a failed library was registered.
-  EXPECT_NE(error_of(register_test_ops, "again").find("'test.custom.Probe' is already registered (by "
-                                                      "library 'test_custom_op.cc')"),
+  EXPECT_NE(error_of(register_test_ops, "again")
+                .find("'test.custom.Probe' is already registered (by "
+                      "library 'test_custom_op.cc')"),
             std::string::npos);
   EXPECT_EQ(runtime::KernelRegistry::instance().find("test.twice", "Twice"), nullptr);
   EXPECT_EQ(runtime::KernelRegistry::instance().find("test.lonely", "Lonely"), nullptr);

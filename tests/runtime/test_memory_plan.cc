@@ -1,17 +1,16 @@
 // test_memory_plan.cc — the arena memory plan (runtime/memory_plan.h): the packer never overlaps
 // two buffers whose lifetimes intersect; on real graphs (a small MLP forward and its training
-// graph, and the benchmark exports (bench/make_exports.py) when present) no two live values share bytes, in-place and
-// views happen where declared, results equal the unplanned run bit for bit, the arena is reused
-// across runs, and graph outputs survive the next run.
+// graph, and the benchmark exports (bench/make_exports.py) when present) no two live values share
+// bytes, in-place and views happen where declared, results equal the unplanned run bit for bit, the
+// arena is reused across runs, and graph outputs survive the next run.
 #include <gtest/gtest.h>
-
-#include "../real_exports.h"
 
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
 
+#include "../real_exports.h"
 #include "autodiff/gradient.h"
 #include "ir/onnx_io.h"
 #include "runtime/memory_plan.h"
@@ -167,7 +166,8 @@ TEST(MemoryPlan, PackerNeverOverlapsLiveBuffers) {
       int a = (int)(rng() % 40), len = (int)(rng() % 10);
       reqs.push_back({runtime::arena_round(1 + rng() % 5000), a, a + len});
     }
-    for (auto strat : {runtime::PackStrategy::GreedyBySize, runtime::PackStrategy::BestFitInOrder}) {
+    for (auto strat :
+         {runtime::PackStrategy::GreedyBySize, runtime::PackStrategy::BestFitInOrder}) {
       auto p = runtime::pack_buffers(reqs, strat);
       EXPECT_GE(p.arena_bytes, runtime::live_peak_bytes(reqs));
       for (int i = 0; i < n; i++) {

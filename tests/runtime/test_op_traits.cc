@@ -46,13 +46,15 @@ TEST(OpTraits, PerTokenClasses) {
   for (const char* op : {"Softmax", "LayerNormalization", "MatMul", "Transpose", "Gather"})
     EXPECT_EQ(op_traits(node("", op)).per_token, P::No) << op;
   EXPECT_EQ(op_traits(node("", "NoSuchOp")).per_token, P::No) << "unregistered: defaults";
-  // The onyx-domain forms of Gelu / LayerNormalization (fusions below opset 20 / 17) are the same op.
+  // The onyx-domain forms of Gelu / LayerNormalization (fusions below opset 20 / 17) are the same
+  // op.
   EXPECT_EQ(op_traits(node("onyx", "Gelu")).per_token, P::Unary);
   EXPECT_EQ(op_traits(node("onyx", "LayerNormalization")).precision, OpTraits::Precision::Fp32);
 }
 
 TEST(OpTraits, FlopsFormulas) {
-  TensorMeta a{DType::Float32, {4, 8, 16}}, w{DType::Float32, {16, 32}}, y{DType::Float32, {4, 8, 32}};
+  TensorMeta a{DType::Float32, {4, 8, 16}}, w{DType::Float32, {16, 32}},
+      y{DType::Float32, {4, 8, 32}};
   ir::Node mm = node("", "MatMul");
   ASSERT_TRUE(op_traits(mm).flops);
   EXPECT_DOUBLE_EQ(op_traits(mm).flops(mm, {&a, &w}, {&y}), 2.0 * 4 * 8 * 32 * 16);
@@ -60,18 +62,25 @@ TEST(OpTraits, FlopsFormulas) {
   ir::Node t = node("onyx", "MatMulT");
   t.attrs["transA"] = autodiff::attr_i(1);
   TensorMeta at{DType::Float32, {16, 8}}, yt{DType::Float32, {8, 32}};
-  EXPECT_DOUBLE_EQ(op_traits(t).flops(t, {&at, &w}, {&yt}), 2.0 * 8 * 32 * 16) << "transA: K = rows";
-  for (auto [d, op] : std::vector<std::pair<const char*, const char*>>{
-           {"", "Gemm"}, {"", "Conv"}, {"onyx", "MatMulGradB"}, {"onyx", "ConvGradInput"},
-           {"onyx", "ConvGradWeight"}, {"onyx", "Attention"}, {"onyx", "AttentionGrad"},
-           {"onyx", "LinearCrossEntropy"}})
+  EXPECT_DOUBLE_EQ(op_traits(t).flops(t, {&at, &w}, {&yt}), 2.0 * 8 * 32 * 16)
+      << "transA: K = rows";
+  for (auto [d, op] :
+       std::vector<std::pair<const char*, const char*>>{{"", "Gemm"},
+                                                        {"", "Conv"},
+                                                        {"onyx", "MatMulGradB"},
+                                                        {"onyx", "ConvGradInput"},
+                                                        {"onyx", "ConvGradWeight"},
+                                                        {"onyx", "Attention"},
+                                                        {"onyx", "AttentionGrad"},
+                                                        {"onyx", "LinearCrossEntropy"}})
     EXPECT_TRUE(op_traits(node(d, op)).flops) << d << "." << op;
   EXPECT_FALSE(op_traits(node("", "Add")).flops);
 }
 
 TEST(OpTraits, PrecisionClasses) {
   using P = OpTraits::Precision;
-  for (const char* op : {"MatMul", "Gemm", "Conv"}) EXPECT_EQ(op_traits(node("", op)).precision, P::LowPrecision) << op;
+  for (const char* op : {"MatMul", "Gemm", "Conv"})
+    EXPECT_EQ(op_traits(node("", op)).precision, P::LowPrecision) << op;
   for (const char* op : {"Attention", "AttentionGrad", "MatMulT", "MatMulGradB"})
     EXPECT_EQ(op_traits(node("onyx", op)).precision, P::LowPrecision) << op;
   for (const char* op : {"LayerNormalization", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss"})

@@ -81,9 +81,11 @@ TEST(Session, ParametersAreNotFoldedAndCanBeReplaced) {
   runtime::Session s(g, {"w"});
   auto a = s.run({{"x", iota({1, 1, 4})}});
   EXPECT_EQ(a["y"].data<float>()[3], 6.0f);
-  auto b = s.run({{"x", iota({1, 1, 4})}, {"w", Tensor::from_vector<float>(DType::Float32, {1}, {-1.0f})}});
+  auto b = s.run(
+      {{"x", iota({1, 1, 4})}, {"w", Tensor::from_vector<float>(DType::Float32, {1}, {-1.0f})}});
   EXPECT_EQ(b["y"].data<float>()[3], -3.0f);
-  EXPECT_THROW(s.run({{"x", iota({1, 1, 4})}, {"w", Tensor::from_vector<float>(DType::Float32, {2}, {1, 2})}}),
+  EXPECT_THROW(s.run({{"x", iota({1, 1, 4})},
+                      {"w", Tensor::from_vector<float>(DType::Float32, {2}, {1, 2})}}),
                Error);
 }
 
@@ -93,7 +95,8 @@ TEST(Session, WrongInputsAreNamed) {
     s.run({{"x", iota({2, 3, 5})}});
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("input 'x' has shape [2, 3, 5]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("input 'x' has shape [2, 3, 5]"), std::string::npos)
+        << e.what();
   }
   try {
     s.run({});

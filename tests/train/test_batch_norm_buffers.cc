@@ -50,15 +50,18 @@ std::shared_ptr<ir::Graph> bn_graph(bool three_outputs = true, bool training = t
   }
   g->add_initializer("bn.weight", Tensor::from_vector<float>(DType::Float32, {C}, {1.0f, 0.5f}));
   g->add_initializer("bn.bias", Tensor::from_vector<float>(DType::Float32, {C}, {0.0f, 0.1f}));
-  g->add_initializer("bn.running_mean", Tensor::from_vector<float>(DType::Float32, {C}, {0.2f, -0.1f}));
-  g->add_initializer("bn.running_var", Tensor::from_vector<float>(DType::Float32, {C}, {1.0f, 1.5f}));
+  g->add_initializer("bn.running_mean",
+                     Tensor::from_vector<float>(DType::Float32, {C}, {0.2f, -0.1f}));
+  g->add_initializer("bn.running_var",
+                     Tensor::from_vector<float>(DType::Float32, {C}, {1.0f, 1.5f}));
   std::map<std::string, ir::Attribute> a{{"momentum", autodiff::attr_f(kMomentum)},
                                          {"epsilon", autodiff::attr_f(kEps)}};
   if (training) a["training_mode"] = autodiff::attr_i(1);
   std::vector<std::string> outs{"y"};
   if (three_outputs && training) outs = {"y", "bn_mean_out", "bn_var_out"};
   g->nodes.push_back(node("BatchNormalization",
-                          {"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, outs, a));
+                          {"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, outs,
+                          a));
   g->nodes.push_back(node("Sub", {"y", "t"}, {"d"}));
   g->nodes.push_back(node("Mul", {"d", "d"}, {"d2"}));
   g->nodes.push_back(node("ReduceMean", {"d2"}, {"loss"}, {{"keepdims", autodiff::attr_i(0)}}));
@@ -140,7 +143,8 @@ TEST(BatchNormBuffers, RunningStatisticsAreBuffersNotParameters) {
 TEST(BatchNormBuffers, EachTrainingForwardUpdatesThemAndEvaluationReadsThem) {
   for (bool three_outputs : {true, false}) {
     for (bool unbiased : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "three outputs " << three_outputs << ", unbiased " << unbiased);
+      SCOPED_TRACE(testing::Message()
+                   << "three outputs " << three_outputs << ", unbiased " << unbiased);
       train::TrainingSession ts(bn_graph(three_outputs), {});
       ts.set_unbiased_running_var(unbiased);
       EXPECT_EQ(ts.parameters(), (std::vector<std::string>{"bn.weight", "bn.bias"}));
@@ -227,7 +231,8 @@ TEST(BatchNormBuffers, TrainerSavesAndResumesThem) {
     for (int64_t c = 0; c < C; c++) {
       EXPECT_EQ(s.data<float>()[c], b.data<float>()[c]) << name;
       EXPECT_NE(s.data<float>()[c], init.data<float>()[c]) << name << " never updated";
-      EXPECT_NE(s.data<float>()[c], mid.at(name).data<float>()[c]) << name << " not updated after step 3";
+      EXPECT_NE(s.data<float>()[c], mid.at(name).data<float>()[c])
+          << name << " not updated after step 3";
     }
   }
   // Resumed from checkpoint-3: the same statistics (and weights) bit for bit.

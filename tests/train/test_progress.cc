@@ -63,9 +63,10 @@ TEST(Progress, FormatIntervalIsTqdms) {
 TEST(Progress, LogDictAsTransformersPrintsIt) {
   // Transformers 5.24 on a terminal (a 2-step Trainer run of a tiny BERT classifier):
   // {'loss': '0.6909', 'grad_norm': '0.4246', 'learning_rate': '2.5e-05', 'epoch': '0.5'}
-  EXPECT_EQ(onyx::train::format_log_dict(
-                {{"learning_rate", 2.5e-05}, {"loss", 0.69088}, {"grad_norm", 0.424561}}, 0.5),
-            "{'loss': '0.6909', 'grad_norm': '0.4246', 'learning_rate': '2.5e-05', 'epoch': '0.5'}");
+  EXPECT_EQ(
+      onyx::train::format_log_dict(
+          {{"learning_rate", 2.5e-05}, {"loss", 0.69088}, {"grad_norm", 0.424561}}, 0.5),
+      "{'loss': '0.6909', 'grad_norm': '0.4246', 'learning_rate': '2.5e-05', 'epoch': '0.5'}");
   EXPECT_EQ(onyx::train::format_log_dict({{"eval_runtime", 0.17591},
                                           {"eval_samples_per_second", 90.957},
                                           {"eval_accuracy", 0.5},

@@ -81,16 +81,29 @@ std::string tmpdir(const std::string& name) {
 struct Recorder : TrainerCallback {
   std::vector<std::string> events;
   int stop_at = -1;
-  void on_train_begin(const TrainingArguments&, TrainerState&, TrainerControl&) override { events.push_back("train_begin"); }
-  void on_epoch_begin(const TrainingArguments&, TrainerState&, TrainerControl&) override { events.push_back("epoch_begin"); }
+  void on_train_begin(const TrainingArguments&, TrainerState&, TrainerControl&) override {
+    events.push_back("train_begin");
+  }
+  void on_epoch_begin(const TrainingArguments&, TrainerState&, TrainerControl&) override {
+    events.push_back("epoch_begin");
+  }
   void on_step_end(const TrainingArguments&, TrainerState& s, TrainerControl& c) override {
     events.push_back("step_end");
     if (s.global_step == stop_at) c.should_training_stop = true;
   }
-  void on_log(const TrainingArguments&, TrainerState&, TrainerControl&, const LogEntry&) override { events.push_back("log"); }
-  void on_evaluate(const TrainingArguments&, TrainerState&, TrainerControl&, const Metrics&) override { events.push_back("evaluate"); }
-  void on_save(const TrainingArguments&, TrainerState&, TrainerControl&) override { events.push_back("save"); }
-  void on_train_end(const TrainingArguments&, TrainerState&, TrainerControl&) override { events.push_back("train_end"); }
+  void on_log(const TrainingArguments&, TrainerState&, TrainerControl&, const LogEntry&) override {
+    events.push_back("log");
+  }
+  void on_evaluate(const TrainingArguments&, TrainerState&, TrainerControl&,
+                   const Metrics&) override {
+    events.push_back("evaluate");
+  }
+  void on_save(const TrainingArguments&, TrainerState&, TrainerControl&) override {
+    events.push_back("save");
+  }
+  void on_train_end(const TrainingArguments&, TrainerState&, TrainerControl&) override {
+    events.push_back("train_end");
+  }
 };
 
 TrainingArguments base_args(const std::string& dir) {

@@ -29,8 +29,9 @@ bool is_config(const std::string& path) {
 
 Action add_check_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "check", "list every op of the training graph with its kernel and gradient rule; exit 1 "
-               "naming the missing ones");
+      "check",
+      "list every op of the training graph with its kernel and gradient rule; exit 1 "
+      "naming the missing ones");
   struct Opts {
     std::string model, loss, logits, labels, loss_type = "cross_entropy";
     std::vector<std::string> frozen;
@@ -49,18 +50,20 @@ Action add_check_command(CLI::App& app) {
   cmd->add_option("--label-smoothing", o->label_smoothing, "cross_entropy label smoothing");
   cmd->add_option("--frozen", o->frozen, "initializers that get no gradient")->delimiter(',');
   cmd->allow_extras();
-  cmd->footer("With a config, --key value overrides its keys as for `onyx train` (see `onyx train "
-              "--help`); the config's loss, frozen and label_smoothing_factor apply.");
+  cmd->footer(
+      "With a config, --key value overrides its keys as for `onyx train` (see `onyx train "
+      "--help`); the config's loss, frozen and label_smoothing_factor apply.");
   return [o, cmd]() {
     const bool config = is_config(o->model) && !fs::is_directory(o->model);
     const bool folder = fs::is_directory(o->model);
     std::vector<std::string> extras = cmd->remaining();
-    ONYX_CHECK(config || extras.empty(), "check: unknown argument '", extras.empty() ? "" : extras[0],
-               "' (--key value overrides apply to a config file)");
+    ONYX_CHECK(config || extras.empty(), "check: unknown argument '",
+               extras.empty() ? "" : extras[0], "' (--key value overrides apply to a config file)");
     train::RunConfig cfg;
     if (config) {
-      ONYX_CHECK(o->loss.empty() && o->logits.empty() && o->labels.empty(),
-                 "check: --loss / --logits / --labels apply to an .onnx model; a config names its loss");
+      ONYX_CHECK(
+          o->loss.empty() && o->logits.empty() && o->labels.empty(),
+          "check: --loss / --logits / --labels apply to an .onnx model; a config names its loss");
       cfg = train::load_run_config(o->model, train::parse_overrides(extras));
     } else {
       ONYX_CHECK(!folder || (o->loss.empty() && o->logits.empty() && o->labels.empty()),
@@ -70,8 +73,8 @@ Action add_check_command(CLI::App& app) {
       cfg.model = o->model;
       if (!o->logits.empty()) {
         ONYX_CHECK(o->loss.empty(), "--loss and --logits cannot be used together");
-        ONYX_CHECK(o->loss_type == "mse" || o->loss_type == "cross_entropy", "unknown --loss-type '",
-                   o->loss_type, "' (cross_entropy or mse)");
+        ONYX_CHECK(o->loss_type == "mse" || o->loss_type == "cross_entropy",
+                   "unknown --loss-type '", o->loss_type, "' (cross_entropy or mse)");
         cfg.loss.kind = o->loss_type == "mse" ? autodiff::LossSpec::Kind::MSE
                                               : autodiff::LossSpec::Kind::CrossEntropy;
         cfg.loss.output = o->logits;
@@ -95,15 +98,14 @@ Action add_check_command(CLI::App& app) {
 
     int64_t elements = 0;
     for (auto& p : r.parameters) elements += m.graph->initializers.at(p).numel();
-    std::cout << "model: " << (config ? cfg.model.empty() ? std::string("(model spec)") : cfg.model
-                                      : o->model)
+    std::cout << "model: "
+              << (config ? cfg.model.empty() ? std::string("(model spec)") : cfg.model : o->model)
               << "\n"
               << "graph: " << r.forward_nodes << " nodes";
     if ((int)r.graph->nodes.size() > r.forward_nodes)
       std::cout << " + " << r.graph->nodes.size() - r.forward_nodes << " of the loss";
     std::cout << "; loss '" << r.loss << "'; " << r.parameters.size() << " trainable parameter"
-              << (r.parameters.size() == 1 ? "" : "s") << " ("
-              << elements << " elements)\n"
+              << (r.parameters.size() == 1 ? "" : "s") << " (" << elements << " elements)\n"
               << "checked: the forward graph as loaded, with the loss appended; the optimization "
                  "passes add only onyx ops, which have kernels and gradient rules\n";
     size_t w = 2;

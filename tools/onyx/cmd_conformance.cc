@@ -28,9 +28,12 @@ struct Tolerance {
 
 Tolerance tolerance_for(DType t) {
   switch (t) {
-    case DType::Float16: return {1e-3, 1e-3};
-    case DType::BFloat16: return {1e-2, 1e-2};
-    default: return {1e-3, 1e-7};
+    case DType::Float16:
+      return {1e-3, 1e-3};
+    case DType::BFloat16:
+      return {1e-2, 1e-2};
+    default:
+      return {1e-3, 1e-7};
   }
 }
 
@@ -96,7 +99,8 @@ std::string check_dropout_structure(const ir::Graph& g, const std::map<std::stri
     const Tensor& x = inputs.at(n.inputs[0]);
     double ratio = inputs.count(n.inputs[1]) ? inputs.at(n.inputs[1]).get_as_double(0) : 0.5;
     const Tensor& y = outputs.at(n.outputs[0]);
-    const Tensor* mask = n.outputs.size() > 1 && outputs.count(n.outputs[1]) ? &outputs.at(n.outputs[1]) : nullptr;
+    const Tensor* mask =
+        n.outputs.size() > 1 && outputs.count(n.outputs[1]) ? &outputs.at(n.outputs[1]) : nullptr;
     if (y.shape() != x.shape()) return "dropout output shape differs from its input";
     double scale = 1.0 / (1.0 - ratio);
     int64_t dropped = 0;
@@ -104,7 +108,8 @@ std::string check_dropout_structure(const ir::Graph& g, const std::map<std::stri
       double xv = x.get_as_double(i), yv = y.get_as_double(i);
       bool kept = std::fabs(yv - xv * scale) <= 1e-5 + 1e-5 * std::fabs(xv * scale);
       bool zero = yv == 0;
-      if (!kept && !zero) return cat("dropout output ", i, " is ", yv, ", neither 0 nor x/(1-ratio)");
+      if (!kept && !zero)
+        return cat("dropout output ", i, " is ", yv, ", neither 0 nor x/(1-ratio)");
       if (mask && (mask->get_as_double(i) != 0) != (kept && !(zero && xv != 0)))
         return cat("dropout mask disagrees with the output at index ", i);
       if (zero && xv != 0) dropped++;
@@ -126,9 +131,11 @@ Outcome run_case(const fs::path& dir) {
     return {Outcome::Fail, cat("loading: ", e.what())};
   }
   for (auto& v : g.inputs)
-    if (!v.is_tensor) return {Outcome::Skip, "non-tensor (sequence/optional/map) inputs are not supported"};
+    if (!v.is_tensor)
+      return {Outcome::Skip, "non-tensor (sequence/optional/map) inputs are not supported"};
   for (auto& v : g.outputs)
-    if (!v.is_tensor) return {Outcome::Skip, "non-tensor (sequence/optional/map) outputs are not supported"};
+    if (!v.is_tensor)
+      return {Outcome::Skip, "non-tensor (sequence/optional/map) outputs are not supported"};
   for (auto& v : g.inputs)
     if (v.dtype == DType::String || v.dtype == DType::Undefined)
       return {Outcome::Skip, cat("input dtype '", dtype_name(v.dtype), "' is not supported")};
@@ -217,7 +224,8 @@ Action add_conformance_command(CLI::App& app) {
     bool verbose = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("dir", o->dir, "folder of test case folders (e.g. onnx-node-tests/node)")->required();
+  cmd->add_option("dir", o->dir, "folder of test case folders (e.g. onnx-node-tests/node)")
+      ->required();
   cmd->add_option("--filter", o->filters, "run only cases whose name contains one of these")
       ->delimiter(',');
   cmd->add_flag("-v,--verbose", o->verbose, "print passing cases too");

@@ -3,15 +3,14 @@
 // [--frozen A,B]`: one forward + backward in training mode; writes `loss` and one gradient per
 // trainable float initializer, under the initializer's name.
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 
 #include "autodiff/gradient.h"
-#include <filesystem>
-
 #include "commands.h"
-#include "models/hf_cli.h"
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
+#include "models/hf_cli.h"
 #include "runtime/session.h"
 #include "train/training_session.h"
 
@@ -29,7 +28,8 @@ Action add_grad_command(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("model", o->model, "an .onnx file or a Hugging Face model folder")->required();
-  cmd->add_option("--inputs", o->inputs, "safetensors with the graph inputs (and labels)")->required();
+  cmd->add_option("--inputs", o->inputs, "safetensors with the graph inputs (and labels)")
+      ->required();
   cmd->add_option("--output", o->output, "safetensors to write loss + gradients to")->required();
   cmd->add_option("--loss", o->loss, "name of a scalar graph output to use as the loss");
   cmd->add_option("--logits", o->logits, "append a loss on this output instead");
@@ -74,9 +74,10 @@ Action add_grad_command(CLI::App& app) {
     for (auto& p : ts.parameters()) result[p] = ts.grads().view(p);
     io::save_safetensors(o->output, result);
     double total = std::chrono::duration<double, std::milli>(t1 - t0).count();
-    std::cout << "loss " << loss << "; " << ts.parameters().size() << " gradients; training graph: "
-              << tg.graph->nodes.size() << " nodes (" << tg.backward_nodes << " backward), built in "
-              << ts.last_build_ms() << " ms; first step (build + run) " << total << " ms\n";
+    std::cout << "loss " << loss << "; " << ts.parameters().size()
+              << " gradients; training graph: " << tg.graph->nodes.size() << " nodes ("
+              << tg.backward_nodes << " backward), built in " << ts.last_build_ms()
+              << " ms; first step (build + run) " << total << " ms\n";
     return 0;
   };
 }

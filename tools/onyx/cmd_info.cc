@@ -20,7 +20,8 @@ static std::string describe_value(const ir::ValueInfo& v) {
 }
 
 Action add_info_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "print a model's inputs, outputs, opsets and op histogram");
+  auto* cmd =
+      app.add_subcommand("info", "print a model's inputs, outputs, opsets and op histogram");
   auto path = std::make_shared<std::string>();
   cmd->add_option("model", *path, "an .onnx file")->required();
   return [path]() {

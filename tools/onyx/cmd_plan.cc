@@ -37,8 +37,9 @@ Action add_plan_command(CLI::App& app) {
       ->required();
   cmd->add_option("--batch", o->batch, "batch size (default: per_device_train_batch_size)");
   cmd->allow_extras();
-  cmd->footer("Config keys and every TrainingArguments key (--key value overrides the file): "
-              "see `onyx train --help`.");
+  cmd->footer(
+      "Config keys and every TrainingArguments key (--key value overrides the file): "
+      "see `onyx train --help`.");
   return [o, cmd]() {
     auto cfg = train::load_run_config(o->config, train::parse_overrides(cmd->remaining()));
     ONYX_CHECK(!cfg.train_data.empty(), "config '", o->config, "': 'train_data' is missing");
@@ -56,7 +57,8 @@ Action add_plan_command(CLI::App& app) {
 
     std::cout << "model: " << (cfg.model.empty() ? std::string("(model spec)") : cfg.model) << "\n";
     std::cout << "batch:";
-    for (auto& [n, tn] : b) std::cout << " " << n << " " << dtype_name(tn.dtype()) << shape_str(tn.shape());
+    for (auto& [n, tn] : b)
+      std::cout << " " << n << " " << dtype_name(tn.dtype()) << shape_str(tn.shape());
     std::cout << "\n";
     const auto& tg = ts.training_graph_for(b);
     const auto& rep = ts.pass_report_for(b);
@@ -123,9 +125,10 @@ Action add_plan_command(CLI::App& app) {
               << " kept for backward)\n"
               << "  parameters                         " << mib(pbytes) << "\n"
               << "  gradients                          " << mib(pbytes) << "\n"
-              << "  optimizer state (" << states << " buffers)        " << mib(states * pbytes) << "\n"
-              << "  total                              "
-              << mib(arena + (2 + states) * pbytes) << "\n";
+              << "  optimizer state (" << states << " buffers)        " << mib(states * pbytes)
+              << "\n"
+              << "  total                              " << mib(arena + (2 + states) * pbytes)
+              << "\n";
     return 0;
   };
 }

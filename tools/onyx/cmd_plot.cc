@@ -73,13 +73,18 @@ std::vector<Panel> read_panels(const std::string& log_path) {
       if (!v.is_number()) continue;
       double x = v.get<double>();
       if (!std::isfinite(x)) continue;
-      if (k == "loss") train.pts.push_back({step, x});
-      else if (k == "eval_loss") eval.pts.push_back({step, x});
-      else if (k == "learning_rate") lr.pts.push_back({step, x});
-      else if (k == "grad_norm") gn.pts.push_back({step, x});
+      if (k == "loss")
+        train.pts.push_back({step, x});
+      else if (k == "eval_loss")
+        eval.pts.push_back({step, x});
+      else if (k == "learning_rate")
+        lr.pts.push_back({step, x});
+      else if (k == "grad_norm")
+        gn.pts.push_back({step, x});
       else if (k.rfind("eval_", 0) == 0 && !is_timing(k)) {
         auto it = metrics.find(k);
-        if (it == metrics.end()) it = metrics.emplace(k, Series{k, {}, 0.84, 0.15, 0.16, true}).first;
+        if (it == metrics.end())
+          it = metrics.emplace(k, Series{k, {}, 0.84, 0.15, 0.16, true}).first;
         it->second.pts.push_back({step, x});
       }
     }
@@ -107,8 +112,10 @@ std::string tick_label(double v, double step) {
   if (std::fabs(v) < step * 1e-6) v = 0;
   char buf[32];
   double a = std::fabs(v);
-  if (a != 0 && (a < 1e-3 || a >= 1e6)) std::snprintf(buf, sizeof buf, "%.3g", v);
-  else std::snprintf(buf, sizeof buf, "%.6g", v);
+  if (a != 0 && (a < 1e-3 || a >= 1e6))
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
 
@@ -183,8 +190,10 @@ void draw_panel(cairo_t* cr, const Panel& p, double x0, double y0, double w, dou
     cairo_set_source_rgb(cr, s.r, s.g, s.b);
     cairo_set_line_width(cr, 2);
     for (size_t i = 0; i < s.pts.size(); i++) {
-      if (i == 0) cairo_move_to(cr, X(s.pts[i].first), Y(s.pts[i].second));
-      else cairo_line_to(cr, X(s.pts[i].first), Y(s.pts[i].second));
+      if (i == 0)
+        cairo_move_to(cr, X(s.pts[i].first), Y(s.pts[i].second));
+      else
+        cairo_line_to(cr, X(s.pts[i].first), Y(s.pts[i].second));
     }
     cairo_stroke(cr);
     if (s.markers || s.pts.size() == 1)
@@ -208,8 +217,10 @@ void draw_panel(cairo_t* cr, const Panel& p, double x0, double y0, double w, dou
   }
   // the corner whose box covers the fewest curve samples (top right on ties)
   const double bw = widest + 44, bh = 18.0 * shown + 6;
-  const double corners[4][2] = {{right - 4 - bw, top + 4}, {left + 4, top + 4},
-                                {right - 4 - bw, bottom - 4 - bh}, {left + 4, bottom - 4 - bh}};
+  const double corners[4][2] = {{right - 4 - bw, top + 4},
+                                {left + 4, top + 4},
+                                {right - 4 - bw, bottom - 4 - bh},
+                                {left + 4, bottom - 4 - bh}};
   int best = 0;
   long best_hits = -1;
   for (int c = 0; c < 4; c++) {
@@ -222,7 +233,8 @@ void draw_panel(cairo_t* cr, const Panel& p, double x0, double y0, double w, dou
       for (size_t i = 0; i < s.pts.size(); i++) {
         double x1 = X(s.pts[i].first), y1 = Y(s.pts[i].second);
         double x0 = i ? X(s.pts[i - 1].first) : x1, y0 = i ? Y(s.pts[i - 1].second) : y1;
-        for (int k = 0; k <= 16; k++) hits += inside(x0 + (x1 - x0) * k / 16, y0 + (y1 - y0) * k / 16);
+        for (int k = 0; k <= 16; k++)
+          hits += inside(x0 + (x1 - x0) * k / 16, y0 + (y1 - y0) * k / 16);
       }
     if (best_hits < 0 || hits < best_hits) best = c, best_hits = hits;
   }
@@ -273,24 +285,29 @@ std::string render_png(const std::vector<Panel>& panels) {
 }  // namespace
 
 Action add_plot_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("plot", "draw loss, learning rate and eval metrics of a run into a PNG");
+  auto* cmd =
+      app.add_subcommand("plot", "draw loss, learning rate and eval metrics of a run into a PNG");
   auto dir = std::make_shared<std::string>();
   auto output = std::make_shared<std::string>();
-  cmd->add_option("output_dir", *dir, "a training output_dir (reads its log_history.jsonl)")->required();
+  cmd->add_option("output_dir", *dir, "a training output_dir (reads its log_history.jsonl)")
+      ->required();
   cmd->add_option("--output", *output, "PNG file (default: OUTPUT_DIR/training_curves.png)");
   return [dir, output]() {
     ONYX_CHECK(fs::is_directory(*dir), "plot: folder '", *dir, "' does not exist");
     std::string log = (fs::path(*dir) / "log_history.jsonl").string();
-    ONYX_CHECK(fs::is_regular_file(log), "plot: '", log, "' does not exist (written by onyx train)");
+    ONYX_CHECK(fs::is_regular_file(log), "plot: '", log,
+               "' does not exist (written by onyx train)");
     auto panels = read_panels(log);
-    ONYX_CHECK(!panels.empty(), "plot: '", log,
-               "' has no entries to plot (no loss, learning_rate, grad_norm or eval_ values with a step)");
+    ONYX_CHECK(
+        !panels.empty(), "plot: '", log,
+        "' has no entries to plot (no loss, learning_rate, grad_norm or eval_ values with a step)");
     std::string out = output->empty() ? (fs::path(*dir) / "training_curves.png").string() : *output;
     fs::path parent = fs::path(out).parent_path();
-    ONYX_CHECK(parent.empty() || fs::is_directory(parent), "plot: the folder of '", out, "' does not exist");
+    ONYX_CHECK(parent.empty() || fs::is_directory(parent), "plot: the folder of '", out,
+               "' does not exist");
     io::write_file_atomic(out, render_png(panels));
-    std::cout << "wrote " << out << " (" << panels.size() << " panel" << (panels.size() == 1 ? "" : "s")
-              << ")\n";
+    std::cout << "wrote " << out << " (" << panels.size() << " panel"
+              << (panels.size() == 1 ? "" : "s") << ")\n";
     return 0;
   };
 }

@@ -18,9 +18,12 @@ Action add_run_command(CLI::App& app) {
     std::string model, inputs, output;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("model", o->model, "an .onnx file or a Hugging Face checkpoint folder")->required();
-  cmd->add_option("--inputs", o->inputs, "safetensors file with one tensor per graph input")->required();
-  cmd->add_option("--output", o->output, "safetensors file to write the graph outputs to")->required();
+  cmd->add_option("model", o->model, "an .onnx file or a Hugging Face checkpoint folder")
+      ->required();
+  cmd->add_option("--inputs", o->inputs, "safetensors file with one tensor per graph input")
+      ->required();
+  cmd->add_option("--output", o->output, "safetensors file to write the graph outputs to")
+      ->required();
   return [o]() {
     if (std::filesystem::is_directory(o->model))  // config.json + model.safetensors
       return models::run_hf_folder_cli(o->model, o->inputs, o->output);

@@ -27,7 +27,8 @@ Loaded load(const std::string& path, const std::vector<std::string>& extras, boo
     ONYX_CHECK(!l.cfg.train_data.empty(), "config '", path, "': 'train_data' is missing");
     l.train = train::dataset_from_spec(l.cfg.train_data, l.cfg, "train_data");
   }
-  if (!l.cfg.eval_data.empty()) l.eval = train::dataset_from_spec(l.cfg.eval_data, l.cfg, "eval_data");
+  if (!l.cfg.eval_data.empty())
+    l.eval = train::dataset_from_spec(l.cfg.eval_data, l.cfg, "eval_data");
   return l;
 }
 

@@ -7,8 +7,8 @@
 #include <map>
 
 #include "commands.h"
-#include "onyx/error.h"
 #include "onyx/custom_ops.h"
+#include "onyx/error.h"
 #include "onyx_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
 #include "runtime/parallel.h"
 

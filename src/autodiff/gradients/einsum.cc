@@ -3,7 +3,8 @@
 // For y = einsum(x_0, ..., x_{n-1}), the gradient of operand i is again an Einsum: of dy (with the
 // output's labels) and every other operand, onto x_i's labels. The equation is parsed by the
 // kernel's parser (kernels/cpu/einsum.h) and re-written with explicit letters only:
-//   - the dims "..." stands for get unused letters (so the gradient equations need no broadcasting);
+//   - the dims "..." stands for get unused letters (so the gradient equations need no
+//   broadcasting);
 //     an operand's ellipsis dim of size 1 broadcast against a larger one is squeezed away, and its
 //     gradient summed over it (dy's dim is absent from the gradient equation's output);
 //   - a label only x_i has (summed inside the forward, e.g. "ij->i" for j) cannot be an output of
@@ -12,10 +13,11 @@
 //     put back on the diagonal by the second, with an identity matrix per extra occurrence
 //     ("bi,ij->bij").
 // More than 52 distinct dims cannot be written in letters; that equation is refused by name.
+#include "kernels/cpu/einsum.h"
+
 #include <algorithm>
 
 #include "autodiff/gradient.h"
-#include "kernels/cpu/einsum.h"
 
 namespace onyx::autodiff {
 namespace {

@@ -73,8 +73,8 @@ void min_max_rule(GradContext& c) {
   DType dt = dtype_of(c, c.O(0));
   std::vector<std::string> masks;
   for (int i = 0; i < n; i++)
-    masks.push_back(c.emit1("Cast", {c.emit1("Equal", {c.I(i), c.O(0)})},
-                            {{"to", attr_i((int64_t)dt)}}));
+    masks.push_back(
+        c.emit1("Cast", {c.emit1("Equal", {c.I(i), c.O(0)})}, {{"to", attr_i((int64_t)dt)}}));
   std::string count = c.emit1("Sum", masks);
   std::string share = c.emit1("Div", {c.GO(0), count});
   for (int i = 0; i < n; i++)
@@ -147,7 +147,8 @@ void register_elementwise_grads(GradRegistry& r) {
           d = mul(c, dy, mul(c, p, c.const_scalar(e, adt)));
         }
       } else {
-        std::string bf = dtype_of(c, b) == adt ? b : c.emit1("Cast", {b}, {{"to", attr_i((int64_t)adt)}});
+        std::string bf =
+            dtype_of(c, b) == adt ? b : c.emit1("Cast", {b}, {{"to", attr_i((int64_t)adt)}});
         std::string p = c.emit1("Pow", {a, c.emit1("Sub", {bf, c.const_scalar(1.0, adt)})});
         d = mul(c, dy, mul(c, bf, p));
       }
@@ -271,9 +272,8 @@ void register_elementwise_grads(GradRegistry& r) {
   // (tanh), BiasGelu(A, B) (erf).
   // onyx.Gelu is gelu_fusion's form of the ONNX op in models importing an opset below 20.
   for (const char* domain : {"", "onyx"})
-    r.add(domain, "Gelu", [](GradContext& c) {
-      gelu_rule(c, c.node().attr_string("approximate", "none"), -1);
-    });
+    r.add(domain, "Gelu",
+          [](GradContext& c) { gelu_rule(c, c.node().attr_string("approximate", "none"), -1); });
   r.add("com.microsoft", "Gelu", [](GradContext& c) { gelu_rule(c, "none", -1); });
   r.add("com.microsoft", "FastGelu", [](GradContext& c) { gelu_rule(c, "tanh", 1); });
   r.add("com.microsoft", "BiasGelu", [](GradContext& c) { gelu_rule(c, "none", 1); });

@@ -23,8 +23,10 @@ void finish(GradContext& c, int i, std::string g, const Shape& promoted) {
   const Shape& gs = c.meta(g).shape;
   if (gs != promoted) {
     // Same element count: only size-1 dims differ (e.g. (K,N) for a (1,K,N) operand).
-    if (shape_numel(gs) == shape_numel(promoted)) g = c.reshape(g, promoted);
-    else g = c.reduce_to_shape(g, gs, promoted);
+    if (shape_numel(gs) == shape_numel(promoted))
+      g = c.reshape(g, promoted);
+    else
+      g = c.reduce_to_shape(g, gs, promoted);
   }
   c.set(i, c.reshape(g, c.meta(c.I(i)).shape));
 }

@@ -148,16 +148,18 @@ void conv_transpose_rule(GradContext& c) {
     if (c.opset() >= 10)
       g = c.emit1("Slice", {dy, c.const_i64(starts), c.const_i64(ends), c.const_i64(axes)});
     else
-      g = c.emit1("Slice", {dy}, {{"starts", attr_ints(starts)}, {"ends", attr_ints(ends)},
-                                  {"axes", attr_ints(axes)}});
+      g = c.emit1(
+          "Slice", {dy},
+          {{"starts", attr_ints(starts)}, {"ends", attr_ints(ends)}, {"axes", attr_ints(axes)}});
   }
   std::vector<int64_t> conv_pads(pb);
   conv_pads.insert(conv_pads.end(), pe.begin(), pe.end());
-  std::map<std::string, ir::Attribute> at{{"strides", attr_ints(st)},
-                                          {"dilations", attr_ints(dl)},
-                                          {"pads", attr_ints(conv_pads)},
-                                          {"group", attr_i(group)},
-                                          {"kernel_shape", attr_ints(Shape(w.begin() + 2, w.end()))}};
+  std::map<std::string, ir::Attribute> at{
+      {"strides", attr_ints(st)},
+      {"dilations", attr_ints(dl)},
+      {"pads", attr_ints(conv_pads)},
+      {"group", attr_i(group)},
+      {"kernel_shape", attr_ints(Shape(w.begin() + 2, w.end()))}};
   if (c.needs(0)) c.set(0, c.emit1("Conv", {g, W}, at));
   if (c.needs(1)) c.set(1, c.emit1("ConvGradWeight", {X, g}, at, "onyx"));
   if (has_in(c, 2) && c.needs(2)) {
@@ -191,11 +193,11 @@ void pad_rule(GradContext& c) {
     full[a] = pads[i];
     full[a + r] = pads[i + axes.size()];
   }
-  if (std::all_of(full.begin(), full.end(), [](int64_t v) { return v == 0; }))
-    return c.set(0, dy);
-  c.set(0, c.emit1("PadGrad", {dy},
-                   {{"mode", attr_s(mode)}, {"pads", attr_ints(full)}, {"input_shape", attr_ints(x)}},
-                   "onyx"));
+  if (std::all_of(full.begin(), full.end(), [](int64_t v) { return v == 0; })) return c.set(0, dy);
+  c.set(0,
+        c.emit1("PadGrad", {dy},
+                {{"mode", attr_s(mode)}, {"pads", attr_ints(full)}, {"input_shape", attr_ints(x)}},
+                "onyx"));
 }
 
 }  // namespace

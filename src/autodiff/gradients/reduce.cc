@@ -67,7 +67,8 @@ void register_reduce_grads(GradRegistry& r) {
     if (noop) return c.set(0, c.GO(0));
     std::string y = expand_back(c, c.O(0), axes);
     DType dt = c.meta(c.I(0)).dtype;
-    std::string hit = c.emit1("Cast", {c.emit1("Equal", {c.I(0), y})}, {{"to", attr_i((int64_t)dt)}});
+    std::string hit =
+        c.emit1("Cast", {c.emit1("Equal", {c.I(0), y})}, {{"to", attr_i((int64_t)dt)}});
     std::string count =
         c.opset() >= 13
             ? c.emit1("ReduceSum", {hit, c.const_i64(axes)}, {{"keepdims", attr_i(1)}})

@@ -107,9 +107,12 @@ void slice_rule(GradContext& c) {
     int64_t ax = axes[i] < 0 ? axes[i] + r : axes[i];
     int64_t dim = x[ax], s = starts[i], step = steps[i];
     if (s < 0) s += dim;
-    if (dim == 0) s = 0;
-    else if (step > 0) s = std::clamp<int64_t>(s, 0, dim);
-    else s = std::clamp<int64_t>(s, 0, dim - 1);
+    if (dim == 0)
+      s = 0;
+    else if (step > 0)
+      s = std::clamp<int64_t>(s, 0, dim);
+    else
+      s = std::clamp<int64_t>(s, 0, dim - 1);
     st[ax] = y[ax] > 0 ? s : 0;
     sp[ax] = step;
   }

@@ -9,26 +9,27 @@
 namespace onyx::runtime {
 
 void register_accumulate_kernels(KernelRegistry& r) {
-  OpTraits& t = r.add("onyx", "AccumulateGrad",
-        OpKernel{[](InferContext& c) { c.set_output(0, c.input(0).dtype, c.input(0).shape); },
-                 [](KernelContext& c) {
-                   const Tensor& g = c.input(0);
-                   Tensor& out = c.output(0);
-                   if (out.raw() == g.raw()) return;
-                   if (!c.accumulate) {
-                     std::memcpy(out.raw(), g.raw(), g.nbytes());
-                     return;
-                   }
-                   ONYX_CHECK(g.dtype() == DType::Float32, c.node.describe(),
-                              ": accumulation supports float32 gradients, got ",
-                              dtype_name(g.dtype()));
-                   const float* src = g.data<float>();
-                   float* dst = out.data<float>();
-                   parallel_for(g.numel(), 1 << 15, [&](int64_t b, int64_t e) {
-                     for (int64_t i = b; i < e; i++) dst[i] += src[i];
-                   });
-                 },
-                 {}});
+  OpTraits& t =
+      r.add("onyx", "AccumulateGrad",
+            OpKernel{[](InferContext& c) { c.set_output(0, c.input(0).dtype, c.input(0).shape); },
+                     [](KernelContext& c) {
+                       const Tensor& g = c.input(0);
+                       Tensor& out = c.output(0);
+                       if (out.raw() == g.raw()) return;
+                       if (!c.accumulate) {
+                         std::memcpy(out.raw(), g.raw(), g.nbytes());
+                         return;
+                       }
+                       ONYX_CHECK(g.dtype() == DType::Float32, c.node.describe(),
+                                  ": accumulation supports float32 gradients, got ",
+                                  dtype_name(g.dtype()));
+                       const float* src = g.data<float>();
+                       float* dst = out.data<float>();
+                       parallel_for(g.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+                         for (int64_t i = b; i < e; i++) dst[i] += src[i];
+                       });
+                     },
+                     {}});
   t.side_effects = true;  // adds into the caller's bound storage: never folded
 }
 

@@ -13,7 +13,8 @@
 //            on the run seed, `seed` and `rng_key` (dropout_rng.h); otherwise P' = P
 //       O_h = P' V_h   written into O (B,Tq,Cv) at columns [h*Dv, (h+1)*Dv)
 //     LSE (B,H,Tq): the softmax's row log-sum-exp (of S, before dropout), saved for the backward.
-//   AttentionGrad(dO, Q, K, V, [mask], LSE)  same attrs (rng_key required with dropout) -> dQ, dK, dV
+//   AttentionGrad(dO, Q, K, V, [mask], LSE)  same attrs (rng_key required with dropout) -> dQ, dK,
+//   dV
 //     P is recomputed from LSE (P = exp(S - LSE)) and P' from P with the same mask, then per head
 //       dP' = dO_h V_hᵀ,  dV_h = P'ᵀ dO_h,  dP = M/(1-r) ∘ dP',
 //       dS = P ∘ (dP - rowsum(dP ∘ P)) * scale = (P' ∘ dP' - P · rowsum(P' ∘ dP')) * scale,
@@ -193,8 +194,8 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
         if (LSE) LSE[bh * d.Tq + r0 + i] = mx + std::log(sum);
         if (drop) dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, ni, s);
       }
-      const float* v = V + b * d.Tk * d.Cv + h * d.Dv;        // (n, Dv), ld Cv
-      float* o = O + (b * d.Tq + r0) * d.Cv + h * d.Dv;       // (rows, Dv), ld Cv
+      const float* v = V + b * d.Tk * d.Cv + h * d.Dv;   // (n, Dv), ld Cv
+      float* o = O + (b * d.Tq + r0) * d.Cv + h * d.Dv;  // (rows, Dv), ld Cv
       sgemm(false, false, rows, d.Dv, n, 1.0f, S, n, v, d.Cv, 0.0f, o, d.Cv);
     }
   });
@@ -226,9 +227,9 @@ void attention_backward(const AttnDims& d, const float* dO, const float* Q, cons
       for (int64_t r0 = 0; r0 < d.Tq; r0 += kBlockQ) {
         int64_t rows = std::min(kBlockQ, d.Tq - r0);
         int64_t n = d.causal ? r0 + rows : d.Tk;
-        const float* q = Q + (b * d.Tq + r0) * d.C + h * d.D;      // (rows, D)
+        const float* q = Q + (b * d.Tq + r0) * d.C + h * d.D;        // (rows, D)
         const float* dout = dO + (b * d.Tq + r0) * d.Cv + h * d.Dv;  // (rows, Dv)
-        float* dq = dQ + (b * d.Tq + r0) * d.C + h * d.D;          // (rows, D)
+        float* dq = dQ + (b * d.Tq + r0) * d.C + h * d.D;            // (rows, D)
         // P = exp(S - LSE), zero where causal hides the key.
         scores_tile(d, Q, K, mask, b, h, r0, rows, n, P);
         for (int64_t i = 0; i < rows; i++) {
@@ -313,8 +314,8 @@ const TensorMeta* optional_meta(InferContext& ctx, int i) {
 OpKernel make_attention_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
-    AttnDims d = attention_dims(ctx.node, ctx.input(0), ctx.input(1), ctx.input(2),
-                                optional_meta(ctx, 3));
+    AttnDims d =
+        attention_dims(ctx.node, ctx.input(0), ctx.input(1), ctx.input(2), optional_meta(ctx, 3));
     ctx.set_output(0, DType::Float32, {d.B, d.Tq, d.Cv});
     if (ctx.num_outputs() > 1) ctx.set_output(1, DType::Float32, {d.B, d.H, d.Tq});
   };
@@ -325,11 +326,12 @@ OpKernel make_attention_kernel() {
       mask_meta = ctx.input(3).meta();
       mm = &mask_meta;
     }
-    AttnDims d = attention_dims(ctx.node, ctx.input(0).meta(), ctx.input(1).meta(),
-                                ctx.input(2).meta(), mm);
+    AttnDims d =
+        attention_dims(ctx.node, ctx.input(0).meta(), ctx.input(1).meta(), ctx.input(2).meta(), mm);
     if (ctx.output(0).numel() == 0) return;
     if (d.Tk == 0) {  // no keys: empty sums
-      std::fill(ctx.output(0).data<float>(), ctx.output(0).data<float>() + ctx.output(0).numel(), 0.f);
+      std::fill(ctx.output(0).data<float>(), ctx.output(0).data<float>() + ctx.output(0).numel(),
+                0.f);
       if (ctx.has_output(1)) {
         Tensor& l = ctx.output(1);
         std::fill(l.data<float>(), l.data<float>() + l.numel(), -INFINITY);
@@ -349,16 +351,16 @@ OpKernel make_attention_kernel() {
 OpKernel make_attention_grad_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
-    AttnDims d = attention_dims(ctx.node, ctx.input(1), ctx.input(2), ctx.input(3),
-                                optional_meta(ctx, 4));
+    AttnDims d =
+        attention_dims(ctx.node, ctx.input(1), ctx.input(2), ctx.input(3), optional_meta(ctx, 4));
     const TensorMeta& dO = ctx.input(0);
     const TensorMeta& lse = ctx.input(5);
     ONYX_CHECK(dO.dtype == DType::Float32 && dO.shape == Shape({d.B, d.Tq, d.Cv}),
-               ctx.node.describe(), ": dO ", shape_str(dO.shape), " must be float32 (B,Tq,Cv) = ",
-               shape_str(Shape{d.B, d.Tq, d.Cv}));
+               ctx.node.describe(), ": dO ", shape_str(dO.shape),
+               " must be float32 (B,Tq,Cv) = ", shape_str(Shape{d.B, d.Tq, d.Cv}));
     ONYX_CHECK(lse.dtype == DType::Float32 && lse.shape == Shape({d.B, d.H, d.Tq}),
-               ctx.node.describe(), ": LSE ", shape_str(lse.shape), " must be float32 (B,H,Tq) = ",
-               shape_str(Shape{d.B, d.H, d.Tq}));
+               ctx.node.describe(), ": LSE ", shape_str(lse.shape),
+               " must be float32 (B,H,Tq) = ", shape_str(Shape{d.B, d.H, d.Tq}));
     ctx.set_output(0, DType::Float32, ctx.input(1).shape);
     if (ctx.num_outputs() > 1) ctx.set_output(1, DType::Float32, ctx.input(2).shape);
     if (ctx.num_outputs() > 2) ctx.set_output(2, DType::Float32, ctx.input(3).shape);
@@ -370,8 +372,8 @@ OpKernel make_attention_grad_kernel() {
       mask_meta = ctx.input(4).meta();
       mm = &mask_meta;
     }
-    AttnDims d = attention_dims(ctx.node, ctx.input(1).meta(), ctx.input(2).meta(),
-                                ctx.input(3).meta(), mm);
+    AttnDims d =
+        attention_dims(ctx.node, ctx.input(1).meta(), ctx.input(2).meta(), ctx.input(3).meta(), mm);
     // Outputs the graph does not read still need somewhere to go.
     std::vector<float> spare[3];
     float* out[3];

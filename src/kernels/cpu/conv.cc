@@ -245,7 +245,6 @@ void conv_direct(const ConvGeom& g, const T* X, const T* W, const T* B, T* Y) {
   });
 }
 
-
 void conv_infer(InferContext& ctx) {
   const auto& x = ctx.input(0);
   const auto& w = ctx.input(1);
@@ -487,10 +486,13 @@ void conv_grad_input_compute(KernelContext& ctx) {
     std::memset(dx.raw(), 0, dx.nbytes());
     return;
   }
-  dispatch_float(ctx.node, dx, [&](auto* D, auto* W, auto* X) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
-    conv_grad_input<T>(g, D, W, X);
-  }, dy, w);
+  dispatch_float(
+      ctx.node, dx,
+      [&](auto* D, auto* W, auto* X) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
+        conv_grad_input<T>(g, D, W, X);
+      },
+      dy, w);
 }
 
 void conv_grad_weight_infer(InferContext& ctx) {
@@ -522,10 +524,13 @@ void conv_grad_weight_compute(KernelContext& ctx) {
                ": accumulation supports float32 gradients, got ", dtype_name(dw.dtype()));
     if (dy.numel() == 0 || x.numel() == 0) return;
     Tensor tmp(DType::Float32, dw.shape());
-    dispatch_float(ctx.node, tmp, [&](auto* D, auto* X, auto* W) {
-      using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
-      conv_grad_weight<T>(g, D, X, W);
-    }, dy, x);
+    dispatch_float(
+        ctx.node, tmp,
+        [&](auto* D, auto* X, auto* W) {
+          using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
+          conv_grad_weight<T>(g, D, X, W);
+        },
+        dy, x);
     const float* src = tmp.data<float>();
     float* out = dw.data<float>();
     parallel_for(dw.numel(), 1 << 15, [&](int64_t b, int64_t e) {
@@ -538,10 +543,13 @@ void conv_grad_weight_compute(KernelContext& ctx) {
     std::memset(dw.raw(), 0, dw.nbytes());
     return;
   }
-  dispatch_float(ctx.node, dw, [&](auto* D, auto* X, auto* W) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
-    conv_grad_weight<T>(g, D, X, W);
-  }, dy, x);
+  dispatch_float(
+      ctx.node, dw,
+      [&](auto* D, auto* X, auto* W) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
+        conv_grad_weight<T>(g, D, X, W);
+      },
+      dy, x);
 }
 
 }  // namespace

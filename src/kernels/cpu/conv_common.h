@@ -61,8 +61,7 @@ void im2col(const ColGeom& g, int64_t channels, const T* x, T* col) {
                          continue;
                        }
                        int64_t i1 = o1 * g.st[1] - g.pb[1] + k1 * g.dl[1];
-                       const T* src =
-                           xc + (i0 * g.img[1] + i1) * g.img[2] + k2 * g.dl[2] - g.pb[2];
+                       const T* src = xc + (i0 * g.img[1] + i1) * g.img[2] + k2 * g.dl[2] - g.pb[2];
                        std::fill(dst, dst + lo2, T(0));
                        if (g.st[2] == 1) {
                          std::memcpy(dst + lo2, src + lo2, (hi2 - lo2) * sizeof(T));

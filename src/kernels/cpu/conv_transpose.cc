@@ -154,9 +154,9 @@ void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y) {
   auto one = [&](int64_t n, std::vector<T>& col, bool threaded) {
     init_bias(n);
     for (int64_t grp = 0; grp < g.group; grp++) {
-      const T* w = W + grp * g.Cg * mk;                       // (Cg, Mg·k)
-      const T* x = X + (n * g.C + grp * g.Cg) * g.in_sz;      // (Cg, in)
-      T* y = Y + (n * g.M + grp * g.Mg) * g.out_sz;           // (Mg, out)
+      const T* w = W + grp * g.Cg * mk;                   // (Cg, Mg·k)
+      const T* x = X + (n * g.C + grp * g.Cg) * g.in_sz;  // (Cg, in)
+      T* y = Y + (n * g.M + grp * g.Mg) * g.out_sz;       // (Mg, out)
       col.resize(mk * g.in_sz);
       kernels::gemm<T>(true, false, mk, g.in_sz, g.Cg, T(1), w, mk, x, g.in_sz, T(0), col.data(),
                        g.in_sz);
@@ -179,12 +179,11 @@ void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y) {
   }
 }
 
-
 void deconv_infer(InferContext& ctx) {
   const auto& x = ctx.input(0);
   const auto& w = ctx.input(1);
-  ONYX_CHECK(x.dtype == w.dtype, ctx.node.describe(), ": ConvTranspose X is ",
-             dtype_name(x.dtype), " but W is ", dtype_name(w.dtype));
+  ONYX_CHECK(x.dtype == w.dtype, ctx.node.describe(), ": ConvTranspose X is ", dtype_name(x.dtype),
+             " but W is ", dtype_name(w.dtype));
   const Shape* b = ctx.has_input(2) ? &ctx.input(2).shape : nullptr;
   ctx.set_output(0, x.dtype, deconv_geom(ctx.node, x.shape, w.shape, b).out_shape());
 }
@@ -201,8 +200,8 @@ void deconv_compute(KernelContext& ctx) {
       return deconv<float>(g, x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr,
                            y.data<float>());
     case DType::Float64:
-      return deconv<double>(g, x.data<double>(), w.data<double>(),
-                            b ? b->data<double>() : nullptr, y.data<double>());
+      return deconv<double>(g, x.data<double>(), w.data<double>(), b ? b->data<double>() : nullptr,
+                            y.data<double>());
     case DType::Float16:
     case DType::BFloat16: {
       auto xf = to_f32(x), wf = to_f32(w);

@@ -63,7 +63,8 @@ OpKernel make_dropout_add_kernel() {
       parallel_for(n, 16384, [&](int64_t b, int64_t e) {
         int64_t i = b;
         for (; i + 8 <= e; i += 8)
-          _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(res + i)));
+          _mm256_storeu_ps(out + i,
+                           _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(res + i)));
         for (; i < e; i++) out[i] = y[i] + res[i];
       });
       if (mask) std::memset(mask, 1, (size_t)n);
@@ -85,7 +86,8 @@ OpKernel make_dropout_add_kernel() {
         if (cnt == 32) {
           for (int w = 0; w < 4; w++) {
             const int64_t i = i0 + w * 8;
-            __m256 drop = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vt, _mm256_srli_epi32(words[w], 8)));
+            __m256 drop =
+                _mm256_castsi256_ps(_mm256_cmpgt_epi32(vt, _mm256_srli_epi32(words[w], 8)));
             __m256 kept = _mm256_andnot_ps(drop, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs));
             _mm256_storeu_ps(out + i, _mm256_add_ps(kept, _mm256_loadu_ps(res + i)));
             if (mask) {

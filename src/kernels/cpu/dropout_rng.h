@@ -65,7 +65,8 @@ inline void apply_row(const Draw& d, int64_t e0, int64_t n, float* x) {
       float* p = x + (gs - e0);
       for (int w = 0; w < 4; w++) {
         __m256 drop = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vt, _mm256_srli_epi32(words[w], 8)));
-        _mm256_storeu_ps(p + w * 8, _mm256_andnot_ps(drop, _mm256_mul_ps(_mm256_loadu_ps(p + w * 8), vs)));
+        _mm256_storeu_ps(p + w * 8,
+                         _mm256_andnot_ps(drop, _mm256_mul_ps(_mm256_loadu_ps(p + w * 8), vs)));
       }
     } else {
       for (int w = 0; w < 4; w++) _mm256_store_si256((__m256i*)(u + w * 8), words[w]);

@@ -276,8 +276,8 @@ void batched_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const C* A, co
     if (batch == 1)
       kernels::sgemm(false, false, M, N, K, 1.f, A, K, B, N, 0.f, Cm, N);
     else
-      kernels::sgemm_strided_batched(false, false, M, N, K, 1.f, A, K, M * K, B, N, K * N, 0.f,
-                                     Cm, N, M * N, batch);
+      kernels::sgemm_strided_batched(false, false, M, N, K, 1.f, A, K, M * K, B, N, K * N, 0.f, Cm,
+                                     N, M * N, batch);
   } else {
     parallel_for(batch * M, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N * K)),
                  [&](int64_t r0, int64_t r1) {
@@ -407,9 +407,8 @@ void einsum_kernel(KernelContext& ctx) {
       ONYX_UNSUPPORTED(ctx.node.describe(), ": Einsum of dtype bool");
     } else {
       using A = typename Arith<S>::C;
-      using C = std::conditional_t<
-          std::is_floating_point_v<A>, A,
-          std::conditional_t<std::is_signed_v<A>, int64_t, uint64_t>>;
+      using C = std::conditional_t<std::is_floating_point_v<A>, A,
+                                   std::conditional_t<std::is_signed_v<A>, int64_t, uint64_t>>;
       std::vector<Term<C>> ops;
       for (int i = 0; i < ctx.num_inputs(); i++) {
         const Tensor& x = ctx.input(i);

@@ -21,7 +21,7 @@ void register_unary_kernels(
     KernelRegistry& r);  // elementwise_unary.cc: math, activations, Clip, Gelu, onyx.GeluGrad, ...
 void register_binary_kernels(KernelRegistry& r);  // elementwise_binary.cc: arithmetic, compare,
                                                   // logic, variadic Min/Max/Sum/Mean, Where, PRelu
-void register_cast_kernels(KernelRegistry& r);  // cast.cc: Cast, CastLike
+void register_cast_kernels(KernelRegistry& r);    // cast.cc: Cast, CastLike
 
 namespace ew {
 

@@ -182,7 +182,8 @@ void add_binary(KernelRegistry& r, const char* name, L types, Make make) {
     });
   };
   k.inplace = {{0, 0}, {0, 1}};  // out[i] reads a[i], b[i] first (never over a broadcast operand)
-  r.add("", name, std::move(k)).per_token = OpTraits::PerToken::Binary;  // elementwise, broadcasting
+  r.add("", name, std::move(k)).per_token =
+      OpTraits::PerToken::Binary;  // elementwise, broadcasting
 }
 
 template <bool kBoolOut, class Op, class L>
@@ -268,7 +269,8 @@ void add_pow(KernelRegistry& r) {
       });
     });
   };
-  r.add("", "Pow", std::move(k)).per_token = OpTraits::PerToken::Binary;  // elementwise, broadcasting
+  r.add("", "Pow", std::move(k)).per_token =
+      OpTraits::PerToken::Binary;  // elementwise, broadcasting
 }
 
 // ---- PRelu: slope broadcasts unidirectionally to X ------------------------------------------
@@ -332,7 +334,8 @@ void add_variadic(KernelRegistry& r, const char* name, L types, bool mean) {
       }
     });
   };
-  r.add("", name, std::move(k)).per_token = OpTraits::PerToken::Binary;  // elementwise, broadcasting
+  r.add("", name, std::move(k)).per_token =
+      OpTraits::PerToken::Binary;  // elementwise, broadcasting
 }
 
 // ---- Where(condition, X, Y) -----------------------------------------------------------------

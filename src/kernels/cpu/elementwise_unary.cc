@@ -35,7 +35,7 @@ inline __m256 set1(float v) { return _mm256_set1_ps(v); }
 
 // Gelu's constants, shared by the forward and GeluGrad (and ErfGrad's 2/sqrt(pi)).
 constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi)
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;   // 1 / sqrt(2 pi)
 constexpr float kTwoInvSqrtPi = 1.1283791670955126f;  // 2 / sqrt(pi)
 constexpr float kTanhA = 0.79788456080286536f;        // sqrt(2 / pi)
 constexpr float kTanhB = 0.044715f;
@@ -877,7 +877,8 @@ void register_unary_kernels(KernelRegistry& r) {
       kGrainMath);
 
   // Gelu: ONNX (opset 20) with approximate = "none" | "tanh", and the same op in the onyx domain
-  // (what gelu_fusion emits into models importing an opset below 20); com.microsoft Gelu (erf form).
+  // (what gelu_fusion emits into models importing an opset below 20); com.microsoft Gelu (erf
+  // form).
   for (const char* domain : {"", "onyx"})
     add_unary(
         r, domain, "Gelu", FloatTypes{},

@@ -21,7 +21,6 @@
 namespace onyx::runtime::shape_detail {
 namespace {
 
-
 // ---- Gather ----
 void gather_infer(InferContext& ctx) {
   const auto& x = ctx.input(0);
@@ -35,9 +34,9 @@ void gather_infer(InferContext& ctx) {
 }
 
 void gather_compute(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);  // (outer, dim, inner)
+  const Tensor& x = ctx.input(0);    // (outer, dim, inner)
   const Tensor& ind = ctx.input(1);  // (N) flattened
-  Tensor& y = ctx.output(0);  // (outer, N, inner)
+  Tensor& y = ctx.output(0);         // (outer, N, inner)
   int64_t r = x.rank();
   int64_t axis = normalize_axis(ctx.node.attr_int("axis", 0), r, ctx.node);
   int64_t dim = x.shape()[axis];
@@ -173,10 +172,13 @@ void gather_grad_compute(KernelContext& ctx) {
   const bool add = ctx.accumulates(0);
   ONYX_CHECK(!add || dx.dtype() == DType::Float32, ctx.node.describe(),
              ": accumulation supports float32 gradients, got ", dtype_name(dx.dtype()));
-  nnutil::dispatch_float(ctx.node, dx, [&](auto* D, auto* X) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
-    gather_grad<T>(D, X, idx, outer, V, inner, add);
-  }, dy);
+  nnutil::dispatch_float(
+      ctx.node, dx,
+      [&](auto* D, auto* X) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
+        gather_grad<T>(D, X, idx, outer, V, inner, add);
+      },
+      dy);
 }
 
 // ---- GatherElements / ScatterElements ----
@@ -230,9 +232,8 @@ void scatter_elements_compute(KernelContext& ctx) {
   const Tensor& upd = ctx.input(2);
   Tensor& y = ctx.output(0);
   ONYX_CHECK(upd.shape() == ind.shape() && upd.dtype() == x.dtype(), ctx.node.describe(),
-             ": updates ", dtype_name(upd.dtype()), shape_str(upd.shape()),
-             " must match indices ", shape_str(ind.shape()), " and data dtype ",
-             dtype_name(x.dtype()));
+             ": updates ", dtype_name(upd.dtype()), shape_str(upd.shape()), " must match indices ",
+             shape_str(ind.shape()), " and data dtype ", dtype_name(x.dtype()));
   int64_t axis = normalize_axis(ctx.node.attr_int("axis", 0), x.rank(), ctx.node);
   auto off = element_offsets(ctx.node, x.shape(), ind, axis);
   parallel_memcpy(y.raw(), x.raw(), x.nbytes());
@@ -305,10 +306,13 @@ void gather_elements_grad_compute(KernelContext& ctx) {
   int64_t axis = normalize_axis(ctx.node.attr_int("axis", 0), r, ctx.node);
   auto idx = read_indices(ctx.node, ind, dx.shape()[axis], dx.shape(), axis);
   if (dx.numel() == 0) return;
-  nnutil::dispatch_float(ctx.node, dx, [&](auto* D, auto* X) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
-    gather_elements_grad<T>(D, X, idx, dx.shape(), ind.shape(), axis);
-  }, dy);
+  nnutil::dispatch_float(
+      ctx.node, dx,
+      [&](auto* D, auto* X) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
+        gather_elements_grad<T>(D, X, idx, dx.shape(), ind.shape(), axis);
+      },
+      dy);
 }
 
 // ---- GatherND ----
@@ -328,8 +332,8 @@ GatherNDPlan gathernd_plan(const ir::Node& node, const Shape& data, const Shape&
     ONYX_CHECK(data[d] == ind[d], node.describe(), ": batch dims of data ", shape_str(data),
                " and indices ", shape_str(ind), " differ");
   int64_t k = ind[q - 1];
-  ONYX_CHECK(k >= 1 && k <= r - b, node.describe(), ": indices ", shape_str(ind),
-             " index ", k, " dims, data ", shape_str(data), " has ", r - b, " after batch_dims");
+  ONYX_CHECK(k >= 1 && k <= r - b, node.describe(), ": indices ", shape_str(ind), " index ", k,
+             " dims, data ", shape_str(data), " has ", r - b, " after batch_dims");
   GatherNDPlan p;
   p.k = k;
   p.batches = prod(ind, 0, b);
@@ -486,7 +490,8 @@ void register_gather_kernels(KernelRegistry& r) {
                       shape_str(ind.shape), " must have the rank of data ", shape_str(x.shape));
            ctx.set_output(0, x.dtype, ind.shape);
          },
-         gather_elements_compute, {}});
+         gather_elements_compute,
+         {}});
   r.add("", "ScatterElements", {same_as_input0, scatter_elements_compute, {}});
   r.add("", "Scatter", {same_as_input0, scatter_elements_compute, {}});
   r.add("", "ScatterND", {same_as_input0, scatternd_compute, {}});
@@ -495,7 +500,8 @@ void register_gather_kernels(KernelRegistry& r) {
            const auto& x = ctx.input(0);
            ctx.set_output(0, x.dtype, gathernd_plan(ctx.node, x.shape, ctx.input(1).shape).out);
          },
-         gathernd_compute, {}});
+         gathernd_compute,
+         {}});
   r.add("", "OneHot", {onehot_infer, onehot_compute, {1}});
   // GatherGrad can add into a bound embedding gradient (passes/gradient_into_buffer.cc)
   r.add("onyx", "GatherGrad", OpKernel{index_grad_infer, gather_grad_compute, {}, {}, {0}});

@@ -124,7 +124,8 @@ OpKernel make_group_norm_grad_kernel() {
     const TensorMeta& scale = ctx.input(2);
     check_affine(ctx.node, scale, d, pc, "scale");
     ctx.set_output(0, x.dtype, x.shape);
-    for (int i = 1; i < ctx.num_outputs() && i < 3; i++) ctx.set_output(i, scale.dtype, scale.shape);
+    for (int i = 1; i < ctx.num_outputs() && i < 3; i++)
+      ctx.set_output(i, scale.dtype, scale.shape);
   };
   k.compute = [](KernelContext& ctx) {
     const Tensor& dyt = ctx.input(0);
@@ -173,8 +174,8 @@ OpKernel make_group_norm_grad_kernel() {
                            for (int64_t i = 0; i < d.S; i++) {
                              int64_t kk = cc * d.S + i;
                              double xh = (Elem<T>::load(xq[kk]) - mean) * inv;
-                             oq[kk] = Elem<T>::store(
-                                 inv * (Elem<T>::load(dq[kk]) * gam - m1 - xh * m2));
+                             oq[kk] =
+                                 Elem<T>::store(inv * (Elem<T>::load(dq[kk]) * gam - m1 - xh * m2));
                            }
                          }
                        }

@@ -1,5 +1,6 @@
 // kernels/cpu/linear_cross_entropy.cc — onyx.LinearCrossEntropy: a linear layer (LM head or
-// classifier) followed by softmax cross-entropy, with the loss's gradient computed in the same pass.
+// classifier) followed by softmax cross-entropy, with the loss's gradient computed in the same
+// pass.
 //
 //   LinearCrossEntropy(H (N,C), W (V,C) | (C,V) with transB=0, labels (N), [bias (V)])
 //     attrs: transB (default 1), ignore_index (when present), reduction "mean" | "sum",
@@ -87,10 +88,10 @@ void lce_infer(InferContext& ctx) {
              ": labels must be int32 or int64, got ", dtype_name(t.dtype));
   if (ctx.has_input(3)) {
     const TensorMeta& b = ctx.input(3);
-    ONYX_CHECK(b.dtype == DType::Float32 && b.numel() == d.V && b.rank() >= 1 &&
-                   b.shape.back() == d.V,
-               node.describe(), ": bias must be float32 with ", d.V, " elements, got ",
-               dtype_name(b.dtype), " ", shape_str(b.shape));
+    ONYX_CHECK(
+        b.dtype == DType::Float32 && b.numel() == d.V && b.rank() >= 1 && b.shape.back() == d.V,
+        node.describe(), ": bias must be float32 with ", d.V, " elements, got ",
+        dtype_name(b.dtype), " ", shape_str(b.shape));
   }
   is_mean(node);
   float eps = node.attr_float("label_smoothing", 0.0f);

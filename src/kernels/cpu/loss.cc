@@ -40,8 +40,7 @@ void check_targets(const ir::Node& node, const Shape& x, const TensorMeta& t) {
   Shape expect_t{x[0]};
   expect_t.insert(expect_t.end(), x.begin() + 2, x.end());
   ONYX_CHECK(t.shape == expect_t, node.describe(), ": target shape ", shape_str(t.shape),
-             " does not match input shape ", shape_str(x), " (expected ", shape_str(expect_t),
-             ")");
+             " does not match input shape ", shape_str(x), " (expected ", shape_str(expect_t), ")");
   ONYX_CHECK(t.dtype == DType::Int32 || t.dtype == DType::Int64, node.describe(),
              ": target must be int32 or int64, got ", dtype_name(t.dtype));
 }
@@ -384,8 +383,10 @@ OpKernel make_nll_grad_kernel() {
 }  // namespace
 
 void register_loss_kernels(KernelRegistry& r) {
-  r.add("", "SoftmaxCrossEntropyLoss", make_loss_kernel<true>()).precision = OpTraits::Precision::Fp32;
-  r.add("", "NegativeLogLikelihoodLoss", make_loss_kernel<false>()).precision = OpTraits::Precision::Fp32;
+  r.add("", "SoftmaxCrossEntropyLoss", make_loss_kernel<true>()).precision =
+      OpTraits::Precision::Fp32;
+  r.add("", "NegativeLogLikelihoodLoss", make_loss_kernel<false>()).precision =
+      OpTraits::Precision::Fp32;
   r.add("onyx", "SoftmaxCrossEntropyLossGrad", make_sce_grad_kernel());
   r.add("onyx", "NLLLossGrad", make_nll_grad_kernel());
 }

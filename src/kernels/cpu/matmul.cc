@@ -447,19 +447,22 @@ void matmul_t_compute(KernelContext& ctx) {
   MatMulShape s = mmt_shape(ctx.node, a.shape(), b.shape());
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
-  dispatch_float(ctx.node, y, [&](auto* A, auto* B, auto* C) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
-    if (!bias) return matmul_t<T>(s, (T)alpha, A, B, C);
-    ONYX_CHECK(bias->dtype() == y.dtype() && bias->rank() == 1 && bias->dim(0) == s.N,
-               ctx.node.describe(), ": bias ", shape_str(bias->shape()), " ",
-               dtype_name(bias->dtype()), " does not fit the output (", s.N, " columns)");
-    if constexpr (std::is_same_v<T, float>) {
-      if (bias->dtype() == DType::Float32)
-        return matmul_t<T>(s, (T)alpha, A, B, C, bias->data<float>());
-    }
-    std::vector<T> bv = bias_values<T>(*bias);
-    matmul_t<T>(s, (T)alpha, A, B, C, bv.data());
-  }, a, b);
+  dispatch_float(
+      ctx.node, y,
+      [&](auto* A, auto* B, auto* C) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
+        if (!bias) return matmul_t<T>(s, (T)alpha, A, B, C);
+        ONYX_CHECK(bias->dtype() == y.dtype() && bias->rank() == 1 && bias->dim(0) == s.N,
+                   ctx.node.describe(), ": bias ", shape_str(bias->shape()), " ",
+                   dtype_name(bias->dtype()), " does not fit the output (", s.N, " columns)");
+        if constexpr (std::is_same_v<T, float>) {
+          if (bias->dtype() == DType::Float32)
+            return matmul_t<T>(s, (T)alpha, A, B, C, bias->data<float>());
+        }
+        std::vector<T> bv = bias_values<T>(*bias);
+        matmul_t<T>(s, (T)alpha, A, B, C, bv.data());
+      },
+      a, b);
 }
 
 // ---- MatMulGradB -----------------------------------------------------------------------------
@@ -491,10 +494,10 @@ void matmul_grad_b_compute(KernelContext& ctx) {
     // y += A^T dY (a bound gradient, micro-batches accumulating). Not beta = 1: the GEMM would
     // fold y into its K-blocked partial sums, and the sum must be y + (A^T dY) exactly as a
     // separate onyx.AccumulateGrad computed it. The product goes through a scratch matrix.
-    ONYX_CHECK(y.dtype() == DType::Float32 && a.dtype() == DType::Float32 &&
-                   dy.dtype() == DType::Float32,
-               ctx.node.describe(), ": accumulation supports float32 gradients, got ",
-               dtype_name(y.dtype()));
+    ONYX_CHECK(
+        y.dtype() == DType::Float32 && a.dtype() == DType::Float32 && dy.dtype() == DType::Float32,
+        ctx.node.describe(), ": accumulation supports float32 gradients, got ",
+        dtype_name(y.dtype()));
     std::vector<float> tmp((size_t)(K * N));
     gemm<float>(true, false, K, N, R, (float)alpha, a.data<float>(), K, dy.data<float>(), N, 0.f,
                 tmp.data(), N);
@@ -505,10 +508,13 @@ void matmul_grad_b_compute(KernelContext& ctx) {
     });
     return;
   }
-  dispatch_float(ctx.node, y, [&](auto* A, auto* D, auto* C) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
-    gemm<T>(true, false, K, N, R, (T)alpha, A, K, D, N, T(0), C, N);
-  }, a, dy);
+  dispatch_float(
+      ctx.node, y,
+      [&](auto* A, auto* D, auto* C) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
+        gemm<T>(true, false, K, N, R, (T)alpha, A, K, D, N, T(0), C, N);
+      },
+      a, dy);
 }
 
 // ---- BiasGrad --------------------------------------------------------------------------------
@@ -553,8 +559,7 @@ void bias_grad_compute(KernelContext& ctx) {
   auto run = [&](auto* D, auto* out) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(out)>>;
     // Column blocks of >= 64 (a cache line multiple); each thread owns whole columns.
-    parallel_for(N, 64,
-                 [&](int64_t c0, int64_t c1) { column_sums<T>(D, R, N, c0, c1, out, add); });
+    parallel_for(N, 64, [&](int64_t c0, int64_t c1) { column_sums<T>(D, R, N, c0, c1, out, add); });
   };
   dispatch_float(ctx.node, db, run, dy);
 }

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/dropout_rng.h"
+#include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/philox.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
@@ -637,9 +637,9 @@ OpKernel make_layer_norm_grad_kernel() {
     // dscale (output 1) / dbias (output 2) bound to a gradient buffer that accumulates: the
     // column sum is added to what is there (float32 only, as onyx.AccumulateGrad did).
     const bool add_s = ctx.accumulates(1), add_b = ctx.accumulates(2);
-    ONYX_CHECK((!add_s || dst->dtype() == DType::Float32) &&
-                   (!add_b || dbt->dtype() == DType::Float32),
-               node.describe(), ": accumulation supports float32 gradients");
+    ONYX_CHECK(
+        (!add_s || dst->dtype() == DType::Float32) && (!add_b || dbt->dtype() == DType::Float32),
+        node.describe(), ": accumulation supports float32 gradients");
     auto store_param = [&](Tensor* t, int64_t c, double v) {
       dispatch(t->dtype(), kFloats, node, [&](auto tag) {
         using P = decltype(tag);
@@ -773,12 +773,12 @@ OpKernel make_dropout_kernel() {
     ONYX_CHECK(!mask || mask->dtype() == DType::Bool, node.describe(), ": mask must be bool");
     // The draw fused ops reproduce (dropout_rng.h): key from the run seed, the seed attribute and
     // the rng_key attribute or output name; keep element i iff (word >> 8) >= ratio * 2^24.
-    const dropout_rng::Draw draw = dropout_rng::make_draw(
-        ctx.seed, node.attr_int("seed", 0),
-        node.has_attr("rng_key") ? node.attr_string("rng_key", "")
-        : node.outputs.empty()   ? node.name
-                                 : node.outputs[0],
-        ratio);
+    const dropout_rng::Draw draw =
+        dropout_rng::make_draw(ctx.seed, node.attr_int("seed", 0),
+                               node.has_attr("rng_key") ? node.attr_string("rng_key", "")
+                               : node.outputs.empty()   ? node.name
+                                                        : node.outputs[0],
+                               ratio);
     const uint32_t t24 = draw.t24;
     const double scale = ratio >= 1 ? 0.0 : 1.0 / (1.0 - ratio);
     const Philox4x32::Key pkey = draw.key;

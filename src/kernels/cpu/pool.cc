@@ -50,8 +50,10 @@ struct PoolGeom {
 
 PoolGeom pool_geom(const ir::Node& node, int64_t opset, const Shape& x, bool global) {
   ONYX_CHECK(x.size() >= 3, node.describe(), ": input must be (N, C, D1, ...), got ", shape_str(x));
-  ONYX_CHECK(x.size() <= 5, node.describe(), ": pooling over more than 3 spatial dims is not "
-             "supported, got input ", shape_str(x));
+  ONYX_CHECK(x.size() <= 5, node.describe(),
+             ": pooling over more than 3 spatial dims is not "
+             "supported, got input ",
+             shape_str(x));
   PoolGeom g;
   g.nsp = (int)x.size() - 2;
   int nsp = g.nsp;
@@ -85,8 +87,7 @@ PoolGeom pool_geom(const ir::Node& node, int64_t opset, const Shape& x, bool glo
     int i = s + off;
     ONYX_CHECK(ks[s] >= 1 && st[s] >= 1 && dl[s] >= 1 && pads[s] >= 0 && pads[s + nsp] >= 0,
                node.describe(), ": kernel_shape ", shape_str(ks), ", strides ", shape_str(st),
-               ", dilations ", shape_str(dl), " must be >= 1 and pads ", shape_str(pads),
-               " >= 0");
+               ", dilations ", shape_str(dl), " must be >= 1 and pads ", shape_str(pads), " >= 0");
     g.in[i] = in[s];
     g.k[i] = ks[s];
     g.st[i] = st[s];
@@ -157,7 +158,8 @@ void for_each_window(const PoolGeom& g, F&& f) {
 }
 
 int64_t plane_grain(const PoolGeom& g) {
-  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.out_sz * std::max<int64_t>(1, g.k[0] * g.k[1] * g.k[2])));
+  return std::max<int64_t>(
+      1, 16384 / std::max<int64_t>(1, g.out_sz * std::max<int64_t>(1, g.k[0] * g.k[1] * g.k[2])));
 }
 
 // Index of the maximum among x[offs] (first maximum; NaN wins), or -1 for an empty window.
@@ -191,9 +193,12 @@ int64_t index_value(const PoolGeom& g, int64_t plane, int64_t p, bool col_major)
   int64_t i2 = p % g.in[2], i1 = (p / g.in[2]) % g.in[1], i0 = p / (g.in[2] * g.in[1]);
   // the real spatial dims are the last nsp of (i0, i1, i2); column-major: first dim fastest
   int64_t idx;
-  if (g.nsp == 1) idx = i2;
-  else if (g.nsp == 2) idx = i1 + g.in[1] * i2;
-  else idx = i0 + g.in[0] * (i1 + g.in[1] * i2);
+  if (g.nsp == 1)
+    idx = i2;
+  else if (g.nsp == 2)
+    idx = i1 + g.in[1] * i2;
+  else
+    idx = i0 + g.in[0] * (i1 + g.in[1] * i2);
   return plane * g.in_sz + idx;
 }
 
@@ -223,20 +228,20 @@ OpKernel make_max_pool_kernel() {
         for (int64_t pl = p0; pl < p1; pl++) {
           const T* xp = x + pl * g.in_sz;
           T* yp = y + pl * g.out_sz;
-          for_each_window(g, [&](int64_t o, const std::vector<int64_t>& offs, int64_t, int64_t,
-                                 int64_t) {
-            int64_t a = arg_max(xp, offs);
-            if (a < 0) {  // a window entirely in the padding (cannot happen with valid pads)
-              if constexpr (Elem<T>::is_float)
-                yp[o] = Elem<T>::store(-INFINITY);
-              else
-                yp[o] = std::numeric_limits<T>::lowest();
-              if (ind) ind[pl * g.out_sz + o] = -1;
-              return;
-            }
-            yp[o] = xp[a];
-            if (ind) ind[pl * g.out_sz + o] = index_value(g, pl, a, col_major);
-          });
+          for_each_window(
+              g, [&](int64_t o, const std::vector<int64_t>& offs, int64_t, int64_t, int64_t) {
+                int64_t a = arg_max(xp, offs);
+                if (a < 0) {  // a window entirely in the padding (cannot happen with valid pads)
+                  if constexpr (Elem<T>::is_float)
+                    yp[o] = Elem<T>::store(-INFINITY);
+                  else
+                    yp[o] = std::numeric_limits<T>::lowest();
+                  if (ind) ind[pl * g.out_sz + o] = -1;
+                  return;
+                }
+                yp[o] = xp[a];
+                if (ind) ind[pl * g.out_sz + o] = index_value(g, pl, a, col_major);
+              });
         }
       });
     });
@@ -278,9 +283,9 @@ OpKernel make_avg_pool_kernel() {
                                  int64_t o1, int64_t o2) {
             double s = 0;
             for (int64_t p : offs) s += Elem<T>::load(xp[p]);
-            int64_t div = include_pad ? g.padded_count[0][o0] * g.padded_count[1][o1] *
-                                            g.padded_count[2][o2]
-                                      : (int64_t)offs.size();
+            int64_t div =
+                include_pad ? g.padded_count[0][o0] * g.padded_count[1][o1] * g.padded_count[2][o2]
+                            : (int64_t)offs.size();
             yp[o] = Elem<T>::store(div > 0 ? s / (double)div : NAN);
           });
         }
@@ -331,18 +336,18 @@ OpKernel make_max_pool_grad_kernel() {
           T* dxp = dx + pl * g.in_sz;
           if constexpr (std::is_same_v<T, float>) {
             std::fill(dxp, dxp + g.in_sz, 0.0f);
-            for_each_window(g, [&](int64_t o, const std::vector<int64_t>& offs, int64_t, int64_t,
-                                   int64_t) {
-              int64_t a = arg_max(xp, offs);
-              if (a >= 0) dxp[a] += dyp[o];
-            });
+            for_each_window(
+                g, [&](int64_t o, const std::vector<int64_t>& offs, int64_t, int64_t, int64_t) {
+                  int64_t a = arg_max(xp, offs);
+                  if (a >= 0) dxp[a] += dyp[o];
+                });
           } else {
             std::fill(acc.begin(), acc.end(), 0.0);
-            for_each_window(g, [&](int64_t o, const std::vector<int64_t>& offs, int64_t, int64_t,
-                                   int64_t) {
-              int64_t a = arg_max(xp, offs);
-              if (a >= 0) acc[a] += Elem<T>::load(dyp[o]);
-            });
+            for_each_window(
+                g, [&](int64_t o, const std::vector<int64_t>& offs, int64_t, int64_t, int64_t) {
+                  int64_t a = arg_max(xp, offs);
+                  if (a >= 0) acc[a] += Elem<T>::load(dyp[o]);
+                });
             for (int64_t i = 0; i < g.in_sz; i++) dxp[i] = Elem<T>::store(acc[i]);
           }
         }
@@ -386,9 +391,9 @@ OpKernel make_avg_pool_grad_kernel() {
           std::fill(acc.begin(), acc.end(), 0.0);
           for_each_window(g, [&](int64_t o, const std::vector<int64_t>& offs, int64_t o0,
                                  int64_t o1, int64_t o2) {
-            int64_t div = include_pad ? g.padded_count[0][o0] * g.padded_count[1][o1] *
-                                            g.padded_count[2][o2]
-                                      : (int64_t)offs.size();
+            int64_t div =
+                include_pad ? g.padded_count[0][o0] * g.padded_count[1][o1] * g.padded_count[2][o2]
+                            : (int64_t)offs.size();
             if (div == 0) return;
             double v = Elem<T>::load(dyp[o]) / (double)div;
             for (int64_t p : offs) acc[p] += v;

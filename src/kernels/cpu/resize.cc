@@ -50,8 +50,10 @@ std::vector<double> coeffs_for(const std::string& mode, const std::string& neare
                                const ir::Node& node) {
   if (mode == "nearest") {
     if (ratio == std::floor(ratio)) return {0, 1};
-    if (nearest_mode == "round_prefer_floor") return {ratio <= 0.5 ? 1.0 : 0.0, ratio > 0.5 ? 1.0 : 0.0};
-    if (nearest_mode == "round_prefer_ceil") return {ratio < 0.5 ? 1.0 : 0.0, ratio >= 0.5 ? 1.0 : 0.0};
+    if (nearest_mode == "round_prefer_floor")
+      return {ratio <= 0.5 ? 1.0 : 0.0, ratio > 0.5 ? 1.0 : 0.0};
+    if (nearest_mode == "round_prefer_ceil")
+      return {ratio < 0.5 ? 1.0 : 0.0, ratio >= 0.5 ? 1.0 : 0.0};
     if (nearest_mode == "floor") return {1, 0};
     if (nearest_mode == "ceil") return {0, 1};
     ONYX_UNSUPPORTED(node.describe(), ": nearest_mode '", nearest_mode, "'");
@@ -75,8 +77,7 @@ std::vector<double> coeffs_for(const std::string& mode, const std::string& neare
     if (!antialias) {
       double r1 = ratio + 1, q = 1 - ratio, q1 = q + 1;
       return {((A * r1 - 5 * A) * r1 + 8 * A) * r1 - 4 * A,
-              ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1,
-              ((A + 2) * q - (A + 3)) * q * q + 1,
+              ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1, ((A + 2) * q - (A + 3)) * q * q + 1,
               ((A * q1 - 5 * A) * q1 + 8 * A) * q1 - 4 * A};
     }
     double s = std::min(scale, 1.0);
@@ -118,8 +119,7 @@ ResizePlan resize_plan(const ir::Node& node, int64_t opset, const Shape& x, cons
   for (const char* m : {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
                         "asymmetric", "tf_crop_and_resize"})
     known_ctm = known_ctm || ctm == m;
-  if (!known_ctm)
-    ONYX_UNSUPPORTED(node.describe(), ": coordinate_transformation_mode '", ctm, "'");
+  if (!known_ctm) ONYX_UNSUPPORTED(node.describe(), ": coordinate_transformation_mode '", ctm, "'");
   std::vector<int64_t> axes;
   if (node.has_attr("axes")) {
     for (int64_t a : node.attr_ints("axes")) axes.push_back(normalize_axis(a, r, node));
@@ -389,10 +389,14 @@ void run_maps(const ResizePlan& p, const T* x, T* y) {
       else
         apply_map(m, src, dst, outer, inner, p.extrapolation);
     };
-    if (s == 0 && last) step(x, y);
-    else if (s == 0) step(x, dst_d);
-    else if (last) step(src_d, y);
-    else step(src_d, dst_d);
+    if (s == 0 && last)
+      step(x, y);
+    else if (s == 0)
+      step(x, dst_d);
+    else if (last)
+      step(src_d, y);
+    else
+      step(src_d, dst_d);
     src_d = dst_d;
     cur = next;
   }
@@ -410,14 +414,14 @@ OpKernel make_resize_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
     const TensorMeta& x = ctx.input(0);
-    ResizePlan p = resize_plan(ctx.node, ctx.opset, x.shape, nullptr, opt_value(ctx, 2),
-                               opt_value(ctx, 3));
+    ResizePlan p =
+        resize_plan(ctx.node, ctx.opset, x.shape, nullptr, opt_value(ctx, 2), opt_value(ctx, 3));
     ctx.set_output(0, x.dtype, p.out);
   };
   k.compute = [](KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    ResizePlan p = resize_plan(ctx.node, ctx.opset, x.shape(), opt_input(ctx, 1),
-                               opt_input(ctx, 2), opt_input(ctx, 3));
+    ResizePlan p = resize_plan(ctx.node, ctx.opset, x.shape(), opt_input(ctx, 1), opt_input(ctx, 2),
+                               opt_input(ctx, 3));
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
     dispatch(x.dtype(), kFloats, ctx.node, [&](auto tag) {

@@ -283,11 +283,12 @@ void register_shape_kernels(KernelRegistry& r) {
                       &r.add("", "Unsqueeze", {unsqueeze_infer, copy_input0, {1}})})
     t->view = t->reshape_like = true;
   OpTraits& identity = r.add("", "Identity",
-        {[](InferContext& ctx) {
-           const auto& x = ctx.input(0);
-           ctx.set_output(0, x.dtype, x.shape);
-         },
-         copy_input0, {}});
+                             {[](InferContext& ctx) {
+                                const auto& x = ctx.input(0);
+                                ctx.set_output(0, x.dtype, x.shape);
+                              },
+                              copy_input0,
+                              {}});
   identity.view = true;
   identity.per_token = OpTraits::PerToken::Unary;
 
@@ -297,7 +298,8 @@ void register_shape_kernels(KernelRegistry& r) {
            ctx.input(0);
            ctx.set_output(0, DType::Int64, {});
          },
-         [](KernelContext& ctx) { *ctx.output(0).data<int64_t>() = ctx.input(0).numel(); }, {}})
+         [](KernelContext& ctx) { *ctx.output(0).data<int64_t>() = ctx.input(0).numel(); },
+         {}})
       .meta_only_inputs = {0};
 
   r.add("", "Constant",

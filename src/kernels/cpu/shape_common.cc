@@ -14,7 +14,8 @@ namespace onyx::runtime::shape_detail {
 
 void parallel_memcpy(void* dst, const void* src, size_t bytes) {
   if (dst == src || bytes == 0) return;
-  constexpr int64_t kChunk = 1 << 20;  // 1 MiB per task: below that threads cost more than they save
+  constexpr int64_t kChunk =
+      1 << 20;  // 1 MiB per task: below that threads cost more than they save
   int64_t chunks = (int64_t)((bytes + kChunk - 1) / kChunk);
   parallel_for(chunks, 2, [&](int64_t b, int64_t e) {
     size_t lo = (size_t)b * kChunk, hi = std::min(bytes, (size_t)e * kChunk);
@@ -216,8 +217,8 @@ std::vector<int64_t> read_indices(const ir::Node& node, const Tensor& ind, int64
     int64_t w = v < 0 ? v + dim : v;
     if (w < 0 || w >= dim)
       throw Error(cat(node.describe(), ": index ", v, " (at flat position ", i, " of indices ",
-                      shape_str(ind.shape()), ") is out of range for axis ", axis,
-                      " of size ", dim, " in data ", shape_str(data_shape)));
+                      shape_str(ind.shape()), ") is out of range for axis ", axis, " of size ", dim,
+                      " in data ", shape_str(data_shape)));
     out[i] = w;
   }
   return out;

@@ -30,11 +30,20 @@ inline size_t elem_size(DType t, const ir::Node& node) {
 template <class F>
 void by_elem_size(size_t es, F&& f) {
   switch (es) {
-    case 1: f.template operator()<uint8_t>(); break;
-    case 2: f.template operator()<uint16_t>(); break;
-    case 4: f.template operator()<uint32_t>(); break;
-    case 8: f.template operator()<uint64_t>(); break;
-    default: throw Error(cat("unsupported element size ", es));
+    case 1:
+      f.template operator()<uint8_t>();
+      break;
+    case 2:
+      f.template operator()<uint16_t>();
+      break;
+    case 4:
+      f.template operator()<uint32_t>();
+      break;
+    case 8:
+      f.template operator()<uint64_t>();
+      break;
+    default:
+      throw Error(cat("unsupported element size ", es));
   }
 }
 
@@ -105,20 +114,47 @@ struct Arith<bool> {
 template <class F>
 void dispatch_dtype(DType t, const ir::Node& node, F&& f) {
   switch (t) {
-    case DType::Float32: f.template operator()<float>(); break;
-    case DType::Float64: f.template operator()<double>(); break;
-    case DType::Float16: f.template operator()<Half>(); break;
-    case DType::BFloat16: f.template operator()<BFloat16>(); break;
-    case DType::Int8: f.template operator()<int8_t>(); break;
-    case DType::Int16: f.template operator()<int16_t>(); break;
-    case DType::Int32: f.template operator()<int32_t>(); break;
-    case DType::Int64: f.template operator()<int64_t>(); break;
-    case DType::UInt8: f.template operator()<uint8_t>(); break;
-    case DType::UInt16: f.template operator()<uint16_t>(); break;
-    case DType::UInt32: f.template operator()<uint32_t>(); break;
-    case DType::UInt64: f.template operator()<uint64_t>(); break;
-    case DType::Bool: f.template operator()<bool>(); break;
-    default: ONYX_UNSUPPORTED(node.describe(), ": dtype ", dtype_name(t), " is not supported");
+    case DType::Float32:
+      f.template operator()<float>();
+      break;
+    case DType::Float64:
+      f.template operator()<double>();
+      break;
+    case DType::Float16:
+      f.template operator()<Half>();
+      break;
+    case DType::BFloat16:
+      f.template operator()<BFloat16>();
+      break;
+    case DType::Int8:
+      f.template operator()<int8_t>();
+      break;
+    case DType::Int16:
+      f.template operator()<int16_t>();
+      break;
+    case DType::Int32:
+      f.template operator()<int32_t>();
+      break;
+    case DType::Int64:
+      f.template operator()<int64_t>();
+      break;
+    case DType::UInt8:
+      f.template operator()<uint8_t>();
+      break;
+    case DType::UInt16:
+      f.template operator()<uint16_t>();
+      break;
+    case DType::UInt32:
+      f.template operator()<uint32_t>();
+      break;
+    case DType::UInt64:
+      f.template operator()<uint64_t>();
+      break;
+    case DType::Bool:
+      f.template operator()<bool>();
+      break;
+    default:
+      ONYX_UNSUPPORTED(node.describe(), ": dtype ", dtype_name(t), " is not supported");
   }
 }
 

@@ -152,7 +152,8 @@ void slice_grad_compute(KernelContext& ctx) {
         }
         const U* s = src + row * inner;
         U* o = dst + off;
-        if (istep == 1) std::memcpy(o, s, inner * sizeof(U));
+        if (istep == 1)
+          std::memcpy(o, s, inner * sizeof(U));
         else
           for (int64_t i = 0; i < inner; i++) o[i * istep] = s[i];
       }
@@ -214,8 +215,8 @@ void concat_compute(KernelContext& ctx) {
 }
 
 // ---- Split ----
-std::vector<int64_t> split_sizes(const ir::Node& node, int64_t opset, const Shape& in,
-                                  int64_t axis, int n_out, const Tensor* split_input) {
+std::vector<int64_t> split_sizes(const ir::Node& node, int64_t opset, const Shape& in, int64_t axis,
+                                 int n_out, const Tensor* split_input) {
   int64_t dim = in[axis];
   std::vector<int64_t> sizes;
   bool given = false;
@@ -318,11 +319,16 @@ PadPlan pad_plan(const Ctx& ctx, const Shape& in, Get&& get) {
   int64_t r = (int64_t)in.size();
   PadPlan p;
   std::string mode = n.attr_string("mode", "constant");
-  if (mode == "constant") p.mode = PadMode::Constant;
-  else if (mode == "reflect") p.mode = PadMode::Reflect;
-  else if (mode == "edge") p.mode = PadMode::Edge;
-  else if (mode == "wrap") p.mode = PadMode::Wrap;
-  else ONYX_UNSUPPORTED(n.describe(), ": mode '", mode, "'");
+  if (mode == "constant")
+    p.mode = PadMode::Constant;
+  else if (mode == "reflect")
+    p.mode = PadMode::Reflect;
+  else if (mode == "edge")
+    p.mode = PadMode::Edge;
+  else if (mode == "wrap")
+    p.mode = PadMode::Wrap;
+  else
+    ONYX_UNSUPPORTED(n.describe(), ": mode '", mode, "'");
   std::vector<int64_t> pads =
       ctx.opset < 11 ? n.attr_ints_required("pads") : get(1)->to_int64_vector();
   std::vector<int64_t> axes;
@@ -540,7 +546,8 @@ void register_slice_kernels(KernelRegistry& r) {
            const auto& x = ctx.input(0);
            ctx.set_output(0, x.dtype, compress_plan(ctx.node, x.shape, ctx.value(1)).out);
          },
-         compress_compute, {1}});
+         compress_compute,
+         {1}});
 }
 
 }  // namespace onyx::runtime::shape_detail

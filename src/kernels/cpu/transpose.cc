@@ -184,7 +184,8 @@ void register_transpose_kernels(KernelRegistry& r) {
            const auto& x = ctx.input(0);
            ctx.set_output(0, x.dtype, expand_shape(ctx.node, x.shape, ctx.value(1)));
          },
-         expand_compute, {1}});
+         expand_compute,
+         {1}});
   r.add("", "Tile", {tile_infer, tile_compute, {1}});
 }
 
