@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "data/dataset.h"
+#include "onyx/custom_ops.h"
 #include "onyx/error.h"
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
@@ -434,6 +435,24 @@ NB_MODULE(_onyx, m) {
       },
       "items"_a,
       "Sets each (key, text) as `onyx train` does, validates, returns the arguments as JSON.");
+  m.def(
+      "load_custom_ops",
+      [](const std::string& path) {
+        nb::list out;
+        for (auto& op : load_custom_op_library(path)) {
+          nb::dict d;
+          d["domain"] = op.domain;
+          d["name"] = op.name;
+          d["library"] = op.library;
+          d["gradient"] = op.gradient;
+          out.append(d);
+        }
+        return out;
+      },
+      "path"_a,
+      "Loads a custom-op library (include/onyx/custom_op.h), as --custom-ops does; returns the ops "
+      "it "
+      "registered ([] when the file was loaded before).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,
         "Threads of onyx's kernels, oneDNN and OpenBLAS (the CLI's --threads).");
 
@@ -488,11 +507,13 @@ NB_MODULE(_onyx, m) {
            })
       .def(
           "evaluate",
-          [](TrainerBox& b, const std::string& prefix) {
-            Metrics m = without_gil([&] { return get(b).evaluate(prefix); });
+          [](TrainerBox& b, nb::object ds, const std::string& prefix) {
+            auto d = dataset_from_dict(ds, "eval_dataset");
+            Metrics m = without_gil(
+                [&] { return d ? get(b).evaluate(*d, prefix) : get(b).evaluate(prefix); });
             return metrics_dict(m);
           },
-          "metric_key_prefix"_a = "eval")
+          "eval_dataset"_a.none(), "metric_key_prefix"_a = "eval")
       .def(
           "predict",
           [](TrainerBox& b, nb::object ds) {

@@ -164,6 +164,9 @@ class Trainer {
 
   TrainOutput train();  // resumes from args.resume_from_checkpoint when set
   Metrics evaluate(const std::string& metric_key_prefix = "eval");
+  // On another dataset (Transformers' evaluate(eval_dataset=...)): logged and passed to
+  // on_evaluate like the above, without touching the best-metric tracking of training.
+  Metrics evaluate(const data::Dataset& dataset, const std::string& metric_key_prefix = "eval");
   // Whether compute_metrics reads the predictions (default true). When it does not (no
   // compute_metrics, or only perplexity, which is exp(eval loss)), evaluation keeps none: a
   // language model's logits over an eval set are tokens x vocabulary floats (GBs).
@@ -183,7 +186,11 @@ class Trainer {
   void save_checkpoint();
   void load_checkpoint(const std::string& dir);
   void rotate_checkpoints();
-  PredictionOutput run_eval(const data::Dataset& ds, bool with_metrics);
+  // keep_predictions: return every batch's predictions (predict()); otherwise only when
+  // compute_metrics reads them.
+  PredictionOutput run_eval(const data::Dataset& ds, bool with_metrics,
+                            bool keep_predictions = false);
+  Metrics evaluate_on(const data::Dataset& ds, const std::string& prefix, bool track_best);
   // A batch of `ds` with the inputs the model fills by default (Model::fill_defaults) added.
   std::map<std::string, Tensor> load_batch(const data::Dataset& ds,
                                            const std::vector<int64_t>& idx) const;

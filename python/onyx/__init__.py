@@ -12,10 +12,13 @@ drift), Trainer (train / evaluate / predict / save_model / state), TrainerCallba
 Transformers' events, EarlyStoppingCallback, EvalPrediction, TrainOutput; ORTTrainer and
 ORTTrainingArguments are aliases for code written for Optimum's ORTTrainer.
 
-Models: a path to an .onnx file (its scalar `loss` output is trained; or pass `loss=`) or a Hugging
-Face folder (config.json + model.safetensors, e.g. from save_pretrained). Datasets: dicts of numpy
-arrays keyed by graph input names, first dimension = sample; they are not copied (the C++ dataset
-views the arrays' memory, so do not modify them while a Trainer holds them).
+Models: a Transformers PreTrainedModel (BERT, RoBERTa, DistilBERT, GPT-2, ViT: trained in place,
+its parameters hold the trained values after train()), a path to an .onnx file (its scalar `loss`
+output is trained; or pass `loss=`) or a Hugging Face folder (config.json + model.safetensors).
+Datasets: dicts of numpy arrays or torch tensors keyed by input names, first dimension = sample
+(not copied: the C++ dataset views their memory, so do not modify them while a Trainer holds
+them), datasets.Dataset, or map-style torch datasets, with an optional data_collator.
+Custom ops: onyx.load_custom_ops("libmyops.so").
 """
 import dataclasses
 import json
@@ -29,7 +32,7 @@ from . import _onyx
 __all__ = [
     "TrainingArguments", "Trainer", "TrainerCallback", "TrainerControl", "TrainerState",
     "EarlyStoppingCallback", "EvalPrediction", "TrainOutput", "PredictionOutput",
-    "ORTTrainer", "ORTTrainingArguments", "OnyxError", "set_num_threads",
+    "ORTTrainer", "ORTTrainingArguments", "OnyxError", "set_num_threads", "load_custom_ops",
 ]
 __version__ = "0.1.0"
 
@@ -245,48 +248,215 @@ class EvalPrediction:
 # Trainer
 
 
-def _np_dict(ds, which):
+def _array(v, where):
+    """A numpy view of an array-like: numpy arrays and CPU torch tensors are shared, not copied
+    (a copy is made only when the memory is not C-contiguous)."""
+    import numpy as np
+    if type(v).__module__.startswith("torch"):
+        v = v.detach()
+        if v.device.type != "cpu":
+            raise ValueError(f"{where}: a tensor on {v.device}; onyx trains on the CPU")
+        if not v.is_contiguous():
+            v = v.contiguous()
+        return v.numpy()
+    a = np.asarray(v)
+    if a.dtype == object:
+        raise ValueError(f"{where}: ragged or non-numeric values (dtype object); pad them (e.g. "
+                         "data_collator=DataCollatorWithPadding(tokenizer)) or pass arrays")
+    return np.ascontiguousarray(a)
+
+
+def _collate(features, collator, where):
+    """A list of per-sample dicts as one dict of arrays: `collator` (Transformers' data collators,
+    any f(list of dicts) -> dict), else stacked as Transformers' default_data_collator does
+    ('label' / 'label_ids' become 'labels')."""
+    import numpy as np
+    if collator is not None:
+        batch = collator(features)
+        return {str(k): _array(v, f"{where}['{k}']") for k, v in dict(batch).items()}
+    if not features:
+        raise ValueError(f"{where}: empty dataset")
+    out = {}
+    for k in features[0]:
+        vals = [f[k] for f in features]
+        if isinstance(vals[0], str):
+            continue  # raw text columns: not model inputs
+        name = "labels" if k in ("label", "label_ids") else str(k)
+        if type(vals[0]).__module__.startswith("torch"):
+            import torch
+            out[name] = _array(torch.stack(vals), f"{where}['{k}']")
+        else:
+            try:
+                out[name] = np.ascontiguousarray(np.stack([np.asarray(v) for v in vals]))
+            except ValueError as e:
+                raise ValueError(f"{where}['{k}']: samples of different shapes ({e}); pad them, "
+                                 "e.g. data_collator=DataCollatorWithPadding(tokenizer)") from None
+    return out
+
+
+def _dataset(ds, which, collator=None, keep=None):
+    """Any dataset Transformers' Trainer takes, as the dict of arrays (first dimension = sample)
+    the C++ Trainer views: a dict of numpy arrays / torch tensors (shared, not copied), a
+    Hugging Face datasets.Dataset (its numeric columns; with a data_collator, the collated rows),
+    or a map-style torch Dataset / any sequence of per-sample dicts. `keep`: the model's input
+    names; other columns are dropped, as Transformers' remove_unused_columns does."""
     if ds is None:
         return None
-    import numpy as np
-    if not isinstance(ds, dict):
-        raise TypeError(f"{which}: expected a dict of numpy arrays (first dimension = sample), "
-                        f"got {type(ds).__name__}")
-    return {str(k): np.ascontiguousarray(v) for k, v in ds.items()}
+    labels = ("label", "label_ids", "labels")
+    unused = set()
+
+    def used(feature):  # remove_unused_columns, before the collator sees the rows
+        if keep is None:
+            return feature
+        unused.update(k for k in feature if k not in keep and k not in labels)
+        return {k: v for k, v in feature.items() if k in keep or k in labels}
+
+    if isinstance(ds, dict):  # already batched: the collator (per-sample rows) does not apply
+        out = {str(k): _array(v, f"{which}['{k}']") for k, v in ds.items()}
+    elif type(ds).__module__.startswith("datasets") and hasattr(ds, "column_names"):
+        if collator is None:
+            cols = [c for c in ds.column_names if keep is None or c in keep or c in labels]
+            unused.update(c for c in ds.column_names if c not in cols)
+            import numpy as np
+            out = {}
+            table = ds.select_columns(cols).with_format("numpy")[:]  # one array per column
+            for c in cols:
+                col = table[c]
+                if isinstance(col, list) or getattr(col, "dtype", None) == object:
+                    raise ValueError(f"{which}['{c}']: samples of different lengths; pad them "
+                                     "(padding='max_length' when tokenizing) or pass "
+                                     "data_collator=DataCollatorWithPadding(tokenizer)")
+                if col.dtype.kind in "USO":
+                    continue  # text columns
+                out["labels" if c in ("label", "label_ids") else c] = np.ascontiguousarray(col)
+        else:
+            out = _collate([used(ds[i]) for i in range(len(ds))], collator, which)
+    elif hasattr(ds, "__getitem__") and hasattr(ds, "__len__"):
+        out = _collate([used(dict(ds[i])) for i in range(len(ds))], collator, which)
+    else:
+        raise TypeError(f"{which}: expected a dict of arrays, a datasets.Dataset or a map-style "
+                        f"dataset (__getitem__ and __len__), got {type(ds).__name__}")
+    if keep is not None:
+        dropped = sorted(unused | {k for k in out if k not in keep})
+        if dropped:
+            warnings.warn(f"{which}: columns not used by the model's forward, dropped: "
+                          + ", ".join(dropped))
+        out = {k: v for k, v in out.items() if k in keep}
+    return out
+
+
+_np_dict = _dataset
+
+
+def _is_torch_module(m):
+    return any(c.__module__.startswith("torch.nn") and c.__name__ == "Module" for c in type(m).__mro__)
 
 
 class Trainer:
     """Transformers' Trainer over onyx's C++ Trainer.
 
-    Trainer(model, args=None, train_dataset=None, eval_dataset=None, compute_metrics=None,
+    Trainer(model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None,
+            processing_class=None, model_init=None, compute_loss_func=None, compute_metrics=None,
             callbacks=None, *, loss=None, predictions=None, frozen=None)
 
-    model: an .onnx path (trains its scalar `loss` output, or `loss`: an output name or
-    {type: cross_entropy | mse, logits, labels}) or a Hugging Face folder. args: onyx's
-    TrainingArguments, a transformers.TrainingArguments or its to_dict(). compute_metrics:
-    f(EvalPrediction) -> dict, or a list of onyx's built-in metric names (accuracy, f1, mse,
-    perplexity), as a config's `metrics:`. The rest as Transformers.
+    Positional order and names are Transformers'. model: a Transformers PreTrainedModel of an
+    architecture onyx builds (BERT, RoBERTa, DistilBERT, GPT-2, ViT: written with save_pretrained
+    into a temporary folder and trained from there; after train() its parameters hold the trained
+    values, tied weights stay tied, parameters with requires_grad=False stay frozen); an .onnx path
+    (trains its scalar `loss` output, or `loss`: an output name or {type: cross_entropy | mse,
+    logits, labels}); or a Hugging Face folder. model_init: a function returning such a model
+    (called once here). args: onyx's TrainingArguments, a transformers.TrainingArguments or its
+    to_dict(). Datasets: a dict of numpy arrays or torch tensors (shared, not copied), a
+    datasets.Dataset, or a map-style torch Dataset; data_collator (e.g. DataCollatorWithPadding)
+    is applied to every sample at once, so batches are padded to the dataset's longest sample.
+    compute_metrics: f(EvalPrediction) -> dict, or a list of onyx's built-in metric names
+    (accuracy, f1, mse, perplexity), as a config's `metrics:`.
     """
 
-    def __init__(self, model, args=None, train_dataset=None, eval_dataset=None,
-                 compute_metrics=None, callbacks=None, *, loss=None, predictions=None, frozen=None):
+    def __init__(self, model=None, args=None, data_collator=None, train_dataset=None,
+                 eval_dataset=None, processing_class=None, model_init=None, compute_loss_func=None,
+                 compute_metrics=None, callbacks=None, optimizers=(None, None),
+                 preprocess_logits_for_metrics=None, *, loss=None, predictions=None, frozen=None):
         if args is None:
             args = TrainingArguments(output_dir="trainer_output")  # Transformers' default folder
         elif not isinstance(args, _ArgsBase):
             args = TrainingArguments.from_transformers(args)
-        if not isinstance(model, (str, os.PathLike)):
-            raise TypeError("model: expected the path of an .onnx file or a Hugging Face folder "
-                            f"(torch.nn.Module / PreTrainedModel objects are not supported yet), got {type(model).__name__}")
+        for name, value in (("compute_loss_func", compute_loss_func),
+                            ("preprocess_logits_for_metrics", preprocess_logits_for_metrics)):
+            if value is not None:
+                raise NotImplementedError(f"{name}: onyx trains the loss its model computes")
+        if optimizers is not None and any(o is not None for o in optimizers):
+            raise NotImplementedError("optimizers=(optimizer, scheduler): onyx's optimizer runs on "
+                                      "its flat buffers; choose it with args.optim / lr_scheduler_type")
+        if model is None:
+            if model_init is None:
+                raise ValueError("Trainer: give model or model_init")
+            model = model_init()
+        self.model_init = model_init
         self.args = args
-        self.model = os.fspath(model)
-        self.train_dataset = _np_dict(train_dataset, "train_dataset")
-        self.eval_dataset = _np_dict(eval_dataset, "eval_dataset")
+        self.data_collator = data_collator
+        self.processing_class = processing_class
         self.compute_metrics = compute_metrics
+        self._module, self._tmp = None, None
+        self._frozen = list(frozen or [])
+        if _is_torch_module(model):
+            self._module = model
+            self.model = self._from_module(model)
+        elif isinstance(model, (str, os.PathLike)):
+            self.model = os.fspath(model)
+        else:
+            raise TypeError("model: expected a Transformers PreTrainedModel, the path of an .onnx file "
+                            f"or of a Hugging Face folder, got {type(model).__name__}")
+        keep = self._input_names()
+        self.train_dataset = _dataset(train_dataset, "train_dataset", data_collator, keep)
+        self.eval_dataset = _dataset(eval_dataset, "eval_dataset", data_collator, keep)
         self.callbacks = []
         for cb in callbacks or []:
             self.callbacks.append(cb() if isinstance(cb, type) else cb)
-        self._loss, self._predictions, self._frozen = loss, predictions, list(frozen or [])
+        self._loss, self._predictions = loss, predictions
         self._t = self._build(args)
+
+    # -- models given as torch modules
+    def _from_module(self, module):
+        import tempfile
+        if not (hasattr(module, "save_pretrained") and hasattr(module, "config")):
+            raise TypeError(f"model: a plain torch.nn.Module ({type(module).__name__}) is not "
+                            "supported yet; export it with torch.onnx.export (training mode, a "
+                            "scalar loss output) and pass the .onnx path")
+        self._tmp = tempfile.TemporaryDirectory(prefix="onyx-model-")
+        module.save_pretrained(self._tmp.name, safe_serialization=True)
+        self._frozen += [n for n, p in module.named_parameters() if not p.requires_grad]
+        return self._tmp.name
+
+    def _input_names(self):
+        """What the model's forward takes (Transformers' remove_unused_columns), for modules."""
+        if self._module is None or not getattr(self.args, "remove_unused_columns", True):
+            return None
+        import inspect
+        names = set(inspect.signature(self._module.forward).parameters)
+        return names | {"labels"}
+
+    def _sync_module(self):
+        """Copies the trained weights into the torch module (tied parameters share storage, so
+        they stay tied); buffers are left as they are."""
+        if self._module is None:
+            return
+        import torch
+        from safetensors.torch import load_file
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="onyx-sync-") as d:
+            self._t.save_model(d)
+            trained = load_file(os.path.join(d, "model.safetensors"))
+        params = dict(self._module.named_parameters(remove_duplicate=False))
+        missing = [n for n in params if n not in trained]
+        untied = [n for n in missing if not any(p is params[n] for k, p in params.items()
+                                                if k in trained)]
+        if untied:
+            raise OnyxError("the trained weights lack parameters of the module: " + ", ".join(untied[:8]))
+        with torch.no_grad():
+            for n, p in params.items():
+                if n in trained:
+                    p.copy_(trained[n].to(p.dtype))
 
     def _build(self, args):
         names, fn = [], None
@@ -314,33 +484,44 @@ class Trainer:
 
     def train(self, resume_from_checkpoint=None):
         """Trains; returns TrainOutput(global_step, training_loss, metrics). resume_from_checkpoint:
-        a checkpoint-N folder (or True: the newest in output_dir) to continue from, bit for bit."""
+        a checkpoint-N folder (or True: the newest in output_dir) to continue from, bit for bit.
+        A torch model given to the Trainer holds the trained weights afterwards."""
         if resume_from_checkpoint is True:
             resume_from_checkpoint = _last_checkpoint(self.args.output_dir)
         if resume_from_checkpoint:
             self.args = dataclasses.replace(self.args, resume_from_checkpoint=os.fspath(resume_from_checkpoint))
             self._t = self._build(self.args)
         step, loss, metrics = self._t.train()
+        self._sync_module()
         return TrainOutput(step, loss, metrics)
 
-    def evaluate(self, eval_dataset=None, metric_key_prefix="eval"):
-        """Evaluates on eval_dataset; returns {eval_loss, eval_<metric>, eval_runtime, ..., epoch}."""
-        if eval_dataset is not None:
-            raise NotImplementedError("evaluate(eval_dataset=...): pass eval_dataset to the Trainer")
-        return self._t.evaluate(metric_key_prefix)
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        """Evaluates on eval_dataset (else the Trainer's); returns {eval_loss, eval_<metric>,
+        eval_runtime, ...}, logged and passed to on_evaluate as in Transformers."""
+        ds = _dataset(eval_dataset, "eval_dataset", self.data_collator, self._input_names())
+        return self._t.evaluate(ds, metric_key_prefix)
 
-    def predict(self, test_dataset):
-        """PredictionOutput(predictions, label_ids, metrics) on a dict of numpy arrays."""
-        p, l, m = self._t.predict(_np_dict(test_dataset, "test_dataset"))
+    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
+        """PredictionOutput(predictions, label_ids, metrics) on a dataset (any kind train takes)."""
+        ds = _dataset(test_dataset, "test_dataset", self.data_collator, self._input_names())
+        p, l, m = self._t.predict(ds)
         return PredictionOutput(p, l, m)
 
     def save_model(self, output_dir=None):
-        """model.safetensors (and config.json for Hugging Face models) into output_dir."""
+        """model.safetensors (and config.json for Hugging Face models: a folder from_pretrained
+        reads) into output_dir."""
         self._t.save_model(os.fspath(output_dir or self.args.output_dir))
 
     @property
     def state(self):
         return self._t.state
+
+
+def load_custom_ops(path):
+    """Loads a custom-op library built against include/onyx/custom_op.h (as the CLI's
+    --custom-ops and a config's custom_op_libraries do) before the Trainer that needs it is
+    made; returns the ops it registered as dicts (domain, name, library, gradient)."""
+    return _onyx.load_custom_ops(os.fspath(path))
 
 
 def _last_checkpoint(folder):
@@ -361,8 +542,17 @@ ORTTrainingArguments = _make_args_class(
 
 
 class ORTTrainer(Trainer):
-    """Optimum's ORTTrainer: onyx's Trainer (the model is an ONNX file or a Hugging Face folder)."""
+    """Optimum's ORTTrainer: onyx's Trainer, with the parameters of Optimum's last ORTTrainer
+    (model, args, data_collator, train_dataset, eval_dataset, tokenizer, model_init,
+    compute_metrics, callbacks, optimizers, preprocess_logits_for_metrics): tokenizer is
+    Transformers' processing_class. Older Optimum keywords (feature, onnx_model_path) are accepted
+    and not needed: onyx trains the model itself, not an ONNX Runtime export of it."""
 
-    def __init__(self, model, args=None, train_dataset=None, eval_dataset=None, compute_metrics=None,
-                 callbacks=None, feature=None, **kwargs):
-        super().__init__(model, args, train_dataset, eval_dataset, compute_metrics, callbacks, **kwargs)
+    def __init__(self, model=None, args=None, data_collator=None, train_dataset=None,
+                 eval_dataset=None, tokenizer=None, model_init=None, compute_metrics=None,
+                 callbacks=None, optimizers=(None, None), preprocess_logits_for_metrics=None,
+                 feature=None, onnx_model_path=None, **kwargs):
+        processing_class = kwargs.pop("processing_class", tokenizer)
+        super().__init__(model, args, data_collator, train_dataset, eval_dataset, processing_class,
+                         model_init, None, compute_metrics, callbacks, optimizers,
+                         preprocess_logits_for_metrics, **kwargs)

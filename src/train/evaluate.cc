@@ -35,7 +35,8 @@ void EarlyStoppingCallback::on_evaluate(const TrainingArguments& args, TrainerSt
 
 // ---- evaluation and prediction -------------------------------------------------------------
 
-PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
+PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
+                                   bool keep_predictions) {
   auto& ts = *impl_->ts;
   std::string pred_name = model_.predictions;
   if (pred_name.empty())
@@ -58,7 +59,8 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
   int64_t n_loss = 0;
   std::vector<Tensor> preds, labels;
   // predict() returns the predictions; evaluate() keeps them only for metrics that read them
-  const bool keep_preds = !with_metrics || (compute_metrics_ && metrics_need_predictions_);
+  const bool keep_preds =
+      keep_predictions || !with_metrics || (compute_metrics_ && metrics_need_predictions_);
   auto order = data::epoch_order(ds.size(), false, 0, 0);
   // dataloader_drop_last applies to evaluation too, as Transformers' eval DataLoader has it
   for (auto& idx :
@@ -107,13 +109,21 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics) {
 
 Metrics Trainer::evaluate(const std::string& prefix) {
   ONYX_CHECK(eval_ds_, "evaluate: no eval dataset");
+  return evaluate_on(*eval_ds_, prefix, /*track_best=*/true);
+}
+
+Metrics Trainer::evaluate(const data::Dataset& ds, const std::string& prefix) {
+  return evaluate_on(ds, prefix, /*track_best=*/false);
+}
+
+Metrics Trainer::evaluate_on(const data::Dataset& ds, const std::string& prefix, bool track_best) {
   auto t0 = std::chrono::steady_clock::now();
-  PredictionOutput po = run_eval(*eval_ds_, true);
+  PredictionOutput po = run_eval(ds, true);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Metrics m;
   for (auto& [k, v] : po.metrics) m[prefix + "_" + k] = v;
   m[prefix + "_runtime"] = secs;
-  m[prefix + "_samples_per_second"] = secs > 0 ? eval_ds_->size() / secs : 0;
+  m[prefix + "_samples_per_second"] = secs > 0 ? ds.size() / secs : 0;
   LogEntry e;
   e.values = m;
   log(e);
@@ -121,7 +131,8 @@ Metrics Trainer::evaluate(const std::string& prefix) {
   // The best metric after the callbacks have seen the evaluation (Transformers'
   // _determine_best_metric): tracked when metric_for_best_model is set or load_best_model_at_end
   // is on (whose default metric is the loss).
-  if (prefix == "eval" && (args_.metric_for_best_model || args_.load_best_model_at_end)) {
+  if (track_best && prefix == "eval" &&
+      (args_.metric_for_best_model || args_.load_best_model_at_end)) {
     std::string key = "eval_" + args_.best_metric_name();
     auto it = m.find(key);
     if (it == m.end()) {
@@ -141,7 +152,7 @@ Metrics Trainer::evaluate(const std::string& prefix) {
 }
 
 PredictionOutput Trainer::predict(const data::Dataset& ds) {
-  PredictionOutput po = run_eval(ds, true);
+  PredictionOutput po = run_eval(ds, true, /*keep_predictions=*/true);
   Metrics m;
   for (auto& [k, v] : po.metrics) m["test_" + k] = v;
   po.metrics = m;

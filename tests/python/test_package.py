@@ -32,6 +32,17 @@ Cases (one PASS / FAIL / SKIP line each):
                    the saved folder opens with from_pretrained, its logits = Trainer.predict's
   no-leaks         a Trainer in a reference cycle through its callback / compute_metrics is
                    collected at exit (no nanobind leak report)
+  pretrained-module  a BertForSequenceClassification object, a datasets.Dataset of ragged rows and
+                   DataCollatorWithPadding: the losses of transformers.Trainer on a copy of the
+                   module (1e-4), the module holds the trained weights afterwards (= Transformers'
+                   within 1e-5, = save_model's file, its forward = predict), a requires_grad=False
+                   parameter unchanged, evaluate(eval_dataset=...)
+  tied-gpt2-module GPT2LMHeadModel object: lm_head stays tied to wte, trained
+  datasets-kinds   numpy dict, torch tensors (shared: np.shares_memory), map-style torch
+                   Dataset, datasets.Dataset: identical logs; ragged rows without a collator are
+                   a ValueError that says to pad
+  custom-ops       onyx.load_custom_ops(libmyops.so) (examples/custom_op built with cmake) before
+                   the Trainer: a model with com.example.ScaledSwish trains
 
 Run: build/venv/bin/python tests/python/test_package.py [substring-filter]
 Ends with "N passed, M failed, K skipped"; exits 1 if any case failed.
@@ -422,11 +433,221 @@ print("steps", trainer.train().global_step)
     return "no nanobind leak report at exit"
 
 
+def tiny_bert(num_labels=3):
+    import torch
+    import transformers
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=48, max_position_embeddings=32, num_labels=num_labels,
+                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    return transformers.BertForSequenceClassification(cfg)
+
+
+def ragged_rows(n, seed):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        L = int(rng.integers(4, 13))
+        ids = [2] + rng.integers(5, 64, size=L - 1).tolist()
+        rows.append({"input_ids": ids, "label": int(ids[1] % 3), "text": "unused"})
+    return rows
+
+
+def tiny_tokenizer(tmp):
+    import transformers
+    vocab = os.path.join(tmp, "vocab.txt")
+    with open(vocab, "w") as f:
+        f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]))
+    return transformers.BertTokenizerFast(vocab_file=vocab)
+
+
+def case_pretrained_module(onyx, tmp):
+    """A transformers PreTrainedModel object, a datasets.Dataset of ragged rows and the real
+    DataCollatorWithPadding, trained by onyx.Trainer and by transformers.Trainer on a copy of the
+    same module (sequential sampling, same arguments): the same logged losses, and afterwards the
+    module given to onyx holds the trained weights (equal to transformers.Trainer's result and to
+    save_model's file; its torch forward equals onyx's predict); a requires_grad=False parameter
+    stays as it was; extra columns are dropped with a warning as remove_unused_columns does."""
+    import copy
+    import datasets
+    import torch
+    import transformers
+    from safetensors.numpy import load_file
+    rows = ragged_rows(24, 3)
+    ds = datasets.Dataset.from_list(rows)
+    tok = tiny_tokenizer(tmp)
+    collator = transformers.DataCollatorWithPadding(tok)
+    module = tiny_bert()
+    module.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
+    ref_module = copy.deepcopy(module)
+    frozen_before = module.bert.embeddings.token_type_embeddings.weight.detach().clone()
+    before = module.classifier.weight.detach().clone()
+    kw = dict(learning_rate=3e-3, max_steps=6, per_device_train_batch_size=24, logging_steps=1,
+              save_strategy="no", seed=7, train_sampling_strategy="sequential", report_to="none",
+              disable_tqdm=True)
+    # One batch of all 24 rows per step: DataCollatorWithPadding pads per batch in Transformers and
+    # over the whole set in onyx; with one batch per step they pad alike.
+    ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
+        output_dir=os.path.join(tmp, "hf"), **kw), data_collator=collator, train_dataset=ds)
+    ref.train()
+    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
+    out_dir = os.path.join(tmp, "onyx-module")
+    okw = {k: v for k, v in kw.items() if k != "report_to"}
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=out_dir, **okw), collator, ds)
+    msgs = [str(x.message) for x in w if "dropped" in str(x.message)]
+    assert len(msgs) == 1 and msgs[0].endswith("dropped: text"), msgs  # as remove_unused_columns
+    t.train()
+    got = [e["loss"] for e in t.state.log_history if "loss" in e]
+    assert len(got) == len(want) == 6, (got, want)
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    assert rel < 1e-4, (got, want)
+    assert not torch.equal(before, module.classifier.weight), "the module was not updated"
+    assert torch.equal(frozen_before, module.bert.embeddings.token_type_embeddings.weight), "frozen moved"
+    worst = max(float((a - ref_module.state_dict()[n]).abs().max()) for n, a in module.state_dict().items()
+                if a.dtype.is_floating_point)
+    assert worst < 1e-5, f"module weights differ from transformers.Trainer's by {worst}"
+    t.save_model(out_dir)
+    saved = load_file(os.path.join(out_dir, "model.safetensors"))
+    for n, p in module.named_parameters():
+        assert np.array_equal(saved[n], p.detach().numpy()), n
+    batch = collator([{"input_ids": r["input_ids"]} for r in rows[:8]])
+    with torch.no_grad():
+        logits = module(**batch).logits.numpy()
+    p = t.predict({k: v.numpy() for k, v in batch.items()})
+    assert np.allclose(p.predictions, logits, rtol=1e-4, atol=1e-5), np.abs(p.predictions - logits).max()
+    m = t.evaluate(ds)  # evaluate(eval_dataset=...), the collator applied
+    assert "eval_loss" in m and np.isfinite(m["eval_loss"]), m
+    return f"losses equal transformers.Trainer's (worst rel {rel:.1e}), weights within {worst:.1e}"
+
+
+def case_tied_gpt2_module(onyx, tmp):
+    """GPT2LMHeadModel (lm_head tied to wte) given as an object: after train() the two are still
+    one Parameter, holding the trained values."""
+    import torch
+    import transformers
+    cfg = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2, n_positions=16,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    m = transformers.GPT2LMHeadModel(cfg)
+    assert m.lm_head.weight is m.transformer.wte.weight
+    before = m.transformer.wte.weight.detach().clone()
+    ids = torch.from_numpy(np.random.default_rng(0).integers(0, 64, size=(8, 16)))
+    t = onyx.Trainer(m, onyx.TrainingArguments(output_dir=os.path.join(tmp, "g"), max_steps=3,
+                                               learning_rate=1e-2, per_device_train_batch_size=4,
+                                               save_strategy="no", disable_tqdm=True),
+                     train_dataset={"input_ids": ids, "labels": ids})
+    t.train()
+    assert m.lm_head.weight is m.transformer.wte.weight, "tie broken"
+    assert not torch.equal(before, m.transformer.wte.weight), "wte not trained"
+    return "lm_head is still wte, trained"
+
+
+def case_datasets_kinds(onyx, tmp):
+    """The dataset kinds Transformers' Trainer takes: torch tensors are shared with the C++
+    dataset (no copy: np.shares_memory with what the Trainer holds), a map-style torch Dataset
+    and a datasets.Dataset give the same training as the dict of arrays; ragged rows without a
+    collator are a ValueError that says to pad."""
+    import datasets
+    import torch
+    model, train, ev = make_mlp(tmp)
+    NOEVAL = dict(CFG, eval_strategy="no")
+    tt = {k: torch.from_numpy(v.copy()) for k, v in train.items()}
+    logs = []
+    for kind, data in [("numpy", train), ("torch", tt)]:
+        t = onyx.Trainer(model, onyx.TrainingArguments(output_dir=os.path.join(tmp, kind), **NOEVAL),
+                         train_dataset=data)
+        if kind == "torch":
+            for k, v in tt.items():
+                assert np.shares_memory(t.train_dataset[k], v.numpy()), f"{k} was copied"
+        t.train()
+        logs.append(strip(t.state.log_history))
+
+    class MapStyle(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(train["labels"])
+
+        def __getitem__(self, i):
+            return {k: torch.as_tensor(v[i]) for k, v in train.items()}
+
+    hf = datasets.Dataset.from_dict({k: v for k, v in train.items()})
+    for kind, data in [("map-style", MapStyle()), ("datasets", hf)]:
+        t = onyx.Trainer(model, onyx.TrainingArguments(output_dir=os.path.join(tmp, kind), **NOEVAL),
+                         train_dataset=data)
+        t.train()
+        logs.append(strip(t.state.log_history))
+    for i, lg in enumerate(logs[1:], 1):
+        assert lg == logs[0], f"dataset kind {i}: {lg[:2]} != {logs[0][:2]}"
+    ragged = datasets.Dataset.from_list(ragged_rows(4, 1))
+    try:
+        onyx.Trainer(model, onyx.TrainingArguments(output_dir=os.path.join(tmp, "r"), **NOEVAL),
+                     train_dataset=ragged)
+        raise AssertionError("ragged rows accepted")
+    except ValueError as e:
+        assert "DataCollatorWithPadding" in str(e), str(e)
+    return f"numpy, torch (shared), map-style, datasets: identical logs ({len(logs[0])} entries)"
+
+
+def case_custom_ops(onyx, tmp):
+    """onyx.load_custom_ops(libmyops.so) (examples/custom_op built out of tree with cmake) registers
+    com.example ops; a model using com.example.ScaledSwish then trains from Python."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    bdir = os.path.join(tmp, "myops")
+    for cmd in (["cmake", "-S", os.path.join(REPO, "examples", "custom_op"), "-B", bdir,
+                 f"-DONYX_INCLUDE_DIR={os.path.join(REPO, 'include')}"], ["cmake", "--build", bdir]):
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout[-1000:] + p.stderr[-1000:]
+    lib = os.path.join(bdir, "libmyops.so")
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("ScaledSwish", ["h"], ["s"], domain="com.example", beta=1.5, scale=0.8),
+             helper.make_node("Sub", ["s", "y"], ["d"]), helper.make_node("Mul", ["d", "d"], ["q"]),
+             helper.make_node("ReduceMean", ["q"], ["loss"], keepdims=0)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                                       helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+                          [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], [w])
+    path = os.path.join(tmp, "swish.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                  helper.make_opsetid("com.example", 1)]), path)
+    np.savez(os.path.join(tmp, "sw.npz"), x=rng.standard_normal((16, 4)).astype(np.float32),
+             y=rng.standard_normal((16, 3)).astype(np.float32))
+    script = f"""
+import sys, numpy as np; sys.path.insert(0, {TARGET!r}); import onyx
+try:
+    onyx.Trainer({path!r}, onyx.TrainingArguments(output_dir={os.path.join(tmp, "x")!r}, max_steps=1))
+    print("no error without the library")
+except onyx.OnyxError as e:
+    print("before:", str(e).splitlines()[0])
+ops = onyx.load_custom_ops({lib!r})
+print("ops:", sorted(o["domain"] + "." + o["name"] for o in ops))
+print("again:", onyx.load_custom_ops({lib!r}))
+d = dict(np.load({os.path.join(tmp, "sw.npz")!r}))
+t = onyx.Trainer({path!r}, onyx.TrainingArguments(output_dir={os.path.join(tmp, "o")!r}, max_steps=4,
+                 learning_rate=0.05, per_device_train_batch_size=16, logging_steps=1, disable_tqdm=True,
+                 save_strategy="no"), train_dataset=d)
+t.train()
+print("losses:", [round(e["loss"], 5) for e in t.state.log_history if "loss" in e])
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (p.stdout[-1000:], p.stderr[-2000:])
+    out = p.stdout
+    assert "before:" in out and "ScaledSwish" in out.split("before:")[1].splitlines()[0], out
+    assert "com.example.ScaledSwish" in out and "again: []" in out, out
+    losses = eval(out.split("losses:")[1].strip())
+    assert len(losses) == 4 and losses[-1] < losses[0], losses
+    return f"3 ops loaded; losses {losses[0]} -> {losses[-1]}"
+
+
 CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("args-transformers", case_args_transformers), ("parity-cli", case_parity_cli),
          ("compute-metrics", case_compute_metrics), ("callback-stop", case_callback_stop),
          ("early-stopping", case_early_stopping), ("save-model", case_save_model),
-         ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks)]
+         ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
+         ("pretrained-module", case_pretrained_module), ("tied-gpt2-module", case_tied_gpt2_module),
+         ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops)]
 
 
 def main():
