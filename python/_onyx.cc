@@ -30,6 +30,7 @@
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
 #include "runtime/parallel.h"
+#include "train/progress.h"
 #include "train/run_config.h"
 
 namespace nb = nanobind;
@@ -453,6 +454,21 @@ NB_MODULE(_onyx, m) {
       "Loads a custom-op library (include/onyx/custom_op.h), as --custom-ops does; returns the ops "
       "it "
       "registered ([] when the file was loaded before).");
+  m.def(
+      "set_output",
+      [](nb::object write, bool is_tty, int columns) {
+        if (write.is_none()) return train::Progress::set_output({});
+        // Called from the thread running train() (the caller's, GIL released): take the GIL.
+        // The Python package sets it around each call and clears it after (no Python object
+        // outlives the call in this process-wide hook).
+        train::Progress::set_output({[write](const std::string& s) {
+                                       nb::gil_scoped_acquire gil;
+                                       write(s);
+                                     },
+                                     is_tty, columns});
+      },
+      "write"_a.none(), "is_tty"_a, "columns"_a,
+      "Routes the progress bar and log lines to write(text) (None: back to stdout).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,
         "Threads of onyx's kernels, oneDNN and OpenBLAS (the CLI's --threads).");
 

@@ -20,9 +20,16 @@ Datasets: dicts of numpy arrays or torch tensors keyed by input names, first dim
 them), datasets.Dataset, or map-style torch datasets, with an optional data_collator.
 Custom ops: onyx.load_custom_ops("libmyops.so").
 """
+import contextlib
+import copy
 import dataclasses
 import json
+import logging
 import os
+import shutil
+import signal
+import sys
+import threading
 import typing
 import warnings
 from collections import namedtuple
@@ -33,6 +40,7 @@ __all__ = [
     "TrainingArguments", "Trainer", "TrainerCallback", "TrainerControl", "TrainerState",
     "EarlyStoppingCallback", "EvalPrediction", "TrainOutput", "PredictionOutput",
     "ORTTrainer", "ORTTrainingArguments", "OnyxError", "set_num_threads", "load_custom_ops",
+    "BestRun", "default_hp_space_optuna", "default_compute_objective",
 ]
 __version__ = "0.1.0"
 
@@ -54,6 +62,7 @@ _TYPES = {
     "bool | None": typing.Optional[bool], "int | float | None": typing.Optional[float],
 }
 _ARGS = _onyx.describe_args()
+_KEYS = {a["name"] for a in _ARGS}
 
 
 def _default(info):
@@ -348,6 +357,51 @@ def _dataset(ds, which, collator=None, keep=None):
 _np_dict = _dataset
 
 
+_logger = logging.getLogger("onyx")
+
+
+@contextlib.contextmanager
+def _in_python():
+    """While C++ runs: its progress bar and log lines go to the current sys.stdout (Jupyter,
+    contextlib.redirect_stdout), each log also to logging.getLogger("onyx") at INFO, and Ctrl-C
+    (in the main thread) stops training after the current step, then raises KeyboardInterrupt."""
+    out = sys.stdout
+    tty = bool(getattr(out, "isatty", lambda: False)())
+
+    def write(text):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    _onyx.set_output(write, tty, shutil.get_terminal_size().columns)
+    interrupted = []
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGINT, lambda *a: interrupted.append(True))
+    try:
+        yield interrupted
+    finally:
+        _onyx.set_output(None, False, 0)
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+    if interrupted:
+        raise KeyboardInterrupt("training stopped after the current step (Ctrl-C)")
+
+
+class _PythonWorld(TrainerCallback):
+    """Logs to the `logging` module; stops at the end of a step when Ctrl-C was pressed (Python
+    runs its signal handlers when this callback's code runs, between steps)."""
+
+    def __init__(self):
+        self.interrupted = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        _logger.info(json.dumps(dict(logs or {})))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.interrupted:
+            control.should_training_stop = True
+
+
 def _is_torch_module(m):
     return any(c.__module__.startswith("torch.nn") and c.__name__ == "Module" for c in type(m).__mro__)
 
@@ -466,7 +520,8 @@ class Trainer:
         elif cm is not None:
             def fn(predictions, label_ids, loss, _cm=cm):
                 return _cm(EvalPrediction(predictions, label_ids))
-        cbs = []
+        self._world = _PythonWorld()
+        cbs = [self._world]
         for cb in self.callbacks:
             if type(cb).__name__ == "EarlyStoppingCallback" and hasattr(cb, "early_stopping_patience"):
                 # onyx's or Transformers' own: the C++ implementation
@@ -491,20 +546,27 @@ class Trainer:
         if resume_from_checkpoint:
             self.args = dataclasses.replace(self.args, resume_from_checkpoint=os.fspath(resume_from_checkpoint))
             self._t = self._build(self.args)
-        step, loss, metrics = self._t.train()
-        self._sync_module()
+        with _in_python() as interrupted:
+            self._world.interrupted = interrupted
+            try:
+                step, loss, metrics = self._t.train()
+            finally:
+                self._world.interrupted = None
+            self._sync_module()  # also when Ctrl-C stopped it: the weights of the last step
         return TrainOutput(step, loss, metrics)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         """Evaluates on eval_dataset (else the Trainer's); returns {eval_loss, eval_<metric>,
         eval_runtime, ...}, logged and passed to on_evaluate as in Transformers."""
         ds = _dataset(eval_dataset, "eval_dataset", self.data_collator, self._input_names())
-        return self._t.evaluate(ds, metric_key_prefix)
+        with _in_python():
+            return self._t.evaluate(ds, metric_key_prefix)
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
         """PredictionOutput(predictions, label_ids, metrics) on a dataset (any kind train takes)."""
         ds = _dataset(test_dataset, "test_dataset", self.data_collator, self._input_names())
-        p, l, m = self._t.predict(ds)
+        with _in_python():
+            p, l, m = self._t.predict(ds)
         return PredictionOutput(p, l, m)
 
     def save_model(self, output_dir=None):
@@ -515,6 +577,110 @@ class Trainer:
     @property
     def state(self):
         return self._t.state
+
+    # -- hyperparameter search (Transformers' Trainer.hyperparameter_search, Optuna backend)
+    def hyperparameter_search(self, hp_space=None, compute_objective=None, n_trials=20,
+                              direction="minimize", backend=None, hp_name=None, **kwargs):
+        """Runs n_trials trainings with hyperparameters from hp_space(trial) (default:
+        Transformers' default_hp_space_optuna) and returns BestRun(run_id, objective,
+        hyperparameters, run_summary=the optuna Study). Each trial trains from model_init's
+        weights (the model is written once; a model_init taking the trial is called per trial)
+        into output_dir/run-<n>; its objective is compute_objective(metrics) (default: eval_loss,
+        or the sum of the other metrics) at each evaluation, reported to Optuna (trial.report),
+        which may prune it there; without evaluations during training, of a final evaluate().
+        kwargs go to optuna.create_study (sampler, pruner, ...) and to study.optimize (timeout,
+        n_jobs, gc_after_trial, callbacks, catch), as in Transformers."""
+        if backend not in (None, "optuna"):
+            raise NotImplementedError(f"backend={backend!r}: onyx implements the optuna backend")
+        if self.model_init is None:
+            raise RuntimeError("To use hyperparameter search, you need to pass your model through a "
+                               "model_init function.")
+        import inspect
+        import optuna
+        hp_space = hp_space or default_hp_space_optuna
+        compute_objective = compute_objective or default_compute_objective
+        init_takes_trial = len(inspect.signature(self.model_init).parameters) >= 1
+        optimize_kw = {k: kwargs.pop(k) for k in ("timeout", "n_jobs", "gc_after_trial", "callbacks",
+                                                  "catch") if k in kwargs}
+        base = self.args
+
+        def objective(trial):
+            params = hp_space(trial)
+            known = {k: v for k, v in params.items() if k in _KEYS}
+            unknown = sorted(set(params) - set(known))
+            if unknown:
+                warnings.warn("hyperparameter_search: not TrainingArguments keys, ignored: "
+                              + ", ".join(unknown))
+            known = {k: type(getattr(base, k))(v) if getattr(base, k) is not None else v
+                     for k, v in known.items()}
+            run = hp_name(trial) if hp_name else str(trial.number)
+            args = dataclasses.replace(base, **known,
+                                       output_dir=os.path.join(base.output_dir, f"run-{run}"))
+            sub = copy.copy(self)
+            if init_takes_trial:
+                model = self.model_init(trial)
+                sub._module, sub._tmp = None, None
+                if _is_torch_module(model):
+                    sub._module = model
+                    sub.model = sub._from_module(model)
+                else:
+                    sub.model = os.fspath(model)
+            reporter = _OptunaReport(trial, compute_objective)
+            sub.callbacks = list(self.callbacks) + [reporter]
+            sub.args = args
+            sub._t = sub._build(args)
+            sub.train()
+            if reporter.pruned:
+                raise optuna.TrialPruned()
+            if reporter.objective is None:
+                reporter.objective = compute_objective(sub.evaluate())
+            return reporter.objective
+
+        study = optuna.create_study(direction=direction, **kwargs)
+        study.optimize(objective, n_trials=n_trials, **optimize_kw)
+        best = study.best_trial
+        return BestRun(str(best.number), best.value, best.params, study)
+
+
+BestRun = namedtuple("BestRun", ["run_id", "objective", "hyperparameters", "run_summary"])
+
+
+def default_hp_space_optuna(trial):
+    """Transformers' default search space."""
+    return {
+        "learning_rate": trial.suggest_float("learning_rate", 1e-6, 1e-4, log=True),
+        "num_train_epochs": trial.suggest_int("num_train_epochs", 1, 5),
+        "seed": trial.suggest_int("seed", 1, 40),
+        "per_device_train_batch_size": trial.suggest_categorical("per_device_train_batch_size",
+                                                                 [4, 8, 16, 32, 64]),
+    }
+
+
+def default_compute_objective(metrics):
+    """Transformers' default objective: eval_loss when there are no other metrics, else the sum of
+    the metrics (epoch and speed metrics left out)."""
+    metrics = dict(metrics)
+    loss = metrics.pop("eval_loss", None)
+    metrics.pop("epoch", None)
+    for k in [k for k in metrics if k.endswith("_runtime") or k.endswith("_per_second")]:
+        metrics.pop(k)
+    return loss if len(metrics) == 0 else sum(metrics.values())
+
+
+class _OptunaReport(TrainerCallback):
+    """Reports each evaluation's objective to the trial and stops training when Optuna prunes it
+    (Transformers' _report_to_hp_search)."""
+
+    def __init__(self, trial, compute_objective):
+        self.trial, self.compute_objective = trial, compute_objective
+        self.objective, self.pruned = None, False
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self.objective = self.compute_objective(dict(metrics or {}))
+        self.trial.report(self.objective, state.global_step)
+        if self.trial.should_prune():
+            self.pruned = True
+            control.should_training_stop = True
 
 
 def load_custom_ops(path):

@@ -123,7 +123,21 @@ std::string Progress::format_meter(int64_t n, int64_t total, double elapsed, int
   return ncols ? disp_trim(res, ncols) : res;
 }
 
+namespace {
+Progress::Output& output() {
+  static Progress::Output out;
+  return out;
+}
+void emit(const std::string& text) {
+  if (output().write) return output().write(text);
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+bool output_is_tty() { return output().write ? output().is_tty : ::isatty(STDOUT_FILENO) != 0; }
+}  // namespace
+
 int Progress::terminal_columns() {
+  if (output().write) return output().columns > 0 ? output().columns : 80;
   struct winsize ws {};
   if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
   if (const char* c = std::getenv("COLUMNS")) {
@@ -133,8 +147,10 @@ int Progress::terminal_columns() {
   return 80;
 }
 
+void Progress::set_output(Output out) { output() = std::move(out); }
+
 Progress::Progress(int64_t total, bool disable_bar)
-    : total_(total), tty_(::isatty(STDOUT_FILENO)), bar_(!disable_bar && tty_) {}
+    : total_(total), tty_(output_is_tty()), bar_(!disable_bar && tty_) {}
 
 Progress::~Progress() {
   if (state_ == Bar::Live || state_ == Bar::Final) end_line();
@@ -155,14 +171,12 @@ std::string Progress::line(double rate) const {
 void Progress::draw(const std::string& s) {
   size_t len = disp_len(s);
   std::string pad(last_len_ > len ? last_len_ - len : 0, ' ');
-  std::fputs(("\r" + s + pad).c_str(), stdout);
-  std::fflush(stdout);
+  emit("\r" + s + pad);
   last_len_ = len;
 }
 
 void Progress::end_line() {
-  std::fputs("\n", stdout);
-  std::fflush(stdout);
+  emit("\n");
   state_ = Bar::Closed;
   if (g_open_bar == this) g_open_bar = nullptr;
 }
@@ -198,18 +212,16 @@ void Progress::update(int64_t step, double loss, double lr, int64_t /*samples*/)
 
 void Progress::log(const LogEntry& e) {
   if (!tty_) {  // through a pipe: every digit, one JSON line (log_history.jsonl has the same)
-    std::printf("%s\n", e.to_json().c_str());
-    std::fflush(stdout);
+    emit(e.to_json() + "\n");
     return;
   }
   if (!bar_) {  // disable_tqdm: PrinterCallback's print(logs)
-    std::printf("%s\n", format_log_dict(e.values, e.epoch).c_str());
-    std::fflush(stdout);
+    emit(format_log_dict(e.values, e.epoch) + "\n");
     return;
   }
   if (state_ != Bar::Live && state_ != Bar::Final) return;  // training is over
   // tqdm.write: clear the bar, print the line, redraw the bar below it
-  std::printf("\r\033[K%s\n", format_log_dict(e.values, e.epoch).c_str());
+  emit("\r\033[K" + format_log_dict(e.values, e.epoch) + "\n");
   last_len_ = 0;
   if (state_ == Bar::Final) {
     draw(final_line_);

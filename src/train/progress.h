@@ -7,6 +7,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,6 +40,16 @@ class Progress {
   static std::string format_meter(int64_t n, int64_t total, double elapsed, int ncols, double rate,
                                   const std::string& postfix, int64_t initial = 0);
   static int terminal_columns();  // stdout's width (TIOCGWINSZ), else $COLUMNS, else 80
+
+  // Where the text goes: stdout by default. The Python package routes it to sys.stdout (so
+  // Jupyter and contextlib.redirect_stdout see it), with `is_tty` from sys.stdout.isatty().
+  // Process-wide; an empty `write` restores stdout.
+  struct Output {
+    std::function<void(const std::string&)> write;
+    bool is_tty = false;
+    int columns = 80;
+  };
+  static void set_output(Output out);
 
  private:
   enum class Bar { None, Live, Final, Closed };

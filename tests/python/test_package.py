@@ -41,6 +41,11 @@ Cases (one PASS / FAIL / SKIP line each):
   datasets-kinds   numpy dict, torch tensors (shared: np.shares_memory), map-style torch
                    Dataset, datasets.Dataset: identical logs; ragged rows without a collator are
                    a ValueError that says to pad
+  hp-search        hyperparameter_search with Optuna: 6 trials, evaluations reported, a pruned
+                   trial stops at its first evaluation, the best run reproduced by train()
+  python-world     log lines through sys.stdout (redirect_stdout) and logging.getLogger("onyx");
+                   a C++ error's message intact; Ctrl-C stops after the step, KeyboardInterrupt,
+                   the Trainer still saves
   custom-ops       onyx.load_custom_ops(libmyops.so) (examples/custom_op built with cmake) before
                    the Trainer: a model with com.example.ScaledSwish trains
 
@@ -641,13 +646,120 @@ print("losses:", [round(e["loss"], 5) for e in t.state.log_history if "loss" in 
     return f"3 ops loaded; losses {losses[0]} -> {losses[-1]}"
 
 
+def case_hp_search(onyx, tmp):
+    """Trainer.hyperparameter_search with Optuna: 6 trials over (learning_rate, warmup_steps) from
+    a seeded TPE sampler, evaluations every 4 steps reported to each trial, and a pruner that
+    prunes trial 2 at its first report (deterministic, so the prune path always runs): 5 complete
+    trials and 1 pruned one whose training stopped at that evaluation; the best run's
+    hyperparameters, trained again by a plain Trainer.train(), give the same objective bit for bit."""
+    import optuna
+    model, train, ev = make_mlp(tmp)
+    base = dict(CFG, max_steps=12, eval_steps=4)
+
+    class PruneTrial2(optuna.pruners.BasePruner):
+        def prune(self, study, trial):
+            return trial.number == 2
+
+    def hp_space(trial):
+        return {"learning_rate": trial.suggest_float("learning_rate", 1e-3, 1e-1, log=True),
+                "warmup_steps": trial.suggest_int("warmup_steps", 0, 4)}
+
+    t = onyx.Trainer(args=onyx.TrainingArguments(output_dir=os.path.join(tmp, "hp"), **base),
+                     train_dataset=train, eval_dataset=ev, model_init=lambda: model)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    best = t.hyperparameter_search(hp_space=hp_space, n_trials=6, direction="minimize",
+                                   sampler=optuna.samplers.TPESampler(seed=0), pruner=PruneTrial2())
+    study = best.run_summary
+    states = [tr.state.name for tr in study.trials]
+    assert len(states) == 6 and states.count("PRUNED") == 1 and states[2] == "PRUNED", states
+    assert list(study.trials[2].intermediate_values) == [4], study.trials[2].intermediate_values
+    assert all(list(tr.intermediate_values) == [4, 8, 12] for tr in study.trials if tr.state.name == "COMPLETE")
+    assert os.path.isdir(os.path.join(tmp, "hp", "run-5")), os.listdir(os.path.join(tmp, "hp"))
+    again = onyx.Trainer(model, onyx.TrainingArguments(output_dir=os.path.join(tmp, "best"),
+                                                       **dict(base, **best.hyperparameters)),
+                         train_dataset=train, eval_dataset=ev)
+    again.train()
+    loss = [e["eval_loss"] for e in again.state.log_history if "eval_loss" in e][-1]
+    assert loss == best.objective, (loss, best.objective)
+    vals = sorted(round(tr.value, 4) for tr in study.trials if tr.value is not None)
+    return (f"trials {states}; best run {best.run_id} {best.hyperparameters} objective "
+            f"{best.objective:.4f} (reproduced exactly); objectives {vals}")
+
+
+def case_python_world(onyx, tmp):
+    """Output and signals in Python's world: under contextlib.redirect_stdout the log lines arrive
+    in the redirected stream (not on fd 1), every log reaches logging.getLogger("onyx"); a C++
+    error keeps its message; Ctrl-C (SIGINT to a training subprocess) stops after the current
+    step, raises KeyboardInterrupt, and the Trainer is still usable (save_model works)."""
+    import contextlib
+    import io
+    import logging
+    import signal
+    model, train, ev = make_mlp(tmp)
+    buf = io.StringIO()
+    records = []
+
+    class H(logging.Handler):
+        def emit(self, r):
+            records.append(r.getMessage())
+    h = H()
+    logging.getLogger("onyx").addHandler(h)
+    logging.getLogger("onyx").setLevel(logging.INFO)
+    try:
+        t = onyx.Trainer(model, onyx.TrainingArguments(output_dir=os.path.join(tmp, "o"),
+                                                       **dict(CFG, eval_strategy="no")), train_dataset=train)
+        with contextlib.redirect_stdout(buf):
+            t.train()
+    finally:
+        logging.getLogger("onyx").removeHandler(h)
+    text = buf.getvalue()
+    n_logs = sum(1 for e in t.state.log_history)
+    assert text.count('"loss"') == 6 or text.count("'loss'") == 6, text[:500]
+    assert len(records) == n_logs and '"loss"' in records[0], (records[:2], n_logs)
+    try:
+        onyx.Trainer(os.path.join(tmp, "missing.onnx"), onyx.TrainingArguments(output_dir=os.path.join(tmp, "m")))
+        raise AssertionError("no error")
+    except onyx.OnyxError as e:
+        assert "missing.onnx" in str(e), str(e)
+    np.savez(os.path.join(tmp, "d.npz"), **train)
+    script = f"""
+import sys, numpy as np; sys.path.insert(0, {TARGET!r}); import onyx
+d = dict(np.load({os.path.join(tmp, "d.npz")!r}))
+class Tell(onyx.TrainerCallback):
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == 3: print("at 3", flush=True)
+        if state.global_step > 3: import time; time.sleep(0.05)
+t = onyx.Trainer({model!r}, onyx.TrainingArguments(output_dir={os.path.join(tmp, "int")!r}, max_steps=100000,
+                 per_device_train_batch_size=8, logging_steps=1000, save_strategy="no", disable_tqdm=True),
+                 train_dataset=d, callbacks=[Tell()])
+try:
+    t.train()
+    print("finished without interrupt")
+except KeyboardInterrupt as e:
+    t.save_model({os.path.join(tmp, "int-saved")!r})
+    print("interrupted at", t.state.global_step, str(e))
+"""
+    p = subprocess.Popen([sys.executable, "-u", "-c", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("at 3"), (line, p.stderr.read()[-2000:])
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0 and "interrupted at" in out, (out, err[-2000:])
+    step = int(out.split("interrupted at")[1].split()[0])
+    assert 3 < step < 100000, out
+    assert os.path.exists(os.path.join(tmp, "int-saved", "model.safetensors"))
+    return f"redirect_stdout got {len(text)} chars, logging {len(records)} records; Ctrl-C stopped at step {step}"
+
+
 CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("args-transformers", case_args_transformers), ("parity-cli", case_parity_cli),
          ("compute-metrics", case_compute_metrics), ("callback-stop", case_callback_stop),
          ("early-stopping", case_early_stopping), ("save-model", case_save_model),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
          ("pretrained-module", case_pretrained_module), ("tied-gpt2-module", case_tied_gpt2_module),
-         ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops)]
+         ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
+         ("hp-search", case_hp_search), ("python-world", case_python_world)]
 
 
 def main():
