@@ -453,34 +453,96 @@ class Trainer:
         self.compute_metrics = compute_metrics
         self._module, self._tmp = None, None
         self._frozen = list(frozen or [])
-        if _is_torch_module(model):
-            self._module = model
-            self.model = self._from_module(model)
-        elif isinstance(model, (str, os.PathLike)):
-            self.model = os.fspath(model)
-        else:
-            raise TypeError("model: expected a Transformers PreTrainedModel, the path of an .onnx file "
-                            f"or of a Hugging Face folder, got {type(model).__name__}")
+        self._loss, self._predictions = loss, predictions
+        if not (_is_torch_module(model) or isinstance(model, (str, os.PathLike))):
+            raise TypeError("model: expected a torch.nn.Module (a Transformers model or any module "
+                            "whose forward(**batch) returns the loss), the path of an .onnx file or "
+                            f"of a Hugging Face folder, got {type(model).__name__}")
+        self._module = model if _is_torch_module(model) else None
         keep = self._input_names()
         self.train_dataset = _dataset(train_dataset, "train_dataset", data_collator, keep)
         self.eval_dataset = _dataset(eval_dataset, "eval_dataset", data_collator, keep)
+        if self._module is not None:
+            self.model = self._from_module(model)
+        else:
+            self.model = os.fspath(model)
         self.callbacks = []
         for cb in callbacks or []:
             self.callbacks.append(cb() if isinstance(cb, type) else cb)
-        self._loss, self._predictions = loss, predictions
         self._t = self._build(args)
 
     # -- models given as torch modules
+    _BUILT = {"BertForSequenceClassification", "BertForMaskedLM", "BertForTokenClassification",
+              "RobertaForSequenceClassification", "RobertaForMaskedLM",
+              "DistilBertForSequenceClassification", "DistilBertForMaskedLM", "GPT2LMHeadModel",
+              "GPT2ForSequenceClassification", "ViTForImageClassification", "BertModel", "GPT2Model"}
+
     def _from_module(self, module):
+        """A Transformers model of an architecture onyx builds: its save_pretrained folder. Any
+        other module: exported with torch.onnx.export (TorchScript exporter, opset 17, training
+        mode, no constant folding, dynamic batch axis) on the first training samples, its output
+        `loss` trained; parameters keep their state_dict names, buffers are frozen."""
         import tempfile
-        if not (hasattr(module, "save_pretrained") and hasattr(module, "config")):
-            raise TypeError(f"model: a plain torch.nn.Module ({type(module).__name__}) is not "
-                            "supported yet; export it with torch.onnx.export (training mode, a "
-                            "scalar loss output) and pass the .onnx path")
         self._tmp = tempfile.TemporaryDirectory(prefix="onyx-model-")
-        module.save_pretrained(self._tmp.name, safe_serialization=True)
         self._frozen += [n for n, p in module.named_parameters() if not p.requires_grad]
-        return self._tmp.name
+        if type(module).__name__ in self._BUILT and hasattr(module, "save_pretrained"):
+            module.save_pretrained(self._tmp.name, safe_serialization=True)
+            return self._tmp.name
+        return self._export(module, os.path.join(self._tmp.name, "model.onnx"))
+
+    def _export(self, module, path):
+        import torch
+        if not self.train_dataset:
+            raise ValueError("model: a torch.nn.Module is exported on samples of train_dataset; "
+                             "give one")
+        names = list(self.train_dataset)
+        n = min(2, len(next(iter(self.train_dataset.values()))))
+        sample = tuple(torch.from_numpy(self.train_dataset[k][:n].copy()) for k in names)
+
+        class _Call(torch.nn.Module):  # forward(**batch) -> (loss, first other tensor output)
+            def __init__(self, m):
+                super().__init__()
+                object.__setattr__(self, "m", m)  # not a submodule: the names stay m's own
+                for name, child in m.named_children():
+                    self.add_module(name, child)
+                for name, p in m.named_parameters(recurse=False):
+                    self.register_parameter(name, p)
+                for name, b in m.named_buffers(recurse=False):
+                    self.register_buffer(name, b)
+
+            def forward(self, *args):
+                out = self.m(**dict(zip(names, args)))
+                if isinstance(out, dict) or hasattr(out, "keys"):
+                    items = [(k, out[k]) for k in out.keys()]
+                elif isinstance(out, (tuple, list)):
+                    items = [("loss" if i == 0 else f"output_{i}", v) for i, v in enumerate(out)]
+                else:
+                    items = [("loss", out)]
+                loss = dict(items).get("loss")
+                if loss is None:
+                    raise ValueError("model: forward(**batch) returned no loss (give labels in the "
+                                     "dataset, or return a dict with 'loss')")
+                rest = [v for k, v in items if k != "loss" and isinstance(v, torch.Tensor)]
+                return (loss,) + tuple(rest[:1])
+
+        wrapped = _Call(module)
+        was_training = module.training
+        module.train()
+        with torch.no_grad():
+            outs = wrapped(*sample)
+        out_names = ["loss", "logits"][:len(outs)]
+        import warnings as _w
+        with _w.catch_warnings():
+            _w.simplefilter("ignore")
+            torch.onnx.export(wrapped, sample, path, dynamo=False, input_names=names,
+                              output_names=out_names, opset_version=17, do_constant_folding=False,
+                              dynamic_axes={k: {0: "batch"} for k in names},
+                              training=torch.onnx.TrainingMode.TRAINING)
+        module.train(was_training)
+        self._frozen += [n for n, _ in module.named_buffers()]
+        if self._predictions is None and len(out_names) > 1:
+            self._predictions = "logits"
+        return path
 
     def _input_names(self):
         """What the model's forward takes (Transformers' remove_unused_columns), for modules."""
@@ -505,8 +567,10 @@ class Trainer:
         missing = [n for n in params if n not in trained]
         untied = [n for n in missing if not any(p is params[n] for k, p in params.items()
                                                 if k in trained)]
+        untied = [n for n in untied if params[n].requires_grad]
         if untied:
-            raise OnyxError("the trained weights lack parameters of the module: " + ", ".join(untied[:8]))
+            raise OnyxError("the trained weights lack parameters of the module (renamed by the "
+                            "ONNX export?): " + ", ".join(untied[:8]))
         with torch.no_grad():
             for n, p in params.items():
                 if n in trained:

@@ -37,6 +37,9 @@ Cases (one PASS / FAIL / SKIP line each):
                    module (1e-4), the module holds the trained weights afterwards (= Transformers'
                    within 1e-5, = save_model's file, its forward = predict), a requires_grad=False
                    parameter unchanged, evaluate(eval_dataset=...)
+  plain-module     a plain torch.nn.Module (forward returns a loss; exported inside): losses and
+                   weights = transformers.Trainer's, state_dict() = the saved file, frozen
+                   parameter and buffer unchanged
   tied-gpt2-module GPT2LMHeadModel object: lm_head stays tied to wte, trained
   datasets-kinds   numpy dict, torch tensors (shared: np.shares_memory), map-style torch
                    Dataset, datasets.Dataset: identical logs; ragged rows without a collator are
@@ -46,6 +49,8 @@ Cases (one PASS / FAIL / SKIP line each):
   python-world     log lines through sys.stdout (redirect_stdout) and logging.getLogger("onyx");
                    a C++ error's message intact; Ctrl-C stops after the step, KeyboardInterrupt,
                    the Trainer still saves
+  example-scripts  examples/python/text_classification.py as written and with its import line
+                   switched to transformers: equal losses and eval (1e-4); causal_lm.py trains
   custom-ops       onyx.load_custom_ops(libmyops.so) (examples/custom_op built with cmake) before
                    the Trainer: a model with com.example.ScaledSwish trains
 
@@ -752,6 +757,110 @@ except KeyboardInterrupt as e:
     return f"redirect_stdout got {len(text)} chars, logging {len(records)} records; Ctrl-C stopped at step {step}"
 
 
+def case_plain_module(onyx, tmp):
+    """A plain torch.nn.Module whose forward(x, labels) returns {"loss", "logits"} (exported inside
+    with torch.onnx.export): onyx.Trainer and transformers.Trainer on copies of it give the same
+    losses (1e-4) and weights (1e-5); afterwards the module's state_dict() equals the saved
+    model.safetensors; a requires_grad=False parameter and a buffer stay as they were."""
+    import copy
+    import torch
+    import transformers
+    from safetensors.numpy import load_file
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(4, 16)
+            self.fc2 = torch.nn.Linear(16, 3)
+            self.scale = torch.nn.Parameter(torch.ones(16), requires_grad=False)
+            self.register_buffer("shift", torch.full((16,), 0.1))
+
+        def forward(self, x, labels=None):
+            h = torch.tanh(self.fc1(x)) * self.scale + self.shift
+            logits = self.fc2(h)
+            return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+    torch.manual_seed(0)
+    net = Net()
+    ref = copy.deepcopy(net)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0).astype(np.int64)
+    data = {"x": x, "labels": y}
+    kw = dict(learning_rate=1e-2, max_steps=8, per_device_train_batch_size=8, logging_steps=1,
+              save_strategy="no", seed=3, train_sampling_strategy="sequential", disable_tqdm=True,
+              weight_decay=0.01, warmup_steps=2)
+    import datasets
+    hf = transformers.Trainer(model=ref, args=transformers.TrainingArguments(
+        output_dir=os.path.join(tmp, "hf"), report_to="none", **kw),
+        train_dataset=datasets.Dataset.from_dict(data))
+    hf.train()
+    want = [e["loss"] for e in hf.state.log_history if "loss" in e]
+    t = onyx.Trainer(net, onyx.TrainingArguments(output_dir=os.path.join(tmp, "plain"), **kw),
+                     train_dataset=data)
+    t.train()
+    got = [e["loss"] for e in t.state.log_history if "loss" in e]
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    assert len(got) == len(want) == 8 and rel < 1e-4, (got, want)
+    worst = max(float((net.state_dict()[k] - ref.state_dict()[k]).abs().max()) for k in net.state_dict())
+    assert worst < 1e-5, worst
+    assert torch.equal(net.scale, torch.ones(16)) and torch.equal(net.shift, torch.full((16,), 0.1))
+    out = os.path.join(tmp, "plain-saved")
+    t.save_model(out)
+    saved = load_file(os.path.join(out, "model.safetensors"))
+    for k, v in net.state_dict().items():
+        assert k in saved and np.array_equal(saved[k], v.numpy()), (k, sorted(saved))
+    return f"losses = transformers.Trainer's (worst rel {rel:.1e}), weights within {worst:.1e}, state_dict = saved file"
+
+
+def case_example_scripts(onyx, tmp):
+    """examples/python/text_classification.py (pretrained MiniLM, AutoTokenizer, datasets,
+    DataCollatorWithPadding, compute_metrics) run as written (onyx) and with its import line
+    changed to `from transformers import Trainer, TrainingArguments`: every logged loss and the
+    final eval_loss equal (1e-4; dropout off and sequential order for the comparison, as the
+    script's flags allow); examples/python/causal_lm.py trains a GPT-2 with GPT-2's tokenizer
+    (loss falls)."""
+    import json as _json
+    data = os.path.join(tmp, "wordnet")
+    p = subprocess.run([sys.executable, os.path.join(REPO, "examples", "make_wordnet_data.py"), data],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-1000:]
+    script = os.path.join(REPO, "examples", "python", "text_classification.py")
+    src = open(script).read()
+    line = "from onyx import Trainer, TrainingArguments\n"
+    assert src.count(line) == 1 and src.count("onyx") - src.count("onyx.") >= 1
+    hf_script = os.path.join(tmp, "text_classification_hf.py")
+    with open(hf_script, "w") as f:
+        f.write(src.replace(line, "from transformers import Trainer, TrainingArguments\n"))
+    env = dict(os.environ, PYTHONPATH=TARGET)
+    flags = ["--data", data, "--max_steps", "8", "--train_samples", "256", "--no_dropout", "--sequential"]
+
+    def run(path, out):
+        r = subprocess.run([sys.executable, path, *flags, "--output_dir", os.path.join(tmp, out)],
+                           capture_output=True, text=True, timeout=900, env=env)
+        assert r.returncode == 0, (path, r.stdout[-1500:], r.stderr[-3000:])
+        res = {}
+        for ln in r.stdout.splitlines():
+            if ln.startswith('{"final"') or ln.startswith('{"losses"'):
+                res.update(_json.loads(ln))
+        return res
+    a, b = run(script, "ex-onyx"), run(hf_script, "ex-hf")
+    assert len(a["losses"]) == len(b["losses"]) == 8, (a, b)
+    rel = max(abs(x - y) / abs(y) for x, y in zip(a["losses"] + [a["final"]["eval_loss"]],
+                                                   b["losses"] + [b["final"]["eval_loss"]]))
+    assert rel < 1e-4, (a, b)
+    assert a["final"]["eval_accuracy"] == b["final"]["eval_accuracy"], (a["final"], b["final"])
+    lm = subprocess.run([sys.executable, os.path.join(REPO, "examples", "python", "causal_lm.py"),
+                         "--data", data, "--max_steps", "8", "--train_samples", "512",
+                         "--output_dir", os.path.join(tmp, "ex-lm")],
+                        capture_output=True, text=True, timeout=900, env=env)
+    assert lm.returncode == 0, (lm.stdout[-1500:], lm.stderr[-3000:])
+    losses = [_json.loads(ln)["losses"] for ln in lm.stdout.splitlines() if ln.startswith('{"losses"')][0]
+    assert losses[-1] < losses[0], losses
+    return (f"text_classification: onyx = transformers (worst rel {rel:.1e}, eval_accuracy "
+            f"{a['final']['eval_accuracy']:.3f}); causal_lm loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+
+
 CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("args-transformers", case_args_transformers), ("parity-cli", case_parity_cli),
          ("compute-metrics", case_compute_metrics), ("callback-stop", case_callback_stop),
@@ -759,7 +868,8 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
          ("pretrained-module", case_pretrained_module), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
-         ("hp-search", case_hp_search), ("python-world", case_python_world)]
+         ("hp-search", case_hp_search), ("python-world", case_python_world),
+         ("plain-module", case_plain_module), ("example-scripts", case_example_scripts)]
 
 
 def main():
