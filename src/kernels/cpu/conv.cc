@@ -320,19 +320,7 @@ struct ConvG {
   bool identity_col = true;  // 1x1 kernel, stride 1, no pad: im2col is the input itself
   // X as the image, dY's positions as the columns (conv_common.h).
   conv_detail::ColGeom cols() const {
-    conv_detail::ColGeom c;
-    for (int i = 0; i < 3; i++) {
-      c.img[i] = in[i];
-      c.col[i] = out[i];
-      c.k[i] = k[i];
-      c.st[i] = st[i];
-      c.dl[i] = dl[i];
-      c.pb[i] = pb[i];
-    }
-    c.img_sz = in_sz;
-    c.col_sz = out_sz;
-    c.k_sz = k_sz;
-    return c;
+    return conv_detail::col_geom(in, in_sz, out, out_sz, k, k_sz, st, dl, pb);
   }
 };
 

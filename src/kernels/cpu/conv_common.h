@@ -21,6 +21,26 @@ struct ColGeom {
   int64_t img_sz = 1, col_sz = 1, k_sz = 1;  // elements per channel / per column row / per kernel
 };
 
+// The geometry of image `img` (img_sz elements) seen through columns `col` (col_sz): Conv's
+// gradients use X as the image and dY's positions as the columns, ConvTranspose the reverse.
+inline ColGeom col_geom(const int64_t* img, int64_t img_sz, const int64_t* col, int64_t col_sz,
+                        const int64_t* k, int64_t k_sz, const int64_t* st, const int64_t* dl,
+                        const int64_t* pb) {
+  ColGeom c;
+  for (int i = 0; i < 3; i++) {
+    c.img[i] = img[i];
+    c.col[i] = col[i];
+    c.k[i] = k[i];
+    c.st[i] = st[i];
+    c.dl[i] = dl[i];
+    c.pb[i] = pb[i];
+  }
+  c.img_sz = img_sz;
+  c.col_sz = col_sz;
+  c.k_sz = k_sz;
+  return c;
+}
+
 // Column positions [lo, hi) along one dim whose image position o·st − pb + kk·dl is in [0, img).
 inline void valid_range(int64_t img, int64_t col, int64_t st, int64_t pb, int64_t kk, int64_t dl,
                         int64_t& lo, int64_t& hi) {

@@ -43,19 +43,7 @@ struct DeconvGeom {
   // Y as the image, X's positions as the columns (conv_common.h): column i adds into output
   // position i·st − pb + kk·dl.
   conv_detail::ColGeom cols() const {
-    conv_detail::ColGeom c;
-    for (int i = 0; i < 3; i++) {
-      c.img[i] = out[i];
-      c.col[i] = in[i];
-      c.k[i] = k[i];
-      c.st[i] = st[i];
-      c.dl[i] = dl[i];
-      c.pb[i] = pb[i];
-    }
-    c.img_sz = out_sz;
-    c.col_sz = in_sz;
-    c.k_sz = k_sz;
-    return c;
+    return conv_detail::col_geom(out, out_sz, in, in_sz, k, k_sz, st, dl, pb);
   }
 };
 
