@@ -51,6 +51,7 @@ Cases (one PASS / FAIL / SKIP line each):
                    the Trainer still saves
   example-scripts  examples/python/text_classification.py as written and with its import line
                    switched to transformers: equal losses and eval (1e-4); causal_lm.py trains
+  wheel            `pip wheel .` (isolated build) installs into a fresh numpy-only venv and trains
   custom-ops       onyx.load_custom_ops(libmyops.so) (examples/custom_op built with cmake) before
                    the Trainer: a model with com.example.ScaledSwish trains
 
@@ -861,6 +862,41 @@ def case_example_scripts(onyx, tmp):
             f"{a['final']['eval_accuracy']:.3f}); causal_lm loss {losses[0]:.3f} -> {losses[-1]:.3f}")
 
 
+def case_wheel(onyx, tmp):
+    """`pip wheel .` (isolated build: scikit-build-core and nanobind from PyPI, as a user's pip
+    does) gives a wheel that installs into a fresh virtual environment holding only numpy, where
+    `import onyx` trains an ONNX model. The extension links Debian's runtime libraries (oneDNN,
+    protobuf, yaml-cpp, OpenBLAS, libgomp: scripts/setup.sh's packages); nothing else is needed."""
+    wheel_dir = os.path.join(tmp, "wheel")
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", REPO, "--no-deps", "-w", wheel_dir, "-q"],
+                       capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stderr[-3000:]
+    wheels = [f for f in os.listdir(wheel_dir) if f.endswith(".whl")]
+    assert len(wheels) == 1, wheels
+    venv = os.path.join(tmp, "fresh")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
+    py = os.path.join(venv, "bin", "python")
+    # numpy and the wheel from this interpreter's pip (a venv without pip of its own: no network)
+    p = subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps",
+                        os.path.join(wheel_dir, wheels[0]), f"numpy=={np.__version__}"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    model, train, _ = make_mlp(tmp)
+    np.savez(os.path.join(tmp, "w.npz"), **train)
+    script = f"""
+import sys, numpy as np, onyx
+assert onyx.__file__.startswith({venv!r}), onyx.__file__
+d = dict(np.load({os.path.join(tmp, "w.npz")!r}))
+t = onyx.Trainer({model!r}, onyx.TrainingArguments(output_dir={os.path.join(tmp, "wo")!r}, max_steps=6,
+                 per_device_train_batch_size=8, logging_steps=3, save_strategy="no", disable_tqdm=True),
+                 train_dataset=d)
+print("steps", t.train().global_step, [m for m in sys.modules if m.split(".")[0] in ("torch", "transformers")])
+"""
+    r = subprocess.run([py, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp)
+    assert r.returncode == 0 and "steps 6 []" in r.stdout, (r.stdout[-800:], r.stderr[-2000:])
+    return f"{wheels[0]} installed into a numpy-only venv, trained 6 steps"
+
+
 CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("args-transformers", case_args_transformers), ("parity-cli", case_parity_cli),
          ("compute-metrics", case_compute_metrics), ("callback-stop", case_callback_stop),
@@ -869,7 +905,8 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("pretrained-module", case_pretrained_module), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
-         ("plain-module", case_plain_module), ("example-scripts", case_example_scripts)]
+         ("plain-module", case_plain_module), ("example-scripts", case_example_scripts),
+         ("wheel", case_wheel)]
 
 
 def main():
