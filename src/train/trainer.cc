@@ -124,6 +124,16 @@ std::map<std::string, Tensor> Trainer::load_batch(const data::Dataset& ds,
                                                   const std::vector<int64_t>& idx) const {
   auto batch = ds.batch(idx);
   if (model_.fill_defaults) model_.fill_defaults(batch);
+  if (model_.items_shifted && !model_.items_labels.empty()) {
+    // A causal LM predicts token t+1 from tokens <= t: one token per row leaves no target (the
+    // shifted logits would have length 0 deep inside the graph).
+    auto it = batch.find(model_.items_labels);
+    if (it != batch.end() && it->second.rank() >= 2)
+      ONYX_CHECK(it->second.dim(-1) >= 2, "batch input '", model_.items_labels,
+                 "' has sequence length ", it->second.dim(-1),
+                 "; a causal language model needs at least 2 tokens per row (its targets are the "
+                 "next tokens). Are the texts tokenized into more than one token?");
+  }
   return batch;
 }
 

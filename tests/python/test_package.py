@@ -40,7 +40,8 @@ Cases (one PASS / FAIL / SKIP line each):
   plain-module     a plain torch.nn.Module (forward returns a loss; exported inside): losses and
                    weights = transformers.Trainer's, state_dict() = the saved file, frozen
                    parameter and buffer unchanged
-  tied-gpt2-module GPT2LMHeadModel object: lm_head stays tied to wte, trained
+  tied-gpt2-module GPT2LMHeadModel object: lm_head stays tied to wte, trained; rows of one token
+                   are an error that says a causal LM needs two
   datasets-kinds   numpy dict, torch tensors (shared: np.shares_memory), map-style torch
                    Dataset, datasets.Dataset: identical logs; ragged rows without a collator are
                    a ValueError that says to pad
@@ -552,7 +553,17 @@ def case_tied_gpt2_module(onyx, tmp):
     t.train()
     assert m.lm_head.weight is m.transformer.wte.weight, "tie broken"
     assert not torch.equal(before, m.transformer.wte.weight), "wte not trained"
-    return "lm_head is still wte, trained"
+    one = ids[:, :1].contiguous()  # one token per row: no next-token target
+    t1 = onyx.Trainer(m, onyx.TrainingArguments(output_dir=os.path.join(tmp, "g1"), max_steps=1,
+                                                per_device_train_batch_size=4, save_strategy="no",
+                                                disable_tqdm=True),
+                      train_dataset={"input_ids": one, "labels": one})
+    try:
+        t1.train()
+        raise AssertionError("length-1 rows trained")
+    except onyx.OnyxError as e:
+        assert "at least 2 tokens" in str(e), str(e)
+    return "lm_head is still wte, trained; length-1 rows: a clear error"
 
 
 def case_datasets_kinds(onyx, tmp):
