@@ -75,6 +75,20 @@ TEST(OpTraits, FlopsFormulas) {
                                                         {"onyx", "LinearCrossEntropy"}})
     EXPECT_TRUE(op_traits(node(d, op)).flops) << d << "." << op;
   EXPECT_FALSE(op_traits(node("", "Add")).flops);
+  // Einsum: 2·M·N·K for a matmul-shaped equation; a chain counts each pair's GEMM.
+  ir::Node es = node("", "Einsum");
+  es.attrs["equation"] = ir::Attribute::of_string("bij,bjk->bik");
+  TensorMeta ea{DType::Float32, {4, 8, 16}}, eb{DType::Float32, {4, 16, 32}},
+      ey{DType::Float32, {4, 8, 32}};
+  ASSERT_TRUE(op_traits(es).flops);
+  EXPECT_DOUBLE_EQ(op_traits(es).flops(es, {&ea, &eb}, {&ey}), 2.0 * 4 * 8 * 16 * 32);
+  es.attrs["equation"] = ir::Attribute::of_string("ij,jk,kl->il");
+  TensorMeta c1{DType::Float32, {2, 3}}, c2{DType::Float32, {3, 5}}, c3{DType::Float32, {5, 7}};
+  EXPECT_DOUBLE_EQ(op_traits(es).flops(es, {&c1, &c2, &c3}, {nullptr}),
+                   2.0 * (2 * 3 * 5 + 2 * 5 * 7));
+  es.attrs["equation"] = ir::Attribute::of_string("ii->");
+  TensorMeta sq{DType::Float32, {3, 3}};
+  EXPECT_DOUBLE_EQ(op_traits(es).flops(es, {&sq}, {nullptr}), 0.0) << "one operand: no GEMM";
 }
 
 TEST(OpTraits, PrecisionClasses) {

@@ -439,9 +439,44 @@ void einsum_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+// FLOPs: operands contracted left to right, 2 · Π(sizes of the pair's labels) per pair (a batched
+// GEMM's multiply-adds); an intermediate keeps the labels later operands or the output use. A
+// single operand (a transpose, trace or sum) counts 0, as elementwise work does.
+static double einsum_flops(const ir::Node& n, const std::vector<const TensorMeta*>& in,
+                           const std::vector<const TensorMeta*>&) {
+  std::vector<Shape> shapes;
+  for (auto* m : in) {
+    if (!m) return 0;
+    shapes.push_back(m->shape);
+  }
+  if (shapes.size() < 2) return 0;
+  kernels::EinsumSpec s =
+      kernels::parse_einsum(n.attr_string("equation", ""), shapes, n.describe());
+  double total = 0;
+  std::vector<int> acc = s.inputs[0];
+  for (size_t i = 1; i < s.inputs.size(); i++) {
+    std::vector<int> both = acc;
+    for (int l : s.inputs[i])
+      if (std::find(both.begin(), both.end(), l) == both.end()) both.push_back(l);
+    double p = 2;
+    for (int l : both) p *= (double)s.size[l];
+    total += p;
+    std::vector<int> keep;  // labels still needed after this pair
+    for (int l : both) {
+      bool later = std::find(s.output.begin(), s.output.end(), l) != s.output.end();
+      for (size_t j = i + 1; j < s.inputs.size() && !later; j++)
+        later = std::find(s.inputs[j].begin(), s.inputs[j].end(), l) != s.inputs[j].end();
+      if (later) keep.push_back(l);
+    }
+    acc = keep;
+  }
+  return total;
+}
+
 void register_einsum_kernels(KernelRegistry& r) {
-  r.add("", "Einsum", OpKernel{einsum_infer, einsum_kernel, {}}).precision =
-      OpTraits::Precision::LowPrecision;  // one batched GEMM per operand pair
+  OpTraits& t = r.add("", "Einsum", OpKernel{einsum_infer, einsum_kernel, {}});
+  t.precision = OpTraits::Precision::LowPrecision;  // one batched GEMM per operand pair
+  t.flops = einsum_flops;
 }
 
 }  // namespace onyx::runtime
