@@ -445,7 +445,9 @@ class Trainer:
         if model is None:
             if model_init is None:
                 raise ValueError("Trainer: give model or model_init")
-            model = model_init()
+            import inspect
+            takes_trial = len(inspect.signature(model_init).parameters) >= 1
+            model = model_init(None) if takes_trial else model_init()  # as Transformers calls it
         self.model_init = model_init
         self.args = args
         self.data_collator = data_collator

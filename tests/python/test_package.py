@@ -683,6 +683,10 @@ def case_hp_search(onyx, tmp):
 
     t = onyx.Trainer(args=onyx.TrainingArguments(output_dir=os.path.join(tmp, "hp"), **base),
                      train_dataset=train, eval_dataset=ev, model_init=lambda: model)
+    seen = []  # a model_init taking the trial is called with None first, then with each trial
+    onyx.Trainer(args=onyx.TrainingArguments(output_dir=os.path.join(tmp, "hp0"), **base),
+                 train_dataset=train, eval_dataset=ev, model_init=lambda trial: seen.append(trial) or model)
+    assert seen == [None], seen
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     best = t.hyperparameter_search(hp_space=hp_space, n_trials=6, direction="minimize",
                                    sampler=optuna.samplers.TPESampler(seed=0), pruner=PruneTrial2())
