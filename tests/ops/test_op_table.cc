@@ -432,6 +432,19 @@ TEST(OpTableBench, Rows) {
 
 // ---- coverage -----------------------------------------------------------------------------------
 
+// Fails listing every op of `ops` that `covered` lacks.
+static void expect_covered(const std::vector<std::string>& ops,
+                           const std::set<std::string>& covered, const char* what) {
+  std::string list;
+  int n = 0;
+  for (const std::string& op : ops)
+    if (!covered.count(op)) {
+      list += " " + op;
+      n++;
+    }
+  EXPECT_EQ(n, 0) << n << " " << what << " in tests/ops/cases_*.inc:" << list;
+}
+
 TEST(OpTableCoverage, EveryKernelHasARow) {
   std::set<std::string> covered;
   for (const Case& c : all_cases()) covered.insert(key(c.domain, c.op));
@@ -448,27 +461,15 @@ TEST(OpTableCoverage, EveryKernelHasARow) {
       if (n.domain == "onyx" && !runtime::KernelRegistry::instance().find("", n.op_type))
         covered.insert(key(n.domain, n.op_type));
   }
-  std::vector<std::string> missing;
-  for (const std::string& op : runtime::KernelRegistry::instance().op_names())
-    if (!covered.count(op)) missing.push_back(op);
-  std::string list;
-  for (auto& m : missing) list += " " + m;
-  EXPECT_TRUE(missing.empty()) << missing.size()
-                               << " registered kernels have no row in tests/ops/cases_*.inc:"
-                               << list;
+  expect_covered(runtime::KernelRegistry::instance().op_names(), covered,
+                 "registered kernels have no row");
 }
 
 TEST(OpTableCoverage, EveryGradientRuleHasAGradientRow) {
   std::set<std::string> covered;
   for (const Case& c : gradient_cases()) covered.insert(key(c.domain, c.op));
-  std::vector<std::string> missing;
-  for (const std::string& op : autodiff::GradRegistry::instance().op_names())
-    if (!covered.count(op)) missing.push_back(op);
-  std::string list;
-  for (auto& m : missing) list += " " + m;
-  EXPECT_TRUE(missing.empty()) << missing.size()
-                               << " gradient rules have no gradient row in tests/ops/cases_*.inc:"
-                               << list;
+  expect_covered(autodiff::GradRegistry::instance().op_names(), covered,
+                 "gradient rules have no gradient row");
 }
 
 TEST(OpTableCoverage, RowNamesAreUnique) {
