@@ -6,6 +6,7 @@
 
 #include "autodiff/coverage.h"
 #include "autodiff/gradient.h"
+#include "passes/match.h"
 #include "runtime/kernel.h"
 
 using namespace onyx;
@@ -15,13 +16,7 @@ namespace {
 
 ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> in,
               std::vector<std::string> out, std::map<std::string, ir::Attribute> attrs = {}) {
-  ir::Node n;
-  n.name = name;
-  n.op_type = op;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  n.attrs = std::move(attrs);
-  return n;
+  return passes::make_node(op, "", std::move(in), std::move(out), std::move(attrs), name);
 }
 
 // Nodes by name: mul, shape, cast, castlike, floor_c, floor_x, argmax, relu_dead, add1, add2,

@@ -13,6 +13,7 @@
 
 #include "autodiff/gradient.h"
 #include "onyx/custom_ops.h"
+#include "passes/match.h"
 #include "runtime/session.h"
 
 using namespace onyx;
@@ -158,14 +159,8 @@ void ensure_registered() {
 ir::Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
               std::map<std::string, ir::Attribute> attrs = {},
               const std::string& domain = "test.custom") {
-  ir::Node n;
-  n.name = op + "_" + out[0];
-  n.op_type = op;
-  n.domain = domain;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  n.attrs = std::move(attrs);
-  return n;
+  std::string name = op + "_" + out[0];
+  return passes::make_node(op, domain, std::move(in), std::move(out), std::move(attrs), name);
 }
 
 std::shared_ptr<ir::Graph> graph_with(std::vector<ir::Node> nodes, const std::string& output) {

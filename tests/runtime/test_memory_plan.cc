@@ -13,6 +13,7 @@
 #include "../real_exports.h"
 #include "autodiff/gradient.h"
 #include "ir/onnx_io.h"
+#include "passes/match.h"
 #include "runtime/memory_plan.h"
 #include "runtime/session.h"
 
@@ -24,14 +25,8 @@ namespace {
 
 ir::Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
               std::map<std::string, ir::Attribute> attrs = {}, const std::string& domain = "") {
-  ir::Node n;
-  n.name = op + "_" + out[0];
-  n.op_type = op;
-  n.domain = domain;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  n.attrs = std::move(attrs);
-  return n;
+  std::string name = op + "_" + out[0];
+  return passes::make_node(op, domain, std::move(in), std::move(out), std::move(attrs), name);
 }
 
 Tensor random_tensor(Shape s, uint32_t seed, float scale = 1.0f) {
