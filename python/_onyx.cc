@@ -549,6 +549,14 @@ NB_MODULE(_onyx, m) {
             });
           },
           "output_dir"_a)
+      .def(
+          "weights",
+          [](TrainerBox& b) {
+            nb::dict d;
+            for (auto& [name, t] : get(b).weights()) d[name.c_str()] = array_from_tensor(t);
+            return d;
+          },
+          "{name: numpy view} of the current weights, as save_model writes them.")
       .def_prop_ro(
           "state", [](TrainerBox& b) -> const TrainerState& { return get(b).state(); },
           nb::rv_policy::reference_internal)

@@ -174,6 +174,9 @@ class Trainer {
   PredictionOutput predict(const data::Dataset& dataset);
   // model.safetensors (+ onyx_model.json describing the graph source) into `dir`, atomically.
   void save_model(const std::string& dir);
+  // What save_model writes as model.safetensors: every initializer by name, trained parameters
+  // and buffers at their current values (views of the Trainer's storage: copy to keep).
+  std::map<std::string, Tensor> weights();
   const TrainerState& state() const { return state_; }
   // auto_find_batch_size / max_memory: picks the batch size whose planned step fits (train()).
   void fit_batch_to_memory();

@@ -354,8 +354,6 @@ def _dataset(ds, which, collator=None, keep=None):
     return out
 
 
-_np_dict = _dataset
-
 
 _logger = logging.getLogger("onyx")
 
@@ -560,11 +558,7 @@ class Trainer:
         if self._module is None:
             return
         import torch
-        from safetensors.torch import load_file
-        import tempfile
-        with tempfile.TemporaryDirectory(prefix="onyx-sync-") as d:
-            self._t.save_model(d)
-            trained = load_file(os.path.join(d, "model.safetensors"))
+        trained = self._t.weights()  # numpy views of the C++ storage, copied into the module below
         params = dict(self._module.named_parameters(remove_duplicate=False))
         missing = [n for n in params if n not in trained]
         untied = [n for n in missing if not any(p is params[n] for k, p in params.items()
@@ -576,7 +570,7 @@ class Trainer:
         with torch.no_grad():
             for n, p in params.items():
                 if n in trained:
-                    p.copy_(trained[n].to(p.dtype))
+                    p.copy_(torch.from_numpy(trained[n]).to(p.dtype))
 
     def _build(self, args):
         names, fn = [], None

@@ -109,15 +109,20 @@ static void fsync_path(const fs::path& p, bool dir) {
   }
 }
 
-void Trainer::save_model(const std::string& dir) {
-  fs::create_directories(dir);
+std::map<std::string, Tensor> Trainer::weights() {
   auto& ts = *impl_->ts;
   std::map<std::string, Tensor> weights;
   for (auto& [name, t] : model_.graph->initializers)
     weights[name] = ts.params().views().count(name) ? ts.params().view(name)
                     : ts.buffers().count(name)      ? ts.buffers().at(name)
                                                     : t;
-  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), weights, {{"format", "pt"}});
+  return weights;
+}
+
+void Trainer::save_model(const std::string& dir) {
+  fs::create_directories(dir);
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), weights(),
+                       {{"format", "pt"}});
   json m;
   m["source"] = model_.source;
   if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput)
