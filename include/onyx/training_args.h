@@ -64,6 +64,15 @@ struct TrainingArguments {
   // TensorBoard event folder; empty = $TENSORBOARD_LOGGING_DIR, else
   // output_dir/runs/<Mon><DD>_<HH-MM-SS>_<host> (Transformers' default_logdir).
   std::string logging_dir;
+  // Data parallelism (under mpirun; see docs/DISTRIBUTED.md). Seconds a collective may wait for
+  // the other ranks before the job is stopped (Transformers' ddp_timeout).
+  int64_t ddp_timeout = 1800;
+  // Gradient reduction bucket size in MiB (None: 25, PyTorch DDP's default).
+  std::optional<int64_t> ddp_bucket_cap_mb;
+  // onyx extension (DeepSpeed's zero_optimization.stage): 0 = DDP (every rank holds the whole
+  // optimizer state), 1 = AdamW moments sharded across ranks, 2 = gradients accumulated only in
+  // the local shard too.
+  int64_t zero_stage = 0;
 
   // Sets one argument from its text form ("1e-4", "true", "linear"); throws naming the key.
   void set(const std::string& key, const std::string& value);

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -46,8 +48,8 @@ std::string TrainerState::to_json() const {
   j["best_metric"] = best_metric ? json(*best_metric) : json();
   j["best_global_step"] = best_global_step ? json(*best_global_step) : json();
   j["best_model_checkpoint"] = best_model_checkpoint ? json(*best_model_checkpoint) : json();
-  j["is_local_process_zero"] = true;
-  j["is_world_process_zero"] = true;
+  j["is_local_process_zero"] = is_local_process_zero;
+  j["is_world_process_zero"] = is_world_process_zero;
   j["is_hyper_param_search"] = false;
   j["total_flos"] = 0;
   json h = json::array();
@@ -120,6 +122,7 @@ std::map<std::string, Tensor> Trainer::weights() {
 }
 
 void Trainer::save_model(const std::string& dir) {
+  if (impl_->comm->rank() != 0) return;  // data parallel: rank 0 writes the model
   fs::create_directories(dir);
   io::save_safetensors((fs::path(dir) / "model.safetensors").string(), weights(),
                        {{"format", "pt"}});
@@ -144,11 +147,25 @@ void Trainer::save_model(const std::string& dir) {
   }
 }
 
+// Optimizer state files: "optimizer.safetensors" when this rank's state covers the whole
+// buffer (one process, DDP: rank 0 writes it), else one "optimizer-RRRRR-of-NNNNN.safetensors"
+// per rank (ZeRO) with its element range in the metadata, so a resume at any world size and
+// stage reads the ranges it needs (load_optimizer_range).
+static std::string shard_file_name(int rank, int world) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "optimizer-%05d-of-%05d.safetensors", rank, world);
+  return buf;
+}
+
 void Trainer::save_checkpoint() {
+  auto& I = *impl_;
+  dist::Comm& comm = *I.comm;
+  const int rank = comm.rank(), world = comm.size();
   std::string name = cat("checkpoint-", state_.global_step);
   fs::path final_dir = fs::path(args_.output_dir) / name;
-  fs::path tmp = fs::path(args_.output_dir) / cat(".tmp-", name, "-", ::getpid());
-  auto& I = *impl_;
+  // every rank must agree on the temporary folder's name (no pid under mpirun)
+  fs::path tmp = fs::path(args_.output_dir) /
+                 (world > 1 ? cat(".tmp-", name, "-ranks") : cat(".tmp-", name, "-", ::getpid()));
   // As Transformers 5: the best checkpoint is the one of the best evaluation's step, when that
   // step was saved (this one, or one still on disk).
   if (state_.best_global_step) {
@@ -158,40 +175,121 @@ void Trainer::save_checkpoint() {
     else if (fs::exists(best))
       state_.best_model_checkpoint = best.string();
   }
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  save_model(tmp.string());
-  io::save_safetensors((tmp / "optimizer.safetensors").string(), I.opt->state(),
-                       {{"optimizer", args_.optimizer_name()}});
-  json sch;
-  sch["last_epoch"] = state_.global_step;
-  sch["type"] = args_.lr_scheduler_type;
-  io::write_file_atomic((tmp / "scheduler.json").string(), sch.dump(2) + "\n");
-  json rng;
-  rng["seed"] = args_.seed;
-  rng["data_seed"] = I.data_seed;
-  rng["epoch"] = I.epoch;
-  rng["batches_done_in_epoch"] = I.batches_done;
-  rng["loss_since_log"] = I.loss_since_log;
-  rng["steps_since_log"] = I.steps_since_log;
-  rng["loss_total"] = I.loss_total;
-  rng["last_grad_norm"] = I.last_grad_norm;
-  rng["skipped_steps"] = I.skipped_steps;
-  io::write_file_atomic((tmp / "rng_state.json").string(), rng.dump(2) + "\n");
-  io::write_file_atomic((tmp / "training_args.json").string(), args_.to_json() + "\n");
-  io::write_file_atomic((tmp / "trainer_state.json").string(), state_.to_json() + "\n");
-  fsync_path(tmp, true);
-  if (fs::exists(final_dir)) {
-    fs::path old = fs::path(args_.output_dir) / cat(".old-", name, "-", ::getpid());
-    fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    fs::remove_all(old);
-  } else {
-    fs::rename(tmp, final_dir);
+  if (rank == 0) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    save_model(tmp.string());
+    json sch;
+    sch["last_epoch"] = state_.global_step;
+    sch["type"] = args_.lr_scheduler_type;
+    io::write_file_atomic((tmp / "scheduler.json").string(), sch.dump(2) + "\n");
+    json rng;
+    rng["seed"] = args_.seed;
+    rng["data_seed"] = I.data_seed;
+    rng["epoch"] = I.epoch;
+    rng["batches_done_in_epoch"] = I.batches_done;  // micro-batches of all ranks
+    rng["loss_since_log"] = I.loss_since_log;
+    rng["steps_since_log"] = I.steps_since_log;
+    rng["loss_total"] = I.loss_total;
+    rng["last_grad_norm"] = I.last_grad_norm;
+    rng["skipped_steps"] = I.skipped_steps;
+    rng["world_size"] = world;
+    rng["zero_stage"] = args_.zero_stage;
+    rng["per_device_train_batch_size"] = args_.per_device_train_batch_size;
+    io::write_file_atomic((tmp / "rng_state.json").string(), rng.dump(2) + "\n");
+    io::write_file_atomic((tmp / "training_args.json").string(), args_.to_json() + "\n");
+    io::write_file_atomic((tmp / "trainer_state.json").string(), state_.to_json() + "\n");
   }
-  fsync_path(args_.output_dir, true);
+  comm.barrier();  // the folder exists
+  const int64_t numel = I.ts->params().layout().numel;
+  const bool whole = I.opt->range_begin == 0 && I.opt->range_end == numel;
+  std::map<std::string, std::string> meta = {{"optimizer", args_.optimizer_name()},
+                                             {"begin", std::to_string(I.opt->range_begin)},
+                                             {"end", std::to_string(I.opt->range_end)},
+                                             {"numel", std::to_string(numel)}};
+  if (!whole)
+    io::save_safetensors((tmp / shard_file_name(rank, world)).string(), I.opt->state(), meta);
+  else if (rank == 0)
+    io::save_safetensors((tmp / "optimizer.safetensors").string(), I.opt->state(), meta);
+  comm.barrier();  // every shard is written
+  if (rank == 0) {
+    fsync_path(tmp, true);
+    if (fs::exists(final_dir)) {
+      fs::path old = fs::path(args_.output_dir) / cat(".old-", name, "-", ::getpid());
+      fs::rename(final_dir, old);
+      fs::rename(tmp, final_dir);
+      fs::remove_all(old);
+    } else {
+      fs::rename(tmp, final_dir);
+    }
+    fsync_path(args_.output_dir, true);
+  }
+  comm.barrier();  // the checkpoint is complete before anyone goes on
   for (auto& cb : callbacks_) cb->on_save(args_, state_, control_);
-  rotate_checkpoints();
+  if (rank == 0) rotate_checkpoints();
+}
+
+std::map<std::string, Tensor> train::load_optimizer_range(const std::string& dir, int64_t begin,
+                                                          int64_t end, int64_t numel) {
+  fs::path d(dir);
+  std::vector<fs::path> files;
+  if (fs::exists(d / "optimizer.safetensors")) {
+    files.push_back(d / "optimizer.safetensors");
+  } else if (fs::is_directory(d)) {
+    for (auto& e : fs::directory_iterator(d)) {
+      std::string n = e.path().filename().string();
+      if (n.rfind("optimizer-", 0) == 0 && n.size() > 12 &&
+          n.substr(n.size() - 12) == ".safetensors")
+        files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+  }
+  ONYX_CHECK(!files.empty(), "checkpoint '", dir,
+             "' has no optimizer.safetensors (nor optimizer-R-of-N shards)");
+  std::map<std::string, Tensor> out;
+  int64_t covered = 0;
+  for (auto& f : files) {
+    auto sf = io::load_safetensors(f.string());
+    auto meta_int = [&](const char* key, int64_t fallback) -> int64_t {
+      auto it = sf.metadata.find(key);
+      if (it == sf.metadata.end()) return fallback;
+      try {
+        return std::stoll(it->second);
+      } catch (...) {
+        throw Error(
+            cat("'", f.string(), "': metadata '", key, "' is not an integer: '", it->second, "'"));
+      }
+    };
+    int64_t fb = meta_int("begin", 0), fe = -1;
+    for (auto& [k, t] : sf.tensors)
+      if (k != "step") fe = fb + t.numel();
+    if (fe < 0) fe = meta_int("end", fb);
+    ONYX_CHECK(meta_int("end", fe) == fe && meta_int("numel", numel) == numel, "'", f.string(),
+               "': holds elements [", fb, ", ", meta_int("end", fe), ") of a buffer of ",
+               meta_int("numel", numel), " elements; this model's has ", numel);
+    const int64_t b = std::max(begin, fb), e = std::min(end, fe);
+    for (auto& [k, t] : sf.tensors) {
+      if (k == "step") {
+        out[k] = t.clone();
+        continue;
+      }
+      ONYX_CHECK(t.dtype() == DType::Float32 && t.rank() == 1 && t.numel() == fe - fb, "'",
+                 f.string(), "': state '", k, "' is ", dtype_name(t.dtype()), " ",
+                 shape_str(t.shape()), ", expected float32 [", fe - fb, "]");
+      auto it = out.find(k);
+      if (it == out.end()) it = out.emplace(k, Tensor::zeros(DType::Float32, {end - begin})).first;
+      if (e > b)
+        std::memcpy(it->second.data<float>() + (b - begin), t.data<float>() + (b - fb),
+                    (size_t)(e - b) * sizeof(float));
+    }
+    if (e > b) covered += e - b;
+  }
+  bool has_moments = false;
+  for (auto& [k, t] : out) has_moments |= k != "step";
+  ONYX_CHECK(!has_moments || covered == end - begin, "checkpoint '", dir,
+             "': the optimizer files cover ", covered, " of the elements [", begin, ", ", end,
+             ") this rank needs (a shard is missing?)");
+  return out;
 }
 
 void Trainer::rotate_checkpoints() {
@@ -242,8 +340,9 @@ void Trainer::load_checkpoint(const std::string& dir) {
   auto weights = io::load_safetensors((d / "model.safetensors").string());
   // Parameters and BatchNorm running statistics (buffers), as they were at the save.
   I.ts->load_weights(weights.tensors, cat("checkpoint '", dir, "': model.safetensors"));
-  auto opt = io::load_safetensors((d / "optimizer.safetensors").string());
-  I.opt->load_state(opt.tensors);
+  // The optimizer state of this rank's range, from whatever world size and stage wrote it.
+  I.opt->load_state(train::load_optimizer_range(dir, I.opt->range_begin, I.opt->range_end,
+                                                I.ts->params().layout().numel));
   state_ = TrainerState::from_json(read("trainer_state.json"),
                                    cat("'", (d / "trainer_state.json").string(), "'"));
   json rng;
@@ -263,10 +362,12 @@ void Trainer::load_checkpoint(const std::string& dir) {
     throw Error(cat("checkpoint '", dir, "': rng_state.json: ", e.what()));
   }
   // The log file continues exactly where the checkpoint's history ends.
-  std::string log_path = (fs::path(args_.output_dir) / "log_history.jsonl").string();
-  std::string text;
-  for (auto& e : state_.log_history) text += e.to_json() + "\n";
-  io::write_file_atomic(log_path, text);
+  if (I.comm->rank() == 0) {
+    std::string log_path = (fs::path(args_.output_dir) / "log_history.jsonl").string();
+    std::string text;
+    for (auto& e : state_.log_history) text += e.to_json() + "\n";
+    io::write_file_atomic(log_path, text);
+  }
 }
 
 }  // namespace onyx

@@ -25,7 +25,7 @@ namespace {
 
 constexpr int64_t kUnit = 16;          // threads split buffers on multiples of 16 elements
 constexpr int64_t kGrainUnits = 8192;  // 128K elements per thread at least; smaller runs inline
-constexpr int64_t kChunk = 1 << 16;    // fixed reduction chunk (elements), thread-count independent
+constexpr int64_t kChunk = 1 << 16;    // all_finite's chunk (elements)
 
 // Runs f(begin, end) over element ranges of [0, n) split evenly across the pool's threads.
 template <class F>
@@ -200,13 +200,16 @@ SgdKernel pick_sgd_kernel(bool momentum, bool first, bool nesterov) {
 class FlatOptimizer : public Optimizer {
  public:
   FlatOptimizer(std::string name, const OptimizerConfig& config, const FlatLayout& layout,
-                const std::vector<bool>& decay_mask, const std::vector<std::string>& buffer_names)
+                const std::vector<bool>& decay_mask, const std::vector<std::string>& buffer_names,
+                int64_t begin, int64_t end)
       : name_(std::move(name)),
         config_(config),
         layout_(layout),
         decay_mask_(decay_mask),
         ranges_(make_decay_ranges(layout, decay_mask)) {
-    for (auto& b : buffer_names) buffers_[b] = Tensor::zeros(DType::Float32, {layout_.numel});
+    range_begin = begin;
+    range_end = end;
+    for (auto& b : buffer_names) buffers_[b] = Tensor::zeros(DType::Float32, {end - begin});
   }
 
   const std::string& name() const override { return name_; }
@@ -283,8 +286,9 @@ class FlatOptimizer : public Optimizer {
 // One threaded, vectorized pass over the flat buffers.
 class FusedAdamW : public FlatOptimizer {
  public:
-  FusedAdamW(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask)
-      : FlatOptimizer("adamw_fused", c, l, mask, {"exp_avg", "exp_avg_sq"}) {}
+  FusedAdamW(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask,
+             int64_t b, int64_t e)
+      : FlatOptimizer("adamw_fused", c, l, mask, {"exp_avg", "exp_avg_sq"}, b, e) {}
 
   void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
     check_buffers(params, grads);
@@ -292,12 +296,14 @@ class FusedAdamW : public FlatOptimizer {
     AdamWScalars k = adamw_scalars(config_, lr, step_count);
     float* p = params.flat().data<float>();
     const float* g = grads.flat().data<float>();
-    float* m = buffer("exp_avg");
-    float* v = buffer("exp_avg_sq");
-    parallel_elements(layout_.numel, [&](int64_t begin, int64_t end) {
-      for_each_decay_range(ranges_, begin, end, [&](int64_t b, int64_t e, bool decay) {
-        adamw_update(p + b, g + b, m + b, v + b, e - b, k, decay ? k.keep_decay : 1.0f);
-      });
+    // state element i belongs to buffer element range_begin + i
+    float* m = buffer("exp_avg") - range_begin;
+    float* v = buffer("exp_avg_sq") - range_begin;
+    parallel_elements(range_end - range_begin, [&](int64_t begin, int64_t end) {
+      for_each_decay_range(
+          ranges_, range_begin + begin, range_begin + end, [&](int64_t b, int64_t e, bool decay) {
+            adamw_update(p + b, g + b, m + b, v + b, e - b, k, decay ? k.keep_decay : 1.0f);
+          });
     });
   }
 };
@@ -305,31 +311,37 @@ class FusedAdamW : public FlatOptimizer {
 // The reference: tensor by tensor, plain scalar code, one thread. Same math as FusedAdamW.
 class ReferenceAdamW : public FlatOptimizer {
  public:
-  ReferenceAdamW(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask)
-      : FlatOptimizer("adamw", c, l, mask, {"exp_avg", "exp_avg_sq"}) {}
+  ReferenceAdamW(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask,
+                 int64_t b, int64_t e)
+      : FlatOptimizer("adamw", c, l, mask, {"exp_avg", "exp_avg_sq"}, b, e) {}
 
   void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
     check_buffers(params, grads);
     ++step_count;
     AdamWScalars k = adamw_scalars(config_, lr, step_count);
-    float* m = buffer("exp_avg");
-    float* v = buffer("exp_avg_sq");
-    for (size_t i = 0; i < layout_.entries.size(); ++i) {
+    float* m = buffer("exp_avg") - range_begin;
+    float* v = buffer("exp_avg_sq") - range_begin;
+    float* p = params.flat().data<float>();
+    const float* g = grads.flat().data<float>();
+    for (size_t i = 0; i < layout_.entries.size(); ++i) {  // each tensor's part of the range
       const FlatLayout::Entry& e = layout_.entries[i];
-      float* p = params.view(e.name).data<float>();
-      const float* g = grads.view(e.name).data<float>();
-      adamw_update_scalar(p, g, m + e.offset, v + e.offset, shape_numel(e.shape), k,
-                          decays(i) ? k.keep_decay : 1.0f);
+      int64_t b = std::max(range_begin, e.offset);
+      int64_t end = std::min(range_end, e.offset + shape_numel(e.shape));
+      if (end > b)
+        adamw_update_scalar(p + b, g + b, m + b, v + b, end - b, k,
+                            decays(i) ? k.keep_decay : 1.0f);
     }
   }
 };
 
 class Sgd : public FlatOptimizer {
  public:
-  Sgd(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask)
+  Sgd(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask, int64_t b,
+      int64_t e)
       : FlatOptimizer("sgd", c, l, mask,
                       c.momentum != 0 ? std::vector<std::string>{"momentum_buffer"}
-                                      : std::vector<std::string>{}) {}
+                                      : std::vector<std::string>{},
+                      b, e) {}
 
   void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
     check_buffers(params, grads);
@@ -340,12 +352,13 @@ class Sgd : public FlatOptimizer {
     SgdKernel without = pick_sgd_kernel<false>(momentum, first, config_.nesterov);
     float* p = params.flat().data<float>();
     const float* g = grads.flat().data<float>();
-    float* buf = momentum ? buffer("momentum_buffer") : nullptr;
-    parallel_elements(layout_.numel, [&](int64_t begin, int64_t end) {
-      for_each_decay_range(ranges_, begin, end, [&](int64_t b, int64_t e, bool decay) {
-        (decay && any_decay ? with_decay : without)(p + b, g + b, buf ? buf + b : nullptr, e - b,
-                                                    k);
-      });
+    float* buf = momentum ? buffer("momentum_buffer") - range_begin : nullptr;
+    parallel_elements(range_end - range_begin, [&](int64_t begin, int64_t end) {
+      for_each_decay_range(ranges_, range_begin + begin, range_begin + end,
+                           [&](int64_t b, int64_t e, bool decay) {
+                             (decay && any_decay ? with_decay : without)(
+                                 p + b, g + b, buf ? buf + b : nullptr, e - b, k);
+                           });
     });
     ++step_count;
   }
@@ -410,7 +423,12 @@ const std::vector<std::string>& optimizer_names() {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const FlatLayout& layout,
-                                          const std::vector<bool>& decay_mask) {
+                                          const std::vector<bool>& decay_mask, int64_t begin,
+                                          int64_t end) {
+  if (end < 0) end = layout.numel;
+  ONYX_CHECK(0 <= begin && begin <= end && end <= layout.numel, "optimizer '", c.name,
+             "': element range [", begin, ", ", end, ") is outside the buffer of ", layout.numel,
+             " elements");
   const auto& names = optimizer_names();
   if (std::find(names.begin(), names.end(), c.name) == names.end()) {
     std::string valid;
@@ -429,15 +447,15 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const FlatLa
   if (c.name == "sgd") {
     ONYX_CHECK(c.momentum >= 0, "optimizer 'sgd': invalid momentum ", c.momentum);
     ONYX_CHECK(!c.nesterov || c.momentum > 0, "optimizer 'sgd': nesterov needs momentum > 0");
-    return std::make_unique<Sgd>(c, layout, decay_mask);
+    return std::make_unique<Sgd>(c, layout, decay_mask, begin, end);
   }
   ONYX_CHECK(c.beta1 >= 0 && c.beta1 < 1, "optimizer '", c.name, "': invalid beta1 ", c.beta1,
              " (must be in [0, 1))");
   ONYX_CHECK(c.beta2 >= 0 && c.beta2 < 1, "optimizer '", c.name, "': invalid beta2 ", c.beta2,
              " (must be in [0, 1))");
   ONYX_CHECK(c.eps >= 0, "optimizer '", c.name, "': invalid eps ", c.eps);
-  if (c.name == "adamw") return std::make_unique<ReferenceAdamW>(c, layout, decay_mask);
-  return std::make_unique<FusedAdamW>(c, layout, decay_mask);
+  if (c.name == "adamw") return std::make_unique<ReferenceAdamW>(c, layout, decay_mask, begin, end);
+  return std::make_unique<FusedAdamW>(c, layout, decay_mask, begin, end);
 }
 
 std::vector<bool> hf_decay_mask(const FlatLayout& layout, bool generic_onnx) {
@@ -454,25 +472,93 @@ std::vector<bool> hf_decay_mask(const FlatLayout& layout, bool generic_onnx) {
   return mask;
 }
 
-double global_grad_norm(const FlatBuffer& grads) {
-  check_float32(grads, "global_grad_norm");
-  const float* g = grads.flat().data<float>();
-  int64_t n = grads.layout().numel;
-  int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(chunks);
-  runtime::parallel_for(chunks, 2, [&](int64_t cb, int64_t ce) {
-    for (int64_t c = cb; c < ce; ++c)
-      partial[c] = sum_squares(g + c * kChunk, std::min(kChunk, n - c * kChunk));
-  });
-  double total = 0;
-  for (double s : partial) total += s;
-  return std::sqrt(total);
+// ---- SquareSum: limb i holds digits of weight 2^(32 i - 1074) --------------------------------
+void SquareSum::add(double x) {
+  if (!std::isfinite(x)) {
+    special += x;
+    return;
+  }
+  if (x == 0) return;
+  int e = 0;
+  double m = std::frexp(x, &e);  // x = m * 2^e, m in [0.5, 1)
+  // x = mant * 2^(e - 53) with a 53-bit integer mant; subnormals have fewer digits (exact too)
+  int pos = e - 53 + 1074;
+  uint64_t mant = (uint64_t)std::ldexp(m, 53);
+  if (pos < 0) {  // subnormal: shift the (exactly representable) mantissa down
+    mant >>= -pos;
+    pos = 0;
+  }
+  unsigned __int128 v = (unsigned __int128)mant << (pos % 32);
+  int li = pos / 32;
+  limb[li] += (uint32_t)v;
+  limb[li + 1] += (uint32_t)(v >> 32);
+  limb[li + 2] += (uint64_t)(v >> 64);
+  if (++pending >= (int64_t(1) << 30)) normalize();
 }
 
-void scale(FlatBuffer& buffer, float factor) {
+void SquareSum::normalize() {
+  uint64_t carry = 0;
+  for (int i = 0; i < kLimbs; i++) {
+    uint64_t t = limb[i] + carry;
+    limb[i] = t & 0xffffffffu;
+    carry = t >> 32;
+  }
+  pending = 0;
+}
+
+void SquareSum::merge(const SquareSum& other) {
+  SquareSum o = other;
+  o.normalize();
+  normalize();
+  for (int i = 0; i < kLimbs; i++) limb[i] += o.limb[i];
+  special += o.special;
+  normalize();
+}
+
+double SquareSum::value() const {
+  SquareSum s = *this;
+  s.normalize();
+  if (s.special != 0 || std::isnan(s.special)) return s.special;
+  int top = kLimbs - 1;
+  while (top >= 0 && s.limb[top] == 0) top--;
+  if (top < 0) return 0;
+  // The top four digits (at least 97 significant bits), high to low: a fixed function of the
+  // exact sum.
+  double v = 0;
+  for (int i = top; i >= 0 && i > top - 4; i--) v += std::ldexp((double)s.limb[i], 32 * i - 1074);
+  return v;
+}
+
+SquareSum square_sum(const FlatBuffer& grads, int64_t begin, int64_t end) {
+  check_float32(grads, "square_sum");
+  const int64_t n = grads.layout().numel;
+  if (end < 0 || end > n) end = n;
+  ONYX_CHECK(begin % 64 == 0 && begin >= 0, "square_sum: begin ", begin,
+             " is not a multiple of 64");
+  const float* g = grads.flat().data<float>();
+  constexpr int64_t kBlock = 64;
+  int64_t blocks = (std::max<int64_t>(0, end - begin) + kBlock - 1) / kBlock;
+  int nt = std::max(1, runtime::num_threads());
+  std::vector<SquareSum> partial((size_t)nt);
+  runtime::parallel_for(blocks, 1024, [&](int64_t bb, int64_t be) {
+    SquareSum& acc = partial[(size_t)(omp_in_parallel() ? omp_get_thread_num() : 0)];
+    for (int64_t blk = bb; blk < be; ++blk) {
+      int64_t b = begin + blk * kBlock;
+      acc.add(sum_squares(g + b, std::min(kBlock, end - b)));
+    }
+  });
+  SquareSum total;
+  for (auto& p : partial) total.merge(p);
+  return total;
+}
+
+double global_grad_norm(const FlatBuffer& grads) { return std::sqrt(square_sum(grads).value()); }
+
+void scale(FlatBuffer& buffer, float factor, int64_t begin, int64_t end) {
   check_float32(buffer, "scale");
-  float* x = buffer.flat().data<float>();
-  parallel_elements(buffer.layout().numel, [&](int64_t b, int64_t e) {
+  if (end < 0) end = buffer.layout().numel;
+  float* x = buffer.flat().data<float>() + begin;
+  parallel_elements(end - begin, [&](int64_t b, int64_t e) {
     int64_t i = b;
 #ifdef __AVX2__
     __m256 f = _mm256_set1_ps(factor);
@@ -482,10 +568,23 @@ void scale(FlatBuffer& buffer, float factor) {
   });
 }
 
-bool all_finite(const FlatBuffer& buffer) {
+void add_into(FlatBuffer& dst, const FlatBuffer& src, int64_t begin, int64_t end) {
+  check_float32(dst, "add_into");
+  ONYX_CHECK(src.layout().numel == dst.layout().numel, "add_into: buffers of ", dst.layout().numel,
+             " and ", src.layout().numel, " elements");
+  if (end < 0) end = dst.layout().numel;
+  float* x = dst.flat().data<float>() + begin;
+  const float* y = src.flat().data<float>() + begin;
+  parallel_elements(end - begin, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] += y[i];
+  });
+}
+
+bool all_finite(const FlatBuffer& buffer, int64_t begin, int64_t end) {
   check_float32(buffer, "all_finite");
-  const float* x = buffer.flat().data<float>();
-  int64_t n = buffer.layout().numel;
+  if (end < 0) end = buffer.layout().numel;
+  const float* x = buffer.flat().data<float>() + begin;
+  int64_t n = end - begin;
   int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<char> finite(chunks, 1);
   runtime::parallel_for(chunks, 2, [&](int64_t cb, int64_t ce) {

@@ -12,9 +12,10 @@
 // safetensors, not pickles.
 //
 // Determinism (DESIGN decision 10): every element update is independent of the partition, and the
-// only reduction here (global_grad_norm) sums fixed chunks in a fixed order, so results are bit
-// for bit the same for any thread count.
+// only reduction here (global_grad_norm) is exact (SquareSum), so results are bit for bit the
+// same for any thread count, and for a buffer sharded across ranks (ZeRO).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,6 +55,10 @@ class Optimizer {
   virtual void load_state(const std::map<std::string, Tensor>& state) = 0;
 
   int64_t step_count = 0;  // steps taken; torch's state["step"]
+  // The elements of the flat buffers this optimizer updates and holds state for: the whole
+  // buffer, or one rank's shard under ZeRO (dist::Partition). State tensors have end - begin
+  // elements; element i of a state tensor is element begin + i of the buffers.
+  int64_t range_begin = 0, range_end = 0;
 };
 
 // Valid OptimizerConfig::name values: "adamw_fused", "adamw", "sgd".
@@ -62,8 +67,10 @@ const std::vector<std::string>& optimizer_names();
 // decay_mask has one entry per layout entry (true: apply weight decay to that tensor); an empty
 // mask means "decay everything". Throws onyx::Error for an unknown name (listing the valid ones)
 // or an invalid hyperparameter, onyx::Unsupported for a non-float32 layout.
+// [begin, end) restricts the optimizer to those elements (end < 0: the whole buffer).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const FlatLayout& layout,
-                                          const std::vector<bool>& decay_mask);
+                                          const std::vector<bool>& decay_mask, int64_t begin = 0,
+                                          int64_t end = -1);
 
 // Hugging Face's weight-decay rule, by name: no decay for tensors whose name contains "bias" or
 // names a normalization layer ("LayerNorm", "layer_norm", "layernorm", "ln_", "norm"; any case).
@@ -71,12 +78,33 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const F
 // of rank <= 1 (biases, norm scales, scalars). Returns one flag per layout entry, true = decay.
 std::vector<bool> hf_decay_mask(const FlatLayout& layout, bool generic_onnx);
 
-// sqrt(sum of squares) over the whole buffer, accumulated in double over fixed 64K-element
-// chunks summed in order: threaded, and the same bits for any thread count.
+// The exact sum of non-negative doubles (a fixed-point accumulator over the whole double range,
+// rounded once by value()), so partial sums can be merged in any order, across threads or
+// ranks, with the same result: the gradient norm of a sharded buffer (ZeRO) has the same bits as
+// the whole buffer's, for any world size and thread count. Trivially copyable (all-gathered as
+// bytes). Non-finite terms make the value inf / nan.
+struct SquareSum {
+  static constexpr int kLimbs = 70;  // 32-bit digits in 64-bit cells: 2^-1074 .. 2^1166
+  std::array<uint64_t, kLimbs> limb{};
+  double special = 0;   // the sum of the non-finite terms (0 when none)
+  int64_t pending = 0;  // additions since the last carry normalization
+  void add(double x);   // x >= 0
+  void merge(const SquareSum& other);
+  double value() const;
+
+ private:
+  void normalize();
+};
+// Sum of squares of grads[begin, end): each aligned 64-element block summed in double in a fixed
+// order, the block sums added exactly. `begin` must be a multiple of 64.
+SquareSum square_sum(const FlatBuffer& grads, int64_t begin = 0, int64_t end = -1);
+// sqrt(square_sum(grads).value()): threaded, the same bits for any thread count and sharding.
 double global_grad_norm(const FlatBuffer& grads);
-// buffer *= factor (e.g. gradient clipping, loss-scale removal).
-void scale(FlatBuffer& buffer, float factor);
-// False if any element is NaN or infinite.
-bool all_finite(const FlatBuffer& buffer);
+// buffer[begin, end) *= factor (e.g. gradient clipping, loss-scale removal); end < 0: to the end.
+void scale(FlatBuffer& buffer, float factor, int64_t begin = 0, int64_t end = -1);
+// False if any element of [begin, end) is NaN or infinite.
+bool all_finite(const FlatBuffer& buffer, int64_t begin = 0, int64_t end = -1);
+// dst[begin, end) += src[begin, end) (buffers of one layout).
+void add_into(FlatBuffer& dst, const FlatBuffer& src, int64_t begin = 0, int64_t end = -1);
 
 }  // namespace onyx::train

@@ -244,8 +244,9 @@ void TensorBoardCallback::open(const TrainingArguments& args) {
   writer_ = std::make_unique<EventFileWriter>(logging_dir_);
 }
 
-void TensorBoardCallback::on_train_begin(const TrainingArguments& args, TrainerState&,
+void TensorBoardCallback::on_train_begin(const TrainingArguments& args, TrainerState& state,
                                          TrainerControl&) {
+  if (!state.is_world_process_zero) return;  // as Transformers: rank 0 writes the events
   if (!writer_) open(args);
   writer_->add_text("args", args.to_json());
   if (!model_config_json_.empty()) writer_->add_text("model_config", model_config_json_);
@@ -253,6 +254,7 @@ void TensorBoardCallback::on_train_begin(const TrainingArguments& args, TrainerS
 
 void TensorBoardCallback::on_log(const TrainingArguments& args, TrainerState& state,
                                  TrainerControl&, const LogEntry& logs) {
+  if (!state.is_world_process_zero) return;
   if (!writer_) open(args);
   for (auto& [k, v] : logs.values) writer_->add_scalar(tensorboard_tag(k), v, state.global_step);
   writer_->add_scalar("train/epoch", logs.epoch, state.global_step);  // Transformers' logs["epoch"]

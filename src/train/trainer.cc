@@ -16,6 +16,7 @@
 
 #include "autodiff/coverage.h"
 #include "data/dataset.h"
+#include "dist/comm.h"
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
 #include "train/trainer_internal.h"
@@ -111,7 +112,15 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   oc.weight_decay = args_.weight_decay;
   oc.momentum = args_.sgd_momentum;
   oc.nesterov = args_.sgd_nesterov;
-  impl_->opt = train::make_optimizer(oc, impl_->ts->params().layout(), impl_->decay_mask);
+  // Data parallelism: the world is MPI's under mpirun, else this process alone.
+  impl_->comm = &dist::world();
+  impl_->comm->set_timeout((double)args_.ddp_timeout);
+  impl_->dp = std::make_unique<train::DataParallel>(*impl_->comm, impl_->ts->params().layout(),
+                                                    (int)args_.zero_stage,
+                                                    args_.ddp_bucket_cap_mb.value_or(25));
+  impl_->zero2 = args_.zero_stage == 2;
+  impl_->opt = train::make_optimizer(oc, impl_->ts->params().layout(), impl_->decay_mask,
+                                     impl_->dp->owned_begin(), impl_->dp->owned_end());
   impl_->data_seed = (uint64_t)args_.data_seed.value_or(args_.seed);
   for (auto& cb : callbacks_) cb->on_init_end(args_, state_, control_);
 }
@@ -160,7 +169,8 @@ void Trainer::log(LogEntry e) {
   e.epoch = state_.epoch;
   e.step = state_.global_step;
   state_.log_history.push_back(e);
-  append_line((fs::path(args_.output_dir) / "log_history.jsonl").string(), e.to_json());
+  if (impl_->comm->rank() == 0)
+    append_line((fs::path(args_.output_dir) / "log_history.jsonl").string(), e.to_json());
   if (impl_->progress) impl_->progress->log(e);
   for (auto& cb : callbacks_) cb->on_log(args_, state_, control_, e);
 }
@@ -236,6 +246,30 @@ void Trainer::fit_batch_to_memory() {
 }
 
 TrainOutput Trainer::train() {
+  try {
+    return train_loop();
+  } catch (const std::exception& e) {
+    // One rank failing ends the whole job at once (the others would wait in the next collective
+    // until ddp_timeout): the message names the rank, MPI_Abort stops every process.
+    if (impl_->comm->size() > 1) impl_->comm->abort(e.what());
+    throw;
+  }
+}
+
+Trainer::ParallelInfo Trainer::parallel_info() const {
+  ParallelInfo p;
+  p.world_size = impl_->comm->size();
+  p.rank = impl_->comm->rank();
+  p.backend = impl_->comm->backend();
+  p.zero_stage = (int)args_.zero_stage;
+  p.gradient_reductions = impl_->dp->gradient_reductions;
+  p.reduce_seconds = impl_->dp->reduce_seconds;
+  p.optimizer_state_elements = impl_->dp->owned_end() - impl_->dp->owned_begin();
+  p.parameter_elements = impl_->ts->params().layout().numel;
+  return p;
+}
+
+TrainOutput Trainer::train_loop() {
   ONYX_CHECK(train_ds_, "train: no train dataset");
   auto& I = *impl_;
   auto& a = args_;
@@ -245,7 +279,8 @@ TrainOutput Trainer::train() {
     throw Error(cat("output_dir '", a.output_dir, "' cannot be created: ", e.code().message()));
   }
   {  // fail early, before any step, if output_dir cannot be written
-    std::string probe = (fs::path(a.output_dir) / ".onyx-write-test").string();
+    std::string probe =
+        (fs::path(a.output_dir) / cat(".onyx-write-test-", impl_->comm->rank())).string();
     std::ofstream f(probe);
     ONYX_CHECK(f.good(), "output_dir '", a.output_dir, "' is not writable");
     f.close();
@@ -260,8 +295,18 @@ TrainOutput Trainer::train() {
   ONYX_CHECK(n_batches > 0, "the train dataset (", train_ds_->size(),
              " samples) gives no batch of ", a.per_device_train_batch_size,
              (a.dataloader_drop_last ? " with dataloader_drop_last" : ""));
-  int64_t ga = a.gradient_accumulation_steps;
-  int64_t updates_per_epoch = (n_batches + ga - 1) / ga;
+  dist::Comm& comm = *I.comm;
+  const int64_t world = comm.size(), rank = comm.rank();
+  const int64_t ga = a.gradient_accumulation_steps;
+  const int64_t slots = ga * world;  // micro-batches per optimizer step, over all ranks
+  I.dp->check_same({{"the number of parameters", I.ts->params().layout().numel},
+                    {"the number of training samples", train_ds_->size()},
+                    {"per_device_train_batch_size", a.per_device_train_batch_size},
+                    {"gradient_accumulation_steps", ga},
+                    {"zero_stage", a.zero_stage},
+                    {"max_steps", a.max_steps},
+                    {"seed", a.seed}});
+  int64_t updates_per_epoch = (n_batches + slots - 1) / slots;
   int64_t max_steps =
       a.max_steps > 0 ? a.max_steps : (int64_t)std::ceil(a.num_train_epochs * updates_per_epoch);
   int64_t num_epochs = (max_steps + updates_per_epoch - 1) / updates_per_epoch;
@@ -273,7 +318,8 @@ TrainOutput Trainer::train() {
   if (a.resume_from_checkpoint) {
     load_checkpoint(*a.resume_from_checkpoint);
   } else {
-    io::write_file_atomic(log_path, "");
+    if (rank == 0) io::write_file_atomic(log_path, "");
+    I.dp->broadcast_weights(*I.ts);  // identical initial weights on every rank
   }
   state_.max_steps = max_steps;
   state_.num_train_epochs = num_epochs;
@@ -287,8 +333,11 @@ TrainOutput Trainer::train() {
   I.sched.warmup_ratio = a.warmup_ratio;
   I.sched.total_steps = max_steps;
   I.sched.base_lr = a.learning_rate;
-  I.progress = std::make_unique<train::Progress>(max_steps, a.disable_tqdm);
-  I.progress->start(state_.global_step);
+  // One progress display and one log: rank 0's.
+  I.progress = rank == 0 ? std::make_unique<train::Progress>(max_steps, a.disable_tqdm) : nullptr;
+  state_.is_world_process_zero = rank == 0;
+  state_.is_local_process_zero = comm.local_rank() == 0;
+  if (I.progress) I.progress->start(state_.global_step);
   control_ = TrainerControl();
   for (auto& cb : callbacks_) cb->on_train_begin(a, state_, control_);
   auto t_start = std::chrono::steady_clock::now();
@@ -335,58 +384,100 @@ TrainOutput Trainer::train() {
     if (I.batches_done == 0)
       for (auto& cb : callbacks_) cb->on_epoch_begin(a, state_, control_);
     while (I.batches_done < (int64_t)batches.size() && state_.global_step < max_steps) {
-      // One optimizer step over up to `ga` micro-batches.
+      // One optimizer step over up to K = ga * world micro-batches of the epoch (global slots
+      // k = j * world + rank; train/data_parallel.h).
       int64_t group_start = I.batches_done;
-      int64_t group_end = std::min<int64_t>((int64_t)batches.size(), group_start + ga);
+      int64_t group_end = std::min<int64_t>((int64_t)batches.size(), group_start + slots);
+      comm.set_context(cat("step ", state_.global_step + 1));
       for (auto& cb : callbacks_) cb->on_step_begin(a, state_, control_);
-      // Each micro-batch's gradient is weighted by its share of the step's items (Transformers'
-      // num_items_in_batch: sum over all items / their number), or equally when the items are not
-      // known. The gradient buffer accumulates without a second buffer: after micro-batch j it
-      // holds (sum_{i<=j} w_i g_i) / w_j, rescaled by w_j / w_{j+1} before the next one adds
-      // g_{j+1} and by w_last at the end; equal weights need no rescale until the end.
-      std::vector<std::map<std::string, Tensor>> micro_batches;
-      std::vector<int64_t> items;
-      int64_t total_items = 0;
+      // Each micro-batch's gradient is weighted by its share of the step's items over all ranks
+      // (Transformers' num_items_in_batch: sum over all items / their number), or equally when
+      // the items are not known. The weighted gradients are summed left to right into grads(),
+      // micro-batches after the first computed into a second buffer; across ranks the sum is by
+      // element owner in rank order — the same bits as one rank accumulating them all.
+      std::vector<std::map<std::string, Tensor>> micro_batches(ga);
+      std::vector<int64_t> my_items(ga, -2);  // -2: no such slot
+      for (int64_t j = 0; j < ga; j++) {
+        int64_t b = group_start + j * world + rank;
+        if (b >= group_end) continue;
+        micro_batches[j] = load_batch(*train_ds_, batches[b]);
+        my_items[j] = count_items(model_, micro_batches[j]);
+      }
+      // items of global slot k = j * world + q
+      std::vector<int64_t> all_items = comm.all_gather_values(my_items);
+      auto slot_items = [&](int64_t k) { return all_items[(k % world) * ga + k / world]; };
+      int64_t total_items = 0, present = 0;
       bool counted = true;
-      for (int64_t b = group_start; b < group_end; b++) {
-        micro_batches.push_back(load_batch(*train_ds_, batches[b]));
-        items.push_back(count_items(model_, micro_batches.back()));
-        counted &= items.back() >= 0;
-        total_items += std::max<int64_t>(items.back(), 0);
+      for (int64_t k = 0; k < slots; k++) {
+        int64_t n = slot_items(k);
+        if (n == -2) continue;
+        present++;
+        counted &= n >= 0;
+        total_items += std::max<int64_t>(n, 0);
       }
-      if (!counted || total_items == 0) {  // items unknown (or none): a plain mean
-        std::fill(items.begin(), items.end(), 1);
-        total_items = (int64_t)items.size();
-      }
-      double step_loss = 0, prev_w = 0;
-      for (int64_t b = group_start; b < group_end; b++) {
-        const int64_t j = b - group_start;
-        if (items[j] > 0) {  // a micro-batch without targets adds nothing to the loss or gradient
-          const double w = (double)items[j] / (double)total_items;
-          if (prev_w > 0 && w != prev_w) train::scale(I.ts->grads(), (float)(prev_w / w));
-          uint64_t seed =
-              (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)j;
-          const double part = w * I.ts->forward_backward(micro_batches[j], prev_w > 0, seed, true);
-          step_loss += part;
-          prev_w = w;
-          // The logged loss, as Transformers accumulates tr_loss per micro-batch: a nan/inf one
-          // adds tr_loss / (1 + steps since the last log) with logging_nan_inf_filter.
-          const double add = std::isfinite(part) || !a.logging_nan_inf_filter
-                                 ? part
-                                 : I.loss_since_log / (double)(1 + I.steps_since_log);
-          I.loss_since_log += add;
-          I.loss_total += add;
+      const bool plain_mean = !counted || total_items == 0;  // items unknown (or none)
+      auto weight_items = [&](int64_t n) -> int64_t { return n == -2 ? 0 : plain_mean ? 1 : n; };
+      const double weight_total = plain_mean ? (double)present : (double)total_items;
+      auto& grads = I.ts->grads();
+      bool have_local = false;
+      std::vector<double> my_parts(ga, 0.0);
+      for (int64_t j = 0; j < ga; j++) {
+        const int64_t k = j * world + rank;
+        const int64_t n = weight_items(my_items[j]);
+        if (I.zero2 && world > 1) {
+          // ZeRO-2 reduces every micro-batch slot any rank has (a collective: all take part)
+          bool any = false;
+          for (int64_t q = 0; q < world; q++) any |= weight_items(slot_items(j * world + q)) > 0;
+          if (!any) continue;
+        } else if (n <= 0) {
+          continue;  // a micro-batch without targets adds nothing to the loss or gradient
         }
-        samples_seen += (int64_t)batches[b].size();
-        if (b + 1 < group_end)
+        train::FlatBuffer* into = have_local && !I.zero2 ? &I.scratch() : nullptr;
+        train::FlatBuffer& target = into ? *into : grads;
+        if (n > 0) {
+          const double w = (double)n / weight_total;
+          uint64_t seed =
+              (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)k;
+          my_parts[j] = w * I.ts->forward_backward(micro_batches[j], false, seed, true, into);
+          if ((float)w != 1.0f) train::scale(target, (float)w);
+        } else {
+          target.zero();  // ZeRO-2: this rank has no data for the slot, its share is zero
+        }
+        if (I.zero2)
+          I.dp->accumulate_shard(grads, !have_local);
+        else if (into)
+          train::add_into(grads, *into);
+        have_local = true;
+        micro_batches[j].clear();
+        if (j + 1 < ga)
           for (auto& cb : callbacks_) cb->on_substep_end(a, state_, control_);
       }
       micro_batches.clear();
-      auto& grads = I.ts->grads();
-      if (prev_w != 1.0) train::scale(grads, (float)prev_w);
-      double norm = train::global_grad_norm(grads);
+      if (!have_local) grads.zero();  // no data on this rank this step: it adds zero
+      if (I.zero2)
+        I.dp->finish_shard(grads);
+      else
+        I.dp->reduce_gradients(grads);
+      // The logged loss, in global slot order on every rank, as Transformers accumulates tr_loss
+      // per micro-batch: a nan/inf one adds tr_loss / (1 + steps since the last log) with
+      // logging_nan_inf_filter.
+      std::vector<double> all_parts = comm.all_gather_values(my_parts);
+      double step_loss = 0;
+      for (int64_t k = 0; k < slots; k++) {
+        if (weight_items(slot_items(k)) <= 0) continue;
+        const double part = all_parts[(k % world) * ga + k / world];
+        step_loss += part;
+        const double add = std::isfinite(part) || !a.logging_nan_inf_filter
+                               ? part
+                               : I.loss_since_log / (double)(1 + I.steps_since_log);
+        I.loss_since_log += add;
+        I.loss_total += add;
+      }
+      for (int64_t b = group_start; b < group_end; b++) samples_seen += (int64_t)batches[b].size();
+      const int64_t own_b = I.dp->owned_begin(), own_e = I.dp->owned_end();
+      double norm = I.dp->grad_norm(grads);
       double lr = train::lr_at(I.sched, state_.global_step);
-      if (!std::isfinite(norm) || !train::all_finite(grads)) {
+      if (!std::isfinite(norm) || !train::all_finite(grads, own_b, own_e)) {
         I.skipped_steps++;
         LogEntry e;
         e.values["skipped_nonfinite_step"] = 1;
@@ -394,8 +485,9 @@ TrainOutput Trainer::train() {
         log(e);
       } else {
         if (a.max_grad_norm > 0 && norm > a.max_grad_norm)
-          train::scale(grads, (float)(a.max_grad_norm / (norm + 1e-6)));
+          train::scale(grads, (float)(a.max_grad_norm / (norm + 1e-6)), own_b, own_e);
         I.opt->step(I.ts->params(), grads, lr);
+        I.dp->gather_params(I.ts->params());
       }
       I.last_grad_norm = norm;
       I.batches_done = group_end;
@@ -403,8 +495,9 @@ TrainOutput Trainer::train() {
       steps_run++;
       state_.epoch = (double)I.epoch + (double)I.batches_done / (double)batches.size();
       I.steps_since_log++;
-      I.progress->update(state_.global_step, step_loss,
-                         train::lr_at(I.sched, state_.global_step - 1), samples_seen);
+      if (I.progress)
+        I.progress->update(state_.global_step, step_loss,
+                           train::lr_at(I.sched, state_.global_step - 1), samples_seen);
       for (auto& cb : callbacks_) cb->on_step_end(a, state_, control_);
       maybe_log_save_evaluate(false);
       if (control_.should_epoch_stop || control_.should_training_stop) break;
@@ -420,13 +513,15 @@ TrainOutput Trainer::train() {
     control_.should_epoch_stop = false;
     if (!finished_epoch) break;
   }
-  I.progress->finish();
+  if (I.progress) I.progress->finish();
   I.ts->release_activation_memory(true);  // the final save and evaluation need no training arena
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  if (a.load_best_model_at_end && state_.best_model_checkpoint &&
-      fs::exists(fs::path(*state_.best_model_checkpoint) / "model.safetensors")) {
+  if (a.load_best_model_at_end && state_.best_model_checkpoint) {
+    // rank 0 reads the best weights, the other ranks receive them (no shared folder needed)
     fs::path best = fs::path(*state_.best_model_checkpoint) / "model.safetensors";
-    I.ts->load_weights(io::load_safetensors(best.string()).tensors, cat("'", best.string(), "'"));
+    if (rank == 0 && fs::exists(best))
+      I.ts->load_weights(io::load_safetensors(best.string()).tensors, cat("'", best.string(), "'"));
+    I.dp->broadcast_weights(*I.ts);
   }
   TrainOutput out;
   out.global_step = state_.global_step;
@@ -440,8 +535,9 @@ TrainOutput Trainer::train() {
   log(e);
   for (auto& cb : callbacks_) cb->on_train_end(a, state_, control_);
   // The final state next to the checkpoints, as Transformers' save_state() does.
-  io::write_file_atomic((fs::path(a.output_dir) / "trainer_state.json").string(),
-                        state_.to_json() + "\n");
+  if (rank == 0)
+    io::write_file_atomic((fs::path(a.output_dir) / "trainer_state.json").string(),
+                          state_.to_json() + "\n");
   return out;
 }
 

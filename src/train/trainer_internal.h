@@ -7,7 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "dist/comm.h"
 #include "onyx/trainer.h"
+#include "train/data_parallel.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
@@ -30,6 +32,17 @@ struct Trainer::Impl {
   int64_t skipped_steps = 0;
   uint64_t data_seed = 0;
   std::vector<bool> decay_mask;
+  // Data parallelism (train/data_parallel.h); world size 1 without mpirun.
+  dist::Comm* comm = nullptr;
+  std::unique_ptr<train::DataParallel> dp;
+  bool zero2 = false;
+  // The second gradient buffer of gradient accumulation (micro-batches after a step's first),
+  // made on first use.
+  std::unique_ptr<train::FlatBuffer> scratch_buf;
+  train::FlatBuffer& scratch() {
+    if (!scratch_buf) scratch_buf = std::make_unique<train::FlatBuffer>(ts->grads().layout());
+    return *scratch_buf;
+  }
 };
 
 }  // namespace onyx

@@ -281,6 +281,14 @@ const std::vector<Field>& fields() {
       F_STR(logging_dir,
             "TensorBoard event folder (empty: $TENSORBOARD_LOGGING_DIR, else "
             "output_dir/runs/<date>_<host>)."),
+      F_INT(ddp_timeout,
+            "Seconds a collective waits for the other ranks (mpirun) before the whole job stops "
+            "with an error."),
+      F_OPT_INT(ddp_bucket_cap_mb,
+                "Size in MiB of the buckets gradients are reduced in across ranks (None: 25)."),
+      F_INT(zero_stage,
+            "onyx extension, as DeepSpeed ZeRO: 0 = DDP, 1 = optimizer state sharded across "
+            "ranks, 2 = gradients accumulated in the local shard too."),
   };
   return f;
 }
@@ -363,6 +371,12 @@ void TrainingArguments::validate() const {
   ONYX_CHECK(!save_total_limit || *save_total_limit > 0,
              "training argument 'save_total_limit' must be positive");
   ONYX_CHECK(!output_dir.empty(), "training argument 'output_dir' is empty");
+  ONYX_CHECK(zero_stage >= 0 && zero_stage <= 2,
+             "training argument 'zero_stage' must be 0, 1 or 2, got ", zero_stage);
+  ONYX_CHECK(ddp_timeout > 0, "training argument 'ddp_timeout' must be positive, got ",
+             ddp_timeout);
+  ONYX_CHECK(!ddp_bucket_cap_mb || *ddp_bucket_cap_mb > 0,
+             "training argument 'ddp_bucket_cap_mb' must be positive");
   if (load_best_model_at_end) {
     ONYX_CHECK(eval_strategy != "no",
                "load_best_model_at_end needs an eval_strategy other than 'no'");

@@ -181,7 +181,8 @@ const autodiff::TrainingGraph& TrainingSession::training_graph_for(
 }
 
 double TrainingSession::forward_backward(const std::map<std::string, Tensor>& batch,
-                                         bool accumulate, uint64_t seed, bool training) {
+                                         bool accumulate, uint64_t seed, bool training,
+                                         FlatBuffer* into) {
   Compiled& c = compiled_for(batch);
   std::map<std::string, Tensor> feeds;
   for (auto& [n, t] : batch)
@@ -192,7 +193,11 @@ double TrainingSession::forward_backward(const std::map<std::string, Tensor>& ba
   ro.seed = seed;
   ro.training = training;
   ro.accumulate = accumulate;
-  for (auto& [p, g] : c.tg.gradients) ro.bound_outputs[g] = grad_buf_.view(p);
+  FlatBuffer& target = into ? *into : grad_buf_;
+  ONYX_CHECK(target.layout().numel == grad_buf_.layout().numel,
+             "forward_backward: the gradient buffer has ", target.layout().numel,
+             " elements, the parameters ", grad_buf_.layout().numel);
+  for (auto& [p, g] : c.tg.gradients) ro.bound_outputs[g] = target.view(p);
   auto out = c.session->run(feeds, ro);
   // The momentum update of the running statistics, as PyTorch's train-mode forward applies it.
   for (auto& [o, b] : c.stat_outputs) {

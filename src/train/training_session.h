@@ -50,9 +50,10 @@ class TrainingSession {
 
   // One forward + backward on `batch` (graph inputs and labels by name). Gradients are written
   // into grads() (added to what is there when `accumulate`); the running statistics of
-  // training-mode BatchNormalizations are written into buffers(). Returns the loss.
+  // training-mode BatchNormalizations are written into buffers(). Returns the loss. `into`
+  // (a buffer of grads()' layout) receives the gradients instead of grads().
   double forward_backward(const std::map<std::string, Tensor>& batch, bool accumulate,
-                          uint64_t seed = 0, bool training = true);
+                          uint64_t seed = 0, bool training = true, FlatBuffer* into = nullptr);
   // Forward only (evaluation): the forward graph with the loss appended, no backward work.
   // Returns every forward output, plus the loss under the key "loss" when the batch has what the
   // loss needs (labels); without labels only the model's outputs are computed.

@@ -337,6 +337,93 @@ TEST(Optimizer, GlobalGradNormMatchesDoubleLoopForAnyThreadCount) {
   EXPECT_EQ(n1, n3);
 }
 
+TEST(Optimizer, SquareSumIsExactAndOrderFree) {
+  // 2^53 + 1 + 1: a left fold in double gives 2^53 (each 1 rounds away), the exact sum is
+  // 2^53 + 2, whatever the order.
+  const double big = std::ldexp(1.0, 53);
+  SquareSum a, b;
+  a.add(big);
+  a.add(1.0);
+  a.add(1.0);
+  b.add(1.0);
+  b.add(1.0);
+  b.add(big);
+  EXPECT_EQ((big + 1.0) + 1.0, big);
+  EXPECT_EQ(a.value(), big + 2.0);
+  EXPECT_EQ(b.value(), big + 2.0);
+  SquareSum c;
+  c.add(1e20);
+  for (int i = 0; i < 1000; i++) c.add(3.0);
+  SquareSum tiny;
+  tiny.add(std::ldexp(1.0, -1074));  // subnormals are exact too
+  tiny.add(std::ldexp(1.0, -1074));
+  EXPECT_EQ(tiny.value(), std::ldexp(1.0, -1073));
+  SquareSum bad;
+  bad.add(2.0);
+  bad.add(std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isinf(bad.value()));
+  SquareSum ac = a, ca = c;
+  ac.merge(c);
+  ca.merge(a);
+  EXPECT_EQ(ac.value(), ca.value());
+  EXPECT_NEAR(ac.value(), 1e20 + big + 3002.0, 1e5);
+}
+
+TEST(Optimizer, ShardedSquareSumsEqualTheWholeBuffer) {
+  // ZeRO computes the norm from shards (64-aligned ranges): merged, the same bits as the whole.
+  FlatLayout layout = FlatLayout::of({{"a", {100003}}, {"b", {77}}, {"c", {5000}}});
+  FlatBuffer g(layout);
+  fill_random(g, 5, 3.0f);
+  const double whole = global_grad_norm(g);
+  for (int64_t shard : {64, 640, 4096, 52800}) {
+    SquareSum total;
+    for (int64_t b = 0; b < layout.numel; b += shard) {
+      ThreadCount tc(b % 3 + 1);
+      total.merge(square_sum(g, b, std::min(layout.numel, b + shard)));
+    }
+    EXPECT_EQ(std::sqrt(total.value()), whole) << "shard " << shard;
+  }
+  EXPECT_THROW(square_sum(g, 10, 100), Error);  // not block aligned
+}
+
+TEST(Optimizer, RangeRestrictedStepsEqualTheWholeStep) {
+  // Two ZeRO shards stepped separately give the whole buffer's update, state split by range.
+  FlatLayout layout = FlatLayout::of({{"w", {37, 11}}, {"bias", {11}}, {"v", {300}}});
+  std::vector<bool> mask = hf_decay_mask(layout, false);
+  for (const char* name : {"adamw_fused", "adamw", "sgd"}) {
+    OptimizerConfig c;
+    c.name = name;
+    c.weight_decay = 0.1;
+    c.momentum = 0.9;
+    FlatBuffer p1(layout), p2(layout), g(layout);
+    fill_random(p1, 1);
+    std::memcpy(p2.flat().raw(), p1.flat().raw(), p1.flat().nbytes());
+    auto whole = make_optimizer(c, layout, mask);
+    const int64_t cut = 256;
+    auto lo = make_optimizer(c, layout, mask, 0, cut);
+    auto hi = make_optimizer(c, layout, mask, cut, layout.numel);
+    for (int step = 0; step < 3; step++) {
+      fill_random(g, 10 + step);
+      whole->step(p1, g, 1e-2);
+      lo->step(p2, g, 1e-2);
+      hi->step(p2, g, 1e-2);
+    }
+    EXPECT_EQ(std::memcmp(p1.flat().raw(), p2.flat().raw(), p1.flat().nbytes()), 0) << name;
+    auto whole_state = whole->state();
+    for (auto& [key, t] : whole_state) {
+      if (key == "step") continue;
+      Tensor a = lo->state().at(key);
+      Tensor b = hi->state().at(key);
+      EXPECT_EQ(a.numel(), cut);
+      EXPECT_EQ(std::memcmp(t.data<float>(), a.data<float>(), cut * 4), 0) << name << key;
+      EXPECT_EQ(std::memcmp(t.data<float>() + cut, b.data<float>(), (layout.numel - cut) * 4), 0)
+          << name << key;
+    }
+  }
+  OptimizerConfig c;
+  EXPECT_THROW(make_optimizer(c, layout, mask, 10, layout.numel + 1), Error);
+}
+
 TEST(Optimizer, ScaleAndAllFinite) {
   FlatLayout layout = FlatLayout::of({{"a", {300007}}, {"b", {5}}});
   FlatBuffer g(layout);

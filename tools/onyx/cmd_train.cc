@@ -122,12 +122,21 @@ Action add_train_command(CLI::App& app) {
     Trainer t = make_trainer(l);
     t.set_metrics_need_predictions(metrics_need_predictions(l));
     auto out = t.train();
+    const auto par = t.parallel_info();
+    const bool rank0 = par.rank == 0;   // data parallel: rank 0 reports and saves
     train::Progress::close_open_bar();  // the summary starts on a line of its own
-    std::cout << "trained " << out.global_step << " steps, train_loss " << out.training_loss
-              << "; checkpoints in " << l.cfg.args.output_dir << "\n";
+    if (rank0)
+      std::cout << "trained " << out.global_step << " steps, train_loss " << out.training_loss
+                << "; checkpoints in " << l.cfg.args.output_dir << "\n";
+    if (rank0 && par.world_size > 1)
+      std::cout << "data parallel: " << par.world_size << " ranks (" << par.backend << "), "
+                << (par.zero_stage ? cat("ZeRO stage ", par.zero_stage) : std::string("DDP"))
+                << ", " << par.gradient_reductions << " gradient reductions in " << out.global_step
+                << " steps (" << cat(par.reduce_seconds) << " s), " << par.optimizer_state_elements
+                << " of " << par.parameter_elements << " optimizer-state elements on rank 0\n";
     if (l.eval) {
       auto m = t.evaluate();
-      std::cout << "final evaluation: " << train::format_log_dict(m) << "\n";
+      if (rank0) std::cout << "final evaluation: " << train::format_log_dict(m) << "\n";
     }
     t.save_model(l.cfg.args.output_dir);
     return 0;

@@ -20,5 +20,7 @@ Action add_plan_command(CLI::App& app);
 Action add_ops_command(CLI::App& app);
 Action add_plot_command(CLI::App& app);
 Action add_check_command(CLI::App& app);
+Action add_launch_command(CLI::App& app);
+Action add_consolidate_command(CLI::App& app);
 
 }  // namespace onyx::cli

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "commands.h"
+#include "dist/comm.h"
 #include "onyx/custom_ops.h"
 #include "onyx/error.h"
 #include "onyx_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
@@ -63,22 +64,36 @@ int main(int argc, char** argv) {
   add(onyx::cli::add_ops_command);
   add(onyx::cli::add_plot_command);
   add(onyx::cli::add_check_command);
+  add(onyx::cli::add_launch_command);
+  add(onyx::cli::add_consolidate_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Under mpirun: join the job first (it sizes each rank's thread pool; --threads overrides).
+  if (onyx::dist::launched_by_mpi()) {
+    try {
+      onyx::dist::world();
+    } catch (const onyx::Error& e) {
+      std::cerr << "onyx: error: " << e.what() << "\n";
+      return 1;
+    }
+  }
   if (threads > 0) onyx::runtime::set_num_threads(threads);
+  // An error on one rank of a data-parallel job ends every rank at once (naming this one).
+  auto fail = [](const char* what) {
+    if (onyx::dist::launched_by_mpi() && onyx::dist::world().size() > 1)
+      onyx::dist::world().abort(what);
+    std::cerr << "onyx: error: " << what << "\n";
+    return 1;
+  };
   try {
     for (auto& lib : custom_op_libs) onyx::load_custom_op_library(lib);
     for (auto& [sub, action] : actions)
       if (sub->parsed()) return action();
-  } catch (const onyx::Error& e) {
-    std::cerr << "onyx: error: " << e.what() << "\n";
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "onyx: error: " << e.what() << "\n";
-    return 1;
+    return fail(e.what());
   }
   return 0;
 }

@@ -1,0 +1,108 @@
+// train/data_parallel.cc — DDP and ZeRO over dist::Comm (see data_parallel.h).
+#include "train/data_parallel.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "onyx/error.h"
+#include "train/optimizer.h"
+#include "train/training_session.h"
+
+namespace onyx::train {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+DataParallel::DataParallel(dist::Comm& comm, const FlatLayout& layout, int zero_stage,
+                           int64_t bucket_cap_mb)
+    : comm_(comm), zero_(zero_stage), part_(dist::Partition::of(layout.numel, comm.size())) {
+  int64_t cap = std::max<int64_t>(64, bucket_cap_mb * 1024 * 1024 / 4 / 64 * 64);
+  for (int64_t end = layout.numel; end > 0;) {
+    int64_t begin = std::max<int64_t>(0, (end - cap + 63) / 64 * 64);
+    if (begin == end) begin = std::max<int64_t>(0, end - cap);
+    buckets_.push_back({begin, end});
+    end = begin;
+  }
+  if (zero_ == 2) shard_acc_.resize((size_t)(owned_end() - owned_begin()));
+}
+
+void DataParallel::broadcast_weights(TrainingSession& ts) {
+  if (world() == 1) return;
+  Tensor& p = ts.params().flat();
+  comm_.broadcast(p.raw(), (int64_t)p.nbytes(), 0);
+  for (auto& [name, t] : ts.buffers()) {
+    Tensor& b = ts.buffer(name);
+    comm_.broadcast(b.raw(), (int64_t)b.nbytes(), 0);
+  }
+}
+
+void DataParallel::check_same(const std::vector<std::pair<const char*, int64_t>>& fields) {
+  if (world() == 1) return;
+  std::vector<int64_t> mine;
+  for (auto& f : fields) mine.push_back(f.second);
+  auto all = comm_.all_gather_values(mine);
+  for (size_t i = 0; i < fields.size(); i++)
+    for (int r = 1; r < world(); r++) {
+      int64_t v0 = all[i], vr = all[(size_t)r * fields.size() + i];
+      ONYX_CHECK(v0 == vr, "data-parallel ranks disagree on ", fields[i].first, ": rank 0 has ",
+                 v0, ", rank ", r, " has ", vr,
+                 " (every rank must run the same model, data and arguments)");
+    }
+}
+
+void DataParallel::reduce_gradients(FlatBuffer& grads) {
+  if (world() == 1 || zero_ == 2) return;
+  double t0 = now_s();
+  float* g = grads.flat().data<float>();
+  for (auto& [b, e] : buckets_) {
+    if (zero_ == 0)
+      comm_.all_reduce(g, b, e, part_);
+    else
+      comm_.reduce_scatter(g, b, e, part_);
+  }
+  gradient_reductions++;
+  reduce_seconds += now_s() - t0;
+}
+
+void DataParallel::accumulate_shard(FlatBuffer& grads, bool first) {
+  double t0 = now_s();
+  float* g = grads.flat().data<float>();
+  if (world() > 1) {
+    for (auto& [b, e] : buckets_) comm_.reduce_scatter(g, b, e, part_);
+    gradient_reductions++;
+  }
+  const float* src = g + owned_begin();
+  const int64_t n = owned_end() - owned_begin();
+  if (first)
+    std::memcpy(shard_acc_.data(), src, (size_t)n * sizeof(float));
+  else
+    for (int64_t i = 0; i < n; i++) shard_acc_[(size_t)i] += src[i];
+  reduce_seconds += now_s() - t0;
+}
+
+void DataParallel::finish_shard(FlatBuffer& grads) {
+  std::memcpy(grads.flat().data<float>() + owned_begin(), shard_acc_.data(),
+              shard_acc_.size() * sizeof(float));
+}
+
+double DataParallel::grad_norm(const FlatBuffer& grads) {
+  if (zero_ == 0 || world() == 1) return global_grad_norm(grads);
+  SquareSum mine = square_sum(grads, owned_begin(), owned_end());
+  std::vector<SquareSum> all = comm_.all_gather_values(std::vector<SquareSum>{mine});
+  SquareSum total;
+  for (auto& s : all) total.merge(s);
+  return std::sqrt(total.value());
+}
+
+void DataParallel::gather_params(FlatBuffer& params) {
+  if (zero_ == 0 || world() == 1) return;
+  float* p = params.flat().data<float>();
+  for (auto& [b, e] : buckets_) comm_.all_gather(p, b, e, part_);
+}
+
+}  // namespace onyx::train
