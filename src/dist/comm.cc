@@ -50,7 +50,9 @@ class SingleProcess : public Comm {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "single"; }
-  void reduce_scatter(float*, int64_t, int64_t, const Partition&) override { stats.reduce_scatters++; }
+  void reduce_scatter(float*, int64_t, int64_t, const Partition&) override {
+    stats.reduce_scatters++;
+  }
   void all_gather(float*, int64_t, int64_t, const Partition&) override { stats.all_gathers++; }
   void all_gather_bytes(const void* in, void* out, int64_t bytes) override {
     std::memcpy(out, in, (size_t)bytes);
@@ -236,14 +238,14 @@ class MpiComm : public Comm {
       int done = 0;
       MPI_Testall((int)reqs.size(), reqs.data(), &done, MPI_STATUSES_IGNORE);
       if (done) break;
-      double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (waited > timeout_s_) {
         std::string missing;
         for (size_t i = 0; i < reqs.size(); i++) {
           if (reqs[i] == MPI_REQUEST_NULL) continue;
           std::string who = peer[i] < 0 ? "some rank" : cat("rank ", peer[i]);
-          if (missing.find(who) == std::string::npos) missing += (missing.empty() ? "" : ", ") + who;
+          if (missing.find(who) == std::string::npos)
+            missing += (missing.empty() ? "" : ", ") + who;
         }
         abort(cat("collective '", what, "'", context_.empty() ? "" : cat(" at ", context_),
                   " timed out after ", timeout_s_, " s (ddp_timeout) waiting for ", missing),

@@ -13,8 +13,7 @@ namespace onyx::train {
 
 namespace {
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
 
@@ -49,8 +48,8 @@ void DataParallel::check_same(const std::vector<std::pair<const char*, int64_t>>
   for (size_t i = 0; i < fields.size(); i++)
     for (int r = 1; r < world(); r++) {
       int64_t v0 = all[i], vr = all[(size_t)r * fields.size() + i];
-      ONYX_CHECK(v0 == vr, "data-parallel ranks disagree on ", fields[i].first, ": rank 0 has ",
-                 v0, ", rank ", r, " has ", vr,
+      ONYX_CHECK(v0 == vr, "data-parallel ranks disagree on ", fields[i].first, ": rank 0 has ", v0,
+                 ", rank ", r, " has ", vr,
                  " (every rank must run the same model, data and arguments)");
     }
 }

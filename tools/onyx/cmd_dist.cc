@@ -85,7 +85,8 @@ Action add_consolidate_command(CLI::App& app) {
   auto ckpt = std::make_shared<std::string>();
   auto output = std::make_shared<std::string>();
   cmd->add_option("checkpoint", *ckpt, "a checkpoint-N folder")->required();
-  cmd->add_option("--output", *output, "write the single-process checkpoint here (default: in place)");
+  cmd->add_option("--output", *output,
+                  "write the single-process checkpoint here (default: in place)");
   return [=]() {
     fs::path src(*ckpt);
     ONYX_CHECK(fs::is_directory(src), "'", *ckpt, "' is not a checkpoint folder");
@@ -110,9 +111,8 @@ Action add_consolidate_command(CLI::App& app) {
     int64_t numel = std::stoll(it->second);
     // Everything is read (and checked) before anything is written.
     auto state = train::load_optimizer_range(src.string(), 0, numel, numel);
-    std::map<std::string, std::string> meta = {{"begin", "0"},
-                                               {"end", std::to_string(numel)},
-                                               {"numel", std::to_string(numel)}};
+    std::map<std::string, std::string> meta = {
+        {"begin", "0"}, {"end", std::to_string(numel)}, {"numel", std::to_string(numel)}};
     if (first.metadata.count("optimizer")) meta["optimizer"] = first.metadata.at("optimizer");
     fs::path dst = output->empty() ? src : fs::path(*output);
     if (dst != src) {
@@ -127,8 +127,8 @@ Action add_consolidate_command(CLI::App& app) {
     io::save_safetensors((dst / "optimizer.safetensors").string(), state, meta);
     if (dst == src)
       for (auto& s : shards) fs::remove(s);
-    std::cout << "merged " << shards.size() << " optimizer shards (" << numel
-              << " elements) into " << (dst / "optimizer.safetensors").string() << "\n";
+    std::cout << "merged " << shards.size() << " optimizer shards (" << numel << " elements) into "
+              << (dst / "optimizer.safetensors").string() << "\n";
     return 0;
   };
 }
