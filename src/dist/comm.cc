@@ -78,7 +78,8 @@ class MpiComm : public Comm {
  public:
   MpiComm() {
     int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    serialized_ = provided >= MPI_THREAD_SERIALIZED;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_);
@@ -92,6 +93,7 @@ class MpiComm : public Comm {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   std::string backend() const override { return "mpi"; }
+  bool serialized_threads() const override { return serialized_; }
 
   void reduce_scatter(float* data, int64_t begin, int64_t end, const Partition& p) override {
     stats.reduce_scatters++;
@@ -258,6 +260,7 @@ class MpiComm : public Comm {
   }
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  bool serialized_ = false;
   MPI_Comm local_ = MPI_COMM_NULL;
   int tag_ = 0;
   std::vector<float> recv_;

@@ -43,6 +43,9 @@ class Comm {
   virtual int local_rank() const { return rank(); }
   virtual int local_size() const { return size(); }
   virtual std::string backend() const = 0;  // "single" | "mpi"
+  // Whether collectives may be called from another thread than the one that started MPI (one
+  // thread at a time: MPI_THREAD_SERIALIZED), as the overlapped gradient reduction does.
+  virtual bool serialized_threads() const { return true; }
 
   // Seconds any collective may wait for its peers before the job is aborted (ddp_timeout).
   void set_timeout(double seconds) { timeout_s_ = seconds; }

@@ -391,6 +391,9 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
     } catch (const Error& e) {
       rethrow_with_context(node, opset, meta_ptrs, e);
     }
+    if (opts.on_bound_output)
+      for (auto& o : node.outputs)
+        if (!o.empty() && opts.bound_outputs.count(o)) opts.on_bound_output(o);
     for (auto& name : step.free_after) values.erase(name);
   }
 

@@ -9,6 +9,7 @@
 // arena that the session keeps across runs; view ops alias their input; declared in-place
 // kernels write over an input that dies at that step.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -33,6 +34,9 @@ struct RunOptions {
   std::map<std::string, Tensor> bound_outputs;
   // Kernels that support it (onyx.AccumulateGrad) add into a bound output instead of overwriting.
   bool accumulate = false;
+  // Called with a bound output's name as soon as the node producing it has run (data-parallel
+  // training starts reducing a gradient bucket while backward goes on).
+  std::function<void(const std::string&)> on_bound_output;
 };
 
 struct PlanStep {

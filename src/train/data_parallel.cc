@@ -1,8 +1,11 @@
 // train/data_parallel.cc — DDP and ZeRO over dist::Comm (see data_parallel.h).
 #include "train/data_parallel.h"
 
+#include <omp.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "onyx/error.h"
@@ -19,7 +22,10 @@ double now_s() {
 
 DataParallel::DataParallel(dist::Comm& comm, const FlatLayout& layout, int zero_stage,
                            int64_t bucket_cap_mb)
-    : comm_(comm), zero_(zero_stage), part_(dist::Partition::of(layout.numel, comm.size())) {
+    : comm_(comm),
+      zero_(zero_stage),
+      part_(dist::Partition::of(layout.numel, comm.size())),
+      layout_(layout) {
   int64_t cap = std::max<int64_t>(64, bucket_cap_mb * 1024 * 1024 / 4 / 64 * 64);
   for (int64_t end = layout.numel; end > 0;) {
     int64_t begin = std::max<int64_t>(0, (end - cap + 63) / 64 * 64);
@@ -28,6 +34,104 @@ DataParallel::DataParallel(dist::Comm& comm, const FlatLayout& layout, int zero_
     end = begin;
   }
   if (zero_ == 2) shard_acc_.resize((size_t)(owned_end() - owned_begin()));
+  const char* env = std::getenv("ONYX_DDP_OVERLAP");
+  overlap_ = world() > 1 && zero_ < 2 && comm_.serialized_threads() && !(env && std::string(env) == "0");
+  if (overlap_) {
+    for (auto& e : layout_.entries) {
+      int64_t b = e.offset, n = shape_numel(e.shape);
+      for (size_t k = 0; k < buckets_.size(); k++)
+        if (buckets_[k].first < b + n && b < buckets_[k].second) buckets_of_[e.name].push_back(k);
+    }
+    pending_.assign(buckets_.size(), 0);
+    released_.assign(buckets_.size(), 1);
+    next_ = buckets_.size();
+    thread_ = std::thread([this] { comm_thread(); });
+  }
+}
+
+DataParallel::~DataParallel() {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+}
+
+void DataParallel::comm_thread() {
+  omp_set_num_threads(1);  // the cores belong to the backward running meanwhile
+  float* g = nullptr;
+  for (;;) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return quit_ || (active_ && next_ < buckets_.size() && released_[next_]); });
+    if (quit_) return;
+    const size_t k = next_;
+    g = grads_->flat().data<float>();
+    lk.unlock();
+    double t0 = now_s();
+    auto [b, e] = buckets_[k];
+    if (zero_ == 0)
+      comm_.all_reduce(g, b, e, part_);
+    else
+      comm_.reduce_scatter(g, b, e, part_);
+    double dt = now_s() - t0;
+    lk.lock();
+    comm_seconds += dt;
+    if (++next_ == buckets_.size()) active_ = false;
+    lk.unlock();
+    cv_.notify_all();
+  }
+}
+
+void DataParallel::begin_overlap(FlatBuffer& grads, FlatBuffer* src, float w,
+                                 const std::vector<std::string>& early,
+                                 const std::vector<std::string>& late) {
+  grads_ = &grads;
+  src_ = src;
+  w_ = w;
+  std::fill(pending_.begin(), pending_.end(), 0);
+  for (auto& p : early)
+    for (size_t k : buckets_of_[p]) pending_[k]++;
+  for (auto& p : late)  // final only when backward returns: end_overlap releases these buckets
+    for (size_t k : buckets_of_[p]) pending_[k] = 1 << 30;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::fill(released_.begin(), released_.end(), 0);
+    next_ = 0;
+    active_ = true;
+  }
+  for (size_t k = 0; k < buckets_.size(); k++)
+    if (pending_[k] == 0) prepare_bucket(k);
+}
+
+void DataParallel::prepare_bucket(size_t k) {
+  auto [b, e] = buckets_[k];
+  if (src_ && w_ != 1.0f) scale(*src_, w_, b, e);
+  if (src_ && src_ != grads_) add_into(*grads_, *src_, b, e);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    released_[k] = 1;
+  }
+  cv_.notify_all();
+}
+
+void DataParallel::grad_ready(const std::string& param) {
+  auto it = buckets_of_.find(param);
+  if (it == buckets_of_.end()) return;
+  for (size_t k : it->second)
+    if (--pending_[k] == 0) prepare_bucket(k);
+}
+
+void DataParallel::end_overlap() {
+  for (size_t k = 0; k < buckets_.size(); k++)
+    if (!released_[k]) prepare_bucket(k);  // read without the lock: only this thread writes it
+  double t0 = now_s();
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return !active_; });
+  reduce_seconds += now_s() - t0;
+  gradient_reductions++;
 }
 
 void DataParallel::broadcast_weights(TrainingSession& ts) {

@@ -24,8 +24,11 @@
 // The gradient norm is exact (train::SquareSum), so clipping sees the same norm for any world size
 // and stage.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,10 +72,28 @@ class DataParallel {
   // ZeRO: every rank's updated shard of the parameters to all ranks.
   void gather_params(FlatBuffer& params);
 
+  // Reduction overlapped with backward (DDP and ZeRO-1 with more than one rank, unless
+  // ONYX_DDP_OVERLAP=0): the buckets of the step's last local micro-batch are reduced by a
+  // communication thread, each as soon as every gradient in it is final, in the fixed bucket
+  // order (so every rank runs the same collectives in the same order). `src` is the buffer that
+  // micro-batch writes: grads, or the second buffer whose weighted values are added into grads
+  // bucket by bucket; `w` is its weight. src == nullptr: this rank has no micro-batch left and
+  // grads is final. The arithmetic is the same as reduce_gradients', so are the bits.
+  bool overlaps() const { return overlap_; }
+  size_t buckets() const { return buckets_.size(); }
+  void begin_overlap(FlatBuffer& grads, FlatBuffer* src, float w, const std::vector<std::string>& early,
+                     const std::vector<std::string>& late);
+  void grad_ready(const std::string& param);  // backward's hook (TrainingSession)
+  void end_overlap();                         // waits for the last bucket
+
   int64_t gradient_reductions = 0;  // counted for the tests and the run summary
-  double reduce_seconds = 0;        // wall time in gradient reductions
+  double reduce_seconds = 0;        // wall time the step waited for gradient reductions
+  double comm_seconds = 0;          // time the communication thread spent in them (overlap)
+  ~DataParallel();
 
  private:
+  void prepare_bucket(size_t b);  // weight / add the bucket's values into grads, then release it
+  void comm_thread();
   // [begin, end) ranges of at most bucket_cap elements, 64-aligned, last tensor first (the order
   // backward produces them).
   std::vector<std::pair<int64_t, int64_t>> buckets_;
@@ -80,6 +101,19 @@ class DataParallel {
   int zero_;
   dist::Partition part_;
   std::vector<float> shard_acc_;  // ZeRO-2 accumulator (owned range)
+  FlatLayout layout_;
+  // overlap state (guarded by mu_ where the communication thread reads it)
+  bool overlap_ = false;
+  std::map<std::string, std::vector<size_t>> buckets_of_;  // parameter -> buckets it overlaps
+  std::vector<int> pending_;                               // per bucket: gradients not final yet
+  std::vector<char> released_;                             // per bucket: ready to reduce
+  size_t next_ = 0;                                        // next bucket the thread reduces
+  bool active_ = false, quit_ = false;
+  FlatBuffer *grads_ = nullptr, *src_ = nullptr;
+  float w_ = 1;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
 };
 
 // The optimizer state (moments and "step") of elements [begin, end) of a flat buffer of `numel`

@@ -264,6 +264,9 @@ Trainer::ParallelInfo Trainer::parallel_info() const {
   p.zero_stage = (int)args_.zero_stage;
   p.gradient_reductions = impl_->dp->gradient_reductions;
   p.reduce_seconds = impl_->dp->reduce_seconds;
+  p.comm_seconds = impl_->dp->comm_seconds;
+  p.buckets = (int64_t)impl_->dp->buckets();
+  p.overlapped = impl_->dp->overlaps();
   p.optimizer_state_elements = impl_->dp->owned_end() - impl_->dp->owned_begin();
   p.parameter_elements = impl_->ts->params().layout().numel;
   return p;
@@ -421,6 +424,12 @@ TrainOutput Trainer::train_loop() {
       auto& grads = I.ts->grads();
       bool have_local = false;
       std::vector<double> my_parts(ga, 0.0);
+      // DDP / ZeRO-1: the last local micro-batch's buckets are reduced while its backward runs.
+      const bool overlap = I.dp->overlaps();
+      int64_t last_j = -1;
+      for (int64_t j = 0; j < ga; j++)
+        if (weight_items(my_items[j]) > 0) last_j = j;
+      bool overlapping = false;
       for (int64_t j = 0; j < ga; j++) {
         const int64_t k = j * world + rank;
         const int64_t n = weight_items(my_items[j]);
@@ -438,15 +447,23 @@ TrainOutput Trainer::train_loop() {
           const double w = (double)n / weight_total;
           uint64_t seed =
               (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)k;
-          my_parts[j] = w * I.ts->forward_backward(micro_batches[j], false, seed, true, into);
-          if ((float)w != 1.0f) train::scale(target, (float)w);
+          if (overlap && j == last_j) {
+            // the weighting and the add into grads happen bucket by bucket (DataParallel)
+            const auto& timing = I.ts->gradient_timing(micro_batches[j]);
+            I.dp->begin_overlap(grads, &target, (float)w, timing.early, timing.late);
+            overlapping = true;
+            my_parts[j] = w * I.ts->forward_backward(
+                                  micro_batches[j], false, seed, true, into,
+                                  [&](const std::string& p) { I.dp->grad_ready(p); });
+          } else {
+            my_parts[j] = w * I.ts->forward_backward(micro_batches[j], false, seed, true, into);
+            if ((float)w != 1.0f) train::scale(target, (float)w);
+            if (into && !I.zero2) train::add_into(grads, *into);
+          }
         } else {
           target.zero();  // ZeRO-2: this rank has no data for the slot, its share is zero
         }
-        if (I.zero2)
-          I.dp->accumulate_shard(grads, !have_local);
-        else if (into)
-          train::add_into(grads, *into);
+        if (I.zero2) I.dp->accumulate_shard(grads, !have_local);
         have_local = true;
         micro_batches[j].clear();
         if (j + 1 < ga)
@@ -454,10 +471,14 @@ TrainOutput Trainer::train_loop() {
       }
       micro_batches.clear();
       if (!have_local) grads.zero();  // no data on this rank this step: it adds zero
-      if (I.zero2)
+      if (I.zero2) {
         I.dp->finish_shard(grads);
-      else
+      } else if (overlap) {
+        if (!overlapping) I.dp->begin_overlap(grads, nullptr, 1.0f, {}, {});
+        I.dp->end_overlap();
+      } else {
         I.dp->reduce_gradients(grads);
+      }
       // The logged loss, in global slot order on every rank, as Transformers accumulates tr_loss
       // per micro-batch: a nan/inf one adds tr_loss / (1 + steps since the last log) with
       // logging_nan_inf_filter.

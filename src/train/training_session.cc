@@ -146,6 +146,21 @@ TrainingSession::Compiled& TrainingSession::compiled_for(
   }
   if (optimize_) passes::optimize_training(*c.tg.graph, sig, vars, pass_opts_, &c.report);
   c.session = std::make_unique<runtime::Session>(c.tg.graph, vars);
+  {  // which gradients are final as soon as they are written
+    std::map<std::string, int> produced, read;
+    for (auto& n : c.tg.graph->nodes) {
+      for (auto& o : n.outputs) produced[o]++;
+      for (auto& i : n.inputs) read[i]++;
+    }
+    for (auto& [p, g] : c.tg.gradients) {
+      if (produced[g] == 1 && read[g] == 0) {
+        c.timing.early.push_back(p);
+        c.param_of_grad[g] = p;
+      } else {
+        c.timing.late.push_back(p);
+      }
+    }
+  }
   auto t1 = std::chrono::steady_clock::now();
   last_build_ms_ = std::chrono::duration<double, std::milli>(t1 - t0).count();
   return graphs_.emplace(key, std::move(c)).first->second;
@@ -175,6 +190,11 @@ double TrainingSession::planned_step_bytes(const std::map<std::string, Tensor>& 
   return planned_activation_bytes(batch) + (2 + optimizer_buffers) * params;
 }
 
+const TrainingSession::GradientTiming& TrainingSession::gradient_timing(
+    const std::map<std::string, Tensor>& batch) {
+  return compiled_for(batch).timing;
+}
+
 const autodiff::TrainingGraph& TrainingSession::training_graph_for(
     const std::map<std::string, Tensor>& batch) {
   return compiled_for(batch).tg;
@@ -182,7 +202,8 @@ const autodiff::TrainingGraph& TrainingSession::training_graph_for(
 
 double TrainingSession::forward_backward(const std::map<std::string, Tensor>& batch,
                                          bool accumulate, uint64_t seed, bool training,
-                                         FlatBuffer* into) {
+                                         FlatBuffer* into,
+                                         const std::function<void(const std::string&)>& on_grad_ready) {
   Compiled& c = compiled_for(batch);
   std::map<std::string, Tensor> feeds;
   for (auto& [n, t] : batch)
@@ -198,6 +219,11 @@ double TrainingSession::forward_backward(const std::map<std::string, Tensor>& ba
              "forward_backward: the gradient buffer has ", target.layout().numel,
              " elements, the parameters ", grad_buf_.layout().numel);
   for (auto& [p, g] : c.tg.gradients) ro.bound_outputs[g] = target.view(p);
+  if (on_grad_ready)
+    ro.on_bound_output = [&](const std::string& out) {
+      auto it = c.param_of_grad.find(out);
+      if (it != c.param_of_grad.end()) on_grad_ready(it->second);
+    };
   auto out = c.session->run(feeds, ro);
   // The momentum update of the running statistics, as PyTorch's train-mode forward applies it.
   for (auto& [o, b] : c.stat_outputs) {

@@ -14,6 +14,7 @@
 // the buffers, as PyTorch's model.eval().
 #pragma once
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -52,8 +53,18 @@ class TrainingSession {
   // into grads() (added to what is there when `accumulate`); the running statistics of
   // training-mode BatchNormalizations are written into buffers(). Returns the loss. `into`
   // (a buffer of grads()' layout) receives the gradients instead of grads().
+  // `on_grad_ready(param)` is called during backward as soon as a parameter's gradient is
+  // final, for the parameters early_gradients() lists.
   double forward_backward(const std::map<std::string, Tensor>& batch, bool accumulate,
-                          uint64_t seed = 0, bool training = true, FlatBuffer* into = nullptr);
+                          uint64_t seed = 0, bool training = true, FlatBuffer* into = nullptr,
+                          const std::function<void(const std::string&)>& on_grad_ready = {});
+  // Parameters whose gradient this batch's backward writes once and no later node reads (so it
+  // is final when written: forward_backward reports them), and those with a gradient that is
+  // final only when forward_backward returns.
+  struct GradientTiming {
+    std::vector<std::string> early, late;
+  };
+  const GradientTiming& gradient_timing(const std::map<std::string, Tensor>& batch);
   // Forward only (evaluation): the forward graph with the loss appended, no backward work.
   // Returns every forward output, plus the loss under the key "loss" when the batch has what the
   // loss needs (labels); without labels only the model's outputs are computed.
@@ -102,6 +113,8 @@ class TrainingSession {
     std::unique_ptr<runtime::Session> session;
     passes::PassReport report;
     std::vector<std::pair<std::string, std::string>> stat_outputs;  // (graph output, buffer)
+    GradientTiming timing;
+    std::map<std::string, std::string> param_of_grad;  // gradient output -> parameter (early)
   };
   // Names and outputs the updated statistics of g's training-mode BatchNormalizations that read a
   // buffer (graph outputs appended); returns (output, buffer) pairs.

@@ -11,6 +11,10 @@ Cases (one PASS / FAIL / SKIP line each):
         max_grad_norm 0.5 (clipping active), 6 steps with random sampling: model.safetensors,
         the optimizer moments of checkpoint-6 (ZeRO's two shards put together by their ranges)
         and every logged loss / grad_norm bit for bit equal.
+  buckets-overlap-ddp, buckets-overlap-zero1
+        a wider GPT-2 (n_embd 160, ≈ 0.7 M parameters) with ddp_bucket_cap_mb 1: at least 3
+        buckets, reduced by the communication thread while backward runs; still bit for bit the
+        single process with GA 2.
   uneven-data
         23 samples in batches of 5 (the last one 3): the third step has one micro-batch, for rank
         0 only; rank 1 takes part with nothing. Equal bit for bit to one process with GA 2 over two
@@ -159,7 +163,7 @@ def moments(ckpt):
 
 def summary(p):
     m = re.search(r"data parallel: (\d+) ranks \((\w+)\), (DDP|ZeRO stage \d), (\d+) gradient "
-                  r"reductions in (\d+) steps .*?, (\d+) of (\d+) optimizer-state", p.stdout)
+                  r"reductions in (\d+) steps .*\), (\d+) of (\d+) optimizer-state", p.stdout)
     if not m:
         raise AssertionError(f"no data-parallel summary in: {p.stdout[-400:]}")
     return {"world": int(m[1]), "mode": m[3], "reductions": int(m[4]), "steps": int(m[5]),
@@ -190,6 +194,24 @@ def case_equal(ctx, zero):
         bad.append("clipping never active")
     return not bad, (f"np2 {s['mode']} ≡ np1 GA2 bit for bit: weights, exp_avg/exp_avg_sq, "
                      f"{len(l1)} log rows ({clipped} clipped steps)" if not bad else "; ".join(bad))
+
+
+def case_buckets(ctx, zero):
+    """A wider model (≈ 0.7 M parameters, 3 buckets of 1 MiB): buckets reduced while backward
+    runs, still bit for bit the single process."""
+    model = json.loads(json.dumps(BASE["model"]))
+    model["config"].update(n_embd=160, n_head=4)
+    c1, o1 = ctx.config(model=model, max_steps=3)
+    run(0, c1, ["--gradient_accumulation_steps", "2"])
+    c2, o2 = ctx.config(model=model, max_steps=3, zero_stage=zero, ddp_bucket_cap_mb=1)
+    p = run(2, c2)
+    m = re.search(r"\((\d+) buckets; ([\d.e-]+) s in the communication thread", p.stdout)
+    if not m:
+        return False, f"no overlapped-reduction summary: {p.stdout[-300:]}"
+    ok = int(m[1]) >= 3 and same_file(f"{o1}/model.safetensors", f"{o2}/model.safetensors") \
+        and read_log(o1) == read_log(o2)
+    return ok, (f"{m[1]} buckets reduced by the communication thread during backward: np2 ≡ np1 "
+                f"GA2 bit for bit" if ok else f"{m[1]} buckets; result differs")
 
 
 def case_uneven(ctx):
@@ -468,6 +490,8 @@ def main():
             ("equal-ddp", lambda: case_equal(ctx, 0)),
             ("equal-zero1", lambda: case_equal(ctx, 1)),
             ("equal-zero2", lambda: case_equal(ctx, 2)),
+            ("buckets-overlap-ddp", lambda: case_buckets(ctx, 0)),
+            ("buckets-overlap-zero1", lambda: case_buckets(ctx, 1)),
             ("uneven-data", lambda: case_uneven(ctx)),
             ("ga-with-ranks", lambda: case_ga_with_ranks(ctx)),
             ("one-reduction-per-step", lambda: case_reductions(ctx)),

@@ -132,8 +132,13 @@ Action add_train_command(CLI::App& app) {
       std::cout << "data parallel: " << par.world_size << " ranks (" << par.backend << "), "
                 << (par.zero_stage ? cat("ZeRO stage ", par.zero_stage) : std::string("DDP"))
                 << ", " << par.gradient_reductions << " gradient reductions in " << out.global_step
-                << " steps (" << cat(par.reduce_seconds) << " s), " << par.optimizer_state_elements
-                << " of " << par.parameter_elements << " optimizer-state elements on rank 0\n";
+                << " steps (" << par.buckets << " buckets; "
+                << (par.overlapped
+                        ? cat(par.comm_seconds, " s in the communication thread, ",
+                              par.reduce_seconds, " s of it waited for after backward")
+                        : cat(par.reduce_seconds, " s, not overlapped"))
+                << "), " << par.optimizer_state_elements << " of " << par.parameter_elements
+                << " optimizer-state elements on rank 0\n";
     if (l.eval) {
       auto m = t.evaluate();
       if (rank0) std::cout << "final evaluation: " << train::format_log_dict(m) << "\n";
