@@ -187,12 +187,12 @@ class Trainer {
   // Data parallelism of this run (world size 1 without mpirun).
   struct ParallelInfo {
     int world_size = 1, rank = 0, zero_stage = 0;
-    std::string backend;                   // "single" | "mpi"
-    int64_t gradient_reductions = 0;       // gradient reductions across ranks so far
-    double reduce_seconds = 0;             // wall time the steps waited for them
-    double comm_seconds = 0;  // time the communication thread spent in them (overlapped)
-    int64_t buckets = 0;      // ddp_bucket_cap_mb ranges of the gradient buffer
-    bool overlapped = false;  // reduced during backward by a communication thread
+    std::string backend;              // "single" | "mpi"
+    int64_t gradient_reductions = 0;  // gradient reductions across ranks so far
+    double reduce_seconds = 0;        // wall time the steps waited for them
+    double comm_seconds = 0;          // time the communication thread spent in them (overlapped)
+    int64_t buckets = 0;              // ddp_bucket_cap_mb ranges of the gradient buffer
+    bool overlapped = false;          // reduced during backward by a communication thread
     int64_t optimizer_state_elements = 0;  // per optimizer state tensor on this rank
     int64_t parameter_elements = 0;        // of the flat parameter buffer
   };

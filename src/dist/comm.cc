@@ -253,7 +253,12 @@ class MpiComm : public Comm {
                   " timed out after ", timeout_s_, " s (ddp_timeout) waiting for ", missing),
               1);
       }
-      if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (waited > 1.0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a slow peer
+      else if (patient_.load(std::memory_order_relaxed))
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      else if (++spins % 64 == 0)
+        sched_yield();
     }
     stats.wait_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -15,6 +15,7 @@
 // the ranks that did not answer, then MPI_Abort makes mpirun stop every process. A rank that dies
 // is noticed by mpirun itself, which stops the others.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,6 +53,12 @@ class Comm {
   double timeout() const { return timeout_s_; }
   // What the job is doing, for failure messages ("step 12").
   void set_context(std::string context) { context_ = std::move(context); }
+  // How a waiting collective polls (MPI progresses messages only while it is polled): `false`,
+  // the default, spins (yielding the core now and then) for the fastest transfer; `true` polls
+  // every 50 µs, leaving the core to computation running meanwhile on it (the overlapped gradient
+  // reduction, until the backward is done). Either way a wait past one second sleeps 1 ms
+  // between polls.
+  void set_patient(bool patient) { patient_.store(patient, std::memory_order_relaxed); }
 
   // In place over [begin, end) of `data` (a buffer of p.numel elements): afterwards each rank's
   // owned part of the range holds the sum of every rank's values there, in rank order. The
@@ -84,6 +91,7 @@ class Comm {
  protected:
   double timeout_s_ = 1800;  // Transformers' ddp_timeout default
   std::string context_;
+  std::atomic<bool> patient_{false};
 };
 
 // The process's communicator: MPI when this process was started by mpirun / srun (and onyx was

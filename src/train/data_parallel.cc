@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "onyx/error.h"
+#include "runtime/parallel.h"
 #include "train/optimizer.h"
 #include "train/training_session.h"
 
@@ -35,7 +36,12 @@ DataParallel::DataParallel(dist::Comm& comm, const FlatLayout& layout, int zero_
   }
   if (zero_ == 2) shard_acc_.resize((size_t)(owned_end() - owned_begin()));
   const char* env = std::getenv("ONYX_DDP_OVERLAP");
-  overlap_ = world() > 1 && zero_ < 2 && comm_.serialized_threads() && !(env && std::string(env) == "0");
+  overlap_ =
+      world() > 1 && zero_ < 2 && comm_.serialized_threads() && !(env && std::string(env) == "0");
+  // A rank with one core shares it between backward and the communication thread: that thread
+  // then polls gently until backward is done (dist::Comm::set_patient).
+  const char* patient = std::getenv("ONYX_DDP_PATIENT");
+  patient_overlap_ = patient ? std::string(patient) != "0" : runtime::num_threads() <= 1;
   if (overlap_) {
     for (auto& e : layout_.entries) {
       int64_t b = e.offset, n = shape_numel(e.shape);
@@ -102,6 +108,7 @@ void DataParallel::begin_overlap(FlatBuffer& grads, FlatBuffer* src, float w,
     next_ = 0;
     active_ = true;
   }
+  if (patient_overlap_) comm_.set_patient(true);  // backward has the core meanwhile
   for (size_t k = 0; k < buckets_.size(); k++)
     if (pending_[k] == 0) prepare_bucket(k);
 }
@@ -127,6 +134,7 @@ void DataParallel::grad_ready(const std::string& param) {
 void DataParallel::end_overlap() {
   for (size_t k = 0; k < buckets_.size(); k++)
     if (!released_[k]) prepare_bucket(k);  // read without the lock: only this thread writes it
+  comm_.set_patient(false);  // nothing else to do now: progress the transfers at full speed
   double t0 = now_s();
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [&] { return !active_; });

@@ -27,10 +27,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
-#include <thread>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/comm.h"
@@ -81,8 +81,8 @@ class DataParallel {
   // grads is final. The arithmetic is the same as reduce_gradients', so are the bits.
   bool overlaps() const { return overlap_; }
   size_t buckets() const { return buckets_.size(); }
-  void begin_overlap(FlatBuffer& grads, FlatBuffer* src, float w, const std::vector<std::string>& early,
-                     const std::vector<std::string>& late);
+  void begin_overlap(FlatBuffer& grads, FlatBuffer* src, float w,
+                     const std::vector<std::string>& early, const std::vector<std::string>& late);
   void grad_ready(const std::string& param);  // backward's hook (TrainingSession)
   void end_overlap();                         // waits for the last bucket
 
@@ -103,7 +103,7 @@ class DataParallel {
   std::vector<float> shard_acc_;  // ZeRO-2 accumulator (owned range)
   FlatLayout layout_;
   // overlap state (guarded by mu_ where the communication thread reads it)
-  bool overlap_ = false;
+  bool overlap_ = false, patient_overlap_ = false;
   std::map<std::string, std::vector<size_t>> buckets_of_;  // parameter -> buckets it overlaps
   std::vector<int> pending_;                               // per bucket: gradients not final yet
   std::vector<char> released_;                             // per bucket: ready to reduce

@@ -222,6 +222,7 @@ void Trainer::fit_batch_to_memory() {
   if (budget <= 0) return;  // no budget known: nothing to fit
   auto& ts = *impl_->ts;
   int states = impl_->opt->name().rfind("adamw", 0) == 0 ? 2 : (a.sgd_momentum != 0 ? 1 : 0);
+  if (a.gradient_accumulation_steps > 1 && a.zero_stage < 2) states++;  // the second grad buffer
   int64_t b = std::min<int64_t>(a.per_device_train_batch_size, train_ds_->size());
   const int64_t asked = a.per_device_train_batch_size;
   double need = 0;
@@ -452,9 +453,9 @@ TrainOutput Trainer::train_loop() {
             const auto& timing = I.ts->gradient_timing(micro_batches[j]);
             I.dp->begin_overlap(grads, &target, (float)w, timing.early, timing.late);
             overlapping = true;
-            my_parts[j] = w * I.ts->forward_backward(
-                                  micro_batches[j], false, seed, true, into,
-                                  [&](const std::string& p) { I.dp->grad_ready(p); });
+            my_parts[j] =
+                w * I.ts->forward_backward(micro_batches[j], false, seed, true, into,
+                                           [&](const std::string& p) { I.dp->grad_ready(p); });
           } else {
             my_parts[j] = w * I.ts->forward_backward(micro_batches[j], false, seed, true, into);
             if ((float)w != 1.0f) train::scale(target, (float)w);

@@ -200,10 +200,9 @@ const autodiff::TrainingGraph& TrainingSession::training_graph_for(
   return compiled_for(batch).tg;
 }
 
-double TrainingSession::forward_backward(const std::map<std::string, Tensor>& batch,
-                                         bool accumulate, uint64_t seed, bool training,
-                                         FlatBuffer* into,
-                                         const std::function<void(const std::string&)>& on_grad_ready) {
+double TrainingSession::forward_backward(
+    const std::map<std::string, Tensor>& batch, bool accumulate, uint64_t seed, bool training,
+    FlatBuffer* into, const std::function<void(const std::string&)>& on_grad_ready) {
   Compiled& c = compiled_for(batch);
   std::map<std::string, Tensor> feeds;
   for (auto& [n, t] : batch)

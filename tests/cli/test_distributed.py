@@ -28,6 +28,12 @@ Cases (one PASS / FAIL / SKIP line each):
   optimizer-memory
         per-rank optimizer-state elements: Ψ (the flat buffer) for DDP, its 64-aligned half
         ⌈Ψ/2⌉ for ZeRO (the checkpoint's shard files hold exactly those ranges).
+  plan-per-rank
+        `onyx plan --world-size 2` with zero_stage 1 lists the per-rank optimizer-state elements
+        the 2-rank run reports, and the gradient accumulation buffer of GA 2.
+  launch
+        `onyx launch --nproc 2 --dry-run` prints the mpirun command (thread pool per rank, the
+        config and its overrides); `onyx launch --nproc 2 CONFIG` trains ≡ np1 GA2 bit for bit.
   resume-*
         A 6-step run saved at step 3 and resumed from checkpoint-3 equals the uninterrupted run
         bit for bit (weights, and the log after step 3): same world size (ZeRO-1 2 → 2), 2 → 1 rank
@@ -267,6 +273,37 @@ def case_memory(ctx):
                 f"ZeRO-1 {z['state']} (⌈Ψ/2⌉ 64-aligned = {half}), shard files {sizes}")
 
 
+def case_plan(ctx):
+    c, o = ctx.config(max_steps=1, zero_stage=1)
+    z = summary(run(2, c))
+    p = subprocess.run([ONYX, "plan", c, "--world-size", "2", "--gradient_accumulation_steps", "2"],
+                       capture_output=True, text=True, env=ENV)
+    m = re.search(r"optimizer state \(2 buffers\).*\((\d+) of (\d+) elements per buffer", p.stdout)
+    acc = re.search(r"gradient accumulation buffer", p.stdout)
+    tot = re.search(r"total .* per rank \(world size 2, ZeRO stage 1\)", p.stdout)
+    ok = p.returncode == 0 and m and int(m[1]) == z["state"] and int(m[2]) == z["numel"] and \
+        acc and tot
+    return bool(ok), (f"onyx plan --world-size 2 (ZeRO-1): {m[1]} of {m[2]} optimizer-state "
+                      f"elements per rank, as the 2-rank run holds; accumulation buffer listed"
+                      if ok else p.stdout[-600:] + p.stderr[-300:])
+
+
+def case_launch(ctx):
+    c, o = ctx.config()
+    dry = subprocess.run([ONYX, "launch", "--nproc", "2", "--dry-run", c, "--zero_stage", "1"],
+                         capture_output=True, text=True, env=ENV)
+    want = ["mpirun -np 2", "OMP_NUM_THREADS=", " train " + c, "--zero_stage 1"]
+    if dry.returncode != 0 or any(w not in dry.stdout for w in want):
+        return False, f"dry run: {dry.stdout.strip()} {dry.stderr.strip()}"
+    p = subprocess.run([ONYX, "launch", "--nproc", "2", c], capture_output=True, text=True,
+                       env=ENV, timeout=300)
+    c1, o1 = ctx.config()
+    run(0, c1, ["--gradient_accumulation_steps", "2"])
+    ok = p.returncode == 0 and same_file(f"{o1}/model.safetensors", f"{o}/model.safetensors")
+    return ok, (f"`{dry.stdout.strip()[:110]}...`; the launched job ≡ np1 GA2 bit for bit" if ok
+                else f"launch exited {p.returncode}: {p.stderr[-400:]}")
+
+
 def case_resume(ctx, first, second):
     """first / second: (np, zero, ga) of the run saved at step 3 and of its resume."""
     ref_c, ref_o = ctx.config(gradient_accumulation_steps=2)
@@ -496,6 +533,8 @@ def main():
             ("ga-with-ranks", lambda: case_ga_with_ranks(ctx)),
             ("one-reduction-per-step", lambda: case_reductions(ctx)),
             ("optimizer-memory", lambda: case_memory(ctx)),
+            ("plan-per-rank", lambda: case_plan(ctx)),
+            ("launch", lambda: case_launch(ctx)),
             ("resume-zero1-2to2", lambda: case_resume(ctx, (2, 1, 1), (2, 1, 1))),
             ("resume-zero1-2to1", lambda: case_resume(ctx, (2, 1, 1), (0, 0, 2))),
             ("resume-1to2-zero1", lambda: case_resume(ctx, (0, 0, 2), (2, 1, 1))),

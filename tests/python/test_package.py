@@ -53,6 +53,9 @@ Cases (one PASS / FAIL / SKIP line each):
   example-scripts  examples/python/text_classification.py as written and with its import line
                    switched to transformers: equal losses and eval (1e-4); causal_lm.py trains
   wheel            `pip wheel .` (isolated build) installs into a fresh numpy-only venv and trains
+  mpirun           the Python Trainer under `mpirun -np 2`, DDP and ZeRO-1, with a Transformers
+                   model object and dict data ≡ one process with GA 2 bit for bit; exactly one
+                   rank has state.is_world_process_zero
   custom-ops       onyx.load_custom_ops(libmyops.so) (examples/custom_op built with cmake) before
                    the Trainer: a model with com.example.ScaledSwish trains
 
@@ -61,6 +64,7 @@ Ends with "N passed, M failed, K skipped"; exits 1 if any case failed.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -443,6 +447,57 @@ print("steps", trainer.train().global_step)
     assert p.returncode == 0 and "steps 2" in p.stdout, (p.stdout[-500:], p.stderr[-2000:])
     assert "leaked" not in p.stderr, p.stderr[-2000:]
     return "no nanobind leak report at exit"
+
+
+def case_mpirun(onyx, tmp):
+    """The Python Trainer under `mpirun -np 2` (DDP, then ZeRO-1): a Transformers model object
+    and dict data; equal bit for bit to one process with gradient_accumulation_steps 2; rank 0
+    alone writes output_dir and reports is_world_process_zero."""
+    import shutil
+    if not shutil.which("mpirun"):
+        raise AssertionError("mpirun not found (scripts/setup.sh installs openmpi-bin)")
+    rng = np.random.default_rng(3)
+    data = {"input_ids": rng.integers(5, 64, (24, 10)).astype(np.int64),
+            "attention_mask": np.ones((24, 10), np.int64),
+            "labels": rng.integers(0, 3, 24).astype(np.int64)}
+    np.savez(os.path.join(tmp, "mpi.npz"), **data)
+    script = os.path.join(tmp, "mpi_train.py")
+    with open(script, "w") as f:
+        f.write(f"""
+import sys, numpy as np; sys.path.insert(0, {TARGET!r}); sys.path.insert(0, {os.path.dirname(__file__)!r})
+import onyx
+from test_package import tiny_bert
+out, ga, zero = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d = dict(np.load({os.path.join(tmp, "mpi.npz")!r}))
+model = tiny_bert()
+args = onyx.TrainingArguments(output_dir=out, max_steps=4, per_device_train_batch_size=4,
+                              gradient_accumulation_steps=ga, zero_stage=zero, learning_rate=1e-2,
+                              logging_steps=1, save_strategy="no", disable_tqdm=True)
+t = onyx.Trainer(model, args, train_dataset=d)
+t.train()
+t.save_model(out)
+print("rank-zero", t.state.is_world_process_zero, flush=True)
+""")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
+    one = os.path.join(tmp, "mpi-one")
+    p = subprocess.run([sys.executable, script, one, "2", "0"], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    ref = st_io.load(os.path.join(one, "model.safetensors"))
+    for zero in (0, 1):
+        two = os.path.join(tmp, f"mpi-two-{zero}")
+        p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none",
+                            sys.executable, script, two, "1", str(zero)], capture_output=True,
+                           text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr[-2000:]
+        flags = sorted(re.findall(r"rank-zero (True|False)", p.stdout))
+        assert flags == ["False", "True"], p.stdout[-500:]
+        got = st_io.load(os.path.join(two, "model.safetensors"))
+        assert sorted(got) == sorted(ref) and all(np.array_equal(got[k], ref[k]) for k in ref), \
+            f"zero_stage {zero}: weights differ from one process with GA 2"
+    return ("BertForSequenceClassification object, mpirun -np 2 (DDP and ZeRO-1) ≡ one process "
+            "with GA 2 bit for bit; one rank reports is_world_process_zero")
 
 
 def tiny_bert(num_labels=3):
@@ -917,6 +972,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("compute-metrics", case_compute_metrics), ("callback-stop", case_callback_stop),
          ("early-stopping", case_early_stopping), ("save-model", case_save_model),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
+         ("mpirun", case_mpirun),
          ("pretrained-module", case_pretrained_module), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),

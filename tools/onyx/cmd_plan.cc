@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "data/dataset.h"
+#include "dist/comm.h"
 #include "onyx/trainer.h"
 #include "runtime/plan_stats.h"
 #include "train/run_config.h"
@@ -31,11 +32,14 @@ Action add_plan_command(CLI::App& app) {
   struct Opts {
     std::string config;
     int64_t batch = 0;
+    int world = 0;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("config", o->config, "config file (.yaml or .json), as for `onyx train`")
       ->required();
   cmd->add_option("--batch", o->batch, "batch size (default: per_device_train_batch_size)");
+  cmd->add_option("--world-size", o->world,
+                  "ranks to plan the per-rank memory for (default: this job's; 1 without mpirun)");
   cmd->allow_extras();
   cmd->footer(
       "Config keys and every TrainingArguments key (--key value overrides the file): "
@@ -116,18 +120,38 @@ Action add_plan_command(CLI::App& app) {
     for (auto& [p, gname] : tg.gradients) bound.insert(gname);
     double live = runtime::peak_live_bytes(*tg.graph, plan, bound);
     double arena = ts.planned_activation_bytes(b);
-    double pbytes = 4.0 * (double)ts.params().layout().numel;  // float32
+    const int64_t numel = ts.params().layout().numel;
+    double pbytes = 4.0 * (double)numel;  // float32
     std::string opt = cfg.args.optimizer_name();
     int states = opt.rfind("adamw", 0) == 0 ? 2 : (cfg.args.sgd_momentum != 0 ? 1 : 0);
+    // Per rank under data parallelism (train/data_parallel.h): ZeRO shards the optimizer state
+    // (and with stage 2 the accumulated gradient); gradient accumulation over more than one local
+    // micro-batch keeps a second gradient buffer (stage 2: a shard-sized accumulator instead).
+    const int world = o->world > 0 ? o->world : t.parallel_info().world_size;
+    const int zero = (int)cfg.args.zero_stage;
+    const auto part = dist::Partition::of(numel, world);
+    const double shard_bytes = 4.0 * (double)(zero ? part.end(0) - part.begin(0) : numel);
+    const bool ga = cfg.args.gradient_accumulation_steps > 1;
+    const double accum = !ga ? 0 : zero == 2 ? shard_bytes : pbytes;
+    const double total = arena + 2 * pbytes + accum + states * shard_bytes;
     std::cout << "memory plan: " << plan.memory.summary() << "\n"
               << "  activations (arena)                " << mib(arena) << "  (" << mib(live)
               << " at the peak without in-place and views; " << mib((double)plan.memory.kept_bytes)
               << " kept for backward)\n"
               << "  parameters                         " << mib(pbytes) << "\n"
-              << "  gradients                          " << mib(pbytes) << "\n"
-              << "  optimizer state (" << states << " buffers)        " << mib(states * pbytes)
+              << "  gradients                          " << mib(pbytes) << "\n";
+    if (ga)
+      std::cout << "  gradient accumulation buffer       " << mib(accum)
+                << (zero == 2 ? "  (the local shard, ZeRO-2)" : "") << "\n";
+    std::cout << "  optimizer state (" << states << " buffers)        " << mib(states * shard_bytes)
+              << (zero ? cat("  (", (int64_t)(shard_bytes / 4), " of ", numel,
+                             " elements per buffer: this rank's ZeRO shard)")
+                       : std::string())
               << "\n"
-              << "  total                              " << mib(arena + (2 + states) * pbytes)
+              << "  total                              " << mib(total)
+              << (world > 1 || zero ? cat("  per rank (world size ", world, ", ",
+                                          zero ? cat("ZeRO stage ", zero) : std::string("DDP"), ")")
+                                    : std::string())
               << "\n";
     return 0;
   };

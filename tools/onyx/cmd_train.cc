@@ -133,10 +133,9 @@ Action add_train_command(CLI::App& app) {
                 << (par.zero_stage ? cat("ZeRO stage ", par.zero_stage) : std::string("DDP"))
                 << ", " << par.gradient_reductions << " gradient reductions in " << out.global_step
                 << " steps (" << par.buckets << " buckets; "
-                << (par.overlapped
-                        ? cat(par.comm_seconds, " s in the communication thread, ",
-                              par.reduce_seconds, " s of it waited for after backward")
-                        : cat(par.reduce_seconds, " s, not overlapped"))
+                << (par.overlapped ? cat(par.comm_seconds, " s in the communication thread, ",
+                                         par.reduce_seconds, " s of it waited for after backward")
+                                   : cat(par.reduce_seconds, " s, not overlapped"))
                 << "), " << par.optimizer_state_elements << " of " << par.parameter_elements
                 << " optimizer-state elements on rank 0\n";
     if (l.eval) {
