@@ -160,6 +160,21 @@ static int64_t count_items(const Model& m, const std::map<std::string, Tensor>& 
   return n;
 }
 
+// Data parallel: what the callbacks decided on any rank holds for all (Ctrl-C seen by one rank,
+// a callback asking to save or stop), so every rank takes the same steps and collectives.
+static void sync_control(dist::Comm& comm, TrainerControl& c) {
+  if (comm.size() == 1) return;
+  std::vector<char> mine = {c.should_training_stop, c.should_epoch_stop, c.should_save,
+                            c.should_evaluate, c.should_log};
+  std::vector<char> all = comm.all_gather_values(mine);
+  for (size_t i = 0; i < all.size(); i++) mine[i % mine.size()] |= all[i];
+  c.should_training_stop = mine[0];
+  c.should_epoch_stop = mine[1];
+  c.should_save = mine[2];
+  c.should_evaluate = mine[3];
+  c.should_log = mine[4];
+}
+
 static void append_line(const std::string& path, const std::string& line) {
   std::ofstream f(path, std::ios::app);
   f << line << "\n";
@@ -521,12 +536,14 @@ TrainOutput Trainer::train_loop() {
         I.progress->update(state_.global_step, step_loss,
                            train::lr_at(I.sched, state_.global_step - 1), samples_seen);
       for (auto& cb : callbacks_) cb->on_step_end(a, state_, control_);
+      sync_control(comm, control_);
       maybe_log_save_evaluate(false);
       if (control_.should_epoch_stop || control_.should_training_stop) break;
     }
     bool finished_epoch = I.batches_done >= (int64_t)batches.size();
     if (finished_epoch) {
       for (auto& cb : callbacks_) cb->on_epoch_end(a, state_, control_);
+      sync_control(comm, control_);
       I.epoch++;
       I.batches_done = 0;
       state_.epoch = (double)I.epoch;

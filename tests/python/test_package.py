@@ -55,7 +55,8 @@ Cases (one PASS / FAIL / SKIP line each):
   wheel            `pip wheel .` (isolated build) installs into a fresh numpy-only venv and trains
   mpirun           the Python Trainer under `mpirun -np 2`, DDP and ZeRO-1, with a Transformers
                    model object and dict data ≡ one process with GA 2 bit for bit; exactly one
-                   rank has state.is_world_process_zero
+                   rank has state.is_world_process_zero; a callback stopping training on one
+                   rank (as Ctrl-C there does) stops every rank after the same step
   custom-ops       onyx.load_custom_ops(libmyops.so) (examples/custom_op built with cmake) before
                    the Trainer: a model with com.example.ScaledSwish trains
 
@@ -473,10 +474,15 @@ model = tiny_bert()
 args = onyx.TrainingArguments(output_dir=out, max_steps=4, per_device_train_batch_size=4,
                               gradient_accumulation_steps=ga, zero_stage=zero, learning_rate=1e-2,
                               logging_steps=1, save_strategy="no", disable_tqdm=True)
-t = onyx.Trainer(model, args, train_dataset=d)
+class StopOnOneRank(onyx.TrainerCallback):  # what Ctrl-C seen by one rank does
+    def on_step_end(self, args, state, control, **kw):
+        if not state.is_world_process_zero and state.global_step == 2:
+            control.should_training_stop = True
+t = onyx.Trainer(model, args, train_dataset=d,
+                 callbacks=[StopOnOneRank()] if len(sys.argv) > 4 else None)
 t.train()
 t.save_model(out)
-print("rank-zero", t.state.is_world_process_zero, flush=True)
+print("rank-zero", t.state.is_world_process_zero, "steps", t.state.global_step, flush=True)
 """)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
@@ -496,8 +502,16 @@ print("rank-zero", t.state.is_world_process_zero, flush=True)
         got = st_io.load(os.path.join(two, "model.safetensors"))
         assert sorted(got) == sorted(ref) and all(np.array_equal(got[k], ref[k]) for k in ref), \
             f"zero_stage {zero}: weights differ from one process with GA 2"
+    # A callback stopping training on rank 1 only: both ranks stop after the same step.
+    p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none",
+                        sys.executable, script, os.path.join(tmp, "mpi-stop"), "1", "0", "stop"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    steps = sorted(re.findall(r"steps (\d+)", p.stdout))
+    assert steps == ["2", "2"], p.stdout[-500:]
     return ("BertForSequenceClassification object, mpirun -np 2 (DDP and ZeRO-1) ≡ one process "
-            "with GA 2 bit for bit; one rank reports is_world_process_zero")
+            "with GA 2 bit for bit; one rank reports is_world_process_zero; a stop decided on "
+            "rank 1 alone stops both after step 2")
 
 
 def tiny_bert(num_labels=3):
