@@ -12,6 +12,7 @@ BuiltModel build_bert(const HfConfig& c, Task task, int64_t seed);        // ber
 BuiltModel build_distilbert(const HfConfig& c, Task task, int64_t seed);  // distilbert
 BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed);        // gpt2
 BuiltModel build_vit(const HfConfig& c, Task task, int64_t seed);         // vit
+BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed);       // llama, mistral, qwen2
 
 // Throws naming the model type and task when the family has no head for `task`.
 [[noreturn]] void unsupported_task(const HfConfig& c, Task task, const char* supported);

@@ -162,27 +162,107 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
                ": scale_attn_weights = false is not supported");
     ONYX_CHECK(!r.boolean({"scale_attn_by_inverse_layer_idx"}, false), what,
                ": scale_attn_by_inverse_layer_idx = true is not supported");
+  } else if (t == "llama" || t == "mistral" || t == "qwen2") {
+    c.hidden_size = r.integer({"hidden_size"});
+    c.num_hidden_layers = r.integer({"num_hidden_layers"});
+    c.num_attention_heads = r.integer({"num_attention_heads"});
+    c.num_key_value_heads = r.integer({"num_key_value_heads"}, c.num_attention_heads);
+    c.intermediate_size = r.integer({"intermediate_size"});
+    c.head_dim = r.integer({"head_dim"}, 0);
+    c.hidden_act = r.string({"hidden_act"}, "silu");
+    c.layer_norm_eps = r.number({"rms_norm_eps"}, 1e-6);
+    c.attention_probs_dropout_prob = r.number({"attention_dropout"}, 0.0);
+    c.hidden_dropout_prob = c.embd_pdrop = 0.0;
+    c.vocab_size = r.integer({"vocab_size"});
+    c.max_position_embeddings = r.integer({"max_position_embeddings"});
+    c.pad_token_id = r.integer({"pad_token_id"}, -1);
+    c.initializer_range = r.number({"initializer_range"}, 0.02);
+    if (t == "qwen2") {  // q/k/v biases, none on o_proj or the MLP
+      c.attention_bias = true;
+    } else {
+      c.attention_bias = c.o_proj_bias = r.boolean({"attention_bias"}, false);
+      c.mlp_bias = t == "llama" && r.boolean({"mlp_bias"}, false);
+    }
+    ONYX_CHECK(r.integer({"pretraining_tp"}, 1) == 1, what,
+               ": pretraining_tp other than 1 is not supported");
+    // Rotary embeddings: Transformers 5's rope_parameters, or the older rope_theta + rope_scaling.
+    const json* rp = r.find({"rope_parameters"});
+    const json* rs = r.find({"rope_scaling"});
+    c.rope.theta = r.number({"rope_theta"}, 10000.0);
+    for (const json* o : {rs, rp}) {
+      if (!o) continue;
+      ONYX_CHECK(o->is_object(), what,
+                 ": key 'rope_parameters' / 'rope_scaling' must be an object");
+      Reader ro{*o, what + " (rope parameters)", t};
+      c.rope.type = ro.string({"rope_type", "type"}, c.rope.type);
+      c.rope.theta = ro.number({"rope_theta"}, c.rope.theta);
+      c.rope.factor = ro.number({"factor"}, c.rope.factor);
+      c.rope.low_freq_factor = ro.number({"low_freq_factor"}, c.rope.low_freq_factor);
+      c.rope.high_freq_factor = ro.number({"high_freq_factor"}, c.rope.high_freq_factor);
+      c.rope.original_max_position_embeddings =
+          ro.integer({"original_max_position_embeddings"}, c.rope.original_max_position_embeddings);
+      ONYX_CHECK(ro.number({"partial_rotary_factor"}, 1.0) == 1.0, what,
+                 ": partial_rotary_factor other than 1 is not supported");
+    }
+    const std::string& rt = c.rope.type;
+    ONYX_CHECK(rt == "default" || rt == "linear" || rt == "dynamic" || rt == "llama3", what,
+               ": rope type '", rt,
+               "' is not supported (default, linear, dynamic, llama3; Transformers also has "
+               "yarn and longrope)");
+    ONYX_CHECK(c.rope.factor > 0, what, ": rope factor must be positive");
+    // Sliding-window attention: Mistral on every layer when sliding_window is set; Qwen2 per
+    // layer_types (use_sliding_window, from max_window_layers on).
+    if (const json* sw = r.find({"sliding_window"})) {
+      ONYX_CHECK(sw->is_number_integer(), what,
+                 ": key 'sliding_window' must be an integer or null");
+      c.sliding_window = sw->get<int64_t>();
+    }
+    if (t == "qwen2" && !r.boolean({"use_sliding_window"}, false)) c.sliding_window = 0;
+    if (const json* lt = r.find({"layer_types"})) {
+      ONYX_CHECK(lt->is_array() && (int64_t)lt->size() == c.num_hidden_layers, what,
+                 ": key 'layer_types' must list one type per layer");
+      for (auto& x : *lt) {
+        ONYX_CHECK(x.is_string() && (x == "full_attention" || x == "sliding_attention"), what,
+                   ": layer_types entries must be 'full_attention' or 'sliding_attention'");
+        c.layer_types.push_back(x.get<std::string>());
+      }
+    } else {
+      int64_t from = t == "qwen2" ? r.integer({"max_window_layers"}, 28) : 0;
+      for (int64_t i = 0; i < c.num_hidden_layers; i++)
+        c.layer_types.push_back(c.sliding_window > 0 && i >= from ? "sliding_attention"
+                                                                  : "full_attention");
+    }
+    if (c.sliding_window <= 0)
+      for (auto& l : c.layer_types) l = "full_attention";
+    check_positive(r, c.num_key_value_heads, "num_key_value_heads");
+    ONYX_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, what, ": num_attention_heads ",
+               c.num_attention_heads, " is not a multiple of num_key_value_heads ",
+               c.num_key_value_heads);
   } else {
     throw Error(cat(what, ": model_type '", t,
-                    "' is not supported (bert, roberta, distilbert, gpt2, vit)"));
+                    "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, "
+                    "qwen2)"));
   }
-  c.tie_word_embeddings = r.boolean({"tie_word_embeddings"}, true);
+  const bool llama_family = t == "llama" || t == "mistral" || t == "qwen2";
+  c.tie_word_embeddings = r.boolean({"tie_word_embeddings"}, !llama_family);
   check_positive(r, c.hidden_size, "hidden_size");
   check_positive(r, c.num_hidden_layers, "num_hidden_layers");
   check_positive(r, c.num_attention_heads, "num_attention_heads");
   check_positive(r, c.intermediate_size, "intermediate_size");
-  ONYX_CHECK(c.hidden_size % c.num_attention_heads == 0, what, ": hidden size ", c.hidden_size,
-             " is not a multiple of the number of attention heads ", c.num_attention_heads);
+  ONYX_CHECK(c.head_dim > 0 || c.hidden_size % c.num_attention_heads == 0, what, ": hidden size ",
+             c.hidden_size, " is not a multiple of the number of attention heads ",
+             c.num_attention_heads);
   if (t != "vit") {
     check_positive(r, c.vocab_size, "vocab_size");
     check_positive(r, c.max_position_embeddings, "max_position_embeddings");
   }
-  static const char* acts[] = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu"};
+  static const char* acts[] = {"gelu",      "gelu_new", "gelu_pytorch_tanh",
+                               "gelu_fast", "relu",     "silu"};
   bool act_ok = false;
   for (const char* a : acts) act_ok |= c.hidden_act == a;
   ONYX_CHECK(act_ok, what, ": activation '", c.hidden_act,
              "' (key 'hidden_act' / 'activation_function' / 'activation') is not supported "
-             "(gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu)");
+             "(gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu)");
 
   // Labels: id2label's size (keys "0".."n-1"), overridden by an explicit num_labels.
   if (const json* m = r.find({"id2label"})) {
@@ -273,6 +353,21 @@ std::string hf_config_to_json(const HfConfig& c, const std::string& architecture
     j["vocab_size"] = c.vocab_size;
     j["n_positions"] = c.max_position_embeddings;
     j["initializer_range"] = c.initializer_range;
+  } else if (t == "llama" || t == "mistral" || t == "qwen2") {
+    j["hidden_size"] = c.hidden_size;
+    j["num_hidden_layers"] = c.num_hidden_layers;
+    j["num_attention_heads"] = c.num_attention_heads;
+    j["num_key_value_heads"] = c.num_key_value_heads;
+    j["intermediate_size"] = c.intermediate_size;
+    if (c.head_dim) j["head_dim"] = c.head_dim;
+    j["hidden_act"] = c.hidden_act;
+    j["rms_norm_eps"] = c.layer_norm_eps;
+    j["attention_dropout"] = c.attention_probs_dropout_prob;
+    j["vocab_size"] = c.vocab_size;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["initializer_range"] = c.initializer_range;
+    if (!j.contains("rope_parameters") && !j.contains("rope_theta") && !j.contains("rope_scaling"))
+      j["rope_parameters"] = {{"rope_type", c.rope.type}, {"rope_theta", c.rope.theta}};
   }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   // Labels as Transformers writes them: id2label / label2id (num_labels is derived from them).

@@ -25,6 +25,7 @@ const char* task_name(Task t) {
 
 std::string base_model_prefix(const std::string& model_type) {
   if (model_type == "gpt2") return "transformer";
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") return "model";
   return model_type;  // "bert", "roberta", "distilbert", "vit"
 }
 
@@ -34,6 +35,9 @@ std::string architecture_name(const std::string& model_type, Task t) {
                      : model_type == "distilbert" ? "DistilBert"
                      : model_type == "gpt2"       ? "GPT2"
                      : model_type == "vit"        ? "ViT"
+                     : model_type == "llama"      ? "Llama"
+                     : model_type == "mistral"    ? "Mistral"
+                     : model_type == "qwen2"      ? "Qwen2"
                                                   : model_type;
   switch (t) {
     case Task::SequenceClassification:
@@ -131,7 +135,10 @@ BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {
   if (t == "distilbert") return build_distilbert(c, task, seed);
   if (t == "gpt2") return build_gpt2(c, task, seed);
   if (t == "vit") return build_vit(c, task, seed);
-  throw Error(cat("model_type '", t, "' is not supported (bert, roberta, distilbert, gpt2, vit)"));
+  if (t == "llama" || t == "mistral" || t == "qwen2") return build_llama(c, task, seed);
+  throw Error(
+      cat("model_type '", t,
+          "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, qwen2)"));
 }
 
 }  // namespace onyx::models

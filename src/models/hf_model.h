@@ -20,7 +20,7 @@ namespace onyx::models {
 // config.json, parsed. Fields take the value of whichever key the model type uses
 // (hidden_size / n_embd / dim, ...); unknown keys are ignored but kept in raw_json for saving.
 struct HfConfig {
-  std::string model_type;  // "bert" | "roberta" | "distilbert" | "gpt2" | "vit"
+  std::string model_type;  // "bert" | "roberta" | "distilbert" | "gpt2" | "vit" | "llama" | ...
   std::vector<std::string> architectures;
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
@@ -43,7 +43,24 @@ struct HfConfig {
   std::vector<std::string> id2label;  // index -> label name; size num_labels when given
   double initializer_range = 0.02;
   bool tie_word_embeddings = true;
-  std::string raw_json;  // the file as read ("" when built in code)
+  // Llama family (llama, mistral, qwen2): grouped-query attention, rotary embeddings, RMSNorm
+  // (eps in layer_norm_eps), SwiGLU MLP.
+  int64_t num_key_value_heads = 0;  // 0: num_attention_heads
+  int64_t head_dim = 0;             // 0: hidden_size / num_attention_heads
+  bool attention_bias = false;      // q/k/v/o projections (llama); qwen2: q/k/v only
+  bool o_proj_bias = false;
+  bool mlp_bias = false;
+  struct Rope {
+    std::string type = "default";  // default | linear | dynamic | llama3
+    double theta = 10000;
+    double factor = 1;
+    double low_freq_factor = 1, high_freq_factor = 4;  // llama3
+    int64_t original_max_position_embeddings = 0;      // llama3 (0: max_position_embeddings)
+  } rope;
+  // Per layer: "full_attention" or "sliding_attention" (keys at most sliding_window - 1 back).
+  std::vector<std::string> layer_types;
+  int64_t sliding_window = 0;  // 0: none
+  std::string raw_json;        // the file as read ("" when built in code)
 };
 
 // Parses config.json text. Throws onyx::Error naming `what` (the file) and the key for a missing
@@ -91,7 +108,8 @@ struct BuiltModel {
 // input "labels", scalar output "loss" (first), then "logits".
 BuiltModel build_hf_model(const HfConfig& config, Task task, int64_t seed = 0);
 
-// The base model's prefix in Transformers ("bert", "roberta", "distilbert", "transformer", "vit").
+// The base model's prefix in Transformers ("bert", "roberta", "distilbert", "transformer", "vit",
+// "model" for the Llama family).
 std::string base_model_prefix(const std::string& model_type);
 
 }  // namespace onyx::models

@@ -71,6 +71,7 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
 // Buffers Transformers keeps in state_dicts that are not weights.
 bool is_buffer(const std::string& model_type, const std::string& k) {
   if (ends_with(k, "position_ids")) return true;
+  if (ends_with(k, "rotary_emb.inv_freq")) return true;  // older Llama-family checkpoints
   if (model_type == "gpt2" && (ends_with(k, ".attn.bias") || ends_with(k, ".attn.masked_bias")))
     return true;
   return false;

@@ -417,11 +417,12 @@ Model model_from_config(const RunConfig& c) {
     }
     if (n["arch"]) cj["model_type"] = n["arch"].as<std::string>();
     models::HfConfig hc = models::parse_hf_config(cj.dump(), cfg_what);
-    models::Task task = n["task"]
-                            ? parse_task(n["task"].as<std::string>(), what)
-                            : (hc.model_type == "vit"    ? models::Task::ImageClassification
-                               : hc.model_type == "gpt2" ? models::Task::CausalLM
-                                                         : models::Task::SequenceClassification);
+    models::Task task = n["task"] ? parse_task(n["task"].as<std::string>(), what)
+                                  : (hc.model_type == "vit" ? models::Task::ImageClassification
+                                     : hc.model_type == "gpt2" || hc.model_type == "llama" ||
+                                             hc.model_type == "mistral" || hc.model_type == "qwen2"
+                                         ? models::Task::CausalLM
+                                         : models::Task::SequenceClassification);
     int64_t seed = n["seed"] ? n["seed"].as<int64_t>() : c.args.seed;
     models::BuiltModel b = models::build_hf_model(hc, task, seed);
     if (n["weights"]) {

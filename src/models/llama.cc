@@ -1,0 +1,271 @@
+// llama.cc — the Llama family as Transformers' LlamaModel / MistralModel / Qwen2Model and their
+// ...ForCausalLM and ...ForSequenceClassification heads: pre-RMSNorm decoder layers, rotary
+// position embeddings (rope types default, linear, dynamic, llama3), grouped-query attention
+// (num_key_value_heads, keys and values repeated per query group), the SwiGLU MLP
+// down(silu(gate(x)) * up(x)), optional biases (Llama's attention_bias / mlp_bias, Qwen2's q/k/v
+// biases), causal masks with an optional sliding window (Mistral; Qwen2 per layer_types), tied or
+// separate lm_head. Weight names are Transformers' (model.embed_tokens, model.layers.N.self_attn.
+// q_proj, ..., model.norm, lm_head / score).
+//
+// B batch, T sequence, C hidden_size, nh heads, nkv key/value heads, hd head_dim, F
+// intermediate_size, V vocabulary.
+#include <climits>
+#include <cmath>
+
+#include "models/builders.h"
+
+namespace onyx::models {
+namespace {
+
+struct Llama {
+  GraphBuilder& b;
+  const HfConfig& c;
+  int64_t nh, nkv, hd;
+
+  Init weight_init() const { return Init::normal(c.initializer_range); }
+
+  // LlamaRMSNorm: x * rsqrt(mean(x^2, -1) + eps) * weight (float32 throughout).
+  std::string rms_norm(const std::string& x, const std::string& name) {
+    std::string w = b.param(name + ".weight", {c.hidden_size}, Init::ones());
+    b.set_scope(name);
+    std::string var = b.op("ReduceMean", {b.op("Mul", {x, x})},
+                           {{"axes", Attr::of_ints({-1})}, {"keepdims", Attr::of_int(1)}});
+    std::string r =
+        b.op("Reciprocal", {b.op("Sqrt", {b.op("Add", {var, b.scalar_f32((float)c.layer_norm_eps)})})});
+    return b.op("Mul", {w, b.op("Mul", {x, r})});
+  }
+
+  // The rotary tables (T, hd): cos and sin of positions 0..T-1 times the inverse frequencies of
+  // the config's rope type (Transformers' ROPE_INIT_FUNCTIONS, in float32 as Transformers). They
+  // depend on T only, so they fold at plan time.
+  std::pair<std::string, std::string> rotary(const std::string& ids) {
+    b.set_scope("model.rotary_emb");
+    const auto& r = c.rope;
+    const int64_t half = hd / 2;
+    std::vector<float> exps(half);  // arange(0, hd, 2) / hd
+    for (int64_t i = 0; i < half; i++) exps[i] = (float)(2 * i) / (float)hd;
+    std::string t = b.dim_of(ids, 1);  // [T]
+    std::string t_scalar = b.op("Squeeze", {t, b.const_i64({0})});
+    std::string pos = b.op("Cast", {b.op("Range", {b.scalar_i64(0), t_scalar, b.scalar_i64(1)})},
+                           {{"to", Attr::of_int((int64_t)DType::Float32)}});  // (T)
+    std::string inv_freq;
+    if (r.type == "dynamic") {
+      // base * (factor * max(T, M) / M - (factor - 1)) ^ (hd / (hd - 2)): the default
+      // frequencies up to M = max_position_embeddings, NTK-scaled beyond.
+      const float M = (float)c.max_position_embeddings;
+      std::string s = b.op("Max", {b.op("Cast", {t_scalar}, {{"to", Attr::of_int((int64_t)DType::Float32)}}),
+                                   b.scalar_f32(M)});
+      std::string q = b.op("Sub", {b.op("Mul", {s, b.scalar_f32((float)(r.factor / M))}),
+                                   b.scalar_f32((float)(r.factor - 1))});
+      std::string base = b.op("Mul", {b.scalar_f32((float)r.theta),
+                                      b.op("Pow", {q, b.scalar_f32((float)hd / (float)(hd - 2))})});
+      Tensor e = Tensor::from_vector<float>(DType::Float32, {half}, exps);
+      inv_freq = b.op("Reciprocal", {b.op("Pow", {base, b.const_tensor(e)})});
+    } else {
+      std::vector<float> f(half);
+      for (int64_t i = 0; i < half; i++) {
+        float v = 1.0f / std::pow((float)r.theta, exps[i]);  // float32, as torch
+        if (r.type == "linear") v = v / (float)r.factor;
+        if (r.type == "llama3") {
+          const double old = (double)(r.original_max_position_embeddings
+                                          ? r.original_max_position_embeddings
+                                          : c.max_position_embeddings);
+          const double low_wl = old / r.low_freq_factor, high_wl = old / r.high_freq_factor;
+          const double wl = 2 * M_PI / (double)v;
+          double out = wl > low_wl ? (double)v / r.factor : (double)v;
+          if (!(wl < high_wl) && !(wl > low_wl)) {
+            double smooth = (old / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+            out = (1 - smooth) * out / r.factor + smooth * out;
+          }
+          v = (float)out;
+        }
+        f[i] = v;
+      }
+      inv_freq = b.const_tensor(Tensor::from_vector<float>(DType::Float32, {half}, f));
+    }
+    std::string freqs = b.op("Mul", {b.op("Unsqueeze", {pos, b.const_i64({1})}), inv_freq});
+    std::string emb = b.op("Concat", {freqs, freqs}, {{"axis", Attr::of_int(1)}});  // (T, hd)
+    return {b.op("Cos", {emb}), b.op("Sin", {emb})};
+  }
+
+  // x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1). x (B,h,T,hd)
+  std::string apply_rotary(const std::string& x, const std::string& cos, const std::string& sin) {
+    auto halves =
+        b.op_n("Split", {x, b.const_i64({hd / 2, hd / 2})}, {{"axis", Attr::of_int(-1)}}, 2);
+    std::string rot =
+        b.op("Concat", {b.op("Neg", {halves[1]}), halves[0]}, {{"axis", Attr::of_int(-1)}});
+    return b.op("Add", {b.op("Mul", {x, cos}), b.op("Mul", {rot, sin})});
+  }
+
+  // (B,T,h*hd) -> (B,h,T,hd)
+  std::string heads(const std::string& x, int64_t h) {
+    std::string r = b.op("Reshape", {x, b.const_i64({0, 0, h, hd})});
+    return b.op("Transpose", {r}, {{"perm", Attr::of_ints({0, 2, 1, 3})}});
+  }
+
+  // repeat_kv: (B,nkv,T,hd) -> (B,nh,T,hd), each key/value head serving nh/nkv query heads.
+  std::string repeat_kv(const std::string& x, const std::string& shape5, const std::string& shape4) {
+    if (nkv == nh) return x;
+    std::string e = b.op("Unsqueeze", {x, b.const_i64({2})});  // (B,nkv,1,T,hd)
+    return b.op("Reshape", {b.op("Expand", {e, shape5}), shape4});
+  }
+
+  // (T,T) bool: key j visible to query i when j <= i (and i - j < window for sliding layers).
+  std::string causal_mask(const std::string& ids, int64_t window) {
+    b.set_scope("model.causal_mask");
+    std::string t = b.dim_of(ids, 1);
+    std::string t_scalar = b.op("Squeeze", {t, b.const_i64({0})});
+    std::string r = b.op("Range", {b.scalar_i64(0), t_scalar, b.scalar_i64(1)});  // (T)
+    std::string qi = b.op("Unsqueeze", {r, b.const_i64({1})});                   // (T,1)
+    std::string kj = b.op("Unsqueeze", {r, b.const_i64({0})});                   // (1,T)
+    std::string mask = b.op("GreaterOrEqual", {qi, kj});
+    if (window > 0)
+      mask = b.op("And", {mask, b.op("Less", {b.op("Sub", {qi, kj}), b.scalar_i64(window)})});
+    return mask;
+  }
+
+  // LlamaAttention (eager): softmax(mask(q k^T / sqrt(hd))) v, o_proj.
+  std::string attention(const std::string& p, const std::string& x, const std::string& cos,
+                        const std::string& sin, const std::string& causal,
+                        const std::string& pad) {
+    int64_t C = c.hidden_size;
+    std::string q = b.linear(x, p + ".q_proj", C, nh * hd, weight_init(), c.attention_bias);
+    std::string k = b.linear(x, p + ".k_proj", C, nkv * hd, weight_init(), c.attention_bias);
+    std::string v = b.linear(x, p + ".v_proj", C, nkv * hd, weight_init(), c.attention_bias);
+    b.set_scope(p);
+    q = apply_rotary(heads(q, nh), cos, sin);   // (B,nh,T,hd)
+    k = apply_rotary(heads(k, nkv), cos, sin);  // (B,nkv,T,hd)
+    v = heads(v, nkv);
+    // target shapes for repeat_kv: [B, nkv, nh/nkv, T, hd] and [B, nh, T, hd]
+    std::string bdim = b.dim_of(x, 0), tdim = b.dim_of(x, 1);
+    std::string shape5 = b.op("Concat", {bdim, b.const_i64({nkv, nh / nkv}), tdim, b.const_i64({hd})},
+                              {{"axis", Attr::of_int(0)}});
+    std::string shape4 = b.op("Concat", {bdim, b.const_i64({nh}), tdim, b.const_i64({hd})},
+                              {{"axis", Attr::of_int(0)}});
+    k = repeat_kv(k, shape5, shape4);
+    v = repeat_kv(v, shape5, shape4);
+    std::string kt = b.op("Transpose", {k}, {{"perm", Attr::of_ints({0, 1, 3, 2})}});
+    std::string att = b.op("MatMul", {q, kt});  // (B,nh,T,T)
+    att = b.op("Mul", {att, b.scalar_f32((float)(1.0 / std::sqrt((double)hd)))});
+    att = b.op("Where", {causal, att, b.scalar_f32(kMaskValue)});
+    att = b.op("Add", {att, pad});
+    att = b.op("Softmax", {att}, {{"axis", Attr::of_int(-1)}});
+    att = b.dropout(att, c.attention_probs_dropout_prob);
+    std::string y = b.op("MatMul", {att, v});  // (B,nh,T,hd)
+    y = b.op("Reshape", {b.op("Transpose", {y}, {{"perm", Attr::of_ints({0, 2, 1, 3})}}),
+                         b.const_i64({0, 0, nh * hd})});
+    return b.linear(y, p + ".o_proj", nh * hd, C, weight_init(), c.o_proj_bias);
+  }
+
+  // LlamaMLP: down(silu(gate(x)) * up(x)).
+  std::string mlp(const std::string& p, const std::string& x) {
+    int64_t C = c.hidden_size, F = c.intermediate_size;
+    std::string g = b.linear(x, p + ".gate_proj", C, F, weight_init(), c.mlp_bias);
+    std::string u = b.linear(x, p + ".up_proj", C, F, weight_init(), c.mlp_bias);
+    b.set_scope(p);
+    std::string act = b.op("Mul", {g, b.op("Sigmoid", {g})});  // SiLU (silu_fusion fuses it)
+    return b.linear(b.op("Mul", {act, u}), p + ".down_proj", F, C, weight_init(), c.mlp_bias);
+  }
+
+  std::string decode(const std::string& ids, const std::string& mask) {
+    std::string h = b.embedding(ids, "model.embed_tokens", c.vocab_size, c.hidden_size,
+                                c.initializer_range,
+                                c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size ? c.pad_token_id : -1);
+    auto [cos, sin] = rotary(ids);
+    std::string full = causal_mask(ids, 0);
+    std::string sliding = c.sliding_window > 0 ? causal_mask(ids, c.sliding_window) : full;
+    std::string pad = additive_attention_mask(b, mask);
+    for (int64_t i = 0; i < c.num_hidden_layers; i++) {
+      std::string p = cat("model.layers.", i);
+      bool slide = i < (int64_t)c.layer_types.size() && c.layer_types[i] == "sliding_attention";
+      std::string a = attention(p + ".self_attn", rms_norm(h, p + ".input_layernorm"), cos, sin,
+                                slide ? sliding : full, pad);
+      b.set_scope(p);
+      h = b.op("Add", {h, a});
+      std::string m = mlp(p + ".mlp", rms_norm(h, p + ".post_attention_layernorm"));
+      b.set_scope(p);
+      h = b.op("Add", {h, m});
+    }
+    return rms_norm(h, "model.norm");
+  }
+};
+
+}  // namespace
+
+BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
+  if (task != Task::CausalLM && task != Task::SequenceClassification && task != Task::Base)
+    unsupported_task(c, task, "CausalLM, SequenceClassification, Base");
+  ONYX_CHECK(c.hidden_act == "silu", "model_type '", c.model_type, "': hidden_act '", c.hidden_act,
+             "' is not supported (silu)");
+  GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
+  const int64_t nh = c.num_attention_heads;
+  const int64_t nkv = c.num_key_value_heads ? c.num_key_value_heads : nh;
+  const int64_t hd = c.head_dim ? c.head_dim : c.hidden_size / nh;
+  ONYX_CHECK(hd % 2 == 0, "model_type '", c.model_type, "': head_dim ", hd,
+             " must be even (rotary embeddings rotate pairs)");
+  Llama m{b, c, nh, nkv, hd};
+  const int64_t C = c.hidden_size, V = c.vocab_size;
+
+  std::string ids = token_input(b, "input_ids");
+  std::string mask = token_input(b, "attention_mask");
+  std::string h = m.decode(ids, mask);  // (B,T,C)
+
+  if (task == Task::Base) {
+    b.set_scope("");
+    b.op("Identity", {h}, {}, "last_hidden_state");
+    b.output("last_hidden_state", DType::Float32, {-1, -1, C});
+    return finish_model(b, c, task);
+  }
+  if (task == Task::SequenceClassification) {
+    // score on the last non-padding token: the last position whose input_ids != pad_token_id
+    // (Transformers 5: argmax of position * non_pad), every last position without a pad id.
+    std::string logits_all = b.linear(h, "score", C, c.num_labels, m.weight_init(), false);  // (B,T,L)
+    b.set_scope("score");
+    std::string idx;
+    if (c.pad_token_id >= 0) {
+      std::string t = b.op("Squeeze", {b.dim_of(ids, 1), b.const_i64({0})});
+      std::string r = b.op("Range", {b.scalar_i64(0), t, b.scalar_i64(1)});  // (T)
+      std::string keep = b.op("Cast", {b.op("Not", {b.op("Equal", {ids, b.scalar_i64(c.pad_token_id)})})},
+                              {{"to", Attr::of_int((int64_t)DType::Int64)}});
+      idx = b.op("ArgMax", {b.op("Mul", {keep, r})},
+                 {{"axis", Attr::of_int(1)}, {"keepdims", Attr::of_int(1)}});  // (B,1)
+    } else {
+      std::string t = b.dim_of(ids, 1);
+      idx = b.op("Unsqueeze", {b.op("Sub", {b.op("Squeeze", {t, b.const_i64({0})}), b.scalar_i64(1)}),
+                               b.const_i64({0, 1})});  // (1,1): T-1 for every row
+      idx = b.op("Expand", {idx, b.op("Concat", {b.dim_of(ids, 0), b.const_i64({1})},
+                                        {{"axis", Attr::of_int(0)}})});
+    }
+    // (B,1) -> (B,1,L) indices for GatherElements along T
+    std::string idx3 = b.op("Expand", {b.op("Unsqueeze", {idx, b.const_i64({2})}),
+                                       b.op("Concat", {b.dim_of(ids, 0), b.const_i64({1, c.num_labels})},
+                                            {{"axis", Attr::of_int(0)}})});
+    std::string pooled = b.op("GatherElements", {logits_all, idx3}, {{"axis", Attr::of_int(1)}});
+    b.op("Reshape", {pooled, b.const_i64({-1, c.num_labels})}, {}, "logits");
+    b.output("logits", DType::Float32, {-1, c.num_labels});
+    return finish_model(b, c, task);
+  }
+  std::string table = "model.embed_tokens.weight";
+  if (!c.tie_word_embeddings) table = b.param("lm_head.weight", {V, C}, m.weight_init());
+  b.set_scope("lm_head");
+  std::string logits = tied_projection(b, h, table, "", "logits");  // (B,T,V)
+
+  // Loss: cross entropy of logits[:, :-1] against labels[:, 1:], ignore_index -100, mean.
+  std::string labels = token_input(b, "labels");
+  b.set_scope("loss");
+  std::string shift_logits =
+      b.op("Slice", {logits, b.const_i64({0}), b.const_i64({-1}), b.const_i64({1})});
+  std::string shift_labels =
+      b.op("Slice", {labels, b.const_i64({1}), b.const_i64({INT64_MAX}), b.const_i64({1})});
+  std::string flat_logits = b.op("Reshape", {shift_logits, b.const_i64({-1, V})});
+  std::string flat_labels = b.op("Reshape", {shift_labels, b.const_i64({-1})});
+  b.op("SoftmaxCrossEntropyLoss", {flat_logits, flat_labels},
+       {{"reduction", Attr::of_string("mean")}, {"ignore_index", Attr::of_int(-100)}}, "loss");
+  b.output("loss", DType::Float32, {});
+  b.output("logits", DType::Float32, {-1, -1, V});
+  BuiltModel out = finish_model(b, c, task);
+  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", "model.embed_tokens.weight"});
+  return out;
+}
+
+}  // namespace onyx::models

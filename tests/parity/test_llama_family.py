@@ -1,0 +1,198 @@
+"""test_llama_family.py — onyx's Llama-family builders (src/models/llama.cc) against the real
+Transformers classes: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
+Qwen2ForSequenceClassification, each randomly initialized from a small config (RMSNorm weights
+and biases randomized too, so their wiring shows), saved with save_pretrained, then
+  - `onyx run FOLDER`: logits within 1e-4 (relative to the largest) of Transformers in eval mode
+    (eager attention), at every unpadded position;
+  - `onyx grad FOLDER --no-dropout`: the loss and every parameter's gradient within 1e-4
+    (relative to that gradient's largest element) of loss.backward() in PyTorch.
+
+Cases (one PASS / FAIL line each):
+  llama-gqa        8 query heads over 2 key/value heads (4:1), untied lm_head, ragged padding
+  llama-tied-bias  tied embeddings, attention_bias and mlp_bias, rope_type linear (factor 2)
+  llama3-rope      rope_type llama3 (factor 8, low/high frequency factors, original length 16)
+  llama-dynamic    rope_type dynamic at a sequence longer than max_position_embeddings (NTK
+                   scaling active), one key/value head
+  mistral-sliding  sliding_window 4 at sequence 11 (the window masks keys), GQA
+  qwen2            q/k/v biases (and none on o_proj), GQA
+  qwen2-seqcls     Qwen2ForSequenceClassification: the score at the last non-padding token
+  train-loss-falls `onyx train` on a Llama folder for 30 steps on token tensors (one repeated
+                   sequence, so it is learnable): the logged loss falls below half its start
+
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_llama_family.py [filter]
+Ends with "N passed, M failed"; exits 1 if any case failed.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import transformers as tr
+from safetensors.numpy import load_file, save_file
+
+ONYX = os.environ.get("ONYX", "build/onyx")
+TOL = 1e-4
+torch.set_num_threads(1)
+
+
+def make(cls, **kw):
+    base = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=8, max_position_embeddings=64)
+    base.update(kw)
+    cfg = cls.config_class(**base)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    m = cls(cfg)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "norm" in n:
+                p.normal_(1.0, 0.1)
+            if n.endswith("bias"):
+                p.normal_(0.0, 0.1)
+    return m
+
+
+def onyx(*args):
+    p = subprocess.run([ONYX] + list(args), capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise AssertionError(f"onyx {args[0]} exited {p.returncode}: {p.stderr.strip()[-800:]}")
+    return p
+
+
+def check(tmp, name, model, feeds, valid, grads=True):
+    d = os.path.join(tmp, name)
+    model.save_pretrained(d)
+    save_file(feeds, f"{d}/in.safetensors")
+    onyx("run", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/out.safetensors")
+    got = load_file(f"{d}/out.safetensors")["logits"]
+    model.train()  # dropout is 0 in these configs; train() as the gradient pass runs
+    out = model(**{k: torch.tensor(v) for k, v in feeds.items()})
+    ref = out.logits.detach().numpy()
+    if got.shape != ref.shape:
+        return False, f"logits shape {got.shape} vs Transformers {ref.shape}"
+    lerr = float(np.abs(got - ref)[valid].max() / np.abs(ref).max())
+    msg = f"logits rel {lerr:.1e}"
+    ok = lerr < TOL
+    if grads:
+        out.loss.backward()
+        onyx("grad", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/g.safetensors",
+             "--no-dropout")
+        g = load_file(f"{d}/g.safetensors")
+        loss_err = abs(float(g["loss"]) - out.loss.item()) / abs(out.loss.item())
+        worst, wn, missing = 0.0, "", []
+        for n, p in model.named_parameters():
+            if n not in g:
+                missing.append(n)
+                continue
+            ref_g = p.grad.numpy()
+            e = float(np.abs(g[n] - ref_g).max() / (np.abs(ref_g).max() + 1e-30))
+            if e > worst:
+                worst, wn = e, n
+        ok = ok and loss_err < TOL and worst < TOL and not missing
+        msg += (f", loss rel {loss_err:.1e}, {sum(1 for _ in model.parameters())} gradients, "
+                f"worst rel {worst:.1e} ({wn})" + (f", missing {missing}" if missing else ""))
+    return ok, msg
+
+
+def lm_feeds(b=3, t=11, seed=0, pad_rows=((1, 8), (2, 5))):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 97, (b, t)).astype(np.int64)
+    mask = np.ones((b, t), np.int64)
+    for r, k in pad_rows:
+        mask[r, k:] = 0
+    labels = ids.copy()
+    labels[mask == 0] = -100
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}, mask.astype(bool)
+
+
+def case_lm(tmp, name, cls, t=11, **kw):
+    feeds, valid = lm_feeds(t=t)
+    return check(tmp, name, make(cls, **kw), feeds, valid)
+
+
+def case_seqcls(tmp):
+    m = make(tr.Qwen2ForSequenceClassification, num_key_value_heads=2, pad_token_id=0,
+             num_labels=3)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(1, 97, (3, 9)).astype(np.int64)
+    ids[1, 6:] = 0
+    ids[2, 3:] = 0
+    feeds = {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64),
+             "labels": np.array([0, 1, 2], np.int64)}
+    # The padding row of embed_tokens gets no gradient in PyTorch (nn.Embedding padding_idx);
+    # onyx's BERT and Llama embeddings accumulate it (docs/ARCHITECTURE.md, known limits), so
+    # compare the logits only here and the gradients on the causal-LM cases.
+    return check(tmp, "qwen2-seqcls", m, feeds, np.ones((3, 3), bool), grads=False)
+
+
+def case_train(tmp):
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
+    d = os.path.join(tmp, "train-llama")
+    m.save_pretrained(d)
+    rng = np.random.default_rng(2)
+    ids = np.tile(rng.integers(0, 97, (1, 16)), (64, 1)).astype(np.int64)  # learnable: repeated
+    save_file({"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": ids},
+              f"{d}/train.safetensors")
+    cfg = {"model": d, "train_data": f"{d}/train.safetensors", "output_dir": f"{d}/out",
+           "max_steps": 30, "per_device_train_batch_size": 8, "learning_rate": 3e-3,
+           "logging_steps": 5, "save_strategy": "no", "disable_tqdm": True}
+    with open(f"{d}/cfg.yaml", "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+    onyx("train", f"{d}/cfg.yaml")
+    with open(f"{d}/out/log_history.jsonl") as f:
+        losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
+    ok = len(losses) >= 6 and losses[-1] < 0.5 * losses[0]
+    return ok, f"losses {losses[0]:.3f} -> {losses[-1]:.3f} over 30 steps"
+
+
+def main():
+    filt = sys.argv[1] if len(sys.argv) > 1 else ""
+    cases = [
+        ("llama-gqa", lambda t: case_lm(t, "llama-gqa", tr.LlamaForCausalLM, num_key_value_heads=2)),
+        ("llama-tied-bias", lambda t: case_lm(
+            t, "llama-tied-bias", tr.LlamaForCausalLM, num_key_value_heads=4,
+            tie_word_embeddings=True, attention_bias=True, mlp_bias=True,
+            rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0})),
+        ("llama3-rope", lambda t: case_lm(
+            t, "llama3-rope", tr.LlamaForCausalLM, num_key_value_heads=2,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 16})),
+        ("llama-dynamic", lambda t: case_lm(
+            t, "llama-dynamic", tr.LlamaForCausalLM, num_attention_heads=4, num_key_value_heads=1,
+            max_position_embeddings=8,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})),
+        ("mistral-sliding", lambda t: case_lm(t, "mistral-sliding", tr.MistralForCausalLM,
+                                              num_key_value_heads=2, sliding_window=4)),
+        ("qwen2", lambda t: case_lm(t, "qwen2", tr.Qwen2ForCausalLM, num_key_value_heads=2)),
+        ("qwen2-seqcls", case_seqcls),
+        ("train-loss-falls", case_train),
+    ]
+    counts = {"PASS": 0, "FAIL": 0}
+    tmp = tempfile.mkdtemp(prefix="onyx-test-llama-")
+    t0 = time.time()
+    try:
+        for name, fn in cases:
+            if filt not in name:
+                continue
+            try:
+                ok, msg = fn(tmp)
+            except Exception as e:
+                ok, msg = False, f"{type(e).__name__}: {e}"
+            counts["PASS" if ok else "FAIL"] += 1
+            print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"({time.time() - t0:.0f} s)")
+    print(f"{counts['PASS']} passed, {counts['FAIL']} failed")
+    return 1 if counts["FAIL"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
