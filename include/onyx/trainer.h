@@ -51,6 +51,11 @@ struct Model {
   // BatchNormalization running_var updated with the unbiased batch variance (PyTorch's BatchNorm)
   // instead of the population variance the ONNX spec defines (config batch_norm_running_var).
   bool batch_norm_unbiased_var = false;
+  // LoRA (PEFT's format): the adapter tensors (graph initializer -> name in
+  // adapter_model.safetensors) and adapter_config.json's text; save_model writes both next to the
+  // model when set.
+  std::map<std::string, std::string> adapter_tensors;
+  std::string adapter_config_json;
   static Model from_onnx(const std::string& path, autodiff::LossSpec loss = {});
 };
 

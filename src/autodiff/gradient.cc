@@ -430,10 +430,11 @@ std::vector<std::string> batch_norm_buffers(const ir::Graph& g) {
 std::vector<std::string> trainable_parameters(const ir::Graph& forward,
                                               const GradientOptions& opts) {
   std::vector<std::string> params;
-  for (auto& f : opts.frozen)
-    ONYX_CHECK(forward.initializers.count(f), "frozen '", f,
-               "' is not an initializer of the model");
   if (opts.trainable.empty()) {
+    // (on the model as given; optimized graphs may have dropped a frozen initializer)
+    for (auto& f : opts.frozen)
+      ONYX_CHECK(forward.initializers.count(f), "frozen '", f,
+                 "' is not an initializer of the model");
     std::vector<std::string> bn = batch_norm_buffers(forward);
     std::set<std::string> bn_buffers(bn.begin(), bn.end());
     for (auto& name : forward.initializer_order) {

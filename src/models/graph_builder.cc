@@ -56,6 +56,9 @@ Tensor init_parameter(uint64_t seed, const std::string& name, const Shape& shape
     case Init::Normal:
       for (int64_t i = 0; i < n; i++) p[i] = (float)(init.std * rng.next());
       break;
+    case Init::Uniform:
+      for (int64_t i = 0; i < n; i++) p[i] = (float)(init.std * (2.0 * rng.uniform() - 1.0));
+      break;
     case Init::TruncNormal:  // torch.nn.init.trunc_normal_(std=s, a=-2, b=2): redraw outside [a, b]
       for (int64_t i = 0; i < n; i++) {
         double v;

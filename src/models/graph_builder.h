@@ -20,7 +20,7 @@ using Attr = ir::Attribute;
 
 // How a parameter starts out (Transformers' _init_weights).
 struct Init {
-  enum Kind { Normal, TruncNormal, Zeros, Ones };
+  enum Kind { Normal, TruncNormal, Zeros, Ones, Uniform };
   Kind kind = Zeros;
   double std = 0;
   int64_t zero_row = -1;  // Embedding padding_idx: this row is zero
@@ -28,6 +28,7 @@ struct Init {
   static Init trunc_normal(double std) { return {TruncNormal, std, -1}; }  // cut at +-2 (absolute)
   static Init zeros() { return {Zeros, 0, -1}; }
   static Init ones() { return {Ones, 0, -1}; }
+  static Init uniform(double bound) { return {Uniform, bound, -1}; }  // U(-bound, bound)
 };
 
 // Deterministic weights: the same (seed, name, shape, init) always gives the same values.

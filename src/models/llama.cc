@@ -30,8 +30,8 @@ struct Llama {
     b.set_scope(name);
     std::string var = b.op("ReduceMean", {b.op("Mul", {x, x})},
                            {{"axes", Attr::of_ints({-1})}, {"keepdims", Attr::of_int(1)}});
-    std::string r =
-        b.op("Reciprocal", {b.op("Sqrt", {b.op("Add", {var, b.scalar_f32((float)c.layer_norm_eps)})})});
+    std::string r = b.op(
+        "Reciprocal", {b.op("Sqrt", {b.op("Add", {var, b.scalar_f32((float)c.layer_norm_eps)})})});
     return b.op("Mul", {w, b.op("Mul", {x, r})});
   }
 
@@ -53,8 +53,9 @@ struct Llama {
       // base * (factor * max(T, M) / M - (factor - 1)) ^ (hd / (hd - 2)): the default
       // frequencies up to M = max_position_embeddings, NTK-scaled beyond.
       const float M = (float)c.max_position_embeddings;
-      std::string s = b.op("Max", {b.op("Cast", {t_scalar}, {{"to", Attr::of_int((int64_t)DType::Float32)}}),
-                                   b.scalar_f32(M)});
+      std::string s =
+          b.op("Max", {b.op("Cast", {t_scalar}, {{"to", Attr::of_int((int64_t)DType::Float32)}}),
+                       b.scalar_f32(M)});
       std::string q = b.op("Sub", {b.op("Mul", {s, b.scalar_f32((float)(r.factor / M))}),
                                    b.scalar_f32((float)(r.factor - 1))});
       std::string base = b.op("Mul", {b.scalar_f32((float)r.theta),
@@ -67,14 +68,15 @@ struct Llama {
         float v = 1.0f / std::pow((float)r.theta, exps[i]);  // float32, as torch
         if (r.type == "linear") v = v / (float)r.factor;
         if (r.type == "llama3") {
-          const double old = (double)(r.original_max_position_embeddings
-                                          ? r.original_max_position_embeddings
-                                          : c.max_position_embeddings);
+          const double old =
+              (double)(r.original_max_position_embeddings ? r.original_max_position_embeddings
+                                                          : c.max_position_embeddings);
           const double low_wl = old / r.low_freq_factor, high_wl = old / r.high_freq_factor;
           const double wl = 2 * M_PI / (double)v;
           double out = wl > low_wl ? (double)v / r.factor : (double)v;
           if (!(wl < high_wl) && !(wl > low_wl)) {
-            double smooth = (old / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+            double smooth =
+                (old / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
             out = (1 - smooth) * out / r.factor + smooth * out;
           }
           v = (float)out;
@@ -104,7 +106,8 @@ struct Llama {
   }
 
   // repeat_kv: (B,nkv,T,hd) -> (B,nh,T,hd), each key/value head serving nh/nkv query heads.
-  std::string repeat_kv(const std::string& x, const std::string& shape5, const std::string& shape4) {
+  std::string repeat_kv(const std::string& x, const std::string& shape5,
+                        const std::string& shape4) {
     if (nkv == nh) return x;
     std::string e = b.op("Unsqueeze", {x, b.const_i64({2})});  // (B,nkv,1,T,hd)
     return b.op("Reshape", {b.op("Expand", {e, shape5}), shape4});
@@ -116,8 +119,8 @@ struct Llama {
     std::string t = b.dim_of(ids, 1);
     std::string t_scalar = b.op("Squeeze", {t, b.const_i64({0})});
     std::string r = b.op("Range", {b.scalar_i64(0), t_scalar, b.scalar_i64(1)});  // (T)
-    std::string qi = b.op("Unsqueeze", {r, b.const_i64({1})});                   // (T,1)
-    std::string kj = b.op("Unsqueeze", {r, b.const_i64({0})});                   // (1,T)
+    std::string qi = b.op("Unsqueeze", {r, b.const_i64({1})});                    // (T,1)
+    std::string kj = b.op("Unsqueeze", {r, b.const_i64({0})});                    // (1,T)
     std::string mask = b.op("GreaterOrEqual", {qi, kj});
     if (window > 0)
       mask = b.op("And", {mask, b.op("Less", {b.op("Sub", {qi, kj}), b.scalar_i64(window)})});
@@ -126,8 +129,7 @@ struct Llama {
 
   // LlamaAttention (eager): softmax(mask(q k^T / sqrt(hd))) v, o_proj.
   std::string attention(const std::string& p, const std::string& x, const std::string& cos,
-                        const std::string& sin, const std::string& causal,
-                        const std::string& pad) {
+                        const std::string& sin, const std::string& causal, const std::string& pad) {
     int64_t C = c.hidden_size;
     std::string q = b.linear(x, p + ".q_proj", C, nh * hd, weight_init(), c.attention_bias);
     std::string k = b.linear(x, p + ".k_proj", C, nkv * hd, weight_init(), c.attention_bias);
@@ -138,8 +140,9 @@ struct Llama {
     v = heads(v, nkv);
     // target shapes for repeat_kv: [B, nkv, nh/nkv, T, hd] and [B, nh, T, hd]
     std::string bdim = b.dim_of(x, 0), tdim = b.dim_of(x, 1);
-    std::string shape5 = b.op("Concat", {bdim, b.const_i64({nkv, nh / nkv}), tdim, b.const_i64({hd})},
-                              {{"axis", Attr::of_int(0)}});
+    std::string shape5 =
+        b.op("Concat", {bdim, b.const_i64({nkv, nh / nkv}), tdim, b.const_i64({hd})},
+             {{"axis", Attr::of_int(0)}});
     std::string shape4 = b.op("Concat", {bdim, b.const_i64({nh}), tdim, b.const_i64({hd})},
                               {{"axis", Attr::of_int(0)}});
     k = repeat_kv(k, shape5, shape4);
@@ -168,9 +171,9 @@ struct Llama {
   }
 
   std::string decode(const std::string& ids, const std::string& mask) {
-    std::string h = b.embedding(ids, "model.embed_tokens", c.vocab_size, c.hidden_size,
-                                c.initializer_range,
-                                c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size ? c.pad_token_id : -1);
+    std::string h =
+        b.embedding(ids, "model.embed_tokens", c.vocab_size, c.hidden_size, c.initializer_range,
+                    c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size ? c.pad_token_id : -1);
     auto [cos, sin] = rotary(ids);
     std::string full = causal_mask(ids, 0);
     std::string sliding = c.sliding_window > 0 ? causal_mask(ids, c.sliding_window) : full;
@@ -219,27 +222,31 @@ BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
   if (task == Task::SequenceClassification) {
     // score on the last non-padding token: the last position whose input_ids != pad_token_id
     // (Transformers 5: argmax of position * non_pad), every last position without a pad id.
-    std::string logits_all = b.linear(h, "score", C, c.num_labels, m.weight_init(), false);  // (B,T,L)
+    std::string logits_all =
+        b.linear(h, "score", C, c.num_labels, m.weight_init(), false);  // (B,T,L)
     b.set_scope("score");
     std::string idx;
     if (c.pad_token_id >= 0) {
       std::string t = b.op("Squeeze", {b.dim_of(ids, 1), b.const_i64({0})});
       std::string r = b.op("Range", {b.scalar_i64(0), t, b.scalar_i64(1)});  // (T)
-      std::string keep = b.op("Cast", {b.op("Not", {b.op("Equal", {ids, b.scalar_i64(c.pad_token_id)})})},
-                              {{"to", Attr::of_int((int64_t)DType::Int64)}});
+      std::string keep =
+          b.op("Cast", {b.op("Not", {b.op("Equal", {ids, b.scalar_i64(c.pad_token_id)})})},
+               {{"to", Attr::of_int((int64_t)DType::Int64)}});
       idx = b.op("ArgMax", {b.op("Mul", {keep, r})},
                  {{"axis", Attr::of_int(1)}, {"keepdims", Attr::of_int(1)}});  // (B,1)
     } else {
       std::string t = b.dim_of(ids, 1);
-      idx = b.op("Unsqueeze", {b.op("Sub", {b.op("Squeeze", {t, b.const_i64({0})}), b.scalar_i64(1)}),
-                               b.const_i64({0, 1})});  // (1,1): T-1 for every row
+      idx =
+          b.op("Unsqueeze", {b.op("Sub", {b.op("Squeeze", {t, b.const_i64({0})}), b.scalar_i64(1)}),
+                             b.const_i64({0, 1})});  // (1,1): T-1 for every row
       idx = b.op("Expand", {idx, b.op("Concat", {b.dim_of(ids, 0), b.const_i64({1})},
-                                        {{"axis", Attr::of_int(0)}})});
+                                      {{"axis", Attr::of_int(0)}})});
     }
     // (B,1) -> (B,1,L) indices for GatherElements along T
-    std::string idx3 = b.op("Expand", {b.op("Unsqueeze", {idx, b.const_i64({2})}),
-                                       b.op("Concat", {b.dim_of(ids, 0), b.const_i64({1, c.num_labels})},
-                                            {{"axis", Attr::of_int(0)}})});
+    std::string idx3 =
+        b.op("Expand", {b.op("Unsqueeze", {idx, b.const_i64({2})}),
+                        b.op("Concat", {b.dim_of(ids, 0), b.const_i64({1, c.num_labels})},
+                             {{"axis", Attr::of_int(0)}})});
     std::string pooled = b.op("GatherElements", {logits_all, idx3}, {{"axis", Attr::of_int(1)}});
     b.op("Reshape", {pooled, b.const_i64({-1, c.num_labels})}, {}, "logits");
     b.output("logits", DType::Float32, {-1, c.num_labels});

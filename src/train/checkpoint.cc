@@ -138,6 +138,14 @@ void Trainer::save_model(const std::string& dir) {
   io::write_file_atomic((fs::path(dir) / "onyx_model.json").string(), m.dump(2) + "\n");
   if (!model_.config_json.empty())
     io::write_file_atomic((fs::path(dir) / "config.json").string(), model_.config_json);
+  if (!model_.adapter_config_json.empty()) {  // LoRA: the adapter as PEFT saves it
+    std::map<std::string, Tensor> all = weights(), adapter;
+    for (auto& [name, saved] : model_.adapter_tensors) adapter[saved] = all.at(name);
+    io::save_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), adapter,
+                         {{"format", "pt"}});
+    io::write_file_atomic((fs::path(dir) / "adapter_config.json").string(),
+                          model_.adapter_config_json);
+  }
   for (auto& f : model_.processor_files) {
     fs::path to = fs::path(dir) / fs::path(f).filename();
     std::error_code ec;

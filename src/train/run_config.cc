@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "data/dataset.h"
@@ -115,6 +116,52 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     c.metrics = string_list(v, key, what);
   } else if (key == "frozen") {
     c.frozen = string_list(v, key, what);
+  } else if (key == "lora") {
+    ONYX_CHECK(v.IsMap(), what,
+               ": 'lora' must be a mapping {r, lora_alpha, lora_dropout, target_modules, bias, "
+               "use_rslora}");
+    models::LoraSpec s;
+    for (auto kv : v) {
+      std::string k = kv.first.as<std::string>();
+      try {
+        if (k == "r")
+          s.r = kv.second.as<int64_t>();
+        else if (k == "lora_alpha")
+          s.lora_alpha = kv.second.as<double>();
+        else if (k == "lora_dropout")
+          s.lora_dropout = kv.second.as<double>();
+        else if (k == "target_modules" && kv.second.IsSequence())
+          s.target_modules = kv.second.as<std::vector<std::string>>();
+        else if (k == "target_modules")
+          s.target_regex = kv.second.as<std::string>();
+        else if (k == "bias")
+          s.bias = kv.second.as<std::string>();
+        else if (k == "use_rslora")
+          s.use_rslora = kv.second.as<bool>();
+        else if (k == "task_type")
+          s.task_type = kv.second.as<std::string>();
+        else
+          throw Error(cat(what, ": unknown key 'lora.", k,
+                          "' (r, lora_alpha, lora_dropout, target_modules, bias, use_rslora, "
+                          "task_type)"));
+      } catch (const YAML::Exception&) {
+        throw Error(cat(what, ": 'lora.", k, "' has the wrong type"));
+      }
+    }
+    ONYX_CHECK(s.r > 0, what, ": 'lora.r' must be positive, got ", s.r);
+    ONYX_CHECK(s.lora_dropout >= 0 && s.lora_dropout < 1, what,
+               ": 'lora.lora_dropout' must be in [0, 1)");
+    ONYX_CHECK(s.bias == "none" || s.bias == "all" || s.bias == "lora_only", what,
+               ": 'lora.bias' must be none, all or lora_only, got '", s.bias, "'");
+    ONYX_CHECK(!s.target_modules.empty() || !s.target_regex.empty(), what,
+               ": 'lora.target_modules' is missing (e.g. [q_proj, v_proj])");
+    c.lora = s;
+    c.lora_initial.clear();
+  } else if (key == "peft_config") {
+    std::string p = resolve(fs::path(c.path).parent_path().string(), scalar(v, key, what));
+    c.lora = models::read_adapter_config(p);
+    fs::path weights = fs::path(p) / "adapter_model.safetensors";
+    c.lora_initial = fs::is_directory(p) && fs::exists(weights) ? weights.string() : "";
   } else if (key == "custom_op_libraries") {
     // Loaded as soon as they are read, so the model (and every later plan) sees their ops.
     // Relative paths resolve against the config file's folder.
@@ -446,6 +493,25 @@ Model model_from_config(const RunConfig& c) {
                         : c.predictions;
   } else if (!c.predictions.empty()) {
     m.predictions = c.predictions;
+  }
+  if (c.lora) {
+    // LoRA: adapters on the matching linear layers; everything else frozen
+    models::LoraSpec spec = *c.lora;
+    if (spec.base_model_name_or_path.empty()) spec.base_model_name_or_path = c.model;
+    std::map<std::string, Tensor> initial;
+    if (!c.lora_initial.empty()) initial = io::load_safetensors(c.lora_initial).tensors;
+    models::LoraResult r = models::apply_lora(*m.graph, spec, (uint64_t)c.args.seed, initial);
+    std::set<std::string> trainable(r.trainable.begin(), r.trainable.end());
+    for (auto& [name, t] : m.graph->initializers)
+      if (is_float(t.dtype()) && !trainable.count(name)) m.frozen.insert(name);
+    for (auto& [k, t] : initial) {
+      bool used = false;
+      for (auto& [g, saved] : r.adapter_tensors) used |= saved == k;
+      ONYX_CHECK(used, "peft_config: '", c.lora_initial, "' has tensor '", k,
+                 "', which no adapted module of this model has");
+    }
+    m.adapter_tensors = r.adapter_tensors;
+    m.adapter_config_json = models::adapter_config_json(spec);
   }
   m.frozen.insert(c.frozen.begin(), c.frozen.end());
   m.batch_norm_unbiased_var = c.batch_norm_running_var == "unbiased";

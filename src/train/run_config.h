@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/lora.h"
 #include "onyx/dataset.h"
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
@@ -40,6 +41,11 @@ struct RunConfig {
   std::optional<int64_t> early_stopping_patience;
   double early_stopping_threshold = 0.0;
   TrainingArguments args;
+  // LoRA adapters (models/lora.h): `lora: {r, lora_alpha, lora_dropout, target_modules, bias,
+  // use_rslora}`, or `peft_config: ADAPTER_FOLDER_OR_JSON` (a folder's adapter_model.safetensors
+  // gives the adapters' initial values).
+  std::optional<models::LoraSpec> lora;
+  std::string lora_initial;  // adapter_model.safetensors to start from ("" = PEFT's init)
 };
 
 // overrides: ("learning_rate", "1e-4"), ... applied after the file, in order.

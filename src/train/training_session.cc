@@ -45,6 +45,10 @@ TrainingSession::TrainingSession(std::shared_ptr<const ir::Graph> forward,
 std::set<std::string> TrainingSession::variables() const {
   std::set<std::string> v(params_.begin(), params_.end());
   for (auto& [b, t] : buffers_) v.insert(b);
+  // Frozen weights too: folded into constants they would be copied (a transposed LoRA base
+  // weight, a second copy of a frozen embedding); as variables the kernels read them in place.
+  for (auto& f : opts_.frozen)
+    if (forward_->initializers.count(f)) v.insert(f);
   return v;
 }
 

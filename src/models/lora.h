@@ -1,0 +1,51 @@
+// models/lora.h — LoRA adapters in PEFT's format on a model graph: for each linear layer whose
+// module name matches target_modules, y = W x + b becomes y = W x + b + (B (A dropout(x))) * s,
+// s = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora), A (r, in) initialized as PEFT does
+// (kaiming_uniform(a = sqrt(5)): U(-1/sqrt(in), 1/sqrt(in))), B (out, r) zeros, so training starts
+// from the base model. Only the adapters (and, per `bias`, biases) train; everything else is
+// frozen. Saved as PEFT saves them: adapter_config.json and adapter_model.safetensors with
+// tensors "base_model.model.<module>.lora_A.weight" / ".lora_B.weight".
+//
+// Linear layers are found in the graph, not in the builder: an initializer "<module>.weight" of
+// rank 2 that is transposed into a MatMul (nn.Linear, W (out, in)) or is a MatMul's right-hand
+// side itself (GPT-2's Conv1D, W (in, out): PEFT's fan_in_fan_out), its output possibly followed
+// by a bias Add. Works on onyx's Hugging Face graphs and on ONNX files that keep module names.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace onyx::models {
+
+struct LoraSpec {
+  int64_t r = 8;
+  double lora_alpha = 8;
+  double lora_dropout = 0.0;
+  std::vector<std::string> target_modules;  // names or suffixes (PEFT's list rule)
+  std::string target_regex;                 // or one regular expression (PEFT's str rule)
+  std::string bias = "none";                // none | all | lora_only
+  bool use_rslora = false;
+  std::string task_type = "CAUSAL_LM";
+  std::string base_model_name_or_path;
+};
+
+// Reads PEFT's adapter_config.json (a file, or a folder holding one). Throws naming the file and
+// key for a missing / ill-typed key or a PEFT type other than LORA.
+LoraSpec read_adapter_config(const std::string& path);
+std::string adapter_config_json(const LoraSpec& spec);
+
+struct LoraResult {
+  std::vector<std::string> modules;                       // adapted modules, in graph order
+  std::map<std::string, std::string> adapter_tensors;     // graph name -> PEFT's saved name
+  std::vector<std::string> trainable;                     // adapters (+ biases per `bias`)
+};
+
+// Adds the adapters to `g` (initial values from `initial` when it has them, under PEFT's saved
+// names, else PEFT's initialization from `seed`). Throws when no module matches, naming the
+// linear layers the graph has.
+LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
+                      const std::map<std::string, Tensor>& initial = {});
+
+}  // namespace onyx::models

@@ -1,0 +1,206 @@
+"""test_lora.py — LoRA in PEFT's format (src/models/lora.cc) against PEFT 0.21 + PyTorch 2.13.
+
+A tiny LlamaForCausalLM (random, GQA 2:1) is the base. PEFT's get_peft_model wraps a copy with
+LoraConfig(r=4, lora_alpha=8, target_modules=[q_proj, v_proj, down_proj]) and saves that initial
+adapter; `onyx train` starts from it (`peft_config: FOLDER`), PyTorch trains the PEFT model the
+way onyx does (sequential batches of 4, AdamW lr 1e-2 without weight decay, linear decay, gradient
+clipping at 1.0) for 20 steps.
+
+Cases (one PASS / FAIL line each):
+  adapters-equal   onyx's adapter_model.safetensors has PEFT's tensor names and, after 20
+                   steps, every adapter tensor within 1e-4 (relative to its largest element) of
+                   PEFT's; every logged loss within 1e-4
+  peft-loads       peft.PeftModel.from_pretrained(base, onyx's output_dir) gives the logits of the
+                   PyTorch-trained PEFT model (1e-4), and its adapter_config.json is PEFT's
+  base-frozen      the base weights in onyx's model.safetensors are the base model's, bit for bit;
+                   the optimizer state holds the adapters only (its length is their element count
+                   plus 16-element alignment)
+  lora-errors      target_modules matching nothing: exit 1 naming the model's linear layers; an
+                   adapter file with a tensor no module has: exit 1 naming it
+
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_lora.py
+Ends with "N passed, M failed"; exits 1 if any case failed.
+"""
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import transformers as tr
+from safetensors.numpy import load_file, save_file
+
+ONYX = os.environ.get("ONYX", "build/onyx")
+TOL = 1e-4
+STEPS, BATCH, LR = 20, 4, 1e-2
+torch.set_num_threads(1)
+
+
+def base_model():
+    cfg = tr.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return tr.LlamaForCausalLM(cfg)
+
+
+def write_config(path, cfg):
+    with open(path, "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+
+
+class Run:
+    def __init__(self, tmp):
+        import peft
+        self.tmp = tmp
+        self.base = base_model()
+        self.base_dir = os.path.join(tmp, "base")
+        self.base.save_pretrained(self.base_dir)
+        lc = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, bias="none",
+                             target_modules=["q_proj", "v_proj", "down_proj"],
+                             task_type="CAUSAL_LM")
+        torch.manual_seed(1)
+        self.pm = peft.get_peft_model(copy.deepcopy(self.base), lc)
+        with torch.no_grad():  # B starts at zero in PEFT; nonzero here so A trains from step 1
+            for n, p in self.pm.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.05)
+        self.init_dir = os.path.join(tmp, "init-adapter")
+        self.pm.save_pretrained(self.init_dir)
+        rng = np.random.default_rng(0)
+        ids = rng.integers(0, 97, (16, 12)).astype(np.int64)
+        self.data = {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": ids.copy()}
+        self.data_path = os.path.join(tmp, "train.safetensors")
+        save_file(self.data, self.data_path)
+        # onyx
+        self.out = os.path.join(tmp, "out")
+        cfg = {"model": self.base_dir, "peft_config": self.init_dir, "train_data": self.data_path,
+               "output_dir": self.out, "max_steps": STEPS, "per_device_train_batch_size": BATCH,
+               "learning_rate": LR, "weight_decay": 0.0, "max_grad_norm": 1.0,
+               "logging_steps": 1, "save_strategy": "steps", "save_steps": STEPS,
+               "train_sampling_strategy": "sequential", "disable_tqdm": True}
+        write_config(os.path.join(tmp, "cfg.yaml"), cfg)
+        p = subprocess.run([ONYX, "train", os.path.join(tmp, "cfg.yaml")], capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode != 0:
+            raise AssertionError(f"onyx train exited {p.returncode}: {p.stderr[-800:]}")
+        with open(os.path.join(self.out, "log_history.jsonl")) as f:
+            self.onyx_losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
+        # PyTorch + PEFT, the same schedule
+        params = [p for p in self.pm.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (STEPS - s) / STEPS))
+        self.torch_losses = []
+        n = ids.shape[0]
+        self.pm.train()
+        for step in range(STEPS):
+            lo = (step * BATCH) % n
+            batch = {k: torch.tensor(v[lo:lo + BATCH]) for k, v in self.data.items()}
+            loss = self.pm(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            self.torch_losses.append(loss.item())
+
+
+def case_adapters(r):
+    import peft
+    got = load_file(os.path.join(r.out, "adapter_model.safetensors"))
+    ref = {k: v.detach().numpy() for k, v in peft.get_peft_model_state_dict(r.pm).items()}
+    if sorted(got) != sorted(ref):
+        return False, f"tensor names {sorted(got)[:3]}... vs PEFT's {sorted(ref)[:3]}..."
+    worst = max(float(np.abs(got[k] - ref[k]).max() / np.abs(ref[k]).max()) for k in ref)
+    lerr = max(abs(a - b) / abs(b) for a, b in zip(r.onyx_losses, r.torch_losses))
+    ok = worst < TOL and lerr < TOL and len(r.onyx_losses) == STEPS
+    return ok, (f"{len(ref)} adapter tensors (PEFT's names), worst rel {worst:.1e} after {STEPS} "
+                f"steps; losses {r.torch_losses[0]:.4f} -> {r.torch_losses[-1]:.4f}, worst rel "
+                f"{lerr:.1e}")
+
+
+def case_peft_loads(r):
+    import peft
+    loaded = peft.PeftModel.from_pretrained(copy.deepcopy(r.base), r.out).eval()
+    r.pm.eval()
+    x = torch.tensor(r.data["input_ids"][:3])
+    with torch.no_grad():
+        a = loaded(input_ids=x).logits.numpy()
+        b = r.pm(input_ids=x).logits.numpy()
+    err = float(np.abs(a - b).max() / np.abs(b).max())
+    cfg = peft.PeftConfig.from_pretrained(r.out)
+    ok = err < TOL and cfg.r == 4 and sorted(cfg.target_modules) == ["down_proj", "q_proj", "v_proj"]
+    return ok, (f"PeftModel.from_pretrained(base, onyx output): logits rel {err:.1e} of the "
+                f"PyTorch-trained model; PeftConfig r={cfg.r}, targets {sorted(cfg.target_modules)}")
+
+
+def case_base_frozen(r):
+    w = load_file(os.path.join(r.out, "model.safetensors"))
+    base = load_file(os.path.join(r.base_dir, "model.safetensors"))
+    same = all(np.array_equal(w[k], base[k]) for k in base if k in w)
+    missing = [k for k in base if k not in w]
+    adapters = load_file(os.path.join(r.out, "adapter_model.safetensors"))
+    n_adapter = sum(v.size for v in adapters.values())
+    opt = load_file(os.path.join(r.out, f"checkpoint-{STEPS}", "optimizer.safetensors"))
+    n_state = opt["exp_avg"].size
+    ok = same and not missing and n_adapter <= n_state <= n_adapter + 16 * len(adapters)
+    return ok, (f"{len(base)} base tensors unchanged bit for bit; optimizer state {n_state} "
+                f"elements for {n_adapter} adapter elements ({len(adapters)} tensors)")
+
+
+def case_errors(r):
+    bad = []
+    cfg = {"model": r.base_dir, "train_data": r.data_path, "output_dir": os.path.join(r.tmp, "e1"),
+           "max_steps": 1, "lora": {"r": 4, "target_modules": ["query"]}}
+    write_config(os.path.join(r.tmp, "e1.yaml"), cfg)
+    p = subprocess.run([ONYX, "train", os.path.join(r.tmp, "e1.yaml")], capture_output=True, text=True)
+    if p.returncode != 1 or "match no linear layer" not in p.stderr or "q_proj" not in p.stderr:
+        bad.append(f"no-match: {p.returncode} {p.stderr.strip()[-200:]}")
+    d = os.path.join(r.tmp, "bad-adapter")
+    shutil.copytree(r.init_dir, d)
+    t = load_file(os.path.join(d, "adapter_model.safetensors"))
+    t["base_model.model.model.layers.0.mlp.up_proj.lora_A.weight"] = np.zeros((4, 64), np.float32)
+    save_file(t, os.path.join(d, "adapter_model.safetensors"))
+    cfg = dict(cfg, lora=None, peft_config=d, output_dir=os.path.join(r.tmp, "e2"))
+    del cfg["lora"]
+    write_config(os.path.join(r.tmp, "e2.yaml"), cfg)
+    p = subprocess.run([ONYX, "train", os.path.join(r.tmp, "e2.yaml")], capture_output=True, text=True)
+    if p.returncode != 1 or "up_proj.lora_A.weight" not in p.stderr:
+        bad.append(f"extra tensor: {p.returncode} {p.stderr.strip()[-200:]}")
+    return not bad, "; ".join(bad) or "both fail with exit 1, naming the layers / the tensor"
+
+
+def main():
+    counts = {"PASS": 0, "FAIL": 0}
+    tmp = tempfile.mkdtemp(prefix="onyx-test-lora-")
+    t0 = time.time()
+    try:
+        try:
+            run = Run(tmp)
+        except Exception as e:
+            print(f"FAIL setup: {type(e).__name__}: {e}")
+            print("0 passed, 1 failed")
+            return 1
+        for name, fn in [("adapters-equal", case_adapters), ("peft-loads", case_peft_loads),
+                         ("base-frozen", case_base_frozen), ("lora-errors", case_errors)]:
+            try:
+                ok, msg = fn(run)
+            except Exception as e:
+                ok, msg = False, f"{type(e).__name__}: {e}"
+            counts["PASS" if ok else "FAIL"] += 1
+            print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"({time.time() - t0:.0f} s)")
+    print(f"{counts['PASS']} passed, {counts['FAIL']} failed")
+    return 1 if counts["FAIL"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
