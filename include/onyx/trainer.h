@@ -206,6 +206,9 @@ class Trainer {
  private:
   struct Impl;
   TrainOutput train_loop();
+  // model.safetensors of a checkpoint folder, with a LoRA run's adapters from its
+  // adapter_model.safetensors under their graph names.
+  std::map<std::string, Tensor> read_checkpoint_weights(const std::string& dir);
   void log(LogEntry entry);
   void save_checkpoint();
   void load_checkpoint(const std::string& dir);

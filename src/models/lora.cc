@@ -30,7 +30,82 @@ bool matches(const LoraSpec& spec, const std::string& module) {
 
 constexpr const char* kPeftPrefix = "base_model.model.";
 
+// The graph's linear layers: "<module>.weight" (rank 2) transposed into a MatMul (nn.Linear) or a
+// MatMul's right-hand side (Conv1D). module -> (index of the MatMul node, conv1d)
+std::map<std::string, std::pair<size_t, bool>> linear_layers(const ir::Graph& g) {
+  std::map<std::string, std::vector<size_t>> users;
+  for (size_t i = 0; i < g.nodes.size(); i++)
+    for (auto& in : g.nodes[i].inputs) users[in].push_back(i);
+  std::map<std::string, std::pair<size_t, bool>> out;
+  for (auto& [wname, w] : g.initializers) {
+    if (!ends_with(wname, ".weight") || w.rank() != 2) continue;
+    const std::string module = wname.substr(0, wname.size() - 7);
+    for (size_t u : users[wname]) {
+      const ir::Node& n = g.nodes[u];
+      if (n.op_type == "Transpose" && n.domain.empty()) {
+        for (size_t v : users[n.outputs[0]])
+          if (g.nodes[v].op_type == "MatMul" && g.nodes[v].inputs.size() == 2 &&
+              g.nodes[v].inputs[1] == n.outputs[0])
+            out[module] = {v, false};
+      } else if (n.op_type == "MatMul" && n.inputs.size() == 2 && n.inputs[1] == wname) {
+        out[module] = {u, true};
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::string> merge_lora(ir::Graph& g, const LoraSpec& spec,
+                                    const std::map<std::string, Tensor>& adapter) {
+  const double s = spec.use_rslora ? spec.lora_alpha / std::sqrt((double)spec.r)
+                                   : spec.lora_alpha / (double)spec.r;
+  auto layers = linear_layers(g);
+  const std::string prefix = kPeftPrefix;
+  std::vector<std::string> merged;
+  for (auto& [saved, t] : adapter) {
+    ONYX_CHECK(saved.rfind(prefix, 0) == 0, "merge_lora: adapter tensor '", saved,
+               "' does not start with '", prefix, "'");
+    std::string name = saved.substr(prefix.size());
+    if (ends_with(name, ".lora_B.weight")) continue;  // with its lora_A
+    if (ends_with(name, ".lora_A.weight")) {
+      std::string module = name.substr(0, name.size() - 14);
+      auto it = layers.find(module);
+      ONYX_CHECK(it != layers.end(), "merge_lora: adapter tensor '", saved,
+                 "' names no linear layer of the model");
+      auto bt = adapter.find(prefix + module + ".lora_B.weight");
+      ONYX_CHECK(bt != adapter.end(), "merge_lora: '", saved, "' has no lora_B");
+      const Tensor& A = t;           // (r, in)
+      const Tensor& B = bt->second;  // (out, r)
+      Tensor& W = g.initializers.at(module + ".weight");
+      const bool conv1d = it->second.second;
+      const int64_t r = A.dim(0), in = A.dim(1), out = B.dim(0);
+      ONYX_CHECK(B.dim(1) == r && W.dtype() == DType::Float32 &&
+                     W.shape() == (conv1d ? Shape{in, out} : Shape{out, in}),
+                 "merge_lora: '", module, "': adapter shapes ", shape_str(A.shape()), " / ",
+                 shape_str(B.shape()), " do not fit the weight ", shape_str(W.shape()));
+      Tensor Wm = W.clone();
+      float* w = Wm.data<float>();
+      const float* a = A.data<float>();
+      const float* b = B.data<float>();
+      for (int64_t o = 0; o < out; o++)
+        for (int64_t i = 0; i < in; i++) {
+          double acc = 0;
+          for (int64_t k = 0; k < r; k++) acc += (double)b[o * r + k] * (double)a[k * in + i];
+          w[conv1d ? i * out + o : o * in + i] += (float)(s * acc);
+        }
+      W = Wm;
+      merged.push_back(module);
+    } else {  // a trained bias
+      auto it = g.initializers.find(name);
+      ONYX_CHECK(it != g.initializers.end() && it->second.meta() == t.meta(),
+                 "merge_lora: adapter tensor '", saved, "' names no parameter of that shape");
+      it->second = t.clone();
+    }
+  }
+  return merged;
+}
 
 LoraSpec read_adapter_config(const std::string& path_in) {
   std::string path = path_in;
@@ -197,8 +272,10 @@ LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
       g.add_initializer(base + "/dropout_train", t);
       x = node("Dropout", {x, base + "/dropout_p", base + "/dropout_train"}, base + "/x");
     }
-    std::string at = node("Transpose", {A}, base + "/At", {{"perm", ir::Attribute::of_ints({1, 0})}});
-    std::string bt = node("Transpose", {B}, base + "/Bt", {{"perm", ir::Attribute::of_ints({1, 0})}});
+    std::string at =
+        node("Transpose", {A}, base + "/At", {{"perm", ir::Attribute::of_ints({1, 0})}});
+    std::string bt =
+        node("Transpose", {B}, base + "/Bt", {{"perm", ir::Attribute::of_ints({1, 0})}});
     std::string h = node("MatMul", {x, at}, base + "/h");
     std::string d = node("MatMul", {h, bt}, base + "/delta");
     g.add_initializer(base + "/scale", Tensor::from_vector<float>(DType::Float32, {}, {scale}));
@@ -212,8 +289,9 @@ LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
     std::string want;
     for (auto& t : spec.target_modules) want += (want.empty() ? "" : ", ") + t;
     if (!spec.target_regex.empty()) want = "regex " + spec.target_regex;
-    throw Error(cat("lora: target_modules (", want, ") match no linear layer of the model (it has: ",
-                    have.empty() ? "none found" : have, ")"));
+    throw Error(cat(
+        "lora: target_modules (", want,
+        ") match no linear layer of the model (it has: ", have.empty() ? "none found" : have, ")"));
   }
   // consumers of an adapted layer read y' instead (the adapter's own Add keeps y)
   for (auto& n : g.nodes)

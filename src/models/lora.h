@@ -37,9 +37,9 @@ LoraSpec read_adapter_config(const std::string& path);
 std::string adapter_config_json(const LoraSpec& spec);
 
 struct LoraResult {
-  std::vector<std::string> modules;                       // adapted modules, in graph order
-  std::map<std::string, std::string> adapter_tensors;     // graph name -> PEFT's saved name
-  std::vector<std::string> trainable;                     // adapters (+ biases per `bias`)
+  std::vector<std::string> modules;                    // adapted modules, in graph order
+  std::map<std::string, std::string> adapter_tensors;  // graph name -> PEFT's saved name
+  std::vector<std::string> trainable;                  // adapters (+ biases per `bias`)
 };
 
 // Adds the adapters to `g` (initial values from `initial` when it has them, under PEFT's saved
@@ -47,5 +47,11 @@ struct LoraResult {
 // linear layers the graph has.
 LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
                       const std::map<std::string, Tensor>& initial = {});
+
+// A PEFT adapter (adapter_model.safetensors' tensors) merged into the graph's weights:
+// W += s * B A for nn.Linear, W += s * (B A)^T for Conv1D; trained biases (bias: all / lora_only)
+// replace the base's. Returns the merged modules; throws naming a tensor no module has.
+std::vector<std::string> merge_lora(ir::Graph& g, const LoraSpec& spec,
+                                    const std::map<std::string, Tensor>& adapter);
 
 }  // namespace onyx::models

@@ -124,8 +124,17 @@ std::map<std::string, Tensor> Trainer::weights() {
 void Trainer::save_model(const std::string& dir) {
   if (impl_->comm->rank() != 0) return;  // data parallel: rank 0 writes the model
   fs::create_directories(dir);
-  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), weights(),
-                       {{"format", "pt"}});
+  // With LoRA, model.safetensors is the base model (what from_pretrained expects of the folder)
+  // and the adapters go to adapter_model.safetensors below.
+  std::map<std::string, Tensor> base = weights();
+  for (auto it = base.begin(); it != base.end();) {
+    bool adapter_only =
+        model_.adapter_tensors.count(it->first) && it->first.find(".lora_") != std::string::npos;
+    bool lora_constant =
+        !model_.adapter_config_json.empty() && it->first.find("/lora/") != std::string::npos;
+    it = adapter_only || lora_constant ? base.erase(it) : std::next(it);
+  }
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), base, {{"format", "pt"}});
   json m;
   m["source"] = model_.source;
   if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput)
@@ -333,6 +342,23 @@ void Trainer::rotate_checkpoints() {
   }
 }
 
+std::map<std::string, Tensor> Trainer::read_checkpoint_weights(const std::string& dir) {
+  fs::path d(dir);
+  auto weights = io::load_safetensors((d / "model.safetensors").string()).tensors;
+  if (!model_.adapter_tensors.empty()) {  // LoRA: the adapters from adapter_model.safetensors
+    ONYX_CHECK(fs::exists(d / "adapter_model.safetensors"), "checkpoint '", dir,
+               "' has no adapter_model.safetensors (this run trains LoRA adapters)");
+    auto adapter = io::load_safetensors((d / "adapter_model.safetensors").string());
+    for (auto& [name, saved] : model_.adapter_tensors) {
+      auto it = adapter.tensors.find(saved);
+      ONYX_CHECK(it != adapter.tensors.end(), "checkpoint '", dir,
+                 "': adapter_model.safetensors has no '", saved, "'");
+      weights[name] = it->second;
+    }
+  }
+  return weights;
+}
+
 void Trainer::load_checkpoint(const std::string& dir) {
   fs::path d(dir);
   ONYX_CHECK(fs::is_directory(d), "resume_from_checkpoint: '", dir, "' is not a folder");
@@ -345,9 +371,9 @@ void Trainer::load_checkpoint(const std::string& dir) {
     ss << in.rdbuf();
     return ss.str();
   };
-  auto weights = io::load_safetensors((d / "model.safetensors").string());
+  auto weights = read_checkpoint_weights(dir);
   // Parameters and BatchNorm running statistics (buffers), as they were at the save.
-  I.ts->load_weights(weights.tensors, cat("checkpoint '", dir, "': model.safetensors"));
+  I.ts->load_weights(weights, cat("checkpoint '", dir, "': model.safetensors"));
   // The optimizer state of this rank's range, from whatever world size and stage wrote it.
   I.opt->load_state(train::load_optimizer_range(dir, I.opt->range_begin, I.opt->range_end,
                                                 I.ts->params().layout().numel));

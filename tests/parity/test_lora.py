@@ -12,9 +12,16 @@ Cases (one PASS / FAIL line each):
                    PEFT's; every logged loss within 1e-4
   peft-loads       peft.PeftModel.from_pretrained(base, onyx's output_dir) gives the logits of the
                    PyTorch-trained PEFT model (1e-4), and its adapter_config.json is PEFT's
-  base-frozen      the base weights in onyx's model.safetensors are the base model's, bit for bit;
+  base-frozen      onyx's model.safetensors is the base model (adapters only in the adapter file),
+                   bit for bit;
                    the optimizer state holds the adapters only (its length is their element count
                    plus 16-element alignment)
+  merge-export     `onyx export OUT --merge-lora --output DIR` (a Hugging Face folder that
+                   transformers' AutoModelForCausalLM loads), `--merge-lora --output m.onnx` and
+                   the unmerged `--output a.onnx` (adapters as nodes), the ONNX files run by
+                   onnxruntime: each gives the PEFT model's logits (1e-4)
+  resume           a run resumed from checkpoint-10 of a 20-step run ends with its adapters, bit
+                   for bit
   lora-errors      target_modules matching nothing: exit 1 naming the model's linear layers; an
                    adapter file with a tensor no module has: exit 1 naming it
 
@@ -154,6 +161,63 @@ def case_base_frozen(r):
                 f"elements for {n_adapter} adapter elements ({len(adapters)} tensors)")
 
 
+def case_merge_export(r):
+    """onyx export of the LoRA output: merged into a Hugging Face folder (transformers loads it),
+    merged into ONNX, and unmerged (the adapters as graph nodes): all give the PEFT model's logits."""
+    import onnxruntime as ort
+    merged_dir = os.path.join(r.tmp, "merged")
+    x = r.data["input_ids"][:3]
+    r.pm.eval()
+    with torch.no_grad():
+        ref = r.pm(input_ids=torch.tensor(x)).logits.numpy()
+    errs = {}
+    p = subprocess.run([ONYX, "export", r.out, "--merge-lora", "--output", merged_dir],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return False, f"export --merge-lora (folder) exited {p.returncode}: {p.stderr[-300:]}"
+    hf = tr.AutoModelForCausalLM.from_pretrained(merged_dir, attn_implementation="eager").eval()
+    with torch.no_grad():
+        errs["HF folder (transformers)"] = hf(input_ids=torch.tensor(x)).logits.numpy()
+    for tag, extra in (("merged ONNX (onnxruntime)", ["--merge-lora"]),
+                       ("unmerged ONNX (onnxruntime)", [])):
+        path = os.path.join(r.tmp, f"{len(errs)}.onnx")
+        p = subprocess.run([ONYX, "export", r.out, "--output", path] + extra, capture_output=True,
+                           text=True)
+        if p.returncode != 0:
+            return False, f"export {extra} exited {p.returncode}: {p.stderr[-300:]}"
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        feeds = {"input_ids": x, "attention_mask": np.ones_like(x)}
+        feeds = {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}}
+        errs[tag] = sess.run(["logits"], feeds)[0]
+    rel = {k: float(np.abs(v - ref).max() / np.abs(ref).max()) for k, v in errs.items()}
+    ok = all(e < TOL for e in rel.values())
+    return ok, "; ".join(f"{k}: logits rel {e:.1e}" for k, e in rel.items())
+
+
+def case_resume(r):
+    """A 20-step LoRA run saved at step 10; a second run resumed from checkpoint-10 ends with the
+    same adapters bit for bit (read back from the checkpoint's adapter_model.safetensors)."""
+    cfg = {"model": r.base_dir, "peft_config": r.init_dir, "train_data": r.data_path,
+           "output_dir": os.path.join(r.tmp, "res"), "max_steps": STEPS,
+           "per_device_train_batch_size": BATCH, "learning_rate": LR, "weight_decay": 0.0,
+           "logging_steps": 1, "save_strategy": "steps", "save_steps": 10,
+           "train_sampling_strategy": "sequential", "disable_tqdm": True}
+    write_config(os.path.join(r.tmp, "res.yaml"), cfg)
+    p = subprocess.run([ONYX, "train", os.path.join(r.tmp, "res.yaml")], capture_output=True,
+                       text=True)
+    ck = os.path.join(r.tmp, "res", "checkpoint-10")
+    p2 = subprocess.run([ONYX, "train", os.path.join(r.tmp, "res.yaml"), "--output_dir",
+                         os.path.join(r.tmp, "res2"), "--resume_from_checkpoint", ck],
+                        capture_output=True, text=True)
+    if p.returncode or p2.returncode:
+        return False, f"exit {p.returncode}/{p2.returncode}: {(p.stderr + p2.stderr)[-400:]}"
+    a = load_file(os.path.join(r.tmp, "res2", "adapter_model.safetensors"))
+    b = load_file(os.path.join(r.tmp, "res", "adapter_model.safetensors"))
+    ok = sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in b)
+    return ok, ("resumed from checkpoint-10 of a 20-step run: the same final adapters bit for "
+                "bit" if ok else "resumed adapters differ")
+
+
 def case_errors(r):
     bad = []
     cfg = {"model": r.base_dir, "train_data": r.data_path, "output_dir": os.path.join(r.tmp, "e1"),
@@ -188,7 +252,9 @@ def main():
             print("0 passed, 1 failed")
             return 1
         for name, fn in [("adapters-equal", case_adapters), ("peft-loads", case_peft_loads),
-                         ("base-frozen", case_base_frozen), ("lora-errors", case_errors)]:
+                         ("base-frozen", case_base_frozen), ("merge-export", case_merge_export),
+                         ("resume", case_resume),
+                         ("lora-errors", case_errors)]:
             try:
                 ok, msg = fn(run)
             except Exception as e:

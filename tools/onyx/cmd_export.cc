@@ -5,11 +5,13 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "commands.h"
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
 #include "models/hf_weights.h"
+#include "models/lora.h"
 #include "passes/inference_export.h"
 
 namespace fs = std::filesystem;
@@ -21,7 +23,7 @@ Action add_export_command(CLI::App& app) {
       app.add_subcommand("export", "write an inference ONNX model from a checkpoint or model");
   struct Opts {
     std::string input, output, loss;
-    bool keep_loss = false;
+    bool keep_loss = false, merge_lora = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("input", o->input,
@@ -31,9 +33,18 @@ Action add_export_command(CLI::App& app) {
   cmd->add_option("--loss", o->loss,
                   "name of the loss output to remove (default: from the checkpoint)");
   cmd->add_flag("--keep-loss", o->keep_loss, "keep the loss output (and its label inputs)");
+  cmd->add_flag("--merge-lora", o->merge_lora,
+                "a LoRA checkpoint: merge the adapters into the weights; --output a .onnx file, or "
+                "a folder for a Hugging Face model folder (config.json, model.safetensors, "
+                "tokenizer files)");
   return [o]() {
     ir::Graph g;
     std::string loss = o->loss;
+    const bool lora = fs::exists(fs::path(o->input) / "adapter_config.json");
+    ONYX_CHECK(!o->merge_lora || lora, "--merge-lora: '", o->input,
+               "' has no adapter_config.json (not a LoRA checkpoint or adapter folder)");
+    const bool to_folder = o->merge_lora && (o->output.size() < 5 ||
+                                             o->output.substr(o->output.size() - 5) != ".onnx");
     if (fs::is_directory(o->input) && fs::exists(fs::path(o->input) / "config.json")) {
       // A Hugging Face folder (or a checkpoint of an onyx-built HF model): config.json + weights.
       models::BuiltModel b = models::load_hf_folder(o->input);
@@ -41,6 +52,39 @@ Action add_export_command(CLI::App& app) {
       if (loss.empty())
         for (auto& out : g.outputs)
           if (out.name == "loss") loss = "loss";
+      if (lora) {  // the adapters: merged into the weights, or as nodes of the graph
+        models::LoraSpec spec = models::read_adapter_config(o->input);
+        auto adapter =
+            io::load_safetensors((fs::path(o->input) / "adapter_model.safetensors").string())
+                .tensors;
+        if (o->merge_lora) {
+          auto merged = models::merge_lora(g, spec, adapter);
+          std::cout << "merged LoRA adapters into " << merged.size() << " layers\n";
+        } else {
+          models::apply_lora(g, spec, 0, adapter);
+        }
+      }
+      if (to_folder) {  // a Hugging Face folder of the merged model
+        fs::create_directories(o->output);
+        std::map<std::string, Tensor> w(g.initializers.begin(), g.initializers.end());
+        for (auto& [name, src] : b.tied) w.erase(name);
+        io::save_safetensors((fs::path(o->output) / "model.safetensors").string(), w,
+                             {{"format", "pt"}});
+        static const std::set<std::string> skip = {
+            "adapter_config.json", "adapter_model.safetensors",
+            "model.safetensors",   "onyx_model.json",
+            "trainer_state.json",  "training_args.json",
+            "rng_state.json",      "scheduler.json",
+            "log_history.jsonl"};
+        for (auto& e : fs::directory_iterator(o->input)) {
+          std::string n = e.path().filename().string();
+          if (!e.is_regular_file() || skip.count(n) || n.rfind("optimizer", 0) == 0) continue;
+          fs::copy_file(e.path(), fs::path(o->output) / n, fs::copy_options::overwrite_existing);
+        }
+        std::cout << "wrote " << o->output << ": model.safetensors (" << w.size()
+                  << " tensors, adapters merged) and config/tokenizer files\n";
+        return 0;
+      }
     } else if (fs::is_directory(o->input)) {
       fs::path dir(o->input);
       fs::path meta = dir / "onyx_model.json";
