@@ -28,6 +28,11 @@ std::string first_token(GraphBuilder& b, const std::string& h);
 std::string tied_projection(GraphBuilder& b, const std::string& h, const std::string& table,
                             const std::string& bias, const std::string& out);
 
+// The causal-LM head and loss: logits = h @ table^T (B,T,V) named "logits", input "labels" (B,T),
+// "loss" = cross entropy of logits[:, :-1] against labels[:, 1:] (ignore_index -100, mean), as
+// Transformers' causal LMs compute it; both graph outputs (loss first).
+void causal_lm_head(GraphBuilder& b, const std::string& h, const std::string& table, int64_t V);
+
 // Finishes a BuiltModel: the graph into model.graph, input names, the loss for the task
 // (CrossEntropy on "logits" with "labels"; MSE when a sequence classifier has one label; the
 // graph's own "loss" output for CausalLM), predictions = "logits", Transformers' decay rule.

@@ -1,5 +1,7 @@
 // hf_model.cc — build_hf_model's dispatch by model type, Transformers' class names per task, and
 // the pieces the family builders share (inputs, masks, heads, loss).
+#include <climits>
+
 #include "autodiff/gradient.h"
 #include "models/builders.h"
 
@@ -127,6 +129,23 @@ BuiltModel finish_model(GraphBuilder& b, const HfConfig& c, Task task) {
       m.model.loss.ignore_index = -100;
   }
   return m;
+}
+
+void causal_lm_head(GraphBuilder& b, const std::string& h, const std::string& table, int64_t V) {
+  b.set_scope("lm_head");
+  std::string logits = tied_projection(b, h, table, "", "logits");  // (B,T,V)
+  std::string labels = token_input(b, "labels");
+  b.set_scope("loss");
+  std::string shift_logits =
+      b.op("Slice", {logits, b.const_i64({0}), b.const_i64({-1}), b.const_i64({1})});
+  std::string shift_labels =
+      b.op("Slice", {labels, b.const_i64({1}), b.const_i64({INT64_MAX}), b.const_i64({1})});
+  std::string flat_logits = b.op("Reshape", {shift_logits, b.const_i64({-1, V})});  // (B*(T-1),V)
+  std::string flat_labels = b.op("Reshape", {shift_labels, b.const_i64({-1})});     // (B*(T-1))
+  b.op("SoftmaxCrossEntropyLoss", {flat_logits, flat_labels},
+       {{"reduction", Attr::of_string("mean")}, {"ignore_index", Attr::of_int(-100)}}, "loss");
+  b.output("loss", DType::Float32, {});
+  b.output("logits", DType::Float32, {-1, -1, V});
 }
 
 BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {

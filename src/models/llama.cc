@@ -9,7 +9,6 @@
 //
 // B batch, T sequence, C hidden_size, nh heads, nkv key/value heads, hd head_dim, F
 // intermediate_size, V vocabulary.
-#include <climits>
 #include <cmath>
 
 #include "models/builders.h"
@@ -254,22 +253,7 @@ BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
   }
   std::string table = "model.embed_tokens.weight";
   if (!c.tie_word_embeddings) table = b.param("lm_head.weight", {V, C}, m.weight_init());
-  b.set_scope("lm_head");
-  std::string logits = tied_projection(b, h, table, "", "logits");  // (B,T,V)
-
-  // Loss: cross entropy of logits[:, :-1] against labels[:, 1:], ignore_index -100, mean.
-  std::string labels = token_input(b, "labels");
-  b.set_scope("loss");
-  std::string shift_logits =
-      b.op("Slice", {logits, b.const_i64({0}), b.const_i64({-1}), b.const_i64({1})});
-  std::string shift_labels =
-      b.op("Slice", {labels, b.const_i64({1}), b.const_i64({INT64_MAX}), b.const_i64({1})});
-  std::string flat_logits = b.op("Reshape", {shift_logits, b.const_i64({-1, V})});
-  std::string flat_labels = b.op("Reshape", {shift_labels, b.const_i64({-1})});
-  b.op("SoftmaxCrossEntropyLoss", {flat_logits, flat_labels},
-       {{"reduction", Attr::of_string("mean")}, {"ignore_index", Attr::of_int(-100)}}, "loss");
-  b.output("loss", DType::Float32, {});
-  b.output("logits", DType::Float32, {-1, -1, V});
+  causal_lm_head(b, h, table, V);  // logits, the shifted loss
   BuiltModel out = finish_model(b, c, task);
   if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", "model.embed_tokens.weight"});
   return out;

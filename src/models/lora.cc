@@ -194,28 +194,12 @@ LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
   std::vector<ir::Node> added;
   std::map<std::string, std::string> rename;  // old output -> adapted output
   std::set<std::string> trainable_bias;
-  std::vector<std::string> weights;  // candidates, collected before adapters are added
-  for (auto& [name, t] : g.initializers)
-    if (ends_with(name, ".weight") && t.rank() == 2) weights.push_back(name);
-  for (const std::string& wname : weights) {
-    const Tensor w = g.initializers.at(wname);
-    const std::string module = wname.substr(0, wname.size() - 7);
-    // nn.Linear: Transpose(W) -> MatMul(x, W^T); Conv1D: MatMul(x, W)
-    const ir::Node* mm = nullptr;
-    bool conv1d = false;
-    for (size_t u : users[wname]) {
-      const ir::Node& n = g.nodes[u];
-      if (n.op_type == "Transpose" && n.domain.empty()) {
-        for (size_t v : users[n.outputs[0]])
-          if (g.nodes[v].op_type == "MatMul" && g.nodes[v].inputs.size() == 2 &&
-              g.nodes[v].inputs[1] == n.outputs[0])
-            mm = &g.nodes[v];
-      } else if (n.op_type == "MatMul" && n.inputs.size() == 2 && n.inputs[1] == wname) {
-        mm = &n;
-        conv1d = true;
-      }
-    }
-    if (!mm) continue;
+  // candidates, found before any adapter is added; a copy of each MatMul (g.nodes grows later)
+  for (auto& [module, site] : linear_layers(g)) {
+    const Tensor w = g.initializers.at(module + ".weight");
+    const ir::Node mm_node = g.nodes[site.first];
+    const ir::Node* mm = &mm_node;
+    const bool conv1d = site.second;
     linears.push_back(module);
     if (!matches(spec, module)) continue;
     const int64_t in = conv1d ? w.dim(0) : w.dim(1), out = conv1d ? w.dim(1) : w.dim(0);
