@@ -363,4 +363,74 @@ std::map<std::string, Tensor> CausalLMDataset::batch(const std::vector<int64_t>&
           {"labels", to_tensor(labels, {B, T})}};
 }
 
+SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer> tok,
+                       SftOptions opts)
+    : tok_(std::move(tok)), opts_(opts) {
+  ONYX_CHECK(tok_, "dataset '", path, "': no tokenizer");
+  ONYX_CHECK(opts_.max_length > 1, "dataset '", path, "': max_length must be at least 2");
+  ONYX_CHECK(opts_.pad_multiple > 0, "dataset '", path, "': pad_multiple must be positive");
+  std::optional<int64_t> eos = tok_->eos_id();
+  ONYX_CHECK(!opts_.add_eos || eos, "dataset '", path, "': the tokenizer (", tok_->source(),
+             ") has no end-of-text token to end each sample with (set add_eos false)");
+  TextClassificationOptions ro;
+  ro.format = opts_.format;
+  for (auto& r : read_rows(path, ro)) {
+    auto text_of = [&](const char* key) -> std::optional<std::string> {
+      auto it = r.obj.find(key);
+      if (it == r.obj.end() || it->is_null()) return std::nullopt;
+      ONYX_CHECK(it->is_string(), "dataset '", path, "': line ", r.line, ": '", key,
+                 "' must be a string");
+      return it->get<std::string>();
+    };
+    auto text = text_of("text"), prompt = text_of("prompt"), completion = text_of("completion");
+    ONYX_CHECK(!r.obj.contains("messages"), "dataset '", path, "': line ", r.line,
+               ": conversational rows ('messages') need a chat template, which onyx does not "
+               "apply yet; write 'prompt' / 'completion' or 'text'");
+    ONYX_CHECK(text || (prompt && completion), "dataset '", path, "': line ", r.line,
+               " has neither 'text' nor 'prompt' and 'completion'");
+    std::vector<int64_t> ids;
+    int64_t prompt_len = 0;
+    if (text) {
+      ids = tok_->encode_ids(*text);
+    } else {
+      ids = tok_->encode_ids(*prompt + *completion);
+      prompt_len = (int64_t)tok_->encode_ids(*prompt).size();
+    }
+    if (opts_.add_eos && (ids.empty() || ids.back() != *eos)) ids.push_back(*eos);
+    if ((int64_t)ids.size() > opts_.max_length) ids.resize(opts_.max_length);
+    std::vector<int64_t> labels = ids;
+    if (opts_.completion_only_loss)
+      for (int64_t i = 0; i < std::min<int64_t>(prompt_len, (int64_t)labels.size()); i++)
+        labels[i] = -100;
+    ids_.push_back(std::move(ids));
+    labels_.push_back(std::move(labels));
+  }
+  ONYX_CHECK(!ids_.empty(), "dataset '", path, "' has no rows");
+}
+
+std::map<std::string, Tensor> SftDataset::batch(const std::vector<int64_t>& indices) const {
+  int64_t longest = 1;
+  for (int64_t i : indices) {
+    ONYX_CHECK(i >= 0 && i < size(), "SFT dataset: index ", i, " out of range (", size(), " rows)");
+    longest = std::max<int64_t>(longest, (int64_t)ids_[i].size());
+  }
+  const int64_t m = opts_.pad_multiple;
+  const int64_t L = std::min(opts_.max_length, (longest + m - 1) / m * m);
+  const int64_t B = (int64_t)indices.size();
+  std::vector<int64_t> ids(B * L, tok_->pad_id()), mask(B * L, 0), labels(B * L, -100);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& x = ids_[indices[b]];
+    const auto& y = labels_[indices[b]];
+    for (size_t t = 0; t < x.size(); t++) {
+      ids[b * L + t] = x[t];
+      mask[b * L + t] = 1;
+      labels[b * L + t] = y[t];
+    }
+  }
+  auto make = [&](const std::vector<int64_t>& v) {
+    return Tensor::from_vector<int64_t>(DType::Int64, {B, L}, v);
+  };
+  return {{"input_ids", make(ids)}, {"attention_mask", make(mask)}, {"labels", make(labels)}};
+}
+
 }  // namespace onyx::data

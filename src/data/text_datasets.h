@@ -97,4 +97,37 @@ class CausalLMDataset : public Dataset {
   int64_t num_blocks_ = 0;
 };
 
+// Supervised fine-tuning data in TRL's dataset formats: JSONL / JSON / CSV rows with "text"
+// (language modeling: every token carries loss) or "prompt" and "completion" (only the completion
+// tokens carry loss when completion_only_loss, TRL's default). As TRL tokenizes them: prompt +
+// completion as one text, the prompt's own token count marking where the completion starts, the
+// tokenizer's end-of-text token appended, truncated to max_length. Batches are right-padded to the
+// longest row rounded up to pad_multiple (labels -100, attention_mask 0 there).
+struct SftOptions {
+  std::string format;  // as TextClassificationOptions::format
+  int64_t max_length = 1024;
+  bool completion_only_loss = true;
+  bool add_eos = true;
+  int64_t pad_multiple = 16;
+};
+
+class SftDataset : public Dataset {
+ public:
+  SftDataset(const std::string& path, std::shared_ptr<const Tokenizer> tokenizer,
+             SftOptions opts = {});
+  int64_t size() const override { return (int64_t)ids_.size(); }
+  // input_ids, attention_mask, labels: int64 (B, L)
+  std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const override;
+  std::vector<std::string> keys() const override {
+    return {"attention_mask", "input_ids", "labels"};
+  }
+  const std::vector<int64_t>& ids(int64_t i) const { return ids_.at(i); }
+  const std::vector<int64_t>& labels(int64_t i) const { return labels_.at(i); }
+
+ private:
+  std::shared_ptr<const Tokenizer> tok_;
+  SftOptions opts_;
+  std::vector<std::vector<int64_t>> ids_, labels_;
+};
+
 }  // namespace onyx::data

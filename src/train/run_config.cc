@@ -400,10 +400,19 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       std::string images = resolve(c.dir, need("images"));
       ds = std::make_shared<data::IdxImageDataset>(images, resolve(c.dir, need("labels")), o);
     }
-  } else if (type == "text_classification" || type == "causal_lm") {
+  } else if (type == "text_classification" || type == "causal_lm" || type == "sft") {
     auto tok = data::load_tokenizer(resolve(c.dir, need("tokenizer")));
     std::string path = resolve(c.dir, need("path"));
-    if (type == "causal_lm") {
+    if (type == "sft") {
+      data::SftOptions o;
+      o.format = take("format");
+      if (kv.count("max_length")) o.max_length = to_int("max_length", take("max_length"));
+      if (kv.count("pad_multiple")) o.pad_multiple = to_int("pad_multiple", take("pad_multiple"));
+      if (kv.count("completion_only_loss"))
+        o.completion_only_loss = take("completion_only_loss") == "true";
+      if (kv.count("add_eos")) o.add_eos = take("add_eos") == "true";
+      ds = std::make_shared<data::SftDataset>(path, tok, o);
+    } else if (type == "causal_lm") {
       data::CausalLMOptions o;
       if (kv.count("block_size")) o.block_size = to_int("block_size", take("block_size"));
       if (kv.count("paragraphs")) o.paragraphs = take("paragraphs") == "true";
@@ -422,7 +431,7 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     }
   } else {
     throw Error(cat(what, ": unknown dataset type '", type,
-                    "' (safetensors, idx_images, text_classification, causal_lm)"));
+                    "' (safetensors, idx_images, text_classification, causal_lm, sft)"));
   }
   ONYX_CHECK(kv.empty(), what, ": unknown key '", kv.begin()->first, "' for a ", type, " dataset");
   return ds;

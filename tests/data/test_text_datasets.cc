@@ -1,5 +1,6 @@
 // test_text_datasets.cc — CSV parsing (RFC 4180 quoting), text classification rows from CSV and
-// JSONL (label mapping, pairs, bucketed padding), and causal-LM blocks.
+// JSONL (label mapping, pairs, bucketed padding), causal-LM blocks, and SFT rows (prompt /
+// completion masking).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -239,4 +240,42 @@ TEST(CausalLM, ConcatenateWithEosAndChunk) {
   auto e = error_of([&] { CausalLMDataset too_short(path, gpt(), o); });
   EXPECT_NE(e.find("corpus.txt"), std::string::npos) << e;
   EXPECT_NE(e.find("fewer than one block"), std::string::npos) << e;
+}
+
+TEST(Sft, PromptCompletionMasksThePromptAndPads) {
+  TmpDir d("sft");
+  auto path = d.write("sft.jsonl",
+                      "{\"prompt\": \"ab\", \"completion\": \"cd\"}\n"
+                      "{\"text\": \"xyz\"}\n"
+                      "\n"
+                      "{\"prompt\": \"p\", \"completion\": \"qrstuvw\"}\n");
+  SftOptions o;
+  o.pad_multiple = 4;
+  o.max_length = 6;
+  SftDataset ds(path, gpt(), o);
+  ASSERT_EQ(ds.size(), 3);
+  // prompt + completion + <eos>; only the completion (and the eos) carry loss
+  EXPECT_EQ(ds.ids(0), (I{'a', 'b', 'c', 'd', 256}));
+  EXPECT_EQ(ds.labels(0), (I{-100, -100, 'c', 'd', 256}));
+  EXPECT_EQ(ds.labels(1), (I{'x', 'y', 'z', 256}));         // text: every token
+  EXPECT_EQ(ds.ids(2), (I{'p', 'q', 'r', 's', 't', 'u'}));  // truncated at max_length
+  auto b = ds.batch({1, 0});  // longest 5 -> rounded up to 8, capped at max_length 6
+  EXPECT_EQ(b.at("input_ids").shape(), (Shape{2, 6}));
+  EXPECT_EQ(b.at("input_ids").to_int64_vector(),
+            (I{'x', 'y', 'z', 256, 256, 256, 'a', 'b', 'c', 'd', 256, 256}));
+  EXPECT_EQ(b.at("labels").to_int64_vector(),
+            (I{'x', 'y', 'z', 256, -100, -100, -100, -100, 'c', 'd', 256, -100}));
+  EXPECT_EQ(b.at("attention_mask").to_int64_vector(), (I{1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 0}));
+
+  o.completion_only_loss = false;
+  SftDataset all(path, gpt(), o);
+  EXPECT_EQ(all.labels(0), all.ids(0));
+
+  auto bad = d.write("bad.jsonl", "{\"messages\": []}\n");
+  auto e = error_of([&] { SftDataset x(bad, gpt(), o); });
+  EXPECT_NE(e.find("line 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("chat template"), std::string::npos) << e;
+  auto none = d.write("none.jsonl", "{\"prompt\": \"a\"}\n");
+  e = error_of([&] { SftDataset x(none, gpt(), o); });
+  EXPECT_NE(e.find("neither 'text' nor 'prompt' and 'completion'"), std::string::npos) << e;
 }

@@ -19,6 +19,10 @@ Cases (one PASS / FAIL line each):
   train-loss-falls `onyx train` on a Llama folder for 30 steps on token tensors (one repeated
                    sequence, so it is learnable): the logged loss falls below half its start
 
+  sft-completion-loss  `train_data: {type: sft}` with prompt / completion rows and GPT-2's
+                   tokenizer: onyx's first loss = Transformers' on the rows tokenized by the
+                   tokenizers library as TRL does (completion tokens only), 1e-5
+
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_llama_family.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
 """
@@ -151,6 +155,69 @@ def case_train(tmp):
     return ok, f"losses {losses[0]:.3f} -> {losses[-1]:.3f} over 30 steps"
 
 
+def case_sft(tmp):
+    """`type: sft` data (prompt / completion JSONL, GPT-2's byte-level BPE) into a Llama: the
+    first logged loss (learning_rate 0) equals Transformers' loss on the same rows tokenized by
+    the tokenizers library, TRL's way: prompt + completion as one text, the prompt's tokens and
+    the padding labelled -100, <|endoftext|> appended."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tok_dir = os.path.join(repo, "build", "bpe-reference")
+    if not os.path.exists(os.path.join(tok_dir, "vocab.json")):
+        tok_dir = os.path.join(repo, "..", "shared", "data", "gpt2-tokenizer")
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    tk = Tokenizer(models.BPE.from_file(os.path.join(tok_dir, "vocab.json"),
+                                        os.path.join(tok_dir, "merges.txt")))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    rows = [("Define the word dog:", " a domesticated carnivorous mammal"),
+            ("Define the word run:", " move fast by using one's feet"),
+            ("Translate 'chat':", " cat"),
+            ("Q: what is two plus two?", " A: four, as everyone knows"),
+            ("Part of speech of quickly:", " adverb"),
+            ("Define the word tree:", " a tall perennial woody plant having a main trunk"),
+            ("Antonym of hot:", " cold"),
+            ("Define the word idea:", " a thought or suggestion as to a possible course of action")]
+    d = os.path.join(tmp, "sft")
+    os.makedirs(d)
+    with open(os.path.join(d, "train.jsonl"), "w") as f:
+        for p, c in rows:
+            f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
+    m = make(tr.LlamaForCausalLM, vocab_size=50257, num_key_value_heads=2)
+    m.save_pretrained(os.path.join(d, "model"))
+    cfg = {"model": os.path.join(d, "model"),
+           "train_data": {"type": "sft", "path": os.path.join(d, "train.jsonl"),
+                          "tokenizer": os.path.join(tok_dir, "vocab.json")},
+           "output_dir": os.path.join(d, "out"), "max_steps": 1, "learning_rate": 0.0,
+           "per_device_train_batch_size": 8, "train_sampling_strategy": "sequential",
+           "logging_steps": 1, "save_strategy": "no", "disable_tqdm": True}
+    with open(os.path.join(d, "cfg.yaml"), "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+    onyx("train", os.path.join(d, "cfg.yaml"))
+    with open(os.path.join(d, "out", "log_history.jsonl")) as f:
+        onyx_loss = next(json.loads(l)["loss"] for l in f if '"loss"' in l)
+    eos = tk.token_to_id("<|endoftext|>")
+    seqs, labs = [], []
+    for p, c in rows:
+        ids = tk.encode(p + c).ids + [eos]
+        n_prompt = len(tk.encode(p).ids)
+        seqs.append(ids)
+        labs.append([-100] * n_prompt + ids[n_prompt:])
+    L = -(-max(len(x) for x in seqs) // 16) * 16
+    ids = np.full((len(rows), L), eos, np.int64)
+    labels = np.full((len(rows), L), -100, np.int64)
+    mask = np.zeros((len(rows), L), np.int64)
+    for i, (x, y) in enumerate(zip(seqs, labs)):
+        ids[i, :len(x)], labels[i, :len(y)], mask[i, :len(x)] = x, y, 1
+    with torch.no_grad():
+        ref = m(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+                labels=torch.tensor(labels)).loss.item()
+    err = abs(onyx_loss - ref) / ref
+    n_loss = int((labels[:, 1:] != -100).sum())
+    return err < 1e-5, (f"8 prompt/completion rows, {n_loss} completion tokens carry loss: onyx "
+                        f"{onyx_loss:.6f} vs Transformers {ref:.6f} (rel {err:.1e})")
+
+
 def main():
     filt = sys.argv[1] if len(sys.argv) > 1 else ""
     cases = [
@@ -173,6 +240,7 @@ def main():
         ("qwen2", lambda t: case_lm(t, "qwen2", tr.Qwen2ForCausalLM, num_key_value_heads=2)),
         ("qwen2-seqcls", case_seqcls),
         ("train-loss-falls", case_train),
+        ("sft-completion-loss", case_sft),
     ]
     counts = {"PASS": 0, "FAIL": 0}
     tmp = tempfile.mkdtemp(prefix="onyx-test-llama-")
