@@ -406,6 +406,30 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
     labels_.push_back(std::move(labels));
   }
   ONYX_CHECK(!ids_.empty(), "dataset '", path, "' has no rows");
+  for (auto& x : ids_) {
+    std::vector<int64_t> p(x.size());
+    for (size_t t = 0; t < p.size(); t++) p[t] = (int64_t)t;
+    pos_.push_back(std::move(p));
+  }
+  if (opts_.packing) {
+    std::vector<std::vector<int64_t>> ids, labels, pos;
+    for (size_t i = 0; i < ids_.size(); i++) {
+      const int64_t n = (int64_t)ids_[i].size();
+      if (ids.empty() || (int64_t)ids.back().size() + n > opts_.max_length) {
+        ids.emplace_back();
+        labels.emplace_back();
+        pos.emplace_back();
+      } else {
+        labels_[i][0] = -100;  // not predicted from the previous sample's last token
+      }
+      ids.back().insert(ids.back().end(), ids_[i].begin(), ids_[i].end());
+      labels.back().insert(labels.back().end(), labels_[i].begin(), labels_[i].end());
+      pos.back().insert(pos.back().end(), pos_[i].begin(), pos_[i].end());
+    }
+    ids_ = std::move(ids);
+    labels_ = std::move(labels);
+    pos_ = std::move(pos);
+  }
 }
 
 std::map<std::string, Tensor> SftDataset::batch(const std::vector<int64_t>& indices) const {
@@ -417,20 +441,26 @@ std::map<std::string, Tensor> SftDataset::batch(const std::vector<int64_t>& indi
   const int64_t m = opts_.pad_multiple;
   const int64_t L = std::min(opts_.max_length, (longest + m - 1) / m * m);
   const int64_t B = (int64_t)indices.size();
-  std::vector<int64_t> ids(B * L, tok_->pad_id()), mask(B * L, 0), labels(B * L, -100);
+  std::vector<int64_t> ids(B * L, tok_->pad_id()), mask(B * L, 0), labels(B * L, -100),
+      pos(B * L, 0);
   for (int64_t b = 0; b < B; ++b) {
     const auto& x = ids_[indices[b]];
     const auto& y = labels_[indices[b]];
+    const auto& p = pos_[indices[b]];
     for (size_t t = 0; t < x.size(); t++) {
       ids[b * L + t] = x[t];
       mask[b * L + t] = 1;
       labels[b * L + t] = y[t];
+      pos[b * L + t] = p[t];
     }
   }
   auto make = [&](const std::vector<int64_t>& v) {
     return Tensor::from_vector<int64_t>(DType::Int64, {B, L}, v);
   };
-  return {{"input_ids", make(ids)}, {"attention_mask", make(mask)}, {"labels", make(labels)}};
+  std::map<std::string, Tensor> out = {
+      {"input_ids", make(ids)}, {"attention_mask", make(mask)}, {"labels", make(labels)}};
+  if (opts_.packing) out["position_ids"] = make(pos);
+  return out;
 }
 
 }  // namespace onyx::data

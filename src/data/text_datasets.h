@@ -109,6 +109,11 @@ struct SftOptions {
   bool completion_only_loss = true;
   bool add_eos = true;
   int64_t pad_multiple = 16;
+  // Pack consecutive samples into rows of at most max_length tokens (first fit, in file order, no
+  // sample split): position_ids restart at 0 for each sample, so the model's masks keep packed
+  // samples from seeing each other (the Llama family reads sample boundaries from them, as
+  // Transformers does), and each sample's first token is no target of the previous one.
+  bool packing = false;
 };
 
 class SftDataset : public Dataset {
@@ -116,18 +121,20 @@ class SftDataset : public Dataset {
   SftDataset(const std::string& path, std::shared_ptr<const Tokenizer> tokenizer,
              SftOptions opts = {});
   int64_t size() const override { return (int64_t)ids_.size(); }
-  // input_ids, attention_mask, labels: int64 (B, L)
+  // input_ids, attention_mask, labels (and position_ids when packing): int64 (B, L)
   std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const override;
   std::vector<std::string> keys() const override {
+    if (opts_.packing) return {"attention_mask", "input_ids", "labels", "position_ids"};
     return {"attention_mask", "input_ids", "labels"};
   }
+  const std::vector<int64_t>& positions(int64_t i) const { return pos_.at(i); }
   const std::vector<int64_t>& ids(int64_t i) const { return ids_.at(i); }
   const std::vector<int64_t>& labels(int64_t i) const { return labels_.at(i); }
 
  private:
   std::shared_ptr<const Tokenizer> tok_;
   SftOptions opts_;
-  std::vector<std::vector<int64_t>> ids_, labels_;
+  std::vector<std::vector<int64_t>> ids_, labels_, pos_;
 };
 
 }  // namespace onyx::data

@@ -280,7 +280,7 @@ void save_hf_folder(const BuiltModel& m, const std::map<std::string, Tensor>& we
 
 std::set<std::string> defaulted_inputs(const BuiltModel& m) {
   std::set<std::string> out;
-  for (const char* n : {"attention_mask", "token_type_ids"})
+  for (const char* n : {"attention_mask", "token_type_ids", "position_ids"})
     if (m.model.graph->find_input(n)) out.insert(n);
   return out;
 }
@@ -298,6 +298,12 @@ std::function<void(std::map<std::string, Tensor>&)> default_input_filler(const B
     }
     if (names.count("token_type_ids") && !inputs.count("token_type_ids"))
       inputs["token_type_ids"] = Tensor::zeros(DType::Int64, s);
+    if (names.count("position_ids") && !inputs.count("position_ids") && s.size() == 2) {
+      Tensor pos(DType::Int64, s);  // 0..T-1 in every row
+      int64_t* p = pos.data<int64_t>();
+      for (int64_t i = 0; i < pos.numel(); i++) p[i] = i % s[1];
+      inputs["position_ids"] = pos;
+    }
   };
 }
 

@@ -34,10 +34,9 @@ struct Llama {
     return b.op("Mul", {w, b.op("Mul", {x, r})});
   }
 
-  // The rotary tables (T, hd): cos and sin of positions 0..T-1 times the inverse frequencies of
-  // the config's rope type (Transformers' ROPE_INIT_FUNCTIONS, in float32 as Transformers). They
-  // depend on T only, so they fold at plan time.
-  std::pair<std::string, std::string> rotary(const std::string& ids) {
+  // The rotary tables (B,1,T,hd): cos and sin of position_ids times the inverse frequencies of
+  // the config's rope type (Transformers' ROPE_INIT_FUNCTIONS, in float32 as Transformers).
+  std::pair<std::string, std::string> rotary(const std::string& ids, const std::string& pos_ids) {
     b.set_scope("model.rotary_emb");
     const auto& r = c.rope;
     const int64_t half = hd / 2;
@@ -45,8 +44,8 @@ struct Llama {
     for (int64_t i = 0; i < half; i++) exps[i] = (float)(2 * i) / (float)hd;
     std::string t = b.dim_of(ids, 1);  // [T]
     std::string t_scalar = b.op("Squeeze", {t, b.const_i64({0})});
-    std::string pos = b.op("Cast", {b.op("Range", {b.scalar_i64(0), t_scalar, b.scalar_i64(1)})},
-                           {{"to", Attr::of_int((int64_t)DType::Float32)}});  // (T)
+    std::string pos =
+        b.op("Cast", {pos_ids}, {{"to", Attr::of_int((int64_t)DType::Float32)}});  // (B,T)
     std::string inv_freq;
     if (r.type == "dynamic") {
       // base * (factor * max(T, M) / M - (factor - 1)) ^ (hd / (hd - 2)): the default
@@ -84,8 +83,9 @@ struct Llama {
       }
       inv_freq = b.const_tensor(Tensor::from_vector<float>(DType::Float32, {half}, f));
     }
-    std::string freqs = b.op("Mul", {b.op("Unsqueeze", {pos, b.const_i64({1})}), inv_freq});
-    std::string emb = b.op("Concat", {freqs, freqs}, {{"axis", Attr::of_int(1)}});  // (T, hd)
+    std::string freqs = b.op("Mul", {b.op("Unsqueeze", {pos, b.const_i64({2})}), inv_freq});
+    std::string emb = b.op("Concat", {freqs, freqs}, {{"axis", Attr::of_int(-1)}});  // (B,T,hd)
+    emb = b.op("Unsqueeze", {emb, b.const_i64({1})});  // (B,1,T,hd): broadcast over heads
     return {b.op("Cos", {emb}), b.op("Sin", {emb})};
   }
 
@@ -112,8 +112,10 @@ struct Llama {
     return b.op("Reshape", {b.op("Expand", {e, shape5}), shape4});
   }
 
-  // (T,T) bool: key j visible to query i when j <= i (and i - j < window for sliding layers).
-  std::string causal_mask(const std::string& ids, int64_t window) {
+  // (B,1,T,T) bool: key j visible to query i when j <= i, both in the same packed sample (a
+  // sample starts where position_ids is 0, as Transformers' find_packed_sequence_indices), and
+  // i - j < window for sliding layers.
+  std::string causal_mask(const std::string& ids, const std::string& segments, int64_t window) {
     b.set_scope("model.causal_mask");
     std::string t = b.dim_of(ids, 1);
     std::string t_scalar = b.op("Squeeze", {t, b.const_i64({0})});
@@ -123,7 +125,9 @@ struct Llama {
     std::string mask = b.op("GreaterOrEqual", {qi, kj});
     if (window > 0)
       mask = b.op("And", {mask, b.op("Less", {b.op("Sub", {qi, kj}), b.scalar_i64(window)})});
-    return mask;
+    std::string same = b.op("Equal", {b.op("Unsqueeze", {segments, b.const_i64({2})}),
+                                      b.op("Unsqueeze", {segments, b.const_i64({1})})});  // (B,T,T)
+    return b.op("Unsqueeze", {b.op("And", {same, mask}), b.const_i64({1})});  // (B,1,T,T)
   }
 
   // LlamaAttention (eager): softmax(mask(q k^T / sqrt(hd))) v, o_proj.
@@ -173,9 +177,16 @@ struct Llama {
     std::string h =
         b.embedding(ids, "model.embed_tokens", c.vocab_size, c.hidden_size, c.initializer_range,
                     c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size ? c.pad_token_id : -1);
-    auto [cos, sin] = rotary(ids);
-    std::string full = causal_mask(ids, 0);
-    std::string sliding = c.sliding_window > 0 ? causal_mask(ids, c.sliding_window) : full;
+    // position_ids (B,T): 0..T-1 per row unless given (packed samples restart at 0)
+    std::string pos_ids = token_input(b, "position_ids");
+    b.set_scope("model.packed_segments");
+    std::string starts = b.op("Cast", {b.op("Equal", {pos_ids, b.scalar_i64(0)})},
+                              {{"to", Attr::of_int((int64_t)DType::Int64)}});
+    std::string segments = b.op("CumSum", {starts, b.scalar_i64(1)});  // (B,T): sample index
+    auto [cos, sin] = rotary(ids, pos_ids);
+    std::string full = causal_mask(ids, segments, 0);
+    std::string sliding =
+        c.sliding_window > 0 ? causal_mask(ids, segments, c.sliding_window) : full;
     std::string pad = additive_attention_mask(b, mask);
     for (int64_t i = 0; i < c.num_hidden_layers; i++) {
       std::string p = cat("model.layers.", i);

@@ -411,6 +411,7 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       if (kv.count("completion_only_loss"))
         o.completion_only_loss = take("completion_only_loss") == "true";
       if (kv.count("add_eos")) o.add_eos = take("add_eos") == "true";
+      if (kv.count("packing")) o.packing = take("packing") == "true";
       ds = std::make_shared<data::SftDataset>(path, tok, o);
     } else if (type == "causal_lm") {
       data::CausalLMOptions o;

@@ -279,3 +279,26 @@ TEST(Sft, PromptCompletionMasksThePromptAndPads) {
   e = error_of([&] { SftDataset x(none, gpt(), o); });
   EXPECT_NE(e.find("neither 'text' nor 'prompt' and 'completion'"), std::string::npos) << e;
 }
+
+TEST(Sft, PackingRestartsPositionsAndMasksTheFirstToken) {
+  TmpDir d("sftpack");
+  auto path = d.write("sft.jsonl",
+                      "{\"prompt\": \"ab\", \"completion\": \"c\"}\n"  // a b c <eos>: 4 tokens
+                      "{\"text\": \"xy\"}\n"                           // x y <eos>: 3
+                      "{\"text\": \"pqrs\"}\n");                       // p q r s <eos>: 5
+  SftOptions o;
+  o.max_length = 8;
+  o.pad_multiple = 4;
+  o.packing = true;
+  SftDataset ds(path, gpt(), o);
+  ASSERT_EQ(ds.size(), 2);  // [abc<eos> xy<eos>] [pqrs<eos>]
+  EXPECT_EQ(ds.ids(0), (I{'a', 'b', 'c', 256, 'x', 'y', 256}));
+  EXPECT_EQ(ds.labels(0), (I{-100, -100, 'c', 256, -100, 'y', 256}));
+  EXPECT_EQ(ds.positions(0), (I{0, 1, 2, 3, 0, 1, 2}));
+  auto b = ds.batch({0, 1});
+  EXPECT_EQ(b.at("position_ids").shape(), (Shape{2, 8}));
+  EXPECT_EQ(b.at("position_ids").to_int64_vector(),
+            (I{0, 1, 2, 3, 0, 1, 2, 0, 0, 1, 2, 3, 4, 0, 0, 0}));
+  EXPECT_EQ(b.at("attention_mask").to_int64_vector(),
+            (I{1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0}));
+}

@@ -16,12 +16,18 @@ Cases (one PASS / FAIL line each):
   mistral-sliding  sliding_window 4 at sequence 11 (the window masks keys), GQA
   qwen2            q/k/v biases (and none on o_proj), GQA
   qwen2-seqcls     Qwen2ForSequenceClassification: the score at the last non-padding token
+  llama-packed     two samples packed per row (position_ids restarting at 0): logits and every
+                   gradient = Transformers' given the block-diagonal causal mask as a 4-D mask
+                   (its eager / sdpa paths do not isolate packed samples from position_ids), and
+                   a packed sample's logits = the sample's alone
   train-loss-falls `onyx train` on a Llama folder for 30 steps on token tensors (one repeated
                    sequence, so it is learnable): the logged loss falls below half its start
 
   sft-completion-loss  `train_data: {type: sft}` with prompt / completion rows and GPT-2's
                    tokenizer: onyx's first loss = Transformers' on the rows tokenized by the
-                   tokenizers library as TRL does (completion tokens only), 1e-5
+                   tokenizers library as TRL does (completion tokens only), 1e-5; and with
+                   packing: true (rows of <= 40 tokens), = Transformers on the same packed rows
+                   with the block-diagonal mask
 
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_llama_family.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
@@ -119,6 +125,49 @@ def case_lm(tmp, name, cls, t=11, **kw):
     return check(tmp, name, make(cls, **kw), feeds, valid)
 
 
+def case_packed(tmp):
+    """Two samples packed per row (position_ids restarting at 0): onyx reads the sample boundaries
+    from position_ids, as flash-attention's variable-length path does for TRL's padding-free
+    packing, so packed samples do not see each other. Transformers' eager and sdpa paths do not
+    isolate them from position_ids alone (checked with 5.24), so the reference passes the same
+    block-diagonal causal mask as a 4-D additive attention_mask."""
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
+    d = os.path.join(tmp, "packed")
+    m.save_pretrained(d)
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 97, (2, 12)).astype(np.int64)
+    pos = np.array([list(range(5)) + list(range(7)), list(range(9)) + list(range(3))], np.int64)
+    labels = ids.copy()
+    labels[0, 5] = labels[1, 9] = -100  # no target across the boundary
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": pos,
+             "labels": labels}
+    save_file(feeds, f"{d}/in.safetensors")
+    onyx("run", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/out.safetensors")
+    onyx("grad", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/g.safetensors",
+         "--no-dropout")
+    got, g = load_file(f"{d}/out.safetensors")["logits"], load_file(f"{d}/g.safetensors")
+    m.train()
+    seg = np.cumsum(pos == 0, axis=1)
+    causal = np.tril(np.ones((12, 12), bool))
+    keep = (seg[:, :, None] == seg[:, None, :]) & causal
+    mask4 = torch.tensor(np.where(keep[:, None], 0.0, np.finfo(np.float32).min).astype(np.float32))
+    out = m(input_ids=torch.tensor(ids), position_ids=torch.tensor(pos), attention_mask=mask4,
+            labels=torch.tensor(labels))
+    out.loss.backward()
+    ref = out.logits.detach().numpy()
+    lerr = float(np.abs(got - ref).max() / np.abs(ref).max())
+    gerr = max(float(np.abs(g[n] - p.grad.numpy()).max() / (np.abs(p.grad.numpy()).max() + 1e-30))
+               for n, p in m.named_parameters())
+    # the second sample alone gives the same logits as inside the pack: it sees nothing before it
+    m.eval()
+    with torch.no_grad():
+        alone = m(input_ids=torch.tensor(ids[:1, 5:])).logits.numpy()
+    serr = float(np.abs(got[0, 5:] - alone[0]).max() / np.abs(alone).max())
+    ok = lerr < TOL and gerr < TOL and serr < TOL
+    return ok, (f"logits rel {lerr:.1e}, gradients worst rel {gerr:.1e}; a packed sample = the "
+                f"same sample alone (rel {serr:.1e})")
+
+
 def case_seqcls(tmp):
     m = make(tr.Qwen2ForSequenceClassification, num_key_value_heads=2, pad_token_id=0,
              num_labels=3)
@@ -214,8 +263,43 @@ def case_sft(tmp):
                 labels=torch.tensor(labels)).loss.item()
     err = abs(onyx_loss - ref) / ref
     n_loss = int((labels[:, 1:] != -100).sum())
-    return err < 1e-5, (f"8 prompt/completion rows, {n_loss} completion tokens carry loss: onyx "
-                        f"{onyx_loss:.6f} vs Transformers {ref:.6f} (rel {err:.1e})")
+    # packing: the same rows packed into rows of <= 40 tokens (first fit, in order)
+    cfg["train_data"] = dict(cfg["train_data"], packing=True, max_length=40)
+    cfg["output_dir"] = os.path.join(d, "out-packed")
+    with open(os.path.join(d, "cfg.yaml"), "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+    onyx("train", os.path.join(d, "cfg.yaml"))
+    with open(os.path.join(d, "out-packed", "log_history.jsonl")) as f:
+        packed_loss = next(json.loads(l)["loss"] for l in f if '"loss"' in l)
+    rows_ids, rows_lab, rows_pos = [], [], []
+    for x, y in zip(seqs, labs):
+        if not rows_ids or len(rows_ids[-1]) + len(x) > 40:
+            rows_ids.append([]), rows_lab.append([]), rows_pos.append([])
+        elif y:
+            y = [-100] + y[1:]
+        rows_ids[-1] += x
+        rows_lab[-1] += y
+        rows_pos[-1] += list(range(len(x)))
+    L = -(-max(len(x) for x in rows_ids) // 16) * 16
+    R = len(rows_ids)
+    pids = np.full((R, L), eos, np.int64)
+    plab = np.full((R, L), -100, np.int64)
+    ppos = np.zeros((R, L), np.int64)
+    for i in range(R):
+        n = len(rows_ids[i])
+        pids[i, :n], plab[i, :n], ppos[i, :n] = rows_ids[i], rows_lab[i], rows_pos[i]
+    seg = np.cumsum(ppos == 0, axis=1)
+    keep = (seg[:, :, None] == seg[:, None, :]) & np.tril(np.ones((L, L), bool))
+    mask4 = torch.tensor(np.where(keep[:, None], 0.0, np.finfo(np.float32).min).astype(np.float32))
+    with torch.no_grad():
+        pref = m(input_ids=torch.tensor(pids), position_ids=torch.tensor(ppos),
+                 attention_mask=mask4, labels=torch.tensor(plab)).loss.item()
+    perr = abs(packed_loss - pref) / pref
+    ok = err < 1e-5 and perr < 1e-5
+    return ok, (f"8 prompt/completion rows, {n_loss} completion tokens carry loss: onyx "
+                f"{onyx_loss:.6f} vs Transformers {ref:.6f} (rel {err:.1e}); packed into {R} rows "
+                f"of <= 40: {packed_loss:.6f} vs {pref:.6f} (rel {perr:.1e})")
 
 
 def main():
@@ -239,6 +323,7 @@ def main():
                                               num_key_value_heads=2, sliding_window=4)),
         ("qwen2", lambda t: case_lm(t, "qwen2", tr.Qwen2ForCausalLM, num_key_value_heads=2)),
         ("qwen2-seqcls", case_seqcls),
+        ("llama-packed", case_packed),
         ("train-loss-falls", case_train),
         ("sft-completion-loss", case_sft),
     ]

@@ -186,7 +186,8 @@ def case_merge_export(r):
         if p.returncode != 0:
             return False, f"export {extra} exited {p.returncode}: {p.stderr[-300:]}"
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        feeds = {"input_ids": x, "attention_mask": np.ones_like(x)}
+        feeds = {"input_ids": x, "attention_mask": np.ones_like(x),
+                 "position_ids": np.tile(np.arange(x.shape[1], dtype=np.int64), (x.shape[0], 1))}
         feeds = {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}}
         errs[tag] = sess.run(["logits"], feeds)[0]
     rel = {k: float(np.abs(v - ref).max() / np.abs(ref).max()) for k, v in errs.items()}
