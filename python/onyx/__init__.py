@@ -475,7 +475,10 @@ class Trainer:
     _BUILT = {"BertForSequenceClassification", "BertForMaskedLM", "BertForTokenClassification",
               "RobertaForSequenceClassification", "RobertaForMaskedLM",
               "DistilBertForSequenceClassification", "DistilBertForMaskedLM", "GPT2LMHeadModel",
-              "GPT2ForSequenceClassification", "ViTForImageClassification", "BertModel", "GPT2Model"}
+              "GPT2ForSequenceClassification", "ViTForImageClassification", "BertModel", "GPT2Model",
+              "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+              "LlamaForSequenceClassification", "MistralForSequenceClassification",
+              "Qwen2ForSequenceClassification", "LlamaModel", "MistralModel", "Qwen2Model"}
 
     def _from_module(self, module):
         """A Transformers model of an architecture onyx builds: its save_pretrained folder. Any

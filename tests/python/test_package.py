@@ -53,6 +53,8 @@ Cases (one PASS / FAIL / SKIP line each):
   example-scripts  examples/python/text_classification.py as written and with its import line
                    switched to transformers: equal losses and eval (1e-4); causal_lm.py trains
   wheel            `pip wheel .` (isolated build) installs into a fresh numpy-only venv and trains
+  llama-module     a LlamaForCausalLM object (GQA): the losses of transformers.Trainer on a copy
+                   (1e-4) and the module holds the trained weights (1e-5)
   mpirun           the Python Trainer under `mpirun -np 2`, DDP and ZeRO-1, with a Transformers
                    model object and dict data ≡ one process with GA 2 bit for bit; exactly one
                    rank has state.is_world_process_zero; a callback stopping training on one
@@ -635,6 +637,40 @@ def case_tied_gpt2_module(onyx, tmp):
     return "lm_head is still wte, trained; length-1 rows: a clear error"
 
 
+def case_llama_module(onyx, tmp):
+    """A LlamaForCausalLM object (GQA) trained by onyx.Trainer and by transformers.Trainer on a
+    copy (sequential, one batch per step): the same logged losses (1e-4), and the module holds the
+    trained weights (within 1e-5 of Transformers')."""
+    import copy
+    import datasets
+    import torch
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    module = transformers.LlamaForCausalLM(cfg)
+    ref_module = copy.deepcopy(module)
+    ids = np.random.default_rng(4).integers(0, 64, size=(8, 12)).astype(np.int64)
+    ds = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    kw = dict(learning_rate=3e-3, max_steps=4, per_device_train_batch_size=8, logging_steps=1,
+              save_strategy="no", seed=7, train_sampling_strategy="sequential", disable_tqdm=True)
+    ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
+        output_dir=os.path.join(tmp, "hf-llama"), report_to="none", **kw), train_dataset=ds)
+    ref.train()
+    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
+    t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=os.path.join(tmp, "onyx-llama"), **kw),
+                     train_dataset=ds)
+    t.train()
+    got = [e["loss"] for e in t.state.log_history if "loss" in e]
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    assert len(got) == len(want) == 4 and rel < 1e-4, (got, want)
+    worst = max(float((a - ref_module.state_dict()[n]).abs().max())
+                for n, a in module.state_dict().items() if a.dtype.is_floating_point)
+    assert worst < 1e-5, worst
+    return f"losses = transformers.Trainer's (worst rel {rel:.1e}), weights within {worst:.1e}"
+
+
 def case_datasets_kinds(onyx, tmp):
     """The dataset kinds Transformers' Trainer takes: torch tensors are shared with the C++
     dataset (no copy: np.shares_memory with what the Trainer holds), a map-style torch Dataset
@@ -986,7 +1022,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("compute-metrics", case_compute_metrics), ("callback-stop", case_callback_stop),
          ("early-stopping", case_early_stopping), ("save-model", case_save_model),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
-         ("mpirun", case_mpirun),
+         ("mpirun", case_mpirun), ("llama-module", case_llama_module),
          ("pretrained-module", case_pretrained_module), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
