@@ -72,7 +72,7 @@ const char* env(const char* name) {
 
 #ifdef ONYX_HAVE_MPI
 
-constexpr int64_t kMaxMessage = 1 << 28;  // elements per MPI message (MPI counts are int)
+constexpr int64_t kMaxMessage = 1 << 30;  // bytes per MPI message (MPI counts are int)
 
 class MpiComm : public Comm {
  public:
@@ -101,23 +101,22 @@ class MpiComm : public Comm {
     const int64_t mb = std::max(begin, p.begin(me)), me_end = std::min(end, p.end(me));
     const int64_t mine = std::max<int64_t>(0, me_end - mb);
     recv_.resize((size_t)(mine * (n - 1)));
-    std::vector<MPI_Request> reqs;
-    std::vector<int> peer;
+    Pending pend;
     const int tag = next_tag();
     // Receive every other rank's values of my part; send my values of each other owner's part.
     for (int q = 0, slot = 0; q < n; q++) {
       if (q == me) continue;
-      post(reqs, peer, q, recv_.data() + (int64_t)slot++ * mine, mine, tag, /*send=*/false);
+      post(pend, q, recv_.data() + (int64_t)slot++ * mine, mine * 4, tag, /*send=*/false);
     }
     for (int o = 0; o < n; o++) {
       if (o == me) continue;
       int64_t b = std::max(begin, p.begin(o)), e = std::min(end, p.end(o));
       if (e > b) {
-        post(reqs, peer, o, data + b, e - b, tag, /*send=*/true);
+        post(pend, o, data + b, (e - b) * 4, tag, /*send=*/true);
         stats.elements_sent += e - b;
       }
     }
-    wait(reqs, peer, "reduce_scatter");
+    wait(pend, "reduce_scatter");
     if (mine == 0) return;
     // Sum in rank order; my own values are in place (read before each element is written).
     std::vector<const float*> src(n);
@@ -137,58 +136,51 @@ class MpiComm : public Comm {
     stats.all_gathers++;
     const int me = rank_, n = size_;
     const int64_t mb = std::max(begin, p.begin(me)), me_end = std::min(end, p.end(me));
-    std::vector<MPI_Request> reqs;
-    std::vector<int> peer;
+    Pending pend;
     const int tag = next_tag();
     for (int q = 0; q < n; q++) {
       if (q == me) continue;
       int64_t b = std::max(begin, p.begin(q)), e = std::min(end, p.end(q));
-      if (e > b) post(reqs, peer, q, data + b, e - b, tag, /*send=*/false);
+      if (e > b) post(pend, q, data + b, (e - b) * 4, tag, /*send=*/false);
       if (me_end > mb) {
-        post(reqs, peer, q, data + mb, me_end - mb, tag, /*send=*/true);
+        post(pend, q, data + mb, (me_end - mb) * 4, tag, /*send=*/true);
         stats.elements_sent += me_end - mb;
       }
     }
-    wait(reqs, peer, "all_gather");
+    wait(pend, "all_gather");
   }
 
   void all_gather_bytes(const void* in, void* out, int64_t bytes) override {
-    std::vector<MPI_Request> reqs;
-    std::vector<int> peer;
+    Pending pend;
     const int tag = next_tag();
     auto* o = static_cast<char*>(out);
     std::memcpy(o + (int64_t)rank_ * bytes, in, (size_t)bytes);
     for (int q = 0; q < size_; q++) {
       if (q == rank_) continue;
-      post_bytes(reqs, peer, q, o + (int64_t)q * bytes, bytes, tag, false);
-      post_bytes(reqs, peer, q, const_cast<void*>(in), bytes, tag, true);
+      post(pend, q, o + (int64_t)q * bytes, bytes, tag, false);
+      post(pend, q, in, bytes, tag, true);
     }
-    wait(reqs, peer, "all_gather");
+    wait(pend, "all_gather");
   }
 
   void broadcast(void* data, int64_t bytes, int root) override {
-    std::vector<MPI_Request> reqs;
-    std::vector<int> peer;
+    Pending pend;
     const int tag = next_tag();
-    auto* d = static_cast<char*>(data);
-    for (int64_t off = 0; off < bytes; off += kMaxMessage) {
-      int64_t len = std::min<int64_t>(kMaxMessage, bytes - off);
-      if (rank_ == root) {
-        for (int q = 0; q < size_; q++)
-          if (q != root) post_bytes(reqs, peer, q, d + off, len, tag, true);
-      } else {
-        post_bytes(reqs, peer, root, d + off, len, tag, false);
-      }
+    if (rank_ == root) {
+      for (int q = 0; q < size_; q++)
+        if (q != root) post(pend, q, data, bytes, tag, true);
+    } else {
+      post(pend, root, data, bytes, tag, false);
     }
-    wait(reqs, peer, "broadcast");
+    wait(pend, "broadcast");
   }
 
   void barrier() override {
-    MPI_Request r;
-    MPI_Ibarrier(MPI_COMM_WORLD, &r);
-    std::vector<MPI_Request> reqs{r};
-    std::vector<int> peer{-1};
-    wait(reqs, peer, "barrier");
+    Pending pend;
+    pend.reqs.emplace_back();
+    pend.peer.push_back(-1);  // any rank
+    MPI_Ibarrier(MPI_COMM_WORLD, &pend.reqs.back());
+    wait(pend, "barrier");
   }
 
   [[noreturn]] void abort(const std::string& message, int code) override {
@@ -198,41 +190,38 @@ class MpiComm : public Comm {
   }
 
  private:
+  // The requests of one collective, each with the rank it talks to.
+  struct Pending {
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peer;
+  };
+
   // Tags cycle so that messages of consecutive collectives never match each other.
   int next_tag() {
     tag_ = (tag_ + 1) % 30000;
     return tag_ + 1;
   }
 
-  void post(std::vector<MPI_Request>& reqs, std::vector<int>& peer, int q, float* ptr, int64_t n,
-            int tag, bool send) {
-    for (int64_t off = 0; off < n; off += kMaxMessage) {
-      int len = (int)std::min(kMaxMessage, n - off);
-      MPI_Request r;
+  // Sends `bytes` bytes at ptr to rank q (or receives them from q), in messages of at most
+  // kMaxMessage bytes (MPI counts are int).
+  void post(Pending& pend, int q, const void* ptr, int64_t bytes, int tag, bool send) {
+    auto* p = static_cast<char*>(const_cast<void*>(ptr));
+    for (int64_t off = 0; off < bytes; off += kMaxMessage) {
+      int len = (int)std::min(kMaxMessage, bytes - off);
+      pend.reqs.emplace_back();
+      pend.peer.push_back(q);
       if (send)
-        MPI_Isend(ptr + off, len, MPI_FLOAT, q, tag, MPI_COMM_WORLD, &r);
+        MPI_Isend(p + off, len, MPI_BYTE, q, tag, MPI_COMM_WORLD, &pend.reqs.back());
       else
-        MPI_Irecv(ptr + off, len, MPI_FLOAT, q, tag, MPI_COMM_WORLD, &r);
-      reqs.push_back(r);
-      peer.push_back(q);
+        MPI_Irecv(p + off, len, MPI_BYTE, q, tag, MPI_COMM_WORLD, &pend.reqs.back());
     }
-  }
-
-  void post_bytes(std::vector<MPI_Request>& reqs, std::vector<int>& peer, int q, void* ptr,
-                  int64_t n, int tag, bool send) {
-    ONYX_CHECK(n <= kMaxMessage, "message of ", n, " bytes is too large");
-    MPI_Request r;
-    if (send)
-      MPI_Isend(ptr, (int)n, MPI_BYTE, q, tag, MPI_COMM_WORLD, &r);
-    else
-      MPI_Irecv(ptr, (int)n, MPI_BYTE, q, tag, MPI_COMM_WORLD, &r);
-    reqs.push_back(r);
-    peer.push_back(q);
   }
 
   // Polls until every request completes; past the deadline the job is aborted naming the
   // collective and the peers whose messages did not arrive.
-  void wait(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, const char* what) {
+  void wait(Pending& pend, const char* what) {
+    std::vector<MPI_Request>& reqs = pend.reqs;
+    const std::vector<int>& peer = pend.peer;
     if (reqs.empty()) return;
     auto t0 = std::chrono::steady_clock::now();
     int spins = 0;

@@ -42,8 +42,6 @@ struct Llama {
     const int64_t half = hd / 2;
     std::vector<float> exps(half);  // arange(0, hd, 2) / hd
     for (int64_t i = 0; i < half; i++) exps[i] = (float)(2 * i) / (float)hd;
-    std::string t = b.dim_of(ids, 1);  // [T]
-    std::string t_scalar = b.op("Squeeze", {t, b.const_i64({0})});
     std::string pos =
         b.op("Cast", {pos_ids}, {{"to", Attr::of_int((int64_t)DType::Float32)}});  // (B,T)
     std::string inv_freq;
@@ -51,6 +49,7 @@ struct Llama {
       // base * (factor * max(T, M) / M - (factor - 1)) ^ (hd / (hd - 2)): the default
       // frequencies up to M = max_position_embeddings, NTK-scaled beyond.
       const float M = (float)c.max_position_embeddings;
+      std::string t_scalar = b.op("Squeeze", {b.dim_of(ids, 1), b.const_i64({0})});  // T
       std::string s =
           b.op("Max", {b.op("Cast", {t_scalar}, {{"to", Attr::of_int((int64_t)DType::Float32)}}),
                        b.scalar_f32(M)});

@@ -247,14 +247,19 @@ LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
       added.push_back(n);
       return o;
     };
+    // scalars as Constant nodes, not initializers: they are no weights (nothing to train, freeze
+    // or save)
+    auto constant = [&](const std::string& o, const Tensor& t) {
+      return node("Constant", {}, o, {{"value", ir::Attribute::of_tensor(t)}});
+    };
     std::string x = mm->inputs[0];
     if (spec.lora_dropout > 0) {
-      Tensor p = Tensor::from_vector<float>(DType::Float32, {}, {(float)spec.lora_dropout});
       Tensor t = Tensor::zeros(DType::Bool, {});
       *static_cast<bool*>(t.raw()) = true;
-      g.add_initializer(base + "/dropout_p", p);
-      g.add_initializer(base + "/dropout_train", t);
-      x = node("Dropout", {x, base + "/dropout_p", base + "/dropout_train"}, base + "/x");
+      std::string ratio =
+          constant(base + "/dropout_p",
+                   Tensor::from_vector<float>(DType::Float32, {}, {(float)spec.lora_dropout}));
+      x = node("Dropout", {x, ratio, constant(base + "/dropout_train", t)}, base + "/x");
     }
     std::string at =
         node("Transpose", {A}, base + "/At", {{"perm", ir::Attribute::of_ints({1, 0})}});
@@ -262,8 +267,9 @@ LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
         node("Transpose", {B}, base + "/Bt", {{"perm", ir::Attribute::of_ints({1, 0})}});
     std::string h = node("MatMul", {x, at}, base + "/h");
     std::string d = node("MatMul", {h, bt}, base + "/delta");
-    g.add_initializer(base + "/scale", Tensor::from_vector<float>(DType::Float32, {}, {scale}));
-    std::string ds = node("Mul", {d, base + "/scale"}, base + "/scaled");
+    std::string s_ =
+        constant(base + "/scale", Tensor::from_vector<float>(DType::Float32, {}, {scale}));
+    std::string ds = node("Mul", {d, s_}, base + "/scaled");
     rename[y] = node("Add", {y, ds}, base + "/out");
   }
   if (res.modules.empty()) {

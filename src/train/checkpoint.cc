@@ -130,9 +130,7 @@ void Trainer::save_model(const std::string& dir) {
   for (auto it = base.begin(); it != base.end();) {
     bool adapter_only =
         model_.adapter_tensors.count(it->first) && it->first.find(".lora_") != std::string::npos;
-    bool lora_constant =
-        !model_.adapter_config_json.empty() && it->first.find("/lora/") != std::string::npos;
-    it = adapter_only || lora_constant ? base.erase(it) : std::next(it);
+    it = adapter_only ? base.erase(it) : std::next(it);
   }
   io::save_safetensors((fs::path(dir) / "model.safetensors").string(), base, {{"format", "pt"}});
   json m;

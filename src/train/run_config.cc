@@ -514,12 +514,11 @@ Model model_from_config(const RunConfig& c) {
     std::set<std::string> trainable(r.trainable.begin(), r.trainable.end());
     for (auto& [name, t] : m.graph->initializers)
       if (is_float(t.dtype()) && !trainable.count(name)) m.frozen.insert(name);
-    for (auto& [k, t] : initial) {
-      bool used = false;
-      for (auto& [g, saved] : r.adapter_tensors) used |= saved == k;
-      ONYX_CHECK(used, "peft_config: '", c.lora_initial, "' has tensor '", k,
+    std::set<std::string> saved_names;
+    for (auto& [g, saved] : r.adapter_tensors) saved_names.insert(saved);
+    for (auto& [k, t] : initial)
+      ONYX_CHECK(saved_names.count(k), "peft_config: '", c.lora_initial, "' has tensor '", k,
                  "', which no adapted module of this model has");
-    }
     m.adapter_tensors = r.adapter_tensors;
     m.adapter_config_json = models::adapter_config_json(spec);
   }

@@ -125,6 +125,15 @@ def case_lm(tmp, name, cls, t=11, **kw):
     return check(tmp, name, make(cls, **kw), feeds, valid)
 
 
+def packed_causal_mask(pos):
+    """Transformers' 4-D additive mask (B,1,T,T) for packed rows: causal, and only within the
+    sample (samples start where position_ids is 0)."""
+    seg = np.cumsum(pos == 0, axis=1)
+    t = pos.shape[1]
+    keep = (seg[:, :, None] == seg[:, None, :]) & np.tril(np.ones((t, t), bool))
+    return torch.tensor(np.where(keep[:, None], 0.0, np.finfo(np.float32).min).astype(np.float32))
+
+
 def case_packed(tmp):
     """Two samples packed per row (position_ids restarting at 0): onyx reads the sample boundaries
     from position_ids, as flash-attention's variable-length path does for TRL's padding-free
@@ -147,10 +156,7 @@ def case_packed(tmp):
          "--no-dropout")
     got, g = load_file(f"{d}/out.safetensors")["logits"], load_file(f"{d}/g.safetensors")
     m.train()
-    seg = np.cumsum(pos == 0, axis=1)
-    causal = np.tril(np.ones((12, 12), bool))
-    keep = (seg[:, :, None] == seg[:, None, :]) & causal
-    mask4 = torch.tensor(np.where(keep[:, None], 0.0, np.finfo(np.float32).min).astype(np.float32))
+    mask4 = packed_causal_mask(pos)
     out = m(input_ids=torch.tensor(ids), position_ids=torch.tensor(pos), attention_mask=mask4,
             labels=torch.tensor(labels))
     out.loss.backward()
@@ -289,9 +295,7 @@ def case_sft(tmp):
     for i in range(R):
         n = len(rows_ids[i])
         pids[i, :n], plab[i, :n], ppos[i, :n] = rows_ids[i], rows_lab[i], rows_pos[i]
-    seg = np.cumsum(ppos == 0, axis=1)
-    keep = (seg[:, :, None] == seg[:, None, :]) & np.tril(np.ones((L, L), bool))
-    mask4 = torch.tensor(np.where(keep[:, None], 0.0, np.finfo(np.float32).min).astype(np.float32))
+    mask4 = packed_causal_mask(ppos)
     with torch.no_grad():
         pref = m(input_ids=torch.tensor(pids), position_ids=torch.tensor(ppos),
                  attention_mask=mask4, labels=torch.tensor(plab)).loss.item()
