@@ -31,23 +31,7 @@ struct LayerNormMatcher {
   LayerNormMatcher(ir::Graph& g_, PassContext& c)
       : g(g_), ctx(c), idx(g_), claimed(g_.nodes.size(), false) {}
 
-  // ReduceMean over exactly the last axis of its input, keepdims = 1.
-  bool reduces_last_axis(const ir::Node& n) const {
-    if (!is_op(n, "ReduceMean") || n.inputs.empty() || !ctx.has_meta(n.inputs[0])) return false;
-    if (n.attr_int("keepdims", 1) == 0) return false;
-    std::vector<int64_t> axes;
-    if (n.has_input(1)) {  // opset 18: axes is an input
-      const Tensor* t = ctx.constant(g, n.inputs[1]);
-      if (!t) return false;
-      for (int64_t i = 0; i < t->numel(); i++) axes.push_back((int64_t)t->get_as_double(i));
-    } else {
-      axes = n.attr_ints("axes");
-    }
-    int64_t rank = (int64_t)ctx.meta(n.inputs[0]).shape.size();
-    if (axes.size() != 1 || rank < 1) return false;
-    int64_t a = axes[0] < 0 ? axes[0] + rank : axes[0];
-    return a == rank - 1;
-  }
+  bool reduces_last_axis(const ir::Node& n) const { return passes::reduces_last_axis(g, ctx, n); }
 
   // A (C) vector of x's dtype: LayerNormalization's scale or bias.
   bool is_channel_vector(const std::string& v, const TensorMeta& x) const {

@@ -18,6 +18,23 @@ bool is_transpose(const ir::Node& n, const std::vector<int64_t>& perm) {
   return is_op(n, "Transpose") && n.inputs.size() == 1 && transpose_perm(n, perm.size()) == perm;
 }
 
+bool reduces_last_axis(const ir::Graph& g, const PassContext& ctx, const ir::Node& n) {
+  if (!is_op(n, "ReduceMean") || n.inputs.empty() || !ctx.has_meta(n.inputs[0])) return false;
+  if (n.attr_int("keepdims", 1) == 0) return false;
+  std::vector<int64_t> axes;
+  if (n.has_input(1)) {  // opset 18: axes is an input
+    const Tensor* t = ctx.constant(g, n.inputs[1]);
+    if (!t) return false;
+    for (int64_t i = 0; i < t->numel(); i++) axes.push_back((int64_t)t->get_as_double(i));
+  } else {
+    axes = n.attr_ints("axes");
+  }
+  int64_t rank = (int64_t)ctx.meta(n.inputs[0]).shape.size();
+  if (axes.size() != 1 || rank < 1) return false;
+  int64_t a = axes[0] < 0 ? axes[0] + rank : axes[0];
+  return a == rank - 1;
+}
+
 std::string other_input(const ir::Node& n, const std::string& v) {
   if (n.inputs.size() != 2) return "";
   if (n.inputs[0] == v) return n.inputs[1];

@@ -48,6 +48,10 @@ std::vector<int64_t> transpose_perm(const ir::Node& n, size_t rank);
 // A standard Transpose with one input permuting by `perm` (an absent perm is the reversal).
 bool is_transpose(const ir::Node& n, const std::vector<int64_t>& perm);
 
+// A ReduceMean with keepdims = 1 over exactly the last axis of its input (axes as attribute, or
+// as a constant input from opset 18), whose input has a static meta (LayerNorm, RMSNorm).
+bool reduces_last_axis(const ir::Graph& g, const PassContext& ctx, const ir::Node& n);
+
 // ---- operands ---------------------------------------------------------------------------------
 // The other input of a two-input node one of whose inputs is `v`; "" when n has not two inputs
 // or `v` is neither (Add(v, v) gives v).

@@ -131,6 +131,9 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx);
 // ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul gamma][/Add beta] over the last axis (PyTorch's
 // opset-14 LayerNorm) → LayerNormalization(x, gamma, beta) {axis -1, epsilon}.
 int fuse_layer_norm(ir::Graph& g, PassContext& ctx);
+// Mul(x, x) | Pow(x, 2) / ReduceMean / Add eps / Sqrt / Reciprocal (or Div) / Mul x [/ Mul w] over
+// the last axis (Llama's RMSNorm) → onyx.RMSNorm(x, w) {epsilon}.
+int fuse_rms_norm(ir::Graph& g, PassContext& ctx);
 // 0.5·x·(1 + erf(x/√2)) → Gelu; 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → Gelu {tanh}.
 int fuse_gelu(ir::Graph& g, PassContext& ctx);
 // MatMul(X, Transpose(W, [1,0])) [+ b] → onyx.MatMulT(X, W[, b]) {transB 1};

@@ -45,6 +45,7 @@ static const std::vector<Case>& all_cases() {
 #include "cases_attention.inc"
 #include "cases_elementwise.inc"
 #include "cases_forward.inc"
+#include "cases_llama.inc"
 #include "cases_loss.inc"
 #include "cases_matmul.inc"
 #include "cases_nn.inc"

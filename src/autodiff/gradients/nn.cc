@@ -1,8 +1,8 @@
-// nn.cc — gradient rules for Softmax, LogSoftmax, LayerNormalization, Dropout, BatchNormalization,
-// SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss. Each rule emits one fused "onyx"-domain
-// kernel (kernels/cpu/nn.cc, loss.cc: next to the forward) and reuses what the forward saved:
-// softmax outputs, LayerNorm's Mean/InvStdDev, Dropout's mask (optional forward outputs requested
-// with ensure_output).
+// nn.cc — gradient rules for Softmax, LogSoftmax, LayerNormalization, onyx.RMSNorm, Dropout,
+// BatchNormalization, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss. Each rule emits one
+// fused "onyx"-domain kernel (kernels/cpu/nn.cc, loss.cc: next to the forward) and reuses what the
+// forward saved: softmax outputs, LayerNorm's Mean/InvStdDev, RMSNorm's inverse RMS, Dropout's mask
+// (optional forward outputs requested with ensure_output).
 // Note: rules copy value names into locals; references into the node (c.I, c.node()) do not
 // survive emitting, which may grow the node list.
 #include "autodiff/gradient.h"
@@ -69,6 +69,22 @@ void layer_norm_rule(GradContext& c) {
     std::string centered = c.emit1("Sub", {x, cast_to(c, mean, xt)});
     c.set(0, c.emit1("Mul", {centered, cast_to(c, k, xt)}));
   }
+}
+
+// onyx.RMSNorm (rms_norm_fusion): y = x * inv * scale over the last axis, inv = 1 / RMS(x), which
+// the forward saves as output 1 for RMSNormGrad. The fusion never exposes that output to other
+// nodes, so a gradient flowing into it is refused rather than half-handled.
+void rms_norm_rule(GradContext& c) {
+  std::string x = c.I(0), scale = c.I(1);
+  ONYX_CHECK(!c.meta(x).shape.empty(), c.node().describe(), ": x must have at least one axis");
+  if (!c.GO(1).empty())
+    ONYX_UNSUPPORTED(c.node().describe(), ": a gradient into inv_rms (output 1) is not supported");
+  std::string dy = c.GO(0);
+  if (dy.empty() || (!c.needs(0) && !c.needs(1))) return;
+  std::string inv = c.ensure_output(1);
+  auto g = c.emit("RMSNormGrad", {dy, x, scale, inv}, {}, "onyx", 2);
+  c.set(0, g[0]);
+  c.set(1, g[1]);
 }
 
 // Dropout: the identity unless training_mode (opset >= 12 input 2) is on and ratio != 0; then
@@ -165,6 +181,7 @@ void register_nn_grads(GradRegistry& r) {
   r.add("", "LogSoftmax", softmax_rule<true>);
   r.add("", "LayerNormalization", layer_norm_rule);
   r.add("onyx", "LayerNormalization", layer_norm_rule);  // layer_norm_fusion's, below opset 17
+  r.add("onyx", "RMSNorm", rms_norm_rule);               // rms_norm_fusion's
   r.add("", "Dropout", dropout_rule);
   r.add("", "SoftmaxCrossEntropyLoss", sce_rule);
   r.add("", "NegativeLogLikelihoodLoss", nll_rule);

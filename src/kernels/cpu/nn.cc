@@ -1,14 +1,15 @@
-// kernels/cpu/nn.cc — Softmax, LogSoftmax, LayerNormalization, Dropout, BatchNormalization,
-// InstanceNormalization and MeanVarianceNormalization (ONNX domain "", opsets 6–18 as each op
-// defines them), and the fused backward kernels of the first five ("onyx" domain, emitted by the
-// rules in autodiff/gradients/nn.cc, DESIGN decision 6), each next to its forward:
+// kernels/cpu/nn.cc — Softmax, LogSoftmax, LayerNormalization, onyx.RMSNorm, Dropout,
+// BatchNormalization, InstanceNormalization and MeanVarianceNormalization (ONNX domain "", opsets
+// 6–18 as each op defines them), and the fused backward kernels of the first five ("onyx" domain,
+// emitted by the rules in autodiff/gradients/nn.cc, DESIGN decision 6), each next to its forward:
 //   SoftmaxGrad(dy, y)                         dx = y * (dy - sum(dy * y))          over the axis
 //   LogSoftmaxGrad(dy, y)                      dx = dy - exp(y) * sum(dy)           over the axis
 //   LayerNormGrad(dy, x, scale, mean, inv)     -> dx, dscale, dbias
+//   RMSNormGrad(dy, x, scale, inv_rms)         -> dx, dscale      (onyx.RMSNorm, rms_norm_fusion)
 //   DropoutGrad(dy, mask, [ratio], [training]) dx = dy * mask / (1 - ratio)
 //   BatchNormGrad(dy, x, scale, mean, var)     -> dx, dscale, dbias (training or inference mode)
-// Hand-written because softmax and LayerNorm, forward and backward, sit on the transformer hot
-// path: float32 rows are processed with AVX2 (nn_util.h: max-subtracted exp, two-pass
+// Hand-written because softmax, LayerNorm and RMSNorm, forward and backward, sit on the transformer
+// hot path: float32 rows are processed with AVX2 (nn_util.h: max-subtracted exp, two-pass
 // mean/variance) and threaded over rows; other float types convert through float32 or compute in
 // double. Dropout in training mode draws from
 // Philox4x32-10 keyed on the run seed, the node's seed attribute and the node's output name (or
@@ -719,6 +720,245 @@ OpKernel make_layer_norm_grad_kernel() {
   return k;
 }
 
+// ---- onyx.RMSNorm -------------------------------------------------------------------------------
+// RMSNorm(x, scale) -> y[, inv_rms]; attribute epsilon (default 1e-5). Normalizes over the last
+// axis: inv = 1 / sqrt(mean(x^2) + eps), y = (x * inv) * scale (Transformers' LlamaRMSNorm, in this
+// order of rounding). inv_rms (x's shape with the last dim 1; float64 for float64 x, else float32)
+// is what RMSNormGrad reads. Formed by rms_norm_fusion.cc: ONNX's RMSNormalization is opset 23
+// (newer than the models import, DESIGN decision 11) and has no inverse-RMS output to save.
+
+// One float32 row: y = x * inv * scale; returns inv.
+inline float rms_norm_row_f32(const float* x, float* y, int64_t n, const float* scale, float eps) {
+  float inv = 1.0f / std::sqrt(row_sum_sq_dev(x, n, 0.0f) / (float)n + eps);
+  __m256 vi = _mm256_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi),
+                                          _mm256_loadu_ps(scale + i)));
+  for (; i < n; i++) y[i] = x[i] * inv * scale[i];
+  return inv;
+}
+
+inline double rms_norm_row_f64(const double* x, double* y, int64_t n, const double* scale,
+                               double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+  double inv = 1.0 / std::sqrt(ss / (double)n + eps);
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] * inv * scale[i];
+  return inv;
+}
+
+// The statistics' dtype: float64 for float64 x, float32 otherwise.
+DType rms_stat_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType::Float32; }
+
+// x viewed as (rows, cols) over its last axis; throws for a scalar or an empty last axis.
+std::pair<int64_t, int64_t> rms_rows_cols(const ir::Node& node, const Shape& s) {
+  ONYX_CHECK(!s.empty(), node.describe(), ": x must have at least one axis");
+  int64_t cols = s.back(), rows = 1;
+  for (size_t i = 0; i + 1 < s.size(); i++) rows *= s[i];
+  ONYX_CHECK(cols > 0 || rows == 0, node.describe(), ": cannot normalize an empty last axis of ",
+             shape_str(s));
+  return {rows, cols};
+}
+
+OpKernel make_rms_norm_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& x = ctx.input(0);
+    const TensorMeta& scale = ctx.input(1);
+    ONYX_CHECK(is_float(x.dtype), ctx.node.describe(), ": x must be a float tensor, got ",
+               dtype_name(x.dtype));
+    ONYX_CHECK(!x.shape.empty() && scale.dtype == x.dtype && scale.shape.size() == 1 &&
+                   scale.shape[0] == x.shape.back(),
+               ctx.node.describe(), ": scale must be a ", dtype_name(x.dtype),
+               " vector of x's last dim; x ", shape_str(x.shape), ", scale ",
+               shape_str(scale.shape));
+    ctx.set_output(0, x.dtype, x.shape);
+    if (ctx.num_outputs() > 1)
+      ctx.set_output(1, rms_stat_dtype(x.dtype), stat_shape(x.shape, x.rank() - 1));
+  };
+  k.compute = [](KernelContext& ctx) {
+    const Tensor& xt = ctx.input(0);
+    auto [rows, cols] = rms_rows_cols(ctx.node, xt.shape());
+    float eps = ctx.node.attr_float("epsilon", 1e-5f);
+    Tensor* inv_t = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+    if (rows == 0) return;
+    dispatch(xt.dtype(), kFloats, ctx.node, [&](auto tag) {
+      using T = decltype(tag);
+      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      std::vector<C> scale(cols);
+      for (int64_t i = 0; i < cols; i++) scale[i] = (C)ctx.input(1).get_as_double(i);
+      const T* x = xt.data<T>();
+      T* y = ctx.output(0).data<T>();
+      C* inv = inv_t ? inv_t->data<C>() : nullptr;
+      parallel_for(rows, rows_grain(cols), [&](int64_t b, int64_t e) {
+        std::vector<C> xb, yb;
+        if constexpr (!std::is_same_v<T, C>) {
+          xb.resize(cols);
+          yb.resize(cols);
+        }
+        for (int64_t r = b; r < e; r++) {
+          const C* xr;
+          C* yr;
+          if constexpr (std::is_same_v<T, C>) {
+            xr = x + r * cols;
+            yr = y + r * cols;
+          } else {
+            for (int64_t i = 0; i < cols; i++) xb[i] = (C)Elem<T>::load(x[r * cols + i]);
+            xr = xb.data();
+            yr = yb.data();
+          }
+          C v;
+          if constexpr (std::is_same_v<C, float>)
+            v = rms_norm_row_f32(xr, yr, cols, scale.data(), eps);
+          else
+            v = rms_norm_row_f64(xr, yr, cols, scale.data(), (double)eps);
+          if constexpr (!std::is_same_v<T, C>)
+            for (int64_t i = 0; i < cols; i++) y[r * cols + i] = Elem<T>::store(yr[i]);
+          if (inv) inv[r] = v;
+        }
+      });
+    });
+  };
+  return k;
+}
+
+// ---- onyx.RMSNormGrad ---------------------------------------------------------------------------
+// RMSNormGrad(dy, x, scale, inv_rms) -> dx, dscale, with inv_rms as RMSNorm saved it:
+//   xhat = x * inv,  g = dy * scale
+//   dx = inv * (g - xhat * mean(g * xhat)),  dscale = sum_rows dy * xhat
+// dscale is reduced over the rows in the same pass (blocked_row_reduce: per-block partials, a
+// fixed split for a given thread count) and may be added into a bound gradient (accumulate).
+
+inline void rms_norm_grad_row_f32(const float* dy, const float* x, const float* scale, float inv,
+                                  int64_t n, float* dx, float* ds) {
+  __m256 vi = _mm256_set1_ps(inv), sgx = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 d = _mm256_loadu_ps(dy + i);
+    __m256 xh = _mm256_mul_ps(_mm256_loadu_ps(x + i), vi);
+    sgx = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_loadu_ps(scale + i)), xh, sgx);
+    _mm256_storeu_ps(ds + i, _mm256_fmadd_ps(d, xh, _mm256_loadu_ps(ds + i)));
+  }
+  float s_gx = hsum8(sgx);
+  for (; i < n; i++) {
+    float xh = x[i] * inv;
+    s_gx += dy[i] * scale[i] * xh;
+    ds[i] += dy[i] * xh;
+  }
+  float mgx = s_gx / (float)n;
+  __m256 vmgx = _mm256_set1_ps(mgx);
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 xh = _mm256_mul_ps(_mm256_loadu_ps(x + i), vi);
+    __m256 g = _mm256_mul_ps(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(scale + i));
+    _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_fnmadd_ps(xh, vmgx, g), vi));
+  }
+  for (; i < n; i++) dx[i] = (dy[i] * scale[i] - x[i] * inv * mgx) * inv;
+}
+
+template <class T>
+void rms_norm_grad_row_generic(const T* dy, const T* x, const double* scale, double inv, int64_t n,
+                               T* dx, double* ds) {
+  double s_gx = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = Elem<T>::load(dy[i]), xh = Elem<T>::load(x[i]) * inv;
+    s_gx += d * scale[i] * xh;
+    ds[i] += d * xh;
+  }
+  double mgx = s_gx / (double)n;
+  for (int64_t i = 0; i < n; i++) {
+    double xh = Elem<T>::load(x[i]) * inv;
+    dx[i] = Elem<T>::store((Elem<T>::load(dy[i]) * scale[i] - xh * mgx) * inv);
+  }
+}
+
+// Element i of a float tensor of any float dtype set to v.
+void store_as(Tensor& t, int64_t i, double v, const ir::Node& node) {
+  dispatch(t.dtype(), kFloats, node, [&](auto tag) {
+    using P = decltype(tag);
+    t.data<P>()[i] = Elem<P>::store(v);
+  });
+}
+
+OpKernel make_rms_norm_grad_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& dy = ctx.input(0);
+    const TensorMeta& x = ctx.input(1);
+    const TensorMeta& scale = ctx.input(2);
+    check_same_shape(ctx.node, dy, x, "dy", "x");
+    ONYX_CHECK(!x.shape.empty() && scale.shape.size() == 1 && scale.shape[0] == x.shape.back(),
+               ctx.node.describe(), ": scale ", shape_str(scale.shape),
+               " must be a vector of x's last dim, x ", shape_str(x.shape));
+    int64_t rows = x.numel() / std::max<int64_t>(1, x.shape.back());
+    ONYX_CHECK(ctx.input(3).numel() == rows, ctx.node.describe(), ": inv_rms must have ", rows,
+               " elements, got ", shape_str(ctx.input(3).shape));
+    ctx.set_output(0, x.dtype, x.shape);
+    if (ctx.num_outputs() > 1) ctx.set_output(1, scale.dtype, scale.shape);
+  };
+  k.compute = [](KernelContext& ctx) {
+    const ir::Node& node = ctx.node;
+    const Tensor& dyt = ctx.input(0);
+    const Tensor& xt = ctx.input(1);
+    const Tensor& it = ctx.input(3);
+    auto [rows, cols] = rms_rows_cols(node, xt.shape());
+    Tensor& dxt = ctx.output(0);
+    Tensor* dst = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+    ONYX_CHECK(dyt.dtype() == xt.dtype(), node.describe(), ": dy and x dtypes differ");
+    // dscale bound to a gradient buffer that accumulates: the column sums are added to it.
+    const bool add_s = ctx.accumulates(1);
+    ONYX_CHECK(!add_s || dst->dtype() == DType::Float32, node.describe(),
+               ": accumulation supports float32 gradients");
+    if (cols == 0) return;
+    if (rows == 0) {
+      if (dst && !add_s)
+        for (int64_t c = 0; c < cols; c++) store_as(*dst, c, 0.0, node);
+      return;
+    }
+    if (xt.dtype() == DType::Float32 && it.dtype() == DType::Float32 &&
+        (!dst || dst->dtype() == DType::Float32)) {
+      std::vector<float> scale(cols);
+      for (int64_t c = 0; c < cols; c++) scale[c] = (float)ctx.input(2).get_as_double(c);
+      const float *dy = dyt.data<float>(), *x = xt.data<float>(), *inv = it.data<float>();
+      float* dx = dxt.data<float>();
+      float* dsp = dst ? dst->data<float>() : nullptr;
+      blocked_row_reduce<float>(
+          rows, cols,
+          [&](int64_t r, float* ds, float*) {
+            rms_norm_grad_row_f32(dy + r * cols, x + r * cols, scale.data(), inv[r], cols,
+                                  dx + r * cols, ds);
+          },
+          [&](int64_t c, float sv, float) {
+            if (dsp) dsp[c] = add_s ? dsp[c] + sv : sv;
+          });
+      return;
+    }
+    dispatch(xt.dtype(), kFloats, node, [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<double> scale(cols);
+      for (int64_t c = 0; c < cols; c++) scale[c] = ctx.input(2).get_as_double(c);
+      std::vector<double> inv = it.to_double_vector();
+      const T* dy = dyt.data<T>();
+      const T* x = xt.data<T>();
+      T* dx = dxt.data<T>();
+      std::vector<double> ds(cols);
+      blocked_row_reduce<double>(
+          rows, cols,
+          [&](int64_t r, double* pds, double*) {
+            rms_norm_grad_row_generic<T>(dy + r * cols, x + r * cols, scale.data(), inv[r], cols,
+                                         dx + r * cols, pds);
+          },
+          [&](int64_t c, double sv, double) { ds[c] = sv; });
+      // written after the threaded part (the dtype switch may throw)
+      if (dst)
+        for (int64_t c = 0; c < cols; c++)
+          store_as(*dst, c, add_s ? dst->get_as_double(c) + ds[c] : ds[c], node);
+    });
+  };
+  return k;
+}
+
 // ---- Dropout ------------------------------------------------------------------------------------
 
 OpKernel make_dropout_kernel() {
@@ -1239,6 +1479,11 @@ void register_nn_kernels(KernelRegistry& r) {
   ln.accumulate_outputs = {1, 2};  // dscale, dbias can add into bound gradients
   r.add("onyx", "LayerNormGrad", std::move(ln)).precision = OpTraits::Precision::Fp32;
   r.add("onyx", "DropoutGrad", make_dropout_grad_kernel());
+  // rms_norm_fusion's onyx.RMSNorm and its backward (dscale can add into a bound gradient)
+  r.add("onyx", "RMSNorm", make_rms_norm_kernel()).precision = OpTraits::Precision::Fp32;
+  OpKernel rms = make_rms_norm_grad_kernel();
+  rms.accumulate_outputs = {1};
+  r.add("onyx", "RMSNormGrad", std::move(rms)).precision = OpTraits::Precision::Fp32;
   r.add("onyx", "BatchNormGrad", make_batch_norm_grad_kernel());
 }
 
