@@ -1,11 +1,15 @@
-// bpe.cc — GPT-2's byte-level BPE: the pre-tokenization pattern matched by hand, the
-// byte-to-unicode map, and rank-ordered merges over a heap with a word cache (see bpe.h).
+// bpe.cc — BPE: GPT-2's pre-tokenization pattern matched by hand (it is fixed and small, and runs
+// without a regex engine on the vocab.json route), the byte-to-unicode map, rank-ordered merges
+// over a heap with a word cache, and tokenizer.json's BPE model (byte fallback, unk, ignore_merges)
+// behind the pipeline of hf_pipeline.h (see bpe.h).
 #include "data/bpe.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
 
+#include "data/hf_pipeline.h"
 #include "onyx/error.h"
 
 namespace onyx::data {
@@ -136,26 +140,21 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::
   BpeConfig cfg;
   std::unordered_map<std::string, int64_t> vocab;
   std::vector<std::pair<std::string, std::string>> merges;
+  bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
+  std::string unk_token;
   try {
     for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
-        ONYX_UNSUPPORTED(
-            where(cat("model.", k, " is set; only GPT-2-style byte-level BPE is supported")));
-    if (m.value("byte_fallback", false))
-      ONYX_UNSUPPORTED(where("model.byte_fallback (SentencePiece-style BPE) is not supported"));
-    if (j.contains("normalizer") && !j["normalizer"].is_null())
-      ONYX_UNSUPPORTED(where(cat("normalizer '", j["normalizer"].value("type", ""),
-                                 "' is not supported with BPE (GPT-2's byte-level BPE has none)")));
-    const nlohmann::json* pre = j.contains("pre_tokenizer") ? &j["pre_tokenizer"] : nullptr;
-    if (pre && pre->value("type", "") == "Sequence" && pre->contains("pretokenizers") &&
-        (*pre)["pretokenizers"].size() == 1)
-      pre = &(*pre)["pretokenizers"][0];
-    ONYX_CHECK(pre && pre->is_object() && pre->value("type", "") == "ByteLevel",
-               where(cat("the BPE model needs a ByteLevel pre_tokenizer (GPT-2 style); found '",
-                         pre && pre->is_object() ? pre->value("type", "") : "none", "'")));
-    if (!pre->value("use_regex", true))
-      ONYX_UNSUPPORTED(where("ByteLevel pre_tokenizer with use_regex false is not supported"));
-    cfg.add_prefix_space = pre->value("add_prefix_space", false);
+        ONYX_UNSUPPORTED(where(cat("model.", k, " is set; it is not supported")));
+    if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
+      ONYX_UNSUPPORTED(where("model.dropout (BPE dropout) is not supported"));
+    byte_fallback = m.value("byte_fallback", false);
+    fuse_unk = m.value("fuse_unk", false);
+    ignore_merges = m.value("ignore_merges", false);
+    if (m.contains("unk_token") && !m["unk_token"].is_null()) {
+      ONYX_CHECK(m["unk_token"].is_string(), where("model.unk_token should be a string"));
+      unk_token = m["unk_token"].get<std::string>();
+    }
 
     for (auto& [t, id] : m["vocab"].items()) {
       ONYX_CHECK(id.is_number_integer(), where(cat("model.vocab['", t, "'] is not an integer id")));
@@ -181,19 +180,55 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::
   } catch (const nlohmann::json::exception& e) {
     throw Error(where(cat("unexpected value: ", e.what())));
   }
+  auto pipe = hf::Pipeline::parse(j, path);
   auto tok = std::make_shared<BpeTokenizer>(std::move(vocab), std::move(merges), cfg,
                                             cat("tokenizer file '", path, "'"));
+  tok->pipe_ = pipe;
+  tok->byte_fallback_ = byte_fallback;
+  tok->fuse_unk_ = fuse_unk;
+  tok->ignore_merges_ = ignore_merges;
+  if (!unk_token.empty()) {
+    auto it = tok->vocab_.find(unk_token);
+    ONYX_CHECK(it != tok->vocab_.end(),
+               where(cat("model.unk_token '", unk_token, "' is not in model.vocab")));
+    tok->unk_id_ = it->second;
+  }
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    auto it = tok->vocab_.find(name);
+    tok->fallback_id_[b] = it == tok->vocab_.end() ? -1 : it->second;
+  }
+  // exactly the file's added tokens (not the constructor's guess at an end-of-text token)
+  tok->added_.clear();
+  tok->added_match_.clear();
+  register_added_tokens(j, path, *tok);
+  for (auto& a : tok->added_) {
+    ONYX_CHECK(a.id >= 0 && a.id < (1ll << 31),
+               where(cat("added token '", a.content, "' has id ", a.id, " out of range")));
+    if (a.id >= (int64_t)tok->id_to_token_.size()) tok->id_to_token_.resize(a.id + 1);
+    // as tokenizers' id_to_token: a normalized token's content as the normalizer makes it
+    tok->id_to_token_[a.id] = a.normalized ? tok->normalize_text(a.content) : a.content;
+  }
   tok->template_ = parse_post_processor(j, path);
+  if (!tok->eos_id_)
+    for (const char* name : {"<|end_of_text|>", "<|endoftext|>", "</s>"})
+      if ((tok->eos_id_ = tok->token_id(name))) break;
   if (j.contains("padding") && j["padding"].is_object() && j["padding"].contains("pad_id"))
     tok->pad_id_ = j["padding"]["pad_id"].get<int64_t>();
-  register_added_tokens(j, path, *tok);
+  else if (auto pad = tok->token_id("<pad>"))
+    tok->pad_id_ = *pad;
+  else
+    tok->pad_id_ = tok->eos_id_.value_or(0);
   return tok;
 }
 
 std::optional<int64_t> BpeTokenizer::token_id(const std::string& token) const {
   auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  if (it != vocab_.end()) return it->second;
+  for (auto& a : added_)
+    if (a.content == token) return a.id;
+  return std::nullopt;
 }
 
 // Matches GPT-2's pattern at each position, alternatives in order (the first that matches wins):
@@ -247,12 +282,21 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(const std::string& text) {
 
 std::vector<int64_t> BpeTokenizer::bpe(const std::string& piece) const {
   const size_t n = piece.size();
-  std::vector<int32_t> id(n), prev(n), next(n);
+  std::vector<int32_t> id(n);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t b = (uint8_t)piece[i];
     ONYX_CHECK(byte_id_[b] >= 0, source_, ": the vocabulary has no token for byte 0x", std::hex,
                (int)b, " ('", byte_token(b), "')");
     id[i] = (int32_t)byte_id_[b];
+  }
+  return merge(std::move(id));
+}
+
+std::vector<int64_t> BpeTokenizer::merge(std::vector<int32_t> id) const {
+  const size_t n = id.size();
+  if (n == 0) return {};
+  std::vector<int32_t> prev(n), next(n);
+  for (size_t i = 0; i < n; ++i) {
     prev[i] = (int32_t)i - 1;
     next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
   }
@@ -302,7 +346,72 @@ void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& 
   cache_.emplace(piece, std::move(out));
 }
 
+void BpeTokenizer::encode_word(const std::string& piece, std::vector<int64_t>& ids) const {
+  if (piece.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto it = cache_.find(piece);
+    if (it != cache_.end()) {
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<int64_t> out;
+  auto whole = ignore_merges_ ? vocab_.find(piece) : vocab_.end();
+  if (whole != vocab_.end()) {
+    out.push_back(whole->second);
+  } else {
+    std::vector<uint8_t> blen;
+    const size_t nchars = unicode::decode_utf8(piece, &blen).size();
+    std::vector<int32_t> sym;
+    bool unk_pending = false;  // an unknown character (or a fused run) not yet added
+    size_t off = 0;
+    for (size_t c = 0; c < nchars; off += blen[c], ++c) {
+      const std::string ch = piece.substr(off, blen[c]);
+      auto it = vocab_.find(ch);
+      if (it != vocab_.end()) {
+        if (unk_pending) sym.push_back((int32_t)unk_id_);
+        unk_pending = false;
+        sym.push_back((int32_t)it->second);
+        continue;
+      }
+      if (byte_fallback_) {
+        bool all = true;
+        for (unsigned char b : ch) all = all && fallback_id_[b] >= 0;
+        if (all) {
+          for (unsigned char b : ch) sym.push_back((int32_t)fallback_id_[b]);
+          continue;
+        }
+      }
+      if (unk_id_ >= 0) {
+        if (unk_pending && !fuse_unk_) sym.push_back((int32_t)unk_id_);
+        unk_pending = true;
+      }
+      // no unk_token: tokenizers drops the character
+    }
+    if (unk_pending) sym.push_back((int32_t)unk_id_);
+    out = merge(std::move(sym));
+  }
+  ids.insert(ids.end(), out.begin(), out.end());
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  if (cache_.size() >= cfg_.cache_capacity) cache_.clear();
+  cache_.emplace(piece, std::move(out));
+}
+
+std::string BpeTokenizer::normalize_text(const std::string& text) const {
+  return pipe_ ? pipe_->normalize(text) : text;
+}
+
+std::vector<int64_t> BpeTokenizer::encode_segment(const std::string& normalized,
+                                                  bool at_start) const {
+  if (!pipe_) return encode_plain(normalized);
+  std::vector<int64_t> ids;
+  for (auto& p : pipe_->pre_tokenize(normalized, at_start)) encode_word(p.text, ids);
+  return ids;
+}
+
 std::vector<int64_t> BpeTokenizer::encode_plain(const std::string& text) const {
+  if (pipe_) return encode_segment(text, true);
   std::vector<int64_t> ids;
   if (cfg_.add_prefix_space && !text.empty() && text[0] != ' ') {
     for (auto& p : pre_tokenize(" " + text)) encode_piece(p, ids);
@@ -320,11 +429,18 @@ std::vector<std::string> BpeTokenizer::tokenize(const std::string& text) const {
 }
 
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
+  for (auto id : ids)
+    ONYX_CHECK(id >= 0 && id < (int64_t)id_to_token_.size(), source_, ": cannot decode id ", id,
+               " (vocabulary has ", id_to_token_.size(), " ids)");
+  if (pipe_) {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (auto id : ids) tokens.push_back(id_to_token_[id]);
+    return pipe_->decode(std::move(tokens));
+  }
   std::string out;
   const auto& to_byte = byte_map().to_byte;
   for (auto id : ids) {
-    ONYX_CHECK(id >= 0 && id < (int64_t)id_to_token_.size(), source_, ": cannot decode id ", id,
-               " (vocabulary has ", id_to_token_.size(), " ids)");
     for (char32_t c : unicode::decode_utf8(id_to_token_[id])) {
       auto it = to_byte.find(c);
       if (it != to_byte.end())

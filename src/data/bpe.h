@@ -1,4 +1,7 @@
-// data/bpe.h — GPT-2's byte-level BPE tokenizer (also RoBERTa's, with its post-processor).
+// data/bpe.h — BPE tokenizers: GPT-2's byte-level BPE (also RoBERTa's, with its post-processor)
+// and, from a tokenizer.json, the Llama family's: byte-level BPE behind a Split regex (Llama 3,
+// Qwen2; ignore_merges) and SentencePiece-style BPE over "▁" words with byte fallback (Llama 2,
+// Mistral), the normalizer, pre-tokenizer and decoder run by hf_pipeline.h.
 //   pre-tokenize: GPT-2's pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
 //   ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //                 matched by hand (no regex engine); \p{L} and \p{N} come from the generated
@@ -6,8 +9,11 @@
 //   byte level:   each piece's UTF-8 bytes map to printable code points (GPT-2's bytes_to_unicode),
 //                 so the vocabulary has no unknown byte
 //   BPE:          adjacent symbols merge by merge rank (lowest first, leftmost on ties), with a
-//   cache
-//                 of words already seen
+//                 cache of words already seen
+// From a tokenizer.json each pre-tokenized piece starts as one symbol per character (its vocabulary
+// id; else, with model.byte_fallback, its UTF-8 bytes as <0xXX> tokens; else model.unk_token, fused
+// with the previous unknown when fuse_unk; else, as in tokenizers, nothing), and with
+// model.ignore_merges a piece that is itself in the vocabulary is that one token.
 #pragma once
 #include <mutex>
 #include <string>
@@ -18,6 +24,10 @@
 #include "data/tokenizer.h"
 
 namespace onyx::data {
+
+namespace hf {
+class Pipeline;
+}
 
 struct BpeConfig {
   bool add_prefix_space = false;            // prepend ' ' to a text that does not start with one
@@ -37,9 +47,9 @@ class BpeTokenizer : public Tokenizer {
   static std::shared_ptr<BpeTokenizer> from_files(const std::string& vocab_json,
                                                   const std::string& merges_txt,
                                                   BpeConfig cfg = {});
-  // tokenizer.json with model.type "BPE" (merges as "a b" strings or [a, b] pairs) and a ByteLevel
-  // pre-tokenizer (or none); other pre-tokenizers (Metaspace, custom Split regexes) are
-  // Unsupported.
+  // tokenizer.json with model.type "BPE" (merges as "a b" strings or [a, b] pairs), its normalizer,
+  // pre-tokenizer and decoder as hf_pipeline.h lists, added_tokens and post_processor; what is not
+  // supported is an error naming the file and JSON path.
   static std::shared_ptr<BpeTokenizer> from_tokenizer_json(const std::string& path);
   static std::shared_ptr<BpeTokenizer> from_tokenizer_json(const nlohmann::json& j,
                                                            const std::string& path);
@@ -51,8 +61,10 @@ class BpeTokenizer : public Tokenizer {
   // The byte-level token strings of a text (no special tokens).
   std::vector<std::string> tokenize(const std::string& text) const;
 
+  // As tokenizers' decode(ids, skip_special_tokens=False): added tokens' content, the decoder.
   std::string decode(const std::vector<int64_t>& ids) const override;
-  int64_t vocab_size() const override { return (int64_t)vocab_.size(); }
+  // Ids 0 .. vocab_size-1: the model's vocabulary and the added tokens.
+  int64_t vocab_size() const override { return (int64_t)id_to_token_.size(); }
   std::optional<int64_t> token_id(const std::string& token) const override;
   std::string kind() const override { return "bpe"; }
   bool uses_token_type_ids() const override { return false; }
@@ -60,11 +72,23 @@ class BpeTokenizer : public Tokenizer {
 
  protected:
   std::vector<int64_t> encode_plain(const std::string& text) const override;
+  std::string normalize_text(const std::string& text) const override;
+  std::vector<int64_t> encode_segment(const std::string& normalized, bool at_start) const override;
 
  private:
   // BPE over one pre-tokenized piece (raw bytes) -> ids; cached.
   void encode_piece(const std::string& piece, std::vector<int64_t>& ids) const;
   std::vector<int64_t> bpe(const std::string& piece) const;
+  // BPE merges over symbol ids.
+  std::vector<int64_t> merge(std::vector<int32_t> id) const;
+  // tokenizer.json's model over one pre-tokenized piece (characters, not bytes); cached.
+  void encode_word(const std::string& piece, std::vector<int64_t>& ids) const;
+
+  // tokenizer.json's normalizer, pre-tokenizer and decoder (null: GPT-2's, from vocab.json)
+  std::shared_ptr<const hf::Pipeline> pipe_;
+  bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
+  int64_t unk_id_ = -1;
+  int64_t fallback_id_[256];  // id of <0xXX>, or -1
 
   BpeConfig cfg_;
   std::unordered_map<std::string, int64_t> vocab_;

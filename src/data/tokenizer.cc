@@ -2,6 +2,8 @@
 // template with truncation and padding, load_tokenizer, and the Unicode tables and UTF-8 codec.
 #include "data/tokenizer.h"
 
+#include <unicode/uchar.h>
+
 #include <algorithm>
 #include <array>
 #include <filesystem>
@@ -29,41 +31,143 @@ std::string read_text_file(const std::string& path) {
 // ---- Tokenizer: added tokens, template, truncation, padding ----
 
 void Tokenizer::add_special_token(const std::string& text, int64_t id) {
-  if (text.empty()) return;
-  for (auto& [t, i] : added_)
-    if (t == text) {
-      i = id;
-      return;
+  AddedToken t;
+  t.content = text;
+  t.id = id;
+  add_token(t);
+}
+
+void Tokenizer::add_token(const AddedToken& t) {
+  if (t.content.empty()) return;
+  bool found = false;
+  for (auto& a : added_)
+    if (a.content == t.content) {
+      a = t;
+      found = true;
     }
-  added_.emplace_back(text, id);
-  std::stable_sort(added_.begin(), added_.end(),
+  if (!found) added_.push_back(t);
+  index_added();
+}
+
+void Tokenizer::index_added() {
+  added_match_.clear();
+  for (size_t i = 0; i < added_.size(); ++i)
+    added_match_.emplace_back(
+        added_[i].normalized ? normalize_text(added_[i].content) : added_[i].content, i);
+  std::stable_sort(added_match_.begin(), added_match_.end(),
                    [](auto& x, auto& y) { return x.first.size() > y.first.size(); });
 }
 
-std::vector<int64_t> Tokenizer::encode_ids(const std::string& text) const {
-  if (added_.empty()) return encode_plain(text);
-  std::vector<int64_t> ids;
-  auto flush = [&](size_t from, size_t to) {
-    if (to <= from) return;
-    auto part = encode_plain(text.substr(from, to - from));
-    ids.insert(ids.end(), part.begin(), part.end());
-  };
-  size_t start = 0, i = 0;
-  while (i < text.size()) {
-    bool matched = false;
-    for (auto& [tok, id] : added_) {
-      if (text.compare(i, tok.size(), tok) == 0) {
-        flush(start, i);
-        ids.push_back(id);
-        i += tok.size();
-        start = i;
-        matched = true;
+const AddedToken* Tokenizer::added_token(int64_t id) const {
+  for (auto& a : added_)
+    if (a.id == id) return &a;
+  return nullptr;
+}
+
+namespace {
+
+// The code point that ends s[0, end) / begins s[begin, ...).
+char32_t last_char(const std::string& s, size_t end) {
+  size_t b = end;
+  while (b > 0 && ((unsigned char)s[b - 1] & 0xC0) == 0x80) --b;
+  if (b > 0) --b;
+  auto u = unicode::decode_utf8(s.substr(b, end - b));
+  return u.empty() ? 0 : u.back();
+}
+char32_t first_char(const std::string& s, size_t begin, size_t* len = nullptr) {
+  size_t e = begin + 1;
+  while (e < s.size() && ((unsigned char)s[e] & 0xC0) == 0x80) ++e;
+  if (len) *len = e - begin;
+  auto u = unicode::decode_utf8(s.substr(begin, e - begin));
+  return u.empty() ? 0 : u[0];
+}
+
+// Rust regex's \w: Alphabetic, marks, decimal digits, connector punctuation, Join_Control.
+bool is_word_char(char32_t c) {
+  return u_hasBinaryProperty((UChar32)c, UCHAR_ALPHABETIC) ||
+         (U_GET_GC_MASK((UChar32)c) & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) ||
+         u_hasBinaryProperty((UChar32)c, UCHAR_JOIN_CONTROL);
+}
+
+}  // namespace
+
+// As tokenizers' AddedVocabulary::find_matches: leftmost-longest matches of the added tokens of one
+// kind (normalized or not); a single_word token touching a word character is passed over, lstrip
+// and rstrip widen a match over the white space beside it.
+std::vector<Tokenizer::Split> Tokenizer::split_added(const std::string& s, bool normalized) const {
+  std::vector<Split> out;
+  size_t start_offset = 0, i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    const AddedToken* tok = nullptr;
+    size_t len = 0;
+    for (auto& [m, k] : added_match_) {
+      if (m.empty() || m[0] != s[i] || added_[k].normalized != normalized) continue;
+      if (s.compare(i, m.size(), m) == 0) {
+        tok = &added_[k];
+        len = m.size();
         break;
       }
     }
-    if (!matched) ++i;
+    if (!tok) {
+      ++i;
+      continue;
+    }
+    size_t start = i, stop = i + len;
+    if (tok->single_word) {
+      const bool start_space = start == 0 || !is_word_char(last_char(s, start));
+      const bool stop_space = stop == n || !is_word_char(first_char(s, stop));
+      if (!start_space || !stop_space) {
+        i = stop;
+        continue;
+      }
+    }
+    if (tok->lstrip) {
+      size_t b = start;
+      while (b > 0) {
+        size_t cb = b - 1;
+        while (cb > 0 && ((unsigned char)s[cb] & 0xC0) == 0x80) --cb;
+        if (!unicode::is_white_space(first_char(s, cb))) break;
+        b = cb;
+      }
+      start = std::max(b, start_offset);
+    }
+    if (tok->rstrip) {
+      while (stop < n) {
+        size_t cl = 0;
+        if (!unicode::is_white_space(first_char(s, stop, &cl))) break;
+        stop += cl;
+      }
+    }
+    if (start > start_offset) out.push_back({start_offset, start, -1});
+    out.push_back({start, stop, tok->id});
+    start_offset = stop;
+    i = stop;
   }
-  flush(start, text.size());
+  if (start_offset < n) out.push_back({start_offset, n, -1});
+  return out;
+}
+
+std::vector<int64_t> Tokenizer::encode_ids(const std::string& text) const {
+  std::vector<int64_t> ids;
+  auto append = [&](const std::vector<int64_t>& part) {
+    ids.insert(ids.end(), part.begin(), part.end());
+  };
+  // tokens matched in the raw text; then each stretch between them is normalized, and tokens with
+  // `normalized` are matched in it; what is left goes to the model
+  for (auto& a : split_added(text, false)) {
+    if (a.id >= 0) {
+      ids.push_back(a.id);
+      continue;
+    }
+    const std::string norm = normalize_text(text.substr(a.begin, a.end - a.begin));
+    for (auto& b : split_added(norm, true)) {
+      if (b.id >= 0)
+        ids.push_back(b.id);
+      else
+        append(encode_segment(norm.substr(b.begin, b.end - b.begin), a.begin == 0 && b.begin == 0));
+    }
+  }
   return ids;
 }
 
@@ -219,7 +323,15 @@ void register_added_tokens(const nlohmann::json& j, const std::string& path, Tok
     ONYX_CHECK(a.contains("content") && a["content"].is_string() && a.contains("id") &&
                    a["id"].is_number_integer(),
                "tokenizer file '", path, "': an added_tokens entry lacks content or id");
-    tok.add_special_token(a["content"].get<std::string>(), a["id"].get<int64_t>());
+    AddedToken t;
+    t.content = a["content"].get<std::string>();
+    t.id = a["id"].get<int64_t>();
+    t.special = a.value("special", false);
+    t.lstrip = a.value("lstrip", false);
+    t.rstrip = a.value("rstrip", false);
+    t.single_word = a.value("single_word", false);
+    t.normalized = a.value("normalized", !t.special);
+    tok.add_token(t);
   }
 }
 

