@@ -13,6 +13,9 @@ BuiltModel build_distilbert(const HfConfig& c, Task task, int64_t seed);  // dis
 BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed);        // gpt2
 BuiltModel build_vit(const HfConfig& c, Task task, int64_t seed);         // vit
 BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed);       // llama, mistral, qwen2
+// The decoders with a key/value cache (hf_model.h: build_hf_decoder_with_past).
+BuiltModel build_gpt2_with_past(const HfConfig& c, int64_t seed);
+BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed);
 
 // Throws naming the model type and task when the family has no head for `task`.
 [[noreturn]] void unsupported_task(const HfConfig& c, Task task, const char* supported);
@@ -32,6 +35,22 @@ std::string tied_projection(GraphBuilder& b, const std::string& h, const std::st
 // "loss" = cross entropy of logits[:, :-1] against labels[:, 1:] (ignore_index -100, mean), as
 // Transformers' causal LMs compute it; both graph outputs (loss first).
 void causal_lm_head(GraphBuilder& b, const std::string& h, const std::string& table, int64_t V);
+
+// The decoder-with-past interface (build_hf_decoder_with_past). Declares "past_keys.<layer>" and
+// "past_values.<layer>" (B, kv_heads, P, head_dim) and returns them.
+std::pair<std::string, std::string> past_inputs(GraphBuilder& b, int64_t layer, int64_t kv_heads,
+                                                int64_t head_dim);
+// (S, P+S) bool: key slot j (past slots 0..P-1, then the new tokens at cache_position) visible to
+// new token i when slot(j) <= cache_position[i] and, with window > 0, cache_position[i] - slot(j)
+// < window. Padding and unused cache slots are masked by attention_mask (B, P+S).
+std::string cached_causal_mask(GraphBuilder& b, const std::string& past_key,
+                               const std::string& cache_position, int64_t window);
+// Graph outputs "new_keys.<layer>" / "new_values.<layer>": the S new tokens' keys and values.
+void new_kv_outputs(GraphBuilder& b, int64_t layer, const std::string& k, const std::string& v,
+                    int64_t kv_heads, int64_t head_dim);
+// The decoder's head: logits (B, V) of the last position of h (B, S, C), named "logits".
+void last_position_logits(GraphBuilder& b, const std::string& h, const std::string& table,
+                          int64_t V);
 
 // Finishes a BuiltModel: the graph into model.graph, input names, the loss for the task
 // (CrossEntropy on "logits" with "labels"; MSE when a sequence classifier has one label; the

@@ -13,7 +13,8 @@ namespace {
 struct Gpt2 {
   GraphBuilder& b;
   const HfConfig& c;
-  std::string prefix;  // "transformer." or "" for the bare model
+  std::string prefix;      // "transformer." or "" for the bare model
+  bool with_past = false;  // build_gpt2_with_past: keys/values of earlier tokens come as inputs
 
   Init weight_init() const { return Init::normal(c.initializer_range); }
   // GPT-2 scales c_proj weights by 1/sqrt(2 * n_layer) (residual-path init).
@@ -21,14 +22,15 @@ struct Gpt2 {
     return Init::normal(c.initializer_range / std::sqrt(2.0 * (double)c.num_hidden_layers));
   }
 
-  // wte(ids) + wpe(0..T-1), dropout. ids (B,T) -> (B,T,C)
+  // wte(ids) + wpe(0..T-1) (with a cache: wpe(position_ids)), dropout. ids (B,T) -> (B,T,C)
   std::string embeddings(const std::string& ids) {
     int64_t C = c.hidden_size;
     std::string tok = b.embedding(ids, prefix + "wte", c.vocab_size, C, c.initializer_range);
     std::string wpe = b.param(prefix + "wpe.weight", {c.max_position_embeddings, C},
                               Init::normal(c.initializer_range));
     b.set_scope(prefix + "wpe");
-    std::string pos = b.leading_rows(wpe, ids, 1);  // rows 0..T-1: (T,C)
+    std::string pos = with_past ? b.gather_rows(wpe, token_input(b, "position_ids"))  // (B,T,C)
+                                : b.leading_rows(wpe, ids, 1);  // rows 0..T-1: (T,C)
     b.set_scope(prefix + "drop");
     return b.dropout(b.op("Add", {tok, pos}), c.embd_pdrop);  // (B,T,C) + (T,C)
   }
@@ -46,16 +48,29 @@ struct Gpt2 {
 
   // GPT2Attention: c_attn -> q, k, v; softmax(mask(q k^T / sqrt(hs))) v; c_proj.
   // h (B,T,C), causal (T,T) bool, pad (B,1,1,T) additive -> (B,T,C)
+  // With a cache (with_past), keys and values are the layer's past ones followed by the new ones.
   std::string attention(const std::string& p, const std::string& h, const std::string& causal,
-                        const std::string& pad) {
+                        const std::string& pad, int64_t layer) {
     int64_t C = c.hidden_size, nh = c.num_attention_heads, hs = C / nh;
     std::string qkv = b.conv1d(h, p + ".c_attn", C, 3 * C, weight_init());  // (B,T,3C)
     b.set_scope(p);
     auto parts = b.op_n("Split", {qkv, b.const_i64({C, C, C})}, {{"axis", Attr::of_int(2)}}, 3);
-    std::string q = b.split_heads(parts[0], nh, hs);             // (B,nh,T,hs)
-    std::string k = b.split_heads_transposed(parts[1], nh, hs);  // (B,nh,hs,T)
-    std::string v = b.split_heads(parts[2], nh, hs);             // (B,nh,T,hs)
-    std::string att = b.op("MatMul", {q, k});                    // (B,nh,T,T)
+    std::string q = b.split_heads(parts[0], nh, hs);  // (B,nh,T,hs)
+    std::string k, v;
+    if (with_past) {  // (B,nh,P+T,hs), keys transposed for q @ k^T
+      k = b.split_heads(parts[1], nh, hs);
+      v = b.split_heads(parts[2], nh, hs);
+      auto [pk, pv] = past_inputs(b, layer, nh, hs);
+      new_kv_outputs(b, layer, k, v, nh, hs);
+      b.set_scope(p);
+      k = b.op("Transpose", {b.op("Concat", {pk, k}, {{"axis", Attr::of_int(2)}})},
+               {{"perm", Attr::of_ints({0, 1, 3, 2})}});
+      v = b.op("Concat", {pv, v}, {{"axis", Attr::of_int(2)}});
+    } else {
+      k = b.split_heads_transposed(parts[1], nh, hs);  // (B,nh,hs,T)
+      v = b.split_heads(parts[2], nh, hs);             // (B,nh,T,hs)
+    }
+    std::string att = b.op("MatMul", {q, k});  // (B,nh,T,T)
     att = b.op("Div", {att, b.scalar_f32((float)std::sqrt((double)hs))});
     att = b.op("Where", {causal, att, b.scalar_f32(kMaskValue)});
     att = b.op("Add", {att, pad});
@@ -77,10 +92,10 @@ struct Gpt2 {
 
   // GPT2Block: x + attn(ln_1(x)), then x + mlp(ln_2(x)). (B,T,C) -> (B,T,C)
   std::string block(const std::string& p, const std::string& h, const std::string& causal,
-                    const std::string& pad) {
+                    const std::string& pad, int64_t layer) {
     int64_t C = c.hidden_size;
-    std::string a =
-        attention(p + ".attn", b.layer_norm(h, p + ".ln_1", C, c.layer_norm_eps), causal, pad);
+    std::string a = attention(p + ".attn", b.layer_norm(h, p + ".ln_1", C, c.layer_norm_eps),
+                              causal, pad, layer);
     b.set_scope(p);
     std::string x = b.op("Add", {a, h});
     std::string m = mlp(p + ".mlp", b.layer_norm(x, p + ".ln_2", C, c.layer_norm_eps));
@@ -90,15 +105,37 @@ struct Gpt2 {
 
   std::string encode(const std::string& ids, const std::string& mask) {
     std::string h = embeddings(ids);
-    std::string causal = causal_mask(ids);
+    std::string causal =
+        with_past ? cached_causal_mask(
+                        b, "past_keys.0",  // declared by layer 0's attention
+                        b.input("cache_position", DType::Int64, {-1}, {"sequence_length"}), 0)
+                  : causal_mask(ids);
     std::string pad = additive_attention_mask(b, mask);
     for (int64_t i = 0; i < c.num_hidden_layers; i++)
-      h = block(cat(prefix, "h.", i), h, causal, pad);
+      h = block(cat(prefix, "h.", i), h, causal, pad, i);
     return b.layer_norm(h, prefix + "ln_f", c.hidden_size, c.layer_norm_eps);
   }
 };
 
 }  // namespace
+
+BuiltModel build_gpt2_with_past(const HfConfig& c, int64_t seed) {
+  GraphBuilder b("GPT2LMHeadModelWithPast", (uint64_t)seed);
+  Gpt2 m{b, c, "transformer.", true};
+  std::string ids = token_input(b, "input_ids");
+  std::string mask = b.input("attention_mask", DType::Int64, {-1, -1},
+                             {"batch_size", "past_length + sequence_length"});
+  std::string h = m.encode(ids, mask);  // (B,S,C)
+  std::string table = "transformer.wte.weight";
+  if (!c.tie_word_embeddings)
+    table = b.param("lm_head.weight", {c.vocab_size, c.hidden_size}, m.weight_init());
+  last_position_logits(b, h, table, c.vocab_size);
+  BuiltModel out = finish_model(b, c, Task::CausalLM);
+  out.model.loss = {};
+  out.model.items_labels.clear();
+  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", "transformer.wte.weight"});
+  return out;
+}
 
 BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed) {
   if (task != Task::CausalLM && task != Task::Base) unsupported_task(c, task, "CausalLM, Base");

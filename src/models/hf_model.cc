@@ -148,6 +148,55 @@ void causal_lm_head(GraphBuilder& b, const std::string& h, const std::string& ta
   b.output("logits", DType::Float32, {-1, -1, V});
 }
 
+std::pair<std::string, std::string> past_inputs(GraphBuilder& b, int64_t layer, int64_t kv_heads,
+                                                int64_t head_dim) {
+  const std::vector<std::string> dims = {"batch_size", "", "past_length", ""};
+  return {b.input(cat("past_keys.", layer), DType::Float32, {-1, kv_heads, -1, head_dim}, dims),
+          b.input(cat("past_values.", layer), DType::Float32, {-1, kv_heads, -1, head_dim}, dims)};
+}
+
+std::string cached_causal_mask(GraphBuilder& b, const std::string& past_key,
+                               const std::string& cache_position, int64_t window) {
+  b.set_scope(window > 0 ? "model.sliding_cache_mask" : "model.cache_mask");
+  std::string p = b.op("Squeeze", {b.dim_of(past_key, 2), b.const_i64({0})});
+  std::string past_slots = b.op("Range", {b.scalar_i64(0), p, b.scalar_i64(1)});  // (P)
+  std::string slots =
+      b.op("Concat", {past_slots, cache_position}, {{"axis", Attr::of_int(0)}});  // (P+S)
+  std::string qi = b.op("Unsqueeze", {cache_position, b.const_i64({1})});         // (S,1)
+  std::string kj = b.op("Unsqueeze", {slots, b.const_i64({0})});                  // (1,P+S)
+  std::string mask = b.op("GreaterOrEqual", {qi, kj});
+  if (window > 0)
+    mask = b.op("And", {mask, b.op("Less", {b.op("Sub", {qi, kj}), b.scalar_i64(window)})});
+  return mask;
+}
+
+void new_kv_outputs(GraphBuilder& b, int64_t layer, const std::string& k, const std::string& v,
+                    int64_t kv_heads, int64_t head_dim) {
+  std::string kn = cat("new_keys.", layer), vn = cat("new_values.", layer);
+  b.op("Identity", {k}, {}, kn);
+  b.op("Identity", {v}, {}, vn);
+  b.output(kn, DType::Float32, {-1, kv_heads, -1, head_dim});
+  b.output(vn, DType::Float32, {-1, kv_heads, -1, head_dim});
+}
+
+void last_position_logits(GraphBuilder& b, const std::string& h, const std::string& table,
+                          int64_t V) {
+  b.set_scope("lm_head");
+  std::string s = b.op("Squeeze", {b.dim_of(h, 1), b.const_i64({0})});
+  std::string last =
+      b.op("Gather", {h, b.op("Sub", {s, b.scalar_i64(1)})}, {{"axis", Attr::of_int(1)}});
+  tied_projection(b, last, table, "", "logits");  // (B,V)
+  b.output("logits", DType::Float32, {-1, V});
+}
+
+BuiltModel build_hf_decoder_with_past(const HfConfig& c, int64_t seed) {
+  const std::string& t = c.model_type;
+  if (t == "gpt2") return build_gpt2_with_past(c, seed);
+  if (t == "llama" || t == "mistral" || t == "qwen2") return build_llama_with_past(c, seed);
+  throw Error(cat("model_type '", t,
+                  "' is not a decoder onyx generates with (gpt2, llama, mistral, qwen2)"));
+}
+
 BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {
   const std::string& t = c.model_type;
   if (t == "bert" || t == "roberta") return build_bert(c, task, seed);

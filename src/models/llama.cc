@@ -20,6 +20,7 @@ struct Llama {
   GraphBuilder& b;
   const HfConfig& c;
   int64_t nh, nkv, hd;
+  bool with_past = false;  // build_llama_with_past: keys/values of earlier tokens come as inputs
 
   Init weight_init() const { return Init::normal(c.initializer_range); }
 
@@ -130,8 +131,10 @@ struct Llama {
   }
 
   // LlamaAttention (eager): softmax(mask(q k^T / sqrt(hd))) v, o_proj.
+  // With a cache (with_past), keys and values are the layer's past ones followed by the new ones.
   std::string attention(const std::string& p, const std::string& x, const std::string& cos,
-                        const std::string& sin, const std::string& causal, const std::string& pad) {
+                        const std::string& sin, const std::string& causal, const std::string& pad,
+                        int64_t layer) {
     int64_t C = c.hidden_size;
     std::string q = b.linear(x, p + ".q_proj", C, nh * hd, weight_init(), c.attention_bias);
     std::string k = b.linear(x, p + ".k_proj", C, nkv * hd, weight_init(), c.attention_bias);
@@ -140,8 +143,15 @@ struct Llama {
     q = apply_rotary(heads(q, nh), cos, sin);   // (B,nh,T,hd)
     k = apply_rotary(heads(k, nkv), cos, sin);  // (B,nkv,T,hd)
     v = heads(v, nkv);
-    // target shapes for repeat_kv: [B, nkv, nh/nkv, T, hd] and [B, nh, T, hd]
-    std::string bdim = b.dim_of(x, 0), tdim = b.dim_of(x, 1);
+    if (with_past) {  // (B,nkv,P+T,hd)
+      auto [pk, pv] = past_inputs(b, layer, nkv, hd);
+      new_kv_outputs(b, layer, k, v, nkv, hd);
+      b.set_scope(p);
+      k = b.op("Concat", {pk, k}, {{"axis", Attr::of_int(2)}});
+      v = b.op("Concat", {pv, v}, {{"axis", Attr::of_int(2)}});
+    }
+    // target shapes for repeat_kv: [B, nkv, nh/nkv, Tk, hd] and [B, nh, Tk, hd]
+    std::string bdim = b.dim_of(x, 0), tdim = b.dim_of(k, 2);
     std::string shape5 =
         b.op("Concat", {bdim, b.const_i64({nkv, nh / nkv}), tdim, b.const_i64({hd})},
              {{"axis", Attr::of_int(0)}});
@@ -178,20 +188,28 @@ struct Llama {
                     c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size ? c.pad_token_id : -1);
     // position_ids (B,T): 0..T-1 per row unless given (packed samples restart at 0)
     std::string pos_ids = token_input(b, "position_ids");
-    b.set_scope("model.packed_segments");
-    std::string starts = b.op("Cast", {b.op("Equal", {pos_ids, b.scalar_i64(0)})},
-                              {{"to", Attr::of_int((int64_t)DType::Int64)}});
-    std::string segments = b.op("CumSum", {starts, b.scalar_i64(1)});  // (B,T): sample index
     auto [cos, sin] = rotary(ids, pos_ids);
-    std::string full = causal_mask(ids, segments, 0);
-    std::string sliding =
-        c.sliding_window > 0 ? causal_mask(ids, segments, c.sliding_window) : full;
+    std::string full, sliding;
+    if (with_past) {  // masks over the cache slots and the new tokens (no packed samples)
+      std::string cache_pos = b.input("cache_position", DType::Int64, {-1}, {"sequence_length"});
+      std::string past_k0 = cat("past_keys.", 0);  // declared by layer 0's attention
+      full = cached_causal_mask(b, past_k0, cache_pos, 0);
+      sliding =
+          c.sliding_window > 0 ? cached_causal_mask(b, past_k0, cache_pos, c.sliding_window) : full;
+    } else {
+      b.set_scope("model.packed_segments");
+      std::string starts = b.op("Cast", {b.op("Equal", {pos_ids, b.scalar_i64(0)})},
+                                {{"to", Attr::of_int((int64_t)DType::Int64)}});
+      std::string segments = b.op("CumSum", {starts, b.scalar_i64(1)});  // (B,T): sample index
+      full = causal_mask(ids, segments, 0);
+      sliding = c.sliding_window > 0 ? causal_mask(ids, segments, c.sliding_window) : full;
+    }
     std::string pad = additive_attention_mask(b, mask);
     for (int64_t i = 0; i < c.num_hidden_layers; i++) {
       std::string p = cat("model.layers.", i);
       bool slide = i < (int64_t)c.layer_types.size() && c.layer_types[i] == "sliding_attention";
       std::string a = attention(p + ".self_attn", rms_norm(h, p + ".input_layernorm"), cos, sin,
-                                slide ? sliding : full, pad);
+                                slide ? sliding : full, pad, i);
       b.set_scope(p);
       h = b.op("Add", {h, a});
       std::string m = mlp(p + ".mlp", rms_norm(h, p + ".post_attention_layernorm"));
@@ -202,20 +220,43 @@ struct Llama {
   }
 };
 
-}  // namespace
-
-BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
-  if (task != Task::CausalLM && task != Task::SequenceClassification && task != Task::Base)
-    unsupported_task(c, task, "CausalLM, SequenceClassification, Base");
+Llama make_llama(GraphBuilder& b, const HfConfig& c) {
   ONYX_CHECK(c.hidden_act == "silu", "model_type '", c.model_type, "': hidden_act '", c.hidden_act,
              "' is not supported (silu)");
-  GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
   const int64_t nh = c.num_attention_heads;
   const int64_t nkv = c.num_key_value_heads ? c.num_key_value_heads : nh;
   const int64_t hd = c.head_dim ? c.head_dim : c.hidden_size / nh;
   ONYX_CHECK(hd % 2 == 0, "model_type '", c.model_type, "': head_dim ", hd,
              " must be even (rotary embeddings rotate pairs)");
-  Llama m{b, c, nh, nkv, hd};
+  return Llama{b, c, nh, nkv, hd};
+}
+
+}  // namespace
+
+BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed) {
+  GraphBuilder b(architecture_name(c.model_type, Task::CausalLM) + "WithPast", (uint64_t)seed);
+  Llama m = make_llama(b, c);
+  m.with_past = true;
+  std::string ids = token_input(b, "input_ids");
+  std::string mask = b.input("attention_mask", DType::Int64, {-1, -1},
+                             {"batch_size", "past_length + sequence_length"});
+  std::string h = m.decode(ids, mask);  // (B,S,C)
+  std::string table = "model.embed_tokens.weight";
+  if (!c.tie_word_embeddings)
+    table = b.param("lm_head.weight", {c.vocab_size, c.hidden_size}, m.weight_init());
+  last_position_logits(b, h, table, c.vocab_size);
+  BuiltModel out = finish_model(b, c, Task::CausalLM);
+  out.model.loss = {};
+  out.model.items_labels.clear();
+  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", "model.embed_tokens.weight"});
+  return out;
+}
+
+BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
+  if (task != Task::CausalLM && task != Task::SequenceClassification && task != Task::Base)
+    unsupported_task(c, task, "CausalLM, SequenceClassification, Base");
+  GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
+  Llama m = make_llama(b, c);
   const int64_t C = c.hidden_size, V = c.vocab_size;
 
   std::string ids = token_input(b, "input_ids");

@@ -1,0 +1,343 @@
+// generate.cc — Generator: prefill, then one token per step over a key/value cache (generate.h).
+#include "train/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "data/tokenizer.h"
+#include "io/safetensors.h"
+#include "models/hf_weights.h"
+#include "models/lora.h"
+#include "passes/pass.h"
+#include "runtime/session.h"
+
+namespace fs = std::filesystem;
+
+namespace onyx::train {
+
+struct Generator::Compiled {
+  int64_t batch, new_tokens, past;
+  std::shared_ptr<const ir::Graph> graph;
+  std::unique_ptr<runtime::Session> session;
+};
+
+namespace {
+
+// eos_token_id as an int or a list of ints; nullopt when absent or null.
+std::optional<std::vector<int64_t>> id_list(const nlohmann::json& j, const char* key,
+                                            const std::string& what) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  const auto& v = j[key];
+  std::vector<int64_t> out;
+  if (v.is_number_integer()) {
+    out.push_back(v.get<int64_t>());
+  } else if (v.is_array()) {
+    for (auto& e : v) {
+      ONYX_CHECK(e.is_number_integer(), what, ": '", key, "' must be an integer or a list of them");
+      out.push_back(e.get<int64_t>());
+    }
+  } else {
+    throw Error(cat(what, ": '", key, "' must be an integer or a list of them"));
+  }
+  return out;
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  try {
+    return nlohmann::json::parse(data::read_text_file(p.string()));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat(p.string(), ": not valid JSON: ", e.what()));
+  }
+}
+
+}  // namespace
+
+GenerationConfig read_generation_config(const std::string& dir, GenerationConfig cfg) {
+  fs::path d(dir);
+  // config.json first, generation_config.json over it (Transformers' GenerationConfig.from_model
+  // _config and from_pretrained): token ids from either, decoding options from the latter.
+  for (const char* name : {"config.json", "generation_config.json"}) {
+    fs::path p = d / name;
+    if (!fs::exists(p)) continue;
+    nlohmann::json j = read_json(p);
+    if (auto eos = id_list(j, "eos_token_id", p.string())) cfg.eos_token_ids = *eos;
+    if (auto pad = id_list(j, "pad_token_id", p.string()); pad && !pad->empty())
+      cfg.pad_token_id = (*pad)[0];
+    if (std::string(name) == "config.json") continue;
+    auto num = [&](const char* key, auto& field) {
+      if (!j.contains(key) || j[key].is_null()) return;
+      ONYX_CHECK(j[key].is_number(), p.string(), ": '", key, "' must be a number");
+      field = j[key].get<std::decay_t<decltype(field)>>();
+    };
+    if (j.contains("do_sample") && j["do_sample"].is_boolean())
+      cfg.do_sample = j["do_sample"].get<bool>();
+    num("temperature", cfg.temperature);
+    num("top_k", cfg.top_k);
+    num("top_p", cfg.top_p);
+    num("max_new_tokens", cfg.max_new_tokens);
+  }
+  return cfg;
+}
+
+int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u) {
+  if (!cfg.do_sample || cfg.temperature <= 0) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; i++)
+      if (logits[i] > logits[best]) best = i;
+    return best;
+  }
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<float> s(V);
+  for (int64_t i = 0; i < V; i++) s[i] = (float)(logits[i] / cfg.temperature);
+  if (cfg.top_k > 0 && cfg.top_k < V) {
+    // TopKLogitsWarper: remove what is below the k-th largest (ties with it stay)
+    std::vector<float> t(s);
+    std::nth_element(t.begin(), t.begin() + (cfg.top_k - 1), t.end(), std::greater<float>());
+    const float kth = t[cfg.top_k - 1];
+    for (auto& x : s)
+      if (x < kth) x = ninf;
+  }
+  if (cfg.top_p < 1.0) {
+    // TopPLogitsWarper: in ascending order, remove tokens while the cumulative probability is
+    // <= 1 - top_p; the most likely token always stays
+    std::vector<int64_t> order(V);
+    for (int64_t i = 0; i < V; i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return s[a] < s[b]; });
+    const float mx = s[order[V - 1]];
+    double total = 0;
+    for (float x : s) total += x == ninf ? 0.0 : std::exp((double)x - mx);
+    double cum = 0;
+    for (int64_t r = 0; r < V - 1; r++) {
+      float& x = s[order[r]];
+      cum += x == ninf ? 0.0 : std::exp((double)x - mx) / total;
+      if (cum <= 1.0 - cfg.top_p) x = ninf;
+    }
+  }
+  float mx = ninf;
+  for (float x : s) mx = std::max(mx, x);
+  std::vector<double> p(V);
+  double total = 0;
+  for (int64_t i = 0; i < V; i++) total += p[i] = s[i] == ninf ? 0.0 : std::exp((double)s[i] - mx);
+  double target = u * total, cum = 0;
+  int64_t last = 0;
+  for (int64_t i = 0; i < V; i++) {
+    if (p[i] == 0) continue;
+    last = i;
+    cum += p[i];
+    if (cum > target) return i;
+  }
+  return last;
+}
+
+Generator::Generator(models::BuiltModel decoder) : model_(std::move(decoder)) {
+  graph_ = model_.model.graph;
+  for (auto& [name, t] : graph_->initializers) weights_.insert(name);
+  for (auto& in : graph_->inputs) {
+    if (in.name.rfind("past_keys.", 0) != 0) continue;
+    layers_++;
+    kv_heads_ = in.shape.at(1);
+    head_dim_ = in.shape.at(3);
+  }
+  ONYX_CHECK(layers_ > 0, "Generator: the graph has no past_keys.N inputs (not a decoder with past)");
+}
+
+Generator::~Generator() = default;
+
+Generator Generator::from_folder(const std::string& dir) {
+  fs::path d(dir);
+  ONYX_CHECK(fs::is_directory(d), dir, ": not a folder");
+  fs::path cfg = d / "config.json";
+  ONYX_CHECK(fs::exists(cfg), dir,
+             ": no config.json (generate reads a Hugging Face model folder or a checkpoint of one)");
+  models::HfConfig c = models::parse_hf_config(data::read_text_file(cfg.string()), cfg.string());
+  models::BuiltModel m = models::build_hf_decoder_with_past(c, 0);
+  m.model.source = dir;
+  models::apply_hf_checkpoint(m, models::read_hf_checkpoint(dir), dir);
+  if (fs::exists(d / "adapter_config.json")) {
+    models::LoraSpec spec = models::read_adapter_config(dir);
+    auto adapter = io::load_safetensors((d / "adapter_model.safetensors").string()).tensors;
+    auto g = std::make_shared<ir::Graph>(*m.model.graph);
+    models::merge_lora(*g, spec, adapter);
+    m.model.graph = g;
+  }
+  return Generator(std::move(m));
+}
+
+Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, int64_t past) {
+  for (auto& c : compiled_)
+    if (c->batch == batch && c->new_tokens == new_tokens && c->past == past) return *c;
+  std::map<std::string, TensorMeta> sig;
+  sig["input_ids"] = {DType::Int64, {batch, new_tokens}};
+  sig["position_ids"] = {DType::Int64, {batch, new_tokens}};
+  sig["attention_mask"] = {DType::Int64, {batch, past + new_tokens}};
+  sig["cache_position"] = {DType::Int64, {new_tokens}};
+  for (int64_t l = 0; l < layers_; l++) {
+    sig[cat("past_keys.", l)] = {DType::Float32, {batch, kv_heads_, past, head_dim_}};
+    sig[cat("past_values.", l)] = {DType::Float32, {batch, kv_heads_, past, head_dim_}};
+  }
+  auto c = std::make_unique<Compiled>();
+  c->batch = batch;
+  c->new_tokens = new_tokens;
+  c->past = past;
+  c->graph = std::make_shared<ir::Graph>(
+      passes::optimize_forward(*graph_, sig, weights_, passes::OptimizeOptions{}, nullptr));
+  c->session = std::make_unique<runtime::Session>(c->graph, weights_);
+  compiled_count_++;
+  // Kept: the prefill's and the last few blocks' (a long generation does not accumulate plans).
+  if (compiled_.size() >= 3) compiled_.erase(compiled_.begin());
+  compiled_.push_back(std::move(c));
+  return *compiled_.back();
+}
+
+std::vector<std::vector<int64_t>> Generator::generate(
+    const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& cfg,
+    GenerationStats* stats) {
+  using clock = std::chrono::steady_clock;
+  const int64_t B = (int64_t)prompts.size();
+  ONYX_CHECK(B > 0, "generate: no prompts");
+  ONYX_CHECK(cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ",
+             cfg.max_new_tokens);
+  ONYX_CHECK(cfg.cache_block >= 1, "generate: cache_block must be >= 1");
+  const int64_t V = model_.config.vocab_size;
+  int64_t L = 0;
+  for (int64_t r = 0; r < B; r++) {
+    ONYX_CHECK(!prompts[r].empty(), "generate: prompt ", r, " is empty (needs at least one token)");
+    for (int64_t id : prompts[r])
+      ONYX_CHECK(id >= 0 && id < V, "generate: prompt ", r, " has token id ", id,
+                 " outside the vocabulary (0..", V - 1, ")");
+    L = std::max(L, (int64_t)prompts[r].size());
+  }
+  const int64_t max_pos = model_.config.max_position_embeddings;
+  if (model_.config.model_type == "gpt2")
+    ONYX_CHECK(L + cfg.max_new_tokens <= max_pos, "generate: prompt length ", L, " + ",
+               cfg.max_new_tokens, " new tokens exceeds GPT-2's n_positions ", max_pos);
+  const int64_t pad = cfg.pad_token_id >= 0        ? cfg.pad_token_id
+                      : !cfg.eos_token_ids.empty() ? cfg.eos_token_ids[0]
+                                                   : 0;
+  std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
+  std::mt19937_64 rng(cfg.seed);
+  std::uniform_real_distribution<double> unif(0.0, 1.0);
+
+  // The cache: per layer (B, kv, cap, hd), slots [0, filled) written; slot_mask (B, cap) says
+  // which written slots are real tokens (left padding is not).
+  int64_t cap = 0, filled = 0;
+  std::vector<Tensor> keys(layers_), values(layers_);
+  std::vector<int64_t> slot_mask;  // (B, cap)
+  auto grow = [&](int64_t need) {
+    if (need <= cap) return;
+    int64_t ncap = (need + cfg.cache_block - 1) / cfg.cache_block * cfg.cache_block;
+    const int64_t kv = kv_heads_, hd = head_dim_;
+    for (auto* vec : {&keys, &values})
+      for (auto& t : *vec) {
+        Tensor n = Tensor::zeros(DType::Float32, {B, kv, ncap, hd});
+        if (filled > 0)
+          for (int64_t i = 0; i < B * kv; i++)
+            std::memcpy(n.data<float>() + i * ncap * hd, t.data<float>() + i * cap * hd,
+                        (size_t)(filled * hd) * sizeof(float));
+        t = n;
+      }
+    std::vector<int64_t> m((size_t)(B * ncap), 0);
+    for (int64_t r = 0; r < B; r++)
+      std::copy(slot_mask.begin() + r * cap, slot_mask.begin() + r * cap + filled,
+                m.begin() + r * ncap);
+    slot_mask = std::move(m);
+    cap = ncap;
+  };
+  for (int64_t l = 0; l < layers_; l++)
+    keys[l] = values[l] = Tensor::zeros(DType::Float32, {B, kv_heads_, 0, head_dim_});
+
+  // One run over S new tokens per row (ids (B,S), new_mask (B,S), positions (B,S)).
+  auto step = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& new_mask,
+                  const std::vector<int64_t>& positions, int64_t S) {
+    Compiled& c = compiled_for(B, S, cap);
+    std::map<std::string, Tensor> feeds;
+    feeds["input_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, ids);
+    feeds["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, positions);
+    std::vector<int64_t> am((size_t)(B * (cap + S)), 0);
+    for (int64_t r = 0; r < B; r++) {
+      std::copy(slot_mask.begin() + r * cap, slot_mask.begin() + r * cap + filled,
+                am.begin() + r * (cap + S));
+      std::copy(new_mask.begin() + r * S, new_mask.begin() + (r + 1) * S,
+                am.begin() + r * (cap + S) + cap);
+    }
+    feeds["attention_mask"] = Tensor::from_vector<int64_t>(DType::Int64, {B, cap + S}, am);
+    std::vector<int64_t> cp(S);
+    for (int64_t i = 0; i < S; i++) cp[i] = filled + i;
+    feeds["cache_position"] = Tensor::from_vector<int64_t>(DType::Int64, {S}, cp);
+    for (int64_t l = 0; l < layers_; l++) {
+      feeds[cat("past_keys.", l)] = keys[l];
+      feeds[cat("past_values.", l)] = values[l];
+    }
+    auto out = c.session->run(feeds);
+    grow(filled + S);
+    const int64_t hd = head_dim_;
+    for (int64_t l = 0; l < layers_; l++) {
+      const Tensor& nk = out.at(cat("new_keys.", l));
+      const Tensor& nv = out.at(cat("new_values.", l));
+      for (int64_t i = 0; i < B * kv_heads_; i++) {
+        std::memcpy(keys[l].data<float>() + (i * cap + filled) * hd, nk.data<float>() + i * S * hd,
+                    (size_t)(S * hd) * sizeof(float));
+        std::memcpy(values[l].data<float>() + (i * cap + filled) * hd,
+                    nv.data<float>() + i * S * hd, (size_t)(S * hd) * sizeof(float));
+      }
+    }
+    for (int64_t r = 0; r < B; r++)
+      std::copy(new_mask.begin() + r * S, new_mask.begin() + (r + 1) * S,
+                slot_mask.begin() + r * cap + filled);
+    filled += S;
+    return out.at("logits");  // (B,V)
+  };
+
+  std::vector<std::vector<int64_t>> result(B);
+  if (cfg.max_new_tokens == 0) return result;
+  // Prefill: left padding; positions count real tokens (pads at 0), as Transformers'
+  // _prepare_position_ids_for_generation.
+  std::vector<int64_t> ids((size_t)(B * L), pad), mask((size_t)(B * L), 0), pos((size_t)(B * L), 0);
+  std::vector<int64_t> next_pos(B);
+  for (int64_t r = 0; r < B; r++) {
+    const int64_t n = (int64_t)prompts[r].size(), off = L - n;
+    for (int64_t i = 0; i < n; i++) {
+      ids[r * L + off + i] = prompts[r][i];
+      mask[r * L + off + i] = 1;
+      pos[r * L + off + i] = i;
+    }
+    next_pos[r] = n;
+  }
+  auto t0 = clock::now();
+  Tensor logits = step(ids, mask, pos, L);
+  if (stats) stats->prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  std::vector<bool> done(B, false);
+  for (int64_t t = 0;; t++) {
+    std::vector<int64_t> tok(B), one(B, 1);
+    for (int64_t r = 0; r < B; r++) {
+      if (done[r]) {
+        tok[r] = pad;
+        continue;
+      }
+      double u = cfg.do_sample ? unif(rng) : 0.0;
+      tok[r] = pick_token(logits.data<float>() + r * V, V, cfg, u);
+      result[r].push_back(tok[r]);
+      if (eos.count(tok[r])) done[r] = true;
+    }
+    if (t + 1 >= cfg.max_new_tokens || std::all_of(done.begin(), done.end(), [](bool d) { return d; }))
+      break;
+    std::vector<int64_t> p(B);
+    for (int64_t r = 0; r < B; r++) p[r] = next_pos[r]++;
+    auto t1 = clock::now();
+    logits = step(tok, one, p, 1);
+    if (stats)
+      stats->step_seconds.push_back(std::chrono::duration<double>(clock::now() - t1).count());
+  }
+  if (stats) stats->compiled_signatures = compiled_count_;
+  return result;
+}
+
+}  // namespace onyx::train

@@ -1,0 +1,80 @@
+// train/generate.h — text generation from a causal LM with a key/value cache, as Transformers'
+// generate(): greedy decoding or sampling (temperature, top-k, top-p), batched prompts padded on
+// the left, stopping at the end-of-sequence tokens.
+//
+// The model runs as the decoder-with-past graph (models::build_hf_decoder_with_past): the prompt
+// once (prefill), then one token per step whose keys and values are appended to the cache, so a
+// step never re-runs the prefix. The cache is held here, per layer, as (B, kv_heads, capacity,
+// head_dim) tensors grown in blocks of `cache_block` slots; each step feeds the whole buffer with
+// its unused slots masked, so the graph's input signature (and its optimized graph and memory
+// plan) changes only once per block, not once per token.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "models/hf_model.h"
+
+namespace onyx::runtime {
+class Session;
+}
+
+namespace onyx::train {
+
+struct GenerationConfig {
+  int64_t max_new_tokens = 20;
+  bool do_sample = false;   // false: greedy (argmax, first on ties, as torch.argmax)
+  double temperature = 1.0; // sampling: logits / temperature, then top-k, then top-p (HF's order)
+  int64_t top_k = 50;       // 0: off
+  double top_p = 1.0;       // 1: off
+  uint64_t seed = 0;        // the sampling RNG (not torch's: sampled text differs from HF's)
+  std::vector<int64_t> eos_token_ids;  // a row stops after emitting one of these
+  int64_t pad_token_id = -1;           // fills finished rows (-1: the first eos id, else 0)
+  int64_t cache_block = 64;            // the cache grows by this many slots at a time
+};
+
+// Reads generation_config.json (or config.json) of a model folder: eos_token_id (int or list),
+// pad_token_id, do_sample, temperature, top_k, top_p, max_new_tokens. Keys absent keep `base`.
+GenerationConfig read_generation_config(const std::string& dir, GenerationConfig base = {});
+
+struct GenerationStats {
+  double prefill_seconds = 0;
+  std::vector<double> step_seconds;  // one per decoded token after the first
+  int64_t compiled_signatures = 0;   // optimized graphs built (prefill + one per cache block)
+};
+
+class Generator {
+ public:
+  // `decoder` from build_hf_decoder_with_past, weights in its initializers.
+  explicit Generator(models::BuiltModel decoder);
+  ~Generator();
+  // A Hugging Face folder or an onyx checkpoint of one (config.json + model.safetensors); a LoRA
+  // checkpoint or adapter folder (adapter_config.json) gets its adapters merged.
+  static Generator from_folder(const std::string& dir);
+
+  // New tokens per prompt (ids, any lengths >= 1): up to max_new_tokens, ending with the eos token
+  // when one was emitted. Throws naming the row for an empty prompt or an id out of the vocabulary.
+  std::vector<std::vector<int64_t>> generate(const std::vector<std::vector<int64_t>>& prompts,
+                                             const GenerationConfig& cfg,
+                                             GenerationStats* stats = nullptr);
+  const models::HfConfig& config() const { return model_.config; }
+
+ private:
+  struct Compiled;
+  Compiled& compiled_for(int64_t batch, int64_t new_tokens, int64_t past);
+  models::BuiltModel model_;
+  std::shared_ptr<const ir::Graph> graph_;
+  std::set<std::string> weights_;
+  int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  std::vector<std::unique_ptr<Compiled>> compiled_;  // most recent last; a few kept
+  int64_t compiled_count_ = 0;
+};
+
+// Picks the next token from one row of logits (V) as configured (greedy or sampled); `u` is a
+// uniform draw in [0, 1) used when sampling. Exposed for tests.
+int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u);
+
+}  // namespace onyx::train

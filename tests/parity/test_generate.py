@@ -1,0 +1,308 @@
+"""test_generate.py — `onyx generate` (src/train/generate.cc, a key/value cache over the
+decoder-with-past graphs of src/models/llama.cc and gpt2.cc) against Transformers' generate().
+
+Each case builds a small randomly initialized model (initializer_range 0.2, so the logits are far
+from ties), saves it with save_pretrained, and compares greedy decoding token for token:
+  llama-gqa-batch   LlamaForCausalLM, GQA 4:1, untied head, 4 prompts of lengths 3..11 batched
+                    with left padding, 32 new tokens (eos off): every token = Transformers'
+                    generate on the same left-padded batch, and = each prompt generated alone
+  mistral-sliding   MistralForCausalLM with sliding_window 6: 32 new tokens cross the window
+  qwen2-bias        Qwen2ForCausalLM (q/k/v biases), rope theta 1e6, 32 new tokens
+  gpt2-batch        GPT2LMHeadModel, 3 prompts with left padding, 32 new tokens
+  llama3-rope-eos   rope_type llama3, eos_token_id set in generation_config.json: rows stop at
+                    the first eos as Transformers' (the output ends with it), the others go on
+  cache-blocks      --max_new_tokens 150 on a tiny Llama (cache_block 64: three blocks): tokens =
+                    Transformers', and the optimized graph was built once per cache block, not
+                    per token (the --timings line counts signatures)
+  lora-checkpoint   a LoRA checkpoint (onyx train with lora:) generates = PEFT's merged model
+  sampling          --do_sample --seed: same seed same tokens, another seed other tokens, top_k 1
+                    = greedy; text prompts through the GPT-2 tokenizer folder
+  bad-input         an empty prompt, an id outside the vocabulary, a folder without
+                    config.json: exit 1 with the reason
+
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_generate.py [filter]
+Ends with "N passed, M failed"; exits 1 if any case failed.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import transformers as tr
+
+ONYX = os.environ.get("ONYX", "build/onyx")
+GPT2_TOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/data/gpt2-tokenizer")
+torch.set_num_threads(1)
+
+
+def make(cls, **kw):
+    base = dict(vocab_size=211, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=8, max_position_embeddings=256, initializer_range=0.2)
+    base.update(kw)
+    cfg = cls.config_class(**base)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    m = cls(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "norm" in n or "ln_" in n:
+                p.normal_(1.0, 0.1) if n.endswith("weight") else p.normal_(0.0, 0.1)
+            elif n.endswith("bias"):
+                p.normal_(0.0, 0.1)
+    return m
+
+
+def onyx(*args, ok=True):
+    p = subprocess.run([ONYX] + list(args), capture_output=True, text=True, timeout=600)
+    if ok and p.returncode != 0:
+        raise AssertionError(f"onyx {args[0]} exited {p.returncode}: {p.stderr.strip()[-800:]}")
+    return p
+
+
+def save(tmp, name, model, eos=None, pad=0):
+    d = os.path.join(tmp, name)
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    model.generation_config.do_sample = False
+    model.config.eos_token_id = eos
+    model.save_pretrained(d)
+    return d
+
+
+def hf_generate(model, prompts, new, pad=0, eos=None):
+    L = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (L - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                             min_new_tokens=0, do_sample=False, pad_token_id=pad,
+                             eos_token_id=eos)
+    res = []
+    for row in out[:, L:].tolist():
+        if eos is not None and eos in row:
+            row = row[:row.index(eos) + 1]
+        res.append(row)
+    return res
+
+
+def onyx_generate(d, prompts, new, *extra):
+    pf = os.path.join(d, "prompts.jsonl")
+    with open(pf, "w") as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt_ids": p}) + "\n")
+    of = os.path.join(d, "out.jsonl")
+    p = onyx("generate", d, "--prompts", pf, "--max_new_tokens", str(new), "--output", of, *extra)
+    with open(of) as f:
+        rows = [json.loads(l) for l in f]
+    return [r["completion_ids"] for r in rows], p
+
+
+def compare(got, want):
+    for r, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            k = next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
+            return False, f"row {r} differs at new token {k}: onyx {g[k:k+4]} vs HF {w[k:k+4]} (lengths {len(g)}, {len(w)})"
+    if len(got) != len(want):
+        return False, f"{len(got)} rows vs {len(want)}"
+    return True, ""
+
+
+def prompts_for(vocab, lens, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lens]
+
+
+def case_greedy(tmp, name, cls, lens, new=32, alone=False, **kw):
+    m = make(cls, **kw)
+    d = save(tmp, name, m)
+    prompts = prompts_for(m.config.vocab_size, lens)
+    want = hf_generate(m, prompts, new)
+    got, _ = onyx_generate(d, prompts, new)
+    ok, msg = compare(got, want)
+    if not ok:
+        return False, msg
+    if alone:  # batching with left padding changes nothing
+        for i, p in enumerate(prompts):
+            one, _ = onyx_generate(d, [p], new)
+            if one[0] != got[i]:
+                return False, f"prompt {i} alone differs from its batched row"
+    n = sum(len(g) for g in got)
+    return True, f"{len(prompts)} prompts (lengths {lens}), {n} tokens = Transformers' generate"
+
+
+def case_eos(tmp):
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2,
+             rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 16})
+    prompts = prompts_for(m.config.vocab_size, [4, 9, 6, 7, 5, 8], seed=3)
+    # eos: a token greedy decoding emits early in some row but not in all
+    free = hf_generate(m, prompts, 24)
+    firsts = {}
+    for row in free:
+        for i, t in enumerate(row):
+            firsts.setdefault(t, []).append(i)
+    eos = min((t for t in firsts if len(firsts[t]) < len(prompts)),
+              key=lambda t: min(firsts[t]), default=None)
+    if eos is None:
+        return False, "no candidate eos token (every token in every row)"
+    d = save(tmp, "llama3-eos", m, eos=eos)
+    want = hf_generate(m, prompts, 24, eos=eos)
+    got, _ = onyx_generate(d, prompts, 24)
+    ok, msg = compare(got, want)
+    if not ok:
+        return False, msg
+    stopped = sum(1 for g in got if g and g[-1] == eos)
+    if stopped == 0 or stopped == len(got):
+        return False, f"{stopped} of {len(got)} rows stopped at eos {eos}: the case tests nothing"
+    return True, f"eos {eos}: {stopped} of {len(got)} rows stopped early, lengths {[len(g) for g in got]} = HF"
+
+
+def case_blocks(tmp):
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=4, num_hidden_layers=1)
+    d = save(tmp, "blocks", m)
+    prompts = prompts_for(m.config.vocab_size, [5, 2])
+    want = hf_generate(m, prompts, 150)
+    got, p = onyx_generate(d, prompts, 150, "--timings")
+    ok, msg = compare(got, want)
+    if not ok:
+        return False, msg
+    mm = re.search(r"(\d+) graph signatures", p.stderr)
+    if not mm:
+        return False, f"no signature count in --timings output: {p.stderr.strip()[-300:]}"
+    sig = int(mm.group(1))
+    # prefill (past 0) + past capacities 64, 128, 192: 4 signatures for 154 slots
+    if sig != 4:
+        return False, f"{sig} optimized graphs for 150 tokens (expected 4: prefill + 3 blocks)"
+    return True, f"150 tokens = HF; {sig} optimized graphs (prefill + one per 64-slot block)"
+
+
+def case_lora(tmp):
+    import peft
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
+    base = save(tmp, "lora-base", m)
+    ids = torch.randint(3, 211, (8, 12), generator=torch.Generator().manual_seed(5))
+    from safetensors.torch import save_file
+    save_file({"input_ids": ids, "labels": ids.clone()}, os.path.join(tmp, "lora-train.safetensors"))
+    out = os.path.join(tmp, "lora-out")
+    cfg = os.path.join(tmp, "lora.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"model: {base}\ntrain_data: {tmp}/lora-train.safetensors\noutput_dir: {out}\n"
+                "max_steps: 6\nper_device_train_batch_size: 4\nlearning_rate: 0.05\n"
+                "lr_scheduler_type: constant\nsave_strategy: 'no'\nlogging_steps: 3\n"
+                "disable_tqdm: true\nreport_to: none\n"
+                "lora: {r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj, down_proj]}\n")
+    onyx("train", cfg)
+    prompts = prompts_for(211, [6, 3])
+    base_tokens = hf_generate(m, prompts, 32)  # before merge_and_unload changes m in place
+    pm = peft.PeftModel.from_pretrained(m, out).merge_and_unload().eval()
+    want = hf_generate(pm, prompts, 32)
+    if want == base_tokens:
+        return False, "the adapters did not change the greedy tokens: the case tests nothing"
+    got, _ = onyx_generate(out, prompts, 32)
+    ok, msg = compare(got, want)
+    return ok, msg or "LoRA checkpoint: 64 tokens = PEFT's merged model (and differ from the base)"
+
+
+def case_sampling(tmp):
+    m = make(tr.GPT2LMHeadModel, vocab_size=50257, n_embd=64, n_layer=2, n_head=4,
+             n_positions=128)
+    d = save(tmp, "gpt2-text", m, eos=50256)
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(GPT2_TOK, f), d)
+
+    def run(*extra):
+        p = onyx("generate", d, "--prompt", "The cat sat on", "--prompt", "Hello",
+                 "--max_new_tokens", "12", "--output", os.path.join(d, "s.jsonl"), *extra)
+        with open(os.path.join(d, "s.jsonl")) as f:
+            return [json.loads(l) for l in f]
+
+    a = run("--do_sample", "--seed", "7")
+    b = run("--do_sample", "--seed", "7")
+    c = run("--do_sample", "--seed", "8", "--temperature", "1.5")
+    g = run()
+    k1 = run("--top_k", "1", "--seed", "3")
+    if a != b:
+        return False, "the same seed gave different samples"
+    if [r["completion_ids"] for r in a] == [r["completion_ids"] for r in c]:
+        return False, "another seed and temperature gave the same samples"
+    if [r["completion_ids"] for r in k1] != [r["completion_ids"] for r in g]:
+        return False, "top_k 1 differs from greedy"
+    tok = tr.GPT2TokenizerFast.from_pretrained(GPT2_TOK)
+    if g[0]["prompt_ids"] != tok("The cat sat on")["input_ids"]:
+        return False, "prompt tokenized differently from the GPT-2 tokenizer"
+    want = hf_generate(m, [g[0]["prompt_ids"]], 12, eos=50256)[0]
+    if g[0]["completion_ids"] != want:
+        return False, f"greedy text prompt {g[0]['completion_ids']} vs HF {want}"
+    text = tok.decode([t for t in want if t != 50256])
+    if g[0]["completion"] != text:
+        return False, f"completion text {g[0]['completion']!r} vs HF decode {text!r}"
+    return True, "seeded sampling repeatable, seeds differ, top_k 1 = greedy = HF; text decode = HF"
+
+
+def case_bad(tmp):
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
+    d = save(tmp, "bad", m)
+    msgs = []
+    for prompts, want in (([[]], "prompt 1 has no tokens"), ([[5, 999]], "outside the vocabulary")):
+        pf = os.path.join(d, "p.jsonl")
+        with open(pf, "w") as f:
+            for p in prompts:
+                f.write(json.dumps({"prompt_ids": p}) + "\n")
+        p = onyx("generate", d, "--prompts", pf, ok=False)
+        if p.returncode != 1 or want not in p.stderr:
+            return False, f"{prompts}: rc {p.returncode}, stderr {p.stderr.strip()[-300:]!r}"
+        msgs.append(want)
+    p = onyx("generate", tmp, "--prompt", "x", "--tokenizer", GPT2_TOK, ok=False)
+    if p.returncode != 1 or "no config.json" not in p.stderr:
+        return False, f"folder without config.json: rc {p.returncode}, {p.stderr.strip()[-300:]!r}"
+    return True, "empty prompt, id out of range, no config.json: exit 1 naming the reason"
+
+
+def main():
+    filt = sys.argv[1] if len(sys.argv) > 1 else ""
+    cases = [
+        ("llama-gqa-batch", lambda t: case_greedy(
+            t, "llama-gqa", tr.LlamaForCausalLM, [3, 11, 7, 5], alone=True,
+            num_key_value_heads=2, tie_word_embeddings=False)),
+        ("mistral-sliding", lambda t: case_greedy(
+            t, "mistral", tr.MistralForCausalLM, [9, 4], num_key_value_heads=2, sliding_window=6)),
+        ("qwen2-bias", lambda t: case_greedy(
+            t, "qwen2", tr.Qwen2ForCausalLM, [5, 8], num_key_value_heads=4,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+        ("gpt2-batch", lambda t: case_greedy(
+            t, "gpt2", tr.GPT2LMHeadModel, [6, 2, 10], alone=True, n_embd=64, n_layer=2, n_head=4,
+            n_positions=128)),
+        ("llama3-rope-eos", case_eos),
+        ("cache-blocks", case_blocks),
+        ("lora-checkpoint", case_lora),
+        ("sampling", case_sampling),
+        ("bad-input", case_bad),
+    ]
+    counts = {"PASS": 0, "FAIL": 0}
+    tmp = tempfile.mkdtemp(prefix="onyx-test-generate-")
+    t0 = time.time()
+    try:
+        for name, fn in cases:
+            if filt not in name:
+                continue
+            try:
+                ok, msg = fn(tmp)
+            except Exception as e:
+                ok, msg = False, f"{type(e).__name__}: {e}"
+            counts["PASS" if ok else "FAIL"] += 1
+            print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"({time.time() - t0:.0f} s)")
+    print(f"{counts['PASS']} passed, {counts['FAIL']} failed")
+    sys.exit(1 if counts["FAIL"] else 0)
+
+
+if __name__ == "__main__":
+    main()
