@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/chat_template.h"
 #include "onyx/error.h"
 
 namespace fs = std::filesystem;
@@ -374,34 +375,171 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
              ") has no end-of-text token to end each sample with (set add_eos false)");
   TextClassificationOptions ro;
   ro.format = opts_.format;
-  for (auto& r : read_rows(path, ro)) {
-    auto text_of = [&](const char* key) -> std::optional<std::string> {
-      auto it = r.obj.find(key);
-      if (it == r.obj.end() || it->is_null()) return std::nullopt;
-      ONYX_CHECK(it->is_string(), "dataset '", path, "': line ", r.line, ": '", key,
-                 "' must be a string");
-      return it->get<std::string>();
-    };
-    auto text = text_of("text"), prompt = text_of("prompt"), completion = text_of("completion");
-    ONYX_CHECK(!r.obj.contains("messages"), "dataset '", path, "': line ", r.line,
-               ": conversational rows ('messages') need a chat template, which onyx does not "
-               "apply yet; write 'prompt' / 'completion' or 'text'");
-    ONYX_CHECK(text || (prompt && completion), "dataset '", path, "': line ", r.line,
-               " has neither 'text' nor 'prompt' and 'completion'");
-    std::vector<int64_t> ids;
-    int64_t prompt_len = 0;
-    if (text) {
-      ids = tok_->encode_ids(*text);
-    } else {
-      ids = tok_->encode_ids(*prompt + *completion);
-      prompt_len = (int64_t)tok_->encode_ids(*prompt).size();
+  std::unique_ptr<ChatTemplate> tmpl;
+  if (!opts_.chat_template.empty())
+    tmpl = std::make_unique<ChatTemplate>(opts_.chat_template, opts_.chat_template_origin.empty()
+                                                                   ? "chat template"
+                                                                   : opts_.chat_template_origin);
+  ONYX_CHECK(!opts_.assistant_only_loss || !tmpl || tmpl->has_generation_markers(), "dataset '",
+             path,
+             "': assistant_only_loss needs a chat template that marks the assistant turns "
+             "with {% generation %} ... {% endgeneration %}, and ",
+             tmpl ? tmpl->name() : std::string("this one"),
+             " has none (TRL swaps in its own training templates for some models; onyx does not)");
+  // Byte offsets of each token in the text it was encoded from (byte-level BPE decodes a token to
+  // exactly its bytes); the assistant mask marks the tokens overlapping a generation span.
+  auto assistant_mask = [&](const std::vector<int64_t>& ids, const ChatTemplate::Rendered& r,
+                            int64_t line) {
+    std::vector<size_t> ends(ids.size());
+    size_t pos = 0;
+    for (size_t t = 0; t < ids.size(); t++) ends[t] = pos += tok_->decode({ids[t]}).size();
+    ONYX_CHECK(pos == r.text.size(), "dataset '", path, "': line ", line,
+               ": assistant_only_loss needs each token's place in the rendered text, and the "
+               "tokenizer (",
+               tok_->source(), ") does not decode its tokens back to that text byte for byte");
+    std::vector<int64_t> mask(ids.size(), 0);
+    const auto& spans = r.generation_spans;
+    size_t span = 0;
+    for (size_t t = 0; t < ids.size(); t++) {
+      const size_t begin = t ? ends[t - 1] : 0;
+      while (span < spans.size() && begin >= spans[span].second) span++;
+      if (span == spans.size()) break;
+      if (ends[t] > spans[span].first) mask[t] = 1;
     }
-    if (opts_.add_eos && (ids.empty() || ids.back() != *eos)) ids.push_back(*eos);
-    if ((int64_t)ids.size() > opts_.max_length) ids.resize(opts_.max_length);
-    std::vector<int64_t> labels = ids;
-    if (opts_.completion_only_loss)
-      for (int64_t i = 0; i < std::min<int64_t>(prompt_len, (int64_t)labels.size()); i++)
-        labels[i] = -100;
+    ONYX_CHECK(std::find(mask.begin(), mask.end(), 1) != mask.end(), "dataset '", path, "': line ",
+               line,
+               ": assistant_only_loss is set but the row has no assistant tokens (the chat "
+               "template's {% generation %} blocks rendered nothing)");
+    return mask;
+  };
+  auto is_messages = [](const nlohmann::json* v) {
+    return v && v->is_array() && !v->empty() && (*v)[0].is_object() && (*v)[0].contains("role");
+  };
+  for (auto& r : read_rows(path, ro)) {
+    auto field = [&](const char* key) -> const nlohmann::json* {
+      auto it = r.obj.find(key);
+      return it == r.obj.end() || it->is_null() ? nullptr : &*it;
+    };
+    // TRL's maybe_convert_to_chatml: "conversations" of {from, value} -> "messages"
+    if (const nlohmann::json* conv = field("conversations"); conv && !field("messages")) {
+      ONYX_CHECK(conv->is_array(), "dataset '", path, "': line ", r.line,
+                 ": 'conversations' must be a list of messages");
+      nlohmann::json msgs = nlohmann::json::array();
+      for (auto m : *conv) {
+        if (m.is_object() && m.contains("from")) {
+          m["role"] = m["from"];
+          m.erase("from");
+        }
+        if (m.is_object() && m.contains("value")) {
+          m["content"] = m["value"];
+          m.erase("value");
+        }
+        msgs.push_back(m);
+      }
+      r.obj["messages"] = msgs;
+    }
+    const nlohmann::json *messages = field("messages"), *pj = field("prompt"),
+                         *cj = field("completion");
+    const bool conversational = messages || is_messages(pj) || is_messages(cj);
+    std::vector<int64_t> ids, labels;
+    if (conversational) {
+      ONYX_CHECK(tmpl, "dataset '", path, "': line ", r.line,
+                 ": conversational rows need a chat template, and the tokenizer folder has "
+                 "none (no chat_template.jinja, no chat_template in tokenizer_config.json); set "
+                 "the dataset's chat_template to a .jinja file or a template");
+      nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+      if (const nlohmann::json* tools = field("tools")) {
+        if (tools->is_string()) {
+          try {
+            extra["tools"] = nlohmann::ordered_json::parse(tools->get<std::string>());
+          } catch (const nlohmann::json::exception& e) {
+            throw Error(cat("dataset '", path, "': line ", r.line,
+                            ": 'tools' is a string but not valid JSON: ", e.what()));
+          }
+        } else {
+          extra["tools"] = nlohmann::ordered_json::parse(tools->dump());
+        }
+      }
+      if (const nlohmann::json* kw = field("chat_template_kwargs")) {
+        ONYX_CHECK(kw->is_object(), "dataset '", path, "': line ", r.line,
+                   ": 'chat_template_kwargs' must be an object");
+        for (auto it = kw->begin(); it != kw->end(); ++it)
+          extra[it.key()] = nlohmann::ordered_json::parse(it.value().dump());
+      }
+      auto render = [&](const nlohmann::json& msgs, bool gen) {
+        try {
+          return tmpl->render(chat_template_vars(nlohmann::ordered_json::parse(msgs.dump()), gen,
+                                                 opts_.special_tokens, extra));
+        } catch (const Error& e) {
+          throw Error(cat("dataset '", path, "': line ", r.line, ": ", e.what()));
+        }
+      };
+      if (pj || cj) {
+        ONYX_CHECK(is_messages(pj) && is_messages(cj), "dataset '", path, "': line ", r.line,
+                   ": 'prompt' and 'completion' must both be lists of messages ({role, content}) "
+                   "or both strings");
+        ONYX_CHECK(!messages, "dataset '", path, "': line ", r.line,
+                   ": a row has either 'messages' or 'prompt' / 'completion', not both");
+        const auto prompt_ids = tok_->encode_ids(render(*pj, true).text);
+        nlohmann::json all = *pj;
+        for (auto& m : *cj) all.push_back(m);
+        auto rendered = render(all, false);
+        ids = tok_->encode_ids(rendered.text);
+        size_t prompt_len = 0;
+        while (prompt_len < prompt_ids.size() && prompt_len < ids.size() &&
+               prompt_ids[prompt_len] == ids[prompt_len])
+          prompt_len++;
+        labels = ids;
+        if (opts_.completion_only_loss)
+          for (size_t t = 0; t < prompt_len; t++) labels[t] = -100;
+        if (opts_.assistant_only_loss) {
+          auto mask = assistant_mask(ids, rendered, r.line);
+          for (size_t t = 0; t < ids.size(); t++)
+            if (!mask[t]) labels[t] = -100;
+        }
+      } else {
+        ONYX_CHECK(messages->is_array(), "dataset '", path, "': line ", r.line,
+                   ": 'messages' must be a list of {role, content} objects");
+        auto rendered = render(*messages, false);
+        ids = tok_->encode_ids(rendered.text);
+        labels = ids;
+        if (opts_.assistant_only_loss) {
+          auto mask = assistant_mask(ids, rendered, r.line);
+          for (size_t t = 0; t < ids.size(); t++)
+            if (!mask[t]) labels[t] = -100;
+        }
+      }
+    } else {
+      ONYX_CHECK(!opts_.assistant_only_loss, "dataset '", path, "': line ", r.line,
+                 ": assistant_only_loss is only for conversational rows ('messages', or "
+                 "'prompt' / 'completion' as message lists)");
+      auto text_of = [&](const char* key) -> std::optional<std::string> {
+        const nlohmann::json* v = field(key);
+        if (!v) return std::nullopt;
+        ONYX_CHECK(v->is_string(), "dataset '", path, "': line ", r.line, ": '", key,
+                   "' must be a string");
+        return v->get<std::string>();
+      };
+      auto text = text_of("text"), prompt = text_of("prompt"), completion = text_of("completion");
+      ONYX_CHECK(text || (prompt && completion), "dataset '", path, "': line ", r.line,
+                 " has neither 'text' nor 'prompt' and 'completion'");
+      int64_t prompt_len = 0;
+      if (text) {
+        ids = tok_->encode_ids(*text);
+      } else {
+        ids = tok_->encode_ids(*prompt + *completion);
+        prompt_len = (int64_t)tok_->encode_ids(*prompt).size();
+      }
+      if (opts_.add_eos && (ids.empty() || ids.back() != *eos)) ids.push_back(*eos);
+      labels = ids;
+      if (opts_.completion_only_loss)
+        for (int64_t i = 0; i < std::min<int64_t>(prompt_len, (int64_t)labels.size()); i++)
+          labels[i] = -100;
+    }
+    if ((int64_t)ids.size() > opts_.max_length) {
+      ids.resize(opts_.max_length);
+      labels.resize(opts_.max_length);
+    }
     ids_.push_back(std::move(ids));
     labels_.push_back(std::move(labels));
   }

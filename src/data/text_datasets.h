@@ -103,6 +103,13 @@ class CausalLMDataset : public Dataset {
 // completion as one text, the prompt's own token count marking where the completion starts, the
 // tokenizer's end-of-text token appended, truncated to max_length. Batches are right-padded to the
 // longest row rounded up to pad_multiple (labels -100, attention_mask 0 there).
+// Conversational rows (TRL 1.16's SFTTrainer): "messages" (or "conversations" of {from, value})
+// rendered with the chat template, every token carrying loss, or only the assistant turns' tokens
+// with assistant_only_loss (the tokens overlapping the template's {% generation %} spans, as
+// Transformers' return_assistant_tokens_mask); "prompt" and "completion" as message lists: the
+// prompt rendered with add_generation_prompt, then prompt + completion, the completion starting
+// where their token ids first differ. No end-of-text token is appended (the template writes its
+// own). A row's "tools" and "chat_template_kwargs" reach the template as TRL passes them.
 struct SftOptions {
   std::string format;  // as TextClassificationOptions::format
   int64_t max_length = 1024;
@@ -114,6 +121,14 @@ struct SftOptions {
   // samples from seeing each other (the Llama family reads sample boundaries from them, as
   // Transformers does), and each sample's first token is no target of the previous one.
   bool packing = false;
+  // Conversational rows are rendered with this chat template (Jinja source, chat_template.h);
+  // empty: such rows are an error. special_tokens (bos_token, eos_token, ...) are its variables.
+  std::string chat_template;
+  std::string chat_template_origin;  // where it came from, for messages
+  std::map<std::string, std::string> special_tokens;
+  // Loss only on the assistant turns of conversational rows; the template must mark them with
+  // {% generation %} ... {% endgeneration %}.
+  bool assistant_only_loss = false;
 };
 
 class SftDataset : public Dataset {

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/chat_template.h"
 #include "data/dataset.h"
 #include "data/idx_dataset.h"
 #include "data/text_datasets.h"
@@ -401,7 +402,8 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       ds = std::make_shared<data::IdxImageDataset>(images, resolve(c.dir, need("labels")), o);
     }
   } else if (type == "text_classification" || type == "causal_lm" || type == "sft") {
-    auto tok = data::load_tokenizer(resolve(c.dir, need("tokenizer")));
+    const std::string tok_path = resolve(c.dir, need("tokenizer"));
+    auto tok = data::load_tokenizer(tok_path);
     std::string path = resolve(c.dir, need("path"));
     if (type == "sft") {
       data::SftOptions o;
@@ -412,6 +414,29 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
         o.completion_only_loss = take("completion_only_loss") == "true";
       if (kv.count("add_eos")) o.add_eos = take("add_eos") == "true";
       if (kv.count("packing")) o.packing = take("packing") == "true";
+      if (kv.count("assistant_only_loss"))
+        o.assistant_only_loss = take("assistant_only_loss") == "true";
+      // The chat template: `chat_template:` (a .jinja file, a model folder, or the template
+      // itself), else the tokenizer folder's (chat_template.jinja / tokenizer_config.json).
+      auto files = data::find_chat_template(tok_path);
+      if (kv.count("chat_template")) {
+        const std::string v = take("chat_template");
+        const std::string file = resolve(c.dir, v);
+        if (v.find("{{") == std::string::npos && v.find("{%") == std::string::npos) {
+          ONYX_CHECK(fs::exists(file), what, ": chat_template '", v,
+                     "' is neither a file nor a template (no {{ or {%)");
+          auto own = data::find_chat_template(file);
+          ONYX_CHECK(!own.source.empty(), what, ": '", file, "' holds no chat template");
+          files.source = own.source;
+          files.origin = own.origin;
+        } else {
+          files.source = v;
+          files.origin = cat(what, ".chat_template");
+        }
+      }
+      o.chat_template = files.source;
+      o.chat_template_origin = files.origin;
+      o.special_tokens = files.special_tokens;
       ds = std::make_shared<data::SftDataset>(path, tok, o);
     } else if (type == "causal_lm") {
       data::CausalLMOptions o;

@@ -22,6 +22,7 @@ Action add_plot_command(CLI::App& app);
 Action add_check_command(CLI::App& app);
 Action add_launch_command(CLI::App& app);
 Action add_consolidate_command(CLI::App& app);
+Action add_chat_template_command(CLI::App& app);
 Action add_generate_command(CLI::App& app);
 
 }  // namespace onyx::cli

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   add(onyx::cli::add_check_command);
   add(onyx::cli::add_launch_command);
   add(onyx::cli::add_consolidate_command);
+  add(onyx::cli::add_chat_template_command);
   add(onyx::cli::add_generate_command);
   try {
     app.parse(argc, argv);
