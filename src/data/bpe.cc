@@ -4,6 +4,7 @@
 // behind the pipeline of hf_pipeline.h (see bpe.h).
 #include "data/bpe.h"
 
+#include <cctype>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -439,14 +440,41 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
     return pipe_->decode(std::move(tokens));
   }
   std::string out;
+  for (auto id : ids) append_byte_level(id_to_token_[id], out);
+  return out;
+}
+
+void BpeTokenizer::append_byte_level(const std::string& token, std::string& out) {
   const auto& to_byte = byte_map().to_byte;
-  for (auto id : ids) {
-    for (char32_t c : unicode::decode_utf8(id_to_token_[id])) {
-      auto it = to_byte.find(c);
-      if (it != to_byte.end())
-        out.push_back((char)it->second);
-      else
-        unicode::append_utf8(c, out);
+  for (char32_t c : unicode::decode_utf8(token)) {
+    auto it = to_byte.find(c);
+    if (it != to_byte.end())
+      out.push_back((char)it->second);
+    else
+      unicode::append_utf8(c, out);
+  }
+}
+
+std::string BpeTokenizer::token_bytes(int64_t id) const {
+  ONYX_CHECK(id >= 0 && id < (int64_t)id_to_token_.size(), source_, ": cannot decode id ", id,
+             " (vocabulary has ", id_to_token_.size(), " ids)");
+  const std::string& t = id_to_token_[id];
+  if (const AddedToken* a = added_token(id)) return a->content;
+  std::string out;
+  if (!pipe_ || pipe_->byte_level()) {
+    append_byte_level(t, out);
+    return out;
+  }
+  if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+      std::isxdigit((unsigned char)t[3]) && std::isxdigit((unsigned char)t[4]))
+    return std::string(1, (char)std::stoi(t.substr(3, 2), nullptr, 16));
+  static const std::string kSpace = "\u2581";
+  for (size_t i = 0; i < t.size();) {
+    if (t.compare(i, kSpace.size(), kSpace) == 0) {
+      out.push_back(' ');
+      i += kSpace.size();
+    } else {
+      out.push_back(t[i++]);
     }
   }
   return out;

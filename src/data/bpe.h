@@ -63,6 +63,9 @@ class BpeTokenizer : public Tokenizer {
 
   // As tokenizers' decode(ids, skip_special_tokens=False): added tokens' content, the decoder.
   std::string decode(const std::vector<int64_t>& ids) const override;
+  // Byte-level tokens' raw bytes; SentencePiece-style tokens with "▁" as ' ' and <0xXX> as the
+  // byte; added tokens' content.
+  std::string token_bytes(int64_t id) const override;
   // Ids 0 .. vocab_size-1: the model's vocabulary and the added tokens.
   int64_t vocab_size() const override { return (int64_t)id_to_token_.size(); }
   std::optional<int64_t> token_id(const std::string& token) const override;
@@ -79,6 +82,8 @@ class BpeTokenizer : public Tokenizer {
   // BPE over one pre-tokenized piece (raw bytes) -> ids; cached.
   void encode_piece(const std::string& piece, std::vector<int64_t>& ids) const;
   std::vector<int64_t> bpe(const std::string& piece) const;
+  // GPT-2's byte-level token string -> its bytes (other code points as UTF-8).
+  static void append_byte_level(const std::string& token, std::string& out);
   // BPE merges over symbol ids.
   std::vector<int64_t> merge(std::vector<int32_t> id) const;
   // tokenizer.json's model over one pre-tokenized piece (characters, not bytes); cached.

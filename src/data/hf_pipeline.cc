@@ -28,29 +28,6 @@ struct Regex::Impl {
   bool is_literal = false;
 };
 
-namespace {
-
-// \s and \S as Oniguruma's (White_Space), inside and outside classes.
-std::string oniguruma_spaces(const std::string& p) {
-  std::string out;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == '\\' && i + 1 < p.size()) {
-      if (p[i + 1] == 's')
-        out += "\\p{White_Space}";
-      else if (p[i + 1] == 'S')
-        out += "\\P{White_Space}";
-      else
-        out.append(p, i, 2);
-      ++i;
-    } else {
-      out.push_back(p[i]);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 Regex::Regex(const std::string& pattern, bool literal, const std::string& where)
     : impl_(std::make_unique<Impl>()) {
   impl_->is_literal = literal;
@@ -61,8 +38,8 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& where)
   }
   UErrorCode status = U_ZERO_ERROR;
   UParseError pe{};
-  impl_->pattern.reset(icu::RegexPattern::compile(
-      icu::UnicodeString::fromUTF8(oniguruma_spaces(pattern)), 0, pe, status));
+  impl_->pattern.reset(
+      icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0, pe, status));
   if (U_FAILURE(status))
     throw Error(cat(where, ": invalid regex '", pattern, "': ", u_errorName(status),
                     " (ICU regex, near character ", pe.offset, ")"));

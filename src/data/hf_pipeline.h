@@ -9,9 +9,10 @@
 //   decoder        ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence, null
 // Regex patterns run on ICU's regex engine (Debian libicu-dev): it has what the Llama-family
 // patterns need (\p{L}, \p{N}, (?i:...), lookahead), which no hand matcher should re-implement.
-// `tokenizers` runs Oniguruma, whose \s is Unicode White_Space; ICU's \s leaves out VT and NEL, so
-// \s and \S are rewritten to \p{White_Space} / \P{White_Space} before compiling. Anything else in a
-// file is an error naming the file and the JSON path, never a silent approximation.
+// `tokenizers` runs Oniguruma; both engines take \s as Unicode White_Space (VT and NEL included)
+// and the classes from their Unicode tables, and the references check every code point of planes 0
+// and 1 through the patterns. Anything else in a file is an error naming the file and the JSON
+// path, never a silent approximation.
 #pragma once
 #include <memory>
 #include <nlohmann/json_fwd.hpp>

@@ -72,6 +72,10 @@ class Tokenizer {
   int64_t num_special_tokens(bool pair) const;
 
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
+  // The text one token stands for by itself, to place tokens in the text they came from: unlike
+  // decode({id}), no decoder step that depends on the token's neighbours or position (Strip of a
+  // leading space, Metaspace's first token, lossy UTF-8 of a token holding part of a character).
+  virtual std::string token_bytes(int64_t id) const { return decode({id}); }
   virtual int64_t vocab_size() const = 0;
   virtual std::optional<int64_t> token_id(const std::string& token) const = 0;
   virtual std::string kind() const = 0;  // "wordpiece", "bpe"

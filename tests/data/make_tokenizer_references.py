@@ -15,7 +15,7 @@ Writes
   BUILD_DIR/llama-family-reference/  tokenizers trained here with HF tokenizers on the WordNet glosses,
                                   one folder each, in the styles of the Llama family's tokenizer.json:
       llama3/     byte-level BPE: Split(Llama 3's regex, Isolated) + ByteLevel(use_regex false),
-                  ignore_merges, special tokens added after the vocabulary (<|begin_of_text|>, ...),
+                  ignore_merges (two words no merge makes added to the vocabulary), special tokens added after the vocabulary (<|begin_of_text|>, ...),
                   non-special added tokens with lstrip/rstrip/single_word/normalized,
                   post-processor Sequence[ByteLevel, TemplateProcessing("<|begin_of_text|> $A")]
       qwen2/      the same with Qwen2's regex, an NFC normalizer, no ignore_merges, no BOS
@@ -126,6 +126,7 @@ LLAMA_LINES = [
     "<s>Hello</s> world <unk> <s> </s><s>",
     "emoji 😀😀 👍🏽 🇩🇪 CJK 我爱自然语言处理 ㄅㄆ 한국어 ÿ Ā ǅ 𝔘𝔫𝔦",
     "xylophone xylophones axylophone",
+    "ignore merges: a qwxz b qwxzqwxz qwxz. Qwxz qwxzq",
 ]
 
 
@@ -252,6 +253,14 @@ def train_byte_level(gl, regex, nfc, ignore_merges, specials, bos):
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(gl, trainers.BpeTrainer(
         vocab_size=6000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    if ignore_merges:
+        # words in the vocabulary that no merge makes, so that ignore_merges shows (a trained BPE
+        # reaches each of its words by its merges)
+        j = json.loads(tok.to_str())
+        next_id = max(j["model"]["vocab"].values()) + 1
+        for k, w in enumerate(["\u0120qwxz", "qwxzqwxz"]):
+            j["model"]["vocab"][w] = next_id + k
+        tok = Tokenizer.from_str(json.dumps(j))
     # as in Llama 3 and Qwen2: the special tokens come after the BPE vocabulary, outside model.vocab
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     tok.add_tokens([AddedToken("<tool>", lstrip=True, rstrip=True, normalized=False),

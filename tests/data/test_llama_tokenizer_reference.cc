@@ -103,10 +103,16 @@ TEST(LlamaTokenizerReference, Llama3ByteLevelSplitRegex) {
   // <|begin_of_text|> is an added token after the BPE vocabulary, and the template's BOS
   auto bos = tok->token_id("<|begin_of_text|>");
   ASSERT_TRUE(bos);
-  EXPECT_EQ(*bos, 6000);
-  EXPECT_EQ(tok->vocab_size(), 6008);
+  EXPECT_EQ(*bos, 6002);
+  EXPECT_EQ(tok->vocab_size(), 6010);  // + the two words no merge makes
   EXPECT_EQ(tok->eos_id(), tok->token_id("<|end_of_text|>"));
   EXPECT_EQ(tok->encode("").input_ids, (std::vector<int64_t>{*bos}));
+  // token_bytes: each token's own bytes, which concatenate to the text (a character split across
+  // byte-level tokens included), while decode makes whole characters
+  const std::string text = "caf\xc3\xa9 \xf0\x9f\x98\x80 wugwug<|eot_id|>";
+  std::string joined;
+  for (auto id : tok->encode_ids(text)) joined += tok->token_bytes(id);
+  EXPECT_EQ(joined, text);
 }
 
 TEST(LlamaTokenizerReference, Qwen2NfcByteLevel) {
@@ -125,6 +131,9 @@ TEST(LlamaTokenizerReference, SentencePieceByteFallback) {
   auto ids = tok->encode_ids("\xe4\xb8\x80");  // U+4E00
   const std::vector<int64_t> want = {*tok->token_id("\xe2\x96\x81"), 3 + 0xE4, 3 + 0xB8, 3 + 0x80};
   EXPECT_EQ(ids, want);
+  std::string joined;
+  for (auto id : ids) joined += tok->token_bytes(id);
+  EXPECT_EQ(joined, " \xe4\xb8\x80");  // the normalizer's "▁" is a space
 }
 
 TEST(LlamaTokenizerReference, MetaspaceFusedUnk) { EXPECT_TRUE(check_style("metaspace")); }
