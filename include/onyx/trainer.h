@@ -218,6 +218,9 @@ class Trainer {
   PredictionOutput run_eval(const data::Dataset& ds, bool with_metrics,
                             bool keep_predictions = false);
   Metrics evaluate_on(const data::Dataset& ds, const std::string& prefix, bool track_best);
+  // predict_with_generate: greedy generation from each sample's prompt, scored against its
+  // labelled completion; the generated ids (N, longest) padded with -100 into `generated`.
+  Metrics generation_metrics(const data::Dataset& ds, Tensor* generated);
   // A batch of `ds` with the inputs the model fills by default (Model::fill_defaults) added.
   std::map<std::string, Tensor> load_batch(const data::Dataset& ds,
                                            const std::vector<int64_t>& idx) const;

@@ -73,6 +73,12 @@ struct TrainingArguments {
   // optimizer state), 1 = AdamW moments sharded across ranks, 2 = gradients accumulated only in
   // the local shard too.
   int64_t zero_stage = 0;
+  // Causal LMs (Seq2SeqTrainingArguments' predict_with_generate): evaluate() also generates from
+  // each sample's prompt — its tokens before the first label != -100 — greedily with a KV cache
+  // and scores the result against the labelled completion; predict() returns the generated ids.
+  bool predict_with_generate = false;
+  // Tokens generated per sample (None: as many as the sample's labelled completion has).
+  std::optional<int64_t> generation_max_new_tokens;
 
   // Sets one argument from its text form ("1e-4", "true", "linear"); throws naming the key.
   void set(const std::string& key, const std::string& value);

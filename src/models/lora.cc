@@ -114,9 +114,13 @@ LoraSpec read_adapter_config(const std::string& path_in) {
   ONYX_CHECK(f.good(), "peft_config: cannot read '", path, "'");
   std::stringstream ss;
   ss << f.rdbuf();
+  return parse_adapter_config(ss.str(), path);
+}
+
+LoraSpec parse_adapter_config(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw Error(cat("'", path, "': not valid JSON: ", e.what()));
   }

@@ -34,6 +34,8 @@ struct LoraSpec {
 // Reads PEFT's adapter_config.json (a file, or a folder holding one). Throws naming the file and
 // key for a missing / ill-typed key or a PEFT type other than LORA.
 LoraSpec read_adapter_config(const std::string& path);
+// The same from the file's text (`path` names it in messages).
+LoraSpec parse_adapter_config(const std::string& json_text, const std::string& path);
 std::string adapter_config_json(const LoraSpec& spec);
 
 struct LoraResult {

@@ -1,12 +1,15 @@
 // train/evaluate.cc — evaluation and prediction: run_eval (forward over a dataset in order, the
 // mean loss, predictions and labels concatenated, compute_metrics), evaluate() (prefixed metrics,
 // runtime, best-metric tracking), predict(), and EarlyStoppingCallback, which reads evaluations.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
 #include "ir/graph.h"
+#include "models/lora.h"
 #include "train/trainer_internal.h"
 
 namespace onyx {
@@ -97,6 +100,12 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
   po.predictions = concat(preds);
   po.label_ids = concat(labels);
   if (n_loss) po.metrics["loss"] = loss_sum / n_loss;
+  if (args_.predict_with_generate) {  // predictions: the generated ids (Seq2SeqTrainer's)
+    Tensor generated;
+    auto g = generation_metrics(ds, &generated);
+    po.metrics.insert(g.begin(), g.end());
+    if (keep_predictions) po.predictions = generated;
+  }
   // Metrics are what was asked for: perplexity only when the metrics name it (a language model's
   // exp(eval loss)), not for every model with a loss.
   if (with_metrics && compute_metrics_) {
@@ -105,6 +114,122 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
     po.metrics.insert(m.begin(), m.end());
   }
   return po;
+}
+
+Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) {
+  auto& gen = impl_->generator;
+  if (!gen) {
+    models::HfConfig c = models::parse_hf_config(model_.config_json, "the model's config.json");
+    gen = std::make_unique<train::Generator>(models::build_hf_decoder_with_past(c, 0));
+  }
+  // The current weights (views), LoRA adapters merged into copies of the layers they adapt.
+  std::map<std::string, Tensor> w;
+  auto all = weights();
+  for (auto& [name, t] : gen->graph().initializers) {
+    auto it = all.find(name);
+    ONYX_CHECK(it != all.end(), "predict_with_generate: the model has no weight '", name, "'");
+    w[name] = it->second;
+  }
+  if (!model_.adapter_tensors.empty()) {
+    ir::Graph g = gen->graph();
+    for (auto& [name, t] : w) g.initializers[name] = t;
+    std::map<std::string, Tensor> adapter;
+    for (auto& [graph_name, saved] : model_.adapter_tensors) adapter[saved] = all.at(graph_name);
+    models::merge_lora(g, models::parse_adapter_config(model_.adapter_config_json, "LoRA config"),
+                       adapter);
+    for (auto& [name, t] : w) t = g.initializers.at(name);
+  }
+  gen->set_weights(std::move(w));
+
+  train::GenerationConfig cfg;  // greedy; eos_token_id of config.json, as generate() reads it
+  try {
+    auto j = nlohmann::json::parse(model_.config_json);
+    if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
+      cfg.eos_token_ids = {j["eos_token_id"].get<int64_t>()};
+    else if (j.contains("eos_token_id") && j["eos_token_id"].is_array())
+      cfg.eos_token_ids = j["eos_token_id"].get<std::vector<int64_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat("predict_with_generate: the model's config.json: ", e.what()));
+  }
+  auto keys = ds.keys();
+  auto has = [&](const char* k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); };
+  ONYX_CHECK(has("input_ids") && has("labels"),
+             "predict_with_generate: the eval dataset needs input_ids and labels");
+  std::vector<std::vector<int64_t>> gens;
+  int64_t n = 0, exact = 0, ref_tokens = 0, matched = 0, skipped = 0;
+  auto order = data::epoch_order(ds.size(), false, 0, 0);
+  for (auto& idx : data::make_batches(order, args_.per_device_eval_batch_size, false)) {
+    auto batch = load_batch(ds, idx);
+    const Tensor& ids = batch.at("input_ids");
+    const Tensor& labels = batch.at("labels");
+    const Tensor* mask = batch.count("attention_mask") ? &batch.at("attention_mask") : nullptr;
+    const int64_t B = ids.dim(0), T = ids.dim(1);
+    if (batch.count("position_ids")) {  // packed rows hold several prompts: not one to continue
+      const int64_t* pp = batch.at("position_ids").data<int64_t>();
+      for (int64_t i = 0; i < B * T; i++)
+        ONYX_CHECK(i % T == 0 || pp[i] != 0 || (mask && mask->data<int64_t>()[i] == 0),
+                   "predict_with_generate: eval row ", idx[i / T],
+                   " packs several samples (position_ids restart); use packing: false for "
+                   "eval_data");
+    }
+    std::vector<std::vector<int64_t>> prompts, refs;
+    std::vector<int64_t> rows;
+    for (int64_t r = 0; r < B; r++) {
+      const int64_t* ir = ids.data<int64_t>() + r * T;
+      const int64_t* lr = labels.data<int64_t>() + r * T;
+      int64_t first = -1, end = 0;
+      for (int64_t t = 0; t < T; t++) {
+        if (mask && mask->data<int64_t>()[r * T + t] == 0) continue;
+        if (first < 0 && lr[t] != -100) first = t;
+        if (lr[t] != -100) end = t + 1;
+      }
+      if (first <= 0) {  // no prompt (every token labelled) or no completion: nothing to score
+        skipped++;
+        gens.emplace_back();
+        continue;
+      }
+      std::vector<int64_t> p;
+      for (int64_t t = 0; t < first; t++)
+        if (!mask || mask->data<int64_t>()[r * T + t]) p.push_back(ir[t]);
+      prompts.push_back(p);
+      refs.emplace_back(lr + first, lr + end);
+      rows.push_back(r);
+      gens.emplace_back();
+    }
+    if (prompts.empty()) continue;
+    int64_t longest = 0;
+    for (auto& r : refs) longest = std::max(longest, (int64_t)r.size());
+    cfg.max_new_tokens = args_.generation_max_new_tokens.value_or(longest);
+    auto out = gen->generate(prompts, cfg);
+    for (size_t i = 0; i < out.size(); i++) {
+      const auto& ref = refs[i];
+      int64_t same = 0;
+      for (size_t t = 0; t < ref.size() && t < out[i].size(); t++) same += ref[t] == out[i][t];
+      matched += same;
+      ref_tokens += (int64_t)ref.size();
+      exact += out[i].size() >= ref.size() && same == (int64_t)ref.size();
+      n++;
+      gens[gens.size() - (size_t)B + (size_t)rows[i]] = out[i];
+    }
+  }
+  ONYX_CHECK(n > 0,
+             "predict_with_generate: no eval sample has a prompt followed by labelled "
+             "tokens (labels -100 on the prompt, as prompt/completion SFT data has)");
+  if (generated) {
+    int64_t width = 0;
+    for (auto& g : gens) width = std::max(width, (int64_t)g.size());
+    Tensor t(DType::Int64, {(int64_t)gens.size(), width});
+    int64_t* d = t.data<int64_t>();
+    std::fill(d, d + t.numel(), (int64_t)-100);
+    for (size_t r = 0; r < gens.size(); r++)
+      std::copy(gens[r].begin(), gens[r].end(), d + (int64_t)r * width);
+    *generated = t;
+  }
+  Metrics m;
+  m["gen_exact_match"] = (double)exact / (double)n;
+  m["gen_token_accuracy"] = ref_tokens ? (double)matched / (double)ref_tokens : 0.0;
+  if (skipped) m["gen_skipped"] = (double)skipped;
+  return m;
 }
 
 Metrics Trainer::evaluate(const std::string& prefix) {

@@ -146,17 +146,30 @@ Generator::Generator(models::BuiltModel decoder) : model_(std::move(decoder)) {
     kv_heads_ = in.shape.at(1);
     head_dim_ = in.shape.at(3);
   }
-  ONYX_CHECK(layers_ > 0, "Generator: the graph has no past_keys.N inputs (not a decoder with past)");
+  ONYX_CHECK(layers_ > 0,
+             "Generator: the graph has no past_keys.N inputs (not a decoder with past)");
 }
 
 Generator::~Generator() = default;
+
+void Generator::set_weights(std::map<std::string, Tensor> weights) {
+  for (auto& [name, t] : weights) {
+    auto it = graph_->initializers.find(name);
+    ONYX_CHECK(it != graph_->initializers.end(), "Generator::set_weights: '", name,
+               "' is not a weight of the decoder");
+    ONYX_CHECK(it->second.meta() == t.meta(), "Generator::set_weights: '", name, "' has shape ",
+               shape_str(t.shape()), ", the decoder's is ", shape_str(it->second.shape()));
+  }
+  weight_feeds_ = std::move(weights);
+}
 
 Generator Generator::from_folder(const std::string& dir) {
   fs::path d(dir);
   ONYX_CHECK(fs::is_directory(d), dir, ": not a folder");
   fs::path cfg = d / "config.json";
-  ONYX_CHECK(fs::exists(cfg), dir,
-             ": no config.json (generate reads a Hugging Face model folder or a checkpoint of one)");
+  ONYX_CHECK(
+      fs::exists(cfg), dir,
+      ": no config.json (generate reads a Hugging Face model folder or a checkpoint of one)");
   models::HfConfig c = models::parse_hf_config(data::read_text_file(cfg.string()), cfg.string());
   models::BuiltModel m = models::build_hf_decoder_with_past(c, 0);
   m.model.source = dir;
@@ -258,7 +271,7 @@ std::vector<std::vector<int64_t>> Generator::generate(
   auto step = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& new_mask,
                   const std::vector<int64_t>& positions, int64_t S) {
     Compiled& c = compiled_for(B, S, cap);
-    std::map<std::string, Tensor> feeds;
+    std::map<std::string, Tensor> feeds = weight_feeds_;
     feeds["input_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, ids);
     feeds["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, positions);
     std::vector<int64_t> am((size_t)(B * (cap + S)), 0);
@@ -327,7 +340,8 @@ std::vector<std::vector<int64_t>> Generator::generate(
       result[r].push_back(tok[r]);
       if (eos.count(tok[r])) done[r] = true;
     }
-    if (t + 1 >= cfg.max_new_tokens || std::all_of(done.begin(), done.end(), [](bool d) { return d; }))
+    if (t + 1 >= cfg.max_new_tokens ||
+        std::all_of(done.begin(), done.end(), [](bool d) { return d; }))
       break;
     std::vector<int64_t> p(B);
     for (int64_t r = 0; r < B; r++) p[r] = next_pos[r]++;

@@ -26,11 +26,11 @@ namespace onyx::train {
 
 struct GenerationConfig {
   int64_t max_new_tokens = 20;
-  bool do_sample = false;   // false: greedy (argmax, first on ties, as torch.argmax)
-  double temperature = 1.0; // sampling: logits / temperature, then top-k, then top-p (HF's order)
-  int64_t top_k = 50;       // 0: off
-  double top_p = 1.0;       // 1: off
-  uint64_t seed = 0;        // the sampling RNG (not torch's: sampled text differs from HF's)
+  bool do_sample = false;    // false: greedy (argmax, first on ties, as torch.argmax)
+  double temperature = 1.0;  // sampling: logits / temperature, then top-k, then top-p (HF's order)
+  int64_t top_k = 50;        // 0: off
+  double top_p = 1.0;        // 1: off
+  uint64_t seed = 0;         // the sampling RNG (not torch's: sampled text differs from HF's)
   std::vector<int64_t> eos_token_ids;  // a row stops after emitting one of these
   int64_t pad_token_id = -1;           // fills finished rows (-1: the first eos id, else 0)
   int64_t cache_block = 64;            // the cache grows by this many slots at a time
@@ -61,6 +61,10 @@ class Generator {
                                              const GenerationConfig& cfg,
                                              GenerationStats* stats = nullptr);
   const models::HfConfig& config() const { return model_.config; }
+  const ir::Graph& graph() const { return *graph_; }
+  // Weights used instead of the graph's initializers from now on (by initializer name, same
+  // shapes; e.g. views of a Trainer's parameters). Nothing is copied.
+  void set_weights(std::map<std::string, Tensor> weights);
 
  private:
   struct Compiled;
@@ -68,6 +72,7 @@ class Generator {
   models::BuiltModel model_;
   std::shared_ptr<const ir::Graph> graph_;
   std::set<std::string> weights_;
+  std::map<std::string, Tensor> weight_feeds_;
   int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
   std::vector<std::unique_ptr<Compiled>> compiled_;  // most recent last; a few kept
   int64_t compiled_count_ = 0;

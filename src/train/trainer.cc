@@ -49,6 +49,10 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
       impl_(std::make_unique<Impl>()) {
   args_.validate();
   ONYX_CHECK(model_.graph, "Trainer: the model has no graph");
+  if (args_.predict_with_generate)
+    ONYX_CHECK(!model_.config_json.empty() && model_.items_shifted,
+               "predict_with_generate needs a Hugging Face causal LM (GPT-2, Llama, Mistral, "
+               "Qwen2 folder or config) as the model");
   if (args_.eval_strategy != "no")
     ONYX_CHECK(eval_ds_, "eval_strategy is '", args_.eval_strategy,
                "' but no eval dataset was given");

@@ -10,6 +10,7 @@
 #include "dist/comm.h"
 #include "onyx/trainer.h"
 #include "train/data_parallel.h"
+#include "train/generate.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
@@ -39,6 +40,9 @@ struct Trainer::Impl {
   // The second gradient buffer of gradient accumulation (micro-batches after a step's first),
   // made on first use.
   std::unique_ptr<train::FlatBuffer> scratch_buf;
+  // predict_with_generate: the causal LM as a decoder with a KV cache (made on first use), fed
+  // the Trainer's current weights.
+  std::unique_ptr<train::Generator> generator;
   train::FlatBuffer& scratch() {
     if (!scratch_buf) scratch_buf = std::make_unique<train::FlatBuffer>(ts->grads().layout());
     return *scratch_buf;

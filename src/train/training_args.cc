@@ -289,6 +289,13 @@ const std::vector<Field>& fields() {
       F_INT(zero_stage,
             "onyx extension, as DeepSpeed ZeRO: 0 = DDP, 1 = optimizer state sharded across "
             "ranks, 2 = gradients accumulated in the local shard too."),
+      F_BOOL(predict_with_generate,
+             "Causal LMs: evaluation and prediction also generate (greedy, KV cache) from each "
+             "sample's prompt (tokens before the first label) and score it against the labelled "
+             "completion (gen_exact_match, gen_token_accuracy)."),
+      F_OPT_INT(generation_max_new_tokens,
+                "New tokens generated per sample with predict_with_generate (None: the length of "
+                "the sample's labelled completion)."),
   };
   return f;
 }

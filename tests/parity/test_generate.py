@@ -245,6 +245,89 @@ def case_sampling(tmp):
     return True, "seeded sampling repeatable, seeds differ, top_k 1 = greedy = HF; text decode = HF"
 
 
+def case_predict_with_generate(tmp, lora=False):
+    """SFT prompt/completion rows, a Llama trained 40 steps with predict_with_generate: the logged
+    eval_gen_exact_match / eval_gen_token_accuracy equal the same scores computed from
+    Transformers' generate on the saved model, and `onyx predict` returns Transformers' tokens.
+    With lora: the scores equal those of PEFT's merged model (the adapters merged in evaluation)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    tk = Tokenizer(models.BPE.from_file(os.path.join(GPT2_TOK, "vocab.json"),
+                                        os.path.join(GPT2_TOK, "merges.txt")))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    rows = [("Antonym of hot:", " cold"), ("Antonym of up:", " down"),
+            ("Plural of mouse:", " mice"), ("Plural of child:", " children"),
+            ("Capital of France:", " Paris"), ("Capital of Italy:", " Rome"),
+            ("Opposite of left:", " right"), ("Colour of the sky:", " blue")]
+    d = os.path.join(tmp, "pwg-lora" if lora else "pwg")
+    os.makedirs(d)
+    with open(os.path.join(d, "sft.jsonl"), "w") as f:
+        for p, c in rows:
+            f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
+    m = make(tr.LlamaForCausalLM, vocab_size=50257, num_key_value_heads=2, initializer_range=0.02)
+    m.config.eos_token_id = 50256
+    m.generation_config.eos_token_id = 50256
+    m.save_pretrained(os.path.join(d, "model"))
+    data = {"type": "sft", "path": os.path.join(d, "sft.jsonl"),
+            "tokenizer": os.path.join(GPT2_TOK, "vocab.json")}
+    cfg = {"model": os.path.join(d, "model"), "train_data": data, "eval_data": data,
+           "test_data": data, "output_dir": os.path.join(d, "out"), "max_steps": 40,
+           "learning_rate": 0.01, "lr_scheduler_type": "constant",
+           "per_device_train_batch_size": 8, "per_device_eval_batch_size": 3,
+           "eval_strategy": "steps", "eval_steps": 20, "predict_with_generate": True,
+           "logging_steps": 20, "save_strategy": "no", "disable_tqdm": True}
+    if lora:
+        cfg.update(learning_rate=0.03, lora={"r": 8, "lora_alpha": 16,
+                                             "target_modules": ["q_proj", "v_proj", "up_proj"]})
+    with open(os.path.join(d, "cfg.yaml"), "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+    onyx("train", os.path.join(d, "cfg.yaml"))
+    with open(os.path.join(d, "out", "log_history.jsonl")) as f:
+        evals = [json.loads(l) for l in f if "eval_gen_exact_match" in l]
+    if len(evals) < 2:  # steps 20 and 40 (and the final evaluation of `onyx train`)
+        return False, f"{len(evals)} evaluations with eval_gen_exact_match (expected >= 2)"
+    last = evals[-1]
+    if lora:
+        import peft
+        base = tr.LlamaForCausalLM.from_pretrained(os.path.join(d, "model"))
+        trained = peft.PeftModel.from_pretrained(base, os.path.join(d, "out")).merge_and_unload()
+        trained.eval()
+    else:
+        trained = tr.LlamaForCausalLM.from_pretrained(os.path.join(d, "out")).eval()
+    exact, hit, total, want_ids = 0, 0, 0, []
+    prompt_ids = [tk.encode(p).ids for p, _ in rows]
+    refs = [tk.encode(p + c).ids[len(q):] + [50256] for (p, c), q in zip(rows, prompt_ids)]
+    for i, ref in enumerate(refs):
+        b0 = i // 3 * 3  # onyx generates as many tokens as the longest reference of its batch
+        new = max(len(r) for r in refs[b0:b0 + 3])
+        got = hf_generate(trained, [prompt_ids[i]], new, eos=50256)[0]
+        want_ids.append(got)
+        same = sum(1 for a, b in zip(ref, got) if a == b)
+        hit += same
+        total += len(ref)
+        exact += int(len(got) >= len(ref) and same == len(ref))
+    want_exact, want_acc = exact / len(rows), hit / total
+    if abs(last["eval_gen_exact_match"] - want_exact) > 1e-9 or \
+            abs(last["eval_gen_token_accuracy"] - want_acc) > 1e-9:
+        return False, (f"onyx exact {last['eval_gen_exact_match']}, token acc "
+                       f"{last['eval_gen_token_accuracy']} vs from HF generate {want_exact}, {want_acc}")
+    if want_acc == 0:
+        return False, "token accuracy 0 after training: the case tests little"
+    if lora:
+        return True, (f"LoRA: eval_gen_exact_match {want_exact:.3f}, eval_gen_token_accuracy "
+                      f"{want_acc:.3f} = from PEFT's merged model's generate")
+    out = os.path.join(d, "pred.safetensors")
+    onyx("predict", os.path.join(d, "cfg.yaml"), "--model", os.path.join(d, "out"),
+         "--output", out)
+    from safetensors.numpy import load_file
+    pred = load_file(out)["predictions"]
+    got_ids = [[int(t) for t in row if t != -100] for row in pred]
+    if got_ids != want_ids:
+        return False, f"onyx predict ids {got_ids[:2]} vs HF {want_ids[:2]}"
+    return True, (f"eval_gen_exact_match {want_exact:.3f}, eval_gen_token_accuracy {want_acc:.3f} "
+                  f"(step 40) = from HF generate on the saved model; predict ids = HF's")
+
+
 def case_bad(tmp):
     m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
     d = save(tmp, "bad", m)
@@ -282,6 +365,8 @@ def main():
         ("cache-blocks", case_blocks),
         ("lora-checkpoint", case_lora),
         ("sampling", case_sampling),
+        ("predict-with-generate", case_predict_with_generate),
+        ("predict-with-generate-lora", lambda t: case_predict_with_generate(t, lora=True)),
         ("bad-input", case_bad),
     ]
     counts = {"PASS": 0, "FAIL": 0}
@@ -298,7 +383,7 @@ def main():
             counts["PASS" if ok else "FAIL"] += 1
             print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True) if not os.environ.get("KEEP") else print(tmp)
     print(f"({time.time() - t0:.0f} s)")
     print(f"{counts['PASS']} passed, {counts['FAIL']} failed")
     sys.exit(1 if counts["FAIL"] else 0)
