@@ -96,7 +96,8 @@ Action add_generate_command(CLI::App& app) {
                 "sample (implied by --temperature, --top_k or --top_p)");
   cmd->add_flag("--greedy", o->greedy, "greedy decoding even if generation_config.json samples");
   cmd->add_option("--temperature", o->temperature, "sampling temperature (0: greedy)");
-  cmd->add_option("--top_k,--top-k", o->top_k, "keep the k most likely tokens (0: all; default 50)");
+  cmd->add_option("--top_k,--top-k", o->top_k,
+                  "keep the k most likely tokens (0: all; default 50)");
   cmd->add_option("--top_p,--top-p", o->top_p, "nucleus sampling: smallest set with this mass");
   cmd->add_option("--seed", o->seed, "sampling seed (default 0)");
   cmd->add_option("--batch_size,--batch-size", o->batch_size,
@@ -130,8 +131,7 @@ Action add_generate_command(CLI::App& app) {
     train::GenerationConfig cfg = train::read_generation_config(o->model);
     if (cfg.eos_token_ids.empty() && tok && tok->eos_id()) cfg.eos_token_ids = {*tok->eos_id()};
     if (o->max_new_tokens >= 0) cfg.max_new_tokens = o->max_new_tokens;
-    if (o->do_sample || o->temperature >= 0 || o->top_k >= 0 || o->top_p >= 0)
-      cfg.do_sample = true;
+    if (o->do_sample || o->temperature >= 0 || o->top_k >= 0 || o->top_p >= 0) cfg.do_sample = true;
     if (o->greedy) cfg.do_sample = false;
     if (o->temperature >= 0) cfg.temperature = o->temperature;
     if (o->top_k >= 0) cfg.top_k = o->top_k;
@@ -201,8 +201,8 @@ Action add_generate_command(CLI::App& app) {
       std::fprintf(stderr,
                    "generate: %lld tokens in %.3f s; prefill %.1f ms; %zu decoding steps, %.2f "
                    "ms/step mean; %lld graph signatures optimized\n",
-                   (long long)generated, seconds, total.prefill_seconds * 1e3, s.size(),
-                   mean * 1e3, (long long)total.compiled_signatures);
+                   (long long)generated, seconds, total.prefill_seconds * 1e3, s.size(), mean * 1e3,
+                   (long long)total.compiled_signatures);
     }
     return 0;
   };
