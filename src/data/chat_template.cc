@@ -215,15 +215,49 @@ bool cp_digit(char32_t c) {
   return utf8_locale() && iswdigit_l((wint_t)c, utf8_locale());
 }
 
+// Python's upper() / lower(): the C library's one-to-one mappings plus Unicode's common
+// one-to-many ones (SpecialCasing.txt: sharp s, the Latin ligatures, dotted capital I).
 std::string str_upper(const std::string& s) {
-  std::u32string u = to_u32(s);
-  for (auto& c : u) c = cp_upper(c);
-  return to_u8(u);
+  std::u32string u = to_u32(s), out;
+  for (char32_t c : u) {
+    switch (c) {
+      case 0xDF:
+        out += U"SS";
+        break;
+      case 0xFB00:
+        out += U"FF";
+        break;
+      case 0xFB01:
+        out += U"FI";
+        break;
+      case 0xFB02:
+        out += U"FL";
+        break;
+      case 0xFB03:
+        out += U"FFI";
+        break;
+      case 0xFB04:
+        out += U"FFL";
+        break;
+      case 0xFB05:
+      case 0xFB06:
+        out += U"ST";
+        break;
+      default:
+        out.push_back(cp_upper(c));
+    }
+  }
+  return to_u8(out);
 }
 std::string str_lower(const std::string& s) {
-  std::u32string u = to_u32(s);
-  for (auto& c : u) c = cp_lower(c);
-  return to_u8(u);
+  std::u32string u = to_u32(s), out;
+  for (char32_t c : u) {
+    if (c == 0x130)
+      out += U"i\u0307";
+    else
+      out.push_back(cp_lower(c));
+  }
+  return to_u8(out);
 }
 std::string str_capitalize(const std::string& s) {
   std::u32string u = to_u32(s);
@@ -2832,15 +2866,11 @@ class Renderer {
       return Value::flt(r / scale);
     }
     if (name == "tojson") {
-      check_args(name, a, kw, 5, {"ensure_ascii", "indent", "separators", "sort_keys"});
+      check_args(name, a, kw, 4, {"ensure_ascii", "indent", "separators", "sort_keys"});
       JsonStyle st;
+      // Transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
       const Value* ea = arg(a, kw, 0, "ensure_ascii");
-      const Value* ind = kwarg(kw, "indent");
-      if (!ind && a.size() > 1) ind = &a[1];
-      if (a.size() == 1 && !kwarg(kw, "ensure_ascii") && a[0].t == Value::Int) {
-        ind = &a[0];  // tojson(4): Jinja's own tojson takes the indent first
-        ea = nullptr;
-      }
+      const Value* ind = arg(a, kw, 1, "indent");
       const Value* seps = arg(a, kw, 2, "separators");
       const Value* sk = arg(a, kw, 3, "sort_keys");
       st.ensure_ascii = ea && truthy(*ea);

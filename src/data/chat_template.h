@@ -23,8 +23,10 @@
 // .startswith() .get() .items() ...). Values are Python's: str() and repr() of lists, dicts,
 // floats and None as Python prints them; strings index and measure by code point.
 // Not supported (an error naming the tag): extends/block/include/import, call/filter blocks,
-// with, do, recursive loops; '%' string formatting. upper()/lower() map code points one to one
-// (the C library's tables), so 'ß'.upper() stays 'ß' where Python gives 'SS'.
+// with, do, recursive loops; '%' string formatting and str.format. Case mapping is the C
+// library's one-to-one tables plus the common one-to-many ones of upper() / lower() ('ß' -> 'SS');
+// title() and capitalize() use upper case where Python uses title case (they differ for 'ǆ', 'ß').
+// Python's repr() of unprintable characters is approximated (controls, C1, a few format chars).
 #pragma once
 #include <map>
 #include <memory>

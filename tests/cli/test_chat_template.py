@@ -325,6 +325,24 @@ FEATURES = [
     "{{ 'multi\\nline\\ntext'|indent(2) }}|{{ 'a\\n\\nb'|indent(2, true) }}|"
     "{{ 'a\\n\\nb'|indent(4, blank=true) }}|{{ 'x'|e }}{{ '<&>'|escape }}|"
     "{{ messages|selectattr('content', 'defined')|list|length }}|{{ messages|map('length')|list }}",
+    # constructs of real templates' kinds: reasoning split, tools as JSON, for-if with loop.last,
+    # a recursive macro, not(...), reversed walks with a namespace, separators, unicode case
+    "{% set c = '<think>\\nplan\\n</think>\\n\\nanswer' %}"
+    "{{ c.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}|"
+    "{{ c.split('</think>')[-1].lstrip('\\n') }}|{{ '\\nx\\n'.strip('\\n') }}",
+    "{% for tool in tools %}{% set f = tool.function %}{% for k, v in f.items() if k != 'parameters' %}"
+    "{{ k }}={{ v if v is string else v|tojson }}{{ ', ' if not loop.last }}{% endfor %}|"
+    "{{ f.parameters|tojson(indent=2) }}|{{ f.parameters|tojson(separators=(',', ':')) }}|"
+    "{{ f.parameters.properties|items|map('first')|join('/') }}{% endfor %}",
+    "{% macro ty(s) %}{% if s.type == 'object' %}{{ '{' }}{% for k, v in s.properties.items() %}"
+    "{{ k }}: {{ ty(v) }}{{ '; ' if not loop.last }}{% endfor %}{{ '}' }}{% elif s.type == 'string'"
+    " %}str{% else %}{{ s.type }}{% endif %}{% endmacro %}{{ ty(tools[0].function.parameters) }}",
+    "{% set ns = namespace(last_user=-1, multi=true) %}{% for m in messages[::-1] %}"
+    "{% set i = (messages|length - 1) - loop.index0 %}{% if ns.multi and m.role == 'user' and not("
+    "m.content.startswith('<tool')) %}{% set ns.multi = false %}{% set ns.last_user = i %}{% endif %}"
+    "{% endfor %}{{ ns.last_user }}|{{ not 'x' in 'abc' }}|{{ messages[0]['role'] != false }}",
+    "{{ 'café ÉTÉ straße'|upper }}|{{ 'ÉCOLE'|lower }}|{{ 'élan vital'|title }}|"
+    "{{ 'ñandú'.capitalize() }}|{{ {'é': 'ü'}|tojson }}|{{ {'é': 'ü'}|tojson(true) }}|{{ ['é'] }}",
 ]
 
 ERROR_TEMPLATES = [  # (template, what Transformers raises, what onyx's error must contain)

@@ -16,6 +16,7 @@
 #include "data/chat_template.h"
 #include "data/text_datasets.h"
 #include "onyx/error.h"
+#include "train/run_config.h"
 
 namespace fs = std::filesystem;
 using namespace onyx;
@@ -387,4 +388,47 @@ TEST(SftChat, AssistantOnlyLossUsesGenerationSpans) {
   auto text = d.write("text.jsonl", "{\"text\": \"x\"}\n");
   e = error_of([&] { SftDataset x(text, chat_bpe(), o); });
   EXPECT_NE(e.find("only for conversational rows"), std::string::npos) << e;
+}
+
+TEST(SftChat, RunConfigTakesTheTokenizerFoldersTemplateOrItsOwn) {
+  TmpDir d("sftcfg");
+  // a byte-level BPE folder (vocab.json + merges.txt, no merges) with a chat template in
+  // tokenizer_config.json
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string s;
+    unicode::append_utf8(BpeTokenizer::byte_to_unicode((uint8_t)b), s);
+    vocab[s] = b;
+  }
+  vocab["<|endoftext|>"] = 256;
+  fs::create_directories(d.path + "/tok");
+  d.write("tok/vocab.json", vocab.dump());
+  d.write("tok/merges.txt", "#version: 0.2\n");
+  d.write("tok/tokenizer_config.json",
+          R"({"chat_template": "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}",
+              "eos_token": "<|endoftext|>"})");
+  d.write("chat.jsonl", R"({"messages": [{"role": "user", "content": "hi"}]})"
+                        "\n");
+  d.write("own.jinja", "{{ messages[0].content|upper }}{{ eos_token }}");
+  train::RunConfig c;
+  c.path = d.path + "/config.yaml";
+  c.dir = d.path;
+  auto ids_of_spec = [&](const std::string& extra) {
+    train::DataSpec spec;
+    spec.spec = "{type: sft, path: chat.jsonl, tokenizer: tok" + extra + "}";
+    auto ds = train::dataset_from_spec(spec, c, "train_data");
+    auto* sft = dynamic_cast<SftDataset*>(ds.get());
+    EXPECT_NE(sft, nullptr);
+    return sft ? sft->ids(0) : I{};
+  };
+  auto bytes = [](const std::string& s) { return I(s.begin(), s.end()); };
+  EXPECT_EQ(ids_of_spec(""), bytes("[user:hi]"));
+  I own = bytes("HI");
+  own.push_back(256);  // eos_token from tokenizer_config.json, an added token
+  EXPECT_EQ(ids_of_spec(", chat_template: own.jinja"), own);
+  EXPECT_EQ(ids_of_spec(", chat_template: '{{ messages|length }}'"), bytes("1"));
+  auto e = error_of([&] { ids_of_spec(", chat_template: nowhere.jinja"); });
+  EXPECT_NE(e.find("neither a file nor a template"), std::string::npos) << e;
+  e = error_of([&] { ids_of_spec(", assistant_only_loss: true"); });
+  EXPECT_NE(e.find("{% generation %}"), std::string::npos) << e;
 }
