@@ -15,6 +15,11 @@ from ties), saves it with save_pretrained, and compares greedy decoding token fo
                     Transformers', and the optimized graph was built once per cache block, not
                     per token (the --timings line counts signatures)
   lora-checkpoint   a LoRA checkpoint (onyx train with lora:) generates = PEFT's merged model
+  chat              --chat / "messages" rows: prompts rendered with the tokenizer's chat template
+                    (= apply_chat_template's ids), generated tokens = HF's
+  predict-with-generate[-lora]  `onyx train` with predict_with_generate: eval_gen_exact_match
+                    and eval_gen_token_accuracy = the scores of HF generate on the trained model
+                    (PEFT's merged model for LoRA); `onyx predict` returns HF's generated ids
   sampling          --do_sample --seed: same seed same tokens, another seed other tokens, top_k 1
                     = greedy; text prompts through the GPT-2 tokenizer folder
   bad-input         an empty prompt, an id outside the vocabulary, a folder without
@@ -328,6 +333,44 @@ def case_predict_with_generate(tmp, lora=False):
                   f"(step 40) = from HF generate on the saved model; predict ids = HF's")
 
 
+def case_chat(tmp):
+    """--chat and "messages" rows: the prompt is the tokenizer's chat template rendered with the
+    generation prompt (a ChatML-style template written for the test), tokenized as
+    apply_chat_template(tokenize=True) does; the tokens after it = HF generate's."""
+    m = make(tr.GPT2LMHeadModel, vocab_size=50257, n_embd=64, n_layer=2, n_head=4,
+             n_positions=128)
+    d = save(tmp, "gpt2-chat", m, eos=50256)
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(GPT2_TOK, f), d)
+    tmpl = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] | trim"
+            " + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+            "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": tmpl, "eos_token": "<|endoftext|>",
+                   "bos_token": "<|endoftext|>", "model_max_length": 128}, f)
+    tok = tr.AutoTokenizer.from_pretrained(d)
+    convs = [[{"role": "user", "content": "Name a colour. "}],
+             [{"role": "system", "content": "Be brief."},
+              {"role": "user", "content": "What is 2+2?"}]]
+    pf = os.path.join(d, "chat.jsonl")
+    with open(pf, "w") as f:
+        f.write(json.dumps({"messages": convs[1]}) + "\n")
+    of = os.path.join(d, "chat-out.jsonl")
+    onyx("generate", d, "--chat", "--prompt", convs[0][0]["content"], "--prompts", pf,
+         "--max_new_tokens", "10", "--output", of)
+    with open(of) as f:
+        rows = [json.loads(l) for l in f]
+    for conv, row in zip(convs, rows):
+        want_prompt = tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True,
+                                              return_dict=False)
+        if row["prompt_ids"] != list(want_prompt):
+            return False, f"prompt ids {row['prompt_ids']} vs apply_chat_template {list(want_prompt)}"
+        want = hf_generate(m, [list(want_prompt)], 10, eos=50256)[0]
+        if row["completion_ids"] != want:
+            return False, f"completion {row['completion_ids']} vs HF {want}"
+    return True, "--chat prompt and a messages row: prompt ids = apply_chat_template, tokens = HF"
+
+
 def case_bad(tmp):
     m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
     d = save(tmp, "bad", m)
@@ -367,6 +410,7 @@ def main():
         ("sampling", case_sampling),
         ("predict-with-generate", case_predict_with_generate),
         ("predict-with-generate-lora", lambda t: case_predict_with_generate(t, lora=True)),
+        ("chat", case_chat),
         ("bad-input", case_bad),
     ]
     counts = {"PASS": 0, "FAIL": 0}

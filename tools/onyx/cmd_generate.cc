@@ -11,6 +11,7 @@
 #include <set>
 
 #include "commands.h"
+#include "data/chat_template.h"
 #include "data/tokenizer.h"
 #include "onyx/error.h"
 #include "train/generate.h"
@@ -23,7 +24,8 @@ namespace {
 
 struct Prompt {
   std::string text;
-  std::vector<int64_t> ids;  // given as ids ("prompt_ids"), else tokenized from text
+  nlohmann::ordered_json messages;  // a conversation ("messages" rows, or --chat)
+  std::vector<int64_t> ids;         // given as ids ("prompt_ids"), else tokenized from text
   bool as_ids = false;
 };
 
@@ -50,6 +52,14 @@ std::vector<Prompt> read_prompts(const std::string& path) {
       throw Error(cat(path, ":", n, ": not valid JSON: ", e.what()));
     }
     ONYX_CHECK(j.is_object(), path, ":", n, ": not a JSON object");
+    if (j.contains("messages")) {
+      ONYX_CHECK(j["messages"].is_array(), path, ":", n,
+                 ": \"messages\" must be a list of {role, content}");
+      Prompt p;
+      p.messages = nlohmann::ordered_json::parse(j["messages"].dump());
+      out.push_back(std::move(p));
+      continue;
+    }
     if (j.contains("prompt_ids")) {
       Prompt p;
       p.as_ids = true;
@@ -81,7 +91,7 @@ Action add_generate_command(CLI::App& app) {
     int64_t max_new_tokens = -1, top_k = -1, batch_size = 8;
     double temperature = -1, top_p = -1;
     uint64_t seed = 0;
-    bool do_sample = false, greedy = false, timings = false;
+    bool do_sample = false, greedy = false, timings = false, chat = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("model", o->model,
@@ -102,6 +112,9 @@ Action add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "sampling seed (default 0)");
   cmd->add_option("--batch_size,--batch-size", o->batch_size,
                   "prompts decoded together (left-padded), default 8");
+  cmd->add_flag("--chat", o->chat,
+                "each text prompt is a user message, rendered with the tokenizer's chat template "
+                "and its generation prompt (JSON-lines rows with \"messages\" always are)");
   cmd->add_option("--tokenizer", o->tokenizer,
                   "tokenizer file or folder (default: the model folder)");
   cmd->add_option("--output", o->output,
@@ -118,11 +131,28 @@ Action add_generate_command(CLI::App& app) {
     ONYX_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts FILE");
     ONYX_CHECK(o->batch_size >= 1, "generate: --batch_size must be >= 1");
     // The tokenizer: needed for text prompts; without one, id prompts get ids back only.
-    bool need_tok = false;
-    for (auto& p : prompts) need_tok |= !p.as_ids;
+    bool need_tok = false, need_template = false;
+    for (auto& p : prompts) {
+      if (o->chat && !p.as_ids && p.messages.is_null())
+        p.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", p.text}}});
+      need_tok |= !p.as_ids;
+      need_template |= !p.messages.is_null();
+    }
+    const std::string tok_path = o->tokenizer.empty() ? o->model : o->tokenizer;
     std::shared_ptr<data::Tokenizer> tok;
-    if (need_tok || !o->tokenizer.empty())
-      tok = data::load_tokenizer(o->tokenizer.empty() ? o->model : o->tokenizer);
+    if (need_tok || !o->tokenizer.empty()) tok = data::load_tokenizer(tok_path);
+    // Conversations: rendered as apply_chat_template(add_generation_prompt=True) renders them,
+    // then tokenized without added special tokens (the template writes them).
+    if (need_template) {
+      data::ChatTemplateFiles ct = data::find_chat_template(tok_path);
+      ONYX_CHECK(!ct.source.empty(), "generate: '", tok_path,
+                 "' has no chat template (chat_template.jinja or tokenizer_config.json's "
+                 "chat_template) for the conversation prompts");
+      data::ChatTemplate tmpl(ct.source, ct.origin);
+      for (auto& p : prompts)
+        if (!p.messages.is_null())
+          p.text = tmpl.render(data::chat_template_vars(p.messages, true, ct.special_tokens)).text;
+    }
     train::Generator gen = train::Generator::from_folder(o->model);
     if (tok)
       ONYX_CHECK(tok->vocab_size() <= gen.config().vocab_size, tok->source(),
@@ -156,7 +186,10 @@ Action add_generate_command(CLI::App& app) {
       size_t last = std::min(prompts.size(), first + (size_t)o->batch_size);
       std::vector<std::vector<int64_t>> ids;
       for (size_t i = first; i < last; i++) {
-        ids.push_back(prompts[i].as_ids ? prompts[i].ids : tok->encode(prompts[i].text).input_ids);
+        data::EncodeOptions eo;
+        eo.add_special_tokens = prompts[i].messages.is_null();
+        ids.push_back(prompts[i].as_ids ? prompts[i].ids
+                                        : tok->encode(prompts[i].text, eo).input_ids);
         ONYX_CHECK(!ids.back().empty(), "generate: prompt ", i + 1, " has no tokens");
       }
       train::GenerationStats st;
