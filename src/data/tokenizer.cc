@@ -357,7 +357,7 @@ std::shared_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
   if (type == "WordPiece") return WordPieceTokenizer::from_tokenizer_json(j, path);
   if (type == "BPE") return BpeTokenizer::from_tokenizer_json(j, path);
   ONYX_UNSUPPORTED("tokenizer file '", path, "': model.type '", type,
-                   "' is not supported (WordPiece and byte-level BPE are)");
+                   "' is not supported (WordPiece and BPE are)");
 }
 
 }  // namespace

@@ -26,8 +26,9 @@ Writes
       metaspace/  the same model without byte fallback (unknown characters -> one fused <unk>),
                   Metaspace pre-tokenizer and decoder (prepend_scheme "first", split)
     each with tokenizer.json and reference.jsonl, whose lines also hold "with_special" (the ids of
-    encode(text), the post-processor's template added) and "decoded" (decode(ids), special tokens
-    kept).
+    encode(text), the post-processor's template added), "decoded" (decode(ids), special tokens
+    kept) and, every 50th line, "pair_with" (the next line), "pair_ids" and "pair_type_ids" (the
+    template's pair form).
 reference.jsonl has {"text": ..., "ids": [...]} per line: ids from HF tokenizers, no special tokens
 added (add_special_tokens=False, no truncation, no padding). Texts: every WordNet gloss (Debian's
 wordnet-base, /usr/share/wordnet/data.*), some glosses joined with line breaks, hand-written
@@ -315,6 +316,7 @@ def make_llama_family(tk, out, texts, gl):
         "sentencepiece": lambda: train_sentencepiece(gl, True, False),
         "metaspace": lambda: train_sentencepiece(gl, False, True),
     }
+    assert tuple(styles) == LLAMA_STYLES
     ntok = 0
     for name, train in styles.items():
         d = os.path.join(out, name)
@@ -326,17 +328,30 @@ def make_llama_family(tk, out, texts, gl):
         ids = encode_all(tok, texts)
         with_special = [e.ids for e in tok.encode_batch(texts, add_special_tokens=True)]
         decoded = tok.decode_batch(ids, skip_special_tokens=False)
+        # every 50th line also as the first text of a pair with the next line: the template's pair
+        # form (ids and type ids)
+        pair_at = list(range(0, len(texts) - 1, 50))
+        pairs = tok.encode_batch([(texts[k], texts[k + 1]) for k in pair_at], add_special_tokens=True)
+        pair_of = {k: p for k, p in zip(pair_at, pairs)}
         with open(os.path.join(d, "reference.jsonl"), "w", encoding="utf-8") as f:
-            for t, i, w, dec in zip(texts, ids, with_special, decoded):
-                f.write(json.dumps({"text": t, "ids": i, "with_special": w, "decoded": dec},
-                                   ensure_ascii=False) + "\n")
+            for k, (t, i, w, dec) in enumerate(zip(texts, ids, with_special, decoded)):
+                line = {"text": t, "ids": i, "with_special": w, "decoded": dec}
+                if k in pair_of:
+                    line.update(pair_with=texts[k + 1], pair_ids=pair_of[k].ids, pair_type_ids=pair_of[k].type_ids)
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
         ntok += sum(map(len, ids))
     return ntok
 
 
+LLAMA_STYLES = ("llama3", "qwen2", "sentencepiece", "metaspace")
+
+
 def up_to_date(outs, inputs, version):
     try:
-        oldest = min(os.path.getmtime(os.path.join(o, "reference.jsonl")) for o in outs)
+        refs = [os.path.join(o, "reference.jsonl") for o in outs if not o.endswith("llama-family-reference")]
+        refs += [os.path.join(o, s, "reference.jsonl") for o in outs if o.endswith("llama-family-reference")
+                 for s in LLAMA_STYLES]
+        oldest = min(os.path.getmtime(r) for r in refs)
         for o in outs:
             with open(os.path.join(o, "stamp.json")) as f:
                 if json.load(f).get("tokenizers") != version:
@@ -388,8 +403,6 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         ntok = make(tmp, texts)
-        if out == llama_out:  # the reference.jsonl that up_to_date looks at: the last one made
-            shutil.copyfile(os.path.join(tmp, "metaspace", "reference.jsonl"), os.path.join(tmp, "reference.jsonl"))
         with open(os.path.join(tmp, "stamp.json"), "w") as f:
             json.dump({"tokenizers": tk.__version__, "lines": len(texts), "tokens": ntok}, f)
         replace_dir(tmp, out)

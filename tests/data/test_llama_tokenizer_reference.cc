@@ -4,15 +4,16 @@
 // $ONYX_LLAMA_TOKENIZER_REFERENCE): llama3 (Split regex + ByteLevel, ignore_merges, BOS template),
 // qwen2 (NFC, Qwen2's regex), sentencepiece (byte fallback, Prepend/Replace normalizer,
 // ByteFallback/Fuse/Strip decoder) and metaspace (Metaspace pre-tokenizer and decoder, fused
-// <unk>). Every line must give HF's ids without and with the post-processor's special tokens, and
-// HF's decode of those ids. Also the errors that unsupported parts of a file give. A missing
-// reference is a failure, not a skip.
+// <unk>). Every line must give HF's ids without and with the post-processor's special tokens (one
+// text and, every 50th line, a pair with the next line), and HF's decode of those ids. Also the
+// errors that unsupported parts of a file give. A missing reference is a failure, not a skip.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "data/bpe.h"
 #include "data/hf_pipeline.h"
@@ -32,6 +33,8 @@ std::string reference_dir() {
 struct Line {
   std::string text, decoded;
   std::vector<int64_t> ids, with_special;
+  std::optional<std::string> pair_with;  // every 50th line: encoded as a pair with the next line
+  std::vector<int64_t> pair_ids, pair_type_ids;
 };
 
 std::vector<Line> read_reference(const std::string& path) {
@@ -41,9 +44,14 @@ std::vector<Line> read_reference(const std::string& path) {
   while (std::getline(f, s)) {
     if (s.empty()) continue;
     auto j = nlohmann::json::parse(s);
-    lines.push_back({j["text"].get<std::string>(), j["decoded"].get<std::string>(),
-                     j["ids"].get<std::vector<int64_t>>(),
-                     j["with_special"].get<std::vector<int64_t>>()});
+    Line l{j["text"].get<std::string>(), j["decoded"].get<std::string>(),
+           j["ids"].get<std::vector<int64_t>>(), j["with_special"].get<std::vector<int64_t>>()};
+    if (j.contains("pair_with")) {
+      l.pair_with = j["pair_with"].get<std::string>();
+      l.pair_ids = j["pair_ids"].get<std::vector<int64_t>>();
+      l.pair_type_ids = j["pair_type_ids"].get<std::vector<int64_t>>();
+    }
+    lines.push_back(std::move(l));
   }
   return lines;
 }
@@ -67,7 +75,7 @@ std::shared_ptr<Tokenizer> check_style(const std::string& style) {
   auto lines = read_reference(dir + "/reference.jsonl");
   EXPECT_GT(lines.size(), 30000u) << style;
   auto tok = load_tokenizer(dir + "/tokenizer.json");
-  int64_t bad = 0, bad_special = 0, bad_decode = 0, tokens = 0;
+  int64_t bad = 0, bad_special = 0, bad_decode = 0, bad_pair = 0, pairs = 0, tokens = 0;
   for (auto& l : lines) {
     auto ids = tok->encode_ids(l.text);
     tokens += ids.size();
@@ -79,6 +87,16 @@ std::shared_ptr<Tokenizer> check_style(const std::string& style) {
       ADD_FAILURE() << style << ": ids with special tokens differ for "
                     << nlohmann::json(l.text).dump() << "\n  onyx:          " << show(e.input_ids)
                     << "\n  HF tokenizers: " << show(l.with_special);
+    if (l.pair_with) {
+      ++pairs;
+      auto p = tok->encode_pair(l.text, *l.pair_with);
+      if ((p.input_ids != l.pair_ids || p.token_type_ids != l.pair_type_ids) && ++bad_pair <= 5)
+        ADD_FAILURE() << style << ": pair differs for " << nlohmann::json(l.text).dump() << " + "
+                      << nlohmann::json(*l.pair_with).dump()
+                      << "\n  onyx:          " << show(p.input_ids) << " types "
+                      << show(p.token_type_ids) << "\n  HF tokenizers: " << show(l.pair_ids)
+                      << " types " << show(l.pair_type_ids);
+    }
     const std::string back = tok->decode(l.ids);
     if (back != l.decoded && ++bad_decode <= 5)
       ADD_FAILURE() << style << ": decode of HF's ids of " << nlohmann::json(l.text).dump()
@@ -90,6 +108,8 @@ std::shared_ptr<Tokenizer> check_style(const std::string& style) {
                             << " lines differ with special tokens";
   EXPECT_EQ(bad_decode, 0) << style << ": " << bad_decode << " of " << lines.size()
                            << " lines decode differently";
+  EXPECT_GT(pairs, 500) << style;
+  EXPECT_EQ(bad_pair, 0) << style << ": " << bad_pair << " of " << pairs << " pairs differ";
   std::cout << "[ info ] " << style << ": " << lines.size() << " lines, " << tokens
             << " tokens checked against HF tokenizers\n";
   return tok;
