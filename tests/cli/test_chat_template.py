@@ -11,7 +11,9 @@ and `onyx chat-template FOLDER --cases` renders every conversation (system or no
 add_generation_prompt true / false, unicode, whitespace at the edges, tool calls) to be compared
 byte for byte with tokenizer.apply_chat_template(tokenize=False). A raise_exception in Transformers
 must be an onyx error carrying the same message. A second set of small templates exercises the
-engine's filters, tests, methods, loop variables, scoping and whitespace rules the same way.
+engine's filters, tests, methods, loop variables, scoping and whitespace rules the same way, and
+200 random layouts of text, tags and whitespace control are rendered by Transformers'
+render_jinja_template and by onyx.
 
 SFT: conversational rows ("messages"; "prompt" / "completion" as message lists; assistant_only_loss
 with a {% generation %} template) tokenized by `onyx chat-template FOLDER --sft FILE` must give the
@@ -457,6 +459,66 @@ def feature_cases(results, base, tmp):
                 compare(name, hf, ox, results, may_fail=group == "error")
 
 
+def random_layout(rng, depth=0):
+    """Text, {{ }}, comments and if / for blocks with random '-' / '+' and whitespace around."""
+    ws = ["", " ", "  ", "\n", "\n  ", "\t", " \n", "\n\n", "x", " y ", "\n z"]
+    sign = lambda: rng.choice(["", "", "-", "+"])  # noqa: E731
+    vsign = lambda: rng.choice(["", "-"])  # noqa: E731
+    out = []
+    for _ in range(rng.randint(1, 5)):
+        k = rng.random()
+        if k < 0.2:
+            out.append("{{%s 'v' %s}}" % (vsign(), vsign()))
+        elif k < 0.3:
+            out.append("{#%s c %s#}" % (sign(), sign()))
+        elif k < 0.55 and depth < 3:
+            head = rng.choice(["if true", "if false", "for i in range(2)"])
+            end = "endif" if head.startswith("if") else "endfor"
+            out.append("{%%%s %s %s%%}" % (sign(), head, sign()) + random_layout(rng, depth + 1)
+                       + "{%%%s %s %s%%}" % (sign(), end, sign()))
+        else:
+            out.append(rng.choice(ws))
+    return "".join(out)
+
+
+def whitespace_fuzz(results, tmp, n=200):
+    """Random layouts rendered by Transformers' own environment (render_jinja_template) and by
+    `onyx chat-template FILE.jinja`: the lexer's trim_blocks / lstrip_blocks / '-' / '+' rules."""
+    import random
+    from transformers.utils.chat_template_utils import render_jinja_template
+    rng = random.Random(15)
+    conv = [msg(U, "c")]
+    mpath = os.path.join(tmp, "fuzz-messages.json")
+    with open(mpath, "w") as f:
+        json.dump(conv, f)
+    bad = []
+    for i in range(n):
+        t = random_layout(rng) + rng.choice(["", "\n", "\n\n"])
+        want = render_jinja_template([conv], chat_template=t)[0][0]
+        tpath = os.path.join(tmp, "fuzz.jinja")
+        with open(tpath, "w") as f:
+            f.write(t)
+        p = run_onyx([tpath, "--messages", mpath])
+        if p.returncode != 0 or p.stdout != want:
+            bad.append("\n    %r: transformers %r, onyx %r %s" % (t, want, p.stdout, p.stderr))
+    results.append(("whitespace layouts (%d random templates)" % n, not bad, "".join(bad[:5])))
+
+
+def cli_error(results, tmp):
+    """`onyx chat-template` on a template that raises: exit status 1, 'onyx: error:', the message."""
+    tpath = os.path.join(tmp, "raise.jinja")
+    with open(tpath, "w") as f:
+        f.write("ok\n{{ raise_exception('no system role here') }}")
+    mpath = os.path.join(tmp, "raise.json")
+    with open(mpath, "w") as f:
+        json.dump([msg(U, "x")], f)
+    p = run_onyx([tpath, "--messages", mpath])
+    ok = (p.returncode == 1 and p.stderr.startswith("onyx: error:")
+          and "no system role here" in p.stderr and "line 2" in p.stderr)
+    results.append(("cli raise_exception exits 1", ok, "rc %d, stderr %r" % (p.returncode,
+                                                                           p.stderr)))
+
+
 def trl_rows(tok, rows, assistant_only_loss, tmp):
     """input_ids and labels as TRL's SFTTrainer prepares `rows`."""
     import torch
@@ -533,6 +595,8 @@ def main():
         base = train_tokenizer(os.path.join(tmp, "base"))
         family_cases(results, base, tmp)
         feature_cases(results, base, tmp)
+        whitespace_fuzz(results, tmp)
+        cli_error(results, tmp)
         try:
             import trl  # noqa: F401
             sft_cases(results, base, tmp)
