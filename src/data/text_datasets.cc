@@ -371,8 +371,6 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
   ONYX_CHECK(opts_.max_length > 1, "dataset '", path, "': max_length must be at least 2");
   ONYX_CHECK(opts_.pad_multiple > 0, "dataset '", path, "': pad_multiple must be positive");
   std::optional<int64_t> eos = tok_->eos_id();
-  ONYX_CHECK(!opts_.add_eos || eos, "dataset '", path, "': the tokenizer (", tok_->source(),
-             ") has no end-of-text token to end each sample with (set add_eos false)");
   TextClassificationOptions ro;
   ro.format = opts_.format;
   std::unique_ptr<ChatTemplate> tmpl;
@@ -530,6 +528,10 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
         ids = tok_->encode_ids(*prompt + *completion);
         prompt_len = (int64_t)tok_->encode_ids(*prompt).size();
       }
+      // conversational rows end with the template's own end-of-turn; text rows need the eos
+      ONYX_CHECK(!opts_.add_eos || eos, "dataset '", path, "': line ", r.line, ": the tokenizer (",
+                 tok_->source(),
+                 ") has no end-of-text token to end this sample with (set add_eos false)");
       if (opts_.add_eos && (ids.empty() || ids.back() != *eos)) ids.push_back(*eos);
       labels = ids;
       if (opts_.completion_only_loss)

@@ -322,8 +322,26 @@ TEST(SftChat, MessagesRowsAreRenderedAndCarryLossEverywhere) {
             ids_of("<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n"));
   EXPECT_EQ(ds.labels(2), (I{'p', 'l', 'a', 'i', 'n', 256}));  // text rows as before
 
+  // a tokenizer without an end-of-text token: conversational rows need none, text rows do
+  std::unordered_map<std::string, int64_t> vocab;
+  for (int b = 0; b < 256; ++b) {
+    std::string s;
+    unicode::append_utf8(BpeTokenizer::byte_to_unicode((uint8_t)b), s);
+    vocab[s] = b;
+  }
+  auto no_eos = std::make_shared<BpeTokenizer>(
+      vocab, std::vector<std::pair<std::string, std::string>>{}, BpeConfig{}, "no-eos BPE");
+  ASSERT_FALSE(no_eos->eos_id());
+  auto chat_only = d.write("chat_only.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}]})"
+                                              "\n");
+  const std::string turn = "<|im_start|>user\nHi<|im_end|>\n";  // bytes: no special tokens here
+  EXPECT_EQ(SftDataset(chat_only, no_eos, o).ids(0), I(turn.begin(), turn.end()));
+  auto e = error_of([&] { SftDataset x(path, no_eos, o); });
+  EXPECT_NE(e.find("line 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("no end-of-text token"), std::string::npos) << e;
+
   o.chat_template.clear();
-  auto e = error_of([&] { SftDataset x(path, chat_bpe(), o); });
+  e = error_of([&] { SftDataset x(path, chat_bpe(), o); });
   EXPECT_NE(e.find("line 1"), std::string::npos) << e;
   EXPECT_NE(e.find("need a chat template"), std::string::npos) << e;
 }
