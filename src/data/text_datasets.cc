@@ -413,6 +413,7 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
   auto is_messages = [](const nlohmann::json* v) {
     return v && v->is_array() && !v->empty() && (*v)[0].is_object() && (*v)[0].contains("role");
   };
+  int64_t dropped = 0;
   for (auto& r : read_rows(path, ro)) {
     auto field = [&](const char* key) -> const nlohmann::json* {
       auto it = r.obj.find(key);
@@ -542,10 +543,19 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
       ids.resize(opts_.max_length);
       labels.resize(opts_.max_length);
     }
+    // TRL drops the rows truncation left without a token that carries loss (not when packing)
+    if (!opts_.packing &&
+        std::all_of(labels.begin(), labels.end(), [](int64_t l) { return l == -100; })) {
+      dropped++;
+      continue;
+    }
     ids_.push_back(std::move(ids));
     labels_.push_back(std::move(labels));
   }
-  ONYX_CHECK(!ids_.empty(), "dataset '", path, "' has no rows");
+  ONYX_CHECK(!ids_.empty(), "dataset '", path, "' has no rows",
+             dropped ? cat(" with a token that carries loss (", dropped,
+                           " rows are all prompt within max_length ", opts_.max_length, ")")
+                     : std::string());
   for (auto& x : ids_) {
     std::vector<int64_t> p(x.size());
     for (size_t t = 0; t < p.size(); t++) p[t] = (int64_t)t;

@@ -101,7 +101,8 @@ class CausalLMDataset : public Dataset {
 // (language modeling: every token carries loss) or "prompt" and "completion" (only the completion
 // tokens carry loss when completion_only_loss, TRL's default). As TRL tokenizes them: prompt +
 // completion as one text, the prompt's own token count marking where the completion starts, the
-// tokenizer's end-of-text token appended, truncated to max_length. Batches are right-padded to the
+// tokenizer's end-of-text token appended, truncated to max_length; a row left with no token that
+// carries loss is dropped (unless packing), as TRL drops it. Batches are right-padded to the
 // longest row rounded up to pad_multiple (labels -100, attention_mask 0 there).
 // Conversational rows (TRL 1.16's SFTTrainer): "messages" (or "conversations" of {from, value})
 // rendered with the chat template, every token carrying loss, or only the assistant turns' tokens

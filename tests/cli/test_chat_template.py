@@ -519,7 +519,7 @@ def cli_error(results, tmp):
                                                                            p.stderr)))
 
 
-def trl_rows(tok, rows, assistant_only_loss, tmp):
+def trl_rows(tok, rows, assistant_only_loss, tmp, max_length=1024):
     """input_ids and labels as TRL's SFTTrainer prepares `rows`."""
     import torch
     from datasets import Dataset
@@ -529,7 +529,7 @@ def trl_rows(tok, rows, assistant_only_loss, tmp):
     model = LlamaForCausalLM(LlamaConfig(
         vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048))
-    args = SFTConfig(output_dir=os.path.join(tmp, "trl"), report_to=[], max_length=1024,
+    args = SFTConfig(output_dir=os.path.join(tmp, "trl"), report_to=[], max_length=max_length,
                      assistant_only_loss=assistant_only_loss, packing=False,
                      use_cpu=True, dataset_num_proc=None)
     tr = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
@@ -553,15 +553,21 @@ def sft_cases(results, base, tmp):
          + [{"messages": CONVERSATIONS[6]}]),
         ("chatml_gen", "prompt/completion", True,
          [{"prompt": [msg(U, "q1"), msg(A, "a1"), msg(U, "q2")], "completion": [msg(A, "a2 é")]}]),
+        # truncated to 40 tokens: long prompts lose their completion and TRL drops those rows
+        ("chatml", "prompt/completion max_length=40", False,
+         [{"prompt": c[:-1], "completion": c[-1:]} for c in CONVERSATIONS[1:8]
+          if len(c) > 1 and c[-1]["role"] == A]
+         + [{"prompt": [msg(U, "q")], "completion": [msg(A, "short answer")]}]),
     ]
     for fam, kind, aol, rows in sets:
+        max_length = 40 if "max_length=40" in kind else 1024
         template, bos, eos = FAMILIES[fam]
         folder = os.path.join(tmp, "sft-" + fam)
         tok = hf_tokenizer(base, template, bos, eos, folder)
         name = "sft %s %s%s (TRL %s)" % (fam, kind, " assistant_only_loss" if aol else "",
                                           trl.__version__)
         try:
-            want = trl_rows(tok, rows, aol, tmp)
+            want = trl_rows(tok, rows, aol, tmp, max_length)
         except Exception as e:  # noqa: BLE001
             results.append((name, False, "TRL failed: %s: %s" % (type(e).__name__, e)))
             continue
@@ -569,7 +575,8 @@ def sft_cases(results, base, tmp):
         with open(path, "w", encoding="utf-8") as f:
             for r in rows:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        p = run_onyx([folder, "--sft", path] + (["--assistant-only-loss"] if aol else []))
+        p = run_onyx([folder, "--sft", path, "--max-length", str(max_length)]
+                     + (["--assistant-only-loss"] if aol else []))
         if p.returncode != 0:
             results.append((name, False, "onyx failed: " + p.stderr))
             continue
@@ -577,7 +584,7 @@ def sft_cases(results, base, tmp):
         bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
         ok = len(got) == len(want) and not bad
         masked = sum(l == -100 for w in want for l in w["labels"])
-        detail = "%d rows, %d masked labels" % (len(want), masked)
+        detail = "%d of %d rows kept, %d masked labels" % (len(want), len(rows), masked)
         if bad:
             i = bad[0]
             detail += "; row %d differs:\n    TRL:  %s\n    onyx: %s" % (i, want[i], got[i])

@@ -366,10 +366,20 @@ TEST(SftChat, ConversationalPromptCompletionMasksThePrompt) {
   EXPECT_EQ(ds.labels(0), labels);
   o.completion_only_loss = false;
   EXPECT_EQ(SftDataset(path, chat_bpe(), o).labels(0), ids);
+  // truncation inside the prompt leaves nothing to learn: TRL drops the row
+  o.completion_only_loss = true;
+  o.max_length = (int64_t)prompt.size();
+  auto e = error_of([&] { SftDataset x(path, chat_bpe(), o); });
+  EXPECT_NE(e.find("no rows with a token that carries loss (1 rows are all prompt"),
+            std::string::npos)
+      << e;
+  o.max_length = (int64_t)prompt.size() + 1;
+  EXPECT_EQ(SftDataset(path, chat_bpe(), o).labels(0).back(), 'Y');
+  o.max_length = 1024;
   auto bad = d.write("bad.jsonl",
                      R"({"prompt": [{"role": "user", "content": "Hi"}], "completion": "text"})"
                      "\n");
-  auto e = error_of([&] { SftDataset x(bad, chat_bpe(), o); });
+  e = error_of([&] { SftDataset x(bad, chat_bpe(), o); });
   EXPECT_NE(e.find("must both be lists of messages"), std::string::npos) << e;
 }
 
