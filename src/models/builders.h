@@ -36,14 +36,22 @@ std::string tied_projection(GraphBuilder& b, const std::string& h, const std::st
 // Transformers' causal LMs compute it; both graph outputs (loss first).
 void causal_lm_head(GraphBuilder& b, const std::string& h, const std::string& table, int64_t V);
 
-// The decoder-with-past interface (build_hf_decoder_with_past). Declares "past_keys.<layer>" and
-// "past_values.<layer>" (B, kv_heads, P, head_dim) and returns them.
-std::pair<std::string, std::string> past_inputs(GraphBuilder& b, int64_t layer, int64_t kv_heads,
-                                                int64_t head_dim);
+// The decoder-with-past interface (build_hf_decoder_with_past), one layer's attention: q
+// (B,nh,S,hd) and the new tokens' k, v (B,nkv,S,hd) -> (B,nh,S,hd), over the inputs
+// "past_keys.<layer>" (B,nkv,hd,P) — stored transposed — and "past_values.<layer>" (B,nkv,P,hd)
+// followed by the new tokens, without copying the cache: scores against the past and the new
+// keys are computed apart and concatenated (P+S per query), the softmax split back over the two
+// value blocks; the nh/nkv query heads of a key/value head are one block of rows (no repeated
+// keys). Also declares the outputs of new_kv_outputs. `divide`: scores / sqrt(hd) (GPT-2) rather
+// than * (1/sqrt(hd)) (Llama), as each Transformers model computes it.
+std::string cached_attention(GraphBuilder& b, int64_t layer, const std::string& q,
+                             const std::string& k, const std::string& v, int64_t nh, int64_t nkv,
+                             int64_t hd, bool divide, const std::string& causal,
+                             const std::string& pad);
 // (S, P+S) bool: key slot j (past slots 0..P-1, then the new tokens at cache_position) visible to
 // new token i when slot(j) <= cache_position[i] and, with window > 0, cache_position[i] - slot(j)
 // < window. Padding and unused cache slots are masked by attention_mask (B, P+S).
-std::string cached_causal_mask(GraphBuilder& b, const std::string& past_key,
+std::string cached_causal_mask(GraphBuilder& b, const std::string& past_value,
                                const std::string& cache_position, int64_t window);
 // Graph outputs "new_keys.<layer>" / "new_values.<layer>": the S new tokens' keys and values.
 void new_kv_outputs(GraphBuilder& b, int64_t layer, const std::string& k, const std::string& v,

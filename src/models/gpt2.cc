@@ -56,21 +56,16 @@ struct Gpt2 {
     b.set_scope(p);
     auto parts = b.op_n("Split", {qkv, b.const_i64({C, C, C})}, {{"axis", Attr::of_int(2)}}, 3);
     std::string q = b.split_heads(parts[0], nh, hs);  // (B,nh,T,hs)
-    std::string k, v;
-    if (with_past) {  // (B,nh,P+T,hs), keys transposed for q @ k^T
-      k = b.split_heads(parts[1], nh, hs);
-      v = b.split_heads(parts[2], nh, hs);
-      auto [pk, pv] = past_inputs(b, layer, nh, hs);
-      new_kv_outputs(b, layer, k, v, nh, hs);
+    if (with_past) {                                  // over the cache and the new tokens
+      std::string y =
+          cached_attention(b, layer, q, b.split_heads(parts[1], nh, hs),
+                           b.split_heads(parts[2], nh, hs), nh, nh, hs, true, causal, pad);
       b.set_scope(p);
-      k = b.op("Transpose", {b.op("Concat", {pk, k}, {{"axis", Attr::of_int(2)}})},
-               {{"perm", Attr::of_ints({0, 1, 3, 2})}});
-      v = b.op("Concat", {pv, v}, {{"axis", Attr::of_int(2)}});
-    } else {
-      k = b.split_heads_transposed(parts[1], nh, hs);  // (B,nh,hs,T)
-      v = b.split_heads(parts[2], nh, hs);             // (B,nh,T,hs)
+      return b.conv1d(b.merge_heads(y, C), p + ".c_proj", C, C, proj_init());
     }
-    std::string att = b.op("MatMul", {q, k});  // (B,nh,T,T)
+    std::string k = b.split_heads_transposed(parts[1], nh, hs);  // (B,nh,hs,T)
+    std::string v = b.split_heads(parts[2], nh, hs);             // (B,nh,T,hs)
+    std::string att = b.op("MatMul", {q, k});                    // (B,nh,T,T)
     att = b.op("Div", {att, b.scalar_f32((float)std::sqrt((double)hs))});
     att = b.op("Where", {causal, att, b.scalar_f32(kMaskValue)});
     att = b.op("Add", {att, pad});
@@ -107,7 +102,7 @@ struct Gpt2 {
     std::string h = embeddings(ids);
     std::string causal =
         with_past ? cached_causal_mask(
-                        b, "past_keys.0",  // declared by layer 0's attention
+                        b, "past_values.0",  // declared by layer 0's attention
                         b.input("cache_position", DType::Int64, {-1}, {"sequence_length"}), 0)
                   : causal_mask(ids);
     std::string pad = additive_attention_mask(b, mask);

@@ -148,17 +148,47 @@ void causal_lm_head(GraphBuilder& b, const std::string& h, const std::string& ta
   b.output("logits", DType::Float32, {-1, -1, V});
 }
 
-std::pair<std::string, std::string> past_inputs(GraphBuilder& b, int64_t layer, int64_t kv_heads,
-                                                int64_t head_dim) {
-  const std::vector<std::string> dims = {"batch_size", "", "past_length", ""};
-  return {b.input(cat("past_keys.", layer), DType::Float32, {-1, kv_heads, -1, head_dim}, dims),
-          b.input(cat("past_values.", layer), DType::Float32, {-1, kv_heads, -1, head_dim}, dims)};
+std::string cached_attention(GraphBuilder& b, int64_t layer, const std::string& q,
+                             const std::string& k, const std::string& v, int64_t nh, int64_t nkv,
+                             int64_t hd, bool divide, const std::string& causal,
+                             const std::string& pad) {
+  // past keys stored transposed, (B,nkv,hd,P): q @ past_k needs no transpose per step
+  std::string pk = b.input(cat("past_keys.", layer), DType::Float32, {-1, nkv, hd, -1},
+                           {"batch_size", "", "", "past_length"});
+  std::string pv = b.input(cat("past_values.", layer), DType::Float32, {-1, nkv, -1, hd},
+                           {"batch_size", "", "past_length", ""});
+  new_kv_outputs(b, layer, k, v, nkv, hd);
+  const int64_t g = nh / nkv;
+  std::string bdim = b.dim_of(q, 0), sdim = b.dim_of(q, 2), pdim = b.dim_of(pv, 2);
+  // the g query heads of one key/value head as one block of rows: (B,nkv,g*S,hd)
+  std::string qg = b.op("Reshape", {q, b.const_i64({0, nkv, -1, hd})});
+  std::string kt = b.op("Transpose", {k}, {{"perm", Attr::of_ints({0, 1, 3, 2})}});  // (B,nkv,hd,S)
+  std::string s = b.op("Concat", {b.op("MatMul", {qg, pk}), b.op("MatMul", {qg, kt})},
+                       {{"axis", Attr::of_int(-1)}});  // (B,nkv,g*S,P+S)
+  const double scale = std::sqrt((double)hd);
+  s = divide ? b.op("Div", {s, b.scalar_f32((float)scale)})
+             : b.op("Mul", {s, b.scalar_f32((float)(1.0 / scale))});
+  // (B,nkv,g,S,P+S): the masks broadcast over the heads
+  std::string s5 =
+      b.op("Reshape", {s, b.op("Concat", {bdim, b.const_i64({nkv, g}), sdim, b.const_i64({-1})},
+                               {{"axis", Attr::of_int(0)}})});
+  s5 = b.op("Where", {causal, s5, b.scalar_f32(kMaskValue)});
+  s5 = b.op("Add", {s5, b.op("Unsqueeze", {pad, b.const_i64({1})})});
+  s5 = b.op("Softmax", {s5}, {{"axis", Attr::of_int(-1)}});
+  std::string pr =
+      b.op("Reshape", {s5, b.op("Concat", {bdim, b.const_i64({nkv, -1}), b.dim_of(s, 3)},
+                                {{"axis", Attr::of_int(0)}})});
+  auto parts = b.op_n("Split", {pr, b.op("Concat", {pdim, sdim}, {{"axis", Attr::of_int(0)}})},
+                      {{"axis", Attr::of_int(-1)}}, 2);
+  std::string y = b.op("Add", {b.op("MatMul", {parts[0], pv}), b.op("MatMul", {parts[1], v})});
+  return b.op("Reshape", {y, b.op("Concat", {bdim, b.const_i64({nh}), sdim, b.const_i64({hd})},
+                                  {{"axis", Attr::of_int(0)}})});  // (B,nh,S,hd)
 }
 
-std::string cached_causal_mask(GraphBuilder& b, const std::string& past_key,
+std::string cached_causal_mask(GraphBuilder& b, const std::string& past_value,
                                const std::string& cache_position, int64_t window) {
   b.set_scope(window > 0 ? "model.sliding_cache_mask" : "model.cache_mask");
-  std::string p = b.op("Squeeze", {b.dim_of(past_key, 2), b.const_i64({0})});
+  std::string p = b.op("Squeeze", {b.dim_of(past_value, 2), b.const_i64({0})});
   std::string past_slots = b.op("Range", {b.scalar_i64(0), p, b.scalar_i64(1)});  // (P)
   std::string slots =
       b.op("Concat", {past_slots, cache_position}, {{"axis", Attr::of_int(0)}});  // (P+S)

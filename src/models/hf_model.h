@@ -111,7 +111,8 @@ BuiltModel build_hf_model(const HfConfig& config, Task task, int64_t seed = 0);
 // The causal LM as a decoder with a key/value cache, for generation (models/generate.h): inputs
 // input_ids (B,S), attention_mask (B,P+S) over cache slots then new tokens (1 keep, 0 padding or
 // unused slot), position_ids (B,S), cache_position (S) (the cache slot of each new token, P.. for
-// a filled cache), past_keys.N / past_values.N (B, kv_heads, P, head_dim); outputs logits (B,V)
+// a filled cache), past_keys.N (B, kv_heads, head_dim, P) (transposed) / past_values.N
+// (B, kv_heads, P, head_dim); outputs logits (B,V)
 // of the last new token, new_keys.N / new_values.N (B, kv_heads, S, head_dim) — the new tokens'
 // keys (after rotary) and values, which the caller writes into its cache. Same weight names and
 // task prefix as build_hf_model(c, Task::CausalLM). gpt2, llama, mistral, qwen2.

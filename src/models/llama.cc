@@ -143,12 +143,12 @@ struct Llama {
     q = apply_rotary(heads(q, nh), cos, sin);   // (B,nh,T,hd)
     k = apply_rotary(heads(k, nkv), cos, sin);  // (B,nkv,T,hd)
     v = heads(v, nkv);
-    if (with_past) {  // (B,nkv,P+T,hd)
-      auto [pk, pv] = past_inputs(b, layer, nkv, hd);
-      new_kv_outputs(b, layer, k, v, nkv, hd);
+    if (with_past) {  // over the cache and the new tokens
+      std::string y = cached_attention(b, layer, q, k, v, nh, nkv, hd, false, causal, pad);
       b.set_scope(p);
-      k = b.op("Concat", {pk, k}, {{"axis", Attr::of_int(2)}});
-      v = b.op("Concat", {pv, v}, {{"axis", Attr::of_int(2)}});
+      y = b.op("Reshape", {b.op("Transpose", {y}, {{"perm", Attr::of_ints({0, 2, 1, 3})}}),
+                           b.const_i64({0, 0, nh * hd})});
+      return b.linear(y, p + ".o_proj", nh * hd, C, weight_init(), c.o_proj_bias);
     }
     // target shapes for repeat_kv: [B, nkv, nh/nkv, Tk, hd] and [B, nh, Tk, hd]
     std::string bdim = b.dim_of(x, 0), tdim = b.dim_of(k, 2);
@@ -192,7 +192,7 @@ struct Llama {
     std::string full, sliding;
     if (with_past) {  // masks over the cache slots and the new tokens (no packed samples)
       std::string cache_pos = b.input("cache_position", DType::Int64, {-1}, {"sequence_length"});
-      std::string past_k0 = cat("past_keys.", 0);  // declared by layer 0's attention
+      std::string past_k0 = cat("past_values.", 0);  // declared by layer 0's attention
       full = cached_causal_mask(b, past_k0, cache_pos, 0);
       sliding =
           c.sliding_window > 0 ? cached_causal_mask(b, past_k0, cache_pos, c.sliding_window) : full;

@@ -141,7 +141,7 @@ Generator::Generator(models::BuiltModel decoder) : model_(std::move(decoder)) {
   graph_ = model_.model.graph;
   for (auto& [name, t] : graph_->initializers) weights_.insert(name);
   for (auto& in : graph_->inputs) {
-    if (in.name.rfind("past_keys.", 0) != 0) continue;
+    if (in.name.rfind("past_values.", 0) != 0) continue;
     layers_++;
     kv_heads_ = in.shape.at(1);
     head_dim_ = in.shape.at(3);
@@ -193,7 +193,7 @@ Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, 
   sig["attention_mask"] = {DType::Int64, {batch, past + new_tokens}};
   sig["cache_position"] = {DType::Int64, {new_tokens}};
   for (int64_t l = 0; l < layers_; l++) {
-    sig[cat("past_keys.", l)] = {DType::Float32, {batch, kv_heads_, past, head_dim_}};
+    sig[cat("past_keys.", l)] = {DType::Float32, {batch, kv_heads_, head_dim_, past}};
     sig[cat("past_values.", l)] = {DType::Float32, {batch, kv_heads_, past, head_dim_}};
   }
   auto c = std::make_unique<Compiled>();
@@ -239,7 +239,8 @@ std::vector<std::vector<int64_t>> Generator::generate(
   std::mt19937_64 rng(cfg.seed);
   std::uniform_real_distribution<double> unif(0.0, 1.0);
 
-  // The cache: per layer (B, kv, cap, hd), slots [0, filled) written; slot_mask (B, cap) says
+  // The cache: per layer keys (B, kv, hd, cap) (transposed: the graph multiplies queries by them
+  // as they are) and values (B, kv, cap, hd), slots [0, filled) written; slot_mask (B, cap) says
   // which written slots are real tokens (left padding is not).
   int64_t cap = 0, filled = 0;
   std::vector<Tensor> keys(layers_), values(layers_);
@@ -248,15 +249,22 @@ std::vector<std::vector<int64_t>> Generator::generate(
     if (need <= cap) return;
     int64_t ncap = (need + cfg.cache_block - 1) / cfg.cache_block * cfg.cache_block;
     const int64_t kv = kv_heads_, hd = head_dim_;
-    for (auto* vec : {&keys, &values})
-      for (auto& t : *vec) {
-        Tensor n = Tensor::zeros(DType::Float32, {B, kv, ncap, hd});
-        if (filled > 0)
-          for (int64_t i = 0; i < B * kv; i++)
-            std::memcpy(n.data<float>() + i * ncap * hd, t.data<float>() + i * cap * hd,
-                        (size_t)(filled * hd) * sizeof(float));
-        t = n;
-      }
+    for (auto& t : keys) {  // rows of cap slots, one per (b, head, d)
+      Tensor n = Tensor::zeros(DType::Float32, {B, kv, hd, ncap});
+      if (filled > 0)
+        for (int64_t i = 0; i < B * kv * hd; i++)
+          std::memcpy(n.data<float>() + i * ncap, t.data<float>() + i * cap,
+                      (size_t)filled * sizeof(float));
+      t = n;
+    }
+    for (auto& t : values) {
+      Tensor n = Tensor::zeros(DType::Float32, {B, kv, ncap, hd});
+      if (filled > 0)
+        for (int64_t i = 0; i < B * kv; i++)
+          std::memcpy(n.data<float>() + i * ncap * hd, t.data<float>() + i * cap * hd,
+                      (size_t)(filled * hd) * sizeof(float));
+      t = n;
+    }
     std::vector<int64_t> m((size_t)(B * ncap), 0);
     for (int64_t r = 0; r < B; r++)
       std::copy(slot_mask.begin() + r * cap, slot_mask.begin() + r * cap + filled,
@@ -264,8 +272,10 @@ std::vector<std::vector<int64_t>> Generator::generate(
     slot_mask = std::move(m);
     cap = ncap;
   };
-  for (int64_t l = 0; l < layers_; l++)
-    keys[l] = values[l] = Tensor::zeros(DType::Float32, {B, kv_heads_, 0, head_dim_});
+  for (int64_t l = 0; l < layers_; l++) {
+    keys[l] = Tensor::zeros(DType::Float32, {B, kv_heads_, head_dim_, 0});
+    values[l] = Tensor::zeros(DType::Float32, {B, kv_heads_, 0, head_dim_});
+  }
 
   // One run over S new tokens per row (ids (B,S), new_mask (B,S), positions (B,S)).
   auto step = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& new_mask,
@@ -296,8 +306,10 @@ std::vector<std::vector<int64_t>> Generator::generate(
       const Tensor& nk = out.at(cat("new_keys.", l));
       const Tensor& nv = out.at(cat("new_values.", l));
       for (int64_t i = 0; i < B * kv_heads_; i++) {
-        std::memcpy(keys[l].data<float>() + (i * cap + filled) * hd, nk.data<float>() + i * S * hd,
-                    (size_t)(S * hd) * sizeof(float));
+        float* kd = keys[l].data<float>() + i * hd * cap + filled;
+        const float* ks = nk.data<float>() + i * S * hd;
+        for (int64_t t = 0; t < S; t++)
+          for (int64_t d = 0; d < hd; d++) kd[d * cap + t] = ks[t * hd + d];
         std::memcpy(values[l].data<float>() + (i * cap + filled) * hd,
                     nv.data<float>() + i * S * hd, (size_t)(S * hd) * sizeof(float));
       }
