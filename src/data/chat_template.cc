@@ -3106,14 +3106,27 @@ ChatTemplateFiles find_chat_template(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
       throw Error(cat(cfg_path.string(), " is not valid JSON: ", e.what()));
     }
+  }
+  // The special tokens: tokenizer_config.json's; an older folder's special_tokens_map.json (read
+  // when the config has no added_tokens_decoder, as Transformers' legacy path) overrides them.
+  auto take_tokens = [&](const nlohmann::ordered_json& j) {
     for (const char* k : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                           "cls_token", "mask_token"}) {
-      auto it = cfg.find(k);
-      if (it == cfg.end()) continue;
+      auto it = j.find(k);
+      if (it == j.end()) continue;
       if (it->is_string())
         out.special_tokens[k] = it->get<std::string>();
       else if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
         out.special_tokens[k] = (*it)["content"].get<std::string>();
+    }
+  };
+  if (cfg.is_object()) take_tokens(cfg);
+  const fs::path map_path = p / "special_tokens_map.json";
+  if (fs::exists(map_path) && !(cfg.is_object() && cfg.contains("added_tokens_decoder"))) {
+    try {
+      take_tokens(nlohmann::ordered_json::parse(read_text_file(map_path.string())));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(cat(map_path.string(), " is not valid JSON: ", e.what()));
     }
   }
   if (!out.source.empty()) return out;

@@ -79,7 +79,8 @@ std::string render_chat(const std::string& template_source, const nlohmann::orde
 // chat_template.jinja (what Transformers 5 saves), else tokenizer_config.json's "chat_template"
 // (a string, or a list of {name, template} whose "default" is used). `path` may also name a file
 // in that folder (tokenizer.json) or a .jinja file. special_tokens: bos/eos/unk/sep/pad/cls/mask
-// tokens from tokenizer_config.json (strings or {"content": ...}).
+// tokens from tokenizer_config.json (strings or {"content": ...}), overridden by a legacy
+// special_tokens_map.json when the config has no added_tokens_decoder (as Transformers reads them).
 struct ChatTemplateFiles {
   std::string source;  // empty: the folder has no chat template
   std::string origin;  // the file it came from

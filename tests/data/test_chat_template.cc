@@ -296,6 +296,9 @@ TEST(ChatTemplate, FoundInAModelFolderAsTransformersFindsIt) {
   l.write("tokenizer_config.json", R"({"chat_template": [{"name": "rag", "template": "R"}]})");
   auto e = error_of([&] { find_chat_template(l.path); });
   EXPECT_NE(e.find("none named 'default' (rag)"), std::string::npos) << e;
+  d.write("special_tokens_map.json", R"({"eos_token": {"content": "<|eot|>"}})");
+  EXPECT_EQ(find_chat_template(d.path).special_tokens.at("eos_token"), "<|eot|>");  // legacy map
+  EXPECT_EQ(find_chat_template(d.path).special_tokens.at("bos_token"), "<s>");
   TmpDir none("none");
   none.write("tokenizer_config.json", "{}");
   EXPECT_TRUE(find_chat_template(none.path).source.empty());
