@@ -25,6 +25,7 @@ GradRegistry& GradRegistry::instance() {
     register_attention_grads(*r);
     register_dropout_add_grads(*r);
     register_loss_grads(*r);
+    register_llama_grads(*r);
     return r;
   }();
   return *reg;

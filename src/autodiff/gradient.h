@@ -157,5 +157,6 @@ void register_reduce_grads(GradRegistry& r);     // ReduceSum ReduceMean ReduceM
 void register_attention_grads(GradRegistry& r);  // onyx.Attention
 void register_dropout_add_grads(GradRegistry& r);  // onyx.DropoutAdd
 void register_loss_grads(GradRegistry& r);         // onyx.LinearCrossEntropy (fused LM head + loss)
+void register_llama_grads(GradRegistry& r);        // onyx.SwiGLU, onyx.Rotary
 
 }  // namespace onyx::autodiff

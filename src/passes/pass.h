@@ -89,10 +89,11 @@ struct Pass {
 
 // Registers a fusion pass from its own file, at static initialization:
 //   ONYX_REGISTER_FUSION(fuse_silu, "silu_fusion", 250);
-// `order` places it among the others (layer_norm 100, gelu 200, linear 300, attention 400,
-// dropout_add 500, cross_entropy 600, token_pruning 1000: last, it moves token selections through
-// the fused ops). The pipeline and `onyx plan` read fusion_passes(); nothing else lists them.
-// (onyx_core is an OBJECT library, so every pass file is linked and its registration runs.)
+// `order` places it among the others (layer_norm 100, rms_norm 110, gelu 200, silu 250, swiglu
+// 260, rotary 270, linear 300, attention 400, dropout_add 500, cross_entropy 600, token_pruning
+// 1000: last, it moves token selections through the fused ops). The pipeline and `onyx plan` read
+// fusion_passes(); nothing else lists them. (onyx_core is an OBJECT library, so every pass file is
+// linked and its registration runs.)
 struct FusionRegistration {
   explicit FusionRegistration(Pass p);
 };
@@ -136,6 +137,11 @@ int fuse_layer_norm(ir::Graph& g, PassContext& ctx);
 int fuse_rms_norm(ir::Graph& g, PassContext& ctx);
 // 0.5·x·(1 + erf(x/√2)) → Gelu; 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → Gelu {tanh}.
 int fuse_gelu(ir::Graph& g, PassContext& ctx);
+// Mul(onyx.Silu(g), u) (either order, g and u of one shape) → onyx.SwiGLU(g, u).
+int fuse_swiglu(ir::Graph& g, PassContext& ctx);
+// Add(Mul(x, cos), Mul(Concat(Neg(x2), x1), sin)), x1/x2 the halves of x's last axis (Split or two
+// Slices) → onyx.Rotary(x, cos, sin).
+int fuse_rotary(ir::Graph& g, PassContext& ctx);
 // MatMul(X, Transpose(W, [1,0])) [+ b] → onyx.MatMulT(X, W[, b]) {transB 1};
 // MatMul(X, W) + b → onyx.MatMulT(X, W, b) (W 2-D, b 1-D of the last dim).
 int fuse_linear(ir::Graph& g, PassContext& ctx);

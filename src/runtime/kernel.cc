@@ -55,6 +55,7 @@ KernelRegistry& KernelRegistry::instance() {
     register_conv_transpose_kernels(*r);
     register_group_norm_kernels(*r);
     register_accumulate_kernels(*r);
+    register_llama_kernels(*r);
     return r;
   }();
   return *reg;

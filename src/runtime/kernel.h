@@ -170,6 +170,7 @@ void register_resize_kernels(KernelRegistry& r);          // Resize, onyx.Resize
 void register_conv_transpose_kernels(KernelRegistry& r);  // ConvTranspose
 void register_group_norm_kernels(KernelRegistry& r);      // GroupNormalization, onyx.GroupNormGrad
 void register_accumulate_kernels(KernelRegistry& r);      // AccumulateGrad (into the flat buffer)
+void register_llama_kernels(KernelRegistry& r);  // onyx.SwiGLU, onyx.Rotary (+ their grads)
 
 // Runs k's shape inference for `node`: output metas from input metas (nullptr = absent) and the
 // values known so far (nullptr = unknown). Throws NeedValue when infer needs an unknown value,

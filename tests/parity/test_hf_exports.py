@@ -12,7 +12,8 @@ exporters.py) and by the TorchScript exporter (dynamo=False, opset 17; Llama wit
 attn_implementation "eager" there, since that exporter cannot convert SDPA with grouped-query
 heads). The line reports the fusions `onyx plan` applied; the fused attention must fire on
 every layer where ATTENTION_FUSED says so (the dynamo exporter's SDPA decomposition, and BERT's
-TorchScript export). Every parameter gradient
+TorchScript export), and Llama's RMSNorm, SwiGLU and rotary fusions as often as FUSED says, on
+both exporters' graphs. Every parameter gradient
 and the loss must match PyTorch float32 within rtol 1e-4, atol 1e-6 (a tied tensor is compared
 under whichever of its names the export kept).
 
@@ -45,6 +46,9 @@ B, T = 2, 12
 # TorchScript export and Llama's grouped-query attention (its K/V heads are repeated by
 # Expand/Reshape before the scores).
 ATTENTION_FUSED = {"bert/dynamo": 2, "bert/ts": 2, "gpt2/dynamo": 2}
+# model -> fusion -> count `onyx plan` must report on both exporters' graphs: Llama's RMSNorm (two
+# per layer and the final norm), SwiGLU MLP (one per layer) and rotary embeddings (q and k).
+FUSED = {"llama": {"rms_norm_fusion": 5, "swiglu_fusion": 2, "rotary_fusion": 4}}
 
 warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
@@ -148,7 +152,12 @@ def case(tmp, name, exporter, model, names, inputs):
     want_att = ATTENTION_FUSED.get(f"{name}/{exporter}")
     am = re.search(r"attention_fusion x(\d+)", fusions)
     att_ok = want_att is None or (am is not None and int(am.group(1)) == want_att)
-    ok = not bad and not missing and not extra and p.returncode == 0 and att_ok
+    fused_bad = []
+    for fusion, want in FUSED.get(name, {}).items():
+        fm = re.search(fusion + r" x(\d+)", fusions)
+        if fm is None or int(fm.group(1)) != want:
+            fused_bad.append(f"{fusion} x{fm.group(1) if fm else 0} (want x{want})")
+    ok = not bad and not missing and not extra and p.returncode == 0 and att_ok and not fused_bad
     msg = (f"max rel err {worst:.2e} ({worst_name}), {len(got) - 1} gradients; fusions: {fusions}")
     if bad:
         msg += "; over tolerance: " + ", ".join(bad[:4])
@@ -158,6 +167,8 @@ def case(tmp, name, exporter, model, names, inputs):
         msg += f"; gradients for non-parameters: {extra[:4]}"
     if not att_ok:
         msg += f"; attention_fusion should fire {want_att} times"
+    if fused_bad:
+        msg += "; fusions not as expected: " + ", ".join(fused_bad)
     return ok, msg
 
 

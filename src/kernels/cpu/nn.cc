@@ -727,9 +727,13 @@ OpKernel make_layer_norm_grad_kernel() {
 // is what RMSNormGrad reads. Formed by rms_norm_fusion.cc: ONNX's RMSNormalization is opset 23
 // (newer than the models import, DESIGN decision 11) and has no inverse-RMS output to save.
 
-// One float32 row: y = x * inv * scale; returns inv.
+// One float32 row: y = x * inv * scale; returns inv. The mean of squares is taken as the unfused
+// Mul(x, x) and ReduceMean kernels take it (rounded squares, row_sum), so the forward is the
+// unfused graph's bit for bit. y holds the squares first.
 inline float rms_norm_row_f32(const float* x, float* y, int64_t n, const float* scale, float eps) {
-  float inv = 1.0f / std::sqrt(row_sum_sq_dev(x, n, 0.0f) / (float)n + eps);
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+  float inv = 1.0f / std::sqrt(row_sum(y, n) / (float)n + eps);
   __m256 vi = _mm256_set1_ps(inv);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)

@@ -1,0 +1,377 @@
+// kernels/cpu/llama_ops.cc — the fused elementwise ops of Llama-family MLPs and attention, each
+// with its backward next to it ("onyx" domain, formed by passes, never exported):
+//   SwiGLU(gate, up)                  y = silu(gate) * up, silu(g) = g * sigmoid(g)
+//   SwiGLUGrad(dy, gate, up)          -> dgate = dy * up * s * (1 + g (1 - s)), dup = dy * silu(g)
+//   Rotary(x, cos, sin)               y = x * cos + rotate_half(x) * sin over the last axis,
+//                                     rotate_half(x) = cat(-x2, x1) (x1, x2 its halves)
+//   RotaryGrad(dy, cos, sin[, x])     -> dx = dy * cos + rotate_half^T(dy * sin), and with x:
+//                                     dcos = dy * x, dsin = dy * rotate_half(x) (x's shape; the
+//                                     gradient rule sums them to the tables' shapes)
+// swiglu_fusion.cc and rotary_fusion.cc form them; rules in autodiff/gradients/llama_ops.cc.
+// Hand-written because no library op does either: ONNX has no SwiGLU or rotary-embedding op at
+// the opsets models import, and oneDNN's eltwise primitives take one tensor. Unfused, SwiGLU is
+// onyx.Silu + Mul (two passes over F-wide activations, three backward nodes) and rotary is two
+// Slices (or a Split), Neg, Concat, two Muls and an Add per q and k (seven (B,h,T,hd) temporaries
+// forward, more backward); fused each is one pass. float32 is AVX2 (exp_ps of nn_util.h, as
+// onyx.Silu); other float types compute in double per element. Both are threaded over fixed
+// element/row ranges, so results do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/nn_util.h"
+#include "runtime/kernel.h"
+#include "runtime/parallel.h"
+
+namespace onyx::runtime {
+namespace {
+
+using namespace nnutil;
+
+constexpr int64_t kGrainMath = 4096;  // elements per parallel chunk (exp per element)
+
+// ---- onyx.SwiGLU --------------------------------------------------------------------------------
+
+inline __m256 sigmoid8(__m256 g) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+}
+
+// Runs f on 8-float vectors over [0, n): full vectors in place, the tail through zero-padded
+// copies of `ins` into lanes of `outs` (so tails round as the vector body does). Every output
+// element k is written after every input element k is read.
+template <int NI, int NO, class F>
+void vec8(int64_t n, const float* const (&ins)[NI], float* const (&outs)[NO], F&& f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 a[NI], o[NO];
+    for (int k = 0; k < NI; k++) a[k] = _mm256_loadu_ps(ins[k] + i);
+    f(a, o);
+    for (int k = 0; k < NO; k++) _mm256_storeu_ps(outs[k] + i, o[k]);
+  }
+  if (i == n) return;
+  alignas(32) float buf[NI > NO ? NI : NO][8];
+  __m256 a[NI], o[NO];
+  for (int k = 0; k < NI; k++) {
+    std::memset(buf[k], 0, sizeof(buf[k]));
+    std::memcpy(buf[k], ins[k] + i, (size_t)(n - i) * sizeof(float));
+    a[k] = _mm256_load_ps(buf[k]);
+  }
+  f(a, o);
+  for (int k = 0; k < NO; k++) {
+    _mm256_store_ps(buf[k], o[k]);
+    std::memcpy(outs[k] + i, buf[k], (size_t)(n - i) * sizeof(float));
+  }
+}
+
+void swiglu_f32(const float* g, const float* u, float* y, int64_t n) {
+  vec8<2, 1>(n, {g, u}, {y}, [](const __m256* a, __m256* o) {
+    o[0] = _mm256_mul_ps(_mm256_mul_ps(a[0], sigmoid8(a[0])), a[1]);
+  });
+}
+
+// In blocks, with the arithmetic of the unfused onyx.Silu + Mul backward (SiluGrad of
+// elementwise_unary.cc on dy * up): the same roundings, so fusing does not change the gradients.
+constexpr int64_t kBlock = 512;
+void swiglu_grad_f32(const float* dy, const float* g, const float* u, float* dg, float* du,
+                     int64_t n) {
+  alignas(32) float e[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = std::min(kBlock, n - b);
+    for (int64_t i = 0; i < m; i++) e[i] = -g[b + i];
+    vec8<1, 1>(m, {e}, {e}, [](const __m256* a, __m256* o) { o[0] = exp_ps(a[0]); });
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) {
+      const int64_t k = b + i;
+      float s = 1.0f / (1.0f + e[i]);
+      float d = dy[k], x = g[k], v = u[k];
+      float da = d * v;  // d silu(g)
+      du[k] = d * (x * s);
+      dg[k] = da * s * (1.0f + x * (1.0f - s));
+    }
+  }
+}
+
+void check_same(const ir::Node& node, const TensorMeta& a, const TensorMeta& b, const char* an,
+                const char* bn) {
+  ONYX_CHECK(a.dtype == b.dtype && a.shape == b.shape, node.describe(), ": ", an, " ",
+             dtype_name(a.dtype), shape_str(a.shape), " and ", bn, " ", dtype_name(b.dtype),
+             shape_str(b.shape), " must have the same dtype and shape");
+  if (!is_float(a.dtype)) ONYX_UNSUPPORTED(node.describe(), ": dtype ", dtype_name(a.dtype));
+}
+
+OpKernel make_swiglu_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    check_same(ctx.node, ctx.input(0), ctx.input(1), "gate", "up");
+    ctx.set_output(0, ctx.input(0).dtype, ctx.input(0).shape);
+  };
+  k.compute = [](KernelContext& ctx) {
+    const Tensor &gt = ctx.input(0), &ut = ctx.input(1);
+    Tensor& yt = ctx.output(0);
+    const int64_t n = gt.numel();
+    if (gt.dtype() == DType::Float32) {
+      const float *g = gt.data<float>(), *u = ut.data<float>();
+      float* y = yt.data<float>();
+      parallel_for(n, kGrainMath,
+                   [&](int64_t b, int64_t e) { swiglu_f32(g + b, u + b, y + b, e - b); });
+      return;
+    }
+    dispatch(gt.dtype(), kFloats, ctx.node, [&](auto tag) {
+      using T = decltype(tag);
+      const T *g = gt.data<T>(), *u = ut.data<T>();
+      T* y = yt.data<T>();
+      parallel_for(n, kGrainMath, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; i++) {
+          double x = Elem<T>::load(g[i]);
+          y[i] = Elem<T>::store(x / (1.0 + std::exp(-x)) * Elem<T>::load(u[i]));
+        }
+      });
+    });
+  };
+  k.inplace = {{0, 0}, {0, 1}};
+  return k;
+}
+
+OpKernel make_swiglu_grad_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    check_same(ctx.node, ctx.input(0), ctx.input(1), "dy", "gate");
+    check_same(ctx.node, ctx.input(1), ctx.input(2), "gate", "up");
+    ctx.set_output(0, ctx.input(1).dtype, ctx.input(1).shape);
+    if (ctx.num_outputs() > 1) ctx.set_output(1, ctx.input(2).dtype, ctx.input(2).shape);
+  };
+  k.compute = [](KernelContext& ctx) {
+    const Tensor &dyt = ctx.input(0), &gt = ctx.input(1), &ut = ctx.input(2);
+    const int64_t n = gt.numel();
+    // Both outputs are written; an absent dup goes to scratch.
+    Tensor scratch;
+    Tensor& dgt = ctx.output(0);
+    Tensor* dut = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+    if (!dut) {
+      scratch = Tensor(gt.dtype(), gt.shape());
+      dut = &scratch;
+    }
+    if (gt.dtype() == DType::Float32) {
+      const float *dy = dyt.data<float>(), *g = gt.data<float>(), *u = ut.data<float>();
+      float *dg = dgt.data<float>(), *du = dut->data<float>();
+      parallel_for(n, kGrainMath, [&](int64_t b, int64_t e) {
+        swiglu_grad_f32(dy + b, g + b, u + b, dg + b, du + b, e - b);
+      });
+      return;
+    }
+    dispatch(gt.dtype(), kFloats, ctx.node, [&](auto tag) {
+      using T = decltype(tag);
+      const T *dy = dyt.data<T>(), *g = gt.data<T>(), *u = ut.data<T>();
+      T *dg = dgt.data<T>(), *du = dut->data<T>();
+      parallel_for(n, kGrainMath, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; i++) {
+          double d = Elem<T>::load(dy[i]), x = Elem<T>::load(g[i]), v = Elem<T>::load(u[i]);
+          double s = 1.0 / (1.0 + std::exp(-x));
+          du[i] = Elem<T>::store(d * x * s);
+          dg[i] = Elem<T>::store(d * v * s * (1.0 + x * (1.0 - s)));
+        }
+      });
+    });
+  };
+  // dgate over dy, dup over up: each element of both is read before either output's is written.
+  k.inplace = {{0, 0}, {1, 2}};
+  return k;
+}
+
+// ---- onyx.Rotary --------------------------------------------------------------------------------
+// x (..., D) with D even, h = D / 2; cos and sin of one shape, broadcasting to x's (right-aligned,
+// last dim D): the tables (B or 1, 1, T, D) serve every head.
+
+struct RotaryLayout {
+  int64_t rows = 0, D = 0;
+  std::vector<int64_t> prefix;   // x's dims before the last
+  std::vector<int64_t> tstride;  // the tables' stride (in rows) per prefix dim, 0 if broadcast
+  // Row offset (in elements) of x's row r in the tables.
+  int64_t table_offset(int64_t r) const {
+    int64_t off = 0;
+    for (int64_t k = (int64_t)prefix.size() - 1; k >= 0; k--) {
+      off += (r % prefix[k]) * tstride[k];
+      r /= prefix[k];
+    }
+    return off * D;
+  }
+};
+
+RotaryLayout rotary_layout(const ir::Node& node, const Shape& x, const Shape& cos,
+                           const Shape& sin) {
+  ONYX_CHECK(!x.empty() && x.back() % 2 == 0, node.describe(), ": x ", shape_str(x),
+             " must have an even last dim");
+  ONYX_CHECK(cos == sin, node.describe(), ": cos ", shape_str(cos), " and sin ", shape_str(sin),
+             " must have the same shape");
+  ONYX_CHECK(!cos.empty() && cos.size() <= x.size() && cos.back() == x.back(), node.describe(),
+             ": cos/sin ", shape_str(cos), " must end in x's last dim ", x.back(), " (x ",
+             shape_str(x), ")");
+  RotaryLayout L;
+  L.D = x.back();
+  const size_t r = x.size(), off = r - cos.size();
+  L.prefix.assign(x.begin(), x.end() - 1);
+  L.tstride.assign(r - 1, 0);
+  int64_t acc = 1;
+  for (int64_t k = (int64_t)r - 2; k >= 0; k--) {
+    int64_t d = k >= (int64_t)off ? cos[k - off] : 1;
+    ONYX_CHECK(d == x[k] || d == 1, node.describe(), ": cos/sin ", shape_str(cos),
+               " do not broadcast to x ", shape_str(x));
+    L.tstride[k] = d == 1 ? 0 : acc;
+    acc *= d;
+  }
+  L.rows = shape_numel(x) / std::max<int64_t>(1, L.D);
+  return L;
+}
+
+// y = x * c + rotate_half(x) * s for one row; the backward's dx is the same with the transposed
+// rotation: dx1 = dy1 c1 + dy2 s2, dx2 = dy2 c2 - dy1 s1 (TRANSPOSED).
+// No FMA contraction (-mfma would fuse the products into the sums): each product and sum is
+// rounded as the unfused Mul / Add nodes round it, so fusing does not change the results.
+template <bool TRANSPOSED>
+__attribute__((optimize("fp-contract=off"))) void rotary_row_f32(const float* x, const float* c,
+                                                                 const float* s, float* y,
+                                                                 int64_t D) {
+  const int64_t h = D / 2;
+  int64_t i = 0;
+  for (; i + 8 <= h; i += 8) {
+    __m256 x1 = _mm256_loadu_ps(x + i), x2 = _mm256_loadu_ps(x + h + i);
+    __m256 c1 = _mm256_loadu_ps(c + i), c2 = _mm256_loadu_ps(c + h + i);
+    __m256 s1 = _mm256_loadu_ps(s + i), s2 = _mm256_loadu_ps(s + h + i);
+    __m256 y1, y2;
+    if (TRANSPOSED) {
+      y1 = _mm256_add_ps(_mm256_mul_ps(x1, c1), _mm256_mul_ps(x2, s2));
+      y2 = _mm256_sub_ps(_mm256_mul_ps(x2, c2), _mm256_mul_ps(x1, s1));
+    } else {
+      y1 = _mm256_sub_ps(_mm256_mul_ps(x1, c1), _mm256_mul_ps(x2, s1));
+      y2 = _mm256_add_ps(_mm256_mul_ps(x2, c2), _mm256_mul_ps(x1, s2));
+    }
+    _mm256_storeu_ps(y + i, y1);
+    _mm256_storeu_ps(y + h + i, y2);
+  }
+  for (; i < h; i++) {
+    float x1 = x[i], x2 = x[h + i];
+    if (TRANSPOSED) {
+      y[i] = x1 * c[i] + x2 * s[h + i];
+      y[h + i] = x2 * c[h + i] - x1 * s[i];
+    } else {
+      y[i] = x1 * c[i] - x2 * s[i];
+      y[h + i] = x2 * c[h + i] + x1 * s[h + i];
+    }
+  }
+}
+
+template <bool TRANSPOSED, class T>
+void rotary_row_generic(const T* x, const T* c, const T* s, T* y, int64_t D) {
+  const int64_t h = D / 2;
+  auto L = [](T v) { return Elem<T>::load(v); };
+  for (int64_t i = 0; i < h; i++) {
+    double x1 = L(x[i]), x2 = L(x[h + i]);
+    double y1 = TRANSPOSED ? x1 * L(c[i]) + x2 * L(s[h + i]) : x1 * L(c[i]) - x2 * L(s[i]);
+    double y2 = TRANSPOSED ? x2 * L(c[h + i]) - x1 * L(s[i]) : x2 * L(c[h + i]) + x1 * L(s[h + i]);
+    y[i] = Elem<T>::store(y1);
+    y[h + i] = Elem<T>::store(y2);
+  }
+}
+
+template <bool TRANSPOSED>
+void rotary_apply(const ir::Node& node, const Tensor& xt, const Tensor& ct, const Tensor& st,
+                  Tensor& yt) {
+  RotaryLayout L = rotary_layout(node, xt.shape(), ct.shape(), st.shape());
+  ONYX_CHECK(ct.dtype() == xt.dtype() && st.dtype() == xt.dtype(), node.describe(),
+             ": cos/sin must have x's dtype ", dtype_name(xt.dtype()));
+  if (L.rows == 0 || L.D == 0) return;
+  const int64_t D = L.D;
+  dispatch(xt.dtype(), kFloats, node, [&](auto tag) {
+    using T = decltype(tag);
+    const T *x = xt.data<T>(), *c = ct.data<T>(), *s = st.data<T>();
+    T* y = yt.data<T>();
+    parallel_for(L.rows, std::max<int64_t>(1, 8192 / D), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; r++) {
+        int64_t t = L.table_offset(r);
+        if constexpr (std::is_same_v<T, float>)
+          rotary_row_f32<TRANSPOSED>(x + r * D, c + t, s + t, y + r * D, D);
+        else
+          rotary_row_generic<TRANSPOSED, T>(x + r * D, c + t, s + t, y + r * D, D);
+      }
+    });
+  });
+}
+
+OpKernel make_rotary_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& x = ctx.input(0);
+    if (!is_float(x.dtype)) ONYX_UNSUPPORTED(ctx.node.describe(), ": dtype ", dtype_name(x.dtype));
+    rotary_layout(ctx.node, x.shape, ctx.input(1).shape, ctx.input(2).shape);
+    ctx.set_output(0, x.dtype, x.shape);
+  };
+  k.compute = [](KernelContext& ctx) {
+    rotary_apply<false>(ctx.node, ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0));
+  };
+  return k;
+}
+
+// dcos = dy * x, dsin = dy * rotate_half(x), both of x's shape.
+void rotary_table_grads(const ir::Node& node, const Tensor& dyt, const Tensor& xt, Tensor* dct,
+                        Tensor* dst) {
+  const Shape& sh = xt.shape();
+  const int64_t D = sh.back(), h = D / 2, rows = xt.numel() / std::max<int64_t>(1, D);
+  dispatch(xt.dtype(), kFloats, node, [&](auto tag) {
+    using T = decltype(tag);
+    const T *dy = dyt.data<T>(), *x = xt.data<T>();
+    T* dc = dct ? dct->data<T>() : nullptr;
+    T* ds = dst ? dst->data<T>() : nullptr;
+    parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, D)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t r = b; r < e; r++) {
+                     const T *d = dy + r * D, *v = x + r * D;
+                     for (int64_t i = 0; i < D; i++) {
+                       double di = Elem<T>::load(d[i]);
+                       if (dc) dc[r * D + i] = Elem<T>::store(di * Elem<T>::load(v[i]));
+                       if (ds) {
+                         double rot = i < h ? -Elem<T>::load(v[h + i]) : Elem<T>::load(v[i - h]);
+                         ds[r * D + i] = Elem<T>::store(di * rot);
+                       }
+                     }
+                   }
+                 });
+  });
+}
+
+OpKernel make_rotary_grad_kernel() {
+  OpKernel k;
+  k.infer = [](InferContext& ctx) {
+    const TensorMeta& dy = ctx.input(0);
+    if (!is_float(dy.dtype))
+      ONYX_UNSUPPORTED(ctx.node.describe(), ": dtype ", dtype_name(dy.dtype));
+    rotary_layout(ctx.node, dy.shape, ctx.input(1).shape, ctx.input(2).shape);
+    ctx.set_output(0, dy.dtype, dy.shape);
+    if (ctx.num_outputs() > 1) {
+      ONYX_CHECK(ctx.has_input(3) && ctx.input(3).shape == dy.shape, ctx.node.describe(),
+                 ": dcos / dsin need x (input 3) of dy's shape");
+      ctx.set_output(1, dy.dtype, dy.shape);
+      if (ctx.num_outputs() > 2) ctx.set_output(2, dy.dtype, dy.shape);
+    }
+  };
+  k.compute = [](KernelContext& ctx) {
+    if (ctx.has_output(0))
+      rotary_apply<true>(ctx.node, ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0));
+    Tensor* dc = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+    Tensor* ds = ctx.has_output(2) ? &ctx.output(2) : nullptr;
+    if (dc || ds) rotary_table_grads(ctx.node, ctx.input(0), ctx.input(3), dc, ds);
+  };
+  return k;
+}
+
+}  // namespace
+
+void register_llama_kernels(KernelRegistry& r) {
+  // swiglu_fusion: elementwise over two same-shaped operands (token pruning may select rows)
+  r.add("onyx", "SwiGLU", make_swiglu_kernel()).per_token = OpTraits::PerToken::Binary;
+  r.add("onyx", "SwiGLUGrad", make_swiglu_grad_kernel());
+  r.add("onyx", "Rotary", make_rotary_kernel());  // rotary_fusion
+  r.add("onyx", "RotaryGrad", make_rotary_grad_kernel());
+}
+
+}  // namespace onyx::runtime
