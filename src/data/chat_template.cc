@@ -2098,7 +2098,8 @@ Value get_slice(const Value& obj, const Value& b, const Value& e, const Value& s
     for (int64_t k : slice_indices((int64_t)u.size(), b, e, st)) out.push_back(u[k]);
     return Value::str(to_u8(out));
   }
-  fail(cat("'", type_name(obj), "' object is not subscriptable"));
+  // the sandbox's getitem turns the TypeError into an undefined value
+  return Value::undef(cat("'", type_name(obj), " object' has no element slice"));
 }
 
 bool py_in(const Value& x, const Value& c) {
@@ -2115,6 +2116,8 @@ bool py_in(const Value& x, const Value& c) {
         if (py_eq(x, y)) return true;
       return false;
     case Value::Dict:
+      if ((x.t == Value::List && !x.tuple) || x.t == Value::Dict)
+        fail(cat("unhashable type: '", type_name(x), "'"));
       return x.t == Value::Str && c.find(x.s);
     default:
       fail(cat("argument of type '", type_name(c), "' is not iterable"));
@@ -2764,8 +2767,7 @@ class Renderer {
       return Value::str(out);
     }
     if (name == "first" || name == "last") {
-      if (v.t == Value::Undef) fail_undefined(v);
-      ValueList items = iterate(v);
+      ValueList items = iterate(v);  // an undefined value has no items
       if (items.empty()) return Value::undef(cat("No ", name, " item, sequence was empty."));
       return name == "first" ? items.front() : items.back();
     }
@@ -2809,6 +2811,7 @@ class Renderer {
       const Value* def = arg(a, kw, 0, "default");
       const Value* base = arg(a, kw, 1, "base");
       const Value fallback = def ? *def : Value::integer(0);
+      if (v.t == Value::Undef) fail_undefined(v);  // int(Undefined) raises
       if (v.t == Value::Int) return v;
       if (v.t == Value::Bool) return Value::integer(v.as_int());
       if (v.t == Value::Float) return Value::integer((int64_t)v.f);
@@ -2829,6 +2832,7 @@ class Renderer {
     if (name == "float") {
       check_args(name, a, kw, 1, {"default"});
       const Value* def = arg(a, kw, 0, "default");
+      if (v.t == Value::Undef) fail_undefined(v);
       if (v.numeric()) return Value::flt(v.num());
       if (v.t == Value::Str) {
         std::string s = py_strip(v.s, nullptr, true, true);

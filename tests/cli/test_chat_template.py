@@ -12,8 +12,8 @@ add_generation_prompt true / false, unicode, whitespace at the edges, tool calls
 byte for byte with tokenizer.apply_chat_template(tokenize=False). A raise_exception in Transformers
 must be an onyx error carrying the same message. A second set of small templates exercises the
 engine's filters, tests, methods, loop variables, scoping and whitespace rules the same way, and
-200 random layouts of text, tags and whitespace control are rendered by Transformers'
-render_jinja_template and by onyx.
+200 random layouts of text, tags and whitespace control and 300 random expressions are rendered by
+Transformers' render_jinja_template and by onyx (the same text, or an error in both).
 
 SFT: conversational rows ("messages"; "prompt" / "completion" as message lists; assistant_only_loss
 with a {% generation %} template) tokenized by `onyx chat-template FOLDER --sft FILE` must give the
@@ -504,6 +504,61 @@ def whitespace_fuzz(results, tmp, n=200):
     results.append(("whitespace layouts (%d random templates)" % n, not bad, "".join(bad[:5])))
 
 
+EXPR_ATOMS = ["1", "0", "-2", "2.5", "0.1", "'ab'", "''", "'Aé b'", "none", "true", "false",
+              "[1, 2]", "[]", "{'k': 1}", "x", "messages", "messages[0]", "messages[0].content",
+              "m.role", "(1, 'a')", "' x '"]
+EXPR_POSTFIX = ["|length", "|string", "|trim", "|upper", "|lower", "|first", "|last", "|list",
+                "|tojson", "|default('d')", "|int", "|float", "|abs", "|join('-')", "|title",
+                "|capitalize", " is defined", " is string", " is none", " is number",
+                " is mapping", " is iterable", ".strip()", ".split()", ".upper()", "[0]", "[1:]",
+                "[-1]", ".items()|list", ".get('k')", "|items|list"]
+EXPR_BINARY = [" + ", " - ", " * ", " / ", " // ", " % ", " ~ ", " == ", " != ", " < ", " >= ",
+               " and ", " or ", " in ", " not in "]
+
+
+def random_expression(rng, depth=0):
+    r = rng.random()
+    if depth > 2 or r < 0.3:
+        return rng.choice(EXPR_ATOMS)
+    if r < 0.6:
+        return "(" + random_expression(rng, depth + 1) + ")" + rng.choice(EXPR_POSTFIX)
+    if r < 0.9:
+        return "(%s%s%s)" % (random_expression(rng, depth + 1), rng.choice(EXPR_BINARY),
+                             random_expression(rng, depth + 1))
+    return "(%s if %s else %s)" % tuple(random_expression(rng, depth + 1) for _ in range(3))
+
+
+def expression_fuzz(results, tmp, n=300):
+    """Random expressions over literals, undefined names and messages, with operators, filters,
+    tests, methods and subscripts: onyx prints what Transformers' environment prints, or fails
+    where it fails (printing iterator objects, as |reverse does, is left out)."""
+    import random
+    from transformers.utils.chat_template_utils import render_jinja_template
+    rng = random.Random(16)
+    conv = [msg(U, " Hi there "), msg(A, "yo")]
+    mpath = os.path.join(tmp, "efuzz-messages.json")
+    with open(mpath, "w") as f:
+        json.dump(conv, f)
+    bad, agree_error = [], 0
+    for i in range(n):
+        t = "{% for m in messages %}{{ " + random_expression(rng) + " }}|{% endfor %}"
+        try:
+            want, werr = render_jinja_template([conv], chat_template=t)[0][0], None
+        except Exception as e:  # noqa: BLE001
+            want, werr = None, "%s: %s" % (type(e).__name__, e)
+        tpath = os.path.join(tmp, "efuzz.jinja")
+        with open(tpath, "w") as f:
+            f.write(t)
+        p = run_onyx([tpath, "--messages", mpath])
+        if werr is not None and p.returncode == 1:
+            agree_error += 1
+        elif werr is not None or p.returncode != 0 or p.stdout != want:
+            bad.append("\n    %s: transformers %s, onyx %s" % (
+                t, werr or repr(want), p.stderr.strip() or repr(p.stdout)))
+    results.append(("expressions (%d random, %d fail in both)" % (n, agree_error), not bad,
+                    "".join(bad[:5])))
+
+
 def cli_error(results, tmp):
     """`onyx chat-template` on a template that raises: exit status 1, 'onyx: error:', the message."""
     tpath = os.path.join(tmp, "raise.jinja")
@@ -603,6 +658,7 @@ def main():
         family_cases(results, base, tmp)
         feature_cases(results, base, tmp)
         whitespace_fuzz(results, tmp)
+        expression_fuzz(results, tmp)
         cli_error(results, tmp)
         try:
             import trl  # noqa: F401
