@@ -50,10 +50,6 @@ Action add_chat_template_command(CLI::App& app) {
   cmd->add_option("--max-length", o->max_length, "--sft: truncation length (default 1024)");
   return [o]() {
     auto files = data::find_chat_template(o->path);
-    ONYX_CHECK(!files.source.empty(), "'", o->path,
-               "' has no chat template (no chat_template.jinja, no chat_template in "
-               "tokenizer_config.json)");
-    data::ChatTemplate tmpl(files.source, files.origin);
     nlohmann::ordered_json vars =
         o->vars.empty() ? nlohmann::ordered_json() : parse_json(o->vars, "--vars");
     ONYX_CHECK((int)!o->messages.empty() + (int)!o->cases.empty() + (int)!o->sft.empty() == 1,
@@ -73,6 +69,10 @@ Action add_chat_template_command(CLI::App& app) {
       }
       return 0;
     }
+    ONYX_CHECK(!files.source.empty(), "'", o->path,
+               "' has no chat template (no chat_template.jinja, no chat_template in "
+               "tokenizer_config.json)");
+    data::ChatTemplate tmpl(files.source, files.origin);
     if (!o->messages.empty()) {
       auto msgs = parse_json(data::read_text_file(o->messages), "'" + o->messages + "'");
       auto r = tmpl.render(data::chat_template_vars(msgs, o->gen, files.special_tokens, vars));
