@@ -384,13 +384,14 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
              "with {% generation %} ... {% endgeneration %}, and ",
              tmpl ? tmpl->name() : std::string("this one"),
              " has none (TRL swaps in its own training templates for some models; onyx does not)");
-  // Byte offsets of each token in the text it was encoded from (byte-level BPE decodes a token to
-  // exactly its bytes); the assistant mask marks the tokens overlapping a generation span.
+  // Byte offsets of each token in the text it was encoded from (token_bytes: a token's own bytes,
+  // also part of a UTF-8 character, where decode() of one token would give U+FFFD); the assistant
+  // mask marks the tokens overlapping a generation span.
   auto assistant_mask = [&](const std::vector<int64_t>& ids, const ChatTemplate::Rendered& r,
                             int64_t line) {
     std::vector<size_t> ends(ids.size());
     size_t pos = 0;
-    for (size_t t = 0; t < ids.size(); t++) ends[t] = pos += tok_->decode({ids[t]}).size();
+    for (size_t t = 0; t < ids.size(); t++) ends[t] = pos += tok_->token_bytes(ids[t]).size();
     ONYX_CHECK(pos == r.text.size(), "dataset '", path, "': line ", line,
                ": assistant_only_loss needs each token's place in the rendered text, and the "
                "tokenizer (",
