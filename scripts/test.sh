@@ -25,8 +25,8 @@ tally() {  # reads "N passed, M failed, K skipped" from the last matching line o
   PASSED=$((PASSED + p)) FAILED=$((FAILED + f)) SKIPPED=$((SKIPPED + ${s:-0}))
 }
 
-echo "== tokenizer references (GPT-2 BPE and all-MiniLM-L6-v2 WordPiece ids from HF tokenizers)"
-$PY tests/data/make_tokenizer_references.py "$BUILD" 2>&1 | tail -4
+echo "== tokenizer references (GPT-2 BPE, all-MiniLM-L6-v2 WordPiece and Llama-family tokenizers trained here: ids from HF tokenizers)"
+$PY tests/data/make_tokenizer_references.py "$BUILD" 2>&1 | tail -6
 
 echo "== benchmark models exported from PyTorch at opset 14 (the passes' tests read them)"
 $PY bench/make_exports.py "$BUILD/bench-exports" 2>&1 | tail -3
