@@ -56,9 +56,12 @@ std::string cached_causal_mask(GraphBuilder& b, const std::string& past_value,
 // Graph outputs "new_keys.<layer>" / "new_values.<layer>": the S new tokens' keys and values.
 void new_kv_outputs(GraphBuilder& b, int64_t layer, const std::string& k, const std::string& v,
                     int64_t kv_heads, int64_t head_dim);
-// The decoder's head: logits (B, V) of the last position of h (B, S, C), named "logits".
-void last_position_logits(GraphBuilder& b, const std::string& h, const std::string& table,
-                          int64_t V);
+// The decoder's attention_mask input (B, P+S): cache slots, then the new tokens.
+std::string cached_attention_mask_input(GraphBuilder& b);
+// Finishes build_*_with_past: "logits" (B, V) of the last position of h (B, S, C) through the
+// embedding table (tied) or an lm_head.weight of its own (head_init), no loss.
+BuiltModel finish_decoder_with_past(GraphBuilder& b, const HfConfig& c, const std::string& h,
+                                    const std::string& embed_table, const Init& head_init);
 
 // Finishes a BuiltModel: the graph into model.graph, input names, the loss for the task
 // (CrossEntropy on "logits" with "labels"; MSE when a sequence classifier has one label; the

@@ -118,18 +118,9 @@ BuiltModel build_gpt2_with_past(const HfConfig& c, int64_t seed) {
   GraphBuilder b("GPT2LMHeadModelWithPast", (uint64_t)seed);
   Gpt2 m{b, c, "transformer.", true};
   std::string ids = token_input(b, "input_ids");
-  std::string mask = b.input("attention_mask", DType::Int64, {-1, -1},
-                             {"batch_size", "past_length + sequence_length"});
+  std::string mask = cached_attention_mask_input(b);
   std::string h = m.encode(ids, mask);  // (B,S,C)
-  std::string table = "transformer.wte.weight";
-  if (!c.tie_word_embeddings)
-    table = b.param("lm_head.weight", {c.vocab_size, c.hidden_size}, m.weight_init());
-  last_position_logits(b, h, table, c.vocab_size);
-  BuiltModel out = finish_model(b, c, Task::CausalLM);
-  out.model.loss = {};
-  out.model.items_labels.clear();
-  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", "transformer.wte.weight"});
-  return out;
+  return finish_decoder_with_past(b, c, h, "transformer.wte.weight", m.weight_init());
 }
 
 BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed) {

@@ -209,14 +209,27 @@ void new_kv_outputs(GraphBuilder& b, int64_t layer, const std::string& k, const 
   b.output(vn, DType::Float32, {-1, kv_heads, -1, head_dim});
 }
 
-void last_position_logits(GraphBuilder& b, const std::string& h, const std::string& table,
-                          int64_t V) {
+std::string cached_attention_mask_input(GraphBuilder& b) {
+  return b.input("attention_mask", DType::Int64, {-1, -1},
+                 {"batch_size", "past_length + sequence_length"});
+}
+
+BuiltModel finish_decoder_with_past(GraphBuilder& b, const HfConfig& c, const std::string& h,
+                                    const std::string& embed_table, const Init& head_init) {
+  const int64_t V = c.vocab_size;
+  std::string table = embed_table;
+  if (!c.tie_word_embeddings) table = b.param("lm_head.weight", {V, c.hidden_size}, head_init);
   b.set_scope("lm_head");
   std::string s = b.op("Squeeze", {b.dim_of(h, 1), b.const_i64({0})});
   std::string last =
       b.op("Gather", {h, b.op("Sub", {s, b.scalar_i64(1)})}, {{"axis", Attr::of_int(1)}});
   tied_projection(b, last, table, "", "logits");  // (B,V)
   b.output("logits", DType::Float32, {-1, V});
+  BuiltModel out = finish_model(b, c, Task::CausalLM);
+  out.model.loss = {};
+  out.model.items_labels.clear();
+  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", embed_table});
+  return out;
 }
 
 BuiltModel build_hf_decoder_with_past(const HfConfig& c, int64_t seed) {

@@ -238,18 +238,9 @@ BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed) {
   Llama m = make_llama(b, c);
   m.with_past = true;
   std::string ids = token_input(b, "input_ids");
-  std::string mask = b.input("attention_mask", DType::Int64, {-1, -1},
-                             {"batch_size", "past_length + sequence_length"});
+  std::string mask = cached_attention_mask_input(b);
   std::string h = m.decode(ids, mask);  // (B,S,C)
-  std::string table = "model.embed_tokens.weight";
-  if (!c.tie_word_embeddings)
-    table = b.param("lm_head.weight", {c.vocab_size, c.hidden_size}, m.weight_init());
-  last_position_logits(b, h, table, c.vocab_size);
-  BuiltModel out = finish_model(b, c, Task::CausalLM);
-  out.model.loss = {};
-  out.model.items_labels.clear();
-  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", "model.embed_tokens.weight"});
-  return out;
+  return finish_decoder_with_past(b, c, h, "model.embed_tokens.weight", m.weight_init());
 }
 
 BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {

@@ -34,11 +34,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 
 import torch
 import transformers as tr
+from case_runner import run_cases
 
 ONYX = os.environ.get("ONYX", "build/onyx")
 GPT2_TOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/data/gpt2-tokenizer")
@@ -391,7 +390,6 @@ def case_bad(tmp):
 
 
 def main():
-    filt = sys.argv[1] if len(sys.argv) > 1 else ""
     cases = [
         ("llama-gqa-batch", lambda t: case_greedy(
             t, "llama-gqa", tr.LlamaForCausalLM, [3, 11, 7, 5], alone=True,
@@ -413,25 +411,8 @@ def main():
         ("chat", case_chat),
         ("bad-input", case_bad),
     ]
-    counts = {"PASS": 0, "FAIL": 0}
-    tmp = tempfile.mkdtemp(prefix="onyx-test-generate-")
-    t0 = time.time()
-    try:
-        for name, fn in cases:
-            if filt not in name:
-                continue
-            try:
-                ok, msg = fn(tmp)
-            except Exception as e:
-                ok, msg = False, f"{type(e).__name__}: {e}"
-            counts["PASS" if ok else "FAIL"] += 1
-            print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True) if not os.environ.get("KEEP") else print(tmp)
-    print(f"({time.time() - t0:.0f} s)")
-    print(f"{counts['PASS']} passed, {counts['FAIL']} failed")
-    sys.exit(1 if counts["FAIL"] else 0)
+    return run_cases(cases, "onyx-test-generate-")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -34,15 +34,13 @@ Ends with "N passed, M failed"; exits 1 if any case failed.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 
 import numpy as np
 import torch
 import transformers as tr
+from case_runner import run_cases
 from safetensors.numpy import load_file, save_file
 
 ONYX = os.environ.get("ONYX", "build/onyx")
@@ -307,7 +305,6 @@ def case_sft(tmp):
 
 
 def main():
-    filt = sys.argv[1] if len(sys.argv) > 1 else ""
     cases = [
         ("llama-gqa", lambda t: case_lm(t, "llama-gqa", tr.LlamaForCausalLM, num_key_value_heads=2)),
         ("llama-tied-bias", lambda t: case_lm(
@@ -331,24 +328,7 @@ def main():
         ("train-loss-falls", case_train),
         ("sft-completion-loss", case_sft),
     ]
-    counts = {"PASS": 0, "FAIL": 0}
-    tmp = tempfile.mkdtemp(prefix="onyx-test-llama-")
-    t0 = time.time()
-    try:
-        for name, fn in cases:
-            if filt not in name:
-                continue
-            try:
-                ok, msg = fn(tmp)
-            except Exception as e:
-                ok, msg = False, f"{type(e).__name__}: {e}"
-            counts["PASS" if ok else "FAIL"] += 1
-            print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"({time.time() - t0:.0f} s)")
-    print(f"{counts['PASS']} passed, {counts['FAIL']} failed")
-    return 1 if counts["FAIL"] else 0
+    return run_cases(cases, "onyx-test-llama-")
 
 
 if __name__ == "__main__":
