@@ -276,6 +276,31 @@ def main():
             r = run(["train", cfg, "--max_memory", "lots"])
             ok = r.returncode == 1 and "max_memory: 'lots' is not a size" in r.stderr
             report(ok, "max-memory-malformed", r.stderr.strip()[-200:])
+        if not filt or filt in "plan-llama-default-inputs":
+            # a Llama config spec whose data has no position_ids (the model fills them, as
+            # `onyx train` does): planned, with the Llama fusions
+            import numpy as np
+            from safetensors.numpy import save_file
+            d = os.path.join(tmp, "llama")
+            os.makedirs(d)
+            ids = np.random.default_rng(0).integers(0, 97, (4, 16)).astype(np.int64)
+            save_file({"input_ids": ids, "labels": ids}, os.path.join(d, "train.safetensors"))
+            cfg = {"model": {"arch": "llama", "task": "causal-lm",
+                             "config": {"vocab_size": 97, "hidden_size": 32,
+                                        "intermediate_size": 48, "num_hidden_layers": 2,
+                                        "num_attention_heads": 4, "num_key_value_heads": 2,
+                                        "max_position_embeddings": 64}},
+                   "train_data": os.path.join(d, "train.safetensors"),
+                   "output_dir": os.path.join(d, "out"), "per_device_train_batch_size": 4}
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            r = run(["plan", os.path.join(d, "config.json")])
+            found = fusions_of(r.stdout) or {}
+            ok = (r.returncode == 0 and "position_ids int64[4, 16]" in r.stdout
+                  and found.get("rms_norm_fusion", 0) == 5 and found.get("rotary_fusion", 0) == 4)
+            report(ok, "plan-llama-default-inputs",
+                   "position_ids filled, fusions %s" % found if r.returncode == 0 else
+                   "exit %d %s" % (r.returncode, r.stderr.strip()[-300:]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     passed = sum(1 for x in results if x)

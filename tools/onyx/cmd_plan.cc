@@ -54,10 +54,13 @@ Action add_plan_command(CLI::App& app) {
     TrainingArguments args = cfg.args;  // planning a training step: no evaluation involved
     args.eval_strategy = "no";
     args.load_best_model_at_end = false;
-    Trainer t(train::model_from_config(cfg), args, ds, nullptr);
+    Model model = train::model_from_config(cfg);
+    auto fill_defaults = model.fill_defaults;  // inputs the model fills (position_ids, masks)
+    Trainer t(std::move(model), args, ds, nullptr);
     train::TrainingSession& ts = t.session();
     auto idx = data::make_batches(data::epoch_order(ds->size(), false, 0, 0), batch, false).at(0);
     auto b = ds->batch(idx);
+    if (fill_defaults) fill_defaults(b);
 
     std::cout << "model: " << (cfg.model.empty() ? std::string("(model spec)") : cfg.model) << "\n";
     std::cout << "batch:";
