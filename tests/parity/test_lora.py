@@ -8,7 +8,8 @@ clipping at 1.0) for 20 steps.
 
 Cases (one PASS / FAIL line each):
   adapters-equal   onyx's adapter_model.safetensors has PEFT's tensor names and, after 20
-                   steps, every adapter tensor within 1e-4 (relative to its largest element) of
+                   steps, every adapter tensor within 1e-4 (relative Frobenius error; no element
+                   off by more than 1e-3 of the tensor's largest) of
                    PEFT's; every logged loss within 1e-4
   peft-loads       peft.PeftModel.from_pretrained(base, onyx's output_dir) gives the logits of the
                    PyTorch-trained PEFT model (1e-4), and its adapter_config.json is PEFT's
@@ -124,12 +125,17 @@ def case_adapters(r):
     ref = {k: v.detach().numpy() for k, v in peft.get_peft_model_state_dict(r.pm).items()}
     if sorted(got) != sorted(ref):
         return False, f"tensor names {sorted(got)[:3]}... vs PEFT's {sorted(ref)[:3]}..."
+    # Per tensor: the relative Frobenius error within 1e-4, and no element off by more than 1e-3
+    # of the tensor's largest. (An element whose gradient stays near Adam's epsilon turns float
+    # rounding into update noise — d(g / (|g| + eps)) / dg ~ 1 / eps — so one element may drift
+    # past 1e-4 of the largest while the tensor agrees to 1e-5.)
+    fro = max(float(np.linalg.norm(got[k] - ref[k]) / np.linalg.norm(ref[k])) for k in ref)
     worst = max(float(np.abs(got[k] - ref[k]).max() / np.abs(ref[k]).max()) for k in ref)
     lerr = max(abs(a - b) / abs(b) for a, b in zip(r.onyx_losses, r.torch_losses))
-    ok = worst < TOL and lerr < TOL and len(r.onyx_losses) == STEPS
-    return ok, (f"{len(ref)} adapter tensors (PEFT's names), worst rel {worst:.1e} after {STEPS} "
-                f"steps; losses {r.torch_losses[0]:.4f} -> {r.torch_losses[-1]:.4f}, worst rel "
-                f"{lerr:.1e}")
+    ok = fro < TOL and worst < 10 * TOL and lerr < TOL and len(r.onyx_losses) == STEPS
+    return ok, (f"{len(ref)} adapter tensors (PEFT's names) after {STEPS} steps: worst relative "
+                f"Frobenius error {fro:.1e}, worst element {worst:.1e} of its tensor's largest; "
+                f"losses {r.torch_losses[0]:.4f} -> {r.torch_losses[-1]:.4f}, worst rel {lerr:.1e}")
 
 
 def case_peft_loads(r):
