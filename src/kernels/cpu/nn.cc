@@ -422,17 +422,11 @@ Shape stat_shape(const Shape& s, int64_t axis) {
   return r;
 }
 
-// Runs LayerNorm in compute type C over (rows, cols); converts X/Y rows of storage type T as
-// needed.
-template <class C, class T, class U>
-void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
-                      const std::vector<C>* bias, C eps, int64_t rows, int64_t cols, Tensor* mean_t,
-                      Tensor* inv_t) {
-  const T* x = xt.data<T>();
-  T* y = yt.data<T>();
-  U* mo = mean_t ? mean_t->data<U>() : nullptr;
-  U* io = inv_t ? inv_t->data<U>() : nullptr;
-  const C* bp = bias ? bias->data() : nullptr;
+// Calls row(r, xr, yr) for every row of x / y (rows, cols), in parallel, with the row in compute
+// type C: storage rows of another type T (float16, bfloat16) are converted into per-thread
+// buffers before the call and yr stored back after it; float/double rows are passed in place.
+template <class C, class T, class F>
+void for_each_row_as(const T* x, T* y, int64_t rows, int64_t cols, F&& row) {
   parallel_for(rows, rows_grain(cols), [&](int64_t b, int64_t e) {
     std::vector<C> xb, yb;
     if constexpr (!std::is_same_v<T, C>) {
@@ -440,26 +434,34 @@ void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
       yb.resize(cols);
     }
     for (int64_t r = b; r < e; r++) {
-      const C* xr;
-      C* yr;
       if constexpr (std::is_same_v<T, C>) {
-        xr = x + r * cols;
-        yr = y + r * cols;
+        row(r, x + r * cols, y + r * cols);
       } else {
         for (int64_t i = 0; i < cols; i++) xb[i] = (C)Elem<T>::load(x[r * cols + i]);
-        xr = xb.data();
-        yr = yb.data();
+        row(r, (const C*)xb.data(), yb.data());
+        for (int64_t i = 0; i < cols; i++) y[r * cols + i] = Elem<T>::store(yb[i]);
       }
-      C mean, inv;
-      if constexpr (std::is_same_v<C, float>)
-        layer_norm_row_f32(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
-      else
-        layer_norm_row_f64(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
-      if constexpr (!std::is_same_v<T, C>)
-        for (int64_t i = 0; i < cols; i++) y[r * cols + i] = Elem<T>::store(yr[i]);
-      if (mo) mo[r] = (U)mean;
-      if (io) io[r] = (U)inv;
     }
+  });
+}
+
+// Runs LayerNorm in compute type C over (rows, cols); converts X/Y rows of storage type T as
+// needed.
+template <class C, class T, class U>
+void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
+                      const std::vector<C>* bias, C eps, int64_t rows, int64_t cols, Tensor* mean_t,
+                      Tensor* inv_t) {
+  U* mo = mean_t ? mean_t->data<U>() : nullptr;
+  U* io = inv_t ? inv_t->data<U>() : nullptr;
+  const C* bp = bias ? bias->data() : nullptr;
+  for_each_row_as<C>(xt.data<T>(), yt.data<T>(), rows, cols, [&](int64_t r, const C* xr, C* yr) {
+    C mean, inv;
+    if constexpr (std::is_same_v<C, float>)
+      layer_norm_row_f32(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
+    else
+      layer_norm_row_f64(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
+    if (mo) mo[r] = (U)mean;
+    if (io) io[r] = (U)inv;
   });
 }
 
@@ -792,36 +794,16 @@ OpKernel make_rms_norm_kernel() {
       using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
       std::vector<C> scale(cols);
       for (int64_t i = 0; i < cols; i++) scale[i] = (C)ctx.input(1).get_as_double(i);
-      const T* x = xt.data<T>();
-      T* y = ctx.output(0).data<T>();
       C* inv = inv_t ? inv_t->data<C>() : nullptr;
-      parallel_for(rows, rows_grain(cols), [&](int64_t b, int64_t e) {
-        std::vector<C> xb, yb;
-        if constexpr (!std::is_same_v<T, C>) {
-          xb.resize(cols);
-          yb.resize(cols);
-        }
-        for (int64_t r = b; r < e; r++) {
-          const C* xr;
-          C* yr;
-          if constexpr (std::is_same_v<T, C>) {
-            xr = x + r * cols;
-            yr = y + r * cols;
-          } else {
-            for (int64_t i = 0; i < cols; i++) xb[i] = (C)Elem<T>::load(x[r * cols + i]);
-            xr = xb.data();
-            yr = yb.data();
-          }
-          C v;
-          if constexpr (std::is_same_v<C, float>)
-            v = rms_norm_row_f32(xr, yr, cols, scale.data(), eps);
-          else
-            v = rms_norm_row_f64(xr, yr, cols, scale.data(), (double)eps);
-          if constexpr (!std::is_same_v<T, C>)
-            for (int64_t i = 0; i < cols; i++) y[r * cols + i] = Elem<T>::store(yr[i]);
-          if (inv) inv[r] = v;
-        }
-      });
+      for_each_row_as<C>(xt.data<T>(), ctx.output(0).data<T>(), rows, cols,
+                         [&](int64_t r, const C* xr, C* yr) {
+                           C v;
+                           if constexpr (std::is_same_v<C, float>)
+                             v = rms_norm_row_f32(xr, yr, cols, scale.data(), eps);
+                           else
+                             v = rms_norm_row_f64(xr, yr, cols, scale.data(), (double)eps);
+                           if (inv) inv[r] = v;
+                         });
     });
   };
   return k;
