@@ -147,7 +147,7 @@ Generator::Generator(models::BuiltModel decoder) : model_(std::move(decoder)) {
     head_dim_ = in.shape.at(3);
   }
   ONYX_CHECK(layers_ > 0,
-             "Generator: the graph has no past_keys.N inputs (not a decoder with past)");
+             "Generator: the graph has no past_values.N inputs (not a decoder with past)");
 }
 
 Generator::~Generator() = default;

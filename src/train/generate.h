@@ -4,10 +4,11 @@
 //
 // The model runs as the decoder-with-past graph (models::build_hf_decoder_with_past): the prompt
 // once (prefill), then one token per step whose keys and values are appended to the cache, so a
-// step never re-runs the prefix. The cache is held here, per layer, as (B, kv_heads, capacity,
-// head_dim) tensors grown in blocks of `cache_block` slots; each step feeds the whole buffer with
-// its unused slots masked, so the graph's input signature (and its optimized graph and memory
-// plan) changes only once per block, not once per token.
+// step never re-runs the prefix. The cache is held here, per layer, as keys (B, kv_heads,
+// head_dim, capacity) — transposed, as the graph multiplies by them — and values (B, kv_heads,
+// capacity, head_dim), grown in blocks of `cache_block` slots; each step feeds the whole buffers
+// with their unused slots masked, so the graph's input signature (and its optimized graph and
+// memory plan) changes only once per block, not once per token.
 #pragma once
 #include <cstdint>
 #include <memory>
