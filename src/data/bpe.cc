@@ -330,33 +330,29 @@ std::vector<int64_t> BpeTokenizer::merge(std::vector<int32_t> id) const {
   return out;
 }
 
-void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& ids) const {
-  if (piece.empty()) return;
-  {
-    std::lock_guard<std::mutex> lock(cache_mu_);
-    auto it = cache_.find(piece);
-    if (it != cache_.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
-  auto out = bpe(piece);
+bool BpeTokenizer::cached(const std::string& piece, std::vector<int64_t>& ids) const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  auto it = cache_.find(piece);
+  if (it == cache_.end()) return false;
+  ids.insert(ids.end(), it->second.begin(), it->second.end());
+  return true;
+}
+
+void BpeTokenizer::cache_and_append(const std::string& piece, std::vector<int64_t> out,
+                                    std::vector<int64_t>& ids) const {
   ids.insert(ids.end(), out.begin(), out.end());
   std::lock_guard<std::mutex> lock(cache_mu_);
   if (cache_.size() >= cfg_.cache_capacity) cache_.clear();
   cache_.emplace(piece, std::move(out));
 }
 
+void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& ids) const {
+  if (piece.empty() || cached(piece, ids)) return;
+  cache_and_append(piece, bpe(piece), ids);
+}
+
 void BpeTokenizer::encode_word(const std::string& piece, std::vector<int64_t>& ids) const {
-  if (piece.empty()) return;
-  {
-    std::lock_guard<std::mutex> lock(cache_mu_);
-    auto it = cache_.find(piece);
-    if (it != cache_.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  if (piece.empty() || cached(piece, ids)) return;
   std::vector<int64_t> out;
   auto whole = ignore_merges_ ? vocab_.find(piece) : vocab_.end();
   if (whole != vocab_.end()) {
@@ -393,10 +389,7 @@ void BpeTokenizer::encode_word(const std::string& piece, std::vector<int64_t>& i
     if (unk_pending) sym.push_back((int32_t)unk_id_);
     out = merge(std::move(sym));
   }
-  ids.insert(ids.end(), out.begin(), out.end());
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  if (cache_.size() >= cfg_.cache_capacity) cache_.clear();
-  cache_.emplace(piece, std::move(out));
+  cache_and_append(piece, std::move(out), ids);
 }
 
 std::string BpeTokenizer::normalize_text(const std::string& text) const {

@@ -88,6 +88,11 @@ class BpeTokenizer : public Tokenizer {
   std::vector<int64_t> merge(std::vector<int32_t> id) const;
   // tokenizer.json's model over one pre-tokenized piece (characters, not bytes); cached.
   void encode_word(const std::string& piece, std::vector<int64_t>& ids) const;
+  // The word cache both share: appends a cached piece's ids and returns true, else false; and
+  // appends `out` while caching it for `piece` (the cache is cleared when full).
+  bool cached(const std::string& piece, std::vector<int64_t>& ids) const;
+  void cache_and_append(const std::string& piece, std::vector<int64_t> out,
+                        std::vector<int64_t>& ids) const;
 
   // tokenizer.json's normalizer, pre-tokenizer and decoder (null: GPT-2's, from vocab.json)
   std::shared_ptr<const hf::Pipeline> pipe_;
