@@ -56,6 +56,14 @@ std::string cached_causal_mask(GraphBuilder& b, const std::string& past_value,
 // Graph outputs "new_keys.<layer>" / "new_values.<layer>": the S new tokens' keys and values.
 void new_kv_outputs(GraphBuilder& b, int64_t layer, const std::string& k, const std::string& v,
                     int64_t kv_heads, int64_t head_dim);
+// The LM head's table: the embedding's (tie_word_embeddings) or an "lm_head.weight" (V, C) of
+// its own, initialized by head_init.
+std::string lm_head_table(GraphBuilder& b, const HfConfig& c, const std::string& embed_table,
+                          const Init& head_init);
+// Finishes a ...ForCausalLM training graph: causal_lm_head over lm_head_table's table, then
+// finish_model, with "lm_head.weight" recorded as tied to the embedding when it is.
+BuiltModel finish_causal_lm(GraphBuilder& b, const HfConfig& c, const std::string& h,
+                            const std::string& embed_table, const Init& head_init);
 // The decoder's attention_mask input (B, P+S): cache slots, then the new tokens.
 std::string cached_attention_mask_input(GraphBuilder& b);
 // Finishes build_*_with_past: "logits" (B, V) of the last position of h (B, S, C) through the

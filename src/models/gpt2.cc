@@ -127,7 +127,7 @@ BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed) {
   if (task != Task::CausalLM && task != Task::Base) unsupported_task(c, task, "CausalLM, Base");
   GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
   Gpt2 m{b, c, task == Task::Base ? "" : "transformer."};
-  int64_t C = c.hidden_size, V = c.vocab_size;
+  int64_t C = c.hidden_size;
 
   std::string ids = token_input(b, "input_ids");
   std::string mask = token_input(b, "attention_mask");
@@ -140,12 +140,8 @@ BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed) {
     return finish_model(b, c, task);
   }
   // lm_head: h @ wte^T (no bias), or its own weight when embeddings are not tied.
-  std::string table = "transformer.wte.weight";
-  if (!c.tie_word_embeddings) table = b.param("lm_head.weight", {V, C}, m.weight_init());
-  causal_lm_head(b, h, table, V);  // logits, the shifted loss
-  BuiltModel out = finish_model(b, c, task);
-  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", "transformer.wte.weight"});
-  return out;
+  return finish_causal_lm(b, c, h, "transformer.wte.weight",
+                          m.weight_init());  // logits, the shifted loss
 }
 
 }  // namespace onyx::models

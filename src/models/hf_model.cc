@@ -214,21 +214,38 @@ std::string cached_attention_mask_input(GraphBuilder& b) {
                  {"batch_size", "past_length + sequence_length"});
 }
 
+std::string lm_head_table(GraphBuilder& b, const HfConfig& c, const std::string& embed_table,
+                          const Init& head_init) {
+  if (c.tie_word_embeddings) return embed_table;
+  return b.param("lm_head.weight", {c.vocab_size, c.hidden_size}, head_init);
+}
+
+// The BuiltModel of a causal LM (training graph or decoder with past): tied heads recorded.
+static BuiltModel finish_lm(GraphBuilder& b, const HfConfig& c, const std::string& embed_table) {
+  BuiltModel out = finish_model(b, c, Task::CausalLM);
+  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", embed_table});
+  return out;
+}
+
+BuiltModel finish_causal_lm(GraphBuilder& b, const HfConfig& c, const std::string& h,
+                            const std::string& embed_table, const Init& head_init) {
+  causal_lm_head(b, h, lm_head_table(b, c, embed_table, head_init), c.vocab_size);
+  return finish_lm(b, c, embed_table);
+}
+
 BuiltModel finish_decoder_with_past(GraphBuilder& b, const HfConfig& c, const std::string& h,
                                     const std::string& embed_table, const Init& head_init) {
   const int64_t V = c.vocab_size;
-  std::string table = embed_table;
-  if (!c.tie_word_embeddings) table = b.param("lm_head.weight", {V, c.hidden_size}, head_init);
+  std::string table = lm_head_table(b, c, embed_table, head_init);
   b.set_scope("lm_head");
   std::string s = b.op("Squeeze", {b.dim_of(h, 1), b.const_i64({0})});
   std::string last =
       b.op("Gather", {h, b.op("Sub", {s, b.scalar_i64(1)})}, {{"axis", Attr::of_int(1)}});
   tied_projection(b, last, table, "", "logits");  // (B,V)
   b.output("logits", DType::Float32, {-1, V});
-  BuiltModel out = finish_model(b, c, Task::CausalLM);
-  out.model.loss = {};
+  BuiltModel out = finish_lm(b, c, embed_table);
+  out.model.loss = {};  // generation: no loss, no labels
   out.model.items_labels.clear();
-  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", embed_table});
   return out;
 }
 

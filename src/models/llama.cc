@@ -248,7 +248,7 @@ BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
     unsupported_task(c, task, "CausalLM, SequenceClassification, Base");
   GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
   Llama m = make_llama(b, c);
-  const int64_t C = c.hidden_size, V = c.vocab_size;
+  const int64_t C = c.hidden_size;
 
   std::string ids = token_input(b, "input_ids");
   std::string mask = token_input(b, "attention_mask");
@@ -293,12 +293,8 @@ BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
     b.output("logits", DType::Float32, {-1, c.num_labels});
     return finish_model(b, c, task);
   }
-  std::string table = "model.embed_tokens.weight";
-  if (!c.tie_word_embeddings) table = b.param("lm_head.weight", {V, C}, m.weight_init());
-  causal_lm_head(b, h, table, V);  // logits, the shifted loss
-  BuiltModel out = finish_model(b, c, task);
-  if (c.tie_word_embeddings) out.tied.push_back({"lm_head.weight", "model.embed_tokens.weight"});
-  return out;
+  return finish_causal_lm(b, c, h, "model.embed_tokens.weight",
+                          m.weight_init());  // logits, the shifted loss
 }
 
 }  // namespace onyx::models
