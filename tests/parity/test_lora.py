@@ -26,7 +26,7 @@ Cases (one PASS / FAIL line each):
   lora-errors      target_modules matching nothing: exit 1 naming the model's linear layers; an
                    adapter file with a tensor no module has: exit 1 naming it
 
-Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_lora.py
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_lora.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
 """
 import copy
@@ -35,12 +35,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 
 import numpy as np
 import torch
 import transformers as tr
+from case_runner import run_cases
 from safetensors.numpy import load_file, save_file
 
 ONYX = os.environ.get("ONYX", "build/onyx")
@@ -248,31 +247,26 @@ def case_errors(r):
 
 
 def main():
-    counts = {"PASS": 0, "FAIL": 0}
-    tmp = tempfile.mkdtemp(prefix="onyx-test-lora-")
-    t0 = time.time()
-    try:
-        try:
-            run = Run(tmp)
-        except Exception as e:
-            print(f"FAIL setup: {type(e).__name__}: {e}")
-            print("0 passed, 1 failed")
-            return 1
-        for name, fn in [("adapters-equal", case_adapters), ("peft-loads", case_peft_loads),
-                         ("base-frozen", case_base_frozen), ("merge-export", case_merge_export),
-                         ("resume", case_resume),
-                         ("lora-errors", case_errors)]:
-            try:
-                ok, msg = fn(run)
-            except Exception as e:
-                ok, msg = False, f"{type(e).__name__}: {e}"
-            counts["PASS" if ok else "FAIL"] += 1
-            print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"({time.time() - t0:.0f} s)")
-    print(f"{counts['PASS']} passed, {counts['FAIL']} failed")
-    return 1 if counts["FAIL"] else 0
+    # One training run (Run) serves every case: made by the first case, its failure each case's.
+    state = {}
+
+    def with_run(fn):
+        def case(tmp):
+            if "run" not in state:
+                try:
+                    state["run"] = Run(tmp)
+                except Exception as e:
+                    state["run"] = e
+            if isinstance(state["run"], Exception):
+                e = state["run"]
+                raise RuntimeError(f"setup failed: {type(e).__name__}: {e}")
+            return fn(state["run"])
+        return case
+
+    cases = [("adapters-equal", case_adapters), ("peft-loads", case_peft_loads),
+             ("base-frozen", case_base_frozen), ("merge-export", case_merge_export),
+             ("resume", case_resume), ("lora-errors", case_errors)]
+    return run_cases([(n, with_run(f)) for n, f in cases], "onyx-test-lora-")
 
 
 if __name__ == "__main__":
