@@ -3,6 +3,8 @@
 //   Identity                                      → its input
 //   Dropout that cannot drop (ratio 0, or training_mode absent/false), mask unused → its input
 //   Cast to the input's own dtype                 → its input
+//   Concat of a single input (the TorchScript exporter's torch.cat of a one-element cache list)
+//                                                 → its input
 //   Reshape/Flatten/Squeeze/Unsqueeze to the input's own shape → its input
 //   Expand/Tile to the input's own shape, Slice keeping the whole input (positive steps, output
 //   shape = input shape; the dynamo exporter writes x[:, :-1] as a full Slice of axis 0 first)
@@ -131,6 +133,8 @@ int eliminate_no_ops(ir::Graph& g, PassContext& ctx) {
                        (reads[n.outputs[1]] > 0 || outputs.count(n.outputs[1]));
       if (!mask_used && inert_dropout(g, n, ctx, g.opset(""))) bypass(idx, y, x);
     } else if (op == "Cast" && same_meta) {
+      bypass(idx, y, x);
+    } else if (op == "Concat" && n.inputs.size() == 1 && same_meta) {
       bypass(idx, y, x);
     } else if (reshape_like(n) && same_meta) {
       bypass(idx, y, x);

@@ -6,7 +6,12 @@
 // gradient rules (LayerNormGrad, GeluGrad, ...), so the backward is fused too. After autodiff the
 // whole training graph gets no-op elimination, CSE and dead-node elimination again, then
 // gradient_into_buffer (parameter gradients written by their producers, no AccumulateGrad copy).
+//
+// Debugging a pattern: ONYX_PASS_DUMP=<fusion name> prints the forward graph as that fusion sees
+// it (one node per line, with the static shapes) to stderr.
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
 
 #include "passes/pass.h"
 
@@ -44,6 +49,27 @@ void cleanup(ir::Graph& g, PassContext& ctx, PassReport* report) {
   int before = (int)g.nodes.size();
   eliminate_dead(g, ctx.variables);
   if (report) report->stats.push_back({"eliminate_dead_nodes", before - (int)g.nodes.size()});
+}
+
+// ONYX_PASS_DUMP: the graph before fusion `name`, one node per line with its values' metas.
+void dump_before(const char* name, const ir::Graph& g, PassContext& ctx) {
+  static const char* want = std::getenv("ONYX_PASS_DUMP");
+  if (!want || std::string(want) != name) return;
+  ctx.refresh(g);
+  auto val = [&](const std::string& v) {
+    if (v.empty()) return std::string("-");
+    if (!ctx.has_meta(v)) return v;
+    const TensorMeta& m = ctx.meta(v);
+    return cat(v, ":", dtype_name(m.dtype), shape_str(m.shape));
+  };
+  std::cerr << "---- graph before " << name << " (" << g.nodes.size() << " nodes)\n";
+  for (const ir::Node& n : g.nodes) {
+    std::cerr << (n.domain.empty() ? "" : n.domain + ".") << n.op_type << " " << n.name << ":";
+    for (auto& i : n.inputs) std::cerr << " " << val(i);
+    std::cerr << " ->";
+    for (auto& o : n.outputs) std::cerr << " " << val(o);
+    std::cerr << "\n";
+  }
 }
 
 }  // namespace
@@ -87,6 +113,7 @@ ir::Graph optimize_forward(const ir::Graph& src, const std::map<std::string, Ten
   if (opts.fusions) {
     for (auto& p : fusion_passes()) {
       if (!opts.token_pruning && std::string(p.name) == "token_pruning") continue;
+      dump_before(p.name, g, ctx);
       if (!p.until_fixpoint) {
         run_pass(p.name, g, ctx, report, p.run);
         eliminate_dead(g, variables);

@@ -14,8 +14,10 @@ namespace onyx::runtime {
 namespace {
 
 // ONYX_PROFILE=1: time every executed node by op type; the table prints at exit (stderr).
+// ONYX_PROFILE=shapes: by op type, input shapes and attributes (which GEMM shapes cost what).
 struct OpProfile {
   bool enabled = std::getenv("ONYX_PROFILE") != nullptr;
+  bool by_shape = enabled && std::string(std::getenv("ONYX_PROFILE")) == "shapes";
   std::mutex mu;
   std::map<std::string, std::pair<double, int64_t>> by_op;  // seconds, calls
   ~OpProfile() {
@@ -379,8 +381,14 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
         auto t0 = std::chrono::steady_clock::now();
         step.kernel->compute(kc);
         double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::string key = (node.domain.empty() ? "" : node.domain + ".") + node.op_type;
+        if (g_profile.by_shape) {
+          key += " " + input_shapes(meta_ptrs);
+          for (auto& [name, a] : node.attrs)
+            if (a.kind == ir::Attribute::Kind::Int) key += cat(" ", name, "=", a.i);
+        }
         std::lock_guard<std::mutex> lock(g_profile.mu);
-        auto& e = g_profile.by_op[(node.domain.empty() ? "" : node.domain + ".") + node.op_type];
+        auto& e = g_profile.by_op[key];
         e.first += dt;
         e.second++;
       } else {

@@ -31,6 +31,7 @@ ir::Node attention_node(const Spec& s, bool grad) {
   n.op_type = grad ? "AttentionGrad" : "Attention";
   n.domain = "onyx";
   n.attrs["num_heads"] = int_attr(s.H);
+  if (s.Hk > 0) n.attrs["num_kv_heads"] = int_attr(s.Hk);
   ir::Attribute sc;
   sc.kind = ir::Attribute::Kind::Float;
   sc.f = 1.0f / std::sqrt((float)s.D);
@@ -63,8 +64,8 @@ struct Inputs {
 Inputs make_inputs(const Spec& s, uint32_t seed) {
   Inputs in;
   in.Q = random_tensor({s.B, s.Tq, s.H * s.D}, seed, -2, 2);
-  in.K = random_tensor({s.B, s.Tk, s.H * s.D}, seed + 1, -2, 2);
-  in.V = random_tensor({s.B, s.Tk, s.H * s.Dv}, seed + 2);
+  in.K = random_tensor({s.B, s.Tk, s.kv_heads() * s.D}, seed + 1, -2, 2);
+  in.V = random_tensor({s.B, s.Tk, s.kv_heads() * s.Dv}, seed + 2);
   if (s.mask != Mask::None) in.mask = padding_mask(s);
   return in;
 }
@@ -109,16 +110,17 @@ void expect_close(const Tensor& got, const Tensor& want, double rtol, const std:
 }
 
 std::string spec_name(const Spec& s) {
-  return cat("B", s.B, "_Tq", s.Tq, "_Tk", s.Tk, "_H", s.H, "_D", s.D, "_Dv", s.Dv, "_mask",
-             (int)s.mask, s.causal ? "_causal" : "");
+  return cat("B", s.B, "_Tq", s.Tq, "_Tk", s.Tk, "_H", s.H, "_Hk", s.kv_heads(), "_D", s.D, "_Dv",
+             s.Dv, "_mask", (int)s.mask, s.causal ? "_causal" : "");
 }
 
 std::vector<Spec> specs() {
   std::vector<Spec> v;
   auto add = [&](int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t D, int64_t Dv, Mask m,
-                 bool causal) {
+                 bool causal, int64_t Hk = 0) {
     Spec s;
     s.B = B, s.Tq = Tq, s.Tk = Tk, s.H = H, s.D = D, s.Dv = Dv, s.mask = m, s.causal = causal;
+    s.Hk = Hk;
     v.push_back(s);
   };
   add(1, 1, 1, 1, 1, 1, Mask::None, false);
@@ -130,6 +132,10 @@ std::vector<Spec> specs() {
   add(2, 130, 130, 2, 16, 16, Mask::Padding, false);  // three query blocks, ragged last one
   add(1, 130, 130, 3, 8, 8, Mask::None, true);
   add(2, 64, 64, 4, 32, 32, Mask::Full, true);
+  // grouped-query attention: 2 and 3 query heads per key/value head, and multi-query (Hk = 1)
+  add(2, 9, 9, 4, 8, 8, Mask::Padding, true, 2);
+  add(2, 130, 130, 6, 16, 16, Mask::Full, true, 2);
+  add(1, 7, 11, 4, 8, 5, Mask::None, false, 1);
   return v;
 }
 
@@ -145,7 +151,7 @@ TEST(Attention, ForwardMatchesUnfusedGraph) {
     const float* Q = in.Q.data<float>();
     const float* K = in.K.data<float>();
     float scale = 1.0f / std::sqrt((float)s.D);
-    int64_t C = s.H * s.D;
+    int64_t C = s.H * s.D, Ck = s.kv_heads() * s.D, G = s.H / s.kv_heads();
     for (int64_t b = 0; b < s.B; b++)
       for (int64_t h = 0; h < s.H; h++) {
         double mx = -1e300, sum = 0;
@@ -154,7 +160,7 @@ TEST(Attention, ForwardMatchesUnfusedGraph) {
         for (int64_t j = 0; j < nk; j++) {
           double d = 0;
           for (int64_t c = 0; c < s.D; c++)
-            d += Q[b * s.Tq * C + h * s.D + c] * K[(b * s.Tk + j) * C + h * s.D + c];
+            d += Q[b * s.Tq * C + h * s.D + c] * K[(b * s.Tk + j) * Ck + (h / G) * s.D + c];
           d *= scale;
           if (s.mask == Mask::Padding) d += in.mask.data<float>()[b * s.Tk + j];
           if (s.mask == Mask::Full) d += in.mask.data<float>()[((b * s.H + h) * s.Tq) * s.Tk + j];
@@ -551,6 +557,7 @@ TEST(AttentionDropout, GradientMatchesFiniteDifferencesForAFixedSeed) {
   for (bool causal : {false, true}) {
     Spec s;
     s.B = 2, s.Tq = s.Tk = 6, s.H = 2, s.D = 3, s.Dv = 3, s.dropout = 0.4f, s.causal = causal;
+    if (causal) s.H = 4, s.Hk = 2;  // grouped-query heads: dK, dV sum over two query heads
     s.mask = causal ? Mask::None : Mask::Padding;
     Inputs in = make_inputs(s, 51);
     Tensor W = random_tensor({s.B, s.Tq, s.H * s.Dv}, 52);

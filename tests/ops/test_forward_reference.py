@@ -93,14 +93,16 @@ class OnyxAttention(OpRun):
     op_domain = "onyx"
 
     def _run(self, q, k, v, mask=None, num_heads=1, scale=None, causal=0, dropout_ratio=0.0,
-             seed=0, rng_key="", zero_masked_rows=0):
+             seed=0, rng_key="", zero_masked_rows=0, num_kv_heads=None):
         B, Tq, C = q.shape
         Tk, Cv = k.shape[1], v.shape[2]
         H = num_heads
-        D, Dv = C // H, Cv // H
+        Hk = H if num_kv_heads is None else num_kv_heads
+        D, Dv = C // H, Cv // Hk
         qh = q.reshape(B, Tq, H, D).transpose(0, 2, 1, 3)
-        kh = k.reshape(B, Tk, H, D).transpose(0, 2, 1, 3)
-        vh = v.reshape(B, Tk, H, Dv).transpose(0, 2, 1, 3)
+        # grouped-query attention: each key/value head serves H / Hk query heads (repeat_kv)
+        kh = np.repeat(k.reshape(B, Tk, Hk, D).transpose(0, 2, 1, 3), H // Hk, axis=1)
+        vh = np.repeat(v.reshape(B, Tk, Hk, Dv).transpose(0, 2, 1, 3), H // Hk, axis=1)
         s = (1 / math.sqrt(D) if scale is None else scale) * qh @ kh.transpose(0, 1, 3, 2)
         if mask is not None:
             s = s + mask
@@ -111,7 +113,7 @@ class OnyxAttention(OpRun):
         p = np.exp(s - lse)
         if zero_masked_rows:
             p = np.where(np.isfinite(lse), p, 0.0)
-        o = (p @ vh).transpose(0, 2, 1, 3).reshape(B, Tq, Cv)
+        o = (p @ vh).transpose(0, 2, 1, 3).reshape(B, Tq, H * Dv)
         return o.astype(q.dtype), lse[..., 0].astype(q.dtype)
 
 

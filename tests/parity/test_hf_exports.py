@@ -11,9 +11,8 @@ Each exported by the dynamo exporter (dynamo=True, default opset, optimize=False
 exporters.py) and by the TorchScript exporter (dynamo=False, opset 17; Llama with
 attn_implementation "eager" there, since that exporter cannot convert SDPA with grouped-query
 heads). The line reports the fusions `onyx plan` applied; the fused attention must fire on
-every layer where ATTENTION_FUSED says so (the dynamo exporter's SDPA decomposition, and BERT's
-TorchScript export), and Llama's RMSNorm, SwiGLU and rotary fusions as often as FUSED says, on
-both exporters' graphs. Every parameter gradient
+every layer of every export (ATTENTION_FUSED), and Llama's RMSNorm, SwiGLU and rotary fusions as
+often as FUSED says, on both exporters' graphs. Every parameter gradient
 and the loss must match PyTorch float32 within rtol 1e-4, atol 1e-6 (a tied tensor is compared
 under whichever of its names the export kept).
 
@@ -42,10 +41,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ONYX = os.environ.get("ONYX", os.path.join(REPO, "build", "onyx"))
 RTOL, ATOL = 1e-4, 1e-6
 B, T = 2, 12
-# case -> fused attention nodes `onyx plan` must report (one per layer). Not yet fused: GPT-2's
-# TorchScript export and Llama's grouped-query attention (its K/V heads are repeated by
-# Expand/Reshape before the scores).
-ATTENTION_FUSED = {"bert/dynamo": 2, "bert/ts": 2, "gpt2/dynamo": 2}
+# case -> fused attention nodes `onyx plan` must report (one per layer): every export, Llama's
+# grouped-query attention included (rotary q/k, K/V heads repeated by Unsqueeze/Expand/Reshape).
+ATTENTION_FUSED = {f"{m}/{e}": 2 for m in ("bert", "gpt2", "llama") for e in ("dynamo", "ts")}
 # model -> fusion -> count `onyx plan` must report on both exporters' graphs: Llama's RMSNorm (two
 # per layer and the final norm), SwiGLU MLP (one per layer) and rotary embeddings (q and k).
 FUSED = {"llama": {"rms_norm_fusion": 5, "swiglu_fusion": 2, "rotary_fusion": 4}}

@@ -2,7 +2,8 @@
 // export writes it (Reshape → Transpose → MatMul → scale → mask → Softmax → MatMul → Transpose →
 // Reshape), for the fused-attention kernel test (tests/kernels/test_attention.cc) and the pass test
 // (tests/passes/test_attention_fusion.cc). Hand-written test scaffolding; the variants cover what
-// attention_fusion.cc claims to match (scale placement, mask kinds, causal Where, K transposes).
+// attention_fusion.cc claims to match (scale placement, mask kinds, causal Where, K transposes,
+// grouped-query K/V heads repeated as Transformers' repeat_kv).
 #pragma once
 #include <cfloat>
 #include <cmath>
@@ -31,6 +32,10 @@ struct Spec {
   // The dynamo exporter's SDPA: P = Where(IsNaN(P), 0, P) after the Softmax, and a padding mask of
   // -inf whose last batch hides every key (those rows' softmax is NaN, the Where makes them 0).
   bool nan_guard = false;
+  // > 0: grouped-query attention, K and V at Hk heads, each repeated for H / Hk query heads by
+  // Unsqueeze → Expand → Reshape after the head transpose (K then takes the DoubleTranspose form).
+  int64_t Hk = 0;
+  int64_t kv_heads() const { return Hk > 0 ? Hk : H; }
 };
 
 // The attention-dropout node's output name (the rng identity a fused op must carry).
@@ -89,14 +94,14 @@ struct Builder {
   }
 };
 
-// The graph: inputs Q (B,Tq,H·D), K (B,Tk,H·D), V (B,Tk,H·Dv) [, mask] — or x (B,Tq,E) with
+// The graph: inputs Q (B,Tq,H·D), K (B,Tk,Hk·D), V (B,Tk,Hk·Dv) [, mask] — or x (B,Tq,E) with
 // projection weights Wq/Wk/Wv (variables) and biases when `projections` — and output "out"
 // (B,Tq,H·Dv). Every value is float32.
 inline ir::Graph unfused_attention(const Spec& s) {
   Builder b;
   b.g.name = "attention";
   b.g.opsets[""] = 14;
-  int64_t C = s.H * s.D, Cv = s.H * s.Dv;
+  const int64_t Hk = s.kv_heads(), C = s.H * s.D, Ck = Hk * s.D, Cv = s.H * s.Dv, Ckv = Hk * s.Dv;
   std::string Q = "Q", K = "K", V = "V";
   if (s.projections) {
     b.input("x", {s.B, s.Tq, s.E});
@@ -107,28 +112,37 @@ inline ir::Graph unfused_attention(const Spec& s) {
       return b.add("Add", {std::string(w) + ".bias", mm});
     };
     Q = proj("q", C, 11);
-    K = proj("k", C, 21);
-    V = proj("v", Cv, 31);
+    K = proj("k", Ck, 21);
+    V = proj("v", Ckv, 31);
   } else {
     b.input("Q", {s.B, s.Tq, C});
-    b.input("K", {s.B, s.Tk, C});
-    b.input("V", {s.B, s.Tk, Cv});
+    b.input("K", {s.B, s.Tk, Ck});
+    b.input("V", {s.B, s.Tk, Ckv});
   }
   std::string qs = b.i64("q_shape", {s.B, s.Tq, s.H, s.D});
-  std::string ks = b.i64("k_shape", {s.B, s.Tk, s.H, s.D});
-  std::string vs = b.i64("v_shape", {s.B, s.Tk, s.H, s.Dv});
+  std::string ks = b.i64("k_shape", {s.B, s.Tk, Hk, s.D});
+  std::string vs = b.i64("v_shape", {s.B, s.Tk, Hk, s.Dv});
+  // repeat_kv: (B,Hk,Tk,d) -> (B,H,Tk,d)
+  auto repeat = [&](const std::string& x, int64_t d, const char* tag) {
+    if (Hk == s.H) return x;
+    std::string u = b.add("Unsqueeze", {x, b.i64(std::string(tag) + "_axis", {2})});
+    std::string e =
+        b.add("Expand", {u, b.i64(std::string(tag) + "_5d", {s.B, Hk, s.H / Hk, s.Tk, d})});
+    return b.add("Reshape", {e, b.i64(std::string(tag) + "_4d", {s.B, s.H, s.Tk, d})});
+  };
   std::string q =
       b.add("Transpose", {b.add("Reshape", {Q, qs})}, {{"perm", ints_attr({0, 2, 1, 3})}});
   std::string k4 = b.add("Reshape", {K, ks});
   std::string kT;
-  if (s.k == KLayout::Perm0231) {
+  if (s.k == KLayout::Perm0231 && Hk == s.H) {
     kT = b.add("Transpose", {k4}, {{"perm", ints_attr({0, 2, 3, 1})}});
   } else {
     std::string k = b.add("Transpose", {k4}, {{"perm", ints_attr({0, 2, 1, 3})}});
-    kT = b.add("Transpose", {k}, {{"perm", ints_attr({0, 1, 3, 2})}});
+    kT = b.add("Transpose", {repeat(k, s.D, "k_rep")}, {{"perm", ints_attr({0, 1, 3, 2})}});
   }
   std::string v =
-      b.add("Transpose", {b.add("Reshape", {V, vs})}, {{"perm", ints_attr({0, 2, 1, 3})}});
+      repeat(b.add("Transpose", {b.add("Reshape", {V, vs})}, {{"perm", ints_attr({0, 2, 1, 3})}}),
+             s.Dv, "v_rep");
   float inv = 1.0f / std::sqrt((float)s.D);
   if (s.scale == Scale::MulOnQ) q = b.add("Mul", {q, b.f32("scale_q", inv)});
   if (s.scale == Scale::MulOnBoth) {

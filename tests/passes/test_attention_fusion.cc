@@ -57,8 +57,8 @@ std::map<std::string, Tensor> feeds_for(const Spec& s) {
     f["x"] = random_tensor({s.B, s.Tq, s.E}, 5);
   } else {
     f["Q"] = random_tensor({s.B, s.Tq, s.H * s.D}, 6, -2, 2);
-    f["K"] = random_tensor({s.B, s.Tk, s.H * s.D}, 7, -2, 2);
-    f["V"] = random_tensor({s.B, s.Tk, s.H * s.Dv}, 8);
+    f["K"] = random_tensor({s.B, s.Tk, s.kv_heads() * s.D}, 7, -2, 2);
+    f["V"] = random_tensor({s.B, s.Tk, s.kv_heads() * s.Dv}, 8);
   }
   if (s.mask != Mask::None) f["mask"] = padding_mask(s);
   return f;
@@ -123,6 +123,12 @@ std::vector<Variant> variants() {
   s = Spec();
   s.B = 3, s.mask = Mask::Padding, s.scale = Scale::MulOnBoth, s.nan_guard = true;
   v.push_back({"sdpa_nan_guard_fully_masked_rows", s});
+  s = Spec();
+  s.H = 4, s.Hk = 2, s.mask = Mask::Padding, s.causal = true;
+  v.push_back({"grouped_query_repeat_kv", s});
+  s = Spec();
+  s.Hk = 1, s.projections = true, s.scale = Scale::MulOnBoth;
+  v.push_back({"multi_query_with_projections", s});
   return v;
 }
 
@@ -147,12 +153,14 @@ TEST(AttentionFusion, FusesEachVariantWithEqualNumerics) {
     for (auto& n : after.nodes)
       if (n.op_type == "Attention") {
         EXPECT_EQ(n.attr_int("num_heads", 0), v.spec.H);
+        EXPECT_EQ(n.attr_int("num_kv_heads", v.spec.H), v.spec.kv_heads());
         EXPECT_NEAR(n.attr_float("scale", 0), 1.0 / std::sqrt((double)v.spec.D), 1e-6);
         EXPECT_EQ(n.attr_int("causal", -1), v.spec.causal ? 1 : 0);
         EXPECT_EQ(n.inputs.size(), v.spec.mask == Mask::None ? 3u : 4u);
         EXPECT_EQ(n.attr_int("zero_masked_rows", 0), v.spec.nan_guard ? 1 : 0);
       }
     EXPECT_EQ(count_ops(after, "IsNaN"), 0);
+    EXPECT_EQ(count_ops(after, "Expand"), 0);
     auto feeds = feeds_for(v.spec);
     expect_close(run(after, feeds, "out"), run(before, feeds, "out"), 1e-5, v.name);
   }
@@ -193,14 +201,22 @@ TEST(AttentionFusion, LeavesOtherChainsAlone) {
     passes::sort_topologically(g);
     EXPECT_EQ(fuse_only(g, {}), 0);
   }
-  // A Where whose condition is not causal (the diagonal masked too).
+  // A Where whose condition is not causal (the diagonal masked too) is an additive mask, not the
+  // causal limit: row 0 is hidden whole, its softmax spreads over every key, as unfused.
   {
     Spec s;
     s.causal = true;
     ir::Graph g = unfused_attention(s);
     Tensor& c = g.initializers.at("causal_cond");
     for (int64_t i = 0; i < s.Tq; i++) c.data<uint8_t>()[i * s.Tk + i] = 1;
-    EXPECT_EQ(fuse_only(g, {}), 0);
+    ir::Graph fused = g;
+    EXPECT_EQ(fuse_only(fused, {}), 1);
+    const ir::Node* att = find_op(fused, "Attention");
+    ASSERT_TRUE(att);
+    EXPECT_EQ(att->attr_int("causal", -1), 0);
+    EXPECT_EQ(att->inputs.size(), 4u);
+    auto feeds = feeds_for(s);
+    expect_close(run(fused, feeds, "out"), run(g, feeds, "out"), 1e-5, "diagonal masked");
   }
   // Probabilities read twice (e.g. returned as attention weights).
   {

@@ -1,11 +1,13 @@
-// tests/passes/test_llama_fusions.cc — rms_norm_fusion, swiglu_fusion and rotary_fusion on the
-// Llama-family graphs onyx builds (models/llama.cc): the forward pipeline fuses every RMSNorm
-// (two per layer and the final one), every SwiGLU (one per layer) and every rotary embedding (q
-// and k of each layer) and leaves none of the unfused ops behind; and a training step of the
+// tests/passes/test_llama_fusions.cc — rms_norm_fusion, swiglu_fusion, rotary_fusion and
+// attention_fusion on the Llama-family graphs onyx builds (models/llama.cc): the forward pipeline
+// fuses every RMSNorm (two per layer and the final one), every SwiGLU (one per layer), every
+// rotary embedding (q and k of each layer) and every layer's grouped-query attention (one
+// onyx.Attention at the model's key/value heads, causal, its rotary done in the (B,T,H,D) layout)
+// and leaves none of the unfused ops behind; and a training step of the
 // fused graph (train::TrainingSession, as the Trainer runs it) gives the loss and every
 // parameter gradient of the unfused one (ONYX_PASSES=0), at sizes that are not multiples of the
 // vector width (hidden 40, head_dim 10, intermediate 52), with grouped-query heads, Qwen2's
-// q/k/v biases and packed position_ids.
+// q/k/v biases, Mistral's sliding window and packed position_ids.
 // The op-table rows of tests/ops/cases_llama.inc check each kernel alone (float64 reference,
 // finite differences, each pattern's variants).
 #include <gtest/gtest.h>
@@ -33,6 +35,10 @@ const char* kQwen2 = R"({"model_type": "qwen2", "vocab_size": 50, "hidden_size":
   "intermediate_size": 52, "num_hidden_layers": 3, "num_attention_heads": 4,
   "num_key_value_heads": 1, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
   "tie_word_embeddings": true})";
+const char* kMistral = R"({"model_type": "mistral", "vocab_size": 50, "hidden_size": 40,
+  "intermediate_size": 52, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 4, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+  "sliding_window": 3, "tie_word_embeddings": false})";
 
 std::map<std::string, Tensor> feeds(int64_t vocab) {
   std::mt19937 rng(11);
@@ -83,7 +89,7 @@ Step train_step(const char* config, bool passes) {
   return s;
 }
 
-void check_fusions(const char* config, int layers) {
+void check_fusions(const char* config, int layers, int64_t kv_heads) {
   models::BuiltModel m = build(config);
   auto in = feeds(m.config.vocab_size);
   std::map<std::string, TensorMeta> sig;
@@ -99,8 +105,16 @@ void check_fusions(const char* config, int layers) {
   EXPECT_EQ(count(g, "onyx", "RMSNorm"), 2 * layers + 1);
   EXPECT_EQ(count(g, "onyx", "SwiGLU"), layers);
   EXPECT_EQ(count(g, "onyx", "Rotary"), 2 * layers);
-  // nothing of the unfused forms is left
-  for (const char* op : {"Sqrt", "Reciprocal", "ReduceMean", "Neg", "Split", "Sigmoid"})
+  EXPECT_EQ(report.applied("attention_fusion"), layers);
+  EXPECT_EQ(count(g, "onyx", "Attention"), layers);
+  for (auto& n : g.nodes) {
+    if (n.op_type != "Attention") continue;
+    EXPECT_EQ(n.attr_int("num_kv_heads", n.attr_int("num_heads", 0)), kv_heads) << n.name;
+    EXPECT_EQ(n.attr_int("causal", 0), 1) << n.name;
+  }
+  // nothing of the unfused forms is left (no head transposes, no repeated K/V, no scores)
+  for (const char* op : {"Sqrt", "Reciprocal", "ReduceMean", "Neg", "Split", "Sigmoid", "Softmax",
+                         "MatMul", "Transpose", "Expand"})
     EXPECT_EQ(count(g, "", op), 0) << op;
   EXPECT_EQ(count(g, "onyx", "Silu"), 0);
 }
@@ -123,7 +137,15 @@ void check_training(const char* config) {
 
 }  // namespace
 
-TEST(LlamaFusions, LlamaGraphFusesEveryNormSwiGLUAndRotary) { check_fusions(kLlama, 2); }
-TEST(LlamaFusions, Qwen2GraphFusesEveryNormSwiGLUAndRotary) { check_fusions(kQwen2, 3); }
+TEST(LlamaFusions, LlamaGraphFusesEveryNormSwiGLURotaryAndAttention) {
+  check_fusions(kLlama, 2, 2);
+}
+TEST(LlamaFusions, Qwen2GraphFusesEveryNormSwiGLURotaryAndAttention) {
+  check_fusions(kQwen2, 3, 1);
+}
+TEST(LlamaFusions, MistralGraphFusesEveryNormSwiGLURotaryAndAttention) {
+  check_fusions(kMistral, 2, 4);
+}
 TEST(LlamaFusions, LlamaFusedStepEqualsUnfused) { check_training(kLlama); }
 TEST(LlamaFusions, Qwen2FusedStepEqualsUnfused) { check_training(kQwen2); }
+TEST(LlamaFusions, MistralFusedStepEqualsUnfused) { check_training(kMistral); }

@@ -1,25 +1,28 @@
 // kernels/cpu/attention.cc — fused multi-head scaled-dot-product attention, "onyx" domain, formed
 // by passes/attention_fusion.cc from the exported Reshape/Transpose/MatMul/Softmax chains:
 //
-//   Attention(Q, K, V, [mask])  attrs num_heads, scale, causal [, dropout_ratio, seed, rng_key,
-//                               zero_masked_rows]
+//   Attention(Q, K, V, [mask])  attrs num_heads, scale, causal [, num_kv_heads, dropout_ratio,
+//                               seed, rng_key, zero_masked_rows]
 //                               -> O, [LSE]
-//     Q (B,Tq,C)  K (B,Tk,C)  V (B,Tk,Cv)  mask: additive float, broadcastable to (B,H,Tq,Tk)
-//     per head h (D = C/H, Dv = Cv/H), reading the head's columns [h*D, (h+1)*D) in place:
+//     Q (B,Tq,H·D)  K (B,Tk,Hk·D)  V (B,Tk,Hk·Dv)  O (B,Tq,H·Dv)  mask: additive float,
+//     broadcastable to (B,H,Tq,Tk). Hk = num_kv_heads (default H) divides H: grouped-query
+//     attention, query head h reading key/value head h / (H/Hk) (Llama's repeat_kv without the
+//     copies). Per query head h, reading the heads' columns in place:
 //       S = scale * Q_h K_hᵀ + mask (causal: S_ij = -inf for j > i),  P = softmax_rows(S)
 //       P' = Dropout(P): in a training run (KernelContext::training) with dropout_ratio r > 0,
 //            P'_ij = M_ij · P_ij / (1 - r), M the mask the Dropout node this op replaced would
 //            draw on the (B,H,Tq,Tk) probabilities — element ((b·H+h)·Tq+i)·Tk+j, Philox keyed
 //            on the run seed, `seed` and `rng_key` (dropout_rng.h); otherwise P' = P
-//       O_h = P' V_h   written into O (B,Tq,Cv) at columns [h*Dv, (h+1)*Dv)
+//       O_h = P' V_h   written into O at columns [h*Dv, (h+1)*Dv)
 //     LSE (B,H,Tq): the softmax's row log-sum-exp (of S, before dropout), saved for the backward.
 //   AttentionGrad(dO, Q, K, V, [mask], LSE)  same attrs (rng_key required with dropout) -> dQ, dK,
 //   dV
 //     P is recomputed from LSE (P = exp(S - LSE)) and P' from P with the same mask, then per head
 //       dP' = dO_h V_hᵀ,  dV_h = P'ᵀ dO_h,  dP = M/(1-r) ∘ dP',
 //       dS = P ∘ (dP - rowsum(dP ∘ P)) * scale = (P' ∘ dP' - P · rowsum(P' ∘ dP')) * scale,
-//       dQ_h = dS K_h,   dK_h = dSᵀ Q_h.   The mask gets no gradient; the dropout mask is
-//     regenerated from its counter, never stored.
+//       dQ_h = dS K_h,   dK_h = dSᵀ Q_h   (dK and dV of a key/value head sum over its query
+//     heads). The mask gets no gradient; the dropout mask is regenerated from its counter, never
+//     stored.
 //
 // Hand-written because this is the one place where the unfused graph materializes (B,H,T,T)
 // tensors several times over (scores, scaled, masked, probabilities, and their gradients) plus
@@ -31,7 +34,8 @@
 // at 2.2 ms of 12.7 ms per layer forward+backward (1 thread, bert-mini shape): about 1% of a step.
 //
 // Threading: the forward runs over (batch, head, query block) triples, the backward over
-// (batch, head) pairs (dK and dV accumulate over the query blocks of one pair). Each task writes
+// (batch, key/value head) pairs (dK and dV accumulate over the query blocks of the pair's query
+// heads, in a fixed order). Each task writes
 // disjoint output columns/rows, so results do not depend on the thread count's split. The GEMMs
 // are called inside the parallel region, where sgemm runs single-threaded (gemm.h).
 #include <algorithm>
@@ -60,7 +64,9 @@ constexpr int64_t kBlockQ = 64;
 
 // Sizes and attributes of one Attention / AttentionGrad node.
 struct AttnDims {
-  int64_t B = 0, Tq = 0, Tk = 0, H = 0, D = 0, Dv = 0, C = 0, Cv = 0;
+  // C = H·D (Q's channels), Ck = Hk·D (K's), Cv = Hk·Dv (V's), Co = H·Dv (O's); G = H / Hk query
+  // heads per key/value head.
+  int64_t B = 0, Tq = 0, Tk = 0, H = 0, Hk = 0, G = 1, D = 0, Dv = 0, C = 0, Ck = 0, Cv = 0, Co = 0;
   float scale = 1.0f;
   bool causal = false;
   // A query row whose every score is -inf (the mask hides every key): softmax gives NaN there;
@@ -86,15 +92,21 @@ AttnDims attention_dims(const ir::Node& node, const TensorMeta& q, const TensorM
   d.Tq = q.shape[1];
   d.C = q.shape[2];
   d.Tk = k.shape[1];
+  d.Ck = k.shape[2];
   d.Cv = v.shape[2];
-  ONYX_CHECK(k.shape[0] == d.B && v.shape[0] == d.B && k.shape[2] == d.C && v.shape[1] == d.Tk,
-             node.describe(), ": Q ", shape_str(q.shape), ", K ", shape_str(k.shape), ", V ",
-             shape_str(v.shape), " do not agree");
   d.H = node.attr_int_required("num_heads");
-  ONYX_CHECK(d.H > 0 && d.C % d.H == 0 && d.Cv % d.H == 0, node.describe(), ": num_heads ", d.H,
-             " must divide the channels of Q (", d.C, ") and V (", d.Cv, ")");
+  d.Hk = node.attr_int("num_kv_heads", d.H);
+  ONYX_CHECK(d.H > 0 && d.Hk > 0 && d.H % d.Hk == 0, node.describe(), ": num_kv_heads ", d.Hk,
+             " must divide num_heads ", d.H);
+  d.G = d.H / d.Hk;
+  ONYX_CHECK(d.C % d.H == 0 && d.Cv % d.Hk == 0, node.describe(), ": num_heads ", d.H,
+             " must divide Q's channels (", d.C, ") and num_kv_heads ", d.Hk, " V's (", d.Cv, ")");
   d.D = d.C / d.H;
-  d.Dv = d.Cv / d.H;
+  d.Dv = d.Cv / d.Hk;
+  d.Co = d.H * d.Dv;
+  ONYX_CHECK(k.shape[0] == d.B && v.shape[0] == d.B && d.Ck == d.Hk * d.D && v.shape[1] == d.Tk,
+             node.describe(), ": Q ", shape_str(q.shape), ", K ", shape_str(k.shape), ", V ",
+             shape_str(v.shape), " do not agree (num_heads ", d.H, ", num_kv_heads ", d.Hk, ")");
   d.scale = node.attr_float("scale", d.D > 0 ? 1.0f / std::sqrt((float)d.D) : 1.0f);
   d.causal = node.attr_int("causal", 0) != 0;
   d.zero_masked_rows = node.attr_int("zero_masked_rows", 0) != 0;
@@ -142,9 +154,9 @@ std::optional<dropout_rng::Draw> dropout_draw(const KernelContext& ctx, const At
 // into S (rows, n) with leading dimension n. Returns nothing; causal limits are applied by callers.
 void scores_tile(const AttnDims& d, const float* Q, const float* K, const float* mask, int64_t b,
                  int64_t h, int64_t r0, int64_t rows, int64_t n, float* S) {
-  const float* q = Q + (b * d.Tq + r0) * d.C + h * d.D;  // (rows, D), ld C
-  const float* k = K + b * d.Tk * d.C + h * d.D;         // (n, D), ld C
-  sgemm(false, true, rows, n, d.D, d.scale, q, d.C, k, d.C, 0.0f, S, n);
+  const float* q = Q + (b * d.Tq + r0) * d.C + h * d.D;    // (rows, D), ld C
+  const float* k = K + b * d.Tk * d.Ck + (h / d.G) * d.D;  // (n, D), ld Ck
+  sgemm(false, true, rows, n, d.D, d.scale, q, d.C, k, d.Ck, 0.0f, S, n);
   if (!mask) return;
   for (int64_t i = 0; i < rows; i++) {
     const float* m = mask + b * d.mb + h * d.mh + (r0 + i) * d.mq;
@@ -194,9 +206,9 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
         if (LSE) LSE[bh * d.Tq + r0 + i] = mx + std::log(sum);
         if (drop) dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, ni, s);
       }
-      const float* v = V + b * d.Tk * d.Cv + h * d.Dv;   // (n, Dv), ld Cv
-      float* o = O + (b * d.Tq + r0) * d.Cv + h * d.Dv;  // (rows, Dv), ld Cv
-      sgemm(false, false, rows, d.Dv, n, 1.0f, S, n, v, d.Cv, 0.0f, o, d.Cv);
+      const float* v = V + b * d.Tk * d.Cv + (h / d.G) * d.Dv;  // (n, Dv), ld Cv
+      float* o = O + (b * d.Tq + r0) * d.Co + h * d.Dv;         // (rows, Dv), ld Co
+      sgemm(false, false, rows, d.Dv, n, 1.0f, S, n, v, d.Cv, 0.0f, o, d.Co);
     }
   });
 }
@@ -206,7 +218,7 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
 void attention_backward(const AttnDims& d, const float* dO, const float* Q, const float* K,
                         const float* V, const float* mask, const float* LSE,
                         const dropout_rng::Draw* drop, float* dQ, float* dK, float* dV) {
-  int64_t pairs = d.B * d.H;
+  int64_t pairs = d.B * d.Hk;
   parallel_for(pairs, 1, [&](int64_t p0, int64_t p1) {
     size_t tile_elems = (size_t)(std::min(kBlockQ, d.Tq) * d.Tk);
     // per-thread P and dP/dS tiles (BQ,Tk), and the dropped P' with dropout
@@ -214,93 +226,95 @@ void attention_backward(const AttnDims& d, const float* dO, const float* Q, cons
     float* P = tiles.data();
     float* dS = P + tile_elems;
     float* Pd = drop ? dS + tile_elems : nullptr;
-    for (int64_t bh = p0; bh < p1; bh++) {
-      int64_t b = bh / d.H, h = bh % d.H;
-      const float* k = K + b * d.Tk * d.C + h * d.D;    // (Tk, D), ld C
-      const float* v = V + b * d.Tk * d.Cv + h * d.Dv;  // (Tk, Dv), ld Cv
-      float* dk = dK + b * d.Tk * d.C + h * d.D;
-      float* dv = dV + b * d.Tk * d.Cv + h * d.Dv;
-      for (int64_t j = 0; j < d.Tk; j++) {  // dK, dV accumulate over query blocks
-        std::fill(dk + j * d.C, dk + j * d.C + d.D, 0.0f);
+    for (int64_t bk = p0; bk < p1; bk++) {
+      int64_t b = bk / d.Hk, kh = bk % d.Hk;
+      const float* k = K + b * d.Tk * d.Ck + kh * d.D;   // (Tk, D), ld Ck
+      const float* v = V + b * d.Tk * d.Cv + kh * d.Dv;  // (Tk, Dv), ld Cv
+      float* dk = dK + b * d.Tk * d.Ck + kh * d.D;
+      float* dv = dV + b * d.Tk * d.Cv + kh * d.Dv;
+      for (int64_t j = 0; j < d.Tk; j++) {  // dK, dV accumulate over query heads and blocks
+        std::fill(dk + j * d.Ck, dk + j * d.Ck + d.D, 0.0f);
         std::fill(dv + j * d.Cv, dv + j * d.Cv + d.Dv, 0.0f);
       }
-      for (int64_t r0 = 0; r0 < d.Tq; r0 += kBlockQ) {
-        int64_t rows = std::min(kBlockQ, d.Tq - r0);
-        int64_t n = d.causal ? r0 + rows : d.Tk;
-        const float* q = Q + (b * d.Tq + r0) * d.C + h * d.D;        // (rows, D)
-        const float* dout = dO + (b * d.Tq + r0) * d.Cv + h * d.Dv;  // (rows, Dv)
-        float* dq = dQ + (b * d.Tq + r0) * d.C + h * d.D;            // (rows, D)
-        // P = exp(S - LSE), zero where causal hides the key.
-        scores_tile(d, Q, K, mask, b, h, r0, rows, n, P);
-        for (int64_t i = 0; i < rows; i++) {
-          float* p = P + i * n;
-          int64_t ni = row_keys(d, n, r0 + i);
-          row_sum_exp(p, ni, LSE[bh * d.Tq + r0 + i], p);
-          std::fill(p + ni, p + n, 0.0f);
-        }
-        if (drop) {
-          // P' = M/(1-r) ∘ P;  dP' = dO Vᵀ;  dV += P'ᵀ dO;
-          // dS = (P' ∘ dP' - P · rowsum(P' ∘ dP')) * scale   (P ∘ dP = P' ∘ dP')
+      // the group's query heads h, each in blocks of rows [r0, r0 + rows)
+      for (int64_t h = kh * d.G, bh = b * d.H + h; h < (kh + 1) * d.G; h++, bh++)
+        for (int64_t r0 = 0; r0 < d.Tq; r0 += kBlockQ) {
+          int64_t rows = std::min(kBlockQ, d.Tq - r0);
+          int64_t n = d.causal ? r0 + rows : d.Tk;
+          const float* q = Q + (b * d.Tq + r0) * d.C + h * d.D;        // (rows, D)
+          const float* dout = dO + (b * d.Tq + r0) * d.Co + h * d.Dv;  // (rows, Dv)
+          float* dq = dQ + (b * d.Tq + r0) * d.C + h * d.D;            // (rows, D)
+          // P = exp(S - LSE), zero where causal hides the key.
+          scores_tile(d, Q, K, mask, b, h, r0, rows, n, P);
           for (int64_t i = 0; i < rows; i++) {
-            std::memcpy(Pd + i * n, P + i * n, (size_t)n * sizeof(float));
-            dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, row_keys(d, n, r0 + i),
-                                   Pd + i * n);
+            float* p = P + i * n;
+            int64_t ni = row_keys(d, n, r0 + i);
+            row_sum_exp(p, ni, LSE[bh * d.Tq + r0 + i], p);
+            std::fill(p + ni, p + n, 0.0f);
           }
-          sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Cv, v, d.Cv, 0.0f, dS, n);
-          sgemm(true, false, n, d.Dv, rows, 1.0f, Pd, n, dout, d.Cv, 1.0f, dv, d.Cv);
+          if (drop) {
+            // P' = M/(1-r) ∘ P;  dP' = dO Vᵀ;  dV += P'ᵀ dO;
+            // dS = (P' ∘ dP' - P · rowsum(P' ∘ dP')) * scale   (P ∘ dP = P' ∘ dP')
+            for (int64_t i = 0; i < rows; i++) {
+              std::memcpy(Pd + i * n, P + i * n, (size_t)n * sizeof(float));
+              dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, row_keys(d, n, r0 + i),
+                                     Pd + i * n);
+            }
+            sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Co, v, d.Cv, 0.0f, dS, n);
+            sgemm(true, false, n, d.Dv, rows, 1.0f, Pd, n, dout, d.Co, 1.0f, dv, d.Cv);
+            for (int64_t i = 0; i < rows; i++) {
+              const float* p = P + i * n;
+              const float* pd = Pd + i * n;
+              float* ds = dS + i * n;
+              __m256 acc = _mm256_setzero_ps();
+              int64_t j = 0;
+              for (; j + 8 <= n; j += 8) {
+                __m256 x = _mm256_mul_ps(_mm256_loadu_ps(pd + j), _mm256_loadu_ps(ds + j));
+                _mm256_storeu_ps(ds + j, x);  // ds now holds P' ∘ dP'
+                acc = _mm256_add_ps(acc, x);
+              }
+              float r = hsum8(acc);
+              for (; j < n; j++) {
+                ds[j] *= pd[j];
+                r += ds[j];
+              }
+              __m256 vr = _mm256_set1_ps(r), vs = _mm256_set1_ps(d.scale);
+              j = 0;
+              for (; j + 8 <= n; j += 8) {
+                __m256 x = _mm256_fnmadd_ps(_mm256_loadu_ps(p + j), vr, _mm256_loadu_ps(ds + j));
+                _mm256_storeu_ps(ds + j, _mm256_mul_ps(x, vs));
+              }
+              for (; j < n; j++) ds[j] = (ds[j] - p[j] * r) * d.scale;
+            }
+            sgemm(false, false, rows, d.D, n, 1.0f, dS, n, k, d.Ck, 0.0f, dq, d.C);
+            sgemm(true, false, n, d.D, rows, 1.0f, dS, n, q, d.C, 1.0f, dk, d.Ck);
+            continue;
+          }
+          // dP = dO Vᵀ (rows, n);  dV += Pᵀ dO (n, Dv)
+          sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Co, v, d.Cv, 0.0f, dS, n);
+          sgemm(true, false, n, d.Dv, rows, 1.0f, P, n, dout, d.Co, 1.0f, dv, d.Cv);
+          // dS = P ∘ (dP - rowsum(dP ∘ P)) * scale
           for (int64_t i = 0; i < rows; i++) {
             const float* p = P + i * n;
-            const float* pd = Pd + i * n;
             float* ds = dS + i * n;
             __m256 acc = _mm256_setzero_ps();
             int64_t j = 0;
-            for (; j + 8 <= n; j += 8) {
-              __m256 x = _mm256_mul_ps(_mm256_loadu_ps(pd + j), _mm256_loadu_ps(ds + j));
-              _mm256_storeu_ps(ds + j, x);  // ds now holds P' ∘ dP'
-              acc = _mm256_add_ps(acc, x);
-            }
+            for (; j + 8 <= n; j += 8)
+              acc = _mm256_fmadd_ps(_mm256_loadu_ps(ds + j), _mm256_loadu_ps(p + j), acc);
             float r = hsum8(acc);
-            for (; j < n; j++) {
-              ds[j] *= pd[j];
-              r += ds[j];
-            }
+            for (; j < n; j++) r += ds[j] * p[j];
             __m256 vr = _mm256_set1_ps(r), vs = _mm256_set1_ps(d.scale);
             j = 0;
             for (; j + 8 <= n; j += 8) {
-              __m256 x = _mm256_fnmadd_ps(_mm256_loadu_ps(p + j), vr, _mm256_loadu_ps(ds + j));
-              _mm256_storeu_ps(ds + j, _mm256_mul_ps(x, vs));
+              __m256 x = _mm256_sub_ps(_mm256_loadu_ps(ds + j), vr);
+              _mm256_storeu_ps(ds + j, _mm256_mul_ps(_mm256_mul_ps(x, _mm256_loadu_ps(p + j)), vs));
             }
-            for (; j < n; j++) ds[j] = (ds[j] - p[j] * r) * d.scale;
+            for (; j < n; j++) ds[j] = (ds[j] - r) * p[j] * d.scale;
           }
-          sgemm(false, false, rows, d.D, n, 1.0f, dS, n, k, d.C, 0.0f, dq, d.C);
-          sgemm(true, false, n, d.D, rows, 1.0f, dS, n, q, d.C, 1.0f, dk, d.C);
-          continue;
+          // dQ = dS K (rows, D);  dK += dSᵀ Q (n, D)
+          sgemm(false, false, rows, d.D, n, 1.0f, dS, n, k, d.Ck, 0.0f, dq, d.C);
+          sgemm(true, false, n, d.D, rows, 1.0f, dS, n, q, d.C, 1.0f, dk, d.Ck);
         }
-        // dP = dO Vᵀ (rows, n);  dV += Pᵀ dO (n, Dv)
-        sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Cv, v, d.Cv, 0.0f, dS, n);
-        sgemm(true, false, n, d.Dv, rows, 1.0f, P, n, dout, d.Cv, 1.0f, dv, d.Cv);
-        // dS = P ∘ (dP - rowsum(dP ∘ P)) * scale
-        for (int64_t i = 0; i < rows; i++) {
-          const float* p = P + i * n;
-          float* ds = dS + i * n;
-          __m256 acc = _mm256_setzero_ps();
-          int64_t j = 0;
-          for (; j + 8 <= n; j += 8)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(ds + j), _mm256_loadu_ps(p + j), acc);
-          float r = hsum8(acc);
-          for (; j < n; j++) r += ds[j] * p[j];
-          __m256 vr = _mm256_set1_ps(r), vs = _mm256_set1_ps(d.scale);
-          j = 0;
-          for (; j + 8 <= n; j += 8) {
-            __m256 x = _mm256_sub_ps(_mm256_loadu_ps(ds + j), vr);
-            _mm256_storeu_ps(ds + j, _mm256_mul_ps(_mm256_mul_ps(x, _mm256_loadu_ps(p + j)), vs));
-          }
-          for (; j < n; j++) ds[j] = (ds[j] - r) * p[j] * d.scale;
-        }
-        // dQ = dS K (rows, D);  dK += dSᵀ Q (n, D)
-        sgemm(false, false, rows, d.D, n, 1.0f, dS, n, k, d.C, 0.0f, dq, d.C);
-        sgemm(true, false, n, d.D, rows, 1.0f, dS, n, q, d.C, 1.0f, dk, d.C);
-      }
     }
   });
 }
@@ -316,7 +330,7 @@ OpKernel make_attention_kernel() {
   k.infer = [](InferContext& ctx) {
     AttnDims d =
         attention_dims(ctx.node, ctx.input(0), ctx.input(1), ctx.input(2), optional_meta(ctx, 3));
-    ctx.set_output(0, DType::Float32, {d.B, d.Tq, d.Cv});
+    ctx.set_output(0, DType::Float32, {d.B, d.Tq, d.Co});
     if (ctx.num_outputs() > 1) ctx.set_output(1, DType::Float32, {d.B, d.H, d.Tq});
   };
   k.compute = [](KernelContext& ctx) {
@@ -355,9 +369,9 @@ OpKernel make_attention_grad_kernel() {
         attention_dims(ctx.node, ctx.input(1), ctx.input(2), ctx.input(3), optional_meta(ctx, 4));
     const TensorMeta& dO = ctx.input(0);
     const TensorMeta& lse = ctx.input(5);
-    ONYX_CHECK(dO.dtype == DType::Float32 && dO.shape == Shape({d.B, d.Tq, d.Cv}),
+    ONYX_CHECK(dO.dtype == DType::Float32 && dO.shape == Shape({d.B, d.Tq, d.Co}),
                ctx.node.describe(), ": dO ", shape_str(dO.shape),
-               " must be float32 (B,Tq,Cv) = ", shape_str(Shape{d.B, d.Tq, d.Cv}));
+               " must be float32 (B,Tq,H·Dv) = ", shape_str(Shape{d.B, d.Tq, d.Co}));
     ONYX_CHECK(lse.dtype == DType::Float32 && lse.shape == Shape({d.B, d.H, d.Tq}),
                ctx.node.describe(), ": LSE ", shape_str(lse.shape),
                " must be float32 (B,H,Tq) = ", shape_str(Shape{d.B, d.H, d.Tq}));
