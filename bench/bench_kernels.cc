@@ -51,6 +51,27 @@ void bm_sgemm(benchmark::State& state, GemmBackend be, int64_t M, int64_t N, int
   set_flops(state, 2.0 * M * N * K);
 }
 
+// The GEMM ceilings bench/llama_bench.py reports next to its model numbers: float32 sgemm and the
+// bf16 path of a frozen bf16 weight (gemm_f32_bf16: A rounded per call, B bf16, float32 out), on
+// the MLP's 512×768 · 768×2048 with the weight transposed, as the linear layers read it.
+void bm_gemm_ceiling(benchmark::State& state, bool bf16) {
+  const int64_t M = 512, N = 2048, K = 768;
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  auto a = random_vec(M * K, 1), b = random_vec(N * K, 2);
+  std::vector<uint16_t> b16(b.size());
+  onyx::kernels::f32_to_bf16(b.data(), b16.data(), (int64_t)b.size());
+  std::vector<float> c(M * N);
+  for (auto _ : state) {
+    if (bf16)
+      onyx::kernels::gemm_f32_bf16(true, M, N, K, 1.f, a.data(), K, b16.data(), K, 0.f, c.data(),
+                                   N);
+    else
+      onyx::kernels::sgemm(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * M * N * K);
+}
+
 // Attention-like batch: scores(b) = Q(b)(T,d) · K(b)^T, b over batch·heads.
 void bm_sgemm_batched(benchmark::State& state, GemmBackend be, int64_t batch, int64_t M, int64_t N,
                       int64_t K, bool transB) {
@@ -196,6 +217,11 @@ void register_all() {
           ->Apply(time_mode);
     }
   }
+  for (bool bf16 : {false, true})
+    benchmark::RegisterBenchmark(bf16 ? "gemm_ceiling/bf16" : "gemm_ceiling/f32", bm_gemm_ceiling,
+                                 bf16)
+        ->Unit(benchmark::kMillisecond)
+        ->Apply(time_mode);
   benchmark::RegisterBenchmark("matmul_node/(16x128x768)x(768x3072)", bm_matmul_node, 16, 128, 768,
                                3072)
       ->Unit(benchmark::kMillisecond)

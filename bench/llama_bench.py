@@ -11,8 +11,16 @@ weight decay 0, clipping at 1.0, one step per batch, the same batches in order:
   onyx full     `onyx train FOLDER` (all parameters)
   onyx LoRA     the same with `lora: {r: 16, lora_alpha: 32, target_modules: [q_proj, k_proj,
                 v_proj, o_proj]}`
+  onyx LoRA bf16 base   and with `model_init_kwargs: {dtype: bfloat16}`: the frozen linear
+                weights (lm_head too) stored in bf16, multiplied with bf16 inputs and float32
+                accumulation; activations, adapters and the optimizer float32
   torch full    LlamaForCausalLM (sdpa attention, Transformers' default) in eager mode
   torch LoRA    peft.get_peft_model with the same LoraConfig
+  torch LoRA bf16 base  the base loaded with dtype=torch.bfloat16 (what TRL's model_init_kwargs
+                does), PEFT's adapters float32 (its autocast_adapter_dtype default): bf16
+                activations through the whole model
+Also the bf16 GEMM ceiling of this run: oneDNN bf16 matmul (bf16 in, float32 out) against
+float32 sgemm on the 512×768×2048 shape of the MLP (`onyx_bench` if built, else skipped).
 onyx's steady step time is the difference of train_runtime between a run of warmup + steps
 optimizer steps and one of warmup steps (graph building and start-up cancel out); PyTorch's is the
 median of the steps after the warmup ones. Peak RSS is GNU time's maximum resident set size of
@@ -49,7 +57,8 @@ import json, statistics, sys, time, torch, transformers as tr
 from safetensors.numpy import load_file
 folder, data, steps, warmup, threads, lora = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
 if threads > 0: torch.set_num_threads(threads)
-m = tr.LlamaForCausalLM.from_pretrained(folder)
+bf16 = len(sys.argv) > 9 and sys.argv[9] == "1"
+m = tr.LlamaForCausalLM.from_pretrained(folder, dtype=torch.bfloat16 if bf16 else torch.float32)
 if lora:
     import peft
     m = peft.get_peft_model(m, peft.LoraConfig(**json.loads(sys.argv[7]), bias="none", task_type="CAUSAL_LM"))
@@ -105,7 +114,7 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     rows = []
 
-    def onyx_run(name, lora, steps):
+    def onyx_run(name, lora, steps, bf16=False):
         out = os.path.join(tmp, f"{name}-{steps}")
         c = {"model": folder, "train_data": data, "output_dir": out, "max_steps": steps,
              "per_device_train_batch_size": args.batch, "learning_rate": 1e-4,
@@ -114,6 +123,8 @@ def main():
              "train_sampling_strategy": "sequential"}
         if lora:
             c["lora"] = LORA
+        if bf16:
+            c["model_init_kwargs"] = {"dtype": "bfloat16"}
         path = out + ".yaml"
         with open(path, "w") as f:
             for k, v in c.items():
@@ -123,16 +134,18 @@ def main():
             logs = [json.loads(l) for l in f if l.strip()]
         return logs[-1]["train_runtime"], [l["loss"] for l in logs if "loss" in l], rss
 
-    for name, lora in (("onyx full", False), ("onyx LoRA", True)):
-        t_w, _, _ = onyx_run(name.replace(" ", "-"), lora, args.warmup)
-        t_all, losses, rss = onyx_run(name.replace(" ", "-"), lora, total)
+    for name, lora, bf16 in (("onyx full", False, False), ("onyx LoRA", True, False),
+                             ("onyx LoRA bf16 base", True, True)):
+        t_w, _, _ = onyx_run(name.replace(" ", "-"), lora, args.warmup, bf16)
+        t_all, losses, rss = onyx_run(name.replace(" ", "-"), lora, total, bf16)
         rows.append({"peer": name, "step_s": (t_all - t_w) / args.steps, "rss_mib": rss,
                      "first_loss": losses[0], "last_loss": losses[-1]})
         print(f"{name}: {rows[-1]['step_s']:.3f} s/step", flush=True)
-    for name, lora in (("torch full", False), ("torch + PEFT LoRA", True)):
+    for name, lora, bf16 in (("torch full", False, False), ("torch + PEFT LoRA", True, False),
+                             ("torch + PEFT LoRA bf16 base", True, True)):
         out, _, rss = timed([sys.executable, "-c", TORCH_SCRIPT, folder, data, str(args.steps),
                              str(args.warmup), str(threads), "1" if lora else "0",
-                             json.dumps(LORA), str(args.batch)], env)
+                             json.dumps(LORA), str(args.batch), "1" if bf16 else "0"], env)
         r = json.loads(out.strip().splitlines()[-1])
         rows.append({"peer": name, "step_s": r["step_s"], "rss_mib": rss,
                      "first_loss": r["losses"][0], "last_loss": r["losses"][-1]})
@@ -145,14 +158,31 @@ def main():
     for r in rows:
         print(f"| {r['peer']} | {r['step_s']:.3f} | {tokens / r['step_s']:.0f} | "
               f"{r['rss_mib']:.0f} | {r['first_loss']:.4f} → {r['last_loss']:.4f} |")
-    full = rows[2]["step_s"] / rows[0]["step_s"]
-    lora = rows[3]["step_s"] / rows[1]["step_s"]
-    print(f"\nonyx vs PyTorch: full fine-tune {full:.2f}×, LoRA {lora:.2f}× (> 1: onyx faster); "
-          f"LoRA peak memory {rows[1]['rss_mib'] / rows[0]['rss_mib']:.2f}× of full (onyx), "
-          f"{rows[3]['rss_mib'] / rows[2]['rss_mib']:.2f}× (PyTorch)")
+    full = rows[3]["step_s"] / rows[0]["step_s"]
+    lora = rows[4]["step_s"] / rows[1]["step_s"]
+    lora16 = rows[5]["step_s"] / rows[2]["step_s"]
+    print(f"\nonyx vs PyTorch: full fine-tune {full:.2f}×, LoRA {lora:.2f}×, LoRA with a bf16 base "
+          f"{lora16:.2f}× (> 1: onyx faster); onyx LoRA bf16 base vs onyx LoRA "
+          f"{rows[1]['step_s'] / rows[2]['step_s']:.2f}×, vs PyTorch float32 LoRA "
+          f"{rows[4]['step_s'] / rows[2]['step_s']:.2f}×; LoRA peak memory "
+          f"{rows[1]['rss_mib'] / rows[0]['rss_mib']:.2f}× of full (onyx; "
+          f"{rows[2]['rss_mib'] / rows[0]['rss_mib']:.2f}× with the bf16 base), "
+          f"{rows[4]['rss_mib'] / rows[3]['rss_mib']:.2f}× (PyTorch; "
+          f"{rows[5]['rss_mib'] / rows[3]['rss_mib']:.2f}×)")
+    ceiling = {}
+    bench_bin = os.path.join(ROOT, "build", "onyx_bench")
+    if os.path.exists(bench_bin):
+        p = subprocess.run([bench_bin, "--benchmark_filter=gemm_ceiling/"], capture_output=True,
+                           text=True, env=env)
+        for m in re.finditer(r"gemm_ceiling/(\w+)\S*\s.*?GFLOPS=([\d.]+)G", p.stdout):
+            ceiling[m[1]] = float(m[2])
+        if ceiling:
+            print("GEMM ceiling this run (512×768 · 768×2048, GFLOP/s): " +
+                  ", ".join(f"{k} {v:.0f}" for k, v in ceiling.items()))
     with open(os.path.join(args.out, "llama_results.json"), "w") as f:
         json.dump({"params": n_params, "batch": args.batch, "seq": args.seq, "threads": threads,
-                   "rows": rows, "speedup_full": full, "speedup_lora": lora}, f, indent=2)
+                   "rows": rows, "speedup_full": full, "speedup_lora": lora,
+                   "speedup_lora_bf16_base": lora16, "gemm_ceiling_gflops": ceiling}, f, indent=2)
     return 0
 
 

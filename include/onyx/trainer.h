@@ -56,6 +56,10 @@ struct Model {
   // model when set.
   std::map<std::string, std::string> adapter_tensors;
   std::string adapter_config_json;
+  // Frozen weights stored in bfloat16 (config model_init_kwargs.dtype: bfloat16): bf16
+  // initializers of the graph, read by the GEMMs with bf16 inputs and float32 accumulation.
+  // Saved as BF16 tensors; generation widens copies of them to float32.
+  std::set<std::string> bf16_weights;
   static Model from_onnx(const std::string& path, autodiff::LossSpec loss = {});
 };
 

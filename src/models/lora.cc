@@ -314,4 +314,58 @@ LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
   return res;
 }
 
+std::vector<std::string> store_frozen_weights_bf16(ir::Graph& g,
+                                                   const std::set<std::string>& frozen) {
+  std::map<std::string, std::vector<size_t>> users;
+  for (size_t i = 0; i < g.nodes.size(); i++)
+    for (auto& in : g.nodes[i].inputs) users[in].push_back(i);
+  std::set<std::string> outputs;
+  for (auto& o : g.outputs) outputs.insert(o.name);
+  auto is_rhs = [&](size_t u, const std::string& v) {
+    const ir::Node& n = g.nodes[u];
+    return n.op_type == "MatMul" && n.domain.empty() && n.inputs.size() == 2 && n.inputs[1] == v &&
+           n.inputs[0] != v;
+  };
+  auto linear_only = [&](const std::string& w) {
+    if (outputs.count(w) || users[w].empty()) return false;
+    for (size_t u : users[w]) {
+      const ir::Node& n = g.nodes[u];
+      if (is_rhs(u, w)) continue;
+      if (!(n.op_type == "Transpose" && n.domain.empty() && n.inputs.size() == 1 &&
+            n.attr_ints("perm") == std::vector<int64_t>{1, 0}))
+        return false;
+      const std::string& t = n.outputs[0];
+      if (outputs.count(t) || users[t].empty()) return false;
+      for (size_t v : users[t])
+        if (!is_rhs(v, t)) return false;
+    }
+    return true;
+  };
+  std::vector<std::string> done;
+  std::vector<ir::Node> casts;
+  for (auto& [name, t] : g.initializers) {
+    if (!frozen.count(name) || t.dtype() != DType::Float32 || t.rank() != 2 || !linear_only(name))
+      continue;
+    Tensor b(DType::BFloat16, t.shape());
+    const float* x = t.data<float>();
+    uint16_t* y = b.data<uint16_t>();
+    for (int64_t i = 0; i < t.numel(); i++) y[i] = float_to_bf16(x[i]);
+    t = b;
+    const std::string f32 = name + "/float32";
+    for (size_t u : users[name])
+      for (auto& in : g.nodes[u].inputs)
+        if (in == name) in = f32;
+    ir::Node c;
+    c.name = name + "/to_float32";
+    c.op_type = "Cast";
+    c.inputs = {name};
+    c.outputs = {f32};
+    c.attrs["to"] = ir::Attribute::of_int((int64_t)DType::Float32);
+    casts.push_back(std::move(c));
+    done.push_back(name);
+  }
+  g.nodes.insert(g.nodes.begin(), casts.begin(), casts.end());
+  return done;
+}
+
 }  // namespace onyx::models

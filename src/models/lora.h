@@ -12,6 +12,7 @@
 // by a bias Add. Works on onyx's Hugging Face graphs and on ONNX files that keep module names.
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,5 +56,16 @@ LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
 // replace the base's. Returns the merged modules; throws naming a tensor no module has.
 std::vector<std::string> merge_lora(ir::Graph& g, const LoraSpec& spec,
                                     const std::map<std::string, Tensor>& adapter);
+
+// Stores the frozen linear weights of `g` in bfloat16 (TRL's model_init_kwargs dtype: bfloat16
+// with LoRA — half the base's memory): each float32 initializer in `frozen` of rank 2 that is
+// read only as a MatMul's right-hand side, directly or through Transpose(perm [1,0]) (nn.Linear,
+// Conv1D, an untied LM head), becomes a bf16 initializer of the same name (rounded to nearest
+// even) read through one Cast(W, to=FLOAT) node; passes/bf16_weight_fusion.cc then lets the fused
+// MatMulT / LinearCrossEntropy kernels read the bf16 tensor itself (bf16 inputs, float32
+// accumulation). Weights read otherwise (an embedding table, a tied LM head) stay float32.
+// Returns the converted names.
+std::vector<std::string> store_frozen_weights_bf16(ir::Graph& g,
+                                                   const std::set<std::string>& frozen);
 
 }  // namespace onyx::models

@@ -90,10 +90,10 @@ struct Pass {
 // Registers a fusion pass from its own file, at static initialization:
 //   ONYX_REGISTER_FUSION(fuse_silu, "silu_fusion", 250);
 // `order` places it among the others (layer_norm 100, rms_norm 110, gelu 200, silu 250, swiglu
-// 260, rotary 270, linear 300, attention 400, dropout_add 500, cross_entropy 600, token_pruning
-// 1000: last, it moves token selections through the fused ops). The pipeline and `onyx plan` read
-// fusion_passes(); nothing else lists them. (onyx_core is an OBJECT library, so every pass file is
-// linked and its registration runs.)
+// 260, rotary 270, linear 300, attention 400, dropout_add 500, cross_entropy 600, bf16_weight 650,
+// token_pruning 1000: last, it moves token selections through the fused ops). The pipeline and
+// `onyx plan` read fusion_passes(); nothing else lists them. (onyx_core is an OBJECT library, so
+// every pass file is linked and its registration runs.)
 struct FusionRegistration {
   explicit FusionRegistration(Pass p);
 };
@@ -152,6 +152,9 @@ int fuse_attention(ir::Graph& g, PassContext& ctx);
 // bias, time-shift Slice and row Reshape) → onyx.LinearCrossEntropy, which never materializes the
 // (tokens × vocab) logits and computes the loss gradient chunk by chunk (cross_entropy_fusion.cc).
 int fuse_cross_entropy(ir::Graph& g, PassContext& ctx);
+// onyx.MatMulT / onyx.LinearCrossEntropy reading Cast(W_bf16, to=FLOAT) of a bfloat16 initializer
+// (a frozen weight stored in bf16) → reading W_bf16 itself (bf16_weight_fusion.cc).
+int fuse_bf16_weights(ir::Graph& g, PassContext& ctx);
 // Add(Dropout(y, ratio, training_mode), residual) (either order) → onyx.DropoutAdd(y, residual,
 // ratio, training_mode) {seed, rng_key}: the Dropout's mask, drawn in the add's pass.
 int fuse_dropout_add(ir::Graph& g, PassContext& ctx);

@@ -9,6 +9,7 @@
 
 #include "data/dataset.h"
 #include "ir/graph.h"
+#include "kernels/cpu/gemm.h"
 #include "models/lora.h"
 #include "train/trainer_internal.h"
 
@@ -129,6 +130,12 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
     auto it = all.find(name);
     ONYX_CHECK(it != all.end(), "predict_with_generate: the model has no weight '", name, "'");
     w[name] = it->second;
+    if (w[name].dtype() == DType::BFloat16 && t.dtype() == DType::Float32) {
+      // a frozen weight stored in bf16: the decoder reads float32 (a widened copy)
+      Tensor f(DType::Float32, t.shape());
+      kernels::bf16_to_f32(w[name].data<uint16_t>(), f.data<float>(), f.numel());
+      w[name] = f;
+    }
   }
   if (!model_.adapter_tensors.empty()) {
     ir::Graph g = gen->graph();

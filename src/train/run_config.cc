@@ -158,6 +158,21 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
                ": 'lora.target_modules' is missing (e.g. [q_proj, v_proj])");
     c.lora = s;
     c.lora_initial.clear();
+  } else if (key == "model_init_kwargs") {
+    // TRL's SFTConfig.model_init_kwargs: the one key onyx reads is dtype (torch_dtype before
+    // Transformers 4.56): bfloat16 stores the frozen linear weights in bf16 (models/lora.h).
+    ONYX_CHECK(v.IsMap(), what, ": 'model_init_kwargs' must be a mapping, e.g. {dtype: bfloat16}");
+    for (auto kv : v) {
+      std::string k = kv.first.as<std::string>();
+      ONYX_CHECK(k == "dtype" || k == "torch_dtype", what, ": unknown key 'model_init_kwargs.", k,
+                 "' (onyx reads dtype)");
+      std::string d = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
+      if (d.rfind("torch.", 0) == 0) d = d.substr(6);
+      ONYX_CHECK(d == "bfloat16" || d == "float32" || d == "auto", what, ": 'model_init_kwargs.", k,
+                 "' must be bfloat16, float32 or auto, got '", d,
+                 "' (float16 has no math on these CPUs; trainable weights stay float32)");
+      c.frozen_dtype = d == "bfloat16" ? "bfloat16" : "float32";
+    }
   } else if (key == "peft_config") {
     std::string p = resolve(fs::path(c.path).parent_path().string(), scalar(v, key, what));
     c.lora = models::read_adapter_config(p);
@@ -548,6 +563,14 @@ Model model_from_config(const RunConfig& c) {
     m.adapter_config_json = models::adapter_config_json(spec);
   }
   m.frozen.insert(c.frozen.begin(), c.frozen.end());
+  if (c.frozen_dtype == "bfloat16") {
+    auto stored = models::store_frozen_weights_bf16(*m.graph, m.frozen);
+    ONYX_CHECK(!stored.empty(),
+               "model_init_kwargs.dtype bfloat16: the model has no frozen linear "
+               "weight to store in bf16 (it applies to LoRA's base and `frozen` layers; trainable "
+               "weights stay float32)");
+    m.bf16_weights.insert(stored.begin(), stored.end());
+  }
   m.batch_norm_unbiased_var = c.batch_norm_running_var == "unbiased";
   // Tokenizer / image-processor files of a Hugging Face folder, and the tokenizer the data names,
   // go next to the saved weights.

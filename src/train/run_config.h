@@ -46,6 +46,11 @@ struct RunConfig {
   // gives the adapters' initial values).
   std::optional<models::LoraSpec> lora;
   std::string lora_initial;  // adapter_model.safetensors to start from ("" = PEFT's init)
+  // model_init_kwargs.dtype (TRL): "bfloat16" stores the frozen linear weights (LoRA's base, or
+  // `frozen` layers) in bf16 and multiplies them with bf16 inputs and float32 accumulation;
+  // trainable weights, activations and the optimizer stay float32. "float32" (default, also
+  // "auto") keeps every weight float32.
+  std::string frozen_dtype = "float32";
 };
 
 // overrides: ("learning_rate", "1e-4"), ... applied after the file, in order.

@@ -17,9 +17,10 @@ from ties), saves it with save_pretrained, and compares greedy decoding token fo
   lora-checkpoint   a LoRA checkpoint (onyx train with lora:) generates = PEFT's merged model
   chat              --chat / "messages" rows: prompts rendered with the tokenizer's chat template
                     (= apply_chat_template's ids), generated tokens = HF's
-  predict-with-generate[-lora]  `onyx train` with predict_with_generate: eval_gen_exact_match
+  predict-with-generate[-lora[-bf16]]  `onyx train` with predict_with_generate: eval_gen_exact_match
                     and eval_gen_token_accuracy = the scores of HF generate on the trained model
-                    (PEFT's merged model for LoRA); `onyx predict` returns HF's generated ids
+                    (PEFT's merged model for LoRA, over the bf16-rounded base with -bf16:
+                    model_init_kwargs.dtype); `onyx predict` returns HF's generated ids
   sampling          --do_sample --seed: same seed same tokens, another seed other tokens, top_k 1
                     = greedy; text prompts through the GPT-2 tokenizer folder
   bad-input         an empty prompt, an id outside the vocabulary, a folder without
@@ -249,11 +250,13 @@ def case_sampling(tmp):
     return True, "seeded sampling repeatable, seeds differ, top_k 1 = greedy = HF; text decode = HF"
 
 
-def case_predict_with_generate(tmp, lora=False):
+def case_predict_with_generate(tmp, lora=False, bf16=False):
     """SFT prompt/completion rows, a Llama trained 40 steps with predict_with_generate: the logged
     eval_gen_exact_match / eval_gen_token_accuracy equal the same scores computed from
     Transformers' generate on the saved model, and `onyx predict` returns Transformers' tokens.
-    With lora: the scores equal those of PEFT's merged model (the adapters merged in evaluation)."""
+    With lora: the scores equal those of PEFT's merged model (the adapters merged in evaluation).
+    With bf16 (LoRA on a base stored in bf16, model_init_kwargs.dtype): those of PEFT's merged
+    model over the bf16-rounded base (the generator widens the stored weights to float32)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     tk = Tokenizer(models.BPE.from_file(os.path.join(GPT2_TOK, "vocab.json"),
                                         os.path.join(GPT2_TOK, "merges.txt")))
@@ -262,7 +265,7 @@ def case_predict_with_generate(tmp, lora=False):
             ("Plural of mouse:", " mice"), ("Plural of child:", " children"),
             ("Capital of France:", " Paris"), ("Capital of Italy:", " Rome"),
             ("Opposite of left:", " right"), ("Colour of the sky:", " blue")]
-    d = os.path.join(tmp, "pwg-lora" if lora else "pwg")
+    d = os.path.join(tmp, "pwg-lora" + ("-bf16" if bf16 else "") if lora else "pwg")
     os.makedirs(d)
     with open(os.path.join(d, "sft.jsonl"), "w") as f:
         for p, c in rows:
@@ -282,6 +285,8 @@ def case_predict_with_generate(tmp, lora=False):
     if lora:
         cfg.update(learning_rate=0.03, lora={"r": 8, "lora_alpha": 16,
                                              "target_modules": ["q_proj", "v_proj", "up_proj"]})
+    if bf16:
+        cfg["model_init_kwargs"] = {"dtype": "bfloat16"}
     with open(os.path.join(d, "cfg.yaml"), "w") as f:
         for k, v in cfg.items():
             f.write(f"{k}: {json.dumps(v)}\n")
@@ -293,7 +298,12 @@ def case_predict_with_generate(tmp, lora=False):
     last = evals[-1]
     if lora:
         import peft
-        base = tr.LlamaForCausalLM.from_pretrained(os.path.join(d, "model"))
+        base = tr.LlamaForCausalLM.from_pretrained(os.path.join(d, "model"), dtype=torch.float32)
+        if bf16:  # every Linear of the base is frozen: stored (and used) rounded to bf16
+            with torch.no_grad():
+                for mod in base.modules():
+                    if isinstance(mod, torch.nn.Linear):
+                        mod.weight.copy_(mod.weight.bfloat16().float())
         trained = peft.PeftModel.from_pretrained(base, os.path.join(d, "out")).merge_and_unload()
         trained.eval()
     else:
@@ -318,7 +328,7 @@ def case_predict_with_generate(tmp, lora=False):
     if want_acc == 0:
         return False, "token accuracy 0 after training: the case tests little"
     if lora:
-        return True, (f"LoRA: eval_gen_exact_match {want_exact:.3f}, eval_gen_token_accuracy "
+        return True, (f"LoRA{' on a bf16 base' if bf16 else ''}: eval_gen_exact_match {want_exact:.3f}, eval_gen_token_accuracy "
                       f"{want_acc:.3f} = from PEFT's merged model's generate")
     out = os.path.join(d, "pred.safetensors")
     onyx("predict", os.path.join(d, "cfg.yaml"), "--model", os.path.join(d, "out"),
@@ -408,6 +418,8 @@ def main():
         ("sampling", case_sampling),
         ("predict-with-generate", case_predict_with_generate),
         ("predict-with-generate-lora", lambda t: case_predict_with_generate(t, lora=True)),
+        ("predict-with-generate-lora-bf16",
+         lambda t: case_predict_with_generate(t, lora=True, bf16=True)),
         ("chat", case_chat),
         ("bad-input", case_bad),
     ]

@@ -24,7 +24,20 @@ Cases (one PASS / FAIL line each):
   resume           a run resumed from checkpoint-10 of a 20-step run ends with its adapters, bit
                    for bit
   lora-errors      target_modules matching nothing: exit 1 naming the model's linear layers; an
-                   adapter file with a tensor no module has: exit 1 naming it
+                   adapter file with a tensor no module has: exit 1 naming it;
+                   model_init_kwargs.dtype float16, and bfloat16 without LoRA (nothing frozen):
+                   exit 1 saying why, nothing written
+  bf16-base        the same run with `model_init_kwargs: {dtype: bfloat16}` (the frozen linear
+                   weights stored in bf16, multiplied with bf16 inputs and float32 accumulation)
+                   against PyTorch doing exactly that: the PEFT model with its frozen Linear
+                   weights (lm_head too) rounded to bf16, their inputs rounded to bf16 in the
+                   forward and their output gradients in the backward. The first two losses (the
+                   forward, then the first update) within 2e-6; after 20 steps every adapter within
+                   1e-2 (relative Frobenius) and every loss within 1e-3 — float32 summation-order
+                   differences flip single bf16 roundings, which later steps amplify; and against
+                   the float32 run, losses within 1e-2; `onyx plan` reports the frozen weights at about half their
+                   float32 bytes; model.safetensors holds them as BF16 (= the rounded base), every
+                   other tensor as the base has it
 
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_lora.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
@@ -36,11 +49,14 @@ import shutil
 import subprocess
 import sys
 
+import re
+
 import numpy as np
 import torch
 import transformers as tr
 from case_runner import run_cases
 from safetensors.numpy import load_file, save_file
+from safetensors.torch import load_file as load_torch
 
 ONYX = os.environ.get("ONYX", "build/onyx")
 TOL = 1e-4
@@ -60,6 +76,58 @@ def write_config(path, cfg):
     with open(path, "w") as f:
         for k, v in cfg.items():
             f.write(f"{k}: {json.dumps(v)}\n")
+
+
+def train_torch(pm, data, n):
+    """PyTorch + PEFT, onyx's schedule: sequential batches, AdamW without weight decay, linear decay,
+    clipping at 1.0. Returns the losses."""
+    params = [p for p in pm.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (STEPS - s) / STEPS))
+    losses = []
+    pm.train()
+    for step in range(STEPS):
+        lo = (step * BATCH) % n
+        batch = {k: torch.tensor(v[lo:lo + BATCH]) for k, v in data.items()}
+        loss = pm(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+class RoundGrad(torch.autograd.Function):
+    """Identity forward; the incoming gradient rounded to bfloat16 (what onyx's dX GEMM reads)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.bfloat16().float()
+
+
+def bf16_frozen_linears(model):
+    """onyx's bf16 storage of frozen Linear weights, in PyTorch: each frozen nn.Linear's weight
+    rounded to bf16, its input rounded to bf16 and its output's gradient rounded to bf16 (the
+    products are then exact in float32; only the float32 summation order differs). Returns the
+    rounded modules' names."""
+    names = []
+    for name, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear) or mod.weight.requires_grad:
+            continue
+        with torch.no_grad():
+            mod.weight.copy_(mod.weight.bfloat16().float())
+        # rounded forward, identity backward (a cast's backward would round dX too)
+        mod.register_forward_pre_hook(
+            lambda m, a: (a[0] + (a[0].bfloat16().float() - a[0]).detach(),) + tuple(a[1:]))
+        mod.register_forward_hook(lambda m, a, out: RoundGrad.apply(out))
+        names.append(name)
+    return names
 
 
 class Run:
@@ -99,29 +167,18 @@ class Run:
             raise AssertionError(f"onyx train exited {p.returncode}: {p.stderr[-800:]}")
         with open(os.path.join(self.out, "log_history.jsonl")) as f:
             self.onyx_losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
+        self.cfg = cfg
         # PyTorch + PEFT, the same schedule
-        params = [p for p in self.pm.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (STEPS - s) / STEPS))
-        self.torch_losses = []
-        n = ids.shape[0]
-        self.pm.train()
-        for step in range(STEPS):
-            lo = (step * BATCH) % n
-            batch = {k: torch.tensor(v[lo:lo + BATCH]) for k, v in self.data.items()}
-            loss = self.pm(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad()
-            self.torch_losses.append(loss.item())
+        self.torch_losses = train_torch(self.pm, self.data, ids.shape[0])
 
 
-def case_adapters(r):
+def adapter_errors(out, pm, onyx_losses, torch_losses, tol=TOL, loss_tol=TOL):
+    """(ok, message): onyx's adapters and losses in `out` against the trained PEFT model `pm`:
+    per tensor the relative Frobenius error within tol (no element off by more than 10 tol of the
+    tensor's largest), every loss within loss_tol."""
     import peft
-    got = load_file(os.path.join(r.out, "adapter_model.safetensors"))
-    ref = {k: v.detach().numpy() for k, v in peft.get_peft_model_state_dict(r.pm).items()}
+    got = load_file(os.path.join(out, "adapter_model.safetensors"))
+    ref = {k: v.detach().numpy() for k, v in peft.get_peft_model_state_dict(pm).items()}
     if sorted(got) != sorted(ref):
         return False, f"tensor names {sorted(got)[:3]}... vs PEFT's {sorted(ref)[:3]}..."
     # Per tensor: the relative Frobenius error within 1e-4, and no element off by more than 1e-3
@@ -130,11 +187,54 @@ def case_adapters(r):
     # past 1e-4 of the largest while the tensor agrees to 1e-5.)
     fro = max(float(np.linalg.norm(got[k] - ref[k]) / np.linalg.norm(ref[k])) for k in ref)
     worst = max(float(np.abs(got[k] - ref[k]).max() / np.abs(ref[k]).max()) for k in ref)
-    lerr = max(abs(a - b) / abs(b) for a, b in zip(r.onyx_losses, r.torch_losses))
-    ok = fro < TOL and worst < 10 * TOL and lerr < TOL and len(r.onyx_losses) == STEPS
+    lerr = max(abs(a - b) / abs(b) for a, b in zip(onyx_losses, torch_losses))
+    ok = fro < tol and worst < 10 * tol and lerr < loss_tol and len(onyx_losses) == STEPS
     return ok, (f"{len(ref)} adapter tensors (PEFT's names) after {STEPS} steps: worst relative "
                 f"Frobenius error {fro:.1e}, worst element {worst:.1e} of its tensor's largest; "
-                f"losses {r.torch_losses[0]:.4f} -> {r.torch_losses[-1]:.4f}, worst rel {lerr:.1e}")
+                f"losses {torch_losses[0]:.4f} -> {torch_losses[-1]:.4f}, worst rel {lerr:.1e}")
+
+
+def case_adapters(r):
+    return adapter_errors(r.out, r.pm, r.onyx_losses, r.torch_losses)
+
+
+def case_bf16_base(r):
+    import peft
+    out = os.path.join(r.tmp, "out-bf16")
+    cfg = dict(r.cfg, output_dir=out, model_init_kwargs={"dtype": "bfloat16"})
+    path = os.path.join(r.tmp, "bf16.yaml")
+    write_config(path, cfg)
+    p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return False, f"onyx train exited {p.returncode}: {p.stderr[-500:]}"
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
+    pm = peft.PeftModel.from_pretrained(copy.deepcopy(r.base), r.init_dir, is_trainable=True)
+    rounded = bf16_frozen_linears(pm)
+    torch_losses = train_torch(pm, r.data, r.data["input_ids"].shape[0])
+    ok, msg = adapter_errors(out, pm, losses, torch_losses, tol=1e-2, loss_tol=1e-3)
+    first = max(abs(a - b) / abs(b) for a, b in zip(losses[:2], torch_losses[:2]))
+    ok = ok and first < 2e-6
+    msg += f"; first two losses rel {first:.1e}"
+    vs_f32 = max(abs(a - b) / abs(b) for a, b in zip(losses, r.onyx_losses))
+    # memory: `onyx plan` reports the frozen weights at about half their float32 bytes
+    pl = subprocess.run([ONYX, "plan", path], capture_output=True, text=True)
+    m = re.search(r"frozen weights +([\d.]+) MiB +\(([\d.]+) MiB of them bf16; ([\d.]+) MiB as "
+                  r"float32\)", pl.stdout)
+    # the saved base: the rounded linear weights as BF16, everything else as the base has it
+    saved = load_torch(os.path.join(out, "model.safetensors"))
+    base = load_torch(os.path.join(r.base_dir, "model.safetensors"))
+    bf16_names = [k for k, v in saved.items() if v.dtype == torch.bfloat16]
+    rounded_w = {n.replace("base_model.model.", "").replace(".base_layer", "") + ".weight"
+                 for n in rounded}
+    same = all(k in saved and torch.equal(saved[k], base[k].bfloat16() if k in rounded_w
+                                          else base[k]) for k in base)
+    ok = ok and vs_f32 < 1e-2 and m is not None and float(m[1]) < 0.8 * float(m[3]) and \
+        sorted(bf16_names) == sorted(rounded_w) and same
+    return ok, (msg + f"; vs the float32 run: losses rel {vs_f32:.1e}; plan: "
+                f"{m[0] if m else 'no frozen-weights line: ' + pl.stdout[-300:]}; "
+                f"{len(bf16_names)} BF16 tensors saved (= the {len(rounded)} rounded Linears: "
+                f"{sorted(bf16_names) == sorted(rounded_w)}), base otherwise unchanged: {same}")
 
 
 def case_peft_loads(r):
@@ -243,7 +343,22 @@ def case_errors(r):
     p = subprocess.run([ONYX, "train", os.path.join(r.tmp, "e2.yaml")], capture_output=True, text=True)
     if p.returncode != 1 or "up_proj.lora_A.weight" not in p.stderr:
         bad.append(f"extra tensor: {p.returncode} {p.stderr.strip()[-200:]}")
-    return not bad, "; ".join(bad) or "both fail with exit 1, naming the layers / the tensor"
+    # model_init_kwargs: a dtype the CPUs cannot multiply in, and bf16 with nothing frozen
+    for tag, extra, want in (("float16", {"lora": {"r": 4, "target_modules": ["q_proj"]},
+                                          "model_init_kwargs": {"dtype": "float16"}},
+                              "must be bfloat16, float32 or auto"),
+                             ("nothing-frozen", {"model_init_kwargs": {"torch_dtype": "bfloat16"}},
+                              "no frozen linear weight")):
+        c = {k: v for k, v in cfg.items() if k not in ("lora", "peft_config")}
+        c.update(extra, output_dir=os.path.join(r.tmp, "e-" + tag))
+        write_config(os.path.join(r.tmp, f"e-{tag}.yaml"), c)
+        p = subprocess.run([ONYX, "train", os.path.join(r.tmp, f"e-{tag}.yaml")],
+                           capture_output=True, text=True)
+        if p.returncode != 1 or want not in p.stderr or os.path.exists(c["output_dir"]):
+            bad.append(f"{tag}: {p.returncode} {p.stderr.strip()[-200:]}")
+    return not bad, "; ".join(bad) or ("all fail with exit 1 and write nothing: no matching layer "
+                                       "(naming the layers), an adapter tensor no module has, "
+                                       "model_init_kwargs dtype float16, bf16 with nothing frozen")
 
 
 def main():
@@ -265,7 +380,7 @@ def main():
 
     cases = [("adapters-equal", case_adapters), ("peft-loads", case_peft_loads),
              ("base-frozen", case_base_frozen), ("merge-export", case_merge_export),
-             ("resume", case_resume), ("lora-errors", case_errors)]
+             ("resume", case_resume), ("lora-errors", case_errors), ("bf16-base", case_bf16_base)]
     return run_cases([(n, with_run(f)) for n, f in cases], "onyx-test-lora-")
 
 

@@ -136,13 +136,29 @@ Action add_plan_command(CLI::App& app) {
     const double shard_bytes = 4.0 * (double)(zero ? part.end(0) - part.begin(0) : numel);
     const bool ga = cfg.args.gradient_accumulation_steps > 1;
     const double accum = !ga ? 0 : zero == 2 ? shard_bytes : pbytes;
-    const double total = arena + 2 * pbytes + accum + states * shard_bytes;
+    // Frozen weights (LoRA's base, `frozen` layers): read in place, float32 or stored bf16
+    // (model_init_kwargs.dtype: bfloat16).
+    double frozen_bytes = 0, frozen_bf16 = 0, frozen_as_f32 = 0;
+    for (auto& f : ts.options().frozen) {
+      auto it = ts.forward_graph()->initializers.find(f);
+      if (it == ts.forward_graph()->initializers.end()) continue;
+      frozen_bytes += (double)it->second.nbytes();
+      frozen_as_f32 += 4.0 * (double)it->second.numel();
+      if (it->second.dtype() == DType::BFloat16) frozen_bf16 += (double)it->second.nbytes();
+    }
+    const double total = arena + 2 * pbytes + accum + states * shard_bytes + frozen_bytes;
     std::cout << "memory plan: " << plan.memory.summary() << "\n"
               << "  activations (arena)                " << mib(arena) << "  (" << mib(live)
               << " at the peak without in-place and views; " << mib((double)plan.memory.kept_bytes)
               << " kept for backward)\n"
-              << "  parameters                         " << mib(pbytes) << "\n"
-              << "  gradients                          " << mib(pbytes) << "\n";
+              << "  parameters                         " << mib(pbytes) << "\n";
+    if (frozen_bytes > 0)
+      std::cout << "  frozen weights                     " << mib(frozen_bytes)
+                << (frozen_bf16 > 0 ? cat("  (", mib(frozen_bf16), " of them bf16; ",
+                                          mib(frozen_as_f32), " as float32)")
+                                    : std::string())
+                << "\n";
+    std::cout << "  gradients                          " << mib(pbytes) << "\n";
     if (ga)
       std::cout << "  gradient accumulation buffer       " << mib(accum)
                 << (zero == 2 ? "  (the local shard, ZeRO-2)" : "") << "\n";

@@ -1,5 +1,5 @@
-// kernels/cpu/gemm.cc — sgemm / sgemm_strided_batched over oneDNN or OpenBLAS (see gemm.h), and the
-// float64 loop dgemm.
+// kernels/cpu/gemm.cc — sgemm / sgemm_strided_batched over oneDNN or OpenBLAS (see gemm.h), the
+// bf16 matmul gemm_bf16 with its conversions, and the float64 loop dgemm.
 //
 // Hand-written only as a thin dispatch layer: the arithmetic is the libraries'. What lives here is
 // what the libraries leave to the caller on this machine (PERF.md):
@@ -10,6 +10,7 @@
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "onyx/dtype.h"
 #include "onyx/error.h"
 #include "runtime/parallel.h"
 
@@ -101,7 +103,7 @@ dnnl::engine& cpu_engine() {
 }
 
 struct MatmulKey {
-  int64_t v[15];
+  int64_t v[16];
   bool operator==(const MatmulKey& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
 };
 struct MatmulKeyHash {
@@ -129,13 +131,15 @@ int64_t float_bits(float f) {
 }
 
 // One matmul primitive for `batch` GEMMs at the given strides (batch 1 → plain 2-D).
+// A and B are bfloat16 with bf16_ab (C float32 either way).
 std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t M, int64_t N,
                                                int64_t K, float alpha, int64_t lda, int64_t strideA,
                                                int64_t ldb, int64_t strideB, float beta,
-                                               int64_t ldc, int64_t strideC, int64_t batch) {
+                                               int64_t ldc, int64_t strideC, int64_t batch,
+                                               bool bf16_ab = false) {
   int nthr = omp_get_max_threads();
   MatmulKey key{{transA, transB, M, N, K, lda, strideA, ldb, strideB, ldc, strideC, batch,
-                 float_bits(alpha), float_bits(beta), nthr}};
+                 float_bits(alpha), float_bits(beta), nthr, bf16_ab}};
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     auto it = g_cache.find(key);
@@ -143,19 +147,19 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
   }
   using dims = dnnl::memory::dims;
   using dt = dnnl::memory::data_type;
-  auto md = [&](int64_t rows, int64_t cols, int64_t ld, bool trans, int64_t stride) {
+  auto md = [&](int64_t rows, int64_t cols, int64_t ld, bool trans, int64_t stride, dt type) {
     // logical (rows, cols); stored (cols, rows) with leading dimension ld when trans
     dims r_c_strides = trans ? dims{1, ld} : dims{ld, 1};
-    if (batch == 1) return dnnl::memory::desc(dims{rows, cols}, dt::f32, r_c_strides);
+    if (batch == 1) return dnnl::memory::desc(dims{rows, cols}, type, r_c_strides);
     int64_t b = stride == 0 ? 1 : batch;  // size-1 batch dim broadcasts
     int64_t bs = stride == 0 ? (trans ? cols : rows) * ld : stride;
-    return dnnl::memory::desc(dims{b, rows, cols}, dt::f32,
-                              dims{bs, r_c_strides[0], r_c_strides[1]});
+    return dnnl::memory::desc(dims{b, rows, cols}, type, dims{bs, r_c_strides[0], r_c_strides[1]});
   };
   auto e = std::make_shared<CachedMatmul>();
-  e->a_md = md(M, K, lda, transA, strideA);
-  e->b_md = md(K, N, ldb, transB, strideB);
-  e->c_md = md(M, N, ldc, false, strideC);
+  const dt ab = bf16_ab ? dt::bf16 : dt::f32;
+  e->a_md = md(M, K, lda, transA, strideA, ab);
+  e->b_md = md(K, N, ldb, transB, strideB, ab);
+  e->c_md = md(M, N, ldc, false, strideC, dt::f32);
   dnnl::primitive_attr attr;
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
   if (beta != 0.f) {
@@ -198,7 +202,104 @@ void dnnl_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K, floa
   stream.wait();
 }
 
+// ---- bfloat16 -----------------------------------------------------------------------------------
+
+// float32 -> bf16 without AVX512_BF16: denormals flushed to signed zero first, as that
+// instruction does, then rounded to nearest even.
+void f32_to_bf16_portable(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    y[i] = (u & 0x7f800000u) == 0 ? (uint16_t)((u >> 16) & 0x8000) : float_to_bf16(x[i]);
+  }
+}
+
+// 16 floats -> 16 bf16 with AVX512_BF16 (round to nearest even, NaN quiet).
+__attribute__((target("avx512f,avx512bf16,avx512vl"))) void f32_to_bf16_avx512(const float* x,
+                                                                               uint16_t* y,
+                                                                               int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    _mm256_storeu_si256((__m256i*)(y + i), (__m256i)v);
+  }
+  if (i < n) f32_to_bf16_portable(x + i, y + i, n - i);
+}
+
+// Elements per parallel chunk of the conversions (memory bound: large chunks).
+constexpr int64_t kConvertGrain = 1 << 16;
+
 }  // namespace
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+}
+
+void f32_to_bf16(const float* x, uint16_t* y, int64_t n) {
+  const bool fast = cpu_has_avx512_bf16();
+  runtime::parallel_for(n, kConvertGrain, [&](int64_t b, int64_t e) {
+    if (fast)
+      f32_to_bf16_avx512(x + b, y + b, e - b);
+    else
+      f32_to_bf16_portable(x + b, y + b, e - b);
+  });
+}
+
+void bf16_to_f32(const uint16_t* x, float* y, int64_t n) {
+  runtime::parallel_for(n, kConvertGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; i++) y[i] = bf16_to_float(x[i]);
+  });
+}
+
+void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  check_args(transA, transB, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  std::shared_ptr<const CachedMatmul> e;
+  if (cpu_has_avx512_bf16()) {
+    try {
+      e = get_matmul(transA, transB, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0, 1, true);
+    } catch (const dnnl::error&) {
+      e = nullptr;
+    }
+  }
+  if (e == nullptr || e->reference) {  // widen both operands (exact) and run sgemm
+    // stored extents: (rows - 1) full leading dimensions and one last row
+    int64_t na = ((transA ? K : M) - 1) * lda + (transA ? M : K);
+    int64_t nb = ((transB ? N : K) - 1) * ldb + (transB ? K : N);
+    std::vector<float> a((size_t)na), b((size_t)nb);
+    bf16_to_f32(A, a.data(), na);
+    bf16_to_f32(B, b.data(), nb);
+    return sgemm(transA, transB, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+  }
+  thread_local dnnl::stream stream(cpu_engine());
+  dnnl::memory a(e->a_md, cpu_engine(), const_cast<uint16_t*>(A));
+  dnnl::memory b(e->b_md, cpu_engine(), const_cast<uint16_t*>(B));
+  dnnl::memory c(e->c_md, cpu_engine(), C);
+  e->prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  stream.wait();
+}
+
+void gemm_f32_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  thread_local std::vector<uint16_t> a16;
+  if (a16.size() < (size_t)(M * K)) a16.resize((size_t)(M * K));
+  if (lda == K) {
+    f32_to_bf16(A, a16.data(), M * K);
+  } else {
+    for (int64_t i = 0; i < M; i++) f32_to_bf16(A + i * lda, a16.data() + i * K, K);
+  }
+  gemm_bf16(false, transB, M, N, K, alpha, a16.data(), std::max<int64_t>(1, K), B, ldb, beta, C,
+            ldc);
+}
 
 GemmBackend gemm_backend() {
   int b = g_backend.load(std::memory_order_relaxed);

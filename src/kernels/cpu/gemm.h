@@ -63,6 +63,31 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, co
     dgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// C(M,N) (float32) = alpha * op(A) * op(B) + beta * C with A and B bfloat16 (raw bits): oneDNN's
+// bf16 matmul with float32 accumulation (brg:avx512_core_bf16 on CPUs with AVX512_BF16, about
+// twice sgemm's rate here: PERF.md), cached per shape like the float32 primitives. Where oneDNN
+// has only its reference implementation the operands are widened to float32 for sgemm instead
+// (the same products: a bf16 times a bf16 is exact in float32).
+void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
+// C(M,N) = alpha * A · op(B) + beta * C with A float32 (M,K) row-major (row stride lda) and B
+// bfloat16: A is rounded to bf16 into a per-thread scratch and the product is gemm_bf16's (the
+// mixed-precision policy of PyTorch's CPU autocast for matmuls: bf16 inputs, float32
+// accumulation and output).
+void gemm_f32_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// float32 -> bfloat16 bits for GEMM inputs: rounding to nearest even (NaN stays NaN), float32
+// denormals flushed to signed zero, as AVX512_BF16's vcvtneps2bf16 (used where the CPU has it)
+// and its dot products do, so every CPU rounds alike; threaded over fixed ranges. And back
+// (exact).
+void f32_to_bf16(const float* x, uint16_t* y, int64_t n);
+void bf16_to_f32(const uint16_t* x, float* y, int64_t n);
+// Whether this CPU has AVX512_BF16 (read once).
+bool cpu_has_avx512_bf16();
+
 // Number of cached oneDNN primitives (for tests and benchmarks).
 size_t gemm_cached_primitives();
 

@@ -14,7 +14,9 @@
 // Registers Einsum (einsum.cc) too.
 //
 // float32 goes to kernels/cpu/gemm.h (oneDNN / OpenBLAS); float16 and bfloat16 are converted to
-// float32 around the same path. float64 uses a plain loop (dgemm for the onyx ops, and for MatMul
+// float32 around the same path. MatMulT also takes a float32 A with a bfloat16 B (a frozen weight
+// stored in bf16, models/lora.h store_frozen_weights_bf16): bf16 inputs, float32 accumulation and
+// output (gemm_f32_bf16). float64 uses a plain loop (dgemm for the onyx ops, and for MatMul
 // and Gemm a cache-friendly loop that also serves the integer types: exact in their own type; they
 // are rare and never the hot path).
 // Hand-written dispatch because the transformer hot path needs care: a batched activation times a
@@ -430,10 +432,36 @@ std::vector<T> bias_values(const Tensor& b) {
   return v;
 }
 
+// A float32 with B bfloat16: MatMulT's mixed-precision form.
+bool bf16_weight(DType a, DType b) { return a == DType::Float32 && b == DType::BFloat16; }
+
+// Y = alpha · op(A) · op(B) (+ bias) for A float32 and B bfloat16: a shared 2-D B without transA
+// (the linear layers, forward and dX) is one gemm_f32_bf16 over every row of A; other layouts
+// (not the linear layers' hot path) round A to bf16 too, widen both and run the float32 path:
+// the same products.
+void matmul_t_bf16_weight(const MatMulShape& s, float alpha, const Tensor& a, const Tensor& b,
+                          const float* bias, Tensor& y) {
+  const int64_t na = shape_numel(s.a_batch), nbm = shape_numel(s.b_batch);
+  float* C = y.data<float>();
+  if (nbm == 1 && !s.ta) {
+    const int64_t R = na * s.M;
+    if (bias) fill_rows<float>(C, R, s.N, bias);
+    kernels::gemm_f32_bf16(s.tb, R, s.N, s.K, alpha, a.data<float>(), s.K, b.data<uint16_t>(),
+                           s.tb ? s.K : s.N, bias ? 1.0f : 0.0f, C, s.N);
+    return;
+  }
+  std::vector<float> bf((size_t)b.numel()), af((size_t)a.numel());
+  std::vector<uint16_t> a16((size_t)a.numel());
+  kernels::bf16_to_f32(b.data<uint16_t>(), bf.data(), b.numel());
+  kernels::f32_to_bf16(a.data<float>(), a16.data(), a.numel());
+  kernels::bf16_to_f32(a16.data(), af.data(), a.numel());
+  matmul_t<float>(s, alpha, af.data(), bf.data(), C, bias);
+}
+
 void matmul_t_infer(InferContext& ctx) {
   const auto& a = ctx.input(0);
   const auto& b = ctx.input(1);
-  check_float(ctx.node, a.dtype, b.dtype);
+  if (!bf16_weight(a.dtype, b.dtype)) check_float(ctx.node, a.dtype, b.dtype);
   MatMulShape s = mmt_shape(ctx.node, a.shape, b.shape);
   if (ctx.node.has_input(2)) check_bias(ctx.node, ctx.input(2), a.dtype, s.N);
   ctx.set_output(0, a.dtype, s.out);
@@ -447,6 +475,15 @@ void matmul_t_compute(KernelContext& ctx) {
   MatMulShape s = mmt_shape(ctx.node, a.shape(), b.shape());
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
+  if (bf16_weight(a.dtype(), b.dtype())) {
+    std::vector<float> bv;
+    if (bias) {
+      ONYX_CHECK(bias->rank() == 1 && bias->dim(0) == s.N, ctx.node.describe(), ": bias ",
+                 shape_str(bias->shape()), " does not fit the output (", s.N, " columns)");
+      bv = bias_values<float>(*bias);
+    }
+    return matmul_t_bf16_weight(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
+  }
   dispatch_float(
       ctx.node, y,
       [&](auto* A, auto* B, auto* C) {
