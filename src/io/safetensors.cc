@@ -142,21 +142,36 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
   return f;
 }
 
+void release_pages(const Tensor& view) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  uintptr_t b = (uintptr_t)view.raw(), e = b + view.nbytes();
+  uintptr_t b2 = (b + page - 1) / page * page, e2 = e / page * page;
+  if (e2 > b2) ::madvise((void*)b2, e2 - b2, MADV_DONTNEED);
+}
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_file_atomic(path, {{bytes.data(), bytes.size()}});
+}
+
+void write_file_atomic(const std::string& path,
+                       const std::vector<std::pair<const void*, size_t>>& chunks) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ONYX_CHECK(fd >= 0, "cannot write '", path, "': ", std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(cat("failed writing '", path, "': ", std::strerror(err)));
+  for (auto& [data, size] : chunks) {
+    const char* bytes = static_cast<const char*>(data);
+    size_t done = 0;
+    while (done < size) {
+      ssize_t w = ::write(fd, bytes + done, size - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw Error(cat("failed writing '", path, "': ", std::strerror(err)));
+      }
+      done += (size_t)w;
     }
-    done += (size_t)w;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());
@@ -197,16 +212,16 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   }
   std::string header = h.dump();
   while (header.size() % 8) header += ' ';
-  std::string bytes;
-  bytes.reserve(8 + header.size() + pos);
+  std::string head;
   uint64_t n = header.size();
-  for (int i = 0; i < 8; i++) bytes.push_back((char)((n >> (8 * i)) & 0xff));
-  bytes += header;
+  for (int i = 0; i < 8; i++) head.push_back((char)((n >> (8 * i)) & 0xff));
+  head += header;
+  std::vector<std::pair<const void*, size_t>> chunks{{head.data(), head.size()}};
   for (auto& name : names) {
     const Tensor& t = tensors.at(name);
-    bytes.append((const char*)t.raw(), t.nbytes());
+    if (t.nbytes()) chunks.push_back({t.raw(), t.nbytes()});
   }
-  write_file_atomic(path, bytes);
+  write_file_atomic(path, chunks);
 }
 
 }  // namespace onyx::io

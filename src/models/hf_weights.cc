@@ -57,6 +57,16 @@ Tensor to_float32(const Tensor& t) {
   return out;
 }
 
+// A checkpoint tensor as an owned float32 tensor: an owned float32 one as it is; a view of a mapped
+// file (`mapped`) copied, its pages then dropped (io::release_pages); another float dtype
+// converted.
+Tensor owned_float32(const Tensor& t, bool mapped) {
+  if (!is_float(t.dtype()) || (t.dtype() == DType::Float32 && !mapped)) return t;
+  Tensor out = to_float32(t);
+  if (mapped) io::release_pages(t);
+  return out;
+}
+
 std::string list(const std::vector<std::string>& names) {
   std::string s = "[";
   for (size_t i = 0; i < names.size(); i++) s += (i ? ", '" : "'") + names[i] + "'";
@@ -88,13 +98,16 @@ bool ignored_unexpected(const BuiltModel& m, const std::string& k) {
 
 }  // namespace
 
-std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir) {
+std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir, bool mapped) {
   fs::path d(dir);
   std::map<std::string, Tensor> out;
   fs::path single = d / "model.safetensors", index = d / "model.safetensors.index.json";
   if (fs::exists(single)) {
     auto f = io::load_safetensors(single.string());
-    for (auto& [k, t] : f.tensors) out[k] = to_float32(t);
+    for (auto& [k, t] : f.tensors) {
+      out[k] = mapped ? t : to_float32(t);
+      if (!mapped && is_float(t.dtype())) io::release_pages(t);  // copied: the pages can go
+    }
     return out;
   }
   if (fs::exists(index)) {
@@ -124,7 +137,8 @@ std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir) {
         auto it = f.tensors.find(name);
         ONYX_CHECK(it != f.tensors.end(), p.string(), ": tensor '", name,
                    "' listed in model.safetensors.index.json is not in this shard");
-        out[name] = to_float32(it->second);
+        out[name] = mapped ? it->second : to_float32(it->second);
+        if (!mapped && is_float(it->second.dtype())) io::release_pages(it->second);
       }
     }
     return out;
@@ -136,7 +150,7 @@ std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir) {
 }
 
 void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& tensors,
-                         const std::string& what) {
+                         const std::string& what, bool views) {
   ir::Graph& g = *m.model.graph;
   const std::string arch = architecture_name(m.config.model_type, m.task);
   std::set<std::string> expected(g.initializer_order.begin(), g.initializer_order.end());
@@ -177,12 +191,12 @@ void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& ten
       continue;
     }
     const Tensor& cur = g.initializers.at(k);
-    ONYX_CHECK(t.dtype() == DType::Float32, what, ": tensor '", k, "' has dtype ",
-               dtype_name(t.dtype()), "; model weights must be F32, F16 or BF16");
+    ONYX_CHECK(is_float(t.dtype()), what, ": tensor '", k, "' has dtype ", dtype_name(t.dtype()),
+               "; model weights must be F32, F16 or BF16");
     ONYX_CHECK(t.shape() == cur.shape(), what, ": size mismatch for '", k,
                "': the checkpoint has shape ", shape_str(t.shape()), ", the model (", arch,
                ") expects ", shape_str(cur.shape()));
-    g.initializers[k] = t;
+    g.initializers[k] = owned_float32(t, views);  // frees the initializer it replaces
     loaded.insert(k);
   }
   // 4. Tied copies: equal to their source is the normal case; alone, they stand in for it.
@@ -190,11 +204,11 @@ void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& ten
     auto it = mapped.find(name);
     if (it == mapped.end()) continue;
     const Tensor& cur = g.initializers.at(src);
-    if (!loaded.count(src) && it->second.dtype() == DType::Float32 &&
-        it->second.shape() == cur.shape()) {
-      g.initializers[src] = it->second;
+    if (!loaded.count(src) && is_float(it->second.dtype()) && it->second.shape() == cur.shape()) {
+      g.initializers[src] = owned_float32(it->second, views);
       loaded.insert(src);
-    } else if (!loaded.count(src) || !bit_equal(it->second, g.initializers.at(src))) {
+    } else if (!loaded.count(src) ||
+               !bit_equal(owned_float32(it->second, views), g.initializers.at(src))) {
       std::cerr << "Warning: " << what << ": '" << name << "' differs from '" << src
                 << "', which it is tied to; '" << src << "' is used.\n";
     }
@@ -233,7 +247,7 @@ BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task, int6
   }
   BuiltModel m = build_hf_model(c, *task, seed);
   m.model.source = dir;
-  apply_hf_checkpoint(m, read_hf_checkpoint(dir), dir);
+  apply_hf_checkpoint(m, read_hf_checkpoint(dir, /*mapped=*/true), dir, /*mapped=*/true);
   return m;
 }
 

@@ -24,14 +24,20 @@ BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task = std
                           int64_t seed = 0);
 
 // Reads the checkpoint tensors of a folder as stored (model.safetensors, else the shards of
-// model.safetensors.index.json), any float dtype converted to float32.
-std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir);
+// model.safetensors.index.json), any float dtype converted to float32 — or, with `mapped`, as
+// views of the memory-mapped files in their stored dtypes (no copy, no page read yet), for
+// apply_hf_checkpoint to convert one by one.
+std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir, bool mapped = false);
 
-// Puts checkpoint tensors (names as in a Transformers state_dict) into the model's initializers,
-// filling model.missing_keys / unexpected_keys and printing Transformers' warnings to stderr.
+// Puts checkpoint tensors (names as in a Transformers state_dict; any float dtype, converted to
+// float32 as each is put in) into the model's initializers, filling model.missing_keys /
+// unexpected_keys and printing Transformers' warnings to stderr. With `views` the tensors are
+// views of mapped files (read_hf_checkpoint's `mapped`): each is copied and its pages dropped as it
+// is put in, and the initializer it replaces is freed then, so the weights are held about once,
+// not three times, while loading.
 // `what` names the checkpoint in messages.
 void apply_hf_checkpoint(BuiltModel& model, const std::map<std::string, Tensor>& tensors,
-                         const std::string& what);
+                         const std::string& what, bool views = false);
 
 // The model's weights by Transformers name (tied copies not included).
 std::map<std::string, Tensor> hf_weights(const BuiltModel& model);
