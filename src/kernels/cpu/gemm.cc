@@ -177,6 +177,16 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
   return e;
 }
 
+// Runs a cached primitive on A, B (float32 or bf16, as it was made) and C (float32).
+void execute(const CachedMatmul& e, const void* A, const void* B, float* C) {
+  thread_local dnnl::stream stream(cpu_engine());
+  dnnl::memory a(e.a_md, cpu_engine(), const_cast<void*>(A));
+  dnnl::memory b(e.b_md, cpu_engine(), const_cast<void*>(B));
+  dnnl::memory c(e.c_md, cpu_engine(), C);
+  e.prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  stream.wait();
+}
+
 void dnnl_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, int64_t strideA, const float* B, int64_t ldb,
                  int64_t strideB, float beta, float* C, int64_t ldc, int64_t strideC,
@@ -194,12 +204,7 @@ void dnnl_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K, floa
                   C + i * strideC, ldc);
     return;
   }
-  thread_local dnnl::stream stream(cpu_engine());
-  dnnl::memory a(e->a_md, cpu_engine(), const_cast<float*>(A));
-  dnnl::memory b(e->b_md, cpu_engine(), const_cast<float*>(B));
-  dnnl::memory c(e->c_md, cpu_engine(), C);
-  e->prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-  stream.wait();
+  execute(*e, A, B, C);
 }
 
 // ---- bfloat16 -----------------------------------------------------------------------------------
@@ -279,12 +284,7 @@ void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float 
     bf16_to_f32(B, b.data(), nb);
     return sgemm(transA, transB, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
   }
-  thread_local dnnl::stream stream(cpu_engine());
-  dnnl::memory a(e->a_md, cpu_engine(), const_cast<uint16_t*>(A));
-  dnnl::memory b(e->b_md, cpu_engine(), const_cast<uint16_t*>(B));
-  dnnl::memory c(e->c_md, cpu_engine(), C);
-  e->prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-  stream.wait();
+  execute(*e, A, B, C);
 }
 
 void gemm_f32_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
