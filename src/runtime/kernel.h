@@ -50,6 +50,7 @@ struct KernelContext {
   std::vector<Tensor*> outputs;       // pre-allocated; nullptr for an absent optional output
   uint64_t seed = 0;                  // per-run seed for random ops (Dropout in training)
   bool training = false;              // Dropout etc.: training mode requested by the caller
+  bool bf16_gemm = false;             // GEMM-class kernels: bf16 inputs, float32 accumulation
   bool accumulate = false;            // onyx.AccumulateGrad: add into the (bound) output
   uint64_t accumulate_mask = 0;       // bit i: output i is bound and the run accumulates into it
 

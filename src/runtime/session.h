@@ -26,6 +26,10 @@ namespace onyx::runtime {
 struct RunOptions {
   bool training = false;  // Dropout active (when its own training_mode input allows)
   uint64_t seed = 0;
+  // Mixed precision (TrainingArguments.bf16): the linear layers' GEMMs (onyx.MatMulT,
+  // MatMulGradB, LinearCrossEntropy) take their float32 operands rounded to bf16 and accumulate in
+  // float32 (KernelContext::bf16_gemm).
+  bool bf16_gemm = false;
   // Reject inputs whose shape disagrees with the model's declared input shape. The conformance
   // runner turns this off: a few onnx 1.12 suite cases ship data that contradicts their model.
   bool check_declared_shapes = true;

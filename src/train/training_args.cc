@@ -262,6 +262,10 @@ const std::vector<Field>& fields() {
                 "A checkpoint-N folder to resume training from, bit for bit (weights, optimizer, "
                 "schedule, data order)."),
       F_BOOL(disable_tqdm, "No progress bar on a terminal (log dicts are printed one per line)."),
+      F_BOOL(bf16,
+             "Mixed precision: the linear layers' GEMMs (forward and backward, the LM head's too) "
+             "take bf16-rounded inputs with float32 accumulation; everything else stays float32."),
+      F_BOOL(fp16, "An error on CPUs: they have no float16 arithmetic (use bf16)."),
       F_BOOL(gradient_checkpointing,
              "Recompute each transformer layer's activations in backward instead of keeping them "
              "(less memory)."),
@@ -378,6 +382,9 @@ void TrainingArguments::validate() const {
   ONYX_CHECK(!save_total_limit || *save_total_limit > 0,
              "training argument 'save_total_limit' must be positive");
   ONYX_CHECK(!output_dir.empty(), "training argument 'output_dir' is empty");
+  ONYX_CHECK(!fp16,
+             "training argument 'fp16': these CPUs have no float16 arithmetic (no "
+             "AVX512-FP16); use 'bf16: true' (bf16 GEMM inputs, float32 accumulation)");
   ONYX_CHECK(zero_stage >= 0 && zero_stage <= 2,
              "training argument 'zero_stage' must be 0, 1 or 2, got ", zero_stage);
   ONYX_CHECK(ddp_timeout > 0, "training argument 'ddp_timeout' must be positive, got ",

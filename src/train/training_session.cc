@@ -217,6 +217,7 @@ double TrainingSession::forward_backward(
   ro.seed = seed;
   ro.training = training;
   ro.accumulate = accumulate;
+  ro.bf16_gemm = bf16_gemm_;
   FlatBuffer& target = into ? *into : grad_buf_;
   ONYX_CHECK(target.layout().numel == grad_buf_.layout().numel,
              "forward_backward: the gradient buffer has ", target.layout().numel,
@@ -257,7 +258,9 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
       if (eval_forward_->find_input(n)) feeds[n] = t;
     for (auto& p : params_) feeds[p] = param_buf_.view(p);
     for (auto& [b, t] : buffers_) feeds[b] = t;
-    return forward_session_->run(feeds);
+    runtime::RunOptions ro;
+    ro.bf16_gemm = bf16_gemm_;
+    return forward_session_->run(feeds, ro);
   }
   std::string key = batch_key(batch);
   auto it = eval_graphs_.find(key);
@@ -278,7 +281,9 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
     if (it->second.lg.graph->find_input(n)) feeds[n] = t;
   for (auto& p : params_) feeds[p] = param_buf_.view(p);
   for (auto& [b, t] : buffers_) feeds[b] = t;
-  auto out = it->second.session->run(feeds);
+  runtime::RunOptions ro;
+  ro.bf16_gemm = bf16_gemm_;
+  auto out = it->second.session->run(feeds, ro);
   out["loss"] = out.at(it->second.lg.loss);
   return out;
 }

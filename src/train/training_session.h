@@ -91,6 +91,10 @@ class TrainingSession {
     eval_graphs_.clear();
   }
   const passes::OptimizeOptions& pass_options() const { return pass_opts_; }
+  // Mixed precision (TrainingArguments.bf16): every run of this session's graphs, training and
+  // evaluation, gives the GEMM kernels bf16 inputs (runtime::RunOptions::bf16_gemm).
+  void set_bf16_gemm(bool on) { bf16_gemm_ = on; }
+  bool bf16_gemm() const { return bf16_gemm_; }
   // Frees the sessions' activation arenas (each comes back on its session's next run): the
   // evaluation ones after an evaluation pass, the training ones too when training ends.
   void release_activation_memory(bool training_too) {
@@ -139,6 +143,7 @@ class TrainingSession {
   double last_build_ms_ = 0;
   bool optimize_ = true;
   passes::OptimizeOptions pass_opts_;
+  bool bf16_gemm_ = false;
 };
 
 }  // namespace onyx::train

@@ -23,6 +23,11 @@ Cases (one PASS / FAIL line each):
   train-loss-falls `onyx train` on a Llama folder for 30 steps on token tensors (one repeated
                    sequence, so it is learnable): the logged loss falls below half its start
 
+  bf16-loss-curve  `bf16: true` (bf16 GEMM inputs, float32 accumulation) for 200 steps: every
+                   logged loss (10-step means) within 1% of onyx's float32 run and of PyTorch's
+                   CPU autocast (bfloat16) training the same model the same way; the saved weights
+                   float32 and the checkpoint's training_args.json bf16 true
+
   sft-completion-loss  `train_data: {type: sft}` with prompt / completion rows and GPT-2's
                    tokenizer: onyx's first loss = Transformers' on the rows tokenized by the
                    tokenizers library as TRL does (completion tokens only), 1e-5; and with
@@ -208,6 +213,61 @@ def case_train(tmp):
     return ok, f"losses {losses[0]:.3f} -> {losses[-1]:.3f} over 30 steps"
 
 
+def case_bf16(tmp):
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
+    d = os.path.join(tmp, "bf16-llama")
+    m.save_pretrained(d)
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 97, (64, 16)).astype(np.int64)
+    save_file({"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": ids},
+              f"{d}/train.safetensors")
+    steps, batch, lr, every = 200, 8, 1e-3, 10
+    curves = {}
+    for tag, bf16 in (("f32", False), ("bf16", True)):
+        cfg = {"model": d, "train_data": f"{d}/train.safetensors", "output_dir": f"{d}/{tag}",
+               "max_steps": steps, "per_device_train_batch_size": batch, "learning_rate": lr,
+               "logging_steps": every, "save_strategy": "steps", "save_steps": steps,
+               "disable_tqdm": True, "train_sampling_strategy": "sequential", "bf16": bf16}
+        with open(f"{d}/{tag}.yaml", "w") as f:
+            for k, v in cfg.items():
+                f.write(f"{k}: {json.dumps(v)}\n")
+        onyx("train", f"{d}/{tag}.yaml")
+        with open(f"{d}/{tag}/log_history.jsonl") as f:
+            curves[tag] = [json.loads(l)["loss"] for l in f if '"loss"' in l]
+    # PyTorch: the same model and schedule under CPU autocast bf16
+    params = list(m.parameters())
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (steps - s) / steps))
+    m.train()
+    losses = []
+    for step in range(steps):
+        lo = (step * batch) % ids.shape[0]
+        x = torch.tensor(ids[lo:lo + batch])
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = m(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    curves["torch"] = [float(np.mean(losses[i:i + every])) for i in range(0, steps, every)]
+    n = len(curves["torch"])
+    if any(len(c) != n for c in curves.values()):
+        return False, f"logged {[len(c) for c in curves.values()]} losses, expected {n}"
+    vs_f32 = max(abs(a - b) / b for a, b in zip(curves["bf16"], curves["f32"]))
+    vs_torch = max(abs(a - b) / b for a, b in zip(curves["bf16"], curves["torch"]))
+    saved = load_file(f"{d}/bf16/model.safetensors")
+    f32_saved = all(v.dtype == np.float32 for v in saved.values())
+    with open(f"{d}/bf16/checkpoint-{steps}/training_args.json") as f:
+        flag = json.load(f).get("bf16") is True
+    ok = vs_f32 < 1e-2 and vs_torch < 1e-2 and f32_saved and flag and \
+        curves["bf16"][-1] < curves["bf16"][0] and curves["bf16"] != curves["f32"]
+    return ok, (f"{steps} steps, losses {curves['bf16'][0]:.4f} -> {curves['bf16'][-1]:.4f}: vs "
+                f"float32 worst rel {vs_f32:.1e}, vs PyTorch autocast {vs_torch:.1e}; weights "
+                f"saved float32: {f32_saved}; training_args.json bf16: {flag}")
+
+
 def case_sft(tmp):
     """`type: sft` data (prompt / completion JSONL, GPT-2's byte-level BPE) into a Llama: the
     first logged loss (learning_rate 0) equals Transformers' loss on the same rows tokenized by
@@ -326,6 +386,7 @@ def main():
         ("qwen2-seqcls", case_seqcls),
         ("llama-packed", case_packed),
         ("train-loss-falls", case_train),
+        ("bf16-loss-curve", case_bf16),
         ("sft-completion-loss", case_sft),
     ]
     return run_cases(cases, "onyx-test-llama-")

@@ -14,7 +14,8 @@ Cases (one PASS / FAIL / SKIP line each):
   args-errors      unknown keyword -> TypeError; ill-typed / bad choice / cross-field -> ValueError
                    naming the key (the C++ parser's message); "1e-4" is read as 0.0001
   args-transformers  from a transformers.TrainingArguments instance and its to_dict(): onyx's keys
-                   taken, the others ignored with one warning listing them, fp16=True refused
+                   taken, the others ignored with one warning listing them, fp16=True refused,
+                   bf16=True taken
   parity-cli       a tiny MLP exported by torch (TorchScript exporter, opset 17, training mode,
                    `loss` + `logits` outputs) trained by onyx.Trainer (numpy datasets) and by
                    `onyx train` with the same config: the same log_history (every value but the
@@ -240,7 +241,12 @@ def case_args_transformers(onyx, tmp):
         raise AssertionError("fp16=True accepted")
     except ValueError as e:
         assert "fp16" in str(e), str(e)
-    return f"{len(t.to_dict())} transformers keys -> {len(a.to_dict())} onyx keys; fp16 refused"
+    d["fp16"], d["bf16"] = False, True  # bf16 is onyx's mixed precision too
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert onyx.TrainingArguments.from_transformers(d).bf16 is True
+    return (f"{len(t.to_dict())} transformers keys -> {len(a.to_dict())} onyx keys; fp16 refused, "
+            f"bf16 taken")
 
 
 def case_parity_cli(onyx, tmp):

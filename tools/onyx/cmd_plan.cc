@@ -114,6 +114,13 @@ Action add_plan_command(CLI::App& app) {
               << " backward nodes built), ops:\n";
     for (auto& [c, op] : rows) std::printf("  %-34s %6d\n", op.c_str(), c);
 
+    if (cfg.args.bf16) {
+      int n16 = hist["onyx.MatMulT"] + hist["onyx.MatMulGradB"] + hist["onyx.LinearCrossEntropy"];
+      std::cout << "bf16 (mixed precision): " << n16
+                << " GEMM ops take bf16-rounded inputs with float32 accumulation (onyx.MatMulT, "
+                   "onyx.MatMulGradB, onyx.LinearCrossEntropy); attention, norms, softmax, the "
+                   "loss, weights, gradients and activations stay float32\n";
+    }
     runtime::FlopCount fc = runtime::count_flops(*tg.graph, plan);
     std::printf("FLOPs per step: %.2f GFLOP", fc.total / 1e9);
     for (auto& [op, f] : fc.by_op) std::printf("; %s %.2f", op.c_str(), f / 1e9);

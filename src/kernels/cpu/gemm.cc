@@ -301,6 +301,22 @@ void gemm_f32_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, co
             ldc);
 }
 
+void gemm_as_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_c(M, N, beta, C, ldc);
+  // stored extents: (rows - 1) full leading dimensions and one last row
+  const int64_t na = ((transA ? K : M) - 1) * lda + (transA ? M : K);
+  const int64_t nb = ((transB ? N : K) - 1) * ldb + (transB ? K : N);
+  thread_local std::vector<uint16_t> a16, b16;
+  if (a16.size() < (size_t)na) a16.resize((size_t)na);
+  if (b16.size() < (size_t)nb) b16.resize((size_t)nb);
+  f32_to_bf16(A, a16.data(), na);
+  f32_to_bf16(B, b16.data(), nb);
+  gemm_bf16(transA, transB, M, N, K, alpha, a16.data(), lda, b16.data(), ldb, beta, C, ldc);
+}
+
 GemmBackend gemm_backend() {
   int b = g_backend.load(std::memory_order_relaxed);
   if (b < 0) {

@@ -79,6 +79,13 @@ void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float 
 void gemm_f32_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// C(M,N) = alpha * op(A) · op(B) + beta * C with A and B float32, both rounded to bf16 first (per-
+// thread scratch) and multiplied as gemm_bf16: mixed-precision training's GEMMs
+// (TrainingArguments.bf16).
+void gemm_as_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc);
+
 // float32 -> bfloat16 bits for GEMM inputs: rounding to nearest even (NaN stays NaN), float32
 // denormals flushed to signed zero, as AVX512_BF16's vcvtneps2bf16 (used where the CPU has it)
 // and its dot products do, so every CPU rounds alike; threaded over fixed ranges. And back

@@ -30,7 +30,8 @@
 // Results are deterministic for a thread count. float32, or W bfloat16 (a frozen LM head stored in
 // bf16, models/lora.h store_frozen_weights_bf16; then no dW): the logits and dH GEMMs take bf16
 // inputs — H rows and dlogits rounded per chunk — with float32 accumulation (gemm_f32_bf16); the
-// softmax, loss and dlogits stay float32.
+// softmax, loss and dlogits stay float32. Under mixed precision (KernelContext::bf16_gemm) a
+// float32 W is rounded to bf16 once per call and the same GEMMs run, dW's too (gemm_as_bf16).
 // On gpt2-tiny's head (N = 2040, C = 256, V = 50257, 2 threads, quiet machine) the kernel runs at
 // ≈ 186 GFLOP/s, ≈ 95% of the same chunk GEMMs timed alone.
 #include <algorithm>
@@ -183,10 +184,17 @@ void lce_compute(KernelContext& ctx) {
   const float scale = mean ? (M > 0 ? 1.0f / (float)M : 0.0f) : 1.0f;
 
   const float* H = Ht.data<float>();
-  const bool w16 = Wt.dtype() == DType::BFloat16;
+  ONYX_CHECK(Wt.dtype() != DType::BFloat16 || !dW, node.describe(),
+             ": a bfloat16 W has no gradient output");
+  const bool mixed = ctx.bf16_gemm && Wt.dtype() == DType::Float32;
+  Tensor w_rounded;  // mixed precision: W rounded to bf16 once per call
+  if (mixed) {
+    w_rounded = Tensor(DType::BFloat16, Wt.shape());
+    kernels::f32_to_bf16(Wt.data<float>(), w_rounded.data<uint16_t>(), Wt.numel());
+  }
+  const bool w16 = Wt.dtype() == DType::BFloat16 || mixed;
   const float* W = w16 ? nullptr : Wt.data<float>();
-  const uint16_t* W16 = w16 ? Wt.data<uint16_t>() : nullptr;
-  ONYX_CHECK(!w16 || !dW, node.describe(), ": a bfloat16 W has no gradient output");
+  const uint16_t* W16 = mixed ? w_rounded.data<uint16_t>() : w16 ? Wt.data<uint16_t>() : nullptr;
   if (dH) std::memset(dH, 0, N * C * sizeof(float));  // ignored rows keep a zero gradient
 
   const int64_t R = std::min<int64_t>(chunk_rows(node, V), std::max<int64_t>(M, 1));
@@ -242,9 +250,13 @@ void lce_compute(KernelContext& ctx) {
       }
       if (dW_out) {
         float beta = r0 == m0 ? 0.0f : 1.0f;
-        if (d.transB)  // (V,C) += (r,V)ᵀ · (r,C)
+        if (d.transB && mixed)  // (V,C) += (r,V)ᵀ · (r,C)
+          kernels::gemm_as_bf16(true, false, V, C, r, 1.0f, Z, V, Hc, C, beta, dW_out, C);
+        else if (d.transB)
           kernels::sgemm(true, false, V, C, r, 1.0f, Z, V, Hc, C, beta, dW_out, C);
-        else  // (C,V) += (r,C)ᵀ · (r,V)
+        else if (mixed)  // (C,V) += (r,C)ᵀ · (r,V)
+          kernels::gemm_as_bf16(true, false, C, V, r, 1.0f, Hc, C, Z, V, beta, dW_out, V);
+        else
           kernels::sgemm(true, false, C, V, r, 1.0f, Hc, C, Z, V, beta, dW_out, V);
       }
       if (dbias_out) {  // column sums in row order, threaded over columns

@@ -16,9 +16,10 @@
 // float32 goes to kernels/cpu/gemm.h (oneDNN / OpenBLAS); float16 and bfloat16 are converted to
 // float32 around the same path. MatMulT also takes a float32 A with a bfloat16 B (a frozen weight
 // stored in bf16, models/lora.h store_frozen_weights_bf16): bf16 inputs, float32 accumulation and
-// output (gemm_f32_bf16). float64 uses a plain loop (dgemm for the onyx ops, and for MatMul
-// and Gemm a cache-friendly loop that also serves the integer types: exact in their own type; they
-// are rare and never the hot path).
+// output (gemm_f32_bf16). Under mixed precision (KernelContext::bf16_gemm, TrainingArguments.bf16)
+// MatMulT and MatMulGradB round their float32 operands to bf16 the same way (gemm_as_bf16). float64
+// uses a plain loop (dgemm for the onyx ops, and for MatMul and Gemm a cache-friendly loop that
+// also serves the integer types: exact in their own type; they are rare and never the hot path).
 // Hand-written dispatch because the transformer hot path needs care: a batched activation times a
 // shared 2-D weight, (B,T,K) x (K,N), must be ONE (B·T x K) x (K x N) GEMM, not B small ones, and
 // the weight gradient of (B,T,K)x(K,N) is ONE (K x B·T) x (B·T x N) GEMM with transA, never B
@@ -475,14 +476,18 @@ void matmul_t_compute(KernelContext& ctx) {
   MatMulShape s = mmt_shape(ctx.node, a.shape(), b.shape());
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
-  if (bf16_weight(a.dtype(), b.dtype())) {
+  const bool mixed = ctx.bf16_gemm && a.dtype() == DType::Float32 && b.dtype() == DType::Float32;
+  if (bf16_weight(a.dtype(), b.dtype()) || mixed) {
     std::vector<float> bv;
     if (bias) {
       ONYX_CHECK(bias->rank() == 1 && bias->dim(0) == s.N, ctx.node.describe(), ": bias ",
                  shape_str(bias->shape()), " does not fit the output (", s.N, " columns)");
       bv = bias_values<float>(*bias);
     }
-    return matmul_t_bf16_weight(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
+    if (!mixed) return matmul_t_bf16_weight(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
+    Tensor b16(DType::BFloat16, b.shape());  // the weight rounded once per call
+    kernels::f32_to_bf16(b.data<float>(), b16.data<uint16_t>(), b.numel());
+    return matmul_t_bf16_weight(s, (float)alpha, a, b16, bias ? bv.data() : nullptr, y);
   }
   dispatch_float(
       ctx.node, y,
@@ -536,8 +541,12 @@ void matmul_grad_b_compute(KernelContext& ctx) {
         ctx.node.describe(), ": accumulation supports float32 gradients, got ",
         dtype_name(y.dtype()));
     std::vector<float> tmp((size_t)(K * N));
-    gemm<float>(true, false, K, N, R, (float)alpha, a.data<float>(), K, dy.data<float>(), N, 0.f,
-                tmp.data(), N);
+    if (ctx.bf16_gemm)
+      kernels::gemm_as_bf16(true, false, K, N, R, (float)alpha, a.data<float>(), K,
+                            dy.data<float>(), N, 0.f, tmp.data(), N);
+    else
+      gemm<float>(true, false, K, N, R, (float)alpha, a.data<float>(), K, dy.data<float>(), N, 0.f,
+                  tmp.data(), N);
     float* out = y.data<float>();
     parallel_for(K * N, 1 << 15, [&](int64_t b, int64_t e) {
 #pragma omp simd
@@ -545,6 +554,9 @@ void matmul_grad_b_compute(KernelContext& ctx) {
     });
     return;
   }
+  if (ctx.bf16_gemm && a.dtype() == DType::Float32 && dy.dtype() == DType::Float32)
+    return kernels::gemm_as_bf16(true, false, K, N, R, (float)alpha, a.data<float>(), K,
+                                 dy.data<float>(), N, 0.f, y.data<float>(), N);
   dispatch_float(
       ctx.node, y,
       [&](auto* A, auto* D, auto* C) {

@@ -1,0 +1,83 @@
+// tests/train/test_bf16_training.cc — mixed precision (TrainingArguments.bf16,
+// train::TrainingSession::set_bf16_gemm): one training step of onyx's Llama (grouped-query,
+// untied LM head) and GPT-2 (tied LM head: LinearCrossEntropy's dW in bf16) graphs with bf16 GEMM
+// inputs against the same step in float32 — the numerics issue #13 asks for: the loss within
+// 1e-3 relative, every parameter gradient within 2e-2 relative Frobenius error and cosine >=
+// 0.999 (no per-element bound: single bf16-rounded products legitimately err by a few percent of
+// the RMS). The graphs really take the bf16 path: the gradients differ from float32's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "autodiff/gradient.h"
+#include "models/hf_model.h"
+#include "train/training_session.h"
+
+using namespace onyx;
+
+namespace {
+
+constexpr int64_t B = 2, T = 24;
+
+const char* kLlama = R"({"model_type": "llama", "vocab_size": 300, "hidden_size": 64,
+  "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "max_position_embeddings": 64, "tie_word_embeddings": false})";
+const char* kGpt2 = R"({"model_type": "gpt2", "vocab_size": 300, "n_embd": 64, "n_layer": 2,
+  "n_head": 4, "n_positions": 64, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0})";
+
+struct Step {
+  double loss;
+  std::map<std::string, Tensor> grads;
+};
+
+Step step(const char* config, bool bf16) {
+  models::BuiltModel m = models::build_hf_model(models::parse_hf_config(config, "test/config.json"),
+                                                models::Task::CausalLM, 5);
+  std::mt19937 rng(3);
+  std::vector<int64_t> ids(B * T);
+  for (auto& v : ids) v = (int64_t)(rng() % m.config.vocab_size);
+  auto t = Tensor::from_vector<int64_t>(DType::Int64, {B, T}, ids);
+  std::map<std::string, Tensor> in{{"input_ids", t}, {"labels", t}};
+  if (m.model.graph->find_input("attention_mask"))
+    in["attention_mask"] =
+        Tensor::from_vector<int64_t>(DType::Int64, {B, T}, std::vector<int64_t>(B * T, 1));
+  if (m.model.graph->find_input("position_ids")) {
+    std::vector<int64_t> pos(B * T);
+    for (int64_t i = 0; i < B * T; i++) pos[i] = i % T;
+    in["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, T}, pos);
+  }
+  autodiff::GradientOptions opts;
+  opts.loss = m.model.loss;
+  train::TrainingSession ts(m.model.graph, opts);
+  ts.set_bf16_gemm(bf16);
+  Step s;
+  s.loss = ts.forward_backward(in, false, 1, true);
+  for (auto& p : ts.parameters()) s.grads[p] = ts.grads().view(p).clone();
+  return s;
+}
+
+void check(const char* config) {
+  Step f = step(config, false), h = step(config, true);
+  EXPECT_NEAR(h.loss, f.loss, 1e-3 * std::fabs(f.loss));
+  EXPECT_NE(h.loss, f.loss) << "the bf16 path was not taken";
+  int differing = 0;
+  for (auto& [p, gf] : f.grads) {
+    const Tensor& gh = h.grads.at(p);
+    double dd = 0, ff = 0, hh = 0, fh = 0;
+    for (int64_t i = 0; i < gf.numel(); i++) {
+      double a = gf.get_as_double(i), b = gh.get_as_double(i);
+      dd += (a - b) * (a - b), ff += a * a, hh += b * b, fh += a * b;
+    }
+    if (ff == 0) continue;  // a parameter without gradient in this step (none expected)
+    EXPECT_LE(std::sqrt(dd / ff), 2e-2) << p;
+    EXPECT_GE(fh / std::sqrt(ff * hh), 0.999) << p;
+    differing += dd > 0;
+  }
+  EXPECT_GT(differing, (int)f.grads.size() / 2) << "most gradients should carry bf16 rounding";
+}
+
+}  // namespace
+
+TEST(Bf16Training, LlamaStepMatchesFloat32WithinBf16Tolerances) { check(kLlama); }
+TEST(Bf16Training, Gpt2TiedHeadStepMatchesFloat32WithinBf16Tolerances) { check(kGpt2); }
