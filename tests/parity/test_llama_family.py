@@ -47,6 +47,7 @@ import torch
 import transformers as tr
 from case_runner import run_cases
 from safetensors.numpy import load_file, save_file
+from torch_train import train_like_onyx
 
 ONYX = os.environ.get("ONYX", "build/onyx")
 TOL = 1e-4
@@ -235,22 +236,8 @@ def case_bf16(tmp):
         with open(f"{d}/{tag}/log_history.jsonl") as f:
             curves[tag] = [json.loads(l)["loss"] for l in f if '"loss"' in l]
     # PyTorch: the same model and schedule under CPU autocast bf16
-    params = list(m.parameters())
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (steps - s) / steps))
-    m.train()
-    losses = []
-    for step in range(steps):
-        lo = (step * batch) % ids.shape[0]
-        x = torch.tensor(ids[lo:lo + batch])
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = m(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses = train_like_onyx(m, {"input_ids": ids, "labels": ids}, steps, batch, lr,
+                             autocast_dtype=torch.bfloat16)
     curves["torch"] = [float(np.mean(losses[i:i + every])) for i in range(0, steps, every)]
     n = len(curves["torch"])
     if any(len(c) != n for c in curves.values()):

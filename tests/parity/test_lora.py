@@ -57,6 +57,7 @@ import transformers as tr
 from case_runner import run_cases
 from safetensors.numpy import load_file, save_file
 from safetensors.torch import load_file as load_torch
+from torch_train import train_like_onyx
 
 ONYX = os.environ.get("ONYX", "build/onyx")
 TOL = 1e-4
@@ -76,27 +77,6 @@ def write_config(path, cfg):
     with open(path, "w") as f:
         for k, v in cfg.items():
             f.write(f"{k}: {json.dumps(v)}\n")
-
-
-def train_torch(pm, data, n):
-    """PyTorch + PEFT, onyx's schedule: sequential batches, AdamW without weight decay, linear decay,
-    clipping at 1.0. Returns the losses."""
-    params = [p for p in pm.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=LR, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (STEPS - s) / STEPS))
-    losses = []
-    pm.train()
-    for step in range(STEPS):
-        lo = (step * BATCH) % n
-        batch = {k: torch.tensor(v[lo:lo + BATCH]) for k, v in data.items()}
-        loss = pm(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return losses
 
 
 class RoundGrad(torch.autograd.Function):
@@ -169,7 +149,7 @@ class Run:
             self.onyx_losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
         self.cfg = cfg
         # PyTorch + PEFT, the same schedule
-        self.torch_losses = train_torch(self.pm, self.data, ids.shape[0])
+        self.torch_losses = train_like_onyx(self.pm, self.data, STEPS, BATCH, LR)
 
 
 def adapter_errors(out, pm, onyx_losses, torch_losses, tol=TOL, loss_tol=TOL):
@@ -211,7 +191,7 @@ def case_bf16_base(r):
         losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
     pm = peft.PeftModel.from_pretrained(copy.deepcopy(r.base), r.init_dir, is_trainable=True)
     rounded = bf16_frozen_linears(pm)
-    torch_losses = train_torch(pm, r.data, r.data["input_ids"].shape[0])
+    torch_losses = train_like_onyx(pm, r.data, STEPS, BATCH, LR)
     ok, msg = adapter_errors(out, pm, losses, torch_losses, tol=1e-2, loss_tol=1e-3)
     first = max(abs(a - b) / abs(b) for a, b in zip(losses[:2], torch_losses[:2]))
     ok = ok and first < 2e-6

@@ -231,6 +231,12 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void f32_to_bf16_avx512(c
   if (i < n) f32_to_bf16_portable(x + i, y + i, n - i);
 }
 
+// Elements an operand op(X) (rows, cols) with leading dimension ld spans in memory: (stored rows
+// - 1) full leading dimensions and one last stored row.
+int64_t stored_extent(bool trans, int64_t rows, int64_t cols, int64_t ld) {
+  return ((trans ? cols : rows) - 1) * ld + (trans ? rows : cols);
+}
+
 // Elements per parallel chunk of the conversions (memory bound: large chunks).
 constexpr int64_t kConvertGrain = 1 << 16;
 
@@ -276,9 +282,7 @@ void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float 
     }
   }
   if (e == nullptr || e->reference) {  // widen both operands (exact) and run sgemm
-    // stored extents: (rows - 1) full leading dimensions and one last row
-    int64_t na = ((transA ? K : M) - 1) * lda + (transA ? M : K);
-    int64_t nb = ((transB ? N : K) - 1) * ldb + (transB ? K : N);
+    const int64_t na = stored_extent(transA, M, K, lda), nb = stored_extent(transB, K, N, ldb);
     std::vector<float> a((size_t)na), b((size_t)nb);
     bf16_to_f32(A, a.data(), na);
     bf16_to_f32(B, b.data(), nb);
@@ -306,9 +310,7 @@ void gemm_as_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, flo
                   int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return scale_c(M, N, beta, C, ldc);
-  // stored extents: (rows - 1) full leading dimensions and one last row
-  const int64_t na = ((transA ? K : M) - 1) * lda + (transA ? M : K);
-  const int64_t nb = ((transB ? N : K) - 1) * ldb + (transB ? K : N);
+  const int64_t na = stored_extent(transA, M, K, lda), nb = stored_extent(transB, K, N, ldb);
   thread_local std::vector<uint16_t> a16, b16;
   if (a16.size() < (size_t)na) a16.resize((size_t)na);
   if (b16.size() < (size_t)nb) b16.resize((size_t)nb);

@@ -476,14 +476,13 @@ void matmul_t_compute(KernelContext& ctx) {
   MatMulShape s = mmt_shape(ctx.node, a.shape(), b.shape());
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
+  ONYX_CHECK(!bias || (bias->dtype() == y.dtype() && bias->rank() == 1 && bias->dim(0) == s.N),
+             ctx.node.describe(), ": bias ", shape_str(bias->shape()), " ",
+             dtype_name(bias->dtype()), " does not fit the output (", s.N, " columns)");
   const bool mixed = ctx.bf16_gemm && a.dtype() == DType::Float32 && b.dtype() == DType::Float32;
   if (bf16_weight(a.dtype(), b.dtype()) || mixed) {
     std::vector<float> bv;
-    if (bias) {
-      ONYX_CHECK(bias->rank() == 1 && bias->dim(0) == s.N, ctx.node.describe(), ": bias ",
-                 shape_str(bias->shape()), " does not fit the output (", s.N, " columns)");
-      bv = bias_values<float>(*bias);
-    }
+    if (bias) bv = bias_values<float>(*bias);
     if (!mixed) return matmul_t_bf16_weight(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
     Tensor b16(DType::BFloat16, b.shape());  // the weight rounded once per call
     kernels::f32_to_bf16(b.data<float>(), b16.data<uint16_t>(), b.numel());
@@ -494,9 +493,6 @@ void matmul_t_compute(KernelContext& ctx) {
       [&](auto* A, auto* B, auto* C) {
         using T = std::remove_cv_t<std::remove_pointer_t<decltype(C)>>;
         if (!bias) return matmul_t<T>(s, (T)alpha, A, B, C);
-        ONYX_CHECK(bias->dtype() == y.dtype() && bias->rank() == 1 && bias->dim(0) == s.N,
-                   ctx.node.describe(), ": bias ", shape_str(bias->shape()), " ",
-                   dtype_name(bias->dtype()), " does not fit the output (", s.N, " columns)");
         if constexpr (std::is_same_v<T, float>) {
           if (bias->dtype() == DType::Float32)
             return matmul_t<T>(s, (T)alpha, A, B, C, bias->data<float>());
