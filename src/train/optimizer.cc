@@ -5,19 +5,23 @@
 // torch 1.13, AVX2 kernels): add with alpha is an FMA (vec::fmadd), addcmul's self + (s*t1)*t2
 // is compiled to an FMA, mul / div / addcdiv are separate roundings. Checked bit for bit against
 // torch.optim.AdamW and SGD (foreach on and off) over 30 steps with decay and no-decay groups.
-// GCC contracts a*b + c into an FMA by default (even in AVX intrinsics), which would silently
-// change the rounding, so contraction is off for this file and every FMA below is explicit.
+// The vector kernels of the fused AdamW, SGD, the grad norm and the finiteness check are in
+// kernels/cpu/simd/optimizer.cc (one per SIMD path, the same bits on each); this file keeps the
+// threading, the weight-decay ranges, the scalars and the per-tensor reference AdamW, which runs
+// the same arithmetic in plain scalar code.
+// GCC contracts a*b + c into an FMA by default, which would silently change the rounding, so
+// contraction is off for this file (as for the kernels') and every FMA below is explicit.
 #pragma GCC optimize("fp-contract=off")
 
 #include "train/optimizer.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/simd/optimizer.h"
+#include "kernels/cpu/simd/simd.h"
 #include "runtime/parallel.h"
 
 namespace onyx::train {
@@ -78,10 +82,8 @@ void for_each_decay_range(const std::vector<DecayRange>& ranges, int64_t begin, 
 // ---------------------------------------------------------------------------------------------
 // AdamW. Scalars are computed in double, as torch does in Python, and rounded to float where
 // torch's kernels receive them.
-struct AdamWScalars {
+struct AdamWScalars : simd::AdamWConstants {
   float keep_decay;  // 1 - lr * weight_decay (decoupled decay, torch's param.mul_)
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float bias_correction2_sqrt, eps, neg_step_size;  // neg_step_size = -lr / (1 - beta1^t)
 };
 
 AdamWScalars adamw_scalars(const OptimizerConfig& c, double lr, int64_t t) {
@@ -99,7 +101,8 @@ AdamWScalars adamw_scalars(const OptimizerConfig& c, double lr, int64_t t) {
   return k;
 }
 
-// One AdamW update of n elements, operation for operation as torch 1.13's float32 CPU kernels:
+// One AdamW update of n elements in plain scalar code (the reference), operation for operation as
+// torch 1.13's float32 CPU kernels and as simd::adamw_update, the fused pass's kernel:
 //   p = p * keep                                   mul_
 //   m = fma(g, 1-b1, m * b1)                       mul_, add_(alpha) (vectorized add is an FMA)
 //   v = fma((1-b2) * g, g, v * b2)                 mul_, addcmul_ (FMA in torch's build)
@@ -117,82 +120,6 @@ inline void adamw_update_scalar(float* p, const float* g, float* m, float* v, in
     m[i] = mi;
     v[i] = vi;
   }
-}
-
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& k,
-                  float keep) {
-  int64_t i = 0;
-#ifdef __AVX2__
-  const __m256 vkeep = _mm256_set1_ps(keep), b1 = _mm256_set1_ps(k.beta1),
-               c1 = _mm256_set1_ps(k.one_minus_beta1), b2 = _mm256_set1_ps(k.beta2),
-               c2 = _mm256_set1_ps(k.one_minus_beta2),
-               bc2 = _mm256_set1_ps(k.bias_correction2_sqrt), eps = _mm256_set1_ps(k.eps),
-               nss = _mm256_set1_ps(k.neg_step_size);
-  for (; i + 8 <= n; i += 8) {
-    __m256 gi = _mm256_loadu_ps(g + i);
-    __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), vkeep);
-    __m256 mi = _mm256_fmadd_ps(gi, c1, _mm256_mul_ps(_mm256_loadu_ps(m + i), b1));
-    __m256 vi =
-        _mm256_fmadd_ps(_mm256_mul_ps(c2, gi), gi, _mm256_mul_ps(_mm256_loadu_ps(v + i), b2));
-    __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
-    pi = _mm256_add_ps(pi, _mm256_div_ps(_mm256_mul_ps(nss, mi), denom));
-    _mm256_storeu_ps(p + i, pi);
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
-  }
-#endif
-  adamw_update_scalar(p + i, g + i, m + i, v + i, n - i, k, keep);
-}
-
-// ---------------------------------------------------------------------------------------------
-// SGD, as torch 1.13's _single_tensor_sgd (dampening 0):
-//   d = decay ? fma(p, wd, g) : g                  d_p.add(param, alpha=wd)
-//   buf = first ? d : buf * mu + d                 clone / buf.mul_(mu).add_(d_p)
-//   d = nesterov ? fma(buf, mu, d) : buf           d_p.add(buf, alpha=mu)
-//   p = fma(d, -lr, p)                             param.add_(d_p, alpha=-lr)
-struct SgdScalars {
-  float weight_decay, momentum, neg_lr;
-};
-
-template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
-void sgd_update(float* p, const float* g, float* buf, int64_t n, const SgdScalars& k) {
-  int64_t i = 0;
-#ifdef __AVX2__
-  const __m256 wd = _mm256_set1_ps(k.weight_decay), mu = _mm256_set1_ps(k.momentum),
-               nlr = _mm256_set1_ps(k.neg_lr);
-  for (; i + 8 <= n; i += 8) {
-    __m256 pi = _mm256_loadu_ps(p + i);
-    __m256 d = _mm256_loadu_ps(g + i);
-    if constexpr (kDecay) d = _mm256_fmadd_ps(pi, wd, d);
-    if constexpr (kMomentum) {
-      __m256 b = d;
-      if constexpr (!kFirst) b = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(buf + i), mu), d);
-      _mm256_storeu_ps(buf + i, b);
-      d = kNesterov ? _mm256_fmadd_ps(b, mu, d) : b;
-    }
-    _mm256_storeu_ps(p + i, _mm256_fmadd_ps(d, nlr, pi));
-  }
-#endif
-  for (; i < n; ++i) {
-    float d = g[i];
-    if constexpr (kDecay) d = std::fma(p[i], k.weight_decay, d);
-    if constexpr (kMomentum) {
-      float b = kFirst ? d : buf[i] * k.momentum + d;
-      buf[i] = b;
-      d = kNesterov ? std::fma(b, k.momentum, d) : b;
-    }
-    p[i] = std::fma(d, k.neg_lr, p[i]);
-  }
-}
-
-using SgdKernel = void (*)(float*, const float*, float*, int64_t, const SgdScalars&);
-
-template <bool kDecay>
-SgdKernel pick_sgd_kernel(bool momentum, bool first, bool nesterov) {
-  if (!momentum) return sgd_update<kDecay, false, false, false>;
-  if (first)
-    return nesterov ? sgd_update<kDecay, true, true, true> : sgd_update<kDecay, true, true, false>;
-  return nesterov ? sgd_update<kDecay, true, false, true> : sgd_update<kDecay, true, false, false>;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -302,7 +229,7 @@ class FusedAdamW : public FlatOptimizer {
     parallel_elements(range_end - range_begin, [&](int64_t begin, int64_t end) {
       for_each_decay_range(
           ranges_, range_begin + begin, range_begin + end, [&](int64_t b, int64_t e, bool decay) {
-            adamw_update(p + b, g + b, m + b, v + b, e - b, k, decay ? k.keep_decay : 1.0f);
+            simd::adamw_update(p + b, g + b, m + b, v + b, e - b, k, decay ? k.keep_decay : 1.0f);
           });
     });
   }
@@ -334,6 +261,11 @@ class ReferenceAdamW : public FlatOptimizer {
   }
 };
 
+// SGD, as torch 1.13's _single_tensor_sgd (dampening 0), computed by simd::sgd_update:
+//   d = decay ? fma(p, wd, g) : g                  d_p.add(param, alpha=wd)
+//   buf = first ? d : buf * mu + d                 clone / buf.mul_(mu).add_(d_p)
+//   d = nesterov ? fma(buf, mu, d) : buf           d_p.add(buf, alpha=mu)
+//   p = fma(d, -lr, p)                             param.add_(d_p, alpha=-lr)
 class Sgd : public FlatOptimizer {
  public:
   Sgd(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask, int64_t b,
@@ -346,18 +278,18 @@ class Sgd : public FlatOptimizer {
   void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
     check_buffers(params, grads);
     bool momentum = config_.momentum != 0, first = step_count == 0;
-    SgdScalars k{(float)config_.weight_decay, (float)config_.momentum, (float)(-lr)};
+    simd::SgdConstants k{(float)config_.weight_decay, (float)config_.momentum, (float)(-lr)};
     bool any_decay = config_.weight_decay != 0;  // torch skips the decay add when wd == 0
-    SgdKernel with_decay = pick_sgd_kernel<true>(momentum, first, config_.nesterov);
-    SgdKernel without = pick_sgd_kernel<false>(momentum, first, config_.nesterov);
+    unsigned flags = (momentum ? simd::kSgdMomentum : 0u) | (first ? simd::kSgdFirst : 0u) |
+                     (config_.nesterov ? simd::kSgdNesterov : 0u);
     float* p = params.flat().data<float>();
     const float* g = grads.flat().data<float>();
     float* buf = momentum ? buffer("momentum_buffer") - range_begin : nullptr;
     parallel_elements(range_end - range_begin, [&](int64_t begin, int64_t end) {
       for_each_decay_range(ranges_, range_begin + begin, range_begin + end,
                            [&](int64_t b, int64_t e, bool decay) {
-                             (decay && any_decay ? with_decay : without)(
-                                 p + b, g + b, buf ? buf + b : nullptr, e - b, k);
+                             simd::sgd_update(p + b, g + b, buf ? buf + b : nullptr, e - b, k,
+                                              flags | (decay && any_decay ? simd::kSgdDecay : 0u));
                            });
     });
     ++step_count;
@@ -365,46 +297,6 @@ class Sgd : public FlatOptimizer {
 };
 
 // ---------------------------------------------------------------------------------------------
-double sum_squares(const float* x, int64_t n) {
-  int64_t i = 0;
-  double s = 0;
-#ifdef __AVX2__
-  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
-  for (; i + 16 <= n; i += 16) {
-    __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-    __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x0));
-    __m256d d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x0, 1));
-    __m256d d2 = _mm256_cvtps_pd(_mm256_castps256_ps128(x1));
-    __m256d d3 = _mm256_cvtps_pd(_mm256_extractf128_ps(x1, 1));
-    a0 = _mm256_fmadd_pd(d0, d0, a0);
-    a1 = _mm256_fmadd_pd(d1, d1, a1);
-    a2 = _mm256_fmadd_pd(d2, d2, a2);
-    a3 = _mm256_fmadd_pd(d3, d3, a3);
-  }
-  alignas(32) double lanes[4];
-  _mm256_store_pd(lanes, _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
-  s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-#endif
-  for (; i < n; ++i) s += (double)x[i] * (double)x[i];
-  return s;
-}
-
-bool range_finite(const float* x, int64_t n) {
-  int64_t i = 0;
-#ifdef __AVX2__
-  const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
-  __m256i bad = _mm256_setzero_si256();
-  for (; i + 8 <= n; i += 8) {
-    __m256i bits = _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(x + i)), exp_mask);
-    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(bits, exp_mask));
-  }
-  if (!_mm256_testz_si256(bad, bad)) return false;
-#endif
-  for (; i < n; ++i)
-    if (!std::isfinite(x[i])) return false;
-  return true;
-}
-
 void check_float32(const FlatBuffer& b, const char* what) {
   if (b.layout().dtype != DType::Float32)
     ONYX_UNSUPPORTED(what, ": flat buffers of ", dtype_name(b.layout().dtype),
@@ -536,15 +428,18 @@ SquareSum square_sum(const FlatBuffer& grads, int64_t begin, int64_t end) {
   ONYX_CHECK(begin % 64 == 0 && begin >= 0, "square_sum: begin ", begin,
              " is not a multiple of 64");
   const float* g = grads.flat().data<float>();
-  constexpr int64_t kBlock = 64;
+  constexpr int64_t kBlock = simd::kSquareSumBlock;
+  constexpr int64_t kBatch = 1024;  // blocks per kernel call (and per thread at least)
   int64_t blocks = (std::max<int64_t>(0, end - begin) + kBlock - 1) / kBlock;
   int nt = std::max(1, runtime::num_threads());
   std::vector<SquareSum> partial((size_t)nt);
-  runtime::parallel_for(blocks, 1024, [&](int64_t bb, int64_t be) {
+  runtime::parallel_for(blocks, kBatch, [&](int64_t bb, int64_t be) {
     SquareSum& acc = partial[(size_t)(omp_in_parallel() ? omp_get_thread_num() : 0)];
-    for (int64_t blk = bb; blk < be; ++blk) {
-      int64_t b = begin + blk * kBlock;
-      acc.add(sum_squares(g + b, std::min(kBlock, end - b)));
+    double sums[kBatch];
+    for (int64_t blk = bb; blk < be; blk += kBatch) {
+      const int64_t nb = std::min(kBatch, be - blk), b = begin + blk * kBlock;
+      simd::block_sum_squares(g + b, std::min(nb * kBlock, end - b), sums);
+      for (int64_t j = 0; j < nb; ++j) acc.add(sums[j]);
     }
   });
   SquareSum total;
@@ -558,14 +453,8 @@ void scale(FlatBuffer& buffer, float factor, int64_t begin, int64_t end) {
   check_float32(buffer, "scale");
   if (end < 0) end = buffer.layout().numel;
   float* x = buffer.flat().data<float>() + begin;
-  parallel_elements(end - begin, [&](int64_t b, int64_t e) {
-    int64_t i = b;
-#ifdef __AVX2__
-    __m256 f = _mm256_set1_ps(factor);
-    for (; i + 8 <= e; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), f));
-#endif
-    for (; i < e; ++i) x[i] *= factor;
-  });
+  parallel_elements(end - begin,
+                    [&](int64_t b, int64_t e) { simd::row_scale(x + b, e - b, factor); });
 }
 
 void add_into(FlatBuffer& dst, const FlatBuffer& src, int64_t begin, int64_t end) {
@@ -589,7 +478,7 @@ bool all_finite(const FlatBuffer& buffer, int64_t begin, int64_t end) {
   std::vector<char> finite(chunks, 1);
   runtime::parallel_for(chunks, 2, [&](int64_t cb, int64_t ce) {
     for (int64_t c = cb; c < ce; ++c)
-      finite[c] = range_finite(x + c * kChunk, std::min(kChunk, n - c * kChunk));
+      finite[c] = simd::all_finite(x + c * kChunk, std::min(kChunk, n - c * kChunk));
   });
   return std::all_of(finite.begin(), finite.end(), [](char f) { return f != 0; });
 }

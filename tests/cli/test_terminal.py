@@ -29,7 +29,8 @@ Cases (one PASS / FAIL / SKIP line each):
         test_data, metrics, frozen, ...). `onyx evaluate --help` and `onyx plan --help` point
         to it.
   version
-        `onyx --version` prints "onyx X.Y.Z (...)" with the compiler, and a commit git knows when
+        `onyx --version` prints "onyx X.Y.Z (...)" with the compiler (then the SIMD path, which
+        ONYX_CPU forces), and a commit git knows when
         it prints one.
 
 A terminal case FAILS (it is not skipped) when tmux is missing or cannot start.
@@ -492,7 +493,8 @@ def case_help(ctx):
 
 def case_version(ctx):
     p = subprocess.run([ONYX, "--version"], capture_output=True, text=True, timeout=60)
-    line = p.stdout.strip()
+    lines = p.stdout.strip().split("\n")
+    line = lines[0]
     m = re.match(r"^onyx (\d+\.\d+\.\d+) \((?:commit ([0-9a-f]+)(-dirty)?, )?(GCC|clang) [^)]+\)$",
                  line)
     if p.returncode != 0 or not m:
@@ -502,7 +504,25 @@ def case_version(ctx):
                            capture_output=True)
         if q.returncode != 0:
             return False, f"commit {m[2]} is not one git knows"
-    return True, line
+    # The second line names the SIMD path the kernels run (kernels/cpu/simd/dispatch.cc); ONYX_CPU
+    # forces one, and an unknown one is refused at start-up.
+    cpu = re.match(r"^cpu path (avx512|avx2|portable) \(compiled:((?: \w+)+); this CPU:((?: \w+)+)\); "
+                   r"bf16 conversions (avx512_bf16|portable rounding)", lines[1] if len(lines) > 1 else "")
+    if not cpu:
+        return False, f"`onyx --version` printed no cpu path line: {p.stdout!r}"
+    supported = cpu[3].split()
+    if cpu[1] != supported[0] or "portable" not in cpu[2].split():
+        return False, f"auto chose {cpu[1]}, not the best of {supported} (or no portable path)"
+    for path in supported:
+        q = subprocess.run([ONYX, "--version"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "ONYX_CPU": path})
+        if q.returncode != 0 or f"cpu path {path} " not in q.stdout:
+            return False, f"ONYX_CPU={path}: exit {q.returncode}, {q.stdout!r} {q.stderr!r}"
+    q = subprocess.run([ONYX, "--version"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "ONYX_CPU": "sse9"})
+    if q.returncode == 0 or "unknown CPU path 'sse9'" not in q.stderr:
+        return False, f"ONYX_CPU=sse9 was not refused: exit {q.returncode}, {q.stderr!r}"
+    return True, line + " | " + lines[1]
 
 
 def main():

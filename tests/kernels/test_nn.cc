@@ -10,6 +10,8 @@
 
 #include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/philox.h"
+#include "kernels/cpu/simd/dispatch.h"
+#include "kernels/cpu/simd/simd.h"
 #include "runtime/parallel.h"
 #include "runtime/session.h"
 
@@ -81,46 +83,38 @@ TEST(Philox, KnownAnswerVectors) {
   EXPECT_EQ(c, (P::Counter{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
 }
 
-TEST(Philox, EightLaneGeneratorMatchesScalar) {
-  using P = runtime::Philox4x32;
-  P::Key key{0x12345678u, 0x9abcdef0u};
-  for (uint64_t ctr : {uint64_t(0), uint64_t(8) << 32 | 0xfffffff8u, uint64_t(1) << 40}) {
-    __m256i out[4];
-    P::generate8(ctr, 3, key, out);
-    alignas(32) uint32_t w[4][8];
-    for (int k = 0; k < 4; k++) _mm256_store_si256((__m256i*)w[k], out[k]);
-    for (int l = 0; l < 8; l++) {
-      uint64_t c = ctr + l;
-      auto ref = P::generate({(uint32_t)c, (uint32_t)(c >> 32), 3, 0}, key);
-      for (int k = 0; k < 4; k++) EXPECT_EQ(w[k][l], ref[k]) << "lane " << l << " word " << k;
-    }
-  }
-}
+// (The eight-lane Philox of simd/dropout.cc is checked against generate() on every SIMD path in
+// test_simd_paths.cc.)
 
-TEST(VecMath, Exp8IsAccurateForNonPositiveInputs) {
-  float worst = 0;
-  for (int k = 0; k < 100000; k++) {
-    alignas(32) float x[8], y[8];
-    for (int l = 0; l < 8; l++) x[l] = -100.0f * (float)(k * 8 + l) / 800000.0f;
-    _mm256_store_ps(y, runtime::nnutil::exp8(_mm256_load_ps(x)));
-    for (int l = 0; l < 8; l++) {
-      double ref = std::exp((double)x[l]);
+// The x <= 0 exp of softmax-style rows (simd::row_sum_exp stores exp(x - m)), on every path.
+TEST(VecMath, ExpOfNonPositiveInputsIsAccurate) {
+  const std::string start = simd::chosen_path();
+  for (const std::string& path : simd::supported_paths()) {
+    SCOPED_TRACE(path);
+    simd::select_path(path);
+    float worst = 0;
+    std::vector<float> x(800000), y(800000);
+    for (size_t i = 0; i < x.size(); i++) x[i] = -100.0f * (float)i / 800000.0f;
+    simd::row_sum_exp(x.data(), (int64_t)x.size(), 0.0f, y.data());
+    for (size_t i = 0; i < x.size(); i++) {
+      double ref = std::exp((double)x[i]);
       if (ref < 1.2e-38) {
-        EXPECT_LE(y[l], 1.2e-38f);
+        EXPECT_LE(y[i], 1.2e-38f);
         continue;
       }
-      worst = std::max(worst, (float)(std::fabs(y[l] - ref) / ref));
+      worst = std::max(worst, (float)(std::fabs(y[i] - ref) / ref));
     }
+    EXPECT_LT(worst, 3e-7f);
+    float xs[8] = {-INFINITY, NAN, 0.f, -0.f, -1e30f, -87.4f, -1.f, -0.5f}, ys[8];
+    simd::row_sum_exp(xs, 8, 0.0f, ys);
+    EXPECT_EQ(ys[0], 0.f);
+    EXPECT_TRUE(std::isnan(ys[1]));
+    EXPECT_EQ(ys[2], 1.f);
+    EXPECT_EQ(ys[3], 1.f);
+    EXPECT_EQ(ys[4], 0.f);
+    EXPECT_EQ(ys[5], 0.f);
   }
-  EXPECT_LT(worst, 3e-7f);
-  alignas(32) float x[8] = {-INFINITY, NAN, 0.f, -0.f, -1e30f, -87.4f, -1.f, -0.5f}, y[8];
-  _mm256_store_ps(y, runtime::nnutil::exp8(_mm256_load_ps(x)));
-  EXPECT_EQ(y[0], 0.f);
-  EXPECT_TRUE(std::isnan(y[1]));
-  EXPECT_EQ(y[2], 1.f);
-  EXPECT_EQ(y[3], 1.f);
-  EXPECT_EQ(y[4], 0.f);
-  EXPECT_EQ(y[5], 0.f);
+  simd::select_path(start);
 }
 
 TEST(Softmax, RowsSumToOneAndLargeValuesAreStable) {

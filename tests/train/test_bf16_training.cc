@@ -60,7 +60,8 @@ Step step(const char* config, bool bf16) {
 void check(const char* config) {
   Step f = step(config, false), h = step(config, true);
   EXPECT_NEAR(h.loss, f.loss, 1e-3 * std::fabs(f.loss));
-  EXPECT_NE(h.loss, f.loss) << "the bf16 path was not taken";
+  // (The loss alone cannot show that the bf16 path ran: at initialization GPT-2's logits are so
+  // small that its bf16 loss can round to the float32 one; the gradients below show it.)
   int differing = 0;
   for (auto& [p, gf] : f.grads) {
     const Tensor& gh = h.grads.at(p);

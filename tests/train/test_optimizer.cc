@@ -1,7 +1,9 @@
 // test_optimizer.cc — optimizers over flat buffers: fused AdamW against the per-tensor reference
 // (bit for bit, any thread count), AdamW and SGD (momentum, nesterov, weight decay) against hand
 // computations, state()/load_state() round trips and errors, the HF weight-decay mask, and the
-// flat helpers (grad norm against a double loop, scale, all_finite).
+// flat helpers (grad norm against a double loop, scale, all_finite). Every SIMD path
+// (kernels/cpu/simd/dispatch.h) gives the same bits: updates, moments and grad norms, tails
+// included.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/simd/dispatch.h"
+#include "kernels/cpu/simd/optimizer.h"
 #include "onyx/error.h"
 #include "runtime/parallel.h"
 #include "train/optimizer.h"
@@ -444,6 +448,113 @@ TEST(Optimizer, ScaleAndAllFinite) {
   }
   g.flat().data<float>()[7] = std::numeric_limits<float>::max();
   EXPECT_TRUE(all_finite(g));
+}
+
+// Runs a test on each SIMD path this CPU supports; restores the path chosen before (auto's, or
+// the one ONYX_CPU forced) at the end.
+struct EachPath {
+  std::string saved = simd::chosen_path();
+  ~EachPath() { simd::select_path(saved); }
+};
+
+// Everything the optimizer kernels compute, on the path selected now, as floats to compare bits:
+// AdamW (fused, and the scalar reference) and SGD steps of optimizers restricted to odd element
+// ranges (vector tails of every width, unaligned starts), the kernels called directly on lengths
+// 0..70 at an odd offset, grad norms and all_finite.
+std::vector<float> optimizer_results_on_this_path() {
+  std::vector<float> out;
+  auto append = [&](const float* x, int64_t n) { out.insert(out.end(), x, x + n); };
+  FlatLayout layout = FlatLayout::of({{"w", {37, 11}},
+                                      {"bias", {13}},
+                                      {"v", {1001}},
+                                      {"norm.weight", {3}},
+                                      {"x", {20011}},
+                                      {"y", {1}}});
+  std::vector<bool> mask = hf_decay_mask(layout, false);
+  for (auto [begin, end] :
+       {std::pair<int64_t, int64_t>{0, layout.numel}, {5, layout.numel - 3}, {417, 1433}}) {
+    for (const char* name : {"adamw_fused", "adamw", "sgd"}) {
+      for (bool nesterov : {false, true}) {
+        if (nesterov && std::string(name) != "sgd") continue;
+        OptimizerConfig c;
+        c.name = name;
+        c.weight_decay = 0.05;
+        c.momentum = 0.9;
+        c.nesterov = nesterov;
+        FlatBuffer p(layout), g(layout);
+        fill_random(p, 3);
+        auto opt = make_optimizer(c, layout, mask, begin, end);
+        for (int s = 0; s < 4; ++s) {
+          fill_random(g, 40 + s, s == 2 ? 1e-4f : 1.0f);
+          g.flat().data<float>()[begin + s] = 0.0f;
+          opt->step(p, g, 1e-2 * (1.0 - 0.1 * s));
+        }
+        append(p.flat().data<float>(), layout.numel);
+        for (auto& [key, t] : opt->state())
+          if (key != "step") append(t.data<float>(), t.numel());
+      }
+    }
+  }
+  // The kernels on every tail length, starting one element past a vector boundary.
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t n = 0; n <= 70; ++n) {
+    std::vector<float> p(n + 1), g(n + 1), m(n + 1), v(n + 1), buf(n + 1);
+    for (int64_t i = 0; i <= n; ++i) {
+      p[i] = nd(rng), g[i] = 0.1f * nd(rng), m[i] = 0.01f * nd(rng);
+      v[i] = 1e-3f * std::fabs(nd(rng)), buf[i] = 0.1f * nd(rng);
+    }
+    const simd::AdamWConstants k{0.9f, 0.1f, 0.999f, 0.001f, 0.0447101778f, 1e-8f, -0.0104f};
+    simd::adamw_update(p.data() + 1, g.data() + 1, m.data() + 1, v.data() + 1, n, k, 0.9999f);
+    append(p.data(), n + 1), append(m.data(), n + 1), append(v.data(), n + 1);
+    for (unsigned flags = 0; flags < 16; ++flags) {
+      simd::sgd_update(p.data() + 1, g.data() + 1, buf.data() + 1, n, {0.01f, 0.9f, -0.05f}, flags);
+      append(p.data(), n + 1), append(buf.data(), n + 1);
+    }
+    std::vector<double> sums((n + 63) / 64);
+    simd::block_sum_squares(g.data() + 1, n, sums.data());
+    for (double s : sums) out.push_back((float)s), out.push_back((float)(s - (float)s));
+    out.push_back(simd::all_finite(g.data() + 1, n) ? 1.0f : 0.0f);
+  }
+  FlatBuffer g(layout);
+  fill_random(g, 77, 3.0f);
+  double norm = global_grad_norm(g);
+  out.push_back((float)norm), out.push_back((float)(norm - (float)norm));
+  out.push_back(all_finite(g) ? 1.0f : 0.0f);
+  g.flat().data<float>()[layout.numel - 2] = std::numeric_limits<float>::infinity();
+  out.push_back(all_finite(g) ? 1.0f : 0.0f);
+  return out;
+}
+
+TEST(Optimizer, EveryCpuPathGivesTheSameBits) {
+  EachPath guard;
+  std::vector<std::string> paths = simd::supported_paths();
+  ASSERT_FALSE(paths.empty());
+  std::vector<float> first;
+  for (const std::string& path : paths) {
+    simd::select_path(path);
+    ASSERT_EQ(simd::chosen_path(), path);
+    std::vector<float> r = optimizer_results_on_this_path();
+    if (first.empty()) {
+      first = r;
+      continue;
+    }
+    ASSERT_EQ(r.size(), first.size()) << path;
+    size_t diffs = 0, at = 0;
+    for (size_t i = 0; i < r.size(); ++i)
+      if (std::memcmp(&r[i], &first[i], sizeof(float)) != 0 && diffs++ == 0) at = i;
+    EXPECT_EQ(diffs, 0u) << path << " differs from " << paths[0] << " in " << diffs << " of "
+                         << r.size() << " values, first at " << at;
+  }
+}
+
+TEST(Optimizer, FusedAdamWMatchesTheReferenceOnEveryCpuPath) {
+  EachPath guard;
+  for (const std::string& path : simd::supported_paths()) {
+    simd::select_path(path);
+    EXPECT_TRUE(bits_equal(run_adamw("adamw", 6, 1).flat(), run_adamw("adamw_fused", 6, 2).flat()))
+        << path;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "dist/comm.h"
+#include "kernels/cpu/simd/dispatch.h"
 #include "onyx/custom_ops.h"
 #include "onyx/error.h"
 #include "onyx_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
@@ -17,7 +18,8 @@
 #define ONYX_VERSION "unknown"
 #endif
 
-// `onyx --version`: "onyx 0.1.0 (commit 1a2b3c4d5e6f, GCC 12.2.0)"
+// `onyx --version`: "onyx 0.1.0 (commit 1a2b3c4d5e6f, GCC 12.2.0)", then the kernels' SIMD path:
+// "cpu path avx512 (compiled: avx512 avx2 portable; this CPU: ...); bf16 conversions ...".
 static std::string version_text() {
   std::string s = std::string("onyx ") + ONYX_VERSION + " (";
   if (*ONYX_GIT_COMMIT) s += std::string("commit ") + ONYX_GIT_COMMIT + ", ";
@@ -28,7 +30,7 @@ static std::string version_text() {
 #else
   s += "unknown compiler";
 #endif
-  return s + ")";
+  return s + ")\n" + onyx::simd::describe();
 }
 
 int main(int argc, char** argv) {
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   CLI::App app{"onyx — a C++ training runtime for transformer models"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", version_text(), "print the version, git commit and compiler");
+  app.set_version_flag("--version", version_text(),
+                       "print the version, git commit, compiler and SIMD path");
   int threads = 0;
   app.add_option("--threads", threads, "threads for kernels and BLAS (default: all cores)");
   std::vector<std::string> custom_op_libs;

@@ -32,6 +32,8 @@
 // it: storing P costs B·H·Tq·Tk floats per layer (4 MiB per layer for bert-mini at B16 T128, 8 MiB
 // for gpt2-tiny at B8 T256); recomputing costs one extra (BQ×D)·(D×Tk) GEMM per tile, measured
 // at 2.2 ms of 12.7 ms per layer forward+backward (1 thread, bert-mini shape): about 1% of a step.
+// The row passes over a tile (mask add, softmax, dS) are the SIMD row kernels of simd/simd.h and
+// simd/nn.h (AVX-512, AVX2 or portable code by run-time dispatch).
 //
 // Threading: the forward runs over (batch, head, query block) triples, the backward over
 // (batch, key/value head) pairs (dK and dV accumulate over the query blocks of the pair's query
@@ -47,7 +49,8 @@
 
 #include "kernels/cpu/dropout_rng.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/simd/nn.h"
+#include "kernels/cpu/simd/simd.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
@@ -55,7 +58,6 @@ namespace onyx::runtime {
 namespace {
 
 using kernels::sgemm;
-using namespace nnutil;
 
 // Query rows per score tile (BQ). Measured (1 thread, B16 T128 H4 D64 and causal B8 T256):
 // 16 and 32 lose to 64 by 5-15%; 128/256 tie at T128 and lose 10-40% on causal T256, where
@@ -162,10 +164,7 @@ void scores_tile(const AttnDims& d, const float* Q, const float* K, const float*
     const float* m = mask + b * d.mb + h * d.mh + (r0 + i) * d.mq;
     float* s = S + i * n;
     if (d.mk == 1) {
-      int64_t j = 0;
-      for (; j + 8 <= n; j += 8)
-        _mm256_storeu_ps(s + j, _mm256_add_ps(_mm256_loadu_ps(s + j), _mm256_loadu_ps(m + j)));
-      for (; j < n; j++) s[j] += m[j];
+      simd::row_add(s, m, n);
     } else {
       for (int64_t j = 0; j < n; j++) s[j] += m[0];
     }
@@ -194,14 +193,14 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
       for (int64_t i = 0; i < rows; i++) {
         float* s = S + i * n;
         int64_t ni = row_keys(d, n, r0 + i);
-        float mx = row_max(s, ni);
+        float mx = simd::row_max(s, ni);
         if (d.zero_masked_rows && mx == -INFINITY) {
           std::fill(s, s + n, 0.0f);
           if (LSE) LSE[bh * d.Tq + r0 + i] = INFINITY;
           continue;
         }
-        float sum = row_sum_exp(s, ni, mx, s);
-        row_scale(s, ni, 1.0f / sum);
+        float sum = simd::row_sum_exp(s, ni, mx, s);
+        simd::row_scale(s, ni, 1.0f / sum);
         std::fill(s + ni, s + n, 0.0f);
         if (LSE) LSE[bh * d.Tq + r0 + i] = mx + std::log(sum);
         if (drop) dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, ni, s);
@@ -249,7 +248,7 @@ void attention_backward(const AttnDims& d, const float* dO, const float* Q, cons
           for (int64_t i = 0; i < rows; i++) {
             float* p = P + i * n;
             int64_t ni = row_keys(d, n, r0 + i);
-            row_sum_exp(p, ni, LSE[bh * d.Tq + r0 + i], p);
+            simd::row_sum_exp(p, ni, LSE[bh * d.Tq + r0 + i], p);
             std::fill(p + ni, p + n, 0.0f);
           }
           if (drop) {
@@ -262,30 +261,8 @@ void attention_backward(const AttnDims& d, const float* dO, const float* Q, cons
             }
             sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Co, v, d.Cv, 0.0f, dS, n);
             sgemm(true, false, n, d.Dv, rows, 1.0f, Pd, n, dout, d.Co, 1.0f, dv, d.Cv);
-            for (int64_t i = 0; i < rows; i++) {
-              const float* p = P + i * n;
-              const float* pd = Pd + i * n;
-              float* ds = dS + i * n;
-              __m256 acc = _mm256_setzero_ps();
-              int64_t j = 0;
-              for (; j + 8 <= n; j += 8) {
-                __m256 x = _mm256_mul_ps(_mm256_loadu_ps(pd + j), _mm256_loadu_ps(ds + j));
-                _mm256_storeu_ps(ds + j, x);  // ds now holds P' ∘ dP'
-                acc = _mm256_add_ps(acc, x);
-              }
-              float r = hsum8(acc);
-              for (; j < n; j++) {
-                ds[j] *= pd[j];
-                r += ds[j];
-              }
-              __m256 vr = _mm256_set1_ps(r), vs = _mm256_set1_ps(d.scale);
-              j = 0;
-              for (; j + 8 <= n; j += 8) {
-                __m256 x = _mm256_fnmadd_ps(_mm256_loadu_ps(p + j), vr, _mm256_loadu_ps(ds + j));
-                _mm256_storeu_ps(ds + j, _mm256_mul_ps(x, vs));
-              }
-              for (; j < n; j++) ds[j] = (ds[j] - p[j] * r) * d.scale;
-            }
+            for (int64_t i = 0; i < rows; i++)
+              simd::attention_grad_row_dropout(P + i * n, Pd + i * n, dS + i * n, n, d.scale);
             sgemm(false, false, rows, d.D, n, 1.0f, dS, n, k, d.Ck, 0.0f, dq, d.C);
             sgemm(true, false, n, d.D, rows, 1.0f, dS, n, q, d.C, 1.0f, dk, d.Ck);
             continue;
@@ -294,23 +271,8 @@ void attention_backward(const AttnDims& d, const float* dO, const float* Q, cons
           sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Co, v, d.Cv, 0.0f, dS, n);
           sgemm(true, false, n, d.Dv, rows, 1.0f, P, n, dout, d.Co, 1.0f, dv, d.Cv);
           // dS = P ∘ (dP - rowsum(dP ∘ P)) * scale
-          for (int64_t i = 0; i < rows; i++) {
-            const float* p = P + i * n;
-            float* ds = dS + i * n;
-            __m256 acc = _mm256_setzero_ps();
-            int64_t j = 0;
-            for (; j + 8 <= n; j += 8)
-              acc = _mm256_fmadd_ps(_mm256_loadu_ps(ds + j), _mm256_loadu_ps(p + j), acc);
-            float r = hsum8(acc);
-            for (; j < n; j++) r += ds[j] * p[j];
-            __m256 vr = _mm256_set1_ps(r), vs = _mm256_set1_ps(d.scale);
-            j = 0;
-            for (; j + 8 <= n; j += 8) {
-              __m256 x = _mm256_sub_ps(_mm256_loadu_ps(ds + j), vr);
-              _mm256_storeu_ps(ds + j, _mm256_mul_ps(_mm256_mul_ps(x, _mm256_loadu_ps(p + j)), vs));
-            }
-            for (; j < n; j++) ds[j] = (ds[j] - r) * p[j] * d.scale;
-          }
+          for (int64_t i = 0; i < rows; i++)
+            simd::attention_grad_row(P + i * n, dS + i * n, n, d.scale);
           // dQ = dS K (rows, D);  dK += dSᵀ Q (n, D)
           sgemm(false, false, rows, d.D, n, 1.0f, dS, n, k, d.Ck, 0.0f, dq, d.C);
           sgemm(true, false, n, d.D, rows, 1.0f, dS, n, q, d.C, 1.0f, dk, d.Ck);

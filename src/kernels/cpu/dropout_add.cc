@@ -13,12 +13,14 @@
 //   training_mode) for y and dout itself for the residual.
 //
 // Hand-written because it replaces two passes over a (tokens × C) activation (the Dropout's
-// y → y' and the Add's y' + residual → out) by one, with the same AVX2 Philox draw of 32 elements
-// per call as the Dropout kernel; threaded over 32-element groups (masks depend only on the
-// element index, so any thread split gives the same bits).
+// y → y' and the Add's y' + residual → out) by one, with the same Philox draw of 32 elements per
+// call as the Dropout kernel (simd/dropout.cc, per SIMD path); threaded over 32-element groups
+// (masks depend only on the element index, so any thread split gives the same bits).
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/dropout_rng.h"
+#include "kernels/cpu/simd/simd.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
@@ -60,13 +62,8 @@ OpKernel make_dropout_add_kernel() {
       training = t.get_as_double(0) != 0 && ctx.training;
     }
     if (!training || ratio == 0) {  // out = y + residual, mask all true
-      parallel_for(n, 16384, [&](int64_t b, int64_t e) {
-        int64_t i = b;
-        for (; i + 8 <= e; i += 8)
-          _mm256_storeu_ps(out + i,
-                           _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(res + i)));
-        for (; i < e; i++) out[i] = y[i] + res[i];
-      });
+      parallel_for(n, 16384,
+                   [&](int64_t b, int64_t e) { simd::add_arrays(y + b, res + b, out + b, e - b); });
       if (mask) std::memset(mask, 1, (size_t)n);
       return;
     }
@@ -76,36 +73,9 @@ OpKernel make_dropout_add_kernel() {
     // Element i draws word (i % 32) / 8 of counter (i / 32) * 8 + i % 8 (as the Dropout kernel).
     const int64_t ngroups = (n + 31) / 32;
     parallel_for(ngroups, 1024, [&](int64_t gb, int64_t ge) {
-      alignas(32) uint32_t u[32];
-      const __m256i vt = _mm256_set1_epi32((int)d.t24);
-      const __m256 vs = _mm256_set1_ps(d.scale);
-      for (int64_t g = gb; g < ge; g++) {
-        __m256i words[4];
-        Philox4x32::generate8((uint64_t)g * 8, 0, d.key, words);
-        const int64_t i0 = g * 32, cnt = std::min<int64_t>(32, n - i0);
-        if (cnt == 32) {
-          for (int w = 0; w < 4; w++) {
-            const int64_t i = i0 + w * 8;
-            __m256 drop =
-                _mm256_castsi256_ps(_mm256_cmpgt_epi32(vt, _mm256_srli_epi32(words[w], 8)));
-            __m256 kept = _mm256_andnot_ps(drop, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs));
-            _mm256_storeu_ps(out + i, _mm256_add_ps(kept, _mm256_loadu_ps(res + i)));
-            if (mask) {
-              uint64_t bytes =
-                  _pdep_u64(~(unsigned)_mm256_movemask_ps(drop) & 0xffu, 0x0101010101010101ull);
-              std::memcpy(mask + i, &bytes, 8);
-            }
-          }
-          continue;
-        }
-        for (int w = 0; w < 4; w++) _mm256_store_si256((__m256i*)(u + w * 8), words[w]);
-        for (int64_t j = 0; j < cnt; j++) {
-          const int64_t i = i0 + j;
-          bool keep = (u[j] >> 8) >= d.t24;
-          out[i] = (keep ? y[i] * d.scale : 0.0f) + res[i];
-          if (mask) mask[i] = keep;
-        }
-      }
+      const int64_t i0 = gb * 32, cnt = std::min(ge * 32, n) - i0;
+      simd::dropout_range(d.key[0], d.key[1], d.t24, d.scale, i0, cnt, y + i0, res + i0, out + i0,
+                          mask ? mask + i0 : nullptr);
     });
   };
   return k;

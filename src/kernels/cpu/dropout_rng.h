@@ -12,8 +12,6 @@
 // The mask depends only on (key, element index), so a backward can regenerate it instead of
 // storing it, and any thread split draws the same bits.
 #pragma once
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +19,7 @@
 
 #include "ir/graph.h"
 #include "kernels/cpu/philox.h"
+#include "kernels/cpu/simd/simd.h"
 
 namespace onyx::runtime::dropout_rng {
 
@@ -50,33 +49,10 @@ inline Draw make_draw(uint64_t run_seed, int64_t seed_attr, const std::string& r
 }
 
 // x[j] = keep(e0 + j) ? x[j] * scale : 0 for j in [0, n): elements e0.. of the tensor the Dropout
-// would have seen. One Philox call per 32-element group the range touches.
+// would have seen. One Philox call per 32-element group the range touches (simd/dropout.cc).
 inline void apply_row(const Draw& d, int64_t e0, int64_t n, float* x) {
   if (n <= 0) return;
-  alignas(32) uint32_t u[32];
-  const __m256i vt = _mm256_set1_epi32((int)d.t24);
-  const __m256 vs = _mm256_set1_ps(d.scale);
-  int64_t e = e0, end = e0 + n;
-  while (e < end) {
-    int64_t g = e / 32, gs = g * 32, ge = std::min(gs + 32, end);
-    __m256i words[4];
-    Philox4x32::generate8((uint64_t)g * 8, 0, d.key, words);
-    if (e == gs && ge == gs + 32) {  // a whole group: 4 vectors of 8
-      float* p = x + (gs - e0);
-      for (int w = 0; w < 4; w++) {
-        __m256 drop = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vt, _mm256_srli_epi32(words[w], 8)));
-        _mm256_storeu_ps(p + w * 8,
-                         _mm256_andnot_ps(drop, _mm256_mul_ps(_mm256_loadu_ps(p + w * 8), vs)));
-      }
-    } else {
-      for (int w = 0; w < 4; w++) _mm256_store_si256((__m256i*)(u + w * 8), words[w]);
-      for (int64_t i = e; i < ge; i++) {
-        float& v = x[i - e0];
-        v = (u[i - gs] >> 8) >= d.t24 ? v * d.scale : 0.0f;
-      }
-    }
-    e = ge;
-  }
+  simd::dropout_range(d.key[0], d.key[1], d.t24, d.scale, e0, n, x, nullptr, x, nullptr);
 }
 
 // The Dropout identity of a node carrying the fused dropout: its rng_key attribute, else its first

@@ -5,7 +5,7 @@
 // transformer graph (bias adds, residuals, scaling) and must not go through a generic iterator.
 #include "kernels/cpu/elementwise.h"
 
-#include <immintrin.h>
+#include "kernels/cpu/simd/simd.h"
 
 namespace onyx::runtime {
 namespace ew {
@@ -90,20 +90,9 @@ void expand_into(const Tensor& in, Tensor& out) {
   }
 }
 
-void to_float(const Half* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i))));
-  for (; i < n; i++) y[i] = half_to_float(x[i].bits);
-}
+void to_float(const Half* x, float* y, int64_t n) { simd::f16_to_f32((const uint16_t*)x, y, n); }
 
-void from_float(const float* x, Half* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128((__m128i*)(y + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-  for (; i < n; i++) y[i].bits = float_to_half(x[i]);
-}
+void from_float(const float* x, Half* y, int64_t n) { simd::f32_to_f16(x, (uint16_t*)y, n); }
 
 void to_float(const BFloat16* x, float* y, int64_t n) {
 #pragma omp simd

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/simd/simd.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
@@ -230,6 +231,10 @@ void walk(const BroadcastWalk& w, int64_t grain, Seg&& seg) {
 template <class A, class B, class O, class Op>
 inline void binary_run(const A* a, int64_t sa, const B* b, int64_t sb, O* o, int64_t n,
                        const Op& op) {
+  if constexpr (std::is_same_v<A, float> && std::is_same_v<B, float> && std::is_same_v<O, float> &&
+                requires { Op::kSimd; }) {
+    if (n >= 32) return simd::binary(Op::kSimd, a, sa != 0, b, sb != 0, o, n);
+  }
   if (sa && sb) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) o[i] = store<O>(op(load(a[i]), load(b[i])));

@@ -2,8 +2,9 @@
 // Pow Mod BitShift PRelu, comparisons (Equal Less Greater LessOrEqual GreaterOrEqual -> bool),
 // logic (And Or Xor), variadic Min Max Sum Mean, and Where.
 // Hand-written so that the broadcast collapses to flat inner loops (ew::plan_walk): same-shape,
-// scalar and row-broadcast float32 operands run as contiguous `omp simd` loops, which is what
-// bias adds, residuals and scalings in transformer graphs need.
+// scalar and row-broadcast operands run as contiguous `omp simd` loops (float32 Add/Sub/Mul/Div
+// through simd/arith.cc, at the chosen SIMD path's width), which is what bias adds, residuals and
+// scalings in transformer graphs need.
 #include "kernels/cpu/elementwise.h"
 
 namespace onyx::runtime {
@@ -14,6 +15,7 @@ using namespace ew;
 // ---- ops on math types ----------------------------------------------------------------------
 
 struct AddOp {
+  static constexpr simd::BinaryOp kSimd = simd::BinaryOp::Add;  // float32 rows: simd/arith.cc
   template <class M>
   M operator()(M a, M b) const {
     if constexpr (std::is_integral_v<M>)
@@ -23,6 +25,7 @@ struct AddOp {
   }
 };
 struct SubOp {
+  static constexpr simd::BinaryOp kSimd = simd::BinaryOp::Sub;  // float32 rows: simd/arith.cc
   template <class M>
   M operator()(M a, M b) const {
     if constexpr (std::is_integral_v<M>)
@@ -32,6 +35,7 @@ struct SubOp {
   }
 };
 struct MulOp {
+  static constexpr simd::BinaryOp kSimd = simd::BinaryOp::Mul;  // float32 rows: simd/arith.cc
   template <class M>
   M operator()(M a, M b) const {
     if constexpr (std::is_integral_v<M>)
@@ -42,6 +46,7 @@ struct MulOp {
 };
 // Integer division truncates toward zero (C, as ONNX specifies); x/0 gives 0 instead of a trap.
 struct DivOp {
+  static constexpr simd::BinaryOp kSimd = simd::BinaryOp::Div;  // float32 rows: simd/arith.cc
   template <class M>
   M operator()(M a, M b) const {
     if constexpr (std::is_integral_v<M>) {

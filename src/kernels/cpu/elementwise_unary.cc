@@ -12,241 +12,24 @@
 // dy, the saved value and dx share one dtype and one shape; bias (C) runs along x's last axis
 // (com.microsoft FastGelu / BiasGelu).
 // Hand-written because Exp/Tanh/Sigmoid/Erf/Gelu sit on the training hot path and libm's scalar
-// calls do not vectorize: float32 goes through AVX2 versions below (exp_ps of nn_util.h ~1 ulp,
-// erf abs error < 1e-7, tanh abs error < 1e-7); float16/bfloat16 reuse them through float blocks;
+// calls do not vectorize: float32 goes through the SIMD array kernels of simd/activations.cc (exp
+// ~1 ulp, erf abs error < 1e-7, tanh abs error < 1e-7; AVX-512, AVX2 or portable, picked at
+// start-up); float16/bfloat16 reuse them through float blocks;
 // float64 and integers use scalar code. The gradients run once per activation per step: one pass
 // instead of 4-8 emitted elementwise nodes.
-#include <immintrin.h>
-
 #include <algorithm>
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/simd/simd.h"
 
 namespace onyx::runtime {
 namespace {
 
 using namespace ew;
-using nnutil::exp_ps;
 
-// ---- AVX2 float32 math ----------------------------------------------------------------------
-
-inline __m256 set1(float v) { return _mm256_set1_ps(v); }
-
-// Gelu's constants, shared by the forward and GeluGrad (and ErfGrad's 2/sqrt(pi)).
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;   // 1 / sqrt(2 pi)
-constexpr float kTwoInvSqrtPi = 1.1283791670955126f;  // 2 / sqrt(pi)
-constexpr float kTanhA = 0.79788456080286536f;        // sqrt(2 / pi)
-constexpr float kTanhB = 0.044715f;
-
-inline __m256 sigmoid_ps(__m256 x) {
-  const __m256 one = set1(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), x))));
-}
-
-// tanh: a [13/6] rational approximation for |x| < 0.625, 1 - 2/(exp(2|x|)+1) above.
-inline __m256 tanh_ps(__m256 x) {
-  const __m256 sign = set1(-0.0f), one = set1(1.0f);
-  __m256 a = _mm256_andnot_ps(sign, x);
-  __m256 x2 = _mm256_mul_ps(x, x);
-  __m256 p = set1(-2.76076847742355e-16f);
-  p = _mm256_fmadd_ps(p, x2, set1(2.00018790482477e-13f));
-  p = _mm256_fmadd_ps(p, x2, set1(-8.60467152213735e-11f));
-  p = _mm256_fmadd_ps(p, x2, set1(5.12229709037114e-08f));
-  p = _mm256_fmadd_ps(p, x2, set1(1.48572235717979e-05f));
-  p = _mm256_fmadd_ps(p, x2, set1(6.37261928875436e-04f));
-  p = _mm256_fmadd_ps(p, x2, set1(4.89352455891786e-03f));
-  p = _mm256_mul_ps(p, x);
-  __m256 q = set1(1.19825839466702e-06f);
-  q = _mm256_fmadd_ps(q, x2, set1(1.18534705686654e-04f));
-  q = _mm256_fmadd_ps(q, x2, set1(2.26843463243900e-03f));
-  q = _mm256_fmadd_ps(q, x2, set1(4.89352518554385e-03f));
-  __m256 small = _mm256_div_ps(p, q);
-  small = _mm256_blendv_ps(small, x, _mm256_cmp_ps(a, set1(4e-4f), _CMP_LT_OQ));
-  __m256 e = exp_ps(_mm256_add_ps(a, a));
-  __m256 large = _mm256_sub_ps(one, _mm256_div_ps(set1(2.0f), _mm256_add_ps(e, one)));
-  large = _mm256_or_ps(large, _mm256_and_ps(x, sign));
-  return _mm256_blendv_ps(small, large, _mm256_cmp_ps(a, set1(0.625f), _CMP_GE_OQ));
-}
-
-// erf: N. Juffa's faithfully rounded erff scheme — x + x*P(x^2) for |x| <= 0.9277 (the inner
-// branch), 1 - exp(-|x| + |x|*Q(|x|)) above (the outer branch; max abs error ~6e-8).
-constexpr float kErfOuter = 0.927734375f;
-
-inline __m256 erf_inner_ps(__m256 x) {
-  __m256 s = _mm256_mul_ps(x, x);
-  __m256 q = set1(-0x1.38e000p-11f);
-  q = _mm256_fmadd_ps(q, s, set1(0x1.471a58p-8f));
-  q = _mm256_fmadd_ps(q, s, set1(-0x1.b691b2p-6f));
-  q = _mm256_fmadd_ps(q, s, set1(0x1.ce1c44p-4f));
-  q = _mm256_fmadd_ps(q, s, set1(-0x1.812700p-2f));
-  q = _mm256_fmadd_ps(q, s, set1(0x1.06eba8p-3f));
-  return _mm256_fmadd_ps(q, x, x);
-}
-
-inline __m256 erf_outer_ps(__m256 x) {
-  const __m256 sign = set1(-0.0f);
-  __m256 t = _mm256_andnot_ps(sign, x);
-  __m256 s = _mm256_mul_ps(x, x);
-  __m256 r = _mm256_fmadd_ps(set1(-0x1.220000p-16f), t, set1(0x1.91cfb2p-12f));
-  __m256 u = _mm256_fmadd_ps(set1(-0x1.fd1438p-9f), t, set1(0x1.8d6342p-6f));
-  r = _mm256_fmadd_ps(r, s, u);
-  r = _mm256_fmadd_ps(r, t, set1(-0x1.b55cb8p-4f));
-  r = _mm256_fmadd_ps(r, t, set1(-0x1.450aa0p-1f));
-  r = _mm256_fmadd_ps(r, t, set1(-0x1.079d0cp-3f));
-  r = _mm256_fmsub_ps(r, t, t);
-  __m256 large = _mm256_sub_ps(set1(1.0f), exp_ps(r));
-  return _mm256_or_ps(large, _mm256_and_ps(x, sign));
-}
-
-// Lanes taking the outer branch (false for NaN, which takes the inner one).
-inline __m256 erf_outer_mask(__m256 x) {
-  return _mm256_cmp_ps(_mm256_andnot_ps(set1(-0.0f), x), set1(kErfOuter), _CMP_GT_OQ);
-}
-
-// One vector: the outer branch only when a lane needs it.
-inline __m256 erf_ps(__m256 x) {
-  __m256 outer = erf_outer_mask(x);
-  __m256 small = erf_inner_ps(x);
-  if (_mm256_movemask_ps(outer) == 0) return small;
-  return _mm256_blendv_ps(small, erf_outer_ps(x), outer);
-}
-
-// For an 8-bit lane mask: the indices of its set lanes first (then zeros), for
-// _mm256_permutevar8x32 to pack those lanes to the front of a vector.
-struct LaneCompaction {
-  alignas(32) int32_t perm[256][8] = {};
-  constexpr LaneCompaction() {
-    for (int m = 0; m < 256; m++) {
-      int k = 0;
-      for (int b = 0; b < 8; b++)
-        if ((m >> b) & 1) perm[m][k++] = b;
-    }
-  }
-};
-constexpr LaneCompaction kLaneCompaction{};
-
-// e[i] = erf(u[i]) over an array (u == e allowed), blocks of kB elements. The inner polynomial
-// runs on every vector. The outer branch (an exp and 7 FMAs: two thirds of erf_ps's work) runs
-// only in blocks where some lane needs it, and there on those lanes alone: they are packed 8 to
-// a vector with their positions (a branch-free permute per input vector), computed together and
-// scattered back. Its cost follows the share of lanes that take it — in GELU, |x| > 1.31: none
-// in most blocks early in training, ~1/5 for N(0,1) inputs. Every lane gets exactly erf_ps's
-// arithmetic, so results are bit-identical to it.
-inline void erf_array(const float* u, float* e, int64_t n) {
-  constexpr int64_t kB = 512;
-  alignas(32) float cu[kB + 8];
-  alignas(32) int32_t ci[kB + 8];
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int64_t b0 = 0; b0 < n; b0 += kB) {
-    const int64_t m = std::min(kB, n - b0), full = m & ~int64_t(7);
-    const float* ub = u + b0;
-    float* eb = e + b0;
-    alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // zero-padded: zeros stay inner
-    for (int64_t j = full; j < m; j++) tail[j - full] = ub[j];
-    __m256 any = erf_outer_mask(_mm256_load_ps(tail));
-    for (int64_t i = 0; i < full; i += 8)
-      any = _mm256_or_ps(any, erf_outer_mask(_mm256_loadu_ps(ub + i)));
-    int64_t cnt = 0;
-    if (_mm256_movemask_ps(any) == 0) {
-      for (int64_t i = 0; i < full; i += 8)
-        _mm256_storeu_ps(eb + i, erf_inner_ps(_mm256_loadu_ps(ub + i)));
-    } else {
-      auto queue = [&](__m256 x, int64_t i) {  // packs x's outer lanes and their positions
-        int mask = _mm256_movemask_ps(erf_outer_mask(x));
-        __m256i p = _mm256_load_si256((const __m256i*)kLaneCompaction.perm[mask]);
-        _mm256_storeu_ps(cu + cnt, _mm256_permutevar8x32_ps(x, p));
-        __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int32_t)i), lanes);
-        _mm256_storeu_si256((__m256i*)(ci + cnt), _mm256_permutevar8x32_epi32(idx, p));
-        cnt += __builtin_popcount(mask);
-      };
-      for (int64_t i = 0; i < full; i += 8) {
-        __m256 x = _mm256_loadu_ps(ub + i);
-        queue(x, i);
-        _mm256_storeu_ps(eb + i, erf_inner_ps(x));
-      }
-      if (full < m) queue(_mm256_load_ps(tail), full);
-    }
-    if (full < m) {
-      _mm256_store_ps(tail, erf_inner_ps(_mm256_load_ps(tail)));
-      for (int64_t j = full; j < m; j++) eb[j] = tail[j - full];
-    }
-    if (cnt == 0) continue;
-    _mm256_storeu_ps(cu + cnt, _mm256_setzero_ps());  // defined values in the last vector
-    for (int64_t j = 0; j < cnt; j += 8)
-      _mm256_store_ps(cu + j, erf_outer_ps(_mm256_load_ps(cu + j)));
-    for (int64_t j = 0; j < cnt; j++) eb[ci[j]] = cu[j];
-  }
-}
-
-// gelu(x) = 0.5 x (1 + erf(x / sqrt 2))
-inline __m256 gelu_erf_ps(__m256 x) {
-  __m256 e = erf_ps(_mm256_mul_ps(x, set1(kInvSqrt2)));
-  return _mm256_mul_ps(_mm256_mul_ps(set1(0.5f), x), _mm256_add_ps(set1(1.0f), e));
-}
-
-// gelu_erf_ps over an array (x == y allowed), bit-identical to it. Blocks where no lane needs
-// erf's outer branch (the common case: |x| <= 1.31 everywhere) run in one pass of registers;
-// the others go through erf_array's lane packing.
-inline void gelu_erf_array(const float* x, float* y, int64_t n) {
-  constexpr int64_t kB = 512;
-  alignas(32) float e[kB];
-  const __m256 c = set1(kInvSqrt2), half = set1(0.5f), one = set1(1.0f);
-  auto gelu = [&](__m256 v, __m256 erf_u) {
-    return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, erf_u));
-  };
-  for (int64_t b0 = 0; b0 < n; b0 += kB) {
-    const int64_t m = std::min(kB, n - b0), full = m & ~int64_t(7);
-    const float* xb = x + b0;
-    float* yb = y + b0;
-    __m256 any = _mm256_setzero_ps();
-    for (int64_t i = 0; i < full; i += 8)
-      any = _mm256_or_ps(any, erf_outer_mask(_mm256_mul_ps(_mm256_loadu_ps(xb + i), c)));
-    if (_mm256_movemask_ps(any) == 0) {
-      for (int64_t i = 0; i < full; i += 8) {
-        __m256 v = _mm256_loadu_ps(xb + i);
-        _mm256_storeu_ps(yb + i, gelu(v, erf_inner_ps(_mm256_mul_ps(v, c))));
-      }
-    } else {
-      for (int64_t i = 0; i < full; i += 8)
-        _mm256_store_ps(e + i, _mm256_mul_ps(_mm256_loadu_ps(xb + i), c));
-      erf_array(e, e, full);
-      for (int64_t i = 0; i < full; i += 8)
-        _mm256_storeu_ps(yb + i, gelu(_mm256_loadu_ps(xb + i), _mm256_load_ps(e + i)));
-    }
-    if (full < m) {  // the tail through a zero-padded vector
-      alignas(32) float buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int64_t j = full; j < m; j++) buf[j - full] = xb[j];
-      __m256 v = _mm256_load_ps(buf);
-      _mm256_store_ps(buf, gelu(v, erf_ps(_mm256_mul_ps(v, c))));
-      for (int64_t j = full; j < m; j++) yb[j] = buf[j - full];
-    }
-  }
-}
-
-// 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as x * sigmoid(2u), which
-// is the same function without the cancellation of 1 + tanh(u) for negative x.
-inline __m256 gelu_tanh_ps(__m256 x) {
-  __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-  __m256 u = _mm256_mul_ps(set1(kTanhA), _mm256_fmadd_ps(set1(kTanhB), x3, x));
-  __m256 e = exp_ps(_mm256_mul_ps(set1(-2.0f), u));
-  return _mm256_div_ps(x, _mm256_add_ps(set1(1.0f), e));
-}
-
-// y[i] = f(x[i]) over 8-lane vectors; the tail goes through a padded buffer so every element
-// sees the same arithmetic. x == y is allowed.
-template <class VF>
-inline void vec_map(const float* x, float* y, int64_t n, VF f) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(x + i)));
-  if (i < n) {
-    alignas(32) float buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t j = 0; j < n - i; j++) buf[j] = x[i + j];
-    _mm256_store_ps(buf, f(_mm256_load_ps(buf)));
-    for (int64_t j = 0; j < n - i; j++) y[i + j] = buf[j];
-  }
-}
+// The float32 array math (exp, tanh, sigmoid, silu, sqrt, erf, gelu) and the fused gradients
+// block formulas live in kernels/cpu/simd/activations.cc, one copy per SIMD path.
 
 // ---- unary ops ------------------------------------------------------------------------------
 // Each op: `M operator()(M x)` on the math type (float for float16/bfloat16, the type itself
@@ -325,16 +108,14 @@ struct Sqrt {
   M operator()(M x) const {
     return std::sqrt(x);
   }
-  void f32(const float* x, float* y, int64_t n) const {
-    vec_map(x, y, n, [](__m256 v) { return _mm256_sqrt_ps(v); });
-  }
+  void f32(const float* x, float* y, int64_t n) const { simd::sqrt(x, y, n); }
 };
 struct Exp {
   template <class M>
   M operator()(M x) const {
     return std::exp(x);
   }
-  void f32(const float* x, float* y, int64_t n) const { vec_map(x, y, n, exp_ps); }
+  void f32(const float* x, float* y, int64_t n) const { simd::exp(x, y, n); }
 };
 struct Log {
   template <class M>
@@ -347,30 +128,29 @@ struct Tanh {
   M operator()(M x) const {
     return std::tanh(x);
   }
-  void f32(const float* x, float* y, int64_t n) const { vec_map(x, y, n, tanh_ps); }
+  void f32(const float* x, float* y, int64_t n) const { simd::tanh(x, y, n); }
 };
 struct Sigmoid {
   template <class M>
   M operator()(M x) const {
     return M(1) / (M(1) + std::exp(-x));
   }
-  void f32(const float* x, float* y, int64_t n) const { vec_map(x, y, n, sigmoid_ps); }
+  void f32(const float* x, float* y, int64_t n) const { simd::sigmoid(x, y, n); }
 };
 // onyx.Silu (silu_fusion.cc): x · sigmoid(x), one pass instead of Sigmoid + Mul.
-inline __m256 silu_ps(__m256 x) { return _mm256_mul_ps(x, sigmoid_ps(x)); }
 struct Silu {
   template <class M>
   M operator()(M x) const {
     return x / (M(1) + std::exp(-x));
   }
-  void f32(const float* x, float* y, int64_t n) const { vec_map(x, y, n, silu_ps); }
+  void f32(const float* x, float* y, int64_t n) const { simd::silu(x, y, n); }
 };
 struct Erf {
   template <class M>
   M operator()(M x) const {
     return std::erf(x);
   }
-  void f32(const float* x, float* y, int64_t n) const { erf_array(x, y, n); }
+  void f32(const float* x, float* y, int64_t n) const { simd::erf(x, y, n); }
 };
 struct Gelu {
   bool tanh_form = false;
@@ -384,9 +164,9 @@ struct Gelu {
   }
   void f32(const float* x, float* y, int64_t n) const {
     if (tanh_form)
-      vec_map(x, y, n, gelu_tanh_ps);
+      simd::gelu_tanh(x, y, n);
     else
-      gelu_erf_array(x, y, n);
+      simd::gelu_erf(x, y, n);
   }
 };
 
@@ -623,85 +403,7 @@ void add_bias_gelu(KernelRegistry& r, const char* name, bool tanh_form, bool bia
 // comment). float32 works in blocks of kGradBlock so the erf / exp above are used and every other
 // loop vectorizes; float16/bfloat16 go through the same float blocks; float64 is scalar.
 
-constexpr int64_t kGradBlock = 512;
-
-// Per-block float32 formulas (n <= kGradBlock; dx may alias dy, never x).
-// (GCC cannot see that the simd loops fill e[0..n) before erf_array / the exp map read it.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-// gelu(x) = 0.5 x (1 + erf(x/sqrt2));  gelu'(x) = 0.5 (1 + erf(x/sqrt2)) + x exp(-x^2/2)/sqrt(2pi)
-void gelu_erf_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
-  alignas(32) float e[kGradBlock], g[kGradBlock];
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    e[i] = x[i] * kInvSqrt2;
-    g[i] = -0.5f * x[i] * x[i];
-  }
-  erf_array(e, e, n);
-  vec_map(g, g, n, exp_ps);
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++)
-    dx[i] = dy[i] * (0.5f * (1.0f + e[i]) + x[i] * g[i] * kInvSqrt2Pi);
-}
-
-// The forward computes 0.5 x (1 + tanh u) as x s with s = sigmoid(2u), u = a (x + b x^3);
-// gelu'(x) = s + x s (1 - s) 2 u',  u' = a (1 + 3 b x^2). No cancellation for negative x.
-void gelu_tanh_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
-  alignas(32) float e[kGradBlock];
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    e[i] = -2.0f * kTanhA * (v + kTanhB * v * v * v);
-  }
-  vec_map(e, e, n, exp_ps);
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    float s = 1.0f / (1.0f + e[i]);
-    float du = 2.0f * kTanhA * (1.0f + 3.0f * kTanhB * v * v);
-    dx[i] = dy[i] * (s + v * s * (1.0f - s) * du);
-  }
-}
-
-// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) = 1 / (1 + exp(-x)).
-void silu_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
-  alignas(32) float e[kGradBlock];
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) e[i] = -x[i];
-  vec_map(e, e, n, exp_ps);
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    float s = 1.0f / (1.0f + e[i]);
-    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
-  }
-}
-
-void erf_grad_block(const float* dy, const float* x, float* dx, int64_t n) {
-  alignas(32) float e[kGradBlock];
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) e[i] = -x[i] * x[i];
-  vec_map(e, e, n, exp_ps);
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * kTwoInvSqrtPi * e[i];
-}
-
-#pragma GCC diagnostic pop
-
-void relu_grad_block(const float* dy, const float* y, float* dx, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-}
-
-void sigmoid_grad_block(const float* dy, const float* y, float* dx, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
-}
-
-void tanh_grad_block(const float* dy, const float* y, float* dx, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
-}
+using simd::kGradBlock;
 
 // float64 scalar formulas.
 double gelu_erf_grad(double dy, double x) {
@@ -908,22 +610,22 @@ void register_unary_kernels(KernelRegistry& r) {
       r, "GeluGrad", /*with_bias=*/true,
       [](const KernelContext& c) -> std::pair<BlockFn, ScalarFn> {
         std::string approx = c.node.attr_string("approximate", "none");
-        if (approx == "tanh") return {gelu_tanh_grad_block, gelu_tanh_grad};
+        if (approx == "tanh") return {simd::gelu_tanh_grad, gelu_tanh_grad};
         if (approx != "none") ONYX_UNSUPPORTED(c.node.describe(), ": approximate='", approx, "'");
-        return {gelu_erf_grad_block, gelu_erf_grad};
+        return {simd::gelu_erf_grad, gelu_erf_grad};
       },
       kGrainMath);
   add_grad_kernel(
       r, "ErfGrad", false,
       [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
-        return {erf_grad_block,
+        return {simd::erf_grad,
                 [](double dy, double x) { return dy * 1.12837916709551257390 * std::exp(-x * x); }};
       },
       kGrainMath);
   add_grad_kernel(
       r, "SiluGrad", false,
       [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
-        return {silu_grad_block, [](double dy, double x) {
+        return {simd::silu_grad, [](double dy, double x) {
                   double s = 1.0 / (1.0 + std::exp(-x));
                   return dy * s * (1.0 + x * (1.0 - s));
                 }};
@@ -932,28 +634,28 @@ void register_unary_kernels(KernelRegistry& r) {
   add_grad_kernel(
       r, "ReluGrad", false,
       [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
-        return {relu_grad_block, [](double dy, double y) { return y > 0 ? dy : 0.0; }};
+        return {simd::relu_grad, [](double dy, double y) { return y > 0 ? dy : 0.0; }};
       },
       kGrain);
   add_grad_kernel(
       r, "SigmoidGrad", false,
       [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
-        return {sigmoid_grad_block, [](double dy, double y) { return dy * y * (1.0 - y); }};
+        return {simd::sigmoid_grad, [](double dy, double y) { return dy * y * (1.0 - y); }};
       },
       kGrain);
   add_grad_kernel(
       r, "TanhGrad", false,
       [](const KernelContext&) -> std::pair<BlockFn, ScalarFn> {
-        return {tanh_grad_block, [](double dy, double y) { return dy * (1.0 - y * y); }};
+        return {simd::tanh_grad, [](double dy, double y) { return dy * (1.0 - y * y); }};
       },
       kGrain);
 }
 
 // Exposed for the kernel tests: float32 vector math against libm.
 namespace ew {
-void erf_f32(const float* x, float* y, int64_t n) { erf_array(x, y, n); }
-void exp_f32(const float* x, float* y, int64_t n) { vec_map(x, y, n, exp_ps); }
-void tanh_f32(const float* x, float* y, int64_t n) { vec_map(x, y, n, tanh_ps); }
+void erf_f32(const float* x, float* y, int64_t n) { simd::erf(x, y, n); }
+void exp_f32(const float* x, float* y, int64_t n) { simd::exp(x, y, n); }
+void tanh_f32(const float* x, float* y, int64_t n) { simd::tanh(x, y, n); }
 }  // namespace ew
 
 }  // namespace onyx::runtime

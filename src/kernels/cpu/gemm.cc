@@ -24,6 +24,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "kernels/cpu/simd/dispatch.h"
 #include "onyx/dtype.h"
 #include "onyx/error.h"
 #include "runtime/parallel.h"
@@ -251,7 +252,7 @@ bool cpu_has_avx512_bf16() {
 }
 
 void f32_to_bf16(const float* x, uint16_t* y, int64_t n) {
-  const bool fast = cpu_has_avx512_bf16();
+  const bool fast = simd::native_bf16_conversions();
   runtime::parallel_for(n, kConvertGrain, [&](int64_t b, int64_t e) {
     if (fast)
       f32_to_bf16_avx512(x + b, y + b, e - b);

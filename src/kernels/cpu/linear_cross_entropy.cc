@@ -24,16 +24,17 @@
 // the FLOPs), and because the unfused graph materializes logits, their copies and their gradient
 // (N × V × 4 bytes each, 400 MB at N = 2048). Rows are processed in chunks of R non-ignored rows
 // (ignored rows are skipped entirely): per chunk one sgemm for the logits, one row pass (max,
-// exp-sum, loss, softmax − onehot in place), one sgemm for dH and one accumulating into dW. With
-// gradients, each thread takes its own contiguous range of rows (single-threaded GEMMs, a private
-// dW partial added in thread order at the end); otherwise each GEMM and row pass is threaded.
-// Results are deterministic for a thread count. float32, or W bfloat16 (a frozen LM head stored in
-// bf16, models/lora.h store_frozen_weights_bf16; then no dW): the logits and dH GEMMs take bf16
-// inputs — H rows and dlogits rounded per chunk — with float32 accumulation (gemm_f32_bf16); the
-// softmax, loss and dlogits stay float32. Under mixed precision (KernelContext::bf16_gemm) a
-// float32 W is rounded to bf16 once per call and the same GEMMs run, dW's too (gemm_as_bf16).
-// On gpt2-tiny's head (N = 2040, C = 256, V = 50257, 2 threads, quiet machine) the kernel runs at
-// ≈ 186 GFLOP/s, ≈ 95% of the same chunk GEMMs timed alone.
+// exp-sum, loss, softmax − onehot in place: the SIMD row kernels of simd/simd.h and simd/nn.h,
+// AVX-512, AVX2 or portable code by run-time dispatch), one sgemm for dH and one accumulating into
+// dW. With gradients, each thread takes its own contiguous range of rows (single-threaded GEMMs, a
+// private dW partial added in thread order at the end); otherwise each GEMM and row pass is
+// threaded. Results are deterministic for a thread count. float32, or W bfloat16 (a frozen LM head
+// stored in bf16, models/lora.h store_frozen_weights_bf16; then no dW): the logits and dH GEMMs
+// take bf16 inputs — H rows and dlogits rounded per chunk — with float32 accumulation
+// (gemm_f32_bf16); the softmax, loss and dlogits stay float32. Under mixed precision
+// (KernelContext::bf16_gemm) a float32 W is rounded to bf16 once per call and the same GEMMs run,
+// dW's too (gemm_as_bf16). On gpt2-tiny's head (N = 2040, C = 256, V = 50257, 2 threads, quiet
+// machine) the kernel runs at ≈ 186 GFLOP/s, ≈ 95% of the same chunk GEMMs timed alone.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -43,14 +44,13 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/simd/nn.h"
+#include "kernels/cpu/simd/simd.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
 namespace onyx::runtime {
 namespace {
-
-using namespace nnutil;
 
 struct LceDims {
   int64_t N, C, V;
@@ -129,25 +129,16 @@ int64_t chunk_rows(const ir::Node& node, int64_t V) {
 // `grad` (else it is left scratched). Returns the row's loss term.
 inline double lce_row(float* z, int64_t V, int64_t t, const float* bias, float eps, bool grad,
                       float scale) {
-  if (bias) {
-    int64_t i = 0;
-    for (; i + 8 <= V; i += 8)
-      _mm256_storeu_ps(z + i, _mm256_add_ps(_mm256_loadu_ps(z + i), _mm256_loadu_ps(bias + i)));
-    for (; i < V; i++) z[i] += bias[i];
-  }
+  if (bias) simd::row_add(z, bias, V);
   float zt = z[t];
-  float mean_z = eps != 0.0f ? row_sum(z, V) / (float)V : 0.0f;
-  float m = row_max(z, V);
-  float s = row_sum_exp(z, V, m, grad ? z : nullptr);  // z := exp(z − m) when grad
+  float mean_z = eps != 0.0f ? simd::row_sum(z, V) / (float)V : 0.0f;
+  float m = simd::row_max(z, V);
+  float s = simd::row_sum_exp(z, V, m, grad ? z : nullptr);  // z := exp(z − m) when grad
   double lse = (double)m + std::log((double)s);
   double loss = (1.0 - eps) * (lse - zt) + (double)eps * (lse - mean_z);
   if (grad) {
     // dlogits = (e / s − ε/V) · scale, then − (1−ε) · scale at the target.
-    __m256 va = _mm256_set1_ps(scale / s), vb = _mm256_set1_ps(eps / (float)V * scale);
-    int64_t i = 0;
-    for (; i + 8 <= V; i += 8)
-      _mm256_storeu_ps(z + i, _mm256_fmsub_ps(_mm256_loadu_ps(z + i), va, vb));
-    for (; i < V; i++) z[i] = z[i] * (scale / s) - eps / (float)V * scale;
+    simd::row_mul_sub(z, V, scale / s, eps / (float)V * scale);
     z[t] -= (1.0f - eps) * scale;
   }
   return loss;

@@ -12,14 +12,15 @@
 // the opsets models import, and oneDNN's eltwise primitives take one tensor. Unfused, SwiGLU is
 // onyx.Silu + Mul (two passes over F-wide activations, three backward nodes) and rotary is two
 // Slices (or a Split), Neg, Concat, two Muls and an Add per q and k (seven (B,h,T,hd) temporaries
-// forward, more backward); fused each is one pass. float32 is AVX2 (exp_ps of nn_util.h, as
-// onyx.Silu); other float types compute in double per element. Both are threaded over fixed
+// forward, more backward); fused each is one pass. float32 runs the SIMD kernels of simd/nn.h
+// (simd/llama.cc: AVX-512, AVX2 or portable code by run-time dispatch; SwiGLU's sigmoid is
+// onyx.Silu's); other float types compute in double per element. Both are threaded over fixed
 // element/row ranges, so results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/simd/nn.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
@@ -31,66 +32,6 @@ using namespace nnutil;
 constexpr int64_t kGrainMath = 4096;  // elements per parallel chunk (exp per element)
 
 // ---- onyx.SwiGLU --------------------------------------------------------------------------------
-
-inline __m256 sigmoid8(__m256 g) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-}
-
-// Runs f on 8-float vectors over [0, n): full vectors in place, the tail through zero-padded
-// copies of `ins` into lanes of `outs` (so tails round as the vector body does). Every output
-// element k is written after every input element k is read.
-template <int NI, int NO, class F>
-void vec8(int64_t n, const float* const (&ins)[NI], float* const (&outs)[NO], F&& f) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 a[NI], o[NO];
-    for (int k = 0; k < NI; k++) a[k] = _mm256_loadu_ps(ins[k] + i);
-    f(a, o);
-    for (int k = 0; k < NO; k++) _mm256_storeu_ps(outs[k] + i, o[k]);
-  }
-  if (i == n) return;
-  alignas(32) float buf[NI > NO ? NI : NO][8];
-  __m256 a[NI], o[NO];
-  for (int k = 0; k < NI; k++) {
-    std::memset(buf[k], 0, sizeof(buf[k]));
-    std::memcpy(buf[k], ins[k] + i, (size_t)(n - i) * sizeof(float));
-    a[k] = _mm256_load_ps(buf[k]);
-  }
-  f(a, o);
-  for (int k = 0; k < NO; k++) {
-    _mm256_store_ps(buf[k], o[k]);
-    std::memcpy(outs[k] + i, buf[k], (size_t)(n - i) * sizeof(float));
-  }
-}
-
-void swiglu_f32(const float* g, const float* u, float* y, int64_t n) {
-  vec8<2, 1>(n, {g, u}, {y}, [](const __m256* a, __m256* o) {
-    o[0] = _mm256_mul_ps(_mm256_mul_ps(a[0], sigmoid8(a[0])), a[1]);
-  });
-}
-
-// In blocks, with the arithmetic of the unfused onyx.Silu + Mul backward (SiluGrad of
-// elementwise_unary.cc on dy * up): the same roundings, so fusing does not change the gradients.
-constexpr int64_t kBlock = 512;
-void swiglu_grad_f32(const float* dy, const float* g, const float* u, float* dg, float* du,
-                     int64_t n) {
-  alignas(32) float e[kBlock];
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
-    for (int64_t i = 0; i < m; i++) e[i] = -g[b + i];
-    vec8<1, 1>(m, {e}, {e}, [](const __m256* a, __m256* o) { o[0] = exp_ps(a[0]); });
-#pragma omp simd
-    for (int64_t i = 0; i < m; i++) {
-      const int64_t k = b + i;
-      float s = 1.0f / (1.0f + e[i]);
-      float d = dy[k], x = g[k], v = u[k];
-      float da = d * v;  // d silu(g)
-      du[k] = d * (x * s);
-      dg[k] = da * s * (1.0f + x * (1.0f - s));
-    }
-  }
-}
 
 void check_same(const ir::Node& node, const TensorMeta& a, const TensorMeta& b, const char* an,
                 const char* bn) {
@@ -114,7 +55,7 @@ OpKernel make_swiglu_kernel() {
       const float *g = gt.data<float>(), *u = ut.data<float>();
       float* y = yt.data<float>();
       parallel_for(n, kGrainMath,
-                   [&](int64_t b, int64_t e) { swiglu_f32(g + b, u + b, y + b, e - b); });
+                   [&](int64_t b, int64_t e) { simd::swiglu(g + b, u + b, y + b, e - b); });
       return;
     }
     dispatch(gt.dtype(), kFloats, ctx.node, [&](auto tag) {
@@ -155,8 +96,10 @@ OpKernel make_swiglu_grad_kernel() {
     if (gt.dtype() == DType::Float32) {
       const float *dy = dyt.data<float>(), *g = gt.data<float>(), *u = ut.data<float>();
       float *dg = dgt.data<float>(), *du = dut->data<float>();
+      // The arithmetic of the unfused onyx.Silu + Mul backward (SiluGrad on dy * up): the same
+      // roundings, so fusing does not change the gradients.
       parallel_for(n, kGrainMath, [&](int64_t b, int64_t e) {
-        swiglu_grad_f32(dy + b, g + b, u + b, dg + b, du + b, e - b);
+        simd::swiglu_grad(dy + b, g + b, u + b, dg + b, du + b, e - b);
       });
       return;
     }
@@ -225,42 +168,9 @@ RotaryLayout rotary_layout(const ir::Node& node, const Shape& x, const Shape& co
 }
 
 // y = x * c + rotate_half(x) * s for one row; the backward's dx is the same with the transposed
-// rotation: dx1 = dy1 c1 + dy2 s2, dx2 = dy2 c2 - dy1 s1 (TRANSPOSED).
-// No FMA contraction (-mfma would fuse the products into the sums): each product and sum is
-// rounded as the unfused Mul / Add nodes round it, so fusing does not change the results.
-template <bool TRANSPOSED>
-__attribute__((optimize("fp-contract=off"))) void rotary_row_f32(const float* x, const float* c,
-                                                                 const float* s, float* y,
-                                                                 int64_t D) {
-  const int64_t h = D / 2;
-  int64_t i = 0;
-  for (; i + 8 <= h; i += 8) {
-    __m256 x1 = _mm256_loadu_ps(x + i), x2 = _mm256_loadu_ps(x + h + i);
-    __m256 c1 = _mm256_loadu_ps(c + i), c2 = _mm256_loadu_ps(c + h + i);
-    __m256 s1 = _mm256_loadu_ps(s + i), s2 = _mm256_loadu_ps(s + h + i);
-    __m256 y1, y2;
-    if (TRANSPOSED) {
-      y1 = _mm256_add_ps(_mm256_mul_ps(x1, c1), _mm256_mul_ps(x2, s2));
-      y2 = _mm256_sub_ps(_mm256_mul_ps(x2, c2), _mm256_mul_ps(x1, s1));
-    } else {
-      y1 = _mm256_sub_ps(_mm256_mul_ps(x1, c1), _mm256_mul_ps(x2, s1));
-      y2 = _mm256_add_ps(_mm256_mul_ps(x2, c2), _mm256_mul_ps(x1, s2));
-    }
-    _mm256_storeu_ps(y + i, y1);
-    _mm256_storeu_ps(y + h + i, y2);
-  }
-  for (; i < h; i++) {
-    float x1 = x[i], x2 = x[h + i];
-    if (TRANSPOSED) {
-      y[i] = x1 * c[i] + x2 * s[h + i];
-      y[h + i] = x2 * c[h + i] - x1 * s[i];
-    } else {
-      y[i] = x1 * c[i] - x2 * s[i];
-      y[h + i] = x2 * c[h + i] + x1 * s[h + i];
-    }
-  }
-}
-
+// rotation: dx1 = dy1 c1 + dy2 s2, dx2 = dy2 c2 - dy1 s1 (TRANSPOSED). float32 rows run
+// simd::rotary_row / rotary_grad_row (each product and sum rounded as the unfused Mul / Add nodes
+// round it, no FMA contraction, so fusing does not change the results); this is the generic row.
 template <bool TRANSPOSED, class T>
 void rotary_row_generic(const T* x, const T* c, const T* s, T* y, int64_t D) {
   const int64_t h = D / 2;
@@ -290,7 +200,8 @@ void rotary_apply(const ir::Node& node, const Tensor& xt, const Tensor& ct, cons
       for (int64_t r = b; r < e; r++) {
         int64_t t = L.table_offset(r);
         if constexpr (std::is_same_v<T, float>)
-          rotary_row_f32<TRANSPOSED>(x + r * D, c + t, s + t, y + r * D, D);
+          (TRANSPOSED ? simd::rotary_grad_row : simd::rotary_row)(x + r * D, c + t, s + t,
+                                                                  y + r * D, D);
         else
           rotary_row_generic<TRANSPOSED, T>(x + r * D, c + t, s + t, y + r * D, D);
       }

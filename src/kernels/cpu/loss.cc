@@ -7,15 +7,18 @@
 // Hand-written because the LM-head loss over (B·T, vocab) float32 logits is a hot path: rows are
 // threaded, and when log_prob is not requested the [tokens × vocab] log-softmax is never
 // materialized (one max pass and one exp-sum pass per row, then the target's logit; the gradient
-// recomputes the softmax row the same way, AVX2 through nn_util.h). Mean reduction divides by the
-// sum of the weights of non-ignored targets (their count without weights). Other float types
-// compute in double.
+// recomputes the softmax row the same way; float32 class rows run the SIMD row kernels of
+// simd/simd.h and simd/nn.h: AVX-512, AVX2 or portable code by run-time dispatch). Mean reduction
+// divides by the sum of the weights of non-ignored targets (their count without weights). Other
+// float types compute in double.
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/simd/nn.h"
+#include "kernels/cpu/simd/simd.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
@@ -140,15 +143,15 @@ void loss_compute(KernelContext& ctx) {
             int64_t n = q;
             const T* xn = xp + n * d.C * d.D;
             if constexpr (std::is_same_v<T, float>) {
-              if (d.D == 1) {  // contiguous class row: AVX2
+              if (d.D == 1) {  // contiguous class row: SIMD
                 int64_t c = tgt[n];
                 double lpc = 0;
                 if (lp) {
-                  log_softmax_row(xn, lp + n * d.C, d.C);
+                  simd::log_softmax_row(xn, lp + n * d.C, d.C);
                   if (c >= 0) lpc = lp[n * d.C + c];
                 } else if (c >= 0) {
-                  float m = row_max(xn, d.C);
-                  float ls = std::log(row_sum_exp(xn, d.C, m, nullptr));
+                  float m = simd::row_max(xn, d.C);
+                  float ls = std::log(simd::row_sum_exp(xn, d.C, m, nullptr));
                   lpc = (double)((xn[c] - m) - ls);
                 }
                 double wc = c < 0 ? 0.0 : (w ? weights[c] : 1.0);
@@ -251,15 +254,6 @@ void loss_coefficients(const KernelContext& ctx, int labels_input, int64_t C,
   for (int64_t q = 0; q < M; q++) coef[q] *= g;
 }
 
-// dx = coef * exp(lp) over one row (lp <= 0).
-inline void scaled_exp_row(const float* lp, float* dx, int64_t n, float coef) {
-  __m256 vc = _mm256_set1_ps(coef);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dx + i, _mm256_mul_ps(exp8(_mm256_loadu_ps(lp + i)), vc));
-  for (; i < n; i++) dx[i] = std::exp(lp[i]) * coef;
-}
-
 // Inputs: dloss, X (logits, or log_prob when attribute log_prob=1), labels, [weights].
 // dX[n, c, j] = coef[n, j] * (softmax(X)[n, c, j] - [c == t[n, j]]).
 OpKernel make_sce_grad_kernel() {
@@ -299,11 +293,11 @@ OpKernel make_sce_grad_kernel() {
               }
               float cf = (float)coef[n];
               if (is_lp) {
-                scaled_exp_row(xn, dn, C, cf);
+                simd::scaled_exp_row(xn, dn, C, cf);  // dx = coef * exp(lp)
               } else {
-                float m = row_max(xn, C);
-                float sum = row_sum_exp(xn, C, m, dn);
-                row_scale(dn, C, cf / sum);
+                float m = simd::row_max(xn, C);
+                float sum = simd::row_sum_exp(xn, C, m, dn);
+                simd::row_scale(dn, C, cf / sum);
               }
               dn[c] -= cf;
               continue;

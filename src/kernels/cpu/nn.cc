@@ -9,12 +9,15 @@
 //   DropoutGrad(dy, mask, [ratio], [training]) dx = dy * mask / (1 - ratio)
 //   BatchNormGrad(dy, x, scale, mean, var)     -> dx, dscale, dbias (training or inference mode)
 // Hand-written because softmax, LayerNorm and RMSNorm, forward and backward, sit on the transformer
-// hot path: float32 rows are processed with AVX2 (nn_util.h: max-subtracted exp, two-pass
-// mean/variance) and threaded over rows; other float types convert through float32 or compute in
-// double. Dropout in training mode draws from
+// hot path: float32 rows are threaded over rows here and processed by the SIMD row kernels of
+// simd/nn.h (simd/softmax.cc: max-subtracted exp; simd/norm.cc: two-pass mean/variance), which
+// run AVX-512, AVX2 or portable code by run-time dispatch; other float types convert through
+// float32 or compute in double. Dropout in training mode draws from
 // Philox4x32-10 keyed on the run seed, the node's seed attribute and the node's output name (or
 // its rng_key attribute, which recomputed clones carry), indexed by element, so masks do not
 // depend on the thread count (DESIGN decision 10).
+#include "kernels/cpu/simd/nn.h"
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -126,9 +129,9 @@ void softmax_f32(const float* x, float* y, SoftmaxDims d) {  // x, y (O,R,I)
     parallel_for(d.O, rows_grain(d.R), [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; o++) {
         if constexpr (LOG)
-          log_softmax_row(x + o * d.R, y + o * d.R, d.R);
+          simd::log_softmax_row(x + o * d.R, y + o * d.R, d.R);
         else
-          softmax_row(x + o * d.R, y + o * d.R, d.R);
+          simd::softmax_row(x + o * d.R, y + o * d.R, d.R);
       }
     });
     return;
@@ -146,21 +149,8 @@ void softmax_f32(const float* x, float* y, SoftmaxDims d) {  // x, y (O,R,I)
 #pragma omp simd
         for (int64_t j = 0; j < d.I; j++) mp[j] = xr[j] > mp[j] ? xr[j] : mp[j];
       }
-      for (int64_t r = 0; r < d.R; r++) {
-        const float* xr = xo + r * d.I;
-        float* yr = yo + r * d.I;
-        int64_t j = 0;
-        for (; j + 8 <= d.I; j += 8) {
-          __m256 ev = exp8(_mm256_sub_ps(_mm256_loadu_ps(xr + j), _mm256_loadu_ps(mp + j)));
-          if (!LOG) _mm256_storeu_ps(yr + j, ev);
-          _mm256_storeu_ps(sp + j, _mm256_add_ps(_mm256_loadu_ps(sp + j), ev));
-        }
-        for (; j < d.I; j++) {
-          float ev = std::exp(xr[j] - mp[j]);
-          if (!LOG) yr[j] = ev;
-          sp[j] += ev;
-        }
-      }
+      for (int64_t r = 0; r < d.R; r++)
+        simd::softmax_cols_exp(xo + r * d.I, mp, LOG ? nullptr : yo + r * d.I, sp, d.I);
       if constexpr (LOG) {
         for (int64_t j = 0; j < d.I; j++) sp[j] = std::log(sp[j]);
         for (int64_t r = 0; r < d.R; r++) {
@@ -236,46 +226,15 @@ OpKernel make_softmax_kernel() {
 // Attributes: axis (default -1); flatten = 1 for the opset < 13 semantics of the forward (the
 // input coerced to 2-D at `axis`), which the gradient rule sets for a forward below opset 13.
 
-// dx = y * (dy - dot(dy, y)) over one contiguous row.
-inline void softmax_grad_row(const float* dy, const float* y, float* dx, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(y + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(dy + i + 8), _mm256_loadu_ps(y + i + 8), a1);
-  }
-  for (; i + 8 <= n; i += 8)
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(y + i), a0);
-  float s = hsum8(_mm256_add_ps(a0, a1));
-  for (; i < n; i++) s += dy[i] * y[i];
-  __m256 vs = _mm256_set1_ps(s);
-  i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(
-        dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(dy + i), vs)));
-  for (; i < n; i++) dx[i] = y[i] * (dy[i] - s);
-}
-
-// dx = dy - exp(y) * sum(dy) over one contiguous row (y = log-softmax <= 0).
-inline void log_softmax_grad_row(const float* dy, const float* y, float* dx, int64_t n) {
-  float s = row_sum(dy, n);
-  __m256 vs = _mm256_set1_ps(s);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dx + i,
-                     _mm256_fnmadd_ps(exp8(_mm256_loadu_ps(y + i)), vs, _mm256_loadu_ps(dy + i)));
-  for (; i < n; i++) dx[i] = dy[i] - std::exp(y[i]) * s;
-}
-
 template <bool LOG>
 void softmax_grad_f32(const float* dy, const float* y, float* dx, SoftmaxDims d) {  // all (O, R, I)
   if (d.I == 1) {
     parallel_for(d.O, rows_grain(d.R), [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; o++) {
         if constexpr (LOG)
-          log_softmax_grad_row(dy + o * d.R, y + o * d.R, dx + o * d.R, d.R);
+          simd::log_softmax_grad_row(dy + o * d.R, y + o * d.R, dx + o * d.R, d.R);
         else
-          softmax_grad_row(dy + o * d.R, y + o * d.R, dx + o * d.R, d.R);
+          simd::softmax_grad_row(dy + o * d.R, y + o * d.R, dx + o * d.R, d.R);
       }
     });
     return;
@@ -306,12 +265,7 @@ void softmax_grad_f32(const float* dy, const float* y, float* dx, SoftmaxDims d)
                      const float* yr = y + base + r * d.I;
                      float* dxr = dx + base + r * d.I;
                      if constexpr (LOG) {
-                       int64_t j = 0;
-                       for (; j + 8 <= nj; j += 8)
-                         _mm256_storeu_ps(dxr + j, _mm256_fnmadd_ps(exp8(_mm256_loadu_ps(yr + j)),
-                                                                    _mm256_loadu_ps(s + j),
-                                                                    _mm256_loadu_ps(dyr + j)));
-                       for (; j < nj; j++) dxr[j] = dyr[j] - std::exp(yr[j]) * s[j];
+                       simd::log_softmax_grad_cols(dyr, yr, s, dxr, nj);
                      } else {
 #pragma omp simd
                        for (int64_t j = 0; j < nj; j++) dxr[j] = yr[j] * (dyr[j] - s[j]);
@@ -369,32 +323,8 @@ OpKernel make_softmax_grad_kernel() {
 
 // ---- LayerNormalization -------------------------------------------------------------------------
 
-// One row: y = (x - mean) * inv * scale + bias; returns mean and inv (1/sqrt(var + eps)).
-inline void layer_norm_row_f32(const float* x, float* y, int64_t n, const float* scale,
-                               const float* bias, float eps, float* mean_out, float* inv_out) {
-  float mean = row_sum(x, n) / (float)n;
-  float var = row_sum_sq_dev(x, n, mean) / (float)n;
-  float inv = 1.0f / std::sqrt(var + eps);
-  __m256 vm = _mm256_set1_ps(mean), vi = _mm256_set1_ps(inv);
-  int64_t i = 0;
-  if (bias) {
-    for (; i + 8 <= n; i += 8) {
-      __m256 nrm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi);
-      _mm256_storeu_ps(y + i,
-                       _mm256_fmadd_ps(nrm, _mm256_loadu_ps(scale + i), _mm256_loadu_ps(bias + i)));
-    }
-    for (; i < n; i++) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
-  } else {
-    for (; i + 8 <= n; i += 8) {
-      __m256 nrm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi);
-      _mm256_storeu_ps(y + i, _mm256_mul_ps(nrm, _mm256_loadu_ps(scale + i)));
-    }
-    for (; i < n; i++) y[i] = (x[i] - mean) * inv * scale[i];
-  }
-  *mean_out = mean;
-  *inv_out = inv;
-}
-
+// One row: y = (x - mean) * inv * scale + bias; returns mean and inv (1/sqrt(var + eps)). float32
+// rows run simd::layer_norm_row; this is the float64 row.
 inline void layer_norm_row_f64(const double* x, double* y, int64_t n, const double* scale,
                                const double* bias, double eps, double* mean_out, double* inv_out) {
   double mean = 0, var = 0;
@@ -457,7 +387,7 @@ void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
   for_each_row_as<C>(xt.data<T>(), yt.data<T>(), rows, cols, [&](int64_t r, const C* xr, C* yr) {
     C mean, inv;
     if constexpr (std::is_same_v<C, float>)
-      layer_norm_row_f32(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
+      simd::layer_norm_row(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
     else
       layer_norm_row_f64(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
     if (mo) mo[r] = (U)mean;
@@ -519,45 +449,9 @@ OpKernel make_layer_norm_kernel() {
 // dscale/dbias are reduced over all rows in the same pass through per-block partial sums (no
 // races; a fixed block split for a given thread count, so results are deterministic).
 
-// One float32 row: writes dx, accumulates dy*xhat into ds and dy into db.
-inline void layer_norm_grad_row_f32(const float* dy, const float* x, const float* scale, float mean,
-                                    float inv, int64_t n, float* dx, float* ds, float* db) {
-  __m256 vm = _mm256_set1_ps(mean), vi = _mm256_set1_ps(inv);
-  __m256 sg = _mm256_setzero_ps(), sgx = sg;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 d = _mm256_loadu_ps(dy + i);
-    __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi);
-    __m256 g = _mm256_mul_ps(d, _mm256_loadu_ps(scale + i));
-    sg = _mm256_add_ps(sg, g);
-    sgx = _mm256_fmadd_ps(g, xh, sgx);
-    _mm256_storeu_ps(ds + i, _mm256_fmadd_ps(d, xh, _mm256_loadu_ps(ds + i)));
-    _mm256_storeu_ps(db + i, _mm256_add_ps(d, _mm256_loadu_ps(db + i)));
-  }
-  float s_g = hsum8(sg), s_gx = hsum8(sgx);
-  for (; i < n; i++) {
-    float xh = (x[i] - mean) * inv, g = dy[i] * scale[i];
-    s_g += g;
-    s_gx += g * xh;
-    ds[i] += dy[i] * xh;
-    db[i] += dy[i];
-  }
-  float mg = s_g / (float)n, mgx = s_gx / (float)n;
-  __m256 vmg = _mm256_set1_ps(mg), vmgx = _mm256_set1_ps(mgx);
-  i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi);
-    __m256 g = _mm256_mul_ps(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(scale + i));
-    __m256 t = _mm256_fnmadd_ps(xh, vmgx, _mm256_sub_ps(g, vmg));
-    _mm256_storeu_ps(dx + i, _mm256_mul_ps(t, vi));
-  }
-  for (; i < n; i++) {
-    float xh = (x[i] - mean) * inv, g = dy[i] * scale[i];
-    dx[i] = (g - mg - xh * mgx) * inv;
-  }
-}
-
-// Generic row in double (any float storage T, statistics of type U).
+// One row: writes dx, accumulates dy*xhat into ds and dy into db. float32 rows (with float32
+// statistics) run simd::layer_norm_grad_row; this is the generic row in double (any float storage
+// T, statistics of type U).
 template <class T>
 void layer_norm_grad_row_generic(const T* dy, const T* x, const double* scale, double mean,
                                  double inv, int64_t n, T* dx, double* ds, double* db) {
@@ -681,8 +575,8 @@ OpKernel make_layer_norm_grad_kernel() {
       blocked_row_reduce<float>(
           rows, cols,
           [&](int64_t r, float* ds, float* db) {
-            layer_norm_grad_row_f32(dy + r * cols, x + r * cols, scale.data(), mean[r], inv[r],
-                                    cols, dx + r * cols, ds, db);
+            simd::layer_norm_grad_row(dy + r * cols, x + r * cols, scale.data(), mean[r], inv[r],
+                                      cols, dx + r * cols, ds, db);
           },
           [&](int64_t c, float sv, float bv) {
             if (dsp) dsp[c] = add_s ? dsp[c] + sv : sv;
@@ -729,22 +623,10 @@ OpKernel make_layer_norm_grad_kernel() {
 // is what RMSNormGrad reads. Formed by rms_norm_fusion.cc: ONNX's RMSNormalization is opset 23
 // (newer than the models import, DESIGN decision 11) and has no inverse-RMS output to save.
 
-// One float32 row: y = x * inv * scale; returns inv. The mean of squares is taken as the unfused
-// Mul(x, x) and ReduceMean kernels take it (rounded squares, row_sum), so the forward is the
-// unfused graph's bit for bit. y holds the squares first.
-inline float rms_norm_row_f32(const float* x, float* y, int64_t n, const float* scale, float eps) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
-  float inv = 1.0f / std::sqrt(row_sum(y, n) / (float)n + eps);
-  __m256 vi = _mm256_set1_ps(inv);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi),
-                                          _mm256_loadu_ps(scale + i)));
-  for (; i < n; i++) y[i] = x[i] * inv * scale[i];
-  return inv;
-}
-
+// One row: y = x * inv * scale; returns inv. float32 rows run simd::rms_norm_row, which takes the
+// mean of squares as the unfused Mul(x, x) and ReduceMean kernels take it (rounded squares, a row
+// sum), so the forward is the unfused graph's bit for bit when ReduceMean sums with the same
+// simd::row_sum; this is the float64 row.
 inline double rms_norm_row_f64(const double* x, double* y, int64_t n, const double* scale,
                                double eps) {
   double ss = 0;
@@ -799,7 +681,7 @@ OpKernel make_rms_norm_kernel() {
                          [&](int64_t r, const C* xr, C* yr) {
                            C v;
                            if constexpr (std::is_same_v<C, float>)
-                             v = rms_norm_row_f32(xr, yr, cols, scale.data(), eps);
+                             v = simd::rms_norm_row(xr, yr, cols, scale.data(), eps);
                            else
                              v = rms_norm_row_f64(xr, yr, cols, scale.data(), (double)eps);
                            if (inv) inv[r] = v;
@@ -816,33 +698,8 @@ OpKernel make_rms_norm_kernel() {
 // dscale is reduced over the rows in the same pass (blocked_row_reduce: per-block partials, a
 // fixed split for a given thread count) and may be added into a bound gradient (accumulate).
 
-inline void rms_norm_grad_row_f32(const float* dy, const float* x, const float* scale, float inv,
-                                  int64_t n, float* dx, float* ds) {
-  __m256 vi = _mm256_set1_ps(inv), sgx = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 d = _mm256_loadu_ps(dy + i);
-    __m256 xh = _mm256_mul_ps(_mm256_loadu_ps(x + i), vi);
-    sgx = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_loadu_ps(scale + i)), xh, sgx);
-    _mm256_storeu_ps(ds + i, _mm256_fmadd_ps(d, xh, _mm256_loadu_ps(ds + i)));
-  }
-  float s_gx = hsum8(sgx);
-  for (; i < n; i++) {
-    float xh = x[i] * inv;
-    s_gx += dy[i] * scale[i] * xh;
-    ds[i] += dy[i] * xh;
-  }
-  float mgx = s_gx / (float)n;
-  __m256 vmgx = _mm256_set1_ps(mgx);
-  i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 xh = _mm256_mul_ps(_mm256_loadu_ps(x + i), vi);
-    __m256 g = _mm256_mul_ps(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(scale + i));
-    _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_fnmadd_ps(xh, vmgx, g), vi));
-  }
-  for (; i < n; i++) dx[i] = (dy[i] * scale[i] - x[i] * inv * mgx) * inv;
-}
-
+// One row: writes dx, accumulates dy*xhat into ds. float32 rows run simd::rms_norm_grad_row; this
+// is the generic row in double.
 template <class T>
 void rms_norm_grad_row_generic(const T* dy, const T* x, const double* scale, double inv, int64_t n,
                                T* dx, double* ds) {
@@ -912,8 +769,8 @@ OpKernel make_rms_norm_grad_kernel() {
       blocked_row_reduce<float>(
           rows, cols,
           [&](int64_t r, float* ds, float*) {
-            rms_norm_grad_row_f32(dy + r * cols, x + r * cols, scale.data(), inv[r], cols,
-                                  dx + r * cols, ds);
+            simd::rms_norm_grad_row(dy + r * cols, x + r * cols, scale.data(), inv[r], cols,
+                                    dx + r * cols, ds);
           },
           [&](int64_t c, float sv, float) {
             if (dsp) dsp[c] = add_s ? dsp[c] + sv : sv;
@@ -1014,42 +871,25 @@ OpKernel make_dropout_kernel() {
       const T* x = xt.data<T>();
       T* y = yt.data<T>();
       const float fscale = (float)scale;
-      // Element i draws word (i % 32) / 8 of counter (i / 32) * 8 + i % 8: one AVX2 Philox call
-      // serves 32 consecutive elements, and the mask depends only on (key, i).
+      // Element i draws word (i % 32) / 8 of counter (i / 32) * 8 + i % 8: one Philox call
+      // (simd/dropout.cc) serves 32 consecutive elements, and the mask depends only on (key, i).
       int64_t ngroups = (n + 31) / 32;
       parallel_for(ngroups, 1024, [&](int64_t b, int64_t e) {
-        alignas(32) uint32_t u[32];
-        for (int64_t g = b; g < e; g++) {
-          __m256i words[4];
-          Philox4x32::generate8((uint64_t)g * 8, 0, pkey, words);
-          int64_t i0 = g * 32, cnt = std::min<int64_t>(32, n - i0);
-          if constexpr (std::is_same_v<T, float>) {
-            if (cnt == 32) {
-              const __m256i vt = _mm256_set1_epi32((int)t24);
-              const __m256 vs = _mm256_set1_ps(fscale);
-              for (int w = 0; w < 4; w++) {
-                __m256 drop =
-                    _mm256_castsi256_ps(_mm256_cmpgt_epi32(vt, _mm256_srli_epi32(words[w], 8)));
-                __m256 xv = _mm256_loadu_ps(x + i0 + w * 8);
-                _mm256_storeu_ps(y + i0 + w * 8, _mm256_andnot_ps(drop, _mm256_mul_ps(xv, vs)));
-                if (mp) {
-                  uint64_t bytes =
-                      _pdep_u64(~(unsigned)_mm256_movemask_ps(drop) & 0xffu, 0x0101010101010101ull);
-                  std::memcpy(mp + i0 + w * 8, &bytes, 8);
-                }
-              }
-              continue;
-            }
-          }
-          for (int w = 0; w < 4; w++) _mm256_store_si256((__m256i*)(u + w * 8), words[w]);
-          for (int64_t j = 0; j < cnt; j++) {
-            int64_t i = i0 + j;
-            bool keep = (u[j] >> 8) >= t24;
-            if constexpr (std::is_same_v<T, float>)
-              y[i] = keep ? x[i] * fscale : 0.0f;
-            else
+        if constexpr (std::is_same_v<T, float>) {
+          const int64_t i0 = b * 32, cnt = std::min(e * 32, n) - i0;
+          simd::dropout_range(pkey[0], pkey[1], t24, fscale, i0, cnt, x + i0, nullptr, y + i0,
+                              mp ? mp + i0 : nullptr);
+        } else {
+          uint32_t u[32];
+          for (int64_t g = b; g < e; g++) {
+            simd::philox_group_words((uint64_t)g, pkey[0], pkey[1], u);
+            int64_t i0 = g * 32, cnt = std::min<int64_t>(32, n - i0);
+            for (int64_t j = 0; j < cnt; j++) {
+              int64_t i = i0 + j;
+              bool keep = (u[j] >> 8) >= t24;
               y[i] = keep ? Elem<T>::store(Elem<T>::load(x[i]) * scale) : Elem<T>::store(0.0);
-            if (mp) mp[i] = keep;
+              if (mp) mp[i] = keep;
+            }
           }
         }
       });
@@ -1096,15 +936,7 @@ OpKernel make_dropout_grad_kernel() {
       parallel_for(n, 32768, [&](int64_t b, int64_t e) {
         int64_t i = b;
         if constexpr (std::is_same_v<T, float>) {
-          const __m256 vs = _mm256_set1_ps(fs);
-          const __m256i zero = _mm256_setzero_si256();
-          for (; i + 8 <= e; i += 8) {
-            __m256i mi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(m + i)));
-            __m256 drop = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mi, zero));
-            __m256 g = _mm256_mul_ps(_mm256_loadu_ps(dy + i), vs);
-            _mm256_storeu_ps(dx + i, _mm256_andnot_ps(drop, g));
-          }
-          for (; i < e; i++) dx[i] = m[i] ? dy[i] * fs : 0.0f;
+          simd::dropout_grad_mask(m + b, dy + b, dx + b, fs, e - b);
         } else {
           for (; i < e; i++)
             dx[i] = m[i] ? Elem<T>::store(Elem<T>::load(dy[i]) * scale) : Elem<T>::store(0.0);
@@ -1376,7 +1208,7 @@ OpKernel make_instance_norm_kernel() {
           std::fill(bs.begin(), bs.end(), (float)bias[c]);
           for (int64_t i = 0; i < S; i++) xb[i] = Elem<T>::load(xp[r * S + i]);
           float m, inv;
-          layer_norm_row_f32(xb.data(), yb.data(), S, sc.data(), bs.data(), eps, &m, &inv);
+          simd::layer_norm_row(xb.data(), yb.data(), S, sc.data(), bs.data(), eps, &m, &inv);
           for (int64_t i = 0; i < S; i++) yp[r * S + i] = Elem<T>::store(yb[i]);
         }
       });

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/simd/simd.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
@@ -155,31 +156,31 @@ void reduce_rows(const T* x, T* y, int64_t O, int64_t R) {  // x (O,R), y (O)
       const T* row = x + o * R;
       if constexpr (std::is_same_v<T, float>) {
         if constexpr (op == RedOp::Sum) {
-          y[o] = row_sum(row, R);
+          y[o] = simd::row_sum(row, R);
           continue;
         }
         if constexpr (op == RedOp::Mean) {
-          y[o] = row_sum(row, R) / (float)R;
+          y[o] = simd::row_sum(row, R) / (float)R;
           continue;
         }
         if constexpr (op == RedOp::Max) {
           if (R > 0) {
-            y[o] = row_max(row, R);
+            y[o] = simd::row_max(row, R);
             continue;
           }
         }
         if constexpr (op == RedOp::Min) {
           if (R > 0) {
-            y[o] = row_min(row, R);
+            y[o] = simd::row_min(row, R);
             continue;
           }
         }
         if constexpr (op == RedOp::SumSquare) {
-          y[o] = row_sum_sq_dev(row, R, 0.f);
+          y[o] = simd::row_sum_sq_dev(row, R, 0.f);
           continue;
         }
         if constexpr (op == RedOp::L2) {
-          y[o] = std::sqrt(row_sum_sq_dev(row, R, 0.f));
+          y[o] = std::sqrt(simd::row_sum_sq_dev(row, R, 0.f));
           continue;
         }
       }

@@ -6,9 +6,7 @@
 
 #include <algorithm>
 
-#ifdef __AVX2__
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/simd/simd.h"
 
 namespace onyx::runtime::shape_detail {
 
@@ -63,33 +61,10 @@ inline int64_t seek(int64_t r, int64_t* idx, const int64_t* sizes, const int64_t
   return off;
 }
 
-// One 8x8 block: d[p * ld + q] = s[p + q * ls] for p < pn, q < qn.
+// One 8x8 block: d[p * ld + q] = s[p + q * ls] for p < pn, q < qn (4-byte elements go through
+// simd::transpose_strip32, whose AVX2 / AVX-512 paths shuffle whole 8x8 blocks in registers).
 template <class U>
 inline void transpose_block(U* d, int64_t ld, const U* s, int64_t ls, int64_t pn, int64_t qn) {
-#ifdef __AVX2__
-  if constexpr (sizeof(U) == 4) {
-    if (pn == 8 && qn == 8) {
-      __m256 r[8], t[8];
-      for (int q = 0; q < 8; q++) r[q] = _mm256_loadu_ps((const float*)(s + q * ls));
-      for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-      }
-      for (int i = 0; i < 2; i++)
-        for (int h = 0; h < 2; h++) {
-          __m256 a = t[4 * i + h], b = t[4 * i + 2 + h];
-          r[4 * i + 2 * h] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0));
-          r[4 * i + 2 * h + 1] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2));
-        }
-      // r[i] (i < 4): columns i | i+4 of rows 0-3; r[4+i]: the same of rows 4-7.
-      for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps((float*)(d + i * ld), _mm256_permute2f128_ps(r[i], r[4 + i], 0x20));
-        _mm256_storeu_ps((float*)(d + (i + 4) * ld), _mm256_permute2f128_ps(r[i], r[4 + i], 0x31));
-      }
-      return;
-    }
-  }
-#endif
   for (int64_t q = 0; q < qn; q++)
     for (int64_t p = 0; p < pn; p++) d[p * ld + q] = s[p + q * ls];
 }
@@ -125,8 +100,11 @@ void transpose_planes(U* dst, const U* src, const std::vector<int64_t>& sz,
       }
       const U* s = src + so + q0 * sq;
       U* d = dst + dof + q0;
-      for (int64_t p0 = 0; p0 < P; p0 += B)
-        transpose_block(d + p0 * ld, ld, s + p0, sq, std::min(B, P - p0), qn);
+      if constexpr (sizeof(U) == 4)
+        simd::transpose_strip32((uint32_t*)d, ld, (const uint32_t*)s, sq, P, qn);
+      else
+        for (int64_t p0 = 0; p0 < P; p0 += B)
+          transpose_block(d + p0 * ld, ld, s + p0, sq, std::min(B, P - p0), qn);
     }
   });
 }

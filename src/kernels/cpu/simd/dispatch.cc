@@ -1,0 +1,139 @@
+// kernels/cpu/simd/dispatch.cc — choosing the SIMD path (see dispatch.h).
+// Highway (Debian libhwy-dev) builds each kernel file of this directory for AVX3 (AVX-512
+// F/BW/DQ/VL), AVX2 (with FMA and F16C) and Highway's baseline (HWY_SCALAR or EMU128: portable
+// C++; the build has no -march). We use Highway rather than GCC function
+// multi-versioning because the kernels need one source for several vector widths (Highway's
+// ops), and because Highway's tables can be re-pointed at run time, which is what lets CI force
+// the AVX2 and portable paths on an AVX-512 machine. bf16 conversions are the exception: Highway
+// 1.0.3 truncates f32 -> bf16, so kernels/cpu/gemm.cc keeps its own rounding conversion with an
+// AVX512_BF16 path.
+#include "kernels/cpu/simd/dispatch.h"
+
+#include <hwy/highway.h>
+#include <hwy/targets.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/simd/simd.h"
+#include "onyx/error.h"
+
+namespace onyx::simd {
+namespace {
+
+struct Path {
+  const char* name;
+  int64_t target;
+};
+// Best first. The portable path is Highway's baseline target, HWY_SCALAR with GCC < 12.3 (which
+// Highway 1.0.3 treats as unable to build EMU128), else HWY_EMU128; the build has no -march, so it
+// is always compiled.
+constexpr int64_t kPortable = HWY_SCALAR | HWY_EMU128;
+constexpr Path kPaths[] = {{"avx512", HWY_AVX3}, {"avx2", HWY_AVX2}, {"portable", kPortable}};
+
+int64_t all_x86_targets() {
+  int64_t m = 0;
+  for (const Path& p : kPaths)
+    if (p.target != kPortable) m |= p.target;
+  return m | HWY_AVX3_DL | HWY_SSE4 | HWY_SSSE3;
+}
+
+std::string g_chosen;
+std::atomic<bool> g_native_bf16{false};
+
+// ONYX_CPU, applied before main() so every kernel call of the process sees one path.
+struct SelectAtStartup {
+  SelectAtStartup() {
+    const char* env = std::getenv("ONYX_CPU");
+    try {
+      select_path(env && *env ? env : "auto");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "onyx: ONYX_CPU: %s\n", e.what());
+      std::exit(2);
+    }
+  }
+} g_select_at_startup;
+
+}  // namespace
+
+std::vector<std::string> compiled_paths() {
+  std::vector<std::string> out;
+  for (const Path& p : kPaths)
+    if (HWY_TARGETS & p.target) out.push_back(p.name);
+  return out;
+}
+
+std::vector<std::string> supported_paths() {
+  hwy::DisableTargets(0);
+  const int64_t cpu = hwy::SupportedTargets();
+  std::vector<std::string> out;
+  for (const Path& p : kPaths)
+    if ((HWY_TARGETS & p.target) && (cpu & p.target || p.target == kPortable))
+      out.push_back(p.name);
+  // Restore the selection this call disturbed.
+  if (!g_chosen.empty()) select_path(g_chosen);
+  return out;
+}
+
+std::string chosen_path() {
+  // Asked of a dispatched function, so it names the code that actually runs.
+  const int64_t t = dispatched_target();
+  for (const Path& p : kPaths)
+    if (t & p.target) return p.name;
+  return hwy::TargetName(t);
+}
+
+void select_path(const std::string& path) {
+  std::string name = path;
+  if (name == "auto") {
+    hwy::DisableTargets(0);
+    const int64_t cpu = hwy::SupportedTargets();
+    name = "portable";
+    for (const Path& p : kPaths)
+      if ((HWY_TARGETS & p.target) && (cpu & p.target)) {
+        name = p.name;
+        break;
+      }
+  }
+  const Path* want = nullptr;
+  for (const Path& p : kPaths)
+    if (name == p.name) want = &p;
+  if (!want)
+    throw Error(cat("unknown CPU path '", path, "' (expected auto, avx512, avx2 or portable)"));
+  if (!(HWY_TARGETS & want->target))
+    throw Error(cat("CPU path '", name, "' is not compiled into this build"));
+  hwy::DisableTargets(0);
+  if (want->target != kPortable && !(hwy::SupportedTargets() & want->target))
+    throw Error(cat("CPU path '", name, "' needs instructions this CPU does not have"));
+  // Every target better than the wanted one is disabled; the wanted one then is the best left.
+  int64_t better = 0;
+  for (const Path& p : kPaths) {
+    if (p.target == want->target) break;
+    better |= p.target;
+  }
+  if (want->target == kPortable)
+    better = all_x86_targets();
+  else if (want->target == HWY_AVX2)
+    better |= HWY_AVX3_DL;
+  hwy::DisableTargets(better);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  g_chosen = name;
+  g_native_bf16 = name == "avx512" && kernels::cpu_has_avx512_bf16();
+}
+
+bool native_bf16_conversions() { return g_native_bf16; }
+
+std::string describe() {
+  std::string s = "cpu path " + chosen_path() + " (compiled:";
+  for (const std::string& p : compiled_paths()) s += " " + p;
+  s += "; this CPU:";
+  for (const std::string& p : supported_paths()) s += " " + p;
+  s += std::string("); bf16 conversions ") +
+       (native_bf16_conversions() ? "avx512_bf16" : "portable rounding") +
+       "; GEMMs oneDNN (its own dispatch)";
+  return s;
+}
+
+}  // namespace onyx::simd

@@ -1,0 +1,123 @@
+// kernels/cpu/simd/norm.cc — the rows of LayerNormalization (and InstanceNormalization, which
+// normalizes through it), onyx.RMSNorm and their fused gradients LayerNormGrad / RMSNormGrad, for
+// every SIMD path (see nn.h). The op kernels (nn.cc) keep dtypes, shapes, threading and the
+// blocked dscale / dbias reduction; these run one row.
+// Hand-written because GCC 12 at -O2 does not vectorize the float reductions (the statistics and
+// the gradients' row sums), and these rows sit on the transformer hot path forward and backward.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/simd/norm.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+
+#include "kernels/cpu/simd/math-inl.h"
+#include "kernels/cpu/simd/nn.h"
+#include "kernels/cpu/simd/rows-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace onyx::simd::HWY_NAMESPACE {
+
+// y = (x - mean) * inv * scale [+ bias]; two passes for the statistics.
+void LayerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
+                  float eps, float* mean_out, float* inv_out) {
+  const float mean = RowSum(x, n) / (float)n;
+  const float var = RowSumSqDev(x, n, mean) / (float)n;
+  const float inv = 1.0f / std::sqrt(var + eps);
+  const VF vm = hn::Set(DF(), mean), vi = hn::Set(DF(), inv);
+  if (bias) {
+    ForEachVector(n, [&](auto ld, auto st) {
+      const VF nrm = hn::Mul(hn::Sub(ld(x), vm), vi);
+      st(hn::MulAdd(nrm, ld(scale), ld(bias)), y);
+    });
+  } else {
+    ForEachVector(n, [&](auto ld, auto st) {
+      const VF nrm = hn::Mul(hn::Sub(ld(x), vm), vi);
+      st(hn::Mul(nrm, ld(scale)), y);
+    });
+  }
+  *mean_out = mean;
+  *inv_out = inv;
+}
+
+// xhat = (x - mean) * inv, g = dy * scale: dx = (g - mean(g) - xhat * mean(g * xhat)) * inv,
+// ds += dy * xhat, db += dy. (The tail's zero-filled lanes have dy = 0, so g = 0.)
+void LayerNormGradRow(const float* dy, const float* x, const float* scale, float mean, float inv,
+                      int64_t n, float* dx, float* ds, float* db) {
+  const DF d;
+  const VF vm = hn::Set(d, mean), vi = hn::Set(d, inv);
+  VF sg = hn::Zero(d), sgx = sg;
+  ForEachVector(n, [&](auto ld, auto st) {
+    const VF dv = ld(dy);
+    const VF xh = hn::Mul(hn::Sub(ld(x), vm), vi);
+    const VF g = hn::Mul(dv, ld(scale));
+    sg = hn::Add(sg, g);
+    sgx = hn::MulAdd(g, xh, sgx);
+    st(hn::MulAdd(dv, xh, ld(ds)), ds);
+    st(hn::Add(dv, ld(db)), db);
+  });
+  const float mg = ReduceSum(d, sg) / (float)n, mgx = ReduceSum(d, sgx) / (float)n;
+  const VF vmg = hn::Set(d, mg), vmgx = hn::Set(d, mgx);
+  ForEachVector(n, [&](auto ld, auto st) {
+    const VF xh = hn::Mul(hn::Sub(ld(x), vm), vi);
+    const VF g = hn::Mul(ld(dy), ld(scale));
+    st(hn::Mul(hn::NegMulAdd(xh, vmgx, hn::Sub(g, vmg)), vi), dx);
+  });
+}
+
+// y = x * inv * scale, inv = 1 / sqrt(mean(x^2) + eps): the squares rounded into y first and
+// summed by row_sum, as the unfused Mul and ReduceMean kernels take them.
+float RmsNormRow(const float* x, float* y, int64_t n, const float* scale, float eps) {
+  Map(x, y, n, [](DF, VF v) { return hn::Mul(v, v); });
+  const float inv = 1.0f / std::sqrt(RowSum(y, n) / (float)n + eps);
+  const VF vi = hn::Set(DF(), inv);
+  ForEachVector(n, [&](auto ld, auto st) { st(hn::Mul(hn::Mul(ld(x), vi), ld(scale)), y); });
+  return inv;
+}
+
+// xhat = x * inv, g = dy * scale: dx = (g - xhat * mean(g * xhat)) * inv, ds += dy * xhat.
+void RmsNormGradRow(const float* dy, const float* x, const float* scale, float inv, int64_t n,
+                    float* dx, float* ds) {
+  const DF d;
+  const VF vi = hn::Set(d, inv);
+  VF sgx = hn::Zero(d);
+  ForEachVector(n, [&](auto ld, auto st) {
+    const VF dv = ld(dy);
+    const VF xh = hn::Mul(ld(x), vi);
+    sgx = hn::MulAdd(hn::Mul(dv, ld(scale)), xh, sgx);
+    st(hn::MulAdd(dv, xh, ld(ds)), ds);
+  });
+  const VF vmgx = hn::Set(d, ReduceSum(d, sgx) / (float)n);
+  ForEachVector(n, [&](auto ld, auto st) {
+    const VF xh = hn::Mul(ld(x), vi);
+    const VF g = hn::Mul(ld(dy), ld(scale));
+    st(hn::Mul(hn::NegMulAdd(xh, vmgx, g), vi), dx);
+  });
+}
+
+}  // namespace onyx::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace onyx::simd {
+HWY_EXPORT(LayerNormRow);
+HWY_EXPORT(LayerNormGradRow);
+HWY_EXPORT(RmsNormRow);
+HWY_EXPORT(RmsNormGradRow);
+void layer_norm_row(const float* x, float* y, int64_t n, const float* scale, const float* bias,
+                    float eps, float* mean, float* inv) {
+  HWY_DYNAMIC_DISPATCH(LayerNormRow)(x, y, n, scale, bias, eps, mean, inv);
+}
+void layer_norm_grad_row(const float* dy, const float* x, const float* scale, float mean, float inv,
+                         int64_t n, float* dx, float* ds, float* db) {
+  HWY_DYNAMIC_DISPATCH(LayerNormGradRow)(dy, x, scale, mean, inv, n, dx, ds, db);
+}
+float rms_norm_row(const float* x, float* y, int64_t n, const float* scale, float eps) {
+  return HWY_DYNAMIC_DISPATCH(RmsNormRow)(x, y, n, scale, eps);
+}
+void rms_norm_grad_row(const float* dy, const float* x, const float* scale, float inv, int64_t n,
+                       float* dx, float* ds) {
+  HWY_DYNAMIC_DISPATCH(RmsNormGradRow)(dy, x, scale, inv, n, dx, ds);
+}
+}  // namespace onyx::simd
+#endif
