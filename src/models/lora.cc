@@ -11,6 +11,7 @@
 
 #include "models/graph_builder.h"
 #include "onyx/error.h"
+#include "passes/inference_export.h"
 
 namespace fs = std::filesystem;
 
@@ -342,29 +343,10 @@ std::vector<std::string> store_frozen_weights_bf16(ir::Graph& g,
     return true;
   };
   std::vector<std::string> done;
-  std::vector<ir::Node> casts;
-  for (auto& [name, t] : g.initializers) {
-    if (!frozen.count(name) || t.dtype() != DType::Float32 || t.rank() != 2 || !linear_only(name))
-      continue;
-    Tensor b(DType::BFloat16, t.shape());
-    const float* x = t.data<float>();
-    uint16_t* y = b.data<uint16_t>();
-    for (int64_t i = 0; i < t.numel(); i++) y[i] = float_to_bf16(x[i]);
-    t = b;
-    const std::string f32 = name + "/float32";
-    for (size_t u : users[name])
-      for (auto& in : g.nodes[u].inputs)
-        if (in == name) in = f32;
-    ir::Node c;
-    c.name = name + "/to_float32";
-    c.op_type = "Cast";
-    c.inputs = {name};
-    c.outputs = {f32};
-    c.attrs["to"] = ir::Attribute::of_int((int64_t)DType::Float32);
-    casts.push_back(std::move(c));
-    done.push_back(name);
-  }
-  g.nodes.insert(g.nodes.begin(), casts.begin(), casts.end());
+  for (auto& [name, t] : g.initializers)
+    if (frozen.count(name) && t.dtype() == DType::Float32 && t.rank() == 2 && linear_only(name))
+      done.push_back(name);
+  for (const std::string& name : done) passes::store_initializer_bf16(g, name);
   return done;
 }
 

@@ -29,12 +29,19 @@ Cases (one PASS / FAIL / SKIP line each):
         with --resume_from_checkpoint .../checkpoint-20. B's log_history.jsonl equals A's value
         for value, bit for bit (timing keys ignored), and the final weights and checkpoint-40's
         files are byte-identical. Both runs use the default thread count.
+  resume-exact-bf16
+        the same under `bf16: true` (bf16 GEMM operands, float32 accumulation): exact resume,
+        and the checkpoint holds float32 weights and moments only and records bf16 in
+        training_args.json.
   export-ort
         `onyx export` of a trained checkpoint (loss removed, and with --keep-loss) run by ONNX
         Runtime (the PyPI onnxruntime package of the reference venv) and by `onyx run` on the
         same file and inputs: every output within rtol 1e-5 (atol 1e-6); the exported weights
         equal the checkpoint's bit for bit, and PyTorch (eval mode) with the checkpoint's
-        weights gives the same logits within 1e-4.
+        weights gives the same logits within 1e-4. And `--dtype bfloat16`: every weight of >= 16
+        elements stored BFLOAT16 (the checkpoint's values rounded to nearest even), initializer
+        bytes at most 0.55x the float32 export's, ORT = onyx run, logits within 5e-2 (of the
+        largest |logit|) of the float32 export's.
   error-*
         bad configs and data: exit status 1, stderr "onyx: error: ..." naming the problem, and
         the checkpoints and files of an earlier run in output_dir unchanged (hashed before and
@@ -412,24 +419,63 @@ def file_digests(root):
     return out
 
 
-def case_resume(ctx):
+def bf16_bits(x):
+    """float32 array -> bfloat16 bit patterns, rounded to nearest even (finite inputs)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def safetensors_header(path):
+    """The JSON header of a safetensors file (tensor name -> dtype, shape, offsets)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n))
+
+
+def case_resume(ctx, bf16=False):
+    """Exact resume after SIGKILL; with bf16, under `bf16: true` mixed precision (float32 master
+    weights and moments in the checkpoint, the flag in training_args.json)."""
     import onnx
     m, data, path = ctx.bert_drop()
     n_dropout = sum(n.op_type == "Dropout" for n in onnx.load(path).graph.node)
     if n_dropout == 0:
         return False, "setup: the training export has no Dropout node"
-    d = os.path.join(ctx.tmp, "resume")
+    d = os.path.join(ctx.tmp, "resume-bf16" if bf16 else "resume")
     os.makedirs(d)
     save_data(os.path.join(d, "train.safetensors"), data)
     base = {"model": path, "loss": "loss", "train_data": "train.safetensors",
             "learning_rate": 1e-3, "train_sampling_strategy": "random", "logging_steps": 1,
             "weight_decay": 0.01, "warmup_steps": 5, "max_steps": 40, "save_steps": 10,
             "per_device_train_batch_size": 8, "seed": 7, "disable_tqdm": True}
+    if bf16:
+        base["bf16"] = True
     out_a, out_b = os.path.join(d, "a"), os.path.join(d, "b")
     write_config(os.path.join(d, "a.yaml"), dict(base, output_dir=out_a))
     write_config(os.path.join(d, "b.yaml"), dict(base, output_dir=out_b))
     train(os.path.join(d, "a.yaml"))
-    ctx._cache["trained_bert_checkpoint"] = os.path.join(out_a, "checkpoint-40")
+    if bf16:
+        ck = os.path.join(out_a, "checkpoint-40")
+        with open(os.path.join(ck, "training_args.json")) as f:
+            if json.load(f).get("bf16") is not True:
+                return False, "checkpoint-40/training_args.json does not record bf16: true"
+        for fname in ("model.safetensors", "optimizer.safetensors"):
+            dtypes = {v["dtype"] for k, v in safetensors_header(os.path.join(ck, fname)).items()
+                      if k != "__metadata__"}
+            if "F32" not in dtypes or dtypes & {"BF16", "F16"}:  # (I64: the optimizer's step)
+                return False, f"a bf16 run saved {fname} as {sorted(dtypes)}, not float32"
+        # The bf16 path ran: the same run in float32 logs other (close) losses.
+        out_f = os.path.join(d, "f32")
+        write_config(os.path.join(d, "f32.yaml"), dict(base, bf16=False, output_dir=out_f))
+        train(os.path.join(d, "f32.yaml"))
+        lf = {e["step"]: e["loss"] for e in read_log(out_f) if "loss" in e}
+        lh = {e["step"]: e["loss"] for e in read_log(out_a) if "loss" in e}
+        if all(lf[k] == lh[k] for k in lf):
+            return False, "the bf16 run logged exactly the float32 run's losses: bf16 did not run"
+        worst = max(abs(lf[k] - lh[k]) / abs(lf[k]) for k in (1, 10))
+        if worst > 2e-2:
+            return False, f"bf16 and float32 losses differ by {worst:.2e} (relative) at steps 1/10"
+    else:
+        ctx._cache["trained_bert_checkpoint"] = os.path.join(out_a, "checkpoint-40")
 
     # Run B: kill it (SIGKILL) as soon as checkpoint-20 has been renamed into place.
     proc = subprocess.Popen([ONYX, "train", os.path.join(d, "b.yaml")],
@@ -509,7 +555,9 @@ def case_export_ort(ctx):
     test = bert_data(5, 10, 99)
     ck_w = tensors_of(os.path.join(ck, "model.safetensors"))
     notes, ok = [], True
-    for variant, extra in (("inference", []), ("keep-loss", ["--keep-loss"])):
+    fp32_logits, fp32_size, fp32_bytes = None, None, None
+    for variant, extra in (("inference", []), ("keep-loss", ["--keep-loss"]),
+                           ("bf16", ["--dtype", "bfloat16"])):
         onnx_path = os.path.join(d, f"{variant}.onnx")
         p = run_onyx(["export", ck, "--output", onnx_path] + extra)
         if p.returncode != 0:
@@ -527,13 +575,34 @@ def case_export_ort(ctx):
         if any(n.op_type == "Dropout" for n in g.node):
             ok = False
             notes.append(f"{variant}: Dropout left in the exported graph")
-        # The exported weights are the checkpoint's.
+        # The exported weights are the checkpoint's (bf16: rounded to nearest even, stored as
+        # BFLOAT16 and read through a Cast to float32, for every weight of >= 16 elements).
+        n_bf16 = 0
         for init in g.initializer:
-            if init.name in ck_w and not np.array_equal(numpy_helper.to_array(init),
-                                                        ck_w[init.name]):
+            if init.name not in ck_w:
+                continue
+            want = ck_w[init.name]
+            if init.data_type == onnx.TensorProto.BFLOAT16:
+                got_bits = np.frombuffer(init.raw_data, dtype=np.uint16).reshape(want.shape)
+                if variant != "bf16" or not np.array_equal(got_bits, bf16_bits(want)):
+                    ok = False
+                    notes.append(f"{variant}: bf16 initializer {init.name} is not the "
+                                 f"checkpoint's tensor rounded to nearest even")
+                    break
+                n_bf16 += 1
+            elif (variant == "bf16" and want.size >= 16) or not np.array_equal(
+                    numpy_helper.to_array(init), want):
                 ok = False
-                notes.append(f"{variant}: initializer {init.name} differs from the checkpoint")
+                notes.append(f"{variant}: initializer {init.name} ({init.data_type}) differs "
+                             f"from the checkpoint")
                 break
+        weight_bytes = sum(len(i.raw_data) for i in g.initializer)
+        if variant == "bf16":
+            notes.append(f"bf16: {n_bf16} weights bf16, initializer bytes "
+                         f"{weight_bytes / fp32_bytes:.2f}x float32's, file "
+                         f"{os.path.getsize(onnx_path) / fp32_size:.2f}x")
+            if n_bf16 == 0 or weight_bytes > 0.55 * fp32_bytes:
+                ok = False
         feeds = {k: test[k].numpy() for k in in_names if k in test}
         try:
             sess = ort_session(onnx_path)
@@ -561,7 +630,15 @@ def case_export_ort(ctx):
                 ok = False
                 notes.append(f"{variant}: output {k} onyx vs ORT rel err {err:.1e}")
         notes.append(f"{variant}: onyx vs ORT max rel err {worst:.1e}")
+        if variant == "bf16":  # bf16 weights: close to the float32 export, not equal
+            err = float(np.max(np.abs(ort_out["logits"] - fp32_logits))
+                        / np.max(np.abs(fp32_logits)))
+            notes.append(f"bf16 vs float32 export logits max err {err:.1e} of max |logit|")
+            if not 0 < err <= 5e-2:
+                ok = False
         if variant == "inference":
+            fp32_logits, fp32_size = ort_out["logits"], os.path.getsize(onnx_path)
+            fp32_bytes = weight_bytes
             # PyTorch, eval mode, with the checkpoint's weights.
             tm = copy.deepcopy(m).eval()
             tm.load_state_dict({k: torch.from_numpy(ck_w[k].copy())
@@ -836,6 +913,7 @@ def main():
                 ctx, "adamw_ga2_dyn", {"gradient_accumulation_steps": 2}, "dynamo")),
             ("scalar-params-parity", lambda: case_scalar_params(ctx)),
             ("resume-exact", lambda: case_resume(ctx)),
+            ("resume-exact-bf16", lambda: case_resume(ctx, bf16=True)),
             ("export-ort", lambda: case_export_ort(ctx)),
         ]
         for name, fn in single:

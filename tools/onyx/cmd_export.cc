@@ -1,6 +1,7 @@
-// cmd_export.cc — `onyx export CHECKPOINT_OR_MODEL --output model.onnx [--keep-loss]`: the forward
-// graph with the trained weights, Dropout removed, the loss removed unless asked, standard ops
-// only.
+// cmd_export.cc — `onyx export CHECKPOINT_OR_MODEL --output model.onnx [--keep-loss]
+// [--dtype float32|bfloat16]`: the forward graph with the trained weights, Dropout removed, the
+// loss removed unless asked, standard ops only; with --dtype bfloat16 the weights are stored bf16
+// and cast to float32 inside the graph (passes::store_weights_bf16).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,7 +23,7 @@ Action add_export_command(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("export", "write an inference ONNX model from a checkpoint or model");
   struct Opts {
-    std::string input, output, loss;
+    std::string input, output, loss, dtype = "float32";
     bool keep_loss = false, merge_lora = false;
   };
   auto o = std::make_shared<Opts>();
@@ -33,6 +34,10 @@ Action add_export_command(CLI::App& app) {
   cmd->add_option("--loss", o->loss,
                   "name of the loss output to remove (default: from the checkpoint)");
   cmd->add_flag("--keep-loss", o->keep_loss, "keep the loss output (and its label inputs)");
+  cmd->add_option("--dtype", o->dtype,
+                  "float32 (default), or bfloat16 (also bf16): weights stored bf16 and cast to "
+                  "float32 in the graph (half the file; the arithmetic stays float32)")
+      ->check(CLI::IsMember({"float32", "fp32", "bfloat16", "bf16"}));
   cmd->add_flag("--merge-lora", o->merge_lora,
                 "a LoRA checkpoint: merge the adapters into the weights; --output a .onnx file, or "
                 "a folder for a Hugging Face model folder (config.json, model.safetensors, "
@@ -45,6 +50,10 @@ Action add_export_command(CLI::App& app) {
                "' has no adapter_config.json (not a LoRA checkpoint or adapter folder)");
     const bool to_folder = o->merge_lora && (o->output.size() < 5 ||
                                              o->output.substr(o->output.size() - 5) != ".onnx");
+    const bool bf16 = o->dtype == "bfloat16" || o->dtype == "bf16";
+    ONYX_CHECK(!(bf16 && to_folder), "--dtype ", o->dtype,
+               " applies to an .onnx --output; the merged Hugging Face folder '", o->output,
+               "' is written in float32");
     if (fs::is_directory(o->input) && fs::exists(fs::path(o->input) / "config.json")) {
       // A Hugging Face folder (or a checkpoint of an onyx-built HF model): config.json + weights.
       models::BuiltModel b = models::load_hf_folder(o->input);
@@ -118,9 +127,12 @@ Action add_export_command(CLI::App& app) {
     eo.loss_output = loss;
     eo.keep_loss = o->keep_loss;
     ir::Graph out = passes::make_inference_graph(g, eo);
+    size_t n_bf16 = bf16 ? passes::store_weights_bf16(out).size() : 0;
     ir::save_onnx(out, o->output);
     std::cout << "wrote " << o->output << ": " << out.nodes.size() << " nodes, "
-              << out.inputs.size() << " inputs, " << out.outputs.size() << " outputs\n";
+              << out.inputs.size() << " inputs, " << out.outputs.size() << " outputs";
+    if (bf16) std::cout << ", " << n_bf16 << " weights stored bfloat16";
+    std::cout << "\n";
     return 0;
   };
 }
