@@ -335,7 +335,7 @@ def prepare(name, spec, mdir, n_batches, opset=14):
 # onyx
 
 
-def write_onyx_config(name, spec, mdir, steps, tag):
+def write_onyx_config(name, spec, mdir, steps, tag, extra=None):
     out_dir = os.path.join(mdir, tag + "_out")
     shutil.rmtree(out_dir, ignore_errors=True)
     cfg = {
@@ -347,16 +347,17 @@ def write_onyx_config(name, spec, mdir, steps, tag):
         "optim": "adamw_fused", "train_sampling_strategy": "sequential", "logging_steps": 1,
         "save_strategy": "no", "eval_strategy": "no", "disable_tqdm": True, "seed": 42,
     }
+    cfg.update(extra or {})  # e.g. {"bf16": True} (bench/bf16_bench.py)
     cfg_path = os.path.join(mdir, tag + "_config.json")  # JSON is valid YAML
     with open(cfg_path, "w") as f:
         json.dump(cfg, f, indent=1)
     return cfg_path, out_dir
 
 
-def run_plan(onyx, name, spec, mdir):
+def run_plan(onyx, name, spec, mdir, extra=None):
     """`onyx plan` of the benchmark config, without and with gradient_checkpointing: the fusions
     applied (with counts), FLOPs per step and the planned memory."""
-    cfg_path, _ = write_onyx_config(name, spec, mdir, 1, "plan")
+    cfg_path, _ = write_onyx_config(name, spec, mdir, 1, "plan", extra)
     res = {}
     for key, extra in (("plain", []), ("checkpointing", ["--gradient_checkpointing", "true"])):
         p = subprocess.run([onyx, "plan", cfg_path] + extra, capture_output=True, text=True,
@@ -379,10 +380,11 @@ def run_plan(onyx, name, spec, mdir):
     return res
 
 
-def run_onyx(onyx, name, spec, mdir, steps, warmup, threads=0):
-    """threads 0: onyx's default (all cores); N > 0: `onyx --threads N train ...`."""
-    tag = f"onyx_t{threads}"
-    cfg_path, out_dir = write_onyx_config(name, spec, mdir, steps, tag)
+def run_onyx(onyx, name, spec, mdir, steps, warmup, threads=0, extra=None, tag_suffix=""):
+    """threads 0: onyx's default (all cores); N > 0: `onyx --threads N train ...`; extra: config
+    keys added (tag_suffix names its files apart)."""
+    tag = f"onyx_t{threads}{tag_suffix}"
+    cfg_path, out_dir = write_onyx_config(name, spec, mdir, steps, tag, extra)
     stamps = []  # (step, perf_counter) of each per-step log line
 
     def on_line(line, now):
@@ -438,6 +440,7 @@ def torch_worker(argv):
     ap.add_argument("--steps", type=int)
     ap.add_argument("--threads", type=int)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--autocast", action="store_true", help="forward under CPU autocast bf16")
     ap.add_argument("--result")
     a = ap.parse_args(argv)
     import torch
@@ -461,7 +464,11 @@ def torch_worker(argv):
         t0 = time.perf_counter()
         batch = [torch.from_numpy(data[k][i * b:(i + 1) * b]) for k in spec["inputs"]]
         opt.zero_grad(set_to_none=True)
-        loss = fwd(*batch)
+        if a.autocast:  # PyTorch's CPU mixed precision: bf16 matmuls, float32 master weights
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = fwd(*batch)
+        else:
+            loss = fwd(*batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         opt.step()
@@ -481,8 +488,8 @@ def torch_worker(argv):
         json.dump(out, f)
 
 
-def run_torch(name, mdir, steps, warmup, threads, compile_=False):
-    tag = f"{'compile' if compile_ else 'torch'}_t{threads}"
+def run_torch(name, mdir, steps, warmup, threads, compile_=False, autocast=False):
+    tag = f"{'compile' if compile_ else 'torch'}_t{threads}{'_bf16' if autocast else ''}"
     result = os.path.join(mdir, tag + ".json")
     env = dict(os.environ)
     if compile_:  # a cold compile for every run: a fresh inductor cache
@@ -493,6 +500,8 @@ def run_torch(name, mdir, steps, warmup, threads, compile_=False):
            "--steps", str(steps), "--threads", str(threads), "--result", result]
     if compile_:
         cmd.append("--compile")
+    if autocast:
+        cmd.append("--autocast")
     err = os.path.join(mdir, tag + ".stderr")
     rc, rss, wall = run_child(cmd, env=env, stderr_path=err)
     res = {"peer": "compile" if compile_ else "torch", "threads": threads,

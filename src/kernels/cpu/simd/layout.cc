@@ -55,33 +55,39 @@ void TransposeStrip32(uint32_t* d, int64_t ld, const uint32_t* s, int64_t ls, in
     TransposeBlock(d + p0 * ld, ld, s + p0, ls, std::min<int64_t>(8, P - p0), qn);
 }
 
-void F16ToF32(const uint16_t* x, float* y, int64_t n) {
-#if HWY_TARGET == HWY_SCALAR
-  for (int64_t i = 0; i < n; i++) y[i] = half_to_float(x[i]);
-#else
-  const DF d;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  const int64_t L = (int64_t)hn::Lanes(d);
+// y[i] = convert(x[i]): full vectors through `vec` (F16C's conversions on the x86 paths), the
+// tail and the portable path through onyx's scalar conversion `one`.
+template <class From, class To, class Vec, class One>
+HWY_INLINE void ConvertF16(const From* x, To* y, int64_t n, Vec vec, One one) {
   int64_t i = 0;
-  for (; i + L <= n; i += L)
-    hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, (const hwy::float16_t*)(x + i))), d, y + i);
-  for (; i < n; i++) y[i] = half_to_float(x[i]);
+#if HWY_TARGET != HWY_SCALAR
+  const int64_t L = (int64_t)hn::Lanes(DF());
+  for (; i + L <= n; i += L) vec(x + i, y + i);
 #endif
+  for (; i < n; i++) y[i] = one(x[i]);
+}
+
+void F16ToF32(const uint16_t* x, float* y, int64_t n) {
+  ConvertF16(
+      x, y, n,
+      [](const uint16_t* p, float* q) {
+        const DF d;
+        const hn::Rebind<hwy::float16_t, DF> dh;
+        hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, (const hwy::float16_t*)p)), d, q);
+      },
+      half_to_float);
 }
 
 // Round to nearest even (the F16C conversion under the default rounding mode).
 void F32ToF16(const float* x, uint16_t* y, int64_t n) {
-#if HWY_TARGET == HWY_SCALAR
-  for (int64_t i = 0; i < n; i++) y[i] = float_to_half(x[i]);
-#else
-  const DF d;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  const int64_t L = (int64_t)hn::Lanes(d);
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    hn::StoreU(hn::DemoteTo(dh, hn::LoadU(d, x + i)), dh, (hwy::float16_t*)(y + i));
-  for (; i < n; i++) y[i] = float_to_half(x[i]);
-#endif
+  ConvertF16(
+      x, y, n,
+      [](const float* p, uint16_t* q) {
+        const DF d;
+        const hn::Rebind<hwy::float16_t, DF> dh;
+        hn::StoreU(hn::DemoteTo(dh, hn::LoadU(d, p)), dh, (hwy::float16_t*)q);
+      },
+      float_to_half);
 }
 
 }  // namespace onyx::simd::HWY_NAMESPACE
