@@ -112,11 +112,13 @@ void DropoutRange(uint32_t k0, uint32_t k1, uint32_t t24, float scale, int64_t e
 
 // dx = m ? dy * scale : 0 (DropoutGrad); vectorized by GCC at this target's width.
 void DropoutGradMask(const bool* m, const float* dy, float* dx, float scale, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; i++) dx[i] = m[i] ? dy[i] * scale : 0.0f;
 }
 
 // y = a + b (DropoutAdd's inactive case).
 void AddArrays(const float* a, const float* b, float* y, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
