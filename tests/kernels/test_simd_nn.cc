@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/simd/dispatch.h"
 #include "kernels/cpu/simd/nn.h"
+#include "kernels/cpu/simd/simd.h"
 
 namespace onyx {
 namespace {
@@ -162,7 +163,7 @@ TEST_F(SimdNn, AttentionAndLossRowsMatchFloat64) {
       simd::scaled_exp_row(lp.data(), y.data(), n, 0.3f);
       expect_near(y, w, 2e-6, 0, "scaled_exp_row");
       std::vector<float> z = dp;
-      simd::row_add(z.data(), p.data(), n);
+      simd::add_arrays(z.data(), p.data(), z.data(), n);
       for (int64_t i = 0; i < n; i++) ASSERT_EQ(z[i], dp[i] + p[i]) << i;
       z = p;
       simd::row_mul_sub(z.data(), n, 3.0f, 0.25f);

@@ -164,7 +164,7 @@ void scores_tile(const AttnDims& d, const float* Q, const float* K, const float*
     const float* m = mask + b * d.mb + h * d.mh + (r0 + i) * d.mq;
     float* s = S + i * n;
     if (d.mk == 1) {
-      simd::row_add(s, m, n);
+      simd::add_arrays(s, m, s, n);
     } else {
       for (int64_t j = 0; j < n; j++) s[j] += m[0];
     }

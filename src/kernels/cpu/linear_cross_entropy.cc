@@ -129,7 +129,7 @@ int64_t chunk_rows(const ir::Node& node, int64_t V) {
 // `grad` (else it is left scratched). Returns the row's loss term.
 inline double lce_row(float* z, int64_t V, int64_t t, const float* bias, float eps, bool grad,
                       float scale) {
-  if (bias) simd::row_add(z, bias, V);
+  if (bias) simd::add_arrays(z, bias, z, V);
   float zt = z[t];
   float mean_z = eps != 0.0f ? simd::row_sum(z, V) / (float)V : 0.0f;
   float m = simd::row_max(z, V);

@@ -33,14 +33,19 @@ struct Path {
 constexpr int64_t kPortable = HWY_SCALAR | HWY_EMU128;
 constexpr Path kPaths[] = {{"avx512", HWY_AVX3}, {"avx2", HWY_AVX2}, {"portable", kPortable}};
 
-int64_t all_x86_targets() {
-  int64_t m = 0;
-  for (const Path& p : kPaths)
-    if (p.target != kPortable) m |= p.target;
-  return m | HWY_AVX3_DL | HWY_SSE4 | HWY_SSSE3;
+// The targets this CPU runs, asked of Highway once, before any selection disables some.
+int64_t cpu_targets() {
+  static const int64_t cpu = [] {
+    hwy::DisableTargets(0);
+    return hwy::SupportedTargets();
+  }();
+  return cpu;
 }
 
-std::string g_chosen;
+bool runs(const Path& p) {
+  return (HWY_TARGETS & p.target) && (p.target == kPortable || (cpu_targets() & p.target));
+}
+
 std::atomic<bool> g_native_bf16{false};
 
 // ONYX_CPU, applied before main() so every kernel call of the process sees one path.
@@ -66,14 +71,9 @@ std::vector<std::string> compiled_paths() {
 }
 
 std::vector<std::string> supported_paths() {
-  hwy::DisableTargets(0);
-  const int64_t cpu = hwy::SupportedTargets();
   std::vector<std::string> out;
   for (const Path& p : kPaths)
-    if ((HWY_TARGETS & p.target) && (cpu & p.target || p.target == kPortable))
-      out.push_back(p.name);
-  // Restore the selection this call disturbed.
-  if (!g_chosen.empty()) select_path(g_chosen);
+    if (runs(p)) out.push_back(p.name);
   return out;
 }
 
@@ -86,41 +86,24 @@ std::string chosen_path() {
 }
 
 void select_path(const std::string& path) {
-  std::string name = path;
-  if (name == "auto") {
-    hwy::DisableTargets(0);
-    const int64_t cpu = hwy::SupportedTargets();
-    name = "portable";
-    for (const Path& p : kPaths)
-      if ((HWY_TARGETS & p.target) && (cpu & p.target)) {
-        name = p.name;
-        break;
-      }
-  }
   const Path* want = nullptr;
   for (const Path& p : kPaths)
-    if (name == p.name) want = &p;
+    if (path == "auto" ? runs(p) : path == p.name) {
+      want = &p;
+      break;
+    }
   if (!want)
     throw Error(cat("unknown CPU path '", path, "' (expected auto, avx512, avx2 or portable)"));
   if (!(HWY_TARGETS & want->target))
-    throw Error(cat("CPU path '", name, "' is not compiled into this build"));
-  hwy::DisableTargets(0);
-  if (want->target != kPortable && !(hwy::SupportedTargets() & want->target))
-    throw Error(cat("CPU path '", name, "' needs instructions this CPU does not have"));
-  // Every target better than the wanted one is disabled; the wanted one then is the best left.
-  int64_t better = 0;
-  for (const Path& p : kPaths) {
-    if (p.target == want->target) break;
-    better |= p.target;
-  }
-  if (want->target == kPortable)
-    better = all_x86_targets();
-  else if (want->target == HWY_AVX2)
-    better |= HWY_AVX3_DL;
-  hwy::DisableTargets(better);
+    throw Error(cat("CPU path '", want->name, "' is not compiled into this build"));
+  if (!runs(*want))
+    throw Error(cat("CPU path '", want->name, "' needs instructions this CPU does not have"));
+  // Highway numbers better targets with lower bits: disabling every bit below the wanted
+  // target's lowest one leaves it the best target enabled.
+  const int64_t lowest = want->target & -want->target;
+  hwy::DisableTargets(lowest - 1);
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  g_chosen = name;
-  g_native_bf16 = name == "avx512" && kernels::cpu_has_avx512_bf16();
+  g_native_bf16 = want->target == HWY_AVX3 && kernels::cpu_has_avx512_bf16();
 }
 
 bool native_bf16_conversions() { return g_native_bf16; }

@@ -116,12 +116,6 @@ void DropoutGradMask(const bool* m, const float* dy, float* dx, float scale, int
   for (int64_t i = 0; i < n; i++) dx[i] = m[i] ? dy[i] * scale : 0.0f;
 }
 
-// y = a + b (DropoutAdd's inactive case).
-void AddArrays(const float* a, const float* b, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
-}
-
 }  // namespace onyx::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -130,7 +124,6 @@ namespace onyx::simd {
 HWY_EXPORT(PhiloxGroupWords);
 HWY_EXPORT(DropoutRange);
 HWY_EXPORT(DropoutGradMask);
-HWY_EXPORT(AddArrays);
 void philox_group_words(uint64_t group, uint32_t k0, uint32_t k1, uint32_t* u) {
   HWY_DYNAMIC_DISPATCH(PhiloxGroupWords)(group, k0, k1, u);
 }
@@ -140,9 +133,6 @@ void dropout_range(uint32_t k0, uint32_t k1, uint32_t t24, float scale, int64_t 
 }
 void dropout_grad_mask(const bool* m, const float* dy, float* dx, float scale, int64_t n) {
   HWY_DYNAMIC_DISPATCH(DropoutGradMask)(m, dy, dx, scale, n);
-}
-void add_arrays(const float* a, const float* b, float* y, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AddArrays)(a, b, y, n);
 }
 }  // namespace onyx::simd
 #endif

@@ -172,21 +172,7 @@ HWY_INLINE float ReduceSum(DF d, VF v) { return hn::GetLane(hn::SumOfLanes(d, v)
 HWY_INLINE float ReduceMax(DF d, VF v) { return hn::GetLane(hn::MaxOfLanes(d, v)); }
 HWY_INLINE float ReduceMin(DF d, VF v) { return hn::GetLane(hn::MinOfLanes(d, v)); }
 
-// y[i] = f(x[i]) over full vectors; the tail through a masked (zero-filled) load, so every
-// element sees the same arithmetic. x == y is allowed.
-template <class F>
-HWY_INLINE void Map(const float* x, float* y, int64_t n, F f) {
-  const DF d;
-  const int64_t L = (int64_t)hn::Lanes(d);
-  int64_t i = 0;
-  for (; i + L <= n; i += L) hn::StoreU(f(d, hn::LoadU(d, x + i)), d, y + i);
-  if (i < n) {
-    const auto m = hn::FirstN(d, (size_t)(n - i));
-    hn::BlendedStore(f(d, hn::MaskedLoad(m, d, x + i)), m, d, y + i);
-  }
-}
-
-// Map's loop for kernels of several arrays: body(ld, st) runs once per full vector of [0, n) and
+// The vector loop of the array kernels: body(ld, st) runs once per full vector of [0, n) and
 // once for the tail, with ld(p) the vector at p + i (zero-filled past n in the tail) and st(v, p)
 // storing v at p + i (only the lanes below n). One body gives the vector loop and its masked tail,
 // so every element sees the same arithmetic; a body that accumulates must treat the tail's
@@ -204,6 +190,13 @@ HWY_INLINE void ForEachVector(int64_t n, F body) {
     body([d, i, m](const float* p) { return hn::MaskedLoad(m, d, p + i); },
          [d, i, m](VF v, float* p) { hn::BlendedStore(v, m, d, p + i); });
   }
+}
+
+// y[i] = f(x[i]) (x == y allowed), through ForEachVector.
+template <class F>
+HWY_INLINE void Map(const float* x, float* y, int64_t n, F f) {
+  const DF d;
+  ForEachVector(n, [&](auto ld, auto st) { st(f(d, ld(x)), y); });
 }
 
 }  // namespace onyx::simd::HWY_NAMESPACE

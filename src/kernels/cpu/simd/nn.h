@@ -28,7 +28,6 @@ void attention_grad_row(const float* p, float* ds, int64_t n, float scale);
 void attention_grad_row_dropout(const float* p, const float* pd, float* ds, int64_t n, float scale);
 // y = exp(x) * c (x <= 0: log-probabilities); x == y allowed.
 void scaled_exp_row(const float* x, float* y, int64_t n, float c);
-void row_add(float* y, const float* x, int64_t n);        // y += x
 void row_mul_sub(float* y, int64_t n, float a, float b);  // y = y * a - b (one FMA)
 
 // ---- LayerNorm / RMSNorm rows, forward and backward (norm.cc) -----------------------------------

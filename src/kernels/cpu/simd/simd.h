@@ -48,7 +48,6 @@ void philox_group_words(uint64_t group, uint32_t k0, uint32_t k1, uint32_t* u);
 void dropout_range(uint32_t k0, uint32_t k1, uint32_t t24, float scale, int64_t e0, int64_t n,
                    const float* x, const float* res, float* out, bool* mask);
 void dropout_grad_mask(const bool* m, const float* dy, float* dx, float scale, int64_t n);
-void add_arrays(const float* a, const float* b, float* y, int64_t n);  // y = a + b
 
 // ---- arithmetic (arith.cc)
 // -----------------------------------------------------------------------
@@ -56,6 +55,10 @@ enum class BinaryOp { Add, Sub, Mul, Div };
 // o[i] = a[a_vec ? i : 0] op b[b_vec ? i : 0], i in [0, n) (o may alias a vector operand).
 void binary(BinaryOp op, const float* a, bool a_vec, const float* b, bool b_vec, float* o,
             int64_t n);
+// y = a + b over n elements (y may be a or b).
+inline void add_arrays(const float* a, const float* b, float* y, int64_t n) {
+  binary(BinaryOp::Add, a, true, b, true, y, n);
+}
 
 // ---- layout (layout.cc)
 // -------------------------------------------------------------------------- d[p * ld + q] = s[p +

@@ -1,6 +1,6 @@
 // kernels/cpu/simd/softmax.cc — the softmax rows of Softmax, LogSoftmax and their gradients
 // (contiguous rows and rows over a strided axis), of Attention's backward (dS) and of the
-// cross-entropy losses (SoftmaxCrossEntropyLoss's gradient, LinearCrossEntropy's bias and
+// cross-entropy losses (SoftmaxCrossEntropyLoss's gradient, LinearCrossEntropy's
 // dlogits), for every SIMD path (see nn.h). The op kernels (nn.cc, attention.cc, loss.cc,
 // linear_cross_entropy.cc) keep dtypes, shapes and threading; these run one row.
 // Hand-written because GCC 12 at -O2 vectorizes neither float reductions nor expf, and these rows
@@ -99,10 +99,6 @@ void ScaledExpRow(const float* x, float* y, int64_t n, float c) {
   Map(x, y, n, [vc](DF d, VF v) { return hn::Mul(ExpNeg(d, v), vc); });
 }
 
-void RowAdd(float* y, const float* x, int64_t n) {
-  ForEachVector(n, [&](auto ld, auto st) { st(hn::Add(ld(y), ld(x)), y); });
-}
-
 void RowMulSub(float* y, int64_t n, float a, float b) {
   const VF va = hn::Set(DF(), a), vb = hn::Set(DF(), b);
   Map(y, y, n, [va, vb](DF, VF v) { return hn::MulSub(v, va, vb); });
@@ -122,7 +118,6 @@ HWY_EXPORT(LogSoftmaxGradCols);
 HWY_EXPORT(AttentionGradRow);
 HWY_EXPORT(AttentionGradRowDropout);
 HWY_EXPORT(ScaledExpRow);
-HWY_EXPORT(RowAdd);
 HWY_EXPORT(RowMulSub);
 void softmax_row(const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(SoftmaxRow)(x, y, n); }
 void log_softmax_row(const float* x, float* y, int64_t n) {
@@ -150,7 +145,6 @@ void attention_grad_row_dropout(const float* p, const float* pd, float* ds, int6
 void scaled_exp_row(const float* x, float* y, int64_t n, float c) {
   HWY_DYNAMIC_DISPATCH(ScaledExpRow)(x, y, n, c);
 }
-void row_add(float* y, const float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(RowAdd)(y, x, n); }
 void row_mul_sub(float* y, int64_t n, float a, float b) {
   HWY_DYNAMIC_DISPATCH(RowMulSub)(y, n, a, b);
 }
