@@ -110,10 +110,17 @@ struct PassStat {
   std::string pass;
   int applied = 0;
 };
+// What mixed_precision.cc did: GEMM nodes reading bf16 operands, values stored bf16 by their
+// producer (the cast fused), values given a Cast to bf16.
+struct MixedPrecisionStats {
+  int gemms = 0, fused = 0, casts = 0;
+};
+
 struct PassReport {
   std::vector<PassStat> stats;  // in the order the passes ran (a pass may run more than once)
   int nodes_before = 0, nodes_after = 0;
   int recomputed_layers = 0;  // gradient checkpointing: layers whose activations are recomputed
+  MixedPrecisionStats mixed_precision;         // bf16 training graphs (OptimizeOptions::bf16)
   int applied(const std::string& pass) const;  // summed over runs
 };
 
@@ -167,6 +174,11 @@ int prune_tokens(ir::Graph& g, PassContext& ctx);
 // (OpKernel::accumulate_outputs), which then writes p_grad itself (gradient_into_buffer.cc).
 int write_gradients_into_buffer(ir::Graph& g, PassContext& ctx);
 
+// Training graph under bf16 (mixed_precision.cc): the float32 activations and gradients read by
+// onyx.MatMulT / MatMulGradB stored or cast to bf16 once (producers that can write bf16 do, else
+// one Cast), those GEMMs given output_dtype = FLOAT. Returns the values now read as bf16.
+int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, MixedPrecisionStats* stats);
+
 // Gradient checkpointing per transformer layer (recompute.cc): `n_forward` = how many leading
 // nodes of the training graph are forward nodes (autodiff appends the backward after them).
 // Returns the number of nodes cloned.
@@ -182,7 +194,8 @@ struct OptimizeOptions {
   bool recompute = false;     // gradient checkpointing per transformer layer (recompute.cc)
   bool token_pruning = true;  // compute read-out tokens only (token_pruning.cc)
   bool gradient_into_buffer =
-      true;  // producers write parameter gradients (gradient_into_buffer.cc)
+      true;           // producers write parameter gradients (gradient_into_buffer.cc)
+  bool bf16 = false;  // mixed precision: GEMM operands stored bf16 (mixed_precision.cc)
 };
 // The forward (+ loss) graph, specialized to `signature`, before autodiff: fold, eliminate,
 // fuse. `variables` are the trainable initializers.

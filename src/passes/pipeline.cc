@@ -4,8 +4,9 @@
 // subgraphs, remove no-ops, merge common subexpressions, then the fusions, each followed by dead-
 // node elimination. Fusing before autodiff means the backward is built from the fused ops' own
 // gradient rules (LayerNormGrad, GeluGrad, ...), so the backward is fused too. After autodiff the
-// whole training graph gets no-op elimination, CSE and dead-node elimination again, then
-// gradient_into_buffer (parameter gradients written by their producers, no AccumulateGrad copy).
+// whole training graph gets no-op elimination, CSE and dead-node elimination again, then (bf16)
+// mixed_precision and gradient_into_buffer (parameter gradients written by their producers, no
+// AccumulateGrad copy).
 //
 // Debugging a pattern: ONYX_PASS_DUMP=<fusion name> prints the forward graph as that fusion sees
 // it (one node per line, with the static shapes) to stderr.
@@ -145,6 +146,12 @@ void optimize_training(ir::Graph& g, const std::map<std::string, TensorMeta>& si
   ctx.variables = variables;
   run_pass("fold_constants", g, ctx, report, fold_constants);
   cleanup(g, ctx, report);
+  if (opts.fusions && opts.bf16) {
+    MixedPrecisionStats mp;
+    run_pass("mixed_precision", g, ctx, report,
+             [&](ir::Graph& gg, PassContext& c) { return convert_to_mixed_precision(gg, c, &mp); });
+    if (report) report->mixed_precision = mp;
+  }
   if (opts.fusions && opts.gradient_into_buffer)
     run_pass("gradient_into_buffer", g, ctx, report, write_gradients_into_buffer);
   sort_topologically(g);

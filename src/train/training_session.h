@@ -86,14 +86,25 @@ class TrainingSession {
     eval_graphs_.clear();
   }
   void set_pass_options(const passes::OptimizeOptions& o) {
+    const bool bf16 = pass_opts_.bf16;  // set by set_bf16_gemm
     pass_opts_ = o;
+    pass_opts_.bf16 = bf16;
     graphs_.clear();
     eval_graphs_.clear();
   }
   const passes::OptimizeOptions& pass_options() const { return pass_opts_; }
   // Mixed precision (TrainingArguments.bf16): every run of this session's graphs, training and
-  // evaluation, gives the GEMM kernels bf16 inputs (runtime::RunOptions::bf16_gemm).
-  void set_bf16_gemm(bool on) { bf16_gemm_ = on; }
+  // evaluation, gives the GEMM kernels bf16 inputs (runtime::RunOptions::bf16_gemm), and the
+  // training graphs store their GEMM operands in bf16 (OptimizeOptions::bf16, the
+  // mixed_precision pass; with optimization on). `store_bf16` false leaves the graphs float32
+  // (the per-call rounding alone: what the pass must reproduce bit for bit).
+  void set_bf16_gemm(bool on, bool store_bf16 = true) {
+    bf16_gemm_ = on;
+    if (pass_opts_.bf16 != (on && store_bf16)) {
+      pass_opts_.bf16 = on && store_bf16;
+      graphs_.clear();
+    }
+  }
   bool bf16_gemm() const { return bf16_gemm_; }
   // Frees the sessions' activation arenas (each comes back on its session's next run): the
   // evaluation ones after an evaluation pass, the training ones too when training ends.

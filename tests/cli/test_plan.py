@@ -21,6 +21,10 @@ Cases (one PASS / FAIL line each):
                      fires on the dynamo export with the same count (GELU / LayerNorm count as
                      fired when the dynamo graph already has that many Gelu / LayerNormalization
                      nodes, the ops those fusions produce), and the FLOPs per step agree.
+  plan-bf16-<model>  `--bf16 true`: the plan lists the ops reading bf16 values and what the
+                     mixed_precision pass did (GEMMs rewired, values written bf16 by their
+                     producer, Casts), and the activation arena with bf16 operands is below 0.9x
+                     the float32 one.
   checkpointing      `--gradient_checkpointing true` cuts bert-mini's planned activation memory
                      by at least 40%.
   max-memory-*       a max_memory budget below the planned step: exit 1 naming batch, need and
@@ -178,9 +182,9 @@ def main():
     try:
         mdirs = {}
         for name, spec in bench_models.SPECS.items():
-            if filt and filt not in "plan-" + name and not (name == "bert-mini" and filt in
-                                                             "checkpointing max-memory plan-with-eval "
-                                                             "plan-bert-mini-dropout"):
+            if filt and filt not in "plan-" + name and filt not in "plan-bf16-" + name and not (
+                    name == "bert-mini" and filt in "checkpointing max-memory plan-with-eval "
+                                                    "plan-bert-mini-dropout"):
                 continue
             mdirs[name] = os.path.join(tmp, name)
             train_bench.prepare(name, spec, mdirs[name], 2)
@@ -256,6 +260,24 @@ def main():
             report(bool(ok), "checkpointing",
                    "bert-mini planned activations %s MiB -> %s MiB with gradient_checkpointing (%s)"
                    % (ma, mb, "-%.0f%%" % (100 * (1 - mb / ma)) if ma and mb else "?"))
+
+        for name in ("bert-mini", "gpt2-tiny", "vit-tiny"):
+            if name not in mdirs or (filt and filt not in "plan-bf16-" + name):
+                continue
+            # bf16: the plan names the ops reading bf16 values and what the mixed_precision pass
+            # did, and its activation arena (bf16 operands stored) is below the float32 one
+            r = run(["plan", write_config(mdirs[name], name), "--bf16", "true"])
+            m = re.search(r"activation arena ([\d.]+) MiB with bf16 operands, ([\d.]+) MiB with "
+                          r"float32 ones", r.stdout)
+            p = re.search(r"mixed_precision pass: (\d+) GEMM nodes rewired, (\d+) values written "
+                          r"bf16 by their producer, (\d+) Casts", r.stdout)
+            ops = re.search(r"ops reading bf16 values:(.*)", r.stdout)
+            ok = (r.returncode == 0 and m and p and ops and "onyx.MatMulGradB" in ops.group(1)
+                  and int(p.group(1)) > 0 and int(p.group(2)) > 0
+                  and float(m.group(1)) < 0.9 * float(m.group(2)))
+            report(bool(ok), "plan-bf16-" + name,
+                   "%s; %s" % (m.group(0) if m else "no arena line",
+                               p.group(0) if p else r.stdout[-300:] + r.stderr[-300:]))
 
         if "bert-mini" in mdirs and (not filt or filt in "max-memory"):
             cfg = write_config(mdirs["bert-mini"], "bert-mini")

@@ -12,6 +12,7 @@
 
 #include "autodiff/gradient.h"
 #include "models/hf_model.h"
+#include "passes/pass.h"
 #include "train/training_session.h"
 
 using namespace onyx;
@@ -26,14 +27,25 @@ const char* kLlama = R"({"model_type": "llama", "vocab_size": 300, "hidden_size"
 const char* kGpt2 = R"({"model_type": "gpt2", "vocab_size": 300, "n_embd": 64, "n_layer": 2,
   "n_head": 4, "n_positions": 64, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0})";
 
+// Post-LN (its LayerNorm outputs feed the residual stream too: Casts, not fused producers), with
+// dropout (the same masks in both runs: same seed).
+const char* kBert = R"({"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 300,
+  "max_position_embeddings": 64, "type_vocab_size": 2, "pad_token_id": 0})";
+
 struct Step {
   double loss;
   std::map<std::string, Tensor> grads;
+  double arena = 0;                  // planned activation bytes
+  passes::MixedPrecisionStats pass;  // what the mixed_precision pass did
 };
 
-Step step(const char* config, bool bf16) {
-  models::BuiltModel m = models::build_hf_model(models::parse_hf_config(config, "test/config.json"),
-                                                models::Task::CausalLM, 5);
+// One training step; bf16 = mixed precision, `store` = with the mixed_precision pass (bf16
+// operands stored once) rather than float32 operands rounded per call.
+Step step(const char* config, bool bf16, bool store = true,
+          models::Task task = models::Task::CausalLM) {
+  models::BuiltModel m =
+      models::build_hf_model(models::parse_hf_config(config, "test/config.json"), task, 5);
   std::mt19937 rng(3);
   std::vector<int64_t> ids(B * T);
   for (auto& v : ids) v = (int64_t)(rng() % m.config.vocab_size);
@@ -47,12 +59,18 @@ Step step(const char* config, bool bf16) {
     for (int64_t i = 0; i < B * T; i++) pos[i] = i % T;
     in["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, T}, pos);
   }
+  for (auto& vi : m.model.graph->inputs)  // token_type_ids and the like: zeros
+    if (!in.count(vi.name))
+      in[vi.name] =
+          Tensor::from_vector<int64_t>(DType::Int64, {B, T}, std::vector<int64_t>(B * T, 0));
   autodiff::GradientOptions opts;
   opts.loss = m.model.loss;
   train::TrainingSession ts(m.model.graph, opts);
-  ts.set_bf16_gemm(bf16);
+  ts.set_bf16_gemm(bf16, store);
   Step s;
   s.loss = ts.forward_backward(in, false, 1, true);
+  s.arena = ts.planned_activation_bytes(in);
+  s.pass = ts.pass_report_for(in).mixed_precision;
   for (auto& p : ts.parameters()) s.grads[p] = ts.grads().view(p).clone();
   return s;
 }
@@ -82,3 +100,33 @@ void check(const char* config) {
 
 TEST(Bf16Training, LlamaStepMatchesFloat32WithinBf16Tolerances) { check(kLlama); }
 TEST(Bf16Training, Gpt2TiedHeadStepMatchesFloat32WithinBf16Tolerances) { check(kGpt2); }
+
+// The mixed_precision pass changes where the rounding happens, not what is rounded: losses and
+// every gradient are bit-identical to the float32 graph whose GEMMs round per call, while the
+// pass really ran (producers writing bf16, Casts) and the activation arena shrank.
+void check_pass_exact(const char* config, models::Task task, bool want_fused, bool want_casts) {
+  Step per_call = step(config, true, false, task), stored = step(config, true, true, task);
+  EXPECT_EQ(per_call.pass.gemms, 0);
+  EXPECT_GT(stored.pass.gemms, 0);
+  if (want_fused) EXPECT_GT(stored.pass.fused, 0);
+  if (want_casts) EXPECT_GT(stored.pass.casts, 0);
+  EXPECT_LT(stored.arena, per_call.arena);
+  EXPECT_EQ(stored.loss, per_call.loss);
+  for (auto& [p, g] : per_call.grads) {
+    const Tensor& h = stored.grads.at(p);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < g.numel(); i++) diff += g.get_as_double(i) != h.get_as_double(i);
+    EXPECT_EQ(diff, 0) << p << ": " << diff << " of " << g.numel() << " elements differ";
+  }
+}
+
+TEST(Bf16Training, StoredBf16OperandsBitIdenticalToPerCallRoundingGpt2) {
+  // pre-LN: LayerNorm, Gelu and Attention outputs are written bf16 by their producers
+  check_pass_exact(kGpt2, models::Task::CausalLM, true, true);
+}
+TEST(Bf16Training, StoredBf16OperandsBitIdenticalToPerCallRoundingBert) {
+  check_pass_exact(kBert, models::Task::MaskedLM, true, true);
+}
+TEST(Bf16Training, StoredBf16OperandsBitIdenticalToPerCallRoundingLlama) {
+  check_pass_exact(kLlama, models::Task::CausalLM, false, true);
+}

@@ -115,11 +115,33 @@ Action add_plan_command(CLI::App& app) {
     for (auto& [c, op] : rows) std::printf("  %-34s %6d\n", op.c_str(), c);
 
     if (cfg.args.bf16) {
-      int n16 = hist["onyx.MatMulT"] + hist["onyx.MatMulGradB"] + hist["onyx.LinearCrossEntropy"];
-      std::cout << "bf16 (mixed precision): " << n16
-                << " GEMM ops take bf16-rounded inputs with float32 accumulation (onyx.MatMulT, "
-                   "onyx.MatMulGradB, onyx.LinearCrossEntropy); attention, norms, softmax, the "
-                   "loss, weights, gradients and activations stay float32\n";
+      // Which ops run with bf16 inputs (read off the planned metas) and the memory the
+      // mixed_precision pass saves (the same step planned with float32 operands, in a second
+      // session).
+      std::map<std::string, int> low;
+      for (auto& st : plan.steps) {
+        const ir::Node& n = tg.graph->nodes[st.node];
+        bool reads16 = false;
+        for (auto& in : n.inputs) {
+          auto m = plan.metas.find(in);
+          reads16 = reads16 || (m != plan.metas.end() && m->second.dtype == DType::BFloat16);
+        }
+        if (reads16) low[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type]++;
+      }
+      const auto& mp = rep.mixed_precision;
+      std::cout << "bf16 (mixed precision): GEMMs take bf16 inputs with float32 accumulation; "
+                   "norms, softmax, the loss, the residual stream, weights and gradients stay "
+                   "float32\n  ops reading bf16 values:";
+      for (auto& [op, c] : low) std::cout << " " << op << " x" << c;
+      std::cout << (low.empty() ? " none" : "") << "\n  mixed_precision pass: " << mp.gemms
+                << " GEMM nodes rewired, " << mp.fused << " values written bf16 by their producer, "
+                << mp.casts << " Casts to bf16 (other float32 operands are rounded per call)\n";
+      train::TrainingSession f32(ts.forward_graph(), ts.options());
+      f32.set_pass_options(ts.pass_options());
+      f32.set_bf16_gemm(true, /*store_bf16=*/false);
+      double without = f32.planned_activation_bytes(b), with = ts.planned_activation_bytes(b);
+      std::printf("  activation arena %s with bf16 operands, %s with float32 ones (%.2fx)\n",
+                  mib(with).c_str(), mib(without).c_str(), without > 0 ? with / without : 1.0);
     }
     runtime::FlopCount fc = runtime::count_flops(*tg.graph, plan);
     std::printf("FLOPs per step: %.2f GFLOP", fc.total / 1e9);

@@ -49,6 +49,7 @@
 
 #include "kernels/cpu/dropout_rng.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/simd/nn.h"
 #include "kernels/cpu/simd/simd.h"
 #include "runtime/kernel.h"
@@ -178,12 +179,18 @@ inline int64_t row_keys(const AttnDims& d, int64_t n, int64_t i) {
 
 // ---- forward ------------------------------------------------------------------------------------
 
+// O is float32, or bfloat16 when O16 is given instead (output_dtype = BFLOAT16, set by
+// passes/mixed_precision.cc when only GEMMs read O): each tile's P·V is formed in float32 and
+// rounded as Cast rounds into O16's columns.
 void attention_forward(const AttnDims& d, const float* Q, const float* K, const float* V,
-                       const float* mask, const dropout_rng::Draw* drop, float* O, float* LSE) {
+                       const float* mask, const dropout_rng::Draw* drop, float* O, BFloat16* O16,
+                       float* LSE) {
   int64_t nblk = (d.Tq + kBlockQ - 1) / kBlockQ;
   int64_t tasks = d.B * d.H * nblk;
   parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> tile((size_t)(std::min(kBlockQ, d.Tq) * d.Tk));  // per-thread scores (BQ,Tk)
+    const int64_t bq = std::min(kBlockQ, d.Tq);
+    std::vector<float> tile((size_t)(bq * d.Tk));             // per-thread scores (BQ,Tk)
+    std::vector<float> otile(O16 ? (size_t)(bq * d.Dv) : 0);  // P·V before rounding to bf16
     float* S = tile.data();
     for (int64_t t = t0; t < t1; t++) {
       int64_t bh = t / nblk, blk = t % nblk, b = bh / d.H, h = bh % d.H;
@@ -206,7 +213,17 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
         if (drop) dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, ni, s);
       }
       const float* v = V + b * d.Tk * d.Cv + (h / d.G) * d.Dv;  // (n, Dv), ld Cv
-      float* o = O + (b * d.Tq + r0) * d.Co + h * d.Dv;         // (rows, Dv), ld Co
+      if (O16) {
+        sgemm(false, false, rows, d.Dv, n, 1.0f, S, n, v, d.Cv, 0.0f, otile.data(), d.Dv);
+        for (int64_t i = 0; i < rows; i++) {
+          BFloat16* o = O16 + (b * d.Tq + r0 + i) * d.Co + h * d.Dv;
+          const float* src = otile.data() + i * d.Dv;
+#pragma omp simd
+          for (int64_t j = 0; j < d.Dv; j++) o[j].bits = float_to_bf16(src[j]);
+        }
+        continue;
+      }
+      float* o = O + (b * d.Tq + r0) * d.Co + h * d.Dv;  // (rows, Dv), ld Co
       sgemm(false, false, rows, d.Dv, n, 1.0f, S, n, v, d.Cv, 0.0f, o, d.Co);
     }
   });
@@ -292,7 +309,7 @@ OpKernel make_attention_kernel() {
   k.infer = [](InferContext& ctx) {
     AttnDims d =
         attention_dims(ctx.node, ctx.input(0), ctx.input(1), ctx.input(2), optional_meta(ctx, 3));
-    ctx.set_output(0, DType::Float32, {d.B, d.Tq, d.Co});
+    ctx.set_output(0, nnutil::low_precision_output(ctx.node, DType::Float32), {d.B, d.Tq, d.Co});
     if (ctx.num_outputs() > 1) ctx.set_output(1, DType::Float32, {d.B, d.H, d.Tq});
   };
   k.compute = [](KernelContext& ctx) {
@@ -305,9 +322,13 @@ OpKernel make_attention_kernel() {
     AttnDims d =
         attention_dims(ctx.node, ctx.input(0).meta(), ctx.input(1).meta(), ctx.input(2).meta(), mm);
     if (ctx.output(0).numel() == 0) return;
+    Tensor& out = ctx.output(0);
+    const bool o16 = out.dtype() == DType::BFloat16;
     if (d.Tk == 0) {  // no keys: empty sums
-      std::fill(ctx.output(0).data<float>(), ctx.output(0).data<float>() + ctx.output(0).numel(),
-                0.f);
+      if (o16)
+        std::memset(out.raw(), 0, out.nbytes());
+      else
+        std::fill(out.data<float>(), out.data<float>() + out.numel(), 0.f);
       if (ctx.has_output(1)) {
         Tensor& l = ctx.output(1);
         std::fill(l.data<float>(), l.data<float>() + l.numel(), -INFINITY);
@@ -318,7 +339,8 @@ OpKernel make_attention_kernel() {
     auto drop = dropout_draw(ctx, d, false);
     attention_forward(d, ctx.input(0).data<float>(), ctx.input(1).data<float>(),
                       ctx.input(2).data<float>(), mm ? ctx.input(3).data<float>() : nullptr,
-                      drop ? &*drop : nullptr, ctx.output(0).data<float>(), lse);
+                      drop ? &*drop : nullptr, o16 ? nullptr : out.data<float>(),
+                      o16 ? out.data<BFloat16>() : nullptr, lse);
   };
   return k;
 }

@@ -65,6 +65,26 @@ void unary_apply(const T* x, T* y, int64_t n, const Op& op, int64_t grain) {
   });
 }
 
+// float32 x, bfloat16 y (output_dtype = BFLOAT16, set by passes/mixed_precision.cc on a producer
+// only GEMMs read): each block computed in float32 on the stack and rounded as Cast rounds, so the
+// result is Cast(op(x)) without the float32 tensor.
+template <class Op>
+void unary_to_bf16(const float* x, BFloat16* y, int64_t n, const Op& op, int64_t grain) {
+  parallel_for(n, grain, [&](int64_t b, int64_t e) {
+    constexpr int64_t kBlock = 512;
+    float buf[kBlock];
+    for (int64_t i = b; i < e; i += kBlock) {
+      int64_t m = std::min(kBlock, e - i);
+      if constexpr (HasF32<Op>) {
+        op.f32(x + i, buf, m);
+      } else {
+        for (int64_t j = 0; j < m; j++) buf[j] = static_cast<float>(op(x[i + j]));
+      }
+      from_float(buf, y + i, m);
+    }
+  });
+}
+
 struct Neg {
   template <class M>
   M operator()(M x) const {
@@ -264,12 +284,14 @@ void add_unary(KernelRegistry& r, const char* domain, const char* name, L types,
   k.infer = [types](InferContext& c) {
     const TensorMeta& x = c.input(0);
     require_dtype(x.dtype, types, c.node);
-    c.set_output(0, x.dtype, x.shape);
+    c.set_output(0, nnutil::low_precision_output(c.node, x.dtype), x.shape);
   };
   k.compute = [types, make, grain](KernelContext& c) {
     const Tensor& x = c.input(0);
     Tensor& y = c.output(0);
     const auto op = make(c);
+    if (x.dtype() == DType::Float32 && y.dtype() == DType::BFloat16)
+      return unary_to_bf16(x.data<float>(), y.data<BFloat16>(), x.numel(), op, grain);
     dispatch(x.dtype(), types, c.node, [&](auto tag) {
       using T = typename decltype(tag)::type;
       unary_apply<T>(x.data<T>(), y.data<T>(), x.numel(), op, grain);

@@ -292,32 +292,37 @@ void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float 
   execute(*e, A, B, C);
 }
 
+void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                     Bf16Operand A, int64_t lda, Bf16Operand B, int64_t ldb, float beta, float* C,
+                     int64_t ldc) {
+  ONYX_CHECK((A.f32 == nullptr) != (A.bf16 == nullptr) && (B.f32 == nullptr) != (B.bf16 == nullptr),
+             "gemm_mixed_bf16: each operand needs exactly one of its float32 / bf16 pointers");
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_c(M, N, beta, C, ldc);
+  lda = std::max<int64_t>(1, lda);
+  ldb = std::max<int64_t>(1, ldb);
+  thread_local std::vector<uint16_t> a16, b16;
+  auto rounded = [](const float* x, int64_t n, std::vector<uint16_t>& buf) {
+    if (buf.size() < (size_t)n) buf.resize((size_t)n);
+    f32_to_bf16(x, buf.data(), n);
+    return (const uint16_t*)buf.data();
+  };
+  const uint16_t* a = A.bf16 ? A.bf16 : rounded(A.f32, stored_extent(transA, M, K, lda), a16);
+  const uint16_t* b = B.bf16 ? B.bf16 : rounded(B.f32, stored_extent(transB, K, N, ldb), b16);
+  gemm_bf16(transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+}
+
 void gemm_f32_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  thread_local std::vector<uint16_t> a16;
-  if (a16.size() < (size_t)(M * K)) a16.resize((size_t)(M * K));
-  if (lda == K) {
-    f32_to_bf16(A, a16.data(), M * K);
-  } else {
-    for (int64_t i = 0; i < M; i++) f32_to_bf16(A + i * lda, a16.data() + i * K, K);
-  }
-  gemm_bf16(false, transB, M, N, K, alpha, a16.data(), std::max<int64_t>(1, K), B, ldb, beta, C,
-            ldc);
+  gemm_mixed_bf16(false, transB, M, N, K, alpha, {A, nullptr}, lda, {nullptr, B}, ldb, beta, C,
+                  ldc);
 }
 
 void gemm_as_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) return scale_c(M, N, beta, C, ldc);
-  const int64_t na = stored_extent(transA, M, K, lda), nb = stored_extent(transB, K, N, ldb);
-  thread_local std::vector<uint16_t> a16, b16;
-  if (a16.size() < (size_t)na) a16.resize((size_t)na);
-  if (b16.size() < (size_t)nb) b16.resize((size_t)nb);
-  f32_to_bf16(A, a16.data(), na);
-  f32_to_bf16(B, b16.data(), nb);
-  gemm_bf16(transA, transB, M, N, K, alpha, a16.data(), lda, b16.data(), ldb, beta, C, ldc);
+  gemm_mixed_bf16(transA, transB, M, N, K, alpha, {A, nullptr}, lda, {B, nullptr}, ldb, beta, C,
+                  ldc);
 }
 
 GemmBackend gemm_backend() {

@@ -86,6 +86,20 @@ void gemm_as_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, flo
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc);
 
+// One operand of a mixed-precision GEMM: float32 (rounded to bf16 into a per-thread scratch for
+// the call, as gemm_as_bf16) or bfloat16 bits (used as they are: a value the mixed-precision pass,
+// passes/mixed_precision.cc, already stores in bf16). Exactly one pointer is set.
+struct Bf16Operand {
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+};
+// C(M,N) (float32) = alpha * op(A) · op(B) + beta * C with each operand float32 or bf16: the bf16
+// ones read in place, the float32 ones rounded first, then gemm_bf16. gemm_f32_bf16 and
+// gemm_as_bf16 are its two common forms.
+void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                     Bf16Operand A, int64_t lda, Bf16Operand B, int64_t ldb, float beta, float* C,
+                     int64_t ldc);
+
 // float32 -> bfloat16 bits for GEMM inputs: rounding to nearest even (NaN stays NaN), float32
 // denormals flushed to signed zero, as AVX512_BF16's vcvtneps2bf16 (used where the CPU has it)
 // and its dot products do, so every CPU rounds alike; threaded over fixed ranges. And back

@@ -30,10 +30,10 @@
 // private dW partial added in thread order at the end); otherwise each GEMM and row pass is
 // threaded. Results are deterministic for a thread count. float32, or W bfloat16 (a frozen LM head
 // stored in bf16, models/lora.h store_frozen_weights_bf16; then no dW): the logits and dH GEMMs
-// take bf16 inputs — H rows and dlogits rounded per chunk — with float32 accumulation
-// (gemm_f32_bf16); the softmax, loss and dlogits stay float32. Under mixed precision
-// (KernelContext::bf16_gemm) a float32 W is rounded to bf16 once per call and the same GEMMs run,
-// dW's too (gemm_as_bf16). On gpt2-tiny's head (N = 2040, C = 256, V = 50257, 2 threads, quiet
+// take bf16 inputs — H rows and dlogits rounded once per chunk, the dlogits by the row pass —
+// with float32 accumulation (gemm_mixed_bf16); the softmax, loss and dlogits stay float32. Under
+// mixed precision (KernelContext::bf16_gemm) a float32 W is rounded to bf16 once per call and the
+// same GEMMs run, dW's too. On gpt2-tiny's head (N = 2040, C = 256, V = 50257, 2 threads, quiet
 // machine) the kernel runs at ≈ 186 GFLOP/s, ≈ 95% of the same chunk GEMMs timed alone.
 #include <algorithm>
 #include <cmath>
@@ -201,6 +201,13 @@ void lce_compute(KernelContext& ctx) {
     // tens of MB, and handing it back to the OS after every step costs its page faults again.
     thread_local std::vector<float> logits;
     if (logits.size() < (size_t)(R * V)) logits.resize(R * V);
+    // bf16 GEMMs: the chunk's H rows and its dlogits rounded once each (the dlogits by the row
+    // pass, while each row is still in cache) and read by both GEMMs that use them.
+    thread_local std::vector<uint16_t> h16, z16;
+    if (w16) {
+      if (h16.size() < (size_t)(R * C)) h16.resize(R * C);
+      if (grad && z16.size() < (size_t)(R * V)) z16.resize(R * V);
+    }
     std::vector<float> hbuf, dhbuf;  // (R,C) gathered rows when not contiguous
     if (dW_out && m1 == m0) std::memset(dW_out, 0, V * C * sizeof(float));
     if (dbias_out) std::memset(dbias_out, 0, V * sizeof(float));
@@ -218,21 +225,27 @@ void lce_compute(KernelContext& ctx) {
         Hc = hbuf.data();
       }
       float* Z = logits.data();
+      uint16_t* Z16 = z16.data();  // (this thread's scratch; the row pass may run on others)
+      const kernels::Bf16Operand Hb{nullptr, h16.data()}, Zb{nullptr, Z16}, Wb{nullptr, W16};
       // (r,V) = (r,C) · op(W)
-      if (w16)
-        kernels::gemm_f32_bf16(d.transB, r, V, C, 1.0f, Hc, C, W16, ldw, 0.0f, Z, V);
-      else
+      if (w16) {
+        kernels::f32_to_bf16(Hc, h16.data(), r * C);
+        kernels::gemm_mixed_bf16(false, d.transB, r, V, C, 1.0f, Hb, C, Wb, ldw, 0.0f, Z, V);
+      } else {
         kernels::sgemm(false, d.transB, r, V, C, 1.0f, Hc, C, W, ldw, 0.0f, Z, V);
+      }
       parallel_for(r, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; i++)
+        for (int64_t i = b; i < e; i++) {
           row_loss[r0 + i] = lce_row(Z + i * V, V, tgt[rows[r0 + i]], bias, eps, grad, scale);
+          if (w16 && grad) kernels::f32_to_bf16(Z + i * V, Z16 + i * V, V);
+        }
       });
       if (!grad) continue;
       if (dH) {  // (r,C) = (r,V) · W(V,C)   [transB=0: (r,V) · W(C,V)ᵀ]
         if (!contiguous) dhbuf.resize(R * C);
         float* dHc = contiguous ? dH + rows[r0] * C : dhbuf.data();
         if (w16)
-          kernels::gemm_f32_bf16(!d.transB, r, C, V, 1.0f, Z, V, W16, ldw, 0.0f, dHc, C);
+          kernels::gemm_mixed_bf16(false, !d.transB, r, C, V, 1.0f, Zb, V, Wb, ldw, 0.0f, dHc, C);
         else
           kernels::sgemm(false, !d.transB, r, C, V, 1.0f, Z, V, W, ldw, 0.0f, dHc, C);
         if (!contiguous)
@@ -242,11 +255,11 @@ void lce_compute(KernelContext& ctx) {
       if (dW_out) {
         float beta = r0 == m0 ? 0.0f : 1.0f;
         if (d.transB && mixed)  // (V,C) += (r,V)ᵀ · (r,C)
-          kernels::gemm_as_bf16(true, false, V, C, r, 1.0f, Z, V, Hc, C, beta, dW_out, C);
+          kernels::gemm_mixed_bf16(true, false, V, C, r, 1.0f, Zb, V, Hb, C, beta, dW_out, C);
         else if (d.transB)
           kernels::sgemm(true, false, V, C, r, 1.0f, Z, V, Hc, C, beta, dW_out, C);
         else if (mixed)  // (C,V) += (r,C)ᵀ · (r,V)
-          kernels::gemm_as_bf16(true, false, C, V, r, 1.0f, Hc, C, Z, V, beta, dW_out, V);
+          kernels::gemm_mixed_bf16(true, false, C, V, r, 1.0f, Hb, C, Zb, V, beta, dW_out, V);
         else
           kernels::sgemm(true, false, C, V, r, 1.0f, Hc, C, Z, V, beta, dW_out, V);
       }

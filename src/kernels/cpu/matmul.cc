@@ -14,10 +14,13 @@
 // Registers Einsum (einsum.cc) too.
 //
 // float32 goes to kernels/cpu/gemm.h (oneDNN / OpenBLAS); float16 and bfloat16 are converted to
-// float32 around the same path. MatMulT also takes a float32 A with a bfloat16 B (a frozen weight
-// stored in bf16, models/lora.h store_frozen_weights_bf16): bf16 inputs, float32 accumulation and
-// output (gemm_f32_bf16). Under mixed precision (KernelContext::bf16_gemm, TrainingArguments.bf16)
-// MatMulT and MatMulGradB round their float32 operands to bf16 the same way (gemm_as_bf16). float64
+// float32 around the same path. Mixed precision: MatMulT and MatMulGradB take any mix of float32
+// and bfloat16 operands — a frozen weight stored in bf16 (models/lora.h
+// store_frozen_weights_bf16), activations and gradients the mixed-precision pass stores in bf16
+// (passes/mixed_precision.cc, which also sets output_dtype = FLOAT, so two bf16 operands still give
+// float32) — with bf16 inputs, float32 accumulation and float32 output (gemm_mixed_bf16: bf16
+// operands read in place, float32 ones rounded per call). Under KernelContext::bf16_gemm
+// (TrainingArguments.bf16) two float32 operands are rounded per call the same way. float64
 // uses a plain loop (dgemm for the onyx ops, and for MatMul and Gemm a cache-friendly loop that
 // also serves the integer types: exact in their own type; they are rare and never the hot path).
 // Hand-written dispatch because the transformer hot path needs care: a batched activation times a
@@ -433,39 +436,69 @@ std::vector<T> bias_values(const Tensor& b) {
   return v;
 }
 
-// A float32 with B bfloat16: MatMulT's mixed-precision form.
-bool bf16_weight(DType a, DType b) { return a == DType::Float32 && b == DType::BFloat16; }
+// Mixed precision: float32 and bfloat16 operands together (a frozen bf16 weight, models/lora.h,
+// or a value passes/mixed_precision.cc stores in bf16), or an `output_dtype` = FLOAT attribute
+// (that pass's GEMMs, which may read two bf16 operands): bf16 inputs, float32 accumulation and
+// output.
+bool mixed_pair(DType a, DType b) {
+  return (a == DType::Float32 && b == DType::BFloat16) ||
+         (a == DType::BFloat16 && b == DType::Float32);
+}
+bool mixed_output(const ir::Node& node, DType a, DType b) {
+  if (mixed_pair(a, b)) return true;
+  const int64_t out = node.attr_int("output_dtype", 0);
+  if (out == 0) return false;
+  ONYX_CHECK(out == (int64_t)DType::Float32 && (a == DType::Float32 || a == DType::BFloat16) &&
+                 (b == DType::Float32 || b == DType::BFloat16),
+             node.describe(), ": output_dtype ", out,
+             " is supported only as FLOAT (1) over float32 / bfloat16 inputs, got ", dtype_name(a),
+             " and ", dtype_name(b));
+  return true;
+}
+kernels::Bf16Operand bf16_operand(const Tensor& t) {
+  if (t.dtype() == DType::BFloat16) return {nullptr, t.data<uint16_t>()};
+  return {t.data<float>(), nullptr};
+}
 
-// Y = alpha · op(A) · op(B) (+ bias) for A float32 and B bfloat16: a shared 2-D B without transA
-// (the linear layers, forward and dX) is one gemm_f32_bf16 over every row of A; other layouts
-// (not the linear layers' hot path) round A to bf16 too, widen both and run the float32 path:
-// the same products.
-void matmul_t_bf16_weight(const MatMulShape& s, float alpha, const Tensor& a, const Tensor& b,
-                          const float* bias, Tensor& y) {
+// Y = alpha · op(A) · op(B) (+ bias), float32 Y, with each of A and B float32 (rounded to bf16)
+// or bf16: a shared 2-D B without transA (the linear layers, forward and dX) is one
+// gemm_mixed_bf16 over every row of A; other layouts (not the linear layers' hot path) round both
+// to bf16, widen them and run the float32 path: the same products.
+void matmul_t_mixed(const MatMulShape& s, float alpha, const Tensor& a, const Tensor& b,
+                    const float* bias, Tensor& y) {
   const int64_t na = shape_numel(s.a_batch), nbm = shape_numel(s.b_batch);
   float* C = y.data<float>();
   if (nbm == 1 && !s.ta) {
     const int64_t R = na * s.M;
     if (bias) fill_rows<float>(C, R, s.N, bias);
-    kernels::gemm_f32_bf16(s.tb, R, s.N, s.K, alpha, a.data<float>(), s.K, b.data<uint16_t>(),
-                           s.tb ? s.K : s.N, bias ? 1.0f : 0.0f, C, s.N);
+    kernels::gemm_mixed_bf16(false, s.tb, R, s.N, s.K, alpha, bf16_operand(a), s.K, bf16_operand(b),
+                             s.tb ? s.K : s.N, bias ? 1.0f : 0.0f, C, s.N);
     return;
   }
-  std::vector<float> bf((size_t)b.numel()), af((size_t)a.numel());
-  std::vector<uint16_t> a16((size_t)a.numel());
-  kernels::bf16_to_f32(b.data<uint16_t>(), bf.data(), b.numel());
-  kernels::f32_to_bf16(a.data<float>(), a16.data(), a.numel());
-  kernels::bf16_to_f32(a16.data(), af.data(), a.numel());
+  auto widened = [](const Tensor& t) {  // bf16-rounded values as float32
+    std::vector<float> f((size_t)t.numel());
+    if (t.dtype() == DType::BFloat16) {
+      kernels::bf16_to_f32(t.data<uint16_t>(), f.data(), t.numel());
+    } else {
+      std::vector<uint16_t> r((size_t)t.numel());
+      kernels::f32_to_bf16(t.data<float>(), r.data(), t.numel());
+      kernels::bf16_to_f32(r.data(), f.data(), t.numel());
+    }
+    return f;
+  };
+  std::vector<float> af = widened(a), bf = widened(b);
   matmul_t<float>(s, alpha, af.data(), bf.data(), C, bias);
 }
 
 void matmul_t_infer(InferContext& ctx) {
   const auto& a = ctx.input(0);
   const auto& b = ctx.input(1);
-  if (!bf16_weight(a.dtype, b.dtype)) check_float(ctx.node, a.dtype, b.dtype);
+  const bool mixed = mixed_output(ctx.node, a.dtype, b.dtype);
+  if (!mixed) check_float(ctx.node, a.dtype, b.dtype);
+  const DType out = mixed ? DType::Float32 : a.dtype;
   MatMulShape s = mmt_shape(ctx.node, a.shape, b.shape);
-  if (ctx.node.has_input(2)) check_bias(ctx.node, ctx.input(2), a.dtype, s.N);
-  ctx.set_output(0, a.dtype, s.out);
+  if (ctx.node.has_input(2)) check_bias(ctx.node, ctx.input(2), out, s.N);
+  ctx.set_output(0, out, s.out);
 }
 
 void matmul_t_compute(KernelContext& ctx) {
@@ -479,14 +512,11 @@ void matmul_t_compute(KernelContext& ctx) {
   ONYX_CHECK(!bias || (bias->dtype() == y.dtype() && bias->rank() == 1 && bias->dim(0) == s.N),
              ctx.node.describe(), ": bias ", shape_str(bias->shape()), " ",
              dtype_name(bias->dtype()), " does not fit the output (", s.N, " columns)");
-  const bool mixed = ctx.bf16_gemm && a.dtype() == DType::Float32 && b.dtype() == DType::Float32;
-  if (bf16_weight(a.dtype(), b.dtype()) || mixed) {
+  const bool as_bf16 = ctx.bf16_gemm && a.dtype() == DType::Float32 && b.dtype() == DType::Float32;
+  if (as_bf16 || mixed_output(ctx.node, a.dtype(), b.dtype())) {
     std::vector<float> bv;
     if (bias) bv = bias_values<float>(*bias);
-    if (!mixed) return matmul_t_bf16_weight(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
-    Tensor b16(DType::BFloat16, b.shape());  // the weight rounded once per call
-    kernels::f32_to_bf16(b.data<float>(), b16.data<uint16_t>(), b.numel());
-    return matmul_t_bf16_weight(s, (float)alpha, a, b16, bias ? bv.data() : nullptr, y);
+    return matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
   }
   dispatch_float(
       ctx.node, y,
@@ -508,7 +538,8 @@ void matmul_t_compute(KernelContext& ctx) {
 void matmul_grad_b_infer(InferContext& ctx) {
   const auto& a = ctx.input(0);
   const auto& dy = ctx.input(1);
-  check_float(ctx.node, a.dtype, dy.dtype);
+  const bool mixed = mixed_output(ctx.node, a.dtype, dy.dtype);
+  if (!mixed) check_float(ctx.node, a.dtype, dy.dtype);
   ONYX_CHECK(a.rank() >= 1 && dy.rank() >= 1, ctx.node.describe(),
              ": MatMulGradB needs rank >= 1, got ", shape_str(a.shape), " and ",
              shape_str(dy.shape));
@@ -517,7 +548,7 @@ void matmul_grad_b_infer(InferContext& ctx) {
   int64_t rd = N ? dy.numel() / N : shape_numel(Shape(dy.shape.begin(), dy.shape.end() - 1));
   ONYX_CHECK(ra == rd, ctx.node.describe(), ": MatMulGradB rows differ: A ", shape_str(a.shape),
              " has ", ra, ", dY ", shape_str(dy.shape), " has ", rd);
-  ctx.set_output(0, a.dtype, {K, N});
+  ctx.set_output(0, mixed ? DType::Float32 : a.dtype, {K, N});
 }
 
 void matmul_grad_b_compute(KernelContext& ctx) {
@@ -528,18 +559,22 @@ void matmul_grad_b_compute(KernelContext& ctx) {
   int64_t R = shape_numel(Shape(a.shape().begin(), a.shape().end() - 1));
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
+  // bf16 inputs, float32 accumulation: a mixed pair or output_dtype (the mixed-precision pass),
+  // or float32 operands rounded per call under KernelContext::bf16_gemm.
+  const bool mixed = mixed_output(ctx.node, a.dtype(), dy.dtype()) ||
+                     (ctx.bf16_gemm && a.dtype() == DType::Float32 && dy.dtype() == DType::Float32);
   if (ctx.accumulates(0)) {
     // y += A^T dY (a bound gradient, micro-batches accumulating). Not beta = 1: the GEMM would
     // fold y into its K-blocked partial sums, and the sum must be y + (A^T dY) exactly as a
     // separate onyx.AccumulateGrad computed it. The product goes through a scratch matrix.
-    ONYX_CHECK(
-        y.dtype() == DType::Float32 && a.dtype() == DType::Float32 && dy.dtype() == DType::Float32,
-        ctx.node.describe(), ": accumulation supports float32 gradients, got ",
-        dtype_name(y.dtype()));
+    ONYX_CHECK(y.dtype() == DType::Float32 &&
+                   (mixed || (a.dtype() == DType::Float32 && dy.dtype() == DType::Float32)),
+               ctx.node.describe(), ": accumulation supports float32 gradients, got ",
+               dtype_name(y.dtype()));
     std::vector<float> tmp((size_t)(K * N));
-    if (ctx.bf16_gemm)
-      kernels::gemm_as_bf16(true, false, K, N, R, (float)alpha, a.data<float>(), K,
-                            dy.data<float>(), N, 0.f, tmp.data(), N);
+    if (mixed)
+      kernels::gemm_mixed_bf16(true, false, K, N, R, (float)alpha, bf16_operand(a), K,
+                               bf16_operand(dy), N, 0.f, tmp.data(), N);
     else
       gemm<float>(true, false, K, N, R, (float)alpha, a.data<float>(), K, dy.data<float>(), N, 0.f,
                   tmp.data(), N);
@@ -550,9 +585,9 @@ void matmul_grad_b_compute(KernelContext& ctx) {
     });
     return;
   }
-  if (ctx.bf16_gemm && a.dtype() == DType::Float32 && dy.dtype() == DType::Float32)
-    return kernels::gemm_as_bf16(true, false, K, N, R, (float)alpha, a.data<float>(), K,
-                                 dy.data<float>(), N, 0.f, y.data<float>(), N);
+  if (mixed)
+    return kernels::gemm_mixed_bf16(true, false, K, N, R, (float)alpha, bf16_operand(a), K,
+                                    bf16_operand(dy), N, 0.f, y.data<float>(), N);
   dispatch_float(
       ctx.node, y,
       [&](auto* A, auto* D, auto* C) {

@@ -353,38 +353,47 @@ Shape stat_shape(const Shape& s, int64_t axis) {
 }
 
 // Calls row(r, xr, yr) for every row of x / y (rows, cols), in parallel, with the row in compute
-// type C: storage rows of another type T (float16, bfloat16) are converted into per-thread
-// buffers before the call and yr stored back after it; float/double rows are passed in place.
-template <class C, class T, class F>
-void for_each_row_as(const T* x, T* y, int64_t rows, int64_t cols, F&& row) {
+// type C: storage rows of another type (float16, bfloat16) are converted into per-thread buffers
+// before the call and yr stored back after it; rows already of type C are passed in place. X and
+// Y may differ in type (a float32 LayerNorm writing bf16 for the mixed-precision pass).
+template <class C, class TX, class TY, class F>
+void for_each_row_as(const TX* x, TY* y, int64_t rows, int64_t cols, F&& row) {
   parallel_for(rows, rows_grain(cols), [&](int64_t b, int64_t e) {
-    std::vector<C> xb, yb;
-    if constexpr (!std::is_same_v<T, C>) {
-      xb.resize(cols);
-      yb.resize(cols);
-    }
+    std::vector<C> xb(std::is_same_v<TX, C> ? 0 : cols), yb(std::is_same_v<TY, C> ? 0 : cols);
     for (int64_t r = b; r < e; r++) {
-      if constexpr (std::is_same_v<T, C>) {
-        row(r, x + r * cols, y + r * cols);
+      const C* xr;
+      if constexpr (std::is_same_v<TX, C>) {
+        xr = x + r * cols;
       } else {
-        for (int64_t i = 0; i < cols; i++) xb[i] = (C)Elem<T>::load(x[r * cols + i]);
-        row(r, (const C*)xb.data(), yb.data());
-        for (int64_t i = 0; i < cols; i++) y[r * cols + i] = Elem<T>::store(yb[i]);
+        for (int64_t i = 0; i < cols; i++) xb[i] = (C)Elem<TX>::load(x[r * cols + i]);
+        xr = xb.data();
+      }
+      if constexpr (std::is_same_v<TY, C>) {
+        row(r, xr, y + r * cols);
+      } else {
+        row(r, xr, yb.data());
+        TY* yr = y + r * cols;
+        if constexpr (std::is_same_v<C, float> && std::is_same_v<TY, BFloat16>) {
+#pragma omp simd
+          for (int64_t i = 0; i < cols; i++) yr[i].bits = float_to_bf16(yb[i]);
+        } else {
+          for (int64_t i = 0; i < cols; i++) yr[i] = Elem<TY>::store(yb[i]);
+        }
       }
     }
   });
 }
 
-// Runs LayerNorm in compute type C over (rows, cols); converts X/Y rows of storage type T as
-// needed.
-template <class C, class T, class U>
+// Runs LayerNorm in compute type C over (rows, cols); converts X/Y rows of storage types TX / TY
+// as needed.
+template <class C, class TX, class TY, class U>
 void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
                       const std::vector<C>* bias, C eps, int64_t rows, int64_t cols, Tensor* mean_t,
                       Tensor* inv_t) {
   U* mo = mean_t ? mean_t->data<U>() : nullptr;
   U* io = inv_t ? inv_t->data<U>() : nullptr;
   const C* bp = bias ? bias->data() : nullptr;
-  for_each_row_as<C>(xt.data<T>(), yt.data<T>(), rows, cols, [&](int64_t r, const C* xr, C* yr) {
+  for_each_row_as<C>(xt.data<TX>(), yt.data<TY>(), rows, cols, [&](int64_t r, const C* xr, C* yr) {
     C mean, inv;
     if constexpr (std::is_same_v<C, float>)
       simd::layer_norm_row(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
@@ -402,7 +411,7 @@ OpKernel make_layer_norm_kernel() {
     ctx.input(1);  // Scale is required
     int64_t axis = normalize_axis(ctx.node.attr_int("axis", -1), x.rank(), ctx.node);
     DType u = stash_dtype(ctx.node);
-    ctx.set_output(0, x.dtype, x.shape);
+    ctx.set_output(0, low_precision_output(ctx.node, x.dtype), x.shape);
     if (ctx.num_outputs() > 1) ctx.set_output(1, u, stat_shape(x.shape, axis));
     if (ctx.num_outputs() > 2) ctx.set_output(2, u, stat_shape(x.shape, axis));
   };
@@ -428,8 +437,14 @@ OpKernel make_layer_norm_kernel() {
         std::vector<C> scale = broadcast_values<C>(ctx.input(1), norm_shape, ctx.node, "Scale");
         std::vector<C> bias;
         if (ctx.has_input(2)) bias = broadcast_values<C>(ctx.input(2), norm_shape, ctx.node, "B");
-        layer_norm_typed<C, T, U>(x, ctx.output(0), scale, ctx.has_input(2) ? &bias : nullptr,
-                                  (C)eps, rows, cols, mean_t, inv_t);
+        const std::vector<C>* bp = ctx.has_input(2) ? &bias : nullptr;
+        if constexpr (std::is_same_v<T, float>) {
+          if (ctx.output(0).dtype() == DType::BFloat16)
+            return layer_norm_typed<C, T, BFloat16, U>(x, ctx.output(0), scale, bp, (C)eps, rows,
+                                                       cols, mean_t, inv_t);
+        }
+        layer_norm_typed<C, T, T, U>(x, ctx.output(0), scale, bp, (C)eps, rows, cols, mean_t,
+                                     inv_t);
       };
       if (u == DType::Float32)
         run(float{}, float{});

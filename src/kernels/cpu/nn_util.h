@@ -17,6 +17,18 @@
 
 namespace onyx::runtime::nnutil {
 
+// The output type of a node that may write bfloat16 for the mixed-precision pass
+// (passes/mixed_precision.cc sets output_dtype = BFLOAT16 on a float32 producer whose output only
+// GEMMs read): x's type, or bfloat16 over a float32 x.
+inline DType low_precision_output(const ir::Node& node, DType x) {
+  const int64_t out = node.attr_int("output_dtype", 0);
+  if (out == 0) return x;
+  ONYX_CHECK(out == (int64_t)DType::BFloat16 && x == DType::Float32, node.describe(),
+             ": output_dtype ", out,
+             " is supported only as BFLOAT16 (16) over a float32 input, got ", dtype_name(x));
+  return DType::BFloat16;
+}
+
 // A float16 / bfloat16 tensor's values as float32, and back (kernels that compute those dtypes
 // through their float32 path).
 inline std::vector<float> to_f32(const Tensor& t) {

@@ -1,0 +1,101 @@
+// mixed_precision.cc — the training graph's bf16 operands (TrainingArguments.bf16, issue #13).
+//
+// Policy (that of ONNX Runtime's mixed-precision pass and PyTorch's CPU autocast): GEMMs take
+// bf16 inputs and accumulate in float32; everything else — LayerNorm statistics, softmax, the
+// loss and the LM head's output, reductions, the residual stream, the gradients the optimizer
+// reads — stays float32. The kernels already round float32 GEMM operands per call under
+// KernelContext::bf16_gemm; this pass makes the rounding happen once per value and stores the
+// rounded value instead of the float32 one where nothing else needs it:
+//
+//   for every float32 value v produced by a node and read as an operand of onyx.MatMulT (A or B)
+//   or onyx.MatMulGradB (A or dY) — activations and the gradients flowing into the backward
+//   GEMMs; weights, graph inputs and constants are left to the kernels —
+//     * when GEMMs are v's only readers and its producer can write bf16 itself
+//       (LayerNormalization, Gelu, onyx.Attention's output: output_dtype = BFLOAT16, the cast
+//       fused into the producer's last pass over each row or block), v becomes bf16 in place;
+//     * otherwise one Cast(v, to=BFLOAT16) is placed right after v's producer and every GEMM read
+//       of v reads it (one rounding instead of one per GEMM; the float32 v lives on for its other
+//       readers).
+//   Each rewritten GEMM gets output_dtype = FLOAT: float32 output from bf16 inputs.
+//
+// What it saves: the activations the backward keeps for the weight gradients (LayerNorm outputs
+// of pre-LN blocks, GELU outputs, attention outputs) are stored at half the bytes, and no GEMM
+// rounds the same value twice. Results are bit-identical to the per-call rounding (the same
+// round-to-nearest-even, the same GEMMs): tests/passes/test_mixed_precision.cc.
+//
+// Hand-written: a rewrite of our own IR (ORT's pass is part of its training graph builder).
+#include "passes/match.h"
+
+namespace onyx::passes {
+namespace {
+
+// Producers that write bf16 when given output_dtype = BFLOAT16 (the kernels' nnutil::
+// low_precision_output): their first output only.
+bool writes_bf16(const ir::Node& n) {
+  return is_op(n, "LayerNormalization") || is_op(n, "onyx", "LayerNormalization") ||
+         is_op(n, "Gelu") || is_op(n, "onyx", "Gelu") || is_op(n, "onyx", "Attention");
+}
+
+bool is_gemm(const ir::Node& n) {
+  return is_op(n, "onyx", "MatMulT") || is_op(n, "onyx", "MatMulGradB");
+}
+
+}  // namespace
+
+int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, MixedPrecisionStats* stats) {
+  GraphIndex idx(g);
+  // v -> its GEMM reads (node index, input slot), in node order.
+  std::map<std::string, std::vector<std::pair<int, int>>> reads;
+  for (int i = 0; i < (int)g.nodes.size(); i++) {
+    const ir::Node& n = g.nodes[i];
+    if (!is_gemm(n)) continue;
+    for (int slot = 0; slot < 2 && slot < (int)n.inputs.size(); slot++) {
+      const std::string& v = n.inputs[slot];
+      if (!is_f32(ctx, v) || idx.producer(v) < 0) continue;
+      reads[v].push_back({i, slot});
+    }
+  }
+  MixedPrecisionStats st;
+  std::set<int> gemms;
+  // Casts to insert after node index p, in the order their values were met.
+  std::map<int, std::vector<ir::Node>> after;
+  const ir::Attribute bf16 = ir::Attribute::of_int((int64_t)DType::BFloat16);
+  for (auto& [v, rs] : reads) {
+    for (auto [i, slot] : rs) gemms.insert(i);
+    const int p = idx.producer(v);
+    ir::Node& prod = g.nodes[p];
+    const bool only_gemms = !idx.is_graph_output(v) && idx.uses(v) == (int)rs.size();
+    if (only_gemms && writes_bf16(prod) && !prod.outputs.empty() && prod.outputs[0] == v &&
+        !prod.has_attr("output_dtype")) {
+      if (prod.domain.empty()) {  // the onyx-domain twin of the standard op carries the attribute
+        prod.domain = "onyx";
+        import_domain(g, "onyx");
+      }
+      prod.attrs["output_dtype"] = bf16;
+      st.fused++;
+      continue;
+    }
+    const std::string c = ctx.fresh(g, v + "_bf16");
+    after[p].push_back(make_node("Cast", "", {v}, {c}, {{"to", bf16}}, c));
+    for (auto [i, slot] : rs) g.nodes[i].inputs[slot] = c;
+    st.casts++;
+  }
+  for (int i : gemms)
+    g.nodes[i].attrs["output_dtype"] = ir::Attribute::of_int((int64_t)DType::Float32);
+  st.gemms = (int)gemms.size();
+  if (!after.empty()) {
+    std::vector<ir::Node> nodes;
+    nodes.reserve(g.nodes.size() + st.casts);
+    for (int i = 0; i < (int)g.nodes.size(); i++) {
+      nodes.push_back(std::move(g.nodes[i]));
+      auto it = after.find(i);
+      if (it != after.end())
+        for (auto& c : it->second) nodes.push_back(std::move(c));
+    }
+    g.nodes = std::move(nodes);
+  }
+  if (stats) *stats = st;
+  return st.fused + st.casts;
+}
+
+}  // namespace onyx::passes
