@@ -72,6 +72,49 @@ void bm_gemm_ceiling(benchmark::State& state, bool bf16) {
   set_flops(state, 2.0 * M * N * K);
 }
 
+// LinearCrossEntropy's per-chunk products at gpt2-small's tied head (V = 50257, C = 768, r chunk
+// rows), float32 or bf16 operands, single-threaded as the kernel runs them (one row range per
+// thread): which = 0 logits (r,V) = H·Wᵀ, 1 dH (r,C) = Z·W, 2 dW (V,C) += Zᵀ·H.
+void bm_lce_chunk(benchmark::State& state, int which, int64_t r, bool bf16) {
+  const int64_t V = 50257, C = 768;
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  const int threads = onyx::runtime::num_threads();
+  onyx::runtime::set_num_threads(1);
+  auto w = random_vec(V * C, 1), h = random_vec(r * C, 2), z = random_vec(r * V, 3);
+  std::vector<uint16_t> w16(w.size()), h16(h.size()), z16(z.size());
+  onyx::kernels::f32_to_bf16(w.data(), w16.data(), (int64_t)w.size());
+  onyx::kernels::f32_to_bf16(h.data(), h16.data(), (int64_t)h.size());
+  onyx::kernels::f32_to_bf16(z.data(), z16.data(), (int64_t)z.size());
+  std::vector<float> out(which == 0 ? r * V : which == 1 ? r * C : V * C);  // 2, 3: V*C
+  using onyx::kernels::Bf16Operand;
+  for (auto _ : state) {
+    if (which == 0 && bf16)
+      onyx::kernels::gemm_mixed_bf16(false, true, r, V, C, 1.f, Bf16Operand{nullptr, h16.data()}, C,
+                                     Bf16Operand{nullptr, w16.data()}, C, 0.f, out.data(), V);
+    else if (which == 0)
+      onyx::kernels::sgemm(false, true, r, V, C, 1.f, h.data(), C, w.data(), C, 0.f, out.data(), V);
+    else if (which == 1 && bf16)
+      onyx::kernels::gemm_mixed_bf16(false, false, r, C, V, 1.f, Bf16Operand{nullptr, z16.data()},
+                                     V, Bf16Operand{nullptr, w16.data()}, C, 0.f, out.data(), C);
+    else if (which == 1)
+      onyx::kernels::sgemm(false, false, r, C, V, 1.f, z.data(), V, w.data(), C, 0.f, out.data(),
+                           C);
+    else if (which == 2 && bf16)
+      onyx::kernels::gemm_mixed_bf16(true, false, V, C, r, 1.f, Bf16Operand{nullptr, z16.data()}, V,
+                                     Bf16Operand{nullptr, h16.data()}, C, 1.f, out.data(), C);
+    else if (which == 2)
+      onyx::kernels::sgemm(true, false, V, C, r, 1.f, z.data(), V, h.data(), C, 1.f, out.data(), C);
+    else if (bf16)  // 3: dWᵀ (C,V) += Hᵀ·Z
+      onyx::kernels::gemm_mixed_bf16(true, false, C, V, r, 1.f, Bf16Operand{nullptr, h16.data()}, C,
+                                     Bf16Operand{nullptr, z16.data()}, V, 1.f, out.data(), V);
+    else
+      onyx::kernels::sgemm(true, false, C, V, r, 1.f, h.data(), C, z.data(), V, 1.f, out.data(), V);
+    benchmark::DoNotOptimize(out.data());
+  }
+  onyx::runtime::set_num_threads(threads);
+  set_flops(state, 2.0 * r * V * C);
+}
+
 // Attention-like batch: scores(b) = Q(b)(T,d) · K(b)^T, b over batch·heads.
 void bm_sgemm_batched(benchmark::State& state, GemmBackend be, int64_t batch, int64_t M, int64_t N,
                       int64_t K, bool transB) {
@@ -222,6 +265,19 @@ void register_all() {
                                  bf16)
         ->Unit(benchmark::kMillisecond)
         ->Apply(time_mode);
+  for (int which = 0; which < 4; which++)
+    for (int64_t r : {166, 664})
+      for (bool bf16 : {false, true})
+        benchmark::RegisterBenchmark(("lce_chunk/" +
+                                      std::string(which == 0   ? "logits"
+                                                  : which == 1 ? "dH"
+                                                  : which == 2 ? "dW"
+                                                               : "dWt") +
+                                      "/r" + std::to_string(r) + (bf16 ? "/bf16" : "/f32"))
+                                         .c_str(),
+                                     bm_lce_chunk, which, r, bf16)
+            ->Unit(benchmark::kMillisecond)
+            ->Apply(time_mode);
   benchmark::RegisterBenchmark("matmul_node/(16x128x768)x(768x3072)", bm_matmul_node, 16, 128, 768,
                                3072)
       ->Unit(benchmark::kMillisecond)

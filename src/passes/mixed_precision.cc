@@ -5,7 +5,7 @@
 // loss and the LM head's output, reductions, the residual stream, the gradients the optimizer
 // reads — stays float32. The kernels already round float32 GEMM operands per call under
 // KernelContext::bf16_gemm; this pass makes the rounding happen once per value and stores the
-// rounded value instead of the float32 one where nothing else needs it:
+// rounded value instead of the float32 one where nothing else needs it (first step):
 //
 //   for every float32 value v produced by a node and read as an operand of onyx.MatMulT (A or B)
 //   or onyx.MatMulGradB (A or dY) — activations and the gradients flowing into the backward
@@ -17,11 +17,16 @@
 //       of v reads it (one rounding instead of one per GEMM; the float32 v lives on for its other
 //       readers).
 //   Each rewritten GEMM gets output_dtype = FLOAT: float32 output from bf16 inputs.
+// Then (`outputs`) a MatMulT whose output only bf16-taking reads use — the GELU's input (its Gelu
+// already writing bf16 for the next GEMM, and GeluGrad), Attention's and AttentionGrad's Q/K/V —
+// writes that output in bf16 (output_dtype = BFLOAT16), as autocast's linear layers do; the Gelu
+// then reads and writes bf16, GeluGrad and AttentionGrad widen it, their gradients stay float32.
 //
 // What it saves: the activations the backward keeps for the weight gradients (LayerNorm outputs
 // of pre-LN blocks, GELU outputs, attention outputs) are stored at half the bytes, and no GEMM
-// rounds the same value twice. Results are bit-identical to the per-call rounding (the same
-// round-to-nearest-even, the same GEMMs): tests/passes/test_mixed_precision.cc.
+// rounds the same value twice. The first step alone is bit-identical to the per-call rounding
+// (the same round-to-nearest-even, the same GEMMs); the second rounds the GELU and attention
+// inputs too (tests/train/test_bf16_training.cc checks both).
 //
 // Hand-written: a rewrite of our own IR (ORT's pass is part of its training graph builder).
 #include "passes/match.h"
@@ -40,9 +45,51 @@ bool is_gemm(const ir::Node& n) {
   return is_op(n, "onyx", "MatMulT") || is_op(n, "onyx", "MatMulGradB");
 }
 
+// A GEMM output read only where bf16 is what PyTorch's autocast would feed too: a Gelu whose own
+// output is already written bf16 for GEMMs (it then computes from and writes bf16), GeluGrad's
+// saved input, Attention's Q/K/V and AttentionGrad's. Returns whether `slot` of `n` is such a read.
+bool takes_bf16(const ir::Node& n, int slot) {
+  if ((is_op(n, "onyx", "Gelu") || is_op(n, "Gelu")) && slot == 0)
+    return n.attr_int("output_dtype", 0) == (int64_t)DType::BFloat16;
+  if (is_op(n, "onyx", "GeluGrad")) return slot == 1 && n.inputs.size() == 2;
+  if (is_op(n, "onyx", "Attention")) return slot <= 2;
+  if (is_op(n, "onyx", "AttentionGrad")) return slot >= 1 && slot <= 3;
+  return false;
+}
+
+// MatMulT outputs whose every read takes bf16 (takes_bf16) are written bf16 by the GEMM
+// (output_dtype = BFLOAT16: float32 accumulation and bias, then rounded): the GELU input and the
+// attention projections are kept for the backward at half the bytes. Returns how many.
+int store_gemm_outputs_bf16(ir::Graph& g, PassContext& ctx) {
+  ctx.refresh(g);
+  GraphIndex idx(g);
+  int n_out = 0;
+  for (ir::Node& n : g.nodes) {
+    if (!is_op(n, "onyx", "MatMulT") || n.outputs.empty()) continue;
+    const std::string& y = n.outputs[0];
+    if (!is_f32(ctx, y) || idx.is_graph_output(y) || idx.consumers(y).empty()) continue;
+    bool ok = true;
+    for (int c : idx.consumers(y)) {
+      const ir::Node& r = g.nodes[c];
+      for (int slot = 0; slot < (int)r.inputs.size(); slot++)
+        if (r.inputs[slot] == y && !takes_bf16(r, slot)) ok = false;
+    }
+    if (!ok) continue;
+    for (int c : idx.consumers(y)) {
+      ir::Node& r = g.nodes[c];
+      // a Gelu reading bf16 writes bf16 by its own type rule: drop the float32 -> bf16 attribute
+      if (is_op(r, "onyx", "Gelu") || is_op(r, "Gelu")) r.attrs.erase("output_dtype");
+    }
+    n.attrs["output_dtype"] = ir::Attribute::of_int((int64_t)DType::BFloat16);
+    n_out++;
+  }
+  return n_out;
+}
+
 }  // namespace
 
-int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, MixedPrecisionStats* stats) {
+int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
+                               MixedPrecisionStats* stats) {
   GraphIndex idx(g);
   // v -> its GEMM reads (node index, input slot), in node order.
   std::map<std::string, std::vector<std::pair<int, int>>> reads;
@@ -94,8 +141,9 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, MixedPrecisionSta
     }
     g.nodes = std::move(nodes);
   }
+  if (outputs) st.outputs = store_gemm_outputs_bf16(g, ctx);
   if (stats) *stats = st;
-  return st.fused + st.casts;
+  return st.fused + st.casts + st.outputs;
 }
 
 }  // namespace onyx::passes

@@ -114,6 +114,7 @@ struct PassStat {
 // producer (the cast fused), values given a Cast to bf16.
 struct MixedPrecisionStats {
   int gemms = 0, fused = 0, casts = 0;
+  int outputs = 0;  // MatMulT outputs written bf16
 };
 
 struct PassReport {
@@ -176,8 +177,10 @@ int write_gradients_into_buffer(ir::Graph& g, PassContext& ctx);
 
 // Training graph under bf16 (mixed_precision.cc): the float32 activations and gradients read by
 // onyx.MatMulT / MatMulGradB stored or cast to bf16 once (producers that can write bf16 do, else
-// one Cast), those GEMMs given output_dtype = FLOAT. Returns the values now read as bf16.
-int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, MixedPrecisionStats* stats);
+// one Cast), those GEMMs given output_dtype = FLOAT; with `outputs`, MatMulT outputs read only by
+// the GELU and attention written bf16 too. Returns the values now stored or read as bf16.
+int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
+                               MixedPrecisionStats* stats);
 
 // Gradient checkpointing per transformer layer (recompute.cc): `n_forward` = how many leading
 // nodes of the training graph are forward nodes (autodiff appends the backward after them).
@@ -194,8 +197,9 @@ struct OptimizeOptions {
   bool recompute = false;     // gradient checkpointing per transformer layer (recompute.cc)
   bool token_pruning = true;  // compute read-out tokens only (token_pruning.cc)
   bool gradient_into_buffer =
-      true;           // producers write parameter gradients (gradient_into_buffer.cc)
-  bool bf16 = false;  // mixed precision: GEMM operands stored bf16 (mixed_precision.cc)
+      true;                  // producers write parameter gradients (gradient_into_buffer.cc)
+  bool bf16 = false;         // mixed precision: GEMM operands stored bf16 (mixed_precision.cc)
+  bool bf16_outputs = true;  // ... and the GEMM outputs the GELU and attention read
 };
 // The forward (+ loss) graph, specialized to `signature`, before autodiff: fold, eliminate,
 // fuse. `variables` are the trainable initializers.

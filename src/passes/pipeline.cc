@@ -148,8 +148,9 @@ void optimize_training(ir::Graph& g, const std::map<std::string, TensorMeta>& si
   cleanup(g, ctx, report);
   if (opts.fusions && opts.bf16) {
     MixedPrecisionStats mp;
-    run_pass("mixed_precision", g, ctx, report,
-             [&](ir::Graph& gg, PassContext& c) { return convert_to_mixed_precision(gg, c, &mp); });
+    run_pass("mixed_precision", g, ctx, report, [&](ir::Graph& gg, PassContext& c) {
+      return convert_to_mixed_precision(gg, c, opts.bf16_outputs, &mp);
+    });
     if (report) report->mixed_precision = mp;
   }
   if (opts.fusions && opts.gradient_into_buffer)

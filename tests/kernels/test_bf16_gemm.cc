@@ -198,5 +198,118 @@ TEST(Bf16Gemm, LinearCrossEntropyWithABfloat16Weight) {
   EXPECT_THROW(runtime::run_node(with_dw, 17, {h, w, labels}), Error);
 }
 
+// The mixed-precision pass's kernel forms (passes/mixed_precision.cc): output_dtype = BFLOAT16 on
+// a float32 producer gives exactly Cast(float32 result, bf16); a bf16 Q/K/V, GeluGrad input or
+// GEMM operand gives exactly the float32 op on the widened values.
+Tensor cast_bf16(const Tensor& f32) {
+  ir::Node c = node("Cast", 1, 1);
+  c.domain = "";
+  c.attrs["to"] = ir::Attribute::of_int((int64_t)DType::BFloat16);
+  return runtime::run_node(c, 17, {f32})[0];
+}
+void expect_same_bits(const Tensor& a, const Tensor& b) {
+  ASSERT_EQ(a.dtype(), b.dtype());
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+}
+
+TEST(Bf16Gemm, OutputDtypeBf16IsCastOfTheFloat32Result) {
+  const ir::Attribute bf16 = ir::Attribute::of_int((int64_t)DType::BFloat16);
+  Tensor x = Tensor::from_vector(DType::Float32, {6, 100}, randoms(600, 11, -4, 4));
+  {  // Gelu, both forms; 600 elements: more than one 512-element block
+    for (const char* approx : {"none", "tanh"}) {
+      ir::Node g = node("Gelu", 1, 1);
+      g.attrs["approximate"] = ir::Attribute::of_string(approx);
+      Tensor want = cast_bf16(runtime::run_node(g, 17, {x})[0]);
+      g.attrs["output_dtype"] = bf16;
+      expect_same_bits(runtime::run_node(g, 17, {x})[0], want);
+    }
+  }
+  {  // LayerNormalization: Y bf16, statistics float32 and unchanged
+    ir::Node ln = node("LayerNormalization", 3, 3);
+    Tensor gamma = Tensor::from_vector(DType::Float32, {100}, randoms(100, 12));
+    Tensor beta = Tensor::from_vector(DType::Float32, {100}, randoms(100, 13));
+    auto ref = runtime::run_node(ln, 17, {x, gamma, beta});
+    ln.attrs["output_dtype"] = bf16;
+    auto got = runtime::run_node(ln, 17, {x, gamma, beta});
+    expect_same_bits(got[0], cast_bf16(ref[0]));
+    expect_same_bits(got[1], ref[1]);
+    expect_same_bits(got[2], ref[2]);
+  }
+  {  // MatMulT with bias: float32 accumulation and bias, then rounded
+    ir::Node mm = node("MatMulT", 3, 1);
+    mm.attrs["transB"] = ir::Attribute::of_int(1);
+    mm.attrs["output_dtype"] = ir::Attribute::of_int((int64_t)DType::Float32);
+    Tensor a = bf16_tensor({2, 7, 100}, 14), w = bf16_tensor({24, 100}, 15);
+    Tensor bias = Tensor::from_vector(DType::Float32, {24}, randoms(24, 16));
+    Tensor want = cast_bf16(runtime::run_node(mm, 17, {a, w, bias})[0]);
+    mm.attrs["output_dtype"] = bf16;
+    expect_same_bits(runtime::run_node(mm, 17, {a, w, bias})[0], want);
+  }
+  {  // Attention: O written bf16
+    ir::Node at = node("Attention", 3, 2);
+    at.attrs["num_heads"] = ir::Attribute::of_int(2);
+    at.attrs["causal"] = ir::Attribute::of_int(1);
+    std::vector<Tensor> qkv;
+    for (uint32_t k = 0; k < 3; k++)
+      qkv.push_back(Tensor::from_vector(DType::Float32, {2, 70, 16}, randoms(2 * 70 * 16, 20 + k)));
+    auto ref = runtime::run_node(at, 17, qkv);
+    at.attrs["output_dtype"] = bf16;
+    auto got = runtime::run_node(at, 17, qkv);
+    expect_same_bits(got[0], cast_bf16(ref[0]));
+    expect_same_bits(got[1], ref[1]);
+  }
+}
+
+TEST(Bf16Gemm, Bf16InputsAreTheFloat32OpOnWidenedValues) {
+  {  // GeluGrad(dy float32, x bf16) -> dx float32
+    ir::Node gg = node("GeluGrad", 2, 1);
+    Tensor dy = Tensor::from_vector(DType::Float32, {3, 300}, randoms(900, 30));
+    Tensor x = bf16_tensor({3, 300}, 31);
+    Tensor got = runtime::run_node(gg, 17, {dy, x})[0];
+    expect_same_bits(got, runtime::run_node(gg, 17, {dy, widened(x)})[0]);
+  }
+  {  // Attention and AttentionGrad with bf16 Q/K/V
+    ir::Node at = node("Attention", 3, 2);
+    at.attrs["num_heads"] = ir::Attribute::of_int(2);
+    std::vector<Tensor> q16, q32;
+    for (uint32_t k = 0; k < 3; k++) {
+      q16.push_back(bf16_tensor({2, 40, 16}, 40 + k));
+      q32.push_back(widened(q16.back()));
+    }
+    auto got = runtime::run_node(at, 17, q16), want = runtime::run_node(at, 17, q32);
+    expect_same_bits(got[0], want[0]);
+    ir::Node ag = node("AttentionGrad", 5, 3);
+    ag.attrs["num_heads"] = ir::Attribute::of_int(2);
+    ag.inputs[4] = "";  // no mask
+    ag.inputs.push_back("lse");
+    Tensor dO = Tensor::from_vector(DType::Float32, {2, 40, 16}, randoms(2 * 40 * 16, 50));
+    auto g16 = runtime::run_node(ag, 17, {dO, q16[0], q16[1], q16[2], Tensor(), want[1]});
+    auto g32 = runtime::run_node(ag, 17, {dO, q32[0], q32[1], q32[2], Tensor(), want[1]});
+    for (int i = 0; i < 3; i++) expect_same_bits(g16[i], g32[i]);
+  }
+}
+
+TEST(Bf16Gemm, OutputDtypeOutsideItsFormsIsAClearError) {
+  auto message = [](const ir::Node& n, const std::vector<Tensor>& in) {
+    try {
+      runtime::run_node(n, 17, in);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Tensor x = Tensor::from_vector(DType::Float32, {2, 8}, randoms(16, 60));
+  ir::Node g = node("Gelu", 1, 1);
+  g.attrs["output_dtype"] = ir::Attribute::of_int((int64_t)DType::Float16);
+  EXPECT_NE(message(g, {x}).find("output_dtype 10 is supported only as BFLOAT16"),
+            std::string::npos)
+      << message(g, {x});
+  ir::Node gb = node("MatMulGradB", 2, 1);
+  gb.attrs["output_dtype"] = ir::Attribute::of_int((int64_t)DType::BFloat16);
+  EXPECT_NE(message(gb, {x, x}).find("MatMulGradB writes a float32 gradient"), std::string::npos)
+      << message(gb, {x, x});
+}
+
 }  // namespace
 }  // namespace onyx

@@ -135,7 +135,9 @@ Action add_plan_command(CLI::App& app) {
       for (auto& [op, c] : low) std::cout << " " << op << " x" << c;
       std::cout << (low.empty() ? " none" : "") << "\n  mixed_precision pass: " << mp.gemms
                 << " GEMM nodes rewired, " << mp.fused << " values written bf16 by their producer, "
-                << mp.casts << " Casts to bf16 (other float32 operands are rounded per call)\n";
+                << mp.casts << " Casts to bf16, " << mp.outputs
+                << " GEMM outputs written bf16 for the GELU and attention (other float32 "
+                   "operands are rounded per call)\n";
       train::TrainingSession f32(ts.forward_graph(), ts.options());
       f32.set_pass_options(ts.pass_options());
       f32.set_bf16_gemm(true, /*store_bf16=*/false);

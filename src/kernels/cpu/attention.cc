@@ -86,8 +86,8 @@ AttnDims attention_dims(const ir::Node& node, const TensorMeta& q, const TensorM
                         const TensorMeta& v, const TensorMeta* mask) {
   AttnDims d;
   for (const TensorMeta* m : {&q, &k, &v})
-    ONYX_CHECK(m->dtype == DType::Float32, node.describe(), ": Q, K and V must be float32, got ",
-               dtype_name(m->dtype));
+    ONYX_CHECK(m->dtype == DType::Float32 || m->dtype == DType::BFloat16, node.describe(),
+               ": Q, K and V must be float32 or bfloat16, got ", dtype_name(m->dtype));
   ONYX_CHECK(q.shape.size() == 3 && k.shape.size() == 3 && v.shape.size() == 3, node.describe(),
              ": Q, K, V must be (B,T,C); got ", shape_str(q.shape), ", ", shape_str(k.shape), ", ",
              shape_str(v.shape));
@@ -304,6 +304,15 @@ const TensorMeta* optional_meta(InferContext& ctx, int i) {
   return ctx.has_input(i) ? &ctx.input(i) : nullptr;
 }
 
+// Q, K or V as float32: in place, or a bf16 input (a projection the mixed-precision pass stores
+// in bf16) widened into `buf` (exact) for the float32 tiles.
+const float* as_f32(const Tensor& t, std::vector<float>& buf) {
+  if (t.dtype() == DType::Float32) return t.data<float>();
+  buf.resize((size_t)t.numel());
+  kernels::bf16_to_f32(t.data<uint16_t>(), buf.data(), t.numel());
+  return buf.data();
+}
+
 OpKernel make_attention_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
@@ -337,8 +346,9 @@ OpKernel make_attention_kernel() {
     }
     float* lse = ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
     auto drop = dropout_draw(ctx, d, false);
-    attention_forward(d, ctx.input(0).data<float>(), ctx.input(1).data<float>(),
-                      ctx.input(2).data<float>(), mm ? ctx.input(3).data<float>() : nullptr,
+    std::vector<float> qb, kb, vb;
+    attention_forward(d, as_f32(ctx.input(0), qb), as_f32(ctx.input(1), kb),
+                      as_f32(ctx.input(2), vb), mm ? ctx.input(3).data<float>() : nullptr,
                       drop ? &*drop : nullptr, o16 ? nullptr : out.data<float>(),
                       o16 ? out.data<BFloat16>() : nullptr, lse);
   };
@@ -389,8 +399,9 @@ OpKernel make_attention_grad_kernel() {
       return;
     }
     auto drop = dropout_draw(ctx, d, true);
-    attention_backward(d, ctx.input(0).data<float>(), ctx.input(1).data<float>(),
-                       ctx.input(2).data<float>(), ctx.input(3).data<float>(),
+    std::vector<float> qb, kb, vb;
+    attention_backward(d, ctx.input(0).data<float>(), as_f32(ctx.input(1), qb),
+                       as_f32(ctx.input(2), kb), as_f32(ctx.input(3), vb),
                        mm ? ctx.input(4).data<float>() : nullptr, ctx.input(5).data<float>(),
                        drop ? &*drop : nullptr, out[0], out[1], out[2]);
   };

@@ -503,7 +503,11 @@ void add_grad_kernel(KernelRegistry& r, const char* name, bool with_bias,
     const TensorMeta& dy = c.input(0);
     const TensorMeta& v = c.input(1);
     require_dtype(dy.dtype, FloatTypes{}, c.node);
-    ONYX_CHECK(dy.dtype == v.dtype && dy.shape == v.shape, c.node.describe(), ": dy ",
+    // float32 dy with a bfloat16 v (a GEMM output the mixed-precision pass stores in bf16): dx
+    // float32
+    const bool mixed =
+        dy.dtype == DType::Float32 && v.dtype == DType::BFloat16 && !(with_bias && c.has_input(2));
+    ONYX_CHECK((dy.dtype == v.dtype || mixed) && dy.shape == v.shape, c.node.describe(), ": dy ",
                dtype_name(dy.dtype), " ", shape_str(dy.shape), " and input 1 ", dtype_name(v.dtype),
                " ", shape_str(v.shape), " must have the same dtype and shape");
     if (with_bias && c.has_input(2)) {
@@ -522,6 +526,20 @@ void add_grad_kernel(KernelRegistry& r, const char* name, bool with_bias,
     const Tensor* bias = with_bias && c.has_input(2) ? &c.input(2) : nullptr;
     if (dx.numel() == 0) return;
     auto [block, scalar] = pick(c);
+    if (dy.dtype() == DType::Float32 && v.dtype() == DType::BFloat16) {
+      const float* pdy = dy.data<float>();
+      const BFloat16* pv = v.data<BFloat16>();
+      float* pdx = dx.data<float>();
+      parallel_for(dx.numel(), grain, [&](int64_t b, int64_t e) {
+        alignas(32) float xb[kGradBlock];
+        for (int64_t i = b; i < e; i += kGradBlock) {
+          const int64_t m = std::min(kGradBlock, e - i);
+          to_float(pv + i, xb, m);
+          block(pdy + i, xb, pdx + i, m);
+        }
+      });
+      return;
+    }
     dispatch(dy.dtype(), FloatTypes{}, c.node, [&](auto tag) {
       using T = typename decltype(tag)::type;
       grad_map<T>(dy.data<T>(), v.data<T>(), bias ? bias->data<T>() : nullptr,

@@ -33,8 +33,11 @@
 // take bf16 inputs — H rows and dlogits rounded once per chunk, the dlogits by the row pass —
 // with float32 accumulation (gemm_mixed_bf16); the softmax, loss and dlogits stay float32. Under
 // mixed precision (KernelContext::bf16_gemm) a float32 W is rounded to bf16 once per call and the
-// same GEMMs run, dW's too. On gpt2-tiny's head (N = 2040, C = 256, V = 50257, 2 threads, quiet
-// machine) the kernel runs at ≈ 186 GFLOP/s, ≈ 95% of the same chunk GEMMs timed alone.
+// same GEMMs run, dW's too, once per kDwGroup chunks (bench_kernels lce_chunk/*: at gpt2-small's
+// head, one thread, the bf16 dW GEMM over one chunk's 166 rows ran at 172 GFLOP/s against
+// float32's 189, over 664 rows at 242 against 205). On gpt2-tiny's head (N = 2040, C = 256, V =
+// 50257, 2 threads, quiet machine) the kernel runs at ≈ 186 GFLOP/s, ≈ 95% of the same chunk GEMMs
+// timed alone.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -119,6 +122,9 @@ void lce_infer(InferContext& ctx) {
 // V = 50257); at least 64 rows so the dW GEMM (inner dimension R, which reads and writes all of
 // dW per chunk) stays efficient; at most 1024. Measured on gpt2-tiny's head (2 threads): 128–256
 // rows per chunk are equally fast, 64 is slower. The attribute chunk_rows overrides (tests).
+// Chunks per dW GEMM under mixed precision (run_rows).
+constexpr int64_t kDwGroup = 4;
+
 int64_t chunk_rows(const ir::Node& node, int64_t V) {
   int64_t r = node.attr_int("chunk_rows", 0);
   if (r > 0) return r;
@@ -178,14 +184,16 @@ void lce_compute(KernelContext& ctx) {
   ONYX_CHECK(Wt.dtype() != DType::BFloat16 || !dW, node.describe(),
              ": a bfloat16 W has no gradient output");
   const bool mixed = ctx.bf16_gemm && Wt.dtype() == DType::Float32;
-  Tensor w_rounded;  // mixed precision: W rounded to bf16 once per call
+  // Mixed precision: W rounded to bf16 once per call, into a scratch kept across calls (a fresh
+  // 77 MB tensor per call at gpt2-small's head cost its page faults every step).
+  thread_local std::vector<uint16_t> w_rounded;
   if (mixed) {
-    w_rounded = Tensor(DType::BFloat16, Wt.shape());
-    kernels::f32_to_bf16(Wt.data<float>(), w_rounded.data<uint16_t>(), Wt.numel());
+    if (w_rounded.size() < (size_t)Wt.numel()) w_rounded.resize((size_t)Wt.numel());
+    kernels::f32_to_bf16(Wt.data<float>(), w_rounded.data(), Wt.numel());
   }
   const bool w16 = Wt.dtype() == DType::BFloat16 || mixed;
   const float* W = w16 ? nullptr : Wt.data<float>();
-  const uint16_t* W16 = mixed ? w_rounded.data<uint16_t>() : w16 ? Wt.data<uint16_t>() : nullptr;
+  const uint16_t* W16 = mixed ? w_rounded.data() : w16 ? Wt.data<uint16_t>() : nullptr;
   if (dH) std::memset(dH, 0, N * C * sizeof(float));  // ignored rows keep a zero gradient
 
   const int64_t R = std::min<int64_t>(chunk_rows(node, V), std::max<int64_t>(M, 1));
@@ -203,11 +211,29 @@ void lce_compute(KernelContext& ctx) {
     if (logits.size() < (size_t)(R * V)) logits.resize(R * V);
     // bf16 GEMMs: the chunk's H rows and its dlogits rounded once each (the dlogits by the row
     // pass, while each row is still in cache) and read by both GEMMs that use them.
+    // Under mixed precision dW's GEMM runs once per kDwGroup chunks (their bf16 dlogits and H rows
+    // kept side by side): with K = one chunk's rows (~166 at V = 50257) the bf16 GEMM is bound by
+    // streaming dW itself (V x C float32, read and written per call) — measured on gpt2-small's
+    // head at 2 threads as slower than the float32 GEMM; four chunks' rows per call amortize it.
+    const int64_t group = w16 && dW_out ? kDwGroup : 1;
     thread_local std::vector<uint16_t> h16, z16;
     if (w16) {
-      if (h16.size() < (size_t)(R * C)) h16.resize(R * C);
-      if (grad && z16.size() < (size_t)(R * V)) z16.resize(R * V);
+      if (h16.size() < (size_t)(group * R * C)) h16.resize(group * R * C);
+      if (grad && z16.size() < (size_t)(group * R * V)) z16.resize(group * R * V);
     }
+    int64_t held = 0, held_chunks = 0;  // rows (chunks) in h16 / z16 whose dW is still to add
+    bool dw_written = false;
+    auto flush_dw = [&]() {  // dW (+)= the held rows' dlogitsᵀ · H
+      if (held == 0) return;
+      const float beta = dw_written ? 1.0f : 0.0f;
+      const kernels::Bf16Operand Hb{nullptr, h16.data()}, Zb{nullptr, z16.data()};
+      if (d.transB)  // (V,C) += (rows,V)ᵀ · (rows,C)
+        kernels::gemm_mixed_bf16(true, false, V, C, held, 1.0f, Zb, V, Hb, C, beta, dW_out, C);
+      else  // (C,V) += (rows,C)ᵀ · (rows,V)
+        kernels::gemm_mixed_bf16(true, false, C, V, held, 1.0f, Hb, C, Zb, V, beta, dW_out, V);
+      dw_written = true;
+      held = held_chunks = 0;
+    };
     std::vector<float> hbuf, dhbuf;  // (R,C) gathered rows when not contiguous
     if (dW_out && m1 == m0) std::memset(dW_out, 0, V * C * sizeof(float));
     if (dbias_out) std::memset(dbias_out, 0, V * sizeof(float));
@@ -225,11 +251,13 @@ void lce_compute(KernelContext& ctx) {
         Hc = hbuf.data();
       }
       float* Z = logits.data();
-      uint16_t* Z16 = z16.data();  // (this thread's scratch; the row pass may run on others)
-      const kernels::Bf16Operand Hb{nullptr, h16.data()}, Zb{nullptr, Z16}, Wb{nullptr, W16};
+      // this chunk's rows of the bf16 scratch (this thread's: the row pass may run on others)
+      uint16_t* Z16 = z16.data() + held * V;
+      uint16_t* H16 = h16.data() + held * C;
+      const kernels::Bf16Operand Hb{nullptr, H16}, Zb{nullptr, Z16}, Wb{nullptr, W16};
       // (r,V) = (r,C) · op(W)
       if (w16) {
-        kernels::f32_to_bf16(Hc, h16.data(), r * C);
+        kernels::f32_to_bf16(Hc, H16, r * C);
         kernels::gemm_mixed_bf16(false, d.transB, r, V, C, 1.0f, Hb, C, Wb, ldw, 0.0f, Z, V);
       } else {
         kernels::sgemm(false, d.transB, r, V, C, 1.0f, Hc, C, W, ldw, 0.0f, Z, V);
@@ -252,15 +280,14 @@ void lce_compute(KernelContext& ctx) {
           for (int64_t i = 0; i < r; i++)
             std::memcpy(dH + rows[r0 + i] * C, &dhbuf[i * C], C * sizeof(float));
       }
-      if (dW_out) {
+      if (dW_out && w16) {  // (a bf16 W has no dW: w16 here means mixed)
+        held += r;
+        if (++held_chunks == group || r0 + r >= m1) flush_dw();
+      } else if (dW_out) {
         float beta = r0 == m0 ? 0.0f : 1.0f;
-        if (d.transB && mixed)  // (V,C) += (r,V)ᵀ · (r,C)
-          kernels::gemm_mixed_bf16(true, false, V, C, r, 1.0f, Zb, V, Hb, C, beta, dW_out, C);
-        else if (d.transB)
+        if (d.transB)  // (V,C) += (r,V)ᵀ · (r,C)
           kernels::sgemm(true, false, V, C, r, 1.0f, Z, V, Hc, C, beta, dW_out, C);
-        else if (mixed)  // (C,V) += (r,C)ᵀ · (r,V)
-          kernels::gemm_mixed_bf16(true, false, C, V, r, 1.0f, Hb, C, Zb, V, beta, dW_out, V);
-        else
+        else  // (C,V) += (r,C)ᵀ · (r,V)
           kernels::sgemm(true, false, C, V, r, 1.0f, Hc, C, Z, V, beta, dW_out, V);
       }
       if (dbias_out) {  // column sums in row order, threaded over columns

@@ -448,12 +448,20 @@ bool mixed_output(const ir::Node& node, DType a, DType b) {
   if (mixed_pair(a, b)) return true;
   const int64_t out = node.attr_int("output_dtype", 0);
   if (out == 0) return false;
-  ONYX_CHECK(out == (int64_t)DType::Float32 && (a == DType::Float32 || a == DType::BFloat16) &&
-                 (b == DType::Float32 || b == DType::BFloat16),
-             node.describe(), ": output_dtype ", out,
-             " is supported only as FLOAT (1) over float32 / bfloat16 inputs, got ", dtype_name(a),
-             " and ", dtype_name(b));
+  ONYX_CHECK(
+      (out == (int64_t)DType::Float32 || out == (int64_t)DType::BFloat16) &&
+          (a == DType::Float32 || a == DType::BFloat16) &&
+          (b == DType::Float32 || b == DType::BFloat16),
+      node.describe(), ": output_dtype ", out,
+      " is supported only as FLOAT (1) or BFLOAT16 (16) over float32 / bfloat16 inputs, got ",
+      dtype_name(a), " and ", dtype_name(b));
   return true;
+}
+// The output of a mixed product: float32, or bfloat16 with output_dtype = BFLOAT16 (MatMulT only:
+// accumulated in float32, bias added, then rounded as Cast rounds).
+DType mixed_output_dtype(const ir::Node& node) {
+  return node.attr_int("output_dtype", 1) == (int64_t)DType::BFloat16 ? DType::BFloat16
+                                                                      : DType::Float32;
 }
 kernels::Bf16Operand bf16_operand(const Tensor& t) {
   if (t.dtype() == DType::BFloat16) return {nullptr, t.data<uint16_t>()};
@@ -495,9 +503,9 @@ void matmul_t_infer(InferContext& ctx) {
   const auto& b = ctx.input(1);
   const bool mixed = mixed_output(ctx.node, a.dtype, b.dtype);
   if (!mixed) check_float(ctx.node, a.dtype, b.dtype);
-  const DType out = mixed ? DType::Float32 : a.dtype;
+  const DType out = mixed ? mixed_output_dtype(ctx.node) : a.dtype;
   MatMulShape s = mmt_shape(ctx.node, a.shape, b.shape);
-  if (ctx.node.has_input(2)) check_bias(ctx.node, ctx.input(2), out, s.N);
+  if (ctx.node.has_input(2)) check_bias(ctx.node, ctx.input(2), mixed ? DType::Float32 : out, s.N);
   ctx.set_output(0, out, s.out);
 }
 
@@ -509,14 +517,27 @@ void matmul_t_compute(KernelContext& ctx) {
   MatMulShape s = mmt_shape(ctx.node, a.shape(), b.shape());
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
-  ONYX_CHECK(!bias || (bias->dtype() == y.dtype() && bias->rank() == 1 && bias->dim(0) == s.N),
+  const bool as_bf16 = ctx.bf16_gemm && a.dtype() == DType::Float32 && b.dtype() == DType::Float32;
+  const bool mixed = as_bf16 || mixed_output(ctx.node, a.dtype(), b.dtype());
+  const DType acc = mixed ? DType::Float32 : y.dtype();  // the bias's type
+  ONYX_CHECK(!bias || (bias->dtype() == acc && bias->rank() == 1 && bias->dim(0) == s.N),
              ctx.node.describe(), ": bias ", shape_str(bias->shape()), " ",
              dtype_name(bias->dtype()), " does not fit the output (", s.N, " columns)");
-  const bool as_bf16 = ctx.bf16_gemm && a.dtype() == DType::Float32 && b.dtype() == DType::Float32;
-  if (as_bf16 || mixed_output(ctx.node, a.dtype(), b.dtype())) {
+  if (mixed) {
     std::vector<float> bv;
     if (bias) bv = bias_values<float>(*bias);
-    return matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
+    if (y.dtype() == DType::Float32)
+      return matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
+    // bf16 output: the float32 product (bias added) rounded as Cast rounds
+    Tensor y32(DType::Float32, y.shape());
+    matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y32);
+    const float* src = y32.data<float>();
+    BFloat16* dst = y.data<BFloat16>();
+    parallel_for(y.numel(), 1 << 15, [&](int64_t b0, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b0; i < e; i++) dst[i].bits = float_to_bf16(src[i]);
+    });
+    return;
   }
   dispatch_float(
       ctx.node, y,
@@ -540,6 +561,8 @@ void matmul_grad_b_infer(InferContext& ctx) {
   const auto& dy = ctx.input(1);
   const bool mixed = mixed_output(ctx.node, a.dtype, dy.dtype);
   if (!mixed) check_float(ctx.node, a.dtype, dy.dtype);
+  ONYX_CHECK(ctx.node.attr_int("output_dtype", 1) == (int64_t)DType::Float32, ctx.node.describe(),
+             ": MatMulGradB writes a float32 gradient (output_dtype FLOAT only)");
   ONYX_CHECK(a.rank() >= 1 && dy.rank() >= 1, ctx.node.describe(),
              ": MatMulGradB needs rank >= 1, got ", shape_str(a.shape), " and ",
              shape_str(dy.shape));
