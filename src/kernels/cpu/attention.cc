@@ -308,7 +308,7 @@ const TensorMeta* optional_meta(InferContext& ctx, int i) {
 // in bf16) widened into `buf` (exact) for the float32 tiles.
 const float* as_f32(const Tensor& t, std::vector<float>& buf) {
   if (t.dtype() == DType::Float32) return t.data<float>();
-  buf.resize((size_t)t.numel());
+  if (buf.size() < (size_t)t.numel()) buf.resize((size_t)t.numel());
   kernels::bf16_to_f32(t.data<uint16_t>(), buf.data(), t.numel());
   return buf.data();
 }
@@ -346,7 +346,7 @@ OpKernel make_attention_kernel() {
     }
     float* lse = ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
     auto drop = dropout_draw(ctx, d, false);
-    std::vector<float> qb, kb, vb;
+    thread_local std::vector<float> qb, kb, vb;  // bf16 Q/K/V widened (kept across calls)
     attention_forward(d, as_f32(ctx.input(0), qb), as_f32(ctx.input(1), kb),
                       as_f32(ctx.input(2), vb), mm ? ctx.input(3).data<float>() : nullptr,
                       drop ? &*drop : nullptr, o16 ? nullptr : out.data<float>(),
@@ -399,7 +399,7 @@ OpKernel make_attention_grad_kernel() {
       return;
     }
     auto drop = dropout_draw(ctx, d, true);
-    std::vector<float> qb, kb, vb;
+    thread_local std::vector<float> qb, kb, vb;  // bf16 Q/K/V widened (kept across calls)
     attention_backward(d, ctx.input(0).data<float>(), as_f32(ctx.input(1), qb),
                        as_f32(ctx.input(2), kb), as_f32(ctx.input(3), vb),
                        mm ? ctx.input(4).data<float>() : nullptr, ctx.input(5).data<float>(),

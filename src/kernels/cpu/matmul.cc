@@ -473,9 +473,8 @@ kernels::Bf16Operand bf16_operand(const Tensor& t) {
 // gemm_mixed_bf16 over every row of A; other layouts (not the linear layers' hot path) round both
 // to bf16, widen them and run the float32 path: the same products.
 void matmul_t_mixed(const MatMulShape& s, float alpha, const Tensor& a, const Tensor& b,
-                    const float* bias, Tensor& y) {
+                    const float* bias, float* C) {
   const int64_t na = shape_numel(s.a_batch), nbm = shape_numel(s.b_batch);
-  float* C = y.data<float>();
   if (nbm == 1 && !s.ta) {
     const int64_t R = na * s.M;
     if (bias) fill_rows<float>(C, R, s.N, bias);
@@ -527,11 +526,13 @@ void matmul_t_compute(KernelContext& ctx) {
     std::vector<float> bv;
     if (bias) bv = bias_values<float>(*bias);
     if (y.dtype() == DType::Float32)
-      return matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
-    // bf16 output: the float32 product (bias added) rounded as Cast rounds
-    Tensor y32(DType::Float32, y.shape());
-    matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y32);
-    const float* src = y32.data<float>();
+      return matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y.data<float>());
+    // bf16 output: the float32 product (bias added) rounded as Cast rounds; the float32 product
+    // goes through a scratch kept across calls (a fresh one would page-fault on every step)
+    thread_local std::vector<float> y32;
+    if (y32.size() < (size_t)y.numel()) y32.resize((size_t)y.numel());
+    matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y32.data());
+    const float* src = y32.data();
     BFloat16* dst = y.data<BFloat16>();
     parallel_for(y.numel(), 1 << 15, [&](int64_t b0, int64_t e) {
 #pragma omp simd
