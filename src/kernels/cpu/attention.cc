@@ -24,6 +24,11 @@
 //     heads). The mask gets no gradient; the dropout mask is regenerated from its counter, never
 //     stored.
 //
+// Mixed precision (passes/mixed_precision.cc): Q, K, V may be bfloat16 (widened, exactly, into
+// per-thread float32 copies for the tiles: the tiles' GEMMs are float32 sgemm), and with
+// output_dtype = BFLOAT16 the forward writes O in bf16 (each P·V tile rounded as Cast rounds); the
+// gradients are float32.
+//
 // Hand-written because this is the one place where the unfused graph materializes (B,H,T,T)
 // tensors several times over (scores, scaled, masked, probabilities, and their gradients) plus
 // four head transposes each way. Here the heads are read and written with leading dimension C
