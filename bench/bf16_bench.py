@@ -8,8 +8,9 @@ models of the training benchmark (bench_models.py), in one run.
 
 Every peer trains the same exported model from the same initial weights on the same batches with
 train_bench.py's setup (AdamW lr 1e-4, clipping 1.0, one step per batch; onyx on the ONNX file,
-PyTorch on the nn.Module). onyx bf16 = `bf16: true` (GEMM operands rounded to bf16, float32
-accumulation, everything else float32); PyTorch bf16 = `torch.autocast("cpu", torch.bfloat16)`
+PyTorch on the nn.Module). onyx bf16 = `bf16: true` (GEMM operands in bf16 — stored so by the
+mixed_precision pass, with the GELU's and attention's inputs — float32 accumulation, norms,
+softmax, loss, residual stream and gradients float32); PyTorch bf16 = `torch.autocast("cpu", torch.bfloat16)`
 around the forward (its CPU policy: matmuls/linear in bf16, reductions, softmax and losses float32,
 float32 master weights). All at the default thread count (all cores). Reported per model: samples/s
 and ms/step (median of the steps after the warmup), the ratios of the issue (onyx bf16 / onyx
