@@ -11,7 +11,8 @@
 //   or onyx.MatMulGradB (A or dY) — activations and the gradients flowing into the backward
 //   GEMMs; weights, graph inputs and constants are left to the kernels —
 //     * when GEMMs are v's only readers and its producer can write bf16 itself
-//       (LayerNormalization, Gelu, onyx.Attention's output: output_dtype = BFLOAT16, the cast
+//       (LayerNormalization, Gelu, onyx.Attention's output, onyx.RMSNorm, onyx.SwiGLU:
+//       output_dtype = BFLOAT16, the cast
 //       fused into the producer's last pass over each row or block), v becomes bf16 in place;
 //     * otherwise one Cast(v, to=BFLOAT16) is placed right after v's producer and every GEMM read
 //       of v reads it (one rounding instead of one per GEMM; the float32 v lives on for its other
@@ -38,7 +39,8 @@ namespace {
 // low_precision_output): their first output only.
 bool writes_bf16(const ir::Node& n) {
   return is_op(n, "LayerNormalization") || is_op(n, "onyx", "LayerNormalization") ||
-         is_op(n, "Gelu") || is_op(n, "onyx", "Gelu") || is_op(n, "onyx", "Attention");
+         is_op(n, "Gelu") || is_op(n, "onyx", "Gelu") || is_op(n, "onyx", "Attention") ||
+         is_op(n, "onyx", "RMSNorm") || is_op(n, "onyx", "SwiGLU");
 }
 
 bool is_gemm(const ir::Node& n) {

@@ -236,6 +236,20 @@ TEST(Bf16Gemm, OutputDtypeBf16IsCastOfTheFloat32Result) {
     expect_same_bits(got[1], ref[1]);
     expect_same_bits(got[2], ref[2]);
   }
+  {  // onyx.RMSNorm: Y bf16, inv_rms float32 and unchanged; onyx.SwiGLU
+    ir::Node rn = node("RMSNorm", 2, 2);
+    Tensor scale = Tensor::from_vector(DType::Float32, {100}, randoms(100, 17));
+    auto ref = runtime::run_node(rn, 17, {x, scale});
+    rn.attrs["output_dtype"] = bf16;
+    auto got = runtime::run_node(rn, 17, {x, scale});
+    expect_same_bits(got[0], cast_bf16(ref[0]));
+    expect_same_bits(got[1], ref[1]);
+    ir::Node sw = node("SwiGLU", 2, 1);
+    Tensor up = Tensor::from_vector(DType::Float32, {6, 100}, randoms(600, 18, -3, 3));
+    Tensor want = cast_bf16(runtime::run_node(sw, 17, {x, up})[0]);
+    sw.attrs["output_dtype"] = bf16;
+    expect_same_bits(runtime::run_node(sw, 17, {x, up})[0], want);
+  }
   {  // MatMulT with bias: float32 accumulation and bias, then rounded
     ir::Node mm = node("MatMulT", 3, 1);
     mm.attrs["transB"] = ir::Attribute::of_int(1);

@@ -45,12 +45,29 @@ OpKernel make_swiglu_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
     check_same(ctx.node, ctx.input(0), ctx.input(1), "gate", "up");
-    ctx.set_output(0, ctx.input(0).dtype, ctx.input(0).shape);
+    ctx.set_output(0, nnutil::low_precision_output(ctx.node, ctx.input(0).dtype),
+                   ctx.input(0).shape);
   };
   k.compute = [](KernelContext& ctx) {
     const Tensor &gt = ctx.input(0), &ut = ctx.input(1);
     Tensor& yt = ctx.output(0);
     const int64_t n = gt.numel();
+    if (gt.dtype() == DType::Float32 && yt.dtype() == DType::BFloat16) {
+      // output_dtype = BFLOAT16 (passes/mixed_precision.cc): float32 blocks rounded as Cast rounds
+      const float *g = gt.data<float>(), *u = ut.data<float>();
+      BFloat16* y = yt.data<BFloat16>();
+      parallel_for(n, kGrainMath, [&](int64_t b, int64_t e) {
+        constexpr int64_t kBlock = 512;
+        float buf[kBlock];
+        for (int64_t i = b; i < e; i += kBlock) {
+          const int64_t m = std::min(kBlock, e - i);
+          simd::swiglu(g + i, u + i, buf, m);
+#pragma omp simd
+          for (int64_t j = 0; j < m; j++) y[i + j].bits = float_to_bf16(buf[j]);
+        }
+      });
+      return;
+    }
     if (gt.dtype() == DType::Float32) {
       const float *g = gt.data<float>(), *u = ut.data<float>();
       float* y = yt.data<float>();

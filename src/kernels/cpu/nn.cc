@@ -676,7 +676,7 @@ OpKernel make_rms_norm_kernel() {
                ctx.node.describe(), ": scale must be a ", dtype_name(x.dtype),
                " vector of x's last dim; x ", shape_str(x.shape), ", scale ",
                shape_str(scale.shape));
-    ctx.set_output(0, x.dtype, x.shape);
+    ctx.set_output(0, low_precision_output(ctx.node, x.dtype), x.shape);
     if (ctx.num_outputs() > 1)
       ctx.set_output(1, rms_stat_dtype(x.dtype), stat_shape(x.shape, x.rank() - 1));
   };
@@ -692,15 +692,19 @@ OpKernel make_rms_norm_kernel() {
       std::vector<C> scale(cols);
       for (int64_t i = 0; i < cols; i++) scale[i] = (C)ctx.input(1).get_as_double(i);
       C* inv = inv_t ? inv_t->data<C>() : nullptr;
-      for_each_row_as<C>(xt.data<T>(), ctx.output(0).data<T>(), rows, cols,
-                         [&](int64_t r, const C* xr, C* yr) {
-                           C v;
-                           if constexpr (std::is_same_v<C, float>)
-                             v = simd::rms_norm_row(xr, yr, cols, scale.data(), eps);
-                           else
-                             v = rms_norm_row_f64(xr, yr, cols, scale.data(), (double)eps);
-                           if (inv) inv[r] = v;
-                         });
+      auto row = [&](int64_t r, const C* xr, C* yr) {
+        C v;
+        if constexpr (std::is_same_v<C, float>)
+          v = simd::rms_norm_row(xr, yr, cols, scale.data(), eps);
+        else
+          v = rms_norm_row_f64(xr, yr, cols, scale.data(), (double)eps);
+        if (inv) inv[r] = v;
+      };
+      if constexpr (std::is_same_v<T, float>) {
+        if (ctx.output(0).dtype() == DType::BFloat16)  // output_dtype = BFLOAT16
+          return for_each_row_as<C>(xt.data<T>(), ctx.output(0).data<BFloat16>(), rows, cols, row);
+      }
+      for_each_row_as<C>(xt.data<T>(), ctx.output(0).data<T>(), rows, cols, row);
     });
   };
   return k;
