@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "kernels/cpu/dropout_rng.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/simd/nn.h"
@@ -220,12 +221,9 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
       const float* v = V + b * d.Tk * d.Cv + (h / d.G) * d.Dv;  // (n, Dv), ld Cv
       if (O16) {
         sgemm(false, false, rows, d.Dv, n, 1.0f, S, n, v, d.Cv, 0.0f, otile.data(), d.Dv);
-        for (int64_t i = 0; i < rows; i++) {
-          BFloat16* o = O16 + (b * d.Tq + r0 + i) * d.Co + h * d.Dv;
-          const float* src = otile.data() + i * d.Dv;
-#pragma omp simd
-          for (int64_t j = 0; j < d.Dv; j++) o[j].bits = float_to_bf16(src[j]);
-        }
+        for (int64_t i = 0; i < rows; i++)
+          ew::from_float(otile.data() + i * d.Dv, O16 + (b * d.Tq + r0 + i) * d.Co + h * d.Dv,
+                         d.Dv);
         continue;
       }
       float* o = O + (b * d.Tq + r0) * d.Co + h * d.Dv;  // (rows, Dv), ld Co

@@ -118,13 +118,13 @@ void lce_infer(InferContext& ctx) {
   }
 }
 
+// Chunks per dW GEMM under mixed precision (run_rows).
+constexpr int64_t kDwGroup = 4;
+
 // Most rows per chunk: the (R × V) logits chunk (one per thread) is about 32 MB (R = 166 at
 // V = 50257); at least 64 rows so the dW GEMM (inner dimension R, which reads and writes all of
 // dW per chunk) stays efficient; at most 1024. Measured on gpt2-tiny's head (2 threads): 128–256
 // rows per chunk are equally fast, 64 is slower. The attribute chunk_rows overrides (tests).
-// Chunks per dW GEMM under mixed precision (run_rows).
-constexpr int64_t kDwGroup = 4;
-
 int64_t chunk_rows(const ir::Node& node, int64_t V) {
   int64_t r = node.attr_int("chunk_rows", 0);
   if (r > 0) return r;

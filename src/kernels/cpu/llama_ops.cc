@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/simd/nn.h"
 #include "runtime/kernel.h"
@@ -62,8 +63,7 @@ OpKernel make_swiglu_kernel() {
         for (int64_t i = b; i < e; i += kBlock) {
           const int64_t m = std::min(kBlock, e - i);
           simd::swiglu(g + i, u + i, buf, m);
-#pragma omp simd
-          for (int64_t j = 0; j < m; j++) y[i + j].bits = float_to_bf16(buf[j]);
+          ew::from_float(buf, y + i, m);
         }
       });
       return;

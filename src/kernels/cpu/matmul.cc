@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kernels/cpu/einsum.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/nn_util.h"
 #include "runtime/kernel.h"
@@ -532,12 +533,9 @@ void matmul_t_compute(KernelContext& ctx) {
     thread_local std::vector<float> y32;
     if (y32.size() < (size_t)y.numel()) y32.resize((size_t)y.numel());
     matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y32.data());
-    const float* src = y32.data();
     BFloat16* dst = y.data<BFloat16>();
-    parallel_for(y.numel(), 1 << 15, [&](int64_t b0, int64_t e) {
-#pragma omp simd
-      for (int64_t i = b0; i < e; i++) dst[i].bits = float_to_bf16(src[i]);
-    });
+    parallel_for(y.numel(), 1 << 15,
+                 [&](int64_t b0, int64_t e) { ew::from_float(y32.data() + b0, dst + b0, e - b0); });
     return;
   }
   dispatch_float(

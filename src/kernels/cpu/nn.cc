@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cpu/dropout_rng.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/philox.h"
 #include "runtime/kernel.h"
@@ -374,8 +375,7 @@ void for_each_row_as(const TX* x, TY* y, int64_t rows, int64_t cols, F&& row) {
         row(r, xr, yb.data());
         TY* yr = y + r * cols;
         if constexpr (std::is_same_v<C, float> && std::is_same_v<TY, BFloat16>) {
-#pragma omp simd
-          for (int64_t i = 0; i < cols; i++) yr[i].bits = float_to_bf16(yb[i]);
+          ew::from_float(yb.data(), yr, cols);
         } else {
           for (int64_t i = 0; i < cols; i++) yr[i] = Elem<TY>::store(yb[i]);
         }
