@@ -72,6 +72,46 @@ void bm_gemm_ceiling(benchmark::State& state, bool bf16) {
   set_flops(state, 2.0 * M * N * K);
 }
 
+// The attention kernel's tile products at bert-mini's shape (64 query rows, Tk = 128 keys,
+// D = 64, heads read in place with leading dimension C = 256), single-threaded as the kernel runs
+// them, float32 sgemm or bf16 operands (gemm_bf16): whether bf16 tiles would pay. which = 0
+// S = Q·Kᵀ (64,128), 1 O = P·V (64,64), 2 dV += Pᵀ·dO (128,64).
+void bm_attention_tile(benchmark::State& state, int which, bool bf16) {
+  const int64_t R = 64, T = 128, D = 64, C = 256;
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  const int threads = onyx::runtime::num_threads();
+  onyx::runtime::set_num_threads(1);
+  auto q = random_vec(T * C, 1), k = random_vec(T * C, 2), p = random_vec(R * T, 3);
+  std::vector<uint16_t> q16(q.size()), k16(k.size()), p16(p.size());
+  onyx::kernels::f32_to_bf16(q.data(), q16.data(), (int64_t)q.size());
+  onyx::kernels::f32_to_bf16(k.data(), k16.data(), (int64_t)k.size());
+  onyx::kernels::f32_to_bf16(p.data(), p16.data(), (int64_t)p.size());
+  std::vector<float> out(T * T);
+  using onyx::kernels::gemm_bf16;
+  using onyx::kernels::sgemm;
+  for (auto _ : state) {
+    if (which == 0) {
+      if (bf16)
+        gemm_bf16(false, true, R, T, D, 1.f, q16.data(), C, k16.data(), C, 0.f, out.data(), T);
+      else
+        sgemm(false, true, R, T, D, 1.f, q.data(), C, k.data(), C, 0.f, out.data(), T);
+    } else if (which == 1) {
+      if (bf16)
+        gemm_bf16(false, false, R, D, T, 1.f, p16.data(), T, k16.data(), C, 0.f, out.data(), D);
+      else
+        sgemm(false, false, R, D, T, 1.f, p.data(), T, k.data(), C, 0.f, out.data(), D);
+    } else {
+      if (bf16)
+        gemm_bf16(true, false, T, D, R, 1.f, p16.data(), T, q16.data(), C, 1.f, out.data(), D);
+      else
+        sgemm(true, false, T, D, R, 1.f, p.data(), T, q.data(), C, 1.f, out.data(), D);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  onyx::runtime::set_num_threads(threads);
+  set_flops(state, 2.0 * R * T * D);
+}
+
 // LinearCrossEntropy's per-chunk products at gpt2-small's tied head (V = 50257, C = 768, r chunk
 // rows), float32 or bf16 operands, single-threaded as the kernel runs them (one row range per
 // thread): which = 0 logits (r,V) = H·Wᵀ, 1 dH (r,C) = Z·W, 2 dW (V,C) += Zᵀ·H.
@@ -278,6 +318,16 @@ void register_all() {
                                      bm_lce_chunk, which, r, bf16)
             ->Unit(benchmark::kMillisecond)
             ->Apply(time_mode);
+  for (int which = 0; which < 3; which++)
+    for (bool bf16 : {false, true})
+      benchmark::RegisterBenchmark(("attention_tile/" +
+                                    std::string(which == 0   ? "QKt"
+                                                : which == 1 ? "PV"
+                                                             : "PtdO") +
+                                    (bf16 ? "/bf16" : "/f32"))
+                                       .c_str(),
+                                   bm_attention_tile, which, bf16)
+          ->Apply(time_mode);
   benchmark::RegisterBenchmark("matmul_node/(16x128x768)x(768x3072)", bm_matmul_node, 16, 128, 768,
                                3072)
       ->Unit(benchmark::kMillisecond)

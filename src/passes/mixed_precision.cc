@@ -18,6 +18,11 @@
 //       of v reads it (one rounding instead of one per GEMM; the float32 v lives on for its other
 //       readers).
 //   Each rewritten GEMM gets output_dtype = FLOAT: float32 output from bf16 inputs.
+// Weights are read through the bf16 copy the caller feeds (`weights`: train::TrainingSession's
+// shadow of the parameters, which the fused AdamW writes in its update pass, and of frozen
+// weights, made once): a graph input bf16_weight_input(w) per weight that onyx.MatMulT or
+// onyx.LinearCrossEntropy reads, so no GEMM rounds a weight per call. LinearCrossEntropy then
+// reads a bf16 W and still writes the float32 dW.
 // Then (`outputs`) a MatMulT whose output only bf16-taking reads use — the GELU's input (its Gelu
 // already writing bf16 for the next GEMM, and GeluGrad), Attention's and AttentionGrad's Q/K/V —
 // writes that output in bf16 (output_dtype = BFLOAT16), as autocast's linear layers do; the Gelu
@@ -90,8 +95,40 @@ int store_gemm_outputs_bf16(ir::Graph& g, PassContext& ctx) {
 
 }  // namespace
 
+std::string bf16_weight_input(const std::string& w) { return w + ".bf16"; }
+
 int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
-                               MixedPrecisionStats* stats) {
+                               const std::set<std::string>& weights, MixedPrecisionStats* stats) {
+  MixedPrecisionStats st;
+  std::set<int> gemms;
+  // The weights the caller feeds in bf16: MatMulT's operands and LinearCrossEntropy's W read the
+  // bf16 graph input instead (no rounding per call; the bits are the same).
+  std::set<std::string> fed;
+  for (int i = 0; i < (int)g.nodes.size(); i++) {
+    ir::Node& n = g.nodes[i];
+    const bool mm = is_op(n, "onyx", "MatMulT"), lce = is_op(n, "onyx", "LinearCrossEntropy");
+    if (!mm && !lce) continue;
+    for (int slot = lce ? 1 : 0; slot < 2 && slot < (int)n.inputs.size(); slot++) {
+      const std::string w = n.inputs[slot];
+      if (!weights.count(w) || !is_f32(ctx, w)) continue;
+      const std::string in = bf16_weight_input(w);
+      if (fed.insert(w).second) {
+        ONYX_CHECK(!g.find_input(in) && !g.initializers.count(in) && !ctx.has_meta(in),
+                   "mixed_precision: the bf16 copy of weight '", w, "' would be named '", in,
+                   "', which the graph already uses");
+        ir::ValueInfo vi;
+        vi.name = in;
+        vi.dtype = DType::BFloat16;
+        vi.shape = ctx.meta(w).shape;
+        vi.has_shape = true;
+        g.inputs.push_back(vi);
+        ctx.signature[in] = TensorMeta{DType::BFloat16, ctx.meta(w).shape};
+      }
+      n.inputs[slot] = in;
+      if (mm) gemms.insert(i);
+    }
+  }
+  st.weights = (int)fed.size();
   GraphIndex idx(g);
   // v -> its GEMM reads (node index, input slot), in node order.
   std::map<std::string, std::vector<std::pair<int, int>>> reads;
@@ -104,8 +141,6 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
       reads[v].push_back({i, slot});
     }
   }
-  MixedPrecisionStats st;
-  std::set<int> gemms;
   // Casts to insert after node index p, in the order their values were met.
   std::map<int, std::vector<ir::Node>> after;
   const ir::Attribute bf16 = ir::Attribute::of_int((int64_t)DType::BFloat16);
@@ -145,7 +180,7 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
   }
   if (outputs) st.outputs = store_gemm_outputs_bf16(g, ctx);
   if (stats) *stats = st;
-  return st.fused + st.casts + st.outputs;
+  return st.weights + st.fused + st.casts + st.outputs;
 }
 
 }  // namespace onyx::passes

@@ -115,6 +115,7 @@ struct PassStat {
 struct MixedPrecisionStats {
   int gemms = 0, fused = 0, casts = 0;
   int outputs = 0;  // MatMulT outputs written bf16
+  int weights = 0;  // weights read through their bf16 copy (OptimizeOptions::bf16_weights)
 };
 
 struct PassReport {
@@ -178,9 +179,14 @@ int write_gradients_into_buffer(ir::Graph& g, PassContext& ctx);
 // Training graph under bf16 (mixed_precision.cc): the float32 activations and gradients read by
 // onyx.MatMulT / MatMulGradB stored or cast to bf16 once (producers that can write bf16 do, else
 // one Cast), those GEMMs given output_dtype = FLOAT; with `outputs`, MatMulT outputs read only by
-// the GELU and attention written bf16 too. Returns the values now stored or read as bf16.
+// the GELU and attention written bf16 too. The `weights` (float32 initializers whose bf16 copy
+// the caller feeds, e.g. the optimizer's bf16 shadow of the parameters) are read by onyx.MatMulT
+// and onyx.LinearCrossEntropy through a new bf16 graph input named bf16_weight_input(w).
+// Returns the values now stored or read as bf16.
 int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
-                               MixedPrecisionStats* stats);
+                               const std::set<std::string>& weights, MixedPrecisionStats* stats);
+// The graph input through which convert_to_mixed_precision reads weight `w`'s bf16 copy.
+std::string bf16_weight_input(const std::string& w);
 
 // Gradient checkpointing per transformer layer (recompute.cc): `n_forward` = how many leading
 // nodes of the training graph are forward nodes (autodiff appends the backward after them).
@@ -200,6 +206,9 @@ struct OptimizeOptions {
       true;                  // producers write parameter gradients (gradient_into_buffer.cc)
   bool bf16 = false;         // mixed precision: GEMM operands stored bf16 (mixed_precision.cc)
   bool bf16_outputs = true;  // ... and the GEMM outputs the GELU and attention read
+  // ... and these float32 weights read by the GEMMs through a bf16 copy the caller feeds as the
+  // graph input bf16_weight_input(w) (train::TrainingSession's bf16 shadow of the parameters).
+  std::set<std::string> bf16_weights;
 };
 // The forward (+ loss) graph, specialized to `signature`, before autodiff: fold, eliminate,
 // fuse. `variables` are the trainable initializers.

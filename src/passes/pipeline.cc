@@ -149,7 +149,7 @@ void optimize_training(ir::Graph& g, const std::map<std::string, TensorMeta>& si
   if (opts.fusions && opts.bf16) {
     MixedPrecisionStats mp;
     run_pass("mixed_precision", g, ctx, report, [&](ir::Graph& gg, PassContext& c) {
-      return convert_to_mixed_precision(gg, c, opts.bf16_outputs, &mp);
+      return convert_to_mixed_precision(gg, c, opts.bf16_outputs, opts.bf16_weights, &mp);
     });
     if (report) report->mixed_precision = mp;
   }

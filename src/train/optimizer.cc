@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/simd/optimizer.h"
 #include "kernels/cpu/simd/simd.h"
 #include "runtime/parallel.h"
@@ -198,6 +199,28 @@ class FlatOptimizer : public Optimizer {
     check(params, "params");
     check(grads, "grads");
   }
+  // The bf16 shadow's first element (nullptr without one), checked against the layout.
+  uint16_t* shadow_data(FlatBuffer* shadow) const {
+    if (!shadow) return nullptr;
+    const FlatLayout& l = shadow->layout();
+    bool same = l.dtype == DType::BFloat16 && l.numel == layout_.numel &&
+                l.entries.size() == layout_.entries.size();
+    for (size_t i = 0; same && i < l.entries.size(); ++i)
+      same = l.entries[i].offset == layout_.entries[i].offset &&
+             l.entries[i].shape == layout_.entries[i].shape;
+    ONYX_CHECK(same, name_, ".step: the bf16 shadow buffer (", dtype_name(l.dtype), ", ",
+               l.entries.size(), " tensors, ", l.numel,
+               " elements) does not have the parameters' layout (bfloat16, ",
+               layout_.entries.size(), " tensors, ", layout_.numel, " elements)");
+    return shadow->flat().data<uint16_t>();
+  }
+  // shadow[range] = params[range] rounded to bf16 (the optimizers without a fused write).
+  void write_shadow(const FlatBuffer& params, FlatBuffer* shadow) const {
+    uint16_t* s = shadow_data(shadow);
+    if (!s) return;
+    const float* p = params.flat().data<float>();
+    kernels::f32_to_bf16(p + range_begin, s + range_begin, range_end - range_begin);
+  }
 
   bool decays(size_t entry) const { return decay_mask_.empty() || decay_mask_[entry]; }
   float* buffer(const std::string& key) { return buffers_.at(key).data<float>(); }
@@ -217,8 +240,10 @@ class FusedAdamW : public FlatOptimizer {
              int64_t b, int64_t e)
       : FlatOptimizer("adamw_fused", c, l, mask, {"exp_avg", "exp_avg_sq"}, b, e) {}
 
-  void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
+            FlatBuffer* bf16_shadow) override {
     check_buffers(params, grads);
+    uint16_t* s = shadow_data(bf16_shadow);
     ++step_count;
     AdamWScalars k = adamw_scalars(config_, lr, step_count);
     float* p = params.flat().data<float>();
@@ -229,10 +254,20 @@ class FusedAdamW : public FlatOptimizer {
     parallel_elements(range_end - range_begin, [&](int64_t begin, int64_t end) {
       for_each_decay_range(
           ranges_, range_begin + begin, range_begin + end, [&](int64_t b, int64_t e, bool decay) {
-            simd::adamw_update(p + b, g + b, m + b, v + b, e - b, k, decay ? k.keep_decay : 1.0f);
+            const float keep = decay ? k.keep_decay : 1.0f;
+            if (!s) return simd::adamw_update(p + b, g + b, m + b, v + b, e - b, k, keep);
+            // the shadow rounded from each block of updated weights while it is in L1
+            for (int64_t c = b; c < e; c += kShadowBlock) {
+              const int64_t n = std::min(kShadowBlock, e - c);
+              simd::adamw_update(p + c, g + c, m + c, v + c, n, k, keep);
+              kernels::f32_to_bf16(p + c, s + c, n);
+            }
           });
     });
   }
+
+ private:
+  static constexpr int64_t kShadowBlock = 2048;  // 8 KB of each of p, g, m, v
 };
 
 // The reference: tensor by tensor, plain scalar code, one thread. Same math as FusedAdamW.
@@ -242,8 +277,10 @@ class ReferenceAdamW : public FlatOptimizer {
                  int64_t b, int64_t e)
       : FlatOptimizer("adamw", c, l, mask, {"exp_avg", "exp_avg_sq"}, b, e) {}
 
-  void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
+            FlatBuffer* bf16_shadow) override {
     check_buffers(params, grads);
+    shadow_data(bf16_shadow);  // checked before anything changes
     ++step_count;
     AdamWScalars k = adamw_scalars(config_, lr, step_count);
     float* m = buffer("exp_avg") - range_begin;
@@ -258,6 +295,7 @@ class ReferenceAdamW : public FlatOptimizer {
         adamw_update_scalar(p + b, g + b, m + b, v + b, end - b, k,
                             decays(i) ? k.keep_decay : 1.0f);
     }
+    write_shadow(params, bf16_shadow);
   }
 };
 
@@ -275,8 +313,10 @@ class Sgd : public FlatOptimizer {
                                       : std::vector<std::string>{},
                       b, e) {}
 
-  void step(FlatBuffer& params, const FlatBuffer& grads, double lr) override {
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
+            FlatBuffer* bf16_shadow) override {
     check_buffers(params, grads);
+    shadow_data(bf16_shadow);  // checked before anything changes
     bool momentum = config_.momentum != 0, first = step_count == 0;
     simd::SgdConstants k{(float)config_.weight_decay, (float)config_.momentum, (float)(-lr)};
     bool any_decay = config_.weight_decay != 0;  // torch skips the decay add when wd == 0
@@ -292,6 +332,7 @@ class Sgd : public FlatOptimizer {
                                               flags | (decay && any_decay ? simd::kSgdDecay : 0u));
                            });
     });
+    write_shadow(params, bf16_shadow);
     ++step_count;
   }
 };

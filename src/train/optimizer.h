@@ -41,8 +41,12 @@ class Optimizer {
   virtual const std::string& name() const = 0;
 
   // One update of `params` from `grads` at learning rate `lr`; both buffers must have the layout
-  // the optimizer was made for. Increments step_count.
-  virtual void step(FlatBuffer& params, const FlatBuffer& grads, double lr) = 0;
+  // the optimizer was made for. Increments step_count. `bf16_shadow` (mixed precision), a
+  // bfloat16 buffer of the same entries, receives every updated element rounded as the GEMMs
+  // round their operands (kernels::f32_to_bf16), [range_begin, range_end) only: the fused AdamW
+  // writes it in its update pass, while each block is in cache; the others after their update.
+  virtual void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
+                    FlatBuffer* bf16_shadow = nullptr) = 0;
 
   // Named state tensors: flat [numel] float32 moment buffers plus "step", an int64 scalar.
   // The moment tensors are live views of the optimizer's buffers (no copy, so writing a

@@ -271,6 +271,9 @@ void Trainer::fit_batch_to_memory() {
 }
 
 TrainOutput Trainer::train() {
+  // weights() hands out writable views (the Python package's numpy arrays): whatever was
+  // written through them since the last train() reaches the bf16 shadow too
+  impl_->ts->weights_changed();
   try {
     return train_loop();
   } catch (const std::exception& e) {
@@ -532,8 +535,14 @@ TrainOutput Trainer::train_loop() {
       } else {
         if (a.max_grad_norm > 0 && norm > a.max_grad_norm)
           train::scale(grads, (float)(a.max_grad_norm / (norm + 1e-6)), own_b, own_e);
-        I.opt->step(I.ts->params(), grads, lr);
+        // The bf16 shadow of the weights (mixed precision) written by the update pass, unless
+        // the optimizer updates one shard (ZeRO): then the next run rounds it from the gathered
+        // weights.
+        const bool whole = own_b == 0 && own_e == I.ts->params().layout().numel;
+        train::FlatBuffer* shadow = whole ? I.ts->bf16_shadow() : nullptr;
+        I.opt->step(I.ts->params(), grads, lr, shadow);
         I.dp->gather_params(I.ts->params());
+        if (shadow) I.ts->bf16_shadow_written();
       }
       I.last_grad_norm = norm;
       I.batches_done = group_end;

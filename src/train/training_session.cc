@@ -6,6 +6,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "kernels/cpu/gemm.h"
 #include "passes/inference_export.h"
 #include "runtime/plan_stats.h"
 
@@ -64,6 +65,7 @@ void TrainingSession::load_weights(const std::map<std::string, Tensor>& weights,
   };
   for (auto& p : params_) copy(p, param_buf_.view(p));
   for (auto& [b, t] : buffers_) copy(b, t);
+  shadow_fresh_ = false;
 }
 
 std::vector<std::pair<std::string, std::string>> TrainingSession::expose_running_stats(
@@ -134,7 +136,9 @@ TrainingSession::Compiled& TrainingSession::compiled_for(
   ir::Graph fwd = *lg.graph;
   fwd.outputs.resize(1);  // the loss, then the updated running statistics
   c.stat_outputs = expose_running_stats(fwd);
-  if (optimize_) fwd = passes::optimize_forward(fwd, sig, vars, pass_opts_, &c.report);
+  passes::OptimizeOptions po = pass_opts_;
+  if (po.bf16) po.bf16_weights.insert(params_.begin(), params_.end());
+  if (optimize_) fwd = passes::optimize_forward(fwd, sig, vars, po, &c.report);
   autodiff::GradientOptions go = opts_;
   go.loss = autodiff::LossSpec{};
   go.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
@@ -148,7 +152,15 @@ TrainingSession::Compiled& TrainingSession::compiled_for(
     c.report.stats.push_back({"recompute_layers", st.nodes_cloned});
     c.report.recomputed_layers = st.layers;
   }
-  if (optimize_) passes::optimize_training(*c.tg.graph, sig, vars, pass_opts_, &c.report);
+  if (optimize_) passes::optimize_training(*c.tg.graph, sig, vars, po, &c.report);
+  for (auto& p : params_)
+    if (c.tg.graph->find_input(passes::bf16_weight_input(p))) c.shadowed.push_back(p);
+  if (!c.shadowed.empty() && !shadow_.flat().defined()) {
+    FlatLayout l = param_buf_.layout();
+    l.dtype = DType::BFloat16;
+    shadow_ = FlatBuffer(l);
+    shadow_fresh_ = false;
+  }
   c.session = std::make_unique<runtime::Session>(c.tg.graph, vars);
   {  // which gradients are final as soon as they are written
     std::map<std::string, int> produced, read;
@@ -175,7 +187,25 @@ const runtime::Plan& TrainingSession::plan_for(const std::map<std::string, Tenso
   std::map<std::string, TensorMeta> sig;
   for (auto& [n, t] : batch)
     if (c.tg.graph->find_input(n)) sig[n] = t.meta();
+  for (auto& p : c.shadowed) sig[passes::bf16_weight_input(p)] = shadow_.view(p).meta();
   return c.session->plan_for(sig);
+}
+
+std::map<std::string, Tensor> TrainingSession::feeds_for(
+    const Compiled& c, const std::map<std::string, Tensor>& batch) {
+  std::map<std::string, Tensor> feeds;
+  for (auto& [n, t] : batch)
+    if (c.tg.graph->find_input(n)) feeds[n] = t;
+  for (auto& p : params_) feeds[p] = param_buf_.view(p);
+  for (auto& [b, t] : buffers_) feeds[b] = t;
+  if (c.shadowed.empty()) return feeds;
+  if (!shadow_fresh_) {  // one rounding pass, as the optimizer's would have written it
+    kernels::f32_to_bf16(param_buf_.flat().data<float>(), shadow_.flat().data<uint16_t>(),
+                         param_buf_.layout().numel);
+    shadow_fresh_ = true;
+  }
+  for (auto& p : c.shadowed) feeds[passes::bf16_weight_input(p)] = shadow_.view(p);
+  return feeds;
 }
 
 double TrainingSession::planned_activation_bytes(const std::map<std::string, Tensor>& batch) {
@@ -191,7 +221,9 @@ double TrainingSession::planned_activation_bytes(const std::map<std::string, Ten
 double TrainingSession::planned_step_bytes(const std::map<std::string, Tensor>& batch,
                                            int optimizer_buffers) {
   double params = (double)param_buf_.flat().nbytes();
-  return planned_activation_bytes(batch) + (2 + optimizer_buffers) * params;
+  const double act = planned_activation_bytes(batch);  // (allocates the shadow if it is read)
+  const double shadow = shadow_.flat().defined() ? (double)shadow_.flat().nbytes() : 0;
+  return act + (2 + optimizer_buffers) * params + shadow;
 }
 
 const TrainingSession::GradientTiming& TrainingSession::gradient_timing(
@@ -208,11 +240,7 @@ double TrainingSession::forward_backward(
     const std::map<std::string, Tensor>& batch, bool accumulate, uint64_t seed, bool training,
     FlatBuffer* into, const std::function<void(const std::string&)>& on_grad_ready) {
   Compiled& c = compiled_for(batch);
-  std::map<std::string, Tensor> feeds;
-  for (auto& [n, t] : batch)
-    if (c.tg.graph->find_input(n)) feeds[n] = t;
-  for (auto& p : params_) feeds[p] = param_buf_.view(p);
-  for (auto& [b, t] : buffers_) feeds[b] = t;
+  std::map<std::string, Tensor> feeds = feeds_for(c, batch);
   runtime::RunOptions ro;
   ro.seed = seed;
   ro.training = training;

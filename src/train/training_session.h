@@ -32,7 +32,24 @@ class TrainingSession {
   TrainingSession(std::shared_ptr<const ir::Graph> forward, autodiff::GradientOptions opts);
 
   const std::vector<std::string>& parameters() const { return params_; }
-  FlatBuffer& params() { return param_buf_; }
+  // The parameters. Writing them through this reference is allowed: each call marks the bf16
+  // shadow (below) for a refresh before the next run.
+  FlatBuffer& params() {
+    shadow_fresh_ = false;
+    return param_buf_;
+  }
+  const FlatBuffer& params() const { return param_buf_; }
+  // Mixed precision's bf16 copy of the parameters, in params()' layout, that the training
+  // graphs' GEMMs read (OptimizeOptions::bf16_weights), or nullptr while no graph reads one.
+  // Before each run it is rounded again from params() if params() may have changed since (a
+  // non-const params() call, load_weights); an optimizer step that writes it over the whole
+  // buffer (Optimizer::step's bf16_shadow) then calls bf16_shadow_written(), which makes that
+  // second pass over the weights unnecessary.
+  FlatBuffer* bf16_shadow() { return shadow_.flat().defined() ? &shadow_ : nullptr; }
+  void bf16_shadow_written() { shadow_fresh_ = shadow_.flat().defined(); }
+  // The weights were (or may have been) written through a view kept from earlier: the shadow is
+  // rounded again before the next run.
+  void weights_changed() { shadow_fresh_ = false; }
   FlatBuffer& grads() { return grad_buf_; }
   // BatchNormalization running statistics (see the header comment), by initializer name; each
   // tensor owns its storage and is updated in place.
@@ -130,7 +147,11 @@ class TrainingSession {
     std::vector<std::pair<std::string, std::string>> stat_outputs;  // (graph output, buffer)
     GradientTiming timing;
     std::map<std::string, std::string> param_of_grad;  // gradient output -> parameter (early)
+    std::vector<std::string> shadowed;                 // parameters read through their bf16 shadow
   };
+  // Feeds of one run: the batch's graph inputs, parameters, buffers and bf16 shadow views.
+  std::map<std::string, Tensor> feeds_for(const Compiled& c,
+                                          const std::map<std::string, Tensor>& batch);
   // Names and outputs the updated statistics of g's training-mode BatchNormalizations that read a
   // buffer (graph outputs appended); returns (output, buffer) pairs.
   std::vector<std::pair<std::string, std::string>> expose_running_stats(ir::Graph& g) const;
@@ -141,6 +162,8 @@ class TrainingSession {
   autodiff::GradientOptions opts_;
   std::vector<std::string> params_;
   FlatBuffer param_buf_, grad_buf_;
+  FlatBuffer shadow_;          // bf16 (see bf16_shadow()); allocated when a graph reads it
+  bool shadow_fresh_ = false;  // shadow_ holds params() rounded
   std::map<std::string, Tensor> buffers_;
   bool unbiased_var_ = false;
   std::map<std::string, Compiled> graphs_;

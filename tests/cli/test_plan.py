@@ -23,7 +23,8 @@ Cases (one PASS / FAIL line each):
                      nodes, the ops those fusions produce), and the FLOPs per step agree.
   plan-bf16-<model>  `--bf16 true`: the plan lists the ops reading bf16 values and what the
                      mixed_precision pass did (GEMMs rewired, values written bf16 by their
-                     producer, Casts), and the activation arena with bf16 operands is below 0.9x
+                     producer, Casts, weights read through the bf16 shadow, whose bytes the
+                     memory plan lists), and the activation arena with bf16 operands is below 0.9x
                      the float32 one.
   checkpointing      `--gradient_checkpointing true` cuts bert-mini's planned activation memory
                      by at least 40%.
@@ -272,9 +273,15 @@ def main():
             p = re.search(r"mixed_precision pass: (\d+) GEMM nodes rewired, (\d+) values written "
                           r"bf16 by their producer, (\d+) Casts", r.stdout)
             ops = re.search(r"ops reading bf16 values:(.*)", r.stdout)
+            w = re.search(r"(\d+) weights read through the bf16 shadow", r.stdout)
+            sh = re.search(r"bf16 weight shadow +([\d.]+) MiB", r.stdout)
+            par = re.search(r"parameters +([\d.]+) MiB", r.stdout)
             ok = (r.returncode == 0 and m and p and ops and "onyx.MatMulGradB" in ops.group(1)
                   and int(p.group(1)) > 0 and int(p.group(2)) > 0
-                  and float(m.group(1)) < 0.9 * float(m.group(2)))
+                  and float(m.group(1)) < 0.9 * float(m.group(2))
+                  # the shadow: the GEMMs' weights, half the parameters' bytes in the plan
+                  and w and int(w.group(1)) > 0 and sh and par
+                  and abs(float(sh.group(1)) - float(par.group(1)) / 2) < 0.1)
             report(bool(ok), "plan-bf16-" + name,
                    "%s; %s" % (m.group(0) if m else "no arena line",
                                p.group(0) if p else r.stdout[-300:] + r.stderr[-300:]))

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "onyx/dtype.h"
+#include "runtime/parallel.h"
 #include "runtime/session.h"
 
 namespace onyx {
@@ -171,7 +172,8 @@ TEST(Bf16Gemm, MatMulTWithABfloat16WeightIsTheFloat32OpOnRoundedInputs) {
 }
 
 // LinearCrossEntropy with a bf16 W: loss and dH as the float32 op computes them on the rounded H
-// (and, for dH, the rounded dlogits: compared with a tolerance of bf16's rounding of dlogits).
+// (and, for dH, the rounded dlogits: compared with a tolerance of bf16's rounding of dlogits);
+// with dW, the mixed-precision run of the float32 W.
 TEST(Bf16Gemm, LinearCrossEntropyWithABfloat16Weight) {
   const int64_t N = 37, C = 24, V = 300;
   ir::Node n = node("LinearCrossEntropy", 3, 2);
@@ -192,10 +194,23 @@ TEST(Bf16Gemm, LinearCrossEntropyWithABfloat16Weight) {
     worst = std::max(worst, std::fabs(got[1].get_as_double(i) - want[1].get_as_double(i)));
   EXPECT_LT(worst / big, 1e-2);  // dlogits rounded to bf16 (8 bits) before dH's GEMM
   EXPECT_GT(worst, 0.0);         // ... which the float32 op does not do
-  // a bf16 W has no gradient: asking for dW is an error naming the node
+  // With dW (a bf16 W that is mixed precision's shadow of a trained float32 weight): every
+  // output, dW included (float32), has the bits of the float32 W's mixed-precision run, which
+  // rounds W itself (RunOptions::bf16_gemm).
   ir::Node with_dw = node("LinearCrossEntropy", 3, 3);
   with_dw.attrs["ignore_index"] = ir::Attribute::of_int(-100);
-  EXPECT_THROW(runtime::run_node(with_dw, 17, {h, w, labels}), Error);
+  with_dw.attrs["chunk_rows"] = ir::Attribute::of_int(8);
+  runtime::RunOptions mixed;
+  mixed.bf16_gemm = true;
+  auto shadow = runtime::run_node(with_dw, 17, {h, w, labels}, mixed);
+  auto master = runtime::run_node(with_dw, 17, {h, widened(w), labels}, mixed);
+  ASSERT_EQ(shadow.size(), 3u);
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ(shadow[i].dtype(), DType::Float32) << i;
+    ASSERT_EQ(shadow[i].shape(), master[i].shape()) << i;
+    EXPECT_EQ(std::memcmp(shadow[i].raw(), master[i].raw(), master[i].nbytes()), 0) << i;
+  }
+  EXPECT_EQ(shadow[2].shape(), Shape({V, C}));
 }
 
 // The mixed-precision pass's kernel forms (passes/mixed_precision.cc): output_dtype = BFLOAT16 on
@@ -259,6 +274,16 @@ TEST(Bf16Gemm, OutputDtypeBf16IsCastOfTheFloat32Result) {
     Tensor want = cast_bf16(runtime::run_node(mm, 17, {a, w, bias})[0]);
     mm.attrs["output_dtype"] = bf16;
     expect_same_bits(runtime::run_node(mm, 17, {a, w, bias})[0], want);
+    // large enough (51200 elements) that the rounding pass runs on two threads
+    const int threads = runtime::num_threads();
+    runtime::set_num_threads(2);
+    Tensor a2 = bf16_tensor({4, 128, 100}, 24), w2 = bf16_tensor({100, 100}, 25);
+    Tensor bias2 = Tensor::from_vector(DType::Float32, {100}, randoms(100, 26));
+    mm.attrs["output_dtype"] = ir::Attribute::of_int((int64_t)DType::Float32);
+    Tensor want2 = cast_bf16(runtime::run_node(mm, 17, {a2, w2, bias2})[0]);
+    mm.attrs["output_dtype"] = bf16;
+    expect_same_bits(runtime::run_node(mm, 17, {a2, w2, bias2})[0], want2);
+    runtime::set_num_threads(threads);
   }
   {  // Attention: O written bf16
     ir::Node at = node("Attention", 3, 2);

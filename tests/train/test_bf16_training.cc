@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "autodiff/gradient.h"
 #include "models/hf_model.h"
 #include "passes/pass.h"
+#include "train/optimizer.h"
 #include "train/training_session.h"
 
 using namespace onyx;
@@ -33,6 +35,8 @@ const char* kBert = R"({"model_type": "bert", "hidden_size": 64, "num_hidden_lay
   "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 300,
   "max_position_embeddings": 64, "type_vocab_size": 2, "pad_token_id": 0})";
 
+std::map<std::string, Tensor> batch_for(const models::BuiltModel& m, uint32_t seed);
+
 struct Step {
   double loss;
   std::map<std::string, Tensor> grads;
@@ -46,7 +50,24 @@ Step step(const char* config, bool bf16, bool store = true,
           models::Task task = models::Task::CausalLM, bool outputs = true) {
   models::BuiltModel m =
       models::build_hf_model(models::parse_hf_config(config, "test/config.json"), task, 5);
-  std::mt19937 rng(3);
+  std::map<std::string, Tensor> in = batch_for(m, 3);
+  autodiff::GradientOptions opts;
+  opts.loss = m.model.loss;
+  train::TrainingSession ts(m.model.graph, opts);
+  ts.set_bf16_gemm(bf16, store);
+  passes::OptimizeOptions po = ts.pass_options();
+  po.bf16_outputs = outputs;
+  ts.set_pass_options(po);
+  Step s;
+  s.loss = ts.forward_backward(in, false, 1, true);
+  s.arena = ts.planned_activation_bytes(in);
+  s.pass = ts.pass_report_for(in).mixed_precision;
+  for (auto& p : ts.parameters()) s.grads[p] = ts.grads().view(p).clone();
+  return s;
+}
+
+std::map<std::string, Tensor> batch_for(const models::BuiltModel& m, uint32_t seed) {
+  std::mt19937 rng(seed);
   std::vector<int64_t> ids(B * T);
   for (auto& v : ids) v = (int64_t)(rng() % m.config.vocab_size);
   auto t = Tensor::from_vector<int64_t>(DType::Int64, {B, T}, ids);
@@ -63,19 +84,7 @@ Step step(const char* config, bool bf16, bool store = true,
     if (!in.count(vi.name))
       in[vi.name] =
           Tensor::from_vector<int64_t>(DType::Int64, {B, T}, std::vector<int64_t>(B * T, 0));
-  autodiff::GradientOptions opts;
-  opts.loss = m.model.loss;
-  train::TrainingSession ts(m.model.graph, opts);
-  ts.set_bf16_gemm(bf16, store);
-  passes::OptimizeOptions po = ts.pass_options();
-  po.bf16_outputs = outputs;
-  ts.set_pass_options(po);
-  Step s;
-  s.loss = ts.forward_backward(in, false, 1, true);
-  s.arena = ts.planned_activation_bytes(in);
-  s.pass = ts.pass_report_for(in).mixed_precision;
-  for (auto& p : ts.parameters()) s.grads[p] = ts.grads().view(p).clone();
-  return s;
+  return in;
 }
 
 void check(const char* config, models::Task task = models::Task::CausalLM) {
@@ -122,7 +131,9 @@ void check_pass_exact(const char* config, models::Task task, bool want_fused, bo
        stored = step(config, true, true, task, /*outputs=*/false),
        full = step(config, true, true, task);
   EXPECT_EQ(per_call.pass.gemms, 0);
+  EXPECT_EQ(per_call.pass.weights, 0);
   EXPECT_GT(stored.pass.gemms, 0);
+  EXPECT_GT(stored.pass.weights, 0);  // the weights read through the bf16 shadow
   if (want_fused) EXPECT_GT(stored.pass.fused, 0);
   EXPECT_GT(stored.pass.casts, 0);
   EXPECT_EQ(stored.pass.outputs, 0);
@@ -153,4 +164,59 @@ TEST(Bf16Training, StoredBf16OperandsBitIdenticalToPerCallRoundingLlama) {
 }
 TEST(Bf16Training, BertStepMatchesFloat32WithinBf16Tolerances) {
   check(kBert, models::Task::MaskedLM);  // post-LN; GELU and attention inputs in bf16
+}
+
+// Several optimizer steps: the bf16 shadow the fused AdamW writes in its update pass (as the
+// Trainer passes it) gives the same losses and weights, bit for bit, as rounding every weight per
+// GEMM call; weights changed between steps through params() or load_weights are rounded again
+// before the next run, not read stale from the shadow.
+std::pair<std::vector<double>, Tensor> train_steps(const char* config, models::Task task,
+                                                   bool store) {
+  models::BuiltModel m =
+      models::build_hf_model(models::parse_hf_config(config, "test/config.json"), task, 5);
+  autodiff::GradientOptions opts;
+  opts.loss = m.model.loss;
+  train::TrainingSession ts(m.model.graph, opts);
+  ts.set_bf16_gemm(true, store);
+  passes::OptimizeOptions po = ts.pass_options();
+  po.bf16_outputs = false;  // the pass's bit-exact first step (and the weights)
+  ts.set_pass_options(po);
+  train::OptimizerConfig oc;
+  oc.lr = 1e-2;
+  auto opt = train::make_optimizer(oc, ts.params().layout(), {});
+  std::vector<double> losses;
+  for (int s = 0; s < 4; s++) {
+    losses.push_back(ts.forward_backward(batch_for(m, 10 + s), false, 1 + s, true));
+    if (store) EXPECT_NE(ts.bf16_shadow(), nullptr);
+    train::FlatBuffer* shadow = ts.bf16_shadow();
+    opt->step(ts.params(), ts.grads(), oc.lr, shadow);
+    if (shadow) ts.bf16_shadow_written();
+    if (s == 1) {  // the weights changed outside the optimizer: scaled through params()
+      float* p = ts.params().flat().data<float>();
+      for (int64_t i = 0; i < ts.params().layout().numel; i++) p[i] *= 0.75f;
+    }
+    if (s == 2) {  // ... and loaded
+      std::map<std::string, Tensor> w;
+      for (auto& p : ts.parameters()) {
+        Tensor t = ts.params().view(p).clone();
+        float* x = t.data<float>();
+        for (int64_t i = 0; i < t.numel(); i++) x[i] = -x[i];
+        w[p] = t;
+      }
+      ts.load_weights(w, "test weights");
+    }
+  }
+  losses.push_back(ts.forward_backward(batch_for(m, 20), false, 9, true));
+  return {losses, ts.params().flat().clone()};
+}
+
+TEST(Bf16Training, OptimizerWrittenWeightShadowBitIdenticalToPerCallRounding) {
+  for (auto [config, task] :
+       {std::pair{kGpt2, models::Task::CausalLM}, std::pair{kLlama, models::Task::CausalLM}}) {
+    auto [l_call, w_call] = train_steps(config, task, false);
+    auto [l_shadow, w_shadow] = train_steps(config, task, true);
+    ASSERT_EQ(l_call.size(), l_shadow.size());
+    for (size_t i = 0; i < l_call.size(); i++) EXPECT_EQ(l_call[i], l_shadow[i]) << "step " << i;
+    EXPECT_EQ(std::memcmp(w_call.raw(), w_shadow.raw(), w_call.nbytes()), 0);
+  }
 }

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/simd/dispatch.h"
 #include "kernels/cpu/simd/optimizer.h"
 #include "onyx/error.h"
@@ -558,3 +559,55 @@ TEST(Optimizer, FusedAdamWMatchesTheReferenceOnEveryCpuPath) {
 }
 
 }  // namespace
+
+// Mixed precision's bf16 shadow (Optimizer::step's bf16_shadow): every optimizer writes exactly
+// kernels::f32_to_bf16 of the weights it updated — the rounding the GEMMs apply to a float32
+// operand — over its own range only, and the update itself is the one without a shadow.
+TEST(Optimizer, Bf16ShadowIsTheUpdatedWeightsRoundedOverTheOptimizersRange) {
+  ThreadCount tc(2);
+  FlatLayout layout = mixed_layout();
+  FlatLayout l16 = layout;
+  l16.dtype = DType::BFloat16;
+  const int64_t cut = 1 << 15;  // a ZeRO-like shard boundary inside the large tensor
+  for (const std::string& name : optimizer_names()) {
+    OptimizerConfig c;
+    c.name = name;
+    c.weight_decay = 0.01;
+    c.momentum = 0.9;
+    FlatBuffer p1(layout), p2(layout), g(layout), shadow(l16);
+    fill_random(p1, 3);
+    std::memcpy(p2.flat().raw(), p1.flat().raw(), p1.flat().nbytes());
+    auto plain = make_optimizer(c, layout, hf_decay_mask(layout, false));
+    auto with = make_optimizer(c, layout, hf_decay_mask(layout, false), 0, cut);
+    std::vector<uint16_t> want(layout.numel);
+    for (int s = 0; s < 3; ++s) {
+      fill_random(g, 20 + s);
+      uint16_t* sh = shadow.flat().data<uint16_t>();
+      for (int64_t i = 0; i < layout.numel; ++i) sh[i] = 0x5555;  // untouched outside the range
+      plain->step(p1, g, 1e-2);
+      with->step(p2, g, 1e-2, &shadow);
+      kernels::f32_to_bf16(p2.flat().data<float>(), want.data(), layout.numel);
+      int64_t wrong = 0, touched = 0;
+      for (int64_t i = 0; i < layout.numel; ++i) {
+        if (i < cut)
+          wrong += sh[i] != want[i];
+        else
+          touched += sh[i] != 0x5555;
+      }
+      EXPECT_EQ(wrong, 0) << name << " step " << s;
+      EXPECT_EQ(touched, 0) << name << " step " << s;
+      EXPECT_EQ(std::memcmp(p1.flat().raw(), p2.flat().raw(), cut * sizeof(float)), 0) << name;
+    }
+    // A shadow of another layout is refused before anything changes.
+    FlatLayout other = FlatLayout::of({{"w", {10}}}, DType::BFloat16);
+    FlatBuffer bad(other);
+    std::vector<char> before(p2.flat().nbytes());
+    std::memcpy(before.data(), p2.flat().raw(), before.size());
+    const int64_t steps = with->step_count;
+    EXPECT_THROW(with->step(p2, g, 1e-2, &bad), Error) << name;
+    EXPECT_EQ(with->step_count, steps) << name;
+    EXPECT_EQ(std::memcmp(before.data(), p2.flat().raw(), before.size()), 0) << name;
+    FlatBuffer f32_shadow(layout);  // float32, not bf16
+    EXPECT_THROW(with->step(p2, g, 1e-2, &f32_shadow), Error) << name;
+  }
+}

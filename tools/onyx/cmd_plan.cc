@@ -130,13 +130,14 @@ Action add_plan_command(CLI::App& app) {
       }
       const auto& mp = rep.mixed_precision;
       std::cout << "bf16 (mixed precision): GEMMs take bf16 inputs with float32 accumulation; "
-                   "norms, softmax, the loss, the residual stream, weights and gradients stay "
-                   "float32\n  ops reading bf16 values:";
+                   "norms, softmax, the loss, the residual stream, master weights and gradients "
+                   "stay float32\n  ops reading bf16 values:";
       for (auto& [op, c] : low) std::cout << " " << op << " x" << c;
       std::cout << (low.empty() ? " none" : "") << "\n  mixed_precision pass: " << mp.gemms
                 << " GEMM nodes rewired, " << mp.fused << " values written bf16 by their producer, "
                 << mp.casts << " Casts to bf16, " << mp.outputs
-                << " GEMM outputs written bf16 for the GELU and attention (other float32 "
+                << " GEMM outputs written bf16 for the GELU and attention, " << mp.weights
+                << " weights read through the bf16 shadow the optimizer writes (other float32 "
                    "operands are rounded per call)\n";
       train::TrainingSession f32(ts.forward_graph(), ts.options());
       f32.set_pass_options(ts.pass_options());
@@ -177,7 +178,9 @@ Action add_plan_command(CLI::App& app) {
       frozen_as_f32 += 4.0 * (double)it->second.numel();
       if (it->second.dtype() == DType::BFloat16) frozen_bf16 += (double)it->second.nbytes();
     }
-    const double total = arena + 2 * pbytes + accum + states * shard_bytes + frozen_bytes;
+    // mixed precision: the bf16 copy of the weights the GEMMs read (TrainingSession::bf16_shadow)
+    const double shadow = ts.bf16_shadow() ? (double)ts.bf16_shadow()->flat().nbytes() : 0;
+    const double total = arena + 2 * pbytes + shadow + accum + states * shard_bytes + frozen_bytes;
     std::cout << "memory plan: " << plan.memory.summary() << "\n"
               << "  activations (arena)                " << mib(arena) << "  (" << mib(live)
               << " at the peak without in-place and views; " << mib((double)plan.memory.kept_bytes)
@@ -189,6 +192,7 @@ Action add_plan_command(CLI::App& app) {
                                           mib(frozen_as_f32), " as float32)")
                                     : std::string())
                 << "\n";
+    if (shadow > 0) std::cout << "  bf16 weight shadow                 " << mib(shadow) << "\n";
     std::cout << "  gradients                          " << mib(pbytes) << "\n";
     if (ga)
       std::cout << "  gradient accumulation buffer       " << mib(accum)

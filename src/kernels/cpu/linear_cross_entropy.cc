@@ -29,8 +29,9 @@
 // dW. With gradients, each thread takes its own contiguous range of rows (single-threaded GEMMs, a
 // private dW partial added in thread order at the end); otherwise each GEMM and row pass is
 // threaded. Results are deterministic for a thread count. float32, or W bfloat16 (a frozen LM head
-// stored in bf16, models/lora.h store_frozen_weights_bf16; then no dW): the logits and dH GEMMs
-// take bf16 inputs — H rows and dlogits rounded once per chunk, the dlogits by the row pass —
+// stored in bf16, models/lora.h store_frozen_weights_bf16, or the bf16 shadow of a trained one
+// under mixed precision, whose float32 dW is still written): the logits and dH GEMMs take bf16
+// inputs — H rows and dlogits rounded once per chunk, the dlogits by the row pass —
 // with float32 accumulation (gemm_mixed_bf16); the softmax, loss and dlogits stay float32. Under
 // mixed precision (KernelContext::bf16_gemm) a float32 W is rounded to bf16 once per call and the
 // same GEMMs run, dW's too, once per kDwGroup chunks (bench_kernels lce_chunk/*: at gpt2-small's
@@ -107,11 +108,9 @@ void lce_infer(InferContext& ctx) {
              " is outside [0, 1]");
   ctx.set_output(0, DType::Float32, {});
   if (ctx.num_outputs() > 1) ctx.set_output(1, DType::Float32, h.shape);
-  if (ctx.num_outputs() > 2) {
-    ONYX_CHECK(w.dtype == DType::Float32, node.describe(),
-               ": a bfloat16 W is a frozen weight and has no gradient output");
-    ctx.set_output(2, DType::Float32, w.shape);
-  }
+  // dW is float32 for a bfloat16 W too: the gradient of the float32 master weight whose bf16
+  // copy the GEMMs read (mixed precision's weight shadow)
+  if (ctx.num_outputs() > 2) ctx.set_output(2, DType::Float32, w.shape);
   if (ctx.num_outputs() > 3) {
     ONYX_CHECK(ctx.has_input(3), node.describe(), ": output dbias needs a bias input");
     ctx.set_output(3, DType::Float32, ctx.input(3).shape);
@@ -181,8 +180,6 @@ void lce_compute(KernelContext& ctx) {
   const float scale = mean ? (M > 0 ? 1.0f / (float)M : 0.0f) : 1.0f;
 
   const float* H = Ht.data<float>();
-  ONYX_CHECK(Wt.dtype() != DType::BFloat16 || !dW, node.describe(),
-             ": a bfloat16 W has no gradient output");
   const bool mixed = ctx.bf16_gemm && Wt.dtype() == DType::Float32;
   // Mixed precision: W rounded to bf16 once per call, into a scratch kept across calls (a fresh
   // 77 MB tensor per call at gpt2-small's head cost its page faults every step).
@@ -280,7 +277,7 @@ void lce_compute(KernelContext& ctx) {
           for (int64_t i = 0; i < r; i++)
             std::memcpy(dH + rows[r0 + i] * C, &dhbuf[i * C], C * sizeof(float));
       }
-      if (dW_out && w16) {  // (a bf16 W has no dW: w16 here means mixed)
+      if (dW_out && w16) {
         held += r;
         if (++held_chunks == group || r0 + r >= m1) flush_dw();
       } else if (dW_out) {

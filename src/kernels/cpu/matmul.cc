@@ -534,8 +534,10 @@ void matmul_t_compute(KernelContext& ctx) {
     if (y32.size() < (size_t)y.numel()) y32.resize((size_t)y.numel());
     matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y32.data());
     BFloat16* dst = y.data<BFloat16>();
+    // (the pointer, not y32: inside the lambda another thread's y32 would be named)
+    const float* src = y32.data();
     parallel_for(y.numel(), 1 << 15,
-                 [&](int64_t b0, int64_t e) { ew::from_float(y32.data() + b0, dst + b0, e - b0); });
+                 [&](int64_t b0, int64_t e) { ew::from_float(src + b0, dst + b0, e - b0); });
     return;
   }
   dispatch_float(
