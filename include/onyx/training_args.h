@@ -52,10 +52,11 @@ struct TrainingArguments {
   // Recompute each transformer layer's activations in backward instead of keeping them.
   bool gradient_checkpointing = false;
   // Mixed precision as PyTorch's CPU autocast runs matmuls: the linear layers' GEMMs (forward, dX
-  // and dW; the LM head's too) take bf16-rounded inputs and accumulate in float32; weights,
-  // gradients, the optimizer, activations, attention, norms, softmax and the loss stay float32
-  // (issue #13: bf16 activation storage and bf16 attention are not there yet). fp16 is an error:
-  // these CPUs have no float16 arithmetic.
+  // and dW; the LM head's too) take bf16 inputs and accumulate in float32 — the weights through a
+  // bf16 shadow the optimizer writes, the activations the GEMMs read stored bf16 in the arena
+  // (passes/mixed_precision.cc); master weights, gradients, the optimizer, norms, softmax, the
+  // residual stream and the loss stay float32, and attention's tile products are float32 GEMMs
+  // on widened bf16 Q/K/V. fp16 is an error: these CPUs have no float16 arithmetic.
   bool bf16 = false;
   bool fp16 = false;
   // Halve per_device_train_batch_size until the planned step memory fits (max_memory, else the

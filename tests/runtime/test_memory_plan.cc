@@ -231,6 +231,40 @@ TEST(MemoryPlan, NoInPlaceOverBroadcastOperand) {
   EXPECT_TRUE(bit_equal(planned.run({{"x", xv}}).at("y"), heap.run({{"x", xv}}).at("y")));
 }
 
+// Sum / Mean (a tied weight's gradient contributions) write over a full-size input that dies
+// there, with two or three inputs, one broadcast among them; the results are the unplanned run's.
+TEST(MemoryPlan, VariadicSumAndMeanWriteOverADyingInput) {
+  for (const char* op : {"Sum", "Mean"}) {
+    auto g = std::make_shared<ir::Graph>();
+    g->opsets[""] = 17;
+    for (const char* in : {"x", "z"}) {
+      ir::ValueInfo v;
+      v.name = in;
+      v.dtype = DType::Float32;
+      g->inputs.push_back(v);
+    }
+    ir::ValueInfo y;
+    y.name = "y";
+    g->outputs.push_back(y);
+    g->add_initializer("row", random_tensor({C}, 7));
+    g->nodes.push_back(node("Tanh", {"x"}, {"a"}));
+    g->nodes.push_back(node("Exp", {"x"}, {"b"}));
+    g->nodes.push_back(node(op, {"a", "b"}, {"s2"}));  // over a (or b)
+    g->nodes.push_back(node("Neg", {"z"}, {"c"}));
+    g->nodes.push_back(node(op, {"row", "c", "s2"}, {"s3"}));  // over c: row broadcast
+    g->nodes.push_back(node("Relu", {"s3"}, {"y"}));
+    runtime::Session planned(g, {}), heap(g, {});
+    heap.set_memory_planning(false);
+    Tensor xv = random_tensor({B, T, C}, 8), zv = random_tensor({B, T, C}, 9);
+    const auto& plan = planned.plan_for({{"x", xv.meta()}, {"z", zv.meta()}});
+    EXPECT_TRUE(plan.memory.inplace_of.count("s2")) << op;
+    EXPECT_TRUE(plan.memory.inplace_of.count("s3")) << op;
+    EXPECT_TRUE(bit_equal(planned.run({{"x", xv}, {"z", zv}}).at("y"),
+                          heap.run({{"x", xv}, {"z", zv}}).at("y")))
+        << op;
+  }
+}
+
 TEST(MemoryPlan, ForwardEqualsUnplannedArenaReusedOutputsSurvive) {
   auto g = mlp_graph(true);
   runtime::Session planned(g, {}), heap(g, {});

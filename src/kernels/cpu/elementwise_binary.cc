@@ -187,6 +187,11 @@ void add_binary(KernelRegistry& r, const char* name, L types, Make make) {
     });
   };
   k.inplace = {{0, 0}, {0, 1}};  // out[i] reads a[i], b[i] first (never over a broadcast operand)
+  // The output over input 0 or 1 (when one dies here with the output's element count: then
+  // the first two inputs take the binary_apply branch, which reads a[i] and b[i] before writing
+  // out[i], and later inputs only read out[i] before writing it). A tied weight's gradient
+  // (Sum of its contributions) then needs no third weight-sized buffer.
+  k.inplace = {{0, 0}, {0, 1}};
   r.add("", name, std::move(k)).per_token =
       OpTraits::PerToken::Binary;  // elementwise, broadcasting
 }
@@ -319,6 +324,7 @@ void add_variadic(KernelRegistry& r, const char* name, L types, bool mean) {
   k.compute = [types, mean](KernelContext& c) {
     Tensor& out = c.output(0);
     const int n = c.num_inputs();
+    if (n == 1 && out.raw() == c.input(0).raw()) return;  // written over its only input
     dispatch(out.dtype(), types, c.node, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const Tensor& a = c.input(0);
@@ -339,6 +345,11 @@ void add_variadic(KernelRegistry& r, const char* name, L types, bool mean) {
       }
     });
   };
+  // The output over input 0 or 1 (when one dies here with the output's element count: then
+  // the first two inputs take the binary_apply branch, which reads a[i] and b[i] before writing
+  // out[i], and later inputs only read out[i] before writing it). A tied weight's gradient
+  // (Sum of its contributions) then needs no third weight-sized buffer.
+  k.inplace = {{0, 0}, {0, 1}};
   r.add("", name, std::move(k)).per_token =
       OpTraits::PerToken::Binary;  // elementwise, broadcasting
 }
