@@ -6,8 +6,8 @@
 // (or adds it, when micro-batches accumulate). That is one extra pass over every gradient and an
 // arena temporary per gradient. When g's producer can add into its output itself (its kernel lists
 // the output in OpKernel::accumulate_outputs: MatMulGradB, BiasGrad, GatherGrad, LayerNormGrad's
-// dscale/dbias, ConvGradWeight), this pass renames that output to p_grad and removes the
-// AccumulateGrad:
+// dscale/dbias, ConvGradWeight, LinearCrossEntropy's dW/dbias), this pass renames that output to
+// p_grad and removes the AccumulateGrad:
 //
 //   MatMulGradB(A, dY) -> g ; AccumulateGrad(g) -> W_grad   ==>   MatMulGradB(A, dY) -> W_grad
 //

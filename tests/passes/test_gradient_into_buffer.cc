@@ -132,6 +132,16 @@ TEST(GradientIntoBuffer, Gpt2TiedEmbeddingKeepsItsAccumulate) {
   EXPECT_LE(after, before / 4);
 }
 
+TEST(GradientIntoBuffer, LlamaUntiedHeadBitIdentical) {
+  // the untied LM head's dW is LinearCrossEntropy's, written (and accumulated) in place
+  auto [before, after] = check(
+      R"({"model_type": "llama", "vocab_size": 70, "hidden_size": 16, "intermediate_size": 24,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+    "max_position_embeddings": 32, "tie_word_embeddings": false})",
+      models::Task::CausalLM, false);
+  EXPECT_EQ(after, 0) << "every Llama gradient, the LM head's too, is written by its producer";
+}
+
 TEST(GradientIntoBuffer, VitBitIdentical) {
   auto [before, after] = check(
       R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,

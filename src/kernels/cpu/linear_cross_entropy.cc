@@ -165,6 +165,21 @@ void lce_compute(KernelContext& ctx) {
   float* dW = ctx.has_output(2) ? ctx.output(2).data<float>() : nullptr;     // (V,C) | (C,V)
   float* dbias = ctx.has_output(3) ? ctx.output(3).data<float>() : nullptr;  // (V)
   const bool grad = dH || dW || dbias;
+  // dW / dbias bound to the flat gradient buffer of a run that accumulates micro-batches
+  // (passes/gradient_into_buffer.cc): computed as without accumulation into a scratch kept
+  // across calls, then added, so the sums are AccumulateGrad's (out + gradient) bit for bit.
+  float *dW_into = nullptr, *dbias_into = nullptr;
+  thread_local std::vector<float> dw_acc, db_acc;
+  if (dW && ctx.accumulates(2)) {
+    if (dw_acc.size() < (size_t)(V * C)) dw_acc.resize((size_t)(V * C));
+    dW_into = dW;
+    dW = dw_acc.data();
+  }
+  if (dbias && ctx.accumulates(3)) {
+    if (db_acc.size() < (size_t)V) db_acc.resize((size_t)V);
+    dbias_into = dbias;
+    dbias = db_acc.data();
+  }
 
   // Targets, validated before any threaded loop; the non-ignored rows in order.
   std::vector<int64_t> tgt = Lt.to_int64_vector();
@@ -341,6 +356,12 @@ void lce_compute(KernelContext& ctx) {
         for (int64_t v = 0; v < V; v++) dbias[v] += db_part[t - 1][v];
     }
   }
+  if (dW_into)
+    parallel_for(V * C, 1 << 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; i++) dW_into[i] += dW[i];
+    });
+  if (dbias_into)
+    for (int64_t v = 0; v < V; v++) dbias_into[v] += dbias[v];
   double total = 0;
   for (int64_t i = 0; i < M; i++) total += row_loss[i];
   float loss = mean ? (M > 0 ? (float)(total / (double)M) : NAN) : (float)total;
@@ -350,7 +371,9 @@ void lce_compute(KernelContext& ctx) {
 }  // namespace
 
 void register_linear_cross_entropy_kernels(KernelRegistry& r) {
-  OpTraits& t = r.add("onyx", "LinearCrossEntropy", OpKernel{lce_infer, lce_compute, {}});
+  OpKernel k{lce_infer, lce_compute, {}};
+  k.accumulate_outputs = {2, 3};  // dW, dbias: written straight into the gradient buffer
+  OpTraits& t = r.add("onyx", "LinearCrossEntropy", std::move(k));
   t.precision = OpTraits::Precision::LowPrecision;  // the GEMMs; its softmax is fp32 inside
   t.flops = [](const ir::Node& n, const std::vector<const TensorMeta*>& in,
                const std::vector<const TensorMeta*>&) {
