@@ -11,8 +11,10 @@
 //
 //   MatMulGradB(A, dY) -> g ; AccumulateGrad(g) -> W_grad   ==>   MatMulGradB(A, dY) -> W_grad
 //
-// Kept as they are: a g read by anything else (or itself a graph output), a g whose producer
-// cannot accumulate (Sum of tied-weight contributions, ReduceSum, Gemm, ...), non-float32
+// A tied weight's Sum of two contributions whose producers can both add (a tied LM head's
+// LinearCrossEntropy dW and the embedding's GatherGrad) is written into the buffer by both (see
+// tied_into_buffer). Kept as they are: a g read by anything else (or itself a graph output), a g
+// whose producer cannot accumulate (ReduceSum, Gemm, ...), non-float32
 // gradients, and gradients computable from constants alone (the planner would fold their producer
 // at plan time and never write the bound buffer).
 //
@@ -23,6 +25,78 @@
 #include "runtime/kernel.h"
 
 namespace onyx::passes {
+namespace {
+
+// The index of `prod`'s output `v` when the kernel can add into it (accumulate_outputs), or -1.
+int accumulating_output(const runtime::KernelRegistry& registry, const ir::Node& prod,
+                        const std::string& v) {
+  const runtime::OpKernel* k = registry.find(prod.domain, prod.op_type);
+  if (!k) return -1;
+  for (int i : k->accumulate_outputs)
+    if (i < (int)prod.outputs.size() && prod.outputs[i] == v) return i;
+  return -1;
+}
+
+// A tied weight's gradient, AccumulateGrad(Sum(g1, g2)) -> P with both contributions written by
+// producers that can add into their output, the second (in node order) depending on the first
+// (a tied LM head: the embedding's GatherGrad needs LinearCrossEntropy's dH): the first writes P
+// (added to it when micro-batches accumulate), the second writes the output tied_gradient_output(P)
+// — bound by the caller to P's storage — with onyx_accumulate = 1: it always adds. No
+// weight-sized contribution waits in the arena through the backward, and no Sum or copy runs.
+// In a plain run the bits are Sum's (g1 + g2, as AccumulateGrad copies them); accumulating a
+// micro-batch adds (P + g1) + g2 instead of P + (g1 + g2). Returns whether it rewrote.
+bool tied_into_buffer(ir::Graph& g, const GraphIndex& index,
+                      const runtime::KernelRegistry& registry, const PassContext& ctx,
+                      const std::unordered_set<std::string>& constant, int sum, int acc,
+                      std::vector<bool>& dead) {
+  const ir::Node& s = g.nodes[sum];
+  if (s.inputs.size() != 2 || s.outputs.size() != 1) return false;
+  int prod[2], out[2];
+  for (int k = 0; k < 2; k++) {
+    const std::string& v = s.inputs[k];
+    prod[k] = index.producer(v);
+    if (prod[k] < 0 || !index.single_use(v) || constant.count(v) || !ctx.has_meta(v) ||
+        ctx.meta(v).dtype != DType::Float32 || ctx.meta(v).shape != ctx.meta(s.outputs[0]).shape)
+      return false;
+    out[k] = accumulating_output(registry, g.nodes[prod[k]], v);
+    if (out[k] < 0) return false;
+  }
+  if (prod[0] == prod[1]) return false;
+  const int first = prod[0] < prod[1] ? 0 : 1, second = 1 - first;
+  // the second producer must depend on the first, so every order the planner may pick runs the
+  // first write before the second's addition
+  std::vector<bool> seen(g.nodes.size(), false);
+  std::vector<int> todo{prod[first]};
+  seen[prod[first]] = true;
+  bool reached = false;
+  while (!todo.empty() && !reached) {
+    const int n = todo.back();
+    todo.pop_back();
+    for (auto& o : g.nodes[n].outputs)
+      for (int c : index.consumers(o))
+        if (!seen[c]) {
+          seen[c] = true;
+          reached = reached || c == prod[second];
+          todo.push_back(c);
+        }
+  }
+  if (!reached) return false;
+  const std::string P = g.nodes[acc].outputs[0];
+  const std::string alias = tied_gradient_output(P);
+  if (g.initializers.count(alias) || ctx.has_meta(alias)) return false;
+  g.nodes[prod[first]].outputs[out[first]] = P;
+  ir::Node& late = g.nodes[prod[second]];
+  late.outputs[out[second]] = alias;
+  late.attrs["onyx_accumulate"] = ir::Attribute::of_int(1);
+  ir::ValueInfo vi;
+  vi.name = alias;
+  vi.dtype = DType::Float32;
+  g.outputs.push_back(vi);
+  dead[sum] = dead[acc] = true;
+  return true;
+}
+
+}  // namespace
 
 int write_gradients_into_buffer(ir::Graph& g, PassContext& ctx) {
   // Values computable from non-variable initializers alone (conservatively: random ops count too).
@@ -50,19 +124,20 @@ int write_gradients_into_buffer(ir::Graph& g, PassContext& ctx) {
     if (p < 0 || !index.single_use(grad) || constant.count(grad)) continue;
     if (!ctx.has_meta(grad) || ctx.meta(grad).dtype != DType::Float32) continue;
     ir::Node& prod = g.nodes[p];
-    const runtime::OpKernel* k = registry.find(prod.domain, prod.op_type);
-    if (!k) continue;
-    for (int i : k->accumulate_outputs) {
-      if (i < (int)prod.outputs.size() && prod.outputs[i] == grad) {
-        prod.outputs[i] = acc.outputs[0];
-        dead[a] = true;
-        rewrites++;
-        break;
-      }
+    if (is_op(prod, "Sum") && tied_into_buffer(g, index, registry, ctx, constant, p, a, dead)) {
+      rewrites++;
+      continue;
     }
+    const int out = accumulating_output(registry, prod, grad);
+    if (out < 0) continue;
+    prod.outputs[out] = acc.outputs[0];
+    dead[a] = true;
+    rewrites++;
   }
   remove_nodes(g, dead);
   return rewrites;
 }
+
+std::string tied_gradient_output(const std::string& grad) { return grad + ".tied"; }
 
 }  // namespace onyx::passes

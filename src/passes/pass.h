@@ -175,6 +175,9 @@ int prune_tokens(ir::Graph& g, PassContext& ctx);
 // Training graph: AccumulateGrad(g) -> p_grad removed where g's producer can add into its output
 // (OpKernel::accumulate_outputs), which then writes p_grad itself (gradient_into_buffer.cc).
 int write_gradients_into_buffer(ir::Graph& g, PassContext& ctx);
+// The graph output through which the second contribution to a tied weight's gradient `grad` is
+// added into the same storage (write_gradients_into_buffer): the caller binds it to grad's.
+std::string tied_gradient_output(const std::string& grad);
 
 // Training graph under bf16 (mixed_precision.cc): the float32 activations and gradients read by
 // onyx.MatMulT / MatMulGradB stored or cast to bf16 once (producers that can write bf16 do, else

@@ -369,7 +369,10 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
           outs[i] = bound->second;
           kc.accumulate = opts.accumulate;
           const auto& acc = step.kernel->accumulate_outputs;
-          if (opts.accumulate && std::find(acc.begin(), acc.end(), (int)i) != acc.end())
+          // onyx_accumulate = 1 (passes/gradient_into_buffer.cc's tied gradients): this
+          // output adds into its storage in every run
+          const bool adds = opts.accumulate || node.attr_int("onyx_accumulate", 0) != 0;
+          if (adds && std::find(acc.begin(), acc.end(), (int)i) != acc.end())
             kc.accumulate_mask |= uint64_t(1) << i;
         } else if (!step.dynamic && i < step.output_offsets.size() && step.output_offsets[i] >= 0) {
           outs[i] = Tensor::wrap(metas[i].dtype, metas[i].shape,

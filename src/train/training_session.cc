@@ -168,8 +168,12 @@ TrainingSession::Compiled& TrainingSession::compiled_for(
       for (auto& o : n.outputs) produced[o]++;
       for (auto& i : n.inputs) read[i]++;
     }
+    std::set<std::string> outputs;
+    for (auto& o : c.tg.graph->outputs) outputs.insert(o.name);
     for (auto& [p, g] : c.tg.gradients) {
-      if (produced[g] == 1 && read[g] == 0) {
+      // a tied weight's second contribution is added later through its alias
+      if (outputs.count(passes::tied_gradient_output(g))) c.tied.push_back({p, g});
+      if (produced[g] == 1 && read[g] == 0 && !outputs.count(passes::tied_gradient_output(g))) {
         c.timing.early.push_back(p);
         c.param_of_grad[g] = p;
       } else {
@@ -215,6 +219,7 @@ double TrainingSession::planned_activation_bytes(const std::map<std::string, Ten
   const autodiff::TrainingGraph& tg = compiled_for(batch).tg;
   std::set<std::string> bound;
   for (auto& [p, g] : tg.gradients) bound.insert(g);
+  for (auto& [p, g] : compiled_for(batch).tied) bound.insert(passes::tied_gradient_output(g));
   return runtime::peak_live_bytes(*tg.graph, plan, bound);
 }
 
@@ -251,6 +256,7 @@ double TrainingSession::forward_backward(
              "forward_backward: the gradient buffer has ", target.layout().numel,
              " elements, the parameters ", grad_buf_.layout().numel);
   for (auto& [p, g] : c.tg.gradients) ro.bound_outputs[g] = target.view(p);
+  for (auto& [p, g] : c.tied) ro.bound_outputs[passes::tied_gradient_output(g)] = target.view(p);
   if (on_grad_ready)
     ro.on_bound_output = [&](const std::string& out) {
       auto it = c.param_of_grad.find(out);

@@ -148,6 +148,8 @@ class TrainingSession {
     GradientTiming timing;
     std::map<std::string, std::string> param_of_grad;  // gradient output -> parameter (early)
     std::vector<std::string> shadowed;                 // parameters read through their bf16 shadow
+    // tied weights whose second gradient contribution adds through passes::tied_gradient_output
+    std::vector<std::pair<std::string, std::string>> tied;  // (parameter, gradient value)
   };
   // Feeds of one run: the batch's graph inputs, parameters, buffers and bf16 shadow views.
   std::map<std::string, Tensor> feeds_for(const Compiled& c,

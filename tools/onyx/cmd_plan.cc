@@ -152,7 +152,10 @@ Action add_plan_command(CLI::App& app) {
     std::printf("\n");
 
     std::set<std::string> bound;
-    for (auto& [p, gname] : tg.gradients) bound.insert(gname);
+    for (auto& [p, gname] : tg.gradients) {
+      bound.insert(gname);
+      bound.insert(passes::tied_gradient_output(gname));  // (when the graph has it)
+    }
     double live = runtime::peak_live_bytes(*tg.graph, plan, bound);
     double arena = ts.planned_activation_bytes(b);
     const int64_t numel = ts.params().layout().numel;
