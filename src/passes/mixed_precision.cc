@@ -19,10 +19,11 @@
 //       readers).
 //   Each rewritten GEMM gets output_dtype = FLOAT: float32 output from bf16 inputs.
 // Weights are read through the bf16 copy the caller feeds (`weights`: train::TrainingSession's
-// shadow of the parameters, which the fused AdamW writes in its update pass, and of frozen
-// weights, made once): a graph input bf16_weight_input(w) per weight that onyx.MatMulT or
-// onyx.LinearCrossEntropy reads, so no GEMM rounds a weight per call. LinearCrossEntropy then
-// reads a bf16 W and still writes the float32 dW.
+// shadow of the trained parameters, which the fused AdamW writes in its update pass; frozen
+// float32 weights are not among them and stay rounded per call): a graph input
+// bf16_weight_input(w) per weight that onyx.MatMulT or onyx.LinearCrossEntropy reads, so no GEMM
+// rounds a trained weight per call. LinearCrossEntropy then reads a bf16 W and still writes the
+// float32 dW.
 // Then (`outputs`) a MatMulT whose output only bf16-taking reads use — the GELU's input (its Gelu
 // already writing bf16 for the next GEMM, and GeluGrad), Attention's and AttentionGrad's Q/K/V —
 // writes that output in bf16 (output_dtype = BFLOAT16), as autocast's linear layers do; the Gelu

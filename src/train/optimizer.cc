@@ -179,39 +179,30 @@ class FlatOptimizer : public Optimizer {
   }
 
  protected:
+  // `b` has the optimizer's layout (entries, offsets, shapes, names) with elements of `dtype`.
+  void check_layout(const FlatBuffer& b, DType dtype, const char* what) const {
+    const FlatLayout& l = b.layout();
+    ONYX_CHECK(
+        l.dtype == dtype && l.numel == layout_.numel && l.entries.size() == layout_.entries.size(),
+        name_, ".step: the ", what, " buffer (", dtype_name(l.dtype), ", ", l.entries.size(),
+        " tensors, ", l.numel, " elements) does not have the optimizer's layout (",
+        dtype_name(dtype), ", ", layout_.entries.size(), " tensors, ", layout_.numel, " elements)");
+    for (size_t i = 0; i < l.entries.size(); ++i) {
+      auto &a = l.entries[i], &e = layout_.entries[i];
+      ONYX_CHECK(a.offset == e.offset && a.shape == e.shape && a.name == e.name, name_,
+                 ".step: the ", what, " buffer's tensor #", i, " is '", a.name, "' ",
+                 shape_str(a.shape), " at ", a.offset, ", the optimizer's is '", e.name, "' ",
+                 shape_str(e.shape), " at ", e.offset);
+    }
+  }
   void check_buffers(const FlatBuffer& params, const FlatBuffer& grads) const {
-    auto check = [&](const FlatBuffer& b, const char* what) {
-      const FlatLayout& l = b.layout();
-      ONYX_CHECK(l.dtype == DType::Float32 && l.numel == layout_.numel &&
-                     l.entries.size() == layout_.entries.size(),
-                 name_, ".step: the ", what, " buffer (", dtype_name(l.dtype), ", ",
-                 l.entries.size(), " tensors, ", l.numel,
-                 " elements) does not have the optimizer's layout (float32, ",
-                 layout_.entries.size(), " tensors, ", layout_.numel, " elements)");
-      for (size_t i = 0; i < l.entries.size(); ++i) {
-        auto &a = l.entries[i], &e = layout_.entries[i];
-        ONYX_CHECK(a.offset == e.offset && a.shape == e.shape && a.name == e.name, name_,
-                   ".step: the ", what, " buffer's tensor #", i, " is '", a.name, "' ",
-                   shape_str(a.shape), " at ", a.offset, ", the optimizer's is '", e.name, "' ",
-                   shape_str(e.shape), " at ", e.offset);
-      }
-    };
-    check(params, "params");
-    check(grads, "grads");
+    check_layout(params, DType::Float32, "params");
+    check_layout(grads, DType::Float32, "grads");
   }
   // The bf16 shadow's first element (nullptr without one), checked against the layout.
   uint16_t* shadow_data(FlatBuffer* shadow) const {
     if (!shadow) return nullptr;
-    const FlatLayout& l = shadow->layout();
-    bool same = l.dtype == DType::BFloat16 && l.numel == layout_.numel &&
-                l.entries.size() == layout_.entries.size();
-    for (size_t i = 0; same && i < l.entries.size(); ++i)
-      same = l.entries[i].offset == layout_.entries[i].offset &&
-             l.entries[i].shape == layout_.entries[i].shape;
-    ONYX_CHECK(same, name_, ".step: the bf16 shadow buffer (", dtype_name(l.dtype), ", ",
-               l.entries.size(), " tensors, ", l.numel,
-               " elements) does not have the parameters' layout (bfloat16, ",
-               layout_.entries.size(), " tensors, ", layout_.numel, " elements)");
+    check_layout(*shadow, DType::BFloat16, "bf16 shadow");
     return shadow->flat().data<uint16_t>();
   }
   // shadow[range] = params[range] rounded to bf16 (the optimizers without a fused write).

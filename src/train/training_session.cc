@@ -172,8 +172,9 @@ TrainingSession::Compiled& TrainingSession::compiled_for(
     for (auto& o : c.tg.graph->outputs) outputs.insert(o.name);
     for (auto& [p, g] : c.tg.gradients) {
       // a tied weight's second contribution is added later through its alias
-      if (outputs.count(passes::tied_gradient_output(g))) c.tied.push_back({p, g});
-      if (produced[g] == 1 && read[g] == 0 && !outputs.count(passes::tied_gradient_output(g))) {
+      const bool tied = outputs.count(passes::tied_gradient_output(g)) != 0;
+      if (tied) c.tied.push_back({p, g});
+      if (produced[g] == 1 && read[g] == 0 && !tied) {
         c.timing.early.push_back(p);
         c.param_of_grad[g] = p;
       } else {
@@ -216,10 +217,11 @@ double TrainingSession::planned_activation_bytes(const std::map<std::string, Ten
   const runtime::Plan& plan = plan_for(batch);
   if (plan.memory.arena_bytes > 0) return (double)plan.memory.arena_bytes;
   // No arena (ONYX_MEMORY_PLAN=0): what a fresh allocation per value keeps alive at most.
-  const autodiff::TrainingGraph& tg = compiled_for(batch).tg;
+  const Compiled& c = compiled_for(batch);
+  const autodiff::TrainingGraph& tg = c.tg;
   std::set<std::string> bound;
   for (auto& [p, g] : tg.gradients) bound.insert(g);
-  for (auto& [p, g] : compiled_for(batch).tied) bound.insert(passes::tied_gradient_output(g));
+  for (auto& [p, g] : c.tied) bound.insert(passes::tied_gradient_output(g));
   return runtime::peak_live_bytes(*tg.graph, plan, bound);
 }
 

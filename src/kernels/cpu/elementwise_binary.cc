@@ -187,11 +187,6 @@ void add_binary(KernelRegistry& r, const char* name, L types, Make make) {
     });
   };
   k.inplace = {{0, 0}, {0, 1}};  // out[i] reads a[i], b[i] first (never over a broadcast operand)
-  // The output over input 0 or 1 (when one dies here with the output's element count: then
-  // the first two inputs take the binary_apply branch, which reads a[i] and b[i] before writing
-  // out[i], and later inputs only read out[i] before writing it). A tied weight's gradient
-  // (Sum of its contributions) then needs no third weight-sized buffer.
-  k.inplace = {{0, 0}, {0, 1}};
   r.add("", name, std::move(k)).per_token =
       OpTraits::PerToken::Binary;  // elementwise, broadcasting
 }
