@@ -25,9 +25,15 @@
 // rounds a trained weight per call. LinearCrossEntropy then reads a bf16 W and still writes the
 // float32 dW.
 // Then (`outputs`) a MatMulT whose output only bf16-taking reads use — the GELU's input (its Gelu
-// already writing bf16 for the next GEMM, and GeluGrad), Attention's and AttentionGrad's Q/K/V —
-// writes that output in bf16 (output_dtype = BFLOAT16), as autocast's linear layers do; the Gelu
-// then reads and writes bf16, GeluGrad and AttentionGrad widen it, their gradients stay float32.
+// already writing bf16 for the next GEMM, and GeluGrad), Attention's and AttentionGrad's Q/K/V
+// (through Llama's Reshape and Rotary too), SwiGLU's gate and up (its output already bf16 for
+// the down projection, and SwiGLUGrad) — writes that output in bf16 (output_dtype = BFLOAT16),
+// as autocast's linear layers do; the Gelu then reads and writes bf16, the Rotary rotates in
+// float32 and writes bf16, GeluGrad, SwiGLUGrad and AttentionGrad widen their bf16 inputs, and
+// every gradient stays float32.
+//
+// Then (`outputs` too) each LayerNorm / RMSNorm gradient reads the norm's normalized input,
+// written bf16 by the forward, instead of the float32 input (save_normalized_inputs, below).
 //
 // What it saves: the activations the backward keeps for the weight gradients (LayerNorm outputs
 // of pre-LN blocks, GELU outputs, attention outputs) are stored at half the bytes, and no GEMM
@@ -62,7 +68,30 @@ bool takes_bf16(const ir::Node& n, int slot) {
   if (is_op(n, "onyx", "GeluGrad")) return slot == 1 && n.inputs.size() == 2;
   if (is_op(n, "onyx", "Attention")) return slot <= 2;
   if (is_op(n, "onyx", "AttentionGrad")) return slot >= 1 && slot <= 3;
+  // SwiGLU writing bf16 for the down projection (it then reads bf16 gate / up), SwiGLUGrad's
+  // saved gate and up
+  if (is_op(n, "onyx", "SwiGLU"))
+    return slot <= 1 && n.attr_int("output_dtype", 0) == (int64_t)DType::BFloat16;
+  if (is_op(n, "onyx", "SwiGLUGrad")) return slot == 1 || slot == 2;
   return false;
+}
+
+// Every read of v takes bf16: directly (takes_bf16), or through a Reshape or a Rotary whose own
+// output is read only so (Llama's Q and K: MatMulT -> Reshape -> Rotary -> Reshape -> Attention;
+// a Rotary reading bf16 writes bf16, the float32 tables rotating it in float32). RotaryGrad's x
+// (trainable tables) is not such a read.
+bool reads_take_bf16(const ir::Graph& g, const GraphIndex& idx, const std::string& v, int depth) {
+  if (idx.is_graph_output(v) || idx.consumers(v).empty() || depth > 4) return false;
+  for (int c : idx.consumers(v)) {
+    const ir::Node& r = g.nodes[c];
+    for (int slot = 0; slot < (int)r.inputs.size(); slot++) {
+      if (r.inputs[slot] != v || takes_bf16(r, slot)) continue;
+      const bool through =
+          slot == 0 && !r.outputs.empty() && (is_op(r, "Reshape") || is_op(r, "onyx", "Rotary"));
+      if (!through || !reads_take_bf16(g, idx, r.outputs[0], depth + 1)) return false;
+    }
+  }
+  return true;
 }
 
 // MatMulT outputs whose every read takes bf16 (takes_bf16) are written bf16 by the GEMM
@@ -75,14 +104,7 @@ int store_gemm_outputs_bf16(ir::Graph& g, PassContext& ctx) {
   for (ir::Node& n : g.nodes) {
     if (!is_op(n, "onyx", "MatMulT") || n.outputs.empty()) continue;
     const std::string& y = n.outputs[0];
-    if (!is_f32(ctx, y) || idx.is_graph_output(y) || idx.consumers(y).empty()) continue;
-    bool ok = true;
-    for (int c : idx.consumers(y)) {
-      const ir::Node& r = g.nodes[c];
-      for (int slot = 0; slot < (int)r.inputs.size(); slot++)
-        if (r.inputs[slot] == y && !takes_bf16(r, slot)) ok = false;
-    }
-    if (!ok) continue;
+    if (!is_f32(ctx, y) || !reads_take_bf16(g, idx, y, 0)) continue;
     for (int c : idx.consumers(y)) {
       ir::Node& r = g.nodes[c];
       // a Gelu reading bf16 writes bf16 by its own type rule: drop the float32 -> bf16 attribute
@@ -92,6 +114,54 @@ int store_gemm_outputs_bf16(ir::Graph& g, PassContext& ctx) {
     n_out++;
   }
   return n_out;
+}
+
+// A float32 LayerNormGrad / RMSNormGrad reads the norm's input x, which is why the forward's x
+// (the residual stream) stays float32 in the arena until the backward reaches the norm. The
+// norm writes its normalized input xhat (the (x - mean) * inv or x * inv it computes anyway) as a
+// bf16 output too — onyx.LayerNormalization's output 3, onyx.RMSNorm's output 2 — and the
+// gradient reads that (normalized = 1; LayerNormGrad then needs no mean): x dies in the forward
+// and the backward keeps 2 bytes per element instead of 4. The gradient's arithmetic is the same
+// but for xhat's one rounding (a relative 2^-9 per element, the error of any bf16-saved
+// activation). A transformer's residual stream has no other backward reader; where x is kept for
+// another reader anyway, this adds the bf16 copy. Returns how many gradients read xhat.
+int save_normalized_inputs(ir::Graph& g, PassContext& ctx) {
+  ctx.refresh(g);
+  GraphIndex idx(g);
+  int n_saved = 0;
+  for (ir::Node& gn : g.nodes) {
+    const bool ln = is_op(gn, "onyx", "LayerNormGrad"), rms = is_op(gn, "onyx", "RMSNormGrad");
+    if ((!ln && !rms) || gn.attr_int("normalized", 0) != 0) continue;
+    const int inv_slot = ln ? 4 : 3;
+    if ((int)gn.inputs.size() <= inv_slot) continue;
+    const std::string x = gn.inputs[1], inv = gn.inputs[inv_slot];
+    if (!is_f32(ctx, x) || !is_f32(ctx, gn.inputs[0]) || !is_f32(ctx, inv)) continue;
+    const int p = idx.producer(inv);
+    if (p < 0) continue;
+    ir::Node& norm = g.nodes[p];
+    if (norm.inputs.empty() || norm.inputs[0] != x) continue;
+    if (ln &&
+        !((is_op(norm, "LayerNormalization") || is_op(norm, "onyx", "LayerNormalization")) &&
+          norm.outputs.size() >= 3 && norm.outputs[1] == gn.inputs[3] && norm.outputs[2] == inv))
+      continue;
+    if (rms &&
+        !(is_op(norm, "onyx", "RMSNorm") && norm.outputs.size() >= 2 && norm.outputs[1] == inv))
+      continue;
+    const size_t slot = ln ? 3 : 2;  // the xhat output
+    if (norm.outputs.size() <= slot || norm.outputs[slot].empty()) {
+      if (norm.domain.empty()) {  // the onyx-domain twin of the standard op has the output
+        norm.domain = "onyx";
+        import_domain(g, "onyx");
+      }
+      norm.outputs.resize(slot + 1);
+      norm.outputs[slot] = ctx.fresh(g, x + "_xhat");
+    }
+    gn.inputs[1] = norm.outputs[slot];
+    if (ln) gn.inputs[3] = "";  // the mean is not read
+    gn.attrs["normalized"] = ir::Attribute::of_int(1);
+    n_saved++;
+  }
+  return n_saved;
 }
 
 }  // namespace
@@ -179,9 +249,12 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     }
     g.nodes = std::move(nodes);
   }
-  if (outputs) st.outputs = store_gemm_outputs_bf16(g, ctx);
+  if (outputs) {
+    st.outputs = store_gemm_outputs_bf16(g, ctx);
+    st.normalized = save_normalized_inputs(g, ctx);
+  }
   if (stats) *stats = st;
-  return st.weights + st.fused + st.casts + st.outputs;
+  return st.weights + st.fused + st.casts + st.outputs + st.normalized;
 }
 
 }  // namespace onyx::passes

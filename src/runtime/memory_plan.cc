@@ -255,7 +255,8 @@ void plan_memory(const ir::Graph& g, Plan& plan, const std::set<std::string>& gr
   for (auto& r : bufs)
     if (loss_step >= 0 && r.first <= loss_step && r.last > loss_step) mp.kept_bytes += r.bytes;
   for (auto& [name, buf] : buffer_of) mp.offset[name] = p.offsets[buf];
-  // ONYX_PLAN_DUMP=1: the buffers live at the peak step, largest first (stderr).
+  // ONYX_PLAN_DUMP=1: the buffers live at the peak step, largest first (stderr), each with the
+  // values it holds in turn (in-place writes over it): producer op, value, dtype.
   static const bool dump = std::getenv("ONYX_PLAN_DUMP") != nullptr;
   if (dump && mp.live_peak_bytes > (1 << 20)) {
     std::vector<std::pair<size_t, std::string>> rows;
@@ -263,8 +264,11 @@ void plan_memory(const ir::Graph& g, Plan& plan, const std::set<std::string>& gr
     for (int s = 0; s < nsteps; s++)
       for (auto& o : g.nodes[plan.steps[s].node].outputs) {
         auto it = buffer_of.find(o);
-        if (it != buffer_of.end() && !root_name.count(it->second))
-          root_name[it->second] = g.nodes[plan.steps[s].node].op_type + " " + o;
+        if (it == buffer_of.end()) continue;
+        auto m = plan.metas.find(o);
+        std::string& r = root_name[it->second];
+        r += (r.empty() ? "" : " | ") + g.nodes[plan.steps[s].node].op_type + " " + o +
+             (m != plan.metas.end() ? std::string(" ") + dtype_name(m->second.dtype) : "");
       }
     for (size_t r = 0; r < bufs.size(); r++)
       if (bufs[r].first <= mp.peak_step && bufs[r].last >= mp.peak_step)

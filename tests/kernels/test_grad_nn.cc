@@ -149,6 +149,155 @@ TEST(NnGradKernels, LayerNormGradMatchesNaiveAndDtypes) {
   expect_same_in(DType::Float64, g, {dy, x, scale, f[1], f[2]}, {0, 1, 3, 4}, 1e-4);
 }
 
+// Mixed precision's normalized form (passes/mixed_precision.cc, save_normalized_inputs): the norm
+// writes xhat = (x - mean) * inv (LayerNorm) / x * inv (RMSNorm) as a bf16 output, and the
+// gradient reads it instead of x (normalized = 1). With a float32 xhat the gradient is bit-
+// identical to the one reading x (the same xhat arithmetic); with the forward's bf16 xhat it
+// differs by xhat's one rounding. The forward's other outputs are unchanged by the extra output.
+TEST(NnGradKernels, NormGradsFromTheSavedNormalizedInput) {
+  auto bits_equal = [](const Tensor& a, const Tensor& b, const char* what) {
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    int64_t diff = 0;
+    for (int64_t i = 0; i < a.numel(); i++) diff += a.get_as_double(i) != b.get_as_double(i);
+    EXPECT_EQ(diff, 0) << what << ": " << diff << " of " << a.numel() << " differ";
+  };
+  auto rel_frobenius = [](const Tensor& ref, const Tensor& got) {
+    double dd = 0, rr = 0;
+    for (int64_t i = 0; i < ref.numel(); i++) {
+      double a = ref.get_as_double(i), b = got.get_as_double(i);
+      dd += (a - b) * (a - b), rr += a * a;
+    }
+    return std::sqrt(dd / rr);
+  };
+  for (int64_t cols : {37, 256}) {
+    const int64_t rows = 300;
+    Tensor x = rand_f32({3, 100, cols}, 21, -2, 3), dy = rand_f32({3, 100, cols}, 22);
+    Tensor scale = rand_f32({cols}, 23, 0.5f, 1.5f), bias = rand_f32({cols}, 24);
+    // LayerNorm
+    auto plain =
+        run_node(node("LayerNormalization", "onyx", 3, 3, {{"axis", ai(-1)}}), 1, {x, scale, bias});
+    auto with =
+        run_node(node("LayerNormalization", "onyx", 3, 4, {{"axis", ai(-1)}}), 1, {x, scale, bias});
+    ASSERT_EQ(with.size(), 4u);
+    for (int o = 0; o < 3; o++) bits_equal(plain[o], with[o], "LayerNormalization outputs 0-2");
+    Tensor xhat = rand_f32({3, 100, cols}, 0);  // float32 (x - mean) * inv, as the row computes it
+    const float *xp = x.data<float>(), *mp = plain[1].data<float>(), *ip = plain[2].data<float>();
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++)
+        xhat.data<float>()[r * cols + c] = (xp[r * cols + c] - mp[r]) * ip[r];
+    ASSERT_EQ(with[3].dtype(), DType::BFloat16);
+    bits_equal(with[3], cast(xhat, DType::BFloat16), "LayerNormalization's bf16 xhat");
+    auto g = node("LayerNormGrad", "onyx", 5, 3, {{"axis", ai(2)}});
+    auto gn = g;
+    gn.attrs["normalized"] = ai(1);
+    gn.inputs[3] = "";  // no mean
+    for (int threads : {1, 3}) {
+      int saved = runtime::num_threads();
+      runtime::set_num_threads(threads);
+      auto ref = run_node(g, 1, {dy, x, scale, plain[1], plain[2]});
+      auto from32 = run_node(gn, 1, {dy, xhat, scale, Tensor(), plain[2]});
+      auto from16 = run_node(gn, 1, {dy, with[3], scale, Tensor(), plain[2]});
+      runtime::set_num_threads(saved);
+      for (int o = 0; o < 3; o++) {
+        bits_equal(ref[o], from32[o], "LayerNormGrad from float32 xhat");
+        EXPECT_EQ(from16[o].dtype(), DType::Float32);
+        const double e = rel_frobenius(ref[o], from16[o]);
+        EXPECT_LT(e, 1e-2) << "LayerNormGrad output " << o << " from bf16 xhat";
+        if (o != 2) EXPECT_GT(e, 0) << "output " << o << " must see xhat's bf16 rounding";
+      }
+    }
+    // RMSNorm
+    auto rplain = run_node(node("RMSNorm", "onyx", 2, 2), 1, {x, scale});
+    auto rwith = run_node(node("RMSNorm", "onyx", 2, 3), 1, {x, scale});
+    for (int o = 0; o < 2; o++) bits_equal(rplain[o], rwith[o], "RMSNorm outputs 0-1");
+    Tensor rxhat = xhat.clone();
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++)
+        rxhat.data<float>()[r * cols + c] = xp[r * cols + c] * rplain[1].data<float>()[r];
+    bits_equal(rwith[2], cast(rxhat, DType::BFloat16), "RMSNorm's bf16 xhat");
+    auto rg = node("RMSNormGrad", "onyx", 4, 2);
+    auto rgn = rg;
+    rgn.attrs["normalized"] = ai(1);
+    auto rref = run_node(rg, 1, {dy, x, scale, rplain[1]});
+    auto r32 = run_node(rgn, 1, {dy, rxhat, scale, rplain[1]});
+    auto r16 = run_node(rgn, 1, {dy, rwith[2], scale, rplain[1]});
+    for (int o = 0; o < 2; o++) {
+      bits_equal(rref[o], r32[o], "RMSNormGrad from float32 xhat");
+      const double e = rel_frobenius(rref[o], r16[o]);
+      EXPECT_LT(e, 1e-2) << "RMSNormGrad output " << o << " from bf16 xhat";
+      EXPECT_GT(e, 0) << "RMSNormGrad output " << o << " must see xhat's bf16 rounding";
+    }
+  }
+  // Clear errors: the output on the standard-domain op, float64 inputs, a float64 gradient.
+  Tensor x = rand_f32({4, 8}, 25), s = rand_f32({8}, 26);
+  try {
+    run_node(node("LayerNormalization", "", 2, 4), 17, {x, s});
+    ADD_FAILURE() << "a standard LayerNormalization with 4 outputs ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("onyx-domain only"), std::string::npos) << e.what();
+  }
+  try {
+    run_node(node("RMSNorm", "onyx", 2, 3), 1, {cast(x, DType::Float64), cast(s, DType::Float64)});
+    ADD_FAILURE() << "a float64 RMSNorm wrote a bf16 xhat";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs float32 x"), std::string::npos) << e.what();
+  }
+  auto f = run_node(node("LayerNormalization", "onyx", 2, 4), 1, {x, s});
+  auto gn = node("LayerNormGrad", "onyx", 5, 3, {{"axis", ai(1)}, {"normalized", ai(1)}});
+  gn.inputs[3] = "";
+  try {
+    run_node(gn, 1, {cast(x, DType::Float64), f[3], s, Tensor(), f[2]});
+    ADD_FAILURE() << "a float64 dy ran through the normalized LayerNormGrad";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("normalized = 1 takes float32 dy"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Mixed precision's bf16 operands of the Llama ops (passes/mixed_precision.cc): SwiGLU reading bf16
+// (or mixed) gate / up, SwiGLUGrad reading them with a float32 dy, Rotary rotating a bf16 x with
+// float32 tables — each bit-identical to the float32 kernel on the widened values (then rounded
+// to bf16 where the output is bf16): the bf16 paths only widen and round, the arithmetic is the
+// float32 path's.
+TEST(NnGradKernels, LlamaOpsTakeBf16Operands) {
+  auto bits_equal = [](const Tensor& a, const Tensor& b, const char* what) {
+    ASSERT_EQ(a.dtype(), b.dtype()) << what;
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    int64_t diff = 0;
+    for (int64_t i = 0; i < a.numel(); i++) diff += a.get_as_double(i) != b.get_as_double(i);
+    EXPECT_EQ(diff, 0) << what << ": " << diff << " of " << a.numel() << " differ";
+  };
+  const DType bf = DType::BFloat16, f32 = DType::Float32;
+  Tensor g16 = cast(rand_f32({4, 2101}, 31, -6, 6), bf), u16 = cast(rand_f32({4, 2101}, 32), bf);
+  Tensor g = cast(g16, f32), u = cast(u16, f32), dy = rand_f32({4, 2101}, 33);
+  auto sw = node("SwiGLU", "onyx", 2, 1, {{"output_dtype", ai((int64_t)bf)}});
+  for (int threads : {1, 3}) {
+    int saved = runtime::num_threads();
+    runtime::set_num_threads(threads);
+    Tensor ref = run_node(sw, 1, {g, u})[0];  // float32 operands, bf16 output
+    bits_equal(ref, run_node(sw, 1, {g16, u16})[0], "SwiGLU bf16 gate and up");
+    bits_equal(ref, run_node(sw, 1, {g16, u})[0], "SwiGLU bf16 gate, float32 up");
+    auto gg = node("SwiGLUGrad", "onyx", 3, 2);
+    auto r = run_node(gg, 1, {dy, g, u}), h = run_node(gg, 1, {dy, g16, u16});
+    bits_equal(r[0], h[0], "SwiGLUGrad dgate from bf16 operands");
+    bits_equal(r[1], h[1], "SwiGLUGrad dup from bf16 operands");
+    // RoPE over (B, heads, T, hd) with (B, 1, T, hd) float32 tables; hd 36 reaches the tails
+    Tensor x16 = cast(rand_f32({2, 3, 50, 36}, 34), bf);
+    Tensor c = rand_f32({2, 1, 50, 36}, 35), s = rand_f32({2, 1, 50, 36}, 36);
+    Tensor rot = run_node(node("Rotary", "onyx", 3, 1), 1, {x16, c, s})[0];
+    bits_equal(cast(run_node(node("Rotary", "onyx", 3, 1), 1, {cast(x16, f32), c, s})[0], bf), rot,
+               "Rotary of a bf16 x with float32 tables");
+    runtime::set_num_threads(saved);
+  }
+  try {  // gate and up of different dtypes without the bf16 output
+    run_node(node("SwiGLU", "onyx", 2, 1), 1, {g16, u});
+    ADD_FAILURE() << "SwiGLU ran on mixed operands without output_dtype";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("need output_dtype = BFLOAT16"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(NnGradKernels, DropoutGradDtypes) {
   Tensor dy = rand_f32({5, 13}, 9);
   std::vector<uint8_t> m(65);

@@ -124,8 +124,9 @@ TEST(Bf16Training, Gpt2TiedHeadStepMatchesFloat32WithinBf16Tolerances) { check(k
 // The mixed_precision pass's first step (GEMM operands stored bf16) changes where the rounding
 // happens, not what is rounded: losses and every gradient are bit-identical to the float32 graph
 // whose GEMMs round per call, while the pass really ran (producers writing bf16, Casts) and the
-// activation arena shrank. Its second step (GEMM outputs bf16 for the GELU and attention) shrinks
-// the arena further; its numerics are check()'s.
+// activation arena shrank. Its second step (GEMM outputs bf16 for the GELU and attention, norm
+// gradients reading the forward's bf16 normalized input) shrinks the arena further; its numerics
+// are check()'s.
 void check_pass_exact(const char* config, models::Task task, bool want_fused, bool want_outputs) {
   Step per_call = step(config, true, false, task),
        stored = step(config, true, true, task, /*outputs=*/false),
@@ -137,9 +138,11 @@ void check_pass_exact(const char* config, models::Task task, bool want_fused, bo
   if (want_fused) EXPECT_GT(stored.pass.fused, 0);
   EXPECT_GT(stored.pass.casts, 0);
   EXPECT_EQ(stored.pass.outputs, 0);
+  EXPECT_EQ(stored.pass.normalized, 0);
   EXPECT_LT(stored.arena, per_call.arena);
   if (want_outputs) {
     EXPECT_GT(full.pass.outputs, 0);
+    EXPECT_GT(full.pass.normalized, 0);  // the norms' gradients read their bf16 xhat
     EXPECT_LT(full.arena, stored.arena);
   }
   EXPECT_EQ(stored.loss, per_call.loss);

@@ -2,8 +2,11 @@
 // with its backward next to it ("onyx" domain, formed by passes, never exported):
 //   SwiGLU(gate, up)                  y = silu(gate) * up, silu(g) = g * sigmoid(g)
 //   SwiGLUGrad(dy, gate, up)          -> dgate = dy * up * s * (1 + g (1 - s)), dup = dy * silu(g)
+//                                     (mixed precision: bf16 gate / up, float32 dy and grads)
 //   Rotary(x, cos, sin)               y = x * cos + rotate_half(x) * sin over the last axis,
 //                                     rotate_half(x) = cat(-x2, x1) (x1, x2 its halves)
+//                                     (a bf16 x with float32 tables: rotated in float32,
+//                                     written bf16 — mixed precision's Q and K)
 //   RotaryGrad(dy, cos, sin[, x])     -> dx = dy * cos + rotate_half^T(dy * sin), and with x:
 //                                     dcos = dy * x, dsin = dy * rotate_half(x) (x's shape; the
 //                                     gradient rule sums them to the tables' shapes)
@@ -42,27 +45,58 @@ void check_same(const ir::Node& node, const TensorMeta& a, const TensorMeta& b, 
   if (!is_float(a.dtype)) ONYX_UNSUPPORTED(node.describe(), ": dtype ", dtype_name(a.dtype));
 }
 
+// Mixed precision (passes/mixed_precision.cc): gate and up may each be float32 or bf16 (the GEMMs
+// write them bf16 when SwiGLU and SwiGLUGrad are their only readers), computed in float32 blocks.
+bool f32_or_bf16(DType t) { return t == DType::Float32 || t == DType::BFloat16; }
+constexpr int64_t kBlock = 512;  // elements per widened block
+
+// Elements [i, i + m) of a float32 or bf16 tensor as float32: in place for float32, else widened
+// into buf (m <= kBlock).
+const float* float_block(const Tensor& t, int64_t i, int64_t m, float* buf) {
+  if (t.dtype() == DType::Float32) return t.data<float>() + i;
+  ew::to_float(t.data<BFloat16>() + i, buf, m);
+  return buf;
+}
+
+// gate and up: the same shape and dtype, or float32 / bf16 mixed (mixed precision).
+void check_gate_up(const ir::Node& node, const TensorMeta& g, const TensorMeta& u) {
+  if (g.dtype != u.dtype && f32_or_bf16(g.dtype) && f32_or_bf16(u.dtype)) {
+    ONYX_CHECK(g.shape == u.shape, node.describe(), ": gate ", shape_str(g.shape), " and up ",
+               shape_str(u.shape), " must have the same shape");
+    return;
+  }
+  check_same(node, g, u, "gate", "up");
+}
+
 OpKernel make_swiglu_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
-    check_same(ctx.node, ctx.input(0), ctx.input(1), "gate", "up");
-    ctx.set_output(0, nnutil::low_precision_output(ctx.node, ctx.input(0).dtype),
-                   ctx.input(0).shape);
+    const TensorMeta &g = ctx.input(0), &u = ctx.input(1);
+    check_gate_up(ctx.node, g, u);
+    DType y = g.dtype;
+    if (ctx.node.attr_int("output_dtype", 0) == (int64_t)DType::BFloat16 && f32_or_bf16(g.dtype) &&
+        f32_or_bf16(u.dtype))
+      y = DType::BFloat16;  // output_dtype = BFLOAT16, over float32 or bf16 operands
+    else if (g.dtype == u.dtype)
+      y = nnutil::low_precision_output(ctx.node, g.dtype);
+    else
+      ONYX_CHECK(false, ctx.node.describe(), ": gate ", dtype_name(g.dtype), " and up ",
+                 dtype_name(u.dtype), " of different dtypes need output_dtype = BFLOAT16");
+    ctx.set_output(0, y, g.shape);
   };
   k.compute = [](KernelContext& ctx) {
     const Tensor &gt = ctx.input(0), &ut = ctx.input(1);
     Tensor& yt = ctx.output(0);
     const int64_t n = gt.numel();
-    if (gt.dtype() == DType::Float32 && yt.dtype() == DType::BFloat16) {
-      // output_dtype = BFLOAT16 (passes/mixed_precision.cc): float32 blocks rounded as Cast rounds
-      const float *g = gt.data<float>(), *u = ut.data<float>();
+    if (yt.dtype() == DType::BFloat16 && f32_or_bf16(gt.dtype()) && f32_or_bf16(ut.dtype())) {
+      // Mixed precision: float32 blocks (bf16 operands widened), rounded as Cast rounds. y may be
+      // written over a bf16 gate or up: each block is read before it is written.
       BFloat16* y = yt.data<BFloat16>();
       parallel_for(n, kGrainMath, [&](int64_t b, int64_t e) {
-        constexpr int64_t kBlock = 512;
-        float buf[kBlock];
+        float gb[kBlock], ub[kBlock], buf[kBlock];
         for (int64_t i = b; i < e; i += kBlock) {
           const int64_t m = std::min(kBlock, e - i);
-          simd::swiglu(g + i, u + i, buf, m);
+          simd::swiglu(float_block(gt, i, m, gb), float_block(ut, i, m, ub), buf, m);
           ew::from_float(buf, y + i, m);
         }
       });
@@ -94,10 +128,18 @@ OpKernel make_swiglu_kernel() {
 OpKernel make_swiglu_grad_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
-    check_same(ctx.node, ctx.input(0), ctx.input(1), "dy", "gate");
-    check_same(ctx.node, ctx.input(1), ctx.input(2), "gate", "up");
-    ctx.set_output(0, ctx.input(1).dtype, ctx.input(1).shape);
-    if (ctx.num_outputs() > 1) ctx.set_output(1, ctx.input(2).dtype, ctx.input(2).shape);
+    const TensorMeta &dy = ctx.input(0), &g = ctx.input(1), &u = ctx.input(2);
+    if (dy.dtype == DType::Float32 && f32_or_bf16(g.dtype) && f32_or_bf16(u.dtype)) {
+      // float32 gradients from float32 or bf16 saved operands (mixed precision)
+      ONYX_CHECK(dy.shape == g.shape && g.shape == u.shape, ctx.node.describe(), ": dy ",
+                 shape_str(dy.shape), ", gate ", shape_str(g.shape), " and up ", shape_str(u.shape),
+                 " must have the same shape");
+    } else {
+      check_same(ctx.node, dy, g, "dy", "gate");
+      check_same(ctx.node, g, u, "gate", "up");
+    }
+    ctx.set_output(0, dy.dtype, g.shape);
+    if (ctx.num_outputs() > 1) ctx.set_output(1, dy.dtype, u.shape);
   };
   k.compute = [](KernelContext& ctx) {
     const Tensor &dyt = ctx.input(0), &gt = ctx.input(1), &ut = ctx.input(2);
@@ -107,8 +149,23 @@ OpKernel make_swiglu_grad_kernel() {
     Tensor& dgt = ctx.output(0);
     Tensor* dut = ctx.has_output(1) ? &ctx.output(1) : nullptr;
     if (!dut) {
-      scratch = Tensor(gt.dtype(), gt.shape());
+      scratch = Tensor(dgt.dtype(), gt.shape());
       dut = &scratch;
+    }
+    if (dyt.dtype() == DType::Float32 &&
+        (gt.dtype() == DType::BFloat16 || ut.dtype() == DType::BFloat16)) {
+      // bf16 saved operands widened per block; the same arithmetic as the float32 path
+      const float* dy = dyt.data<float>();
+      float *dg = dgt.data<float>(), *du = dut->data<float>();
+      parallel_for(n, kGrainMath, [&](int64_t b, int64_t e) {
+        float gb[kBlock], ub[kBlock];
+        for (int64_t i = b; i < e; i += kBlock) {
+          const int64_t m = std::min(kBlock, e - i);
+          simd::swiglu_grad(dy + i, float_block(gt, i, m, gb), float_block(ut, i, m, ub), dg + i,
+                            du + i, m);
+        }
+      });
+      return;
     }
     if (gt.dtype() == DType::Float32) {
       const float *dy = dyt.data<float>(), *g = gt.data<float>(), *u = ut.data<float>();
@@ -205,10 +262,29 @@ template <bool TRANSPOSED>
 void rotary_apply(const ir::Node& node, const Tensor& xt, const Tensor& ct, const Tensor& st,
                   Tensor& yt) {
   RotaryLayout L = rotary_layout(node, xt.shape(), ct.shape(), st.shape());
-  ONYX_CHECK(ct.dtype() == xt.dtype() && st.dtype() == xt.dtype(), node.describe(),
-             ": cos/sin must have x's dtype ", dtype_name(xt.dtype()));
+  const bool mixed = xt.dtype() == DType::BFloat16 && ct.dtype() == DType::Float32 &&
+                     st.dtype() == DType::Float32 && yt.dtype() == DType::BFloat16;
+  ONYX_CHECK(mixed || (ct.dtype() == xt.dtype() && st.dtype() == xt.dtype()), node.describe(),
+             ": cos/sin must have x's dtype ", dtype_name(xt.dtype()),
+             " (or be float32 for a bfloat16 x)");
   if (L.rows == 0 || L.D == 0) return;
   const int64_t D = L.D;
+  if (mixed) {  // mixed precision: bf16 rows widened, float32 rotation, rounded back
+    const BFloat16* x = xt.data<BFloat16>();
+    const float *c = ct.data<float>(), *s = st.data<float>();
+    BFloat16* y = yt.data<BFloat16>();
+    parallel_for(L.rows, std::max<int64_t>(1, 8192 / D), [&](int64_t b, int64_t e) {
+      std::vector<float> xb((size_t)D), yb((size_t)D);
+      for (int64_t r = b; r < e; r++) {
+        int64_t t = L.table_offset(r);
+        ew::to_float(x + r * D, xb.data(), D);
+        (TRANSPOSED ? simd::rotary_grad_row : simd::rotary_row)(xb.data(), c + t, s + t, yb.data(),
+                                                                D);
+        ew::from_float(yb.data(), y + r * D, D);
+      }
+    });
+    return;
+  }
   dispatch(xt.dtype(), kFloats, node, [&](auto tag) {
     using T = decltype(tag);
     const T *x = xt.data<T>(), *c = ct.data<T>(), *s = st.data<T>();
@@ -232,7 +308,7 @@ OpKernel make_rotary_kernel() {
     const TensorMeta& x = ctx.input(0);
     if (!is_float(x.dtype)) ONYX_UNSUPPORTED(ctx.node.describe(), ": dtype ", dtype_name(x.dtype));
     rotary_layout(ctx.node, x.shape, ctx.input(1).shape, ctx.input(2).shape);
-    ctx.set_output(0, x.dtype, x.shape);
+    ctx.set_output(0, x.dtype, x.shape);  // bf16 x with float32 tables: bf16 (mixed precision)
   };
   k.compute = [](KernelContext& ctx) {
     rotary_apply<false>(ctx.node, ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0));

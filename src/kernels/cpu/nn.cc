@@ -386,22 +386,41 @@ void for_each_row_as(const TX* x, TY* y, int64_t rows, int64_t cols, F&& row) {
 
 // Runs LayerNorm in compute type C over (rows, cols); converts X/Y rows of storage types TX / TY
 // as needed.
+// xhat_t (float32 compute only, else null): the normalized rows (x - mean) * inv, stored bf16
+// (output 3, which the mixed-precision pass adds for LayerNormGrad's normalized form).
 template <class C, class TX, class TY, class U>
 void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
                       const std::vector<C>* bias, C eps, int64_t rows, int64_t cols, Tensor* mean_t,
-                      Tensor* inv_t) {
+                      Tensor* inv_t, Tensor* xhat_t) {
   U* mo = mean_t ? mean_t->data<U>() : nullptr;
   U* io = inv_t ? inv_t->data<U>() : nullptr;
+  BFloat16* xh = xhat_t ? xhat_t->data<BFloat16>() : nullptr;
   const C* bp = bias ? bias->data() : nullptr;
   for_each_row_as<C>(xt.data<TX>(), yt.data<TY>(), rows, cols, [&](int64_t r, const C* xr, C* yr) {
     C mean, inv;
-    if constexpr (std::is_same_v<C, float>)
-      simd::layer_norm_row(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
-    else
+    if constexpr (std::is_same_v<C, float>) {
+      thread_local std::vector<float> hb;  // this worker's float32 xhat row
+      if (xh) hb.resize((size_t)cols);
+      simd::layer_norm_row(xr, yr, cols, scale.data(), bp, eps, &mean, &inv,
+                           xh ? hb.data() : nullptr);
+      if (xh) ew::from_float(hb.data(), xh + r * cols, cols);
+    } else {
       layer_norm_row_f64(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
+    }
     if (mo) mo[r] = (U)mean;
     if (io) io[r] = (U)inv;
   });
+}
+
+// Output 3 of onyx.LayerNormalization / onyx.RMSNorm's output 2: the normalized input xhat in
+// bf16, which the backward reads instead of x (attribute `normalized` of LayerNormGrad /
+// RMSNormGrad). Only float32 x with float32 statistics has it.
+void check_normalized_output(const InferContext& ctx, DType x, DType stats) {
+  ONYX_CHECK(ctx.node.domain == "onyx", ctx.node.describe(), ": has ", ctx.num_outputs(),
+             " outputs; the normalized-input output is onyx-domain only");
+  ONYX_CHECK(x == DType::Float32 && stats == DType::Float32, ctx.node.describe(),
+             ": the normalized-input output (bf16 xhat) needs float32 x and statistics, got x ",
+             dtype_name(x), ", statistics ", dtype_name(stats));
 }
 
 OpKernel make_layer_norm_kernel() {
@@ -414,6 +433,10 @@ OpKernel make_layer_norm_kernel() {
     ctx.set_output(0, low_precision_output(ctx.node, x.dtype), x.shape);
     if (ctx.num_outputs() > 1) ctx.set_output(1, u, stat_shape(x.shape, axis));
     if (ctx.num_outputs() > 2) ctx.set_output(2, u, stat_shape(x.shape, axis));
+    if (ctx.num_outputs() > 3) {
+      check_normalized_output(ctx, x.dtype, u);
+      ctx.set_output(3, DType::BFloat16, x.shape);
+    }
   };
   k.compute = [](KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
@@ -426,6 +449,7 @@ OpKernel make_layer_norm_kernel() {
     DType u = stash_dtype(ctx.node);
     Tensor* mean_t = ctx.has_output(1) ? &ctx.output(1) : nullptr;
     Tensor* inv_t = ctx.has_output(2) ? &ctx.output(2) : nullptr;
+    Tensor* xhat_t = ctx.has_output(3) ? &ctx.output(3) : nullptr;
     if (rows == 0) return;
     ONYX_CHECK(cols > 0, ctx.node.describe(), ": cannot normalize over an empty shape ",
                shape_str(norm_shape), " of input ", shape_str(s));
@@ -438,13 +462,14 @@ OpKernel make_layer_norm_kernel() {
         std::vector<C> bias;
         if (ctx.has_input(2)) bias = broadcast_values<C>(ctx.input(2), norm_shape, ctx.node, "B");
         const std::vector<C>* bp = ctx.has_input(2) ? &bias : nullptr;
+        Tensor* xh = std::is_same_v<T, float> && std::is_same_v<C, float> ? xhat_t : nullptr;
         if constexpr (std::is_same_v<T, float>) {
           if (ctx.output(0).dtype() == DType::BFloat16)
             return layer_norm_typed<C, T, BFloat16, U>(x, ctx.output(0), scale, bp, (C)eps, rows,
-                                                       cols, mean_t, inv_t);
+                                                       cols, mean_t, inv_t, xh);
         }
-        layer_norm_typed<C, T, T, U>(x, ctx.output(0), scale, bp, (C)eps, rows, cols, mean_t,
-                                     inv_t);
+        layer_norm_typed<C, T, T, U>(x, ctx.output(0), scale, bp, (C)eps, rows, cols, mean_t, inv_t,
+                                     xh);
       };
       if (u == DType::Float32)
         run(float{}, float{});
@@ -463,6 +488,8 @@ OpKernel make_layer_norm_kernel() {
 //   dbias = sum_rows dy
 // dscale/dbias are reduced over all rows in the same pass through per-block partial sums (no
 // races; a fixed block split for a given thread count, so results are deterministic).
+// Attribute normalized = 1 (mixed precision): input 1 is the forward's xhat itself (its output 3,
+// bf16 or float32), mean (input 3) may be absent; float32 dy and statistics only. dx is float32.
 
 // One row: writes dx, accumulates dy*xhat into ds and dy into db. float32 rows (with float32
 // statistics) run simd::layer_norm_grad_row; this is the generic row in double (any float storage
@@ -522,11 +549,21 @@ OpKernel make_layer_norm_grad_kernel() {
     int64_t axis = normalize_axis(ctx.node.attr_int("axis", -1), x.rank(), ctx.node);
     int64_t rows = 1;
     for (int64_t i = 0; i < axis; i++) rows *= x.shape[i];
-    ONYX_CHECK(ctx.input(3).numel() == rows && ctx.input(4).numel() == rows, ctx.node.describe(),
-               ": mean and inv_std_dev must have ", rows, " elements, got ",
-               shape_str(ctx.input(3).shape), " and ", shape_str(ctx.input(4).shape));
+    const bool normalized = ctx.node.attr_int("normalized", 0) != 0;
+    ONYX_CHECK((normalized && !ctx.has_input(3)) || ctx.input(3).numel() == rows,
+               ctx.node.describe(), ": mean must have ", rows, " elements, got ",
+               shape_str(ctx.input(3).shape));
+    ONYX_CHECK(ctx.input(4).numel() == rows, ctx.node.describe(), ": inv_std_dev must have ", rows,
+               " elements, got ", shape_str(ctx.input(4).shape));
+    if (normalized)
+      ONYX_CHECK(dy.dtype == DType::Float32 && ctx.input(4).dtype == DType::Float32 &&
+                     (x.dtype == DType::Float32 || x.dtype == DType::BFloat16),
+                 ctx.node.describe(),
+                 ": normalized = 1 takes float32 dy and inv_std_dev and a "
+                 "float32 or bfloat16 xhat, got dy ",
+                 dtype_name(dy.dtype), ", xhat ", dtype_name(x.dtype));
     Shape norm(x.shape.begin() + axis, x.shape.end());
-    ctx.set_output(0, x.dtype, x.shape);
+    ctx.set_output(0, normalized ? dy.dtype : x.dtype, x.shape);
     if (ctx.num_outputs() > 1) ctx.set_output(1, scale.dtype, norm);
     if (ctx.num_outputs() > 2) ctx.set_output(2, scale.dtype, norm);
   };
@@ -534,8 +571,9 @@ OpKernel make_layer_norm_grad_kernel() {
     const ir::Node& node = ctx.node;
     const Tensor& dyt = ctx.input(0);
     const Tensor& xt = ctx.input(1);
-    const Tensor& mt = ctx.input(3);
+    const bool normalized = node.attr_int("normalized", 0) != 0;
     const Tensor& it = ctx.input(4);
+    const Tensor& mt = normalized && !ctx.has_input(3) ? it : ctx.input(3);  // unread if absent
     const Shape& s = xt.shape();
     int64_t axis = normalize_axis(node.attr_int("axis", -1), xt.rank(), node);
     Shape norm(s.begin() + axis, s.end());
@@ -544,7 +582,8 @@ OpKernel make_layer_norm_grad_kernel() {
     Tensor& dxt = ctx.output(0);
     Tensor* dst = ctx.has_output(1) ? &ctx.output(1) : nullptr;
     Tensor* dbt = ctx.has_output(2) ? &ctx.output(2) : nullptr;
-    ONYX_CHECK(dyt.dtype() == xt.dtype(), node.describe(), ": dy and x dtypes differ");
+    ONYX_CHECK(normalized || dyt.dtype() == xt.dtype(), node.describe(),
+               ": dy and x dtypes differ");
     ONYX_CHECK(mt.dtype() == it.dtype(), node.describe(), ": mean and inv_std_dev dtypes differ");
     // dscale (output 1) / dbias (output 2) bound to a gradient buffer that accumulates: the
     // column sum is added to what is there (float32 only, as onyx.AccumulateGrad did).
@@ -570,11 +609,13 @@ OpKernel make_layer_norm_grad_kernel() {
       }
       return;
     }
-    bool fast = xt.dtype() == DType::Float32 && mt.dtype() == DType::Float32;
+    bool fast = (xt.dtype() == DType::Float32 || normalized) && mt.dtype() == DType::Float32;
     if (fast) {
       std::vector<float> scale = broadcast_values<float>(ctx.input(2), norm, node, "scale");
-      const float *dy = dyt.data<float>(), *x = xt.data<float>();
-      const float *mean = mt.data<float>(), *inv = it.data<float>();
+      const float* dy = dyt.data<float>();
+      const float* x = xt.dtype() == DType::Float32 ? xt.data<float>() : nullptr;
+      const BFloat16* xh16 = x ? nullptr : xt.data<BFloat16>();  // normalized bf16 xhat
+      const float *mean = normalized ? nullptr : mt.data<float>(), *inv = it.data<float>();
       float* dx = dxt.data<float>();
       // dscale/dbias land in float vectors first when the parameters are not float32 (the dtype
       // switch may throw, which must not happen inside a threaded loop).
@@ -590,8 +631,15 @@ OpKernel make_layer_norm_grad_kernel() {
       blocked_row_reduce<float>(
           rows, cols,
           [&](int64_t r, float* ds, float* db) {
-            simd::layer_norm_grad_row(dy + r * cols, x + r * cols, scale.data(), mean[r], inv[r],
-                                      cols, dx + r * cols, ds, db);
+            const float* xr = x ? x + r * cols : nullptr;
+            if (!xr) {  // bf16 xhat widened into this worker's row
+              thread_local std::vector<float> wide;
+              wide.resize((size_t)cols);
+              ew::to_float(xh16 + r * cols, wide.data(), cols);
+              xr = wide.data();
+            }
+            simd::layer_norm_grad_row(dy + r * cols, xr, scale.data(), mean ? mean[r] : 0.0f,
+                                      inv[r], cols, dx + r * cols, ds, db, normalized);
           },
           [&](int64_t c, float sv, float bv) {
             if (dsp) dsp[c] = add_s ? dsp[c] + sv : sv;
@@ -679,12 +727,17 @@ OpKernel make_rms_norm_kernel() {
     ctx.set_output(0, low_precision_output(ctx.node, x.dtype), x.shape);
     if (ctx.num_outputs() > 1)
       ctx.set_output(1, rms_stat_dtype(x.dtype), stat_shape(x.shape, x.rank() - 1));
+    if (ctx.num_outputs() > 2) {
+      check_normalized_output(ctx, x.dtype, rms_stat_dtype(x.dtype));
+      ctx.set_output(2, DType::BFloat16, x.shape);
+    }
   };
   k.compute = [](KernelContext& ctx) {
     const Tensor& xt = ctx.input(0);
     auto [rows, cols] = rms_rows_cols(ctx.node, xt.shape());
     float eps = ctx.node.attr_float("epsilon", 1e-5f);
     Tensor* inv_t = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+    BFloat16* xh = ctx.has_output(2) ? ctx.output(2).data<BFloat16>() : nullptr;  // bf16 xhat
     if (rows == 0) return;
     dispatch(xt.dtype(), kFloats, ctx.node, [&](auto tag) {
       using T = decltype(tag);
@@ -694,10 +747,14 @@ OpKernel make_rms_norm_kernel() {
       C* inv = inv_t ? inv_t->data<C>() : nullptr;
       auto row = [&](int64_t r, const C* xr, C* yr) {
         C v;
-        if constexpr (std::is_same_v<C, float>)
-          v = simd::rms_norm_row(xr, yr, cols, scale.data(), eps);
-        else
+        if constexpr (std::is_same_v<C, float>) {
+          thread_local std::vector<float> hb;  // this worker's float32 xhat row
+          if (xh) hb.resize((size_t)cols);
+          v = simd::rms_norm_row(xr, yr, cols, scale.data(), eps, xh ? hb.data() : nullptr);
+          if (xh) ew::from_float(hb.data(), xh + r * cols, cols);
+        } else {
           v = rms_norm_row_f64(xr, yr, cols, scale.data(), (double)eps);
+        }
         if (inv) inv[r] = v;
       };
       if constexpr (std::is_same_v<T, float>) {
@@ -716,6 +773,8 @@ OpKernel make_rms_norm_kernel() {
 //   dx = inv * (g - xhat * mean(g * xhat)),  dscale = sum_rows dy * xhat
 // dscale is reduced over the rows in the same pass (blocked_row_reduce: per-block partials, a
 // fixed split for a given thread count) and may be added into a bound gradient (accumulate).
+// Attribute normalized = 1 (mixed precision): x is RMSNorm's xhat output (bf16 or float32)
+// itself; float32 dy and inv_rms only, dx float32.
 
 // One row: writes dx, accumulates dy*xhat into ds. float32 rows run simd::rms_norm_grad_row; this
 // is the generic row in double.
@@ -756,7 +815,16 @@ OpKernel make_rms_norm_grad_kernel() {
     int64_t rows = x.numel() / std::max<int64_t>(1, x.shape.back());
     ONYX_CHECK(ctx.input(3).numel() == rows, ctx.node.describe(), ": inv_rms must have ", rows,
                " elements, got ", shape_str(ctx.input(3).shape));
-    ctx.set_output(0, x.dtype, x.shape);
+    const bool normalized = ctx.node.attr_int("normalized", 0) != 0;
+    if (normalized)
+      ONYX_CHECK(dy.dtype == DType::Float32 && ctx.input(3).dtype == DType::Float32 &&
+                     scale.dtype == DType::Float32 &&
+                     (x.dtype == DType::Float32 || x.dtype == DType::BFloat16),
+                 ctx.node.describe(),
+                 ": normalized = 1 takes float32 dy, scale and inv_rms and "
+                 "a float32 or bfloat16 xhat, got dy ",
+                 dtype_name(dy.dtype), ", xhat ", dtype_name(x.dtype));
+    ctx.set_output(0, normalized ? dy.dtype : x.dtype, x.shape);
     if (ctx.num_outputs() > 1) ctx.set_output(1, scale.dtype, scale.shape);
   };
   k.compute = [](KernelContext& ctx) {
@@ -767,7 +835,9 @@ OpKernel make_rms_norm_grad_kernel() {
     auto [rows, cols] = rms_rows_cols(node, xt.shape());
     Tensor& dxt = ctx.output(0);
     Tensor* dst = ctx.has_output(1) ? &ctx.output(1) : nullptr;
-    ONYX_CHECK(dyt.dtype() == xt.dtype(), node.describe(), ": dy and x dtypes differ");
+    const bool normalized = node.attr_int("normalized", 0) != 0;
+    ONYX_CHECK(normalized || dyt.dtype() == xt.dtype(), node.describe(),
+               ": dy and x dtypes differ");
     // dscale bound to a gradient buffer that accumulates: the column sums are added to it.
     const bool add_s = ctx.accumulates(1);
     ONYX_CHECK(!add_s || dst->dtype() == DType::Float32, node.describe(),
@@ -778,18 +848,27 @@ OpKernel make_rms_norm_grad_kernel() {
         for (int64_t c = 0; c < cols; c++) store_as(*dst, c, 0.0, node);
       return;
     }
-    if (xt.dtype() == DType::Float32 && it.dtype() == DType::Float32 &&
+    if ((xt.dtype() == DType::Float32 || normalized) && it.dtype() == DType::Float32 &&
         (!dst || dst->dtype() == DType::Float32)) {
       std::vector<float> scale(cols);
       for (int64_t c = 0; c < cols; c++) scale[c] = (float)ctx.input(2).get_as_double(c);
-      const float *dy = dyt.data<float>(), *x = xt.data<float>(), *inv = it.data<float>();
+      const float *dy = dyt.data<float>(), *inv = it.data<float>();
+      const float* x = xt.dtype() == DType::Float32 ? xt.data<float>() : nullptr;
+      const BFloat16* xh16 = x ? nullptr : xt.data<BFloat16>();  // normalized bf16 xhat
       float* dx = dxt.data<float>();
       float* dsp = dst ? dst->data<float>() : nullptr;
       blocked_row_reduce<float>(
           rows, cols,
           [&](int64_t r, float* ds, float*) {
-            simd::rms_norm_grad_row(dy + r * cols, x + r * cols, scale.data(), inv[r], cols,
-                                    dx + r * cols, ds);
+            const float* xr = x ? x + r * cols : nullptr;
+            if (!xr) {  // bf16 xhat widened into this worker's row
+              thread_local std::vector<float> wide;
+              wide.resize((size_t)cols);
+              ew::to_float(xh16 + r * cols, wide.data(), cols);
+              xr = wide.data();
+            }
+            simd::rms_norm_grad_row(dy + r * cols, xr, scale.data(), inv[r], cols, dx + r * cols,
+                                    ds, normalized);
           },
           [&](int64_t c, float sv, float) {
             if (dsp) dsp[c] = add_s ? dsp[c] + sv : sv;

@@ -32,18 +32,22 @@ void row_mul_sub(float* y, int64_t n, float a, float b);  // y = y * a - b (one 
 
 // ---- LayerNorm / RMSNorm rows, forward and backward (norm.cc) -----------------------------------
 // y = (x - mean) * inv * scale [+ bias] (bias may be null); *mean and *inv (1 / sqrt(var + eps))
-// returned. Two passes over x for the statistics (row_sum, row_sum_sq_dev).
+// returned. Two passes over x for the statistics (row_sum, row_sum_sq_dev). xhat (may be null)
+// receives the normalized row (x - mean) * inv.
 void layer_norm_row(const float* x, float* y, int64_t n, const float* scale, const float* bias,
-                    float eps, float* mean, float* inv);
-// One row of LayerNormGrad: writes dx, adds dy * xhat into ds and dy into db.
+                    float eps, float* mean, float* inv, float* xhat = nullptr);
+// One row of LayerNormGrad: writes dx, adds dy * xhat into ds and dy into db. `normalized`: x is
+// the forward's xhat itself (mean unused).
 void layer_norm_grad_row(const float* dy, const float* x, const float* scale, float mean, float inv,
-                         int64_t n, float* dx, float* ds, float* db);
+                         int64_t n, float* dx, float* ds, float* db, bool normalized = false);
 // y = x * inv * scale with inv = 1 / sqrt(row_sum(x * x) / n + eps) (the squares rounded, as the
-// unfused Mul and ReduceMean take them); returns inv. y holds the squares first (y != x).
-float rms_norm_row(const float* x, float* y, int64_t n, const float* scale, float eps);
-// One row of RMSNormGrad: writes dx, adds dy * xhat into ds.
+// unfused Mul and ReduceMean take them); returns inv. y holds the squares first (y != x). xhat
+// (may be null) receives x * inv.
+float rms_norm_row(const float* x, float* y, int64_t n, const float* scale, float eps,
+                   float* xhat = nullptr);
+// One row of RMSNormGrad: writes dx, adds dy * xhat into ds. `normalized`: x is xhat itself.
 void rms_norm_grad_row(const float* dy, const float* x, const float* scale, float inv, int64_t n,
-                       float* dx, float* ds);
+                       float* dx, float* ds, bool normalized = false);
 
 // ---- SwiGLU and rotary (llama.cc) ---------------------------------------------------------------
 // y = silu(g) * u over a block (y may alias g or u).

@@ -18,9 +18,10 @@
 HWY_BEFORE_NAMESPACE();
 namespace onyx::simd::HWY_NAMESPACE {
 
-// y = (x - mean) * inv * scale [+ bias]; two passes for the statistics.
+// y = (x - mean) * inv * scale [+ bias]; two passes for the statistics. xhat (may be null)
+// receives the normalized row (x - mean) * inv as the same pass computes it.
 void LayerNormRow(const float* x, float* y, int64_t n, const float* scale, const float* bias,
-                  float eps, float* mean_out, float* inv_out) {
+                  float eps, float* mean_out, float* inv_out, float* xhat) {
   const float mean = RowSum(x, n) / (float)n;
   const float var = RowSumSqDev(x, n, mean) / (float)n;
   const float inv = 1.0f / std::sqrt(var + eps);
@@ -29,11 +30,13 @@ void LayerNormRow(const float* x, float* y, int64_t n, const float* scale, const
     ForEachVector(n, [&](auto ld, auto st) {
       const VF nrm = hn::Mul(hn::Sub(ld(x), vm), vi);
       st(hn::MulAdd(nrm, ld(scale), ld(bias)), y);
+      if (xhat) st(nrm, xhat);
     });
   } else {
     ForEachVector(n, [&](auto ld, auto st) {
       const VF nrm = hn::Mul(hn::Sub(ld(x), vm), vi);
       st(hn::Mul(nrm, ld(scale)), y);
+      if (xhat) st(nrm, xhat);
     });
   }
   *mean_out = mean;
@@ -41,15 +44,18 @@ void LayerNormRow(const float* x, float* y, int64_t n, const float* scale, const
 }
 
 // xhat = (x - mean) * inv, g = dy * scale: dx = (g - mean(g) - xhat * mean(g * xhat)) * inv,
-// ds += dy * xhat, db += dy. (The tail's zero-filled lanes have dy = 0, so g = 0.)
+// ds += dy * xhat, db += dy. (The tail's zero-filled lanes have dy = 0, so g = 0.) With
+// `normalized`, x already holds xhat (the forward's, saved): it is read as it is.
 void LayerNormGradRow(const float* dy, const float* x, const float* scale, float mean, float inv,
-                      int64_t n, float* dx, float* ds, float* db) {
+                      int64_t n, float* dx, float* ds, float* db, bool normalized) {
   const DF d;
-  const VF vm = hn::Set(d, mean), vi = hn::Set(d, inv);
+  // xhat = (x - vm) * vx: exactly x itself when normalized (x - 0, times 1)
+  const VF vm = hn::Set(d, normalized ? 0.0f : mean), vx = hn::Set(d, normalized ? 1.0f : inv);
+  const VF vi = hn::Set(d, inv);
   VF sg = hn::Zero(d), sgx = sg;
   ForEachVector(n, [&](auto ld, auto st) {
     const VF dv = ld(dy);
-    const VF xh = hn::Mul(hn::Sub(ld(x), vm), vi);
+    const VF xh = hn::Mul(hn::Sub(ld(x), vm), vx);
     const VF g = hn::Mul(dv, ld(scale));
     sg = hn::Add(sg, g);
     sgx = hn::MulAdd(g, xh, sgx);
@@ -59,37 +65,43 @@ void LayerNormGradRow(const float* dy, const float* x, const float* scale, float
   const float mg = ReduceSum(d, sg) / (float)n, mgx = ReduceSum(d, sgx) / (float)n;
   const VF vmg = hn::Set(d, mg), vmgx = hn::Set(d, mgx);
   ForEachVector(n, [&](auto ld, auto st) {
-    const VF xh = hn::Mul(hn::Sub(ld(x), vm), vi);
+    const VF xh = hn::Mul(hn::Sub(ld(x), vm), vx);
     const VF g = hn::Mul(ld(dy), ld(scale));
     st(hn::Mul(hn::NegMulAdd(xh, vmgx, hn::Sub(g, vmg)), vi), dx);
   });
 }
 
 // y = x * inv * scale, inv = 1 / sqrt(mean(x^2) + eps): the squares rounded into y first and
-// summed by row_sum, as the unfused Mul and ReduceMean kernels take them.
-float RmsNormRow(const float* x, float* y, int64_t n, const float* scale, float eps) {
+// summed by row_sum, as the unfused Mul and ReduceMean kernels take them. xhat (may be null)
+// receives x * inv.
+float RmsNormRow(const float* x, float* y, int64_t n, const float* scale, float eps, float* xhat) {
   Map(x, y, n, [](DF, VF v) { return hn::Mul(v, v); });
   const float inv = 1.0f / std::sqrt(RowSum(y, n) / (float)n + eps);
   const VF vi = hn::Set(DF(), inv);
-  ForEachVector(n, [&](auto ld, auto st) { st(hn::Mul(hn::Mul(ld(x), vi), ld(scale)), y); });
+  ForEachVector(n, [&](auto ld, auto st) {
+    const VF xh = hn::Mul(ld(x), vi);
+    st(hn::Mul(xh, ld(scale)), y);
+    if (xhat) st(xh, xhat);
+  });
   return inv;
 }
 
-// xhat = x * inv, g = dy * scale: dx = (g - xhat * mean(g * xhat)) * inv, ds += dy * xhat.
+// xhat = x * inv, g = dy * scale: dx = (g - xhat * mean(g * xhat)) * inv, ds += dy * xhat. With
+// `normalized`, x already holds xhat (the forward's, saved).
 void RmsNormGradRow(const float* dy, const float* x, const float* scale, float inv, int64_t n,
-                    float* dx, float* ds) {
+                    float* dx, float* ds, bool normalized) {
   const DF d;
-  const VF vi = hn::Set(d, inv);
+  const VF vi = hn::Set(d, inv), vx = hn::Set(d, normalized ? 1.0f : inv);
   VF sgx = hn::Zero(d);
   ForEachVector(n, [&](auto ld, auto st) {
     const VF dv = ld(dy);
-    const VF xh = hn::Mul(ld(x), vi);
+    const VF xh = hn::Mul(ld(x), vx);
     sgx = hn::MulAdd(hn::Mul(dv, ld(scale)), xh, sgx);
     st(hn::MulAdd(dv, xh, ld(ds)), ds);
   });
   const VF vmgx = hn::Set(d, ReduceSum(d, sgx) / (float)n);
   ForEachVector(n, [&](auto ld, auto st) {
-    const VF xh = hn::Mul(ld(x), vi);
+    const VF xh = hn::Mul(ld(x), vx);
     const VF g = hn::Mul(ld(dy), ld(scale));
     st(hn::Mul(hn::NegMulAdd(xh, vmgx, g), vi), dx);
   });
@@ -105,19 +117,20 @@ HWY_EXPORT(LayerNormGradRow);
 HWY_EXPORT(RmsNormRow);
 HWY_EXPORT(RmsNormGradRow);
 void layer_norm_row(const float* x, float* y, int64_t n, const float* scale, const float* bias,
-                    float eps, float* mean, float* inv) {
-  HWY_DYNAMIC_DISPATCH(LayerNormRow)(x, y, n, scale, bias, eps, mean, inv);
+                    float eps, float* mean, float* inv, float* xhat) {
+  HWY_DYNAMIC_DISPATCH(LayerNormRow)(x, y, n, scale, bias, eps, mean, inv, xhat);
 }
 void layer_norm_grad_row(const float* dy, const float* x, const float* scale, float mean, float inv,
-                         int64_t n, float* dx, float* ds, float* db) {
-  HWY_DYNAMIC_DISPATCH(LayerNormGradRow)(dy, x, scale, mean, inv, n, dx, ds, db);
+                         int64_t n, float* dx, float* ds, float* db, bool normalized) {
+  HWY_DYNAMIC_DISPATCH(LayerNormGradRow)(dy, x, scale, mean, inv, n, dx, ds, db, normalized);
 }
-float rms_norm_row(const float* x, float* y, int64_t n, const float* scale, float eps) {
-  return HWY_DYNAMIC_DISPATCH(RmsNormRow)(x, y, n, scale, eps);
+float rms_norm_row(const float* x, float* y, int64_t n, const float* scale, float eps,
+                   float* xhat) {
+  return HWY_DYNAMIC_DISPATCH(RmsNormRow)(x, y, n, scale, eps, xhat);
 }
 void rms_norm_grad_row(const float* dy, const float* x, const float* scale, float inv, int64_t n,
-                       float* dx, float* ds) {
-  HWY_DYNAMIC_DISPATCH(RmsNormGradRow)(dy, x, scale, inv, n, dx, ds);
+                       float* dx, float* ds, bool normalized) {
+  HWY_DYNAMIC_DISPATCH(RmsNormGradRow)(dy, x, scale, inv, n, dx, ds, normalized);
 }
 }  // namespace onyx::simd
 #endif
