@@ -59,6 +59,15 @@ struct TrainingArguments {
   // on widened bf16 Q/K/V. fp16 is an error: these CPUs have no float16 arithmetic.
   bool bf16 = false;
   bool fp16 = false;
+  // Transformers' bf16_full_eval: evaluate() / predict() called outside train() (`onyx evaluate`,
+  // `onyx predict`, the evaluation `onyx train` runs after training, the Python package's
+  // Trainer.evaluate()) read the trained weights rounded to bf16 — what model.to(torch.bfloat16)
+  // holds — with bf16 GEMM inputs and float32 accumulation; the weights stay float32, and
+  // evaluations during training are unchanged (Transformers casts only outside train()). Norms,
+  // softmax and the loss compute in float32 (torch's bf16 model rounds every activation), and
+  // frozen weights and buffers are read as stored. fp16_full_eval is an error.
+  bool bf16_full_eval = false;
+  bool fp16_full_eval = false;
   // Halve per_device_train_batch_size until the planned step memory fits (max_memory, else the
   // machine's available memory), as Transformers does after out-of-memory errors.
   bool auto_find_batch_size = false;

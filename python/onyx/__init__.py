@@ -91,7 +91,6 @@ def _text(value):
 # onyx does not have (hub, logging integrations, dataloader workers, devices, ...) is ignored with
 # one warning listing them.
 _SEMANTIC_KEYS = {
-    "fp16_full_eval": lambda v: not v, "bf16_full_eval": lambda v: not v,
     "lr_scheduler_kwargs": lambda v: not v, "optim_args": lambda v: not v,
     "optim_target_modules": lambda v: v is None,
     "eval_on_start": lambda v: not v, "eval_delay": lambda v: not v,
@@ -142,7 +141,7 @@ class _ArgsBase:
 
         Keys onyx has are taken (warmup_steps < 1 is Transformers 5's ratio: warmup_ratio);
         keys onyx does not have are ignored with a warning listing them, except those whose
-        non-default value changes the computation (fp16_full_eval, lr_scheduler_kwargs, optim_args,
+        non-default value changes the computation (lr_scheduler_kwargs, optim_args,
         eval_on_start, eval_delay, label_names, ...: see _SEMANTIC_KEYS), which raise ValueError.
         """
         d = dict(targs) if isinstance(targs, dict) else targs.to_dict()

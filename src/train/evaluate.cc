@@ -42,6 +42,17 @@ void EarlyStoppingCallback::on_evaluate(const TrainingArguments& args, TrainerSt
 PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
                                    bool keep_predictions) {
   auto& ts = *impl_->ts;
+  // bf16_full_eval outside train(): Transformers' evaluation_loop runs model.to(torch.bfloat16)
+  // there; onyx reads the trained weights rounded to bf16 for this evaluation (the weights
+  // themselves stay float32) and gives the GEMMs bf16 inputs.
+  struct FullBf16 {
+    train::TrainingSession& ts;
+    FullBf16(train::TrainingSession& s, bool on) : ts(s) {
+      ts.weights_changed();  // the weights may have been written through weights() views
+      ts.set_bf16_full_eval(on);
+    }
+    ~FullBf16() { ts.set_bf16_full_eval(false); }
+  } full_bf16(ts, args_.bf16_full_eval && !impl_->in_train);
   std::string pred_name = model_.predictions;
   if (pred_name.empty())
     for (auto& o : model_.graph->outputs)
@@ -134,6 +145,13 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
       // a frozen weight stored in bf16: the decoder reads float32 (a widened copy)
       Tensor f(DType::Float32, t.shape());
       kernels::bf16_to_f32(w[name].data<uint16_t>(), f.data<float>(), f.numel());
+      w[name] = f;
+    } else if (impl_->ts->bf16_full_eval() && w[name].dtype() == DType::Float32) {
+      // bf16_full_eval: the decoder generates from the weights rounded to bf16 (a copy)
+      Tensor f(DType::Float32, t.shape());
+      std::vector<uint16_t> h((size_t)f.numel());
+      kernels::f32_to_bf16(w[name].data<float>(), h.data(), f.numel());
+      kernels::bf16_to_f32(h.data(), f.data<float>(), f.numel());
       w[name] = f;
     }
   }

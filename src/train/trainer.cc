@@ -274,6 +274,11 @@ TrainOutput Trainer::train() {
   // weights() hands out writable views (the Python package's numpy arrays): whatever was
   // written through them since the last train() reaches the bf16 shadow too
   impl_->ts->weights_changed();
+  struct InTrain {  // evaluations from here on are "while train is running"
+    bool& flag;
+    explicit InTrain(bool& f) : flag(f) { flag = true; }
+    ~InTrain() { flag = false; }
+  } in_train(impl_->in_train);
   try {
     return train_loop();
   } catch (const std::exception& e) {

@@ -43,6 +43,9 @@ struct Trainer::Impl {
   // predict_with_generate: the causal LM as a decoder with a KV cache (made on first use), fed
   // the Trainer's current weights.
   std::unique_ptr<train::Generator> generator;
+  // Inside train(): evaluations then run as training left the model (bf16_full_eval applies to
+  // evaluate() / predict() outside it, as Transformers' evaluation_loop has it).
+  bool in_train = false;
   train::FlatBuffer& scratch() {
     if (!scratch_buf) scratch_buf = std::make_unique<train::FlatBuffer>(ts->grads().layout());
     return *scratch_buf;

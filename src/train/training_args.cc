@@ -266,6 +266,13 @@ const std::vector<Field>& fields() {
              "Mixed precision: the linear layers' GEMMs (forward and backward, the LM head's too) "
              "take bf16-rounded inputs with float32 accumulation; everything else stays float32."),
       F_BOOL(fp16, "An error on CPUs: they have no float16 arithmetic (use bf16)."),
+      F_BOOL(bf16_full_eval,
+             "evaluate() / predict() outside training read the weights rounded to bf16 (as "
+             "Transformers' model.to(bfloat16)) with bf16 GEMM inputs; evaluations during "
+             "training are unchanged."),
+      F_BOOL(fp16_full_eval,
+             "An error on CPUs: they have no float16 arithmetic (use "
+             "bf16_full_eval)."),
       F_BOOL(gradient_checkpointing,
              "Recompute each transformer layer's activations in backward instead of keeping them "
              "(less memory)."),
@@ -385,6 +392,9 @@ void TrainingArguments::validate() const {
   ONYX_CHECK(!fp16,
              "training argument 'fp16': these CPUs have no float16 arithmetic (no "
              "AVX512-FP16); use 'bf16: true' (bf16 GEMM inputs, float32 accumulation)");
+  ONYX_CHECK(!fp16_full_eval,
+             "training argument 'fp16_full_eval': these CPUs have no float16 arithmetic (no "
+             "AVX512-FP16); use 'bf16_full_eval: true'");
   ONYX_CHECK(zero_stage >= 0 && zero_stage <= 2,
              "training argument 'zero_stage' must be 0, 1 or 2, got ", zero_stage);
   ONYX_CHECK(ddp_timeout > 0, "training argument 'ddp_timeout' must be positive, got ",

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "passes/inference_export.h"
+#include "runtime/parallel.h"
 #include "runtime/plan_stats.h"
 
 namespace onyx::train {
@@ -65,7 +66,7 @@ void TrainingSession::load_weights(const std::map<std::string, Tensor>& weights,
   };
   for (auto& p : params_) copy(p, param_buf_.view(p));
   for (auto& [b, t] : buffers_) copy(b, t);
-  shadow_fresh_ = false;
+  shadow_fresh_ = rounded_fresh_ = false;
 }
 
 std::vector<std::pair<std::string, std::string>> TrainingSession::expose_running_stats(
@@ -277,6 +278,35 @@ double TrainingSession::forward_backward(
   return out.at(c.tg.loss).get_as_double(0);
 }
 
+void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
+                                       runtime::RunOptions& ro) {
+  for (auto& [b, t] : buffers_) feeds[b] = t;
+  ro.bf16_gemm = bf16_gemm_ || full_bf16_eval_;
+  if (!full_bf16_eval_) {
+    for (auto& p : params_) feeds[p] = param_buf_.view(p);
+    return;
+  }
+  if (!rounded_.flat().defined()) {
+    rounded_ = FlatBuffer(param_buf_.layout());
+    rounded_fresh_ = false;
+  }
+  if (!rounded_fresh_) {  // the weights as model.to(torch.bfloat16) holds them, widened
+    const int64_t n = param_buf_.layout().numel;
+    const float* src = param_buf_.flat().data<float>();
+    float* dst = rounded_.flat().data<float>();
+    runtime::parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+      std::vector<uint16_t> h((size_t)std::min<int64_t>(e - b, 4096));
+      for (int64_t i = b; i < e; i += (int64_t)h.size()) {
+        const int64_t m = std::min<int64_t>((int64_t)h.size(), e - i);
+        kernels::f32_to_bf16(src + i, h.data(), m);
+        kernels::bf16_to_f32(h.data(), dst + i, m);
+      }
+    });
+    rounded_fresh_ = true;
+  }
+  for (auto& p : params_) feeds[p] = rounded_.view(p);
+}
+
 std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::string, Tensor>& batch) {
   const auto& spec = opts_.loss;
   bool has_labels = spec.kind == autodiff::LossSpec::Kind::GraphOutput || batch.count(spec.labels);
@@ -292,10 +322,8 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
     std::map<std::string, Tensor> feeds;
     for (auto& [n, t] : batch)
       if (eval_forward_->find_input(n)) feeds[n] = t;
-    for (auto& p : params_) feeds[p] = param_buf_.view(p);
-    for (auto& [b, t] : buffers_) feeds[b] = t;
     runtime::RunOptions ro;
-    ro.bf16_gemm = bf16_gemm_;
+    feed_eval_params(feeds, ro);
     return forward_session_->run(feeds, ro);
   }
   std::string key = batch_key(batch);
@@ -315,10 +343,8 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
   std::map<std::string, Tensor> feeds;
   for (auto& [n, t] : batch)
     if (it->second.lg.graph->find_input(n)) feeds[n] = t;
-  for (auto& p : params_) feeds[p] = param_buf_.view(p);
-  for (auto& [b, t] : buffers_) feeds[b] = t;
   runtime::RunOptions ro;
-  ro.bf16_gemm = bf16_gemm_;
+  feed_eval_params(feeds, ro);
   auto out = it->second.session->run(feeds, ro);
   out["loss"] = out.at(it->second.lg.loss);
   return out;

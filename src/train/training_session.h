@@ -35,7 +35,7 @@ class TrainingSession {
   // The parameters. Writing them through this reference is allowed: each call marks the bf16
   // shadow (below) for a refresh before the next run.
   FlatBuffer& params() {
-    shadow_fresh_ = false;
+    shadow_fresh_ = rounded_fresh_ = false;
     return param_buf_;
   }
   const FlatBuffer& params() const { return param_buf_; }
@@ -49,7 +49,14 @@ class TrainingSession {
   void bf16_shadow_written() { shadow_fresh_ = shadow_.flat().defined(); }
   // The weights were (or may have been) written through a view kept from earlier: the shadow is
   // rounded again before the next run.
-  void weights_changed() { shadow_fresh_ = false; }
+  void weights_changed() { shadow_fresh_ = rounded_fresh_ = false; }
+  // TrainingArguments.bf16_full_eval (evaluation and prediction outside training, as Transformers
+  // casts the model with model.to(torch.bfloat16) there): forward() reads the trained parameters
+  // rounded to bf16 (round to nearest even; a float32 copy of the rounded values, made on the
+  // first such run and freed by release_activation_memory) and gives the GEMMs bf16 inputs. The
+  // parameters themselves are not changed.
+  void set_bf16_full_eval(bool on) { full_bf16_eval_ = on; }
+  bool bf16_full_eval() const { return full_bf16_eval_; }
   FlatBuffer& grads() { return grad_buf_; }
   // BatchNormalization running statistics (see the header comment), by initializer name; each
   // tensor owns its storage and is updated in place.
@@ -126,6 +133,8 @@ class TrainingSession {
   // Frees the sessions' activation arenas (each comes back on its session's next run): the
   // evaluation ones after an evaluation pass, the training ones too when training ends.
   void release_activation_memory(bool training_too) {
+    rounded_ = FlatBuffer();  // bf16_full_eval's rounded weights
+    rounded_fresh_ = false;
     for (auto& [k, c] : eval_graphs_) c.session->release_arena();
     if (forward_session_) forward_session_->release_arena();
     if (training_too)
@@ -166,6 +175,12 @@ class TrainingSession {
   FlatBuffer param_buf_, grad_buf_;
   FlatBuffer shadow_;          // bf16 (see bf16_shadow()); allocated when a graph reads it
   bool shadow_fresh_ = false;  // shadow_ holds params() rounded
+  // bf16_full_eval: params() rounded to bf16 and widened back (allocated while evaluating)
+  bool full_bf16_eval_ = false;
+  FlatBuffer rounded_;
+  bool rounded_fresh_ = false;
+  // forward()'s parameter feeds: views of params(), or of rounded_ under bf16_full_eval
+  void feed_eval_params(std::map<std::string, Tensor>& feeds, runtime::RunOptions& ro);
   std::map<std::string, Tensor> buffers_;
   bool unbiased_var_ = false;
   std::map<std::string, Compiled> graphs_;

@@ -35,6 +35,11 @@ Cases (per model unless noted):
                       RegressionModel (y = a·x + b, 0-d parameters): same a, b, losses, grad norms;
                       GA 2 × batch 4 = batch 8; logging_nan_inf_filter's arithmetic.
   minilm-pretrained-load  the real all-MiniLM-L6-v2 folder with config_overrides num_labels 4.
+  bert-bf16-full-eval, gpt2-bf16-full-eval  bf16_full_eval: the evaluations during training are
+                      the same with and without it (and Transformers'), as Transformers casts only
+                      outside train(); the evaluation after training (onyx train's final one,
+                      Transformers' trainer.evaluate()) moves off the float32 value and lands
+                      nearer Transformers' bf16 value than its float32 one.
   gpt2-ga-equivalence GA 3 × batch 2 equals batch 6 (onyx against onyx and Transformers):
                       the loss is the sum over label tokens over the number of label tokens of
                       all accumulated micro-batches (Transformers' num_items_in_batch), so both
@@ -277,6 +282,8 @@ def main():
                           "bert-best-eval2-save4"]
             if mname == "gpt2":
                 names.append("gpt2-ga-equivalence")
+            if mname in ("bert", "gpt2"):
+                names.append(f"{mname}-bf16-full-eval")
             if not any(flt in n for n in names):
                 continue
             torch.manual_seed(0)
@@ -315,6 +322,8 @@ def main():
                     resume_mid_epoch(folder, kind, pad, evald, root)
             if flt in f"{mname}-from-pretrained":
                 from_pretrained_round_trip(mname, folder, kind, pad, root)
+            if mname in ("bert", "gpt2") and flt in f"{mname}-bf16-full-eval":
+                bf16_full_eval(mname, folder, kind, pad, evald, root)
         if flt in "minilm-pretrained-load":
             minilm_pretrained_load(root)
         if any(flt in n for n in ("regression-fixture", "regression-ga", "regression-nan-inf-filter")):
@@ -325,6 +334,52 @@ def main():
     f = len(RESULTS) - p
     print(f"{p} passed, {f} failed, 0 skipped")
     sys.exit(1 if f else 0)
+
+
+def bf16_full_eval(mname, folder, kind, pad, evald, root):
+    """bf16_full_eval: evaluations during training unchanged (onyx with and without the flag give
+    the same log, equal to Transformers'); the evaluation after training (Transformers'
+    trainer.evaluate(), onyx train's final one) reads the weights rounded to bf16."""
+    name = f"{mname}-bf16-full-eval"
+    try:
+        train = make_data(kind, N_TRAIN, 5, pad)
+        args = dict(learning_rate=1e-3, logging_steps=1, seed=7, per_device_eval_batch_size=5,
+                    eval_strategy="steps", eval_steps=3, per_device_train_batch_size=4,
+                    max_steps=6)
+        final, hist = {}, {}
+        for tag, flag in (("f32", False), ("bf16", True)):
+            tmp = tempfile.mkdtemp(dir=root)
+            a = dict(args, bf16_full_eval=flag)
+            out = os.path.join(tmp, "onyx")
+            oh, os_ = onyx_run(folder, train, evald, a, out, tmp)
+            with open(os.path.join(out, "log_history.jsonl")) as f:
+                full = [json.loads(l) for l in f if l.strip()]
+            final["onyx-" + tag] = [e for e in full if "eval_loss" in e][-1]["eval_loss"]
+            t = hf_run(folder, kind, train, evald, a, os.path.join(tmp, "hf"), want_trainer=True)
+            with contextlib.redirect_stdout(io.StringIO()):
+                final["hf-" + tag] = t.evaluate()["eval_loss"]
+            hh = t.state.log_history
+            hh = hh[:next(i for i, e in enumerate(hh) if "train_loss" in e) + 1]
+            ok, msg = compare(oh, hh, os_, t.state.global_step)
+            if not ok:
+                raise AssertionError(f"bf16_full_eval {flag}: {msg}")
+            hist[tag] = [e["eval_loss"] for e in oh if "eval_loss" in e]
+        shift_hf = rel(final["hf-bf16"], final["hf-f32"])
+        shift_onyx = rel(final["onyx-bf16"], final["onyx-f32"])
+        # Transformers' bf16 model rounds every activation, onyx the weights and the GEMM inputs:
+        # onyx's value must be nearer Transformers' bf16_full_eval one than its float32 one
+        vs_hf = rel(final["onyx-bf16"], final["hf-bf16"])
+        vs_hf32 = rel(final["onyx-bf16"], final["hf-f32"])
+        ok = (hist["bf16"] == hist["f32"] and rel(final["onyx-f32"], final["hf-f32"]) <= LOSS_RTOL
+              and shift_hf > 0 and shift_onyx > 0 and vs_hf < vs_hf32)
+        msg = (f"in-train eval_loss identical with and without: {hist['bf16'] == hist['f32']}; "
+               f"final eval_loss float32 {final['onyx-f32']:.6f} (transformers "
+               f"{final['hf-f32']:.6f}), bf16_full_eval {final['onyx-bf16']:.6f} (transformers "
+               f"{final['hf-bf16']:.6f}): shift onyx {shift_onyx:.1e}, transformers "
+               f"{shift_hf:.1e}; onyx vs transformers bf16 {vs_hf:.1e}, vs its float32 {vs_hf32:.1e}")
+    except Exception as e:
+        ok, msg = False, f"{type(e).__name__}: {e}"
+    report(name, ok, msg)
 
 
 def save_processor(folder, kind):

@@ -245,8 +245,18 @@ def case_args_transformers(onyx, tmp):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert onyx.TrainingArguments.from_transformers(d).bf16 is True
-    return (f"{len(t.to_dict())} transformers keys -> {len(a.to_dict())} onyx keys; fp16 refused, "
-            f"bf16 taken")
+    d["fp16_full_eval"] = True  # no float16 arithmetic: refused, naming the key
+    try:
+        onyx.TrainingArguments.from_transformers(d)
+        raise AssertionError("fp16_full_eval=True accepted")
+    except ValueError as e:
+        assert "fp16_full_eval" in str(e) and "bf16_full_eval" in str(e), str(e)
+    d["fp16_full_eval"], d["bf16_full_eval"] = False, True  # taken (tests/parity/test_hf_trainer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert onyx.TrainingArguments.from_transformers(d).bf16_full_eval is True
+    return (f"{len(t.to_dict())} transformers keys -> {len(a.to_dict())} onyx keys; fp16 and "
+            f"fp16_full_eval refused, bf16 and bf16_full_eval taken")
 
 
 def case_parity_cli(onyx, tmp):
