@@ -55,8 +55,9 @@ struct TrainingArguments {
   // and dW; the LM head's too) take bf16 inputs and accumulate in float32 — the weights through a
   // bf16 shadow the optimizer writes, the activations the GEMMs read stored bf16 in the arena
   // (passes/mixed_precision.cc); master weights, gradients, the optimizer, norms, softmax, the
-  // residual stream and the loss stay float32, and attention's tile products are float32 GEMMs
-  // on widened bf16 Q/K/V. fp16 is an error: these CPUs have no float16 arithmetic.
+  // residual stream and the loss stay float32; attention's tile products (on bf16 Q/K/V, the
+  // softmax P, dO and dS) and Conv with its gradients also take bf16 operands, as autocast runs
+  // SDPA and conv. fp16 is an error: these CPUs have no float16 arithmetic.
   bool bf16 = false;
   bool fp16 = false;
   // Transformers' bf16_full_eval: evaluate() / predict() called outside train() (`onyx evaluate`,

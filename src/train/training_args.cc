@@ -263,8 +263,9 @@ const std::vector<Field>& fields() {
                 "schedule, data order)."),
       F_BOOL(disable_tqdm, "No progress bar on a terminal (log dicts are printed one per line)."),
       F_BOOL(bf16,
-             "Mixed precision: the linear layers' GEMMs (forward and backward, the LM head's too) "
-             "take bf16-rounded inputs with float32 accumulation; everything else stays float32."),
+             "Mixed precision: the linear layers' GEMMs (forward and backward, the LM head's too), "
+             "attention's tile products and Conv take bf16-rounded inputs with float32 "
+             "accumulation; everything else stays float32."),
       F_BOOL(fp16, "An error on CPUs: they have no float16 arithmetic (use bf16)."),
       F_BOOL(bf16_full_eval,
              "evaluate() / predict() outside training read the weights rounded to bf16 (as "

@@ -16,6 +16,7 @@
 
 #include "../passes/attention_graphs.h"
 #include "autodiff/gradient.h"
+#include "kernels/cpu/gemm.h"
 #include "runtime/parallel.h"
 #include "runtime/session.h"
 
@@ -215,6 +216,160 @@ TEST(Attention, BackwardMatchesAutodiffOfUnfusedGraph) {
     expect_close(grads[0], ref.at("Q"), 2e-4, spec_name(s) + " dQ");
     expect_close(grads[1], ref.at("K"), 2e-4, spec_name(s) + " dK");
     expect_close(grads[2], ref.at("V"), 2e-4, spec_name(s) + " dV");
+  }
+}
+
+// ---- bf16 tiles (KernelContext::bf16_gemm) ---------------------------------------------------
+
+// x rounded to bf16 as the kernels round GEMM inputs (kernels::f32_to_bf16), held in a double.
+std::vector<double> rounded(const float* x, int64_t n) {
+  std::vector<uint16_t> h((size_t)n);
+  std::vector<float> f((size_t)n);
+  kernels::f32_to_bf16(x, h.data(), n);
+  kernels::bf16_to_f32(h.data(), f.data(), n);
+  return std::vector<double>(f.begin(), f.end());
+}
+double rounded(double x) {
+  float f = (float)x;
+  return rounded(&f, 1)[0];
+}
+
+// A float32 tensor rounded to a bf16 one, as kernels::f32_to_bf16 rounds.
+Tensor to_bf16(const Tensor& f32) {
+  Tensor t(DType::BFloat16, f32.shape());
+  kernels::f32_to_bf16(f32.data<float>(), t.data<uint16_t>(), f32.numel());
+  return t;
+}
+
+// Attention and its gradients in double with the bf16 tiles' roundings: Q, K, V, P (for P·V and
+// dV), dO and dS rounded to bf16, everything else exact.
+struct Bf16Reference {
+  std::vector<double> O, lse, dQ, dK, dV;
+};
+Bf16Reference bf16_reference(const Spec& s, const Inputs& in, const Tensor& dO) {
+  const int64_t Hk = s.kv_heads(), G = s.H / Hk, C = s.H * s.D, Ck = Hk * s.D, Cv = Hk * s.Dv,
+                Co = s.H * s.Dv;
+  const double scale = 1.0f / std::sqrt((float)s.D);
+  auto q = rounded(in.Q.data<float>(), in.Q.numel()), k = rounded(in.K.data<float>(), in.K.numel()),
+       v = rounded(in.V.data<float>(), in.V.numel()), dout = rounded(dO.data<float>(), dO.numel());
+  Bf16Reference r;
+  r.O.assign((size_t)(s.B * s.Tq * Co), 0.0);
+  r.lse.assign((size_t)(s.B * s.H * s.Tq), 0.0);
+  r.dQ.assign(q.size(), 0.0);
+  r.dK.assign(k.size(), 0.0);
+  r.dV.assign(v.size(), 0.0);
+  for (int64_t b = 0; b < s.B; b++)
+    for (int64_t h = 0; h < s.H; h++)
+      for (int64_t i = 0; i < s.Tq; i++) {
+        const int64_t nk = s.causal ? i + 1 : s.Tk, kh = h / G;
+        std::vector<double> S((size_t)nk), P((size_t)nk), dP((size_t)nk);
+        double mx = -1e300;
+        for (int64_t j = 0; j < nk; j++) {
+          double d = 0;
+          for (int64_t c = 0; c < s.D; c++)
+            d += q[(b * s.Tq + i) * C + h * s.D + c] * k[(b * s.Tk + j) * Ck + kh * s.D + c];
+          d *= scale;
+          if (s.mask == Mask::Padding) d += in.mask.data<float>()[b * s.Tk + j];
+          if (s.mask == Mask::Full)
+            d += in.mask.data<float>()[((b * s.H + h) * s.Tq + i) * s.Tk + j];
+          S[j] = d;
+          mx = std::max(mx, d);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < nk; j++) sum += std::exp(S[j] - mx);
+        r.lse[(b * s.H + h) * s.Tq + i] = mx + std::log(sum);
+        double rowsum = 0;
+        for (int64_t j = 0; j < nk; j++) {
+          P[j] = std::exp(S[j] - mx) / sum;
+          const double pr = rounded(P[j]);
+          double dp = 0;
+          for (int64_t e = 0; e < s.Dv; e++) {
+            const double vv = v[(b * s.Tk + j) * Cv + kh * s.Dv + e],
+                         go = dout[(b * s.Tq + i) * Co + h * s.Dv + e];
+            r.O[(b * s.Tq + i) * Co + h * s.Dv + e] += pr * vv;
+            dp += go * vv;
+            r.dV[(b * s.Tk + j) * Cv + kh * s.Dv + e] += pr * go;
+          }
+          dP[j] = dp;
+          rowsum += dp * P[j];
+        }
+        for (int64_t j = 0; j < nk; j++) {
+          const double ds = rounded(P[j] * (dP[j] - rowsum) * scale);
+          for (int64_t c = 0; c < s.D; c++) {
+            r.dQ[(b * s.Tq + i) * C + h * s.D + c] += ds * k[(b * s.Tk + j) * Ck + kh * s.D + c];
+            r.dK[(b * s.Tk + j) * Ck + kh * s.D + c] += ds * q[(b * s.Tq + i) * C + h * s.D + c];
+          }
+        }
+      }
+  return r;
+}
+
+// The fraction of got's elements off want by more than tol, relative with a floor of a tenth of
+// want's largest magnitude (as expect_close). A bf16 rounding of the kernel's float32 P or dS can
+// land on the other side of a rounding boundary than the double reference's (about one element
+// in 10^4): that moves its row by up to 2^-8 of the element, so single elements are compared by
+// how many are off, not by the worst.
+double fraction_off(const Tensor& got, const std::vector<double>& want, double tol) {
+  double big = 0;
+  int64_t off = 0;
+  for (double w : want) big = std::max(big, std::fabs(w));
+  for (size_t i = 0; i < want.size(); i++)
+    off += std::fabs(got.data<float>()[i] - want[i]) > tol * (0.1 * big + std::fabs(want[i]));
+  return (double)off / (double)want.size();
+}
+
+// Under bf16_gemm the tile GEMMs read bf16 operands (Q, K, V, the softmax P, dO, dS) and
+// accumulate in float32, as PyTorch's CPU flash attention runs a bf16 SDPA: the outputs match a
+// double-precision reference with exactly those roundings, on both ways of running them (native
+// gemm_bf16 on bf16 arrays, widened float32 sgemm), while the float32 tiles are measurably off it
+// (so the check would notice a rounding left out); bf16 Q/K/V inputs give the same bits as the
+// float32 inputs they widen to.
+TEST(AttentionBf16, TilesRoundTheirOperandsToBf16OnBothPaths) {
+  std::vector<Spec> v;
+  for (const Spec& s : specs())
+    if (s.Tq * s.Tk * s.H >= 8 * 8 * 2) v.push_back(s);
+  ASSERT_GE(v.size(), 6u);
+  uint32_t seed = 900;
+  for (const Spec& s : v) {
+    Inputs in = make_inputs(s, seed += 10);
+    Tensor dO = random_tensor({s.B, s.Tq, s.H * s.Dv}, seed + 5);
+    Bf16Reference ref = bf16_reference(s, in, dO);
+    Tensor mask = s.mask != Mask::None ? in.mask : Tensor();
+    auto grads_of = [&](const Inputs& x, const Tensor& lse, const runtime::RunOptions& ro) {
+      return run_node(attention_node(s, true), 1, {dO, x.Q, x.K, x.V, mask, lse}, ro);
+    };
+    runtime::RunOptions bf16;
+    bf16.bf16_gemm = true;
+    // float32 tiles: off the rounded reference by the rounding they skip
+    const double tol = 5e-5;
+    auto f32 = fused_forward(s, in);
+    auto f32g = grads_of(in, f32[1], {});
+    const double f32_off =
+        std::min({fraction_off(f32[0], ref.O, tol), fraction_off(f32g[0], ref.dQ, tol),
+                  fraction_off(f32g[1], ref.dK, tol), fraction_off(f32g[2], ref.dV, tol)});
+    EXPECT_GT(f32_off, 0.3) << spec_name(s);
+    for (int native : {1, 0}) {
+      kernels::force_bf16_gemm_native(native);
+      const std::string what = spec_name(s) + (native ? " native" : " widened");
+      auto fwd = fused_forward(s, in, bf16);
+      EXPECT_LE(fraction_off(fwd[0], ref.O, tol), 0.01) << what << " O";
+      EXPECT_EQ(fraction_off(fwd[1], ref.lse, 1e-5), 0.0) << what << " LSE";
+      auto g = grads_of(in, fwd[1], bf16);
+      EXPECT_LE(fraction_off(g[0], ref.dQ, tol), 0.01) << what << " dQ";
+      EXPECT_LE(fraction_off(g[1], ref.dK, tol), 0.01) << what << " dK";
+      EXPECT_LE(fraction_off(g[2], ref.dV, tol), 0.01) << what << " dV";
+      // bf16 inputs: the same bits as the float32 inputs (rounded in the kernel)
+      Inputs in16 = in;
+      in16.Q = to_bf16(in.Q);
+      in16.K = to_bf16(in.K);
+      in16.V = to_bf16(in.V);
+      auto fwd16 = fused_forward(s, in16, bf16);
+      auto g16 = grads_of(in16, fwd[1], bf16);
+      EXPECT_EQ(std::memcmp(fwd16[0].raw(), fwd[0].raw(), fwd[0].nbytes()), 0) << what;
+      for (int i = 0; i < 3; i++)
+        EXPECT_EQ(std::memcmp(g16[i].raw(), g[i].raw(), g[i].nbytes()), 0) << what << " grad " << i;
+    }
+    kernels::force_bf16_gemm_native(-1);
   }
 }
 

@@ -329,6 +329,65 @@ TEST(Bf16Gemm, Bf16InputsAreTheFloat32OpOnWidenedValues) {
   }
 }
 
+// Conv, ConvGradInput and ConvGradWeight under bf16_gemm (mixed precision, as autocast runs
+// conv): the float32 ops on the bf16-rounded operands (float32 accumulation, so within float32
+// summation error of them: on the widened path the same bits), and measurably off the unrounded
+// float32 ops. A ViT patch embedding (kernel = stride 4) and a padded 3x3 conv with groups.
+TEST(Bf16Gemm, ConvAndItsGradientsTakeBf16RoundedOperands) {
+  struct Case {
+    Shape x, w;
+    std::vector<int64_t> strides, pads;
+    int64_t group;
+  };
+  const Case cases[] = {{{3, 3, 16, 16}, {8, 3, 4, 4}, {4, 4}, {0, 0, 0, 0}, 1},
+                        {{2, 4, 9, 7}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, 2}};
+  runtime::RunOptions mixed;
+  mixed.bf16_gemm = true;
+  auto rel = [](const Tensor& got, const Tensor& want) {
+    double big = 0, worst = 0;
+    for (int64_t i = 0; i < want.numel(); i++)
+      big = std::max(big, (double)std::fabs(want.data<float>()[i]));
+    for (int64_t i = 0; i < want.numel(); i++)
+      worst = std::max(worst, (double)std::fabs(got.data<float>()[i] - want.data<float>()[i]));
+    return worst / std::max(big, 1e-30);
+  };
+  uint32_t seed = 60;
+  for (const Case& c : cases) {
+    auto attrs = [&](ir::Node& n) {
+      n.attrs["strides"] = ir::Attribute::of_ints(c.strides);
+      n.attrs["pads"] = ir::Attribute::of_ints(c.pads);
+      n.attrs["group"] = ir::Attribute::of_int(c.group);
+    };
+    ir::Node conv = node("Conv", 3, 1);
+    conv.domain = "";
+    attrs(conv);
+    Tensor x = Tensor::from_vector(DType::Float32, c.x, randoms(shape_numel(c.x), seed++));
+    Tensor w = Tensor::from_vector(DType::Float32, c.w, randoms(shape_numel(c.w), seed++));
+    Tensor b = Tensor::from_vector(DType::Float32, {c.w[0]}, randoms(c.w[0], seed++));
+    Tensor y = runtime::run_node(conv, 17, {x, w, b}, mixed)[0];
+    Tensor want = runtime::run_node(conv, 17, {rounded(x), rounded(w), b})[0];
+    EXPECT_LE(rel(y, want), 1e-5) << "Conv";
+    EXPECT_GT(rel(runtime::run_node(conv, 17, {x, w, b})[0], want), 1e-4) << "Conv";
+
+    Tensor dy = Tensor::from_vector(DType::Float32, y.shape(), randoms(y.numel(), seed++));
+    ir::Node gi = node("ConvGradInput", 2, 1);
+    attrs(gi);
+    gi.attrs["input_shape"] = ir::Attribute::of_ints(c.x);
+    Tensor dx = runtime::run_node(gi, 17, {dy, w}, mixed)[0];
+    Tensor want_dx = runtime::run_node(gi, 17, {rounded(dy), rounded(w)})[0];
+    EXPECT_LE(rel(dx, want_dx), 1e-5) << "ConvGradInput";
+    EXPECT_GT(rel(runtime::run_node(gi, 17, {dy, w})[0], want_dx), 1e-4) << "ConvGradInput";
+
+    ir::Node gw = node("ConvGradWeight", 2, 1);
+    attrs(gw);
+    gw.attrs["kernel_shape"] = ir::Attribute::of_ints({c.w[2], c.w[3]});
+    Tensor dw = runtime::run_node(gw, 17, {dy, x}, mixed)[0];
+    Tensor want_dw = runtime::run_node(gw, 17, {rounded(dy), rounded(x)})[0];
+    EXPECT_LE(rel(dw, want_dw), 1e-5) << "ConvGradWeight";
+    EXPECT_GT(rel(runtime::run_node(gw, 17, {dy, x})[0], want_dw), 1e-4) << "ConvGradWeight";
+  }
+}
+
 TEST(Bf16Gemm, OutputDtypeOutsideItsFormsIsAClearError) {
   auto message = [](const ir::Node& n, const std::vector<Tensor>& in) {
     try {

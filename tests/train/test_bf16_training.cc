@@ -1,6 +1,7 @@
 // tests/train/test_bf16_training.cc — mixed precision (TrainingArguments.bf16,
 // train::TrainingSession::set_bf16_gemm): one training step of onyx's Llama (grouped-query,
-// untied LM head) and GPT-2 (tied LM head: LinearCrossEntropy's dW in bf16) graphs with bf16 GEMM
+// untied LM head), GPT-2 (tied LM head: LinearCrossEntropy's dW in bf16), BERT and ViT (the patch
+// embedding's Conv) graphs with bf16 GEMM
 // inputs against the same step in float32 — the numerics issue #13 asks for: the loss within
 // 1e-3 relative, every parameter gradient within 2e-2 relative Frobenius error and cosine >=
 // 0.999 (no per-element bound: single bf16-rounded products legitimately err by a few percent of
@@ -35,6 +36,11 @@ const char* kBert = R"({"model_type": "bert", "hidden_size": 64, "num_hidden_lay
   "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 300,
   "max_position_embeddings": 64, "type_vocab_size": 2, "pad_token_id": 0})";
 
+// Patch embedding: a 4x4-stride-4 Conv over 16x16 images.
+const char* kVit = R"({"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "intermediate_size": 96, "image_size": 16, "patch_size": 4,
+  "num_channels": 3, "num_labels": 5})";
+
 std::map<std::string, Tensor> batch_for(const models::BuiltModel& m, uint32_t seed);
 
 struct Step {
@@ -68,6 +74,18 @@ Step step(const char* config, bool bf16, bool store = true,
 
 std::map<std::string, Tensor> batch_for(const models::BuiltModel& m, uint32_t seed) {
   std::mt19937 rng(seed);
+  if (m.model.graph->find_input("pixel_values")) {  // ViT: images and class labels
+    const auto& c = m.config;
+    std::uniform_real_distribution<float> px(-1, 1);
+    std::vector<float> pixels(B * c.num_channels * c.image_size * c.image_size);
+    for (auto& v : pixels) v = px(rng);
+    std::vector<int64_t> labels(B);
+    for (auto& v : labels) v = (int64_t)(rng() % c.num_labels);
+    return {{"pixel_values",
+             Tensor::from_vector<float>(DType::Float32,
+                                        {B, c.num_channels, c.image_size, c.image_size}, pixels)},
+            {"labels", Tensor::from_vector<int64_t>(DType::Int64, {B}, labels)}};
+  }
   std::vector<int64_t> ids(B * T);
   for (auto& v : ids) v = (int64_t)(rng() % m.config.vocab_size);
   auto t = Tensor::from_vector<int64_t>(DType::Int64, {B, T}, ids);
@@ -167,6 +185,10 @@ TEST(Bf16Training, StoredBf16OperandsBitIdenticalToPerCallRoundingLlama) {
 }
 TEST(Bf16Training, BertStepMatchesFloat32WithinBf16Tolerances) {
   check(kBert, models::Task::MaskedLM);  // post-LN; GELU and attention inputs in bf16
+}
+TEST(Bf16Training, VitStepMatchesFloat32WithinBf16Tolerances) {
+  // the patch embedding's Conv and ConvGradWeight take bf16 operands too
+  check(kVit, models::Task::ImageClassification);
 }
 
 // Several optimizer steps: the bf16 shadow the fused AdamW writes in its update pass (as the

@@ -24,10 +24,18 @@
 //     heads). The mask gets no gradient; the dropout mask is regenerated from its counter, never
 //     stored.
 //
-// Mixed precision (passes/mixed_precision.cc): Q, K, V may be bfloat16 (widened, exactly, into
-// per-thread float32 copies for the tiles: the tiles' GEMMs are float32 sgemm), and with
-// output_dtype = BFLOAT16 the forward writes O in bf16 (each P·V tile rounded as Cast rounds); the
-// gradients are float32.
+// Mixed precision (passes/mixed_precision.cc): Q, K, V may be bfloat16, and with output_dtype =
+// BFLOAT16 the forward writes O in bf16 (each P·V tile rounded as Cast rounds); the gradients are
+// float32. Under KernelContext::bf16_gemm (TrainingArguments.bf16) every tile GEMM takes bf16
+// operands with float32 accumulation, as PyTorch's CPU flash attention runs a bf16 SDPA under
+// autocast: Q, K, V (float32 ones rounded once per call), P (the float32 softmax rounded per tile),
+// dO and dS (rounded per tile); the scores, softmax, LSE, dP, the dS row pass and the dQ/dK/dV
+// accumulation stay float32, and dS's row pass reads the float32 P. Two ways of running those bf16
+// tiles, with the same rounding: natively (kernels::bf16_gemm_native(): oneDNN's AVX512_BF16
+// matmul on bf16 arrays), or widened (other CPUs): the bf16 values held exactly in float32 and
+// multiplied by sgemm — the same products (a product of two bf16 is exact in float32), so only
+// the accumulation order differs. Without bf16_gemm the tiles are float32 sgemm (bf16 Q/K/V
+// widened exactly).
 //
 // Hand-written because this is the one place where the unfused graph materializes (B,H,T,T)
 // tensors several times over (scores, scaled, masked, probabilities, and their gradients) plus
@@ -70,6 +78,63 @@ using kernels::sgemm;
 // 16 and 32 lose to 64 by 5-15%; 128/256 tie at T128 and lose 10-40% on causal T256, where
 // tiles let whole blocks of masked keys be skipped.
 constexpr int64_t kBlockQ = 64;
+
+// How the tile GEMMs run (see the header): float32; bf16 values held in float32 (widened); bf16
+// arrays and oneDNN's bf16 matmul (native).
+enum class TileMode { F32, Bf16Widened, Bf16Native };
+
+TileMode tile_mode(const KernelContext& ctx) {
+  if (!ctx.bf16_gemm) return TileMode::F32;
+  return kernels::bf16_gemm_native() ? TileMode::Bf16Native : TileMode::Bf16Widened;
+}
+
+// A tile GEMM operand: float32 values (F32, Bf16Widened) or bf16 bits (Bf16Native).
+struct Operand {
+  const float* f = nullptr;
+  const uint16_t* h = nullptr;
+  Operand at(int64_t offset) const { return {f ? f + offset : nullptr, h ? h + offset : nullptr}; }
+};
+
+// C = alpha * op(A) op(B) + beta * C: gemm_bf16 on bf16 operands, sgemm on float32 ones (both
+// operands are of one kind: the mode's).
+void tile_gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
+               int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (A.h != nullptr)
+    kernels::gemm_bf16(transA, transB, M, N, K, alpha, A.h, lda, B.h, ldb, beta, C, ldc);
+  else
+    sgemm(transA, transB, M, N, K, alpha, A.f, lda, B.f, ldb, beta, C, ldc);
+}
+
+// A float32 tile as a tile GEMM operand, with its leading dimension.
+struct TileOperand {
+  Operand op;
+  int64_t ld;
+};
+
+// A per-thread buffer float32 tiles (P, dS, dO) are rounded into for the bf16 tile GEMMs.
+struct Rounder {
+  std::vector<float> f;
+  std::vector<uint16_t> h;
+  // rows × cols of src (leading dimension ld): in F32 mode src itself; in the bf16 modes rounded to
+  // bf16 (as kernels::f32_to_bf16 rounds) into this buffer, contiguous.
+  TileOperand operator()(TileMode m, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+    if (m == TileMode::F32) return {{src, nullptr}, ld};
+    const size_t n = (size_t)(rows * cols);
+    const size_t nh = m == TileMode::Bf16Native ? n : (size_t)cols;
+    if (h.size() < nh) h.resize(nh);
+    if (m == TileMode::Bf16Native) {
+      for (int64_t i = 0; i < rows; i++)
+        kernels::f32_to_bf16(src + i * ld, h.data() + i * cols, cols);
+      return {{nullptr, h.data()}, cols};
+    }
+    if (f.size() < n) f.resize(n);
+    for (int64_t i = 0; i < rows; i++) {
+      kernels::f32_to_bf16(src + i * ld, h.data(), cols);
+      kernels::bf16_to_f32(h.data(), f.data() + i * cols, cols);
+    }
+    return {{f.data(), nullptr}, cols};
+  }
+};
 
 // Sizes and attributes of one Attention / AttentionGrad node.
 struct AttnDims {
@@ -161,11 +226,11 @@ std::optional<dropout_rng::Draw> dropout_draw(const KernelContext& ctx, const At
 
 // Scores of query rows [r0, r0+rows) of head (b,h) against keys [0, n): S = scale * Q Kᵀ + mask,
 // into S (rows, n) with leading dimension n. Returns nothing; causal limits are applied by callers.
-void scores_tile(const AttnDims& d, const float* Q, const float* K, const float* mask, int64_t b,
-                 int64_t h, int64_t r0, int64_t rows, int64_t n, float* S) {
-  const float* q = Q + (b * d.Tq + r0) * d.C + h * d.D;    // (rows, D), ld C
-  const float* k = K + b * d.Tk * d.Ck + (h / d.G) * d.D;  // (n, D), ld Ck
-  sgemm(false, true, rows, n, d.D, d.scale, q, d.C, k, d.Ck, 0.0f, S, n);
+void scores_tile(const AttnDims& d, Operand Q, Operand K, const float* mask, int64_t b, int64_t h,
+                 int64_t r0, int64_t rows, int64_t n, float* S) {
+  Operand q = Q.at((b * d.Tq + r0) * d.C + h * d.D);    // (rows, D), ld C
+  Operand k = K.at(b * d.Tk * d.Ck + (h / d.G) * d.D);  // (n, D), ld Ck
+  tile_gemm(false, true, rows, n, d.D, d.scale, q, d.C, k, d.Ck, 0.0f, S, n);
   if (!mask) return;
   for (int64_t i = 0; i < rows; i++) {
     const float* m = mask + b * d.mb + h * d.mh + (r0 + i) * d.mq;
@@ -188,7 +253,7 @@ inline int64_t row_keys(const AttnDims& d, int64_t n, int64_t i) {
 // O is float32, or bfloat16 when O16 is given instead (output_dtype = BFLOAT16, set by
 // passes/mixed_precision.cc when only GEMMs read O): each tile's P·V is formed in float32 and
 // rounded as Cast rounds into O16's columns.
-void attention_forward(const AttnDims& d, const float* Q, const float* K, const float* V,
+void attention_forward(const AttnDims& d, TileMode mode, Operand Q, Operand K, Operand V,
                        const float* mask, const dropout_rng::Draw* drop, float* O, BFloat16* O16,
                        float* LSE) {
   int64_t nblk = (d.Tq + kBlockQ - 1) / kBlockQ;
@@ -198,6 +263,7 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
     std::vector<float> tile((size_t)(bq * d.Tk));             // per-thread scores (BQ,Tk)
     std::vector<float> otile(O16 ? (size_t)(bq * d.Dv) : 0);  // P·V before rounding to bf16
     float* S = tile.data();
+    Rounder round_p;
     for (int64_t t = t0; t < t1; t++) {
       int64_t bh = t / nblk, blk = t % nblk, b = bh / d.H, h = bh % d.H;
       int64_t r0 = blk * kBlockQ, rows = std::min(kBlockQ, d.Tq - r0);
@@ -218,24 +284,25 @@ void attention_forward(const AttnDims& d, const float* Q, const float* K, const 
         if (LSE) LSE[bh * d.Tq + r0 + i] = mx + std::log(sum);
         if (drop) dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, ni, s);
       }
-      const float* v = V + b * d.Tk * d.Cv + (h / d.G) * d.Dv;  // (n, Dv), ld Cv
+      Operand v = V.at(b * d.Tk * d.Cv + (h / d.G) * d.Dv);  // (n, Dv), ld Cv
+      TileOperand p = round_p(mode, S, rows, n, n);
       if (O16) {
-        sgemm(false, false, rows, d.Dv, n, 1.0f, S, n, v, d.Cv, 0.0f, otile.data(), d.Dv);
+        tile_gemm(false, false, rows, d.Dv, n, 1.0f, p.op, p.ld, v, d.Cv, 0.0f, otile.data(), d.Dv);
         for (int64_t i = 0; i < rows; i++)
           ew::from_float(otile.data() + i * d.Dv, O16 + (b * d.Tq + r0 + i) * d.Co + h * d.Dv,
                          d.Dv);
         continue;
       }
       float* o = O + (b * d.Tq + r0) * d.Co + h * d.Dv;  // (rows, Dv), ld Co
-      sgemm(false, false, rows, d.Dv, n, 1.0f, S, n, v, d.Cv, 0.0f, o, d.Co);
+      tile_gemm(false, false, rows, d.Dv, n, 1.0f, p.op, p.ld, v, d.Cv, 0.0f, o, d.Co);
     }
   });
 }
 
 // ---- backward -----------------------------------------------------------------------------------
 
-void attention_backward(const AttnDims& d, const float* dO, const float* Q, const float* K,
-                        const float* V, const float* mask, const float* LSE,
+void attention_backward(const AttnDims& d, TileMode mode, const float* dO, Operand Q, Operand K,
+                        Operand V, const float* mask, const float* LSE,
                         const dropout_rng::Draw* drop, float* dQ, float* dK, float* dV) {
   int64_t pairs = d.B * d.Hk;
   parallel_for(pairs, 1, [&](int64_t p0, int64_t p1) {
@@ -245,10 +312,11 @@ void attention_backward(const AttnDims& d, const float* dO, const float* Q, cons
     float* P = tiles.data();
     float* dS = P + tile_elems;
     float* Pd = drop ? dS + tile_elems : nullptr;
+    Rounder round_o, round_p, round_s;  // dO, P (or P'), dS as bf16 tile operands
     for (int64_t bk = p0; bk < p1; bk++) {
       int64_t b = bk / d.Hk, kh = bk % d.Hk;
-      const float* k = K + b * d.Tk * d.Ck + kh * d.D;   // (Tk, D), ld Ck
-      const float* v = V + b * d.Tk * d.Cv + kh * d.Dv;  // (Tk, Dv), ld Cv
+      Operand k = K.at(b * d.Tk * d.Ck + kh * d.D);   // (Tk, D), ld Ck
+      Operand v = V.at(b * d.Tk * d.Cv + kh * d.Dv);  // (Tk, Dv), ld Cv
       float* dk = dK + b * d.Tk * d.Ck + kh * d.D;
       float* dv = dV + b * d.Tk * d.Cv + kh * d.Dv;
       for (int64_t j = 0; j < d.Tk; j++) {  // dK, dV accumulate over query heads and blocks
@@ -260,9 +328,10 @@ void attention_backward(const AttnDims& d, const float* dO, const float* Q, cons
         for (int64_t r0 = 0; r0 < d.Tq; r0 += kBlockQ) {
           int64_t rows = std::min(kBlockQ, d.Tq - r0);
           int64_t n = d.causal ? r0 + rows : d.Tk;
-          const float* q = Q + (b * d.Tq + r0) * d.C + h * d.D;        // (rows, D)
-          const float* dout = dO + (b * d.Tq + r0) * d.Co + h * d.Dv;  // (rows, Dv)
-          float* dq = dQ + (b * d.Tq + r0) * d.C + h * d.D;            // (rows, D)
+          Operand q = Q.at((b * d.Tq + r0) * d.C + h * d.D);  // (rows, D), ld C
+          TileOperand dout = round_o(mode, dO + (b * d.Tq + r0) * d.Co + h * d.Dv, rows, d.Dv,
+                                     d.Co);                  // (rows, Dv)
+          float* dq = dQ + (b * d.Tq + r0) * d.C + h * d.D;  // (rows, D)
           // P = exp(S - LSE), zero where causal hides the key.
           scores_tile(d, Q, K, mask, b, h, r0, rows, n, P);
           for (int64_t i = 0; i < rows; i++) {
@@ -279,23 +348,26 @@ void attention_backward(const AttnDims& d, const float* dO, const float* Q, cons
               dropout_rng::apply_row(*drop, (bh * d.Tq + r0 + i) * d.Tk, row_keys(d, n, r0 + i),
                                      Pd + i * n);
             }
-            sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Co, v, d.Cv, 0.0f, dS, n);
-            sgemm(true, false, n, d.Dv, rows, 1.0f, Pd, n, dout, d.Co, 1.0f, dv, d.Cv);
+            tile_gemm(false, true, rows, n, d.Dv, 1.0f, dout.op, dout.ld, v, d.Cv, 0.0f, dS, n);
+            TileOperand pd = round_p(mode, Pd, rows, n, n);
+            tile_gemm(true, false, n, d.Dv, rows, 1.0f, pd.op, pd.ld, dout.op, dout.ld, 1.0f, dv,
+                      d.Cv);
             for (int64_t i = 0; i < rows; i++)
               simd::attention_grad_row_dropout(P + i * n, Pd + i * n, dS + i * n, n, d.scale);
-            sgemm(false, false, rows, d.D, n, 1.0f, dS, n, k, d.Ck, 0.0f, dq, d.C);
-            sgemm(true, false, n, d.D, rows, 1.0f, dS, n, q, d.C, 1.0f, dk, d.Ck);
-            continue;
+          } else {
+            // dP = dO Vᵀ (rows, n);  dV += Pᵀ dO (n, Dv)
+            tile_gemm(false, true, rows, n, d.Dv, 1.0f, dout.op, dout.ld, v, d.Cv, 0.0f, dS, n);
+            TileOperand p = round_p(mode, P, rows, n, n);
+            tile_gemm(true, false, n, d.Dv, rows, 1.0f, p.op, p.ld, dout.op, dout.ld, 1.0f, dv,
+                      d.Cv);
+            // dS = P ∘ (dP - rowsum(dP ∘ P)) * scale
+            for (int64_t i = 0; i < rows; i++)
+              simd::attention_grad_row(P + i * n, dS + i * n, n, d.scale);
           }
-          // dP = dO Vᵀ (rows, n);  dV += Pᵀ dO (n, Dv)
-          sgemm(false, true, rows, n, d.Dv, 1.0f, dout, d.Co, v, d.Cv, 0.0f, dS, n);
-          sgemm(true, false, n, d.Dv, rows, 1.0f, P, n, dout, d.Co, 1.0f, dv, d.Cv);
-          // dS = P ∘ (dP - rowsum(dP ∘ P)) * scale
-          for (int64_t i = 0; i < rows; i++)
-            simd::attention_grad_row(P + i * n, dS + i * n, n, d.scale);
           // dQ = dS K (rows, D);  dK += dSᵀ Q (n, D)
-          sgemm(false, false, rows, d.D, n, 1.0f, dS, n, k, d.Ck, 0.0f, dq, d.C);
-          sgemm(true, false, n, d.D, rows, 1.0f, dS, n, q, d.C, 1.0f, dk, d.Ck);
+          TileOperand ds = round_s(mode, dS, rows, n, n);
+          tile_gemm(false, false, rows, d.D, n, 1.0f, ds.op, ds.ld, k, d.Ck, 0.0f, dq, d.C);
+          tile_gemm(true, false, n, d.D, rows, 1.0f, ds.op, ds.ld, q, d.C, 1.0f, dk, d.Ck);
         }
     }
   });
@@ -307,13 +379,35 @@ const TensorMeta* optional_meta(InferContext& ctx, int i) {
   return ctx.has_input(i) ? &ctx.input(i) : nullptr;
 }
 
-// Q, K or V as float32: in place, or a bf16 input (a projection the mixed-precision pass stores
-// in bf16) widened into `buf` (exact) for the float32 tiles.
-const float* as_f32(const Tensor& t, std::vector<float>& buf) {
-  if (t.dtype() == DType::Float32) return t.data<float>();
-  if (buf.size() < (size_t)t.numel()) buf.resize((size_t)t.numel());
-  kernels::bf16_to_f32(t.data<uint16_t>(), buf.data(), t.numel());
-  return buf.data();
+// Per-thread storage for Q, K or V converted for the tiles (kept across calls).
+struct QkvBuffer {
+  std::vector<float> f;
+  std::vector<uint16_t> h;
+};
+
+// Q, K or V (float32, or a bf16 projection the mixed-precision pass stores in bf16) as the tiles'
+// operand: F32 mode: float32 in place, a bf16 input widened (exact); Bf16Widened: a bf16 input
+// widened, a float32 one rounded to bf16 and held in float32; Bf16Native: a bf16 input in place,
+// a float32 one rounded.
+Operand qkv_operand(const Tensor& t, TileMode mode, QkvBuffer& buf) {
+  const int64_t n = t.numel();
+  const bool is_bf16 = t.dtype() == DType::BFloat16;
+  if (mode == TileMode::F32 && !is_bf16) return {t.data<float>(), nullptr};
+  if (mode == TileMode::Bf16Native) {
+    if (is_bf16) return {nullptr, t.data<uint16_t>()};
+    if (buf.h.size() < (size_t)n) buf.h.resize((size_t)n);
+    kernels::f32_to_bf16(t.data<float>(), buf.h.data(), n);
+    return {nullptr, buf.h.data()};
+  }
+  if (buf.f.size() < (size_t)n) buf.f.resize((size_t)n);
+  const uint16_t* bits = is_bf16 ? t.data<uint16_t>() : nullptr;
+  if (!is_bf16) {  // Bf16Widened, a float32 input: round, then widen
+    if (buf.h.size() < (size_t)n) buf.h.resize((size_t)n);
+    kernels::f32_to_bf16(t.data<float>(), buf.h.data(), n);
+    bits = buf.h.data();
+  }
+  kernels::bf16_to_f32(bits, buf.f.data(), n);
+  return {buf.f.data(), nullptr};
 }
 
 OpKernel make_attention_kernel() {
@@ -349,11 +443,12 @@ OpKernel make_attention_kernel() {
     }
     float* lse = ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
     auto drop = dropout_draw(ctx, d, false);
-    thread_local std::vector<float> qb, kb, vb;  // bf16 Q/K/V widened (kept across calls)
-    attention_forward(d, as_f32(ctx.input(0), qb), as_f32(ctx.input(1), kb),
-                      as_f32(ctx.input(2), vb), mm ? ctx.input(3).data<float>() : nullptr,
-                      drop ? &*drop : nullptr, o16 ? nullptr : out.data<float>(),
-                      o16 ? out.data<BFloat16>() : nullptr, lse);
+    thread_local QkvBuffer qb, kb, vb;
+    const TileMode mode = tile_mode(ctx);
+    attention_forward(d, mode, qkv_operand(ctx.input(0), mode, qb),
+                      qkv_operand(ctx.input(1), mode, kb), qkv_operand(ctx.input(2), mode, vb),
+                      mm ? ctx.input(3).data<float>() : nullptr, drop ? &*drop : nullptr,
+                      o16 ? nullptr : out.data<float>(), o16 ? out.data<BFloat16>() : nullptr, lse);
   };
   return k;
 }
@@ -402,9 +497,10 @@ OpKernel make_attention_grad_kernel() {
       return;
     }
     auto drop = dropout_draw(ctx, d, true);
-    thread_local std::vector<float> qb, kb, vb;  // bf16 Q/K/V widened (kept across calls)
-    attention_backward(d, ctx.input(0).data<float>(), as_f32(ctx.input(1), qb),
-                       as_f32(ctx.input(2), kb), as_f32(ctx.input(3), vb),
+    thread_local QkvBuffer qb, kb, vb;
+    const TileMode mode = tile_mode(ctx);
+    attention_backward(d, mode, ctx.input(0).data<float>(), qkv_operand(ctx.input(1), mode, qb),
+                       qkv_operand(ctx.input(2), mode, kb), qkv_operand(ctx.input(3), mode, vb),
                        mm ? ctx.input(4).data<float>() : nullptr, ctx.input(5).data<float>(),
                        drop ? &*drop : nullptr, out[0], out[1], out[2]);
   };

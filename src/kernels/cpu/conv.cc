@@ -17,6 +17,10 @@
 // weight gradient straight into the trainer's flat gradient buffer
 // (passes/gradient_into_buffer.cc); accumulating micro-batches it adds out + (the gradient as
 // computed alone), so gradient accumulation is bit-identical to a separate onyx.AccumulateGrad.
+// Mixed precision (KernelContext::bf16_gemm, TrainingArguments.bf16; float32 tensors): Conv and
+// both gradients take bf16-rounded operands with float32 accumulation, as PyTorch's CPU autocast
+// runs conv — the forward on oneDNN's bf16 convolution where the CPU has AVX512_BF16, else on the
+// rounded values widened back to float32; the gradients' GEMMs through kernels::gemm_as_bf16.
 #include <omp.h>
 
 #include <algorithm>
@@ -25,6 +29,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/conv_common.h"
@@ -146,8 +152,11 @@ dnnl::memory::format_tag plain_tag(int ndims) {
   }
 }
 
-std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias) {
-  std::vector<int64_t> key{g.nsp, g.N, g.C, g.M, g.group, has_bias, omp_get_max_threads()};
+// The primitive for this geometry: float32 X/W, or bf16 X/W with bf16 (float32 Y and bias either
+// way). nullptr for bf16 where oneDNN has only its reference implementation or none (CPUs without
+// AVX512_BF16): conv_as_bf16 widens instead.
+std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias, bool bf16 = false) {
+  std::vector<int64_t> key{g.nsp, g.N, g.C, g.M, g.group, has_bias, omp_get_max_threads(), bf16};
   for (auto* v : {&g.in, &g.k, &g.stride, &g.dil, &g.pad_b, &g.pad_e})
     key.insert(key.end(), v->begin(), v->end());
   {
@@ -168,8 +177,9 @@ std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias) {
   dims dil(g.nsp);
   for (int i = 0; i < g.nsp; i++) dil[i] = g.dil[i] - 1;  // oneDNN counts skipped pixels
   auto e = std::make_shared<CachedConv>();
-  e->x_md = dnnl::memory::desc(xd, dt::f32, plain_tag((int)xd.size()));
-  e->w_md = dnnl::memory::desc(wd, dt::f32, plain_tag((int)wd.size()));
+  const dt xw = bf16 ? dt::bf16 : dt::f32;
+  e->x_md = dnnl::memory::desc(xd, xw, plain_tag((int)xd.size()));
+  e->w_md = dnnl::memory::desc(wd, xw, plain_tag((int)wd.size()));
   e->y_md = dnnl::memory::desc(yd, dt::f32, plain_tag((int)yd.size()));
   if (has_bias) e->b_md = dnnl::memory::desc({g.M}, dt::f32, plain_tag(1));
   dims stride(g.stride.begin(), g.stride.end()), pb(g.pad_b.begin(), g.pad_b.end()),
@@ -177,25 +187,62 @@ std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias) {
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                     dnnl::algorithm::convolution_direct, e->x_md, e->w_md, e->b_md,
                                     e->y_md, stride, dil, pb, pe);
-  dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
-  e->prim = dnnl::convolution_forward(pd);
+  std::shared_ptr<const CachedConv> made;
+  if (!bf16) {
+    dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
+    e->prim = dnnl::convolution_forward(pd);
+    made = e;
+  } else {
+    try {
+      dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
+      if (std::string(pd.impl_info_str()).find("ref") == std::string::npos) {
+        e->prim = dnnl::convolution_forward(pd);
+        made = e;
+      }
+    } catch (const dnnl::error&) {
+      // no bf16 convolution on this CPU: made stays null (cached as such)
+    }
+  }
   std::lock_guard<std::mutex> lock(g_conv_mu);
   if (g_conv_cache.size() >= 1024) g_conv_cache.clear();
-  g_conv_cache.emplace(key, e);
-  return e;
+  g_conv_cache.emplace(key, made);
+  return made;
 }
 
-void conv_f32(const ConvGeom& g, const float* X, const float* W, const float* B, float* Y) {
-  auto e = get_conv(g, B != nullptr);
+// Runs a cached primitive: X and W float32 or bf16 bits (as it was made), B and Y float32.
+void run_conv(const CachedConv& e, const void* X, const void* W, const float* B, float* Y) {
   thread_local dnnl::stream stream(cpu_engine());
   auto& eng = cpu_engine();
   std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, dnnl::memory(e->x_md, eng, const_cast<float*>(X))},
-      {DNNL_ARG_WEIGHTS, dnnl::memory(e->w_md, eng, const_cast<float*>(W))},
-      {DNNL_ARG_DST, dnnl::memory(e->y_md, eng, Y)}};
-  if (B != nullptr) args[DNNL_ARG_BIAS] = dnnl::memory(e->b_md, eng, const_cast<float*>(B));
-  e->prim.execute(stream, args);
+      {DNNL_ARG_SRC, dnnl::memory(e.x_md, eng, const_cast<void*>(X))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(e.w_md, eng, const_cast<void*>(W))},
+      {DNNL_ARG_DST, dnnl::memory(e.y_md, eng, Y)}};
+  if (B != nullptr) args[DNNL_ARG_BIAS] = dnnl::memory(e.b_md, eng, const_cast<float*>(B));
+  e.prim.execute(stream, args);
   stream.wait();
+}
+
+void conv_f32(const ConvGeom& g, const float* X, const float* W, const float* B, float* Y) {
+  run_conv(*get_conv(g, B != nullptr), X, W, B, Y);
+}
+
+// Mixed precision (KernelContext::bf16_gemm), as PyTorch's CPU autocast runs conv: X and W
+// rounded to bf16 (kernels::f32_to_bf16), products accumulated in float32, the bias added in
+// float32. oneDNN's bf16 convolution where the CPU has AVX512_BF16 (kernels::bf16_gemm_native());
+// elsewhere the rounded values widened back to float32 (exact) for the float32 convolution: the
+// same products, a different accumulation order.
+void conv_as_bf16(const ConvGeom& g, const float* X, int64_t nx, const float* W, int64_t nw,
+                  const float* B, float* Y) {
+  std::vector<uint16_t> xh((size_t)nx), wh((size_t)nw);
+  kernels::f32_to_bf16(X, xh.data(), nx);
+  kernels::f32_to_bf16(W, wh.data(), nw);
+  if (kernels::bf16_gemm_native())
+    if (auto e = get_conv(g, B != nullptr, /*bf16=*/true))
+      return run_conv(*e, xh.data(), wh.data(), B, Y);
+  std::vector<float> xf((size_t)nx), wf((size_t)nw);
+  kernels::bf16_to_f32(xh.data(), xf.data(), nx);
+  kernels::bf16_to_f32(wh.data(), wf.data(), nw);
+  conv_f32(g, xf.data(), wf.data(), B, Y);
 }
 
 // ---- other dtypes ----------------------------------------------------------------------------
@@ -289,6 +336,9 @@ void conv_compute(KernelContext& ctx) {
   }
   switch (x.dtype()) {
     case DType::Float32:
+      if (ctx.bf16_gemm)
+        return conv_as_bf16(g, x.data<float>(), x.numel(), w.data<float>(), w.numel(),
+                            b ? b->data<float>() : nullptr, y.data<float>());
       return conv_f32(g, x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr,
                       y.data<float>());
     case DType::Float64:
@@ -372,10 +422,21 @@ ConvG conv_g(const ir::Node& node, const Shape& x, const Shape& w, const Shape& 
   return g;
 }
 
+// The gradients' GEMMs: kernels::gemm, or with bf16 (KernelContext::bf16_gemm, float32 tensors)
+// kernels::gemm_as_bf16: both operands rounded to bf16, float32 accumulation.
+template <class T>
+void grad_gemm(bool bf16, bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
+               const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16)
+      return kernels::gemm_as_bf16(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm<T>(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 // dX (N, C, in...) from dY (N, M, out...) and W (M, Cg, k...):
 // per sample and group, dcol (Cg·k, out) = W_g^T (Cg·k, Mg) · dY_ng (Mg, out), then col2im.
 template <class T>
-void conv_grad_input(const ConvG& g, const T* dY, const T* W, T* dX) {
+void conv_grad_input(const ConvG& g, bool bf16, const T* dY, const T* W, T* dX) {
   const int64_t ck = g.Cg * g.k_sz;
   const conv_detail::ColGeom cg = g.cols();
   auto one_sample = [&](int64_t n, std::vector<T>& dcol) {
@@ -384,12 +445,13 @@ void conv_grad_input(const ConvG& g, const T* dY, const T* W, T* dX) {
       const T* dy = dY + (n * g.M + grp * g.Mg) * g.out_sz;
       T* dx = dX + (n * g.C + grp * g.Cg) * g.in_sz;
       if (g.identity_col) {
-        gemm<T>(true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz, T(0), dx, g.in_sz);
+        grad_gemm<T>(bf16, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz, T(0), dx,
+                     g.in_sz);
         continue;
       }
       dcol.resize(ck * g.out_sz);
-      gemm<T>(true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz, T(0), dcol.data(),
-              g.out_sz);
+      grad_gemm<T>(bf16, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz, T(0),
+                   dcol.data(), g.out_sz);
       std::fill(dx, dx + g.Cg * g.in_sz, T(0));
       // Threads own channels, so no two write the same element.
       parallel_for(g.Cg, 1, [&](int64_t c0, int64_t c1) {
@@ -414,7 +476,7 @@ void conv_grad_input(const ConvG& g, const T* dY, const T* W, T* dX) {
 // one contiguous range per thread; each range sums into its own buffer (range 0 into dW), and the
 // buffers are added in range order — deterministic for a given thread count.
 template <class T>
-void conv_grad_weight(const ConvG& g, const T* dY, const T* X, T* dW) {
+void conv_grad_weight(const ConvG& g, bool bf16, const T* dY, const T* X, T* dW) {
   const int64_t ck = g.Cg * g.k_sz, wsz = g.M * ck;
   const conv_detail::ColGeom cg = g.cols();
   auto range = [&](int64_t n0, int64_t n1, T* acc) {
@@ -429,8 +491,8 @@ void conv_grad_weight(const ConvG& g, const T* dY, const T* X, T* dW) {
           conv_detail::im2col<T>(cg, g.Cg, x, col.data());
           cp = col.data();
         }
-        gemm<T>(false, true, g.Mg, ck, g.out_sz, T(1), dy, g.out_sz, cp, g.out_sz,
-                n == n0 ? T(0) : T(1), acc + grp * g.Mg * ck, ck);
+        grad_gemm<T>(bf16, false, true, g.Mg, ck, g.out_sz, T(1), dy, g.out_sz, cp, g.out_sz,
+                     n == n0 ? T(0) : T(1), acc + grp * g.Mg * ck, ck);
       }
     if (n1 <= n0) std::fill(acc, acc + wsz, T(0));
   };
@@ -478,7 +540,7 @@ void conv_grad_input_compute(KernelContext& ctx) {
       ctx.node, dx,
       [&](auto* D, auto* W, auto* X) {
         using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
-        conv_grad_input<T>(g, D, W, X);
+        conv_grad_input<T>(g, ctx.bf16_gemm, D, W, X);
       },
       dy, w);
 }
@@ -516,7 +578,7 @@ void conv_grad_weight_compute(KernelContext& ctx) {
         ctx.node, tmp,
         [&](auto* D, auto* X, auto* W) {
           using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
-          conv_grad_weight<T>(g, D, X, W);
+          conv_grad_weight<T>(g, ctx.bf16_gemm, D, X, W);
         },
         dy, x);
     const float* src = tmp.data<float>();
@@ -535,7 +597,7 @@ void conv_grad_weight_compute(KernelContext& ctx) {
       ctx.node, dw,
       [&](auto* D, auto* X, auto* W) {
         using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
-        conv_grad_weight<T>(g, D, X, W);
+        conv_grad_weight<T>(g, ctx.bf16_gemm, D, X, W);
       },
       dy, x);
 }

@@ -251,6 +251,19 @@ bool cpu_has_avx512_bf16() {
   return has;
 }
 
+namespace {
+std::atomic<int> g_force_native{-1};
+}
+
+bool bf16_gemm_native() {
+  int f = g_force_native.load(std::memory_order_relaxed);
+  return f < 0 ? cpu_has_avx512_bf16() : f != 0;
+}
+
+void force_bf16_gemm_native(int native) {
+  g_force_native.store(native < 0 ? -1 : (native ? 1 : 0), std::memory_order_relaxed);
+}
+
 void f32_to_bf16(const float* x, uint16_t* y, int64_t n) {
   const bool fast = simd::native_bf16_conversions();
   runtime::parallel_for(n, kConvertGrain, [&](int64_t b, int64_t e) {

@@ -108,6 +108,14 @@ void f32_to_bf16(const float* x, uint16_t* y, int64_t n);
 void bf16_to_f32(const uint16_t* x, float* y, int64_t n);
 // Whether this CPU has AVX512_BF16 (read once).
 bool cpu_has_avx512_bf16();
+// Whether kernels that issue many small bf16 GEMMs (attention's tiles) call gemm_bf16 on bf16
+// arrays (native: oneDNN's AVX512_BF16 matmul; the default where cpu_has_avx512_bf16()) or hold
+// the bf16 values widened in float32 for sgemm (other CPUs: gemm_bf16 would widen its operands on
+// every call). Both give the same products. force_bf16_gemm_native(1 / 0) makes every CPU take
+// the native / widened path (tests run both: gemm_bf16 is correct on any CPU, only slower
+// without AVX512_BF16); -1 restores the default. Not thread-safe against running kernels.
+bool bf16_gemm_native();
+void force_bf16_gemm_native(int native);
 
 // Number of cached oneDNN primitives (for tests and benchmarks).
 size_t gemm_cached_primitives();
