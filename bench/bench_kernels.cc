@@ -74,11 +74,13 @@ void bm_gemm_ceiling(benchmark::State& state, bool bf16) {
 
 // The attention kernel's tile products at bert-mini's shape (64 query rows, Tk = 128 keys,
 // D = 64, heads read in place with leading dimension C = 256), single-threaded as the kernel runs
-// them, float32 sgemm or bf16 operands (gemm_bf16): whether bf16 tiles would pay. which = 0
-// S = Q·Kᵀ (64,128), 1 O = P·V (64,64), 2 dV += Pᵀ·dO (128,64).
-void bm_attention_tile(benchmark::State& state, int which, bool bf16) {
+// them, float32 sgemm or bf16 operands (gemm_bf16): whether bf16 tiles pay. which = 0
+// S = Q·Kᵀ (64,128), 1 O = P·V (64,64), 2 dV += Pᵀ·dO (128,64). f32_primitive: float32 through
+// the cached oneDNN matmul primitive (ONYX_GEMM=onednn_matmul), the per-call path gemm_bf16 takes
+// natively — against f32 it shows that path's call overhead on any CPU.
+void bm_attention_tile(benchmark::State& state, int which, bool bf16, bool primitive = false) {
   const int64_t R = 64, T = 128, D = 64, C = 256;
-  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  onyx::kernels::set_gemm_backend(primitive ? GemmBackend::OneDNNMatmul : GemmBackend::OneDNN);
   const int threads = onyx::runtime::num_threads();
   onyx::runtime::set_num_threads(1);
   auto q = random_vec(T * C, 1), k = random_vec(T * C, 2), p = random_vec(R * T, 3);
@@ -109,6 +111,7 @@ void bm_attention_tile(benchmark::State& state, int which, bool bf16) {
     benchmark::DoNotOptimize(out.data());
   }
   onyx::runtime::set_num_threads(threads);
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
   set_flops(state, 2.0 * R * T * D);
 }
 
@@ -319,14 +322,16 @@ void register_all() {
             ->Unit(benchmark::kMillisecond)
             ->Apply(time_mode);
   for (int which = 0; which < 3; which++)
-    for (bool bf16 : {false, true})
+    for (int mode = 0; mode < 3; mode++)
       benchmark::RegisterBenchmark(("attention_tile/" +
                                     std::string(which == 0   ? "QKt"
                                                 : which == 1 ? "PV"
                                                              : "PtdO") +
-                                    (bf16 ? "/bf16" : "/f32"))
+                                    (mode == 1   ? "/bf16"
+                                     : mode == 2 ? "/f32_primitive"
+                                                 : "/f32"))
                                        .c_str(),
-                                   bm_attention_tile, which, bf16)
+                                   bm_attention_tile, which, mode == 1, mode == 2)
           ->Apply(time_mode);
   benchmark::RegisterBenchmark("matmul_node/(16x128x768)x(768x3072)", bm_matmul_node, 16, 128, 768,
                                3072)
