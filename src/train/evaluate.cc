@@ -149,9 +149,7 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
     } else if (impl_->ts->bf16_full_eval() && w[name].dtype() == DType::Float32) {
       // bf16_full_eval: the decoder generates from the weights rounded to bf16 (a copy)
       Tensor f(DType::Float32, t.shape());
-      std::vector<uint16_t> h((size_t)f.numel());
-      kernels::f32_to_bf16(w[name].data<float>(), h.data(), f.numel());
-      kernels::bf16_to_f32(h.data(), f.data<float>(), f.numel());
+      kernels::round_to_bf16(w[name].data<float>(), f.data<float>(), f.numel());
       w[name] = f;
     }
   }

@@ -8,7 +8,6 @@
 
 #include "kernels/cpu/gemm.h"
 #include "passes/inference_export.h"
-#include "runtime/parallel.h"
 #include "runtime/plan_stats.h"
 
 namespace onyx::train {
@@ -291,17 +290,8 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
     rounded_fresh_ = false;
   }
   if (!rounded_fresh_) {  // the weights as model.to(torch.bfloat16) holds them, widened
-    const int64_t n = param_buf_.layout().numel;
-    const float* src = param_buf_.flat().data<float>();
-    float* dst = rounded_.flat().data<float>();
-    runtime::parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
-      std::vector<uint16_t> h((size_t)std::min<int64_t>(e - b, 4096));
-      for (int64_t i = b; i < e; i += (int64_t)h.size()) {
-        const int64_t m = std::min<int64_t>((int64_t)h.size(), e - i);
-        kernels::f32_to_bf16(src + i, h.data(), m);
-        kernels::bf16_to_f32(h.data(), dst + i, m);
-      }
-    });
+    kernels::round_to_bf16(param_buf_.flat().data<float>(), rounded_.flat().data<float>(),
+                           param_buf_.layout().numel);
     rounded_fresh_ = true;
   }
   for (auto& p : params_) feeds[p] = rounded_.view(p);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "kernels/cpu/gemm.h"
@@ -71,6 +72,21 @@ TEST(Bf16Gemm, ConversionRoundsToNearestEvenLikeTheScalarRule) {
   std::vector<float> back(x.size());
   kernels::bf16_to_f32(y.data(), back.data(), (int64_t)y.size());
   for (size_t i = 5; i < x.size(); i++) EXPECT_EQ(back[i], bf16_to_float(y[i]));
+  // round_to_bf16: the same values without the bf16 array, also in place and past one 1024 block
+  std::vector<float> big = randoms(5000, 4, -1e3f, 1e3f);
+  std::copy(x.begin(), x.begin() + 5, big.begin());
+  std::vector<uint16_t> big16(big.size());
+  kernels::f32_to_bf16(big.data(), big16.data(), (int64_t)big.size());
+  std::vector<float> r(big.size());
+  kernels::round_to_bf16(big.data(), r.data(), (int64_t)big.size());
+  kernels::round_to_bf16(big.data(), big.data(), (int64_t)big.size());
+  for (size_t i = 0; i < big.size(); i++) {
+    uint32_t want = (uint32_t)big16[i] << 16, got, in_place;
+    std::memcpy(&got, &r[i], 4);
+    std::memcpy(&in_place, &big[i], 4);
+    EXPECT_EQ(got, want) << i;
+    EXPECT_EQ(in_place, want) << i;
+  }
 }
 
 TEST(Bf16Gemm, MatchesFloat64OnRoundedOperands) {

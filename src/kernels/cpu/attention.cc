@@ -120,18 +120,15 @@ struct Rounder {
   TileOperand operator()(TileMode m, const float* src, int64_t rows, int64_t cols, int64_t ld) {
     if (m == TileMode::F32) return {{src, nullptr}, ld};
     const size_t n = (size_t)(rows * cols);
-    const size_t nh = m == TileMode::Bf16Native ? n : (size_t)cols;
-    if (h.size() < nh) h.resize(nh);
     if (m == TileMode::Bf16Native) {
+      if (h.size() < n) h.resize(n);
       for (int64_t i = 0; i < rows; i++)
         kernels::f32_to_bf16(src + i * ld, h.data() + i * cols, cols);
       return {{nullptr, h.data()}, cols};
     }
     if (f.size() < n) f.resize(n);
-    for (int64_t i = 0; i < rows; i++) {
-      kernels::f32_to_bf16(src + i * ld, h.data(), cols);
-      kernels::bf16_to_f32(h.data(), f.data() + i * cols, cols);
-    }
+    for (int64_t i = 0; i < rows; i++)
+      kernels::round_to_bf16(src + i * ld, f.data() + i * cols, cols);
     return {{f.data(), nullptr}, cols};
   }
 };
@@ -400,13 +397,10 @@ Operand qkv_operand(const Tensor& t, TileMode mode, QkvBuffer& buf) {
     return {nullptr, buf.h.data()};
   }
   if (buf.f.size() < (size_t)n) buf.f.resize((size_t)n);
-  const uint16_t* bits = is_bf16 ? t.data<uint16_t>() : nullptr;
-  if (!is_bf16) {  // Bf16Widened, a float32 input: round, then widen
-    if (buf.h.size() < (size_t)n) buf.h.resize((size_t)n);
-    kernels::f32_to_bf16(t.data<float>(), buf.h.data(), n);
-    bits = buf.h.data();
-  }
-  kernels::bf16_to_f32(bits, buf.f.data(), n);
+  if (is_bf16)
+    kernels::bf16_to_f32(t.data<uint16_t>(), buf.f.data(), n);
+  else  // Bf16Widened, a float32 input
+    kernels::round_to_bf16(t.data<float>(), buf.f.data(), n);
   return {buf.f.data(), nullptr};
 }
 

@@ -187,21 +187,15 @@ std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias, boo
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                     dnnl::algorithm::convolution_direct, e->x_md, e->w_md, e->b_md,
                                     e->y_md, stride, dil, pb, pe);
-  std::shared_ptr<const CachedConv> made;
-  if (!bf16) {
+  std::shared_ptr<const CachedConv> made;  // stays null for an unusable bf16 one (cached as such)
+  try {
     dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
-    e->prim = dnnl::convolution_forward(pd);
-    made = e;
-  } else {
-    try {
-      dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
-      if (std::string(pd.impl_info_str()).find("ref") == std::string::npos) {
-        e->prim = dnnl::convolution_forward(pd);
-        made = e;
-      }
-    } catch (const dnnl::error&) {
-      // no bf16 convolution on this CPU: made stays null (cached as such)
+    if (!bf16 || std::string(pd.impl_info_str()).find("ref") == std::string::npos) {
+      e->prim = dnnl::convolution_forward(pd);
+      made = e;
     }
+  } catch (const dnnl::error&) {
+    if (!bf16) throw;  // a float32 convolution oneDNN rejects is an error as before
   }
   std::lock_guard<std::mutex> lock(g_conv_mu);
   if (g_conv_cache.size() >= 1024) g_conv_cache.clear();
@@ -233,15 +227,16 @@ void conv_f32(const ConvGeom& g, const float* X, const float* W, const float* B,
 // same products, a different accumulation order.
 void conv_as_bf16(const ConvGeom& g, const float* X, int64_t nx, const float* W, int64_t nw,
                   const float* B, float* Y) {
-  std::vector<uint16_t> xh((size_t)nx), wh((size_t)nw);
-  kernels::f32_to_bf16(X, xh.data(), nx);
-  kernels::f32_to_bf16(W, wh.data(), nw);
   if (kernels::bf16_gemm_native())
-    if (auto e = get_conv(g, B != nullptr, /*bf16=*/true))
+    if (auto e = get_conv(g, B != nullptr, /*bf16=*/true)) {
+      std::vector<uint16_t> xh((size_t)nx), wh((size_t)nw);
+      kernels::f32_to_bf16(X, xh.data(), nx);
+      kernels::f32_to_bf16(W, wh.data(), nw);
       return run_conv(*e, xh.data(), wh.data(), B, Y);
+    }
   std::vector<float> xf((size_t)nx), wf((size_t)nw);
-  kernels::bf16_to_f32(xh.data(), xf.data(), nx);
-  kernels::bf16_to_f32(wh.data(), wf.data(), nw);
+  kernels::round_to_bf16(X, xf.data(), nx);
+  kernels::round_to_bf16(W, wf.data(), nw);
   conv_f32(g, xf.data(), wf.data(), B, Y);
 }
 

@@ -304,6 +304,21 @@ void bf16_to_f32(const uint16_t* x, float* y, int64_t n) {
   });
 }
 
+void round_to_bf16(const float* x, float* y, int64_t n) {
+  const bool fast = simd::native_bf16_conversions();
+  runtime::parallel_for(n, kConvertGrain, [&](int64_t b, int64_t e) {
+    uint16_t h[1024];
+    for (int64_t i = b; i < e; i += 1024) {
+      const int64_t m = std::min<int64_t>(1024, e - i);
+      if (fast)
+        f32_to_bf16_avx512(x + i, h, m);
+      else
+        f32_to_bf16_portable(x + i, h, m);
+      for (int64_t j = 0; j < m; j++) y[i + j] = bf16_to_float(h[j]);
+    }
+  });
+}
+
 void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {

@@ -106,6 +106,9 @@ void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
 // (exact).
 void f32_to_bf16(const float* x, uint16_t* y, int64_t n);
 void bf16_to_f32(const uint16_t* x, float* y, int64_t n);
+// y = x rounded to bf16 as f32_to_bf16 rounds, held in float32 (exact): bf16_to_f32(f32_to_bf16(x))
+// without the bf16 array. y may be x.
+void round_to_bf16(const float* x, float* y, int64_t n);
 // Whether this CPU has AVX512_BF16 (read once).
 bool cpu_has_avx512_bf16();
 // Whether kernels that issue many small bf16 GEMMs (attention's tiles) call gemm_bf16 on bf16
