@@ -105,9 +105,12 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   }
   impl_->ts->set_unbiased_running_var(model_.batch_norm_unbiased_var);
   impl_->ts->set_bf16_gemm(args_.bf16);
-  if (args_.bf16 && !kernels::cpu_has_avx512_bf16())
-    std::cerr << "Warning: bf16: this CPU has no AVX512_BF16; the bf16-rounded GEMM inputs are "
-                 "multiplied by float32 GEMMs (the same numerics, slower than float32).\n";
+  if (args_.bf16 && !kernels::bf16_gemm_native())
+    std::cerr << "Warning: bf16: "
+              << (kernels::cpu_has_avx512_bf16() ? "ONYX_CPU chose a path without AVX512_BF16"
+                                                 : "this CPU has no AVX512_BF16")
+              << "; the bf16-rounded GEMM inputs are multiplied by float32 GEMMs (the same "
+                 "numerics, slower than float32).\n";
   passes::OptimizeOptions po;
   po.recompute = args_.gradient_checkpointing;
   impl_->ts->set_pass_options(po);

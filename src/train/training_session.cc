@@ -273,18 +273,26 @@ double TrainingSession::forward_backward(
                dtype_name(v.dtype()), shape_str(v.shape()), " for ", dtype_name(dst.dtype()),
                shape_str(dst.shape()));
     std::memcpy(dst.raw(), v.raw(), dst.nbytes());
+    rounded_fresh_ = false;
   }
   return out.at(c.tg.loss).get_as_double(0);
 }
 
 void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
                                        runtime::RunOptions& ro) {
-  for (auto& [b, t] : buffers_) feeds[b] = t;
   ro.bf16_gemm = bf16_gemm_ || full_bf16_eval_;
   if (!full_bf16_eval_) {
+    for (auto& [b, t] : buffers_) feeds[b] = t;
     for (auto& p : params_) feeds[p] = param_buf_.view(p);
     return;
   }
+  // model.to(torch.bfloat16) rounds every floating parameter and buffer: the trained weights,
+  // the frozen ones (a LoRA base model) and the BatchNorm running statistics.
+  auto rounded = [](const Tensor& t) {
+    Tensor r(t.dtype(), t.shape());
+    kernels::round_to_bf16(t.data<float>(), r.data<float>(), t.numel());
+    return r;
+  };
   if (!rounded_.flat().defined()) {
     rounded_ = FlatBuffer(param_buf_.layout());
     rounded_fresh_ = false;
@@ -292,8 +300,23 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
   if (!rounded_fresh_) {  // the weights as model.to(torch.bfloat16) holds them, widened
     kernels::round_to_bf16(param_buf_.flat().data<float>(), rounded_.flat().data<float>(),
                            param_buf_.layout().numel);
+    rounded_other_.clear();
+    for (auto& [b, t] : buffers_)
+      if (t.dtype() == DType::Float32) rounded_other_[b] = rounded(t);
     rounded_fresh_ = true;
   }
+  if (rounded_frozen_.empty())  // frozen weights do not change: rounded once per evaluation
+    for (auto& f : opts_.frozen) {
+      auto it = forward_->initializers.find(f);
+      if (it != forward_->initializers.end() && it->second.dtype() == DType::Float32 &&
+          !buffers_.count(f))
+        rounded_frozen_[f] = rounded(it->second);
+    }
+  for (auto& [b, t] : buffers_) {
+    auto it = rounded_other_.find(b);
+    feeds[b] = it != rounded_other_.end() ? it->second : t;
+  }
+  for (auto& [f, t] : rounded_frozen_) feeds[f] = t;
   for (auto& p : params_) feeds[p] = rounded_.view(p);
 }
 

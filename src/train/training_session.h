@@ -51,10 +51,11 @@ class TrainingSession {
   // rounded again before the next run.
   void weights_changed() { shadow_fresh_ = rounded_fresh_ = false; }
   // TrainingArguments.bf16_full_eval (evaluation and prediction outside training, as Transformers
-  // casts the model with model.to(torch.bfloat16) there): forward() reads the trained parameters
-  // rounded to bf16 (round to nearest even; a float32 copy of the rounded values, made on the
-  // first such run and freed by release_activation_memory) and gives the GEMMs bf16 inputs. The
-  // parameters themselves are not changed.
+  // casts the model with model.to(torch.bfloat16) there): forward() reads the trained parameters,
+  // the frozen weights and the float BatchNorm running statistics rounded to bf16 (round to
+  // nearest even; float32 copies of the rounded values, made on the first such run and freed by
+  // release_activation_memory) and gives the GEMMs bf16 inputs. The tensors themselves are not
+  // changed.
   void set_bf16_full_eval(bool on) { full_bf16_eval_ = on; }
   bool bf16_full_eval() const { return full_bf16_eval_; }
   FlatBuffer& grads() { return grad_buf_; }
@@ -134,6 +135,8 @@ class TrainingSession {
   // evaluation ones after an evaluation pass, the training ones too when training ends.
   void release_activation_memory(bool training_too) {
     rounded_ = FlatBuffer();  // bf16_full_eval's rounded weights
+    rounded_other_.clear();
+    rounded_frozen_.clear();
     rounded_fresh_ = false;
     for (auto& [k, c] : eval_graphs_) c.session->release_arena();
     if (forward_session_) forward_session_->release_arena();
@@ -178,6 +181,8 @@ class TrainingSession {
   // bf16_full_eval: params() rounded to bf16 and widened back (allocated while evaluating)
   bool full_bf16_eval_ = false;
   FlatBuffer rounded_;
+  std::map<std::string, Tensor> rounded_other_;   // the float buffers_, rounded with rounded_
+  std::map<std::string, Tensor> rounded_frozen_;  // opts_.frozen's float weights, rounded
   bool rounded_fresh_ = false;
   // forward()'s parameter feeds: views of params(), or of rounded_ under bf16_full_eval
   void feed_eval_params(std::map<std::string, Tensor>& feeds, runtime::RunOptions& ro);

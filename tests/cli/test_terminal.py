@@ -513,11 +513,19 @@ def case_version(ctx):
     supported = cpu[3].split()
     if cpu[1] != supported[0] or "portable" not in cpu[2].split():
         return False, f"auto chose {cpu[1]}, not the best of {supported} (or no portable path)"
+    # ONYX_CPU caps oneDNN's own dispatch too: a forced avx2 or portable path runs no AVX-512
+    # GEMM (and no native bf16 matmul), as on a CPU of that kind.
+    allowed = {"avx2": {"sse41", "avx", "avx2", "avx2_vnni"}, "portable": {"sse41"}}
     for path in supported:
         q = subprocess.run([ONYX, "--version"], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "ONYX_CPU": path})
         if q.returncode != 0 or f"cpu path {path} " not in q.stdout:
             return False, f"ONYX_CPU={path}: exit {q.returncode}, {q.stdout!r} {q.stderr!r}"
+        isa = re.search(r"; GEMMs oneDNN (\w+)", q.stdout)
+        if not isa or (path in allowed and isa[1] not in allowed[path]):
+            return False, f"ONYX_CPU={path}: oneDNN runs {isa[1] if isa else '?'}: {q.stdout!r}"
+        if path == "portable" and "bf16 conversions portable rounding" not in q.stdout:
+            return False, f"ONYX_CPU=portable still converts to bf16 natively: {q.stdout!r}"
     q = subprocess.run([ONYX, "--version"], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "ONYX_CPU": "sse9"})
     if q.returncode == 0 or "unknown CPU path 'sse9'" not in q.stderr:

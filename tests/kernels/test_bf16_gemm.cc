@@ -345,10 +345,11 @@ TEST(Bf16Gemm, Bf16InputsAreTheFloat32OpOnWidenedValues) {
   }
 }
 
-// Conv, ConvGradInput and ConvGradWeight under bf16_gemm (mixed precision, as autocast runs
-// conv): the float32 ops on the bf16-rounded operands (float32 accumulation, so within float32
-// summation error of them: on the widened path the same bits), and measurably off the unrounded
-// float32 ops. A ViT patch embedding (kernel = stride 4) and a padded 3x3 conv with groups.
+// Conv, ConvGradInput, ConvGradWeight and ConvTranspose under bf16_gemm (mixed precision, as
+// autocast runs conv): the float32 ops on the bf16-rounded operands (float32 accumulation, so
+// within float32 summation error of them: on the widened path the same bits), and measurably off
+// the unrounded float32 ops. A ViT patch embedding (kernel = stride 4) and a padded 3x3 conv with
+// groups.
 TEST(Bf16Gemm, ConvAndItsGradientsTakeBf16RoundedOperands) {
   struct Case {
     Shape x, w;
@@ -401,6 +402,17 @@ TEST(Bf16Gemm, ConvAndItsGradientsTakeBf16RoundedOperands) {
     Tensor want_dw = runtime::run_node(gw, 17, {rounded(dy), rounded(x)})[0];
     EXPECT_LE(rel(dw, want_dw), 1e-5) << "ConvGradWeight";
     EXPECT_GT(rel(runtime::run_node(gw, 17, {dy, x})[0], want_dw), 1e-4) << "ConvGradWeight";
+
+    // ConvTranspose (a UNet's upsampling) back from y's shape with the same W (C_in = M).
+    ir::Node ct = node("ConvTranspose", 3, 1);
+    ct.domain = "";
+    attrs(ct);
+    const int64_t m_out = c.w[1] * c.group;
+    Tensor bt = Tensor::from_vector(DType::Float32, {m_out}, randoms(m_out, seed++));
+    Tensor yt = runtime::run_node(ct, 17, {y, w, bt}, mixed)[0];
+    Tensor want_t = runtime::run_node(ct, 17, {rounded(y), rounded(w), bt})[0];
+    EXPECT_LE(rel(yt, want_t), 1e-5) << "ConvTranspose";
+    EXPECT_GT(rel(runtime::run_node(ct, 17, {y, w, bt})[0], want_t), 1e-4) << "ConvTranspose";
   }
 }
 

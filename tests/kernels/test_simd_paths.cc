@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/philox.h"
 #include "kernels/cpu/simd/dispatch.h"
 #include "kernels/cpu/simd/simd.h"
@@ -83,6 +85,26 @@ TEST_F(SimdPaths, EveryPathIsCompiledAndTheBestIsChosen) {
   EXPECT_THROW(simd::select_path("sse9"), Error);
   EXPECT_EQ(simd::chosen_path(), cpu.front());  // a refused selection changes nothing
   EXPECT_NE(simd::describe().find("cpu path " + cpu.front()), std::string::npos);
+}
+
+// ONYX_CPU=avx2 / portable (scripts/test.sh runs this binary so) caps oneDNN's dispatch as well
+// and turns the native bf16 matmul off: the forced run is what a CPU of that kind runs.
+TEST_F(SimdPaths, ForcedPathCapsOneDnnAndTheNativeBf16Matmul) {
+  const char* env = std::getenv("ONYX_CPU");
+  const std::string forced = env ? env : "";
+  const std::string isa = simd::onednn_isa();
+  if (forced == "avx2" || forced == "portable") {
+    EXPECT_EQ(isa.find("avx512"), std::string::npos) << "ONYX_CPU=" << forced << ": " << isa;
+    if (forced == "portable") {
+      EXPECT_EQ(isa, "sse41");
+    }
+    EXPECT_FALSE(kernels::bf16_gemm_native());
+    EXPECT_FALSE(simd::native_bf16_conversions());
+  } else {
+    EXPECT_EQ(kernels::bf16_gemm_native(),
+              kernels::cpu_has_avx512_bf16() && simd::chosen_path() == "avx512");
+  }
+  EXPECT_NE(simd::describe().find("GEMMs oneDNN " + isa), std::string::npos) << simd::describe();
 }
 
 struct MapCase {

@@ -13,6 +13,7 @@
 #include "autodiff/gradient.h"
 #include "data/dataset.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/gemm.h"
 #include "onyx/trainer.h"
 #include "passes/inference_export.h"
 #include "train/training_session.h"
@@ -250,4 +251,68 @@ TEST(BatchNormBuffers, TrainerSavesAndResumesThem) {
   }
   fs::remove_all(dir);
   fs::remove_all(dir2);
+}
+
+// bf16_full_eval reads what model.to(torch.bfloat16) would hold: the trained parameters, a
+// frozen weight and the running statistics all rounded to bf16 — the same outputs, bit for bit,
+// as a model whose tensors were rounded beforehand — and changes none of them.
+TEST(BatchNormBuffers, Bf16FullEvalRoundsFrozenWeightsAndRunningStatistics) {
+  auto frozen_graph = [] {
+    auto g = bn_graph();
+    std::mt19937 rng(11);
+    std::normal_distribution<float> d(0.0f, 0.7f);
+    Tensor f(DType::Float32, {S, S});
+    for (int64_t i = 0; i < f.numel(); i++) f.data<float>()[i] = d(rng);
+    g->add_initializer("proj.weight", f);
+    // y -> MatMul(y, proj.weight) = z, and the loss reads z.
+    g->nodes.insert(g->nodes.begin() + 1, node("MatMul", {"y", "proj.weight"}, {"z"}));
+    g->nodes[2].inputs[0] = "z";  // Sub(z, t)
+    ir::ValueInfo v;
+    v.name = "z";
+    v.dtype = DType::Float32;
+    g->outputs.push_back(v);
+    return g;
+  };
+  autodiff::GradientOptions opts;
+  opts.frozen = {"proj.weight"};
+  auto g = frozen_graph();
+  const Tensor frozen_before = g->initializers.at("proj.weight").clone();
+  train::TrainingSession ts(g, opts);
+  ts.forward_backward(batch(1), false);  // running statistics no longer bf16 values
+  const Tensor stats_before = ts.buffer("bn.running_var").clone();
+  ts.set_bf16_full_eval(true);
+  auto e = batch(4);
+  auto full = ts.forward(e);
+
+  // The same model with its tensors rounded to bf16 beforehand, run with bf16 GEMM inputs.
+  auto reference = [&](bool round_frozen) {
+    auto r = frozen_graph();
+    auto put = [&](const std::string& name, const Tensor& t, bool round) {
+      Tensor c = t.clone();
+      if (round) kernels::round_to_bf16(c.data<float>(), c.data<float>(), c.numel());
+      r->initializers[name] = c;
+    };
+    for (auto& p : ts.parameters()) put(p, ts.params().view(p), true);
+    for (auto& [b, t] : ts.buffers()) put(b, t, true);
+    put("proj.weight", g->initializers.at("proj.weight"), round_frozen);
+    train::TrainingSession rs(r, opts);
+    rs.set_bf16_gemm(true);
+    return rs.forward(e);
+  };
+  auto want = reference(true);
+  auto unrounded_frozen = reference(false);
+  ASSERT_EQ(full.at("z").numel(), want.at("z").numel());
+  int differs = 0;
+  for (int64_t i = 0; i < want.at("z").numel(); i++) {
+    EXPECT_EQ(full.at("z").data<float>()[i], want.at("z").data<float>()[i]) << "element " << i;
+    differs += unrounded_frozen.at("z").data<float>()[i] != want.at("z").data<float>()[i];
+  }
+  EXPECT_EQ(full.at("loss").get_as_double(0), want.at("loss").get_as_double(0));
+  EXPECT_GT(differs, 0) << "rounding the frozen weight changed nothing: the check cannot fail";
+  // Nothing rounded in place.
+  EXPECT_EQ(std::memcmp(g->initializers.at("proj.weight").raw(), frozen_before.raw(),
+                        frozen_before.nbytes()),
+            0);
+  EXPECT_EQ(
+      std::memcmp(ts.buffer("bn.running_var").raw(), stats_before.raw(), stats_before.nbytes()), 0);
 }

@@ -417,17 +417,6 @@ ConvG conv_g(const ir::Node& node, const Shape& x, const Shape& w, const Shape& 
   return g;
 }
 
-// The gradients' GEMMs: kernels::gemm, or with bf16 (KernelContext::bf16_gemm, float32 tensors)
-// kernels::gemm_as_bf16: both operands rounded to bf16, float32 accumulation.
-template <class T>
-void grad_gemm(bool bf16, bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
-               const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    if (bf16)
-      return kernels::gemm_as_bf16(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  gemm<T>(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
 // dX (N, C, in...) from dY (N, M, out...) and W (M, Cg, k...):
 // per sample and group, dcol (Cg·k, out) = W_g^T (Cg·k, Mg) · dY_ng (Mg, out), then col2im.
 template <class T>
@@ -440,13 +429,13 @@ void conv_grad_input(const ConvG& g, bool bf16, const T* dY, const T* W, T* dX) 
       const T* dy = dY + (n * g.M + grp * g.Mg) * g.out_sz;
       T* dx = dX + (n * g.C + grp * g.Cg) * g.in_sz;
       if (g.identity_col) {
-        grad_gemm<T>(bf16, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz, T(0), dx,
-                     g.in_sz);
+        kernels::gemm_maybe_bf16<T>(bf16, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy,
+                                    g.out_sz, T(0), dx, g.in_sz);
         continue;
       }
       dcol.resize(ck * g.out_sz);
-      grad_gemm<T>(bf16, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz, T(0),
-                   dcol.data(), g.out_sz);
+      kernels::gemm_maybe_bf16<T>(bf16, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz,
+                                  T(0), dcol.data(), g.out_sz);
       std::fill(dx, dx + g.Cg * g.in_sz, T(0));
       // Threads own channels, so no two write the same element.
       parallel_for(g.Cg, 1, [&](int64_t c0, int64_t c1) {
@@ -486,8 +475,8 @@ void conv_grad_weight(const ConvG& g, bool bf16, const T* dY, const T* X, T* dW)
           conv_detail::im2col<T>(cg, g.Cg, x, col.data());
           cp = col.data();
         }
-        grad_gemm<T>(bf16, false, true, g.Mg, ck, g.out_sz, T(1), dy, g.out_sz, cp, g.out_sz,
-                     n == n0 ? T(0) : T(1), acc + grp * g.Mg * ck, ck);
+        kernels::gemm_maybe_bf16<T>(bf16, false, true, g.Mg, ck, g.out_sz, T(1), dy, g.out_sz, cp,
+                                    g.out_sz, n == n0 ? T(0) : T(1), acc + grp * g.Mg * ck, ck);
       }
     if (n1 <= n0) std::fill(acc, acc + wsz, T(0));
   };

@@ -14,6 +14,11 @@
 // threads the GEMM and col2im over output channels. float16/bfloat16 are converted to float32
 // around the same code. The backward is Conv and onyx.ConvGradWeight
 // (autodiff/gradients/nn_spatial.cc).
+// Mixed precision (KernelContext::bf16_gemm, TrainingArguments.bf16; float32 tensors): the GEMM
+// takes X and W rounded to bf16 with float32 accumulation (kernels::gemm_as_bf16: oneDNN's bf16
+// matmul on AVX512_BF16, else the rounded values widened), as PyTorch's CPU autocast runs
+// conv_transpose; the bias add and col2im's sums stay float32. Its gradients (Conv,
+// ConvGradWeight) round theirs in conv.cc.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -130,7 +135,7 @@ DeconvGeom deconv_geom(const ir::Node& node, const Shape& x, const Shape& w, con
 }
 
 template <class T>
-void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y) {
+void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y, bool bf16 = false) {
   const int64_t mk = g.Mg * g.k_sz;
   const conv_detail::ColGeom cg = g.cols();
   auto init_bias = [&](int64_t n) {
@@ -146,8 +151,8 @@ void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y) {
       const T* x = X + (n * g.C + grp * g.Cg) * g.in_sz;  // (Cg, in)
       T* y = Y + (n * g.M + grp * g.Mg) * g.out_sz;       // (Mg, out)
       col.resize(mk * g.in_sz);
-      kernels::gemm<T>(true, false, mk, g.in_sz, g.Cg, T(1), w, mk, x, g.in_sz, T(0), col.data(),
-                       g.in_sz);
+      kernels::gemm_maybe_bf16<T>(bf16, true, false, mk, g.in_sz, g.Cg, T(1), w, mk, x, g.in_sz,
+                                  T(0), col.data(), g.in_sz);
       if (threaded)
         parallel_for(g.Mg, 1, [&](int64_t m0, int64_t m1) {
           conv_detail::col2im_add<T>(cg, col.data(), y, m0, m1);
@@ -186,7 +191,7 @@ void deconv_compute(KernelContext& ctx) {
   switch (x.dtype()) {
     case DType::Float32:
       return deconv<float>(g, x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr,
-                           y.data<float>());
+                           y.data<float>(), ctx.bf16_gemm);
     case DType::Float64:
       return deconv<double>(g, x.data<double>(), w.data<double>(), b ? b->data<double>() : nullptr,
                             y.data<double>());

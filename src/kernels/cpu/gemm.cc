@@ -280,7 +280,7 @@ std::atomic<int> g_force_native{-1};
 
 bool bf16_gemm_native() {
   int f = g_force_native.load(std::memory_order_relaxed);
-  return f < 0 ? cpu_has_avx512_bf16() : f != 0;
+  return f < 0 ? simd::native_bf16_conversions() : f != 0;
 }
 
 void force_bf16_gemm_native(int native) {
@@ -326,7 +326,7 @@ void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float 
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
   std::shared_ptr<const CachedMatmul> e;
-  if (cpu_has_avx512_bf16()) {
+  if (bf16_gemm_native()) {
     try {
       e = get_matmul(transA, transB, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0, 1, true);
     } catch (const dnnl::error&) {

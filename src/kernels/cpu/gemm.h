@@ -66,8 +66,9 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha, co
 // C(M,N) (float32) = alpha * op(A) * op(B) + beta * C with A and B bfloat16 (raw bits): oneDNN's
 // bf16 matmul with float32 accumulation (brg:avx512_core_bf16 on CPUs with AVX512_BF16, about
 // twice sgemm's rate here: PERF.md), cached per shape like the float32 primitives. Where oneDNN
-// has only its reference implementation the operands are widened to float32 for sgemm instead
-// (the same products: a bf16 times a bf16 is exact in float32).
+// has only its reference implementation, or bf16_gemm_native() is false (no AVX512_BF16, or
+// ONYX_CPU chose a path without it), the operands are widened to float32 for sgemm instead (the
+// same products: a bf16 times a bf16 is exact in float32).
 void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
@@ -85,6 +86,16 @@ void gemm_f32_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, co
 void gemm_as_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc);
+
+// gemm<T>, or gemm_as_bf16 for float32 with `bf16` (KernelContext::bf16_gemm): the convolutions'
+// GEMMs under mixed precision.
+template <class T>
+void gemm_maybe_bf16(bool bf16, bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
+                     const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) return gemm_as_bf16(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm<T>(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 // One operand of a mixed-precision GEMM: float32 (rounded to bf16 into a per-thread scratch for
 // the call, as gemm_as_bf16) or bfloat16 bits (used as they are: a value the mixed-precision pass,
@@ -112,7 +123,8 @@ void round_to_bf16(const float* x, float* y, int64_t n);
 // Whether this CPU has AVX512_BF16 (read once).
 bool cpu_has_avx512_bf16();
 // Whether kernels that issue many small bf16 GEMMs (attention's tiles) call gemm_bf16 on bf16
-// arrays (native: oneDNN's AVX512_BF16 matmul; the default where cpu_has_avx512_bf16()) or hold
+// arrays (native: oneDNN's AVX512_BF16 matmul; the default where the CPU has AVX512_BF16 and
+// the avx512 path is chosen, simd::native_bf16_conversions(); gemm_bf16 follows it too) or hold
 // the bf16 values widened in float32 for sgemm (other CPUs: gemm_bf16 would widen its operands on
 // every call). Both give the same products. force_bf16_gemm_native(1 / 0) makes every CPU take
 // the native / widened path (tests run both: gemm_bf16 is correct on any CPU, only slower

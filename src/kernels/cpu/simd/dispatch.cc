@@ -7,6 +7,12 @@
 // the AVX2 and portable paths on an AVX-512 machine. bf16 conversions are the exception: Highway
 // 1.0.3 truncates f32 -> bf16, so kernels/cpu/gemm.cc keeps its own rounding conversion with an
 // AVX512_BF16 path.
+//
+// oneDNN (the GEMMs and convolutions) dispatches on its own; ONYX_CPU caps it too, at start-up
+// (oneDNN takes a cap only before its first primitive): avx2 at oneDNN's avx2, portable at its
+// lowest JIT level (sse41), so a forced path runs what a CPU of that kind would, bf16 matmuls
+// included (kernels::bf16_gemm_native() follows the chosen path). select_path() later in the
+// process moves only the hand-written kernels.
 #include "kernels/cpu/simd/dispatch.h"
 
 #include <hwy/highway.h>
@@ -15,6 +21,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <dnnl.hpp>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/simd/simd.h"
@@ -53,7 +60,13 @@ struct SelectAtStartup {
   SelectAtStartup() {
     const char* env = std::getenv("ONYX_CPU");
     try {
-      select_path(env && *env ? env : "auto");
+      const std::string path = env && *env ? env : "auto";
+      select_path(path);
+      if (path == "avx2" || path == "portable") {
+        auto isa = path == "avx2" ? dnnl::cpu_isa::avx2 : dnnl::cpu_isa::sse41;
+        if (dnnl::set_max_cpu_isa(isa) != dnnl::status::success)
+          throw Error("oneDNN did not accept an instruction-set cap");
+      }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "onyx: ONYX_CPU: %s\n", e.what());
       std::exit(2);
@@ -108,14 +121,41 @@ void select_path(const std::string& path) {
 
 bool native_bf16_conversions() { return g_native_bf16; }
 
+std::string onednn_isa() {
+  using I = dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case I::sse41:
+      return "sse41";
+    case I::avx:
+      return "avx";
+    case I::avx2:
+      return "avx2";
+    case I::avx2_vnni:
+      return "avx2_vnni";
+    case I::avx512_mic:
+    case I::avx512_mic_4ops:
+      return "avx512_mic";
+    case I::avx512_core:
+      return "avx512_core";
+    case I::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case I::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case I::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "all";
+  }
+}
+
 std::string describe() {
   std::string s = "cpu path " + chosen_path() + " (compiled:";
   for (const std::string& p : compiled_paths()) s += " " + p;
   s += "; this CPU:";
   for (const std::string& p : supported_paths()) s += " " + p;
   s += std::string("); bf16 conversions ") +
-       (native_bf16_conversions() ? "avx512_bf16" : "portable rounding") +
-       "; GEMMs oneDNN (its own dispatch)";
+       (native_bf16_conversions() ? "avx512_bf16" : "portable rounding") + "; GEMMs oneDNN " +
+       onednn_isa();
   return s;
 }
 

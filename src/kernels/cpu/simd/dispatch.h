@@ -24,6 +24,9 @@ void select_path(const std::string& path);
 // Whether float32 -> bf16 conversions run on AVX512_BF16 (the CPU has it and the avx512 path is
 // chosen; the other paths test the portable rounding).
 bool native_bf16_conversions();
+// The instruction set oneDNN runs (its own dispatch, capped by ONYX_CPU at start-up): "avx2",
+// "avx512_core_bf16", ...
+std::string onednn_isa();
 // One line for `onyx --version`: the chosen path, the others, and how bf16 conversions run.
 std::string describe();
 
