@@ -78,7 +78,12 @@ def main():
     ceil = gemm_ceilings(onyx_bench)
     print("GEMM ceilings (512x768x2048, GFLOP/s): " +
           (", ".join(f"{k} {v:.0f}" for k, v in ceil.items()) or "onyx_bench not built"), flush=True)
-    results = {"ceiling_gflops": ceil, "models": {}}
+    # The kernel path and oneDNN's instruction set: bf16 GEMMs run natively only on
+    # AVX512_BF16 (else the bf16-rounded values are widened for float32 GEMMs).
+    cpu = subprocess.run([a.onyx, "--version"], capture_output=True, text=True).stdout.splitlines()
+    cpu = cpu[1] if len(cpu) > 1 else "?"
+    print("onyx: " + cpu, flush=True)
+    results = {"ceiling_gflops": ceil, "cpu": cpu, "models": {}}
     work = tempfile.mkdtemp(prefix="onyx-bf16-bench-")
     for name in a.models.split(","):
         spec = bench_models.ALL_SPECS[name]

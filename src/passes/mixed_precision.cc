@@ -1,4 +1,6 @@
-// mixed_precision.cc — the training graph's bf16 operands (TrainingArguments.bf16, issue #13).
+// mixed_precision.cc — the training graph's bf16 operands (TrainingArguments.bf16, issue #13);
+// train::TrainingSession runs it on the evaluation graphs too (forward only: the same rewrite of
+// the forward's GEMMs, so evaluation computes what the training step's forward computes).
 //
 // Policy (that of ONNX Runtime's mixed-precision pass and PyTorch's CPU autocast): GEMMs take
 // bf16 inputs and accumulate in float32; everything else — LayerNorm statistics, softmax, the

@@ -155,12 +155,7 @@ TrainingSession::Compiled& TrainingSession::compiled_for(
   if (optimize_) passes::optimize_training(*c.tg.graph, sig, vars, po, &c.report);
   for (auto& p : params_)
     if (c.tg.graph->find_input(passes::bf16_weight_input(p))) c.shadowed.push_back(p);
-  if (!c.shadowed.empty() && !shadow_.flat().defined()) {
-    FlatLayout l = param_buf_.layout();
-    l.dtype = DType::BFloat16;
-    shadow_ = FlatBuffer(l);
-    shadow_fresh_ = false;
-  }
+  if (!c.shadowed.empty()) allocate_shadow();
   c.session = std::make_unique<runtime::Session>(c.tg.graph, vars);
   {  // which gradients are final as soon as they are written
     std::map<std::string, int> produced, read;
@@ -203,14 +198,28 @@ std::map<std::string, Tensor> TrainingSession::feeds_for(
     if (c.tg.graph->find_input(n)) feeds[n] = t;
   for (auto& p : params_) feeds[p] = param_buf_.view(p);
   for (auto& [b, t] : buffers_) feeds[b] = t;
-  if (c.shadowed.empty()) return feeds;
+  feed_shadow(c.shadowed, feeds);
+  return feeds;
+}
+
+void TrainingSession::allocate_shadow() {
+  if (shadow_.flat().defined()) return;
+  FlatLayout l = param_buf_.layout();
+  l.dtype = DType::BFloat16;
+  shadow_ = FlatBuffer(l);
+  shadow_fresh_ = false;
+}
+
+void TrainingSession::feed_shadow(const std::vector<std::string>& shadowed,
+                                  std::map<std::string, Tensor>& feeds) {
+  if (shadowed.empty()) return;
+  allocate_shadow();
   if (!shadow_fresh_) {  // one rounding pass, as the optimizer's would have written it
     kernels::f32_to_bf16(param_buf_.flat().data<float>(), shadow_.flat().data<uint16_t>(),
                          param_buf_.layout().numel);
     shadow_fresh_ = true;
   }
-  for (auto& p : c.shadowed) feeds[passes::bf16_weight_input(p)] = shadow_.view(p);
-  return feeds;
+  for (auto& p : shadowed) feeds[passes::bf16_weight_input(p)] = shadow_.view(p);
 }
 
 double TrainingSession::planned_activation_bytes(const std::map<std::string, Tensor>& batch) {
@@ -279,8 +288,11 @@ double TrainingSession::forward_backward(
 }
 
 void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
-                                       runtime::RunOptions& ro) {
+                                       runtime::RunOptions& ro,
+                                       const std::vector<std::string>& shadowed) {
   ro.bf16_gemm = bf16_gemm_ || full_bf16_eval_;
+  // (Under bf16_full_eval too: the shadow holds params() rounded, which rounded_ holds widened.)
+  feed_shadow(shadowed, feeds);
   if (!full_bf16_eval_) {
     for (auto& [b, t] : buffers_) feeds[b] = t;
     for (auto& p : params_) feeds[p] = param_buf_.view(p);
@@ -347,9 +359,22 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
     EvalCompiled c;
     c.lg = autodiff::build_loss_graph(*forward_, opts_, sig);
     passes::batch_norm_to_inference(*c.lg.graph);  // evaluation: PyTorch's eval() BatchNorm
-    if (optimize_)
-      c.lg.graph = std::make_shared<ir::Graph>(
-          passes::optimize_forward(*c.lg.graph, sig, variables(), pass_opts_, nullptr));
+    if (optimize_) {
+      passes::OptimizeOptions po = pass_opts_;
+      if (po.bf16) po.bf16_weights.insert(params_.begin(), params_.end());
+      auto g = std::make_shared<ir::Graph>(
+          passes::optimize_forward(*c.lg.graph, sig, variables(), po, nullptr));
+      // Mixed precision rewrites the evaluation graph as it does the training step's forward
+      // (autocast wraps every forward, evaluation's too): the same numerics, and no weight
+      // rounded per call.
+      if (po.bf16) {
+        po.gradient_into_buffer = false;
+        passes::optimize_training(*g, sig, variables(), po, nullptr);
+        for (auto& p : params_)
+          if (g->find_input(passes::bf16_weight_input(p))) c.shadowed.push_back(p);
+      }
+      c.lg.graph = g;
+    }
     c.session = std::make_unique<runtime::Session>(c.lg.graph, variables());
     it = eval_graphs_.emplace(key, std::move(c)).first;
   }
@@ -357,7 +382,7 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
   for (auto& [n, t] : batch)
     if (it->second.lg.graph->find_input(n)) feeds[n] = t;
   runtime::RunOptions ro;
-  feed_eval_params(feeds, ro);
+  feed_eval_params(feeds, ro, it->second.shadowed);
   auto out = it->second.session->run(feeds, ro);
   out["loss"] = out.at(it->second.lg.loss);
   return out;

@@ -120,14 +120,16 @@ class TrainingSession {
   const passes::OptimizeOptions& pass_options() const { return pass_opts_; }
   // Mixed precision (TrainingArguments.bf16): every run of this session's graphs, training and
   // evaluation, gives the GEMM kernels bf16 inputs (runtime::RunOptions::bf16_gemm), and the
-  // training graphs store their GEMM operands in bf16 (OptimizeOptions::bf16, the
-  // mixed_precision pass; with optimization on). `store_bf16` false leaves the graphs float32
-  // (the per-call rounding alone: what the pass must reproduce bit for bit).
+  // training graphs and the evaluation graphs with a loss store their GEMM operands in bf16
+  // (OptimizeOptions::bf16, the mixed_precision pass; with optimization on). `store_bf16` false
+  // leaves the graphs float32 (the per-call rounding alone: what the pass must reproduce bit for
+  // bit).
   void set_bf16_gemm(bool on, bool store_bf16 = true) {
     bf16_gemm_ = on;
     if (pass_opts_.bf16 != (on && store_bf16)) {
       pass_opts_.bf16 = on && store_bf16;
       graphs_.clear();
+      eval_graphs_.clear();
     }
   }
   bool bf16_gemm() const { return bf16_gemm_; }
@@ -184,8 +186,14 @@ class TrainingSession {
   std::map<std::string, Tensor> rounded_other_;   // the float buffers_, rounded with rounded_
   std::map<std::string, Tensor> rounded_frozen_;  // opts_.frozen's float weights, rounded
   bool rounded_fresh_ = false;
-  // forward()'s parameter feeds: views of params(), or of rounded_ under bf16_full_eval
-  void feed_eval_params(std::map<std::string, Tensor>& feeds, runtime::RunOptions& ro);
+  // forward()'s parameter feeds: views of params(), or of rounded_ under bf16_full_eval, and
+  // the bf16 shadow's views for the `shadowed` parameters
+  void feed_eval_params(std::map<std::string, Tensor>& feeds, runtime::RunOptions& ro,
+                        const std::vector<std::string>& shadowed = {});
+  // The graph inputs bf16_weight_input(p) of the `shadowed` parameters: views of the bf16 shadow
+  // (allocated on first use), rounded again from params() first when it may be stale.
+  void feed_shadow(const std::vector<std::string>& shadowed, std::map<std::string, Tensor>& feeds);
+  void allocate_shadow();
   std::map<std::string, Tensor> buffers_;
   bool unbiased_var_ = false;
   std::map<std::string, Compiled> graphs_;
@@ -194,6 +202,7 @@ class TrainingSession {
   struct EvalCompiled {
     autodiff::LossGraph lg;
     std::unique_ptr<runtime::Session> session;
+    std::vector<std::string> shadowed;  // parameters read through the bf16 shadow (bf16)
   };
   std::map<std::string, EvalCompiled> eval_graphs_;
   double last_build_ms_ = 0;

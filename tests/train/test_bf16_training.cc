@@ -153,7 +153,9 @@ void check_pass_exact(const char* config, models::Task task, bool want_fused, bo
   EXPECT_EQ(per_call.pass.weights, 0);
   EXPECT_GT(stored.pass.gemms, 0);
   EXPECT_GT(stored.pass.weights, 0);  // the weights read through the bf16 shadow
-  if (want_fused) EXPECT_GT(stored.pass.fused, 0);
+  if (want_fused) {
+    EXPECT_GT(stored.pass.fused, 0);
+  }
   EXPECT_GT(stored.pass.casts, 0);
   EXPECT_EQ(stored.pass.outputs, 0);
   EXPECT_EQ(stored.pass.normalized, 0);
@@ -212,7 +214,9 @@ std::pair<std::vector<double>, Tensor> train_steps(const char* config, models::T
   std::vector<double> losses;
   for (int s = 0; s < 4; s++) {
     losses.push_back(ts.forward_backward(batch_for(m, 10 + s), false, 1 + s, true));
-    if (store) EXPECT_NE(ts.bf16_shadow(), nullptr);
+    if (store) {
+      EXPECT_NE(ts.bf16_shadow(), nullptr);
+    }
     train::FlatBuffer* shadow = ts.bf16_shadow();
     opt->step(ts.params(), ts.grads(), oc.lr, shadow);
     if (shadow) ts.bf16_shadow_written();
@@ -243,5 +247,46 @@ TEST(Bf16Training, OptimizerWrittenWeightShadowBitIdenticalToPerCallRounding) {
     ASSERT_EQ(l_call.size(), l_shadow.size());
     for (size_t i = 0; i < l_call.size(); i++) EXPECT_EQ(l_call[i], l_shadow[i]) << "step " << i;
     EXPECT_EQ(std::memcmp(w_call.raw(), w_shadow.raw(), w_call.nbytes()), 0);
+  }
+}
+
+// Evaluation under bf16 runs what the training step's forward runs (the mixed_precision pass on
+// the evaluation graph too, as autocast wraps every forward: GEMM outputs read by the GELU and
+// attention stored bf16, weights read through the shadow): the evaluation loss on a batch is the
+// training step's loss on it, bit for bit, as in float32 (no dropout in these configs) — within
+// 1e-6 where the evaluation graph computes the logits it returns for metrics with a MatMulT the
+// training step fuses into LinearCrossEntropy (BERT's MLM head, ViT's classifier: the same bf16
+// products summed in another order). Rounding per call instead (the pass on the training graph
+// only) puts them 3e-6 (BERT) and 4e-4 (ViT) apart, and GPT-2 and Llama 1e-5.
+TEST(Bf16Training, EvaluationLossIsTheTrainingForwardsLoss) {
+  const std::string bert = std::string(kBert).replace(
+      std::string(kBert).rfind('}'), 1,
+      R"(, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})");
+  const struct {
+    const char* name;
+    const char* config;
+    models::Task task;
+    double rtol;
+  } cases[] = {{"gpt2", kGpt2, models::Task::CausalLM, 0},
+               {"llama", kLlama, models::Task::CausalLM, 0},
+               {"bert (post-LN)", bert.c_str(), models::Task::MaskedLM, 1e-6},
+               {"vit", kVit, models::Task::ImageClassification, 1e-6}};
+  for (const auto& c : cases) {
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(testing::Message() << c.name << " bf16 " << bf16);
+      models::BuiltModel m =
+          models::build_hf_model(models::parse_hf_config(c.config, "test/config.json"), c.task, 5);
+      std::map<std::string, Tensor> in = batch_for(m, 3);
+      autodiff::GradientOptions opts;
+      opts.loss = m.model.loss;
+      train::TrainingSession ts(m.model.graph, opts);
+      ts.set_bf16_gemm(bf16);
+      const double train = ts.forward_backward(in, false, 1, true);
+      const double eval = ts.forward(in).at("loss").get_as_double(0);
+      if (c.rtol == 0 || !bf16)
+        EXPECT_EQ(train, eval);
+      else
+        EXPECT_LE(std::fabs(train - eval), c.rtol * std::fabs(train)) << train << " vs " << eval;
+    }
   }
 }
