@@ -145,7 +145,12 @@ int save_normalized_inputs(ir::Graph& g, PassContext& ctx) {
     const int p = idx.producer(inv);
     if (p < 0) continue;
     ir::Node& norm = g.nodes[p];
-    if (norm.inputs.empty() || norm.inputs[0] != x) continue;
+    // x is the norm's input: the same value, or (gradient checkpointing) its recomputed copy,
+    // bit-identical to it — the gradient reads the statistics of this very norm, which is what
+    // autodiff paired x with, so only the metas are checked.
+    if (norm.inputs.empty() || norm.inputs[0].empty() || !ctx.has_meta(norm.inputs[0]) ||
+        !(ctx.meta(norm.inputs[0]) == ctx.meta(x)))
+      continue;
     if (ln &&
         !((is_op(norm, "LayerNormalization") || is_op(norm, "onyx", "LayerNormalization")) &&
           norm.outputs.size() >= 3 && norm.outputs[1] == gn.inputs[3] && norm.outputs[2] == inv))

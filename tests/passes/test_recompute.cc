@@ -1,7 +1,9 @@
 // tests/passes/test_recompute.cc — gradient checkpointing (passes/recompute.cc): on BERT (with
-// dropout active), GPT-2 and ViT graphs built by the Hugging Face builders, recomputing every
+// dropout active), GPT-2, ViT and Llama graphs built by the Hugging Face builders, recomputing every
 // layer gives bit-identical losses and gradients, clones exist for every layer, and the plan's
-// peak of live activation bytes drops.
+// peak of live activation bytes drops — in float32 and under bf16 mixed precision (the
+// mixed_precision pass runs after recompute: the clones' GEMM operands are rounded as the
+// originals are).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -22,13 +24,14 @@ struct Run {
 };
 
 Run train_once(const models::BuiltModel& m, const std::map<std::string, Tensor>& batch,
-               bool recompute) {
+               bool recompute, bool bf16) {
   autodiff::GradientOptions opts;
   opts.loss = m.model.loss;
   train::TrainingSession ts(m.model.graph, opts);
   passes::OptimizeOptions po;
   po.recompute = recompute;
   ts.set_pass_options(po);
+  ts.set_bf16_gemm(bf16);
   Run r;
   r.loss = ts.forward_backward(batch, false, /*seed=*/7, /*training=*/true);
   for (auto& p : ts.parameters()) r.grads[p] = ts.grads().view(p).to_double_vector();
@@ -73,14 +76,22 @@ void check(const char* config, models::Task task, bool image) {
         for (int64_t i = 0; i < B * T; i++) t.data<int64_t>()[i] = (i % T) < T - (i / T) ? 1 : 0;
       batch[in.name] = t;
     }
-  Run plain = train_once(m, batch, false);
-  Run rc = train_once(m, batch, true);
-  EXPECT_EQ(rc.layers, m.config.num_hidden_layers);
-  EXPECT_GT(rc.cloned, 0);
-  EXPECT_EQ(plain.cloned, 0);
-  EXPECT_EQ(plain.loss, rc.loss);
-  for (auto& [p, g] : plain.grads) EXPECT_EQ(g, rc.grads.at(p)) << p;
-  EXPECT_LT(rc.peak_live, plain.peak_live) << "recompute should lower the live activation peak";
+  std::map<std::string, std::vector<double>> f32_grads;
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "float32");
+    Run plain = train_once(m, batch, false, bf16);
+    Run rc = train_once(m, batch, true, bf16);
+    EXPECT_EQ(rc.layers, m.config.num_hidden_layers);
+    EXPECT_GT(rc.cloned, 0);
+    EXPECT_EQ(plain.cloned, 0);
+    EXPECT_EQ(plain.loss, rc.loss);
+    for (auto& [p, g] : plain.grads) EXPECT_EQ(g, rc.grads.at(p)) << p;
+    EXPECT_LT(rc.peak_live, plain.peak_live) << "recompute should lower the live activation peak";
+    if (!bf16)
+      f32_grads = plain.grads;
+    else
+      EXPECT_NE(plain.grads, f32_grads) << "the bf16 run should carry bf16 rounding";
+  }
 }
 
 }  // namespace
@@ -104,4 +115,11 @@ TEST(Recompute, VitIsBitIdentical) {
       R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
     "intermediate_size": 32, "image_size": 8, "patch_size": 4, "num_channels": 3, "num_labels": 5})",
       models::Task::ImageClassification, true);
+}
+
+TEST(Recompute, LlamaIsBitIdentical) {  // RMSNorm, SwiGLU, Rotary, grouped-query attention
+  check(R"({"model_type": "llama", "vocab_size": 60, "hidden_size": 16, "intermediate_size": 24,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 32, "tie_word_embeddings": false})",
+        models::Task::CausalLM, false);
 }
