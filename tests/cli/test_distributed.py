@@ -179,10 +179,13 @@ def summary(p):
 # ----------------------------------------------------------------------------------------------
 
 
-def case_equal(ctx, zero):
-    c1, o1 = ctx.config(save_strategy="steps", save_steps=6)
+def case_equal(ctx, zero, bf16=False):
+    """np2 (DDP or ZeRO) ≡ np1 with GA2, bit for bit. With bf16 (mixed precision) each rank's GEMMs
+    read the bf16 shadow of the weights: under ZeRO the shadow of the gathered weights."""
+    extra = {"bf16": True} if bf16 else {}
+    c1, o1 = ctx.config(save_strategy="steps", save_steps=6, **extra)
     run(0, c1, ["--gradient_accumulation_steps", "2"])
-    c2, o2 = ctx.config(save_strategy="steps", save_steps=6, zero_stage=zero)
+    c2, o2 = ctx.config(save_strategy="steps", save_steps=6, zero_stage=zero, **extra)
     p = run(2, c2)
     s = summary(p)
     bad = []
@@ -198,7 +201,12 @@ def case_equal(ctx, zero):
     clipped = sum(1 for r in l1 if "grad_norm" in r and r["grad_norm"] > 0.5)
     if clipped == 0:
         bad.append("clipping never active")
-    return not bad, (f"np2 {s['mode']} ≡ np1 GA2 bit for bit: weights, exp_avg/exp_avg_sq, "
+    if bf16:
+        f32 = ctx.config(save_strategy="no")
+        run(0, f32[0], ["--gradient_accumulation_steps", "2"])
+        if same_file(f"{f32[1]}/model.safetensors", f"{o1}/model.safetensors"):
+            bad.append("the bf16 run's weights equal the float32 run's: bf16 did not run")
+    return not bad, (f"np2 {s['mode']}{' bf16' if bf16 else ''} ≡ np1 GA2 bit for bit: weights, exp_avg/exp_avg_sq, "
                      f"{len(l1)} log rows ({clipped} clipped steps)" if not bad else "; ".join(bad))
 
 
@@ -527,6 +535,9 @@ def main():
             ("equal-ddp", lambda: case_equal(ctx, 0)),
             ("equal-zero1", lambda: case_equal(ctx, 1)),
             ("equal-zero2", lambda: case_equal(ctx, 2)),
+            ("equal-ddp-bf16", lambda: case_equal(ctx, 0, bf16=True)),
+            ("equal-zero1-bf16", lambda: case_equal(ctx, 1, bf16=True)),
+            ("equal-zero2-bf16", lambda: case_equal(ctx, 2, bf16=True)),
             ("buckets-overlap-ddp", lambda: case_buckets(ctx, 0)),
             ("buckets-overlap-zero1", lambda: case_buckets(ctx, 1)),
             ("uneven-data", lambda: case_uneven(ctx)),
