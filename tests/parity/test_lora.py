@@ -38,6 +38,12 @@ Cases (one PASS / FAIL line each):
                    the float32 run, losses within 1e-2; `onyx plan` reports the frozen weights at about half their
                    float32 bytes; model.safetensors holds them as BF16 (= the rounded base), every
                    other tensor as the base has it
+  bf16-mixed       the same run with `bf16: true` (mixed precision: bf16 GEMM inputs, float32
+                   master weights) against PEFT trained the same way under CPU autocast bf16
+                   (Transformers' bf16=True on a CPU): every loss within 1e-3; the adapters
+                   closer to autocast's than autocast's are to float32's (relative Frobenius,
+                   worst tensor), onyx's distance from its float32 run within 0.5-2x autocast's;
+                   and not the float32 run (losses differ, by less than 1e-2)
 
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_lora.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
@@ -217,6 +223,47 @@ def case_bf16_base(r):
                 f"{sorted(bf16_names) == sorted(rounded_w)}), base otherwise unchanged: {same}")
 
 
+def case_bf16_mixed(r):
+    """`bf16: true` (mixed precision) on a LoRA run: the adapters and losses against PEFT trained
+    the same way under CPU autocast bf16 (Transformers' bf16=True on a CPU), and not the float32
+    run's."""
+    import peft
+    out = os.path.join(r.tmp, "out-bf16-mixed")
+    path = os.path.join(r.tmp, "bf16-mixed.yaml")
+    write_config(path, dict(r.cfg, output_dir=out, bf16=True))
+    p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return False, f"onyx train exited {p.returncode}: {p.stderr[-500:]}"
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
+    pm = peft.PeftModel.from_pretrained(copy.deepcopy(r.base), r.init_dir, is_trainable=True)
+    torch_losses = train_like_onyx(pm, r.data, STEPS, BATCH, LR, autocast_dtype=torch.bfloat16)
+    # bf16 moves adapters trained this briefly by a few percent (Adam turns the rounding of
+    # small gradients into update noise), in PyTorch as in onyx, and two bf16 runs that round at
+    # different places (autocast also keeps every Linear output bf16) differ by as much: the
+    # adapters are checked against that effect's own size rather than a fixed bound.
+    got = load_file(os.path.join(out, "adapter_model.safetensors"))
+    f32 = load_file(os.path.join(r.out, "adapter_model.safetensors"))
+    ac = {k: v.detach().numpy() for k, v in peft.get_peft_model_state_dict(pm).items()}
+    pf = {k: v.detach().numpy() for k, v in peft.get_peft_model_state_dict(r.pm).items()}
+    if sorted(got) != sorted(ac):
+        return False, f"tensor names {sorted(got)[:3]}... vs PEFT's {sorted(ac)[:3]}..."
+
+    def fro(a, b):
+        return max(float(np.linalg.norm(a[k] - b[k]) / np.linalg.norm(b[k])) for k in b)
+
+    vs_ac, effect_torch, effect_onyx = fro(got, ac), fro(ac, pf), fro(got, f32)
+    lerr = max(abs(a - b) / abs(b) for a, b in zip(losses, torch_losses))
+    vs_f32 = max(abs(a - b) / abs(b) for a, b in zip(losses, r.onyx_losses))
+    ok = (len(losses) == STEPS and lerr < 1e-3 and 0 < vs_f32 < 1e-2 and vs_ac < effect_torch
+          and 0.5 <= effect_onyx / effect_torch <= 2)
+    return ok, (f"{len(ac)} adapters after {STEPS} steps: vs PEFT under autocast bf16 "
+                f"{vs_ac:.1e} (relative Frobenius, worst tensor), less than autocast's own "
+                f"distance from float32 {effect_torch:.1e}; onyx's bf16 effect {effect_onyx:.1e} "
+                f"(ratio {effect_onyx / effect_torch:.2f}); losses {losses[0]:.4f} -> "
+                f"{losses[-1]:.4f}, vs autocast's worst rel {lerr:.1e}, vs onyx float32 {vs_f32:.1e}")
+
+
 def case_peft_loads(r):
     import peft
     loaded = peft.PeftModel.from_pretrained(copy.deepcopy(r.base), r.out).eval()
@@ -360,7 +407,8 @@ def main():
 
     cases = [("adapters-equal", case_adapters), ("peft-loads", case_peft_loads),
              ("base-frozen", case_base_frozen), ("merge-export", case_merge_export),
-             ("resume", case_resume), ("lora-errors", case_errors), ("bf16-base", case_bf16_base)]
+             ("resume", case_resume), ("lora-errors", case_errors), ("bf16-base", case_bf16_base),
+             ("bf16-mixed", case_bf16_mixed)]
     return run_cases([(n, with_run(f)) for n, f in cases], "onyx-test-lora-")
 
 
