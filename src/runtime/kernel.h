@@ -51,6 +51,7 @@ struct KernelContext {
   uint64_t seed = 0;                  // per-run seed for random ops (Dropout in training)
   bool training = false;              // Dropout etc.: training mode requested by the caller
   bool bf16_gemm = false;             // GEMM-class kernels: bf16 inputs, float32 accumulation
+  bool fp16_gemm = false;             // ... float16-rounded inputs instead (emulated: no fp16 math)
   bool accumulate = false;            // onyx.AccumulateGrad: add into the (bound) output
   uint64_t accumulate_mask = 0;       // bit i: output i is bound and the run accumulates into it
 

@@ -85,6 +85,7 @@ std::vector<Tensor> infer_and_compute(const ir::Node& node, const OpKernel& k, i
   std::vector<Tensor> out(node.outputs.size());
   KernelContext kc{node, opset, in, {}, opts.seed, opts.training};
   kc.bf16_gemm = opts.bf16_gemm;
+  kc.fp16_gemm = opts.fp16_gemm && !opts.bf16_gemm;
   for (size_t i = 0; i < node.outputs.size(); i++) {
     if (want_output[i]) {
       ONYX_CHECK(out_metas[i].dtype != DType::Undefined, node.describe(), ": output ", i,
@@ -354,6 +355,8 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
       std::vector<Tensor> outs(node.outputs.size());
       KernelContext kc{node, opset, in, {}, opts.seed, opts.training};
       kc.bf16_gemm = opts.bf16_gemm;
+      kc.fp16_gemm = opts.fp16_gemm && !opts.bf16_gemm;
+      kc.fp16_gemm = opts.fp16_gemm && !opts.bf16_gemm;
       for (size_t i = 0; i < node.outputs.size(); i++) {
         if (node.outputs[i].empty()) {
           kc.outputs.push_back(nullptr);

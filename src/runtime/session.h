@@ -30,6 +30,10 @@ struct RunOptions {
   // MatMulGradB, LinearCrossEntropy) take their float32 operands rounded to bf16 and accumulate in
   // float32 (KernelContext::bf16_gemm).
   bool bf16_gemm = false;
+  // TrainingArguments.fp16: the same kernels take their float32 operands rounded to float16
+  // (emulated: the rounded values multiplied by float32 GEMMs, float32 accumulation;
+  // KernelContext::fp16_gemm). Not with bf16_gemm.
+  bool fp16_gemm = false;
   // Reject inputs whose shape disagrees with the model's declared input shape. The conformance
   // runner turns this off: a few onnx 1.12 suite cases ship data that contradicts their model.
   bool check_declared_shapes = true;

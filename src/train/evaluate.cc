@@ -45,14 +45,18 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
   // bf16_full_eval outside train(): Transformers' evaluation_loop runs model.to(torch.bfloat16)
   // there; onyx reads the trained weights rounded to bf16 for this evaluation (the weights
   // themselves stay float32) and gives the GEMMs bf16 inputs.
-  struct FullBf16 {
+  // fp16_full_eval likewise with float16 (model.half()).
+  struct FullEval {
     train::TrainingSession& ts;
-    FullBf16(train::TrainingSession& s, bool on) : ts(s) {
+    FullEval(train::TrainingSession& s, kernels::LowPrecision f) : ts(s) {
       ts.weights_changed();  // the weights may have been written through weights() views
-      ts.set_bf16_full_eval(on);
+      ts.set_full_eval(f);
     }
-    ~FullBf16() { ts.set_bf16_full_eval(false); }
-  } full_bf16(ts, args_.bf16_full_eval && !impl_->in_train);
+    ~FullEval() { ts.set_full_eval(kernels::LowPrecision::None); }
+  } full_eval(ts, impl_->in_train        ? kernels::LowPrecision::None
+                  : args_.bf16_full_eval ? kernels::LowPrecision::Bf16
+                  : args_.fp16_full_eval ? kernels::LowPrecision::Fp16
+                                         : kernels::LowPrecision::None);
   std::string pred_name = model_.predictions;
   if (pred_name.empty())
     for (auto& o : model_.graph->outputs)
@@ -146,10 +150,11 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
       Tensor f(DType::Float32, t.shape());
       kernels::bf16_to_f32(w[name].data<uint16_t>(), f.data<float>(), f.numel());
       w[name] = f;
-    } else if (impl_->ts->bf16_full_eval() && w[name].dtype() == DType::Float32) {
-      // bf16_full_eval: the decoder generates from the weights rounded to bf16 (a copy)
+    } else if (impl_->ts->full_eval() != kernels::LowPrecision::None &&
+               w[name].dtype() == DType::Float32) {
+      // bf16_full_eval / fp16_full_eval: the decoder generates from the rounded weights (a copy)
       Tensor f(DType::Float32, t.shape());
-      kernels::round_to_bf16(w[name].data<float>(), f.data<float>(), f.numel());
+      kernels::round_to(impl_->ts->full_eval(), w[name].data<float>(), f.data<float>(), f.numel());
       w[name] = f;
     }
   }

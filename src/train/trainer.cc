@@ -105,6 +105,11 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   }
   impl_->ts->set_unbiased_running_var(model_.batch_norm_unbiased_var);
   impl_->ts->set_bf16_gemm(args_.bf16);
+  impl_->ts->set_fp16_gemm(args_.fp16);
+  if (args_.fp16 || args_.fp16_full_eval)
+    std::cerr << "Warning: " << (args_.fp16 ? "fp16" : "fp16_full_eval")
+              << ": these CPUs have no float16 arithmetic; the float16-rounded GEMM inputs are "
+                 "multiplied by float32 GEMMs (slower than float32; bf16 is the CPU's format).\n";
   if (args_.bf16 && !kernels::bf16_gemm_native())
     std::cerr << "Warning: bf16: "
               << (kernels::cpu_has_avx512_bf16() ? "ONYX_CPU chose a path without AVX512_BF16"

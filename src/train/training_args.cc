@@ -266,14 +266,17 @@ const std::vector<Field>& fields() {
              "Mixed precision: the linear layers' GEMMs (forward and backward, the LM head's too), "
              "attention's tile products and Conv take bf16-rounded inputs with float32 "
              "accumulation; everything else stays float32."),
-      F_BOOL(fp16, "An error on CPUs: they have no float16 arithmetic (use bf16)."),
+      F_BOOL(fp16,
+             "Mixed precision with float16, emulated (these CPUs have no float16 arithmetic): the "
+             "same GEMMs take float16-rounded inputs multiplied in float32 (slower than float32; "
+             "bf16 is the CPU's format)."),
       F_BOOL(bf16_full_eval,
              "evaluate() / predict() outside training read the weights rounded to bf16 (as "
              "Transformers' model.to(bfloat16)) with bf16 GEMM inputs; evaluations during "
              "training are unchanged."),
       F_BOOL(fp16_full_eval,
-             "An error on CPUs: they have no float16 arithmetic (use "
-             "bf16_full_eval)."),
+             "evaluate() / predict() outside training read the weights rounded to float16 (as "
+             "Transformers' model.half()) with float16-rounded GEMM inputs (emulated)."),
       F_BOOL(gradient_checkpointing,
              "Recompute each transformer layer's activations in backward instead of keeping them "
              "(less memory)."),
@@ -390,12 +393,16 @@ void TrainingArguments::validate() const {
   ONYX_CHECK(!save_total_limit || *save_total_limit > 0,
              "training argument 'save_total_limit' must be positive");
   ONYX_CHECK(!output_dir.empty(), "training argument 'output_dir' is empty");
-  ONYX_CHECK(!fp16,
-             "training argument 'fp16': these CPUs have no float16 arithmetic (no "
-             "AVX512-FP16); use 'bf16: true' (bf16 GEMM inputs, float32 accumulation)");
-  ONYX_CHECK(!fp16_full_eval,
-             "training argument 'fp16_full_eval': these CPUs have no float16 arithmetic (no "
-             "AVX512-FP16); use 'bf16_full_eval: true'");
+  // (Transformers' own messages for the first two)
+  ONYX_CHECK(!(fp16 && bf16),
+             "training arguments 'fp16' and 'bf16': at most one of fp16 and bf16 "
+             "can be True, but not both");
+  ONYX_CHECK(!(fp16_full_eval && bf16_full_eval),
+             "training arguments 'fp16_full_eval' and 'bf16_full_eval': at most one of fp16 and "
+             "bf16 can be True for full eval, but not both");
+  ONYX_CHECK(!(fp16_full_eval && bf16),
+             "training argument 'fp16_full_eval' with 'bf16': not supported (bf16 training's "
+             "evaluation graphs store bf16 values); use 'bf16_full_eval'");
   ONYX_CHECK(zero_stage >= 0 && zero_stage <= 2,
              "training argument 'zero_stage' must be 0, 1 or 2, got ", zero_stage);
   ONYX_CHECK(ddp_timeout > 0, "training argument 'ddp_timeout' must be positive, got ",

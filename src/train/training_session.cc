@@ -262,6 +262,7 @@ double TrainingSession::forward_backward(
   ro.training = training;
   ro.accumulate = accumulate;
   ro.bf16_gemm = bf16_gemm_;
+  ro.fp16_gemm = fp16_gemm_;
   FlatBuffer& target = into ? *into : grad_buf_;
   ONYX_CHECK(target.layout().numel == grad_buf_.layout().numel,
              "forward_backward: the gradient buffer has ", target.layout().numel,
@@ -290,19 +291,23 @@ double TrainingSession::forward_backward(
 void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
                                        runtime::RunOptions& ro,
                                        const std::vector<std::string>& shadowed) {
-  ro.bf16_gemm = bf16_gemm_ || full_bf16_eval_;
+  using kernels::LowPrecision;
+  ro.bf16_gemm =
+      full_eval_ == LowPrecision::Fp16 ? false : bf16_gemm_ || full_eval_ == LowPrecision::Bf16;
+  ro.fp16_gemm = !ro.bf16_gemm && (fp16_gemm_ || full_eval_ == LowPrecision::Fp16);
   // (Under bf16_full_eval too: the shadow holds params() rounded, which rounded_ holds widened.)
   feed_shadow(shadowed, feeds);
-  if (!full_bf16_eval_) {
+  if (full_eval_ == LowPrecision::None) {
     for (auto& [b, t] : buffers_) feeds[b] = t;
     for (auto& p : params_) feeds[p] = param_buf_.view(p);
     return;
   }
-  // model.to(torch.bfloat16) rounds every floating parameter and buffer: the trained weights,
-  // the frozen ones (a LoRA base model) and the BatchNorm running statistics.
-  auto rounded = [](const Tensor& t) {
+  // model.to(torch.bfloat16) (model.half()) rounds every floating parameter and buffer: the
+  // trained weights, the frozen ones (a LoRA base model) and the BatchNorm running statistics.
+  const LowPrecision f = full_eval_;
+  auto rounded = [f](const Tensor& t) {
     Tensor r(t.dtype(), t.shape());
-    kernels::round_to_bf16(t.data<float>(), r.data<float>(), t.numel());
+    kernels::round_to(f, t.data<float>(), r.data<float>(), t.numel());
     return r;
   };
   if (!rounded_.flat().defined()) {
@@ -310,8 +315,8 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
     rounded_fresh_ = false;
   }
   if (!rounded_fresh_) {  // the weights as model.to(torch.bfloat16) holds them, widened
-    kernels::round_to_bf16(param_buf_.flat().data<float>(), rounded_.flat().data<float>(),
-                           param_buf_.layout().numel);
+    kernels::round_to(f, param_buf_.flat().data<float>(), rounded_.flat().data<float>(),
+                      param_buf_.layout().numel);
     rounded_other_.clear();
     for (auto& [b, t] : buffers_)
       if (t.dtype() == DType::Float32) rounded_other_[b] = rounded(t);

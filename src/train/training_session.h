@@ -21,6 +21,7 @@
 #include <string>
 
 #include "autodiff/gradient.h"
+#include "kernels/cpu/gemm.h"
 #include "passes/pass.h"
 #include "runtime/session.h"
 #include "train/flat_buffer.h"
@@ -56,8 +57,21 @@ class TrainingSession {
   // nearest even; float32 copies of the rounded values, made on the first such run and freed by
   // release_activation_memory) and gives the GEMMs bf16 inputs. The tensors themselves are not
   // changed.
-  void set_bf16_full_eval(bool on) { full_bf16_eval_ = on; }
-  bool bf16_full_eval() const { return full_bf16_eval_; }
+  void set_bf16_full_eval(bool on) {
+    set_full_eval(on ? kernels::LowPrecision::Bf16 : kernels::LowPrecision::None);
+  }
+  bool bf16_full_eval() const { return full_eval_ == kernels::LowPrecision::Bf16; }
+  // TrainingArguments.fp16_full_eval (model.half() in Transformers' evaluation_loop): the same with
+  // float16 (emulated).
+  void set_fp16_full_eval(bool on) {
+    set_full_eval(on ? kernels::LowPrecision::Fp16 : kernels::LowPrecision::None);
+  }
+  bool fp16_full_eval() const { return full_eval_ == kernels::LowPrecision::Fp16; }
+  kernels::LowPrecision full_eval() const { return full_eval_; }
+  void set_full_eval(kernels::LowPrecision f) {
+    if (f != full_eval_) rounded_fresh_ = false, rounded_frozen_.clear();
+    full_eval_ = f;
+  }
   FlatBuffer& grads() { return grad_buf_; }
   // BatchNormalization running statistics (see the header comment), by initializer name; each
   // tensor owns its storage and is updated in place.
@@ -133,6 +147,11 @@ class TrainingSession {
     }
   }
   bool bf16_gemm() const { return bf16_gemm_; }
+  // TrainingArguments.fp16: every run of this session's graphs gives the GEMM-class kernels
+  // float16-rounded inputs (RunOptions::fp16_gemm; emulated, float32 GEMMs). No graph rewrite:
+  // the rounding happens per call. Not together with set_bf16_gemm(true).
+  void set_fp16_gemm(bool on) { fp16_gemm_ = on; }
+  bool fp16_gemm() const { return fp16_gemm_; }
   // Frees the sessions' activation arenas (each comes back on its session's next run): the
   // evaluation ones after an evaluation pass, the training ones too when training ends.
   void release_activation_memory(bool training_too) {
@@ -181,7 +200,8 @@ class TrainingSession {
   FlatBuffer shadow_;          // bf16 (see bf16_shadow()); allocated when a graph reads it
   bool shadow_fresh_ = false;  // shadow_ holds params() rounded
   // bf16_full_eval: params() rounded to bf16 and widened back (allocated while evaluating)
-  bool full_bf16_eval_ = false;
+  kernels::LowPrecision full_eval_ = kernels::LowPrecision::None;
+  bool fp16_gemm_ = false;
   FlatBuffer rounded_;
   std::map<std::string, Tensor> rounded_other_;   // the float buffers_, rounded with rounded_
   std::map<std::string, Tensor> rounded_frozen_;  // opts_.frozen's float weights, rounded

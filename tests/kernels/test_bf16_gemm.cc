@@ -416,6 +416,85 @@ TEST(Bf16Gemm, ConvAndItsGradientsTakeBf16RoundedOperands) {
   }
 }
 
+// TrainingArguments.fp16 (KernelContext::fp16_gemm, emulated): every GEMM-class kernel is the
+// float32 op on its operands rounded to float16 — as float16 rounds (nearest even, beyond 65504
+// inf, float16's subnormals), checked against dtype.h's scalar conversion — bit for bit where the
+// same sgemm runs (MatMulT, MatMulGradB, Conv's widened path, LinearCrossEntropy's forward), and
+// off the unrounded float32 op.
+TEST(Fp16Gemm, KernelsTakeFloat16RoundedOperands) {
+  auto half = [](const Tensor& t) {
+    Tensor r = t.clone();
+    for (int64_t i = 0; i < r.numel(); i++)
+      r.data<float>()[i] = half_to_float(float_to_half(r.data<float>()[i]));
+    return r;
+  };
+  {  // the conversion itself, specials included
+    std::vector<float> v = randoms(3000, 70, -3, 3);
+    const float special[] = {65504.f, 65520.f, 1e6f, -1e6f, 6e-5f, 3e-8f, 1e-9f, -0.0f, 1.0f / 3};
+    for (size_t i = 0; i < sizeof(special) / sizeof(float); i++) v[i] = special[i];
+    Tensor x = Tensor::from_vector(DType::Float32, {3000}, v), y(DType::Float32, {3000});
+    kernels::round_to_fp16(x.data<float>(), y.data<float>(), 3000);
+    expect_same_bits(y, half(x));
+    EXPECT_TRUE(std::isinf(y.data<float>()[1]) && std::isinf(y.data<float>()[2]));
+    EXPECT_EQ(y.data<float>()[0], 65504.f);
+  }
+  runtime::RunOptions f16;
+  f16.fp16_gemm = true;
+  Tensor a = Tensor::from_vector(DType::Float32, {2, 9, 40}, randoms(720, 71));
+  Tensor w = Tensor::from_vector(DType::Float32, {24, 40}, randoms(960, 72));
+  Tensor bias = Tensor::from_vector(DType::Float32, {24}, randoms(24, 73));
+  ir::Node mm = node("MatMulT", 3, 1);
+  mm.attrs["transB"] = ir::Attribute::of_int(1);
+  Tensor y = runtime::run_node(mm, 17, {a, w, bias}, f16)[0];
+  expect_same_bits(y, runtime::run_node(mm, 17, {half(a), half(w), bias})[0]);
+  EXPECT_NE(std::memcmp(y.raw(), runtime::run_node(mm, 17, {a, w, bias})[0].raw(), y.nbytes()), 0);
+  Tensor dy = Tensor::from_vector(DType::Float32, {2, 9, 24}, randoms(432, 74));
+  ir::Node gb = node("MatMulGradB", 2, 1);
+  Tensor dw = runtime::run_node(gb, 17, {a, dy}, f16)[0];
+  expect_same_bits(dw, runtime::run_node(gb, 17, {half(a), half(dy)})[0]);
+
+  ir::Node conv = node("Conv", 3, 1);
+  conv.domain = "";
+  conv.attrs["strides"] = ir::Attribute::of_ints({4, 4});
+  Tensor x = Tensor::from_vector(DType::Float32, {2, 3, 8, 8}, randoms(384, 75));
+  Tensor cw = Tensor::from_vector(DType::Float32, {5, 3, 4, 4}, randoms(240, 76));
+  Tensor cb = Tensor::from_vector(DType::Float32, {5}, randoms(5, 77));
+  expect_same_bits(runtime::run_node(conv, 17, {x, cw, cb}, f16)[0],
+                   runtime::run_node(conv, 17, {half(x), half(cw), cb})[0]);
+
+  // LinearCrossEntropy: the loss from float16-rounded H and W
+  ir::Node lce = node("LinearCrossEntropy", 3, 1);
+  lce.attrs["transB"] = ir::Attribute::of_int(1);
+  Tensor h = Tensor::from_vector(DType::Float32, {10, 40}, randoms(400, 78));
+  Tensor lw = Tensor::from_vector(DType::Float32, {30, 40}, randoms(1200, 79));
+  std::vector<int64_t> lab(10);
+  for (int i = 0; i < 10; i++) lab[i] = (i * 7) % 30;
+  Tensor labels = Tensor::from_vector<int64_t>(DType::Int64, {10}, lab);
+  expect_same_bits(runtime::run_node(lce, 17, {h, lw, labels}, f16)[0],
+                   runtime::run_node(lce, 17, {half(h), half(lw), labels})[0]);
+
+  // Attention: the tiles' operands rounded (within float32 summation error of the op on rounded
+  // Q/K/V: P is rounded per tile as well), and measurably off the float32 op
+  ir::Node at = node("Attention", 3, 2);
+  at.attrs["num_heads"] = ir::Attribute::of_int(2);
+  std::vector<Tensor> qkv, qkv16;
+  for (uint32_t k = 0; k < 3; k++) {
+    qkv.push_back(Tensor::from_vector(DType::Float32, {2, 20, 16}, randoms(640, 80 + k, -2, 2)));
+    qkv16.push_back(half(qkv.back()));
+  }
+  Tensor o = runtime::run_node(at, 17, qkv, f16)[0];
+  Tensor o_rounded = runtime::run_node(at, 17, qkv16)[0];
+  Tensor o_f32 = runtime::run_node(at, 17, qkv)[0];
+  double off_rounded = 0, off_f32 = 0;
+  for (int64_t i = 0; i < o.numel(); i++) {
+    off_rounded =
+        std::max(off_rounded, (double)std::fabs(o.data<float>()[i] - o_rounded.data<float>()[i]));
+    off_f32 = std::max(off_f32, (double)std::fabs(o.data<float>()[i] - o_f32.data<float>()[i]));
+  }
+  EXPECT_LE(off_rounded, 2e-3);  // P's rounding: 2^-11 relative
+  EXPECT_GT(off_f32, 1e-5);
+}
+
 TEST(Bf16Gemm, OutputDtypeOutsideItsFormsIsAClearError) {
   auto message = [](const ir::Node& n, const std::vector<Tensor>& in) {
     try {

@@ -1,7 +1,7 @@
 // tests/passes/test_recompute.cc — gradient checkpointing (passes/recompute.cc): on BERT (with
-// dropout active), GPT-2, ViT and Llama graphs built by the Hugging Face builders, recomputing every
-// layer gives bit-identical losses and gradients, clones exist for every layer, and the plan's
-// peak of live activation bytes drops — in float32 and under bf16 mixed precision (the
+// dropout active), GPT-2, ViT and Llama graphs built by the Hugging Face builders, recomputing
+// every layer gives bit-identical losses and gradients, clones exist for every layer, and the
+// plan's peak of live activation bytes drops — in float32 and under bf16 mixed precision (the
 // mixed_precision pass runs after recompute: the clones' GEMM operands are rounded as the
 // originals are).
 #include <gtest/gtest.h>

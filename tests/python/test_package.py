@@ -14,8 +14,9 @@ Cases (one PASS / FAIL / SKIP line each):
   args-errors      unknown keyword -> TypeError; ill-typed / bad choice / cross-field -> ValueError
                    naming the key (the C++ parser's message); "1e-4" is read as 0.0001
   args-transformers  from a transformers.TrainingArguments instance and its to_dict(): onyx's keys
-                   taken, the others ignored with one warning listing them, fp16=True refused,
-                   bf16=True taken
+                   taken, the others ignored with one warning listing them; fp16, bf16,
+                   fp16_full_eval and bf16_full_eval taken, fp16 with bf16 refused (as
+                   Transformers refuses it), the two full_evals together too
   parity-cli       a tiny MLP exported by torch (TorchScript exporter, opset 17, training mode,
                    `loss` + `logits` outputs) trained by onyx.Trainer (numpy datasets) and by
                    `onyx train` with the same config: the same log_history (every value but the
@@ -235,28 +236,36 @@ def case_args_transformers(onyx, tmp):
         b = onyx.TrainingArguments.from_transformers(t.to_dict())
     assert a == b
     d = t.to_dict()
+    # fp16 as Transformers takes it on a CPU (emulated here: these CPUs have no float16 math)
     d["fp16"] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert onyx.TrainingArguments.from_transformers(d).fp16 is True
+    d["bf16"] = True  # both: refused with Transformers' reason
     try:
         onyx.TrainingArguments.from_transformers(d)
-        raise AssertionError("fp16=True accepted")
+        raise AssertionError("fp16=True with bf16=True accepted")
     except ValueError as e:
-        assert "fp16" in str(e), str(e)
-    d["fp16"], d["bf16"] = False, True  # bf16 is onyx's mixed precision too
+        assert "fp16" in str(e) and "but not both" in str(e), str(e)
+    d["fp16"] = False  # bf16 alone: onyx's mixed precision
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert onyx.TrainingArguments.from_transformers(d).bf16 is True
-    d["fp16_full_eval"] = True  # no float16 arithmetic: refused, naming the key
+    d["bf16"] = False
+    d["fp16_full_eval"] = d["bf16_full_eval"] = True
     try:
         onyx.TrainingArguments.from_transformers(d)
-        raise AssertionError("fp16_full_eval=True accepted")
+        raise AssertionError("fp16_full_eval=True with bf16_full_eval=True accepted")
     except ValueError as e:
         assert "fp16_full_eval" in str(e) and "bf16_full_eval" in str(e), str(e)
-    d["fp16_full_eval"], d["bf16_full_eval"] = False, True  # taken (tests/parity/test_hf_trainer)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert onyx.TrainingArguments.from_transformers(d).bf16_full_eval is True
-    return (f"{len(t.to_dict())} transformers keys -> {len(a.to_dict())} onyx keys; fp16 and "
-            f"fp16_full_eval refused, bf16 and bf16_full_eval taken")
+    for key in ("fp16_full_eval", "bf16_full_eval"):  # each alone: taken
+        d["fp16_full_eval"] = d["bf16_full_eval"] = False
+        d[key] = True
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert getattr(onyx.TrainingArguments.from_transformers(d), key) is True
+    return (f"{len(t.to_dict())} transformers keys -> {len(a.to_dict())} onyx keys; fp16, bf16 "
+            f"and each full_eval taken, fp16 with bf16 (and the two full_evals) refused")
 
 
 def case_parity_cli(onyx, tmp):

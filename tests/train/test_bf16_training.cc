@@ -290,3 +290,60 @@ TEST(Bf16Training, EvaluationLossIsTheTrainingForwardsLoss) {
     }
   }
 }
+
+// TrainingArguments.fp16 (TrainingSession::set_fp16_gemm, emulated: float16-rounded GEMM operands,
+// float32 GEMMs): one step against float32 within float16's tolerances, tighter than bf16's (10
+// mantissa bits against 7): the loss within 1e-4 relative, every gradient within 5e-3 relative
+// Frobenius error and cosine >= 0.99999; and it really rounds: most gradients differ from
+// float32's and from bf16's.
+TEST(Fp16Training, StepMatchesFloat32WithinFloat16Tolerances) {
+  const struct {
+    const char* name;
+    const char* config;
+    models::Task task;
+  } cases[] = {{"gpt2", kGpt2, models::Task::CausalLM},
+               {"llama", kLlama, models::Task::CausalLM},
+               {"vit", kVit, models::Task::ImageClassification}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    models::BuiltModel m =
+        models::build_hf_model(models::parse_hf_config(c.config, "test/config.json"), c.task, 5);
+    std::map<std::string, Tensor> in = batch_for(m, 3);
+    autodiff::GradientOptions opts;
+    opts.loss = m.model.loss;
+    auto run = [&](int mode) {  // 0 float32, 1 fp16, 2 bf16
+      train::TrainingSession ts(m.model.graph, opts);
+      ts.set_fp16_gemm(mode == 1);
+      ts.set_bf16_gemm(mode == 2);
+      Step s;
+      s.loss = ts.forward_backward(in, false, 1, true);
+      for (auto& p : ts.parameters()) s.grads[p] = ts.grads().view(p).clone();
+      return s;
+    };
+    Step f = run(0), h = run(1), b = run(2);
+    EXPECT_NEAR(h.loss, f.loss, 1e-4 * std::fabs(f.loss));
+    double largest = 0;
+    for (auto& [p, gf] : f.grads) {
+      double ff = 0;
+      for (int64_t i = 0; i < gf.numel(); i++) ff += gf.get_as_double(i) * gf.get_as_double(i);
+      largest = std::max(largest, std::sqrt(ff / std::max<int64_t>(1, gf.numel())));
+    }
+    int vs_f32 = 0, vs_bf16 = 0;
+    for (auto& [p, gf] : f.grads) {
+      const Tensor& gh = h.grads.at(p);
+      const Tensor& gb = b.grads.at(p);
+      double dd = 0, ff = 0, hh = 0, fh = 0, db = 0;
+      for (int64_t i = 0; i < gf.numel(); i++) {
+        double x = gf.get_as_double(i), y = gh.get_as_double(i), z = gb.get_as_double(i);
+        dd += (x - y) * (x - y), ff += x * x, hh += y * y, fh += x * y, db += (y - z) * (y - z);
+      }
+      vs_bf16 += db > 0;
+      if (std::sqrt(ff / gf.numel()) < 1e-6 * largest) continue;  // zero but for rounding
+      EXPECT_LE(std::sqrt(dd / ff), 5e-3) << p;
+      EXPECT_GE(fh / std::sqrt(ff * hh), 0.99999) << p;
+      vs_f32 += dd > 0;
+    }
+    EXPECT_GT(vs_f32, (int)f.grads.size() / 2) << "most gradients should carry float16 rounding";
+    EXPECT_GT(vs_bf16, (int)f.grads.size() / 2) << "float16 is not bf16";
+  }
+}

@@ -34,8 +34,9 @@
 // tiles, with the same rounding: natively (kernels::bf16_gemm_native(): oneDNN's AVX512_BF16
 // matmul on bf16 arrays), or widened (other CPUs): the bf16 values held exactly in float32 and
 // multiplied by sgemm — the same products (a product of two bf16 is exact in float32), so only
-// the accumulation order differs. Without bf16_gemm the tiles are float32 sgemm (bf16 Q/K/V
-// widened exactly).
+// the accumulation order differs. Under KernelContext::fp16_gemm (TrainingArguments.fp16,
+// emulated) the same operands are rounded to float16 instead, always widened. Without either the
+// tiles are float32 sgemm (bf16 Q/K/V widened exactly).
 //
 // Hand-written because this is the one place where the unfused graph materializes (B,H,T,T)
 // tensors several times over (scores, scaled, masked, probabilities, and their gradients) plus
@@ -81,10 +82,11 @@ constexpr int64_t kBlockQ = 64;
 
 // How the tile GEMMs run (see the header): float32; bf16 values held in float32 (widened); bf16
 // arrays and oneDNN's bf16 matmul (native).
-enum class TileMode { F32, Bf16Widened, Bf16Native };
+// Fp16Widened: TrainingArguments.fp16, float16 values held in float32 (no float16 math here).
+enum class TileMode { F32, Bf16Widened, Bf16Native, Fp16Widened };
 
 TileMode tile_mode(const KernelContext& ctx) {
-  if (!ctx.bf16_gemm) return TileMode::F32;
+  if (!ctx.bf16_gemm) return ctx.fp16_gemm ? TileMode::Fp16Widened : TileMode::F32;
   return kernels::bf16_gemm_native() ? TileMode::Bf16Native : TileMode::Bf16Widened;
 }
 
@@ -128,7 +130,10 @@ struct Rounder {
     }
     if (f.size() < n) f.resize(n);
     for (int64_t i = 0; i < rows; i++)
-      kernels::round_to_bf16(src + i * ld, f.data() + i * cols, cols);
+      if (m == TileMode::Fp16Widened)
+        kernels::round_to_fp16(src + i * ld, f.data() + i * cols, cols);
+      else
+        kernels::round_to_bf16(src + i * ld, f.data() + i * cols, cols);
     return {{f.data(), nullptr}, cols};
   }
 };
@@ -385,7 +390,7 @@ struct QkvBuffer {
 // Q, K or V (float32, or a bf16 projection the mixed-precision pass stores in bf16) as the tiles'
 // operand: F32 mode: float32 in place, a bf16 input widened (exact); Bf16Widened: a bf16 input
 // widened, a float32 one rounded to bf16 and held in float32; Bf16Native: a bf16 input in place,
-// a float32 one rounded.
+// a float32 one rounded; Fp16Widened: rounded to float16, held in float32.
 Operand qkv_operand(const Tensor& t, TileMode mode, QkvBuffer& buf) {
   const int64_t n = t.numel();
   const bool is_bf16 = t.dtype() == DType::BFloat16;
@@ -397,9 +402,10 @@ Operand qkv_operand(const Tensor& t, TileMode mode, QkvBuffer& buf) {
     return {nullptr, buf.h.data()};
   }
   if (buf.f.size() < (size_t)n) buf.f.resize((size_t)n);
-  if (is_bf16)
-    kernels::bf16_to_f32(t.data<uint16_t>(), buf.f.data(), n);
-  else  // Bf16Widened, a float32 input
+  if (is_bf16) kernels::bf16_to_f32(t.data<uint16_t>(), buf.f.data(), n);
+  if (mode == TileMode::Fp16Widened)  // (a bf16 input too: autocast would cast it to float16)
+    kernels::round_to_fp16(is_bf16 ? buf.f.data() : t.data<float>(), buf.f.data(), n);
+  else if (!is_bf16)  // Bf16Widened, a float32 input
     kernels::round_to_bf16(t.data<float>(), buf.f.data(), n);
   return {buf.f.data(), nullptr};
 }

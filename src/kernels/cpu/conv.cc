@@ -154,7 +154,7 @@ dnnl::memory::format_tag plain_tag(int ndims) {
 
 // The primitive for this geometry: float32 X/W, or bf16 X/W with bf16 (float32 Y and bias either
 // way). nullptr for bf16 where oneDNN has only its reference implementation or none (CPUs without
-// AVX512_BF16): conv_as_bf16 widens instead.
+// AVX512_BF16): conv_low_precision widens instead.
 std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias, bool bf16 = false) {
   std::vector<int64_t> key{g.nsp, g.N, g.C, g.M, g.group, has_bias, omp_get_max_threads(), bf16};
   for (auto* v : {&g.in, &g.k, &g.stride, &g.dil, &g.pad_b, &g.pad_e})
@@ -225,9 +225,9 @@ void conv_f32(const ConvGeom& g, const float* X, const float* W, const float* B,
 // float32. oneDNN's bf16 convolution where the CPU has AVX512_BF16 (kernels::bf16_gemm_native());
 // elsewhere the rounded values widened back to float32 (exact) for the float32 convolution: the
 // same products, a different accumulation order.
-void conv_as_bf16(const ConvGeom& g, const float* X, int64_t nx, const float* W, int64_t nw,
-                  const float* B, float* Y) {
-  if (kernels::bf16_gemm_native())
+void conv_low_precision(kernels::LowPrecision lp, const ConvGeom& g, const float* X, int64_t nx,
+                        const float* W, int64_t nw, const float* B, float* Y) {
+  if (lp == kernels::LowPrecision::Bf16 && kernels::bf16_gemm_native())
     if (auto e = get_conv(g, B != nullptr, /*bf16=*/true)) {
       std::vector<uint16_t> xh((size_t)nx), wh((size_t)nw);
       kernels::f32_to_bf16(X, xh.data(), nx);
@@ -235,8 +235,8 @@ void conv_as_bf16(const ConvGeom& g, const float* X, int64_t nx, const float* W,
       return run_conv(*e, xh.data(), wh.data(), B, Y);
     }
   std::vector<float> xf((size_t)nx), wf((size_t)nw);
-  kernels::round_to_bf16(X, xf.data(), nx);
-  kernels::round_to_bf16(W, wf.data(), nw);
+  kernels::round_to(lp, X, xf.data(), nx);
+  kernels::round_to(lp, W, wf.data(), nw);
   conv_f32(g, xf.data(), wf.data(), B, Y);
 }
 
@@ -331,9 +331,10 @@ void conv_compute(KernelContext& ctx) {
   }
   switch (x.dtype()) {
     case DType::Float32:
-      if (ctx.bf16_gemm)
-        return conv_as_bf16(g, x.data<float>(), x.numel(), w.data<float>(), w.numel(),
-                            b ? b->data<float>() : nullptr, y.data<float>());
+      if (kernels::low_precision(ctx) != kernels::LowPrecision::None)
+        return conv_low_precision(kernels::low_precision(ctx), g, x.data<float>(), x.numel(),
+                                  w.data<float>(), w.numel(), b ? b->data<float>() : nullptr,
+                                  y.data<float>());
       return conv_f32(g, x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr,
                       y.data<float>());
     case DType::Float64:
@@ -420,7 +421,7 @@ ConvG conv_g(const ir::Node& node, const Shape& x, const Shape& w, const Shape& 
 // dX (N, C, in...) from dY (N, M, out...) and W (M, Cg, k...):
 // per sample and group, dcol (Cg·k, out) = W_g^T (Cg·k, Mg) · dY_ng (Mg, out), then col2im.
 template <class T>
-void conv_grad_input(const ConvG& g, bool bf16, const T* dY, const T* W, T* dX) {
+void conv_grad_input(const ConvG& g, kernels::LowPrecision lp, const T* dY, const T* W, T* dX) {
   const int64_t ck = g.Cg * g.k_sz;
   const conv_detail::ColGeom cg = g.cols();
   auto one_sample = [&](int64_t n, std::vector<T>& dcol) {
@@ -429,13 +430,13 @@ void conv_grad_input(const ConvG& g, bool bf16, const T* dY, const T* W, T* dX) 
       const T* dy = dY + (n * g.M + grp * g.Mg) * g.out_sz;
       T* dx = dX + (n * g.C + grp * g.Cg) * g.in_sz;
       if (g.identity_col) {
-        kernels::gemm_maybe_bf16<T>(bf16, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy,
-                                    g.out_sz, T(0), dx, g.in_sz);
+        kernels::gemm_maybe_low<T>(lp, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz,
+                                   T(0), dx, g.in_sz);
         continue;
       }
       dcol.resize(ck * g.out_sz);
-      kernels::gemm_maybe_bf16<T>(bf16, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz,
-                                  T(0), dcol.data(), g.out_sz);
+      kernels::gemm_maybe_low<T>(lp, true, false, ck, g.out_sz, g.Mg, T(1), w, ck, dy, g.out_sz,
+                                 T(0), dcol.data(), g.out_sz);
       std::fill(dx, dx + g.Cg * g.in_sz, T(0));
       // Threads own channels, so no two write the same element.
       parallel_for(g.Cg, 1, [&](int64_t c0, int64_t c1) {
@@ -460,7 +461,7 @@ void conv_grad_input(const ConvG& g, bool bf16, const T* dY, const T* W, T* dX) 
 // one contiguous range per thread; each range sums into its own buffer (range 0 into dW), and the
 // buffers are added in range order — deterministic for a given thread count.
 template <class T>
-void conv_grad_weight(const ConvG& g, bool bf16, const T* dY, const T* X, T* dW) {
+void conv_grad_weight(const ConvG& g, kernels::LowPrecision lp, const T* dY, const T* X, T* dW) {
   const int64_t ck = g.Cg * g.k_sz, wsz = g.M * ck;
   const conv_detail::ColGeom cg = g.cols();
   auto range = [&](int64_t n0, int64_t n1, T* acc) {
@@ -475,8 +476,8 @@ void conv_grad_weight(const ConvG& g, bool bf16, const T* dY, const T* X, T* dW)
           conv_detail::im2col<T>(cg, g.Cg, x, col.data());
           cp = col.data();
         }
-        kernels::gemm_maybe_bf16<T>(bf16, false, true, g.Mg, ck, g.out_sz, T(1), dy, g.out_sz, cp,
-                                    g.out_sz, n == n0 ? T(0) : T(1), acc + grp * g.Mg * ck, ck);
+        kernels::gemm_maybe_low<T>(lp, false, true, g.Mg, ck, g.out_sz, T(1), dy, g.out_sz, cp,
+                                   g.out_sz, n == n0 ? T(0) : T(1), acc + grp * g.Mg * ck, ck);
       }
     if (n1 <= n0) std::fill(acc, acc + wsz, T(0));
   };
@@ -524,7 +525,7 @@ void conv_grad_input_compute(KernelContext& ctx) {
       ctx.node, dx,
       [&](auto* D, auto* W, auto* X) {
         using T = std::remove_cv_t<std::remove_pointer_t<decltype(X)>>;
-        conv_grad_input<T>(g, ctx.bf16_gemm, D, W, X);
+        conv_grad_input<T>(g, kernels::low_precision(ctx), D, W, X);
       },
       dy, w);
 }
@@ -562,7 +563,7 @@ void conv_grad_weight_compute(KernelContext& ctx) {
         ctx.node, tmp,
         [&](auto* D, auto* X, auto* W) {
           using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
-          conv_grad_weight<T>(g, ctx.bf16_gemm, D, X, W);
+          conv_grad_weight<T>(g, kernels::low_precision(ctx), D, X, W);
         },
         dy, x);
     const float* src = tmp.data<float>();
@@ -581,7 +582,7 @@ void conv_grad_weight_compute(KernelContext& ctx) {
       ctx.node, dw,
       [&](auto* D, auto* X, auto* W) {
         using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
-        conv_grad_weight<T>(g, ctx.bf16_gemm, D, X, W);
+        conv_grad_weight<T>(g, kernels::low_precision(ctx), D, X, W);
       },
       dy, x);
 }

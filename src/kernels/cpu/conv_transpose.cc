@@ -135,7 +135,8 @@ DeconvGeom deconv_geom(const ir::Node& node, const Shape& x, const Shape& w, con
 }
 
 template <class T>
-void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y, bool bf16 = false) {
+void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y,
+            kernels::LowPrecision lp = kernels::LowPrecision::None) {
   const int64_t mk = g.Mg * g.k_sz;
   const conv_detail::ColGeom cg = g.cols();
   auto init_bias = [&](int64_t n) {
@@ -151,8 +152,8 @@ void deconv(const DeconvGeom& g, const T* X, const T* W, const T* B, T* Y, bool 
       const T* x = X + (n * g.C + grp * g.Cg) * g.in_sz;  // (Cg, in)
       T* y = Y + (n * g.M + grp * g.Mg) * g.out_sz;       // (Mg, out)
       col.resize(mk * g.in_sz);
-      kernels::gemm_maybe_bf16<T>(bf16, true, false, mk, g.in_sz, g.Cg, T(1), w, mk, x, g.in_sz,
-                                  T(0), col.data(), g.in_sz);
+      kernels::gemm_maybe_low<T>(lp, true, false, mk, g.in_sz, g.Cg, T(1), w, mk, x, g.in_sz, T(0),
+                                 col.data(), g.in_sz);
       if (threaded)
         parallel_for(g.Mg, 1, [&](int64_t m0, int64_t m1) {
           conv_detail::col2im_add<T>(cg, col.data(), y, m0, m1);
@@ -191,7 +192,7 @@ void deconv_compute(KernelContext& ctx) {
   switch (x.dtype()) {
     case DType::Float32:
       return deconv<float>(g, x.data<float>(), w.data<float>(), b ? b->data<float>() : nullptr,
-                           y.data<float>(), ctx.bf16_gemm);
+                           y.data<float>(), kernels::low_precision(ctx));
     case DType::Float64:
       return deconv<double>(g, x.data<double>(), w.data<double>(), b ? b->data<double>() : nullptr,
                             y.data<double>());

@@ -25,6 +25,7 @@
 #include <unordered_map>
 
 #include "kernels/cpu/simd/dispatch.h"
+#include "kernels/cpu/simd/simd.h"
 #include "onyx/dtype.h"
 #include "onyx/error.h"
 #include "runtime/parallel.h"
@@ -317,6 +318,41 @@ void round_to_bf16(const float* x, float* y, int64_t n) {
       for (int64_t j = 0; j < m; j++) y[i + j] = bf16_to_float(h[j]);
     }
   });
+}
+
+void round_to_fp16(const float* x, float* y, int64_t n) {
+  runtime::parallel_for(n, kConvertGrain, [&](int64_t b, int64_t e) {
+    uint16_t h[1024];
+    for (int64_t i = b; i < e; i += 1024) {
+      const int64_t m = std::min<int64_t>(1024, e - i);
+      simd::f32_to_f16(x + i, h, m);
+      simd::f16_to_f32(h, y + i, m);
+    }
+  });
+}
+
+void round_to(LowPrecision lp, const float* x, float* y, int64_t n) {
+  if (lp == LowPrecision::Bf16) return round_to_bf16(x, y, n);
+  if (lp == LowPrecision::Fp16) return round_to_fp16(x, y, n);
+  if (y != x) std::memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+void gemm_as_fp16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_c(M, N, beta, C, ldc);
+  lda = std::max<int64_t>(1, lda);
+  ldb = std::max<int64_t>(1, ldb);
+  thread_local std::vector<float> a16, b16;
+  auto rounded = [](const float* x, int64_t n, std::vector<float>& buf) {
+    if (buf.size() < (size_t)n) buf.resize((size_t)n);
+    round_to_fp16(x, buf.data(), n);
+    return (const float*)buf.data();
+  };
+  const float* a = rounded(A, stored_extent(transA, M, K, lda), a16);
+  const float* b = rounded(B, stored_extent(transB, K, N, ldb), b16);
+  sgemm(transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
 }
 
 void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,

@@ -87,13 +87,42 @@ void gemm_as_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, flo
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc);
 
-// gemm<T>, or gemm_as_bf16 for float32 with `bf16` (KernelContext::bf16_gemm): the convolutions'
-// GEMMs under mixed precision.
+// The low-precision format a mixed-precision GEMM rounds its float32 operands to
+// (KernelContext::bf16_gemm / fp16_gemm): none, bf16, or float16 (TrainingArguments.fp16; these
+// CPUs have no float16 arithmetic, so always emulated: the rounded values, exact in float32,
+// multiplied by sgemm — a float16 times a float16 is exact in float32 too).
+enum class LowPrecision { None, Bf16, Fp16 };
+// A kernel context's format (runtime::KernelContext; a template so this header needs no runtime).
+template <class Context>
+LowPrecision low_precision(const Context& ctx) {
+  return ctx.bf16_gemm   ? LowPrecision::Bf16
+         : ctx.fp16_gemm ? LowPrecision::Fp16
+                         : LowPrecision::None;
+}
+// y = x rounded to float16 (nearest even; beyond float16's range inf, below it float16's
+// subnormals), held in float32 (exact). y may be x.
+void round_to_fp16(const float* x, float* y, int64_t n);
+// round_to_bf16 or round_to_fp16 by `lp` (None: a copy, or nothing when y == x).
+void round_to(LowPrecision lp, const float* x, float* y, int64_t n);
+
+// C = alpha * op(A) · op(B) + beta * C with A and B float32 rounded to float16 first (per-thread
+// scratch) and multiplied by sgemm.
+void gemm_as_fp16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc);
+
+// gemm<T>, or for float32 under mixed precision gemm_as_bf16 / gemm_as_fp16 (the convolutions'
+// GEMMs).
 template <class T>
-void gemm_maybe_bf16(bool bf16, bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
-                     const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    if (bf16) return gemm_as_bf16(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+void gemm_maybe_low(LowPrecision lp, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                    T alpha, const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C,
+                    int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (lp == LowPrecision::Bf16)
+      return gemm_as_bf16(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (lp == LowPrecision::Fp16)
+      return gemm_as_fp16(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
   gemm<T>(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

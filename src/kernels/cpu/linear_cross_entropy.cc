@@ -205,6 +205,15 @@ void lce_compute(KernelContext& ctx) {
   }
   const bool w16 = Wt.dtype() == DType::BFloat16 || mixed;
   const float* W = w16 ? nullptr : Wt.data<float>();
+  // TrainingArguments.fp16 (emulated): W rounded to float16 once per call, each chunk's H rows and
+  // dlogits before the GEMMs that read them; float32 GEMMs on the rounded values.
+  const bool f16 = !w16 && ctx.fp16_gemm && !ctx.bf16_gemm && Wt.dtype() == DType::Float32;
+  thread_local std::vector<float> w_f16;
+  if (f16) {
+    if (w_f16.size() < (size_t)Wt.numel()) w_f16.resize((size_t)Wt.numel());
+    kernels::round_to_fp16(Wt.data<float>(), w_f16.data(), Wt.numel());
+    W = w_f16.data();
+  }
   const uint16_t* W16 = mixed ? w_rounded.data() : w16 ? Wt.data<uint16_t>() : nullptr;
   if (dH) std::memset(dH, 0, N * C * sizeof(float));  // ignored rows keep a zero gradient
 
@@ -262,6 +271,11 @@ void lce_compute(KernelContext& ctx) {
           std::memcpy(&hbuf[i * C], H + rows[r0 + i] * C, C * sizeof(float));
         Hc = hbuf.data();
       }
+      if (f16) {  // (gathered rows are rounded in place)
+        if (contiguous) hbuf.resize(R * C);
+        kernels::round_to_fp16(Hc, hbuf.data(), r * C);
+        Hc = hbuf.data();
+      }
       float* Z = logits.data();
       // this chunk's rows of the bf16 scratch (this thread's: the row pass may run on others)
       uint16_t* Z16 = z16.data() + held * V;
@@ -278,6 +292,7 @@ void lce_compute(KernelContext& ctx) {
         for (int64_t i = b; i < e; i++) {
           row_loss[r0 + i] = lce_row(Z + i * V, V, tgt[rows[r0 + i]], bias, eps, grad, scale);
           if (w16 && grad) kernels::f32_to_bf16(Z + i * V, Z16 + i * V, V);
+          if (f16 && grad) kernels::round_to_fp16(Z + i * V, Z + i * V, V);
         }
       });
       if (!grad) continue;

@@ -509,6 +509,16 @@ void matmul_t_infer(InferContext& ctx) {
   ctx.set_output(0, out, s.out);
 }
 
+// A float32 operand rounded to float16 (TrainingArguments.fp16, emulated), in per-thread scratch
+// `slot` (0 or 1) kept across calls.
+const float* fp16_rounded(const Tensor& t, int slot) {
+  thread_local std::vector<float> scratch[2];
+  std::vector<float>& buf = scratch[slot];
+  if (buf.size() < (size_t)t.numel()) buf.resize((size_t)t.numel());
+  kernels::round_to_fp16(t.data<float>(), buf.data(), t.numel());
+  return buf.data();
+}
+
 void matmul_t_compute(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);  // (...a, M, K) or (...a, K, M) with transA
   const Tensor& b = ctx.input(1);  // (...b, K, N) or (...b, N, K) with transB
@@ -517,6 +527,15 @@ void matmul_t_compute(KernelContext& ctx) {
   MatMulShape s = mmt_shape(ctx.node, a.shape(), b.shape());
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
+  if (ctx.fp16_gemm && !ctx.bf16_gemm && a.dtype() == DType::Float32 &&
+      b.dtype() == DType::Float32 && y.dtype() == DType::Float32 &&
+      (!bias || bias->dtype() == DType::Float32)) {
+    // TrainingArguments.fp16 (emulated): both operands rounded to float16, float32 GEMM
+    const float* A = fp16_rounded(a, 0);
+    const float* B = fp16_rounded(b, 1);
+    return matmul_t<float>(s, (float)alpha, A, B, y.data<float>(),
+                           bias ? bias->data<float>() : nullptr);
+  }
   const bool as_bf16 = ctx.bf16_gemm && a.dtype() == DType::Float32 && b.dtype() == DType::Float32;
   const bool mixed = as_bf16 || mixed_output(ctx.node, a.dtype(), b.dtype());
   const DType acc = mixed ? DType::Float32 : y.dtype();  // the bias's type
@@ -587,6 +606,11 @@ void matmul_grad_b_compute(KernelContext& ctx) {
   // or float32 operands rounded per call under KernelContext::bf16_gemm.
   const bool mixed = mixed_output(ctx.node, a.dtype(), dy.dtype()) ||
                      (ctx.bf16_gemm && a.dtype() == DType::Float32 && dy.dtype() == DType::Float32);
+  // TrainingArguments.fp16 (emulated): float32 operands rounded to float16, float32 GEMM
+  const bool as_fp16 = !mixed && ctx.fp16_gemm && a.dtype() == DType::Float32 &&
+                       dy.dtype() == DType::Float32 && y.dtype() == DType::Float32;
+  const float* a16 = as_fp16 ? fp16_rounded(a, 0) : nullptr;
+  const float* dy16 = as_fp16 ? fp16_rounded(dy, 1) : nullptr;
   if (ctx.accumulates(0)) {
     // y += A^T dY (a bound gradient, micro-batches accumulating). Not beta = 1: the GEMM would
     // fold y into its K-blocked partial sums, and the sum must be y + (A^T dY) exactly as a
@@ -600,8 +624,8 @@ void matmul_grad_b_compute(KernelContext& ctx) {
       kernels::gemm_mixed_bf16(true, false, K, N, R, (float)alpha, bf16_operand(a), K,
                                bf16_operand(dy), N, 0.f, tmp.data(), N);
     else
-      gemm<float>(true, false, K, N, R, (float)alpha, a.data<float>(), K, dy.data<float>(), N, 0.f,
-                  tmp.data(), N);
+      gemm<float>(true, false, K, N, R, (float)alpha, as_fp16 ? a16 : a.data<float>(), K,
+                  as_fp16 ? dy16 : dy.data<float>(), N, 0.f, tmp.data(), N);
     float* out = y.data<float>();
     parallel_for(K * N, 1 << 15, [&](int64_t b, int64_t e) {
 #pragma omp simd
@@ -612,6 +636,9 @@ void matmul_grad_b_compute(KernelContext& ctx) {
   if (mixed)
     return kernels::gemm_mixed_bf16(true, false, K, N, R, (float)alpha, bf16_operand(a), K,
                                     bf16_operand(dy), N, 0.f, y.data<float>(), N);
+  if (as_fp16)
+    return gemm<float>(true, false, K, N, R, (float)alpha, a16, K, dy16, N, 0.f, y.data<float>(),
+                       N);
   dispatch_float(
       ctx.node, y,
       [&](auto* A, auto* D, auto* C) {
