@@ -41,6 +41,8 @@ Cases (per model unless noted):
                       Transformers' trainer.evaluate()) moves off the float32 value with the
                       sign and size (within 5x) of Transformers' move (its bf16 model also
                       rounds every activation, onyx only the weights and GEMM inputs).
+  bert-fp16-full-eval, gpt2-fp16-full-eval  the same with fp16_full_eval (Transformers'
+                      model.half() on a CPU; onyx emulates float16 rounding).
   gpt2-ga-equivalence GA 3 × batch 2 equals batch 6 (onyx against onyx and Transformers):
                       the loss is the sum over label tokens over the number of label tokens of
                       all accumulated micro-batches (Transformers' num_items_in_batch), so both
@@ -284,7 +286,7 @@ def main():
             if mname == "gpt2":
                 names.append("gpt2-ga-equivalence")
             if mname in ("bert", "gpt2"):
-                names.append(f"{mname}-bf16-full-eval")
+                names += [f"{mname}-bf16-full-eval", f"{mname}-fp16-full-eval"]
             if not any(flt in n for n in names):
                 continue
             torch.manual_seed(0)
@@ -323,8 +325,9 @@ def main():
                     resume_mid_epoch(folder, kind, pad, evald, root)
             if flt in f"{mname}-from-pretrained":
                 from_pretrained_round_trip(mname, folder, kind, pad, root)
-            if mname in ("bert", "gpt2") and flt in f"{mname}-bf16-full-eval":
-                bf16_full_eval(mname, folder, kind, pad, evald, root)
+            for low in ("bf16", "fp16"):
+                if mname in ("bert", "gpt2") and flt in f"{mname}-{low}-full-eval":
+                    bf16_full_eval(mname, folder, kind, pad, evald, root, low)
         if flt in "minilm-pretrained-load":
             minilm_pretrained_load(root)
         if any(flt in n for n in ("regression-fixture", "regression-ga", "regression-nan-inf-filter")):
@@ -337,11 +340,12 @@ def main():
     sys.exit(1 if f else 0)
 
 
-def bf16_full_eval(mname, folder, kind, pad, evald, root):
-    """bf16_full_eval: evaluations during training unchanged (onyx with and without the flag give
-    the same log, equal to Transformers'); the evaluation after training (Transformers'
-    trainer.evaluate(), onyx train's final one) reads the weights rounded to bf16."""
-    name = f"{mname}-bf16-full-eval"
+def bf16_full_eval(mname, folder, kind, pad, evald, root, low="bf16"):
+    """bf16_full_eval (fp16_full_eval with low="fp16"): evaluations during training unchanged
+    (onyx with and without the flag give the same log, equal to Transformers'); the evaluation
+    after training (Transformers' trainer.evaluate(), onyx train's final one) reads the weights
+    rounded to bf16 (float16: Transformers' model.half())."""
+    name = f"{mname}-{low}-full-eval"
     try:
         train = make_data(kind, N_TRAIN, 5, pad)
         args = dict(learning_rate=1e-3, logging_steps=1, seed=7, per_device_eval_batch_size=5,
@@ -350,7 +354,7 @@ def bf16_full_eval(mname, folder, kind, pad, evald, root):
         final, hist = {}, {}
         for tag, flag in (("f32", False), ("bf16", True)):
             tmp = tempfile.mkdtemp(dir=root)
-            a = dict(args, bf16_full_eval=flag)
+            a = dict(args, **{f"{low}_full_eval": flag})
             out = os.path.join(tmp, "onyx")
             oh, os_ = onyx_run(folder, train, evald, a, out, tmp)
             with open(os.path.join(out, "log_history.jsonl")) as f:
@@ -363,7 +367,7 @@ def bf16_full_eval(mname, folder, kind, pad, evald, root):
             hh = hh[:next(i for i, e in enumerate(hh) if "train_loss" in e) + 1]
             ok, msg = compare(oh, hh, os_, t.state.global_step)
             if not ok:
-                raise AssertionError(f"bf16_full_eval {flag}: {msg}")
+                raise AssertionError(f"{low}_full_eval {flag}: {msg}")
             hist[tag] = [e["eval_loss"] for e in oh if "eval_loss" in e]
         # signed relative shifts of the final eval_loss that bf16_full_eval causes
         shift_hf = (final["hf-bf16"] - final["hf-f32"]) / abs(final["hf-f32"])
@@ -379,9 +383,9 @@ def bf16_full_eval(mname, folder, kind, pad, evald, root):
               and 0.2 <= ratio <= 5 and vs_hf <= 2 * abs(shift_hf))
         msg = (f"in-train eval_loss identical with and without: {hist['bf16'] == hist['f32']}; "
                f"final eval_loss float32 {final['onyx-f32']:.6f} (transformers "
-               f"{final['hf-f32']:.6f}), bf16_full_eval {final['onyx-bf16']:.6f} (transformers "
+               f"{final['hf-f32']:.6f}), {low}_full_eval {final['onyx-bf16']:.6f} (transformers "
                f"{final['hf-bf16']:.6f}): shift onyx {shift_onyx:+.1e}, transformers "
-               f"{shift_hf:+.1e} (ratio {ratio:.2f}); onyx vs transformers bf16 {vs_hf:.1e}, vs "
+               f"{shift_hf:+.1e} (ratio {ratio:.2f}); onyx vs transformers {low} {vs_hf:.1e}, vs "
                f"its float32 {vs_hf32:.1e}")
     except Exception as e:
         ok, msg = False, f"{type(e).__name__}: {e}"

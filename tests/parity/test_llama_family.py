@@ -27,6 +27,9 @@ Cases (one PASS / FAIL line each):
                    logged loss (10-step means) within 1% of onyx's float32 run and of PyTorch's
                    CPU autocast (bfloat16) training the same model the same way; the saved weights
                    float32 and the checkpoint's training_args.json bf16 true
+  fp16-loss-curve  the same with `fp16: true` (emulated: float16-rounded GEMM inputs, float32
+                   GEMMs) against PyTorch's CPU autocast float16 (Transformers' fp16=True on a
+                   CPU: no gradient scaler)
 
   sft-completion-loss  `train_data: {type: sft}` with prompt / completion rows and GPT-2's
                    tokenizer: onyx's first loss = Transformers' on the rows tokenized by the
@@ -214,9 +217,11 @@ def case_train(tmp):
     return ok, f"losses {losses[0]:.3f} -> {losses[-1]:.3f} over 30 steps"
 
 
-def case_bf16(tmp):
+def case_bf16(tmp, low="bf16"):
+    """`low` is "bf16" or "fp16" (emulated float16: Transformers trains with float16 autocast on
+    a CPU, no gradient scaler there)."""
     m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
-    d = os.path.join(tmp, "bf16-llama")
+    d = os.path.join(tmp, low + "-llama")
     m.save_pretrained(d)
     rng = np.random.default_rng(4)
     ids = rng.integers(0, 97, (64, 16)).astype(np.int64)
@@ -224,20 +229,20 @@ def case_bf16(tmp):
               f"{d}/train.safetensors")
     steps, batch, lr, every = 200, 8, 1e-3, 10
     curves = {}
-    for tag, bf16 in (("f32", False), ("bf16", True)):
+    for tag, on in (("f32", False), ("bf16", True)):
         cfg = {"model": d, "train_data": f"{d}/train.safetensors", "output_dir": f"{d}/{tag}",
                "max_steps": steps, "per_device_train_batch_size": batch, "learning_rate": lr,
                "logging_steps": every, "save_strategy": "steps", "save_steps": steps,
-               "disable_tqdm": True, "train_sampling_strategy": "sequential", "bf16": bf16}
+               "disable_tqdm": True, "train_sampling_strategy": "sequential", low: on}
         with open(f"{d}/{tag}.yaml", "w") as f:
             for k, v in cfg.items():
                 f.write(f"{k}: {json.dumps(v)}\n")
         onyx("train", f"{d}/{tag}.yaml")
         with open(f"{d}/{tag}/log_history.jsonl") as f:
             curves[tag] = [json.loads(l)["loss"] for l in f if '"loss"' in l]
-    # PyTorch: the same model and schedule under CPU autocast bf16
+    # PyTorch: the same model and schedule under CPU autocast bf16 (float16)
     losses = train_like_onyx(m, {"input_ids": ids, "labels": ids}, steps, batch, lr,
-                             autocast_dtype=torch.bfloat16)
+                             autocast_dtype=torch.bfloat16 if low == "bf16" else torch.float16)
     curves["torch"] = [float(np.mean(losses[i:i + every])) for i in range(0, steps, every)]
     n = len(curves["torch"])
     if any(len(c) != n for c in curves.values()):
@@ -247,12 +252,12 @@ def case_bf16(tmp):
     saved = load_file(f"{d}/bf16/model.safetensors")
     f32_saved = all(v.dtype == np.float32 for v in saved.values())
     with open(f"{d}/bf16/checkpoint-{steps}/training_args.json") as f:
-        flag = json.load(f).get("bf16") is True
+        flag = json.load(f).get(low) is True
     ok = vs_f32 < 1e-2 and vs_torch < 1e-2 and f32_saved and flag and \
         curves["bf16"][-1] < curves["bf16"][0] and curves["bf16"] != curves["f32"]
     return ok, (f"{steps} steps, losses {curves['bf16'][0]:.4f} -> {curves['bf16'][-1]:.4f}: vs "
                 f"float32 worst rel {vs_f32:.1e}, vs PyTorch autocast {vs_torch:.1e}; weights "
-                f"saved float32: {f32_saved}; training_args.json bf16: {flag}")
+                f"saved float32: {f32_saved}; training_args.json {low}: {flag}")
 
 
 def case_sft(tmp):
@@ -374,6 +379,7 @@ def main():
         ("llama-packed", case_packed),
         ("train-loss-falls", case_train),
         ("bf16-loss-curve", case_bf16),
+        ("fp16-loss-curve", lambda tmp: case_bf16(tmp, "fp16")),
         ("sft-completion-loss", case_sft),
     ]
     return run_cases(cases, "onyx-test-llama-")
