@@ -323,17 +323,17 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
     rounded_fresh_ = true;
   }
   if (rounded_frozen_.empty())  // frozen weights do not change: rounded once per evaluation
-    for (auto& f : opts_.frozen) {
-      auto it = forward_->initializers.find(f);
+    for (auto& name : opts_.frozen) {
+      auto it = forward_->initializers.find(name);
       if (it != forward_->initializers.end() && it->second.dtype() == DType::Float32 &&
-          !buffers_.count(f))
-        rounded_frozen_[f] = rounded(it->second);
+          !buffers_.count(name))
+        rounded_frozen_[name] = rounded(it->second);
     }
   for (auto& [b, t] : buffers_) {
     auto it = rounded_other_.find(b);
     feeds[b] = it != rounded_other_.end() ? it->second : t;
   }
-  for (auto& [f, t] : rounded_frozen_) feeds[f] = t;
+  for (auto& [name, t] : rounded_frozen_) feeds[name] = t;
   for (auto& p : params_) feeds[p] = rounded_.view(p);
 }
 

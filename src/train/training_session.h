@@ -155,7 +155,7 @@ class TrainingSession {
   // Frees the sessions' activation arenas (each comes back on its session's next run): the
   // evaluation ones after an evaluation pass, the training ones too when training ends.
   void release_activation_memory(bool training_too) {
-    rounded_ = FlatBuffer();  // bf16_full_eval's rounded weights
+    rounded_ = FlatBuffer();  // bf16_full_eval's / fp16_full_eval's rounded weights
     rounded_other_.clear();
     rounded_frozen_.clear();
     rounded_fresh_ = false;
@@ -199,7 +199,8 @@ class TrainingSession {
   FlatBuffer param_buf_, grad_buf_;
   FlatBuffer shadow_;          // bf16 (see bf16_shadow()); allocated when a graph reads it
   bool shadow_fresh_ = false;  // shadow_ holds params() rounded
-  // bf16_full_eval: params() rounded to bf16 and widened back (allocated while evaluating)
+  // bf16_full_eval / fp16_full_eval: params() rounded to that format and widened back
+  // (allocated while evaluating)
   kernels::LowPrecision full_eval_ = kernels::LowPrecision::None;
   bool fp16_gemm_ = false;
   FlatBuffer rounded_;

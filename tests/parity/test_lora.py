@@ -184,18 +184,24 @@ def case_adapters(r):
     return adapter_errors(r.out, r.pm, r.onyx_losses, r.torch_losses)
 
 
-def case_bf16_base(r):
+def train_variant(r, name, **over):
+    """`onyx train` on r's config with `over` into r.tmp/out-<name>: (config path, output dir,
+    logged losses, a fresh trainable PEFT model at the initial adapter), or raises."""
     import peft
-    out = os.path.join(r.tmp, "out-bf16")
-    cfg = dict(r.cfg, output_dir=out, model_init_kwargs={"dtype": "bfloat16"})
-    path = os.path.join(r.tmp, "bf16.yaml")
-    write_config(path, cfg)
+    out = os.path.join(r.tmp, "out-" + name)
+    path = os.path.join(r.tmp, name + ".yaml")
+    write_config(path, dict(r.cfg, output_dir=out, **over))
     p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
-        return False, f"onyx train exited {p.returncode}: {p.stderr[-500:]}"
+        raise AssertionError(f"onyx train exited {p.returncode}: {p.stderr[-500:]}")
     with open(os.path.join(out, "log_history.jsonl")) as f:
         losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
     pm = peft.PeftModel.from_pretrained(copy.deepcopy(r.base), r.init_dir, is_trainable=True)
+    return path, out, losses, pm
+
+
+def case_bf16_base(r):
+    path, out, losses, pm = train_variant(r, "bf16", model_init_kwargs={"dtype": "bfloat16"})
     rounded = bf16_frozen_linears(pm)
     torch_losses = train_like_onyx(pm, r.data, STEPS, BATCH, LR)
     ok, msg = adapter_errors(out, pm, losses, torch_losses, tol=1e-2, loss_tol=1e-3)
@@ -228,15 +234,7 @@ def case_bf16_mixed(r):
     the same way under CPU autocast bf16 (Transformers' bf16=True on a CPU), and not the float32
     run's."""
     import peft
-    out = os.path.join(r.tmp, "out-bf16-mixed")
-    path = os.path.join(r.tmp, "bf16-mixed.yaml")
-    write_config(path, dict(r.cfg, output_dir=out, bf16=True))
-    p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        return False, f"onyx train exited {p.returncode}: {p.stderr[-500:]}"
-    with open(os.path.join(out, "log_history.jsonl")) as f:
-        losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
-    pm = peft.PeftModel.from_pretrained(copy.deepcopy(r.base), r.init_dir, is_trainable=True)
+    _, out, losses, pm = train_variant(r, "bf16-mixed", bf16=True)
     torch_losses = train_like_onyx(pm, r.data, STEPS, BATCH, LR, autocast_dtype=torch.bfloat16)
     # bf16 moves adapters trained this briefly by a few percent (Adam turns the rounding of
     # small gradients into update noise), in PyTorch as in onyx, and two bf16 runs that round at

@@ -17,8 +17,8 @@
 // Mixed precision (KernelContext::bf16_gemm, TrainingArguments.bf16; float32 tensors): the GEMM
 // takes X and W rounded to bf16 with float32 accumulation (kernels::gemm_as_bf16: oneDNN's bf16
 // matmul on AVX512_BF16, else the rounded values widened), as PyTorch's CPU autocast runs
-// conv_transpose; the bias add and col2im's sums stay float32. Its gradients (Conv,
-// ConvGradWeight) round theirs in conv.cc.
+// conv_transpose; the bias add and col2im's sums stay float32 (KernelContext::fp16_gemm: float16
+// instead, emulated). Its gradients (Conv, ConvGradWeight) round theirs in conv.cc.
 #include <algorithm>
 #include <string>
 #include <vector>

@@ -20,7 +20,8 @@
 // (passes/mixed_precision.cc, which also sets output_dtype = FLOAT, so two bf16 operands still give
 // float32) — with bf16 inputs, float32 accumulation and float32 output (gemm_mixed_bf16: bf16
 // operands read in place, float32 ones rounded per call). Under KernelContext::bf16_gemm
-// (TrainingArguments.bf16) two float32 operands are rounded per call the same way. float64
+// (TrainingArguments.bf16) two float32 operands are rounded per call the same way; under
+// KernelContext::fp16_gemm (TrainingArguments.fp16, emulated) to float16, for sgemm. float64
 // uses a plain loop (dgemm for the onyx ops, and for MatMul and Gemm a cache-friendly loop that
 // also serves the integer types: exact in their own type; they are rare and never the hot path).
 // Hand-written dispatch because the transformer hot path needs care: a batched activation times a
