@@ -27,6 +27,8 @@ Cases (one PASS / FAIL line each):
                      memory plan lists, every LayerNorm gradient reading the forward's bf16
                      normalized input), and the activation arena with bf16 operands is at most
                      0.6x the float32 one (issue #13's target).
+  plan-fp16-gpt2-tiny  `--fp16 true` (emulated float16): the plan says the GEMMs round to float16
+                     per call, warns, and plans float32's arena.
   checkpointing      `--gradient_checkpointing true` cuts bert-mini's planned activation memory
                      by at least 40%.
   max-memory-*       a max_memory budget below the planned step: exit 1 naming batch, need and
@@ -184,7 +186,8 @@ def main():
     try:
         mdirs = {}
         for name, spec in bench_models.SPECS.items():
-            if filt and filt not in "plan-" + name and filt not in "plan-bf16-" + name and not (
+            if filt and filt not in "plan-" + name and filt not in "plan-bf16-" + name and \
+                    filt not in "plan-fp16-" + name and not (
                     name == "bert-mini" and filt in "checkpointing max-memory plan-with-eval "
                                                     "plan-bert-mini-dropout"):
                 continue
@@ -289,6 +292,19 @@ def main():
             report(bool(ok), "plan-bf16-" + name,
                    "%s; %s" % (m.group(0) if m else "no arena line",
                                p.group(0) if p else r.stdout[-300:] + r.stderr[-300:]))
+
+        if "gpt2-tiny" in mdirs and (not filt or filt in "plan-fp16-gpt2-tiny"):
+            # fp16 (emulated): the plan says so, and the graph and its arena are float32's
+            cfg = write_config(mdirs["gpt2-tiny"], "gpt2-tiny")
+            r, f32 = run(["plan", cfg, "--fp16", "true"]), run(["plan", cfg])
+            line = re.search(r"^fp16 \(mixed precision, emulated.*$", r.stdout, re.M)
+            ok = (r.returncode == 0 and line and activations_mib(r.stdout) is not None
+                  and activations_mib(r.stdout) == activations_mib(f32.stdout)
+                  and "no float16 arithmetic" in r.stderr)
+            report(bool(ok), "plan-fp16-gpt2-tiny",
+                   "%s; activations %s MiB (float32 %s)" % (
+                       line.group(0)[:60] + "..." if line else r.stdout[-300:] + r.stderr[-300:],
+                       activations_mib(r.stdout), activations_mib(f32.stdout)))
 
         if "bert-mini" in mdirs and (not filt or filt in "max-memory"):
             cfg = write_config(mdirs["bert-mini"], "bert-mini")

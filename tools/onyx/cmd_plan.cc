@@ -114,6 +114,11 @@ Action add_plan_command(CLI::App& app) {
               << " backward nodes built), ops:\n";
     for (auto& [c, op] : rows) std::printf("  %-34s %6d\n", op.c_str(), c);
 
+    if (cfg.args.fp16)
+      std::cout << "fp16 (mixed precision, emulated: these CPUs have no float16 arithmetic): "
+                   "MatMulT, MatMulGradB, LinearCrossEntropy, attention's tiles and Conv round "
+                   "their float32 inputs to float16 per call and multiply them with float32 GEMMs; "
+                   "the graph and its memory are float32's\n";
     if (cfg.args.bf16) {
       // Which ops run with bf16 inputs (read off the planned metas) and the memory the
       // mixed_precision pass saves (the same step planned with float32 operands, in a second
