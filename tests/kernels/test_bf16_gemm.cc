@@ -495,6 +495,40 @@ TEST(Fp16Gemm, KernelsTakeFloat16RoundedOperands) {
   EXPECT_GT(off_f32, 1e-5);
 }
 
+// The standard MatMul and Gemm (an unfused attention product, a forward run as exported) under
+// mixed precision: the float32 op on operands rounded to bf16 / float16, bit for bit (the same
+// sgemm), C (Gemm's bias) float32; and off the unrounded op.
+TEST(Bf16Gemm, StandardMatMulAndGemmTakeRoundedOperands) {
+  for (kernels::LowPrecision lp : {kernels::LowPrecision::Bf16, kernels::LowPrecision::Fp16}) {
+    SCOPED_TRACE(lp == kernels::LowPrecision::Bf16 ? "bf16" : "fp16");
+    runtime::RunOptions ro;
+    ro.bf16_gemm = lp == kernels::LowPrecision::Bf16;
+    ro.fp16_gemm = lp == kernels::LowPrecision::Fp16;
+    auto round = [&](const Tensor& t) {
+      Tensor r = t.clone();
+      kernels::round_to(lp, r.data<float>(), r.data<float>(), r.numel());
+      return r;
+    };
+    Tensor a = Tensor::from_vector(DType::Float32, {2, 7, 30}, randoms(420, 90));
+    Tensor b = Tensor::from_vector(DType::Float32, {2, 30, 11}, randoms(660, 91));
+    ir::Node mm = node("MatMul", 2, 1);
+    mm.domain = "";
+    Tensor y = runtime::run_node(mm, 17, {a, b}, ro)[0];
+    expect_same_bits(y, runtime::run_node(mm, 17, {round(a), round(b)})[0]);
+    EXPECT_NE(std::memcmp(y.raw(), runtime::run_node(mm, 17, {a, b})[0].raw(), y.nbytes()), 0);
+    ir::Node gm = node("Gemm", 3, 1);
+    gm.domain = "";
+    gm.attrs["transB"] = ir::Attribute::of_int(1);
+    Tensor ga = Tensor::from_vector(DType::Float32, {9, 30}, randoms(270, 92));
+    Tensor gb = Tensor::from_vector(DType::Float32, {12, 30}, randoms(360, 93));
+    Tensor gc = Tensor::from_vector(DType::Float32, {12}, randoms(12, 94));
+    Tensor gy = runtime::run_node(gm, 17, {ga, gb, gc}, ro)[0];
+    expect_same_bits(gy, runtime::run_node(gm, 17, {round(ga), round(gb), gc})[0]);
+    EXPECT_NE(std::memcmp(gy.raw(), runtime::run_node(gm, 17, {ga, gb, gc})[0].raw(), gy.nbytes()),
+              0);
+  }
+}
+
 TEST(Bf16Gemm, OutputDtypeOutsideItsFormsIsAClearError) {
   auto message = [](const ir::Node& n, const std::vector<Tensor>& in) {
     try {

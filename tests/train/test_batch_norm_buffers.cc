@@ -264,9 +264,14 @@ TEST(BatchNormBuffers, Bf16FullEvalRoundsFrozenWeightsAndRunningStatistics) {
     Tensor f(DType::Float32, {S, S});
     for (int64_t i = 0; i < f.numel(); i++) f.data<float>()[i] = d(rng);
     g->add_initializer("proj.weight", f);
-    // y -> MatMul(y, proj.weight) = z, and the loss reads z.
-    g->nodes.insert(g->nodes.begin() + 1, node("MatMul", {"y", "proj.weight"}, {"z"}));
-    g->nodes[2].inputs[0] = "z";  // Sub(z, t)
+    Tensor gate(DType::Float32, {S});
+    for (int64_t i = 0; i < S; i++) gate.data<float>()[i] = 1.0f + d(rng);
+    g->add_initializer("gate", gate);
+    // y -> MatMul(y, proj.weight) * gate = z, and the loss reads z. (The MatMul rounds its
+    // operands under bf16 anyway; the gate shows that the frozen tensors are rounded.)
+    g->nodes.insert(g->nodes.begin() + 1, node("MatMul", {"y", "proj.weight"}, {"zm"}));
+    g->nodes.insert(g->nodes.begin() + 2, node("Mul", {"zm", "gate"}, {"z"}));
+    g->nodes[3].inputs[0] = "z";  // Sub(z, t)
     ir::ValueInfo v;
     v.name = "z";
     v.dtype = DType::Float32;
@@ -274,7 +279,7 @@ TEST(BatchNormBuffers, Bf16FullEvalRoundsFrozenWeightsAndRunningStatistics) {
     return g;
   };
   autodiff::GradientOptions opts;
-  opts.frozen = {"proj.weight"};
+  opts.frozen = {"proj.weight", "gate"};
   auto g = frozen_graph();
   const Tensor frozen_before = g->initializers.at("proj.weight").clone();
   train::TrainingSession ts(g, opts);
@@ -295,6 +300,7 @@ TEST(BatchNormBuffers, Bf16FullEvalRoundsFrozenWeightsAndRunningStatistics) {
     for (auto& p : ts.parameters()) put(p, ts.params().view(p), true);
     for (auto& [b, t] : ts.buffers()) put(b, t, true);
     put("proj.weight", g->initializers.at("proj.weight"), round_frozen);
+    put("gate", g->initializers.at("gate"), round_frozen);
     train::TrainingSession rs(r, opts);
     rs.set_bf16_gemm(true);
     return rs.forward(e);

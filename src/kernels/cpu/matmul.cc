@@ -258,6 +258,16 @@ void matmul_infer(InferContext& ctx) {
   ctx.set_output(0, a.dtype, matmul_shape(a.shape, b.shape, ctx.node).out);
 }
 
+// A float32 operand rounded to `lp` (mixed precision: bf16, or float16 emulated) and held in
+// float32, in per-thread scratch `slot` (0 or 1) kept across calls.
+const float* rounded_operand(const Tensor& t, kernels::LowPrecision lp, int slot) {
+  thread_local std::vector<float> scratch[2];
+  std::vector<float>& buf = scratch[slot];
+  if (buf.size() < (size_t)t.numel()) buf.resize((size_t)t.numel());
+  kernels::round_to(lp, t.data<float>(), buf.data(), t.numel());
+  return buf.data();
+}
+
 void matmul_compute(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
@@ -269,6 +279,12 @@ void matmul_compute(KernelContext& ctx) {
     return;
   }
   DType dt = a.dtype();
+  // Mixed precision: standard MatMul and Gemm (unfused attention, a forward run as exported)
+  // take rounded operands like the fused GEMMs, as autocast runs every matmul.
+  const kernels::LowPrecision lp = kernels::low_precision(ctx);
+  if (dt == DType::Float32 && lp != kernels::LowPrecision::None)
+    return matmul_t<float>(s, 1.f, rounded_operand(a, lp, 0), rounded_operand(b, lp, 1),
+                           y.data<float>());
   if (dt == DType::Float32)
     return matmul_t<float>(s, 1.f, a.data<float>(), b.data<float>(), y.data<float>());
   if (dt == DType::Float16 || dt == DType::BFloat16) {
@@ -390,6 +406,10 @@ void gemm_compute(KernelContext& ctx) {
   int64_t lda = std::max<int64_t>(1, a.dim(1)), ldb = std::max<int64_t>(1, b.dim(1));
   if (y.numel() == 0) return;
   DType dt = a.dtype();
+  const kernels::LowPrecision lp = kernels::low_precision(ctx);
+  if (dt == DType::Float32 && lp != kernels::LowPrecision::None)  // (C, the bias, stays float32)
+    return gemm_f32(g, alpha, beta, rounded_operand(a, lp, 0), lda, rounded_operand(b, lp, 1), ldb,
+                    c ? c->data<float>() : nullptr, c_shape, y.data<float>());
   if (dt == DType::Float32)
     return gemm_f32(g, alpha, beta, a.data<float>(), lda, b.data<float>(), ldb,
                     c ? c->data<float>() : nullptr, c_shape, y.data<float>());
@@ -510,16 +530,6 @@ void matmul_t_infer(InferContext& ctx) {
   ctx.set_output(0, out, s.out);
 }
 
-// A float32 operand rounded to float16 (TrainingArguments.fp16, emulated), in per-thread scratch
-// `slot` (0 or 1) kept across calls.
-const float* fp16_rounded(const Tensor& t, int slot) {
-  thread_local std::vector<float> scratch[2];
-  std::vector<float>& buf = scratch[slot];
-  if (buf.size() < (size_t)t.numel()) buf.resize((size_t)t.numel());
-  kernels::round_to_fp16(t.data<float>(), buf.data(), t.numel());
-  return buf.data();
-}
-
 void matmul_t_compute(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);  // (...a, M, K) or (...a, K, M) with transA
   const Tensor& b = ctx.input(1);  // (...b, K, N) or (...b, N, K) with transB
@@ -532,8 +542,8 @@ void matmul_t_compute(KernelContext& ctx) {
       b.dtype() == DType::Float32 && y.dtype() == DType::Float32 &&
       (!bias || bias->dtype() == DType::Float32)) {
     // TrainingArguments.fp16 (emulated): both operands rounded to float16, float32 GEMM
-    const float* A = fp16_rounded(a, 0);
-    const float* B = fp16_rounded(b, 1);
+    const float* A = rounded_operand(a, kernels::LowPrecision::Fp16, 0);
+    const float* B = rounded_operand(b, kernels::LowPrecision::Fp16, 1);
     return matmul_t<float>(s, (float)alpha, A, B, y.data<float>(),
                            bias ? bias->data<float>() : nullptr);
   }
@@ -610,8 +620,8 @@ void matmul_grad_b_compute(KernelContext& ctx) {
   // TrainingArguments.fp16 (emulated): float32 operands rounded to float16, float32 GEMM
   const bool as_fp16 = !mixed && ctx.fp16_gemm && a.dtype() == DType::Float32 &&
                        dy.dtype() == DType::Float32 && y.dtype() == DType::Float32;
-  const float* a16 = as_fp16 ? fp16_rounded(a, 0) : nullptr;
-  const float* dy16 = as_fp16 ? fp16_rounded(dy, 1) : nullptr;
+  const float* a16 = as_fp16 ? rounded_operand(a, kernels::LowPrecision::Fp16, 0) : nullptr;
+  const float* dy16 = as_fp16 ? rounded_operand(dy, kernels::LowPrecision::Fp16, 1) : nullptr;
   if (ctx.accumulates(0)) {
     // y += A^T dY (a bound gradient, micro-batches accumulating). Not beta = 1: the GEMM would
     // fold y into its K-blocked partial sums, and the sum must be y + (A^T dY) exactly as a
