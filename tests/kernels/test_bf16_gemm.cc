@@ -497,7 +497,7 @@ TEST(Fp16Gemm, KernelsTakeFloat16RoundedOperands) {
 
 // The standard MatMul and Gemm (an unfused attention product, a forward run as exported) under
 // mixed precision: the float32 op on operands rounded to bf16 / float16, bit for bit (the same
-// sgemm), C (Gemm's bias) float32; and off the unrounded op.
+// sgemm), C (Gemm's bias) float32; and off the unrounded op. Not an outer product.
 TEST(Bf16Gemm, StandardMatMulAndGemmTakeRoundedOperands) {
   for (kernels::LowPrecision lp : {kernels::LowPrecision::Bf16, kernels::LowPrecision::Fp16}) {
     SCOPED_TRACE(lp == kernels::LowPrecision::Bf16 ? "bf16" : "fp16");
@@ -526,6 +526,15 @@ TEST(Bf16Gemm, StandardMatMulAndGemmTakeRoundedOperands) {
     expect_same_bits(gy, runtime::run_node(gm, 17, {round(ga), round(gb), gc})[0]);
     EXPECT_NE(std::memcmp(gy.raw(), runtime::run_node(gm, 17, {ga, gb, gc})[0].raw(), gy.nbytes()),
               0);
+    // An outer product (K = 1) stays float32: an exported rotary embedding's frequencies x
+    // positions (positions above 256 are not bf16 values)
+    std::vector<float> pos(40), freq(8);
+    for (int i = 0; i < 40; i++) pos[i] = 250.0f + (float)i;
+    for (int i = 0; i < 8; i++) freq[i] = std::pow(10000.0f, -(float)i / 8);
+    Tensor fr = Tensor::from_vector(DType::Float32, {1, 8, 1}, freq);
+    Tensor ps = Tensor::from_vector(DType::Float32, {1, 1, 40}, pos);
+    expect_same_bits(runtime::run_node(mm, 17, {fr, ps}, ro)[0],
+                     runtime::run_node(mm, 17, {fr, ps})[0]);
   }
 }
 

@@ -279,9 +279,13 @@ void matmul_compute(KernelContext& ctx) {
     return;
   }
   DType dt = a.dtype();
-  // Mixed precision: standard MatMul and Gemm (unfused attention, a forward run as exported)
-  // take rounded operands like the fused GEMMs, as autocast runs every matmul.
-  const kernels::LowPrecision lp = kernels::low_precision(ctx);
+  // Mixed precision: standard MatMul and Gemm (a bias-free Linear as exported, unfused
+  // attention, a forward without labels) take rounded operands like the fused GEMMs, as autocast
+  // runs every matmul — except an outer product (K = 1: no sum to speed up, and how exported
+  // rotary embeddings build position x frequency tables, which Transformers computes with
+  // autocast off: a position above 256 is not a bf16 value).
+  const kernels::LowPrecision lp =
+      s.K == 1 ? kernels::LowPrecision::None : kernels::low_precision(ctx);
   if (dt == DType::Float32 && lp != kernels::LowPrecision::None)
     return matmul_t<float>(s, 1.f, rounded_operand(a, lp, 0), rounded_operand(b, lp, 1),
                            y.data<float>());
@@ -406,7 +410,8 @@ void gemm_compute(KernelContext& ctx) {
   int64_t lda = std::max<int64_t>(1, a.dim(1)), ldb = std::max<int64_t>(1, b.dim(1));
   if (y.numel() == 0) return;
   DType dt = a.dtype();
-  const kernels::LowPrecision lp = kernels::low_precision(ctx);
+  const kernels::LowPrecision lp =  // (as MatMul: not an outer product)
+      g.K == 1 ? kernels::LowPrecision::None : kernels::low_precision(ctx);
   if (dt == DType::Float32 && lp != kernels::LowPrecision::None)  // (C, the bias, stays float32)
     return gemm_f32(g, alpha, beta, rounded_operand(a, lp, 0), lda, rounded_operand(b, lp, 1), ldb,
                     c ? c->data<float>() : nullptr, c_shape, y.data<float>());
