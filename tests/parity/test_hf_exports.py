@@ -14,7 +14,9 @@ heads). The line reports the fusions `onyx plan` applied; the fused attention mu
 every layer of every export (ATTENTION_FUSED), and Llama's RMSNorm, SwiGLU and rotary fusions as
 often as FUSED says, on both exporters' graphs. Every parameter gradient
 and the loss must match PyTorch float32 within rtol 1e-4, atol 1e-6 (a tied tensor is compared
-under whichever of its names the export kept).
+under whichever of its names the export kept). And `onyx grad --bf16` against PyTorch's CPU
+autocast bf16: the loss within 1e-2, every gradient moved off float32's by the rounding, the
+worst tensor's distance to autocast's within twice autocast's own distance from float32.
 
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_hf_exports.py [substring-filter]
 Prints one line per case and ends with "N passed, M failed".
@@ -155,8 +157,11 @@ def case(tmp, name, exporter, model, names, inputs):
         fm = re.search(fusion + r" x(\d+)", fusions)
         if fm is None or int(fm.group(1)) != want:
             fused_bad.append(f"{fusion} x{fm.group(1) if fm else 0} (want x{want})")
-    ok = not bad and not missing and not extra and p.returncode == 0 and att_ok and not fused_bad
-    msg = (f"max rel err {worst:.2e} ({worst_name}), {len(got) - 1} gradients; fusions: {fusions}")
+    bf16_ok, bf16_msg = bf16_grads(path, in_path, wrapped, names, inputs, got, by_id)
+    ok = (not bad and not missing and not extra and p.returncode == 0 and att_ok and not fused_bad
+          and bf16_ok)
+    msg = (f"max rel err {worst:.2e} ({worst_name}), {len(got) - 1} gradients; {bf16_msg}; "
+           f"fusions: {fusions}")
     if bad:
         msg += "; over tolerance: " + ", ".join(bad[:4])
     if missing:
@@ -168,6 +173,46 @@ def case(tmp, name, exporter, model, names, inputs):
     if fused_bad:
         msg += "; fusions not as expected: " + ", ".join(fused_bad)
     return ok, msg
+
+
+def bf16_grads(path, in_path, wrapped, names, inputs, f32, by_id):
+    """(ok, message): `onyx grad --bf16` on the export against PyTorch's CPU autocast bf16 on the
+    module (Transformers' bf16=True): the loss within 1e-2; every gradient moved off onyx's
+    float32 one (bf16 ran in every layer, the bias-free projections' plain MatMuls included);
+    the worst tensor's relative Frobenius distance to autocast's within twice autocast's own
+    distance from float32 (two bf16 runs that round at different places, autocast also keeping
+    every Linear output bf16)."""
+    out = path + ".bf16.safetensors"
+    p = subprocess.run([ONYX, "grad", path, "--inputs", in_path, "--output", out, "--loss", "loss",
+                        "--bf16"], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return False, f"onyx grad --bf16 exited {p.returncode}: {p.stderr.strip()[-200:]}"
+    got = st_io.load(out)
+    wrapped.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = wrapped(*[inputs[k] for k in names])
+    loss.float().backward()
+    largest = max(float(np.sqrt(np.mean(f32[k].astype(np.float64) ** 2))) for k in f32 if k != "loss")
+    effect = vs_torch = 0.0
+    unmoved = []
+    for prm, aliases in by_id.values():
+        key = next((a for a in aliases if a in got), None)
+        if key is None or prm.grad is None:
+            continue
+        ref32 = f32[key].astype(np.float64)
+        if np.sqrt(np.mean(ref32 ** 2)) < 1e-6 * largest:  # zero but for rounding
+            continue
+        ac = prm.grad.detach().float().numpy().astype(np.float64)
+        g = got[key].astype(np.float64)
+        if np.array_equal(g, ref32):
+            unmoved.append(key)
+        n32 = np.linalg.norm(ref32)
+        effect = max(effect, float(np.linalg.norm(ac - ref32) / n32))
+        vs_torch = max(vs_torch, float(np.linalg.norm(g - ac) / n32))
+    lrel = abs(float(got["loss"]) - float(loss)) / abs(float(loss))
+    ok = lrel < 1e-2 and not unmoved and 0 < vs_torch <= 2 * effect
+    return ok, (f"bf16 vs autocast: loss {lrel:.1e}, gradients {vs_torch:.1e} (autocast vs float32 "
+                f"{effect:.1e})" + (f", unmoved by bf16: {unmoved[:3]}" if unmoved else ""))
 
 
 def main():

@@ -1,7 +1,9 @@
 // cmd_grad.cc — `onyx grad MODEL.onnx --inputs IN.safetensors --output GRADS.safetensors
 // [--loss NAME] [--logits NAME --labels NAME [--loss-type cross_entropy|mse]] [--no-dropout]
-// [--frozen A,B]`: one forward + backward in training mode; writes `loss` and one gradient per
-// trainable float initializer, under the initializer's name.
+// [--frozen A,B] [--bf16 | --fp16]`: one forward + backward in training mode; writes `loss` and
+// one gradient per trainable float initializer, under the initializer's name. --bf16 / --fp16:
+// mixed precision as `bf16: true` / `fp16: true` train (TrainingSession::set_bf16_gemm /
+// set_fp16_gemm).
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -21,7 +23,7 @@ Action add_grad_command(CLI::App& app) {
   struct Opts {
     std::string model, inputs, output, loss, logits, labels, loss_type = "cross_entropy";
     std::vector<std::string> frozen;
-    bool no_dropout = false;
+    bool no_dropout = false, bf16 = false, fp16 = false;
     uint64_t seed = 0;
     int64_t ignore_index = -100;
     float label_smoothing = 0;
@@ -40,7 +42,13 @@ Action add_grad_command(CLI::App& app) {
   cmd->add_option("--frozen", o->frozen, "initializers that get no gradient")->delimiter(',');
   cmd->add_flag("--no-dropout", o->no_dropout, "run Dropout as the identity");
   cmd->add_option("--seed", o->seed, "dropout seed");
+  cmd->add_flag("--bf16", o->bf16, "mixed precision as bf16: true trains (bf16 GEMM inputs)");
+  cmd->add_flag("--fp16", o->fp16, "mixed precision as fp16: true trains (emulated float16)");
   return [o]() {
+    ONYX_CHECK(!(o->bf16 && o->fp16), "--bf16 and --fp16: at most one");
+    ONYX_CHECK(!std::filesystem::is_directory(o->model) || !(o->bf16 || o->fp16),
+               "--bf16 / --fp16 take an .onnx model (", o->model,
+               " is a folder: train it with bf16: true instead)");
     if (std::filesystem::is_directory(o->model))
       return models::grad_hf_folder_cli(o->model, o->inputs, o->output, o->seed, !o->no_dropout);
     ir::Graph fwd = ir::load_onnx(o->model);
@@ -65,6 +73,8 @@ Action add_grad_command(CLI::App& app) {
     opts.frozen.insert(o->frozen.begin(), o->frozen.end());
     runtime::Session(std::make_shared<ir::Graph>(fwd)).check_supported();
     train::TrainingSession ts(std::make_shared<ir::Graph>(std::move(fwd)), opts);
+    ts.set_bf16_gemm(o->bf16);
+    ts.set_fp16_gemm(o->fp16);
     auto t0 = std::chrono::steady_clock::now();
     double loss = ts.forward_backward(in.tensors, /*accumulate=*/false, o->seed, !o->no_dropout);
     auto t1 = std::chrono::steady_clock::now();
