@@ -183,6 +183,20 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
                                const std::set<std::string>& weights, MixedPrecisionStats* stats) {
   MixedPrecisionStats st;
   std::set<int> gemms;
+  // A bias-free Linear as exported — a plain MatMul(X, W) of a trained 2-D weight, which
+  // linear_fusion leaves alone (nothing to gain in float32) — becomes onyx.MatMulT(X, W): the
+  // same GEMM (the kernel rounds both operands per call either way), which the steps below can
+  // then feed from the bf16 shadow and store X in bf16 for.
+  for (ir::Node& n : g.nodes) {
+    if (!is_op(n, "MatMul") || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
+    const std::string &x = n.inputs[0], &w = n.inputs[1];
+    if (!weights.count(w) || !is_f32(ctx, w) || !is_f32(ctx, x) || ctx.meta(w).shape.size() != 2 ||
+        ctx.meta(x).shape.size() < 2 || ctx.meta(w).shape[0] == 1)  // (not an outer product)
+      continue;
+    n.op_type = "MatMulT";
+    n.domain = "onyx";
+    import_domain(g, "onyx");
+  }
   // The weights the caller feeds in bf16: MatMulT's operands and LinearCrossEntropy's W read the
   // bf16 graph input instead (no rounding per call; the bits are the same).
   std::set<std::string> fed;

@@ -338,3 +338,64 @@ TEST(Fp16Training, StepMatchesFloat32WithinFloat16Tolerances) {
     EXPECT_GT(vs_bf16, (int)f.grads.size() / 2) << "float16 is not bf16";
   }
 }
+
+// A bias-free Linear as exported (plain MatMul(X, W): linear_fusion leaves it) under bf16: the
+// mixed_precision pass makes it a MatMulT read through the weight shadow, bit-identical to the
+// per-call rounding (which the plain MatMul kernel does too).
+TEST(Bf16Training, BiasFreeMatMulReadsTheWeightShadow) {
+  auto g = std::make_shared<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::ValueInfo x;
+  x.name = "x";
+  x.dtype = DType::Float32;
+  g->inputs.push_back(x);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 0.5f);
+  auto weight = [&](const std::string& name, int64_t r, int64_t c) {
+    Tensor t(DType::Float32, {r, c});
+    for (int64_t i = 0; i < t.numel(); i++) t.data<float>()[i] = d(rng);
+    g->add_initializer(name, t);
+  };
+  weight("w1", 32, 48);
+  weight("w2", 48, 32);
+  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    ir::Node n;
+    n.name = op + "_" + out;
+    n.op_type = op;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    g->nodes.push_back(n);
+  };
+  add("MatMul", {"x", "w1"}, "h");
+  add("Tanh", {"h"}, "a");
+  add("MatMul", {"a", "w2"}, "y");
+  add("Mul", {"y", "y"}, "y2");
+  add("ReduceMean", {"y2"}, "loss");
+  g->nodes.back().attrs["keepdims"] = autodiff::attr_i(0);
+  ir::ValueInfo l;
+  l.name = "loss";
+  l.dtype = DType::Float32;
+  g->outputs.push_back(l);
+  Tensor xt(DType::Float32, {4, 6, 32});
+  for (int64_t i = 0; i < xt.numel(); i++) xt.data<float>()[i] = d(rng);
+  std::map<std::string, Tensor> in{{"x", xt}};
+  autodiff::GradientOptions opts;
+  opts.loss.output = "loss";
+  std::map<std::string, Tensor> grads[2];
+  double loss[2];
+  for (int store = 0; store < 2; store++) {
+    train::TrainingSession ts(g, opts);
+    ts.set_bf16_gemm(true, store == 1);
+    loss[store] = ts.forward_backward(in, false, 1, true);
+    for (auto& p : ts.parameters()) grads[store][p] = ts.grads().view(p).clone();
+    int plain = 0;
+    for (auto& n : ts.training_graph_for(in).graph->nodes) plain += n.op_type == "MatMul";
+    EXPECT_EQ(plain, store ? 0 : 2);
+    if (store) {
+      EXPECT_EQ(ts.pass_report_for(in).mixed_precision.weights, 2);
+    }
+  }
+  EXPECT_EQ(loss[0], loss[1]);
+  for (auto& [p, t] : grads[0])
+    EXPECT_EQ(std::memcmp(t.raw(), grads[1].at(p).raw(), t.nbytes()), 0) << p;
+}
