@@ -371,7 +371,9 @@ void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float 
   }
   if (e == nullptr || e->reference) {  // widen both operands (exact) and run sgemm
     const int64_t na = stored_extent(transA, M, K, lda), nb = stored_extent(transB, K, N, ldb);
-    std::vector<float> a((size_t)na), b((size_t)nb);
+    thread_local std::vector<float> a, b;  // kept across calls (no page faults per call)
+    if (a.size() < (size_t)na) a.resize((size_t)na);
+    if (b.size() < (size_t)nb) b.resize((size_t)nb);
     bf16_to_f32(A, a.data(), na);
     bf16_to_f32(B, b.data(), nb);
     return sgemm(transA, transB, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
@@ -388,6 +390,23 @@ void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
   if (K <= 0) return scale_c(M, N, beta, C, ldc);
   lda = std::max<int64_t>(1, lda);
   ldb = std::max<int64_t>(1, ldb);
+  if (!bf16_gemm_native()) {
+    // Widened (no AVX512_BF16): each operand's bf16 values straight into float32 scratch — a
+    // float32 one rounded in one pass (round_to_bf16), not rounded to bf16 bits and widened
+    // again — and sgemm; the same products.
+    thread_local std::vector<float> a32, b32;
+    auto widened = [](Bf16Operand x, int64_t n, std::vector<float>& buf) {
+      if (buf.size() < (size_t)n) buf.resize((size_t)n);
+      if (x.f32)
+        round_to_bf16(x.f32, buf.data(), n);
+      else
+        bf16_to_f32(x.bf16, buf.data(), n);
+      return (const float*)buf.data();
+    };
+    const float* a = widened(A, stored_extent(transA, M, K, lda), a32);
+    const float* b = widened(B, stored_extent(transB, K, N, ldb), b32);
+    return sgemm(transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+  }
   thread_local std::vector<uint16_t> a16, b16;
   auto rounded = [](const float* x, int64_t n, std::vector<uint16_t>& buf) {
     if (buf.size() < (size_t)n) buf.resize((size_t)n);
