@@ -86,7 +86,14 @@ constexpr int64_t kBlockQ = 64;
 enum class TileMode { F32, Bf16Widened, Bf16Native, Fp16Widened };
 
 TileMode tile_mode(const KernelContext& ctx) {
-  if (!ctx.bf16_gemm) return ctx.fp16_gemm ? TileMode::Fp16Widened : TileMode::F32;
+  switch (kernels::low_precision(ctx)) {
+    case kernels::LowPrecision::None:
+      return TileMode::F32;
+    case kernels::LowPrecision::Fp16:
+      return TileMode::Fp16Widened;
+    case kernels::LowPrecision::Bf16:
+      break;
+  }
   return kernels::bf16_gemm_native() ? TileMode::Bf16Native : TileMode::Bf16Widened;
 }
 

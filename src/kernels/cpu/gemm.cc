@@ -265,6 +265,24 @@ int64_t stored_extent(bool trans, int64_t rows, int64_t cols, int64_t ld) {
 // Elements per parallel chunk of the conversions (memory bound: large chunks).
 constexpr int64_t kConvertGrain = 1 << 16;
 
+// C = alpha * op(A) · op(B) + beta * C by sgemm on A and B as float32 values that
+// `fill(operand, n, dst)` writes into per-thread scratch kept across calls (no page faults per
+// call): the widened bf16 path and the emulated float16 one. lda / ldb as stored.
+template <class Operand, class Fill>
+void sgemm_on_scratch(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                      Operand A, int64_t lda, Operand B, int64_t ldb, float beta, float* C,
+                      int64_t ldc, Fill fill) {
+  thread_local std::vector<float> a, b;
+  auto in_scratch = [&](Operand x, int64_t n, std::vector<float>& buf) {
+    if (buf.size() < (size_t)n) buf.resize((size_t)n);
+    fill(x, n, buf.data());
+    return (const float*)buf.data();
+  };
+  const float* a32 = in_scratch(A, stored_extent(transA, M, K, lda), a);
+  const float* b32 = in_scratch(B, stored_extent(transB, K, N, ldb), b);
+  sgemm(transA, transB, M, N, K, alpha, a32, lda, b32, ldb, beta, C, ldc);
+}
+
 }  // namespace
 
 bool cpu_has_avx512_bf16() {
@@ -342,17 +360,9 @@ void gemm_as_fp16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, flo
                   int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return scale_c(M, N, beta, C, ldc);
-  lda = std::max<int64_t>(1, lda);
-  ldb = std::max<int64_t>(1, ldb);
-  thread_local std::vector<float> a16, b16;
-  auto rounded = [](const float* x, int64_t n, std::vector<float>& buf) {
-    if (buf.size() < (size_t)n) buf.resize((size_t)n);
-    round_to_fp16(x, buf.data(), n);
-    return (const float*)buf.data();
-  };
-  const float* a = rounded(A, stored_extent(transA, M, K, lda), a16);
-  const float* b = rounded(B, stored_extent(transB, K, N, ldb), b16);
-  sgemm(transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+  sgemm_on_scratch(transA, transB, M, N, K, alpha, A, std::max<int64_t>(1, lda), B,
+                   std::max<int64_t>(1, ldb), beta, C, ldc,
+                   [](const float* x, int64_t n, float* y) { round_to_fp16(x, y, n); });
 }
 
 void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
@@ -369,15 +379,9 @@ void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float 
       e = nullptr;
     }
   }
-  if (e == nullptr || e->reference) {  // widen both operands (exact) and run sgemm
-    const int64_t na = stored_extent(transA, M, K, lda), nb = stored_extent(transB, K, N, ldb);
-    thread_local std::vector<float> a, b;  // kept across calls (no page faults per call)
-    if (a.size() < (size_t)na) a.resize((size_t)na);
-    if (b.size() < (size_t)nb) b.resize((size_t)nb);
-    bf16_to_f32(A, a.data(), na);
-    bf16_to_f32(B, b.data(), nb);
-    return sgemm(transA, transB, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
-  }
+  if (e == nullptr || e->reference)  // widen both operands (exact) and run sgemm
+    return sgemm_on_scratch(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                            [](const uint16_t* x, int64_t n, float* y) { bf16_to_f32(x, y, n); });
   execute(e, A, B, C);
 }
 
@@ -394,18 +398,13 @@ void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
     // Widened (no AVX512_BF16): each operand's bf16 values straight into float32 scratch — a
     // float32 one rounded in one pass (round_to_bf16), not rounded to bf16 bits and widened
     // again — and sgemm; the same products.
-    thread_local std::vector<float> a32, b32;
-    auto widened = [](Bf16Operand x, int64_t n, std::vector<float>& buf) {
-      if (buf.size() < (size_t)n) buf.resize((size_t)n);
-      if (x.f32)
-        round_to_bf16(x.f32, buf.data(), n);
-      else
-        bf16_to_f32(x.bf16, buf.data(), n);
-      return (const float*)buf.data();
-    };
-    const float* a = widened(A, stored_extent(transA, M, K, lda), a32);
-    const float* b = widened(B, stored_extent(transB, K, N, ldb), b32);
-    return sgemm(transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+    return sgemm_on_scratch(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                            [](Bf16Operand x, int64_t n, float* y) {
+                              if (x.f32)
+                                round_to_bf16(x.f32, y, n);
+                              else
+                                bf16_to_f32(x.bf16, y, n);
+                            });
   }
   thread_local std::vector<uint16_t> a16, b16;
   auto rounded = [](const float* x, int64_t n, std::vector<uint16_t>& buf) {

@@ -207,7 +207,8 @@ void lce_compute(KernelContext& ctx) {
   const float* W = w16 ? nullptr : Wt.data<float>();
   // TrainingArguments.fp16 (emulated): W rounded to float16 once per call, each chunk's H rows and
   // dlogits before the GEMMs that read them; float32 GEMMs on the rounded values.
-  const bool f16 = !w16 && ctx.fp16_gemm && !ctx.bf16_gemm && Wt.dtype() == DType::Float32;
+  const bool f16 = !w16 && kernels::low_precision(ctx) == kernels::LowPrecision::Fp16 &&
+                   Wt.dtype() == DType::Float32;
   thread_local std::vector<float> w_f16;
   if (f16) {
     if (w_f16.size() < (size_t)Wt.numel()) w_f16.resize((size_t)Wt.numel());

@@ -543,7 +543,7 @@ void matmul_t_compute(KernelContext& ctx) {
   MatMulShape s = mmt_shape(ctx.node, a.shape(), b.shape());
   if (y.numel() == 0) return;
   double alpha = ctx.node.attr_float("alpha", 1.f);
-  if (ctx.fp16_gemm && !ctx.bf16_gemm && a.dtype() == DType::Float32 &&
+  if (kernels::low_precision(ctx) == kernels::LowPrecision::Fp16 && a.dtype() == DType::Float32 &&
       b.dtype() == DType::Float32 && y.dtype() == DType::Float32 &&
       (!bias || bias->dtype() == DType::Float32)) {
     // TrainingArguments.fp16 (emulated): both operands rounded to float16, float32 GEMM
@@ -623,8 +623,9 @@ void matmul_grad_b_compute(KernelContext& ctx) {
   const bool mixed = mixed_output(ctx.node, a.dtype(), dy.dtype()) ||
                      (ctx.bf16_gemm && a.dtype() == DType::Float32 && dy.dtype() == DType::Float32);
   // TrainingArguments.fp16 (emulated): float32 operands rounded to float16, float32 GEMM
-  const bool as_fp16 = !mixed && ctx.fp16_gemm && a.dtype() == DType::Float32 &&
-                       dy.dtype() == DType::Float32 && y.dtype() == DType::Float32;
+  const bool as_fp16 = !mixed && kernels::low_precision(ctx) == kernels::LowPrecision::Fp16 &&
+                       a.dtype() == DType::Float32 && dy.dtype() == DType::Float32 &&
+                       y.dtype() == DType::Float32;
   const float* a16 = as_fp16 ? rounded_operand(a, kernels::LowPrecision::Fp16, 0) : nullptr;
   const float* dy16 = as_fp16 ? rounded_operand(dy, kernels::LowPrecision::Fp16, 1) : nullptr;
   if (ctx.accumulates(0)) {
