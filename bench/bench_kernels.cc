@@ -53,14 +53,20 @@ void bm_sgemm(benchmark::State& state, GemmBackend be, int64_t M, int64_t N, int
 
 // The GEMM ceilings bench/llama_bench.py reports next to its model numbers: float32 sgemm and the
 // bf16 path of a frozen bf16 weight (gemm_f32_bf16: A rounded per call, B bf16, float32 out), on
-// the MLP's 512×768 · 768×2048 with the weight transposed, as the linear layers read it.
-void bm_gemm_ceiling(benchmark::State& state, bool bf16) {
+// the MLP's 512×768 · 768×2048 with the weight transposed, as the linear layers read it; and
+// bf16_prepacked: the same with the weight declared stable (kernels::declare_stable_weights, as
+// a training step's shadow is), read from oneDNN's packed layout (on CPUs with AVX512_BF16; others
+// have no bf16 matmul to pack for and run the widened path either way).
+void bm_gemm_ceiling(benchmark::State& state, bool bf16, bool prepacked = false) {
   const int64_t M = 512, N = 2048, K = 768;
   onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
   auto a = random_vec(M * K, 1), b = random_vec(N * K, 2);
   std::vector<uint16_t> b16(b.size());
   onyx::kernels::f32_to_bf16(b.data(), b16.data(), (int64_t)b.size());
   std::vector<float> c(M * N);
+  if (prepacked)
+    onyx::kernels::declare_stable_weights(b16.data(), b16.size() * 2,
+                                          onyx::kernels::new_weights_version());
   for (auto _ : state) {
     if (bf16)
       onyx::kernels::gemm_f32_bf16(true, M, N, K, 1.f, a.data(), K, b16.data(), K, 0.f, c.data(),
@@ -69,6 +75,7 @@ void bm_gemm_ceiling(benchmark::State& state, bool bf16) {
       onyx::kernels::sgemm(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
     benchmark::DoNotOptimize(c.data());
   }
+  if (prepacked) onyx::kernels::forget_stable_weights(b16.data(), b16.size() * 2);
   set_flops(state, 2.0 * M * N * K);
 }
 
@@ -303,9 +310,11 @@ void register_all() {
           ->Apply(time_mode);
     }
   }
-  for (bool bf16 : {false, true})
-    benchmark::RegisterBenchmark(bf16 ? "gemm_ceiling/bf16" : "gemm_ceiling/f32", bm_gemm_ceiling,
-                                 bf16)
+  for (int v = 0; v < 3; v++)
+    benchmark::RegisterBenchmark(v == 0   ? "gemm_ceiling/f32"
+                                 : v == 1 ? "gemm_ceiling/bf16"
+                                          : "gemm_ceiling/bf16_prepacked",
+                                 bm_gemm_ceiling, v > 0, v == 2)
         ->Unit(benchmark::kMillisecond)
         ->Apply(time_mode);
   for (int which = 0; which < 4; which++)

@@ -3,7 +3,7 @@
 models of the training benchmark (bench_models.py), in one run.
 
   build/venv/bin/python bench/bf16_bench.py [--models bert-mini,gpt2-tiny,vit-tiny,bert-base,gpt2-small]
-      [--peers onyx,onyx-bf16,torch,torch-bf16,compile-bf16] [--warmup 3,bert-base=2,gpt2-small=2]
+      [--peers onyx,onyx-bf16,onyx-bf16-unpacked,torch,torch-bf16,compile-bf16] [--warmup 3,bert-base=2,gpt2-small=2]
       [--steps 10,bert-base=5,gpt2-small=5] [--out build/bench-bf16]
 
 Every peer trains the same exported model from the same initial weights on the same batches with
@@ -33,8 +33,9 @@ sys.path.insert(0, HERE)
 import bench_models  # noqa: E402
 import train_bench as tb  # noqa: E402
 
-PEERS = ["onyx", "onyx-bf16", "torch", "torch-bf16", "compile-bf16"]
-LABEL = {"onyx": "onyx float32", "onyx-bf16": "onyx bf16", "torch": "PyTorch eager float32",
+PEERS = ["onyx", "onyx-bf16", "onyx-bf16-unpacked", "torch", "torch-bf16", "compile-bf16"]
+LABEL = {"onyx": "onyx float32", "onyx-bf16": "onyx bf16",
+         "onyx-bf16-unpacked": "onyx bf16 ONYX_PREPACK=0", "torch": "PyTorch eager float32",
          "torch-bf16": "PyTorch eager autocast bf16", "compile-bf16": "torch.compile autocast bf16"}
 
 
@@ -100,9 +101,18 @@ def main():
         for peer in peers:
             if peer == "onyx":
                 o = tb.run_onyx(a.onyx, name, spec, mdir, warm + steps, warm)
-            elif peer == "onyx-bf16":
-                o = tb.run_onyx(a.onyx, name, spec, mdir, warm + steps, warm, extra={"bf16": True},
-                                tag_suffix="_bf16")
+            elif peer in ("onyx-bf16", "onyx-bf16-unpacked"):
+                # unpacked: oneDNN repacks each weight per GEMM call instead of reading the
+                # per-step pack (gemm.h declare_stable_weights; only where AVX512_BF16 gives a
+                # bf16 matmul to pack for)
+                unpacked = peer.endswith("unpacked")
+                if unpacked:
+                    os.environ["ONYX_PREPACK"] = "0"
+                try:
+                    o = tb.run_onyx(a.onyx, name, spec, mdir, warm + steps, warm,
+                                    extra={"bf16": True}, tag_suffix="_bf16" + "_unpacked" * unpacked)
+                finally:
+                    os.environ.pop("ONYX_PREPACK", None)
             else:
                 o = tb.run_torch(name, mdir, warm + steps, warm, os.cpu_count(),
                                  compile_=peer.startswith("compile"), autocast=peer.endswith("bf16"))

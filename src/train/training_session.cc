@@ -63,9 +63,33 @@ void TrainingSession::load_weights(const std::map<std::string, Tensor>& weights,
                dtype_name(dst.dtype()), shape_str(dst.shape()));
     std::memcpy(dst.raw(), it->second.raw(), dst.nbytes());
   };
+  weights_may_change();
   for (auto& p : params_) copy(p, param_buf_.view(p));
   for (auto& [b, t] : buffers_) copy(b, t);
+}
+
+TrainingSession::~TrainingSession() {
+  kernels::forget_stable_weights(param_buf_.flat().raw(), param_buf_.flat().nbytes());
+  if (shadow_.flat().defined())
+    kernels::forget_stable_weights(shadow_.flat().raw(), shadow_.flat().nbytes());
+}
+
+void TrainingSession::weights_may_change() {
   shadow_fresh_ = rounded_fresh_ = false;
+  params_version_ = 0;
+  kernels::unstable_weights(param_buf_.flat().raw());
+  shadow_may_change();
+}
+
+void TrainingSession::shadow_may_change() {
+  shadow_version_ = 0;
+  if (shadow_.flat().defined()) kernels::unstable_weights(shadow_.flat().raw());
+}
+
+void TrainingSession::declare_stable_params() {
+  if (params_version_ == 0) params_version_ = kernels::new_weights_version();
+  kernels::declare_stable_weights(param_buf_.flat().raw(), param_buf_.flat().nbytes(),
+                                  params_version_);
 }
 
 std::vector<std::pair<std::string, std::string>> TrainingSession::expose_running_stats(
@@ -197,6 +221,7 @@ std::map<std::string, Tensor> TrainingSession::feeds_for(
   for (auto& [n, t] : batch)
     if (c.tg.graph->find_input(n)) feeds[n] = t;
   for (auto& p : params_) feeds[p] = param_buf_.view(p);
+  declare_stable_params();
   for (auto& [b, t] : buffers_) feeds[b] = t;
   feed_shadow(c.shadowed, feeds);
   return feeds;
@@ -218,7 +243,10 @@ void TrainingSession::feed_shadow(const std::vector<std::string>& shadowed,
     kernels::f32_to_bf16(param_buf_.flat().data<float>(), shadow_.flat().data<uint16_t>(),
                          param_buf_.layout().numel);
     shadow_fresh_ = true;
+    shadow_version_ = 0;
   }
+  if (shadow_version_ == 0) shadow_version_ = kernels::new_weights_version();
+  kernels::declare_stable_weights(shadow_.flat().raw(), shadow_.flat().nbytes(), shadow_version_);
   for (auto& p : shadowed) feeds[passes::bf16_weight_input(p)] = shadow_.view(p);
 }
 
@@ -300,6 +328,7 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
   if (full_eval_ == LowPrecision::None) {
     for (auto& [b, t] : buffers_) feeds[b] = t;
     for (auto& p : params_) feeds[p] = param_buf_.view(p);
+    declare_stable_params();
     return;
   }
   // model.to(torch.bfloat16) (model.half()) rounds every floating parameter and buffer: the
@@ -340,29 +369,24 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
 std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::string, Tensor>& batch) {
   const auto& spec = opts_.loss;
   bool has_labels = spec.kind == autodiff::LossSpec::Kind::GraphOutput || batch.count(spec.labels);
-  if (!has_labels) {
-    if (!forward_session_) {
-      // Made on first use: by then a Trainer has replaced the graph's weights by views of the
-      // parameter buffer, so this copy holds no second set of weights.
-      auto g = std::make_shared<ir::Graph>(*forward_);
-      passes::batch_norm_to_inference(*g);
-      eval_forward_ = g;
-      forward_session_ = std::make_unique<runtime::Session>(eval_forward_, variables());
-    }
-    std::map<std::string, Tensor> feeds;
-    for (auto& [n, t] : batch)
-      if (eval_forward_->find_input(n)) feeds[n] = t;
-    runtime::RunOptions ro;
-    feed_eval_params(feeds, ro);
-    return forward_session_->run(feeds, ro);
-  }
-  std::string key = batch_key(batch);
+  // Without labels (prediction on unlabelled data) the model's own forward, through the same
+  // passes as the evaluation graph with a loss: fused kernels, and under bf16 the
+  // mixed_precision rewrite reading the weight shadow (not the unfused graph rounding every
+  // weight per call).
+  std::string key = (has_labels ? "loss|" : "forward|") + batch_key(batch);
   auto it = eval_graphs_.find(key);
   if (it == eval_graphs_.end()) {
     std::map<std::string, TensorMeta> sig;
     for (auto& [n, t] : batch) sig[n] = t.meta();
     EvalCompiled c;
-    c.lg = autodiff::build_loss_graph(*forward_, opts_, sig);
+    if (has_labels) {
+      c.lg = autodiff::build_loss_graph(*forward_, opts_, sig);
+    } else {
+      // Made on first use: by then a Trainer has replaced the graph's weights by views of the
+      // parameter buffer, so this copy holds no second set of weights.
+      c.lg.graph = std::make_shared<ir::Graph>(*forward_);
+      std::erase_if(sig, [&](const auto& kv) { return !c.lg.graph->find_input(kv.first); });
+    }
     passes::batch_norm_to_inference(*c.lg.graph);  // evaluation: PyTorch's eval() BatchNorm
     if (optimize_) {
       passes::OptimizeOptions po = pass_opts_;
@@ -389,7 +413,7 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
   runtime::RunOptions ro;
   feed_eval_params(feeds, ro, it->second.shadowed);
   auto out = it->second.session->run(feeds, ro);
-  out["loss"] = out.at(it->second.lg.loss);
+  if (has_labels) out["loss"] = out.at(it->second.lg.loss);
   return out;
 }
 

@@ -31,12 +31,15 @@ namespace onyx::train {
 class TrainingSession {
  public:
   TrainingSession(std::shared_ptr<const ir::Graph> forward, autodiff::GradientOptions opts);
+  ~TrainingSession();  // (forgets its weights' packs: kernels::forget_stable_weights)
+  TrainingSession(const TrainingSession&) = delete;
+  TrainingSession& operator=(const TrainingSession&) = delete;
 
   const std::vector<std::string>& parameters() const { return params_; }
   // The parameters. Writing them through this reference is allowed: each call marks the bf16
   // shadow (below) for a refresh before the next run.
   FlatBuffer& params() {
-    shadow_fresh_ = rounded_fresh_ = false;
+    weights_may_change();
     return param_buf_;
   }
   const FlatBuffer& params() const { return param_buf_; }
@@ -46,11 +49,15 @@ class TrainingSession {
   // non-const params() call, load_weights); an optimizer step that writes it over the whole
   // buffer (Optimizer::step's bf16_shadow) then calls bf16_shadow_written(), which makes that
   // second pass over the weights unnecessary.
-  FlatBuffer* bf16_shadow() { return shadow_.flat().defined() ? &shadow_ : nullptr; }
+  FlatBuffer* bf16_shadow() {
+    if (!shadow_.flat().defined()) return nullptr;
+    shadow_may_change();
+    return &shadow_;
+  }
   void bf16_shadow_written() { shadow_fresh_ = shadow_.flat().defined(); }
   // The weights were (or may have been) written through a view kept from earlier: the shadow is
   // rounded again before the next run.
-  void weights_changed() { shadow_fresh_ = rounded_fresh_ = false; }
+  void weights_changed() { weights_may_change(); }
   // TrainingArguments.bf16_full_eval (evaluation and prediction outside training, as Transformers
   // casts the model with model.to(torch.bfloat16) there): forward() reads the trained parameters,
   // the frozen weights and the float BatchNorm running statistics rounded to bf16 (round to
@@ -106,7 +113,9 @@ class TrainingSession {
   const GradientTiming& gradient_timing(const std::map<std::string, Tensor>& batch);
   // Forward only (evaluation): the forward graph with the loss appended, no backward work.
   // Returns every forward output, plus the loss under the key "loss" when the batch has what the
-  // loss needs (labels); without labels only the model's outputs are computed.
+  // loss needs (labels); without labels only the model's outputs are computed. Both are
+  // optimized as the training graphs are (fusions; under bf16 the mixed_precision pass) and
+  // compiled once per batch signature.
   std::map<std::string, Tensor> forward(const std::map<std::string, Tensor>& batch);
   const autodiff::GradientOptions& options() const { return opts_; }
   const std::shared_ptr<const ir::Graph>& forward_graph() const { return forward_; }
@@ -160,7 +169,6 @@ class TrainingSession {
     rounded_frozen_.clear();
     rounded_fresh_ = false;
     for (auto& [k, c] : eval_graphs_) c.session->release_arena();
-    if (forward_session_) forward_session_->release_arena();
     if (training_too)
       for (auto& [k, c] : graphs_) c.session->release_arena();
   }
@@ -199,6 +207,14 @@ class TrainingSession {
   FlatBuffer param_buf_, grad_buf_;
   FlatBuffer shadow_;          // bf16 (see bf16_shadow()); allocated when a graph reads it
   bool shadow_fresh_ = false;  // shadow_ holds params() rounded
+  // Prepacked weights (kernels::declare_stable_weights): each run declares params() and the
+  // shadow stable under these versions, new ones (kernels::new_weights_version) after anything
+  // that may have written them; 0 = to be numbered at the next run. A writable reference handed
+  // out forgets the range at once, so no GEMM reads a pack of older values.
+  uint64_t params_version_ = 0, shadow_version_ = 0;
+  void weights_may_change();  // params(), load_weights, weights_changed
+  void shadow_may_change();   // bf16_shadow()
+  void declare_stable_params();
   // bf16_full_eval / fp16_full_eval: params() rounded to that format and widened back
   // (allocated while evaluating)
   kernels::LowPrecision full_eval_ = kernels::LowPrecision::None;
@@ -218,8 +234,6 @@ class TrainingSession {
   std::map<std::string, Tensor> buffers_;
   bool unbiased_var_ = false;
   std::map<std::string, Compiled> graphs_;
-  std::shared_ptr<const ir::Graph> eval_forward_;  // forward_ with BatchNorms in inference mode
-  std::unique_ptr<runtime::Session> forward_session_;
   struct EvalCompiled {
     autodiff::LossGraph lg;
     std::unique_ptr<runtime::Session> session;

@@ -105,7 +105,7 @@ dnnl::engine& cpu_engine() {
 }
 
 struct MatmulKey {
-  int64_t v[16];
+  int64_t v[17];
   bool operator==(const MatmulKey& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
 };
 struct MatmulKeyHash {
@@ -119,6 +119,8 @@ struct MatmulKeyHash {
 struct CachedMatmul {
   dnnl::matmul prim;
   dnnl::memory::desc a_md, b_md, c_md;
+  // With packed weights: B as it is stored (b_md is the layout the primitive chose for it)
+  dnnl::memory::desc b_src_md;
   bool reference = false;  // oneDNN found only its slow reference implementation
 };
 
@@ -133,15 +135,17 @@ int64_t float_bits(float f) {
 }
 
 // One matmul primitive for `batch` GEMMs at the given strides (batch 1 → plain 2-D).
-// A and B are bfloat16 with bf16_ab (C float32 either way).
+// A and B are bfloat16 with bf16_ab (C float32 either way). With packed_b (batch 1 only) the
+// primitive chooses B's layout (format_tag::any): B is then passed reordered into b_md, from
+// b_src_md (prepacked weights, below).
 std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t M, int64_t N,
                                                int64_t K, float alpha, int64_t lda, int64_t strideA,
                                                int64_t ldb, int64_t strideB, float beta,
                                                int64_t ldc, int64_t strideC, int64_t batch,
-                                               bool bf16_ab = false) {
+                                               bool bf16_ab = false, bool packed_b = false) {
   int nthr = omp_get_max_threads();
   MatmulKey key{{transA, transB, M, N, K, lda, strideA, ldb, strideB, ldc, strideC, batch,
-                 float_bits(alpha), float_bits(beta), nthr, bf16_ab}};
+                 float_bits(alpha), float_bits(beta), nthr, bf16_ab, packed_b}};
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     auto it = g_cache.find(key);
@@ -161,6 +165,11 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
   const dt ab = bf16_ab ? dt::bf16 : dt::f32;
   e->a_md = md(M, K, lda, transA, strideA, ab);
   e->b_md = md(K, N, ldb, transB, strideB, ab);
+  if (packed_b) {
+    ONYX_CHECK(batch == 1, "get_matmul: packed weights are for single GEMMs");
+    e->b_src_md = e->b_md;
+    e->b_md = dnnl::memory::desc(dims{K, N}, ab, dnnl::memory::format_tag::any);
+  }
   e->c_md = md(M, N, ldc, false, strideC, dt::f32);
   dnnl::primitive_attr attr;
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
@@ -172,6 +181,7 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
   dnnl::matmul::desc d(e->a_md, e->b_md, e->c_md);
   dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
   e->reference = std::string(pd.impl_info_str()).find("ref") != std::string::npos;
+  if (packed_b) e->b_md = pd.weights_desc();
   e->prim = dnnl::matmul(pd);
   std::lock_guard<std::mutex> lock(g_cache_mu);
   if (g_cache.size() >= kMaxCached) g_cache.clear();
@@ -212,10 +222,147 @@ void execute(const std::shared_ptr<const CachedMatmul>& e, const void* A, const 
   stream.wait();
 }
 
+// Elements an operand op(X) (rows, cols) with leading dimension ld spans in memory: (stored rows
+// - 1) full leading dimensions and one last stored row.
+int64_t stored_extent(bool trans, int64_t rows, int64_t cols, int64_t ld) {
+  return ((trans ? cols : rows) - 1) * ld + (trans ? rows : cols);
+}
+
+// ---- prepacked weights (gemm.h: declare_stable_weights) -----------------------------------------
+
+struct StableRange {
+  const char* begin;
+  const char* end;
+  uint64_t version;
+};
+// A weight matrix reordered into the layout a primitive chose for it, as of `version`.
+struct Pack {
+  dnnl::memory::desc src, dst;
+  uint64_t version = 0;
+  std::shared_ptr<uint8_t> buf;
+  size_t bytes = 0;
+};
+std::mutex g_stable_mu;  // guards g_stable and g_packs
+std::vector<StableRange> g_stable;
+std::unordered_map<const void*, std::vector<Pack>> g_packs;  // by the weight's first element
+std::atomic<int> g_stable_count{0};                          // g_stable.size(), read unlocked
+std::atomic<uint64_t> g_next_version{1};
+std::atomic<int64_t> g_reorders{0};
+std::atomic<int64_t> g_plain_skipped{0};
+std::atomic<int> g_prepack{-1};  // -1: ONYX_PREPACK not read yet; else 0, 1 or 2 (always)
+
+int prepack_mode() {
+  int p = g_prepack.load(std::memory_order_relaxed);
+  if (p < 0) {
+    const char* s = std::getenv("ONYX_PREPACK");
+    const std::string v = s ? s : "";
+    if (v.empty() || v == "1")
+      p = 1;
+    else if (v == "0")
+      p = 0;
+    else if (v == "always")
+      p = 2;
+    else
+      throw Error(cat("ONYX_PREPACK=", v, ": expected '0', '1' or 'always'"));
+    g_prepack.store(p, std::memory_order_relaxed);
+  }
+  return p;
+}
+
+// Whether a layout oneDNN chose is blocked (its brgemm kernels' packed weights) rather than a
+// plain strided matrix.
+bool blocked_layout(const dnnl::memory::desc& md) {
+  return md.data.format_kind == dnnl_blocked && md.data.format_desc.blocking.inner_nblks > 0;
+}
+
+// The version of the stable range holding [p, p + bytes), or 0 (not all of it in one).
+uint64_t stable_version_locked(const void* p, size_t bytes) {
+  const char* b = (const char*)p;
+  for (const StableRange& r : g_stable)
+    if (b >= r.begin && b + bytes <= r.end) return r.version;
+  return 0;
+}
+
+// Drops the packs of weights in [begin, end) (the caller holds g_stable_mu).
+void drop_packs_locked(const char* begin, const char* end) {
+  for (auto it = g_packs.begin(); it != g_packs.end();) {
+    const char* w = (const char*)it->first;
+    it = w >= begin && w < end ? g_packs.erase(it) : std::next(it);
+  }
+}
+
+// B (stored as e's b_src_md) in e's packed layout as of `version`: the pack made for that layout
+// earlier, reordered again if the weights changed since, or a new one.
+std::shared_ptr<uint8_t> packed_weights(const CachedMatmul& e, const void* B, uint64_t version) {
+  std::lock_guard<std::mutex> lock(g_stable_mu);
+  std::vector<Pack>& packs = g_packs[B];
+  Pack* pk = nullptr;
+  for (Pack& q : packs)
+    if (q.src == e.b_src_md && q.dst == e.b_md) pk = &q;
+  if (pk != nullptr && pk->version == version) return pk->buf;
+  if (pk == nullptr) {
+    Pack q;
+    q.src = e.b_src_md;
+    q.dst = e.b_md;
+    q.bytes = e.b_md.get_size();
+    q.buf = std::shared_ptr<uint8_t>((uint8_t*)std::aligned_alloc(64, (q.bytes + 63) / 64 * 64),
+                                     [](uint8_t* x) { std::free(x); });
+    ONYX_CHECK(q.buf != nullptr, "packed weights: could not allocate ", q.bytes, " bytes");
+    packs.push_back(std::move(q));
+    pk = &packs.back();
+  }
+  dnnl::memory src(pk->src, cpu_engine(), const_cast<void*>(B));
+  dnnl::memory dst(pk->dst, cpu_engine(), pk->buf.get());
+  dnnl::stream stream(cpu_engine());
+  dnnl::reorder(src, dst).execute(stream, src, dst);
+  stream.wait();
+  pk->version = version;
+  g_reorders.fetch_add(1, std::memory_order_relaxed);
+  return pk->buf;
+}
+
+// C = alpha * op(A) · op(B) + beta * C by a matmul primitive that reads B prepacked, when B lies
+// in a stable range and oneDNN has a real (not reference) implementation: true when it ran.
+bool try_packed_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                       const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
+                       int64_t ldc, bool bf16) {
+  if (g_stable_count.load(std::memory_order_acquire) == 0) return false;
+  const int mode = prepack_mode();
+  if (mode == 0) return false;
+  const size_t bytes = (size_t)stored_extent(transB, K, N, ldb) * (bf16 ? 2 : 4);
+  uint64_t version;
+  {
+    std::lock_guard<std::mutex> lock(g_stable_mu);
+    version = stable_version_locked(B, bytes);
+  }
+  if (version == 0) return false;
+  std::shared_ptr<const CachedMatmul> e;
+  try {
+    e = get_matmul(transA, transB, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0, 1, bf16, true);
+  } catch (const dnnl::error&) {
+    return false;  // no implementation for this type on this CPU (bf16 without AVX512_BF16)
+  }
+  if (e->reference) return false;
+  if (mode == 1 && !blocked_layout(e->b_md)) {
+    // A plain layout (float32 on AVX2: gemm:jit, at most B transposed) gains nothing from a
+    // copy: measured, bert-mini float32 under onednn_matmul took 467-512 ms/step packing such
+    // copies against 381-428 without (bf16_bench.py, AVX2 CPU, two runs each, alternated).
+    // ONYX_PREPACK=always packs them.
+    g_plain_skipped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  std::shared_ptr<uint8_t> packed = packed_weights(*e, B, version);
+  execute(e, A, packed.get(), C);  // (packed held: a forget meanwhile cannot free it)
+  return true;
+}
+
 void dnnl_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, int64_t strideA, const float* B, int64_t ldb,
                  int64_t strideB, float beta, float* C, int64_t ldc, int64_t strideC,
                  int64_t batch) {
+  if (batch == 1 &&
+      try_packed_matmul(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, false))
+    return;
   std::shared_ptr<const CachedMatmul> e;
   try {
     e = get_matmul(transA, transB, M, N, K, alpha, lda, strideA, ldb, strideB, beta, ldc, strideC,
@@ -254,12 +401,6 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void f32_to_bf16_avx512(c
     _mm256_storeu_si256((__m256i*)(y + i), (__m256i)v);
   }
   if (i < n) f32_to_bf16_portable(x + i, y + i, n - i);
-}
-
-// Elements an operand op(X) (rows, cols) with leading dimension ld spans in memory: (stored rows
-// - 1) full leading dimensions and one last stored row.
-int64_t stored_extent(bool trans, int64_t rows, int64_t cols, int64_t ld) {
-  return ((trans ? cols : rows) - 1) * ld + (trans ? rows : cols);
 }
 
 // Elements per parallel chunk of the conversions (memory bound: large chunks).
@@ -365,14 +506,19 @@ void gemm_as_fp16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, flo
                    [](const float* x, int64_t n, float* y) { round_to_fp16(x, y, n); });
 }
 
-void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
-               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
-               int64_t ldc) {
+namespace {
+// gemm_bf16; b_maybe_stable: B may lie in a stable range (a weight: try the packed primitive).
+void gemm_bf16_impl(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                    const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
+                    float* C, int64_t ldc, bool b_maybe_stable) {
   check_args(transA, transB, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
   std::shared_ptr<const CachedMatmul> e;
   if (bf16_gemm_native()) {
+    if (b_maybe_stable &&
+        try_packed_matmul(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, true))
+      return;
     try {
       e = get_matmul(transA, transB, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0, 1, true);
     } catch (const dnnl::error&) {
@@ -383,6 +529,13 @@ void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float 
     return sgemm_on_scratch(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
                             [](const uint16_t* x, int64_t n, float* y) { bf16_to_f32(x, y, n); });
   execute(e, A, B, C);
+}
+}  // namespace
+
+void gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  gemm_bf16_impl(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, false);
 }
 
 void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
@@ -414,7 +567,8 @@ void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
   };
   const uint16_t* a = A.bf16 ? A.bf16 : rounded(A.f32, stored_extent(transA, M, K, lda), a16);
   const uint16_t* b = B.bf16 ? B.bf16 : rounded(B.f32, stored_extent(transB, K, N, ldb), b16);
-  gemm_bf16(transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+  // (a bf16 B may be a weight's shadow: the linear layers' forward and dX products)
+  gemm_bf16_impl(transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc, B.bf16 != nullptr);
 }
 
 void gemm_f32_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -451,6 +605,61 @@ const char* gemm_backend_name(GemmBackend b) {
       return "openblas";
   }
   return "?";
+}
+
+uint64_t new_weights_version() { return g_next_version.fetch_add(1, std::memory_order_relaxed); }
+
+void declare_stable_weights(const void* data, size_t bytes, uint64_t version) {
+  ONYX_CHECK(version != 0, "declare_stable_weights: version 0 is not a version");
+  if (data == nullptr || bytes == 0) return;
+  const char* b = (const char*)data;
+  std::lock_guard<std::mutex> lock(g_stable_mu);
+  for (StableRange& r : g_stable)
+    if (r.begin == b) {
+      if (r.version == version && r.end == b + bytes) return;
+      if (r.end != b + bytes) drop_packs_locked(r.begin, r.end);  // (a different buffer)
+      r = {b, b + bytes, version};
+      return;
+    }
+  g_stable.push_back({b, b + bytes, version});
+  g_stable_count.store((int)g_stable.size(), std::memory_order_release);
+}
+
+void unstable_weights(const void* data) {
+  if (data == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_stable_mu);
+  for (size_t i = 0; i < g_stable.size(); i++)
+    if (g_stable[i].begin == (const char*)data) {
+      g_stable.erase(g_stable.begin() + (ptrdiff_t)i);
+      break;
+    }
+  g_stable_count.store((int)g_stable.size(), std::memory_order_release);
+}
+
+void forget_stable_weights(const void* data, size_t bytes) {
+  if (data == nullptr) return;
+  unstable_weights(data);
+  std::lock_guard<std::mutex> lock(g_stable_mu);
+  drop_packs_locked((const char*)data, (const char*)data + bytes);
+}
+
+PackedWeightStats packed_weight_stats() {
+  std::lock_guard<std::mutex> lock(g_stable_mu);
+  PackedWeightStats st;
+  st.stable_ranges = g_stable.size();
+  for (auto& [w, packs] : g_packs)
+    for (const Pack& p : packs) {
+      st.packs++;
+      st.bytes += p.bytes;
+    }
+  st.reorders = g_reorders.load(std::memory_order_relaxed);
+  st.plain_skipped = g_plain_skipped.load(std::memory_order_relaxed);
+  return st;
+}
+
+void set_prepack_weights(int mode) {
+  ONYX_CHECK(mode >= -1 && mode <= 2, "set_prepack_weights: mode ", mode, " is not -1, 0, 1 or 2");
+  g_prepack.store(mode, std::memory_order_relaxed);
 }
 
 size_t gemm_cached_primitives() {

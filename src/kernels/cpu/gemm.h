@@ -161,6 +161,39 @@ bool cpu_has_avx512_bf16();
 bool bf16_gemm_native();
 void force_bf16_gemm_native(int native);
 
+// Prepacked weights. oneDNN's matmul runs fastest on B in a layout of its choosing (blocked for
+// its brgemm kernels: brg:avx512_core_bf16 for bf16); given B as stored it repacks B on every
+// call. A caller whose weights stay the same over many GEMMs (a training step's forward and dX
+// products, every micro-batch of a step, every batch of an evaluation) declares their memory
+// stable: [data, data + bytes) holds the same values until it is declared again with another
+// version (a number from new_weights_version(), unique in the process) or made unstable. A B that
+// lies inside a stable range is then reordered once per version into the primitive's layout
+// when that layout is blocked (one pack per weight and layout: forward's B^T and dX's B are
+// two) and the GEMM reads the pack; a plain layout (oneDNN's float32 gemm:jit on AVX2) is read as
+// stored, since a copy gains nothing there. Where that applies: bf16 weight operands of
+// gemm_mixed_bf16 when bf16_gemm_native() (the mixed-precision shadow, train::TrainingSession), and
+// float32 single GEMMs under ONYX_GEMM=onednn_matmul; never on oneDNN's reference implementation
+// (there is no bf16 matmul at all without AVX512_BF16: oneDNN 2.6 needs avx512_core for bf16). The
+// same products as the unpacked primitive. ONYX_PREPACK=0 (set_prepack_weights(0)) turns it off,
+// ONYX_PREPACK=always (2) packs plain layouts too (tests and measurements: what the packs cost and
+// give on any CPU); the packs cost their size in memory (about the weights' size per layout) until
+// forget_stable_weights.
+uint64_t new_weights_version();
+void declare_stable_weights(const void* data, size_t bytes, uint64_t version);
+// The range starting at data may change from now on: no GEMM reads its packs until it is declared
+// again (the packs stay allocated: refreshed in place for the next version).
+void unstable_weights(const void* data);
+// unstable_weights, and frees the packs made from weights in [data, data + bytes).
+void forget_stable_weights(const void* data, size_t bytes);
+struct PackedWeightStats {
+  size_t stable_ranges = 0, packs = 0, bytes = 0;
+  int64_t reorders = 0;       // packs written (made or refreshed for a new version) since start-up
+  int64_t plain_skipped = 0;  // GEMMs on a stable B that read it as stored: a plain layout
+};
+PackedWeightStats packed_weight_stats();
+void set_prepack_weights(
+    int mode);  // 0 off, 1 blocked layouts (default), 2 always; -1: ONYX_PREPACK
+
 // Number of cached oneDNN primitives (for tests and benchmarks).
 size_t gemm_cached_primitives();
 
