@@ -210,7 +210,8 @@ class TrainingSession {
   // Prepacked weights (kernels::declare_stable_weights): each run declares params() and the
   // shadow stable under these versions, new ones (kernels::new_weights_version) after anything
   // that may have written them; 0 = to be numbered at the next run. A writable reference handed
-  // out forgets the range at once, so no GEMM reads a pack of older values.
+  // out makes the range unstable at once (kernels::unstable_weights), so no GEMM reads a pack of
+  // older values.
   uint64_t params_version_ = 0, shadow_version_ = 0;
   void weights_may_change();  // params(), load_weights, weights_changed
   void shadow_may_change();   // bf16_shadow()

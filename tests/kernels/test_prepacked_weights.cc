@@ -201,8 +201,8 @@ TrainRun train(int prepack, int micro) {
   BackendScope be(kernels::GemmBackend::OneDNNMatmul);
   PrepackScope mode(prepack);
   const int64_t skipped0 = kernels::packed_weight_stats().plain_skipped;
-  models::BuiltModel m = models::build_hf_model(
-      models::parse_hf_config(kGpt2, "test/config.json"), models::Task::CausalLM, 5);
+  models::BuiltModel m = models::build_hf_model(models::parse_hf_config(kGpt2, "test/config.json"),
+                                                models::Task::CausalLM, 5);
   autodiff::GradientOptions opts;
   opts.loss = m.model.loss;
   TrainRun r;
@@ -216,7 +216,8 @@ TrainRun train(int prepack, int micro) {
       const int64_t r0 = reorders();
       for (int k = 0; k < micro; k++)
         r.losses.push_back(ts.forward_backward(tokens(10 + s * 7 + k), k > 0, 1 + s, true));
-      for (int e = 0; e < 3; e++) r.losses.push_back(ts.forward(tokens(50 + e)).at("loss").get_as_double(0));
+      for (int e = 0; e < 3; e++)
+        r.losses.push_back(ts.forward(tokens(50 + e)).at("loss").get_as_double(0));
       r.reorders_per_step.push_back(reorders() - r0);
       opt->step(ts.params(), ts.grads(), oc.lr, nullptr);
       if (s == 1) {

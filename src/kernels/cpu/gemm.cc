@@ -239,8 +239,7 @@ struct StableRange {
 struct Pack {
   dnnl::memory::desc src, dst;
   uint64_t version = 0;
-  std::shared_ptr<uint8_t> buf;
-  size_t bytes = 0;
+  std::shared_ptr<uint8_t> buf;  // dst.get_size() bytes
 };
 std::mutex g_stable_mu;  // guards g_stable and g_packs
 std::vector<StableRange> g_stable;
@@ -304,10 +303,10 @@ std::shared_ptr<uint8_t> packed_weights(const CachedMatmul& e, const void* B, ui
     Pack q;
     q.src = e.b_src_md;
     q.dst = e.b_md;
-    q.bytes = e.b_md.get_size();
-    q.buf = std::shared_ptr<uint8_t>((uint8_t*)std::aligned_alloc(64, (q.bytes + 63) / 64 * 64),
+    const size_t bytes = q.dst.get_size();
+    q.buf = std::shared_ptr<uint8_t>((uint8_t*)std::aligned_alloc(64, (bytes + 63) / 64 * 64),
                                      [](uint8_t* x) { std::free(x); });
-    ONYX_CHECK(q.buf != nullptr, "packed weights: could not allocate ", q.bytes, " bytes");
+    ONYX_CHECK(q.buf != nullptr, "packed weights: could not allocate ", bytes, " bytes");
     packs.push_back(std::move(q));
     pk = &packs.back();
   }
@@ -650,7 +649,7 @@ PackedWeightStats packed_weight_stats() {
   for (auto& [w, packs] : g_packs)
     for (const Pack& p : packs) {
       st.packs++;
-      st.bytes += p.bytes;
+      st.bytes += p.dst.get_size();
     }
   st.reorders = g_reorders.load(std::memory_order_relaxed);
   st.plain_skipped = g_plain_skipped.load(std::memory_order_relaxed);

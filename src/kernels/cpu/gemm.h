@@ -191,8 +191,8 @@ struct PackedWeightStats {
   int64_t plain_skipped = 0;  // GEMMs on a stable B that read it as stored: a plain layout
 };
 PackedWeightStats packed_weight_stats();
-void set_prepack_weights(
-    int mode);  // 0 off, 1 blocked layouts (default), 2 always; -1: ONYX_PREPACK
+// 0 off, 1 blocked layouts only (the default), 2 always; -1: ONYX_PREPACK again.
+void set_prepack_weights(int mode);
 
 // Number of cached oneDNN primitives (for tests and benchmarks).
 size_t gemm_cached_primitives();
