@@ -106,13 +106,17 @@ def main():
                 # per-step pack (gemm.h declare_stable_weights; only where AVX512_BF16 gives a
                 # bf16 matmul to pack for)
                 unpacked = peer.endswith("unpacked")
+                before = os.environ.get("ONYX_PREPACK")  # (a value set for the whole run stays)
                 if unpacked:
                     os.environ["ONYX_PREPACK"] = "0"
                 try:
                     o = tb.run_onyx(a.onyx, name, spec, mdir, warm + steps, warm,
                                     extra={"bf16": True}, tag_suffix="_bf16" + "_unpacked" * unpacked)
                 finally:
-                    os.environ.pop("ONYX_PREPACK", None)
+                    if before is None:
+                        os.environ.pop("ONYX_PREPACK", None)
+                    else:
+                        os.environ["ONYX_PREPACK"] = before
             else:
                 o = tb.run_torch(name, mdir, warm + steps, warm, os.cpu_count(),
                                  compile_=peer.startswith("compile"), autocast=peer.endswith("bf16"))
