@@ -15,6 +15,7 @@ namespace onyx::train {
 TrainingSession::TrainingSession(std::shared_ptr<const ir::Graph> forward,
                                  autodiff::GradientOptions opts)
     : forward_(std::move(forward)), opts_(std::move(opts)) {
+  kernels::check_gemm_environment();  // a bad ONYX_GEMM / ONYX_PREPACK fails here, not mid-run
   const char* env = std::getenv("ONYX_PASSES");  // ONYX_PASSES=0: no graph optimization
   optimize_ = !(env && std::string(env) == "0");
   std::vector<std::pair<std::string, Shape>> layout;

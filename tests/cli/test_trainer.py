@@ -166,8 +166,9 @@ def write_config(path, cfg):
             f.write(f"{k}: {json.dumps(v)}\n")
 
 
-def run_onyx(args, timeout=300):
-    return subprocess.run([ONYX] + args, capture_output=True, text=True, timeout=timeout)
+def run_onyx(args, timeout=300, env=None):
+    return subprocess.run([ONYX] + args, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **env) if env else None)
 
 
 def last_line(p):
@@ -738,12 +739,17 @@ def error_cases(ctx):
          [r"mlp\.net\.2\.weight", r"\[16, ?64\]|16x64|shape"]),
         ("error-resume-bad-state-json", ["train", good, "--resume_from_checkpoint", bad_state],
          [r"trainer_state\.json", r"JSON"]),
+        # read before any work (they were read at the first GEMM, after loading and planning)
+        ("error-bad-onyx-gemm", ["train", good], [r"ONYX_GEMM=cublas", r"onednn_matmul"],
+         {"ONYX_GEMM": "cublas"}),
+        ("error-bad-onyx-prepack", ["train", good], [r"ONYX_PREPACK=yes", r"'always'"],
+         {"ONYX_PREPACK": "yes"}),
     ]
     watched = {"output_dir": out, "bad-shape checkpoint": bad_shape,
                "bad-state checkpoint": bad_state}
-    for name, argv, pats in cases:
+    for name, argv, pats, *env in cases:
         before = {k: file_digests(v) for k, v in watched.items()}
-        p = run_onyx(argv, timeout=120)
+        p = run_onyx(argv, timeout=120, env=env[0] if env else None)
         after = {k: file_digests(v) for k, v in watched.items()}
         problems = []
         if p.returncode != 1:

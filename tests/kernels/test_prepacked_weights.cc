@@ -135,9 +135,10 @@ TEST(PrepackedWeights, DefaultBackendsIgnoreStableRanges) {
 }
 
 TEST(PrepackedWeights, Bf16WeightShadowPacks) {
-  if (!kernels::cpu_has_avx512_bf16())
-    GTEST_SKIP() << "needs AVX512_BF16: oneDNN 2.6 has no bf16 matmul without it (this CPU runs "
-                    "the widened float32 path, which packs nothing)";
+  if (!kernels::bf16_gemm_native())
+    GTEST_SKIP() << "needs oneDNN's bf16 matmul: AVX512_BF16, and a kernel path that uses it "
+                    "(ONYX_CPU=avx2|portable cap oneDNN below it); oneDNN 2.6 has no bf16 matmul "
+                    "without it, and the widened float32 path packs nothing";
   kernels::force_bf16_gemm_native(1);
   PrepackScope always(2);
   const int64_t M = 33, N = 64, K = 48;

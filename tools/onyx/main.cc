@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "dist/comm.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/simd/dispatch.h"
 #include "onyx/custom_ops.h"
 #include "onyx/error.h"
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
     return 1;
   };
   try {
+    onyx::kernels::check_gemm_environment();  // a bad ONYX_GEMM / ONYX_PREPACK: before any work
     for (auto& lib : custom_op_libs) onyx::load_custom_op_library(lib);
     for (auto& [sub, action] : actions)
       if (sub->parsed()) return action();

@@ -36,6 +36,7 @@
 #include "kernels/cpu/conv_common.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/onednn_scratch.h"
 #include "runtime/kernel.h"
 #include "runtime/parallel.h"
 
@@ -131,6 +132,7 @@ dnnl::engine& cpu_engine() {
 struct CachedConv {
   dnnl::convolution_forward prim;
   dnnl::memory::desc x_md, w_md, b_md, y_md;
+  dnnl::memory::desc scratch_md;  // user-mode scratchpad: run from any thread (onednn_scratch.h)
 };
 
 std::mutex g_conv_mu;
@@ -189,8 +191,11 @@ std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias, boo
                                     e->y_md, stride, dil, pb, pe);
   std::shared_ptr<const CachedConv> made;  // stays null for an unusable bf16 one (cached as such)
   try {
-    dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
     if (!bf16 || std::string(pd.impl_info_str()).find("ref") == std::string::npos) {
+      e->scratch_md = pd.scratchpad_desc();
       e->prim = dnnl::convolution_forward(pd);
       made = e;
     }
@@ -212,6 +217,9 @@ void run_conv(const CachedConv& e, const void* X, const void* W, const float* B,
       {DNNL_ARG_WEIGHTS, dnnl::memory(e.w_md, eng, const_cast<void*>(W))},
       {DNNL_ARG_DST, dnnl::memory(e.y_md, eng, Y)}};
   if (B != nullptr) args[DNNL_ARG_BIAS] = dnnl::memory(e.b_md, eng, const_cast<float*>(B));
+  if (const size_t bytes = e.scratch_md.get_size(); bytes > 0)
+    args[DNNL_ARG_SCRATCHPAD] =
+        dnnl::memory(e.scratch_md, eng, kernels::onednn_thread_scratch(bytes));
   e.prim.execute(stream, args);
   stream.wait();
 }

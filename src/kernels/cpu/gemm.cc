@@ -24,6 +24,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "kernels/cpu/onednn_scratch.h"
 #include "kernels/cpu/simd/dispatch.h"
 #include "kernels/cpu/simd/simd.h"
 #include "onyx/dtype.h"
@@ -121,7 +122,8 @@ struct CachedMatmul {
   dnnl::memory::desc a_md, b_md, c_md;
   // With packed weights: B as it is stored (b_md is the layout the primitive chose for it)
   dnnl::memory::desc b_src_md;
-  bool reference = false;  // oneDNN found only its slow reference implementation
+  dnnl::memory::desc scratch_md;  // its user-mode scratchpad (kernels/cpu/onednn_scratch.h)
+  bool reference = false;         // oneDNN found only its slow reference implementation
 };
 
 std::mutex g_cache_mu;
@@ -172,6 +174,7 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
   }
   e->c_md = md(M, N, ldc, false, strideC, dt::f32);
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // run from any thread (execute)
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
   if (beta != 0.f) {
     dnnl::post_ops po;
@@ -182,6 +185,7 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
   dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
   e->reference = std::string(pd.impl_info_str()).find("ref") != std::string::npos;
   if (packed_b) e->b_md = pd.weights_desc();
+  e->scratch_md = pd.scratchpad_desc();
   e->prim = dnnl::matmul(pd);
   std::lock_guard<std::mutex> lock(g_cache_mu);
   if (g_cache.size() >= kMaxCached) g_cache.clear();
@@ -194,11 +198,12 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
 // clear cannot free it under them) and only swaps their data pointers instead of building three
 // dnnl::memory per call: the primitive path's per-call overhead went from about 1.7 to 1.1 µs
 // (bench_kernels attention_tile/QKt/f32_primitive against /f32 at a 4x8x4 shape, AVX2 CPU); the
-// attention tiles' GEMMs take 12-16 µs each there.
+// attention tiles' GEMMs take 12-16 µs each there. The scratchpad is this thread's
+// (onednn_scratch.h): primitives run from several threads at once.
 void execute(const std::shared_ptr<const CachedMatmul>& e, const void* A, const void* B, float* C) {
   struct Bound {
     std::shared_ptr<const CachedMatmul> prim;
-    dnnl::memory a, b, c;
+    dnnl::memory a, b, c, scratch;
   };
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<Bound> bound;  // most recently used last
@@ -209,7 +214,11 @@ void execute(const std::shared_ptr<const CachedMatmul>& e, const void* A, const 
     if (bound.size() >= kBound) bound.erase(bound.begin());
     bound.push_back({e, dnnl::memory(e->a_md, cpu_engine(), const_cast<void*>(A)),
                      dnnl::memory(e->b_md, cpu_engine(), const_cast<void*>(B)),
-                     dnnl::memory(e->c_md, cpu_engine(), C)});
+                     dnnl::memory(e->c_md, cpu_engine(), C), dnnl::memory()});
+    const size_t bytes = e->scratch_md.get_size();
+    if (bytes > 0)
+      bound.back().scratch =
+          dnnl::memory(e->scratch_md, cpu_engine(), onednn_thread_scratch(bytes));
   } else {
     if (i != bound.size()) std::rotate(bound.begin() + (i - 1), bound.begin() + i, bound.end());
     Bound& m = bound.back();
@@ -218,7 +227,14 @@ void execute(const std::shared_ptr<const CachedMatmul>& e, const void* A, const 
     m.c.set_data_handle(C);
   }
   Bound& m = bound.back();
-  e->prim.execute(stream, {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}});
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}};
+  if (m.scratch) {
+    // (the buffer may have grown for another primitive since this one was bound)
+    m.scratch.set_data_handle(onednn_thread_scratch(e->scratch_md.get_size()));
+    args[DNNL_ARG_SCRATCHPAD] = m.scratch;
+  }
+  e->prim.execute(stream, args);
   stream.wait();
 }
 
@@ -659,6 +675,11 @@ PackedWeightStats packed_weight_stats() {
 void set_prepack_weights(int mode) {
   ONYX_CHECK(mode >= -1 && mode <= 2, "set_prepack_weights: mode ", mode, " is not -1, 0, 1 or 2");
   g_prepack.store(mode, std::memory_order_relaxed);
+}
+
+void check_gemm_environment() {
+  gemm_backend();
+  prepack_mode();
 }
 
 size_t gemm_cached_primitives() {

@@ -193,6 +193,9 @@ struct PackedWeightStats {
 PackedWeightStats packed_weight_stats();
 // 0 off, 1 blocked layouts only (the default), 2 always; -1: ONYX_PREPACK again.
 void set_prepack_weights(int mode);
+// Reads ONYX_GEMM and ONYX_PREPACK now (they are otherwise read at the first GEMM) and throws
+// onyx::Error naming a bad value: the CLI and TrainingSession call it before any work is done.
+void check_gemm_environment();
 
 // Number of cached oneDNN primitives (for tests and benchmarks).
 size_t gemm_cached_primitives();
