@@ -81,7 +81,12 @@ struct Llama {
         }
         f[i] = v;
       }
-      inv_freq = b.const_tensor(Tensor::from_vector<float>(DType::Float32, {half}, f));
+      // Named as Transformers' buffer: bf16_full_eval rounds it as model.to(torch.bfloat16)
+      // does (train/training_session.cc, with_rounded_rotary_frequencies).
+      inv_freq =
+          b.op("Constant", {},
+               {{"value", Attr::of_tensor(Tensor::from_vector<float>(DType::Float32, {half}, f))}},
+               "model.rotary_emb.inv_freq");
     }
     std::string freqs = b.op("Mul", {b.op("Unsqueeze", {pos, b.const_i64({2})}), inv_freq});
     std::string emb = b.op("Concat", {freqs, freqs}, {{"axis", Attr::of_int(-1)}});  // (B,T,hd)

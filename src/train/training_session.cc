@@ -367,6 +367,34 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
   for (auto& p : params_) feeds[p] = rounded_.view(p);
 }
 
+// model.to(torch.bfloat16) (model.half()), which bf16_full_eval (fp16_full_eval) runs, casts every
+// floating buffer, rotary embeddings' inv_freq too; LlamaRotaryEmbedding widens it again to
+// multiply the positions, so its frequencies are the rounded ones (an angle position x
+// frequency moves by up to 2^-9 of itself). A copy of the forward graph whose inv_freq holds
+// those values: an exporter's initializer "*inv_freq", or models/llama.cc's Constant output
+// "model.rotary_emb.inv_freq". (rope_type dynamic computes its frequencies in the graph and
+// keeps them float32; Transformers rounds them up to max_position_embeddings and recomputes them
+// in float32 beyond: not matched below that length.)
+static std::shared_ptr<ir::Graph> with_rounded_rotary_frequencies(const ir::Graph& g,
+                                                                  kernels::LowPrecision f) {
+  auto out = std::make_shared<ir::Graph>(g);
+  auto rounded = [f](const Tensor& t) {
+    Tensor r(t.dtype(), t.shape());
+    kernels::round_to(f, t.data<float>(), r.data<float>(), t.numel());
+    return r;
+  };
+  auto is_freq = [](const std::string& name) { return name.ends_with("inv_freq"); };
+  for (auto& [name, t] : out->initializers)
+    if (is_freq(name) && t.dtype() == DType::Float32) t = rounded(t);
+  for (auto& n : out->nodes) {
+    const Tensor* v = n.attr_tensor("value");
+    if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1 &&
+        is_freq(n.outputs[0]) && v && v->dtype() == DType::Float32)
+      n.attrs["value"] = ir::Attribute::of_tensor(rounded(*v));
+  }
+  return out;
+}
+
 std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::string, Tensor>& batch) {
   const auto& spec = opts_.loss;
   bool has_labels = spec.kind == autodiff::LossSpec::Kind::GraphOutput || batch.count(spec.labels);
@@ -374,18 +402,26 @@ std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::strin
   // passes as the evaluation graph with a loss: fused kernels, and under bf16 the
   // mixed_precision rewrite reading the weight shadow (not the unfused graph rounding every
   // weight per call).
-  std::string key = (has_labels ? "loss|" : "forward|") + batch_key(batch);
+  using kernels::LowPrecision;
+  std::string key = cat(has_labels ? "loss|" : "forward|",
+                        full_eval_ == LowPrecision::Bf16   ? "bf16|"
+                        : full_eval_ == LowPrecision::Fp16 ? "fp16|"
+                                                           : "",
+                        batch_key(batch));
   auto it = eval_graphs_.find(key);
   if (it == eval_graphs_.end()) {
     std::map<std::string, TensorMeta> sig;
     for (auto& [n, t] : batch) sig[n] = t.meta();
     EvalCompiled c;
+    // Made on first use: by then a Trainer has replaced the graph's weights by views of the
+    // parameter buffer, so a copy holds no second set of weights.
+    std::shared_ptr<const ir::Graph> model = forward_;
+    if (full_eval_ != LowPrecision::None)
+      model = with_rounded_rotary_frequencies(*forward_, full_eval_);
     if (has_labels) {
-      c.lg = autodiff::build_loss_graph(*forward_, opts_, sig);
+      c.lg = autodiff::build_loss_graph(*model, opts_, sig);
     } else {
-      // Made on first use: by then a Trainer has replaced the graph's weights by views of the
-      // parameter buffer, so this copy holds no second set of weights.
-      c.lg.graph = std::make_shared<ir::Graph>(*forward_);
+      c.lg.graph = std::make_shared<ir::Graph>(*model);
       std::erase_if(sig, [&](const auto& kv) { return !c.lg.graph->find_input(kv.first); });
     }
     passes::batch_norm_to_inference(*c.lg.graph);  // evaluation: PyTorch's eval() BatchNorm

@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
 #include "autodiff/gradient.h"
+#include "kernels/cpu/gemm.h"
 #include "models/hf_model.h"
 #include "passes/pass.h"
 #include "train/optimizer.h"
@@ -445,4 +447,67 @@ TEST(Bf16Training, PredictionWithoutLabelsIsTheEvaluationForward) {
       EXPECT_GT(compared, 0);
     }
   }
+}
+
+// bf16_full_eval evaluates what Transformers' model.to(torch.bfloat16) holds, and that casts the
+// rotary embeddings' inv_freq buffer too (LlamaRotaryEmbedding widens it again to multiply the
+// positions: its angles use the rounded frequencies, up to 2^-9 of the angle away, which grows
+// with the position). onyx's Llama under bf16_full_eval equals, bit for bit at positions from
+// 1000 on, the same model with its weights and inv_freq rounded beforehand; with inv_freq left
+// float32 (what it evaluated before) the loss differs. Evaluation without the flag keeps the
+// float32 frequencies.
+TEST(Bf16Training, FullEvalRoundsTheRotaryFrequenciesAsTransformersCastsTheBuffer) {
+  models::BuiltModel m = models::build_hf_model(models::parse_hf_config(kLlama, "test/config.json"),
+                                                models::Task::CausalLM, 5);
+  std::map<std::string, Tensor> in = batch_for(m, 3);
+  ASSERT_TRUE(in.count("position_ids"));
+  std::vector<int64_t> pos(B * T);
+  for (int64_t i = 0; i < B * T; i++) pos[i] = 1000 + i % T;
+  in["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, T}, pos);
+  autodiff::GradientOptions opts;
+  opts.loss = m.model.loss;
+  train::TrainingSession ts(m.model.graph, opts);
+  auto loss = [&](train::TrainingSession& s) { return s.forward(in).at("loss").get_as_double(0); };
+  const double f32 = loss(ts);
+  ts.set_bf16_full_eval(true);
+  const double full = loss(ts);
+  ts.set_bf16_full_eval(false);
+  EXPECT_EQ(loss(ts), f32) << "evaluation without bf16_full_eval after a full one";
+
+  // The reference: the same model with its weights rounded beforehand and its frequencies
+  // rounded or not, under bf16_full_eval (idempotent on rounded weights) with the Constant
+  // renamed so that the session does not recognise (and round) it.
+  auto reference = [&](bool round_frequencies) {
+    auto r = std::make_shared<ir::Graph>(*m.model.graph);
+    auto rounded = [&](const Tensor& t) {
+      Tensor c = t.clone();
+      kernels::round_to_bf16(c.data<float>(), c.data<float>(), c.numel());
+      return c;
+    };
+    for (auto& p : ts.parameters()) r->initializers[p] = rounded(ts.params().view(p));
+    const std::string freq = "model.rotary_emb.inv_freq", renamed = "rotary_frequencies";
+    int found = 0;
+    for (auto& n : r->nodes) {
+      for (auto& x : n.inputs)
+        if (x == freq) x = renamed;
+      if (n.op_type == "Constant" && n.outputs[0] == freq) {
+        found++;
+        n.outputs[0] = renamed;
+        if (round_frequencies)
+          n.attrs["value"] = ir::Attribute::of_tensor(rounded(*n.attr_tensor("value")));
+      }
+    }
+    EXPECT_EQ(found, 1) << "models/llama.cc names its inv_freq Constant as Transformers' buffer";
+    train::TrainingSession rs(r, opts);
+    rs.set_bf16_full_eval(true);
+    return loss(rs);
+  };
+  EXPECT_EQ(full, reference(true));
+  const double unrounded = reference(false);
+  EXPECT_NE(full, unrounded) << "inv_freq left float32 gives the same loss: the test shows nothing";
+  EXPECT_NE(full, f32);
+  std::printf(
+      "Llama at positions 1000..%lld: eval loss float32 %.7f, bf16_full_eval %.7f, with "
+      "float32 frequencies %.7f\n",
+      (long long)(1000 + T - 1), f32, full, unrounded);
 }
