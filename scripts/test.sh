@@ -107,6 +107,8 @@ for t in tests/ops/test_*.py tests/parity/test_*.py tests/cli/test_*.py tests/py
   [ -f "$t" ] || continue
   echo "== $t"
   ONYX="$BUILD/onyx" $PY "$t" >"$LOGDIR/$(basename "$t").log" 2>&1
+  # every failure's line first (the tail alone hides those of early cases), then the tail
+  grep -a -E '^FAIL' "$LOGDIR/$(basename "$t").log" | cut -c1-1500 | head -n 20 || true
   tail -n 15 "$LOGDIR/$(basename "$t").log"
   tally "$LOGDIR/$(basename "$t").log"
 done

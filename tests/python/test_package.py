@@ -453,7 +453,7 @@ def case_hf_folder(onyx, tmp):
     p = t.predict({k: v[:16] for k, v in data.items()})
     assert np.allclose(p.predictions, logits, rtol=1e-4, atol=1e-5), np.abs(p.predictions - logits).max()
     return (f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, eval_accuracy {m['eval_accuracy']:.3f}; "
-            f"from_pretrained logits = onyx predict")
+            f"from_pretrained logits = onyx predict (within {np.abs(p.predictions - logits).max():.1e})")
 
 
 def case_no_leaks(onyx, tmp):
@@ -627,7 +627,8 @@ def case_pretrained_module(onyx, tmp):
     assert np.allclose(p.predictions, logits, rtol=1e-4, atol=1e-5), np.abs(p.predictions - logits).max()
     m = t.evaluate(ds)  # evaluate(eval_dataset=...), the collator applied
     assert "eval_loss" in m and np.isfinite(m["eval_loss"]), m
-    return f"losses equal transformers.Trainer's (worst rel {rel:.1e}), weights within {worst:.1e}"
+    return (f"losses equal transformers.Trainer's (worst rel {rel:.1e}), weights within {worst:.1e}, "
+            f"predict = the module's forward within {np.abs(p.predictions - logits).max():.1e}")
 
 
 def case_tied_gpt2_module(onyx, tmp):
