@@ -18,7 +18,9 @@
 //       fused into the producer's last pass over each row or block), v becomes bf16 in place;
 //     * otherwise one Cast(v, to=BFLOAT16) is placed right after v's producer and every GEMM read
 //       of v reads it (one rounding instead of one per GEMM; the float32 v lives on for its other
-//       readers).
+//       readers) — or, where v is a linear layer's output gradient, its onyx.BiasGrad (which reads
+//       all of v anyway) writes that copy as a second output, moved up to where the Cast would
+//       go: one pass over v instead of two.
 //   Each rewritten GEMM gets output_dtype = FLOAT: float32 output from bf16 inputs.
 // Weights are read through the bf16 copy the caller feeds (`weights`: train::TrainingSession's
 // shadow of the trained parameters, which the fused AdamW writes in its update pass; frozen
@@ -239,6 +241,7 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
   }
   // Casts to insert after node index p, in the order their values were met.
   std::map<int, std::vector<ir::Node>> after;
+  std::set<int> moved;  // BiasGrads moved into `after` (writing the bf16 copy instead of a Cast)
   const ir::Attribute bf16 = ir::Attribute::of_int((int64_t)DType::BFloat16);
   for (auto& [v, rs] : reads) {
     for (auto [i, slot] : rs) gemms.insert(i);
@@ -256,8 +259,28 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
       continue;
     }
     const std::string c = ctx.fresh(g, v + "_bf16");
-    after[p].push_back(make_node("Cast", "", {v}, {c}, {{"to", bf16}}, c));
     for (auto [i, slot] : rs) g.nodes[i].inputs[slot] = c;
+    // A linear layer's output gradient is read by its bias gradient too, which reads all of it
+    // anyway: that BiasGrad writes the bf16 copy in the same pass (its output 1) and moves up to
+    // right after v's producer, where the Cast would have gone (v is its only input).
+    int bias = -1;
+    for (int u : idx.consumers(v)) {
+      const ir::Node& r = g.nodes[u];
+      if (is_op(r, "onyx", "BiasGrad") && r.inputs.size() == 1 && r.outputs.size() == 1 &&
+          !moved.count(u)) {
+        bias = u;
+        break;
+      }
+    }
+    if (bias >= 0) {
+      ir::Node bg = g.nodes[bias];
+      bg.outputs.push_back(c);
+      after[p].push_back(std::move(bg));
+      moved.insert(bias);
+      st.bias_grads++;
+      continue;
+    }
+    after[p].push_back(make_node("Cast", "", {v}, {c}, {{"to", bf16}}, c));
     st.casts++;
   }
   for (int i : gemms)
@@ -265,9 +288,9 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
   st.gemms = (int)gemms.size();
   if (!after.empty()) {
     std::vector<ir::Node> nodes;
-    nodes.reserve(g.nodes.size() + st.casts);
+    nodes.reserve(g.nodes.size() + st.casts);  // (a moved BiasGrad takes its own place back)
     for (int i = 0; i < (int)g.nodes.size(); i++) {
-      nodes.push_back(std::move(g.nodes[i]));
+      if (!moved.count(i)) nodes.push_back(std::move(g.nodes[i]));
       auto it = after.find(i);
       if (it != after.end())
         for (auto& c : it->second) nodes.push_back(std::move(c));
@@ -279,7 +302,7 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     st.normalized = save_normalized_inputs(g, ctx);
   }
   if (stats) *stats = st;
-  return st.weights + st.fused + st.casts + st.outputs + st.normalized;
+  return st.weights + st.fused + st.casts + st.bias_grads + st.outputs + st.normalized;
 }
 
 }  // namespace onyx::passes

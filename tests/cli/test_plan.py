@@ -280,12 +280,15 @@ def main():
             w = re.search(r"(\d+) weights read through the bf16 shadow", r.stdout)
             nrm = re.search(r"(\d+) norm gradients reading the forward's bf16 normalized input",
                             r.stdout)
+            # every linear layer has a bias: its BiasGrad writes the bf16 output gradient
+            bg = re.search(r"(\d+) gradients written bf16 by their BiasGrad", r.stdout)
             sh = re.search(r"bf16 weight shadow +([\d.]+) MiB", r.stdout)
             par = re.search(r"parameters +([\d.]+) MiB", r.stdout)
             ok = (r.returncode == 0 and m and p and ops and "onyx.MatMulGradB" in ops.group(1)
                   and int(p.group(1)) > 0 and int(p.group(2)) > 0
                   and float(m.group(1)) <= 0.6 * float(m.group(2))
                   and nrm and int(nrm.group(1)) == EXPECT[name]["layer_norm_fusion"]
+                  and bg and int(bg.group(1)) > 0
                   # the shadow: the GEMMs' weights, half the parameters' bytes in the plan
                   and w and int(w.group(1)) > 0 and sh and par
                   and abs(float(sh.group(1)) - float(par.group(1)) / 2) < 0.1)

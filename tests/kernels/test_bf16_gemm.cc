@@ -316,6 +316,31 @@ TEST(Bf16Gemm, OutputDtypeBf16IsCastOfTheFloat32Result) {
   }
 }
 
+// BiasGrad's second output (the mixed_precision pass fuses the Cast of a linear layer's output
+// gradient there): exactly Cast(dY, bf16), with the bias gradient unchanged — on one thread and
+// on two (column blocks split over the threads), and with a row width that is not a multiple of
+// the 64-column blocks.
+TEST(Bf16Gemm, BiasGradBf16CopyIsCastOfItsInput) {
+  const int threads = runtime::num_threads();
+  for (int t : {1, 2}) {
+    runtime::set_num_threads(t);
+    for (int64_t n : {100, 384}) {
+      Tensor dy = Tensor::from_vector(DType::Float32, {3, 50, n}, randoms(150 * n, 40 + n, -4, 4));
+      ir::Node bg = node("BiasGrad", 1, 1);
+      auto ref = runtime::run_node(bg, 17, {dy});
+      bg.outputs.push_back("out1");
+      auto got = runtime::run_node(bg, 17, {dy});
+      ASSERT_EQ(got.size(), 2u);
+      expect_same_bits(got[0], ref[0]);
+      expect_same_bits(got[1], cast_bf16(dy));
+    }
+  }
+  runtime::set_num_threads(threads);
+  // only a float32 dY has the copy (a bf16 one already is bf16)
+  ir::Node bg = node("BiasGrad", 1, 2);
+  EXPECT_THROW(runtime::run_node(bg, 17, {bf16_tensor({4, 8}, 41)}), Error);
+}
+
 TEST(Bf16Gemm, Bf16InputsAreTheFloat32OpOnWidenedValues) {
   {  // GeluGrad(dy float32, x bf16) -> dx float32
     ir::Node gg = node("GeluGrad", 2, 1);

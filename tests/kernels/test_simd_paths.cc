@@ -311,5 +311,25 @@ TEST_F(SimdPaths, TransposeAndFloat16ConversionsAreExactOnEveryPath) {
   });
 }
 
+// float32 -> bf16 (Cast's rule, the scalar float_to_bf16) on every path: ties to even both ways,
+// values that round up into the next binade and to infinity, NaNs (made quiet, sign and payload
+// kept), infinities, signed zeros and denormals (kept, not flushed), over a length with a tail.
+TEST_F(SimdPaths, Bfloat16ConversionIsTheScalarRuleOnEveryPath) {
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f7fffffu, 0x7f7fffffu,
+                                0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00001u,
+                                0x7fbfffffu, 0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+                                0x00408000u, 0x3f80c000u, 0xbf808000u};
+  for (uint32_t k = 0; k < 300; k++) bits.push_back(k * 2654435761u);  // every exponent, NaNs too
+  std::vector<float> f(bits.size());
+  std::memcpy(f.data(), bits.data(), bits.size() * 4);
+  per_path<int>([&] {
+    std::vector<uint16_t> h(f.size());
+    simd::f32_to_bf16_bits(f.data(), h.data(), (int64_t)f.size());
+    for (size_t i = 0; i < f.size(); i++)
+      EXPECT_EQ(h[i], float_to_bf16(f[i])) << std::hex << bits[i];
+    return 0;
+  });
+}
+
 }  // namespace
 }  // namespace onyx

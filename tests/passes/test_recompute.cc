@@ -111,8 +111,10 @@ TEST(Recompute, Gpt2IsBitIdentical) {
 }
 
 TEST(Recompute, VitIsBitIdentical) {
+  // three layers: with two, bf16's plain peak (15.4 KB once BiasGrad writes the bf16 gradient
+  // copies instead of Casts) is below what recomputing (16.4 KB) keeps at these 5 tokens
   check(
-      R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+      R"({"model_type": "vit", "hidden_size": 16, "num_hidden_layers": 3, "num_attention_heads": 2,
     "intermediate_size": 32, "image_size": 8, "patch_size": 4, "num_channels": 3, "num_labels": 5})",
       models::Task::ImageClassification, true);
 }

@@ -100,8 +100,7 @@ void to_float(const BFloat16* x, float* y, int64_t n) {
 }
 
 void from_float(const float* x, BFloat16* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) y[i].bits = float_to_bf16(x[i]);
+  simd::f32_to_bf16_bits(x, (uint16_t*)y, n);
 }
 
 }  // namespace ew

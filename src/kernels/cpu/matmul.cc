@@ -8,9 +8,13 @@
 //                                                 makes)
 //   MatMulGradB(A, dY)    alpha                   (K,N) = alpha · A(R,K)^T · dY(R,N), R = every
 //                                                 leading dim of A and dY folded (they must agree)
-//   BiasGrad(dY)                                  (N) = dY(R,N) summed over its R leading rows (the
+//   BiasGrad(dY) -> db, dY16?                     (N) = dY(R,N) summed over its R leading rows (the
 //                                                 bias gradient of MatMulT; columns split over
-//                                                 threads, so the sum order never changes)
+//                                                 threads, so the sum order never changes); the
+//                                                 optional second output is dY rounded to bf16
+//                                                 (float32 dY only), written in the same pass —
+//                                                 the Cast passes/mixed_precision.cc fuses here
+//                                                 for the backward GEMMs that read dY
 // Registers Einsum (einsum.cc) too.
 //
 // float32 goes to kernels/cpu/gemm.h (oneDNN / OpenBLAS); float16 and bfloat16 are converted to
@@ -673,14 +677,21 @@ void bias_grad_infer(InferContext& ctx) {
   ONYX_CHECK(dy.rank() >= 1, ctx.node.describe(), ": BiasGrad needs rank >= 1, got ",
              shape_str(dy.shape));
   ctx.set_output(0, dy.dtype, {dy.shape.back()});
+  if (ctx.num_outputs() > 1) {
+    ONYX_CHECK(dy.dtype == DType::Float32, ctx.node.describe(),
+               ": the bf16 copy of dY (output 1) needs a float32 dY, got ", dtype_name(dy.dtype));
+    ctx.set_output(1, DType::BFloat16, dy.shape);
+  }
 }
 
 // db[c] = sum over rows r of D[r, c] for c in [c0, c1): one row segment at a time, so the reads
 // stream and the accumulators stay in L1.
 // With `add`, db[c] += that sum (the sum is formed first, in the same order, then added once).
+// With `copy` (float32 only), copy[r, c] = D[r, c] rounded to bf16 as Cast rounds, from the same
+// reads.
 template <class T>
-void column_sums(const T* D, int64_t R, int64_t N, int64_t c0, int64_t c1, T* db,
-                 bool add = false) {
+void column_sums(const T* D, int64_t R, int64_t N, int64_t c0, int64_t c1, T* db, bool add = false,
+                 BFloat16* copy = nullptr) {
   const int64_t w = c1 - c0;
   std::vector<T> scratch(add ? w : 0);
   T* acc = add ? scratch.data() : db + c0;
@@ -689,6 +700,8 @@ void column_sums(const T* D, int64_t R, int64_t N, int64_t c0, int64_t c1, T* db
     const T* d = D + r * N + c0;
 #pragma omp simd
     for (int64_t j = 0; j < w; j++) acc[j] += d[j];
+    if constexpr (std::is_same_v<T, float>)
+      if (copy) ew::from_float(d, copy + r * N + c0, w);
   }
   if (add)
     for (int64_t j = 0; j < w; j++) db[c0 + j] += acc[j];
@@ -704,10 +717,13 @@ void bias_grad_compute(KernelContext& ctx) {
   ONYX_CHECK(!add || (dy.dtype() == DType::Float32 && db.dtype() == DType::Float32),
              ctx.node.describe(), ": accumulation supports float32 gradients, got ",
              dtype_name(db.dtype()));
+  // the fused bf16 copy of dY (infer admits it for float32 only, where T is float)
+  BFloat16* copy = ctx.has_output(1) ? ctx.output(1).data<BFloat16>() : nullptr;
   auto run = [&](auto* D, auto* out) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(out)>>;
     // Column blocks of >= 64 (a cache line multiple); each thread owns whole columns.
-    parallel_for(N, 64, [&](int64_t c0, int64_t c1) { column_sums<T>(D, R, N, c0, c1, out, add); });
+    parallel_for(N, 64,
+                 [&](int64_t c0, int64_t c1) { column_sums<T>(D, R, N, c0, c1, out, add, copy); });
   };
   dispatch_float(ctx.node, db, run, dy);
 }

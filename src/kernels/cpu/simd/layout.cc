@@ -1,9 +1,9 @@
 // kernels/cpu/simd/layout.cc — data movement for every SIMD path (see simd.h): 8x8 transposes of
 // 4-byte elements (Transpose and strided copies, kernels/cpu/shape_common.cc) and float16 <->
-// float32 conversion. Hand-written because GCC does not turn the blocked transpose into register
-// shuffles, and conversions want the F16C instructions where the CPU has them. The AVX2 and AVX-512
-// paths share the 256-bit shuffle network (an 8x8 block is one register per row either way); the
-// portable path copies element by element.
+// float32 and float32 -> bfloat16 conversion. Hand-written because GCC does not turn the blocked
+// transpose into register shuffles, and conversions want the F16C instructions where the CPU has
+// them. The AVX2 and AVX-512 paths share the 256-bit shuffle network (an 8x8 block is one register
+// per row either way); the portable path copies element by element.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/simd/layout.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -90,6 +90,32 @@ void F32ToF16(const float* x, uint16_t* y, int64_t n) {
       float_to_half);
 }
 
+// float32 -> bf16 bits by onyx's scalar rule (float_to_bf16: round to nearest even on the bits, a
+// NaN made quiet, denormals kept — Cast's semantics, so not AVX512_BF16's vcvtneps2bf16, which
+// flushes them), in integer lanes: the same bits on every path.
+void F32ToBF16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> d16;
+  const int64_t L = (int64_t)hn::Lanes(d);
+  const auto abs_mask = hn::Set(du, 0x7fffffffu);
+  const auto inf = hn::Set(di, 0x7f800000);
+  const auto half = hn::Set(du, 0x7fffu), one = hn::Set(du, 1u), quiet = hn::Set(du, 0x40u);
+  for (; i + L <= n; i += L) {
+    const auto u = hn::BitCast(du, hn::LoadU(d, x + i));
+    const auto nan = hn::RebindMask(du, hn::Gt(hn::BitCast(di, hn::And(u, abs_mask)), inf));
+    const auto hi = hn::ShiftRight<16>(u);
+    const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(half, hn::And(hi, one))));
+    const auto r = hn::IfThenElse(nan, hn::Or(hi, quiet), rounded);  // <= 0xffff: no saturation
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, y + i);
+  }
+#endif
+  for (; i < n; i++) y[i] = float_to_bf16(x[i]);
+}
+
 }  // namespace onyx::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -98,11 +124,15 @@ namespace onyx::simd {
 HWY_EXPORT(TransposeStrip32);
 HWY_EXPORT(F16ToF32);
 HWY_EXPORT(F32ToF16);
+HWY_EXPORT(F32ToBF16);
 void transpose_strip32(uint32_t* d, int64_t ld, const uint32_t* s, int64_t ls, int64_t P,
                        int64_t qn) {
   HWY_DYNAMIC_DISPATCH(TransposeStrip32)(d, ld, s, ls, P, qn);
 }
 void f16_to_f32(const uint16_t* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(F16ToF32)(x, y, n); }
 void f32_to_f16(const float* x, uint16_t* y, int64_t n) { HWY_DYNAMIC_DISPATCH(F32ToF16)(x, y, n); }
+void f32_to_bf16_bits(const float* x, uint16_t* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(F32ToBF16)(x, y, n);
+}
 }  // namespace onyx::simd
 #endif

@@ -67,5 +67,8 @@ void transpose_strip32(uint32_t* d, int64_t ld, const uint32_t* s, int64_t ls, i
                        int64_t qn);
 void f16_to_f32(const uint16_t* x, float* y, int64_t n);
 void f32_to_f16(const float* x, uint16_t* y, int64_t n);  // round to nearest even
+// float32 -> bf16 by the scalar float_to_bf16 (nearest even, NaN quiet, denormals kept): Cast's
+// rule, vectorized (kernels/cpu/gemm.h f32_to_bf16 is the GEMM inputs' rule, denormals flushed).
+void f32_to_bf16_bits(const float* x, uint16_t* y, int64_t n);
 
 }  // namespace onyx::simd
