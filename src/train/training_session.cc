@@ -317,6 +317,14 @@ double TrainingSession::forward_backward(
   return out.at(c.tg.loss).get_as_double(0);
 }
 
+// A float32 tensor's values rounded to bf16 (fp16) as model.to(torch.bfloat16) rounds them, held
+// in float32 (exact): bf16_full_eval's weights, buffers and rotary frequencies.
+static Tensor rounded_copy(kernels::LowPrecision f, const Tensor& t) {
+  Tensor r(t.dtype(), t.shape());
+  kernels::round_to(f, t.data<float>(), r.data<float>(), t.numel());
+  return r;
+}
+
 void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
                                        runtime::RunOptions& ro,
                                        const std::vector<std::string>& shadowed) {
@@ -335,11 +343,7 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
   // model.to(torch.bfloat16) (model.half()) rounds every floating parameter and buffer: the
   // trained weights, the frozen ones (a LoRA base model) and the BatchNorm running statistics.
   const LowPrecision f = full_eval_;
-  auto rounded = [f](const Tensor& t) {
-    Tensor r(t.dtype(), t.shape());
-    kernels::round_to(f, t.data<float>(), r.data<float>(), t.numel());
-    return r;
-  };
+  auto rounded = [f](const Tensor& t) { return rounded_copy(f, t); };
   if (!rounded_.flat().defined()) {
     rounded_ = FlatBuffer(param_buf_.layout());
     rounded_fresh_ = false;
@@ -378,11 +382,7 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
 static std::shared_ptr<ir::Graph> with_rounded_rotary_frequencies(const ir::Graph& g,
                                                                   kernels::LowPrecision f) {
   auto out = std::make_shared<ir::Graph>(g);
-  auto rounded = [f](const Tensor& t) {
-    Tensor r(t.dtype(), t.shape());
-    kernels::round_to(f, t.data<float>(), r.data<float>(), t.numel());
-    return r;
-  };
+  auto rounded = [f](const Tensor& t) { return rounded_copy(f, t); };
   auto is_freq = [](const std::string& name) { return name.ends_with("inv_freq"); };
   for (auto& [name, t] : out->initializers)
     if (is_freq(name) && t.dtype() == DType::Float32) t = rounded(t);
