@@ -199,6 +199,32 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     n.domain = "onyx";
     import_domain(g, "onyx");
   }
+  // Likewise a Linear exported as the standard Gemm (2-D input: a pooler, a classifier head),
+  // Gemm(X, W, b) with transA = 0, alpha = 1 and no C or a 1-D float32 bias with beta = 1:
+  // onyx.MatMulT(X, W, b) with its transB, the same product and bias, so it reads the weight
+  // shadow and runs the bf16 GEMM instead of rounding both operands per call for sgemm.
+  for (ir::Node& n : g.nodes) {
+    if (!is_op(n, "Gemm") || n.inputs.size() < 2 || n.outputs.size() != 1) continue;
+    const std::string &x = n.inputs[0], &w = n.inputs[1];
+    if (!weights.count(w) || !is_f32(ctx, w) || !is_f32(ctx, x) || ctx.meta(w).shape.size() != 2 ||
+        ctx.meta(x).shape.size() != 2 || n.attr_int("transA", 0) != 0 ||
+        n.attr_float("alpha", 1.f) != 1.f)
+      continue;
+    const bool tb = n.attr_int("transB", 0) != 0;
+    const int64_t K = ctx.meta(w).shape[tb ? 1 : 0], N = ctx.meta(w).shape[tb ? 0 : 1];
+    const bool has_c = n.inputs.size() > 2 && !n.inputs[2].empty();
+    if (K == 1 || (has_c && (n.attr_float("beta", 1.f) != 1.f || !is_f32(ctx, n.inputs[2]) ||
+                             ctx.meta(n.inputs[2]).shape != Shape{N})))
+      continue;
+    if (!has_c) n.inputs.resize(2);
+    n.attrs.erase("alpha");
+    n.attrs.erase("beta");
+    n.attrs.erase("transA");
+    if (!tb) n.attrs.erase("transB");
+    n.op_type = "MatMulT";
+    n.domain = "onyx";
+    import_domain(g, "onyx");
+  }
   // The weights the caller feeds in bf16: MatMulT's operands and LinearCrossEntropy's W read the
   // bf16 graph input instead (no rounding per call; the bits are the same).
   std::set<std::string> fed;

@@ -409,6 +409,82 @@ TEST(Bf16Training, BiasFreeMatMulReadsTheWeightShadow) {
     EXPECT_EQ(std::memcmp(t.raw(), grads[1].at(p).raw(), t.nbytes()), 0) << p;
 }
 
+// A Linear exported as the standard Gemm (2-D input, 1-D bias; one with transB = 1 as torch
+// exports nn.Linear, one without): the mixed_precision pass makes it a MatMulT read through the
+// weight shadow. The operands are the per-call rounding's bf16 values and the products exact in
+// float32, so only the GEMM's accumulation order may differ (bf16 dot products where the CPU has
+// them, sgemm on the widened values otherwise).
+TEST(Bf16Training, GemmLinearReadsTheWeightShadow) {
+  auto g = std::make_shared<ir::Graph>();
+  g->opsets[""] = 17;
+  ir::ValueInfo x;
+  x.name = "x";
+  x.dtype = DType::Float32;
+  g->inputs.push_back(x);
+  std::mt19937 rng(4);
+  std::normal_distribution<float> d(0.0f, 0.5f);
+  auto init = [&](const std::string& name, Shape s) {
+    Tensor t(DType::Float32, s);
+    for (int64_t i = 0; i < t.numel(); i++) t.data<float>()[i] = d(rng);
+    g->add_initializer(name, t);
+  };
+  init("w1", {48, 32});  // (out, in): transB = 1
+  init("b1", {48});
+  init("w2", {48, 16});  // (in, out)
+  init("b2", {16});
+  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    ir::Node n;
+    n.name = op + "_" + out;
+    n.op_type = op;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    g->nodes.push_back(n);
+  };
+  add("Gemm", {"x", "w1", "b1"}, "h");
+  g->nodes.back().attrs["transB"] = autodiff::attr_i(1);
+  add("Tanh", {"h"}, "a");
+  add("Gemm", {"a", "w2", "b2"}, "y");
+  add("Mul", {"y", "y"}, "y2");
+  add("ReduceMean", {"y2"}, "loss");
+  g->nodes.back().attrs["keepdims"] = autodiff::attr_i(0);
+  ir::ValueInfo l;
+  l.name = "loss";
+  l.dtype = DType::Float32;
+  g->outputs.push_back(l);
+  Tensor xt(DType::Float32, {24, 32});
+  for (int64_t i = 0; i < xt.numel(); i++) xt.data<float>()[i] = d(rng);
+  std::map<std::string, Tensor> in{{"x", xt}};
+  autodiff::GradientOptions opts;
+  opts.loss.output = "loss";
+  std::map<std::string, Tensor> grads[2];
+  double loss[2];
+  int weight_gemms[2];
+  for (int store = 0; store < 2; store++) {
+    train::TrainingSession ts(g, opts);
+    ts.set_bf16_gemm(true, store == 1);
+    loss[store] = ts.forward_backward(in, false, 1, true);
+    for (auto& p : ts.parameters()) grads[store][p] = ts.grads().view(p).clone();
+    weight_gemms[store] = 0;  // the forward's two Gemms (the backward's dA may be a Gemm too)
+    for (auto& n : ts.training_graph_for(in).graph->nodes)
+      weight_gemms[store] += n.op_type == "Gemm" && (n.outputs[0] == "h" || n.outputs[0] == "y");
+    if (store) {
+      EXPECT_EQ(ts.pass_report_for(in).mixed_precision.weights, 2);
+    }
+  }
+  EXPECT_EQ(weight_gemms[0], 2);
+  EXPECT_EQ(weight_gemms[1], 0);
+  EXPECT_NEAR(loss[1], loss[0], 1e-6 * std::abs(loss[0]));
+  for (auto& [p, t] : grads[0]) {
+    double err = 0, ref = 0;
+    for (int64_t i = 0; i < t.numel(); i++) {
+      const double a = t.get_as_double(i), b = grads[1].at(p).get_as_double(i);
+      err += (a - b) * (a - b);
+      ref += a * a;
+    }
+    EXPECT_LE(std::sqrt(err / ref), 1e-5) << p;
+  }
+}
+
 // Prediction on a batch without labels (Trainer.predict on unlabelled data) runs the model's
 // forward through the same passes as the evaluation graph with a loss (fusions; under bf16 the
 // mixed_precision rewrite reading the weight shadow), so its outputs are the evaluation's
