@@ -348,25 +348,22 @@ TEST(Fp16Training, StepMatchesFloat32WithinFloat16Tolerances) {
   }
 }
 
-// A bias-free Linear as exported (plain MatMul(X, W): linear_fusion leaves it) under bf16: the
-// mixed_precision pass makes it a MatMulT read through the weight shadow, bit-identical to the
-// per-call rounding (which the plain MatMul kernel does too).
-TEST(Bf16Training, BiasFreeMatMulReadsTheWeightShadow) {
+// x -> Linear -> Tanh -> Linear -> mean(y^2), the Linears as exported: bias-free plain MatMuls
+// (w1 (32, 48), w2 (48, 32)), or Gemms with 1-D biases, the first with transB = 1 as torch
+// exports nn.Linear (w1 (48, 32), b1, w2 (48, 16), b2).
+static std::shared_ptr<ir::Graph> two_linear_graph(bool gemm, std::mt19937& rng) {
   auto g = std::make_shared<ir::Graph>();
   g->opsets[""] = 17;
   ir::ValueInfo x;
   x.name = "x";
   x.dtype = DType::Float32;
   g->inputs.push_back(x);
-  std::mt19937 rng(3);
   std::normal_distribution<float> d(0.0f, 0.5f);
-  auto weight = [&](const std::string& name, int64_t r, int64_t c) {
-    Tensor t(DType::Float32, {r, c});
+  auto init = [&](const std::string& name, Shape s) {
+    Tensor t(DType::Float32, s);
     for (int64_t i = 0; i < t.numel(); i++) t.data<float>()[i] = d(rng);
     g->add_initializer(name, t);
   };
-  weight("w1", 32, 48);
-  weight("w2", 48, 32);
   auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
     ir::Node n;
     n.name = op + "_" + out;
@@ -375,9 +372,22 @@ TEST(Bf16Training, BiasFreeMatMulReadsTheWeightShadow) {
     n.outputs = {out};
     g->nodes.push_back(n);
   };
-  add("MatMul", {"x", "w1"}, "h");
-  add("Tanh", {"h"}, "a");
-  add("MatMul", {"a", "w2"}, "y");
+  if (gemm) {
+    init("w1", {48, 32});
+    init("b1", {48});
+    init("w2", {48, 16});
+    init("b2", {16});
+    add("Gemm", {"x", "w1", "b1"}, "h");
+    g->nodes.back().attrs["transB"] = autodiff::attr_i(1);
+    add("Tanh", {"h"}, "a");
+    add("Gemm", {"a", "w2", "b2"}, "y");
+  } else {
+    init("w1", {32, 48});
+    init("w2", {48, 32});
+    add("MatMul", {"x", "w1"}, "h");
+    add("Tanh", {"h"}, "a");
+    add("MatMul", {"a", "w2"}, "y");
+  }
   add("Mul", {"y", "y"}, "y2");
   add("ReduceMean", {"y2"}, "loss");
   g->nodes.back().attrs["keepdims"] = autodiff::attr_i(0);
@@ -385,6 +395,16 @@ TEST(Bf16Training, BiasFreeMatMulReadsTheWeightShadow) {
   l.name = "loss";
   l.dtype = DType::Float32;
   g->outputs.push_back(l);
+  return g;
+}
+
+// A bias-free Linear as exported (plain MatMul(X, W): linear_fusion leaves it) under bf16: the
+// mixed_precision pass makes it a MatMulT read through the weight shadow, bit-identical to the
+// per-call rounding (which the plain MatMul kernel does too).
+TEST(Bf16Training, BiasFreeMatMulReadsTheWeightShadow) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 0.5f);
+  auto g = two_linear_graph(false, rng);
   Tensor xt(DType::Float32, {4, 6, 32});
   for (int64_t i = 0; i < xt.numel(); i++) xt.data<float>()[i] = d(rng);
   std::map<std::string, Tensor> in{{"x", xt}};
@@ -415,42 +435,9 @@ TEST(Bf16Training, BiasFreeMatMulReadsTheWeightShadow) {
 // float32, so only the GEMM's accumulation order may differ (bf16 dot products where the CPU has
 // them, sgemm on the widened values otherwise).
 TEST(Bf16Training, GemmLinearReadsTheWeightShadow) {
-  auto g = std::make_shared<ir::Graph>();
-  g->opsets[""] = 17;
-  ir::ValueInfo x;
-  x.name = "x";
-  x.dtype = DType::Float32;
-  g->inputs.push_back(x);
   std::mt19937 rng(4);
   std::normal_distribution<float> d(0.0f, 0.5f);
-  auto init = [&](const std::string& name, Shape s) {
-    Tensor t(DType::Float32, s);
-    for (int64_t i = 0; i < t.numel(); i++) t.data<float>()[i] = d(rng);
-    g->add_initializer(name, t);
-  };
-  init("w1", {48, 32});  // (out, in): transB = 1
-  init("b1", {48});
-  init("w2", {48, 16});  // (in, out)
-  init("b2", {16});
-  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
-    ir::Node n;
-    n.name = op + "_" + out;
-    n.op_type = op;
-    n.inputs = std::move(in);
-    n.outputs = {out};
-    g->nodes.push_back(n);
-  };
-  add("Gemm", {"x", "w1", "b1"}, "h");
-  g->nodes.back().attrs["transB"] = autodiff::attr_i(1);
-  add("Tanh", {"h"}, "a");
-  add("Gemm", {"a", "w2", "b2"}, "y");
-  add("Mul", {"y", "y"}, "y2");
-  add("ReduceMean", {"y2"}, "loss");
-  g->nodes.back().attrs["keepdims"] = autodiff::attr_i(0);
-  ir::ValueInfo l;
-  l.name = "loss";
-  l.dtype = DType::Float32;
-  g->outputs.push_back(l);
+  auto g = two_linear_graph(true, rng);
   Tensor xt(DType::Float32, {24, 32});
   for (int64_t i = 0; i < xt.numel(); i++) xt.data<float>()[i] = d(rng);
   std::map<std::string, Tensor> in{{"x", xt}};
