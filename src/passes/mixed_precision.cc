@@ -185,42 +185,37 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
                                const std::set<std::string>& weights, MixedPrecisionStats* stats) {
   MixedPrecisionStats st;
   std::set<int> gemms;
-  // A bias-free Linear as exported — a plain MatMul(X, W) of a trained 2-D weight, which
-  // linear_fusion leaves alone (nothing to gain in float32) — becomes onyx.MatMulT(X, W): the
-  // same GEMM (the kernel rounds both operands per call either way), which the steps below can
-  // then feed from the bf16 shadow and store X in bf16 for.
+  // A Linear as exported that linear_fusion leaves alone (nothing to gain in float32) becomes
+  // onyx.MatMulT, the same product (and bias), which the steps below can then feed from the bf16
+  // shadow and store X in bf16 for, running the bf16 GEMM instead of rounding both operands per
+  // call: a bias-free one, a plain MatMul(X, W) of a trained 2-D weight (not an outer product),
+  // becomes MatMulT(X, W); one as the standard Gemm (2-D input: a pooler, a classifier head),
+  // Gemm(X, W, b) with transA = 0, alpha = 1 and no C or a 1-D float32 bias with beta = 1,
+  // becomes MatMulT(X, W, b) with its transB.
   for (ir::Node& n : g.nodes) {
-    if (!is_op(n, "MatMul") || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
-    const std::string &x = n.inputs[0], &w = n.inputs[1];
-    if (!weights.count(w) || !is_f32(ctx, w) || !is_f32(ctx, x) || ctx.meta(w).shape.size() != 2 ||
-        ctx.meta(x).shape.size() < 2 || ctx.meta(w).shape[0] == 1)  // (not an outer product)
+    const bool mm = is_op(n, "MatMul"), gm = is_op(n, "Gemm");
+    if ((!mm && !gm) || n.inputs.size() < 2 || (mm && n.inputs.size() != 2) ||
+        n.outputs.size() != 1)
       continue;
-    n.op_type = "MatMulT";
-    n.domain = "onyx";
-    import_domain(g, "onyx");
-  }
-  // Likewise a Linear exported as the standard Gemm (2-D input: a pooler, a classifier head),
-  // Gemm(X, W, b) with transA = 0, alpha = 1 and no C or a 1-D float32 bias with beta = 1:
-  // onyx.MatMulT(X, W, b) with its transB, the same product and bias, so it reads the weight
-  // shadow and runs the bf16 GEMM instead of rounding both operands per call for sgemm.
-  for (ir::Node& n : g.nodes) {
-    if (!is_op(n, "Gemm") || n.inputs.size() < 2 || n.outputs.size() != 1) continue;
     const std::string &x = n.inputs[0], &w = n.inputs[1];
-    if (!weights.count(w) || !is_f32(ctx, w) || !is_f32(ctx, x) || ctx.meta(w).shape.size() != 2 ||
-        ctx.meta(x).shape.size() != 2 || n.attr_int("transA", 0) != 0 ||
-        n.attr_float("alpha", 1.f) != 1.f)
+    if (!weights.count(w) || !is_f32(ctx, w) || !is_f32(ctx, x) || ctx.meta(w).shape.size() != 2)
       continue;
-    const bool tb = n.attr_int("transB", 0) != 0;
+    const bool tb = gm && n.attr_int("transB", 0) != 0;
     const int64_t K = ctx.meta(w).shape[tb ? 1 : 0], N = ctx.meta(w).shape[tb ? 0 : 1];
-    const bool has_c = n.inputs.size() > 2 && !n.inputs[2].empty();
-    if (K == 1 || (has_c && (n.attr_float("beta", 1.f) != 1.f || !is_f32(ctx, n.inputs[2]) ||
-                             ctx.meta(n.inputs[2]).shape != Shape{N})))
-      continue;
-    if (!has_c) n.inputs.resize(2);
-    n.attrs.erase("alpha");
-    n.attrs.erase("beta");
-    n.attrs.erase("transA");
-    if (!tb) n.attrs.erase("transB");
+    if (K == 1 || ctx.meta(x).shape.size() < 2) continue;
+    if (gm) {
+      const bool has_c = n.inputs.size() > 2 && !n.inputs[2].empty();
+      if (ctx.meta(x).shape.size() != 2 || n.attr_int("transA", 0) != 0 ||
+          n.attr_float("alpha", 1.f) != 1.f ||
+          (has_c && (n.attr_float("beta", 1.f) != 1.f || !is_f32(ctx, n.inputs[2]) ||
+                     ctx.meta(n.inputs[2]).shape != Shape{N})))
+        continue;
+      if (!has_c) n.inputs.resize(2);
+      n.attrs.erase("alpha");
+      n.attrs.erase("beta");
+      n.attrs.erase("transA");
+      if (!tb) n.attrs.erase("transB");
+    }
     n.op_type = "MatMulT";
     n.domain = "onyx";
     import_domain(g, "onyx");
@@ -292,8 +287,7 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     int bias = -1;
     for (int u : idx.consumers(v)) {
       const ir::Node& r = g.nodes[u];
-      if (is_op(r, "onyx", "BiasGrad") && r.inputs.size() == 1 && r.outputs.size() == 1 &&
-          !moved.count(u)) {
+      if (is_op(r, "onyx", "BiasGrad") && r.inputs.size() == 1 && r.outputs.size() == 1) {
         bias = u;
         break;
       }

@@ -343,7 +343,6 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
   // model.to(torch.bfloat16) (model.half()) rounds every floating parameter and buffer: the
   // trained weights, the frozen ones (a LoRA base model) and the BatchNorm running statistics.
   const LowPrecision f = full_eval_;
-  auto rounded = [f](const Tensor& t) { return rounded_copy(f, t); };
   if (!rounded_.flat().defined()) {
     rounded_ = FlatBuffer(param_buf_.layout());
     rounded_fresh_ = false;
@@ -353,7 +352,7 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
                       param_buf_.layout().numel);
     rounded_other_.clear();
     for (auto& [b, t] : buffers_)
-      if (t.dtype() == DType::Float32) rounded_other_[b] = rounded(t);
+      if (t.dtype() == DType::Float32) rounded_other_[b] = rounded_copy(f, t);
     rounded_fresh_ = true;
   }
   if (rounded_frozen_.empty())  // frozen weights do not change: rounded once per evaluation
@@ -361,7 +360,7 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
       auto it = forward_->initializers.find(name);
       if (it != forward_->initializers.end() && it->second.dtype() == DType::Float32 &&
           !buffers_.count(name))
-        rounded_frozen_[name] = rounded(it->second);
+        rounded_frozen_[name] = rounded_copy(f, it->second);
     }
   for (auto& [b, t] : buffers_) {
     auto it = rounded_other_.find(b);
@@ -382,15 +381,14 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
 static std::shared_ptr<ir::Graph> with_rounded_rotary_frequencies(const ir::Graph& g,
                                                                   kernels::LowPrecision f) {
   auto out = std::make_shared<ir::Graph>(g);
-  auto rounded = [f](const Tensor& t) { return rounded_copy(f, t); };
   auto is_freq = [](const std::string& name) { return name.ends_with("inv_freq"); };
   for (auto& [name, t] : out->initializers)
-    if (is_freq(name) && t.dtype() == DType::Float32) t = rounded(t);
+    if (is_freq(name) && t.dtype() == DType::Float32) t = rounded_copy(f, t);
   for (auto& n : out->nodes) {
     const Tensor* v = n.attr_tensor("value");
     if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1 &&
         is_freq(n.outputs[0]) && v && v->dtype() == DType::Float32)
-      n.attrs["value"] = ir::Attribute::of_tensor(rounded(*v));
+      n.attrs["value"] = ir::Attribute::of_tensor(rounded_copy(f, *v));
   }
   return out;
 }

@@ -398,6 +398,29 @@ static std::shared_ptr<ir::Graph> two_linear_graph(bool gemm, std::mt19937& rng)
   return g;
 }
 
+// One bf16 step of two_linear_graph on x: per-call rounding (store = false) or with the
+// mixed_precision pass (store = true); the loss, the gradients, the training graph's nodes and
+// how many weights the pass read through the shadow.
+struct ShadowRun {
+  double loss = 0;
+  std::map<std::string, Tensor> grads;
+  std::vector<ir::Node> nodes;
+  int weights = 0;
+};
+static ShadowRun shadow_run(const std::shared_ptr<ir::Graph>& g, const Tensor& x, bool store) {
+  std::map<std::string, Tensor> in{{"x", x}};
+  autodiff::GradientOptions opts;
+  opts.loss.output = "loss";
+  train::TrainingSession ts(g, opts);
+  ts.set_bf16_gemm(true, store);
+  ShadowRun r;
+  r.loss = ts.forward_backward(in, false, 1, true);
+  for (auto& p : ts.parameters()) r.grads[p] = ts.grads().view(p).clone();
+  r.nodes = ts.training_graph_for(in).graph->nodes;
+  r.weights = ts.pass_report_for(in).mixed_precision.weights;
+  return r;
+}
+
 // A bias-free Linear as exported (plain MatMul(X, W): linear_fusion leaves it) under bf16: the
 // mixed_precision pass makes it a MatMulT read through the weight shadow, bit-identical to the
 // per-call rounding (which the plain MatMul kernel does too).
@@ -407,26 +430,16 @@ TEST(Bf16Training, BiasFreeMatMulReadsTheWeightShadow) {
   auto g = two_linear_graph(false, rng);
   Tensor xt(DType::Float32, {4, 6, 32});
   for (int64_t i = 0; i < xt.numel(); i++) xt.data<float>()[i] = d(rng);
-  std::map<std::string, Tensor> in{{"x", xt}};
-  autodiff::GradientOptions opts;
-  opts.loss.output = "loss";
-  std::map<std::string, Tensor> grads[2];
-  double loss[2];
+  ShadowRun r[2] = {shadow_run(g, xt, false), shadow_run(g, xt, true)};
   for (int store = 0; store < 2; store++) {
-    train::TrainingSession ts(g, opts);
-    ts.set_bf16_gemm(true, store == 1);
-    loss[store] = ts.forward_backward(in, false, 1, true);
-    for (auto& p : ts.parameters()) grads[store][p] = ts.grads().view(p).clone();
     int plain = 0;
-    for (auto& n : ts.training_graph_for(in).graph->nodes) plain += n.op_type == "MatMul";
+    for (auto& n : r[store].nodes) plain += n.op_type == "MatMul";
     EXPECT_EQ(plain, store ? 0 : 2);
-    if (store) {
-      EXPECT_EQ(ts.pass_report_for(in).mixed_precision.weights, 2);
-    }
   }
-  EXPECT_EQ(loss[0], loss[1]);
-  for (auto& [p, t] : grads[0])
-    EXPECT_EQ(std::memcmp(t.raw(), grads[1].at(p).raw(), t.nbytes()), 0) << p;
+  EXPECT_EQ(r[1].weights, 2);
+  EXPECT_EQ(r[0].loss, r[1].loss);
+  for (auto& [p, t] : r[0].grads)
+    EXPECT_EQ(std::memcmp(t.raw(), r[1].grads.at(p).raw(), t.nbytes()), 0) << p;
 }
 
 // A Linear exported as the standard Gemm (2-D input, 1-D bias; one with transB = 1 as torch
@@ -440,31 +453,19 @@ TEST(Bf16Training, GemmLinearReadsTheWeightShadow) {
   auto g = two_linear_graph(true, rng);
   Tensor xt(DType::Float32, {24, 32});
   for (int64_t i = 0; i < xt.numel(); i++) xt.data<float>()[i] = d(rng);
-  std::map<std::string, Tensor> in{{"x", xt}};
-  autodiff::GradientOptions opts;
-  opts.loss.output = "loss";
-  std::map<std::string, Tensor> grads[2];
-  double loss[2];
-  int weight_gemms[2];
-  for (int store = 0; store < 2; store++) {
-    train::TrainingSession ts(g, opts);
-    ts.set_bf16_gemm(true, store == 1);
-    loss[store] = ts.forward_backward(in, false, 1, true);
-    for (auto& p : ts.parameters()) grads[store][p] = ts.grads().view(p).clone();
-    weight_gemms[store] = 0;  // the forward's two Gemms (the backward's dA may be a Gemm too)
-    for (auto& n : ts.training_graph_for(in).graph->nodes)
+  ShadowRun r[2] = {shadow_run(g, xt, false), shadow_run(g, xt, true)};
+  int weight_gemms[2] = {0, 0};  // the forward's two Gemms (the backward's dA may be a Gemm too)
+  for (int store = 0; store < 2; store++)
+    for (auto& n : r[store].nodes)
       weight_gemms[store] += n.op_type == "Gemm" && (n.outputs[0] == "h" || n.outputs[0] == "y");
-    if (store) {
-      EXPECT_EQ(ts.pass_report_for(in).mixed_precision.weights, 2);
-    }
-  }
+  EXPECT_EQ(r[1].weights, 2);
   EXPECT_EQ(weight_gemms[0], 2);
   EXPECT_EQ(weight_gemms[1], 0);
-  EXPECT_NEAR(loss[1], loss[0], 1e-6 * std::abs(loss[0]));
-  for (auto& [p, t] : grads[0]) {
+  EXPECT_NEAR(r[1].loss, r[0].loss, 1e-6 * std::abs(r[0].loss));
+  for (auto& [p, t] : r[0].grads) {
     double err = 0, ref = 0;
     for (int64_t i = 0; i < t.numel(); i++) {
-      const double a = t.get_as_double(i), b = grads[1].at(p).get_as_double(i);
+      const double a = t.get_as_double(i), b = r[1].grads.at(p).get_as_double(i);
       err += (a - b) * (a - b);
       ref += a * a;
     }
