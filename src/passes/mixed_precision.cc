@@ -20,7 +20,9 @@
 //       of v reads it (one rounding instead of one per GEMM; the float32 v lives on for its other
 //       readers) — or, where v is a linear layer's output gradient, its onyx.BiasGrad (which reads
 //       all of v anyway) writes that copy as a second output, moved up to where the Cast would
-//       go: one pass over v instead of two.
+//       go: one pass over v instead of two; or, where v is a float32 LayerNorm's output with
+//       other readers (post-LN blocks: the residual stream), the LayerNorm writes the copy as
+//       its output 4 while it writes each row.
 //   Each rewritten GEMM gets output_dtype = FLOAT: float32 output from bf16 inputs.
 // Weights are read through the bf16 copy the caller feeds (`weights`: train::TrainingSession's
 // shadow of the trained parameters, which the fused AdamW writes in its update pass; frozen
@@ -55,12 +57,18 @@
 namespace onyx::passes {
 namespace {
 
+bool is_layer_norm(const ir::Node& n) {
+  return is_op(n, "LayerNormalization") || is_op(n, "onyx", "LayerNormalization");
+}
+
+// float32 statistics (stash_type 1, the default): the bf16-copy output needs them.
+bool stash_f32(const ir::Node& n) { return n.attr_int("stash_type", 1) == 1; }
+
 // Producers that write bf16 when given output_dtype = BFLOAT16 (the kernels' nnutil::
 // low_precision_output): their first output only.
 bool writes_bf16(const ir::Node& n) {
-  return is_op(n, "LayerNormalization") || is_op(n, "onyx", "LayerNormalization") ||
-         is_op(n, "Gelu") || is_op(n, "onyx", "Gelu") || is_op(n, "onyx", "Attention") ||
-         is_op(n, "onyx", "RMSNorm") || is_op(n, "onyx", "SwiGLU");
+  return is_layer_norm(n) || is_op(n, "Gelu") || is_op(n, "onyx", "Gelu") ||
+         is_op(n, "onyx", "Attention") || is_op(n, "onyx", "RMSNorm") || is_op(n, "onyx", "SwiGLU");
 }
 
 bool is_gemm(const ir::Node& n) {
@@ -153,9 +161,8 @@ int save_normalized_inputs(ir::Graph& g, PassContext& ctx) {
     if (norm.inputs.empty() || norm.inputs[0].empty() || !ctx.has_meta(norm.inputs[0]) ||
         !(ctx.meta(norm.inputs[0]) == ctx.meta(x)))
       continue;
-    if (ln &&
-        !((is_op(norm, "LayerNormalization") || is_op(norm, "onyx", "LayerNormalization")) &&
-          norm.outputs.size() >= 3 && norm.outputs[1] == gn.inputs[3] && norm.outputs[2] == inv))
+    if (ln && !(is_layer_norm(norm) && norm.outputs.size() >= 3 &&
+                norm.outputs[1] == gn.inputs[3] && norm.outputs[2] == inv))
       continue;
     if (rms &&
         !(is_op(norm, "onyx", "RMSNorm") && norm.outputs.size() >= 2 && norm.outputs[1] == inv))
@@ -166,7 +173,7 @@ int save_normalized_inputs(ir::Graph& g, PassContext& ctx) {
         norm.domain = "onyx";
         import_domain(g, "onyx");
       }
-      norm.outputs.resize(slot + 1);
+      if (norm.outputs.size() <= slot) norm.outputs.resize(slot + 1);  // (output 4 kept)
       norm.outputs[slot] = ctx.fresh(g, x + "_xhat");
     }
     gn.inputs[1] = norm.outputs[slot];
@@ -281,6 +288,21 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     }
     const std::string c = ctx.fresh(g, v + "_bf16");
     for (auto [i, slot] : rs) g.nodes[i].inputs[slot] = c;
+    // A float32 LayerNorm output read by GEMMs and by others (a post-LN block's output: the
+    // residual stream too): the LayerNorm writes the bf16 copy as it writes each row
+    // (onyx.LayerNormalization's output 4) — no second pass over v.
+    if (is_layer_norm(prod) && prod.outputs[0] == v && !prod.has_attr("output_dtype") &&
+        is_f32(ctx, prod.inputs[0]) && stash_f32(prod) &&
+        (prod.outputs.size() <= 4 || prod.outputs[4].empty())) {
+      if (prod.domain.empty()) {
+        prod.domain = "onyx";
+        import_domain(g, "onyx");
+      }
+      prod.outputs.resize(5);
+      prod.outputs[4] = c;
+      st.norm_copies++;
+      continue;
+    }
     // A linear layer's output gradient is read by its bias gradient too, which reads all of it
     // anyway: that BiasGrad writes the bf16 copy in the same pass (its output 1) and moves up to
     // right after v's producer, where the Cast would have gone (v is its only input).
@@ -322,7 +344,8 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     st.normalized = save_normalized_inputs(g, ctx);
   }
   if (stats) *stats = st;
-  return st.weights + st.fused + st.casts + st.bias_grads + st.outputs + st.normalized;
+  return st.weights + st.fused + st.casts + st.bias_grads + st.norm_copies + st.outputs +
+         st.normalized;
 }
 
 }  // namespace onyx::passes

@@ -114,10 +114,11 @@ struct PassStat {
 // producer (the cast fused), values given a Cast to bf16.
 struct MixedPrecisionStats {
   int gemms = 0, fused = 0, casts = 0;
-  int bias_grads = 0;  // Casts fused into the BiasGrad that reads the same gradient
-  int outputs = 0;     // MatMulT outputs written bf16
-  int weights = 0;     // weights read through their bf16 copy (OptimizeOptions::bf16_weights)
-  int normalized = 0;  // LayerNorm / RMSNorm gradients reading the forward's bf16 xhat
+  int bias_grads = 0;   // Casts fused into the BiasGrad that reads the same gradient
+  int norm_copies = 0;  // Casts fused into the LayerNorm writing v (its bf16 copy, output 4)
+  int outputs = 0;      // MatMulT outputs written bf16
+  int weights = 0;      // weights read through their bf16 copy (OptimizeOptions::bf16_weights)
+  int normalized = 0;   // LayerNorm / RMSNorm gradients reading the forward's bf16 xhat
 };
 
 struct PassReport {

@@ -9,7 +9,8 @@
 // AccumulateGrad copy).
 //
 // Debugging a pattern: ONYX_PASS_DUMP=<fusion name> prints the forward graph as that fusion sees
-// it (one node per line, with the static shapes) to stderr.
+// it (one node per line, with the static shapes) to stderr; ONYX_PASS_DUMP=mixed_precision and
+// =gradient_into_buffer print the training graph before those two (the second: after the first).
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -147,12 +148,14 @@ void optimize_training(ir::Graph& g, const std::map<std::string, TensorMeta>& si
   run_pass("fold_constants", g, ctx, report, fold_constants);
   cleanup(g, ctx, report);
   if (opts.fusions && opts.bf16) {
+    dump_before("mixed_precision", g, ctx);
     MixedPrecisionStats mp;
     run_pass("mixed_precision", g, ctx, report, [&](ir::Graph& gg, PassContext& c) {
       return convert_to_mixed_precision(gg, c, opts.bf16_outputs, opts.bf16_weights, &mp);
     });
     if (report) report->mixed_precision = mp;
   }
+  dump_before("gradient_into_buffer", g, ctx);  // (the graph after mixed_precision)
   if (opts.fusions && opts.gradient_into_buffer)
     run_pass("gradient_into_buffer", g, ctx, report, write_gradients_into_buffer);
   sort_topologically(g);

@@ -282,6 +282,10 @@ def main():
                             r.stdout)
             # every linear layer has a bias: its BiasGrad writes the bf16 output gradient
             bg = re.search(r"(\d+) gradients written bf16 by their BiasGrad", r.stdout)
+            # A LayerNorm output read by GEMMs and by others gets its bf16 copy from the
+            # LayerNorm: post-LN BERT's (the residual stream), and ViT's last ln1 (token pruning
+            # gathers the CLS row for the query); GPT-2's LayerNorms feed GEMMs only
+            nc = re.search(r"(\d+) LayerNorm outputs copied to bf16 by the LayerNorm", r.stdout)
             sh = re.search(r"bf16 weight shadow +([\d.]+) MiB", r.stdout)
             par = re.search(r"parameters +([\d.]+) MiB", r.stdout)
             ok = (r.returncode == 0 and m and p and ops and "onyx.MatMulGradB" in ops.group(1)
@@ -289,6 +293,7 @@ def main():
                   and float(m.group(1)) <= 0.6 * float(m.group(2))
                   and nrm and int(nrm.group(1)) == EXPECT[name]["layer_norm_fusion"]
                   and bg and int(bg.group(1)) > 0
+                  and nc and (int(nc.group(1)) > 0) == (name != "gpt2-tiny")
                   # the shadow: the GEMMs' weights, half the parameters' bytes in the plan
                   and w and int(w.group(1)) > 0 and sh and par
                   and abs(float(sh.group(1)) - float(par.group(1)) / 2) < 0.1)

@@ -254,6 +254,62 @@ TEST(NnGradKernels, NormGradsFromTheSavedNormalizedInput) {
   }
 }
 
+// onyx.LayerNormalization's output 4 (passes/mixed_precision.cc: a post-LN output read by the
+// residual stream in float32 and by GEMMs in bf16): Y rounded to bf16 as each row is written,
+// bit-identical to Cast(Y, BFLOAT16), with or without the xhat output beside it, on 1 and 3
+// threads; the other outputs are unchanged. Clear errors where it cannot apply.
+TEST(NnGradKernels, LayerNormWritesABf16CopyOfItsOutput) {
+  auto bits_equal = [](const Tensor& a, const Tensor& b, const char* what) {
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    ASSERT_EQ(a.dtype(), b.dtype()) << what;
+    int64_t diff = 0;
+    for (int64_t i = 0; i < a.numel(); i++) diff += a.get_as_double(i) != b.get_as_double(i);
+    EXPECT_EQ(diff, 0) << what << ": " << diff << " of " << a.numel() << " differ";
+  };
+  for (int64_t cols : {37, 256}) {
+    Tensor x = rand_f32({3, 50, cols}, 31, -2, 3);
+    Tensor scale = rand_f32({cols}, 32, 0.5f, 1.5f), bias = rand_f32({cols}, 33);
+    auto plain =
+        run_node(node("LayerNormalization", "onyx", 3, 4, {{"axis", ai(-1)}}), 1, {x, scale, bias});
+    for (bool xhat : {false, true}) {
+      auto n = node("LayerNormalization", "onyx", 3, 5, {{"axis", ai(-1)}});
+      if (!xhat) n.outputs[3] = "";
+      for (int threads : {1, 3}) {
+        int saved = runtime::num_threads();
+        runtime::set_num_threads(threads);
+        auto with = run_node(n, 1, {x, scale, bias});
+        runtime::set_num_threads(saved);
+        ASSERT_EQ(with.size(), 5u);
+        for (int o = 0; o < 3; o++) bits_equal(plain[o], with[o], "LayerNormalization outputs 0-2");
+        if (xhat) bits_equal(plain[3], with[3], "LayerNormalization's bf16 xhat");
+        bits_equal(with[4], cast(plain[0], DType::BFloat16), "the bf16 copy of Y");
+      }
+    }
+  }
+  Tensor x = rand_f32({4, 8}, 34), s = rand_f32({8}, 35);
+  auto expect_error = [&](const ir::Node& n, const std::vector<Tensor>& in, const char* want) {
+    try {
+      run_node(n, n.domain.empty() ? 17 : 1, in);
+      ADD_FAILURE() << n.describe() << " ran; wanted an error with '" << want << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  auto n = node("LayerNormalization", "onyx", 2, 5);
+  auto std_domain = n;
+  std_domain.domain = "";
+  expect_error(std_domain, {x, s}, "onyx-domain only");
+  auto bf16_y = n;  // Y itself written bf16: no float32 Y to copy
+  bf16_y.attrs["output_dtype"] = ai((int64_t)DType::BFloat16);
+  expect_error(bf16_y, {x, s}, "needs float32 x, Y and statistics");
+  auto f64_stats = n;
+  f64_stats.attrs["stash_type"] = ai(11);
+  f64_stats.outputs[3] = "";
+  expect_error(f64_stats, {x, s}, "needs float32 x, Y and statistics");
+  auto six = node("LayerNormalization", "onyx", 2, 6);
+  expect_error(six, {x, s}, "at most 5");
+}
+
 // Mixed precision's bf16 operands of the Llama ops (passes/mixed_precision.cc): SwiGLU reading bf16
 // (or mixed) gate / up, SwiGLUGrad reading them with a float32 dy, Rotary rotating a bf16 x with
 // float32 tables — each bit-identical to the float32 kernel on the widened values (then rounded

@@ -156,7 +156,7 @@ TEST(Bf16Training, Gpt2TiedHeadStepMatchesFloat32WithinBf16Tolerances) { check(k
 // gradients reading the forward's bf16 normalized input) shrinks the arena further; its numerics
 // are check()'s.
 void check_pass_exact(const char* config, models::Task task, bool want_fused, bool want_outputs,
-                      bool biases) {
+                      bool biases, bool post_ln = false) {
   Step per_call = step(config, true, false, task),
        stored = step(config, true, true, task, /*outputs=*/false),
        full = step(config, true, true, task);
@@ -173,6 +173,13 @@ void check_pass_exact(const char* config, models::Task task, bool want_fused, bo
   } else {
     EXPECT_EQ(stored.pass.bias_grads, 0);
     EXPECT_GT(stored.pass.casts, 0);
+  }
+  // post-LN: a LayerNorm output read by the residual stream and by GEMMs gets its bf16 copy
+  // from the LayerNorm (output 4), not from a Cast
+  if (post_ln) {
+    EXPECT_GT(stored.pass.norm_copies, 0);
+  } else {
+    EXPECT_EQ(stored.pass.norm_copies, 0);
   }
   EXPECT_EQ(stored.pass.outputs, 0);
   EXPECT_EQ(stored.pass.normalized, 0);
@@ -196,7 +203,7 @@ TEST(Bf16Training, StoredBf16OperandsBitIdenticalToPerCallRoundingGpt2) {
   check_pass_exact(kGpt2, models::Task::CausalLM, true, true, true);
 }
 TEST(Bf16Training, StoredBf16OperandsBitIdenticalToPerCallRoundingBert) {
-  check_pass_exact(kBert, models::Task::MaskedLM, true, true, true);
+  check_pass_exact(kBert, models::Task::MaskedLM, true, true, true, /*post_ln=*/true);
 }
 TEST(Bf16Training, StoredBf16OperandsBitIdenticalToPerCallRoundingLlama) {
   // RMSNorm and SwiGLU outputs written bf16 by their producers

@@ -141,7 +141,8 @@ Action add_plan_command(CLI::App& app) {
       std::cout << (low.empty() ? " none" : "") << "\n  mixed_precision pass: " << mp.gemms
                 << " GEMM nodes rewired, " << mp.fused << " values written bf16 by their producer, "
                 << mp.casts << " Casts to bf16, " << mp.bias_grads
-                << " gradients written bf16 by their BiasGrad, " << mp.outputs
+                << " gradients written bf16 by their BiasGrad, " << mp.norm_copies
+                << " LayerNorm outputs copied to bf16 by the LayerNorm, " << mp.outputs
                 << " GEMM outputs written bf16 for the GELU and attention, " << mp.normalized
                 << " norm gradients reading the forward's bf16 normalized input, " << mp.weights
                 << " weights read through the bf16 shadow the optimizer writes (other float32 "

@@ -388,13 +388,17 @@ void for_each_row_as(const TX* x, TY* y, int64_t rows, int64_t cols, F&& row) {
 // as needed.
 // xhat_t (float32 compute only, else null): the normalized rows (x - mean) * inv, stored bf16
 // (output 3, which the mixed-precision pass adds for LayerNormGrad's normalized form).
+// ycopy_t (float32 compute and Y only, else null): Y's rows rounded to bf16 as they are written
+// (output 4, which the mixed-precision pass adds where a post-LN block's output feeds both the
+// residual stream in float32 and the next GEMMs in bf16: no separate Cast pass over Y).
 template <class C, class TX, class TY, class U>
 void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
                       const std::vector<C>* bias, C eps, int64_t rows, int64_t cols, Tensor* mean_t,
-                      Tensor* inv_t, Tensor* xhat_t) {
+                      Tensor* inv_t, Tensor* xhat_t, Tensor* ycopy_t) {
   U* mo = mean_t ? mean_t->data<U>() : nullptr;
   U* io = inv_t ? inv_t->data<U>() : nullptr;
   BFloat16* xh = xhat_t ? xhat_t->data<BFloat16>() : nullptr;
+  BFloat16* yc = ycopy_t ? ycopy_t->data<BFloat16>() : nullptr;
   const C* bp = bias ? bias->data() : nullptr;
   for_each_row_as<C>(xt.data<TX>(), yt.data<TY>(), rows, cols, [&](int64_t r, const C* xr, C* yr) {
     C mean, inv;
@@ -404,6 +408,8 @@ void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
       simd::layer_norm_row(xr, yr, cols, scale.data(), bp, eps, &mean, &inv,
                            xh ? hb.data() : nullptr);
       if (xh) ew::from_float(hb.data(), xh + r * cols, cols);
+      if constexpr (std::is_same_v<TY, float>)
+        if (yc) ew::from_float(yr, yc + r * cols, cols);
     } else {
       layer_norm_row_f64(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
     }
@@ -423,6 +429,16 @@ void check_normalized_output(const InferContext& ctx, DType x, DType stats) {
              dtype_name(x), ", statistics ", dtype_name(stats));
 }
 
+// Output 4 of onyx.LayerNormalization: a bf16 copy of a float32 Y (float32 x and statistics).
+void check_bf16_copy_output(const InferContext& ctx, DType x, DType y, DType stats) {
+  ONYX_CHECK(ctx.node.domain == "onyx", ctx.node.describe(), ": has ", ctx.num_outputs(),
+             " outputs; the bf16 copy of Y (output 4) is onyx-domain only");
+  ONYX_CHECK(x == DType::Float32 && y == DType::Float32 && stats == DType::Float32,
+             ctx.node.describe(),
+             ": the bf16 copy of Y (output 4) needs float32 x, Y and statistics, got x ",
+             dtype_name(x), ", Y ", dtype_name(y), ", statistics ", dtype_name(stats));
+}
+
 OpKernel make_layer_norm_kernel() {
   OpKernel k;
   k.infer = [](InferContext& ctx) {
@@ -430,12 +446,19 @@ OpKernel make_layer_norm_kernel() {
     ctx.input(1);  // Scale is required
     int64_t axis = normalize_axis(ctx.node.attr_int("axis", -1), x.rank(), ctx.node);
     DType u = stash_dtype(ctx.node);
-    ctx.set_output(0, low_precision_output(ctx.node, x.dtype), x.shape);
+    const DType y = low_precision_output(ctx.node, x.dtype);
+    ctx.set_output(0, y, x.shape);
     if (ctx.num_outputs() > 1) ctx.set_output(1, u, stat_shape(x.shape, axis));
     if (ctx.num_outputs() > 2) ctx.set_output(2, u, stat_shape(x.shape, axis));
-    if (ctx.num_outputs() > 3) {
+    if (ctx.num_outputs() > 3 && !ctx.node.outputs[3].empty()) {
       check_normalized_output(ctx, x.dtype, u);
       ctx.set_output(3, DType::BFloat16, x.shape);
+    }
+    if (ctx.num_outputs() > 4) {
+      ONYX_CHECK(ctx.num_outputs() == 5, ctx.node.describe(), ": has ", ctx.num_outputs(),
+                 " outputs, at most 5 (Y, mean, inv_std, bf16 xhat, bf16 copy of Y)");
+      check_bf16_copy_output(ctx, x.dtype, y, u);
+      ctx.set_output(4, DType::BFloat16, x.shape);
     }
   };
   k.compute = [](KernelContext& ctx) {
@@ -450,6 +473,7 @@ OpKernel make_layer_norm_kernel() {
     Tensor* mean_t = ctx.has_output(1) ? &ctx.output(1) : nullptr;
     Tensor* inv_t = ctx.has_output(2) ? &ctx.output(2) : nullptr;
     Tensor* xhat_t = ctx.has_output(3) ? &ctx.output(3) : nullptr;
+    Tensor* ycopy_t = ctx.has_output(4) ? &ctx.output(4) : nullptr;
     if (rows == 0) return;
     ONYX_CHECK(cols > 0, ctx.node.describe(), ": cannot normalize over an empty shape ",
                shape_str(norm_shape), " of input ", shape_str(s));
@@ -462,14 +486,15 @@ OpKernel make_layer_norm_kernel() {
         std::vector<C> bias;
         if (ctx.has_input(2)) bias = broadcast_values<C>(ctx.input(2), norm_shape, ctx.node, "B");
         const std::vector<C>* bp = ctx.has_input(2) ? &bias : nullptr;
-        Tensor* xh = std::is_same_v<T, float> && std::is_same_v<C, float> ? xhat_t : nullptr;
+        const bool f32 = std::is_same_v<T, float> && std::is_same_v<C, float>;
+        Tensor* xh = f32 ? xhat_t : nullptr;
         if constexpr (std::is_same_v<T, float>) {
           if (ctx.output(0).dtype() == DType::BFloat16)
             return layer_norm_typed<C, T, BFloat16, U>(x, ctx.output(0), scale, bp, (C)eps, rows,
-                                                       cols, mean_t, inv_t, xh);
+                                                       cols, mean_t, inv_t, xh, nullptr);
         }
         layer_norm_typed<C, T, T, U>(x, ctx.output(0), scale, bp, (C)eps, rows, cols, mean_t, inv_t,
-                                     xh);
+                                     xh, f32 ? ycopy_t : nullptr);
       };
       if (u == DType::Float32)
         run(float{}, float{});
