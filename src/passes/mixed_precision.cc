@@ -64,6 +64,14 @@ bool is_layer_norm(const ir::Node& n) {
 // float32 statistics (stash_type 1, the default): the bf16-copy output needs them.
 bool stash_f32(const ir::Node& n) { return n.attr_int("stash_type", 1) == 1; }
 
+// A standard-domain LayerNormalization / Gelu becomes its onyx-domain twin, the same op with the
+// extra attributes and outputs this pass gives it.
+void to_onyx_twin(ir::Graph& g, ir::Node& n) {
+  if (!n.domain.empty()) return;
+  n.domain = "onyx";
+  import_domain(g, "onyx");
+}
+
 // Producers that write bf16 when given output_dtype = BFLOAT16 (the kernels' nnutil::
 // low_precision_output): their first output only.
 bool writes_bf16(const ir::Node& n) {
@@ -169,10 +177,7 @@ int save_normalized_inputs(ir::Graph& g, PassContext& ctx) {
       continue;
     const size_t slot = ln ? 3 : 2;  // the xhat output
     if (norm.outputs.size() <= slot || norm.outputs[slot].empty()) {
-      if (norm.domain.empty()) {  // the onyx-domain twin of the standard op has the output
-        norm.domain = "onyx";
-        import_domain(g, "onyx");
-      }
+      to_onyx_twin(g, norm);  // the onyx-domain twin of the standard op has the output
       if (norm.outputs.size() <= slot) norm.outputs.resize(slot + 1);  // (output 4 kept)
       norm.outputs[slot] = ctx.fresh(g, x + "_xhat");
     }
@@ -278,10 +283,7 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     const bool only_gemms = !idx.is_graph_output(v) && idx.uses(v) == (int)rs.size();
     if (only_gemms && writes_bf16(prod) && !prod.outputs.empty() && prod.outputs[0] == v &&
         !prod.has_attr("output_dtype")) {
-      if (prod.domain.empty()) {  // the onyx-domain twin of the standard op carries the attribute
-        prod.domain = "onyx";
-        import_domain(g, "onyx");
-      }
+      to_onyx_twin(g, prod);  // the onyx-domain twin of the standard op carries the attribute
       prod.attrs["output_dtype"] = bf16;
       st.fused++;
       continue;
@@ -294,10 +296,7 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     if (is_layer_norm(prod) && prod.outputs[0] == v && !prod.has_attr("output_dtype") &&
         is_f32(ctx, prod.inputs[0]) && stash_f32(prod) &&
         (prod.outputs.size() <= 4 || prod.outputs[4].empty())) {
-      if (prod.domain.empty()) {
-        prod.domain = "onyx";
-        import_domain(g, "onyx");
-      }
+      to_onyx_twin(g, prod);
       prod.outputs.resize(5);
       prod.outputs[4] = c;
       st.norm_copies++;

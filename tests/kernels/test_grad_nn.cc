@@ -55,6 +55,15 @@ Tensor rand_f32(Shape s, uint32_t seed, float lo = -1, float hi = 1) {
   return Tensor::from_vector(DType::Float32, s, v);
 }
 
+// a and b hold the same elements, bit for bit, in the same type and shape.
+void bits_equal(const Tensor& a, const Tensor& b, const char* what) {
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  int64_t diff = 0;
+  for (int64_t i = 0; i < a.numel(); i++) diff += a.get_as_double(i) != b.get_as_double(i);
+  EXPECT_EQ(diff, 0) << what << ": " << diff << " of " << a.numel() << " differ";
+}
+
 Tensor cast(const Tensor& t, DType dt) {
   if (!t.defined() || t.dtype() == dt) return t;
   return run_node(node("Cast", "", 1, 1, {{"to", ai((int64_t)dt)}}), 13, {t})[0];
@@ -155,12 +164,6 @@ TEST(NnGradKernels, LayerNormGradMatchesNaiveAndDtypes) {
 // identical to the one reading x (the same xhat arithmetic); with the forward's bf16 xhat it
 // differs by xhat's one rounding. The forward's other outputs are unchanged by the extra output.
 TEST(NnGradKernels, NormGradsFromTheSavedNormalizedInput) {
-  auto bits_equal = [](const Tensor& a, const Tensor& b, const char* what) {
-    ASSERT_EQ(a.shape(), b.shape()) << what;
-    int64_t diff = 0;
-    for (int64_t i = 0; i < a.numel(); i++) diff += a.get_as_double(i) != b.get_as_double(i);
-    EXPECT_EQ(diff, 0) << what << ": " << diff << " of " << a.numel() << " differ";
-  };
   auto rel_frobenius = [](const Tensor& ref, const Tensor& got) {
     double dd = 0, rr = 0;
     for (int64_t i = 0; i < ref.numel(); i++) {
@@ -203,7 +206,9 @@ TEST(NnGradKernels, NormGradsFromTheSavedNormalizedInput) {
         EXPECT_EQ(from16[o].dtype(), DType::Float32);
         const double e = rel_frobenius(ref[o], from16[o]);
         EXPECT_LT(e, 1e-2) << "LayerNormGrad output " << o << " from bf16 xhat";
-        if (o != 2) EXPECT_GT(e, 0) << "output " << o << " must see xhat's bf16 rounding";
+        if (o != 2) {
+          EXPECT_GT(e, 0) << "output " << o << " must see xhat's bf16 rounding";
+        }
       }
     }
     // RMSNorm
@@ -259,13 +264,6 @@ TEST(NnGradKernels, NormGradsFromTheSavedNormalizedInput) {
 // bit-identical to Cast(Y, BFLOAT16), with or without the xhat output beside it, on 1 and 3
 // threads; the other outputs are unchanged. Clear errors where it cannot apply.
 TEST(NnGradKernels, LayerNormWritesABf16CopyOfItsOutput) {
-  auto bits_equal = [](const Tensor& a, const Tensor& b, const char* what) {
-    ASSERT_EQ(a.shape(), b.shape()) << what;
-    ASSERT_EQ(a.dtype(), b.dtype()) << what;
-    int64_t diff = 0;
-    for (int64_t i = 0; i < a.numel(); i++) diff += a.get_as_double(i) != b.get_as_double(i);
-    EXPECT_EQ(diff, 0) << what << ": " << diff << " of " << a.numel() << " differ";
-  };
   for (int64_t cols : {37, 256}) {
     Tensor x = rand_f32({3, 50, cols}, 31, -2, 3);
     Tensor scale = rand_f32({cols}, 32, 0.5f, 1.5f), bias = rand_f32({cols}, 33);
@@ -316,13 +314,6 @@ TEST(NnGradKernels, LayerNormWritesABf16CopyOfItsOutput) {
 // to bf16 where the output is bf16): the bf16 paths only widen and round, the arithmetic is the
 // float32 path's.
 TEST(NnGradKernels, LlamaOpsTakeBf16Operands) {
-  auto bits_equal = [](const Tensor& a, const Tensor& b, const char* what) {
-    ASSERT_EQ(a.dtype(), b.dtype()) << what;
-    ASSERT_EQ(a.shape(), b.shape()) << what;
-    int64_t diff = 0;
-    for (int64_t i = 0; i < a.numel(); i++) diff += a.get_as_double(i) != b.get_as_double(i);
-    EXPECT_EQ(diff, 0) << what << ": " << diff << " of " << a.numel() << " differ";
-  };
   const DType bf = DType::BFloat16, f32 = DType::Float32;
   Tensor g16 = cast(rand_f32({4, 2101}, 31, -6, 6), bf), u16 = cast(rand_f32({4, 2101}, 32), bf);
   Tensor g = cast(g16, f32), u = cast(u16, f32), dy = rand_f32({4, 2101}, 33);

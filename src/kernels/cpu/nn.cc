@@ -408,8 +408,7 @@ void layer_norm_typed(const Tensor& xt, Tensor& yt, const std::vector<C>& scale,
       simd::layer_norm_row(xr, yr, cols, scale.data(), bp, eps, &mean, &inv,
                            xh ? hb.data() : nullptr);
       if (xh) ew::from_float(hb.data(), xh + r * cols, cols);
-      if constexpr (std::is_same_v<TY, float>)
-        if (yc) ew::from_float(yr, yc + r * cols, cols);
+      if (yc) ew::from_float(yr, yc + r * cols, cols);
     } else {
       layer_norm_row_f64(xr, yr, cols, scale.data(), bp, eps, &mean, &inv);
     }
