@@ -110,18 +110,28 @@ size_t live_peak_bytes(const std::vector<BufferRequest>& reqs, int* peak_step) {
   return (size_t)best;
 }
 
-std::string MemoryPlan::summary() const {
+std::string MemoryPlan::summary(const std::set<std::string>& bound) const {
   auto mib = [](size_t b) { return b / (1024.0 * 1024.0); };
-  char buf[512];
-  std::snprintf(
-      buf, sizeof buf,
-      "planned peak %.1f MiB: arena %.1f MiB (live peak %.1f MiB at step %d; kept for "
-      "backward %.1f MiB; %s) + graph outputs %.1f MiB (heap, or caller storage when bound); "
-      "%zu in-place, %zu views, %zu "
-      "dynamic values on the heap",
-      mib(planned_peak_bytes), mib(arena_bytes), mib(live_peak_bytes), peak_step, mib(kept_bytes),
-      strategy.c_str(), mib(heap_output_bytes), inplace_of.size(), alias_of.size(),
-      heap_dynamic_values);
+  size_t bound_bytes = 0;
+  for (auto& [name, bytes] : heap_outputs)
+    if (bound.count(name)) bound_bytes += bytes;
+  char outputs[160];
+  if (bound.empty())
+    std::snprintf(outputs, sizeof outputs,
+                  "graph outputs %.1f MiB (heap, or caller storage when bound)",
+                  mib(heap_output_bytes));
+  else
+    std::snprintf(outputs, sizeof outputs,
+                  "graph outputs %.1f MiB on the heap (%.1f MiB more bound to caller storage)",
+                  mib(heap_output_bytes - bound_bytes), mib(bound_bytes));
+  char buf[640];
+  std::snprintf(buf, sizeof buf,
+                "planned peak %.1f MiB: arena %.1f MiB (live peak %.1f MiB at step %d; kept for "
+                "backward %.1f MiB; %s) + %s; %zu in-place, %zu views, %zu dynamic values on the "
+                "heap",
+                mib(planned_peak_bytes - bound_bytes), mib(arena_bytes), mib(live_peak_bytes),
+                peak_step, mib(kept_bytes), strategy.c_str(), outputs, inplace_of.size(),
+                alias_of.size(), heap_dynamic_values);
   return buf;
 }
 
@@ -202,6 +212,7 @@ void plan_memory(const ir::Graph& g, Plan& plan, const std::set<std::string>& gr
       size_t bytes = arena_round((size_t)m.numel() * dtype_size(m.dtype));
       if (graph_outputs.count(out)) {
         mp.heap_output_bytes += bytes;
+        mp.heap_outputs[out] += bytes;
         continue;
       }
       int buf = -1;

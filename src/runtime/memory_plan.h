@@ -67,15 +67,19 @@ struct MemoryPlan {
   // Static graph outputs, allocated per run outside the arena — or not at all when the caller
   // binds them (RunOptions::bound_outputs: a training step's gradients in the flat buffer).
   size_t heap_output_bytes = 0;
-  size_t planned_peak_bytes = 0;  // arena_bytes + heap_output_bytes
-  size_t live_peak_bytes = 0;     // lower bound: most arena bytes live at one step
-  int peak_step = -1;             // the step where live_peak_bytes is reached
+  std::unordered_map<std::string, size_t> heap_outputs;  // those outputs' bytes, by name
+  size_t planned_peak_bytes = 0;                         // arena_bytes + heap_output_bytes
+  size_t live_peak_bytes = 0;  // lower bound: most arena bytes live at one step
+  int peak_step = -1;          // the step where live_peak_bytes is reached
   // Activations kept for backward: defined no later than the step that produces the first graph
   // output (the loss of a training graph) and read after it. Temporaries: everything else.
   size_t kept_bytes = 0;
   size_t heap_dynamic_values = 0;  // values of dynamic steps (heap-allocated at run time)
   std::string strategy;            // the packing that won
-  std::string summary() const;     // one line for logs and `onyx plan`
+  // One line for logs and `onyx plan`. `bound`: the graph outputs a caller will bind to its own
+  // storage (a training step's gradients, written into the flat gradient buffer): left out of
+  // the planned peak and reported apart.
+  std::string summary(const std::set<std::string>& bound = {}) const;
 };
 
 // Fills plan.memory and every static step's output offsets / alias flags. `graph_outputs`

@@ -134,9 +134,16 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
 
 Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) {
   auto& gen = impl_->generator;
-  if (!gen) {
+  const kernels::LowPrecision low = impl_->ts->full_eval();
+  if (!gen || impl_->generator_rounding != low) {
     models::HfConfig c = models::parse_hf_config(model_.config_json, "the model's config.json");
-    gen = std::make_unique<train::Generator>(models::build_hf_decoder_with_past(c, 0));
+    models::BuiltModel decoder = models::build_hf_decoder_with_past(c, 0);
+    // bf16_full_eval / fp16_full_eval: model.to(dtype) rounds the inv_freq buffer generate()
+    // reads too (the same copy as the evaluation graphs', train/training_session.cc)
+    if (low != kernels::LowPrecision::None)
+      decoder.model.graph = train::with_rounded_rotary_frequencies(*decoder.model.graph, low);
+    gen = std::make_unique<train::Generator>(std::move(decoder));
+    impl_->generator_rounding = low;
   }
   // The current weights (views), LoRA adapters merged into copies of the layers they adapt.
   std::map<std::string, Tensor> w;
@@ -150,11 +157,10 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
       Tensor f(DType::Float32, t.shape());
       kernels::bf16_to_f32(w[name].data<uint16_t>(), f.data<float>(), f.numel());
       w[name] = f;
-    } else if (impl_->ts->full_eval() != kernels::LowPrecision::None &&
-               w[name].dtype() == DType::Float32) {
+    } else if (low != kernels::LowPrecision::None && w[name].dtype() == DType::Float32) {
       // bf16_full_eval / fp16_full_eval: the decoder generates from the rounded weights (a copy)
       Tensor f(DType::Float32, t.shape());
-      kernels::round_to(impl_->ts->full_eval(), w[name].data<float>(), f.data<float>(), f.numel());
+      kernels::round_to(low, w[name].data<float>(), f.data<float>(), f.numel());
       w[name] = f;
     }
   }

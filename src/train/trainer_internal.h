@@ -41,8 +41,10 @@ struct Trainer::Impl {
   // made on first use.
   std::unique_ptr<train::FlatBuffer> scratch_buf;
   // predict_with_generate: the causal LM as a decoder with a KV cache (made on first use), fed
-  // the Trainer's current weights.
+  // the Trainer's current weights; under bf16_full_eval / fp16_full_eval its rotary frequencies
+  // are rounded as the evaluation graphs' are (`generator_rounding`: how it was made).
   std::unique_ptr<train::Generator> generator;
+  kernels::LowPrecision generator_rounding = kernels::LowPrecision::None;
   // Inside train(): evaluations then run as training left the model (bf16_full_eval applies to
   // evaluate() / predict() outside it, as Transformers' evaluation_loop has it).
   bool in_train = false;

@@ -378,8 +378,8 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
 // "model.rotary_emb.inv_freq". (rope_type dynamic computes its frequencies in the graph and
 // keeps them float32; Transformers uses the rounded buffer for sequences up to
 // max_position_embeddings and recomputes it in float32 beyond: not matched below that length.)
-static std::shared_ptr<ir::Graph> with_rounded_rotary_frequencies(const ir::Graph& g,
-                                                                  kernels::LowPrecision f) {
+std::shared_ptr<ir::Graph> with_rounded_rotary_frequencies(const ir::Graph& g,
+                                                           kernels::LowPrecision f) {
   auto out = std::make_shared<ir::Graph>(g);
   auto is_freq = [](const std::string& name) { return name.ends_with("inv_freq"); };
   for (auto& [name, t] : out->initializers)

@@ -247,4 +247,11 @@ class TrainingSession {
   bool bf16_gemm_ = false;
 };
 
+// model.to(torch.bfloat16) (model.half()), which bf16_full_eval (fp16_full_eval) runs, casts every
+// floating buffer, rotary embeddings' inv_freq too: a copy of `g` whose inv_freq holds those
+// values widened (an initializer "*inv_freq", or a Constant output so named, as models/llama.cc
+// names it). The evaluation graphs and predict_with_generate's decoder both use it.
+std::shared_ptr<ir::Graph> with_rounded_rotary_frequencies(const ir::Graph& g,
+                                                           kernels::LowPrecision f);
+
 }  // namespace onyx::train

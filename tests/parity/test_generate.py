@@ -21,6 +21,9 @@ from ties), saves it with save_pretrained, and compares greedy decoding token fo
                     and eval_gen_token_accuracy = the scores of HF generate on the trained model
                     (PEFT's merged model for LoRA, over the bf16-rounded base with -bf16:
                     model_init_kwargs.dtype); `onyx predict` returns HF's generated ids
+  predict-with-generate-bf16-full-eval  `onyx predict` with bf16_full_eval: ids = HF float32 on
+                    bf16-rounded weights and inv_freq (model.to(torch.bfloat16) rounds both), on
+                    ~700-token prompts where float32 inv_freq would give other ids
   sampling          --do_sample --seed: same seed same tokens, another seed other tokens, top_k 1
                     = greedy; text prompts through the GPT-2 tokenizer folder
   bad-input         an empty prompt, an id outside the vocabulary, a folder without
@@ -342,6 +345,83 @@ def case_predict_with_generate(tmp, lora=False, bf16=False):
                   f"(step 40) = from HF generate on the saved model; predict ids = HF's")
 
 
+def case_full_eval_generate(tmp):
+    """bf16_full_eval with predict_with_generate, `onyx predict` outside training: Transformers'
+    evaluation_loop runs model.to(torch.bfloat16), which rounds every parameter and the rotary
+    inv_freq buffer; onyx's decoder generates in float32 from those rounded values. Its ids = HF
+    float32 generate on a copy with every parameter and inv_freq rounded to bf16, on prompts of
+    about 700 tokens (where a rounded frequency moves an angle by up to ~0.5 rad); the same copy
+    with float32 inv_freq generates other ids (else the case would show nothing)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    tk = Tokenizer(models.BPE.from_file(os.path.join(GPT2_TOK, "vocab.json"),
+                                        os.path.join(GPT2_TOK, "merges.txt")))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    words = ("river stone cloud seven apple window quiet orange north table music paper garden "
+             "silver winter candle forest yellow bridge mirror").split()
+    g = torch.Generator().manual_seed(3)
+    rows = []
+    for i in range(4):
+        idx = torch.randint(0, len(words), (700,), generator=g).tolist()
+        rows.append((" ".join(words[j] for j in idx) + ":",
+                     " " + " ".join(words[(i + 3 * k) % len(words)] for k in range(12))))
+    d = os.path.join(tmp, "pwg-full-eval")
+    os.makedirs(d)
+    with open(os.path.join(d, "sft.jsonl"), "w") as f:
+        for p, c in rows:
+            f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
+    # head_dim 32: 16 frequencies, most of them large enough for their rounding to show
+    m = make(tr.LlamaForCausalLM, vocab_size=50257, num_attention_heads=2,
+             num_key_value_heads=1, max_position_embeddings=2048)
+    m.config.eos_token_id = 50256
+    m.generation_config.eos_token_id = 50256
+    m.save_pretrained(os.path.join(d, "model"))
+    data = {"type": "sft", "path": os.path.join(d, "sft.jsonl"),
+            "tokenizer": os.path.join(GPT2_TOK, "vocab.json")}
+    cfg = {"model": os.path.join(d, "model"), "train_data": data, "test_data": data,
+           "output_dir": os.path.join(d, "out"), "per_device_eval_batch_size": 2,
+           "predict_with_generate": True, "bf16_full_eval": True, "disable_tqdm": True}
+    with open(os.path.join(d, "cfg.yaml"), "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+    out = os.path.join(d, "pred.safetensors")
+    onyx("predict", os.path.join(d, "cfg.yaml"), "--output", out)
+    from safetensors.numpy import load_file
+    got = [[int(t) for t in row if t != -100] for row in load_file(out)["predictions"]]
+
+    def rounded(frequencies):
+        r = tr.LlamaForCausalLM.from_pretrained(os.path.join(d, "model"), dtype=torch.float32)
+        r.config._attn_implementation = "eager"
+        with torch.no_grad():
+            for p in r.parameters():
+                p.copy_(p.bfloat16().float())
+            if frequencies:
+                f = r.model.rotary_emb.inv_freq
+                f.copy_(f.bfloat16().float())
+        return r.eval()
+
+    prompt_ids = [tk.encode(p).ids for p, _ in rows]
+    if min(len(p) for p in prompt_ids) < 600:
+        return False, f"prompts of {[len(p) for p in prompt_ids]} tokens: too short to show it"
+    refs = [tk.encode(p + c).ids[len(q):] + [50256] for (p, c), q in zip(rows, prompt_ids)]
+    want = {}
+    for freq in (True, False):
+        r = rounded(freq)
+        want[freq] = []
+        for i in range(len(rows)):
+            b0 = i // 2 * 2  # as many new tokens as the longest reference of the batch
+            new = max(len(x) for x in refs[b0:b0 + 2])
+            want[freq].append(hf_generate(r, [prompt_ids[i]], new, eos=50256)[0])
+    if got != want[True]:
+        return False, (f"onyx predict ids {got} vs HF on rounded weights and inv_freq "
+                       f"{want[True]} (with float32 inv_freq: {want[False]})")
+    if want[True] == want[False]:
+        return False, "rounding inv_freq changes no generated id: the case shows nothing"
+    changed = sum(a != b for a, b in zip(want[True], want[False]))
+    return True, (f"{len(rows)} prompts of {min(len(p) for p in prompt_ids)}+ tokens: ids = HF on "
+                  f"bf16-rounded weights and inv_freq; float32 inv_freq would change {changed} "
+                  f"of the {len(rows)} rows")
+
+
 def case_chat(tmp):
     """--chat and "messages" rows: the prompt is the tokenizer's chat template rendered with the
     generation prompt (a ChatML-style template written for the test), tokenized as
@@ -420,6 +500,7 @@ def main():
         ("predict-with-generate-lora", lambda t: case_predict_with_generate(t, lora=True)),
         ("predict-with-generate-lora-bf16",
          lambda t: case_predict_with_generate(t, lora=True, bf16=True)),
+        ("predict-with-generate-bf16-full-eval", case_full_eval_generate),
         ("chat", case_chat),
         ("bad-input", case_bad),
     ]

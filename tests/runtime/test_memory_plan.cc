@@ -303,6 +303,14 @@ TEST(MemoryPlan, TrainingGraphEqualsUnplanned) {
   EXPECT_GT(expect_no_live_overlap(*tg.graph, plan), 0);  // the arena is reused
   EXPECT_GT(plan.memory.inplace_of.size(), 0u);
   EXPECT_GT(plan.memory.kept_bytes, 0u);  // forward activations read by the backward
+  // Each heap output's bytes are kept by name (what `onyx plan` leaves out when bound).
+  size_t grad_bytes = 0;
+  for (auto& [p, gname] : tg.gradients) {
+    ASSERT_TRUE(plan.memory.heap_outputs.count(gname)) << gname;
+    grad_bytes += plan.memory.heap_outputs.at(gname);
+  }
+  EXPECT_GT(grad_bytes, 0u);
+  EXPECT_EQ(grad_bytes + plan.memory.heap_outputs.at(tg.loss), plan.memory.heap_output_bytes);
   // Gradients land in caller storage (bound outputs), accumulated over two runs.
   auto grads = [&](runtime::Session& s) {
     std::map<std::string, Tensor> bound;
@@ -322,6 +330,28 @@ TEST(MemoryPlan, TrainingGraphEqualsUnplanned) {
   };
   auto a = grads(planned), b = grads(heap);
   for (auto& [name, t] : a) EXPECT_TRUE(bit_equal(t, b.at(name))) << name;
+}
+
+// The summary line: outputs a caller binds (a training step's gradients, in the flat buffer) are
+// left out of the planned peak and reported apart; without a bound set, all heap outputs count.
+TEST(MemoryPlan, SummaryReportsBoundOutputsApart) {
+  runtime::MemoryPlan mp;
+  const size_t MiB = 1024 * 1024;
+  mp.arena_bytes = 10 * MiB;
+  mp.heap_outputs = {{"loss", 64}, {"grad.W", 3 * MiB}, {"grad.b", MiB}};
+  mp.heap_output_bytes = 4 * MiB + 64;
+  mp.planned_peak_bytes = mp.arena_bytes + mp.heap_output_bytes;
+  const std::string all = mp.summary(), split = mp.summary({"grad.W", "grad.b"});
+  EXPECT_NE(all.find("planned peak 14.0 MiB: arena 10.0 MiB"), std::string::npos) << all;
+  EXPECT_NE(all.find("graph outputs 4.0 MiB (heap, or caller storage when bound)"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(split.find("planned peak 10.0 MiB: arena 10.0 MiB"), std::string::npos) << split;
+  EXPECT_NE(split.find("graph outputs 0.0 MiB on the heap (4.0 MiB more bound to caller storage)"),
+            std::string::npos)
+      << split;
+  // a bound name that is no heap output (a view, or absent) changes nothing
+  EXPECT_EQ(mp.summary({"not.an.output"}).find("planned peak 14.0 MiB"), 0u);
 }
 
 // The real exports (bench/make_exports.py): the training graph of each plans without overlaps.

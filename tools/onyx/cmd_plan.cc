@@ -192,7 +192,7 @@ Action add_plan_command(CLI::App& app) {
     // mixed precision: the bf16 copy of the weights the GEMMs read (TrainingSession::bf16_shadow)
     const double shadow = ts.bf16_shadow() ? (double)ts.bf16_shadow()->flat().nbytes() : 0;
     const double total = arena + 2 * pbytes + shadow + accum + states * shard_bytes + frozen_bytes;
-    std::cout << "memory plan: " << plan.memory.summary() << "\n"
+    std::cout << "memory plan: " << plan.memory.summary(bound) << "\n"
               << "  activations (arena)                " << mib(arena) << "  (" << mib(live)
               << " at the peak without in-place and views; " << mib((double)plan.memory.kept_bytes)
               << " kept for backward)\n"
