@@ -126,6 +126,39 @@ void register_gelu() {
       {{"approximate", tanh}}, 3 * act);
 }
 
+// BiasGrad over vit-tiny's MLP and attention shapes: the column sums alone (float32 training)
+// and with the bf16 copy of dY it writes for the GEMMs under bf16 (output 1). Bytes: dY read,
+// plus the copy written.
+void bm_bias_grad(benchmark::State& st, Shape s, bool copy) {
+  ir::Node n;
+  n.name = "BiasGrad";
+  n.op_type = "BiasGrad";
+  n.domain = "onyx";
+  n.inputs = {"dy"};
+  n.outputs = copy ? std::vector<std::string>{"db", "dy16"} : std::vector<std::string>{"db"};
+  const runtime::OpKernel* k = runtime::KernelRegistry::instance().find("onyx", "BiasGrad");
+  Tensor dy = randn(s), db(DType::Float32, {s.back()}), dy16(DType::BFloat16, s);
+  std::vector<Tensor*> outs = {&db};
+  if (copy) outs.push_back(&dy16);
+  runtime::KernelContext kc{n, 17, {&dy}, outs};
+  for (auto _ : st) {
+    k->compute(kc);
+    benchmark::DoNotOptimize(db.raw());
+  }
+  set_bytes(st, (double)dy.nbytes() + (copy ? (double)dy16.nbytes() : 0.0));
+}
+
+void register_bias_grad() {
+  for (Shape s : {Shape{64, 50, 768}, Shape{64, 50, 192}})
+    for (bool copy : {false, true})
+      benchmark::RegisterBenchmark(
+          cat("kernel/BiasGrad/", s[0], "x", s[1], "x", s[2], copy ? "/bf16_copy" : "").c_str(),
+          bm_bias_grad, s, copy)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+}
+
+const bool registered_bias_grad = (register_bias_grad(), true);
 const bool registered_gelu = (register_gelu(), true);
 const bool registered = (register_all(), true);
 

@@ -37,7 +37,7 @@ struct Llama {
 
   // The rotary tables (B,1,T,hd): cos and sin of position_ids times the inverse frequencies of
   // the config's rope type (Transformers' ROPE_INIT_FUNCTIONS, in float32 as Transformers).
-  std::pair<std::string, std::string> rotary(const std::string& ids, const std::string& pos_ids) {
+  std::pair<std::string, std::string> rotary(const std::string& pos_ids) {
     b.set_scope("model.rotary_emb");
     const auto& r = c.rope;
     const int64_t half = hd / 2;
@@ -45,48 +45,49 @@ struct Llama {
     for (int64_t i = 0; i < half; i++) exps[i] = (float)(2 * i) / (float)hd;
     std::string pos =
         b.op("Cast", {pos_ids}, {{"to", Attr::of_int((int64_t)DType::Float32)}});  // (B,T)
-    std::string inv_freq;
+    // The frequencies of rope types default, linear and llama3 (and dynamic's up to
+    // max_position_embeddings): float32 constants computed as Transformers' rope_init_fn.
+    std::vector<float> f(half);
+    for (int64_t i = 0; i < half; i++) {
+      float v = 1.0f / std::pow((float)r.theta, exps[i]);  // float32, as torch
+      if (r.type == "linear") v = v / (float)r.factor;
+      if (r.type == "llama3") {
+        const double old =
+            (double)(r.original_max_position_embeddings ? r.original_max_position_embeddings
+                                                        : c.max_position_embeddings);
+        const double low_wl = old / r.low_freq_factor, high_wl = old / r.high_freq_factor;
+        const double wl = 2 * M_PI / (double)v;
+        double out = wl > low_wl ? (double)v / r.factor : (double)v;
+        if (!(wl < high_wl) && !(wl > low_wl)) {
+          double smooth = (old / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+          out = (1 - smooth) * out / r.factor + smooth * out;
+        }
+        v = (float)out;
+      }
+      f[i] = v;
+    }
+    // Named as Transformers' buffer: bf16_full_eval rounds it as model.to(torch.bfloat16)
+    // does (train/training_session.cc, with_rounded_rotary_frequencies).
+    std::string inv_freq =
+        b.op("Constant", {},
+             {{"value", Attr::of_tensor(Tensor::from_vector<float>(DType::Float32, {half}, f))}},
+             "model.rotary_emb.inv_freq");
     if (r.type == "dynamic") {
-      // base * (factor * max(T, M) / M - (factor - 1)) ^ (hd / (hd - 2)): the default
-      // frequencies up to M = max_position_embeddings, NTK-scaled beyond.
+      // Transformers' dynamic_rope_update: for a sequence length L = max(position_ids) + 1
+      // (over the batch; with a cache, the length so far) above M = max_position_embeddings,
+      // frequencies recomputed in float32 from the NTK-scaled base
+      //   base * (factor * L / M - (factor - 1)) ^ (hd / (hd - 2)),
+      // else the buffer above (original_inv_freq).
       const float M = (float)c.max_position_embeddings;
-      std::string t_scalar = b.op("Squeeze", {b.dim_of(ids, 1), b.const_i64({0})});  // T
-      std::string s =
-          b.op("Max", {b.op("Cast", {t_scalar}, {{"to", Attr::of_int((int64_t)DType::Float32)}}),
-                       b.scalar_f32(M)});
-      std::string q = b.op("Sub", {b.op("Mul", {s, b.scalar_f32((float)(r.factor / M))}),
+      std::string L = b.op("Add", {b.op("ReduceMax", {pos}, {{"keepdims", Attr::of_int(0)}}),
+                                   b.scalar_f32(1.0f)});  // () float32
+      std::string q = b.op("Sub", {b.op("Mul", {L, b.scalar_f32((float)(r.factor / M))}),
                                    b.scalar_f32((float)(r.factor - 1))});
       std::string base = b.op("Mul", {b.scalar_f32((float)r.theta),
                                       b.op("Pow", {q, b.scalar_f32((float)hd / (float)(hd - 2))})});
       Tensor e = Tensor::from_vector<float>(DType::Float32, {half}, exps);
-      inv_freq = b.op("Reciprocal", {b.op("Pow", {base, b.const_tensor(e)})});
-    } else {
-      std::vector<float> f(half);
-      for (int64_t i = 0; i < half; i++) {
-        float v = 1.0f / std::pow((float)r.theta, exps[i]);  // float32, as torch
-        if (r.type == "linear") v = v / (float)r.factor;
-        if (r.type == "llama3") {
-          const double old =
-              (double)(r.original_max_position_embeddings ? r.original_max_position_embeddings
-                                                          : c.max_position_embeddings);
-          const double low_wl = old / r.low_freq_factor, high_wl = old / r.high_freq_factor;
-          const double wl = 2 * M_PI / (double)v;
-          double out = wl > low_wl ? (double)v / r.factor : (double)v;
-          if (!(wl < high_wl) && !(wl > low_wl)) {
-            double smooth =
-                (old / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
-            out = (1 - smooth) * out / r.factor + smooth * out;
-          }
-          v = (float)out;
-        }
-        f[i] = v;
-      }
-      // Named as Transformers' buffer: bf16_full_eval rounds it as model.to(torch.bfloat16)
-      // does (train/training_session.cc, with_rounded_rotary_frequencies).
-      inv_freq =
-          b.op("Constant", {},
-               {{"value", Attr::of_tensor(Tensor::from_vector<float>(DType::Float32, {half}, f))}},
-               "model.rotary_emb.inv_freq");
+      std::string scaled = b.op("Reciprocal", {b.op("Pow", {base, b.const_tensor(e)})});
+      inv_freq = b.op("Where", {b.op("Greater", {L, b.scalar_f32(M)}), scaled, inv_freq});
     }
     std::string freqs = b.op("Mul", {b.op("Unsqueeze", {pos, b.const_i64({2})}), inv_freq});
     std::string emb = b.op("Concat", {freqs, freqs}, {{"axis", Attr::of_int(-1)}});  // (B,T,hd)
@@ -193,7 +194,7 @@ struct Llama {
                     c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size ? c.pad_token_id : -1);
     // position_ids (B,T): 0..T-1 per row unless given (packed samples restart at 0)
     std::string pos_ids = token_input(b, "position_ids");
-    auto [cos, sin] = rotary(ids, pos_ids);
+    auto [cos, sin] = rotary(pos_ids);
     std::string full, sliding;
     if (with_past) {  // masks over the cache slots and the new tokens (no packed samples)
       std::string cache_pos = b.input("cache_position", DType::Int64, {-1}, {"sequence_length"});

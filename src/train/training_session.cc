@@ -375,9 +375,9 @@ void TrainingSession::feed_eval_params(std::map<std::string, Tensor>& feeds,
 // multiply the positions, so its frequencies are the rounded ones (an angle position x
 // frequency moves by up to 2^-9 of itself). A copy of the forward graph whose inv_freq holds
 // those values: an exporter's initializer "*inv_freq", or models/llama.cc's Constant output
-// "model.rotary_emb.inv_freq". (rope_type dynamic computes its frequencies in the graph and
-// keeps them float32; Transformers uses the rounded buffer for sequences up to
-// max_position_embeddings and recomputes it in float32 beyond: not matched below that length.)
+// "model.rotary_emb.inv_freq" (rope_type dynamic reads it up to max_position_embeddings, as
+// Transformers reads its buffer there, and recomputes float32 frequencies beyond, as Transformers
+// does).
 std::shared_ptr<ir::Graph> with_rounded_rotary_frequencies(const ir::Graph& g,
                                                            kernels::LowPrecision f) {
   auto out = std::make_shared<ir::Graph>(g);

@@ -8,6 +8,9 @@ from ties), saves it with save_pretrained, and compares greedy decoding token fo
                     generate on the same left-padded batch, and = each prompt generated alone
   mistral-sliding   MistralForCausalLM with sliding_window 6: 32 new tokens cross the window
   qwen2-bias        Qwen2ForCausalLM (q/k/v biases), rope theta 1e6, 32 new tokens
+  llama-dynamic-rope  rope_type dynamic, max_position_embeddings 16: 32 new tokens past it, the
+                    frequencies NTK-scaled for max(position_ids) + 1 at each step (Transformers'
+                    dynamic_rope_update as it grows during generate)
   gpt2-batch        GPT2LMHeadModel, 3 prompts with left padding, 32 new tokens
   llama3-rope-eos   rope_type llama3, eos_token_id set in generation_config.json: rows stop at
                     the first eos as Transformers' (the output ends with it), the others go on
@@ -489,6 +492,10 @@ def main():
         ("qwen2-bias", lambda t: case_greedy(
             t, "qwen2", tr.Qwen2ForCausalLM, [5, 8], num_key_value_heads=4,
             rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+        ("llama-dynamic-rope", lambda t: case_greedy(
+            t, "llama-dynamic", tr.LlamaForCausalLM, [5, 9], num_key_value_heads=2,
+            max_position_embeddings=16,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})),
         ("gpt2-batch", lambda t: case_greedy(
             t, "gpt2", tr.GPT2LMHeadModel, [6, 2, 10], alone=True, n_embd=64, n_layer=2, n_head=4,
             n_positions=128)),

@@ -533,9 +533,10 @@ TEST(Bf16Training, PredictionWithoutLabelsIsTheEvaluationForward) {
 // with the position). onyx's Llama under bf16_full_eval equals, bit for bit at positions from
 // 1000 on, the same model with its weights and inv_freq rounded beforehand; with inv_freq left
 // float32 (what it evaluated before) the loss differs. Evaluation without the flag keeps the
-// float32 frequencies.
-TEST(Bf16Training, FullEvalRoundsTheRotaryFrequenciesAsTransformersCastsTheBuffer) {
-  models::BuiltModel m = models::build_hf_model(models::parse_hf_config(kLlama, "test/config.json"),
+// float32 frequencies. rope_type dynamic reads the buffer up to max_position_embeddings (here
+// 2048: positions 1000.. stay below it), so the same holds there.
+void check_full_eval_rounds_frequencies(const char* config) {
+  models::BuiltModel m = models::build_hf_model(models::parse_hf_config(config, "test/config.json"),
                                                 models::Task::CausalLM, 5);
   std::map<std::string, Tensor> in = batch_for(m, 3);
   ASSERT_TRUE(in.count("position_ids"));
@@ -588,4 +589,16 @@ TEST(Bf16Training, FullEvalRoundsTheRotaryFrequenciesAsTransformersCastsTheBuffe
       "Llama at positions 1000..%lld: eval loss float32 %.7f, bf16_full_eval %.7f, with "
       "float32 frequencies %.7f\n",
       (long long)(1000 + T - 1), f32, full, unrounded);
+}
+
+TEST(Bf16Training, FullEvalRoundsTheRotaryFrequenciesAsTransformersCastsTheBuffer) {
+  check_full_eval_rounds_frequencies(kLlama);
+}
+
+TEST(Bf16Training, FullEvalRoundsDynamicRopesBufferBelowMaxPositionEmbeddings) {
+  check_full_eval_rounds_frequencies(
+      R"({"model_type": "llama", "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "max_position_embeddings": 2048, "tie_word_embeddings": false,
+      "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})");
 }
