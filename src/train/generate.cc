@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -83,8 +84,82 @@ GenerationConfig read_generation_config(const std::string& dir, GenerationConfig
     num("top_k", cfg.top_k);
     num("top_p", cfg.top_p);
     num("max_new_tokens", cfg.max_new_tokens);
+    num("repetition_penalty", cfg.repetition_penalty);
+    num("no_repeat_ngram_size", cfg.no_repeat_ngram_size);
+    num("min_length", cfg.min_length);
+    num("min_new_tokens", cfg.min_new_tokens);
+    // max_length counts only without max_new_tokens (which takes precedence, as in Transformers)
+    if (j.contains("max_length") && !j["max_length"].is_null() &&
+        (!j.contains("max_new_tokens") || j["max_new_tokens"].is_null())) {
+      num("max_length", cfg.max_length);
+      cfg.max_new_tokens = -1;
+    }
+    ONYX_CHECK(cfg.repetition_penalty > 0, p.string(),
+               ": 'repetition_penalty' must be strictly positive, got ", cfg.repetition_penalty);
+    ONYX_CHECK(cfg.no_repeat_ngram_size >= 0 && cfg.min_length >= 0 && cfg.min_new_tokens >= 0,
+               p.string(),
+               ": 'no_repeat_ngram_size', 'min_length' and 'min_new_tokens' must be >= 0");
+    // Decoding options not implemented here, with the value that means "off".
+    const std::pair<const char*, nlohmann::json> off[] = {
+        {"num_beams", 1},
+        {"num_beam_groups", 1},
+        {"num_return_sequences", 1},
+        {"penalty_alpha", nullptr},
+        {"typical_p", 1.0},
+        {"epsilon_cutoff", 0.0},
+        {"eta_cutoff", 0.0},
+        {"min_p", nullptr},
+        {"diversity_penalty", 0.0},
+        {"guidance_scale", nullptr},
+        {"bad_words_ids", nullptr},
+        {"suppress_tokens", nullptr},
+        {"begin_suppress_tokens", nullptr},
+        {"forced_bos_token_id", nullptr},
+        {"forced_eos_token_id", nullptr},
+        {"sequence_bias", nullptr},
+        {"exponential_decay_length_penalty", nullptr},
+        {"encoder_repetition_penalty", 1.0},
+        {"renormalize_logits", false}};
+    for (auto& [key, value] : off) {
+      if (!j.contains(key) || j[key] == value || j[key].is_null() ||
+          (key == std::string("guidance_scale") && j[key] == 1.0))
+        continue;
+      std::cerr << "Warning: " << p.string() << ": '" << key << "' " << j[key].dump()
+                << " is not implemented by onyx's generate (greedy decoding or sampling, with "
+                   "repetition_penalty, no_repeat_ngram_size, min_length and min_new_tokens): "
+                   "decoding without it, so the text differs from Transformers' generate\n";
+    }
   }
   return cfg;
+}
+
+// Transformers' logits processors of `cfg` on one row's next-token logits s (V), in its order.
+// `seq`: the row as generate() holds it (left padding, prompt, new tokens so far); `pads`: how
+// many of its first tokens are padding; `fresh`: new tokens so far.
+static void process_logits(float* s, int64_t V, const GenerationConfig& cfg,
+                           const std::vector<int64_t>& seq, int64_t pads, int64_t fresh,
+                           const std::set<int64_t>& eos) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  if (cfg.repetition_penalty != 1.0) {
+    const float p = (float)cfg.repetition_penalty;
+    std::vector<bool> seen((size_t)V, false);
+    for (size_t i = (size_t)pads; i < seq.size(); i++)
+      if (seq[i] >= 0 && seq[i] < V) seen[(size_t)seq[i]] = true;
+    for (int64_t v = 0; v < V; v++)
+      if (seen[(size_t)v]) s[v] = s[v] < 0 ? s[v] * p : s[v] / p;
+  }
+  const int64_t n = cfg.no_repeat_ngram_size, len = (int64_t)seq.size();
+  if (n > 0 && len + 1 >= n) {
+    // every earlier n-gram whose first n-1 tokens are the row's last n-1 bans its last token
+    for (int64_t i = 0; i + n <= len; i++) {
+      bool same = true;
+      for (int64_t k = 0; k < n - 1 && same; k++) same = seq[i + k] == seq[len - n + 1 + k];
+      if (same && seq[i + n - 1] >= 0 && seq[i + n - 1] < V) s[seq[i + n - 1]] = ninf;
+    }
+  }
+  if (len < cfg.min_length || fresh < cfg.min_new_tokens)
+    for (int64_t e : eos)
+      if (e >= 0 && e < V) s[e] = ninf;
 }
 
 int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u) {
@@ -216,8 +291,8 @@ std::vector<std::vector<int64_t>> Generator::generate(
   using clock = std::chrono::steady_clock;
   const int64_t B = (int64_t)prompts.size();
   ONYX_CHECK(B > 0, "generate: no prompts");
-  ONYX_CHECK(cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ",
-             cfg.max_new_tokens);
+  ONYX_CHECK(cfg.max_new_tokens >= 0 || cfg.max_length >= 0,
+             "generate: max_new_tokens must be >= 0, got ", cfg.max_new_tokens);
   ONYX_CHECK(cfg.cache_block >= 1, "generate: cache_block must be >= 1");
   const int64_t V = model_.config.vocab_size;
   int64_t L = 0;
@@ -228,10 +303,15 @@ std::vector<std::vector<int64_t>> Generator::generate(
                  " outside the vocabulary (0..", V - 1, ")");
     L = std::max(L, (int64_t)prompts[r].size());
   }
+  // (Transformers refuses a prompt already max_length long)
+  ONYX_CHECK(cfg.max_new_tokens >= 0 || L < cfg.max_length, "generate: the prompts are ", L,
+             " tokens long (left-padded), but max_length is ", cfg.max_length,
+             "; raise max_length or set max_new_tokens");
+  const int64_t max_new = cfg.max_new_tokens >= 0 ? cfg.max_new_tokens : cfg.max_length - L;
   const int64_t max_pos = model_.config.max_position_embeddings;
   if (model_.config.model_type == "gpt2")
-    ONYX_CHECK(L + cfg.max_new_tokens <= max_pos, "generate: prompt length ", L, " + ",
-               cfg.max_new_tokens, " new tokens exceeds GPT-2's n_positions ", max_pos);
+    ONYX_CHECK(L + max_new <= max_pos, "generate: prompt length ", L, " + ", max_new,
+               " new tokens exceeds GPT-2's n_positions ", max_pos);
   const int64_t pad = cfg.pad_token_id >= 0        ? cfg.pad_token_id
                       : !cfg.eos_token_ids.empty() ? cfg.eos_token_ids[0]
                                                    : 0;
@@ -322,7 +402,7 @@ std::vector<std::vector<int64_t>> Generator::generate(
   };
 
   std::vector<std::vector<int64_t>> result(B);
-  if (cfg.max_new_tokens == 0) return result;
+  if (max_new == 0) return result;
   // Prefill: left padding; positions count real tokens (pads at 0), as Transformers'
   // _prepare_position_ids_for_generation.
   std::vector<int64_t> ids((size_t)(B * L), pad), mask((size_t)(B * L), 0), pos((size_t)(B * L), 0);
@@ -340,21 +420,35 @@ std::vector<std::vector<int64_t>> Generator::generate(
   Tensor logits = step(ids, mask, pos, L);
   if (stats) stats->prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   std::vector<bool> done(B, false);
+  const bool processors = cfg.repetition_penalty != 1.0 || cfg.no_repeat_ngram_size > 0 ||
+                          cfg.min_length > 0 || cfg.min_new_tokens > 0;
+  // with processors: each row as Transformers' input_ids holds it (padding, prompt, new tokens)
+  std::vector<std::vector<int64_t>> seqs;
+  std::vector<float> scores;
+  if (processors)
+    for (int64_t r = 0; r < B; r++)
+      seqs.emplace_back(ids.begin() + r * L, ids.begin() + (r + 1) * L);
   for (int64_t t = 0;; t++) {
     std::vector<int64_t> tok(B), one(B, 1);
     for (int64_t r = 0; r < B; r++) {
       if (done[r]) {
         tok[r] = pad;
+        if (processors) seqs[r].push_back(pad);
         continue;
       }
       double u = cfg.do_sample ? unif(rng) : 0.0;
-      tok[r] = pick_token(logits.data<float>() + r * V, V, cfg, u);
+      const float* row = logits.data<float>() + r * V;
+      if (processors) {
+        scores.assign(row, row + V);
+        process_logits(scores.data(), V, cfg, seqs[r], L - (int64_t)prompts[r].size(), t, eos);
+        row = scores.data();
+      }
+      tok[r] = pick_token(row, V, cfg, u);
       result[r].push_back(tok[r]);
+      if (processors) seqs[r].push_back(tok[r]);
       if (eos.count(tok[r])) done[r] = true;
     }
-    if (t + 1 >= cfg.max_new_tokens ||
-        std::all_of(done.begin(), done.end(), [](bool d) { return d; }))
-      break;
+    if (t + 1 >= max_new || std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
     std::vector<int64_t> p(B);
     for (int64_t r = 0; r < B; r++) p[r] = next_pos[r]++;
     auto t1 = clock::now();

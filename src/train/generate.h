@@ -26,7 +26,10 @@ class Session;
 namespace onyx::train {
 
 struct GenerationConfig {
+  // New tokens per row; < 0: up to max_length tokens in all (the left-padded prompt included, as
+  // Transformers counts them; a prompt that long already is an error, as there).
   int64_t max_new_tokens = 20;
+  int64_t max_length = -1;
   bool do_sample = false;    // false: greedy (argmax, first on ties, as torch.argmax)
   double temperature = 1.0;  // sampling: logits / temperature, then top-k, then top-p (HF's order)
   int64_t top_k = 50;        // 0: off
@@ -34,11 +37,30 @@ struct GenerationConfig {
   uint64_t seed = 0;         // the sampling RNG (not torch's: sampled text differs from HF's)
   std::vector<int64_t> eos_token_ids;  // a row stops after emitting one of these
   int64_t pad_token_id = -1;           // fills finished rows (-1: the first eos id, else 0)
-  int64_t cache_block = 64;            // the cache grows by this many slots at a time
+  // Transformers' logits processors, applied in its order before the temperature / top-k /
+  // top-p warpers (and before greedy's argmax):
+  //   repetition_penalty  RepetitionPenaltyLogitsProcessor: the logit of every token already in
+  //                       the row (prompt and generated; left padding not) divided by it when
+  //                       positive, multiplied when negative (1: off)
+  //   no_repeat_ngram_size  NoRepeatNGramLogitsProcessor: a token that would repeat an n-gram of
+  //                       the row (left padding included, as there) gets -inf (0: off)
+  //   min_length          MinLengthLogitsProcessor: eos gets -inf while the row (padded prompt +
+  //                       new tokens) is shorter
+  //   min_new_tokens      MinNewTokensLengthLogitsProcessor: eos gets -inf before this many new
+  //                       tokens
+  double repetition_penalty = 1.0;
+  int64_t no_repeat_ngram_size = 0;
+  int64_t min_length = 0;
+  int64_t min_new_tokens = 0;
+  int64_t cache_block = 64;  // the cache grows by this many slots at a time
 };
 
 // Reads generation_config.json (or config.json) of a model folder: eos_token_id (int or list),
-// pad_token_id, do_sample, temperature, top_k, top_p, max_new_tokens. Keys absent keep `base`.
+// pad_token_id, do_sample, temperature, top_k, top_p, max_new_tokens, max_length,
+// repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens. Keys absent keep `base`.
+// A decoding option onyx does not implement (beam search, contrastive search, other logits
+// processors), set to other than its default, gets a warning on stderr naming it: the text then
+// differs from Transformers' generate.
 GenerationConfig read_generation_config(const std::string& dir, GenerationConfig base = {});
 
 struct GenerationStats {

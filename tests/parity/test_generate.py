@@ -27,6 +27,11 @@ from ties), saves it with save_pretrained, and compares greedy decoding token fo
   predict-with-generate-bf16-full-eval  `onyx predict` with bf16_full_eval: ids = HF float32 on
                     bf16-rounded weights and inv_freq (model.to(torch.bfloat16) rounds both), on
                     ~700-token prompts where float32 inv_freq would give other ids
+  logits-processors  repetition_penalty (generation_config.json, and --repetition_penalty),
+                    no_repeat_ngram_size, min_new_tokens with an early eos, max_length without
+                    max_new_tokens: tokens = HF generate's under the same generation_config
+  unimplemented-options  num_beams 4 in generation_config.json: a warning naming it;
+                    repetition_penalty -1: exit 1 naming it
   sampling          --do_sample --seed: same seed same tokens, another seed other tokens, top_k 1
                     = greedy; text prompts through the GPT-2 tokenizer folder
   bad-input         an empty prompt, an id outside the vocabulary, a folder without
@@ -348,6 +353,96 @@ def case_predict_with_generate(tmp, lora=False, bf16=False):
                   f"(step 40) = from HF generate on the saved model; predict ids = HF's")
 
 
+def case_processors(tmp):
+    """Transformers' logits processors read from generation_config.json (and one as a flag):
+    repetition_penalty, no_repeat_ngram_size, min_new_tokens (with an eos greedy emits early),
+    and max_length without max_new_tokens. 3 prompts batched with left padding, greedy: every
+    token = HF generate under the same generation_config, and each option changes the tokens
+    (else its part would show nothing)."""
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
+    prompts = prompts_for(m.config.vocab_size, [3, 11, 7], seed=5)
+    L, new = 11, 48
+
+    def hf(**kw):
+        ids = torch.tensor([[0] * (L - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+        with torch.no_grad():
+            out = m.generate(input_ids=ids, attention_mask=mask, do_sample=False, pad_token_id=0,
+                             **kw)
+        res = []
+        for row in out[:, L:].tolist():
+            eos = kw.get("eos_token_id", m.generation_config.eos_token_id)
+            if eos is not None and eos in row:
+                row = row[:row.index(eos) + 1]
+            res.append(row)
+        return res
+
+    plain = hf(max_new_tokens=new)
+    # an eos greedy emits within the first 6 new tokens of some row
+    eos = next((t for row in plain for t in row[1:6]), None)
+    msgs = []
+    for name, gen_cfg, flags in (
+            ("repetition_penalty 1.5", {"repetition_penalty": 1.5, "max_new_tokens": new}, []),
+            ("--repetition_penalty 0.7", {"max_new_tokens": new}, ["--repetition_penalty", "0.7"]),
+            ("no_repeat_ngram_size 2", {"no_repeat_ngram_size": 2, "max_new_tokens": new}, []),
+            ("min_new_tokens 6", {"min_new_tokens": 6, "eos_token_id": eos,
+                                  "max_new_tokens": new}, []),
+            ("max_length 20", {"max_length": 20}, [])):
+        want = hf(**gen_cfg, **({"repetition_penalty": 0.7} if flags else {}))
+        # without the option (max_length: 48 new tokens instead of 20 - 11)
+        base = hf(**{k: v for k, v in gen_cfg.items() if k == "eos_token_id"}, max_new_tokens=new)
+        if want == base:
+            return False, f"{name}: HF's tokens are the same without it: the case shows nothing"
+        d = os.path.join(tmp, "processors")
+        if os.path.exists(d):
+            shutil.rmtree(d)
+        m.save_pretrained(d)
+        with open(os.path.join(d, "generation_config.json")) as f:
+            g = json.load(f)
+        g.update(gen_cfg)
+        g.update(pad_token_id=0, do_sample=False)
+        with open(os.path.join(d, "generation_config.json"), "w") as f:
+            json.dump(g, f)
+        pf = os.path.join(d, "prompts.jsonl")
+        with open(pf, "w") as f:
+            for p in prompts:
+                f.write(json.dumps({"prompt_ids": p}) + "\n")
+        of = os.path.join(d, "out.jsonl")
+        onyx("generate", d, "--prompts", pf, "--output", of, *flags)
+        with open(of) as f:
+            got = [json.loads(l)["completion_ids"] for l in f]
+        ok, msg = compare(got, want)
+        if not ok:
+            return False, f"{name}: {msg}"
+        msgs.append(name)
+    return True, f"{', '.join(msgs)}: tokens = HF generate's (and differ without the option)"
+
+
+def case_unimplemented(tmp):
+    """A generation_config.json asking for beam search: onyx warns naming the key (and decodes
+    greedily), never silently."""
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
+    d = save(tmp, "beams", m)
+    with open(os.path.join(d, "generation_config.json")) as f:
+        g = json.load(f)
+    g.update(num_beams=4, repetition_penalty=-1.0)
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump(g, f)
+    pf = os.path.join(d, "prompts.jsonl")
+    with open(pf, "w") as f:
+        f.write(json.dumps({"prompt_ids": [5, 6, 7]}) + "\n")
+    p = onyx("generate", d, "--prompts", pf, "--max_new_tokens", "3", ok=False)
+    if p.returncode != 1 or "'repetition_penalty' must be strictly positive" not in p.stderr:
+        return False, f"repetition_penalty -1: rc {p.returncode}, {p.stderr.strip()[-300:]!r}"
+    g["repetition_penalty"] = 1.0
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump(g, f)
+    got, p = onyx_generate(d, [[5, 6, 7]], 3)
+    if "'num_beams' 4 is not implemented" not in p.stderr:
+        return False, f"num_beams 4: no warning naming it; stderr {p.stderr.strip()[-300:]!r}"
+    return True, "repetition_penalty -1: exit 1 naming it; num_beams 4: a warning naming it"
+
+
 def case_full_eval_generate(tmp):
     """bf16_full_eval with predict_with_generate, `onyx predict` outside training: Transformers'
     evaluation_loop runs model.to(torch.bfloat16), which rounds every parameter and the rotary
@@ -508,6 +603,8 @@ def main():
         ("predict-with-generate-lora-bf16",
          lambda t: case_predict_with_generate(t, lora=True, bf16=True)),
         ("predict-with-generate-bf16-full-eval", case_full_eval_generate),
+        ("logits-processors", case_processors),
+        ("unimplemented-options", case_unimplemented),
         ("chat", case_chat),
         ("bad-input", case_bad),
     ]

@@ -1,5 +1,6 @@
 // cmd_generate.cc — `onyx generate MODEL_OR_CHECKPOINT --prompt TEXT | --prompts FILE
-// [--max_new_tokens N] [--do_sample] [--temperature T --top_k K --top_p P --seed S]`: text from a
+// [--max_new_tokens N] [--do_sample] [--temperature T --top_k K --top_p P --seed S]
+// [--repetition_penalty P --no_repeat_ngram_size N --min_new_tokens N]`: text from a
 // causal LM with a key/value cache (train/generate.h), prompts batched with left padding.
 #include <chrono>
 #include <cstdio>
@@ -88,8 +89,9 @@ Action add_generate_command(CLI::App& app) {
   struct Opts {
     std::string model, prompts_file, tokenizer, output;
     std::vector<std::string> prompts;
-    int64_t max_new_tokens = -1, top_k = -1, batch_size = 8;
-    double temperature = -1, top_p = -1;
+    int64_t max_new_tokens = -1, top_k = -1, batch_size = 8, no_repeat_ngram_size = -1,
+            min_new_tokens = -1;
+    double temperature = -1, top_p = -1, repetition_penalty = -1;
     uint64_t seed = 0;
     bool do_sample = false, greedy = false, timings = false, chat = false;
   };
@@ -110,6 +112,14 @@ Action add_generate_command(CLI::App& app) {
                   "keep the k most likely tokens (0: all; default 50)");
   cmd->add_option("--top_p,--top-p", o->top_p, "nucleus sampling: smallest set with this mass");
   cmd->add_option("--seed", o->seed, "sampling seed (default 0)");
+  cmd->add_option("--repetition_penalty,--repetition-penalty", o->repetition_penalty,
+                  "divide (multiply, when negative) the logits of tokens already in the row by "
+                  "this (default: generation_config.json, else 1: off)");
+  cmd->add_option("--no_repeat_ngram_size,--no-repeat-ngram-size", o->no_repeat_ngram_size,
+                  "never repeat an n-gram of the row (default: generation_config.json, else 0)");
+  cmd->add_option("--min_new_tokens,--min-new-tokens", o->min_new_tokens,
+                  "no end-of-sequence token before this many new tokens (default: "
+                  "generation_config.json, else 0)");
   cmd->add_option("--batch_size,--batch-size", o->batch_size,
                   "prompts decoded together (left-padded), default 8");
   cmd->add_flag("--chat", o->chat,
@@ -170,6 +180,13 @@ Action add_generate_command(CLI::App& app) {
                  o->top_p);
       cfg.top_p = o->top_p;
     }
+    if (o->repetition_penalty != -1) {
+      ONYX_CHECK(o->repetition_penalty > 0, "generate: --repetition_penalty must be > 0, got ",
+                 o->repetition_penalty);
+      cfg.repetition_penalty = o->repetition_penalty;
+    }
+    if (o->no_repeat_ngram_size >= 0) cfg.no_repeat_ngram_size = o->no_repeat_ngram_size;
+    if (o->min_new_tokens >= 0) cfg.min_new_tokens = o->min_new_tokens;
     cfg.seed = o->seed;
     std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
 
