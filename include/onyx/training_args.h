@@ -97,6 +97,11 @@ struct TrainingArguments {
   bool predict_with_generate = false;
   // Tokens generated per sample (None: as many as the sample's labelled completion has).
   std::optional<int64_t> generation_max_new_tokens;
+  // Seq2SeqTrainingArguments' generation_num_beams: beam search with this many beams (None: 1,
+  // greedy) and generation_max_length: generated sequences of at most this many tokens, the
+  // left-padded prompt included, when generation_max_new_tokens is None.
+  std::optional<int64_t> generation_num_beams;
+  std::optional<int64_t> generation_max_length;
 
   // Sets one argument from its text form ("1e-4", "true", "linear"); throws naming the key.
   void set(const std::string& key, const std::string& value);

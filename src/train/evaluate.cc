@@ -234,6 +234,11 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
     int64_t longest = 0;
     for (auto& r : refs) longest = std::max(longest, (int64_t)r.size());
     cfg.max_new_tokens = args_.generation_max_new_tokens.value_or(longest);
+    if (!args_.generation_max_new_tokens && args_.generation_max_length) {
+      cfg.max_new_tokens = -1;  // Seq2SeqTrainer's max_length: the padded prompt counts
+      cfg.max_length = *args_.generation_max_length;
+    }
+    cfg.num_beams = args_.generation_num_beams.value_or(1);
     auto out = gen->generate(prompts, cfg);
     for (size_t i = 0; i < out.size(); i++) {
       const auto& ref = refs[i];

@@ -88,6 +88,15 @@ GenerationConfig read_generation_config(const std::string& dir, GenerationConfig
     num("no_repeat_ngram_size", cfg.no_repeat_ngram_size);
     num("min_length", cfg.min_length);
     num("min_new_tokens", cfg.min_new_tokens);
+    num("num_beams", cfg.num_beams);
+    num("length_penalty", cfg.length_penalty);
+    if (j.contains("early_stopping") && !j["early_stopping"].is_null()) {
+      const auto& e = j["early_stopping"];
+      ONYX_CHECK(e.is_boolean() || (e.is_string() && e.get<std::string>() == "never"), p.string(),
+                 ": 'early_stopping' must be true, false or \"never\", got ", e.dump());
+      cfg.early_stopping = e.is_boolean() ? (e.get<bool>() ? "true" : "false") : "never";
+    }
+    ONYX_CHECK(cfg.num_beams >= 1, p.string(), ": 'num_beams' must be >= 1, got ", cfg.num_beams);
     // max_length counts only without max_new_tokens (which takes precedence, as in Transformers)
     if (j.contains("max_length") && !j["max_length"].is_null() &&
         (!j.contains("max_new_tokens") || j["max_new_tokens"].is_null())) {
@@ -101,7 +110,6 @@ GenerationConfig read_generation_config(const std::string& dir, GenerationConfig
                ": 'no_repeat_ngram_size', 'min_length' and 'min_new_tokens' must be >= 0");
     // Decoding options not implemented here, with the value that means "off".
     const std::pair<const char*, nlohmann::json> off[] = {
-        {"num_beams", 1},
         {"num_beam_groups", 1},
         {"num_return_sequences", 1},
         {"penalty_alpha", nullptr},
@@ -120,13 +128,18 @@ GenerationConfig read_generation_config(const std::string& dir, GenerationConfig
         {"exponential_decay_length_penalty", nullptr},
         {"encoder_repetition_penalty", 1.0},
         {"renormalize_logits", false}};
+    if (cfg.num_beams > 1 && cfg.do_sample)
+      std::cerr << "Warning: " << p.string() << ": beam sampling (num_beams " << cfg.num_beams
+                << " with do_sample) is not implemented by onyx's generate: beam search without "
+                   "sampling, so the text differs from Transformers' generate\n";
     for (auto& [key, value] : off) {
       if (!j.contains(key) || j[key] == value || j[key].is_null() ||
           (key == std::string("guidance_scale") && j[key] == 1.0))
         continue;
       std::cerr << "Warning: " << p.string() << ": '" << key << "' " << j[key].dump()
                 << " is not implemented by onyx's generate (greedy decoding or sampling, with "
-                   "repetition_penalty, no_repeat_ngram_size, min_length and min_new_tokens): "
+                   "beam search, repetition_penalty, no_repeat_ngram_size, min_length and "
+                   "min_new_tokens): "
                    "decoding without it, so the text differs from Transformers' generate\n";
     }
   }
@@ -160,6 +173,151 @@ static void process_logits(float* s, int64_t V, const GenerationConfig& cfg,
   if (len < cfg.min_length || fresh < cfg.min_new_tokens)
     for (int64_t e : eos)
       if (e >= 0 && e < V) s[e] = ninf;
+}
+
+// Beam search as Transformers' _beam_search (5.x) runs it, for B0 prompts of num_beams rows each
+// (flat row b * nb + j). seqs: the running rows as its running_sequences hold them (left padding,
+// prompt, new tokens); logits: the prefill's (B0 * nb, V); pads: padding per row; the best
+// finished hypothesis of each prompt goes to result[b] (its new tokens, eos included when it
+// ended so). advance(from): reorders the cache so that row r is row from[r]'s, runs the rows'
+// last tokens (seqs[r].back()) and returns the next logits. Scores are float32 as there.
+template <class Advance>
+static void beam_search(const GenerationConfig& cfg, int64_t B0, int64_t L, int64_t max_new,
+                        const std::set<int64_t>& eos, const std::vector<int64_t>& pads,
+                        std::vector<std::vector<int64_t>>& seqs, Tensor logits,
+                        std::vector<std::vector<int64_t>>& result, Advance advance) {
+  const int64_t nb = cfg.num_beams, B = B0 * nb, V = logits.dim(1);
+  const int64_t K = std::max<int64_t>(2, 1 + (int64_t)eos.size()) * nb;  // beams_to_keep
+  const int64_t max_len = L + max_new;
+  const float kMask = -1.0e9f;
+  const bool stop_when_full = cfg.early_stopping == "true";
+  std::vector<float> run_score(B, 0.0f);  // running_beam_scores: beam 0 alone at first
+  for (int64_t r = 0; r < B; r++)
+    if (r % nb) run_score[r] = kMask;
+  std::vector<std::vector<int64_t>> fin_seq(B);  // the finished hypotheses (sequences)
+  std::vector<float> fin_score(B, kMask);        // beam_scores
+  std::vector<char> fin(B, 0);                   // is_sent_finished
+  std::vector<char> unsat(B0, 1);                // is_early_stop_heuristic_unsatisfied
+  std::vector<float> acc((size_t)(nb * V)), lp((size_t)V);
+  std::vector<int64_t> idx((size_t)(nb * V));
+  for (int64_t t = 0;; t++) {
+    const int64_t cur = L + t;  // cur_len
+    std::vector<std::vector<int64_t>> next_seqs(B);
+    std::vector<float> next_score(B);
+    std::vector<int64_t> from(B);
+    bool all_hit = true;
+    for (int64_t b = 0; b < B0; b++) {
+      // accumulated log-probabilities of every continuation of the prompt's beams
+      for (int64_t j = 0; j < nb; j++) {
+        const int64_t r = b * nb + j;
+        const float* x = logits.data<float>() + r * V;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t v = 0; v < V; v++) mx = std::max(mx, x[v]);
+        double sum = 0;
+        for (int64_t v = 0; v < V; v++) sum += std::exp((double)(x[v] - mx));
+        const float lse = (float)std::log(sum);
+        for (int64_t v = 0; v < V; v++) lp[v] = x[v] - mx - lse;  // log_softmax
+        process_logits(lp.data(), V, cfg, seqs[r], pads[r], t, eos);
+        for (int64_t v = 0; v < V; v++) acc[j * V + v] = lp[v] + run_score[r];
+      }
+      // the top K (descending; ties: the lower index first)
+      for (int64_t i = 0; i < nb * V; i++) idx[i] = i;
+      std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int64_t a, int64_t c) {
+        return acc[a] > acc[c] || (acc[a] == acc[c] && a < c);
+      });
+      struct Cand {
+        int64_t parent, token;
+        float score;
+        bool hit;
+      };
+      std::vector<Cand> cand((size_t)K);
+      bool hits_all = true;
+      for (int64_t k = 0; k < K; k++) {
+        const int64_t i = idx[k], tok = i % V;
+        cand[k] = {b * nb + i / V, tok, acc[i], cur + 1 >= max_len || eos.count(tok) > 0};
+        hits_all &= cand[k].hit;
+      }
+      all_hit &= hits_all;
+      auto with = [&](const Cand& c) {
+        std::vector<int64_t> q = seqs[c.parent];
+        q.push_back(c.token);
+        return q;
+      };
+      // the running beams of the next step: the best candidates that did not stop
+      std::vector<float> run_adj((size_t)K);
+      std::vector<int64_t> order((size_t)K);
+      for (int64_t k = 0; k < K; k++) {
+        run_adj[k] = cand[k].score + (cand[k].hit ? kMask : 0.0f);
+        order[k] = k;
+      }
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t c) { return run_adj[a] > run_adj[c]; });
+      for (int64_t j = 0; j < nb; j++) {
+        const Cand& c = cand[order[j]];
+        next_seqs[b * nb + j] = with(c);
+        next_score[b * nb + j] = run_adj[order[j]];
+        from[b * nb + j] = c.parent;
+      }
+      // the finished hypotheses: the current ones and the top num_beams candidates that stopped
+      const float denom = (float)std::pow((double)(cur + 1 - L), cfg.length_penalty);
+      bool full = stop_when_full;
+      for (int64_t j = 0; j < nb; j++) full &= fin[b * nb + j] != 0;
+      std::vector<float> ms((size_t)(nb + K));
+      std::vector<char> mf((size_t)(nb + K));
+      for (int64_t j = 0; j < nb; j++) ms[j] = fin_score[b * nb + j], mf[j] = fin[b * nb + j];
+      for (int64_t k = 0; k < K; k++) {
+        const bool done = cand[k].hit && k < nb;
+        float v = cand[k].score / denom;
+        v += full ? kMask : 0.0f;
+        v += unsat[b] ? 0.0f : kMask;
+        v += done ? 0.0f : kMask;
+        ms[nb + k] = v;
+        mf[nb + k] = done;
+      }
+      std::vector<int64_t> mo((size_t)(nb + K));
+      for (int64_t i = 0; i < nb + K; i++) mo[i] = i;
+      std::stable_sort(mo.begin(), mo.end(), [&](int64_t a, int64_t c) { return ms[a] > ms[c]; });
+      std::vector<std::vector<int64_t>> nfs(nb);
+      std::vector<float> nfsc(nb);
+      std::vector<char> nff(nb);
+      for (int64_t j = 0; j < nb; j++) {
+        const int64_t m = mo[j];
+        nfs[j] = m < nb ? fin_seq[b * nb + m] : with(cand[m - nb]);
+        nfsc[j] = ms[m];
+        nff[j] = mf[m];
+      }
+      for (int64_t j = 0; j < nb; j++) {
+        fin_seq[b * nb + j] = std::move(nfs[j]);
+        fin_score[b * nb + j] = nfsc[j];
+        fin[b * nb + j] = nff[j];
+      }
+    }
+    run_score = next_score;
+    // the early-stop heuristic, at the new length
+    const int64_t len = cur + 1;
+    bool improvement = false, all_fin = true;
+    for (int64_t b = 0; b < B0; b++) {
+      if (unsat[b]) {
+        const int64_t hyp =
+            cfg.early_stopping == "never" && cfg.length_penalty > 0 ? max_len - L : len - L;
+        const float best = run_score[b * nb] / (float)std::pow((double)hyp, cfg.length_penalty);
+        float worst = fin_score[b * nb];
+        for (int64_t j = 1; j < nb; j++) worst = std::min(worst, fin_score[b * nb + j]);
+        bool any = false;
+        for (int64_t j = 0; j < nb; j++) any |= best > (fin[b * nb + j] ? worst : kMask);
+        unsat[b] = any;
+      }
+      improvement |= unsat[b] != 0;
+      for (int64_t j = 0; j < nb; j++) all_fin &= fin[b * nb + j] != 0;
+    }
+    if (!improvement || (all_fin && stop_when_full) || all_hit) break;
+    seqs = std::move(next_seqs);
+    logits = advance(from);
+  }
+  for (int64_t b = 0; b < B0; b++) {
+    const auto& q = fin_seq[b * nb];
+    result[b].assign(q.begin() + std::min<int64_t>(L, (int64_t)q.size()), q.end());
+  }
 }
 
 int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u) {
@@ -286,20 +444,33 @@ Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, 
 }
 
 std::vector<std::vector<int64_t>> Generator::generate(
-    const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& cfg,
+    const std::vector<std::vector<int64_t>>& given, const GenerationConfig& cfg,
     GenerationStats* stats) {
   using clock = std::chrono::steady_clock;
+  ONYX_CHECK(!given.empty(), "generate: no prompts");
+  ONYX_CHECK(cfg.num_beams >= 1, "generate: num_beams must be >= 1, got ", cfg.num_beams);
+  ONYX_CHECK(cfg.early_stopping == "false" || cfg.early_stopping == "true" ||
+                 cfg.early_stopping == "never",
+             "generate: early_stopping must be false, true or never, got ", cfg.early_stopping);
+  // Beam search runs num_beams rows per prompt (prompt p's beams are rows p*num_beams + j, as
+  // Transformers' repeat_interleave expands them).
+  const int64_t nb = cfg.num_beams;
+  std::vector<std::vector<int64_t>> expanded;
+  if (nb > 1)
+    for (auto& p : given)
+      for (int64_t j = 0; j < nb; j++) expanded.push_back(p);
+  const std::vector<std::vector<int64_t>>& prompts = nb > 1 ? expanded : given;
   const int64_t B = (int64_t)prompts.size();
-  ONYX_CHECK(B > 0, "generate: no prompts");
   ONYX_CHECK(cfg.max_new_tokens >= 0 || cfg.max_length >= 0,
              "generate: max_new_tokens must be >= 0, got ", cfg.max_new_tokens);
   ONYX_CHECK(cfg.cache_block >= 1, "generate: cache_block must be >= 1");
   const int64_t V = model_.config.vocab_size;
   int64_t L = 0;
   for (int64_t r = 0; r < B; r++) {
-    ONYX_CHECK(!prompts[r].empty(), "generate: prompt ", r, " is empty (needs at least one token)");
+    ONYX_CHECK(!prompts[r].empty(), "generate: prompt ", r / nb,
+               " is empty (needs at least one token)");
     for (int64_t id : prompts[r])
-      ONYX_CHECK(id >= 0 && id < V, "generate: prompt ", r, " has token id ", id,
+      ONYX_CHECK(id >= 0 && id < V, "generate: prompt ", r / nb, " has token id ", id,
                  " outside the vocabulary (0..", V - 1, ")");
     L = std::max(L, (int64_t)prompts[r].size());
   }
@@ -401,7 +572,30 @@ std::vector<std::vector<int64_t>> Generator::generate(
     return out.at("logits");  // (B,V)
   };
 
-  std::vector<std::vector<int64_t>> result(B);
+  // Beam search: row r of the cache (and its position) becomes row from[r]'s.
+  auto reorder = [&](const std::vector<int64_t>& from, std::vector<int64_t>& next_pos) {
+    auto gather = [&](Tensor& t, int64_t row) {
+      Tensor n(DType::Float32, t.shape());
+      for (int64_t r = 0; r < B; r++)
+        std::memcpy(n.data<float>() + r * row, t.data<float>() + from[r] * row,
+                    (size_t)row * sizeof(float));
+      t = n;
+    };
+    for (int64_t l = 0; l < layers_; l++) {
+      gather(keys[l], kv_heads_ * head_dim_ * cap);
+      gather(values[l], kv_heads_ * cap * head_dim_);
+    }
+    std::vector<int64_t> m(slot_mask.size()), p(B);
+    for (int64_t r = 0; r < B; r++) {
+      std::copy(slot_mask.begin() + from[r] * cap, slot_mask.begin() + (from[r] + 1) * cap,
+                m.begin() + r * cap);
+      p[r] = next_pos[from[r]];
+    }
+    slot_mask = std::move(m);
+    next_pos = std::move(p);
+  };
+
+  std::vector<std::vector<int64_t>> result(B / nb);
   if (max_new == 0) return result;
   // Prefill: left padding; positions count real tokens (pads at 0), as Transformers'
   // _prepare_position_ids_for_generation.
@@ -425,9 +619,25 @@ std::vector<std::vector<int64_t>> Generator::generate(
   // with processors: each row as Transformers' input_ids holds it (padding, prompt, new tokens)
   std::vector<std::vector<int64_t>> seqs;
   std::vector<float> scores;
-  if (processors)
+  if (processors || nb > 1)
     for (int64_t r = 0; r < B; r++)
       seqs.emplace_back(ids.begin() + r * L, ids.begin() + (r + 1) * L);
+  if (nb > 1) {
+    std::vector<int64_t> pads(B);
+    for (int64_t r = 0; r < B; r++) pads[r] = L - (int64_t)prompts[r].size();
+    beam_search(cfg, B / nb, L, max_new, eos, pads, seqs, logits, result, [&](const auto& from) {
+      reorder(from, next_pos);
+      std::vector<int64_t> tok(B), one(B, 1), p(B);
+      for (int64_t r = 0; r < B; r++) tok[r] = seqs[r].back(), p[r] = next_pos[r]++;
+      auto t1 = clock::now();
+      Tensor out = step(tok, one, p, 1);
+      if (stats)
+        stats->step_seconds.push_back(std::chrono::duration<double>(clock::now() - t1).count());
+      return out;
+    });
+    if (stats) stats->compiled_signatures = compiled_count_;
+    return result;
+  }
   for (int64_t t = 0;; t++) {
     std::vector<int64_t> tok(B), one(B, 1);
     for (int64_t r = 0; r < B; r++) {

@@ -1,6 +1,8 @@
 // train/generate.h — text generation from a causal LM with a key/value cache, as Transformers'
-// generate(): greedy decoding or sampling (temperature, top-k, top-p), batched prompts padded on
-// the left, stopping at the end-of-sequence tokens.
+// generate(): greedy decoding, sampling (temperature, top-k, top-p) or beam search, with its
+// logits processors (repetition penalty, no-repeat n-grams, minimum lengths), batched prompts
+// padded on the left, stopping at the end-of-sequence tokens. Beam search reorders the cache's
+// rows after each step, as Transformers' reorder_cache does.
 //
 // The model runs as the decoder-with-past graph (models::build_hf_decoder_with_past): the prompt
 // once (prefill), then one token per step whose keys and values are appended to the cache, so a
@@ -48,6 +50,13 @@ struct GenerationConfig {
   //                       new tokens) is shorter
   //   min_new_tokens      MinNewTokensLengthLogitsProcessor: eos gets -inf before this many new
   //                       tokens
+  // Beam search (num_beams > 1, deterministic: Transformers' _beam_search): the best of the
+  // finished hypotheses, scored sum(log p) / new_tokens^length_penalty; early_stopping: "false"
+  // (its heuristic: stop when the best running beam, at its current length, cannot beat the
+  // worst finished one), "true" (stop once num_beams hypotheses finished) or "never".
+  int64_t num_beams = 1;
+  double length_penalty = 1.0;
+  std::string early_stopping = "false";
   double repetition_penalty = 1.0;
   int64_t no_repeat_ngram_size = 0;
   int64_t min_length = 0;

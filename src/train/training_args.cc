@@ -311,6 +311,11 @@ const std::vector<Field>& fields() {
       F_OPT_INT(generation_max_new_tokens,
                 "New tokens generated per sample with predict_with_generate (None: the length of "
                 "the sample's labelled completion)."),
+      F_OPT_INT(generation_num_beams,
+                "predict_with_generate with beam search over this many beams (None: greedy)."),
+      F_OPT_INT(generation_max_length,
+                "predict_with_generate: at most this many tokens per generated sequence, the "
+                "left-padded prompt included (used when generation_max_new_tokens is None)."),
   };
   return f;
 }
@@ -382,6 +387,8 @@ void TrainingArguments::validate() const {
   if (logging_strategy == "steps") positive("logging_steps", logging_steps);
   if (save_strategy == "steps") positive("save_steps", save_steps);
   if (eval_strategy == "steps" && eval_steps) positive("eval_steps", *eval_steps);
+  if (generation_num_beams) positive("generation_num_beams", (double)*generation_num_beams);
+  if (generation_max_length) positive("generation_max_length", (double)*generation_max_length);
   ONYX_CHECK(learning_rate >= 0, "training argument 'learning_rate' must be >= 0");
   ONYX_CHECK(warmup_ratio >= 0 && warmup_ratio <= 1,
              "training argument 'warmup_ratio' must be in [0, 1], got ", warmup_ratio);

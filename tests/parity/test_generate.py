@@ -20,7 +20,7 @@ from ties), saves it with save_pretrained, and compares greedy decoding token fo
   lora-checkpoint   a LoRA checkpoint (onyx train with lora:) generates = PEFT's merged model
   chat              --chat / "messages" rows: prompts rendered with the tokenizer's chat template
                     (= apply_chat_template's ids), generated tokens = HF's
-  predict-with-generate[-lora[-bf16]]  `onyx train` with predict_with_generate: eval_gen_exact_match
+  predict-with-generate[-lora[-bf16]|-beams]  `onyx train` with predict_with_generate: eval_gen_exact_match
                     and eval_gen_token_accuracy = the scores of HF generate on the trained model
                     (PEFT's merged model for LoRA, over the bf16-rounded base with -bf16:
                     model_init_kwargs.dtype); `onyx predict` returns HF's generated ids
@@ -30,7 +30,9 @@ from ties), saves it with save_pretrained, and compares greedy decoding token fo
   logits-processors  repetition_penalty (generation_config.json, and --repetition_penalty),
                     no_repeat_ngram_size, min_new_tokens with an early eos, max_length without
                     max_new_tokens: tokens = HF generate's under the same generation_config
-  unimplemented-options  num_beams 4 in generation_config.json: a warning naming it;
+  beam-search       num_beams 2..5 with length_penalty, early_stopping true / false / never,
+                    an eos that ends hypotheses early, batched with left padding: tokens = HF's
+  unimplemented-options  num_beam_groups 2 in generation_config.json: a warning naming it;
                     repetition_penalty -1: exit 1 naming it
   sampling          --do_sample --seed: same seed same tokens, another seed other tokens, top_k 1
                     = greedy; text prompts through the GPT-2 tokenizer folder
@@ -90,14 +92,14 @@ def save(tmp, name, model, eos=None, pad=0):
     return d
 
 
-def hf_generate(model, prompts, new, pad=0, eos=None):
+def hf_generate(model, prompts, new, pad=0, eos=None, **kw):
     L = max(len(p) for p in prompts)
     ids = torch.tensor([[pad] * (L - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
                              min_new_tokens=0, do_sample=False, pad_token_id=pad,
-                             eos_token_id=eos)
+                             eos_token_id=eos, **kw)
     res = []
     for row in out[:, L:].tolist():
         if eos is not None and eos in row:
@@ -261,13 +263,15 @@ def case_sampling(tmp):
     return True, "seeded sampling repeatable, seeds differ, top_k 1 = greedy = HF; text decode = HF"
 
 
-def case_predict_with_generate(tmp, lora=False, bf16=False):
+def case_predict_with_generate(tmp, lora=False, bf16=False, beams=0):
     """SFT prompt/completion rows, a Llama trained 40 steps with predict_with_generate: the logged
     eval_gen_exact_match / eval_gen_token_accuracy equal the same scores computed from
     Transformers' generate on the saved model, and `onyx predict` returns Transformers' tokens.
     With lora: the scores equal those of PEFT's merged model (the adapters merged in evaluation).
     With bf16 (LoRA on a base stored in bf16, model_init_kwargs.dtype): those of PEFT's merged
-    model over the bf16-rounded base (the generator widens the stored weights to float32)."""
+    model over the bf16-rounded base (the generator widens the stored weights to float32).
+    With beams: generation_num_beams (Seq2SeqTrainingArguments'), the scores those of HF's beam
+    search with as many beams."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     tk = Tokenizer(models.BPE.from_file(os.path.join(GPT2_TOK, "vocab.json"),
                                         os.path.join(GPT2_TOK, "merges.txt")))
@@ -276,7 +280,8 @@ def case_predict_with_generate(tmp, lora=False, bf16=False):
             ("Plural of mouse:", " mice"), ("Plural of child:", " children"),
             ("Capital of France:", " Paris"), ("Capital of Italy:", " Rome"),
             ("Opposite of left:", " right"), ("Colour of the sky:", " blue")]
-    d = os.path.join(tmp, "pwg-lora" + ("-bf16" if bf16 else "") if lora else "pwg")
+    d = os.path.join(tmp, "pwg-lora" + ("-bf16" if bf16 else "") if lora else
+                     "pwg" + (f"-beams{beams}" if beams else ""))
     os.makedirs(d)
     with open(os.path.join(d, "sft.jsonl"), "w") as f:
         for p, c in rows:
@@ -298,6 +303,8 @@ def case_predict_with_generate(tmp, lora=False, bf16=False):
                                              "target_modules": ["q_proj", "v_proj", "up_proj"]})
     if bf16:
         cfg["model_init_kwargs"] = {"dtype": "bfloat16"}
+    if beams:  # trained less, so that beam search and greedy decoding still disagree somewhere
+        cfg.update(generation_num_beams=beams, max_steps=12, eval_steps=6, logging_steps=6)
     with open(os.path.join(d, "cfg.yaml"), "w") as f:
         for k, v in cfg.items():
             f.write(f"{k}: {json.dumps(v)}\n")
@@ -319,14 +326,17 @@ def case_predict_with_generate(tmp, lora=False, bf16=False):
         trained.eval()
     else:
         trained = tr.LlamaForCausalLM.from_pretrained(os.path.join(d, "out")).eval()
-    exact, hit, total, want_ids = 0, 0, 0, []
+    exact, hit, total, want_ids, greedy_ids = 0, 0, 0, [], []
     prompt_ids = [tk.encode(p).ids for p, _ in rows]
     refs = [tk.encode(p + c).ids[len(q):] + [50256] for (p, c), q in zip(rows, prompt_ids)]
     for i, ref in enumerate(refs):
         b0 = i // 3 * 3  # onyx generates as many tokens as the longest reference of its batch
         new = max(len(r) for r in refs[b0:b0 + 3])
-        got = hf_generate(trained, [prompt_ids[i]], new, eos=50256)[0]
+        got = hf_generate(trained, [prompt_ids[i]], new, eos=50256,
+                          **({"num_beams": beams} if beams else {}))[0]
         want_ids.append(got)
+        if beams:  # what greedy decoding would give instead
+            greedy_ids.append(hf_generate(trained, [prompt_ids[i]], new, eos=50256)[0])
         same = sum(1 for a, b in zip(ref, got) if a == b)
         hit += same
         total += len(ref)
@@ -338,6 +348,8 @@ def case_predict_with_generate(tmp, lora=False, bf16=False):
                        f"{last['eval_gen_token_accuracy']} vs from HF generate {want_exact}, {want_acc}")
     if want_acc == 0:
         return False, "token accuracy 0 after training: the case tests little"
+    if beams and greedy_ids == want_ids:
+        return False, "beam search gives greedy's ids on every row: the case shows nothing"
     if lora:
         return True, (f"LoRA{' on a bf16 base' if bf16 else ''}: eval_gen_exact_match {want_exact:.3f}, eval_gen_token_accuracy "
                       f"{want_acc:.3f} = from PEFT's merged model's generate")
@@ -350,7 +362,8 @@ def case_predict_with_generate(tmp, lora=False, bf16=False):
     if got_ids != want_ids:
         return False, f"onyx predict ids {got_ids[:2]} vs HF {want_ids[:2]}"
     return True, (f"eval_gen_exact_match {want_exact:.3f}, eval_gen_token_accuracy {want_acc:.3f} "
-                  f"(step 40) = from HF generate on the saved model; predict ids = HF's")
+                  f"(step {cfg['max_steps']}) = from HF generate on the saved model; predict ids "
+                  f"= HF's" + (f" ({beams} beams; greedy would differ)" if beams else ""))
 
 
 def case_processors(tmp):
@@ -418,14 +431,79 @@ def case_processors(tmp):
     return True, f"{', '.join(msgs)}: tokens = HF generate's (and differ without the option)"
 
 
+def case_beams(tmp):
+    """Beam search (Transformers' _beam_search): 3 prompts batched with left padding, an eos that
+    greedy decoding emits early in some row (so hypotheses finish at different lengths); num_beams
+    4 with the defaults (length_penalty 1, early_stopping false), 3 with early_stopping true and
+    length_penalty 0.5, 2 with "never" and length_penalty 2 and repetition_penalty 1.3 (via
+    generation_config.json), and --num_beams 5 as a flag: every token = HF generate's, and beam
+    search differs from greedy in some row (else the case would show little)."""
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
+    prompts = prompts_for(m.config.vocab_size, [3, 11, 7], seed=7)
+    L, new = 11, 16
+
+    def hf(**kw):
+        ids = torch.tensor([[0] * (L - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+        with torch.no_grad():
+            out = m.generate(input_ids=ids, attention_mask=mask, do_sample=False, pad_token_id=0,
+                             max_new_tokens=new, **kw)
+        res = []
+        for row in out[:, L:].tolist():
+            if kw["eos_token_id"] in row:
+                row = row[:row.index(kw["eos_token_id"]) + 1]
+            res.append(row)
+        return res
+
+    free = hf(eos_token_id=-5)
+    eos = next((t for row in free for t in row[2:8]), None)
+    greedy = hf(eos_token_id=eos)
+    msgs, differs = [], 0
+    for name, gen_cfg, flags in (
+            ("num_beams 4", {"num_beams": 4}, []),
+            ("num_beams 3 early_stopping true length_penalty 0.5",
+             {"num_beams": 3, "early_stopping": True, "length_penalty": 0.5}, []),
+            ("num_beams 2 early_stopping never length_penalty 2 repetition_penalty 1.3",
+             {"num_beams": 2, "early_stopping": "never", "length_penalty": 2.0,
+              "repetition_penalty": 1.3}, []),
+            ("--num_beams 5", {}, ["--num_beams", "5"])):
+        want = hf(eos_token_id=eos, **gen_cfg, **({"num_beams": 5} if flags else {}))
+        differs += sum(a != b for a, b in zip(want, greedy))
+        d = os.path.join(tmp, "beams-" + str(len(msgs)))
+        m.save_pretrained(d)
+        with open(os.path.join(d, "generation_config.json")) as f:
+            g = json.load(f)
+        g.update(gen_cfg)
+        g.update(pad_token_id=0, eos_token_id=eos, do_sample=False)
+        with open(os.path.join(d, "generation_config.json"), "w") as f:
+            json.dump(g, f)
+        pf = os.path.join(d, "prompts.jsonl")
+        with open(pf, "w") as f:
+            for p in prompts:
+                f.write(json.dumps({"prompt_ids": p}) + "\n")
+        of = os.path.join(d, "out.jsonl")
+        onyx("generate", d, "--prompts", pf, "--output", of, "--max_new_tokens", str(new), *flags)
+        with open(of) as f:
+            got = [json.loads(l)["completion_ids"] for l in f]
+        ok, msg = compare(got, want)
+        if not ok:
+            return False, f"{name}: {msg}"
+        msgs.append(name)
+    if not differs:
+        return False, "beam search gave greedy's tokens in every row: the case shows little"
+    lens = [len(r) for r in hf(eos_token_id=eos, num_beams=4)]
+    return True, (f"{'; '.join(msgs)}: tokens = HF generate's ({differs} rows differ from "
+                  f"greedy; num_beams 4 lengths {lens})")
+
+
 def case_unimplemented(tmp):
-    """A generation_config.json asking for beam search: onyx warns naming the key (and decodes
-    greedily), never silently."""
+    """A generation_config.json asking for group beam search: onyx warns naming the key (and
+    decodes without it), never silently."""
     m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
     d = save(tmp, "beams", m)
     with open(os.path.join(d, "generation_config.json")) as f:
         g = json.load(f)
-    g.update(num_beams=4, repetition_penalty=-1.0)
+    g.update(num_beam_groups=2, repetition_penalty=-1.0)
     with open(os.path.join(d, "generation_config.json"), "w") as f:
         json.dump(g, f)
     pf = os.path.join(d, "prompts.jsonl")
@@ -438,9 +516,9 @@ def case_unimplemented(tmp):
     with open(os.path.join(d, "generation_config.json"), "w") as f:
         json.dump(g, f)
     got, p = onyx_generate(d, [[5, 6, 7]], 3)
-    if "'num_beams' 4 is not implemented" not in p.stderr:
-        return False, f"num_beams 4: no warning naming it; stderr {p.stderr.strip()[-300:]!r}"
-    return True, "repetition_penalty -1: exit 1 naming it; num_beams 4: a warning naming it"
+    if "'num_beam_groups' 2 is not implemented" not in p.stderr:
+        return False, f"num_beam_groups 2: no warning naming it; stderr {p.stderr.strip()[-300:]!r}"
+    return True, "repetition_penalty -1: exit 1 naming it; num_beam_groups 2: a warning naming it"
 
 
 def case_full_eval_generate(tmp):
@@ -600,10 +678,12 @@ def main():
         ("sampling", case_sampling),
         ("predict-with-generate", case_predict_with_generate),
         ("predict-with-generate-lora", lambda t: case_predict_with_generate(t, lora=True)),
+        ("predict-with-generate-beams", lambda t: case_predict_with_generate(t, beams=3)),
         ("predict-with-generate-lora-bf16",
          lambda t: case_predict_with_generate(t, lora=True, bf16=True)),
         ("predict-with-generate-bf16-full-eval", case_full_eval_generate),
         ("logits-processors", case_processors),
+        ("beam-search", case_beams),
         ("unimplemented-options", case_unimplemented),
         ("chat", case_chat),
         ("bad-input", case_bad),

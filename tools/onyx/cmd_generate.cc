@@ -1,6 +1,6 @@
 // cmd_generate.cc — `onyx generate MODEL_OR_CHECKPOINT --prompt TEXT | --prompts FILE
 // [--max_new_tokens N] [--do_sample] [--temperature T --top_k K --top_p P --seed S]
-// [--repetition_penalty P --no_repeat_ngram_size N --min_new_tokens N]`: text from a
+// [--num_beams N --repetition_penalty P --no_repeat_ngram_size N --min_new_tokens N]`: text from a
 // causal LM with a key/value cache (train/generate.h), prompts batched with left padding.
 #include <chrono>
 #include <cstdio>
@@ -90,7 +90,7 @@ Action add_generate_command(CLI::App& app) {
     std::string model, prompts_file, tokenizer, output;
     std::vector<std::string> prompts;
     int64_t max_new_tokens = -1, top_k = -1, batch_size = 8, no_repeat_ngram_size = -1,
-            min_new_tokens = -1;
+            min_new_tokens = -1, num_beams = -1;
     double temperature = -1, top_p = -1, repetition_penalty = -1;
     uint64_t seed = 0;
     bool do_sample = false, greedy = false, timings = false, chat = false;
@@ -117,6 +117,9 @@ Action add_generate_command(CLI::App& app) {
                   "this (default: generation_config.json, else 1: off)");
   cmd->add_option("--no_repeat_ngram_size,--no-repeat-ngram-size", o->no_repeat_ngram_size,
                   "never repeat an n-gram of the row (default: generation_config.json, else 0)");
+  cmd->add_option("--num_beams,--num-beams", o->num_beams,
+                  "beam search with this many beams (default: generation_config.json, else 1: "
+                  "greedy or sampling)");
   cmd->add_option("--min_new_tokens,--min-new-tokens", o->min_new_tokens,
                   "no end-of-sequence token before this many new tokens (default: "
                   "generation_config.json, else 0)");
@@ -187,6 +190,14 @@ Action add_generate_command(CLI::App& app) {
     }
     if (o->no_repeat_ngram_size >= 0) cfg.no_repeat_ngram_size = o->no_repeat_ngram_size;
     if (o->min_new_tokens >= 0) cfg.min_new_tokens = o->min_new_tokens;
+    if (o->num_beams != -1) {
+      ONYX_CHECK(o->num_beams >= 1, "generate: --num_beams must be >= 1, got ", o->num_beams);
+      cfg.num_beams = o->num_beams;
+    }
+    ONYX_CHECK(cfg.num_beams == 1 || !cfg.do_sample || o->num_beams == -1,
+               "generate: --num_beams with sampling (beam sampling) is not implemented; drop "
+               "--do_sample / --temperature / --top_k / --top_p, or use --num_beams 1");
+    if (cfg.num_beams > 1) cfg.do_sample = false;  // (a generation_config.json's: warned)
     cfg.seed = o->seed;
     std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
 
