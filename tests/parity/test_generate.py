@@ -518,7 +518,13 @@ def case_unimplemented(tmp):
     got, p = onyx_generate(d, [[5, 6, 7]], 3)
     if "'num_beam_groups' 2 is not implemented" not in p.stderr:
         return False, f"num_beam_groups 2: no warning naming it; stderr {p.stderr.strip()[-300:]!r}"
-    return True, "repetition_penalty -1: exit 1 naming it; num_beam_groups 2: a warning naming it"
+    for flags, want in ((["--num_beams", "2", "--do_sample"], "beam sampling) is not implemented"),
+                        (["--num_beams", "0"], "--num_beams must be >= 1")):
+        p = onyx("generate", d, "--prompts", pf, "--max_new_tokens", "3", *flags, ok=False)
+        if p.returncode != 1 or want not in p.stderr:
+            return False, f"{flags}: rc {p.returncode}, {p.stderr.strip()[-300:]!r}"
+    return True, ("repetition_penalty -1, --num_beams 0, --num_beams with --do_sample: exit 1 "
+                  "naming them; num_beam_groups 2: a warning naming it")
 
 
 def case_full_eval_generate(tmp):
