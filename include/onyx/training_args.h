@@ -92,8 +92,10 @@ struct TrainingArguments {
   // the local shard too.
   int64_t zero_stage = 0;
   // Causal LMs (Seq2SeqTrainingArguments' predict_with_generate): evaluate() also generates from
-  // each sample's prompt — its tokens before the first label != -100 — greedily with a KV cache
-  // and scores the result against the labelled completion; predict() returns the generated ids.
+  // each sample's prompt — its tokens before the first label != -100 — with a KV cache (as the
+  // model's generation_config.json says, greedily without one; the generation_* arguments below
+  // over it) and scores the result against the labelled completion; predict() returns the
+  // generated ids.
   bool predict_with_generate = false;
   // Tokens generated per sample (None: as many as the sample's labelled completion has).
   std::optional<int64_t> generation_max_new_tokens;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
@@ -144,6 +145,22 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
       decoder.model.graph = train::with_rounded_rotary_frequencies(*decoder.model.graph, low);
     gen = std::make_unique<train::Generator>(std::move(decoder));
     impl_->generator_rounding = low;
+    // generation_config.json travels with the model (processor_files); without one, the
+    // defaults (greedy) and config.json's eos_token_id, as generate() reads it.
+    train::GenerationConfig d;
+    try {
+      auto j = nlohmann::json::parse(model_.config_json);
+      if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
+        d.eos_token_ids = {j["eos_token_id"].get<int64_t>()};
+      else if (j.contains("eos_token_id") && j["eos_token_id"].is_array())
+        d.eos_token_ids = j["eos_token_id"].get<std::vector<int64_t>>();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(cat("predict_with_generate: the model's config.json: ", e.what()));
+    }
+    for (auto& f : model_.processor_files)
+      if (std::filesystem::path(f).filename() == "generation_config.json")
+        d = train::read_generation_config(std::filesystem::path(f).parent_path().string(), d);
+    impl_->generation_defaults = d;
   }
   // The current weights (views), LoRA adapters merged into copies of the layers they adapt.
   std::map<std::string, Tensor> w;
@@ -175,16 +192,9 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
   }
   gen->set_weights(std::move(w));
 
-  train::GenerationConfig cfg;  // greedy; eos_token_id of config.json, as generate() reads it
-  try {
-    auto j = nlohmann::json::parse(model_.config_json);
-    if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
-      cfg.eos_token_ids = {j["eos_token_id"].get<int64_t>()};
-    else if (j.contains("eos_token_id") && j["eos_token_id"].is_array())
-      cfg.eos_token_ids = j["eos_token_id"].get<std::vector<int64_t>>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(cat("predict_with_generate: the model's config.json: ", e.what()));
-  }
+  // Seq2SeqTrainer's priority: the generation_* arguments, then the model's generation_config
+  train::GenerationConfig cfg = impl_->generation_defaults;
+  cfg.seed = (uint64_t)args_.seed;
   auto keys = ds.keys();
   auto has = [&](const char* k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); };
   ONYX_CHECK(has("input_ids") && has("labels"),
@@ -238,7 +248,8 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
       cfg.max_new_tokens = -1;  // Seq2SeqTrainer's max_length: the padded prompt counts
       cfg.max_length = *args_.generation_max_length;
     }
-    cfg.num_beams = args_.generation_num_beams.value_or(1);
+    if (args_.generation_num_beams) cfg.num_beams = *args_.generation_num_beams;
+    if (cfg.num_beams > 1) cfg.do_sample = false;  // (beam sampling: warned when read)
     auto out = gen->generate(prompts, cfg);
     for (size_t i = 0; i < out.size(); i++) {
       const auto& ref = refs[i];

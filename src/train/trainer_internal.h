@@ -45,6 +45,9 @@ struct Trainer::Impl {
   // are rounded as the evaluation graphs' are (`generator_rounding`: how it was made).
   std::unique_ptr<train::Generator> generator;
   kernels::LowPrecision generator_rounding = kernels::LowPrecision::None;
+  // The model folder's generation_config.json (with config.json's eos), read with the generator:
+  // Seq2SeqTrainer's model.generation_config, which the generation_* arguments override.
+  train::GenerationConfig generation_defaults;
   // Inside train(): evaluations then run as training left the model (bf16_full_eval applies to
   // evaluate() / predict() outside it, as Transformers' evaluation_loop has it).
   bool in_train = false;

@@ -98,8 +98,8 @@ def hf_generate(model, prompts, new, pad=0, eos=None, **kw):
     mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
-                             min_new_tokens=0, do_sample=False, pad_token_id=pad,
-                             eos_token_id=eos, **kw)
+                             do_sample=False, pad_token_id=pad, eos_token_id=eos,
+                             **{"min_new_tokens": 0, **kw})
     res = []
     for row in out[:, L:].tolist():
         if eos is not None and eos in row:
@@ -270,8 +270,8 @@ def case_predict_with_generate(tmp, lora=False, bf16=False, beams=0):
     With lora: the scores equal those of PEFT's merged model (the adapters merged in evaluation).
     With bf16 (LoRA on a base stored in bf16, model_init_kwargs.dtype): those of PEFT's merged
     model over the bf16-rounded base (the generator widens the stored weights to float32).
-    With beams: generation_num_beams (Seq2SeqTrainingArguments'), the scores those of HF's beam
-    search with as many beams."""
+    With beams: generation_num_beams (Seq2SeqTrainingArguments') and min_new_tokens 3 in the
+    model's generation_config.json, the scores those of HF's beam search with both."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     tk = Tokenizer(models.BPE.from_file(os.path.join(GPT2_TOK, "vocab.json"),
                                         os.path.join(GPT2_TOK, "merges.txt")))
@@ -289,6 +289,8 @@ def case_predict_with_generate(tmp, lora=False, bf16=False, beams=0):
     m = make(tr.LlamaForCausalLM, vocab_size=50257, num_key_value_heads=2, initializer_range=0.02)
     m.config.eos_token_id = 50256
     m.generation_config.eos_token_id = 50256
+    if beams:  # the model's generation_config.json counts too (Seq2SeqTrainer's priority)
+        m.generation_config.min_new_tokens = 3
     m.save_pretrained(os.path.join(d, "model"))
     data = {"type": "sft", "path": os.path.join(d, "sft.jsonl"),
             "tokenizer": os.path.join(GPT2_TOK, "vocab.json")}
@@ -326,17 +328,19 @@ def case_predict_with_generate(tmp, lora=False, bf16=False, beams=0):
         trained.eval()
     else:
         trained = tr.LlamaForCausalLM.from_pretrained(os.path.join(d, "out")).eval()
-    exact, hit, total, want_ids, greedy_ids = 0, 0, 0, [], []
+    exact, hit, total, want_ids, greedy_ids, plain_ids = 0, 0, 0, [], [], []
     prompt_ids = [tk.encode(p).ids for p, _ in rows]
     refs = [tk.encode(p + c).ids[len(q):] + [50256] for (p, c), q in zip(rows, prompt_ids)]
     for i, ref in enumerate(refs):
         b0 = i // 3 * 3  # onyx generates as many tokens as the longest reference of its batch
         new = max(len(r) for r in refs[b0:b0 + 3])
         got = hf_generate(trained, [prompt_ids[i]], new, eos=50256,
-                          **({"num_beams": beams} if beams else {}))[0]
+                          **({"num_beams": beams, "min_new_tokens": 3} if beams else {}))[0]
         want_ids.append(got)
-        if beams:  # what greedy decoding would give instead
+        if beams:  # what greedy decoding, and beams without the penalty, would give instead
             greedy_ids.append(hf_generate(trained, [prompt_ids[i]], new, eos=50256)[0])
+            plain_ids.append(hf_generate(trained, [prompt_ids[i]], new, eos=50256,
+                                         num_beams=beams)[0])
         same = sum(1 for a, b in zip(ref, got) if a == b)
         hit += same
         total += len(ref)
@@ -350,6 +354,8 @@ def case_predict_with_generate(tmp, lora=False, bf16=False, beams=0):
         return False, "token accuracy 0 after training: the case tests little"
     if beams and greedy_ids == want_ids:
         return False, "beam search gives greedy's ids on every row: the case shows nothing"
+    if beams and plain_ids == want_ids:
+        return False, "min_new_tokens 3 changes no id: the case shows nothing of it"
     if lora:
         return True, (f"LoRA{' on a bf16 base' if bf16 else ''}: eval_gen_exact_match {want_exact:.3f}, eval_gen_token_accuracy "
                       f"{want_acc:.3f} = from PEFT's merged model's generate")
@@ -363,7 +369,8 @@ def case_predict_with_generate(tmp, lora=False, bf16=False, beams=0):
         return False, f"onyx predict ids {got_ids[:2]} vs HF {want_ids[:2]}"
     return True, (f"eval_gen_exact_match {want_exact:.3f}, eval_gen_token_accuracy {want_acc:.3f} "
                   f"(step {cfg['max_steps']}) = from HF generate on the saved model; predict ids "
-                  f"= HF's" + (f" ({beams} beams; greedy would differ)" if beams else ""))
+                  f"= HF's" + (f" ({beams} beams and generation_config.json's min_new_tokens 3; "
+                               f"greedy, or no minimum, would differ)" if beams else ""))
 
 
 def case_processors(tmp):
