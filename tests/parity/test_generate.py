@@ -97,7 +97,8 @@ def hf_generate(model, prompts, new, pad=0, eos=None, **kw):
     ids = torch.tensor([[pad] * (L - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+        out = model.generate(input_ids=ids, attention_mask=mask,
+                             **({} if new is None else {"max_new_tokens": new}),
                              do_sample=False, pad_token_id=pad, eos_token_id=eos,
                              **{"min_new_tokens": 0, **kw})
     res = []
@@ -381,21 +382,11 @@ def case_processors(tmp):
     (else its part would show nothing)."""
     m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
     prompts = prompts_for(m.config.vocab_size, [3, 11, 7], seed=5)
-    L, new = 11, 48
+    new = 48
 
-    def hf(**kw):
-        ids = torch.tensor([[0] * (L - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
-        with torch.no_grad():
-            out = m.generate(input_ids=ids, attention_mask=mask, do_sample=False, pad_token_id=0,
-                             **kw)
-        res = []
-        for row in out[:, L:].tolist():
-            eos = kw.get("eos_token_id", m.generation_config.eos_token_id)
-            if eos is not None and eos in row:
-                row = row[:row.index(eos) + 1]
-            res.append(row)
-        return res
+    def hf(**kw):  # (max_length: no max_new_tokens)
+        eos = kw.pop("eos_token_id", m.generation_config.eos_token_id)
+        return hf_generate(m, prompts, kw.pop("max_new_tokens", None), eos=eos, **kw)
 
     plain = hf(max_new_tokens=new)
     # an eos greedy emits within the first 6 new tokens of some row
@@ -447,20 +438,10 @@ def case_beams(tmp):
     search differs from greedy in some row (else the case would show little)."""
     m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
     prompts = prompts_for(m.config.vocab_size, [3, 11, 7], seed=7)
-    L, new = 11, 16
+    new = 16
 
-    def hf(**kw):
-        ids = torch.tensor([[0] * (L - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
-        with torch.no_grad():
-            out = m.generate(input_ids=ids, attention_mask=mask, do_sample=False, pad_token_id=0,
-                             max_new_tokens=new, **kw)
-        res = []
-        for row in out[:, L:].tolist():
-            if kw["eos_token_id"] in row:
-                row = row[:row.index(kw["eos_token_id"]) + 1]
-            res.append(row)
-        return res
+    def hf(eos_token_id, **kw):
+        return hf_generate(m, prompts, new, eos=eos_token_id, **kw)
 
     free = hf(eos_token_id=-5)
     eos = next((t for row in free for t in row[2:8]), None)
