@@ -40,11 +40,22 @@ using ValueList = std::vector<Value>;
 using ValueDict = std::vector<std::pair<std::string, Value>>;  // insertion order, as Python
 using Args = std::vector<Value>;
 using Kwargs = std::vector<std::pair<std::string, Value>>;
+struct Func;
 
-struct Func {
-  std::string name;
-  std::function<Value(Args&, Kwargs&)> fn;
+using Limits = TemplateLimits;
+
+// The work and the string bytes one render has spent (Renderer::run installs it for its thread;
+// outside a render nothing is counted). Copying a Value copies its string, so every copy is
+// charged: `[s] * n` and a loop that keeps doubling a string both stop at kMaxBytes.
+struct Budget {
+  int64_t steps = 0, bytes = 0;
+  // Every namespace made: the only mutable values, so the only way to a cycle (ns.me = ns). The
+  // render empties them when it ends, so a cycle does not outlive it.
+  std::vector<std::weak_ptr<ValueDict>> namespaces;
 };
+thread_local Budget* t_budget = nullptr;
+void charge_steps(int64_t n);
+void charge_bytes(int64_t n);
 
 struct Value {
   enum T : uint8_t { Undef, None, Bool, Int, Float, Str, List, Dict, Fn };
@@ -58,6 +69,19 @@ struct Value {
   std::shared_ptr<ValueList> l;
   std::shared_ptr<ValueDict> d;
   std::shared_ptr<Func> fn;
+
+  Value() = default;
+  Value(Value&&) = default;
+  Value& operator=(Value&&) = default;
+  Value(const Value& o)
+      : t(o.t), tuple(o.tuple), ns(o.ns), b(o.b), i(o.i), f(o.f), s(o.s), l(o.l), d(o.d), fn(o.fn) {
+    charge_bytes((int64_t)s.size());
+  }
+  Value& operator=(const Value& o) {
+    if (this != &o) *this = Value(o);
+    return *this;
+  }
+  ~Value();
 
   static Value undef(std::string hint) {
     Value v;
@@ -87,41 +111,55 @@ struct Value {
     v.f = x;
     return v;
   }
-  static Value str(std::string x) {
-    Value v;
-    v.t = Str;
-    v.s = std::move(x);
-    return v;
-  }
-  static Value list(ValueList x, bool tuple = false) {
-    Value v;
-    v.t = List;
-    v.tuple = tuple;
-    v.l = std::make_shared<ValueList>(std::move(x));
-    return v;
-  }
-  static Value dict(ValueDict x, bool ns = false) {
-    Value v;
-    v.t = Dict;
-    v.ns = ns;
-    v.d = std::make_shared<ValueDict>(std::move(x));
-    return v;
-  }
-  static Value func(std::string name, std::function<Value(Args&, Kwargs&)> f) {
-    Value v;
-    v.t = Fn;
-    v.fn = std::make_shared<Func>(Func{std::move(name), std::move(f)});
-    return v;
-  }
+  static Value str(std::string x);
+  static Value list(ValueList x, bool tuple = false);
+  static Value dict(ValueDict x, bool ns = false);
+  // A callable; `self` is the object a bound method belongs to (kept here, not in the closure,
+  // so that releasing a value never recurses: see ~Value).
+  static Value func(std::string name, std::function<Value(const Value&, Args&, Kwargs&)> f);
+  static Value func(std::string name, std::function<Value(const Value&, Args&, Kwargs&)> f,
+                    Value self);
   bool numeric() const { return t == Bool || t == Int || t == Float; }
   double num() const { return t == Float ? f : t == Int ? (double)i : (double)b; }
   int64_t as_int() const { return t == Int ? i : (int64_t)b; }
   const Value* find(const std::string& key) const {
+    charge_steps(1 + (int64_t)d->size() / 16);
     for (auto& [k, v] : *d)
       if (k == key) return &v;
     return nullptr;
   }
 };
+
+struct Func {
+  std::string name;
+  std::function<Value(const Value& self, Args&, Kwargs&)> fn;
+  Value self;
+};
+
+// Releasing a value releases what only it holds. A list nested a million deep (a template can
+// build one in a loop) would recurse that deep through the destructors; instead the first
+// release on a thread drains a worklist, and releases inside it only add to the list.
+thread_local std::vector<Value>* t_release_queue = nullptr;
+Value::~Value() {
+  const bool own_list = l && l.use_count() == 1 && !l->empty();
+  const bool own_dict = d && d.use_count() == 1 && !d->empty();
+  const bool own_fn = fn && fn.use_count() == 1 && fn->self.t != Undef;
+  if (!own_list && !own_dict && !own_fn) return;
+  std::vector<Value> local;
+  std::vector<Value>* queue = t_release_queue ? t_release_queue : &local;
+  if (own_list)
+    for (auto& x : *l) queue->push_back(std::move(x));
+  if (own_dict)
+    for (auto& kv : *d) queue->push_back(std::move(kv.second));
+  if (own_fn) queue->push_back(std::move(fn->self));
+  if (queue != &local) return;
+  t_release_queue = &local;
+  while (!local.empty()) {
+    Value v = std::move(local.back());
+    local.pop_back();
+  }  // each v releases here, queueing what it alone held
+  t_release_queue = nullptr;
+}
 
 // A runtime error without its place yet; the renderer adds line and column.
 struct RtError {
@@ -129,6 +167,75 @@ struct RtError {
   bool located = false;
 };
 [[noreturn]] void fail(std::string msg) { throw RtError{std::move(msg)}; }
+
+void charge_steps(int64_t n) {
+  if (t_budget && (t_budget->steps += n) > Limits::kMaxSteps)
+    fail(cat("the template ran more than ", Limits::kMaxSteps,
+             " steps (onyx's bound on one render; a loop that never ends?)"));
+}
+void charge_bytes(int64_t n) {
+  if (t_budget && (t_budget->bytes += n) > Limits::kMaxBytes)
+    fail(cat("the template made more than ", Limits::kMaxBytes >> 20,
+             " MiB of values in one render (onyx's bound; a string, list or dict counts each "
+             "time it is made or copied)"));
+}
+// A string about to be made `n` bytes long.
+void check_string_size(uint64_t n) {
+  if (n > (uint64_t)Limits::kMaxString)
+    fail(cat("a string of ", n, " bytes is longer than onyx's bound of ", Limits::kMaxString >> 20,
+             " MiB for one value"));
+}
+void check_items(uint64_t n) {
+  if (n > (uint64_t)Limits::kMaxItems)
+    fail(cat("a list or dict of ", n, " items is larger than onyx's bound of ", Limits::kMaxItems,
+             " items"));
+}
+// Recursive walks over values (repr, ==, <, tojson) stop at kMaxValueDepth: a namespace can hold
+// itself, and a loop can nest a list in itself a million times.
+void check_value_depth(int depth) {
+  if (depth > Limits::kMaxValueDepth)
+    fail(cat("values nest deeper than ", Limits::kMaxValueDepth,
+             " levels (onyx's bound; does a namespace hold itself?)"));
+  charge_steps(1);
+}
+
+Value Value::str(std::string x) {
+  check_string_size(x.size());
+  charge_bytes((int64_t)x.size());
+  Value v;
+  v.t = Str;
+  v.s = std::move(x);
+  return v;
+}
+Value Value::list(ValueList x, bool tuple) {
+  check_items(x.size());
+  charge_bytes((int64_t)(x.size() * sizeof(Value)));
+  Value v;
+  v.t = List;
+  v.tuple = tuple;
+  v.l = std::make_shared<ValueList>(std::move(x));
+  return v;
+}
+Value Value::dict(ValueDict x, bool ns) {
+  check_items(x.size());
+  charge_bytes((int64_t)(x.size() * sizeof(ValueDict::value_type)));
+  Value v;
+  v.t = Dict;
+  v.ns = ns;
+  v.d = std::make_shared<ValueDict>(std::move(x));
+  if (ns && t_budget) t_budget->namespaces.push_back(v.d);
+  return v;
+}
+Value Value::func(std::string name, std::function<Value(const Value&, Args&, Kwargs&)> f) {
+  return func(std::move(name), std::move(f), Value());
+}
+Value Value::func(std::string name, std::function<Value(const Value&, Args&, Kwargs&)> f,
+                  Value self) {
+  Value v;
+  v.t = Fn;
+  v.fn = std::make_shared<Func>(Func{std::move(name), std::move(f), std::move(self)});
+  return v;
+}
 
 const char* type_name(const Value& v) {
   switch (v.t) {
@@ -171,6 +278,7 @@ char32_t next_cp(const std::string& s, size_t& i) {
   return cp;
 }
 std::u32string to_u32(const std::string& s) {
+  charge_steps(1 + (int64_t)s.size() / 4);
   std::u32string out;
   for (size_t i = 0; i < s.size();) out.push_back(next_cp(s, i));
   return out;
@@ -382,7 +490,7 @@ std::string py_float(double x) {
   return neg ? "-" + r : r;
 }
 
-std::string py_repr(const Value& v);
+std::string py_repr(const Value& v, int depth = 0);
 
 // Python's str(): what {{ }} prints.
 std::string py_str(const Value& v) {
@@ -396,7 +504,7 @@ std::string py_str(const Value& v) {
   }
 }
 
-std::string py_repr(const Value& v) {
+std::string py_repr(const Value& v, int depth) {
   switch (v.t) {
     case Value::Undef:
       return "";
@@ -411,16 +519,22 @@ std::string py_repr(const Value& v) {
     case Value::Str:
       return py_repr_str(v.s);
     case Value::List: {
+      check_value_depth(depth);
       std::string out = v.tuple ? "(" : "[";
-      for (size_t k = 0; k < v.l->size(); k++) out += (k ? ", " : "") + py_repr((*v.l)[k]);
+      for (size_t k = 0; k < v.l->size(); k++) {
+        out += (k ? ", " : "") + py_repr((*v.l)[k], depth + 1);
+        check_string_size(out.size());
+      }
       if (v.tuple && v.l->size() == 1) out += ",";
       return out + (v.tuple ? ")" : "]");
     }
     case Value::Dict: {
+      check_value_depth(depth);
       std::string out = v.ns ? "<Namespace {" : "{";
       bool first = true;
       for (auto& [k, x] : *v.d) {
-        out += (first ? "" : ", ") + py_repr_str(k) + ": " + py_repr(x);
+        out += (first ? "" : ", ") + py_repr_str(k) + ": " + py_repr(x, depth + 1);
+        check_string_size(out.size());
         first = false;
       }
       return out + (v.ns ? "}>" : "}");
@@ -454,7 +568,8 @@ bool truthy(const Value& v) {
   return false;
 }
 
-bool py_eq(const Value& a, const Value& b) {
+bool py_eq(const Value& a, const Value& b, int depth = 0) {
+  check_value_depth(depth);
   if (a.numeric() && b.numeric()) {
     if (a.t != Value::Float && b.t != Value::Float) return a.as_int() == b.as_int();
     return a.num() == b.num();
@@ -469,14 +584,14 @@ bool py_eq(const Value& a, const Value& b) {
     case Value::List:
       if (a.tuple != b.tuple || a.l->size() != b.l->size()) return false;
       for (size_t k = 0; k < a.l->size(); k++)
-        if (!py_eq((*a.l)[k], (*b.l)[k])) return false;
+        if (!py_eq((*a.l)[k], (*b.l)[k], depth + 1)) return false;
       return true;
     case Value::Dict:
       if (a.ns || b.ns) return a.d == b.d;
       if (a.d->size() != b.d->size()) return false;
       for (auto& [k, x] : *a.d) {
         const Value* y = b.find(k);
-        if (!y || !py_eq(x, *y)) return false;
+        if (!y || !py_eq(x, *y, depth + 1)) return false;
       }
       return true;
     case Value::Fn:
@@ -487,7 +602,8 @@ bool py_eq(const Value& a, const Value& b) {
 }
 
 // Python's a < b (TypeError between kinds that do not order).
-bool py_lt(const Value& a, const Value& b, const char* op = "<") {
+bool py_lt(const Value& a, const Value& b, const char* op = "<", int depth = 0) {
+  check_value_depth(depth);
   if (a.numeric() && b.numeric()) {
     if (a.t != Value::Float && b.t != Value::Float) return a.as_int() < b.as_int();
     return a.num() < b.num();
@@ -496,8 +612,8 @@ bool py_lt(const Value& a, const Value& b, const char* op = "<") {
   if (a.t == Value::List && b.t == Value::List && a.tuple == b.tuple) {
     const size_t n = std::min(a.l->size(), b.l->size());
     for (size_t k = 0; k < n; k++) {
-      if (py_eq((*a.l)[k], (*b.l)[k])) continue;
-      return py_lt((*a.l)[k], (*b.l)[k], op);
+      if (py_eq((*a.l)[k], (*b.l)[k], depth + 1)) continue;
+      return py_lt((*a.l)[k], (*b.l)[k], op, depth + 1);
     }
     return a.l->size() < b.l->size();
   }
@@ -558,9 +674,14 @@ std::string json_str(const std::string& s, bool ensure_ascii) {
   return out + "\"";
 }
 void json_dump(const Value& v, const JsonStyle& st, int level, std::string& out) {
+  check_value_depth(level);
+  check_string_size(out.size());
   auto newline = [&](int lv) {
     out += "\n";
-    for (int k = 0; k < lv; k++) out += st.indent;
+    for (int k = 0; k < lv; k++) {
+      out += st.indent;
+      check_string_size(out.size());
+    }
   };
   switch (v.t) {
     case Value::Undef:
@@ -624,7 +745,8 @@ void json_dump(const Value& v, const JsonStyle& st, int level, std::string& out)
   }
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+Value from_json(const nlohmann::ordered_json& j, int depth = 0) {
+  check_value_depth(depth);
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::none();
@@ -633,6 +755,9 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::number_integer:
       return Value::integer(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
+      if (j.get<uint64_t>() > (uint64_t)INT64_MAX)
+        fail(cat("the integer ", j.get<uint64_t>(), " in the template's variables does not fit in ",
+                 "64 bits (onyx's templates have no big integers)"));
       return Value::integer((int64_t)j.get<uint64_t>());
     case nlohmann::ordered_json::value_t::number_float:
       return Value::flt(j.get<double>());
@@ -640,13 +765,13 @@ Value from_json(const nlohmann::ordered_json& j) {
       return Value::str(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList l;
-      for (auto& x : j) l.push_back(from_json(x));
+      for (auto& x : j) l.push_back(from_json(x, depth + 1));
       return Value::list(std::move(l));
     }
     case nlohmann::ordered_json::value_t::object: {
       ValueDict d;
       for (auto it = j.begin(); it != j.end(); ++it)
-        d.emplace_back(it.key(), from_json(it.value()));
+        d.emplace_back(it.key(), from_json(it.value(), depth + 1));
       return Value::dict(std::move(d));
     }
     default:
@@ -656,6 +781,7 @@ Value from_json(const nlohmann::ordered_json& j) {
 
 // The items `for` walks: a list's elements, a dict's keys, a string's characters.
 ValueList iterate(const Value& v) {
+  charge_steps(1 + (v.t == Value::List ? (int64_t)v.l->size() : 0));
   switch (v.t) {
     case Value::Undef:
       return {};
@@ -716,10 +842,7 @@ std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& s
   };
   const int64_t b = clamp(start, st > 0 ? 0 : n - 1), e = clamp(stop, st > 0 ? n : -1);
   std::vector<int64_t> out;
-  if (st > 0)
-    for (int64_t k = b; k < e; k += st) out.push_back(k);
-  else
-    for (int64_t k = b; k > e; k += st) out.push_back(k);
+  for (__int128 k = b; st > 0 ? k < e : k > e; k += st) out.push_back((int64_t)k);
   return out;
 }
 
@@ -1122,6 +1245,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprP>> kw;
   std::vector<std::string> ops;  // Cmp
   bool neg = false;              // Test: 'is not'
+  int height = 1;                // of this subtree (Parser::seal bounds it)
 };
 
 struct Stmt;
@@ -1168,6 +1292,35 @@ class Parser {
   std::vector<Tok> t_;
   size_t p_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;  // statements and expressions being parsed inside each other
+
+  // One level deeper in the parser's recursion while it lives.
+  struct Nested {
+    Parser& p;
+    explicit Nested(Parser& parser) : p(parser) {
+      if (++p.depth_ > Limits::kMaxNesting) {
+        --p.depth_;
+        p.error(p.peek(), cat("the template nests blocks and expressions deeper than ",
+                              Limits::kMaxNesting, " levels (onyx's bound)"));
+      }
+    }
+    ~Nested() { --p.depth_; }
+  };
+  // A node whose operands are set: its height is bounded, so that no walk over the tree (the
+  // renderer, the destructors) recurses without a bound, even through chains the parser builds
+  // in loops (a.b.c..., x|f|g..., 1+1+1...).
+  ExprP seal(ExprP e) {
+    int h = 0;
+    for (auto& c : e->a)
+      if (c) h = std::max(h, c->height);
+    for (auto& kv : e->kw)
+      if (kv.second) h = std::max(h, kv.second->height);
+    e->height = h + 1;
+    if (e->height > Limits::kMaxNesting)
+      src_.error(e->off, cat("the expression nests deeper than ", Limits::kMaxNesting,
+                             " levels (onyx's bound)"));
+    return e;
+  }
 
   const Tok& peek(size_t ahead = 0) const { return t_[std::min(p_ + ahead, t_.size() - 1)]; }
   const Tok& next() { return t_[std::min(p_++, t_.size() - 1)]; }
@@ -1257,6 +1410,7 @@ class Parser {
   }
 
   StmtP parse_statement() {
+    Nested nested(*this);
     const Tok& open = next();  // {%
     const Tok& tag = next();
     auto s = std::make_shared<Stmt>();
@@ -1400,13 +1554,15 @@ class Parser {
       if (peek().k == Tok::BlkE || peek().k == Tok::VarE || is_op(")") || is_name("in")) break;
       t->a.push_back(parse_expression(with_condexpr));
     }
-    return t;
+    return seal(t);
   }
 
   ExprP parse_expression(bool with_condexpr) {
+    Nested nested(*this);
     return with_condexpr ? parse_condexpr() : parse_or();
   }
   ExprP parse_condexpr() {
+    Nested nested(*this);
     ExprP e = parse_or();
     while (is_name("if")) {
       const size_t off = next().off;
@@ -1419,7 +1575,7 @@ class Parser {
       } else {
         c->a.push_back(nullptr);
       }
-      e = c;
+      e = seal(c);
     }
     return e;
   }
@@ -1428,7 +1584,7 @@ class Parser {
     while (is_name("or")) {
       auto o = node(Expr::Or, next().off);
       o->a = {e, parse_and()};
-      e = o;
+      e = seal(o);
     }
     return e;
   }
@@ -1437,15 +1593,16 @@ class Parser {
     while (is_name("and")) {
       auto o = node(Expr::And, next().off);
       o->a = {e, parse_not()};
-      e = o;
+      e = seal(o);
     }
     return e;
   }
   ExprP parse_not() {
     if (is_name("not")) {
+      Nested nested(*this);
       auto o = node(Expr::Not, next().off);
       o->a = {parse_not()};
-      return o;
+      return seal(o);
     }
     return parse_compare();
   }
@@ -1475,13 +1632,13 @@ class Parser {
       c->ops.push_back(op);
       c->a.push_back(parse_math1());
     }
-    return c ? c : e;
+    return c ? seal(c) : e;
   }
   ExprP bin(const std::string& op, size_t off, ExprP l, ExprP r) {
     auto b = node(Expr::Bin, off);
     b->name = op;
     b->a = {std::move(l), std::move(r)};
-    return b;
+    return seal(b);
   }
   ExprP parse_math1() {
     ExprP e = parse_concat();
@@ -1518,9 +1675,11 @@ class Parser {
   ExprP parse_unary(bool with_filter) {
     ExprP e;
     if (is_op("-") || is_op("+")) {
+      Nested nested(*this);
       const Tok& t = next();
       e = node(t.s == "-" ? Expr::Neg : Expr::Pos, t.off);
       e->a = {parse_unary(false)};
+      e = seal(e);
     } else {
       e = parse_postfix(parse_primary());
     }
@@ -1573,7 +1732,7 @@ class Parser {
           if (is_op(")")) break;
           tup->a.push_back(parse_expression(true));
         }
-        e = tup;
+        e = seal(tup);
       }
       expect_op(")");
       return e;
@@ -1586,7 +1745,7 @@ class Parser {
         if (!is_op("]")) expect_op(",");
       }
       next();
-      return e;
+      return seal(e);
     }
     if (is_op("{")) {
       next();
@@ -1598,7 +1757,7 @@ class Parser {
         if (!is_op("}")) expect_op(",");
       }
       next();
-      return e;
+      return seal(e);
     }
     error(t, cat("unexpected ", describe(t)));
   }
@@ -1626,13 +1785,13 @@ class Parser {
           auto a = node(Expr::Attr, dot.off);
           a->name = next().s;
           a->a = {e};
-          e = a;
+          e = seal(a);
         } else if (peek().k == Tok::Int) {
           auto a = node(Expr::Item, dot.off);
           auto idx = node(Expr::Const, peek().off);
           idx->v = Value::integer(next().i);
           a->a = {e, idx};
-          e = a;
+          e = seal(a);
         } else {
           error(peek(), cat("expected an attribute name after '.', got ", describe(peek())));
         }
@@ -1654,12 +1813,12 @@ class Parser {
         if (!is_slice && !parts[0]) error(br, "expected an index inside '[]'");
         a->a = {e, parts[0], parts[1], parts[2]};
         if (!is_slice) a->a.resize(2);
-        e = a;
+        e = seal(a);
       } else if (is_op("(")) {
         auto c = node(Expr::Call, e->off);
         c->a.push_back(e);
         parse_call_args(c);
-        e = c;
+        e = seal(c);
       } else {
         return e;
       }
@@ -1680,7 +1839,7 @@ class Parser {
         f->name = name;
         f->a.push_back(e);
         if (is_op("(")) parse_call_args(f);
-        e = f;
+        e = seal(f);
       } else if (is_name("is")) {
         next();
         auto t = node(Expr::Test, peek().off);
@@ -1709,12 +1868,12 @@ class Parser {
             t->a.push_back(parse_postfix(parse_primary()));
           }
         }
-        e = t;
+        e = seal(t);
       } else if (is_op("(")) {
         auto c = node(Expr::Call, peek().off);
         c->a.push_back(e);
         parse_call_args(c);
-        e = c;
+        e = seal(c);
       } else {
         return e;
       }
@@ -1791,6 +1950,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
         out += nw;
         done++;
       }
+      check_string_size(out.size());
     }
     return out;
   }
@@ -1803,6 +1963,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
       return out;
     }
     out += s.substr(i, j - i) + nw;
+    check_string_size(out.size());
     i = j + old.size();
     done++;
   }
@@ -1821,7 +1982,7 @@ ValueList py_split(const std::string& s, const Value* sep, int64_t maxsplit, boo
       while (i < u.size() && !py_space(u[i])) i++;
       words.emplace_back(b, i);
     }
-    if (maxsplit < 0 || (int64_t)words.size() <= maxsplit + 1) {
+    if (maxsplit < 0 || (int64_t)words.size() - 1 <= maxsplit) {
       for (auto [b, e] : words) out.push_back(Value::str(to_u8(u.substr(b, e - b))));
       return out;
     }
@@ -1854,7 +2015,7 @@ ValueList py_split(const std::string& s, const Value* sep, int64_t maxsplit, boo
     i = j + d.size();
   }
   parts.push_back(s.substr(i));
-  if (maxsplit >= 0 && (int64_t)parts.size() > maxsplit + 1) {
+  if (maxsplit >= 0 && (int64_t)parts.size() - 1 > maxsplit) {
     std::vector<std::string> merged;
     if (!from_right) {
       for (int64_t k = 0; k < maxsplit; k++) merged.push_back(parts[k]);
@@ -1954,6 +2115,7 @@ Value str_method(const std::string& s, const std::string& m, Args& a, Kwargs& kw
       if (x.t != Value::Str)
         fail(cat("sequence item: expected str instance, ", type_name(x), " found"));
       out += (first ? "" : s) + x.s;
+      check_string_size(out.size());
       first = false;
     }
     return Value::str(out);
@@ -2027,20 +2189,21 @@ Value dict_method(const Value& d, const std::string& m, Args& a, Kwargs& kw) {
 }
 
 Value bound_method(const Value& obj, const std::string& m) {
-  return Value::func(m, [obj, m](Args& a, Kwargs& kw) -> Value {
-    if (obj.t == Value::Str) return str_method(obj.s, m, a, kw);
-    if (obj.t == Value::Dict) return dict_method(obj, m, a, kw);
+  auto call = [m](const Value& self, Args& a, Kwargs& kw) -> Value {
+    if (self.t == Value::Str) return str_method(self.s, m, a, kw);
+    if (self.t == Value::Dict) return dict_method(self, m, a, kw);
     if (a.size() != 1) fail(cat("list.", m, "() takes exactly one argument"));
     int64_t c = 0;
-    for (size_t k = 0; k < obj.l->size(); k++) {
-      if (py_eq((*obj.l)[k], a[0])) {
+    for (size_t k = 0; k < self.l->size(); k++) {
+      if (py_eq((*self.l)[k], a[0])) {
         if (m == "index") return Value::integer((int64_t)k);
         c++;
       }
     }
     if (m == "index") fail("x not in list");
     return Value::integer(c);
-  });
+  };
+  return Value::func(m, call, obj);
 }
 
 // obj.name: an attribute (a method) first, then an item, as Jinja's getattr.
@@ -2124,6 +2287,72 @@ bool py_in(const Value& x, const Value& c) {
   }
 }
 
+// seq * times, as Python repeats a str / list / tuple (times <= 0: empty).
+Value repeat(const Value& seq, int64_t times) {
+  if (times <= 0) return seq.t == Value::Str ? Value::str("") : Value::list({}, seq.tuple);
+  if (seq.t == Value::Str) {
+    if (!seq.s.empty() && (uint64_t)times > (uint64_t)Limits::kMaxString / seq.s.size())
+      check_string_size(UINT64_MAX);
+    std::string out;
+    out.reserve(seq.s.size() * times);
+    for (int64_t k = 0; k < times; k++) out += seq.s;
+    return Value::str(std::move(out));
+  }
+  if (!seq.l->empty() && (uint64_t)times > (uint64_t)Limits::kMaxItems / seq.l->size())
+    check_items(UINT64_MAX);
+  ValueList out;
+  for (int64_t k = 0; k < times; k++) out.insert(out.end(), seq.l->begin(), seq.l->end());
+  return Value::list(std::move(out), seq.tuple);
+}
+
+[[noreturn]] void int_overflow(const std::string& op, int64_t a, int64_t b) {
+  fail(cat(
+      "integer overflow: ", a, " ", op, " ", b,
+      " does not fit in 64 bits (Python's big integers are not supported in onyx's templates)"));
+}
+
+// Python's int ** int for b >= 0, by squaring; an overflow is an error.
+int64_t int_pow(int64_t a, int64_t b) {
+  int64_t out = 1, base = a;
+  for (int64_t e = b; e > 0; e >>= 1) {
+    if ((e & 1) && __builtin_mul_overflow(out, base, &out)) int_overflow("**", a, b);
+    if (e > 1 && __builtin_mul_overflow(base, base, &base)) int_overflow("**", a, b);
+  }
+  return out;
+}
+
+// Python's integer + - * // % ** on 64-bit values: floor division and a modulo with the
+// divisor's sign, defined for every input; a result beyond 64 bits is an error, never a wrap.
+Value int_arith(const std::string& op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (op == "+" || op == "-" || op == "*") {
+    const bool over = op == "+"   ? __builtin_add_overflow(a, b, &r)
+                      : op == "-" ? __builtin_sub_overflow(a, b, &r)
+                                  : __builtin_mul_overflow(a, b, &r);
+    if (over) int_overflow(op, a, b);
+    return Value::integer(r);
+  }
+  if (op == "//" || op == "%") {
+    if (b == 0) fail("integer division or modulo by zero");
+    if (b == -1) {  // the one quotient that can overflow: INT64_MIN // -1
+      if (op == "%") return Value::integer(0);
+      if (a == INT64_MIN) int_overflow(op, a, b);
+      return Value::integer(-a);
+    }
+    int64_t q = a / b, m = a % b;
+    if (m != 0 && ((m < 0) != (b < 0))) {
+      q -= 1;
+      m += b;
+    }
+    return Value::integer(op == "//" ? q : m);
+  }
+  if (op == "**") {
+    if (b < 0) return Value::flt(std::pow((double)a, (double)b));
+    return Value::integer(int_pow(a, b));
+  }
+  fail(cat("unknown operator ", op));
+}
+
 Value arith(const std::string& op, const Value& l, const Value& r) {
   if (op == "~") return Value::str(py_str(l) + py_str(r));
   if (l.t == Value::Undef) fail_undefined(l);
@@ -2142,49 +2371,16 @@ Value arith(const std::string& op, const Value& l, const Value& r) {
       seq = &l, n = &r;
     if ((r.t == Value::Str || r.t == Value::List) && (l.t == Value::Int || l.t == Value::Bool))
       seq = &r, n = &l;
-    if (seq) {
-      const int64_t times = n->as_int();
-      if (times * (int64_t)(seq->t == Value::Str ? seq->s.size() : seq->l->size()) > 10000000)
-        fail("the repeated sequence would be too long");
-      if (seq->t == Value::Str) {
-        std::string out;
-        for (int64_t k = 0; k < times; k++) out += seq->s;
-        return Value::str(out);
-      }
-      ValueList out;
-      for (int64_t k = 0; k < times; k++) out.insert(out.end(), seq->l->begin(), seq->l->end());
-      return Value::list(std::move(out), seq->tuple);
-    }
+    if (seq) return repeat(*seq, n->as_int());
   }
   if (!l.numeric() || !r.numeric())
     fail(cat("unsupported operand type(s) for ", op, ": '", type_name(l), "' and '", type_name(r),
              "'"));
-  const bool ints = l.t != Value::Float && r.t != Value::Float;
   if (op == "/") {
     if (r.num() == 0) fail("division by zero");
     return Value::flt(l.num() / r.num());
   }
-  if (ints) {
-    const int64_t a = l.as_int(), b = r.as_int();
-    if (op == "+") return Value::integer(a + b);
-    if (op == "-") return Value::integer(a - b);
-    if (op == "*") return Value::integer(a * b);
-    if (op == "//" || op == "%") {
-      if (b == 0) fail("integer division or modulo by zero");
-      int64_t q = a / b, m = a % b;
-      if (m != 0 && ((m < 0) != (b < 0))) {
-        q -= 1;
-        m += b;
-      }
-      return Value::integer(op == "//" ? q : m);
-    }
-    if (op == "**") {
-      if (b < 0) return Value::flt(std::pow((double)a, (double)b));
-      int64_t out = 1;
-      for (int64_t k = 0; k < b; k++) out *= a;
-      return Value::integer(out);
-    }
-  }
+  if (l.t != Value::Float && r.t != Value::Float) return int_arith(op, l.as_int(), r.as_int());
   const double a = l.num(), b = r.num();
   if (op == "+") return Value::flt(a + b);
   if (op == "-") return Value::flt(a - b);
@@ -2199,6 +2395,44 @@ Value arith(const std::string& op, const Value& l, const Value& r) {
   fail(cat("unknown operator ", op));
 }
 
+[[noreturn]] void int_too_big(const std::string& what) {
+  fail(cat("the integer ", what,
+           " does not fit in 64 bits (Python's big integers are not supported in onyx's "
+           "templates)"));
+}
+
+// Python's int() of a float, as jinja2's int filter sees it: NaN gives the filter's default (a
+// ValueError), an infinity is an error (OverflowError), others truncate toward zero.
+Value float_to_int(double x, const Value& nan_fallback) {
+  if (std::isnan(x)) return nan_fallback;
+  if (std::isinf(x)) fail("cannot convert float infinity to integer");
+  const double t = std::trunc(x);
+  if (t >= 9223372036854775808.0 || t < -9223372036854775808.0) int_too_big(py_float(x));
+  return Value::integer((int64_t)t);
+}
+
+// Python's round(v, ndigits) of an int: v itself for ndigits >= 0, else to the nearest multiple
+// of 10**-ndigits, halves to even.
+int64_t round_int(int64_t v, int64_t ndigits) {
+  if (ndigits >= 0) return v;
+  if (ndigits < -38) return 0;
+  __int128 pw = 1;
+  for (int64_t k = 0; k < -ndigits; k++) pw *= 10;
+  __int128 q = v / pw, r = v - q * pw;
+  if (r < 0) q -= 1, r += pw;  // floor division
+  if (2 * r > pw || (2 * r == pw && (q & 1))) q += 1;
+  const __int128 out = q * pw;
+  if (out > INT64_MAX || out < INT64_MIN) int_too_big(cat("round(", v, ", ", ndigits, ")"));
+  return (int64_t)out;
+}
+
+// ' ' * n as Python makes it (n <= 0: empty).
+std::string spaces(int64_t n) {
+  if (n <= 0) return "";
+  check_string_size((uint64_t)n);
+  return std::string((size_t)n, ' ');
+}
+
 class Renderer {
  public:
   Renderer(const ChatTemplateImpl& t, std::string& out,
@@ -2206,6 +2440,8 @@ class Renderer {
       : t_(t), out_(&out), spans_(&spans) {}
 
   void run(Scope& root) {
+    Budget budget;
+    Installed installed(budget);
     root_ = &root;
     exec(t_.body, root);
   }
@@ -2215,8 +2451,40 @@ class Renderer {
   std::string* out_;
   std::vector<std::pair<size_t, size_t>>* spans_;
   Scope* root_ = nullptr;
-  int depth_ = 0;
-  int capture_ = 0;  // > 0 while a macro or {% set %} block renders into its own buffer
+  int depth_ = 0;        // statements, expressions and macro calls being evaluated
+  int macro_depth_ = 0;  // macro calls being evaluated
+  int capture_ = 0;      // > 0 while a macro or {% set %} block renders into its own buffer
+
+  // One level deeper while it lives; each level is a step of the budget.
+  // The budget of this thread's render while it lives; then the namespaces are emptied.
+  struct Installed {
+    Budget& budget;
+    Budget* saved;
+    explicit Installed(Budget& b) : budget(b), saved(t_budget) { t_budget = &b; }
+    ~Installed() {
+      t_budget = saved;
+      for (auto& w : budget.namespaces)
+        if (auto d = w.lock()) ValueDict().swap(*d);
+    }
+  };
+
+  struct Nested {
+    int& depth;
+    explicit Nested(int& d) : depth(d) {
+      if (++depth > Limits::kMaxRenderDepth) {
+        --depth;
+        fail(cat("the template nests statements, expressions and macro calls deeper than ",
+                 Limits::kMaxRenderDepth, " levels (onyx's bound)"));
+      }
+      charge_steps(1);
+    }
+    ~Nested() { --depth; }
+  };
+
+  void write(const std::string& text) {
+    check_string_size(out_->size() + text.size());
+    *out_ += text;
+  }
 
   [[noreturn]] void located(size_t off, RtError& e) {
     if (!e.located) {
@@ -2236,7 +2504,7 @@ class Renderer {
 
   Value global(const std::string& name) {
     if (name == "range")
-      return Value::func(name, [](Args& a, Kwargs&) {
+      return Value::func(name, [](const Value&, Args& a, Kwargs&) {
         if (a.empty() || a.size() > 3) fail("range() takes 1 to 3 arguments");
         int64_t b = 0, e, st = 1;
         if (a.size() == 1) {
@@ -2248,18 +2516,18 @@ class Renderer {
         }
         if (st == 0) fail("range() arg 3 must not be zero");
         ValueList out;
-        for (int64_t k = b; st > 0 ? k < e : k > e; k += st) {
-          out.push_back(Value::integer(k));
+        for (__int128 k = b; st > 0 ? k < e : k > e; k += st) {
+          out.push_back(Value::integer((int64_t)k));
           if (out.size() > 100000) fail("range too big, the sandbox allows 100000 items");
         }
         return Value::list(std::move(out));
       });
     if (name == "raise_exception")
-      return Value::func(name, [](Args& a, Kwargs&) -> Value {
+      return Value::func(name, [](const Value&, Args& a, Kwargs&) -> Value {
         fail(cat("the template raised an exception: ", a.empty() ? "" : py_str(a[0])));
       });
     if (name == "strftime_now")
-      return Value::func(name, [](Args& a, Kwargs&) {
+      return Value::func(name, [](const Value&, Args& a, Kwargs&) {
         if (a.size() != 1) fail("strftime_now() takes one argument (the format)");
         const std::string fmt = need_str(a[0], "strftime_now()'s format");
         std::time_t now = std::time(nullptr);
@@ -2271,7 +2539,7 @@ class Renderer {
         return Value::str(buf);
       });
     if (name == "namespace" || name == "dict")
-      return Value::func(name, [name](Args& a, Kwargs& kw) {
+      return Value::func(name, [name](const Value&, Args& a, Kwargs& kw) {
         ValueDict d;
         auto put = [&](const std::string& k, const Value& v) {
           if (name == "namespace" && !k.empty() && k[0] == '_')
@@ -2319,12 +2587,13 @@ class Renderer {
 
   Flow exec(const Stmt& s, Scope& sc) {
     try {
+      Nested nested(depth_);
       switch (s.k) {
         case Stmt::Text:
-          *out_ += s.text;
+          write(s.text);
           return Flow::Next;
         case Stmt::Out:
-          *out_ += py_str(eval(*s.e, sc));
+          write(py_str(eval(*s.e, sc)));
           return Flow::Next;
         case Stmt::If:
           for (size_t k = 0; k < s.conds.size(); k++)
@@ -2424,7 +2693,7 @@ class Renderer {
           {"depth0", Value::integer(0)},
           {"previtem", k > 0 ? items[k - 1] : Value::undef("there is no previous item")},
           {"nextitem", k + 1 < n ? items[k + 1] : Value::undef("there is no next item")},
-          {"cycle", Value::func("cycle", [k](Args& a, Kwargs&) {
+          {"cycle", Value::func("cycle", [k](const Value&, Args& a, Kwargs&) {
              if (a.empty()) fail("no items for cycling given");
              return a[k % a.size()];
            })}};
@@ -2438,12 +2707,13 @@ class Renderer {
 
   Value make_macro(const Stmt& s) {
     const Stmt* m = &s;
-    return Value::func(s.text, [this, m](Args& a, Kwargs& kw) {
+    return Value::func(s.text, [this, m](const Value&, Args& a, Kwargs& kw) {
       if (a.size() > m->params.size())
         fail(cat("macro '", m->text, "' takes not more than ", m->params.size(), " argument(s)"));
-      if (++depth_ > 100) {
-        depth_ = 0;
-        fail("macro recursion is too deep");
+      if (++macro_depth_ > Limits::kMaxMacroDepth) {
+        macro_depth_--;
+        fail(cat("macros call each other deeper than ", Limits::kMaxMacroDepth,
+                 " levels (onyx's bound)"));
       }
       Scope ms{{}, root_};
       for (size_t k = 0; k < m->params.size(); k++) {
@@ -2470,18 +2740,19 @@ class Renderer {
       } catch (...) {
         out_ = saved;
         capture_--;
-        depth_--;
+        macro_depth_--;
         throw;
       }
       out_ = saved;
       capture_--;
-      depth_--;
+      macro_depth_--;
       return Value::str(buf);
     });
   }
 
   Value eval(const Expr& e, Scope& sc) {
     try {
+      Nested nested(depth_);
       return eval_inner(e, sc);
     } catch (RtError& err) {
       located(e.off, err);
@@ -2513,7 +2784,7 @@ class Renderer {
         for (auto& [k, x] : e.kw) kw.emplace_back(k, eval(*x, sc));
         if (f.t == Value::Undef) fail_undefined(f);
         if (f.t != Value::Fn) fail(cat("'", type_name(f), "' object is not callable"));
-        return f.fn->fn(args, kw);
+        return f.fn->fn(f.fn->self, args, kw);
       }
       case Expr::Filter: {
         Value v = eval(*e.a[0], sc);
@@ -2538,7 +2809,8 @@ class Renderer {
           fail(cat("bad operand type for unary ", e.k == Expr::Neg ? "-" : "+", ": '", type_name(v),
                    "'"));
         if (e.k == Expr::Pos) return v.t == Value::Bool ? Value::integer(v.as_int()) : v;
-        return v.t == Value::Float ? Value::flt(-v.f) : Value::integer(-v.as_int());
+        if (v.t == Value::Float) return Value::flt(-v.f);
+        return int_arith("-", 0, v.as_int());
       }
       case Expr::Not:
         return Value::boolean(!truthy(eval(*e.a[0], sc)));
@@ -2618,6 +2890,7 @@ class Renderer {
       size_t j = path.find('.', i);
       std::string part = path.substr(i, j == std::string::npos ? std::string::npos : j - i);
       bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+      if (digits && part.size() > 18) return Value::undef(cat("no item ", part));
       v = get_item(v, digits ? Value::integer(std::stoll(part)) : Value::str(part));
       if (j == std::string::npos) return v;
       i = j + 1;
@@ -2657,7 +2930,7 @@ class Renderer {
       if (name == "even") return x % 2 == 0;
       const int64_t d = need_int(need(1), "divisibleby's argument");
       if (d == 0) fail("integer division or modulo by zero");
-      return x % d == 0;
+      return d == -1 || x % d == 0;
     }
     if (name == "eq" || name == "equalto" || name == "==") return py_eq(v, need(1));
     if (name == "ne" || name == "!=") return !py_eq(v, need(1));
@@ -2760,6 +3033,7 @@ class Renderer {
       std::string sep = d ? py_str(*d) : "", out;
       bool first = true;
       for (auto& x : iterate(v)) {
+        check_string_size(out.size());
         out += (first ? "" : sep) +
                py_str(attr && attr->t != Value::None ? attr_path(x, py_str(*attr)) : x);
         first = false;
@@ -2814,18 +3088,21 @@ class Renderer {
       if (v.t == Value::Undef) fail_undefined(v);  // int(Undefined) raises
       if (v.t == Value::Int) return v;
       if (v.t == Value::Bool) return Value::integer(v.as_int());
-      if (v.t == Value::Float) return Value::integer((int64_t)v.f);
+      // jinja2's do_int: int(value[, base]); on ValueError int(float(value)); then the default.
+      // int() of an infinity is an OverflowError, which jinja2 does not catch.
+      if (v.t == Value::Float) return float_to_int(v.f, fallback);
       if (v.t == Value::Str) {
         std::string s = py_strip(v.s, nullptr, true, true);
-        const int b = base ? (int)need_int(*base, "base") : 10;
+        const int64_t b = base ? need_int(*base, "base") : 10;
         char* end = nullptr;
         errno = 0;
-        long long x = std::strtoll(s.c_str(), &end, b);
-        if (!s.empty() && end && *end == 0 && errno == 0) return Value::integer(x);
-        if (b == 10) {
-          double d = std::strtod(s.c_str(), &end);
-          if (!s.empty() && end && *end == 0 && std::isfinite(d)) return Value::integer((int64_t)d);
+        long long x = b >= 2 && b <= 36 ? std::strtoll(s.c_str(), &end, (int)b) : 0;
+        if (!s.empty() && end && *end == 0) {
+          if (errno == ERANGE) int_too_big(s);
+          return Value::integer(x);
         }
+        double d = std::strtod(s.c_str(), &end);
+        if (!s.empty() && end && *end == 0) return float_to_int(d, fallback);
       }
       return fallback;
     }
@@ -2845,8 +3122,8 @@ class Renderer {
     if (name == "abs") {
       if (v.t == Value::Undef) fail_undefined(v);
       if (!v.numeric()) fail(cat("bad operand type for abs(): '", type_name(v), "'"));
-      return v.t == Value::Float ? Value::flt(std::fabs(v.f))
-                                 : Value::integer(std::llabs(v.as_int()));
+      if (v.t == Value::Float) return Value::flt(std::fabs(v.f));
+      return v.as_int() < 0 ? int_arith("-", 0, v.as_int()) : Value::integer(v.as_int());
     }
     if (name == "round") {
       check_args(name, a, kw, 2, {"precision", "method"});
@@ -2856,17 +3133,26 @@ class Renderer {
       if (!v.numeric()) fail(cat("round needs a number, not '", type_name(v), "'"));
       const int64_t prec = p ? need_int(*p, "precision") : 0;
       const std::string method = m ? py_str(*m) : "common";
-      const double scale = std::pow(10.0, (double)prec), x = v.num() * scale;
-      double r;
-      if (method == "common")
-        r = std::nearbyint(x);  // Python's round(): half to even
-      else if (method == "ceil")
-        r = std::ceil(x);
-      else if (method == "floor")
-        r = std::floor(x);
-      else
+      if (method != "common" && method != "ceil" && method != "floor")
         fail("method must be common, ceil or floor");
-      if (method == "common" && v.t != Value::Float) return Value::integer(v.as_int());
+      if (method == "common" && v.t != Value::Float)
+        return Value::integer(round_int(v.as_int(), prec));
+      // A double has at most 17 significant digits and exponents of -324..308: past those
+      // precisions Python's round() returns the value itself / a signed zero.
+      const double x0 = v.num();
+      if (method == "common" && (prec > 330 || !std::isfinite(x0))) return Value::flt(x0);
+      if (method == "common" && prec < -330) return Value::flt(std::copysign(0.0, x0));
+      if (method == "common" && prec >= 0) {
+        // Python rounds the double's exact value, halves to even; so does printf's %.Nf
+        char buf[1024];  // 309 integer digits and 330 decimals at most
+        snprintf(buf, sizeof buf, "%.*f", (int)prec, x0);
+        return Value::flt(std::strtod(buf, nullptr));
+      }
+      const double scale = std::pow(10.0, (double)std::clamp<int64_t>(prec, -400, 400));
+      const double x = x0 * scale;
+      const double r = method == "common" ? std::nearbyint(x)  // half to even, as Python's
+                       : method == "ceil" ? std::ceil(x)
+                                          : std::floor(x);
       return Value::flt(r / scale);
     }
     if (name == "tojson") {
@@ -2882,7 +3168,7 @@ class Renderer {
       if (ind && ind->t != Value::None) {
         st.has_indent = true;
         st.item_sep = ",";
-        st.indent = ind->t == Value::Str ? ind->s : std::string(need_int(*ind, "indent"), ' ');
+        st.indent = ind->t == Value::Str ? ind->s : spaces(need_int(*ind, "indent"));
       }
       if (seps && seps->t != Value::None) {
         if (seps->t != Value::List || seps->l->size() != 2)
@@ -2899,18 +3185,21 @@ class Renderer {
       const Value* w = arg(a, kw, 0, "width");
       const Value* f = arg(a, kw, 1, "first");
       const Value* b = arg(a, kw, 2, "blank");
-      std::string ind = !w                   ? "    "
-                        : w->t == Value::Str ? w->s
-                                             : std::string(need_int(*w, "width"), ' ');
+      std::string ind = !w ? "    " : w->t == Value::Str ? w->s : spaces(need_int(*w, "width"));
       std::string s = py_str(v) + "\n";
       std::vector<std::string> lines = split_lines(s);
       std::string rv;
       if (b && truthy(*b)) {
-        for (size_t k = 0; k < lines.size(); k++) rv += (k ? "\n" + ind : "") + lines[k];
+        for (size_t k = 0; k < lines.size(); k++) {
+          rv += (k ? "\n" + ind : "") + lines[k];
+          check_string_size(rv.size());
+        }
       } else if (!lines.empty()) {
         rv = lines[0];
-        for (size_t k = 1; k < lines.size(); k++)
+        for (size_t k = 1; k < lines.size(); k++) {
           rv += "\n" + (lines[k].empty() ? "" : ind) + lines[k];
+          check_string_size(rv.size());
+        }
       }
       if (f && truthy(*f)) rv = ind + rv;
       return Value::str(rv);
@@ -2999,6 +3288,8 @@ class Renderer {
 // ---------------------------------------------------------------- public API
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string name) {
+  ONYX_CHECK(source.size() <= Limits::kMaxSourceBytes, name, ": the template is ", source.size(),
+             " bytes, over onyx's bound of ", Limits::kMaxSourceBytes >> 20, " MiB");
   auto impl = std::make_shared<ChatTemplateImpl>();
   impl->src.name = std::move(name);
   // Jinja: \r\n and \r read as \n; one trailing newline is dropped (keep_trailing_newline=False)
@@ -3029,9 +3320,10 @@ ChatTemplate::Rendered ChatTemplate::render(const nlohmann::ordered_json& vars) 
   ONYX_CHECK(vars.is_object(), impl_->src.name, ": the template's variables must be a JSON object");
   Rendered r;
   Scope root;
-  for (auto it = vars.begin(); it != vars.end(); ++it) root.vars[it.key()] = from_json(it.value());
   Renderer rd(*impl_, r.text, r.generation_spans);
   try {
+    for (auto it = vars.begin(); it != vars.end(); ++it)
+      root.vars[it.key()] = from_json(it.value());
     rd.run(root);
   } catch (RtError& e) {
     throw Error(e.located ? e.msg : impl_->src.name + ": " + e.msg);

@@ -39,6 +39,24 @@ namespace onyx::data {
 
 struct ChatTemplateImpl;
 
+// What one template may do. A chat template is code from a downloaded folder, so parsing and
+// rendering are bounded; each bound reached is an error that names it, and a real template
+// reaches none (the largest Hugging Face templates nest ~10 deep and render in ~10^4 steps).
+struct TemplateLimits {
+  static constexpr size_t kMaxSourceBytes = 4u << 20;  // the template's text
+  // Blocks and expressions inside each other when parsing (jinja2 itself stops near 80, at
+  // Python's recursion limit), and statements, expressions and macro calls inside each other
+  // while rendering.
+  static constexpr int kMaxNesting = 256;
+  static constexpr int kMaxRenderDepth = 256;
+  static constexpr int kMaxMacroDepth = 100;        // a macro calling itself
+  static constexpr int kMaxValueDepth = 512;        // lists, dicts and namespaces inside each other
+  static constexpr int64_t kMaxSteps = 20'000'000;  // statements, expressions, items visited
+  static constexpr int64_t kMaxBytes = 1ll << 30;   // bytes of strings made in one render
+  static constexpr int64_t kMaxString = 64ll << 20;  // one string value, and the rendered text
+  static constexpr int64_t kMaxItems = 1'000'000;    // one list or dict
+};
+
 class ChatTemplate {
  public:
   // Parses `source` (errors name `name`, the line and the column).

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "data/chat_template.h"
+#include "io/json.h"
 #include "onyx/error.h"
 
 namespace fs = std::filesystem;
@@ -107,12 +108,7 @@ std::vector<Row> read_rows(const std::string& path, const TextClassificationOpti
     }
   } else if (fmt == "json" && text.find_first_not_of(" \t\r\n") != std::string::npos &&
              text[text.find_first_not_of(" \t\r\n")] == '[') {
-    nlohmann::json arr;
-    try {
-      arr = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(cat("dataset '", path, "' is not valid JSON: ", e.what()));
-    }
+    nlohmann::json arr = io::parse_json(text, cat("dataset '", path, "'"));
     int64_t k = 0;
     for (auto& obj : arr) rows.push_back({++k, obj});
   } else {
@@ -120,11 +116,7 @@ std::vector<Row> read_rows(const std::string& path, const TextClassificationOpti
     std::string line;
     for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      try {
-        rows.push_back({lineno, nlohmann::json::parse(line)});
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(cat("dataset '", path, "': line ", lineno, " is not valid JSON: ", e.what()));
-      }
+      rows.push_back({lineno, io::parse_json(line, cat("dataset '", path, "': line ", lineno))});
     }
   }
   for (auto& r : rows)
@@ -450,12 +442,9 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
       nlohmann::ordered_json extra = nlohmann::ordered_json::object();
       if (const nlohmann::json* tools = field("tools")) {
         if (tools->is_string()) {
-          try {
-            extra["tools"] = nlohmann::ordered_json::parse(tools->get<std::string>());
-          } catch (const nlohmann::json::exception& e) {
-            throw Error(cat("dataset '", path, "': line ", r.line,
-                            ": 'tools' is a string but not valid JSON: ", e.what()));
-          }
+          extra["tools"] = io::parse_ordered_json(
+              tools->get<std::string>(),
+              cat("dataset '", path, "': line ", r.line, ": 'tools' (a string)"));
         } else {
           extra["tools"] = nlohmann::ordered_json::parse(tools->dump());
         }

@@ -14,17 +14,14 @@
 #include "data/chat_template.h"
 #include "data/text_datasets.h"
 #include "data/tokenizer.h"
+#include "io/json.h"
 #include "onyx/error.h"
 
 namespace onyx::cli {
 
 namespace {
 nlohmann::ordered_json parse_json(const std::string& text, const std::string& what) {
-  try {
-    return nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(cat(what, " is not valid JSON: ", e.what()));
-  }
+  return io::parse_ordered_json(text, what);
 }
 }  // namespace
 
