@@ -13,6 +13,7 @@
 
 #include "data/bpe.h"
 #include "data/wordpiece.h"
+#include "io/json.h"
 #include "onyx/error.h"
 
 namespace fs = std::filesystem;
@@ -337,15 +338,9 @@ void register_added_tokens(const nlohmann::json& j, const std::string& path, Tok
 
 // ---- load_tokenizer ----
 
-namespace {
-
-std::shared_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(cat("tokenizer file '", path, "' is not valid JSON: ", e.what()));
-  }
+std::shared_ptr<Tokenizer> tokenizer_from_json_text(const std::string& text,
+                                                    const std::string& path) {
+  nlohmann::json j = io::parse_json(text, cat("tokenizer file '", path, "'"));
   ONYX_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "tokenizer file '",
              path, "' has no \"model\" object (is it a Hugging Face tokenizer.json?)");
   auto& m = j["model"];
@@ -358,6 +353,12 @@ std::shared_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
   if (type == "BPE") return BpeTokenizer::from_tokenizer_json(j, path);
   ONYX_UNSUPPORTED("tokenizer file '", path, "': model.type '", type,
                    "' is not supported (WordPiece and BPE are)");
+}
+
+namespace {
+
+std::shared_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
+  return tokenizer_from_json_text(read_text_file(path), path);
 }
 
 }  // namespace

@@ -130,6 +130,9 @@ class Tokenizer {
 // (WordPiece), a vocab.json next to merges.txt (byte-level BPE), or a folder holding one of them
 // (tokenizer.json preferred; tokenizer_config.json's do_lower_case is honoured for vocab.txt).
 std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path);
+// A tokenizer.json's text (`path` names it in errors).
+std::shared_ptr<Tokenizer> tokenizer_from_json_text(const std::string& text,
+                                                    const std::string& path);
 
 // Reads a whole file; errors name the file.
 std::string read_text_file(const std::string& path);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
+#include "io/json.h"
 #include "ir/graph.h"
 #include "kernels/cpu/gemm.h"
 #include "models/lora.h"
@@ -147,16 +148,9 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
     impl_->generator_rounding = low;
     // generation_config.json travels with the model (processor_files); without one, the
     // defaults (greedy) and config.json's eos_token_id, as generate() reads it.
-    train::GenerationConfig d;
-    try {
-      auto j = nlohmann::json::parse(model_.config_json);
-      if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
-        d.eos_token_ids = {j["eos_token_id"].get<int64_t>()};
-      else if (j.contains("eos_token_id") && j["eos_token_id"].is_array())
-        d.eos_token_ids = j["eos_token_id"].get<std::vector<int64_t>>();
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(cat("predict_with_generate: the model's config.json: ", e.what()));
-    }
+    train::GenerationConfig d = train::apply_generation_config_json(
+        io::parse_json(model_.config_json, "predict_with_generate: the model's config.json"), {},
+        "predict_with_generate: the model's config.json", true);
     for (auto& f : model_.processor_files)
       if (std::filesystem::path(f).filename() == "generation_config.json")
         d = train::read_generation_config(std::filesystem::path(f).parent_path().string(), d);

@@ -1,6 +1,8 @@
 // generate.cc — Generator: prefill, then one token per step over a key/value cache (generate.h).
 #include "train/generate.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +16,7 @@
 #include <set>
 
 #include "data/tokenizer.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "models/hf_weights.h"
 #include "models/lora.h"
@@ -37,29 +40,173 @@ std::optional<std::vector<int64_t>> id_list(const nlohmann::json& j, const char*
                                             const std::string& what) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
   const auto& v = j[key];
+  auto id = [&](const nlohmann::json& e) {
+    ONYX_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0, what, ": '", key,
+               "' must be a token id (an integer >= 0) or a list of them, got ", e.dump());
+    return e.get<int64_t>();
+  };
   std::vector<int64_t> out;
-  if (v.is_number_integer()) {
-    out.push_back(v.get<int64_t>());
-  } else if (v.is_array()) {
-    for (auto& e : v) {
-      ONYX_CHECK(e.is_number_integer(), what, ": '", key, "' must be an integer or a list of them");
-      out.push_back(e.get<int64_t>());
-    }
+  if (v.is_array()) {
+    for (auto& e : v) out.push_back(id(e));
   } else {
-    throw Error(cat(what, ": '", key, "' must be an integer or a list of them"));
+    out.push_back(id(v));
   }
   return out;
 }
 
-nlohmann::json read_json(const fs::path& p) {
-  try {
-    return nlohmann::json::parse(data::read_text_file(p.string()));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(cat(p.string(), ": not valid JSON: ", e.what()));
+// generation_config.json's keys as Transformers types them: integers must be JSON integers (top_k
+// 1.5 is an error there too: TopKLogitsWarper), floats any finite number, flags true/false.
+struct ConfigReader {
+  const nlohmann::json& j;
+  const std::string& what;
+  const nlohmann::json* find(const char* key) const {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+  void integer(const char* key, int64_t& field) const {
+    if (const nlohmann::json* v = find(key)) {
+      ONYX_CHECK(v->is_number_integer(), what, ": '", key, "' must be an integer, got ", v->dump());
+      ONYX_CHECK(v->is_number_unsigned() || v->get<int64_t>() >= INT32_MIN, what, ": '", key,
+                 "' is out of range: ", v->dump());
+      field = v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t)INT64_MAX
+                  ? INT64_MAX
+                  : v->get<int64_t>();
+    }
+  }
+  void number(const char* key, double& field) const {
+    if (const nlohmann::json* v = find(key)) {
+      ONYX_CHECK(v->is_number(), what, ": '", key, "' must be a number, got ", v->dump());
+      field = v->get<double>();
+    }
+  }
+  void flag(const char* key, bool& field) const {
+    if (const nlohmann::json* v = find(key)) {
+      ONYX_CHECK(v->is_boolean(), what, ": '", key, "' must be true or false, got ", v->dump());
+      field = v->get<bool>();
+    }
+  }
+};
+
+void warn_unimplemented(const nlohmann::json& j, const GenerationConfig& cfg,
+                        const std::string& what) {
+  // Decoding options not implemented here, with the value that means "off".
+  const std::pair<const char*, nlohmann::json> off[] = {
+      {"num_beam_groups", 1},
+      {"num_return_sequences", 1},
+      {"penalty_alpha", nullptr},
+      {"typical_p", 1.0},
+      {"epsilon_cutoff", 0.0},
+      {"eta_cutoff", 0.0},
+      {"min_p", nullptr},
+      {"diversity_penalty", 0.0},
+      {"guidance_scale", nullptr},
+      {"bad_words_ids", nullptr},
+      {"suppress_tokens", nullptr},
+      {"begin_suppress_tokens", nullptr},
+      {"forced_bos_token_id", nullptr},
+      {"forced_eos_token_id", nullptr},
+      {"sequence_bias", nullptr},
+      {"exponential_decay_length_penalty", nullptr},
+      {"encoder_repetition_penalty", 1.0},
+      {"renormalize_logits", false}};
+  if (cfg.num_beams > 1 && cfg.do_sample)
+    std::cerr << "Warning: " << what << ": beam sampling (num_beams " << cfg.num_beams
+              << " with do_sample) is not implemented by onyx's generate: beam search without "
+                 "sampling, so the text differs from Transformers' generate\n";
+  for (auto& [key, value] : off) {
+    if (!j.contains(key) || j[key] == value || j[key].is_null() ||
+        (key == std::string("guidance_scale") && j[key] == 1.0))
+      continue;
+    std::cerr << "Warning: " << what << ": '" << key << "' " << j[key].dump()
+              << " is not implemented by onyx's generate (greedy decoding or sampling, with "
+                 "beam search, repetition_penalty, no_repeat_ngram_size, min_length and "
+                 "min_new_tokens): "
+                 "decoding without it, so the text differs from Transformers' generate\n";
   }
 }
 
 }  // namespace
+
+GenerationConfig apply_generation_config_json(const nlohmann::json& j, GenerationConfig cfg,
+                                              const std::string& what, bool token_ids_only) {
+  ONYX_CHECK(j.is_object(), what, ": expected a JSON object, got ", j.type_name());
+  if (auto eos = id_list(j, "eos_token_id", what)) cfg.eos_token_ids = *eos;
+  if (auto pad = id_list(j, "pad_token_id", what); pad && !pad->empty())
+    cfg.pad_token_id = (*pad)[0];
+  if (token_ids_only) return cfg;
+  const ConfigReader r{j, what};
+  r.flag("do_sample", cfg.do_sample);
+  r.number("temperature", cfg.temperature);
+  r.integer("top_k", cfg.top_k);
+  r.number("top_p", cfg.top_p);
+  r.integer("max_new_tokens", cfg.max_new_tokens);
+  if (r.find("max_new_tokens"))
+    ONYX_CHECK(cfg.max_new_tokens > 0, what, ": 'max_new_tokens' must be in [1, ",
+               kMaxGenerationLength, "], got ", cfg.max_new_tokens);
+  r.number("repetition_penalty", cfg.repetition_penalty);
+  r.integer("no_repeat_ngram_size", cfg.no_repeat_ngram_size);
+  r.integer("min_length", cfg.min_length);
+  r.integer("min_new_tokens", cfg.min_new_tokens);
+  r.integer("num_beams", cfg.num_beams);
+  r.number("length_penalty", cfg.length_penalty);
+  if (const nlohmann::json* e = r.find("early_stopping")) {
+    ONYX_CHECK(e->is_boolean() || (e->is_string() && e->get<std::string>() == "never"), what,
+               ": 'early_stopping' must be true, false or \"never\", got ", e->dump());
+    cfg.early_stopping = e->is_boolean() ? (e->get<bool>() ? "true" : "false") : "never";
+  }
+  // max_length counts only without max_new_tokens (which takes precedence, as in Transformers)
+  if (r.find("max_length") && !r.find("max_new_tokens")) {
+    r.integer("max_length", cfg.max_length);
+    cfg.max_new_tokens = -1;
+  }
+  validate_generation_config(cfg, what);
+  warn_unimplemented(j, cfg, what);
+  return cfg;
+}
+
+void validate_generation_config(const GenerationConfig& cfg, const std::string& what) {
+  // The checks Transformers makes when generate() builds its logits processors and warpers
+  // (a NaN passes some of theirs; it is refused here), and the bounds on lengths.
+  auto finite = [&](double v, const char* key) {
+    ONYX_CHECK(std::isfinite(v), what, ": '", key, "' must be a finite number, got ", v);
+  };
+  finite(cfg.temperature, "temperature");
+  finite(cfg.top_p, "top_p");
+  finite(cfg.repetition_penalty, "repetition_penalty");
+  finite(cfg.length_penalty, "length_penalty");
+  if (cfg.do_sample)
+    ONYX_CHECK(cfg.temperature > 0, what, ": 'temperature' (", cfg.temperature,
+               ") has to be strictly positive when sampling (for greedy decoding set do_sample "
+               "false)");
+  ONYX_CHECK(cfg.temperature >= 0, what, ": 'temperature' must be >= 0, got ", cfg.temperature);
+  ONYX_CHECK(cfg.top_k >= 0, what, ": 'top_k' must be >= 0 (0: off), got ", cfg.top_k);
+  ONYX_CHECK(cfg.top_p >= 0 && cfg.top_p <= 1, what, ": 'top_p' must be in [0, 1], got ",
+             cfg.top_p);
+  ONYX_CHECK(cfg.repetition_penalty > 0, what,
+             ": 'repetition_penalty' must be strictly positive, got ", cfg.repetition_penalty);
+  ONYX_CHECK(cfg.no_repeat_ngram_size >= 0 && cfg.min_length >= 0 && cfg.min_new_tokens >= 0, what,
+             ": 'no_repeat_ngram_size', 'min_length' and 'min_new_tokens' must be >= 0");
+  ONYX_CHECK(cfg.num_beams >= 1 && cfg.num_beams <= kMaxBeams, what,
+             ": 'num_beams' must be in [1, ", kMaxBeams, "], got ", cfg.num_beams);
+  if (cfg.max_new_tokens != -1)  // -1: up to max_length
+    ONYX_CHECK(cfg.max_new_tokens > 0 && cfg.max_new_tokens <= kMaxGenerationLength, what,
+               ": 'max_new_tokens' must be in [1, ", kMaxGenerationLength, "], got ",
+               cfg.max_new_tokens);
+  else
+    ONYX_CHECK(cfg.max_length > 0 && cfg.max_length <= kMaxGenerationLength, what,
+               ": 'max_length' must be in [1, ", kMaxGenerationLength, "], got ", cfg.max_length);
+  for (int64_t id : cfg.eos_token_ids)
+    ONYX_CHECK(id >= 0, what, ": 'eos_token_id' must be >= 0, got ", id);
+}
+
+void check_generation_token_ids(const GenerationConfig& cfg, int64_t vocab_size,
+                                const std::string& what) {
+  for (int64_t id : cfg.eos_token_ids)
+    ONYX_CHECK(id >= 0 && id < vocab_size, what, ": eos_token_id ", id,
+               " is not a token of the model (vocab_size ", vocab_size, ")");
+  ONYX_CHECK(cfg.pad_token_id < vocab_size, what, ": pad_token_id ", cfg.pad_token_id,
+             " is not a token of the model (vocab_size ", vocab_size, ")");
+}
 
 GenerationConfig read_generation_config(const std::string& dir, GenerationConfig cfg) {
   fs::path d(dir);
@@ -68,80 +215,8 @@ GenerationConfig read_generation_config(const std::string& dir, GenerationConfig
   for (const char* name : {"config.json", "generation_config.json"}) {
     fs::path p = d / name;
     if (!fs::exists(p)) continue;
-    nlohmann::json j = read_json(p);
-    if (auto eos = id_list(j, "eos_token_id", p.string())) cfg.eos_token_ids = *eos;
-    if (auto pad = id_list(j, "pad_token_id", p.string()); pad && !pad->empty())
-      cfg.pad_token_id = (*pad)[0];
-    if (std::string(name) == "config.json") continue;
-    auto num = [&](const char* key, auto& field) {
-      if (!j.contains(key) || j[key].is_null()) return;
-      ONYX_CHECK(j[key].is_number(), p.string(), ": '", key, "' must be a number");
-      field = j[key].get<std::decay_t<decltype(field)>>();
-    };
-    if (j.contains("do_sample") && j["do_sample"].is_boolean())
-      cfg.do_sample = j["do_sample"].get<bool>();
-    num("temperature", cfg.temperature);
-    num("top_k", cfg.top_k);
-    num("top_p", cfg.top_p);
-    num("max_new_tokens", cfg.max_new_tokens);
-    num("repetition_penalty", cfg.repetition_penalty);
-    num("no_repeat_ngram_size", cfg.no_repeat_ngram_size);
-    num("min_length", cfg.min_length);
-    num("min_new_tokens", cfg.min_new_tokens);
-    num("num_beams", cfg.num_beams);
-    num("length_penalty", cfg.length_penalty);
-    if (j.contains("early_stopping") && !j["early_stopping"].is_null()) {
-      const auto& e = j["early_stopping"];
-      ONYX_CHECK(e.is_boolean() || (e.is_string() && e.get<std::string>() == "never"), p.string(),
-                 ": 'early_stopping' must be true, false or \"never\", got ", e.dump());
-      cfg.early_stopping = e.is_boolean() ? (e.get<bool>() ? "true" : "false") : "never";
-    }
-    ONYX_CHECK(cfg.num_beams >= 1, p.string(), ": 'num_beams' must be >= 1, got ", cfg.num_beams);
-    // max_length counts only without max_new_tokens (which takes precedence, as in Transformers)
-    if (j.contains("max_length") && !j["max_length"].is_null() &&
-        (!j.contains("max_new_tokens") || j["max_new_tokens"].is_null())) {
-      num("max_length", cfg.max_length);
-      cfg.max_new_tokens = -1;
-    }
-    ONYX_CHECK(cfg.repetition_penalty > 0, p.string(),
-               ": 'repetition_penalty' must be strictly positive, got ", cfg.repetition_penalty);
-    ONYX_CHECK(cfg.no_repeat_ngram_size >= 0 && cfg.min_length >= 0 && cfg.min_new_tokens >= 0,
-               p.string(),
-               ": 'no_repeat_ngram_size', 'min_length' and 'min_new_tokens' must be >= 0");
-    // Decoding options not implemented here, with the value that means "off".
-    const std::pair<const char*, nlohmann::json> off[] = {
-        {"num_beam_groups", 1},
-        {"num_return_sequences", 1},
-        {"penalty_alpha", nullptr},
-        {"typical_p", 1.0},
-        {"epsilon_cutoff", 0.0},
-        {"eta_cutoff", 0.0},
-        {"min_p", nullptr},
-        {"diversity_penalty", 0.0},
-        {"guidance_scale", nullptr},
-        {"bad_words_ids", nullptr},
-        {"suppress_tokens", nullptr},
-        {"begin_suppress_tokens", nullptr},
-        {"forced_bos_token_id", nullptr},
-        {"forced_eos_token_id", nullptr},
-        {"sequence_bias", nullptr},
-        {"exponential_decay_length_penalty", nullptr},
-        {"encoder_repetition_penalty", 1.0},
-        {"renormalize_logits", false}};
-    if (cfg.num_beams > 1 && cfg.do_sample)
-      std::cerr << "Warning: " << p.string() << ": beam sampling (num_beams " << cfg.num_beams
-                << " with do_sample) is not implemented by onyx's generate: beam search without "
-                   "sampling, so the text differs from Transformers' generate\n";
-    for (auto& [key, value] : off) {
-      if (!j.contains(key) || j[key] == value || j[key].is_null() ||
-          (key == std::string("guidance_scale") && j[key] == 1.0))
-        continue;
-      std::cerr << "Warning: " << p.string() << ": '" << key << "' " << j[key].dump()
-                << " is not implemented by onyx's generate (greedy decoding or sampling, with "
-                   "beam search, repetition_penalty, no_repeat_ngram_size, min_length and "
-                   "min_new_tokens): "
-                   "decoding without it, so the text differs from Transformers' generate\n";
-    }
+    cfg = apply_generation_config_json(io::read_json_file(p.string()), cfg, p.string(),
+                                       std::string(name) == "config.json");
   }
   return cfg;
 }
@@ -443,12 +518,25 @@ Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, 
   return *compiled_.back();
 }
 
+// The key/value cache of `rows` rows of `tokens` tokens, and the logits of a step, must fit in
+// the machine's memory: a generation length or a beam count from a file cannot exhaust it.
+void Generator::check_cache_fits(int64_t rows, int64_t tokens, int64_t vocab) const {
+  const double cache = 2.0 * 4 * (double)rows * tokens * layers_ * kv_heads_ * head_dim_;
+  const double logits = 4.0 * rows * vocab * 2;
+  const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+  ONYX_CHECK(cache + logits <= ram, "generate: ", rows, " rows (prompts x num_beams) of up to ",
+             tokens, " tokens need ", (int64_t)((cache + logits) / (1 << 20)),
+             " MiB of key/value cache and logits, more than this machine's ",
+             (int64_t)(ram / (1 << 20)), " MiB; lower max_new_tokens, num_beams or the batch");
+}
+
 std::vector<std::vector<int64_t>> Generator::generate(
     const std::vector<std::vector<int64_t>>& given, const GenerationConfig& cfg,
     GenerationStats* stats) {
   using clock = std::chrono::steady_clock;
   ONYX_CHECK(!given.empty(), "generate: no prompts");
-  ONYX_CHECK(cfg.num_beams >= 1, "generate: num_beams must be >= 1, got ", cfg.num_beams);
+  validate_generation_config(cfg, "generate");
+  check_generation_token_ids(cfg, model_.config.vocab_size, "generate");
   ONYX_CHECK(cfg.early_stopping == "false" || cfg.early_stopping == "true" ||
                  cfg.early_stopping == "never",
              "generate: early_stopping must be false, true or never, got ", cfg.early_stopping);
@@ -479,6 +567,7 @@ std::vector<std::vector<int64_t>> Generator::generate(
              " tokens long (left-padded), but max_length is ", cfg.max_length,
              "; raise max_length or set max_new_tokens");
   const int64_t max_new = cfg.max_new_tokens >= 0 ? cfg.max_new_tokens : cfg.max_length - L;
+  check_cache_fits(B, L + max_new, V);
   const int64_t max_pos = model_.config.max_position_embeddings;
   if (model_.config.model_type == "gpt2")
     ONYX_CHECK(L + max_new <= max_pos, "generate: prompt length ", L, " + ", max_new,

@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -28,7 +29,7 @@ class Session;
 namespace onyx::train {
 
 struct GenerationConfig {
-  // New tokens per row; < 0: up to max_length tokens in all (the left-padded prompt included, as
+  // New tokens per row; -1: up to max_length tokens in all (the left-padded prompt included, as
   // Transformers counts them; a prompt that long already is an error, as there).
   int64_t max_new_tokens = 20;
   int64_t max_length = -1;
@@ -71,6 +72,20 @@ struct GenerationConfig {
 // processors), set to other than its default, gets a warning on stderr naming it: the text then
 // differs from Transformers' generate.
 GenerationConfig read_generation_config(const std::string& dir, GenerationConfig base = {});
+// One generation_config.json object over `base` (`what` names it in errors; token_ids_only: a
+// config.json, whose eos/pad token ids only are read). Values are typed as Transformers types
+// them (an integer key given 1.5 or "7" is an error) and the result is validated.
+GenerationConfig apply_generation_config_json(const nlohmann::json& j, GenerationConfig base,
+                                              const std::string& what, bool token_ids_only = false);
+// The checks Transformers' generate() makes on these values (strictly positive temperature when
+// sampling, top_k >= 0, top_p in [0, 1], a strictly positive repetition_penalty, finite numbers,
+// lengths and beams within the bounds below), shared by the files and the CLI's flags.
+constexpr int64_t kMaxBeams = 1024;
+constexpr int64_t kMaxGenerationLength = 1 << 20;
+void validate_generation_config(const GenerationConfig& cfg, const std::string& what);
+// eos / pad token ids inside the model's vocabulary.
+void check_generation_token_ids(const GenerationConfig& cfg, int64_t vocab_size,
+                                const std::string& what);
 
 struct GenerationStats {
   double prefill_seconds = 0;
@@ -106,6 +121,7 @@ class Generator {
   std::set<std::string> weights_;
   std::map<std::string, Tensor> weight_feeds_;
   int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  void check_cache_fits(int64_t rows, int64_t tokens, int64_t vocab) const;
   std::vector<std::unique_ptr<Compiled>> compiled_;  // most recent last; a few kept
   int64_t compiled_count_ = 0;
 };

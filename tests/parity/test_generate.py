@@ -43,6 +43,7 @@ Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_generate.py [filter
 Ends with "N passed, M failed"; exits 1 if any case failed.
 """
 import json
+import time
 import os
 import re
 import shutil
@@ -507,7 +508,7 @@ def case_unimplemented(tmp):
     if "'num_beam_groups' 2 is not implemented" not in p.stderr:
         return False, f"num_beam_groups 2: no warning naming it; stderr {p.stderr.strip()[-300:]!r}"
     for flags, want in ((["--num_beams", "2", "--do_sample"], "beam sampling) is not implemented"),
-                        (["--num_beams", "0"], "--num_beams must be >= 1")):
+                        (["--num_beams", "0"], "'num_beams' must be in [1, 1024], got 0")):
         p = onyx("generate", d, "--prompts", pf, "--max_new_tokens", "3", *flags, ok=False)
         if p.returncode != 1 or want not in p.stderr:
             return False, f"{flags}: rc {p.returncode}, {p.stderr.strip()[-300:]!r}"
@@ -649,6 +650,85 @@ def case_bad(tmp):
     return True, "empty prompt, id out of range, no config.json: exit 1 naming the reason"
 
 
+def case_hostile_config(tmp):
+    """generation_config.json values and flags Transformers' generate() refuses (its warpers and
+    processors, GenerationConfig), values of the wrong JSON type, a file that is not an object,
+    token ids outside the vocabulary and lengths / beam counts past the bounds: each exits 1 within
+    seconds naming the key and the file or flag; the file's checks and the flags' are one
+    validation (--top_p 2 and top_p 5.0 are refused alike)."""
+    m = make(tr.LlamaForCausalLM, num_key_value_heads=2)
+    d = save(tmp, "hostile", m)
+    gpath = os.path.join(d, "generation_config.json")
+    with open(gpath) as f:
+        good = json.load(f)
+    pf = os.path.join(d, "p.jsonl")
+    with open(pf, "w") as f:
+        f.write(json.dumps({"prompt_ids": [5, 6, 7]}) + "\n")
+    file_cases = [
+        ({"do_sample": True, "temperature": -1.0}, "'temperature' (-1) has to be strictly positive"),
+        # Python's json writes NaN, which JSON (and onyx's reader) does not have
+        ({"do_sample": True, "temperature": float("nan")}, "is not valid JSON"),
+        ({"do_sample": True, "temperature": 0.0}, "has to be strictly positive when sampling"),
+        ({"top_k": -3}, "'top_k' must be >= 0"),
+        ({"top_k": 1.5}, "'top_k' must be an integer, got 1.5"),
+        ({"top_p": -0.5}, "'top_p' must be in [0, 1], got -0.5"),
+        ({"top_p": 5.0}, "'top_p' must be in [0, 1], got 5"),
+        ({"top_p": float("inf")}, "is not valid JSON"),
+        ({"max_new_tokens": -5}, "'max_new_tokens' must be in [1, 1048576], got -5"),
+        ({"max_new_tokens": 10 ** 12}, "'max_new_tokens' must be in [1, 1048576]"),
+        ({"num_beams": 2147483647}, "'num_beams' must be in [1, 1024]"),
+        ({"eos_token_id": 10 ** 12}, "eos_token_id 1000000000000 is not a token of the model"),
+        ({"eos_token_id": -1}, "'eos_token_id' must be a token id"),
+        ({"eos_token_id": [2, "x"]}, "'eos_token_id' must be a token id"),
+        ({"do_sample": "yes"}, "'do_sample' must be true or false, got \"yes\""),
+        ({"repetition_penalty": 0.0}, "'repetition_penalty' must be strictly positive"),
+        ({"min_new_tokens": -1}, "'min_new_tokens' must be >= 0"),
+    ]
+    msgs = []
+    for upd, want in file_cases:
+        g = dict(good, **upd)
+        with open(gpath, "w") as f:
+            json.dump(g, f)
+        t0 = time.time()
+        p = onyx("generate", d, "--prompts", pf, "--max_new_tokens", "3", ok=False) \
+            if "max_new_tokens" not in upd else onyx("generate", d, "--prompts", pf, ok=False)
+        if p.returncode != 1 or want not in p.stderr or "generation_config.json" not in p.stderr \
+                or time.time() - t0 > 60:
+            return False, f"{upd}: rc {p.returncode}, {p.stderr.strip()[-300:]!r} (want {want!r})"
+    msgs.append(f"{len(file_cases)} bad generation_config.json values")
+    for text, want in (("[1, 2]", "expected a JSON object, got array"),
+                       ("null", "expected a JSON object, got null"),
+                       ("{\"top_k\": ", "is not valid JSON")):
+        with open(gpath, "w") as f:
+            f.write(text)
+        p = onyx("generate", d, "--prompts", pf, ok=False)
+        if p.returncode != 1 or want not in p.stderr or "generation_config.json" not in p.stderr:
+            return False, f"file {text!r}: rc {p.returncode}, {p.stderr.strip()[-300:]!r}"
+    msgs.append("3 files that are not an object")
+    with open(gpath, "w") as f:
+        json.dump(good, f)
+    flag_cases = [
+        (["--top_p", "2"], "'top_p' must be in [0, 1], got 2"),
+        (["--top_p", "-0.5"], "'top_p' must be in [0, 1], got -0.5"),
+        (["--temperature", "-1"], "'temperature' (-1) has to be strictly positive"),
+        (["--temperature", "nan"], "'temperature' must be a finite number"),
+        (["--top_k", "-3"], "'top_k' must be >= 0"),
+        (["--max_new_tokens", "-5"], "'max_new_tokens' must be in [1, 1048576], got -5"),
+        (["--max_new_tokens", "0"], "'max_new_tokens' must be in [1, 1048576], got 0"),
+        (["--num_beams", "2147483647"], "'num_beams' must be in [1, 1024]"),
+        (["--num_beams", "1024", "--max_new_tokens", "1000000"], "MiB of key/value cache"),
+        (["--repetition_penalty", "0"], "'repetition_penalty' must be strictly positive"),
+    ]
+    for flags, want in flag_cases:
+        t0 = time.time()
+        p = onyx("generate", d, "--prompts", pf, *(["--max_new_tokens", "3"] if
+                 "--max_new_tokens" not in flags else []), *flags, ok=False)
+        if p.returncode != 1 or want not in p.stderr or time.time() - t0 > 60:
+            return False, f"{flags}: rc {p.returncode}, {p.stderr.strip()[-300:]!r} (want {want!r})"
+    msgs.append(f"{len(flag_cases)} bad flags")
+    return True, "; ".join(msgs) + ": exit 1 naming the key and where"
+
+
 def main():
     cases = [
         ("llama-gqa-batch", lambda t: case_greedy(
@@ -681,6 +761,7 @@ def main():
         ("unimplemented-options", case_unimplemented),
         ("chat", case_chat),
         ("bad-input", case_bad),
+        ("hostile-generation-config", case_hostile_config),
     ]
     return run_cases(cases, "onyx-test-generate-")
 

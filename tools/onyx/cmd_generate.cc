@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "commands.h"
@@ -89,9 +90,11 @@ Action add_generate_command(CLI::App& app) {
   struct Opts {
     std::string model, prompts_file, tokenizer, output;
     std::vector<std::string> prompts;
-    int64_t max_new_tokens = -1, top_k = -1, batch_size = 8, no_repeat_ngram_size = -1,
-            min_new_tokens = -1, num_beams = -1;
-    double temperature = -1, top_p = -1, repetition_penalty = -1;
+    // Decoding flags: set only when given (CLI11 leaves an absent optional empty), so that any
+    // value given, -3 included, reaches the validation instead of reading as "absent".
+    std::optional<int64_t> max_new_tokens, top_k, no_repeat_ngram_size, min_new_tokens, num_beams;
+    std::optional<double> temperature, top_p, repetition_penalty;
+    int64_t batch_size = 8;
     uint64_t seed = 0;
     bool do_sample = false, greedy = false, timings = false, chat = false;
   };
@@ -173,32 +176,28 @@ Action add_generate_command(CLI::App& app) {
                  " tokens, more than the model's vocab_size ", gen.config().vocab_size);
     train::GenerationConfig cfg = train::read_generation_config(o->model);
     if (cfg.eos_token_ids.empty() && tok && tok->eos_id()) cfg.eos_token_ids = {*tok->eos_id()};
-    if (o->max_new_tokens >= 0) cfg.max_new_tokens = o->max_new_tokens;
-    if (o->do_sample || o->temperature >= 0 || o->top_k >= 0 || o->top_p >= 0) cfg.do_sample = true;
+    if (o->max_new_tokens) cfg.max_new_tokens = *o->max_new_tokens;
+    if (o->do_sample || o->temperature || o->top_k || o->top_p) cfg.do_sample = true;
     if (o->greedy) cfg.do_sample = false;
-    if (o->temperature >= 0) cfg.temperature = o->temperature;
-    if (o->top_k >= 0) cfg.top_k = o->top_k;
-    if (o->top_p >= 0) {
-      ONYX_CHECK(o->top_p > 0 && o->top_p <= 1, "generate: --top_p must be in (0, 1], got ",
-                 o->top_p);
-      cfg.top_p = o->top_p;
-    }
-    if (o->repetition_penalty != -1) {
-      ONYX_CHECK(o->repetition_penalty > 0, "generate: --repetition_penalty must be > 0, got ",
-                 o->repetition_penalty);
-      cfg.repetition_penalty = o->repetition_penalty;
-    }
-    if (o->no_repeat_ngram_size >= 0) cfg.no_repeat_ngram_size = o->no_repeat_ngram_size;
-    if (o->min_new_tokens >= 0) cfg.min_new_tokens = o->min_new_tokens;
-    if (o->num_beams != -1) {
-      ONYX_CHECK(o->num_beams >= 1, "generate: --num_beams must be >= 1, got ", o->num_beams);
-      cfg.num_beams = o->num_beams;
-    }
-    ONYX_CHECK(cfg.num_beams == 1 || !cfg.do_sample || o->num_beams == -1,
+    if (o->temperature) cfg.temperature = *o->temperature;
+    if (o->temperature && *o->temperature == 0) cfg.do_sample = false;  // documented: greedy
+    if (o->top_k) cfg.top_k = *o->top_k;
+    if (o->top_p) cfg.top_p = *o->top_p;
+    if (o->repetition_penalty) cfg.repetition_penalty = *o->repetition_penalty;
+    if (o->no_repeat_ngram_size) cfg.no_repeat_ngram_size = *o->no_repeat_ngram_size;
+    if (o->min_new_tokens) cfg.min_new_tokens = *o->min_new_tokens;
+    if (o->num_beams) cfg.num_beams = *o->num_beams;
+    ONYX_CHECK(cfg.num_beams == 1 || !cfg.do_sample || !o->num_beams,
                "generate: --num_beams with sampling (beam sampling) is not implemented; drop "
                "--do_sample / --temperature / --top_k / --top_p, or use --num_beams 1");
     if (cfg.num_beams > 1) cfg.do_sample = false;  // (a generation_config.json's: warned)
     cfg.seed = o->seed;
+    // the same checks as a generation_config.json's values get
+    train::validate_generation_config(
+        cfg, "generate (the flags over " + o->model + "'s generation_config.json)");
+    train::check_generation_token_ids(
+        cfg, gen.config().vocab_size,
+        "generate: the token ids of " + o->model + " (config.json, generation_config.json)");
     std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
 
     std::unique_ptr<std::ofstream> out;
