@@ -60,6 +60,9 @@ BpeTokenizer::BpeTokenizer(std::unordered_map<std::string, int64_t> vocab,
                " out of range");
     max_id = std::max(max_id, id);
   }
+  ONYX_CHECK(max_id < (int64_t)vocab_.size() + kMaxIdGap, source_, ": the largest id, ", max_id,
+             ", is far past the vocabulary's ", vocab_.size(), " entries (more than ", kMaxIdGap,
+             " ids unused; onyx keeps ids in a table)");
   id_to_token_.resize(max_id + 1);
   for (auto& [t, id] : vocab_) id_to_token_[id] = t;
   for (int b = 0; b < 256; ++b) {
@@ -149,9 +152,12 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::
         ONYX_UNSUPPORTED(where(cat("model.", k, " is set; it is not supported")));
     if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
       ONYX_UNSUPPORTED(where("model.dropout (BPE dropout) is not supported"));
-    byte_fallback = m.value("byte_fallback", false);
-    fuse_unk = m.value("fuse_unk", false);
-    ignore_merges = m.value("ignore_merges", false);
+    auto flag = [&](const char* key) {
+      return m.contains(key) && m[key].is_boolean() && m[key].get<bool>();
+    };
+    byte_fallback = flag("byte_fallback");  // (null: false, as tokenizers reads it)
+    fuse_unk = flag("fuse_unk");
+    ignore_merges = flag("ignore_merges");
     if (m.contains("unk_token") && !m["unk_token"].is_null()) {
       ONYX_CHECK(m["unk_token"].is_string(), where("model.unk_token should be a string"));
       unk_token = m["unk_token"].get<std::string>();
@@ -216,7 +222,7 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::
     for (const char* name : {"<|end_of_text|>", "<|endoftext|>", "</s>"})
       if ((tok->eos_id_ = tok->token_id(name))) break;
   if (j.contains("padding") && j["padding"].is_object() && j["padding"].contains("pad_id"))
-    tok->pad_id_ = j["padding"]["pad_id"].get<int64_t>();
+    tok->pad_id_ = checked_pad_id(j, tok->vocab_size(), path);
   else if (auto pad = tok->token_id("<pad>"))
     tok->pad_id_ = *pad;
   else

@@ -68,6 +68,7 @@ class BpeTokenizer : public Tokenizer {
   std::string token_bytes(int64_t id) const override;
   // Ids 0 .. vocab_size-1: the model's vocabulary and the added tokens.
   int64_t vocab_size() const override { return (int64_t)id_to_token_.size(); }
+  int64_t model_vocab_entries() const override { return (int64_t)vocab_.size(); }
   std::optional<int64_t> token_id(const std::string& token) const override;
   std::string kind() const override { return "bpe"; }
   bool uses_token_type_ids() const override { return false; }

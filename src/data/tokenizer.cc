@@ -8,8 +8,10 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_map>
 
 #include "data/bpe.h"
 #include "data/wordpiece.h"
@@ -38,15 +40,21 @@ void Tokenizer::add_special_token(const std::string& text, int64_t id) {
   add_token(t);
 }
 
-void Tokenizer::add_token(const AddedToken& t) {
-  if (t.content.empty()) return;
-  bool found = false;
-  for (auto& a : added_)
-    if (a.content == t.content) {
-      a = t;
-      found = true;
+void Tokenizer::add_token(const AddedToken& t) { add_tokens({t}); }
+
+void Tokenizer::add_tokens(const std::vector<AddedToken>& tokens) {
+  std::unordered_map<std::string, size_t> at;
+  for (size_t i = 0; i < added_.size(); ++i) at[added_[i].content] = i;
+  for (const AddedToken& t : tokens) {
+    if (t.content.empty()) continue;
+    auto it = at.find(t.content);
+    if (it != at.end()) {
+      added_[it->second] = t;
+    } else {
+      at[t.content] = added_.size();
+      added_.push_back(t);
     }
-  if (!found) added_.push_back(t);
+  }
   index_added();
 }
 
@@ -318,29 +326,74 @@ PostTemplate parse_post_processor(const nlohmann::json& j, const std::string& pa
   return t;
 }
 
-void register_added_tokens(const nlohmann::json& j, const std::string& path, Tokenizer& tok) {
-  if (!j.contains("added_tokens") || !j["added_tokens"].is_array()) return;
-  for (auto& a : j["added_tokens"]) {
-    ONYX_CHECK(a.contains("content") && a["content"].is_string() && a.contains("id") &&
-                   a["id"].is_number_integer(),
-               "tokenizer file '", path, "': an added_tokens entry lacks content or id");
-    AddedToken t;
-    t.content = a["content"].get<std::string>();
-    t.id = a["id"].get<int64_t>();
-    t.special = a.value("special", false);
-    t.lstrip = a.value("lstrip", false);
-    t.rstrip = a.value("rstrip", false);
-    t.single_word = a.value("single_word", false);
-    t.normalized = a.value("normalized", !t.special);
-    tok.add_token(t);
-  }
+int64_t checked_pad_id(const nlohmann::json& j, int64_t vocab_size, const std::string& path) {
+  const int64_t id = j["padding"]["pad_id"].get<int64_t>();
+  ONYX_CHECK(id >= 0 && id < vocab_size, "tokenizer file '", path, "': padding.pad_id ", id,
+             " is not a token id (the vocabulary has ", vocab_size, ")");
+  return id;
 }
 
+void register_added_tokens(const nlohmann::json& j, const std::string& path, Tokenizer& tok) {
+  if (!j.contains("added_tokens") || !j["added_tokens"].is_array()) return;
+  // Ids as tokenizers' AddedVocabulary::add_tokens gives them, entry by entry in the file's order
+  // (check_tokenizer_json has typed the fields): a content already added keeps its id, one in the
+  // model's vocabulary takes that id, a new one the next id past the vocabulary and the added
+  // ids so far. A file whose id differs gets tokenizers' warning and tokenizers' id.
+  const int64_t vocab = tok.model_vocab_entries();
+  std::unordered_map<std::string, int64_t> added_ids;
+  std::vector<AddedToken> tokens;
+  int64_t max_added = -1;
+  for (auto& a : j["added_tokens"]) {
+    AddedToken t;
+    t.content = a["content"].get<std::string>();
+    const int64_t file_id = a["id"].get<int64_t>();
+    t.special = a["special"].get<bool>();
+    t.lstrip = a["lstrip"].get<bool>();
+    t.rstrip = a["rstrip"].get<bool>();
+    t.single_word = a["single_word"].get<bool>();
+    t.normalized = a["normalized"].get<bool>();
+    if (t.content.empty()) continue;
+    auto seen = added_ids.find(t.content);
+    std::optional<int64_t> in_vocab =
+        seen == added_ids.end() ? tok.token_id(t.content) : std::optional<int64_t>();
+    if (seen != added_ids.end())
+      t.id = seen->second;
+    else if (in_vocab)
+      t.id = *in_vocab;
+    else
+      t.id = max_added < 0 || (max_added < vocab && vocab > 0) ? vocab : max_added + 1;
+    if (t.id != file_id)
+      std::cerr << "Warning: tokenizer file '" << path << "': token '" << t.content
+                << "' was expected to have ID '" << file_id << "' but was given ID '" << t.id
+                << "' (as Hugging Face tokenizers assigns it)\n";
+    added_ids[t.content] = t.id;
+    max_added = std::max(max_added, t.id);
+    tokens.push_back(std::move(t));
+  }
+  tok.add_tokens(tokens);
+}
 // ---- load_tokenizer ----
+
+namespace {
+std::shared_ptr<Tokenizer> tokenizer_from_checked_json(const nlohmann::json& j,
+                                                       const std::string& path);
+}  // namespace
 
 std::shared_ptr<Tokenizer> tokenizer_from_json_text(const std::string& text,
                                                     const std::string& path) {
   nlohmann::json j = io::parse_json(text, cat("tokenizer file '", path, "'"));
+  check_tokenizer_json(j, path);
+  try {
+    return tokenizer_from_checked_json(j, path);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat("tokenizer file '", path, "': unexpected value: ", io::json_error_text(e)));
+  }
+}
+
+namespace {
+
+std::shared_ptr<Tokenizer> tokenizer_from_checked_json(const nlohmann::json& j,
+                                                       const std::string& path) {
   ONYX_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "tokenizer file '",
              path, "' has no \"model\" object (is it a Hugging Face tokenizer.json?)");
   auto& m = j["model"];
@@ -354,8 +407,6 @@ std::shared_ptr<Tokenizer> tokenizer_from_json_text(const std::string& text,
   ONYX_UNSUPPORTED("tokenizer file '", path, "': model.type '", type,
                    "' is not supported (WordPiece and BPE are)");
 }
-
-namespace {
 
 std::shared_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
   return tokenizer_from_json_text(read_text_file(path), path);

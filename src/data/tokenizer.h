@@ -77,6 +77,9 @@ class Tokenizer {
   // leading space, Metaspace's first token, lossy UTF-8 of a token holding part of a character).
   virtual std::string token_bytes(int64_t id) const { return decode({id}); }
   virtual int64_t vocab_size() const = 0;
+  // The model's vocabulary entries (tokenizers' Model::get_vocab_size, which numbers new added
+  // tokens): vocab_size() unless ids have gaps.
+  virtual int64_t model_vocab_entries() const { return vocab_size(); }
   virtual std::optional<int64_t> token_id(const std::string& token) const = 0;
   virtual std::string kind() const = 0;  // "wordpiece", "bpe"
   // Whether the model takes token_type_ids (BERT does, GPT-2 does not).
@@ -93,6 +96,8 @@ class Tokenizer {
   void add_special_token(const std::string& text, int64_t id);
   // An added token with tokenizer.json's options (replaces one with the same content).
   void add_token(const AddedToken& t);
+  // Several at once (one index rebuild): a content already added is replaced.
+  void add_tokens(const std::vector<AddedToken>& tokens);
   const std::vector<AddedToken>& added_tokens() const { return added_; }
   // The added token with this id, if any.
   const AddedToken* added_token(int64_t id) const;
@@ -144,6 +149,16 @@ std::string read_text_file(const std::string& path);
 PostTemplate parse_post_processor(const nlohmann::json& tokenizer_json, const std::string& path);
 void register_added_tokens(const nlohmann::json& tokenizer_json, const std::string& path,
                            Tokenizer& tok);
+// Types and required fields as Hugging Face tokenizers' deserializer requires them (ids u32, the
+// added tokens' flags, padding / truncation, each component's fields); errors name the file and
+// the JSON path (tokenizer_schema.cc).
+void check_tokenizer_json(const nlohmann::json& tokenizer_json, const std::string& path);
+// padding.pad_id (present), inside [0, vocab_size).
+int64_t checked_pad_id(const nlohmann::json& tokenizer_json, int64_t vocab_size,
+                       const std::string& path);
+// Ids are kept in tables: a vocabulary's largest id may exceed its entry count by this much
+// (gaps), no more — an id of 2^31 - 1 would allocate 2^31 entries.
+constexpr int64_t kMaxIdGap = 1 << 16;
 
 // Unicode helpers shared by the tokenizers, from the tables that tests/data/gen_unicode_tables.py
 // generates (src/data/unicode_tables.inc). char_class comes from the Unicode Character Database

@@ -105,6 +105,9 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(
     max_id = std::max(max_id, id.get<int64_t>());
   }
   ONYX_CHECK(max_id >= 0, where("model.vocab is empty"));
+  ONYX_CHECK(max_id + 1 == (int64_t)m["vocab"].size(),
+             where(cat("model.vocab's ids must be 0..", m["vocab"].size() - 1,
+                       " (one per entry), but the largest is ", max_id)));
   std::vector<std::string> vocab(max_id + 1);
   std::vector<bool> seen(max_id + 1, false);
   for (auto& [tok, id] : m["vocab"].items()) {
@@ -118,9 +121,9 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(
   auto tok = std::make_shared<WordPieceTokenizer>(std::move(vocab), cfg,
                                                   cat("tokenizer file '", path, "'"));
   tok->template_ = parse_post_processor(j, path);
-  if (j.contains("padding") && j["padding"].is_object() && j["padding"].contains("pad_id"))
-    tok->pad_id_ = j["padding"]["pad_id"].get<int64_t>();
   register_added_tokens(j, path, *tok);
+  if (j.contains("padding") && j["padding"].is_object() && j["padding"].contains("pad_id"))
+    tok->pad_id_ = checked_pad_id(j, tok->vocab_size() + (int64_t)tok->added_tokens().size(), path);
   return tok;
 }
 

@@ -140,9 +140,13 @@ TEST(Bpe, LoadFilesAndTokenizerJson) {
   nlohmann::json jm = nlohmann::json::array();
   for (auto& [a, b] : kMerges) jm.push_back({a, b});  // the newer [a, b] form
   nlohmann::json j = {
-      {"added_tokens",
-       nlohmann::json::array(
-           {{{"id", vocab["<|endoftext|>"]}, {"content", "<|endoftext|>"}, {"special", true}}})},
+      {"added_tokens", nlohmann::json::array({{{"id", vocab["<|endoftext|>"]},
+                                               {"content", "<|endoftext|>"},
+                                               {"single_word", false},
+                                               {"lstrip", false},
+                                               {"rstrip", false},
+                                               {"normalized", false},
+                                               {"special", true}}})},
       {"normalizer", nullptr},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
       {"post_processor", {{"type", "ByteLevel"}}},

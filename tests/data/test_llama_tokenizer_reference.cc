@@ -234,7 +234,7 @@ TEST(LlamaTokenizerErrors, UnsupportedPartsNameFileAndJsonPath) {
   j["model"]["dropout"] = 0.1;
   expect_error("dropout", j, {"model.dropout"});
   j["model"]["dropout"] = nullptr;
-  j["post_processor"] = {{"type", "BertProcessing"}, {"cls", {"a"}}};
+  j["post_processor"] = {{"type", "BertProcessing"}, {"sep", {"b", 1}}, {"cls", {"a"}}};
   expect_error("post", j, {"post_processor.cls"});
 }
 

@@ -161,8 +161,13 @@ TEST(WordPiece, LoadFromFiles) {
   for (size_t i = 0; i < kVocab.size(); ++i) vocab[kVocab[i]] = i;
   nlohmann::json j = {
       {"version", "1.0"},
-      {"added_tokens",
-       nlohmann::json::array({{{"id", 4}, {"content", "[MASK]"}, {"special", true}}})},
+      {"added_tokens", nlohmann::json::array({{{"id", 4},
+                                               {"content", "[MASK]"},
+                                               {"single_word", false},
+                                               {"lstrip", false},
+                                               {"rstrip", false},
+                                               {"normalized", false},
+                                               {"special", true}}})},
       {"normalizer",
        {{"type", "BertNormalizer"},
         {"clean_text", true},
