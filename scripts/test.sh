@@ -134,5 +134,10 @@ else
   fi
 fi
 
+echo "== fuzzing: the model-folder readers under libFuzzer + ASan/UBSan, ${ONYX_FUZZ_SECONDS:-30} s per target (longer: bash scripts/fuzz.sh 1800)"
+bash scripts/fuzz.sh "${ONYX_FUZZ_SECONDS:-30}" >"$LOGDIR/fuzz.log" 2>&1
+tail -n 8 "$LOGDIR/fuzz.log"
+tally "$LOGDIR/fuzz.log"
+
 echo "total: $PASSED passed, $FAILED failed, $SKIPPED skipped"
 [ "$FAILED" -eq 0 ]

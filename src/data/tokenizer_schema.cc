@@ -9,8 +9,8 @@
 // requires); which components onyx implements is decided by the readers (bpe.cc, wordpiece.cc,
 // hf_pipeline.cc, parse_post_processor), which refuse the others by name.
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -51,9 +51,7 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
-bool is_u32(const json& v) {
-  return v.is_number_unsigned() && v.get<uint64_t>() <= 0xFFFFFFFFull;
-}
+bool is_u32(const json& v) { return v.is_number_unsigned() && v.get<uint64_t>() <= 0xFFFFFFFFull; }
 
 bool has_kind(const json& v, Kind k) {
   switch (k) {
@@ -126,8 +124,9 @@ struct Checker {
     auto s = schema.find(type);
     if (s != schema.end()) fields(c, at, s->second);
     one_of(c, at, "prepend_scheme", {"first", "never", "always"});
-    if (type == "Split") one_of(c, at, "behavior", {"Removed", "Isolated", "MergedWithPrevious",
-                                                    "MergedWithNext", "Contiguous"});
+    if (type == "Split")
+      one_of(c, at, "behavior",
+             {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"});
     if (type == "Metaspace" && c.contains("replacement") && c["replacement"].is_string() &&
         unicode::decode_utf8(c["replacement"].get<std::string>()).size() != 1)
       fail(cat(at, ".replacement"), "must be one character");
@@ -175,7 +174,8 @@ const Schema& decoders() {
       {"Strip", {{"content", Kind::Str}, {"start", Kind::U64}, {"stop", Kind::U64}}},
       {"WordPiece", {{"prefix", Kind::Str}, {"cleanup", Kind::Bool}}},
       {"BPEDecoder", {{"suffix", Kind::Str}}},
-      {"CTC", {{"pad_token", Kind::Str}, {"word_delimiter_token", Kind::Str}, {"cleanup", Kind::Bool}}}};
+      {"CTC",
+       {{"pad_token", Kind::Str}, {"word_delimiter_token", Kind::Str}, {"cleanup", Kind::Bool}}}};
   return s;
 }
 const Schema& post_processors() {
@@ -213,8 +213,8 @@ void check_post_processor_values(const Checker& ck, const json& pp, const std::s
       const std::string pat = cat(at, ".", key, "[", k++, "]");
       if (!piece.is_object() || piece.size() != 1 ||
           !(piece.contains("Sequence") || piece.contains("SpecialToken")))
-        ck.fail(pat, cat("must be {\"Sequence\": ...} or {\"SpecialToken\": ...}, got ",
-                         piece.dump()));
+        ck.fail(pat,
+                cat("must be {\"Sequence\": ...} or {\"SpecialToken\": ...}, got ", piece.dump()));
       const bool seq = piece.contains("Sequence");
       const json& body = seq ? piece["Sequence"] : piece["SpecialToken"];
       ck.fields(body, pat, {{"id", Kind::Str, true}, {"type_id", Kind::U32, true}});
@@ -224,8 +224,8 @@ void check_post_processor_values(const Checker& ck, const json& pp, const std::s
   if (!pp.contains("special_tokens")) return;
   for (auto& [name, tok] : pp["special_tokens"].items()) {
     const std::string pat = cat(at, ".special_tokens['", name, "']");
-    ck.fields(tok, pat, {{"id", Kind::Str, true}, {"ids", Kind::Arr, true},
-                         {"tokens", Kind::Arr, true}});
+    ck.fields(tok, pat,
+              {{"id", Kind::Str, true}, {"ids", Kind::Arr, true}, {"tokens", Kind::Arr, true}});
     for (auto& id : tok["ids"])
       if (!has_kind(id, Kind::U32))
         ck.fail(cat(pat, ".ids"), cat("must hold integers in [0, 2^32), got ", id.dump()));
@@ -237,9 +237,9 @@ void check_post_processor_values(const Checker& ck, const json& pp, const std::s
 void check_tokenizer_json(const nlohmann::json& j, const std::string& path) {
   const Checker ck{path};
   if (!j.is_object()) ck.fail("the file", cat("must be a JSON object, got ", j.type_name()));
-  static const std::set<std::string> top_keys = {
-      "version",    "truncation", "padding",        "added_tokens", "normalizer",
-      "pre_tokenizer", "model",   "post_processor", "decoder"};
+  static const std::set<std::string> top_keys = {"version",      "truncation",     "padding",
+                                                 "added_tokens", "normalizer",     "pre_tokenizer",
+                                                 "model",        "post_processor", "decoder"};
   for (auto& [key, value] : j.items())
     if (!top_keys.count(key)) ck.fail(cat("'", key, "'"), "is not a key of a tokenizer.json");
   if (j.contains("version") && !(j["version"].is_string() && j["version"] == "1.0"))
@@ -269,7 +269,8 @@ void check_tokenizer_json(const nlohmann::json& j, const std::string& path) {
     if (!p.contains("strategy")) ck.fail("padding", "has no \"strategy\"");
     const json& s = p["strategy"];
     if (!(s == "BatchLongest" || (s.is_object() && s.contains("Fixed") && is_u32(s["Fixed"]))))
-      ck.fail("padding.strategy", cat("must be \"BatchLongest\" or {\"Fixed\": n}, got ", s.dump()));
+      ck.fail("padding.strategy",
+              cat("must be \"BatchLongest\" or {\"Fixed\": n}, got ", s.dump()));
     ck.one_of(p, "padding", "direction", {"Left", "Right"});
   }
   if (j.contains("truncation") && !j["truncation"].is_null()) {
@@ -300,12 +301,13 @@ void check_tokenizer_json(const nlohmann::json& j, const std::string& path) {
   }
   // the component types tokenizers 0.23 has (onyx's readers implement a subset and name the rest)
   static const std::set<std::string> normalizer_types = {
-      "BertNormalizer", "Strip", "StripAccents", "NFC",     "NFD",        "NFKC",    "NFKD",
-      "Sequence",       "Lowercase", "Nmt",    "Precompiled", "Replace", "Prepend", "ByteLevel"};
+      "BertNormalizer", "Strip",   "StripAccents", "NFC",       "NFD",
+      "NFKC",           "NFKD",    "Sequence",     "Lowercase", "Nmt",
+      "Precompiled",    "Replace", "Prepend",      "ByteLevel"};
   static const std::set<std::string> pre_tokenizer_types = {
-      "BertPreTokenizer", "ByteLevel",   "CharDelimiterSplit", "Metaspace",
-      "Whitespace",       "Sequence",    "Split",              "Punctuation",
-      "WhitespaceSplit",  "Digits",      "UnicodeScripts",     "FixedLength"};
+      "BertPreTokenizer", "ByteLevel",  "CharDelimiterSplit", "Metaspace",       "Whitespace",
+      "Sequence",         "Split",      "Punctuation",        "WhitespaceSplit", "Digits",
+      "UnicodeScripts",   "FixedLength"};
   static const std::set<std::string> decoder_types = {
       "BPEDecoder", "ByteLevel", "WordPiece", "Metaspace", "CTC",
       "Sequence",   "Replace",   "Fuse",      "Strip",     "ByteFallback"};
