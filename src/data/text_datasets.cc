@@ -356,13 +356,42 @@ std::map<std::string, Tensor> CausalLMDataset::batch(const std::vector<int64_t>&
           {"labels", to_tensor(labels, {B, T})}};
 }
 
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+}  // namespace
+
+// The end-of-sequence text TRL appends: SFTConfig.eos_token, else tokenizer_config.json's, else
+// (a folder without one) the token the tokenizer file names as its end of text. It must be a
+// token of the tokenizer: TRL would add a new one, which the model's embedding does not have.
+std::string SftDataset::sft_eos_text(const std::string& path, int64_t line) const {
+  if (!opts_.add_eos) return "";
+  std::string eos = opts_.eos_token;
+  const char* from = "eos_token";
+  if (eos.empty()) {
+    auto it = opts_.special_tokens.find("eos_token");
+    if (it != opts_.special_tokens.end())
+      eos = it->second, from = "tokenizer_config.json's eos_token";
+  }
+  if (eos.empty()) {
+    auto id = tok_->eos_id();
+    ONYX_CHECK(id, "dataset '", path, "': line ", line, ": the tokenizer (", tok_->source(),
+               ") has no end-of-text token to end this sample with (set eos_token, or add_eos "
+               "false)");
+    return tok_->token_bytes(*id);
+  }
+  ONYX_CHECK(tok_->token_id(eos), "dataset '", path, "': line ", line, ": ", from, " '", eos,
+             "' is not a token of the tokenizer (", tok_->source(), ")");
+  return eos;
+}
+
 SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer> tok,
                        SftOptions opts)
     : tok_(std::move(tok)), opts_(opts) {
   ONYX_CHECK(tok_, "dataset '", path, "': no tokenizer");
   ONYX_CHECK(opts_.max_length > 1, "dataset '", path, "': max_length must be at least 2");
   ONYX_CHECK(opts_.pad_multiple > 0, "dataset '", path, "': pad_multiple must be positive");
-  std::optional<int64_t> eos = tok_->eos_id();
   TextClassificationOptions ro;
   ro.format = opts_.format;
   std::unique_ptr<ChatTemplate> tmpl;
@@ -512,18 +541,23 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
       auto text = text_of("text"), prompt = text_of("prompt"), completion = text_of("completion");
       ONYX_CHECK(text || (prompt && completion), "dataset '", path, "': line ", r.line,
                  " has neither 'text' nor 'prompt' and 'completion'");
+      // conversational rows end with the template's own end-of-turn; text rows get the eos text
+      const std::string eos_text = sft_eos_text(path, r.line);
+      auto with_eos = [&](std::string s) {
+        if (opts_.add_eos && !ends_with(s, eos_text)) s += eos_text;
+        return s;
+      };
+      auto encode = [&](const std::string& s) { return tok_->encode(s).input_ids; };
       int64_t prompt_len = 0;
       if (text) {
-        ids = tok_->encode_ids(*text);
+        ids = encode(with_eos(*text));
       } else {
-        ids = tok_->encode_ids(*prompt + *completion);
-        prompt_len = (int64_t)tok_->encode_ids(*prompt).size();
+        const std::vector<int64_t> prompt_ids = encode(*prompt);
+        ids = encode(*prompt + with_eos(*completion));
+        while (prompt_len < (int64_t)prompt_ids.size() && prompt_len < (int64_t)ids.size() &&
+               prompt_ids[prompt_len] == ids[prompt_len])
+          prompt_len++;
       }
-      // conversational rows end with the template's own end-of-turn; text rows need the eos
-      ONYX_CHECK(!opts_.add_eos || eos, "dataset '", path, "': line ", r.line, ": the tokenizer (",
-                 tok_->source(),
-                 ") has no end-of-text token to end this sample with (set add_eos false)");
-      if (opts_.add_eos && (ids.empty() || ids.back() != *eos)) ids.push_back(*eos);
       labels = ids;
       if (opts_.completion_only_loss)
         for (int64_t i = 0; i < std::min<int64_t>(prompt_len, (int64_t)labels.size()); i++)

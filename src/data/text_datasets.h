@@ -115,7 +115,14 @@ struct SftOptions {
   std::string format;  // as TextClassificationOptions::format
   int64_t max_length = 1024;
   bool completion_only_loss = true;
+  // Plain-text rows ('text', or 'prompt' + 'completion' strings) end with the end-of-sequence
+  // token as TRL 1.16's SFTTrainer appends it: the text `eos_token` (SFTConfig.eos_token), else
+  // the tokenizer's (tokenizer_config.json's eos_token, special_tokens below), unless the text ends
+  // with it already. Those rows are tokenized with the tokenizer.json post-processor (a
+  // TemplateProcessing's BOS, ...), as TRL's processing_class(text=...) does; the completion starts
+  // where the ids of prompt alone and of prompt + completion first differ.
   bool add_eos = true;
+  std::string eos_token;
   int64_t pad_multiple = 16;
   // Pack consecutive samples into rows of at most max_length tokens (first fit, in file order, no
   // sample split): position_ids restart at 0 for each sample, so the model's masks keep packed
@@ -148,6 +155,7 @@ class SftDataset : public Dataset {
   const std::vector<int64_t>& labels(int64_t i) const { return labels_.at(i); }
 
  private:
+  std::string sft_eos_text(const std::string& path, int64_t line) const;
   std::shared_ptr<const Tokenizer> tok_;
   SftOptions opts_;
   std::vector<std::vector<int64_t>> ids_, labels_, pos_;

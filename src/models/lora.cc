@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/json.h"
 #include "models/graph_builder.h"
 #include "onyx/error.h"
 #include "passes/inference_export.h"
@@ -119,12 +120,7 @@ LoraSpec read_adapter_config(const std::string& path_in) {
 }
 
 LoraSpec parse_adapter_config(const std::string& text, const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw Error(cat("'", path, "': not valid JSON: ", e.what()));
-  }
+  nlohmann::json j = io::parse_json(text, "'" + path + "'");
   ONYX_CHECK(j.is_object(), "'", path, "': expected a JSON object");
   std::string type = j.value("peft_type", "LORA");
   ONYX_CHECK(type == "LORA", "'", path, "': peft_type '", type, "' is not supported (LORA)");
@@ -154,6 +150,7 @@ LoraSpec parse_adapter_config(const std::string& text, const std::string& path) 
     throw Error(cat("'", path, "': missing or ill-typed key: ", e.what()));
   }
   ONYX_CHECK(s.r > 0, "'", path, "': r must be positive, got ", s.r);
+  ONYX_CHECK(std::isfinite(s.lora_alpha), "'", path, "': lora_alpha must be a finite number");
   ONYX_CHECK(s.bias == "none" || s.bias == "all" || s.bias == "lora_only", "'", path, "': bias '",
              s.bias, "' is not one of none, all, lora_only");
   ONYX_CHECK(s.lora_dropout >= 0 && s.lora_dropout < 1, "'", path,

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,15 @@ namespace fs = std::filesystem;
 
 namespace onyx::train {
 namespace {
+
+// A YAML flag: true or false (YAML 1.1's yes / on / y, quoted or not, are refused: PEFT and TRL
+// would read a quoted "yes" as a truthy string, and onyx would not know which was meant).
+bool strict_bool(const YAML::Node& n, const std::string& key, const std::string& what) {
+  const std::string v = n.IsScalar() ? n.as<std::string>() : std::string("(not a scalar)");
+  ONYX_CHECK(v == "true" || v == "false" || v == "True" || v == "False", what, ": '", key,
+             "' must be true or false, got '", v, "'");
+  return v == "true" || v == "True";
+}
 
 std::string scalar(const YAML::Node& n, const std::string& key, const std::string& what) {
   if (n.IsNull()) return "none";
@@ -138,7 +148,7 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
         else if (k == "bias")
           s.bias = kv.second.as<std::string>();
         else if (k == "use_rslora")
-          s.use_rslora = kv.second.as<bool>();
+          s.use_rslora = strict_bool(kv.second, "lora.use_rslora", what);
         else if (k == "task_type")
           s.task_type = kv.second.as<std::string>();
         else
@@ -150,6 +160,7 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
       }
     }
     ONYX_CHECK(s.r > 0, what, ": 'lora.r' must be positive, got ", s.r);
+    ONYX_CHECK(std::isfinite(s.lora_alpha), what, ": 'lora.lora_alpha' must be a finite number");
     ONYX_CHECK(s.lora_dropout >= 0 && s.lora_dropout < 1, what,
                ": 'lora.lora_dropout' must be in [0, 1)");
     ONYX_CHECK(s.bias == "none" || s.bias == "all" || s.bias == "lora_only", what,
@@ -394,11 +405,29 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     return v;
   };
   auto to_int = [&](const std::string& k, const std::string& v) {
+    size_t used = 0;
     try {
-      return (int64_t)std::stoll(v);
+      const int64_t x = std::stoll(v, &used);
+      if (used == v.size()) return x;
     } catch (...) {
-      throw Error(cat(what, ": '", k, "' must be an integer, got '", v, "'"));
     }
+    throw Error(cat(what, ": '", k, "' must be an integer, got '", v, "'"));
+  };
+  auto to_float = [&](const std::string& k, const std::string& v) {
+    size_t used = 0;
+    try {
+      const float x = std::stof(v, &used);
+      if (used == v.size() && std::isfinite(x)) return x;
+    } catch (...) {
+    }
+    throw Error(cat(what, ": '", k, "' must be a finite number, got '", v, "'"));
+  };
+  // true / false only: "yes", "1" or "on" are not read as either
+  auto to_bool = [&](const std::string& k) {
+    const std::string v = take(k);
+    ONYX_CHECK(v == "true" || v == "false", what, ": '", k, "' must be true or false, got '", v,
+               "'");
+    return v == "true";
   };
   std::string type = take("type", "safetensors");
   std::shared_ptr<data::Dataset> ds;
@@ -406,8 +435,8 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     ds = data::TensorDataset::load(resolve(c.dir, need("path")));
   } else if (type == "idx_images") {
     data::IdxImageOptions o;
-    if (kv.count("mean")) o.mean = std::stof(take("mean"));
-    if (kv.count("std")) o.std = std::stof(take("std"));
+    if (kv.count("mean")) o.mean = to_float("mean", take("mean"));
+    if (kv.count("std")) o.std = to_float("std", take("std"));
     if (kv.count("folder")) {
       std::string folder = resolve(c.dir, take("folder"));
       ds = data::IdxImageDataset::from_folder(
@@ -426,11 +455,11 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       if (kv.count("max_length")) o.max_length = to_int("max_length", take("max_length"));
       if (kv.count("pad_multiple")) o.pad_multiple = to_int("pad_multiple", take("pad_multiple"));
       if (kv.count("completion_only_loss"))
-        o.completion_only_loss = take("completion_only_loss") == "true";
-      if (kv.count("add_eos")) o.add_eos = take("add_eos") == "true";
-      if (kv.count("packing")) o.packing = take("packing") == "true";
-      if (kv.count("assistant_only_loss"))
-        o.assistant_only_loss = take("assistant_only_loss") == "true";
+        o.completion_only_loss = to_bool("completion_only_loss");
+      if (kv.count("add_eos")) o.add_eos = to_bool("add_eos");
+      if (kv.count("packing")) o.packing = to_bool("packing");
+      if (kv.count("assistant_only_loss")) o.assistant_only_loss = to_bool("assistant_only_loss");
+      o.eos_token = take("eos_token");  // SFTConfig.eos_token
       // The chat template: `chat_template:` (a .jinja file, a model folder, or the template
       // itself), else the tokenizer folder's (chat_template.jinja / tokenizer_config.json).
       auto files = data::find_chat_template(tok_path);
@@ -456,7 +485,7 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     } else if (type == "causal_lm") {
       data::CausalLMOptions o;
       if (kv.count("block_size")) o.block_size = to_int("block_size", take("block_size"));
-      if (kv.count("paragraphs")) o.paragraphs = take("paragraphs") == "true";
+      if (kv.count("paragraphs")) o.paragraphs = to_bool("paragraphs");
       ds = std::make_shared<data::CausalLMDataset>(path, tok, o);
     } else {
       data::TextClassificationOptions o;

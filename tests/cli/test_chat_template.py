@@ -23,6 +23,7 @@ rows with the same tokenizer.
 Run: ONYX=build/onyx build/venv/bin/python tests/cli/test_chat_template.py
 Ends with "N passed, M failed, K skipped"; exits 1 if any case failed.
 """
+import itertools
 import json
 import os
 import subprocess
@@ -574,7 +575,7 @@ def cli_error(results, tmp):
                                                                            p.stderr)))
 
 
-def trl_rows(tok, rows, assistant_only_loss, tmp, max_length=1024):
+def trl_rows(tok, rows, assistant_only_loss, tmp, max_length=1024, eos_token=None):
     """input_ids and labels as TRL's SFTTrainer prepares `rows`."""
     import torch
     from datasets import Dataset
@@ -586,7 +587,8 @@ def trl_rows(tok, rows, assistant_only_loss, tmp, max_length=1024):
         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048))
     args = SFTConfig(output_dir=os.path.join(tmp, "trl"), report_to=[], max_length=max_length,
                      assistant_only_loss=assistant_only_loss, packing=False,
-                     use_cpu=True, dataset_num_proc=None)
+                     use_cpu=True, dataset_num_proc=None,
+                     **({"eos_token": eos_token} if eos_token else {}))
     tr = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                     processing_class=tok)
     return [{"input_ids": list(r["input_ids"]), "labels": list(r["labels"])}
@@ -646,6 +648,65 @@ def sft_cases(results, base, tmp):
         results.append((name, ok and (masked > 0 or kind == "messages" and not aol), detail))
 
 
+def with_post_processor(base, folder, single, pair):
+    """A copy of the base tokenizer whose post-processor is a TemplateProcessing (Llama 2's
+    "<s> $A", or "<s> $A </s>" as add_eos_token writes it)."""
+    from tokenizers import Tokenizer, processors
+    tk = Tokenizer.from_file(base)
+    specials = [(t, tk.token_to_id(t)) for t in ("<s>", "</s>") if t in single + pair]
+    tk.post_processor = processors.TemplateProcessing(single=single, pair=pair,
+                                                      special_tokens=specials)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "base-tokenizer.json")
+    tk.save(path)
+    return path
+
+
+def sft_plain_text_cases(results, base, tmp):
+    """Plain-text SFT rows ('text', 'prompt' + 'completion' strings) as TRL 1.16 tokenizes them:
+    the tokenizer.json post-processor applied (a BOS template adds <s>), the eos text of
+    tokenizer_config.json (here <|im_end|>, not the tokenizer's </s>) appended unless the text ends
+    with it, SFTConfig.eos_token over it, and the completion starting where the ids of the prompt
+    alone and of prompt + completion first differ (a token merging across the boundary, or a
+    trailing </s> the template adds to the prompt alone)."""
+    row_sets = {"text": [{"text": "The cat sat."}, {"text": "Hello there<|im_end|>"}],
+                "prompt/completion": [{"prompt": "The", "completion": " cat"},
+                                      {"prompt": "The c", "completion": "at sat"},
+                                      {"prompt": "Hello", "completion": " there, hello."}]}
+    import trl
+    for (post, single, pair), (kind, rows), eos_token in itertools.product(
+            (("bos", "<s> $A", "<s> $A <s>:1 $B:1"),
+             ("bos+eos", "<s> $A </s>", "<s> $A </s> <s>:1 $B:1 </s>:1"),
+             ("bytelevel", None, None)), row_sets.items(), (None, "</s>")):
+        folder = os.path.join(tmp, "sft-plain-%s-%s" % (post, eos_token is not None))
+        b = base if single is None else with_post_processor(base, folder + "-base", single,
+                                                            pair)
+        tok = hf_tokenizer(b, CHATML, "<s>", "<|im_end|>", folder)
+        name = "sft plain %s rows, post-processor %s, eos_token %s (TRL %s)" % (
+            kind, post, eos_token or "of tokenizer_config.json", trl.__version__)
+        path = os.path.join(tmp, "sft-plain.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        try:
+            want = trl_rows(tok, rows, False, tmp, eos_token=eos_token)
+        except Exception as e:  # noqa: BLE001
+            results.append((name, False, "TRL failed: %s: %s" % (type(e).__name__, e)))
+            continue
+        p = run_onyx([folder, "--sft", path] + (["--eos-token", eos_token] if eos_token else []))
+        if p.returncode != 0:
+            results.append((name, False, "onyx failed: " + p.stderr))
+            continue
+        got = [json.loads(line) for line in p.stdout.splitlines()]
+        bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        ok = len(got) == len(want) and not bad
+        detail = "%d rows" % len(want)
+        if bad:
+            i = bad[0]
+            detail += "; row %d differs:\n    TRL:  %s\n    onyx: %s" % (i, want[i], got[i])
+        results.append((name, ok, detail))
+
+
 def main():
     try:
         import datasets
@@ -663,6 +724,7 @@ def main():
         try:
             import trl  # noqa: F401
             sft_cases(results, base, tmp)
+            sft_plain_text_cases(results, base, tmp)
         except ImportError:
             print("SKIP sft cases: trl is not installed (scripts/setup.sh pins it)")
             skipped += 1

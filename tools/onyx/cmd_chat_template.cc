@@ -30,7 +30,7 @@ Action add_chat_template_command(CLI::App& app) {
                                  "render a conversation with a model folder's chat template, as "
                                  "Transformers' apply_chat_template(tokenize=False)");
   struct Opts {
-    std::string path, messages, cases, vars, sft;
+    std::string path, messages, cases, vars, sft, eos_token;
     bool gen = false, assistant_only = false, no_completion_only = false;
     int64_t max_length = 1024;
   };
@@ -45,6 +45,9 @@ Action add_chat_template_command(CLI::App& app) {
   cmd->add_flag("--no-completion-only-loss", o->no_completion_only,
                 "--sft: loss on the prompt tokens too");
   cmd->add_option("--max-length", o->max_length, "--sft: truncation length (default 1024)");
+  cmd->add_option("--eos-token", o->eos_token,
+                  "--sft: the text ending plain-text rows (SFTConfig.eos_token; default: "
+                  "tokenizer_config.json's eos_token)");
   return [o]() {
     auto files = data::find_chat_template(o->path);
     nlohmann::ordered_json vars =
@@ -59,6 +62,7 @@ Action add_chat_template_command(CLI::App& app) {
       so.assistant_only_loss = o->assistant_only;
       so.completion_only_loss = !o->no_completion_only;
       so.max_length = o->max_length;
+      so.eos_token = o->eos_token;
       data::SftDataset ds(o->sft, data::load_tokenizer(o->path), so);
       for (int64_t i = 0; i < ds.size(); i++) {
         nlohmann::json row = {{"input_ids", ds.ids(i)}, {"labels", ds.labels(i)}};
