@@ -91,7 +91,14 @@ SafetensorsFile parse_image(const uint8_t* base, size_t size, const std::string&
     uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
     ONYX_CHECK(b <= e && e <= data_size, w, ": data_offsets [", b, ", ", e,
                ") lie outside the data buffer of ", data_size, " bytes (truncated file?)");
-    uint64_t want = (uint64_t)shape_numel(shape) * dtype_size(dt);
+    uint64_t want = 0;
+    try {
+      ONYX_CHECK(
+          !__builtin_mul_overflow((uint64_t)shape_numel(shape), (uint64_t)dtype_size(dt), &want),
+          "too many bytes");
+    } catch (const Error&) {
+      throw Error(cat(w, ": shape ", shape_str(shape), " is too large to address"));
+    }
     ONYX_CHECK(e - b == want, w, ": has ", e - b, " bytes but ", dtype_name(dt), " ",
                shape_str(shape), " needs ", want);
     entries.push_back({name, b, e});

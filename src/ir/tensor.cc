@@ -4,11 +4,15 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "onyx/error.h"
+
 namespace onyx {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n))  // [2^32, 2^32] would wrap to 0 elements
+      throw Error(cat("shape ", shape_str(s), " has more elements than 64 bits count"));
   return n;
 }
 

@@ -313,6 +313,8 @@ RunConfig load_run_config(const std::string& path,
   c.model = resolve(dir, c.model);
   for (DataSpec* d : {&c.train_data, &c.eval_data, &c.test_data}) d->path = resolve(dir, d->path);
   ONYX_CHECK(!c.model.empty() || !c.model_spec.empty(), what, ": 'model' is missing");
+  ONYX_CHECK(c.model.empty() || fs::exists(c.model), what, ": model '", c.model,
+             "' does not exist");
   c.args.validate();
   return c;
 }

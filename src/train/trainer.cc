@@ -459,7 +459,19 @@ TrainOutput Trainer::train_loop() {
         counted &= n >= 0;
         total_items += std::max<int64_t>(n, 0);
       }
-      const bool plain_mean = !counted || total_items == 0;  // items unknown (or none)
+      // Not one label carries loss in the whole step: Transformers divides the summed loss by
+      // num_items_in_batch = 0 (NaN); onyx stops, naming the rows, before updating anything.
+      if (counted && total_items == 0 && present > 0) {
+        std::vector<int64_t> rows;
+        for (int64_t b = group_start; b < group_end && rows.size() < 16; b++)
+          for (int64_t r : batches[b]) rows.push_back(r);
+        throw Error(cat("step ", state_.global_step + 1, ": no label of its ", present,
+                        " batch(es) carries loss (every '", model_.items_labels, "' is ",
+                        model_.items_ignore_index, "), so its loss is 0 / 0; rows ",
+                        shape_str(rows), group_end - group_start > 1 ? " ..." : "",
+                        " of the training data need a token to learn"));
+      }
+      const bool plain_mean = !counted || total_items == 0;  // items unknown
       auto weight_items = [&](int64_t n) -> int64_t { return n == -2 ? 0 : plain_mean ? 1 : n; };
       const double weight_total = plain_mean ? (double)present : (double)total_items;
       auto& grads = I.ts->grads();

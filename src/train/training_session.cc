@@ -2,6 +2,7 @@
 // buffers.
 #include "train/training_session.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -42,6 +43,50 @@ TrainingSession::TrainingSession(std::shared_ptr<const ir::Graph> forward,
   std::set<std::string> trained(params_.begin(), params_.end());
   for (auto& b : autodiff::batch_norm_buffers(*forward_))
     if (!trained.count(b)) buffers_[b] = forward_->initializers.at(b).clone();
+  // A damaged or diverged file trains "successfully" on NaN (loss 0 or NaN from step 1): the
+  // parameters must be finite, and frozen weights free of NaN (an infinity can be a mask).
+  for (auto& p : params_)
+    check_finite(forward_->initializers.at(p), p, "the model's parameter", true);
+  for (auto& f : opts_.frozen)
+    if (auto it = forward_->initializers.find(f); it != forward_->initializers.end())
+      check_finite(it->second, f, "the model's frozen weight", false);
+  // Inputs that index an embedding table (Gather on axis 0 of a weight): PyTorch's embedding
+  // refuses an id outside the table, where ONNX's Gather would count a negative one from the end.
+  for (auto& n : forward_->nodes)
+    if (n.op_type == "Gather" && n.domain.empty() && n.num_inputs() == 2 &&
+        n.attr_int("axis", 0) == 0 && forward_->find_input(n.inputs[1]))
+      if (auto it = forward_->initializers.find(n.inputs[0]);
+          it != forward_->initializers.end() && it->second.rank() >= 1)
+        embedding_inputs_[n.inputs[1]] = {n.inputs[0], it->second.dim(0)};
+}
+
+void TrainingSession::check_embedding_inputs(const std::map<std::string, Tensor>& batch) const {
+  for (auto& [input, table] : embedding_inputs_) {
+    auto it = batch.find(input);
+    if (it == batch.end()) continue;
+    const Tensor& ids = it->second;
+    const int64_t row = ids.rank() ? ids.dim(-1) : 1;
+    for (int64_t i = 0; i < ids.numel(); i++) {
+      const int64_t id = (int64_t)ids.get_as_double(i);
+      if (id < 0 || id >= table.second)
+        throw Error(cat("input '", input, "' holds id ", id, " at row ", i / row, ", position ",
+                        i % row, ": outside the embedding '", table.first, "' of ", table.second,
+                        " rows (ids are 0..", table.second - 1, ")"));
+    }
+  }
+}
+
+void TrainingSession::check_finite(const Tensor& t, const std::string& name, const char* what,
+                                   bool no_infinity) {
+  if (t.dtype() != DType::Float32) return;
+  const float* x = t.data<float>();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; i++) {
+    if (std::isnan(x[i]) || (no_infinity && std::isinf(x[i])))
+      throw Error(cat(what, " '", name, "' holds ", x[i], " (element ", i, " of ", n,
+                      "): weights must be finite to train (is the file damaged, or saved after "
+                      "training diverged?)"));
+  }
 }
 
 std::set<std::string> TrainingSession::variables() const {
@@ -67,6 +112,8 @@ void TrainingSession::load_weights(const std::map<std::string, Tensor>& weights,
   weights_may_change();
   for (auto& p : params_) copy(p, param_buf_.view(p));
   for (auto& [b, t] : buffers_) copy(b, t);
+  for (auto& p : params_)
+    check_finite(param_buf_.view(p), p, cat(what, ": parameter").c_str(), true);
 }
 
 TrainingSession::~TrainingSession() {
@@ -284,6 +331,7 @@ const autodiff::TrainingGraph& TrainingSession::training_graph_for(
 double TrainingSession::forward_backward(
     const std::map<std::string, Tensor>& batch, bool accumulate, uint64_t seed, bool training,
     FlatBuffer* into, const std::function<void(const std::string&)>& on_grad_ready) {
+  check_embedding_inputs(batch);
   Compiled& c = compiled_for(batch);
   std::map<std::string, Tensor> feeds = feeds_for(c, batch);
   runtime::RunOptions ro;
@@ -394,6 +442,7 @@ std::shared_ptr<ir::Graph> with_rounded_rotary_frequencies(const ir::Graph& g,
 }
 
 std::map<std::string, Tensor> TrainingSession::forward(const std::map<std::string, Tensor>& batch) {
+  check_embedding_inputs(batch);
   const auto& spec = opts_.loss;
   bool has_labels = spec.kind == autodiff::LossSpec::Kind::GraphOutput || batch.count(spec.labels);
   // Without labels (prediction on unlabelled data) the model's own forward, through the same

@@ -181,6 +181,13 @@ class TrainingSession {
   const runtime::Plan& plan_for(const std::map<std::string, Tensor>& batch);
 
  private:
+  // Every id of an input that indexes an embedding table lies inside it (else an error naming
+  // the input, row and position).
+  void check_embedding_inputs(const std::map<std::string, Tensor>& batch) const;
+  std::map<std::string, std::pair<std::string, int64_t>> embedding_inputs_;  // input -> table, rows
+  // NaN anywhere, or an infinity when `no_infinity`, in a float32 tensor is an error naming it.
+  static void check_finite(const Tensor& t, const std::string& name, const char* what,
+                           bool no_infinity);
   struct Compiled {
     autodiff::TrainingGraph tg;
     std::unique_ptr<runtime::Session> session;

@@ -144,6 +144,8 @@ Action add_generate_command(CLI::App& app) {
       auto more = read_prompts(o->prompts_file);
       prompts.insert(prompts.end(), more.begin(), more.end());
     }
+    ONYX_CHECK(std::filesystem::exists(o->model), "generate: model '", o->model,
+               "' does not exist");
     ONYX_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts FILE");
     ONYX_CHECK(o->batch_size >= 1, "generate: --batch_size must be >= 1");
     // The tokenizer: needed for text prompts; without one, id prompts get ids back only.
