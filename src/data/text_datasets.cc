@@ -315,9 +315,9 @@ CausalLMDataset::CausalLMDataset(const std::string& path, std::shared_ptr<const 
   const std::string text = read_text_file(path);
   auto add_document = [&](const std::string& doc) {
     if (doc.find_first_not_of(" \t\r\n") == std::string::npos) return;
-    auto ids = tok_->encode_ids(doc);
+    auto ids = tok_->encode(doc).input_ids;
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
-    if (opts_.add_eos) tokens_.push_back(*eos);
+    if (opts_.add_eos && (ids.empty() || ids.back() != *eos)) tokens_.push_back(*eos);
   };
   std::istringstream in(text);
   std::string line, para;

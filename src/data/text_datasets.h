@@ -72,8 +72,11 @@ class TextClassificationDataset : public Dataset {
 
 struct CausalLMOptions {
   int64_t block_size = 128;
-  bool paragraphs = false;     // documents are blank-line separated paragraphs, not lines
-  bool add_eos = true;         // the tokenizer's eos token after every document
+  bool paragraphs = false;  // documents are blank-line separated paragraphs, not lines
+  // Each document is tokenized as run_clm.py's tokenizer(text) does (the tokenizer.json
+  // post-processor applied: a Llama-2 template's <s> starts every document), then the eos token
+  // follows it (onyx's default; run_clm.py adds none: add_eos false).
+  bool add_eos = true;
   bool drop_remainder = true;  // false: the last short block is padded (mask 0, labels -100)
 };
 

@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "data/bpe.h"
 #include "data/text_datasets.h"
+#include "data/tokenizer.h"
 #include "data/wordpiece.h"
 #include "onyx/error.h"
 
@@ -240,6 +242,36 @@ TEST(CausalLM, ConcatenateWithEosAndChunk) {
   auto e = error_of([&] { CausalLMDataset too_short(path, gpt(), o); });
   EXPECT_NE(e.find("corpus.txt"), std::string::npos) << e;
   EXPECT_NE(e.find("fewer than one block"), std::string::npos) << e;
+}
+
+// run_clm.py's tokenizer(text) applies the tokenizer.json post-processor: with Llama 2's
+// "<s> $A" template every document starts with <s> (then onyx's eos ends it).
+TEST(CausalLM, DocumentsGetThePostProcessorsBos) {
+  TmpDir d("clm_bos");
+  auto added = [](const char* content, int id) {
+    return nlohmann::json{{"id", id},        {"content", content}, {"single_word", false},
+                          {"lstrip", false}, {"rstrip", false},    {"normalized", false},
+                          {"special", true}};
+  };
+  nlohmann::json j = {
+      {"version", "1.0"},
+      {"added_tokens", nlohmann::json::array({added("<s>", 2), added("</s>", 3)})},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", {{"a", 0}, {"b", 1}, {"<s>", 2}, {"</s>", 3}}},
+        {"merges", nlohmann::json::array()}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", nlohmann::json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+        {"pair", nlohmann::json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                        {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {2}}, {"tokens", {"<s>"}}}}}}}}};
+  auto tok = tokenizer_from_json_text(j.dump(), "llama-style.json");
+  CausalLMOptions o;
+  o.block_size = 2;
+  CausalLMDataset ds(d.write("corpus.txt", "ab\nb\n"), tok, o);
+  EXPECT_EQ(ds.tokens(), (I{2, 0, 1, 3, 2, 1, 3}));
 }
 
 TEST(Sft, PromptCompletionMasksThePromptAndPads) {
