@@ -15,7 +15,7 @@ SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(chat_template tokenizer safetensors config)
-BUILD=build-fuzz
+BUILD=${ONYX_FUZZ_BUILD:-build-fuzz}
 PKGS=(clang-16 libclang-rt-16-dev libomp-16-dev)
 missing=()
 for p in "${PKGS[@]}"; do

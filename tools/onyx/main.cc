@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <new>
 #include <map>
 
 #include "commands.h"
@@ -99,6 +100,11 @@ int main(int argc, char** argv) {
     for (auto& lib : custom_op_libs) onyx::load_custom_op_library(lib);
     for (auto& [sub, action] : actions)
       if (sub->parsed()) return action();
+  } catch (const std::bad_alloc&) {
+    // an allocation nothing bounded (onyx bounds what files and flags can ask for; this is the
+    // model, batch or data being larger than the machine)
+    return fail("out of memory: an allocation failed (std::bad_alloc); lower the batch size, "
+                "max_length or model size, or use a machine with more memory");
   } catch (const std::exception& e) {
     return fail(e.what());
   }
