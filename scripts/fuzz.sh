@@ -16,17 +16,7 @@ shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(chat_template tokenizer safetensors config)
 BUILD=${ONYX_FUZZ_BUILD:-build-fuzz}
-PKGS=(clang-16 libclang-rt-16-dev libomp-16-dev)
-missing=()
-for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-if ((${#missing[@]})); then
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash scripts/apt_install.sh clang-16 libclang-rt-16-dev  # libFuzzer is clang's
 bash scripts/setup.sh >/dev/null
 mkdir -p "$BUILD"
 CC=clang-16 CXX=clang++-16 cmake -S . -B "$BUILD" -G Ninja -DONYX_FUZZ=ON \

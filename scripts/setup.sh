@@ -24,17 +24,7 @@ PKGS=(
   python3 python3-venv tmux clang-format
   dataset-fashion-mnist wordnet-base
 )
-missing=()
-for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash scripts/apt_install.sh "${PKGS[@]}" | sed 's/^/setup: /'
 echo "setup: Debian packages present"
 
 # The Python that makes the venvs: the first python3 on PATH that is 3.10-3.12 (torch 2.13's and

@@ -595,6 +595,23 @@ def trl_rows(tok, rows, assistant_only_loss, tmp, max_length=1024, eos_token=Non
             for r in tr.train_dataset]
 
 
+def onyx_sft_matches(folder, rows, want, tmp, args, detail):
+    """(ok, detail): `onyx chat-template FOLDER --sft ROWS ARGS` gives TRL's rows `want`."""
+    path = os.path.join(tmp, "sft-rows.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    p = run_onyx([folder, "--sft", path] + args)
+    if p.returncode != 0:
+        return False, "onyx failed: " + p.stderr
+    got = [json.loads(line) for line in p.stdout.splitlines()]
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    if bad:
+        i = bad[0]
+        detail += "; row %d differs:\n    TRL:  %s\n    onyx: %s" % (i, want[i], got[i])
+    return len(got) == len(want) and not bad, detail
+
+
 def sft_cases(results, base, tmp):
     import trl
     sets = [
@@ -628,23 +645,11 @@ def sft_cases(results, base, tmp):
         except Exception as e:  # noqa: BLE001
             results.append((name, False, "TRL failed: %s: %s" % (type(e).__name__, e)))
             continue
-        path = os.path.join(tmp, "sft-%s.jsonl" % fam)
-        with open(path, "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        p = run_onyx([folder, "--sft", path, "--max-length", str(max_length)]
-                     + (["--assistant-only-loss"] if aol else []))
-        if p.returncode != 0:
-            results.append((name, False, "onyx failed: " + p.stderr))
-            continue
-        got = [json.loads(line) for line in p.stdout.splitlines()]
-        bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
-        ok = len(got) == len(want) and not bad
         masked = sum(l == -100 for w in want for l in w["labels"])
-        detail = "%d of %d rows kept, %d masked labels" % (len(want), len(rows), masked)
-        if bad:
-            i = bad[0]
-            detail += "; row %d differs:\n    TRL:  %s\n    onyx: %s" % (i, want[i], got[i])
+        ok, detail = onyx_sft_matches(
+            folder, rows, want, tmp, ["--max-length", str(max_length)]
+            + (["--assistant-only-loss"] if aol else []),
+            "%d of %d rows kept, %d masked labels" % (len(want), len(rows), masked))
         results.append((name, ok and (masked > 0 or kind == "messages" and not aol), detail))
 
 
@@ -684,27 +689,14 @@ def sft_plain_text_cases(results, base, tmp):
         tok = hf_tokenizer(b, CHATML, "<s>", "<|im_end|>", folder)
         name = "sft plain %s rows, post-processor %s, eos_token %s (TRL %s)" % (
             kind, post, eos_token or "of tokenizer_config.json", trl.__version__)
-        path = os.path.join(tmp, "sft-plain.jsonl")
-        with open(path, "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
         try:
             want = trl_rows(tok, rows, False, tmp, eos_token=eos_token)
         except Exception as e:  # noqa: BLE001
             results.append((name, False, "TRL failed: %s: %s" % (type(e).__name__, e)))
             continue
-        p = run_onyx([folder, "--sft", path] + (["--eos-token", eos_token] if eos_token else []))
-        if p.returncode != 0:
-            results.append((name, False, "onyx failed: " + p.stderr))
-            continue
-        got = [json.loads(line) for line in p.stdout.splitlines()]
-        bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
-        ok = len(got) == len(want) and not bad
-        detail = "%d rows" % len(want)
-        if bad:
-            i = bad[0]
-            detail += "; row %d differs:\n    TRL:  %s\n    onyx: %s" % (i, want[i], got[i])
-        results.append((name, ok, detail))
+        results.append((name,) + onyx_sft_matches(
+            folder, rows, want, tmp, ["--eos-token", eos_token] if eos_token else [],
+            "%d rows" % len(want)))
 
 
 def main():
