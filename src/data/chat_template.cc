@@ -25,6 +25,7 @@
 #include <unordered_map>
 
 #include "data/tokenizer.h"
+#include "io/json.h"
 #include "onyx/error.h"
 
 namespace fs = std::filesystem;
@@ -3396,34 +3397,33 @@ ChatTemplateFiles find_chat_template(const std::string& path) {
   if (p.empty()) p = ".";
   const fs::path cfg_path = p / "tokenizer_config.json";
   nlohmann::ordered_json cfg;
-  if (fs::exists(cfg_path)) {
-    try {
-      cfg = nlohmann::ordered_json::parse(read_text_file(cfg_path.string()));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(cat(cfg_path.string(), " is not valid JSON: ", e.what()));
-    }
-  }
+  if (fs::exists(cfg_path)) cfg = io::read_ordered_json_file(cfg_path.string());
   // The special tokens: tokenizer_config.json's; an older folder's special_tokens_map.json (read
   // when the config has no added_tokens_decoder, as Transformers' legacy path) overrides them.
-  auto take_tokens = [&](const nlohmann::ordered_json& j) {
+  // (Transformers refuses a special token that is neither a string nor an AddedToken)
+  auto take_tokens = [&](const nlohmann::ordered_json& j, const fs::path& file) {
     for (const char* k : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                           "cls_token", "mask_token"}) {
       auto it = j.find(k);
-      if (it == j.end()) continue;
+      if (it == j.end() || it->is_null()) continue;
       if (it->is_string())
         out.special_tokens[k] = it->get<std::string>();
       else if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
         out.special_tokens[k] = (*it)["content"].get<std::string>();
+      else
+        throw Error(cat(file.string(), ": '", k,
+                        "' must be a string or an AddedToken {\"content\": ...}, got ",
+                        it->dump()));
     }
   };
-  if (cfg.is_object()) take_tokens(cfg);
+  ONYX_CHECK(cfg.is_null() || cfg.is_object(), cfg_path.string(), ": expected a JSON object, got ",
+             cfg.type_name());
+  if (cfg.is_object()) take_tokens(cfg, cfg_path);
   const fs::path map_path = p / "special_tokens_map.json";
   if (fs::exists(map_path) && !(cfg.is_object() && cfg.contains("added_tokens_decoder"))) {
-    try {
-      take_tokens(nlohmann::ordered_json::parse(read_text_file(map_path.string())));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(cat(map_path.string(), " is not valid JSON: ", e.what()));
-    }
+    const nlohmann::ordered_json map = io::read_ordered_json_file(map_path.string());
+    ONYX_CHECK(map.is_object(), map_path.string(), ": expected a JSON object");
+    take_tokens(map, map_path);
   }
   if (!out.source.empty()) return out;
   const fs::path jinja = p / "chat_template.jinja";

@@ -697,6 +697,22 @@ def sft_plain_text_cases(results, base, tmp):
         results.append((name,) + onyx_sft_matches(
             folder, rows, want, tmp, ["--eos-token", eos_token] if eos_token else [],
             "%d rows" % len(want)))
+    # the Llama-family tokenizers of tests/data (make_tokenizer_references.py; test.sh makes them)
+    for fam, bos, eos in (("sentencepiece", "<s>", "</s>"),
+                          ("llama3", "<|begin_of_text|>", "<|eot_id|>")):
+        base_json = os.path.join(REPO, "build", "llama-family-reference", fam, "tokenizer.json")
+        folder = os.path.join(tmp, "sft-plain-ref-" + fam)
+        tok = hf_tokenizer(base_json, CHATML, bos, eos, folder)
+        for kind, rows in row_sets.items():
+            name = "sft plain %s rows, the %s reference tokenizer (TRL %s)" % (
+                kind, fam, trl.__version__)
+            try:
+                want = trl_rows(tok, rows, False, tmp)
+            except Exception as e:  # noqa: BLE001
+                results.append((name, False, "TRL failed: %s: %s" % (type(e).__name__, e)))
+                continue
+            results.append((name,) + onyx_sft_matches(folder, rows, want, tmp, [],
+                                                      "%d rows" % len(want)))
 
 
 def main():

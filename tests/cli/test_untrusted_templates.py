@@ -8,6 +8,7 @@ signal, and either
   - exits 1 with "onyx: error:" and a message matching the case's pattern, naming the template
     and, for template errors, its line and column (TemplateLimits in data/chat_template.h are
     the bounds; where jinja2 answers with a Python big integer onyx refuses the overflow).
+tokenizer_config.json's special tokens and chat_template are typed as Transformers types them.
 The nesting cases crashed onyx with signal 11 before the bounds, the repetition and nested-loop
 cases hung it, the doubling case ran 18 s into std::bad_alloc, and the integer cases wrapped.
 
@@ -219,6 +220,38 @@ def conversation_cases(tmp):
     return out
 
 
+def tokenizer_config_cases(tmp):
+    """tokenizer_config.json read for its chat template and special tokens: a special token that
+    is neither a string nor an AddedToken (Transformers refuses it), a file that is not an
+    object, a chat_template of the wrong type."""
+    import re
+    out = []
+    for name, cfg, pattern in [
+        ("eos_token 5", {"eos_token": 5, "chat_template": "x"},
+         r"tokenizer_config.json: 'eos_token' must be a string or an AddedToken"),
+        ("bos_token {\"content\": 7}", {"bos_token": {"content": 7}, "chat_template": "x"},
+         r"'bos_token' must be a string or an AddedToken"),
+        ("a list", [1, 2], r"tokenizer_config.json: expected a JSON object, got array"),
+        ("chat_template 5", {"chat_template": 5}, r"chat_template must be a string or a list"),
+        ("eos_token null is allowed", {"eos_token": None, "chat_template": "ok"}, None),
+    ]:
+        folder = os.path.join(tmp, "tc")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+            json.dump(cfg, f)
+        mpath = os.path.join(tmp, "messages.json")
+        p = subprocess.run([ONYX, "chat-template", folder, "--messages", mpath],
+                           capture_output=True, text=True, timeout=TIME_LIMIT_S)
+        if pattern is None:
+            ok, detail = p.returncode == 0 and p.stdout == "ok", "rc=%d %s" % (
+                p.returncode, p.stderr.strip()[:200])
+        else:
+            ok = p.returncode == 1 and re.search(pattern, p.stderr) is not None
+            detail = "rc=%d %s" % (p.returncode, p.stderr.strip()[:300])
+        out.append(("tokenizer_config.json: " + name, ok, detail))
+    return out
+
+
 def main():
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,6 +265,7 @@ def main():
                 ok, detail = False, "%s: %s" % (type(e).__name__, e)
             results.append((name, ok, detail))
         results += conversation_cases(tmp)
+        results += tokenizer_config_cases(tmp)
     passed = sum(ok for _, ok, _ in results)
     for name, ok, detail in results:
         print(("ok   " if ok else "FAIL ") + name + ("" if ok else "\n    " + detail))

@@ -4,8 +4,8 @@
 
 #include <cstdio>
 #include <iostream>
-#include <new>
 #include <map>
+#include <new>
 
 #include "commands.h"
 #include "dist/comm.h"
@@ -103,8 +103,9 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     // an allocation nothing bounded (onyx bounds what files and flags can ask for; this is the
     // model, batch or data being larger than the machine)
-    return fail("out of memory: an allocation failed (std::bad_alloc); lower the batch size, "
-                "max_length or model size, or use a machine with more memory");
+    return fail(
+        "out of memory: an allocation failed (std::bad_alloc); lower the batch size, "
+        "max_length or model size, or use a machine with more memory");
   } catch (const std::exception& e) {
     return fail(e.what());
   }
