@@ -104,6 +104,10 @@ struct TrainingArguments {
   // left-padded prompt included, when generation_max_new_tokens is None.
   std::optional<int64_t> generation_num_beams;
   std::optional<int64_t> generation_max_length;
+  // The keys of Transformers' TrainingArguments onyx has no field for (run_name, do_train,
+  // dataloader_num_workers, push_to_hub, ...; src/train/transformers_keys.h): the values given,
+  // as JSON text, by key. Each is inert here (any value) or accepted at its default only.
+  std::map<std::string, std::string> transformers_only;
 
   // Sets one argument from its text form ("1e-4", "true", "linear"); throws naming the key.
   void set(const std::string& key, const std::string& value);

@@ -60,6 +60,9 @@ _TYPES = {
     "float": float, "int": int, "bool": bool, "str": str, "int | float": float,
     "int | None": typing.Optional[int], "str | None": typing.Optional[str],
     "bool | None": typing.Optional[bool], "int | float | None": typing.Optional[float],
+    "float | None": typing.Optional[float], "dict | None": typing.Optional[dict],
+    "str | list": typing.Union[str, list], "str | list | None": typing.Union[str, list, None],
+    "str | bool": typing.Union[str, bool],
 }
 _ARGS = _onyx.describe_args()
 _KEYS = {a["name"] for a in _ARGS}
@@ -77,32 +80,17 @@ def _text(value):
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, dict):  # lr_scheduler_kwargs, fsdp_config, ...
+        return json.dumps(value)
     if isinstance(value, (list, tuple)):  # report_to=["tensorboard"], as Transformers accepts
         if len(value) == 0:
             return "none"
-        if len(value) == 1:
+        if len(value) == 1 and not isinstance(value[0], (list, dict)):
             return _text(value[0])
-        raise ValueError(f"a list of {len(value)} values is not supported: {value!r}")
+        return json.dumps(list(value))
+    if hasattr(value, "value") and not isinstance(value, str):  # Transformers' enums
+        return _text(value.value)
     return str(value)
-
-
-# Transformers keys onyx does not have whose non-default values change what training computes:
-# setting one is an error rather than a warning (the run would silently differ). Every other key
-# onyx does not have (hub, logging integrations, dataloader workers, devices, ...) is ignored with
-# one warning listing them.
-_SEMANTIC_KEYS = {
-    "lr_scheduler_kwargs": lambda v: not v, "optim_args": lambda v: not v,
-    "optim_target_modules": lambda v: v is None,
-    "eval_on_start": lambda v: not v, "eval_delay": lambda v: not v,
-    "batch_eval_metrics": lambda v: not v, "prediction_loss_only": lambda v: not v,
-    "eval_do_concat_batches": lambda v: v in (True, None),
-    "label_names": lambda v: v is None, "include_for_metrics": lambda v: not v,
-    "include_num_input_tokens_seen": lambda v: v in (False, None, "no"),
-    "neftune_noise_alpha": lambda v: v is None, "ignore_data_skip": lambda v: not v,
-    "use_liger_kernel": lambda v: not v, "save_safetensors": lambda v: v in (True, None),
-    "restore_callback_states_from_checkpoint": lambda v: not v,
-    "eval_accumulation_steps": lambda v: True,  # memory only: same numbers
-}
 
 
 class _ArgsBase:
@@ -139,26 +127,27 @@ class _ArgsBase:
     def from_transformers(cls, targs, **overrides):
         """From a transformers.TrainingArguments instance or its to_dict().
 
-        Keys onyx has are taken (warmup_steps < 1 is Transformers 5's ratio: warmup_ratio);
-        keys onyx does not have are ignored with a warning listing them, except those whose
-        non-default value changes the computation (lr_scheduler_kwargs, optim_args,
-        eval_on_start, eval_delay, label_names, ...: see _SEMANTIC_KEYS), which raise ValueError.
+        Every key of Transformers' TrainingArguments is one of onyx's (warmup_steps < 1 is
+        Transformers 5's ratio: warmup_ratio): the inert ones take any value, those onyx does not
+        implement only their default (another value raises ValueError saying why). Keys of
+        another version (not in this table) are ignored with a warning listing them.
         """
         d = dict(targs) if isinstance(targs, dict) else targs.to_dict()
         ours = {f.name for f in dataclasses.fields(cls)}
-        kw, ignored, refused = {}, [], []
+        onyx_fields = set(_onyx.arg_keys()[:_NUM_ONYX_FIELDS])
+        # Transformers' __post_init__ expands some defaults (accelerator_config and fsdp_config
+        # become dicts, debug a list): those are still the defaults
+        expanded = _transformers_defaults(d.get("output_dir"))
+        kw, ignored = {}, []
         for k, v in d.items():
+            if k in ours and k not in onyx_fields and k in expanded and expanded[k] == v:
+                continue
             if k in ours:
                 kw[k] = v
-            elif k in _SEMANTIC_KEYS and not _SEMANTIC_KEYS[k](v):
-                refused.append(f"{k}={v!r}")
             elif k == "evaluation_strategy":
                 kw["eval_strategy"] = v
             else:
                 ignored.append(k)
-        if refused:
-            raise ValueError("transformers.TrainingArguments sets what onyx does not implement "
-                             "(the run would differ): " + ", ".join(refused))
         ws = kw.get("warmup_steps")
         if isinstance(ws, float) and 0 < ws < 1:
             kw["warmup_steps"], kw["warmup_ratio"] = 0, ws
@@ -174,6 +163,19 @@ class _ArgsBase:
         return cls(**kw)
 
 
+# onyx's own fields come first in describe_args(), then Transformers' keys onyx has no field for
+_NUM_ONYX_FIELDS = sum(1 for a in _ARGS if not a["help"].startswith("Transformers' key"))
+
+
+def _transformers_defaults(output_dir):
+    """transformers.TrainingArguments' to_dict() at its defaults ({} without transformers)."""
+    try:
+        import transformers
+        return transformers.TrainingArguments(output_dir=output_dir or "trainer_output").to_dict()
+    except Exception:  # noqa: BLE001 — only used to recognise defaults
+        return {}
+
+
 def _make_args_class(name, doc, optim_default=None):
     fields = []
     for a in _ARGS:
@@ -187,6 +189,20 @@ def _make_args_class(name, doc, optim_default=None):
                        dataclasses.field(default=default, metadata=meta)))
     cls = dataclasses.make_dataclass(name, fields, bases=(_ArgsBase,))
     cls.__module__ = __name__
+    init = cls.__init__
+
+    def __init__(self, *args, **kwargs):  # an unknown key: TypeError, with the key meant
+        unknown = [k for k in kwargs if k not in self.__dataclass_fields__]
+        if unknown:
+            import difflib
+            hints = [f"'{k}'" + (f" (did you mean '{m[0]}'?)" if (m := difflib.get_close_matches(
+                k, list(self.__dataclass_fields__), n=1)) else "") for k in unknown]
+            raise TypeError(f"{name}.__init__() got an unexpected keyword argument "
+                            + ", ".join(hints))
+        init(self, *args, **kwargs)
+
+    __init__.__signature__ = __import__("inspect").signature(init)
+    cls.__init__ = __init__
     cls.__doc__ = doc + "\n\nArguments (type = default):\n" + "\n".join(
         f"  {a['name']}: {a['type']} = {a['default']}\n      {a['help']}" for a in _ARGS)
     return cls

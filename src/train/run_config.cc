@@ -20,6 +20,7 @@
 #include "models/hf_model.h"
 #include "models/hf_weights.h"
 #include "onyx/custom_ops.h"
+#include "train/did_you_mean.h"
 
 namespace fs = std::filesystem;
 
@@ -28,6 +29,8 @@ namespace {
 
 // A YAML flag: true or false (YAML 1.1's yes / on / y, quoted or not, are refused: PEFT and TRL
 // would read a quoted "yes" as a truthy string, and onyx would not know which was meant).
+nlohmann::json yaml_to_json(const YAML::Node& n);
+
 bool strict_bool(const YAML::Node& n, const std::string& key, const std::string& what) {
   const std::string v = n.IsScalar() ? n.as<std::string>() : std::string("(not a scalar)");
   ONYX_CHECK(v == "true" || v == "false" || v == "True" || v == "False", what, ": '", key,
@@ -248,13 +251,22 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
       throw Error(cat(what, ": ", e.what()));
     }
   } else if (TrainingArguments::is_key(key)) {
+    // a mapping or a list (lr_scheduler_kwargs, include_for_metrics) goes as its JSON text
+    const std::string text =
+        v.IsMap() || v.IsSequence() ? yaml_to_json(v).dump() : scalar(v, key, what);
     try {
-      c.args.set(key, scalar(v, key, what));
+      c.args.set(key, text);
     } catch (const Error& e) {
       throw Error(cat(what, ": ", e.what()));
     }
   } else {
-    throw Error(cat(what, ": unknown key '", key, "'"));
+    std::vector<std::string> known = TrainingArguments::keys();
+    for (const char* k :
+         {"model", "loss", "predictions", "train_data", "eval_data", "test_data", "metrics",
+          "frozen", "lora", "peft_config", "model_init_kwargs", "custom_op_libraries",
+          "batch_norm_running_var", "early_stopping_patience", "early_stopping_threshold"})
+      known.push_back(k);
+    throw Error(cat(what, ": unknown key '", key, "'", did_you_mean(key, known)));
   }
 }
 

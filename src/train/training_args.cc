@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "onyx/error.h"
+#include "train/did_you_mean.h"
+#include "train/transformers_keys.h"
 
 namespace onyx {
 namespace {
@@ -326,19 +328,26 @@ void TrainingArguments::set(const std::string& key_in, const std::string& value)
   std::string key = key_in == "evaluation_strategy" ? "eval_strategy" : key_in;  // HF's old name
   for (auto& f : fields())
     if (key == f.name) return f.set(*this, value);
-  throw Error(cat("unknown training argument '", key_in, "'"));
+  if (const train::TransformersKey* k = train::find_transformers_key(key)) {
+    const nlohmann::json v = train::parse_transformers_key(*k, value);
+    transformers_only[key] = v.dump();
+    if (key == "activation_checkpointing" && v.is_boolean()) gradient_checkpointing = v.get<bool>();
+    return;
+  }
+  throw Error(cat("unknown training argument '", key_in, "'", train::did_you_mean(key_in, keys())));
 }
 
 bool TrainingArguments::is_key(const std::string& key) {
   if (key == "evaluation_strategy") return true;
   for (auto& f : fields())
     if (key == f.name) return true;
-  return false;
+  return train::find_transformers_key(key) != nullptr;
 }
 
 std::vector<std::string> TrainingArguments::keys() {
   std::vector<std::string> k;
   for (auto& f : fields()) k.push_back(f.name);
+  for (auto& t : train::transformers_keys()) k.push_back(t.name);
   return k;
 }
 
@@ -349,12 +358,24 @@ std::vector<TrainingArguments::ArgInfo> TrainingArguments::describe() {
     nlohmann::json d = f.get(defaults);
     out.push_back({f.name, f.type, f.choices, d.is_null() ? "None" : d.dump(), f.help});
   }
+  for (auto& t : train::transformers_keys()) {
+    const std::string d = t.default_json;
+    out.push_back({t.name, t.type, t.choices, d == "null" ? "None" : d,
+                   cat(t.any_value ? "Transformers' key, any value ("
+                                   : "Transformers' key, "
+                                     "only its default (",
+                       t.note, ").")});
+  }
   return out;
 }
 
 std::string TrainingArguments::to_json() const {
   nlohmann::ordered_json j;
   for (auto& f : fields()) j[f.name] = f.get(*this);
+  for (auto& t : train::transformers_keys()) {
+    auto it = transformers_only.find(t.name);
+    j[t.name] = nlohmann::json::parse(it != transformers_only.end() ? it->second : t.default_json);
+  }
   return j.dump(2);
 }
 

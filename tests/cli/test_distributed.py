@@ -432,7 +432,7 @@ def case_fail_throw(ctx):
     c, o = ctx.config(train_data=data, train_sampling_strategy="sequential", **SLOW)
     t0 = time.time()
     proc = start_job(c)
-    return finish(proc, t0, c, o, [r"rank 1 of 2", r"(Gather|index|out of range|bounds)"])
+    return finish(proc, t0, c, o, [r"rank 1 of 2", r"(outside the embedding|Gather|index|out of range|bounds)"])
 
 
 def case_fail_stall(ctx):

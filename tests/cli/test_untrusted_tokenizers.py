@@ -338,14 +338,14 @@ CASES = [
 
 
 def hf_ids(j, text):
-    """("ok", ids of encode(text) without special tokens) / ("load" | "encode", error)."""
+    """("ok", ids of encode(text), tokenizer) / ("load" | "encode", error)."""
     from tokenizers import Tokenizer
     try:
         t = Tokenizer.from_str(json.dumps(j))
     except BaseException as e:  # noqa: BLE001 — a PanicException is a BaseException
         return "load", "%s: %s" % (type(e).__name__, e)
     try:
-        return "ok", t.encode(text, add_special_tokens=False).ids, t
+        return "ok", t.encode(text).ids, t  # the post-processor applied, as SFT rows are
     except BaseException as e:  # noqa: BLE001
         return "encode", "%s: %s" % (type(e).__name__, e)
 
@@ -388,7 +388,7 @@ def check(label, j, tmp):
     tok = hf[2]
     for content in ("<new>", "<tool>"):
         want = tok.token_to_id(content)
-        if want is not None and content in TEXT and any(
+        if want is not None and want in hf[1] and any(
                 a.get("content") == content for a in j.get("added_tokens") or []
                 if isinstance(a, dict)) and want not in ids:
             return False, "added token %s: tokenizers gives id %d, not in onyx's ids %s" % (

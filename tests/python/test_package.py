@@ -228,7 +228,8 @@ def case_args_transformers(onyx, tmp):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         a = onyx.TrainingArguments.from_transformers(t)
-    assert any("ignores" in str(x.message) and "push_to_hub" in str(x.message) for x in w), [str(x.message) for x in w]
+    # every key of the pinned Transformers is one of onyx's: nothing ignored
+    assert not any("ignores" in str(x.message) for x in w), [str(x.message) for x in w]
     assert (a.learning_rate, a.max_steps, a.lr_scheduler_type, a.warmup_steps, a.seed, a.logging_steps,
             a.per_device_train_batch_size, a.optim) == (3e-3, 9, "cosine", 2, 5, 3, 4, t.optim), a
     with warnings.catch_warnings():
@@ -266,6 +267,72 @@ def case_args_transformers(onyx, tmp):
             assert getattr(onyx.TrainingArguments.from_transformers(d), key) is True
     return (f"{len(t.to_dict())} transformers keys -> {len(a.to_dict())} onyx keys; fp16, bf16 "
             f"and each full_eval taken, fp16 with bf16 (and the two full_evals) refused")
+
+
+def sample_value(info, default):
+    """A value of the key's type other than its default."""
+    t = info["type"]
+    if info["choices"]:
+        return next(c for c in info["choices"] if c != default)
+    if t.startswith("bool"):
+        return not bool(default)
+    if t.startswith("int"):
+        return 3
+    if t.startswith("float"):
+        return 0.5
+    if t.startswith("dict"):
+        return {"a": 1}
+    if "list" in t:
+        return ["x"]
+    return "custom"
+
+
+def case_args_every_transformers_key(onyx, tmp):
+    """Every field of the pinned transformers.TrainingArguments is a key of onyx's, with
+    Transformers' default; a key onyx has no field for either takes any value of its type
+    (inert here: run_name, do_train, dataloader_num_workers, torch_compile, ...) and records it
+    in to_dict() / training_args.json, or takes only its default and refuses another value with a
+    ValueError naming the key and why (push_to_hub, deepspeed, neftune_noise_alpha, ...). The CLI
+    reads the same keys (onyx train --help lists them)."""
+    import dataclasses
+    import transformers
+    from onyx import _onyx
+    infos = {a["name"]: a for a in _onyx.describe_args()}
+    hf = dataclasses.fields(transformers.TrainingArguments)
+    missing = [f.name for f in hf if f.name not in infos]
+    assert not missing, f"Transformers keys onyx lacks: {missing}"
+    inert = refused = 0
+    for f in hf:
+        info = infos[f.name]
+        if not info["help"].startswith("Transformers' key"):
+            continue  # one of onyx's own fields (tests above)
+        hf_default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        ours = getattr(onyx.TrainingArguments(), f.name)
+        empty = (None, "", [], {})
+        assert ours == hf_default or (ours in empty and hf_default in empty), (f.name, ours, hf_default)
+        value = sample_value(info, hf_default)
+        if "any value" in info["help"]:
+            a = onyx.TrainingArguments(**{f.name: value})
+            assert a.to_dict()[f.name] == value, (f.name, a.to_dict()[f.name], value)
+            inert += 1
+        else:
+            try:
+                onyx.TrainingArguments(**{f.name: value})
+                raise AssertionError(f"{f.name}={value!r} accepted")
+            except ValueError as e:
+                assert f.name in str(e) and "is not supported" in str(e), (f.name, str(e))
+            refused += 1
+    # the keys scripts routinely pass (issue 35), at once
+    a = onyx.TrainingArguments(do_train=True, do_eval=True, run_name="exp", push_to_hub=False,
+                               use_cpu=True, log_level="info", dataloader_num_workers=2,
+                               eval_accumulation_steps=4, save_only_model=False,
+                               neftune_noise_alpha=None, torch_compile=False)
+    assert a.run_name == "exp" and a.dataloader_num_workers == 2
+    help_text = subprocess.run([ONYX, "train", "--help"], capture_output=True, text=True).stdout
+    unlisted = [f.name for f in hf if f"  {f.name}:" not in help_text]
+    assert not unlisted, f"onyx train --help does not list {unlisted}"
+    return (f"{len(hf)} Transformers keys: {inert} inert ones take any value, {refused} take only "
+            f"their default, the rest are onyx's own")
 
 
 def case_parity_cli(onyx, tmp):
@@ -1044,7 +1111,9 @@ print("steps", t.train().global_step, [m for m in sys.modules if m.split(".")[0]
 
 
 CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
-         ("args-transformers", case_args_transformers), ("parity-cli", case_parity_cli),
+         ("args-transformers", case_args_transformers),
+         ("args-every-transformers-key", case_args_every_transformers_key),
+         ("parity-cli", case_parity_cli),
          ("compute-metrics", case_compute_metrics), ("callback-stop", case_callback_stop),
          ("early-stopping", case_early_stopping), ("save-model", case_save_model),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
