@@ -1,7 +1,7 @@
 // transformers_keys.cc — Transformers' TrainingArguments keys onyx has no field for, and what
 // each means here (train/transformers_keys.h). The table is checked against the pinned
-// transformers.TrainingArguments by tests/python/test_training_args_keys.py: together with
-// onyx's own fields it must hold every key, with Transformers' defaults.
+// transformers.TrainingArguments by tests/python/test_package.py (args-every-transformers-key):
+// together with onyx's own fields it must hold every key, with Transformers' defaults.
 #include "train/transformers_keys.h"
 
 #include <algorithm>
