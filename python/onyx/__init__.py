@@ -185,8 +185,12 @@ def _make_args_class(name, doc, optim_default=None):
         meta = {"help": a["help"], "type": a["type"]}
         if a["choices"]:
             meta["choices"] = list(a["choices"])
-        fields.append((a["name"], _TYPES.get(a["type"], typing.Any),
-                       dataclasses.field(default=default, metadata=meta)))
+        if isinstance(default, (list, dict)):  # include_for_metrics=[]: one per instance
+            field = dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d),
+                                      metadata=meta)
+        else:
+            field = dataclasses.field(default=default, metadata=meta)
+        fields.append((a["name"], _TYPES.get(a["type"], typing.Any), field))
     cls = dataclasses.make_dataclass(name, fields, bases=(_ArgsBase,))
     cls.__module__ = __name__
     init = cls.__init__
@@ -238,6 +242,18 @@ class TrainerCallback:
     def on_save(self, args, state, control, **kwargs): pass
     def on_log(self, args, state, control, **kwargs): pass
     def on_prediction_step(self, args, state, control, **kwargs): pass
+
+
+class _SaveProcessingClass(TrainerCallback):
+    """Transformers' _save_checkpoint saves the processing_class into each checkpoint-N folder."""
+
+    def __init__(self, processing_class):
+        self.processing_class = processing_class
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if os.path.isdir(folder):
+            self.processing_class.save_pretrained(folder)
 
 
 class EarlyStoppingCallback(TrainerCallback):
@@ -483,6 +499,8 @@ class Trainer:
         self.callbacks = []
         for cb in callbacks or []:
             self.callbacks.append(cb() if isinstance(cb, type) else cb)
+        if hasattr(processing_class, "save_pretrained"):  # into every checkpoint, as Transformers
+            self.callbacks.append(_SaveProcessingClass(processing_class))
         self._t = self._build(args)
 
     # -- models given as torch modules
@@ -648,8 +666,12 @@ class Trainer:
 
     def save_model(self, output_dir=None):
         """model.safetensors (and config.json for Hugging Face models: a folder from_pretrained
-        reads) into output_dir."""
-        self._t.save_model(os.fspath(output_dir or self.args.output_dir))
+        reads) into output_dir, with the processing_class (tokenizer) saved beside it as
+        Transformers saves it."""
+        folder = os.fspath(output_dir or self.args.output_dir)
+        self._t.save_model(folder)
+        if hasattr(self.processing_class, "save_pretrained"):
+            self.processing_class.save_pretrained(folder)
 
     @property
     def state(self):

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -360,6 +361,24 @@ namespace {
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
+
+// Where a prompt-completion row's completion starts: the first position at which the ids of the
+// prompt alone and of the whole row differ (TRL's common prefix). When the prompt is not a prefix
+// (a token merging across the boundary, a template closing the prompt alone), TRL warns once per
+// dataset; so does onyx.
+size_t completion_start(const std::vector<int64_t>& prompt, const std::vector<int64_t>& all,
+                        bool& warned, const std::string& path) {
+  size_t n = 0;
+  while (n < prompt.size() && n < all.size() && prompt[n] == all[n]) n++;
+  if (n < prompt.size() && !warned) {
+    warned = true;
+    std::cerr << "Warning: dataset '" << path << "': the tokenized prompt is not a prefix of the "
+              << "tokenized prompt + completion (tokens merge across the boundary, or the chat "
+              << "template renders the prompt alone differently); the completion starts where "
+                 "they diverge, as in TRL. Shown once for the dataset.\n";
+  }
+  return n;
+}
 }  // namespace
 
 // The end-of-sequence text TRL appends: SFTConfig.eos_token, else tokenizer_config.json's, else
@@ -394,6 +413,7 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
   ONYX_CHECK(opts_.pad_multiple > 0, "dataset '", path, "': pad_multiple must be positive");
   TextClassificationOptions ro;
   ro.format = opts_.format;
+  bool warned_prefix = false;
   std::unique_ptr<ChatTemplate> tmpl;
   if (!opts_.chat_template.empty())
     tmpl = std::make_unique<ChatTemplate>(opts_.chat_template, opts_.chat_template_origin.empty()
@@ -503,10 +523,7 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
         for (auto& m : *cj) all.push_back(m);
         auto rendered = render(all, false);
         ids = tok_->encode_ids(rendered.text);
-        size_t prompt_len = 0;
-        while (prompt_len < prompt_ids.size() && prompt_len < ids.size() &&
-               prompt_ids[prompt_len] == ids[prompt_len])
-          prompt_len++;
+        const size_t prompt_len = completion_start(prompt_ids, ids, warned_prefix, path);
         labels = ids;
         if (opts_.completion_only_loss)
           for (size_t t = 0; t < prompt_len; t++) labels[t] = -100;
@@ -554,9 +571,7 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
       } else {
         const std::vector<int64_t> prompt_ids = encode(*prompt);
         ids = encode(*prompt + with_eos(*completion));
-        while (prompt_len < (int64_t)prompt_ids.size() && prompt_len < (int64_t)ids.size() &&
-               prompt_ids[prompt_len] == ids[prompt_len])
-          prompt_len++;
+        prompt_len = (int64_t)completion_start(prompt_ids, ids, warned_prefix, path);
       }
       labels = ids;
       if (opts_.completion_only_loss)

@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
 #include "kernels/cpu/gemm.h"
+#include "train/tensorboard.h"
 #include "train/trainer_internal.h"
 
 namespace fs = std::filesystem;
@@ -49,6 +50,13 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
       callbacks_(std::move(callbacks)),
       impl_(std::make_unique<Impl>()) {
   args_.validate();
+  // report_to tensorboard / all: Transformers' TensorBoardCallback, attached as Transformers
+  // attaches it from report_to (for the CLI and the Python package alike), unless one is given
+  if (train::reports_to_tensorboard(args_) &&
+      std::none_of(callbacks_.begin(), callbacks_.end(), [](auto& c) {
+        return dynamic_cast<train::TensorBoardCallback*>(c.get()) != nullptr;
+      }))
+    callbacks_.push_back(std::make_shared<train::TensorBoardCallback>(model_.config_json));
   ONYX_CHECK(model_.graph, "Trainer: the model has no graph");
   if (args_.predict_with_generate)
     ONYX_CHECK(!model_.config_json.empty() && model_.items_shifted,

@@ -34,9 +34,17 @@ const std::vector<TransformersKey>& table() {
       {"trackio_space_id", "str | None", "null", true, kInertNames},
       {"trackio_bucket_id", "str | None", "null", true, kInertNames},
       {"trackio_static_space_id", "str | None", "null", true, kInertNames},
-      {"log_level", "str", "\"passive\"", true, kInertLog,
+      {"log_level",
+       "str",
+       "\"passive\"",
+       true,
+       kInertLog,
        {"detail", "debug", "info", "warning", "error", "critical", "passive"}},
-      {"log_level_replica", "str", "\"warning\"", true, kInertLog,
+      {"log_level_replica",
+       "str",
+       "\"warning\"",
+       true,
+       kInertLog,
        {"detail", "debug", "info", "warning", "error", "critical", "passive"}},
       {"log_on_each_node", "bool", "true", true, kInertLog},
       {"do_train", "bool", "false", true, kInertScript},
@@ -56,7 +64,8 @@ const std::vector<TransformersKey>& table() {
        "Liger's fused GPU kernels compute what onyx's fused CPU kernels compute"},
       {"liger_kernel_config", "dict | None", "null", true,
        "Liger's fused GPU kernels compute what onyx's fused CPU kernels compute"},
-      {"use_cache", "bool", "false", true, "the model's generation cache; training does not use it"},
+      {"use_cache", "bool", "false", true,
+       "the model's generation cache; training does not use it"},
       {"dataloader_num_workers", "int", "0", true, kInertLoader},
       {"dataloader_pin_memory", "bool", "true", true, kInertLoader},
       {"dataloader_persistent_workers", "bool", "false", true, kInertLoader},
@@ -70,7 +79,11 @@ const std::vector<TransformersKey>& table() {
       {"ddp_find_unused_parameters", "bool | None", "null", true, kInertDist},
       {"ddp_broadcast_buffers", "bool | None", "null", true, kInertDist},
       {"ddp_static_graph", "bool | None", "null", true, kInertDist},
-      {"ddp_backend", "str | None", "null", true, kInertDist,
+      {"ddp_backend",
+       "str | None",
+       "null",
+       true,
+       kInertDist,
        {"nccl", "gloo", "mpi", "xccl", "hccl", "cncl", "mccl"}},
       {"full_determinism", "bool", "false", true,
        "onyx's training is deterministic for a given thread count whatever it says"},
@@ -85,7 +98,11 @@ const std::vector<TransformersKey>& table() {
       {"hub_token", "str | None", "null", true, "read only when push_to_hub is true"},
       {"hub_private_repo", "bool | None", "null", true, "read only when push_to_hub is true"},
       {"hub_model_id", "str | None", "null", true, "read only when push_to_hub is true"},
-      {"hub_strategy", "str", "\"every_save\"", true, "read only when push_to_hub is true",
+      {"hub_strategy",
+       "str",
+       "\"every_save\"",
+       true,
+       "read only when push_to_hub is true",
        {"end", "every_save", "checkpoint", "all_checkpoints"}},
       {"hub_always_push", "bool", "false", true, "read only when push_to_hub is true"},
       {"hub_revision", "str | None", "null", true, "read only when push_to_hub is true"},
@@ -178,9 +195,9 @@ nlohmann::json parse_typed(const TransformersKey& k, const std::string& v) {
     return d;
   }
   if (type.rfind("dict", 0) == 0 || type.find("list") != std::string::npos) {
-    if (none_text(v)) return type.find("list") != std::string::npos && !nullable
-                                 ? nlohmann::json::array()
-                                 : nlohmann::json();
+    if (none_text(v))
+      return type.find("list") != std::string::npos && !nullable ? nlohmann::json::array()
+                                                                 : nlohmann::json();
     if (!v.empty() && (v[0] == '{' || v[0] == '[')) {
       nlohmann::json j = nlohmann::json::parse(v, nullptr, false);
       if (j.is_discarded()) return fail("JSON");

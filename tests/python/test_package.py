@@ -395,6 +395,30 @@ def case_compute_metrics(onyx, tmp):
     return f"eval_acc {m['eval_acc']:.4f} (= built-in accuracy), {seen['types'][4]} / {seen['types'][5]}"
 
 
+def case_report_to_tensorboard(onyx, tmp):
+    """report_to="tensorboard" from Python writes what Transformers' TensorBoardCallback writes
+    (it was a silent no-op there: only the CLI attached the callback): event files under
+    output_dir/runs/..., the train/ and eval/ scalars at each logged step, equal to the logs."""
+    import glob
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    model, train, ev, _ = fixture(tmp)
+    out = os.path.join(tmp, "tb")
+    args = onyx.TrainingArguments(output_dir=out, report_to="tensorboard", **CFG)
+    t = onyx.Trainer(model, args, train_dataset=train, eval_dataset=ev)
+    t.train()
+    files = glob.glob(os.path.join(out, "runs", "*", "events.out.tfevents.*"))
+    assert files, os.listdir(out)
+    acc = EventAccumulator(os.path.dirname(files[0]), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/learning_rate", "eval/loss"} <= tags, tags
+    logged = [(e["step"], e["loss"]) for e in t.state.log_history if "loss" in e]
+    written = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    assert [s for s, _ in written] == [s for s, _ in logged], (written, logged)
+    assert all(abs(a - b) <= 1e-6 * max(1, abs(b)) for (_, a), (_, b) in zip(written, logged))
+    return f"{len(files)} event file, tags {sorted(tags)[:4]}..., train/loss = the logs"
+
+
 def case_callback_stop(onyx, tmp):
     model, train, ev, _ = fixture(tmp)
     events = []
@@ -634,6 +658,30 @@ def tiny_tokenizer(tmp):
     with open(vocab, "w") as f:
         f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]))
     return transformers.BertTokenizerFast(vocab_file=vocab)
+
+
+def case_tokenizer_saved(onyx, tmp):
+    """processing_class (the tokenizer) is saved as Transformers saves it: into every checkpoint-N
+    and by save_model, so each folder loads whole with from_pretrained (model and tokenizer)."""
+    import datasets
+    import transformers
+    tok = tiny_tokenizer(tmp)
+    out = os.path.join(tmp, "tok-saved")
+    args = onyx.TrainingArguments(output_dir=out, max_steps=4, save_strategy="steps", save_steps=2,
+                                  per_device_train_batch_size=8, report_to="none", disable_tqdm=True)
+    t = onyx.Trainer(tiny_bert(), args, train_dataset=datasets.Dataset.from_list(ragged_rows(16, 1)),
+                     data_collator=transformers.DataCollatorWithPadding(tok), processing_class=tok)
+    t.train()
+    final = os.path.join(out, "final")
+    t.save_model(final)
+    folders = [os.path.join(out, "checkpoint-2"), os.path.join(out, "checkpoint-4"), final]
+    for d in folders:
+        assert os.path.exists(os.path.join(d, "tokenizer.json")), (d, os.listdir(d))
+        assert os.path.exists(os.path.join(d, "tokenizer_config.json")), (d, os.listdir(d))
+        got = transformers.AutoTokenizer.from_pretrained(d)("w1 w2").input_ids
+        assert got == tok("w1 w2").input_ids, (d, got)
+    transformers.AutoModelForSequenceClassification.from_pretrained(final)
+    return "tokenizer.json + tokenizer_config.json in checkpoint-2, checkpoint-4 and save_model's folder"
 
 
 def case_pretrained_module(onyx, tmp):
@@ -1114,11 +1162,13 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("args-transformers", case_args_transformers),
          ("args-every-transformers-key", case_args_every_transformers_key),
          ("parity-cli", case_parity_cli),
-         ("compute-metrics", case_compute_metrics), ("callback-stop", case_callback_stop),
+         ("compute-metrics", case_compute_metrics),
+         ("report-to-tensorboard", case_report_to_tensorboard),
+         ("callback-stop", case_callback_stop),
          ("early-stopping", case_early_stopping), ("save-model", case_save_model),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
          ("mpirun", case_mpirun), ("llama-module", case_llama_module),
-         ("pretrained-module", case_pretrained_module), ("tied-gpt2-module", case_tied_gpt2_module),
+         ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
          ("plain-module", case_plain_module), ("example-scripts", case_example_scripts),

@@ -9,7 +9,6 @@
 #include "onyx/trainer.h"
 #include "train/progress.h"
 #include "train/run_config.h"
-#include "train/tensorboard.h"
 #include "train/training_session.h"
 
 namespace onyx::cli {
@@ -36,10 +35,6 @@ Trainer make_trainer(Loaded& l) {
   ComputeMetrics cm = l.cfg.metrics.empty() ? nullptr : metrics::by_names(l.cfg.metrics);
   Model model = train::model_from_config(l.cfg);
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
-  // report_to tensorboard / all: Transformers' TensorBoardCallback (model_config when the model
-  // has a Hugging Face config, as Transformers writes model.config)
-  if (train::reports_to_tensorboard(l.cfg.args))
-    callbacks.push_back(std::make_shared<train::TensorBoardCallback>(model.config_json));
   if (l.cfg.early_stopping_patience)
     callbacks.push_back(std::make_shared<EarlyStoppingCallback>((int)*l.cfg.early_stopping_patience,
                                                                 l.cfg.early_stopping_threshold));
