@@ -16,7 +16,7 @@ shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(chat_template tokenizer safetensors config)
 BUILD=${ONYX_FUZZ_BUILD:-build-fuzz}
-bash scripts/apt_install.sh clang-16 libclang-rt-16-dev  # libFuzzer is clang's
+bash scripts/apt_install.sh clang-16 libclang-rt-16-dev llvm-16  # libFuzzer; llvm-symbolizer
 bash scripts/setup.sh >/dev/null
 mkdir -p "$BUILD"
 CC=clang-16 CXX=clang++-16 cmake -S . -B "$BUILD" -G Ninja -DONYX_FUZZ=ON \
@@ -32,7 +32,8 @@ run_target() {  # run_target NAME: prints its summary line into $BUILD/findings/
   local t=$1 work=$BUILD/fuzz-work/$1 findings=$BUILD/findings/$1
   rm -rf "$work" "$findings" && mkdir -p "$work" "$findings"
   cp fuzz/corpus/"$t"/* "$work"/
-  ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-16/bin/llvm-symbolizer \
+    ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$BUILD/fuzz_$t" "$work" -max_total_time="$SECONDS_PER_TARGET" -timeout=30 \
     -rss_limit_mb=4096 -malloc_limit_mb=4096 -max_len="${MAX_LEN[$t]}" -dict="${DICT[$t]}" \
     -artifact_prefix="$findings/" -print_final_stats=1 >"$BUILD/findings/$t.log" 2>&1

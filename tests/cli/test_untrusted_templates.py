@@ -141,7 +141,12 @@ CASES = [
     ("a 20-digit string", "{{ '99999999999999999999'|int }}", r"does not fit in 64 bits"),
     ("int of floats", "{{ 3.99|int }} {{ -3.99|int }} {{ 9.2e18|int }} {{ -9.2e18|int }}",
      "jinja"),
+    # code points: indexing, slicing and measuring agree (the fuzzer found a read past a string
+    # whose bytes were not UTF-8; such a template is now refused)
+    ("indexing multi-byte text", "{{ 'ä€𝄞x'[-1] }}{{ 'ä€𝄞x'[2] }}|{{ 'ä€𝄞x'|length }}|"
+     "{{ 'ä€𝄞x'[::-1] }}|{{ 'ä€𝄞x'[1:3] }}", "jinja"),
 ]
+BAD_UTF8 = b"{{ '\xd7\xd7ab'[-1] }}"
 
 
 def limit_memory():
@@ -220,6 +225,17 @@ def conversation_cases(tmp):
     return out
 
 
+def invalid_utf8_case(tmp, messages_path):
+    """A template whose bytes are not UTF-8: refused naming the byte (Transformers reads UTF-8)."""
+    path = os.path.join(tmp, "bad.jinja")
+    with open(path, "wb") as f:
+        f.write(BAD_UTF8)
+    p = subprocess.run([ONYX, "chat-template", path, "--messages", messages_path],
+                       capture_output=True, text=True, timeout=TIME_LIMIT_S)
+    ok = p.returncode == 1 and "the template is not UTF-8 (byte 4)" in p.stderr
+    return [("a template that is not UTF-8", ok, "rc=%d %s" % (p.returncode, p.stderr.strip()))]
+
+
 def tokenizer_config_cases(tmp):
     """tokenizer_config.json read for its chat template and special tokens: a special token that
     is neither a string nor an AddedToken (Transformers refuses it), a file that is not an
@@ -266,6 +282,7 @@ def main():
             results.append((name, ok, detail))
         results += conversation_cases(tmp)
         results += tokenizer_config_cases(tmp)
+        results += invalid_utf8_case(tmp, messages_path)
     passed = sum(ok for _, ok, _ in results)
     for name, ok, detail in results:
         print(("ok   " if ok else "FAIL ") + name + ("" if ok else "\n    " + detail))
