@@ -172,11 +172,15 @@ nlohmann::json parse_typed(const TransformersKey& k, const std::string& v) {
   };
   const bool nullable = type.find("None") != std::string::npos;
   if (nullable && none_text(v)) return nullptr;
-  if (type.rfind("bool", 0) == 0 || type == "str | bool") {
+  if (type == "str | bool") {  // include_num_input_tokens_seen: "no", "all", true, ...
+    const std::string l = lower(v);
+    if (l == "true" || l == "false") return l == "true";
+    return v;
+  }
+  if (type.rfind("bool", 0) == 0) {
     const std::string l = lower(v);
     if (l == "true" || l == "1" || l == "yes" || l == "on") return true;
     if (l == "false" || l == "0" || l == "no" || l == "off") return false;
-    if (type == "str | bool") return v;
     return fail("true or false");
   }
   if (type.rfind("int", 0) == 0 || type.rfind("float", 0) == 0) {
@@ -195,6 +199,7 @@ nlohmann::json parse_typed(const TransformersKey& k, const std::string& v) {
     return d;
   }
   if (type.rfind("dict", 0) == 0 || type.find("list") != std::string::npos) {
+    if (v.empty() && type.rfind("str", 0) == 0) return "";  // debug's default ""
     if (none_text(v))
       return type.find("list") != std::string::npos && !nullable ? nlohmann::json::array()
                                                                  : nlohmann::json();
