@@ -154,9 +154,54 @@ nb::object array_from_tensor(const Tensor& t) {
   return a.cast();
 }
 
-// {name: array} (first dimension = sample) as a TensorDataset of zero-copy views.
+// A dataset whose batches Python makes on demand: fetch(indices) -> {name: array}, called once
+// per batch with the GIL held, as Transformers' DataLoader calls its collate_fn (the
+// data_collator) per batch. The arrays are viewed, not copied.
+class PyBatchDataset : public data::Dataset {
+ public:
+  PyBatchDataset(nb::object fetch, int64_t size, std::vector<std::string> keys, std::string which)
+      : fetch_(std::move(fetch)), size_(size), keys_(std::move(keys)), which_(std::move(which)) {}
+  ~PyBatchDataset() override {
+    if (!Py_IsInitialized()) return;
+    nb::gil_scoped_acquire gil;
+    fetch_.reset();
+  }
+  int64_t size() const override { return size_; }
+  std::vector<std::string> keys() const override { return keys_; }
+  std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const override {
+    nb::gil_scoped_acquire gil;
+    nb::list idx;
+    for (int64_t i : indices) idx.append(i);
+    nb::object r = call_py(fetch_, nb::make_tuple(idx), nb::dict());
+    if (!nb::isinstance<nb::dict>(r))
+      throw Error(cat(which_, ": the data collator returned no dict of arrays"));
+    std::map<std::string, Tensor> out;
+    for (auto [k, v] : nb::borrow<nb::dict>(r)) {
+      const std::string key = nb::cast<std::string>(nb::str(k));
+      out[key] = tensor_from_array(v, cat(which_, " batch ['", key, "']"));
+    }
+    return out;
+  }
+
+ private:
+  nb::object fetch_;
+  int64_t size_;
+  std::vector<std::string> keys_;
+  std::string which_;
+};
+
+// {name: array} (first dimension = sample) as a TensorDataset of zero-copy views, or
+// ("per_batch", fetch, size, keys) as a PyBatchDataset.
 std::shared_ptr<data::Dataset> dataset_from_dict(nb::handle d, const std::string& which) {
   if (d.is_none()) return nullptr;
+  if (nb::isinstance<nb::tuple>(d)) {
+    auto t = nb::borrow<nb::tuple>(d);
+    if (t.size() != 4 || !nb::isinstance<nb::str>(t[0]) ||
+        nb::cast<std::string>(t[0]) != "per_batch")
+      throw Error(cat(which, ": expected a dict of numpy arrays"));
+    return std::make_shared<PyBatchDataset>(nb::borrow(t[1]), nb::cast<int64_t>(t[2]),
+                                            nb::cast<std::vector<std::string>>(t[3]), which);
+  }
   if (!nb::isinstance<nb::dict>(d)) throw Error(cat(which, ": expected a dict of numpy arrays"));
   std::map<std::string, Tensor> tensors;
   for (auto [k, v] : nb::borrow<nb::dict>(d)) {

@@ -17,7 +17,8 @@ its parameters hold the trained values after train()), a path to an .onnx file (
 output is trained; or pass `loss=`) or a Hugging Face folder (config.json + model.safetensors).
 Datasets: dicts of numpy arrays or torch tensors keyed by input names, first dimension = sample
 (not copied: the C++ dataset views their memory, so do not modify them while a Trainer holds
-them), datasets.Dataset, or map-style torch datasets, with an optional data_collator.
+them), datasets.Dataset, or map-style torch datasets, with an optional data_collator (called per
+training batch, as Transformers' DataLoader calls it; evaluation rows are collated once).
 Custom ops: onyx.load_custom_ops("libmyops.so").
 """
 import contextlib
@@ -333,7 +334,43 @@ def _collate(features, collator, where):
     return out
 
 
-def _dataset(ds, which, collator=None, keep=None):
+class _PerBatch:
+    """A dataset of per-sample rows whose data_collator runs per batch, when the C++ Trainer asks
+    for the rows of a batch (as Transformers' DataLoader calls it: per-batch padding, fresh MLM
+    masks each epoch, pad_to_multiple_of per batch). `first` is the first batch, collated here to
+    learn the columns (and to give torch.onnx.export its samples)."""
+
+    def __init__(self, rows, collator, which, keep, used, batch_size):
+        self.rows, self.collator, self.which, self.keep, self.used = rows, collator, which, keep, used
+        n = len(rows)
+        if n == 0:
+            raise ValueError(f"{which}: empty dataset")
+        self.first = self.fetch(list(range(min(n, max(1, batch_size)))))
+        self.size = n
+
+    def fetch(self, indices):
+        out = _collate([self.used(dict(self.rows[int(i)])) for i in indices], self.collator,
+                       self.which)
+        return {k: v for k, v in out.items() if self.keep is None or k in self.keep}
+
+    def for_cpp(self):
+        return ("per_batch", self.fetch, self.size, sorted(self.first))
+
+    # the dict-of-arrays view the rest of the Trainer reads (samples for export)
+    def __iter__(self):
+        return iter(self.first)
+
+    def __getitem__(self, k):
+        return self.first[k]
+
+    def values(self):
+        return self.first.values()
+
+    def __bool__(self):
+        return True
+
+
+def _dataset(ds, which, collator=None, keep=None, per_batch=0):
     """Any dataset Transformers' Trainer takes, as the dict of arrays (first dimension = sample)
     the C++ Trainer views: a dict of numpy arrays / torch tensors (shared, not copied), a
     Hugging Face datasets.Dataset (its numeric columns; with a data_collator, the collated rows),
@@ -368,10 +405,15 @@ def _dataset(ds, which, collator=None, keep=None):
                 if col.dtype.kind in "USO":
                     continue  # text columns
                 out["labels" if c in ("label", "label_ids") else c] = np.ascontiguousarray(col)
+        elif per_batch:
+            out = _PerBatch(ds, collator, which, keep, used, per_batch)
         else:
             out = _collate([used(ds[i]) for i in range(len(ds))], collator, which)
     elif hasattr(ds, "__getitem__") and hasattr(ds, "__len__"):
-        out = _collate([used(dict(ds[i])) for i in range(len(ds))], collator, which)
+        if collator is not None and per_batch:
+            out = _PerBatch(ds, collator, which, keep, used, per_batch)
+        else:
+            out = _collate([used(dict(ds[i])) for i in range(len(ds))], collator, which)
     else:
         raise TypeError(f"{which}: expected a dict of arrays, a datasets.Dataset or a map-style "
                         f"dataset (__getitem__ and __len__), got {type(ds).__name__}")
@@ -380,7 +422,8 @@ def _dataset(ds, which, collator=None, keep=None):
         if dropped:
             warnings.warn(f"{which}: columns not used by the model's forward, dropped: "
                           + ", ".join(dropped))
-        out = {k: v for k, v in out.items() if k in keep}
+        if not isinstance(out, _PerBatch):  # (which drops them from each batch)
+            out = {k: v for k, v in out.items() if k in keep}
     return out
 
 
@@ -490,7 +533,9 @@ class Trainer:
                             f"of a Hugging Face folder, got {type(model).__name__}")
         self._module = model if _is_torch_module(model) else None
         keep = self._input_names()
-        self.train_dataset = _dataset(train_dataset, "train_dataset", data_collator, keep)
+        # the training rows are collated per batch (Transformers' DataLoader); evaluation's once
+        self.train_dataset = _dataset(train_dataset, "train_dataset", data_collator, keep,
+                                      per_batch=args.per_device_train_batch_size)
         self.eval_dataset = _dataset(eval_dataset, "eval_dataset", data_collator, keep)
         if self._module is not None:
             self.model = self._from_module(model)
@@ -624,7 +669,10 @@ class Trainer:
                             float(cb.early_stopping_threshold or 0.0)))
             else:
                 cbs.append(cb)
-        return _onyx.Trainer(self.model, args._items(), args, self.train_dataset, self.eval_dataset,
+        train = self.train_dataset
+        if isinstance(train, _PerBatch):
+            train = train.for_cpp()
+        return _onyx.Trainer(self.model, args._items(), args, train, self.eval_dataset,
                              fn, names, cbs, self._loss, self._predictions or "", self._frozen)
 
     def add_callback(self, callback):

@@ -660,6 +660,53 @@ def tiny_tokenizer(tmp):
     return transformers.BertTokenizerFast(vocab_file=vocab)
 
 
+def case_collator_per_batch(onyx, tmp):
+    """data_collator runs per batch, as Transformers' DataLoader calls it: a recording collator
+    sees the same calls under onyx.Trainer as under transformers.Trainer (sequential sampling,
+    batches of 5 over 2 epochs: each call with a batch's rows, padded to that batch's longest),
+    and the losses agree."""
+    import copy
+    import datasets
+    import transformers
+    rows = ragged_rows(20, 11)
+    tok = tiny_tokenizer(tmp)
+    inner = transformers.DataCollatorWithPadding(tok)
+
+    class Recording:
+        def __init__(self):
+            self.calls = []
+
+        def __call__(self, features):
+            b = inner(features)
+            self.calls.append((len(features), int(b["input_ids"].shape[1])))
+            return b
+
+    kw = dict(learning_rate=3e-3, num_train_epochs=2, per_device_train_batch_size=5,
+              logging_steps=1, save_strategy="no", seed=7, train_sampling_strategy="sequential",
+              report_to="none", disable_tqdm=True)
+    module = tiny_bert()
+    ref_module = copy.deepcopy(module)
+    hf_rec, ox_rec = Recording(), Recording()
+    ds = datasets.Dataset.from_list([{k: v for k, v in r.items() if k != "text"} for r in rows])
+    ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
+        output_dir=os.path.join(tmp, "hf-pb"), **kw), data_collator=hf_rec, train_dataset=ds)
+    ref.train()
+    t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=os.path.join(tmp, "ox-pb"), **kw),
+                     data_collator=ox_rec, train_dataset=ds)
+    first = ox_rec.calls[:1]  # the batch collated at construction (to learn the columns)
+    ox_rec.calls.clear()
+    t.train()
+    assert ox_rec.calls == hf_rec.calls, (ox_rec.calls, hf_rec.calls)
+    lengths = sorted({n for _, n in hf_rec.calls})
+    assert len(lengths) > 1, hf_rec.calls  # else the case shows nothing
+    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
+    got = [e["loss"] for e in t.state.log_history if "loss" in e]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    assert len(got) == len(want) and worst < 1e-5, (got, want)
+    return (f"{len(hf_rec.calls)} collator calls = Transformers' (padded lengths {lengths}; one more "
+            f"at construction {first}), losses within {worst:.1e}")
+
+
 def case_tokenizer_saved(onyx, tmp):
     """processing_class (the tokenizer) is saved as Transformers saves it: into every checkpoint-N
     and by save_model, so each folder loads whole with from_pretrained (model and tokenizer)."""
@@ -1168,7 +1215,8 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("early-stopping", case_early_stopping), ("save-model", case_save_model),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
          ("mpirun", case_mpirun), ("llama-module", case_llama_module),
-         ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved), ("tied-gpt2-module", case_tied_gpt2_module),
+         ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved),
+         ("collator-per-batch", case_collator_per_batch), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
          ("plain-module", case_plain_module), ("example-scripts", case_example_scripts),
