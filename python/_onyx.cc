@@ -510,7 +510,7 @@ NB_MODULE(_onyx, m) {
                                        nb::gil_scoped_acquire gil;
                                        write(s);
                                      },
-                                     is_tty, columns});
+                                     is_tty, columns, /*dicts_without_tty=*/true});
       },
       "write"_a.none(), "is_tty"_a, "columns"_a,
       "Routes the progress bar and log lines to write(text) (None: back to stdout).");

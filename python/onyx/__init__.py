@@ -434,7 +434,8 @@ _logger = logging.getLogger("onyx")
 @contextlib.contextmanager
 def _in_python():
     """While C++ runs: its progress bar and log lines go to the current sys.stdout (Jupyter,
-    contextlib.redirect_stdout), each log also to logging.getLogger("onyx") at INFO, and Ctrl-C
+    contextlib.redirect_stdout) — the logs as Transformers prints them, dicts of 4-digit strings,
+    also without a terminal — each log also to logging.getLogger("onyx") at DEBUG, and Ctrl-C
     (in the main thread) stops training after the current step, then raises KeyboardInterrupt."""
     out = sys.stdout
     tty = bool(getattr(out, "isatty", lambda: False)())
@@ -466,7 +467,7 @@ class _PythonWorld(TrainerCallback):
         self.interrupted = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        _logger.info(json.dumps(dict(logs or {})))
+        _logger.debug(json.dumps(dict(logs or {})))  # (at INFO it doubled the printed logs)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.interrupted:

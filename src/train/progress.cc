@@ -212,7 +212,7 @@ void Progress::update(int64_t step, double loss, double lr, int64_t /*samples*/)
 
 void Progress::log(const LogEntry& e) {
   if (!tty_) {  // through a pipe: every digit, one JSON line (log_history.jsonl has the same)
-    emit(e.to_json() + "\n");
+    emit((output().dicts_without_tty ? format_log_dict(e.values, e.epoch) : e.to_json()) + "\n");
     return;
   }
   if (!bar_) {  // disable_tqdm: PrinterCallback's print(logs)

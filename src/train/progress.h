@@ -3,7 +3,8 @@
 //   67%|██████▋   | 1256/1876 [00:07<00:03, 171.23it/s, loss=0.4857, lr=1.3e-03]
 // filling the terminal's width, with each log written above it as a dict of 4-significant-digit
 // strings ({'loss': '0.4857', ..., 'epoch': '0.5'}); with disable_tqdm the same dicts without a bar
-// (PrinterCallback). Through a pipe: one JSON line per log, every digit, no bar.
+// (PrinterCallback). Through a pipe: one JSON line per log, every digit, no bar (the Python
+// package: the dicts, as Transformers prints them there).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -48,6 +49,10 @@ class Progress {
     std::function<void(const std::string&)> write;
     bool is_tty = false;
     int columns = 80;
+    // Without a terminal, the logs as Transformers prints them there too (its ProgressCallback's
+    // tqdm.write: 4-significant-digit dicts), not JSON lines: the Python package's notebooks,
+    // pipes and redirect_stdout. The CLI keeps one JSON line per log through a pipe.
+    bool dicts_without_tty = false;
   };
   static void set_output(Output out);
 
