@@ -21,6 +21,9 @@ struct TrainingArguments {
   int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;
   std::string lr_scheduler_type = "linear";
+  // The schedule function's own parameters as a JSON object ("" = None): num_cycles, lr_end,
+  // power, timescale, min_lr / min_lr_rate, warmup_lr_rate, num_decay_steps, ...
+  std::string lr_scheduler_kwargs;
   double weight_decay = 0.0;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;

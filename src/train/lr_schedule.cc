@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "onyx/error.h"
 
@@ -17,24 +19,148 @@ constexpr double kPi = 3.141592653589793;  // math.pi
 
 bool needs_total_steps(const std::string& type) {
   return type == "linear" || type == "cosine" || type == "cosine_with_restarts" ||
-         type == "polynomial";
+         type == "polynomial" || type == "cosine_with_min_lr" ||
+         type == "cosine_warmup_with_min_lr";
 }
 
 double warmup_lambda(int64_t step, int64_t warmup) {
   return (double)step / (double)std::max<int64_t>(1, warmup);
 }
 
+// min_lr_rate, or min_lr / the base lr (get_cosine_with_min_lr_schedule_with_warmup).
+double min_rate(const ScheduleConfig& c) {
+  return c.min_lr >= 0 ? c.min_lr / c.base_lr : c.min_lr_rate;
+}
+
+// _get_cosine_with_min_lr_schedule_with_warmup_lr_rate_lambda: its own warmup (from
+// warmup_lr_rate, or (step + 1) / warmup) and a progress counted from warmup - 1.
+double cosine_warmup_with_min_lr(const ScheduleConfig& c, int64_t step_i, int64_t warmup_i) {
+  const double step = (double)step_i, warmup = (double)warmup_i, total = (double)c.total_steps;
+  if (step < warmup) {
+    if (c.warmup_lr_rate < 0) return (step + 1.0) / std::max(1.0, warmup);
+    return c.warmup_lr_rate +
+           (1.0 - c.warmup_lr_rate) * step / (double)std::max<int64_t>(1, warmup_i - 1);
+  }
+  const double progress = (step - warmup + 1.0) / std::max(1.0, total - warmup);
+  const double cycles = c.num_cycles < 0 ? 0.5 : c.num_cycles;
+  double factor = 0.5 * (1.0 + std::cos(kPi * cycles * 2.0 * progress));
+  factor = factor * (1 - min_rate(c)) + min_rate(c);
+  return std::max(0.0, factor);
+}
+
+// _get_wsd_scheduler_lambda: warmup (from min_lr_ratio), stable, decay (to min_lr_ratio).
+double warmup_stable_decay(const ScheduleConfig& c, int64_t step, int64_t warmup) {
+  const int64_t decay = c.num_decay_steps;
+  const int64_t stable =
+      c.num_stable_steps >= 0 ? c.num_stable_steps : c.total_steps - warmup - decay;
+  const double cycles = c.num_cycles < 0 ? 0.5 : c.num_cycles;
+  auto shaped = [&](double factor) {
+    factor = factor * (1.0 - c.min_lr_ratio) + c.min_lr_ratio;
+    return std::max(0.0, factor);
+  };
+  if (step < warmup) {
+    const double progress = (double)step / (double)std::max<int64_t>(1, warmup);
+    if (c.warmup_type == "linear") return shaped(progress);
+    if (c.warmup_type == "cosine") return shaped(0.5 * (1.0 - std::cos(kPi * progress)));
+    return shaped(1.0 - std::sqrt(1.0 - progress));
+  }
+  if (step < warmup + stable) return 1.0;
+  if (step < warmup + stable + decay) {
+    const double progress = (double)(step - warmup - stable) / (double)std::max<int64_t>(1, decay);
+    if (c.decay_type == "linear") return shaped(1.0 - progress);
+    if (c.decay_type == "cosine")
+      return shaped(0.5 * (1.0 + std::cos(kPi * cycles * 2.0 * progress)));
+    return shaped(1.0 - std::sqrt(progress));
+  }
+  return c.min_lr_ratio;
+}
+
 }  // namespace
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"linear",      "cosine",   "cosine_with_restarts",
-                                                 "polynomial",  "constant", "constant_with_warmup",
-                                                 "inverse_sqrt"};
+  static const std::vector<std::string> names = {"linear",
+                                                 "cosine",
+                                                 "cosine_with_restarts",
+                                                 "polynomial",
+                                                 "constant",
+                                                 "constant_with_warmup",
+                                                 "inverse_sqrt",
+                                                 "cosine_with_min_lr",
+                                                 "cosine_warmup_with_min_lr",
+                                                 "warmup_stable_decay"};
   return names;
+}
+
+void apply_scheduler_kwargs(ScheduleConfig& c, const std::string& text) {
+  if (text.empty()) return;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  ONYX_CHECK(j.is_object(), "lr_scheduler_kwargs must be a mapping, got ", text);
+  // each schedule function's own parameters (transformers/optimization.py)
+  static const std::map<std::string, std::vector<std::string>> params = {
+      {"linear", {}},
+      {"cosine", {"num_cycles"}},
+      {"cosine_with_restarts", {"num_cycles"}},
+      {"polynomial", {"lr_end", "power"}},
+      {"constant", {}},
+      {"constant_with_warmup", {}},
+      {"inverse_sqrt", {"timescale"}},
+      {"cosine_with_min_lr", {"num_cycles", "min_lr", "min_lr_rate"}},
+      {"cosine_warmup_with_min_lr", {"num_cycles", "min_lr", "min_lr_rate", "warmup_lr_rate"}},
+      {"warmup_stable_decay",
+       {"num_decay_steps", "num_stable_steps", "warmup_type", "decay_type", "min_lr_ratio",
+        "num_cycles"}}};
+  auto it = params.find(c.type);
+  for (auto& [k, v] : j.items()) {
+    const bool known = it != params.end() &&
+                       std::find(it->second.begin(), it->second.end(), k) != it->second.end();
+    if (!known) {
+      std::string list;
+      if (it != params.end())
+        for (auto& p : it->second) list += (list.empty() ? "" : ", ") + p;
+      throw Error(cat("lr_scheduler_kwargs: '", k, "' is not a parameter of the '", c.type,
+                      "' schedule (", list.empty() ? "it takes none" : "it takes " + list, ")"));
+    }
+    if (v.is_null()) continue;
+    auto number = [&]() {
+      ONYX_CHECK(v.is_number(), "lr_scheduler_kwargs: '", k, "' must be a number, got ", v.dump());
+      return v.get<double>();
+    };
+    auto integer = [&]() {
+      ONYX_CHECK(v.is_number_integer(), "lr_scheduler_kwargs: '", k, "' must be an integer, got ",
+                 v.dump());
+      return v.get<int64_t>();
+    };
+    if (k == "num_cycles")
+      c.num_cycles = number();
+    else if (k == "lr_end")
+      c.lr_end = number();
+    else if (k == "power")
+      c.power = number();
+    else if (k == "timescale")
+      c.timescale = integer();
+    else if (k == "min_lr")
+      c.min_lr = number();
+    else if (k == "min_lr_rate")
+      c.min_lr_rate = number();
+    else if (k == "warmup_lr_rate")
+      c.warmup_lr_rate = number();
+    else if (k == "num_decay_steps")
+      c.num_decay_steps = integer();
+    else if (k == "num_stable_steps")
+      c.num_stable_steps = integer();
+    else if (k == "min_lr_ratio")
+      c.min_lr_ratio = number();
+    else {
+      ONYX_CHECK(v.is_string(), "lr_scheduler_kwargs: '", k, "' must be a string, got ", v.dump());
+      (k == "warmup_type" ? c.warmup_type : c.decay_type) = v.get<std::string>();
+    }
+  }
 }
 
 void validate_schedule(const ScheduleConfig& c) {
   const auto& names = schedule_names();
+  ONYX_CHECK(c.type != "reduce_lr_on_plateau" && c.type != "greedy", "lr schedule '", c.type,
+             "' follows the evaluation metrics; onyx does not implement it");
   if (std::find(names.begin(), names.end(), c.type) == names.end()) {
     std::string valid;
     for (auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
@@ -52,6 +178,24 @@ void validate_schedule(const ScheduleConfig& c) {
   if (c.type == "polynomial")
     ONYX_CHECK(c.base_lr > c.lr_end, "lr schedule 'polynomial': lr_end (", c.lr_end,
                ") must be smaller than the initial lr (", c.base_lr, ")");
+  if (c.type == "cosine_with_min_lr" || c.type == "cosine_warmup_with_min_lr") {
+    // (Transformers' messages)
+    ONYX_CHECK(!(c.min_lr >= 0 && c.min_lr_rate >= 0), "lr schedule '", c.type,
+               "': Only one of min_lr or min_lr_rate should be set");
+    ONYX_CHECK(c.min_lr >= 0 || c.min_lr_rate >= 0, "lr schedule '", c.type,
+               "': One of min_lr or min_lr_rate should be set through the `lr_scheduler_kwargs`");
+  }
+  if (c.type == "warmup_stable_decay") {
+    ONYX_CHECK(c.num_decay_steps >= 0,
+               "lr schedule 'warmup_stable_decay' needs num_decay_steps "
+               "in lr_scheduler_kwargs");
+    for (const std::string* t : {&c.warmup_type, &c.decay_type})
+      ONYX_CHECK(*t == "linear" || *t == "cosine" || *t == "1-sqrt",
+                 "lr schedule "
+                 "'warmup_stable_decay': unknown ",
+                 t == &c.warmup_type ? "warmup" : "decay", " type: ", *t,
+                 ", expected 'linear', 'cosine' or '1-sqrt'");
+  }
 }
 
 int64_t effective_warmup_steps(const ScheduleConfig& c) {
@@ -67,14 +211,22 @@ double lr_multiplier(const ScheduleConfig& c, int64_t step) {
   const std::string& type = c.type;
 
   if (type == "constant") return 1.0;  // get_scheduler ignores warmup for "constant"
+  if (type == "cosine_warmup_with_min_lr") return cosine_warmup_with_min_lr(c, step, warmup);
+  if (type == "warmup_stable_decay") return warmup_stable_decay(c, step, warmup);
   if (type == "constant_with_warmup")
     return step < warmup ? (double)step / std::max(1.0, (double)warmup) : 1.0;
   if (step < warmup) return warmup_lambda(step, warmup);  // every other type warms up alike
 
   if (type == "linear")
     return std::max(0.0, (double)(total - step) / (double)std::max<int64_t>(1, total - warmup));
-  if (type == "cosine" || type == "cosine_with_restarts") {
+  if (type == "cosine" || type == "cosine_with_restarts" || type == "cosine_with_min_lr") {
     double progress = (double)(step - warmup) / (double)std::max<int64_t>(1, total - warmup);
+    if (type == "cosine_with_min_lr") {
+      double cycles = c.num_cycles < 0 ? 0.5 : c.num_cycles;
+      double factor = 0.5 * (1.0 + std::cos(kPi * cycles * 2.0 * progress));
+      factor = factor * (1 - min_rate(c)) + min_rate(c);
+      return std::max(0.0, factor);
+    }
     if (type == "cosine") {
       double cycles = c.num_cycles < 0 ? 0.5 : c.num_cycles;
       return std::max(0.0, 0.5 * (1.0 + std::cos(kPi * cycles * 2.0 * progress)));

@@ -19,10 +19,24 @@ struct ScheduleConfig {
   double lr_end = 1e-7;    // polynomial
   double power = 1.0;      // polynomial
   int64_t timescale = 0;   // inverse_sqrt; 0: Transformers' default (warmup steps, or 10000)
+  // cosine_with_min_lr / cosine_warmup_with_min_lr: exactly one of min_lr, min_lr_rate (< 0:
+  // unset); cosine_warmup_with_min_lr's warmup starts at warmup_lr_rate (< 0: 1 / warmup).
+  double min_lr = -1, min_lr_rate = -1, warmup_lr_rate = -1;
+  // warmup_stable_decay: num_decay_steps (required), num_stable_steps (< 0: total - warmup -
+  // decay), the shapes of the warmup and the decay (linear, cosine, 1-sqrt), the floor.
+  int64_t num_decay_steps = -1, num_stable_steps = -1;
+  std::string warmup_type = "linear", decay_type = "cosine";
+  double min_lr_ratio = 0;
 };
 
+// Transformers' lr_scheduler_kwargs (a JSON object; "" = none) into `config`: only the parameters
+// of config.type's schedule function (num_cycles, lr_end, power, timescale, min_lr, ...); any
+// other key is an error, as get_scheduler's TypeError.
+void apply_scheduler_kwargs(ScheduleConfig& config, const std::string& kwargs_json);
+
 // Valid ScheduleConfig::type values: linear, cosine, cosine_with_restarts, polynomial, constant,
-// constant_with_warmup, inverse_sqrt.
+// constant_with_warmup, inverse_sqrt, cosine_with_min_lr, cosine_warmup_with_min_lr,
+// warmup_stable_decay (Transformers' reduce_lr_on_plateau and greedy follow metrics: not here).
 const std::vector<std::string>& schedule_names();
 
 // Throws onyx::Error for an unknown type (listing the valid ones) or invalid values.

@@ -385,6 +385,7 @@ TrainOutput Trainer::train_loop() {
   I.sched.warmup_ratio = a.warmup_ratio;
   I.sched.total_steps = max_steps;
   I.sched.base_lr = a.learning_rate;
+  train::apply_scheduler_kwargs(I.sched, a.lr_scheduler_kwargs);
   // One progress display and one log: rank 0's.
   I.progress = rank == 0 ? std::make_unique<train::Progress>(max_steps, a.disable_tqdm) : nullptr;
   state_.is_world_process_zero = rank == 0;

@@ -9,6 +9,7 @@
 
 #include "onyx/error.h"
 #include "train/did_you_mean.h"
+#include "train/lr_schedule.h"
 #include "train/transformers_keys.h"
 
 namespace onyx {
@@ -185,7 +186,30 @@ const std::vector<Field>& fields() {
       F_CHOICE(lr_scheduler_type,
                "The learning-rate schedule after warmup, as Transformers' get_scheduler builds it.",
                "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
-               "constant_with_warmup", "inverse_sqrt"),
+               "constant_with_warmup", "inverse_sqrt", "cosine_with_min_lr",
+               "cosine_warmup_with_min_lr", "warmup_stable_decay", "reduce_lr_on_plateau",
+               "greedy"),
+      {"lr_scheduler_kwargs",
+       "dict | None",
+       {},
+       "The schedule function's own parameters (Transformers' names): num_cycles, lr_end / power "
+       "(polynomial), timescale, min_lr or min_lr_rate, warmup_lr_rate, num_decay_steps, "
+       "num_stable_steps, warmup_type, decay_type, min_lr_ratio.",
+       [](TrainingArguments& a, const std::string& v) {
+         if (is_none(v) || v == "{}") {
+           a.lr_scheduler_kwargs.clear();
+           return;
+         }
+         nlohmann::json j = nlohmann::json::parse(v, nullptr, false);
+         if (!j.is_object())
+           throw Error(
+               cat("training argument 'lr_scheduler_kwargs': expected a mapping, got '", v, "'"));
+         a.lr_scheduler_kwargs = j.dump();
+       },
+       [](const TrainingArguments& a) {
+         return a.lr_scheduler_kwargs.empty() ? nlohmann::json()
+                                              : nlohmann::json::parse(a.lr_scheduler_kwargs);
+       }},
       F_DOUBLE(
           weight_decay,
           "Decoupled weight decay of AdamW / SGD; never applied to biases and LayerNorm weights."),
@@ -399,6 +423,11 @@ bool TrainingArguments::best_is_greater() const {
 }
 
 void TrainingArguments::validate() const {
+  {  // lr_scheduler_kwargs' keys belong to the schedule (get_scheduler's TypeError otherwise)
+    train::ScheduleConfig sc;
+    sc.type = lr_scheduler_type;
+    train::apply_scheduler_kwargs(sc, lr_scheduler_kwargs);
+  }
   auto positive = [](const char* k, double v) {
     ONYX_CHECK(v > 0, "training argument '", k, "' must be positive, got ", v);
   };

@@ -130,7 +130,6 @@ const std::vector<TransformersKey>& table() {
       {"debug", "str | list", "\"\"", false, "PyTorch's debug modes are not implemented"},
       {"enable_jit_checkpoint", "bool", "false", false,
        "saving a checkpoint on SIGTERM is not implemented"},
-      {"lr_scheduler_kwargs", "dict | None", "null", false, kNotImpl},
       {"optim_args", "str | None", "null", false, kNotImpl},
       {"optim_target_modules", "str | list | None", "null", false, kNotImpl},
       {"eval_on_start", "bool", "false", false, kNotImpl},

@@ -419,6 +419,56 @@ def case_report_to_tensorboard(onyx, tmp):
     return f"{len(files)} event file, tags {sorted(tags)[:4]}..., train/loss = the logs"
 
 
+def case_lr_schedulers(onyx, tmp):
+    """Every lr_scheduler_type of Transformers' get_scheduler onyx implements, with its
+    lr_scheduler_kwargs (num_cycles, lr_end / power, timescale, min_lr / min_lr_rate,
+    warmup_lr_rate, warmup_stable_decay's phases and shapes): the learning rate onyx logs at each
+    step equals torch's LambdaLR from transformers.get_scheduler, step for step; a key the
+    schedule does not take, and cosine_with_min_lr without min_lr, are refused as there."""
+    import torch
+    import transformers
+    model, train, _, _ = fixture(tmp)
+    total, warmup, base = 12, 3, 1e-2
+    cases = [("linear", {}), ("cosine", {"num_cycles": 1.5}),
+             ("cosine_with_restarts", {"num_cycles": 3}), ("polynomial", {"lr_end": 1e-4, "power": 2.0}),
+             ("constant", {}), ("constant_with_warmup", {}), ("inverse_sqrt", {"timescale": 5}),
+             ("cosine_with_min_lr", {"min_lr": 1e-3}), ("cosine_with_min_lr", {"min_lr_rate": 0.25}),
+             ("cosine_warmup_with_min_lr", {"min_lr_rate": 0.1}),
+             ("cosine_warmup_with_min_lr", {"min_lr": 2e-3, "warmup_lr_rate": 0.2}),
+             ("warmup_stable_decay", {"num_decay_steps": 4}),
+             ("warmup_stable_decay", {"num_decay_steps": 5, "num_stable_steps": 2, "warmup_type": "cosine",
+                                      "decay_type": "1-sqrt", "min_lr_ratio": 0.1})]
+    for name, kw in cases:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
+        sched = transformers.get_scheduler(name, opt, num_warmup_steps=warmup,
+                                           num_training_steps=total, scheduler_specific_kwargs=kw)
+        want = []
+        for _ in range(total):
+            want.append(sched.get_last_lr()[0])
+            opt.step()
+            sched.step()
+        args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "lr-" + name), learning_rate=base,
+                                      max_steps=total, warmup_steps=warmup, lr_scheduler_type=name,
+                                      lr_scheduler_kwargs=kw, logging_steps=1, save_strategy="no",
+                                      disable_tqdm=True, report_to="none")
+        t = onyx.Trainer(model, args, train_dataset=train)
+        t.train()
+        got = [e["learning_rate"] for e in t.state.log_history if "learning_rate" in e]
+        assert len(got) == total and all(abs(a - b) <= 1e-15 + 1e-12 * abs(b) for a, b in zip(got, want)), \
+            (name, kw, got, want)
+    for kw, name, msg in [({"num_cycles": 2}, "linear", "'num_cycles' is not a parameter of the 'linear'"),
+                          ({}, "cosine_with_min_lr", "One of min_lr or min_lr_rate should be set"),
+                          ({"bogus": 1}, "warmup_stable_decay", "'bogus' is not a parameter")]:
+        try:
+            args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "lr-bad"), lr_scheduler_type=name,
+                                          lr_scheduler_kwargs=kw, max_steps=4)
+            onyx.Trainer(model, args, train_dataset=train).train()
+            raise AssertionError(f"{name} {kw} accepted")
+        except (ValueError, onyx.OnyxError) as e:
+            assert msg in str(e), (name, kw, str(e))
+    return f"{len(cases)} schedules with their kwargs = transformers.get_scheduler step for step; 3 refusals"
+
+
 def case_callback_stop(onyx, tmp):
     model, train, ev, _ = fixture(tmp)
     events = []
@@ -1213,6 +1263,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("parity-cli", case_parity_cli),
          ("compute-metrics", case_compute_metrics),
          ("report-to-tensorboard", case_report_to_tensorboard),
+         ("lr-schedulers", case_lr_schedulers),
          ("callback-stop", case_callback_stop),
          ("early-stopping", case_early_stopping), ("save-model", case_save_model),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),

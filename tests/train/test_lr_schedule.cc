@@ -18,7 +18,8 @@ struct Case {
   double num_cycles;  // -1: default
   double power;
   int64_t step;
-  double expected_lr;  // base_lr = 1e-3
+  double expected_lr;            // base_lr = 1e-3
+  const char* kwargs = nullptr;  // lr_scheduler_kwargs (JSON)
 };
 
 // Hand computations (b = 1e-3):
@@ -83,6 +84,18 @@ const Case kCases[] = {
     {"inverse_sqrt", 4, 0, -1, 1, 36, 1e-3 / 3},
     {"inverse_sqrt", 0, 0, -1, 1, 0, 1e-3},
     {"inverse_sqrt", 0, 0, -1, 1, 30000, 5e-4},
+    // cosine_with_min_lr w=10 T=110, min_lr_rate .25: p=.5 -> 0.5*.75+.25; the end -> .25
+    {"cosine_with_min_lr", 10, 110, -1, 1, 5, 5e-4, R"({"min_lr_rate": 0.25})"},
+    {"cosine_with_min_lr", 10, 110, -1, 1, 60, 6.25e-4, R"({"min_lr_rate": 0.25})"},
+    {"cosine_with_min_lr", 10, 110, -1, 1, 110, 2.5e-4, R"({"min_lr": 2.5e-4})"},
+    // cosine_warmup_with_min_lr: warmup (s+1)/w; progress (s-w+1)/(T-w): s=59 -> p=.5
+    {"cosine_warmup_with_min_lr", 10, 110, -1, 1, 0, 1e-4, R"({"min_lr_rate": 0.25})"},
+    {"cosine_warmup_with_min_lr", 10, 110, -1, 1, 59, 6.25e-4, R"({"min_lr_rate": 0.25})"},
+    // warmup_stable_decay w=10 T=110 decay 20 (stable 80), linear warmup, cosine decay to 0
+    {"warmup_stable_decay", 10, 110, -1, 1, 5, 5e-4, R"({"num_decay_steps": 20})"},
+    {"warmup_stable_decay", 10, 110, -1, 1, 50, 1e-3, R"({"num_decay_steps": 20})"},
+    {"warmup_stable_decay", 10, 110, -1, 1, 100, 5e-4, R"({"num_decay_steps": 20})"},
+    {"warmup_stable_decay", 10, 110, -1, 1, 120, 0.0, R"({"num_decay_steps": 20})"},
 };
 
 TEST(LrSchedule, TableOfHandComputedValues) {
@@ -94,6 +107,7 @@ TEST(LrSchedule, TableOfHandComputedValues) {
     cfg.base_lr = 1e-3;
     cfg.num_cycles = c.num_cycles;
     cfg.power = c.power;
+    if (c.kwargs) onyx::train::apply_scheduler_kwargs(cfg, c.kwargs);
     double lr = onyx::train::lr_at(cfg, c.step);
     EXPECT_NEAR(lr, c.expected_lr, 1e-15 + 1e-12 * std::abs(c.expected_lr))
         << c.type << " warmup=" << c.warmup << " total=" << c.total << " cycles=" << c.num_cycles
