@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "data/dataset.h"
+#include "models/lora.h"
 #include "onyx/custom_ops.h"
 #include "onyx/error.h"
 #include "onyx/trainer.h"
@@ -394,7 +395,7 @@ void trainer_init(TrainerBox* self, const std::string& model,
                   nb::object py_args, nb::object train_dataset, nb::object eval_dataset,
                   nb::object compute_metrics, std::vector<std::string> metric_names,
                   nb::list callbacks, nb::object loss, std::string predictions,
-                  std::vector<std::string> frozen) {
+                  std::vector<std::string> frozen, std::string peft_dir) {
   TrainerBox box;  // moved into *self at the end (nanobind runs no destructor if __init__ throws)
   // Everything `onyx train` reads from a config, through the same function (model_from_config).
   train::RunConfig c;
@@ -406,6 +407,12 @@ void trainer_init(TrainerBox* self, const std::string& model,
   c.predictions = predictions;
   c.frozen = frozen;
   c.metrics = metric_names;
+  if (!peft_dir
+           .empty()) {  // a PEFT model object: its adapters, as `peft_config: FOLDER` reads them
+    c.lora = models::read_adapter_config(peft_dir);
+    const std::filesystem::path w = std::filesystem::path(peft_dir) / "adapter_model.safetensors";
+    c.lora_initial = std::filesystem::exists(w) ? w.string() : "";
+  }
   auto train_ds = dataset_from_dict(train_dataset, "train_dataset");
   auto eval_ds = dataset_from_dict(eval_dataset, "eval_dataset");
   ComputeMetrics cm;
@@ -562,7 +569,8 @@ NB_MODULE(_onyx, m) {
   nb::class_<TrainerBox>(m, "Trainer", nb::type_slots(trainer_slots))
       .def("__init__", &trainer_init, "model"_a, "arg_items"_a, "py_args"_a,
            "train_dataset"_a.none(), "eval_dataset"_a.none(), "compute_metrics"_a.none(),
-           "metric_names"_a, "callbacks"_a, "loss"_a.none(), "predictions"_a, "frozen"_a)
+           "metric_names"_a, "callbacks"_a, "loss"_a.none(), "predictions"_a, "frozen"_a,
+           "peft_dir"_a = "")
       .def("train",
            [](TrainerBox& b) {
              TrainOutput o = without_gil([&] { return get(b).train(); });

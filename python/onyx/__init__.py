@@ -474,6 +474,10 @@ class _PythonWorld(TrainerCallback):
             control.should_training_stop = True
 
 
+def _is_peft_model(m):
+    return any(c.__module__.startswith("peft") for c in type(m).__mro__) and hasattr(m, "peft_config")
+
+
 def _is_torch_module(m):
     return any(c.__module__.startswith("torch.nn") and c.__name__ == "Module" for c in type(m).__mro__)
 
@@ -525,7 +529,7 @@ class Trainer:
         self.data_collator = data_collator
         self.processing_class = processing_class
         self.compute_metrics = compute_metrics
-        self._module, self._tmp = None, None
+        self._module, self._tmp, self._peft_dir = None, None, None
         self._frozen = list(frozen or [])
         self._loss, self._predictions = loss, predictions
         if not (_is_torch_module(model) or isinstance(model, (str, os.PathLike))):
@@ -565,11 +569,45 @@ class Trainer:
         `loss` trained; parameters keep their state_dict names, buffers are frozen."""
         import tempfile
         self._tmp = tempfile.TemporaryDirectory(prefix="onyx-model-")
+        if _is_peft_model(module):
+            return self._from_peft_model(module)
         self._frozen += [n for n, p in module.named_parameters() if not p.requires_grad]
         if type(module).__name__ in self._BUILT and hasattr(module, "save_pretrained"):
             module.save_pretrained(self._tmp.name, safe_serialization=True)
             return self._tmp.name
         return self._export(module, os.path.join(self._tmp.name, "model.onnx"))
+
+    def _from_peft_model(self, module):
+        """A PEFT model (get_peft_model(model, LoraConfig(...))) of an architecture onyx builds:
+        the base model's own weights (the LoRA layers' base_layer ones, without the adapters) as a
+        Hugging Face folder, and the adapters as PEFT saves them (adapter_config.json,
+        adapter_model.safetensors), which onyx trains as `peft_config: FOLDER` does; the base
+        stays frozen. train() writes the trained adapters back into the module's LoRA parameters,
+        so module.save_pretrained() afterwards writes what PEFT loads."""
+        import torch
+        from safetensors.torch import save_file
+        base = module.get_base_model()
+        if type(base).__name__ not in self._BUILT:
+            raise NotImplementedError(f"a PEFT model over {type(base).__name__}: onyx trains "
+                                      "adapters on the architectures it builds: "
+                                      + ", ".join(sorted(self._BUILT)))
+        if len(module.peft_config) != 1:
+            raise NotImplementedError("a PEFT model with several adapters: onyx trains one")
+        folder = os.path.join(self._tmp.name, "base")
+        os.makedirs(folder)
+        config = base.config.to_dict()
+        config["architectures"] = [type(base).__name__]  # as save_pretrained writes it
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(config, f)
+        weights = {}
+        for name, t in base.state_dict().items():
+            if ".lora_" in name:
+                continue
+            weights[name.replace(".base_layer.", ".")] = t.detach().to(torch.float32).contiguous().clone()
+        save_file(weights, os.path.join(folder, "model.safetensors"))
+        self._peft_dir = os.path.join(self._tmp.name, "adapter")
+        module.save_pretrained(self._peft_dir)
+        return folder
 
     def _export(self, module, path):
         import torch
@@ -639,6 +677,17 @@ class Trainer:
         if self._module is None:
             return
         import torch
+        if self._peft_dir:  # the trained adapters, as PEFT saves them, into the LoRA parameters
+            import peft
+            from safetensors.torch import load_file
+            out = os.path.join(self._tmp.name, "trained-adapter")
+            self._t.save_model(out)
+            state = load_file(os.path.join(out, "adapter_model.safetensors"))
+            result = peft.set_peft_model_state_dict(self._module, state)
+            if getattr(result, "unexpected_keys", None):
+                raise OnyxError("the trained adapters do not match the PEFT model: "
+                                + ", ".join(result.unexpected_keys[:8]))
+            return
         trained = self._t.weights()  # numpy views of the C++ storage, copied into the module below
         params = dict(self._module.named_parameters(remove_duplicate=False))
         missing = [n for n in params if n not in trained]
@@ -674,7 +723,8 @@ class Trainer:
         if isinstance(train, _PerBatch):
             train = train.for_cpp()
         return _onyx.Trainer(self.model, args._items(), args, train, self.eval_dataset,
-                             fn, names, cbs, self._loss, self._predictions or "", self._frozen)
+                             fn, names, cbs, self._loss, self._predictions or "", self._frozen,
+                             self._peft_dir or "")
 
     def add_callback(self, callback):
         """Adds a callback (an instance or a class); takes effect from the next train()."""

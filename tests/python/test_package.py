@@ -909,6 +909,65 @@ def case_llama_module(onyx, tmp):
     return f"losses = transformers.Trainer's (worst rel {rel:.1e}), weights within {worst:.1e}"
 
 
+def case_peft_lora_module(onyx, tmp):
+    """A PEFT model object (peft.get_peft_model on a GQA LlamaForCausalLM, LoRA on q/v) trained
+    in place by onyx.Trainer and a copy by transformers.Trainer: the same logged losses, the
+    module's LoRA weights hold the trained values (within 1e-5 of Transformers'), the base stays
+    as it was, and module.save_pretrained() afterwards writes an adapter PEFT loads (the same
+    logits as the trained module)."""
+    import copy
+    import datasets
+    import peft
+    import torch
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    base = transformers.LlamaForCausalLM(cfg)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
+                           task_type="CAUSAL_LM")
+    torch.manual_seed(1)
+    module = peft.get_peft_model(copy.deepcopy(base), lora)
+    with torch.no_grad():  # B starts at zero in PEFT: give it values so every weight moves
+        for n, p in module.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)
+    ref_module = copy.deepcopy(module)
+    base_before = {n: p.detach().clone() for n, p in module.named_parameters() if "lora_" not in n}
+    ids = np.random.default_rng(5).integers(0, 64, size=(8, 12)).astype(np.int64)
+    ds = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    kw = dict(learning_rate=3e-3, max_steps=4, per_device_train_batch_size=8, logging_steps=1,
+              save_strategy="no", seed=7, train_sampling_strategy="sequential", disable_tqdm=True,
+              report_to="none")
+    ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
+        output_dir=os.path.join(tmp, "hf-peft"), **kw), train_dataset=ds)
+    ref.train()
+    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
+    t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=os.path.join(tmp, "onyx-peft"), **kw),
+                     train_dataset=ds)
+    t.train()
+    got = [e["loss"] for e in t.state.log_history if "loss" in e]
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    assert len(got) == len(want) == 4 and rel < 1e-4, (got, want)
+    ref_params = dict(ref_module.named_parameters())
+    worst = max(float((p - ref_params[n]).abs().max()) for n, p in module.named_parameters()
+                if "lora_" in n)
+    assert worst < 1e-5, worst
+    moved = max(float((p - base_before[n]).abs().max()) for n, p in module.named_parameters()
+                if "lora_" not in n)
+    assert moved == 0, moved
+    out = os.path.join(tmp, "peft-saved")
+    module.save_pretrained(out)
+    loaded = peft.PeftModel.from_pretrained(copy.deepcopy(base), out)
+    x = torch.tensor(ids[:2])
+    with torch.no_grad():
+        diff = float((loaded(input_ids=x).logits - module(input_ids=x).logits).abs().max())
+    assert diff < 1e-6, diff
+    return (f"losses = transformers.Trainer's (worst rel {rel:.1e}), LoRA weights within "
+            f"{worst:.1e}, base unchanged, save_pretrained loads back (logits within {diff:.1e})")
+
+
 def case_datasets_kinds(onyx, tmp):
     """The dataset kinds Transformers' Trainer takes: torch tensors are shared with the C++
     dataset (no copy: np.shares_memory with what the Trainer holds), a map-style torch Dataset
@@ -1269,6 +1328,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
          ("mpirun", case_mpirun), ("llama-module", case_llama_module),
          ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved),
+         ("peft-lora-module", case_peft_lora_module),
          ("collator-per-batch", case_collator_per_batch), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
