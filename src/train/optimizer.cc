@@ -328,6 +328,120 @@ class Sgd : public FlatOptimizer {
   }
 };
 
+// Adafactor (Shazeer & Stern 2018) as Transformers' transformers.optimization.Adafactor runs
+// under the Trainer's optim="adafactor": scale_parameter, relative_step and warmup_init off,
+// beta1 None (no first moment), eps (1e-30, 1e-3), clip_threshold 1, decay_rate -0.8, the
+// Trainer's learning rate and weight decay. A tensor of rank >= 2 keeps factored second moments
+// (means of g^2 + eps over its last and second-to-last dimension), others a full one:
+//   beta2t = 1 - step^-0.8
+//   row = row*beta2t + (1-beta2t)*mean_c(g^2+eps)   col = col*beta2t + (1-beta2t)*mean_r(g^2+eps)
+//   u = rsqrt(row / mean_r(row)) * rsqrt(col) * g   (full: u = rsqrt(v) * g)
+//   u = u / max(rms(u) / clip_threshold, 1) * lr;  p += p * (-wd*lr);  p -= u
+// float32 storage and arithmetic with the means and the RMS summed in double (PyTorch reduces in
+// float32): within float rounding of Transformers', not bit for bit. The state is per tensor, so
+// it is not sharded across ranks (zero_stage 0 only).
+class Adafactor : public FlatOptimizer {
+ public:
+  Adafactor(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask, int64_t b,
+            int64_t e)
+      : FlatOptimizer("adafactor", c, l, mask, {}, b, e) {
+    ONYX_CHECK(b == 0 && e == l.numel,
+               "optimizer 'adafactor' keeps per-tensor state that ZeRO does not shard: use "
+               "zero_stage 0 (data parallelism without sharding)");
+    for (auto& en : l.entries) {
+      const int64_t n = shape_numel(en.shape);
+      if (en.shape.size() >= 2 && n > 0) {
+        const int64_t R = en.shape[en.shape.size() - 2], C = en.shape.back();
+        buffers_["exp_avg_sq_row." + en.name] = Tensor::zeros(DType::Float32, {n / C});
+        buffers_["exp_avg_sq_col." + en.name] = Tensor::zeros(DType::Float32, {n / R});
+      } else {
+        buffers_["exp_avg_sq." + en.name] = Tensor::zeros(DType::Float32, {n});
+      }
+    }
+  }
+
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
+            FlatBuffer* bf16_shadow) override {
+    check_buffers(params, grads);
+    shadow_data(bf16_shadow);  // checked before anything changes
+    ++step_count;
+    const double beta2t = 1.0 - std::pow((double)step_count, -0.8);
+    const float b2 = (float)beta2t, one_minus_b2 = (float)(1.0 - beta2t);
+    float* p = params.flat().data<float>();
+    const float* g = grads.flat().data<float>();
+    std::vector<float> u;
+    for (size_t i = 0; i < layout_.entries.size(); ++i) {
+      const FlatLayout::Entry& en = layout_.entries[i];
+      const int64_t n = shape_numel(en.shape);
+      if (n == 0) continue;
+      u.assign((size_t)n, 0.0f);
+      const float* gi = g + en.offset;
+      if (en.shape.size() >= 2)
+        factored_update(en, gi, b2, one_minus_b2, u.data());
+      else
+        full_update(en, gi, n, b2, one_minus_b2, u.data());
+      double sq = 0;
+      for (int64_t k = 0; k < n; k++) sq += (double)u[k] * u[k];
+      const float rms = (float)(std::sqrt(sq) / std::sqrt((double)n));
+      const float div = std::max(rms / 1.0f, 1.0f);  // clip_threshold 1
+      const float wd = decays(i) ? (float)(-config_.weight_decay * lr) : 0.0f;
+      float* pi = p + en.offset;
+      for (int64_t k = 0; k < n; k++) {
+        const float uk = u[k] / div * (float)lr;
+        if (wd != 0) pi[k] = pi[k] + pi[k] * wd;
+        pi[k] = pi[k] - uk;
+      }
+    }
+    write_shadow(params, bf16_shadow);
+  }
+
+ private:
+  void full_update(const FlatLayout::Entry& en, const float* g, int64_t n, float b2,
+                   float one_minus_b2, float* u) {
+    float* v = buffer("exp_avg_sq." + en.name);
+    for (int64_t k = 0; k < n; k++) {
+      v[k] = v[k] * b2 + one_minus_b2 * (g[k] * g[k] + 1e-30f);
+      u[k] = g[k] / std::sqrt(v[k]);
+    }
+  }
+  void factored_update(const FlatLayout::Entry& en, const float* g, float b2, float one_minus_b2,
+                       float* u) {
+    const int64_t R = en.shape[en.shape.size() - 2], C = en.shape.back();
+    const int64_t B = shape_numel(en.shape) / (R * C);
+    float* row = buffer("exp_avg_sq_row." + en.name);  // [B, R]
+    float* col = buffer("exp_avg_sq_col." + en.name);  // [B, C]
+    std::vector<double> col_sum((size_t)C);
+    std::vector<float> c_factor((size_t)C);
+    for (int64_t b = 0; b < B; b++) {
+      const float* gb = g + b * R * C;
+      std::fill(col_sum.begin(), col_sum.end(), 0.0);
+      for (int64_t r = 0; r < R; r++) {
+        double s = 0;
+        for (int64_t c = 0; c < C; c++) {
+          const double sq = (double)(gb[r * C + c] * gb[r * C + c] + 1e-30f);
+          s += sq;
+          col_sum[c] += sq;
+        }
+        float& rv = row[b * R + r];
+        rv = rv * b2 + one_minus_b2 * (float)(s / (double)C);
+      }
+      double row_mean = 0;
+      for (int64_t r = 0; r < R; r++) row_mean += row[b * R + r];
+      const float rm = (float)(row_mean / (double)R);
+      for (int64_t c = 0; c < C; c++) {
+        float& cv = col[b * C + c];
+        cv = cv * b2 + one_minus_b2 * (float)(col_sum[c] / (double)R);
+        c_factor[c] = 1.0f / std::sqrt(cv);
+      }
+      for (int64_t r = 0; r < R; r++) {
+        const float r_factor = 1.0f / std::sqrt(row[b * R + r] / rm);
+        for (int64_t c = 0; c < C; c++)
+          u[b * R * C + r * C + c] = r_factor * c_factor[c] * gb[r * C + c];
+      }
+    }
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 void check_float32(const FlatBuffer& b, const char* what) {
   if (b.layout().dtype != DType::Float32)
@@ -342,7 +456,7 @@ bool contains(const std::string& haystack, const char* needle) {
 }  // namespace
 
 const std::vector<std::string>& optimizer_names() {
-  static const std::vector<std::string> names = {"adamw_fused", "adamw", "sgd"};
+  static const std::vector<std::string> names = {"adamw_fused", "adamw", "sgd", "adafactor"};
   return names;
 }
 
@@ -368,6 +482,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, const FlatLa
   ONYX_CHECK(c.lr >= 0, "optimizer '", c.name, "': invalid learning rate ", c.lr);
   ONYX_CHECK(c.weight_decay >= 0, "optimizer '", c.name, "': invalid weight_decay ",
              c.weight_decay);
+  if (c.name == "adafactor") return std::make_unique<Adafactor>(c, layout, decay_mask, begin, end);
   if (c.name == "sgd") {
     ONYX_CHECK(c.momentum >= 0, "optimizer 'sgd': invalid momentum ", c.momentum);
     ONYX_CHECK(!c.nesterov || c.momentum > 0, "optimizer 'sgd': nesterov needs momentum > 0");

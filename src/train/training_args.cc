@@ -218,12 +218,11 @@ const std::vector<Field>& fields() {
       F_DOUBLE(adam_epsilon, "AdamW's epsilon added to the denominator for numerical stability."),
       F_DOUBLE(max_grad_norm,
                "Clip the gradients' global L2 norm to this before each step (0: no clipping)."),
-      F_CHOICE(
-          optim,
-          "Optimizer: adamw_fused (one fused kernel), adamw (per tensor) or sgd; the others are "
-          "aliases.",
-          "adamw_fused", "adamw", "sgd", "adamw_torch", "adamw_torch_fused", "adamw_ort_fused",
-          "adamw_hf"),
+      F_CHOICE(optim,
+               "Optimizer: adamw_fused (one fused kernel), adamw (per tensor), sgd or adafactor "
+               "(Transformers' Adafactor as its Trainer sets it up); the others are aliases.",
+               "adamw_fused", "adamw", "sgd", "adafactor", "adamw_torch", "adamw_torch_fused",
+               "adamw_ort_fused", "adamw_hf"),
       F_DOUBLE(
           sgd_momentum,
           "onyx extension: momentum of optim sgd (Transformers passes it through optim_args)."),

@@ -909,6 +909,43 @@ def case_llama_module(onyx, tmp):
     return f"losses = transformers.Trainer's (worst rel {rel:.1e}), weights within {worst:.1e}"
 
 
+def case_adafactor(onyx, tmp):
+    """optim="adafactor": a GQA LlamaForCausalLM trained by onyx.Trainer and a copy by
+    transformers.Trainer (Transformers' Adafactor, factored second moments for the matrices, full
+    ones for the norms; weight decay; a warmup-then-linear schedule): the same logged losses and
+    weights within float rounding (onyx sums the means in double, torch in float32)."""
+    import copy
+    import datasets
+    import torch
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    module = transformers.LlamaForCausalLM(cfg)
+    ref_module = copy.deepcopy(module)
+    ids = np.random.default_rng(6).integers(0, 64, size=(8, 12)).astype(np.int64)
+    ds = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    kw = dict(learning_rate=1e-2, max_steps=6, warmup_steps=2, weight_decay=0.01, optim="adafactor",
+              per_device_train_batch_size=4, logging_steps=1, save_strategy="no", seed=7,
+              train_sampling_strategy="sequential", disable_tqdm=True, report_to="none")
+    ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
+        output_dir=os.path.join(tmp, "hf-adafactor"), **kw), train_dataset=ds)
+    ref.train()
+    assert type(ref.optimizer.optimizer if hasattr(ref.optimizer, "optimizer") else ref.optimizer).__name__ == "Adafactor"
+    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
+    t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=os.path.join(tmp, "onyx-adafactor"), **kw),
+                     train_dataset=ds)
+    t.train()
+    got = [e["loss"] for e in t.state.log_history if "loss" in e]
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    assert len(got) == len(want) == 6 and rel < 1e-5, (got, want)
+    worst = max(float((a - ref_module.state_dict()[n]).abs().max())
+                for n, a in module.state_dict().items() if a.dtype.is_floating_point)
+    assert worst < 1e-5, worst
+    return f"losses = transformers.Trainer's with its Adafactor (worst rel {rel:.1e}), weights within {worst:.1e}"
+
+
 def case_peft_lora_module(onyx, tmp):
     """A PEFT model object (peft.get_peft_model on a GQA LlamaForCausalLM, LoRA on q/v) trained
     in place by onyx.Trainer and a copy by transformers.Trainer: the same logged losses, the
@@ -1328,7 +1365,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
          ("mpirun", case_mpirun), ("llama-module", case_llama_module),
          ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved),
-         ("peft-lora-module", case_peft_lora_module),
+         ("peft-lora-module", case_peft_lora_module), ("adafactor", case_adafactor),
          ("collator-per-batch", case_collator_per_batch), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
