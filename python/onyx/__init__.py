@@ -18,7 +18,8 @@ output is trained; or pass `loss=`) or a Hugging Face folder (config.json + mode
 Datasets: dicts of numpy arrays or torch tensors keyed by input names, first dimension = sample
 (not copied: the C++ dataset views their memory, so do not modify them while a Trainer holds
 them), datasets.Dataset, or map-style torch datasets, with an optional data_collator (called per
-training batch, as Transformers' DataLoader calls it; evaluation rows are collated once).
+batch, as Transformers' DataLoaders call it; evaluation outputs of different lengths are joined
+padded with -100, as its nested_concat).
 Custom ops: onyx.load_custom_ops("libmyops.so").
 """
 import contextlib
@@ -370,6 +371,11 @@ class _PerBatch:
         return True
 
 
+def _for_cpp(ds):
+    """What the extension takes: a dict of arrays, or a per-batch dataset's (fetch, size, keys)."""
+    return ds.for_cpp() if isinstance(ds, _PerBatch) else ds
+
+
 def _dataset(ds, which, collator=None, keep=None, per_batch=0):
     """Any dataset Transformers' Trainer takes, as the dict of arrays (first dimension = sample)
     the C++ Trainer views: a dict of numpy arrays / torch tensors (shared, not copied), a
@@ -538,10 +544,11 @@ class Trainer:
                             f"of a Hugging Face folder, got {type(model).__name__}")
         self._module = model if _is_torch_module(model) else None
         keep = self._input_names()
-        # the training rows are collated per batch (Transformers' DataLoader); evaluation's once
+        # rows are collated per batch, as Transformers' DataLoaders call the collator
         self.train_dataset = _dataset(train_dataset, "train_dataset", data_collator, keep,
                                       per_batch=args.per_device_train_batch_size)
-        self.eval_dataset = _dataset(eval_dataset, "eval_dataset", data_collator, keep)
+        self.eval_dataset = _dataset(eval_dataset, "eval_dataset", data_collator, keep,
+                                     per_batch=args.per_device_eval_batch_size)
         if self._module is not None:
             self.model = self._from_module(model)
         else:
@@ -719,10 +726,8 @@ class Trainer:
                             float(cb.early_stopping_threshold or 0.0)))
             else:
                 cbs.append(cb)
-        train = self.train_dataset
-        if isinstance(train, _PerBatch):
-            train = train.for_cpp()
-        return _onyx.Trainer(self.model, args._items(), args, train, self.eval_dataset,
+        return _onyx.Trainer(self.model, args._items(), args, _for_cpp(self.train_dataset),
+                             _for_cpp(self.eval_dataset),
                              fn, names, cbs, self._loss, self._predictions or "", self._frozen,
                              self._peft_dir or "")
 
@@ -752,15 +757,17 @@ class Trainer:
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         """Evaluates on eval_dataset (else the Trainer's); returns {eval_loss, eval_<metric>,
         eval_runtime, ...}, logged and passed to on_evaluate as in Transformers."""
-        ds = _dataset(eval_dataset, "eval_dataset", self.data_collator, self._input_names())
+        ds = _dataset(eval_dataset, "eval_dataset", self.data_collator, self._input_names(),
+                      per_batch=self.args.per_device_eval_batch_size)
         with _in_python():
-            return self._t.evaluate(ds, metric_key_prefix)
+            return self._t.evaluate(_for_cpp(ds), metric_key_prefix)
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
         """PredictionOutput(predictions, label_ids, metrics) on a dataset (any kind train takes)."""
-        ds = _dataset(test_dataset, "test_dataset", self.data_collator, self._input_names())
+        ds = _dataset(test_dataset, "test_dataset", self.data_collator, self._input_names(),
+                      per_batch=self.args.per_device_eval_batch_size)
         with _in_python():
-            p, l, m = self._t.predict(ds)
+            p, l, m = self._t.predict(_for_cpp(ds))
         return PredictionOutput(p, l, m)
 
     def save_model(self, output_dir=None):

@@ -41,6 +41,67 @@ void EarlyStoppingCallback::on_evaluate(const TrainingArguments& args, TrainerSt
 
 // ---- evaluation and prediction -------------------------------------------------------------
 
+// The batches' tensors along dimension 0, as Transformers' nested_concat joins them: batches
+// padded to different lengths (per-batch collation, length buckets) are padded to the longest
+// with -100 (its padding_index), so each row keeps its values and its padding reads as ignored.
+static Tensor concat_padded(const std::vector<Tensor>& ts) {
+  if (ts.empty()) return {};
+  auto shape_of = [](const Tensor& t) {  // rank 0 -> [1], rank 1 -> [n, 1]: rows of `inner`
+    Shape sh = t.rank() ? t.shape() : Shape{1};
+    if (sh.size() == 1) sh.push_back(1);
+    return sh;
+  };
+  Shape s = shape_of(ts[0]);
+  int64_t n = 0;
+  bool ragged = false;
+  for (auto& t : ts) {
+    const Shape sh = shape_of(t);
+    ONYX_CHECK(t.dtype() == ts[0].dtype() && sh.size() == s.size(),
+               "evaluation: batches disagree "
+               "in dtype or rank (",
+               dtype_name(t.dtype()), shape_str(t.shape()), " vs ", dtype_name(ts[0].dtype()),
+               shape_str(ts[0].shape()), ")");
+    n += sh[0];
+    for (size_t d = 1; d < s.size(); d++) {
+      ragged |= sh[d] != s[d];
+      s[d] = std::max(s[d], sh[d]);
+    }
+  }
+  s[0] = n;
+  Shape out_shape = s;
+  if (ts[0].rank() <= 1) out_shape.pop_back();  // back to [N]
+  Tensor out(ts[0].dtype(), out_shape);
+  if (ragged) {
+    if (out.dtype() == DType::Float32)
+      std::fill_n(out.data<float>(), out.numel(), -100.0f);
+    else if (out.dtype() == DType::Int64)
+      std::fill_n(out.data<int64_t>(), out.numel(), int64_t{-100});
+    else if (out.dtype() == DType::Int32)
+      std::fill_n(out.data<int32_t>(), out.numel(), -100);
+    else
+      std::memset(out.raw(), 0, out.nbytes());
+  }
+  const size_t es = dtype_size(out.dtype());
+  int64_t row0 = 0;
+  for (auto& t : ts) {
+    const Shape sh = shape_of(t);
+    const int64_t inner = sh.back(), rows = inner ? t.numel() / inner : 0;
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t rem = r, off = 0, stride = 1;  // r over sh[0..k-2] -> its place in out
+      for (int d = (int)sh.size() - 2; d >= 0; d--) {
+        const int64_t i = rem % sh[d] + (d == 0 ? row0 : 0);
+        rem /= sh[d];
+        off += i * stride;
+        stride *= s[d];
+      }
+      std::memcpy((char*)out.raw() + off * s.back() * es, (const char*)t.raw() + r * inner * es,
+                  inner * es);
+    }
+    row0 += sh[0];
+  }
+  return out;
+}
+
 PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
                                    bool keep_predictions) {
   auto& ts = *impl_->ts;
@@ -97,26 +158,9 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
     for (auto& cb : callbacks_) cb->on_prediction_step(args_, state_, control_);
   }
   ts.release_activation_memory(false);  // training resumes: its arena, not evaluation's, is needed
-  auto concat = [](const std::vector<Tensor>& ts) -> Tensor {
-    if (ts.empty()) return {};
-    Shape s = ts[0].shape();
-    int64_t n = 0;
-    for (auto& t : ts) n += t.rank() ? t.dim(0) : 1;
-    if (s.empty())
-      s = {n};
-    else
-      s[0] = n;
-    Tensor out(ts[0].dtype(), s);
-    char* dst = (char*)out.raw();
-    for (auto& t : ts) {
-      std::memcpy(dst, t.raw(), t.nbytes());
-      dst += t.nbytes();
-    }
-    return out;
-  };
   PredictionOutput po;
-  po.predictions = concat(preds);
-  po.label_ids = concat(labels);
+  po.predictions = concat_padded(preds);
+  po.label_ids = concat_padded(labels);
   if (n_loss) po.metrics["loss"] = loss_sum / n_loss;
   if (args_.predict_with_generate) {  // predictions: the generated ids (Seq2SeqTrainer's)
     Tensor generated;

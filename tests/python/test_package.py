@@ -757,6 +757,52 @@ def case_collator_per_batch(onyx, tmp):
             f"at construction {first}), losses within {worst:.1e}")
 
 
+def case_ragged_eval(onyx, tmp):
+    """Evaluation collated per batch (DataCollatorForTokenClassification: each batch padded to its
+    own longest row) on a BertForTokenClassification: compute_metrics receives the predictions and
+    labels of all batches joined and padded with -100 as Transformers' nested_concat joins them —
+    the same shapes, labels and logits (within 1e-5) as transformers.Trainer's EvalPrediction."""
+    import copy
+    import datasets
+    import torch
+    import transformers
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=48, num_labels=3,
+                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    module = transformers.BertForTokenClassification(cfg)
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(10):
+        n = int(rng.integers(3, 12))
+        ids = rng.integers(5, 64, size=n).tolist()
+        rows.append({"input_ids": ids, "labels": [int(x % 3) for x in ids]})
+    ds = datasets.Dataset.from_list(rows)
+    tok = tiny_tokenizer(tmp)
+    seen = {}
+
+    def metrics(key):
+        def fn(p):
+            seen[key] = (np.asarray(p.predictions), np.asarray(p.label_ids))
+            return {"n": float(np.asarray(p.label_ids).size)}
+        return fn
+    kw = dict(per_device_eval_batch_size=4, report_to="none", disable_tqdm=True)
+    ref = transformers.Trainer(model=copy.deepcopy(module), args=transformers.TrainingArguments(
+        output_dir=os.path.join(tmp, "hf-ragged"), **kw), eval_dataset=ds,
+        data_collator=transformers.DataCollatorForTokenClassification(tok), compute_metrics=metrics("hf"))
+    ref.evaluate()
+    t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=os.path.join(tmp, "ox-ragged"), **kw),
+                     eval_dataset=ds, data_collator=transformers.DataCollatorForTokenClassification(tok),
+                     compute_metrics=metrics("onyx"))
+    t.evaluate()
+    (hp, hl), (op, ol) = seen["hf"], seen["onyx"]
+    assert hp.shape == op.shape and hl.shape == ol.shape, (hp.shape, op.shape, hl.shape, ol.shape)
+    assert (hl == ol).all(), (hl, ol)
+    worst = float(np.abs(hp - op).max())
+    assert worst < 1e-5, worst
+    return f"predictions {op.shape} and labels {ol.shape} = Transformers' (-100 padding included), logits within {worst:.1e}"
+
+
 def case_tokenizer_saved(onyx, tmp):
     """processing_class (the tokenizer) is saved as Transformers saves it: into every checkpoint-N
     and by save_model, so each folder loads whole with from_pretrained (model and tokenizer)."""
@@ -1392,7 +1438,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("mpirun", case_mpirun), ("llama-module", case_llama_module),
          ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved),
          ("peft-lora-module", case_peft_lora_module), ("adafactor", case_adafactor),
-         ("collator-per-batch", case_collator_per_batch), ("tied-gpt2-module", case_tied_gpt2_module),
+         ("collator-per-batch", case_collator_per_batch), ("ragged-eval", case_ragged_eval), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
          ("plain-module", case_plain_module), ("example-scripts", case_example_scripts),
