@@ -480,6 +480,28 @@ class _PythonWorld(TrainerCallback):
             control.should_training_stop = True
 
 
+def _with_peft(model, peft_config):
+    """TRL's SFTTrainer(peft_config=...) on a torch model: peft.get_peft_model wraps it (the
+    adapters initialized as PEFT initializes them) and the PEFT model trains in place."""
+    if _is_peft_model(model):
+        raise ValueError("peft_config with a model that is already a PEFT model")
+    import peft
+    return peft.get_peft_model(model, peft_config)
+
+
+def _adapter_config_folder(peft_config, tmp):
+    """peft_config (a peft.LoraConfig or its dict) as the adapter_config.json of a folder onyx
+    trains as `peft_config: FOLDER` (no weights: initialized as PEFT initializes them)."""
+    d = peft_config.to_dict() if hasattr(peft_config, "to_dict") else dict(peft_config)
+    d = {k: (sorted(v) if isinstance(v, (set, frozenset)) else getattr(v, "value", v))
+         for k, v in d.items()}
+    folder = os.path.join(tmp, "adapter-config")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+        json.dump(d, f, default=str)
+    return folder
+
+
 def _is_peft_model(m):
     return any(c.__module__.startswith("peft") for c in type(m).__mro__) and hasattr(m, "peft_config")
 
@@ -512,7 +534,8 @@ class Trainer:
     def __init__(self, model=None, args=None, data_collator=None, train_dataset=None,
                  eval_dataset=None, processing_class=None, model_init=None, compute_loss_func=None,
                  compute_metrics=None, callbacks=None, optimizers=(None, None),
-                 preprocess_logits_for_metrics=None, *, loss=None, predictions=None, frozen=None):
+                 preprocess_logits_for_metrics=None, *, loss=None, predictions=None, frozen=None,
+                 peft_config=None):
         if args is None:
             args = TrainingArguments(output_dir="trainer_output")  # Transformers' default folder
         elif not isinstance(args, _ArgsBase):
@@ -530,6 +553,8 @@ class Trainer:
             import inspect
             takes_trial = len(inspect.signature(model_init).parameters) >= 1
             model = model_init(None) if takes_trial else model_init()  # as Transformers calls it
+        if peft_config is not None and _is_torch_module(model):  # TRL's SFTTrainer(peft_config=)
+            model = _with_peft(model, peft_config)
         self.model_init = model_init
         self.args = args
         self.data_collator = data_collator
@@ -553,6 +578,10 @@ class Trainer:
             self.model = self._from_module(model)
         else:
             self.model = os.fspath(model)
+            if peft_config is not None:  # a model folder: the adapters' configuration, PEFT's init
+                import tempfile
+                self._tmp = tempfile.TemporaryDirectory(prefix="onyx-model-")
+                self._peft_dir = _adapter_config_folder(peft_config, self._tmp.name)
         self.callbacks = []
         for cb in callbacks or []:
             self.callbacks.append(cb() if isinstance(cb, type) else cb)

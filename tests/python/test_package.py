@@ -955,6 +955,51 @@ def case_llama_module(onyx, tmp):
     return f"losses = transformers.Trainer's (worst rel {rel:.1e}), weights within {worst:.1e}"
 
 
+def case_peft_config_argument(onyx, tmp):
+    """Trainer(..., peft_config=LoraConfig(...)) as TRL's SFTTrainer takes it: a torch model is
+    wrapped by peft.get_peft_model (the same adapter initialization under the same seed) and
+    trains like the PEFT model transformers.Trainer trains; a model folder trains its LoRA
+    adapters from the LoraConfig alone (the output is an adapter PEFT loads)."""
+    import copy
+    import datasets
+    import peft
+    import torch
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=1, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    base = transformers.LlamaForCausalLM(cfg)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    ids = np.random.default_rng(2).integers(0, 64, size=(8, 10)).astype(np.int64)
+    ds = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    kw = dict(learning_rate=1e-2, max_steps=3, per_device_train_batch_size=8, logging_steps=1,
+              save_strategy="no", disable_tqdm=True, report_to="none")
+    torch.manual_seed(1)
+    ref_model = peft.get_peft_model(copy.deepcopy(base), lora)
+    ref = transformers.Trainer(model=ref_model, args=transformers.TrainingArguments(
+        output_dir=os.path.join(tmp, "hf-pc"), **kw), train_dataset=ds)
+    ref.train()
+    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
+    torch.manual_seed(1)
+    t = onyx.Trainer(copy.deepcopy(base), onyx.TrainingArguments(output_dir=os.path.join(tmp, "ox-pc"), **kw),
+                     train_dataset=ds, peft_config=lora)
+    t.train()
+    got = [e["loss"] for e in t.state.log_history if "loss" in e]
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    assert rel < 1e-5, (got, want)
+    folder = os.path.join(tmp, "llama-folder")
+    base.save_pretrained(folder)
+    out = os.path.join(tmp, "ox-pc-folder")
+    t2 = onyx.Trainer(folder, onyx.TrainingArguments(output_dir=out, **kw),
+                      train_dataset={"input_ids": ids, "labels": ids}, peft_config=lora)
+    t2.train()
+    t2.save_model(out)
+    loaded = peft.PeftModel.from_pretrained(transformers.LlamaForCausalLM.from_pretrained(folder), out)
+    assert any("lora_A" in n for n, _ in loaded.named_parameters())
+    return f"a torch model: losses = transformers.Trainer's on get_peft_model (rel {rel:.1e}); a folder: PEFT loads the trained adapter"
+
+
 def case_adafactor(onyx, tmp):
     """optim="adafactor": a GQA LlamaForCausalLM trained by onyx.Trainer and a copy by
     transformers.Trainer (Transformers' Adafactor, factored second moments for the matrices, full
@@ -1438,6 +1483,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("mpirun", case_mpirun), ("llama-module", case_llama_module),
          ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved),
          ("peft-lora-module", case_peft_lora_module), ("adafactor", case_adafactor),
+         ("peft-config-argument", case_peft_config_argument),
          ("collator-per-batch", case_collator_per_batch), ("ragged-eval", case_ragged_eval), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
