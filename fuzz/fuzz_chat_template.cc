@@ -6,6 +6,7 @@
 #include <string>
 
 #include "data/chat_template.h"
+#include "data/tokenizer.h"
 #include "io/json.h"
 #include "onyx/error.h"
 
@@ -18,27 +19,11 @@ const char* kMessages = R"([{"role": "system", "content": "Be brief."},
 
 // The input with every byte that is not part of well-formed UTF-8 replaced by '?': a template
 // that is not UTF-8 is refused at once, so the engine itself is fuzzed on the repaired text too.
-std::string repaired(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = s[i];
-    const int n = c < 0x80                   ? 1
-                  : (c >= 0xC2 && c <= 0xDF) ? 2
-                  : (c >> 4) == 14           ? 3
-                  : (c >= 0xF0 && c <= 0xF4) ? 4
-                                             : 0;
-    bool ok = n > 0 && i + n <= s.size();
-    for (int k = 1; ok && k < n; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
-    if (ok && n == 3)
-      ok = !(c == 0xE0 && (unsigned char)s[i + 1] < 0xA0) &&
-           !(c == 0xED && (unsigned char)s[i + 1] >= 0xA0);
-    if (ok && n == 4)
-      ok = !(c == 0xF0 && (unsigned char)s[i + 1] < 0x90) &&
-           !(c == 0xF4 && (unsigned char)s[i + 1] >= 0x90);
-    out += ok ? s.substr(i, n) : "?";
-    i += ok ? n : 1;
-  }
-  return out;
+std::string repaired(std::string s) {
+  for (size_t i = onyx::data::unicode::invalid_utf8_at(s); i != std::string::npos;
+       i = onyx::data::unicode::invalid_utf8_at(s, i + 1))
+    s[i] = '?';
+  return s;
 }
 
 void render_all(const std::string& source, const std::string& messages_json) {

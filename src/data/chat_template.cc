@@ -295,28 +295,6 @@ std::string cp_u8(char32_t c) {
   unicode::append_utf8(c, out);
   return out;
 }
-// The offset of the first byte that is not well-formed UTF-8 (RFC 3629), or npos.
-size_t invalid_utf8_at(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = s[i];
-    const int n = c < 0x80                   ? 1
-                  : (c >= 0xC2 && c <= 0xDF) ? 2
-                  : (c >> 4) == 14           ? 3
-                  : (c >= 0xF0 && c <= 0xF4) ? 4
-                                             : 0;
-    if (n == 0 || i + n > s.size()) return i;
-    for (int k = 1; k < n; k++)
-      if (((unsigned char)s[i + k] & 0xC0) != 0x80) return i;
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
-    for (int k = 1; k < n; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
-    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-      return i;
-    i += n;
-  }
-  return std::string::npos;
-}
-
 int64_t cp_len(const std::string& s) {
   int64_t n = 0;
   for (size_t i = 0; i < s.size(); n++) next_cp(s, i);
@@ -3318,7 +3296,7 @@ class Renderer {
 ChatTemplate::ChatTemplate(const std::string& source, std::string name) {
   ONYX_CHECK(source.size() <= Limits::kMaxSourceBytes, name, ": the template is ", source.size(),
              " bytes, over onyx's bound of ", Limits::kMaxSourceBytes >> 20, " MiB");
-  const size_t bad = invalid_utf8_at(source);
+  const size_t bad = unicode::invalid_utf8_at(source);
   ONYX_CHECK(bad == std::string::npos, name, ": the template is not UTF-8 (byte ", bad,
              "); Transformers reads templates as UTF-8 text");
   auto impl = std::make_shared<ChatTemplateImpl>();

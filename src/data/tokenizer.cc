@@ -645,5 +645,26 @@ std::string encode_utf8(const std::u32string& s) {
   return out;
 }
 
+size_t invalid_utf8_at(const std::string& s, size_t from) {
+  for (size_t i = from; i < s.size();) {
+    const unsigned char c = s[i];
+    const int n = c < 0x80                   ? 1
+                  : (c >= 0xC2 && c <= 0xDF) ? 2
+                  : (c >> 4) == 14           ? 3
+                  : (c >= 0xF0 && c <= 0xF4) ? 4
+                                             : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    for (int k = 1; k < n; k++)
+      if (((unsigned char)s[i + k] & 0xC0) != 0x80) return i;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
+    for (int k = 1; k < n; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+      return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
 }  // namespace unicode
 }  // namespace onyx::data

@@ -206,6 +206,9 @@ void append_strip_accents(char32_t c, std::u32string& out);
 std::u32string decode_utf8(const std::string& s, std::vector<uint8_t>* byte_len = nullptr);
 void append_utf8(char32_t c, std::string& out);
 std::string encode_utf8(const std::u32string& s);
+// The offset of the first byte of `s` that is not well-formed UTF-8 (RFC 3629: no overlong form,
+// no surrogate, nothing past U+10FFFF), or std::string::npos.
+size_t invalid_utf8_at(const std::string& s, size_t from = 0);
 
 }  // namespace unicode
 }  // namespace onyx::data

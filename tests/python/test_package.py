@@ -921,36 +921,63 @@ def case_tied_gpt2_module(onyx, tmp):
     return "lm_head is still wte, trained; length-1 rows: a clear error"
 
 
+def tiny_llama(layers=2):
+    """A GQA LlamaForCausalLM small enough for side-by-side runs (seeded)."""
+    import torch
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=layers, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def token_rows(seed, rows=8, length=12):
+    """(ids array, datasets.Dataset of input_ids = labels) for a causal LM."""
+    import datasets
+    ids = np.random.default_rng(seed).integers(0, 64, size=(rows, length)).astype(np.int64)
+    return ids, datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+
+
+def train_side_by_side(onyx, tmp, name, module, ref_module, ds, kw, before_onyx=None, **onyx_kw):
+    """transformers.Trainer on ref_module and onyx.Trainer on module, same arguments and data:
+    (the Transformers trainer, the onyx trainer, worst relative difference of the logged losses).
+    before_onyx() runs just before onyx.Trainer is made (e.g. to seed what it draws)."""
+    import transformers
+    ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
+        output_dir=os.path.join(tmp, "hf-" + name), **kw), train_dataset=ds)
+    ref.train()
+    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
+    if before_onyx:
+        before_onyx()
+    t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=os.path.join(tmp, "onyx-" + name), **kw),
+                     train_dataset=ds, **onyx_kw)
+    t.train()
+    got = [e["loss"] for e in t.state.log_history if "loss" in e]
+    assert len(got) == len(want) > 0, (got, want)
+    return ref, t, max(abs(a - b) / abs(b) for a, b in zip(got, want))
+
+
+def max_weight_difference(module, ref_module, only=None):
+    ref = dict(ref_module.named_parameters())
+    return max(float((p - ref[n]).abs().max()) for n, p in module.named_parameters()
+               if only is None or only in n)
+
+
 def case_llama_module(onyx, tmp):
     """A LlamaForCausalLM object (GQA) trained by onyx.Trainer and by transformers.Trainer on a
     copy (sequential, one batch per step): the same logged losses (1e-4), and the module holds the
     trained weights (within 1e-5 of Transformers')."""
     import copy
-    import datasets
-    import torch
-    import transformers
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=32)
-    torch.manual_seed(0)
-    module = transformers.LlamaForCausalLM(cfg)
+    module = tiny_llama()
     ref_module = copy.deepcopy(module)
-    ids = np.random.default_rng(4).integers(0, 64, size=(8, 12)).astype(np.int64)
-    ds = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    _, ds = token_rows(4)
     kw = dict(learning_rate=3e-3, max_steps=4, per_device_train_batch_size=8, logging_steps=1,
-              save_strategy="no", seed=7, train_sampling_strategy="sequential", disable_tqdm=True)
-    ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
-        output_dir=os.path.join(tmp, "hf-llama"), report_to="none", **kw), train_dataset=ds)
-    ref.train()
-    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
-    t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=os.path.join(tmp, "onyx-llama"), **kw),
-                     train_dataset=ds)
-    t.train()
-    got = [e["loss"] for e in t.state.log_history if "loss" in e]
-    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
-    assert len(got) == len(want) == 4 and rel < 1e-4, (got, want)
-    worst = max(float((a - ref_module.state_dict()[n]).abs().max())
-                for n, a in module.state_dict().items() if a.dtype.is_floating_point)
+              save_strategy="no", seed=7, train_sampling_strategy="sequential", disable_tqdm=True,
+              report_to="none")
+    _, _, rel = train_side_by_side(onyx, tmp, "llama", module, ref_module, ds, kw)
+    assert rel < 1e-4, rel
+    worst = max_weight_difference(module, ref_module)
     assert worst < 1e-5, worst
     return f"losses = transformers.Trainer's (worst rel {rel:.1e}), weights within {worst:.1e}"
 
@@ -961,33 +988,21 @@ def case_peft_config_argument(onyx, tmp):
     trains like the PEFT model transformers.Trainer trains; a model folder trains its LoRA
     adapters from the LoraConfig alone (the output is an adapter PEFT loads)."""
     import copy
-    import datasets
     import peft
     import torch
     import transformers
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
-                                   num_hidden_layers=1, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=32)
-    torch.manual_seed(0)
-    base = transformers.LlamaForCausalLM(cfg)
+    base = tiny_llama(layers=1)
     lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    ids = np.random.default_rng(2).integers(0, 64, size=(8, 10)).astype(np.int64)
-    ds = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    ids, ds = token_rows(2, length=10)
     kw = dict(learning_rate=1e-2, max_steps=3, per_device_train_batch_size=8, logging_steps=1,
               save_strategy="no", disable_tqdm=True, report_to="none")
     torch.manual_seed(1)
     ref_model = peft.get_peft_model(copy.deepcopy(base), lora)
-    ref = transformers.Trainer(model=ref_model, args=transformers.TrainingArguments(
-        output_dir=os.path.join(tmp, "hf-pc"), **kw), train_dataset=ds)
-    ref.train()
-    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
-    torch.manual_seed(1)
-    t = onyx.Trainer(copy.deepcopy(base), onyx.TrainingArguments(output_dir=os.path.join(tmp, "ox-pc"), **kw),
-                     train_dataset=ds, peft_config=lora)
-    t.train()
-    got = [e["loss"] for e in t.state.log_history if "loss" in e]
-    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
-    assert rel < 1e-5, (got, want)
+    module = copy.deepcopy(base)
+    # onyx.Trainer calls get_peft_model first: seeded alike, the same adapter init
+    _, _, rel = train_side_by_side(onyx, tmp, "peft-config", module, ref_model, ds, kw,
+                                   before_onyx=lambda: torch.manual_seed(1), peft_config=lora)
+    assert rel < 1e-5, rel
     folder = os.path.join(tmp, "llama-folder")
     base.save_pretrained(folder)
     out = os.path.join(tmp, "ox-pc-folder")
@@ -1006,33 +1021,17 @@ def case_adafactor(onyx, tmp):
     ones for the norms; weight decay; a warmup-then-linear schedule): the same logged losses and
     weights within float rounding (onyx sums the means in double, torch in float32)."""
     import copy
-    import datasets
-    import torch
-    import transformers
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=32)
-    torch.manual_seed(0)
-    module = transformers.LlamaForCausalLM(cfg)
+    module = tiny_llama()
     ref_module = copy.deepcopy(module)
-    ids = np.random.default_rng(6).integers(0, 64, size=(8, 12)).astype(np.int64)
-    ds = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    _, ds = token_rows(6)
     kw = dict(learning_rate=1e-2, max_steps=6, warmup_steps=2, weight_decay=0.01, optim="adafactor",
               per_device_train_batch_size=4, logging_steps=1, save_strategy="no", seed=7,
               train_sampling_strategy="sequential", disable_tqdm=True, report_to="none")
-    ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
-        output_dir=os.path.join(tmp, "hf-adafactor"), **kw), train_dataset=ds)
-    ref.train()
-    assert type(ref.optimizer.optimizer if hasattr(ref.optimizer, "optimizer") else ref.optimizer).__name__ == "Adafactor"
-    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
-    t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=os.path.join(tmp, "onyx-adafactor"), **kw),
-                     train_dataset=ds)
-    t.train()
-    got = [e["loss"] for e in t.state.log_history if "loss" in e]
-    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
-    assert len(got) == len(want) == 6 and rel < 1e-5, (got, want)
-    worst = max(float((a - ref_module.state_dict()[n]).abs().max())
-                for n, a in module.state_dict().items() if a.dtype.is_floating_point)
+    ref, _, rel = train_side_by_side(onyx, tmp, "adafactor", module, ref_module, ds, kw)
+    opt = ref.optimizer.optimizer if hasattr(ref.optimizer, "optimizer") else ref.optimizer
+    assert type(opt).__name__ == "Adafactor", type(opt)
+    assert rel < 1e-5, rel
+    worst = max_weight_difference(module, ref_module)
     assert worst < 1e-5, worst
     return f"losses = transformers.Trainer's with its Adafactor (worst rel {rel:.1e}), weights within {worst:.1e}"
 
@@ -1044,15 +1043,9 @@ def case_peft_lora_module(onyx, tmp):
     as it was, and module.save_pretrained() afterwards writes an adapter PEFT loads (the same
     logits as the trained module)."""
     import copy
-    import datasets
     import peft
     import torch
-    import transformers
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=32)
-    torch.manual_seed(0)
-    base = transformers.LlamaForCausalLM(cfg)
+    base = tiny_llama()
     lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
                            task_type="CAUSAL_LM")
     torch.manual_seed(1)
@@ -1063,24 +1056,13 @@ def case_peft_lora_module(onyx, tmp):
                 p.normal_(0, 0.1)
     ref_module = copy.deepcopy(module)
     base_before = {n: p.detach().clone() for n, p in module.named_parameters() if "lora_" not in n}
-    ids = np.random.default_rng(5).integers(0, 64, size=(8, 12)).astype(np.int64)
-    ds = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    ids, ds = token_rows(5)
     kw = dict(learning_rate=3e-3, max_steps=4, per_device_train_batch_size=8, logging_steps=1,
               save_strategy="no", seed=7, train_sampling_strategy="sequential", disable_tqdm=True,
               report_to="none")
-    ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
-        output_dir=os.path.join(tmp, "hf-peft"), **kw), train_dataset=ds)
-    ref.train()
-    want = [e["loss"] for e in ref.state.log_history if "loss" in e]
-    t = onyx.Trainer(module, onyx.TrainingArguments(output_dir=os.path.join(tmp, "onyx-peft"), **kw),
-                     train_dataset=ds)
-    t.train()
-    got = [e["loss"] for e in t.state.log_history if "loss" in e]
-    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
-    assert len(got) == len(want) == 4 and rel < 1e-4, (got, want)
-    ref_params = dict(ref_module.named_parameters())
-    worst = max(float((p - ref_params[n]).abs().max()) for n, p in module.named_parameters()
-                if "lora_" in n)
+    _, _, rel = train_side_by_side(onyx, tmp, "peft", module, ref_module, ds, kw)
+    assert rel < 1e-4, rel
+    worst = max_weight_difference(module, ref_module, only="lora_")
     assert worst < 1e-5, worst
     moved = max(float((p - base_before[n]).abs().max()) for n, p in module.named_parameters()
                 if "lora_" not in n)
