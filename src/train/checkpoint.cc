@@ -197,6 +197,11 @@ void Trainer::save_checkpoint() {
     json sch;
     sch["last_epoch"] = state_.global_step;
     sch["type"] = args_.lr_scheduler_type;
+    if (I.sched.type == "reduce_lr_on_plateau")  // ReduceLROnPlateau's state_dict, in short
+      sch["plateau"] = {{"lr", I.plateau.lr},
+                        {"best", I.plateau.has_best ? json(I.plateau.best) : json(nullptr)},
+                        {"num_bad_epochs", I.plateau.num_bad},
+                        {"cooldown_counter", I.plateau.cooldown_counter}};
     io::write_file_atomic((tmp / "scheduler.json").string(), sch.dump(2) + "\n");
     json rng;
     rng["seed"] = args_.seed;
@@ -392,6 +397,18 @@ void Trainer::load_checkpoint(const std::string& dir) {
     throw;
   } catch (const std::exception& e) {
     throw Error(cat("checkpoint '", dir, "': rng_state.json: ", e.what()));
+  }
+  if (I.sched.type == "reduce_lr_on_plateau" && fs::exists(d / "scheduler.json")) {
+    try {
+      const json p = json::parse(read("scheduler.json")).at("plateau");
+      I.plateau.lr = p.at("lr").get<double>();
+      I.plateau.has_best = !p.at("best").is_null();
+      I.plateau.best = I.plateau.has_best ? p.at("best").get<double>() : 0.0;
+      I.plateau.num_bad = p.at("num_bad_epochs").get<int64_t>();
+      I.plateau.cooldown_counter = p.at("cooldown_counter").get<int64_t>();
+    } catch (const std::exception& e) {
+      throw Error(cat("checkpoint '", dir, "': scheduler.json: the plateau state: ", e.what()));
+    }
   }
   // The log file continues exactly where the checkpoint's history ends.
   if (I.comm->rank() == 0) {

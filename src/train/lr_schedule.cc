@@ -87,7 +87,8 @@ const std::vector<std::string>& schedule_names() {
                                                  "inverse_sqrt",
                                                  "cosine_with_min_lr",
                                                  "cosine_warmup_with_min_lr",
-                                                 "warmup_stable_decay"};
+                                                 "warmup_stable_decay",
+                                                 "reduce_lr_on_plateau"};
   return names;
 }
 
@@ -108,7 +109,9 @@ void apply_scheduler_kwargs(ScheduleConfig& c, const std::string& text) {
       {"cosine_warmup_with_min_lr", {"num_cycles", "min_lr", "min_lr_rate", "warmup_lr_rate"}},
       {"warmup_stable_decay",
        {"num_decay_steps", "num_stable_steps", "warmup_type", "decay_type", "min_lr_ratio",
-        "num_cycles"}}};
+        "num_cycles"}},
+      {"reduce_lr_on_plateau",
+       {"mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps"}}};
   auto it = params.find(c.type);
   for (auto& [k, v] : j.items()) {
     const bool known = it != params.end() &&
@@ -130,6 +133,21 @@ void apply_scheduler_kwargs(ScheduleConfig& c, const std::string& text) {
                  v.dump());
       return v.get<int64_t>();
     };
+    if (c.type == "reduce_lr_on_plateau") {
+      if (k == "mode" || k == "threshold_mode") {
+        ONYX_CHECK(v.is_string(), "lr_scheduler_kwargs: '", k, "' must be a string, got ",
+                   v.dump());
+        (k == "mode" ? c.plateau_mode : c.plateau_threshold_mode) = v.get<std::string>();
+      } else if (k == "patience" || k == "cooldown") {
+        (k == "patience" ? c.plateau_patience : c.plateau_cooldown) = integer();
+      } else {
+        (k == "factor"      ? c.plateau_factor
+         : k == "threshold" ? c.plateau_threshold
+         : k == "min_lr"    ? c.plateau_min_lr
+                            : c.plateau_eps) = number();
+      }
+      continue;
+    }
     if (k == "num_cycles")
       c.num_cycles = number();
     else if (k == "lr_end")
@@ -159,8 +177,16 @@ void apply_scheduler_kwargs(ScheduleConfig& c, const std::string& text) {
 
 void validate_schedule(const ScheduleConfig& c) {
   const auto& names = schedule_names();
-  ONYX_CHECK(c.type != "reduce_lr_on_plateau" && c.type != "greedy", "lr schedule '", c.type,
-             "' follows the evaluation metrics; onyx does not implement it");
+  ONYX_CHECK(c.type != "greedy", "lr schedule 'greedy' (GreedyLR) is not implemented by onyx");
+  if (c.type == "reduce_lr_on_plateau") {  // (torch's messages)
+    ONYX_CHECK(c.plateau_factor < 1.0,
+               "lr schedule 'reduce_lr_on_plateau': Factor should be < 1.0.");
+    ONYX_CHECK(c.plateau_mode == "min" || c.plateau_mode == "max",
+               "lr schedule 'reduce_lr_on_plateau': mode ", c.plateau_mode, " is unknown!");
+    ONYX_CHECK(c.plateau_threshold_mode == "rel" || c.plateau_threshold_mode == "abs",
+               "lr schedule 'reduce_lr_on_plateau': threshold mode ", c.plateau_threshold_mode,
+               " is unknown!");
+  }
   if (std::find(names.begin(), names.end(), c.type) == names.end()) {
     std::string valid;
     for (auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
@@ -210,7 +236,8 @@ double lr_multiplier(const ScheduleConfig& c, int64_t step) {
   const int64_t total = c.total_steps;
   const std::string& type = c.type;
 
-  if (type == "constant") return 1.0;  // get_scheduler ignores warmup for "constant"
+  if (type == "constant") return 1.0;              // get_scheduler ignores warmup for "constant"
+  if (type == "reduce_lr_on_plateau") return 1.0;  // (lr_at reads the plateau's lr)
   if (type == "cosine_warmup_with_min_lr") return cosine_warmup_with_min_lr(c, step, warmup);
   if (type == "warmup_stable_decay") return warmup_stable_decay(c, step, warmup);
   if (type == "constant_with_warmup")
@@ -252,6 +279,42 @@ double lr_multiplier(const ScheduleConfig& c, int64_t step) {
   return 1.0 / std::sqrt((double)(step + shift) / (double)timescale);
 }
 
-double lr_at(const ScheduleConfig& c, int64_t step) { return c.base_lr * lr_multiplier(c, step); }
+double lr_at(const ScheduleConfig& c, int64_t step, const PlateauState* plateau) {
+  if (c.type == "reduce_lr_on_plateau") {
+    validate_schedule(c);
+    return plateau && plateau->lr >= 0 ? plateau->lr : c.base_lr;
+  }
+  return c.base_lr * lr_multiplier(c, step);
+}
+
+void plateau_step(const ScheduleConfig& c, PlateauState& s, double current) {
+  const bool rel = c.plateau_threshold_mode == "rel", min = c.plateau_mode == "min";
+  const double t = c.plateau_threshold;
+  bool better;
+  if (!s.has_best)  // torch's best starts at +-inf
+    better = true;
+  else if (min)
+    better = rel ? current < s.best * (1.0 - t) : current < s.best - t;
+  else
+    better = rel ? current > s.best * (t + 1.0) : current > s.best + t;
+  if (better) {
+    s.best = current;
+    s.has_best = true;
+    s.num_bad = 0;
+  } else {
+    s.num_bad++;
+  }
+  if (s.cooldown_counter > 0) {
+    s.cooldown_counter--;
+    s.num_bad = 0;
+  }
+  if (s.num_bad > c.plateau_patience) {
+    const double old_lr = s.lr >= 0 ? s.lr : c.base_lr;
+    const double new_lr = std::max(old_lr * c.plateau_factor, c.plateau_min_lr);
+    if (old_lr - new_lr > c.plateau_eps) s.lr = new_lr;
+    s.cooldown_counter = c.plateau_cooldown;
+    s.num_bad = 0;
+  }
+}
 
 }  // namespace onyx::train

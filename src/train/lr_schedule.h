@@ -27,7 +27,25 @@ struct ScheduleConfig {
   int64_t num_decay_steps = -1, num_stable_steps = -1;
   std::string warmup_type = "linear", decay_type = "cosine";
   double min_lr_ratio = 0;
+  // reduce_lr_on_plateau: torch's ReduceLROnPlateau (its kwargs: mode, factor, patience,
+  // threshold, threshold_mode, cooldown, min_lr, eps), stepped with an evaluation's metric
+  // (plateau_step); no warmup, as Transformers' get_scheduler builds it.
+  std::string plateau_mode = "min", plateau_threshold_mode = "rel";
+  double plateau_factor = 0.1, plateau_threshold = 1e-4, plateau_min_lr = 0, plateau_eps = 1e-8;
+  int64_t plateau_patience = 10, plateau_cooldown = 0;
 };
+
+// ReduceLROnPlateau's state: the current lr, the best metric, bad evaluations, cooldown.
+struct PlateauState {
+  double lr = -1;  // < 0: the base lr
+  double best = 0;
+  bool has_best = false;
+  int64_t num_bad = 0, cooldown_counter = 0;
+};
+// torch's ReduceLROnPlateau.step(metric): a better metric (by mode, threshold) resets the count
+// of bad evaluations; more than patience of them multiply the lr by factor (not below min_lr,
+// not by less than eps), then cooldown evaluations are not counted.
+void plateau_step(const ScheduleConfig& config, PlateauState& state, double metric);
 
 // Transformers' lr_scheduler_kwargs (a JSON object; "" = none) into `config`: only the parameters
 // of config.type's schedule function (num_cycles, lr_end, power, timescale, min_lr, ...); any
@@ -36,7 +54,7 @@ void apply_scheduler_kwargs(ScheduleConfig& config, const std::string& kwargs_js
 
 // Valid ScheduleConfig::type values: linear, cosine, cosine_with_restarts, polynomial, constant,
 // constant_with_warmup, inverse_sqrt, cosine_with_min_lr, cosine_warmup_with_min_lr,
-// warmup_stable_decay (Transformers' reduce_lr_on_plateau and greedy follow metrics: not here).
+// warmup_stable_decay, reduce_lr_on_plateau (Transformers' greedy is not here).
 const std::vector<std::string>& schedule_names();
 
 // Throws onyx::Error for an unknown type (listing the valid ones) or invalid values.
@@ -48,7 +66,7 @@ int64_t effective_warmup_steps(const ScheduleConfig& config);
 // lambda(step): the multiplier of base_lr. Validates the config.
 double lr_multiplier(const ScheduleConfig& config, int64_t step);
 
-// base_lr * lambda(step).
-double lr_at(const ScheduleConfig& config, int64_t step);
+// base_lr * lambda(step) (reduce_lr_on_plateau: the plateau's current lr).
+double lr_at(const ScheduleConfig& config, int64_t step, const PlateauState* plateau = nullptr);
 
 }  // namespace onyx::train

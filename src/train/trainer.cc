@@ -420,12 +420,22 @@ TrainOutput Trainer::train_loop() {
       e.values["grad_norm"] = I.last_grad_norm;
       // the LR the last step applied (Transformers reads it before lr_scheduler.step())
       e.values["learning_rate"] =
-          train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1));
+          train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1), &I.plateau);
       I.loss_since_log = 0;
       I.steps_since_log = 0;
       log(e);
     }
-    if (do_eval) evaluate();
+    if (do_eval) {
+      Metrics m = evaluate();
+      // Transformers' _maybe_log_save_evaluate steps a ReduceLROnPlateau with the metric
+      if (I.sched.type == "reduce_lr_on_plateau") {
+        const std::string key = "eval_" + args_.best_metric_name();
+        auto it = m.find(key);
+        ONYX_CHECK(it != m.end(), "reduce_lr_on_plateau: the evaluation has no '", key,
+                   "' (metric_for_best_model)");
+        train::plateau_step(I.sched, I.plateau, it->second);
+      }
+    }
     if (do_save) save_checkpoint();
     control_.should_log = control_.should_evaluate = control_.should_save = false;
   };
@@ -559,7 +569,7 @@ TrainOutput Trainer::train_loop() {
       for (int64_t b = group_start; b < group_end; b++) samples_seen += (int64_t)batches[b].size();
       const int64_t own_b = I.dp->owned_begin(), own_e = I.dp->owned_end();
       double norm = I.dp->grad_norm(grads);
-      double lr = train::lr_at(I.sched, state_.global_step);
+      double lr = train::lr_at(I.sched, state_.global_step, &I.plateau);
       if (!std::isfinite(norm) || !train::all_finite(grads, own_b, own_e)) {
         I.skipped_steps++;
         LogEntry e;
@@ -586,7 +596,7 @@ TrainOutput Trainer::train_loop() {
       I.steps_since_log++;
       if (I.progress)
         I.progress->update(state_.global_step, step_loss,
-                           train::lr_at(I.sched, state_.global_step - 1), samples_seen);
+                           train::lr_at(I.sched, state_.global_step - 1, &I.plateau), samples_seen);
       for (auto& cb : callbacks_) cb->on_step_end(a, state_, control_);
       sync_control(comm, control_);
       maybe_log_save_evaluate(false);

@@ -456,6 +456,26 @@ def case_lr_schedulers(onyx, tmp):
         got = [e["learning_rate"] for e in t.state.log_history if "learning_rate" in e]
         assert len(got) == total and all(abs(a - b) <= 1e-15 + 1e-12 * abs(b) for a, b in zip(got, want)), \
             (name, kw, got, want)
+    # reduce_lr_on_plateau steps torch's ReduceLROnPlateau with each evaluation's metric (mode max
+    # on a falling eval_loss: every evaluation is bad, so the lr halves after each patience + 1)
+    kw = {"mode": "max", "factor": 0.5, "patience": 1}
+    args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "lr-plateau"), learning_rate=base,
+                                  max_steps=total, lr_scheduler_type="reduce_lr_on_plateau",
+                                  lr_scheduler_kwargs=kw, eval_strategy="steps", eval_steps=1,
+                                  logging_steps=1, save_strategy="no", disable_tqdm=True,
+                                  report_to="none")
+    t = onyx.Trainer(model, args, train_dataset=train, eval_dataset=train)
+    t.train()
+    got = [e["learning_rate"] for e in t.state.log_history if "learning_rate" in e]
+    evals = [e["eval_loss"] for e in t.state.log_history if "eval_loss" in e]
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, **kw)
+    want = []
+    for e in evals[:total]:
+        want.append(opt.param_groups[0]["lr"])
+        plateau.step(e)
+    assert got == want and len(set(want)) > 2, (got, want)
+    cases.append(("reduce_lr_on_plateau", kw))
     for kw, name, msg in [({"num_cycles": 2}, "linear", "'num_cycles' is not a parameter of the 'linear'"),
                           ({}, "cosine_with_min_lr", "One of min_lr or min_lr_rate should be set"),
                           ({"bogus": 1}, "warmup_stable_decay", "'bogus' is not a parameter")]:

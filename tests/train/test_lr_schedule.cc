@@ -96,6 +96,8 @@ const Case kCases[] = {
     {"warmup_stable_decay", 10, 110, -1, 1, 50, 1e-3, R"({"num_decay_steps": 20})"},
     {"warmup_stable_decay", 10, 110, -1, 1, 100, 5e-4, R"({"num_decay_steps": 20})"},
     {"warmup_stable_decay", 10, 110, -1, 1, 120, 0.0, R"({"num_decay_steps": 20})"},
+    // reduce_lr_on_plateau: no warmup; the base lr until evaluations reduce it (PlateauSteps)
+    {"reduce_lr_on_plateau", 10, 110, -1, 1, 5, 1e-3},
 };
 
 TEST(LrSchedule, TableOfHandComputedValues) {
@@ -173,3 +175,20 @@ TEST(LrSchedule, InvalidConfigsThrow) {
 }
 
 }  // namespace
+
+// torch's ReduceLROnPlateau.step on a metric sequence (min, rel 1e-4, patience 1, factor 0.5,
+// cooldown 1): 1.0 best; 1.0 and 0.99995 are not better by the threshold -> 2 bad > 1: halve;
+// then a cooldown evaluation that does not count; 0.5 better; two bad ones: halve again.
+TEST(LrSchedule, PlateauSteps) {
+  ScheduleConfig c;
+  c.type = "reduce_lr_on_plateau";
+  c.base_lr = 1e-3;
+  onyx::train::apply_scheduler_kwargs(c, R"({"factor": 0.5, "patience": 1, "cooldown": 1})");
+  onyx::train::PlateauState s;
+  const double metrics[] = {1.0, 1.0, 0.99995, 2.0, 0.5, 0.6, 0.7};
+  const double lr_after[] = {1e-3, 1e-3, 5e-4, 5e-4, 5e-4, 5e-4, 2.5e-4};
+  for (int i = 0; i < 7; i++) {
+    onyx::train::plateau_step(c, s, metrics[i]);
+    EXPECT_DOUBLE_EQ(onyx::train::lr_at(c, 0, &s), lr_after[i]) << "after evaluation " << i + 1;
+  }
+}
