@@ -1,6 +1,7 @@
 // hf_config.cc — config.json for the supported model types: key aliases per model type
 // (hidden_size / n_embd / dim, ...), Transformers' defaults, strict types, errors that name the key
 // and the file; and writing a config back.
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "models/hf_model.h"
@@ -38,9 +39,13 @@ struct Reader {
       if (!def) missing(keys);
       return *def;
     }
-    if (v->is_number_integer() || v->is_number_unsigned()) return v->get<int64_t>();
-    if (v->is_number_float() && v->get<double>() == (double)(int64_t)v->get<double>())
-      return (int64_t)v->get<double>();
+    if (v->is_number_unsigned() && v->get<uint64_t>() <= (uint64_t)INT64_MAX)
+      return v->get<int64_t>();
+    if (v->is_number_integer() && !v->is_number_unsigned()) return v->get<int64_t>();
+    if (v->is_number_float()) {  // 64.0 reads as 64; 1e124 (past int64: the cast's UB) does not
+      const double d = v->get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) return (int64_t)d;
+    }
     throw Error(cat(what, ": key ", names(keys), " must be an integer, got ", v->dump()));
   }
   double number(std::initializer_list<const char*> keys, double def) const {

@@ -191,6 +191,19 @@ TEST(HfConfig, ErrorsNameTheKeyAndTheFile) {
   EXPECT_NE(e.find("swishy"), std::string::npos) << e;
 }
 
+TEST(HfConfig, IntegersPastInt64AreErrorsNotCasts) {
+  // A float like 1e124 used to be cast to int64 (undefined behaviour, found by fuzz_config).
+  for (const char* n_head : {"1e124", "-1e30", "18446744073709551615", "4.5"}) {
+    std::string text = kGpt2;
+    text.replace(text.find("\"n_head\": 4"), 11, std::string("\"n_head\": ") + n_head);
+    std::string e = error_of([&] { parse_hf_config(text, "dir/config.json"); });
+    EXPECT_NE(e.find("'num_attention_heads' must be an integer"), std::string::npos) << n_head << ": " << e;
+  }
+  std::string whole_float = kGpt2;
+  whole_float.replace(whole_float.find("\"n_head\": 4"), 11, "\"n_head\": 4.0");
+  EXPECT_EQ(cfg(whole_float.c_str()).num_attention_heads, 4);
+}
+
 TEST(HfConfig, TaskFromArchitecture) {
   EXPECT_EQ(task_from_architecture("BertForSequenceClassification"), Task::SequenceClassification);
   EXPECT_EQ(task_from_architecture("GPT2LMHeadModel"), Task::CausalLM);
