@@ -172,6 +172,42 @@ static std::string shard_file_name(int rank, int world) {
   return buf;
 }
 
+// scheduler.json's key for the state of a metric-driven schedule (nullptr: the schedule has none).
+static const char* metric_state_key(const std::string& type) {
+  return type == "reduce_lr_on_plateau" ? "plateau" : type == "greedy" ? "greedy" : nullptr;
+}
+
+// ReduceLROnPlateau's / GreedyLR's state_dict, in short (best: null for torch's +-inf).
+static json metric_state_json(const train::MetricLrState& s) {
+  return {{"lr", s.lr},
+          {"best", s.has_best ? json(s.best) : json(nullptr)},
+          {"num_bad_epochs", s.num_bad},
+          {"cooldown_counter", s.cooldown_counter},
+          {"num_good_epochs", s.num_good},
+          {"warmup_counter", s.warmup_counter},
+          {"reset_start", s.reset_start},
+          {"last_epoch", s.last_epoch},
+          {"window", s.window},
+          {"window_sum", s.window_sum}};
+}
+
+// (a checkpoint from before greedy has only the plateau's four fields)
+static train::MetricLrState metric_state_from_json(const json& j) {
+  train::MetricLrState s;
+  s.lr = j.at("lr").get<double>();
+  s.has_best = !j.at("best").is_null();
+  s.best = s.has_best ? j.at("best").get<double>() : 0.0;
+  s.num_bad = j.at("num_bad_epochs").get<int64_t>();
+  s.cooldown_counter = j.at("cooldown_counter").get<int64_t>();
+  s.num_good = j.value("num_good_epochs", (int64_t)0);
+  s.warmup_counter = j.value("warmup_counter", (int64_t)0);
+  s.reset_start = j.value("reset_start", (int64_t)-1);
+  s.last_epoch = j.value("last_epoch", (int64_t)0);
+  s.window = j.value("window", std::vector<double>{});
+  s.window_sum = j.value("window_sum", 0.0);
+  return s;
+}
+
 void Trainer::save_checkpoint() {
   auto& I = *impl_;
   dist::Comm& comm = *I.comm;
@@ -197,11 +233,7 @@ void Trainer::save_checkpoint() {
     json sch;
     sch["last_epoch"] = state_.global_step;
     sch["type"] = args_.lr_scheduler_type;
-    if (I.sched.type == "reduce_lr_on_plateau")  // ReduceLROnPlateau's state_dict, in short
-      sch["plateau"] = {{"lr", I.plateau.lr},
-                        {"best", I.plateau.has_best ? json(I.plateau.best) : json(nullptr)},
-                        {"num_bad_epochs", I.plateau.num_bad},
-                        {"cooldown_counter", I.plateau.cooldown_counter}};
+    if (const char* key = metric_state_key(I.sched.type)) sch[key] = metric_state_json(I.metric_lr);
     io::write_file_atomic((tmp / "scheduler.json").string(), sch.dump(2) + "\n");
     json rng;
     rng["seed"] = args_.seed;
@@ -398,16 +430,12 @@ void Trainer::load_checkpoint(const std::string& dir) {
   } catch (const std::exception& e) {
     throw Error(cat("checkpoint '", dir, "': rng_state.json: ", e.what()));
   }
-  if (I.sched.type == "reduce_lr_on_plateau" && fs::exists(d / "scheduler.json")) {
+  const char* key = metric_state_key(I.sched.type);
+  if (key && fs::exists(d / "scheduler.json")) {
     try {
-      const json p = json::parse(read("scheduler.json")).at("plateau");
-      I.plateau.lr = p.at("lr").get<double>();
-      I.plateau.has_best = !p.at("best").is_null();
-      I.plateau.best = I.plateau.has_best ? p.at("best").get<double>() : 0.0;
-      I.plateau.num_bad = p.at("num_bad_epochs").get<int64_t>();
-      I.plateau.cooldown_counter = p.at("cooldown_counter").get<int64_t>();
+      I.metric_lr = metric_state_from_json(json::parse(read("scheduler.json")).at(key));
     } catch (const std::exception& e) {
-      throw Error(cat("checkpoint '", dir, "': scheduler.json: the plateau state: ", e.what()));
+      throw Error(cat("checkpoint '", dir, "': scheduler.json: the ", key, " state: ", e.what()));
     }
   }
   // The log file continues exactly where the checkpoint's history ends.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -75,6 +76,40 @@ double warmup_stable_decay(const ScheduleConfig& c, int64_t step, int64_t warmup
   return c.min_lr_ratio;
 }
 
+// One of GreedyLR's keyword arguments (min_lr / max_lr: a number, or a list of one per parameter
+// group: onyx has one).
+void set_greedy_kwarg(ScheduleConfig::Greedy& g, const std::string& k, const nlohmann::json& v) {
+  auto fail = [&](const char* what) {
+    throw Error(cat("lr_scheduler_kwargs: '", k, "' must be ", what, ", got ", v.dump()));
+  };
+  if (k == "mode" || k == "threshold_mode") {
+    if (!v.is_string()) fail("a string");
+    (k == "mode" ? g.mode : g.threshold_mode) = v.get<std::string>();
+  } else if (k == "verbose" || k == "smooth") {
+    if (!v.is_boolean()) fail("true or false");
+    (k == "verbose" ? g.verbose : g.smooth) = v.get<bool>();
+  } else if (k == "patience" || k == "cooldown" || k == "warmup" || k == "window_size" ||
+             k == "reset_start") {
+    if (!v.is_number_integer()) fail("an integer");
+    (k == "patience"      ? g.patience
+     : k == "cooldown"    ? g.cooldown
+     : k == "warmup"      ? g.warmup
+     : k == "window_size" ? g.window_size
+                          : g.reset_start) = v.get<int64_t>();
+  } else {
+    const nlohmann::json& x = v.is_array() && v.size() == 1 ? v[0] : v;
+    if (v.is_array() && (k == "min_lr" || k == "max_lr") && v.size() != 1)
+      throw Error(cat("lr_scheduler_kwargs: expected 1 ", k, "s, got ", v.size(),
+                      " (onyx's optimizer has one parameter group)"));
+    if (!x.is_number()) fail("a number");
+    (k == "factor"      ? g.factor
+     : k == "threshold" ? g.threshold
+     : k == "min_lr"    ? g.min_lr
+     : k == "max_lr"    ? g.max_lr
+                        : g.eps) = x.get<double>();
+  }
+}
+
 }  // namespace
 
 const std::vector<std::string>& schedule_names() {
@@ -88,7 +123,8 @@ const std::vector<std::string>& schedule_names() {
                                                  "cosine_with_min_lr",
                                                  "cosine_warmup_with_min_lr",
                                                  "warmup_stable_decay",
-                                                 "reduce_lr_on_plateau"};
+                                                 "reduce_lr_on_plateau",
+                                                 "greedy"};
   return names;
 }
 
@@ -111,7 +147,10 @@ void apply_scheduler_kwargs(ScheduleConfig& c, const std::string& text) {
        {"num_decay_steps", "num_stable_steps", "warmup_type", "decay_type", "min_lr_ratio",
         "num_cycles"}},
       {"reduce_lr_on_plateau",
-       {"mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps"}}};
+       {"mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps"}},
+      {"greedy",
+       {"mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "warmup", "min_lr",
+        "max_lr", "eps", "verbose", "smooth", "window_size", "reset_start"}}};
   auto it = params.find(c.type);
   for (auto& [k, v] : j.items()) {
     const bool known = it != params.end() &&
@@ -133,6 +172,10 @@ void apply_scheduler_kwargs(ScheduleConfig& c, const std::string& text) {
                  v.dump());
       return v.get<int64_t>();
     };
+    if (c.type == "greedy") {
+      set_greedy_kwarg(c.greedy, k, v);
+      continue;
+    }
     if (c.type == "reduce_lr_on_plateau") {
       if (k == "mode" || k == "threshold_mode") {
         ONYX_CHECK(v.is_string(), "lr_scheduler_kwargs: '", k, "' must be a string, got ",
@@ -177,7 +220,16 @@ void apply_scheduler_kwargs(ScheduleConfig& c, const std::string& text) {
 
 void validate_schedule(const ScheduleConfig& c) {
   const auto& names = schedule_names();
-  ONYX_CHECK(c.type != "greedy", "lr schedule 'greedy' (GreedyLR) is not implemented by onyx");
+  if (c.type == "greedy") {  // (GreedyLR's messages)
+    ONYX_CHECK(c.greedy.factor < 1.0, "lr schedule 'greedy': Factor should be < 1.0.");
+    ONYX_CHECK(c.greedy.mode == "min" || c.greedy.mode == "max", "lr schedule 'greedy': mode ",
+               c.greedy.mode, " is unknown!");
+    ONYX_CHECK(c.greedy.threshold_mode == "rel" || c.greedy.threshold_mode == "abs",
+               "lr schedule 'greedy': threshold mode ", c.greedy.threshold_mode, " is unknown!");
+    ONYX_CHECK(!c.greedy.smooth || c.greedy.window_size > 0,
+               "lr schedule 'greedy': window_size must be positive with smooth, got ",
+               c.greedy.window_size);
+  }
   if (c.type == "reduce_lr_on_plateau") {  // (torch's messages)
     ONYX_CHECK(c.plateau_factor < 1.0,
                "lr schedule 'reduce_lr_on_plateau': Factor should be < 1.0.");
@@ -236,8 +288,8 @@ double lr_multiplier(const ScheduleConfig& c, int64_t step) {
   const int64_t total = c.total_steps;
   const std::string& type = c.type;
 
-  if (type == "constant") return 1.0;              // get_scheduler ignores warmup for "constant"
-  if (type == "reduce_lr_on_plateau") return 1.0;  // (lr_at reads the plateau's lr)
+  if (type == "constant") return 1.0;  // get_scheduler ignores warmup for "constant"
+  if (type == "reduce_lr_on_plateau" || type == "greedy") return 1.0;  // (lr_at reads the state)
   if (type == "cosine_warmup_with_min_lr") return cosine_warmup_with_min_lr(c, step, warmup);
   if (type == "warmup_stable_decay") return warmup_stable_decay(c, step, warmup);
   if (type == "constant_with_warmup")
@@ -279,15 +331,25 @@ double lr_multiplier(const ScheduleConfig& c, int64_t step) {
   return 1.0 / std::sqrt((double)(step + shift) / (double)timescale);
 }
 
-double lr_at(const ScheduleConfig& c, int64_t step, const PlateauState* plateau) {
-  if (c.type == "reduce_lr_on_plateau") {
+double lr_at(const ScheduleConfig& c, int64_t step, const MetricLrState* state) {
+  if (c.type == "reduce_lr_on_plateau" || c.type == "greedy") {
     validate_schedule(c);
-    return plateau && plateau->lr >= 0 ? plateau->lr : c.base_lr;
+    return state && state->lr >= 0 ? state->lr : c.base_lr;
   }
   return c.base_lr * lr_multiplier(c, step);
 }
 
-void plateau_step(const ScheduleConfig& c, PlateauState& s, double current) {
+bool metric_lr_step(const ScheduleConfig& c, MetricLrState& s, double metric) {
+  if (c.type == "reduce_lr_on_plateau")
+    plateau_step(c, s, metric);
+  else if (c.type == "greedy")
+    greedy_step(c, s, metric);
+  else
+    return false;
+  return true;
+}
+
+void plateau_step(const ScheduleConfig& c, MetricLrState& s, double current) {
   const bool rel = c.plateau_threshold_mode == "rel", min = c.plateau_mode == "min";
   const double t = c.plateau_threshold;
   bool better;
@@ -313,6 +375,86 @@ void plateau_step(const ScheduleConfig& c, PlateauState& s, double current) {
     const double new_lr = std::max(old_lr * c.plateau_factor, c.plateau_min_lr);
     if (old_lr - new_lr > c.plateau_eps) s.lr = new_lr;
     s.cooldown_counter = c.plateau_cooldown;
+    s.num_bad = 0;
+  }
+}
+
+namespace {
+
+bool greedy_is_better(const ScheduleConfig::Greedy& g, const MetricLrState& s, double current) {
+  const bool min = g.mode == "min";
+  if (!s.has_best) return min ? current < INFINITY : current > -INFINITY;  // best = +-inf
+  if (min)
+    return g.threshold_mode == "rel" ? current < s.best * (1.0 - g.threshold)
+                                     : current < s.best - g.threshold;
+  return g.threshold_mode == "rel" ? current > s.best * (1.0 + g.threshold)
+                                   : current > s.best + g.threshold;
+}
+
+void greedy_reset(const ScheduleConfig::Greedy& g, MetricLrState& s) {
+  s.lr = -1;
+  s.has_best = false;
+  s.num_bad = s.num_good = s.cooldown_counter = s.warmup_counter = 0;
+  s.reset_start = g.reset_start;
+  s.window.clear();
+  s.window_sum = 0;
+  if (g.verbose) std::printf("Scheduler reset to initial state.\n");
+}
+
+void greedy_change_lr(const ScheduleConfig& c, MetricLrState& s, bool increase) {
+  const ScheduleConfig::Greedy& g = c.greedy;
+  const double old_lr = s.lr >= 0 ? s.lr : c.base_lr;
+  const double new_lr =
+      increase ? std::min(old_lr / g.factor, g.max_lr) : std::max(old_lr * g.factor, g.min_lr);
+  if (increase ? new_lr - old_lr > g.eps : old_lr - new_lr > g.eps) {
+    s.lr = new_lr;
+    if (g.verbose)
+      std::printf("Epoch %lld: %s learning rate of group 0 to %.4e.\n", (long long)s.last_epoch,
+                  increase ? "increasing" : "reducing", new_lr);
+  }
+  if (increase) {
+    s.reset_start = g.reset_start;
+  } else if (!((s.lr >= 0 ? s.lr : c.base_lr) > g.min_lr) && --s.reset_start <= 0) {
+    greedy_reset(g, s);
+  }
+}
+
+}  // namespace
+
+void greedy_step(const ScheduleConfig& c, MetricLrState& s, double current) {
+  const ScheduleConfig::Greedy& g = c.greedy;
+  if (s.reset_start < 0) s.reset_start = g.reset_start;
+  if (g.smooth) {  // StreamingAverage: a running sum, the oldest value dropped past the window
+    s.window.push_back(current);
+    s.window_sum += current;
+    if ((int64_t)s.window.size() > g.window_size) {
+      s.window_sum -= s.window.front();
+      s.window.erase(s.window.begin());
+    }
+    current = s.window_sum / (double)s.window.size();
+  }
+  s.last_epoch++;
+  if (s.cooldown_counter > 0 || s.warmup_counter > 0) {
+    (s.cooldown_counter > 0 ? s.cooldown_counter : s.warmup_counter)--;
+    s.num_bad = s.num_good = 0;
+    return;
+  }
+  if (greedy_is_better(g, s, current)) {
+    s.best = current;
+    s.has_best = true;
+    s.num_bad = 0;
+    s.num_good++;
+  } else {
+    s.num_bad++;
+    s.num_good = 0;
+  }
+  if (s.num_good > g.patience) {
+    greedy_change_lr(c, s, true);
+    s.warmup_counter = g.warmup;
+    s.num_good = 0;
+  } else if (s.num_bad > g.patience) {
+    greedy_change_lr(c, s, false);
+    s.cooldown_counter = g.cooldown;
     s.num_bad = 0;
   }
 }

@@ -366,6 +366,15 @@ TrainOutput Trainer::train_loop() {
   I.epoch = I.batches_done = 0;
   I.loss_since_log = I.loss_total = 0;
   I.steps_since_log = 0;
+  // the schedule before a resume: load_checkpoint reads a metric-driven schedule's state by type
+  I.sched = train::ScheduleConfig();
+  I.sched.type = a.lr_scheduler_type;
+  I.sched.warmup_steps = a.warmup_steps;
+  I.sched.warmup_ratio = a.warmup_ratio;
+  I.sched.total_steps = max_steps;
+  I.sched.base_lr = a.learning_rate;
+  train::apply_scheduler_kwargs(I.sched, a.lr_scheduler_kwargs);
+  I.metric_lr = train::MetricLrState();
   std::string log_path = (fs::path(a.output_dir) / "log_history.jsonl").string();
   if (a.resume_from_checkpoint) {
     load_checkpoint(*a.resume_from_checkpoint);
@@ -380,12 +389,6 @@ TrainOutput Trainer::train_loop() {
       TrainingArguments::interval(a.eval_steps.value_or(a.logging_steps), max_steps);
   state_.save_steps = TrainingArguments::interval(a.save_steps, max_steps);
   state_.train_batch_size = a.per_device_train_batch_size;
-  I.sched.type = a.lr_scheduler_type;
-  I.sched.warmup_steps = a.warmup_steps;
-  I.sched.warmup_ratio = a.warmup_ratio;
-  I.sched.total_steps = max_steps;
-  I.sched.base_lr = a.learning_rate;
-  train::apply_scheduler_kwargs(I.sched, a.lr_scheduler_kwargs);
   // One progress display and one log: rank 0's.
   I.progress = rank == 0 ? std::make_unique<train::Progress>(max_steps, a.disable_tqdm) : nullptr;
   state_.is_world_process_zero = rank == 0;
@@ -420,20 +423,20 @@ TrainOutput Trainer::train_loop() {
       e.values["grad_norm"] = I.last_grad_norm;
       // the LR the last step applied (Transformers reads it before lr_scheduler.step())
       e.values["learning_rate"] =
-          train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1), &I.plateau);
+          train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1), &I.metric_lr);
       I.loss_since_log = 0;
       I.steps_since_log = 0;
       log(e);
     }
     if (do_eval) {
       Metrics m = evaluate();
-      // Transformers' _maybe_log_save_evaluate steps a ReduceLROnPlateau with the metric
-      if (I.sched.type == "reduce_lr_on_plateau") {
+      // Transformers' _evaluate steps a ReduceLROnPlateau / GreedyLR with the metric
+      if (I.sched.type == "reduce_lr_on_plateau" || I.sched.type == "greedy") {
         const std::string key = "eval_" + args_.best_metric_name();
         auto it = m.find(key);
-        ONYX_CHECK(it != m.end(), "reduce_lr_on_plateau: the evaluation has no '", key,
+        ONYX_CHECK(it != m.end(), I.sched.type, ": the evaluation has no '", key,
                    "' (metric_for_best_model)");
-        train::plateau_step(I.sched, I.plateau, it->second);
+        train::metric_lr_step(I.sched, I.metric_lr, it->second);
       }
     }
     if (do_save) save_checkpoint();
@@ -569,7 +572,7 @@ TrainOutput Trainer::train_loop() {
       for (int64_t b = group_start; b < group_end; b++) samples_seen += (int64_t)batches[b].size();
       const int64_t own_b = I.dp->owned_begin(), own_e = I.dp->owned_end();
       double norm = I.dp->grad_norm(grads);
-      double lr = train::lr_at(I.sched, state_.global_step, &I.plateau);
+      double lr = train::lr_at(I.sched, state_.global_step, &I.metric_lr);
       if (!std::isfinite(norm) || !train::all_finite(grads, own_b, own_e)) {
         I.skipped_steps++;
         LogEntry e;
@@ -596,7 +599,8 @@ TrainOutput Trainer::train_loop() {
       I.steps_since_log++;
       if (I.progress)
         I.progress->update(state_.global_step, step_loss,
-                           train::lr_at(I.sched, state_.global_step - 1, &I.plateau), samples_seen);
+                           train::lr_at(I.sched, state_.global_step - 1, &I.metric_lr),
+                           samples_seen);
       for (auto& cb : callbacks_) cb->on_step_end(a, state_, control_);
       sync_control(comm, control_);
       maybe_log_save_evaluate(false);

@@ -22,7 +22,7 @@ struct Trainer::Impl {
   std::unique_ptr<train::TrainingSession> ts;
   std::unique_ptr<train::Optimizer> opt;
   train::ScheduleConfig sched;
-  train::PlateauState plateau;  // reduce_lr_on_plateau's state (checkpointed in scheduler.json)
+  train::MetricLrState metric_lr;  // reduce_lr_on_plateau / greedy state (scheduler.json)
   std::unique_ptr<train::Progress> progress;
   // Data position and accumulators (saved in checkpoints for exact resume).
   int64_t epoch = 0;          // current epoch index

@@ -422,10 +422,13 @@ bool TrainingArguments::best_is_greater() const {
 }
 
 void TrainingArguments::validate() const {
-  // (Transformers' message) the plateau scheduler steps with evaluations' metrics
+  // (Transformers' messages) the plateau and greedy schedulers step with evaluations' metrics
   ONYX_CHECK(lr_scheduler_type != "reduce_lr_on_plateau" || eval_strategy != "no",
              "training argument 'lr_scheduler_type': lr_scheduler_type reduce_lr_on_plateau "
              "requires an eval strategy");
+  ONYX_CHECK(lr_scheduler_type != "greedy" || eval_strategy != "no",
+             "training argument 'lr_scheduler_type': lr_scheduler_type greedy requires an eval "
+             "strategy");
   {  // lr_scheduler_kwargs' keys belong to the schedule (get_scheduler's TypeError otherwise)
     train::ScheduleConfig sc;
     sc.type = lr_scheduler_type;

@@ -197,7 +197,8 @@ TEST(HfConfig, IntegersPastInt64AreErrorsNotCasts) {
     std::string text = kGpt2;
     text.replace(text.find("\"n_head\": 4"), 11, std::string("\"n_head\": ") + n_head);
     std::string e = error_of([&] { parse_hf_config(text, "dir/config.json"); });
-    EXPECT_NE(e.find("'num_attention_heads' must be an integer"), std::string::npos) << n_head << ": " << e;
+    EXPECT_NE(e.find("'num_attention_heads' must be an integer"), std::string::npos)
+        << n_head << ": " << e;
   }
   std::string whole_float = kGpt2;
   whole_float.replace(whole_float.find("\"n_head\": 4"), 11, "\"n_head\": 4.0");

@@ -420,7 +420,7 @@ def case_report_to_tensorboard(onyx, tmp):
 
 
 def case_lr_schedulers(onyx, tmp):
-    """Every lr_scheduler_type of Transformers' get_scheduler onyx implements, with its
+    """Every lr_scheduler_type of Transformers' get_scheduler, with its
     lr_scheduler_kwargs (num_cycles, lr_end / power, timescale, min_lr / min_lr_rate,
     warmup_lr_rate, warmup_stable_decay's phases and shapes): the learning rate onyx logs at each
     step equals torch's LambdaLR from transformers.get_scheduler, step for step; a key the
@@ -476,9 +476,49 @@ def case_lr_schedulers(onyx, tmp):
         plateau.step(e)
     assert got == want and len(set(want)) > 2, (got, want)
     cases.append(("reduce_lr_on_plateau", kw))
+    # greedy steps Transformers' GreedyLR the same way: mode min on a falling eval_loss raises the
+    # lr up to max_lr; mode max lowers it to min_lr, and at the floor reset_start resets it
+    from transformers.optimization import GreedyLR
+    for kw in [{"factor": 0.5, "patience": 1, "max_lr": 0.05, "smooth": True, "window_size": 3},
+               {"mode": "max", "factor": 0.5, "patience": 0, "min_lr": 2e-3, "reset_start": 2,
+                "threshold_mode": "rel", "cooldown": 1}]:
+        args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "lr-greedy"), learning_rate=base,
+                                      max_steps=total, lr_scheduler_type="greedy",
+                                      lr_scheduler_kwargs=kw, eval_strategy="steps", eval_steps=1,
+                                      logging_steps=1, save_strategy="no", disable_tqdm=True,
+                                      report_to="none")
+        t = onyx.Trainer(model, args, train_dataset=train, eval_dataset=train)
+        t.train()
+        got = [e["learning_rate"] for e in t.state.log_history if "learning_rate" in e]
+        evals = [e["eval_loss"] for e in t.state.log_history if "eval_loss" in e]
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
+        greedy = GreedyLR(opt, **kw)
+        want = []
+        for e in evals[:total]:
+            want.append(opt.param_groups[0]["lr"])
+            greedy.step(e)
+        assert got == want and len(set(want)) > 2, (kw, got, want)
+        cases.append(("greedy", kw))
+    # ... and resumes exactly: GreedyLR's state is in scheduler.json (at step 8 of the last case:
+    # at the floor once, so reset_start 1, and one cooldown evaluation to wait; step 10 resets)
+    out = os.path.join(tmp, "lr-greedy-resume")
+    args = onyx.TrainingArguments(output_dir=out, learning_rate=base, max_steps=total,
+                                  lr_scheduler_type="greedy", lr_scheduler_kwargs=kw,
+                                  eval_strategy="steps", eval_steps=1, logging_steps=1,
+                                  save_strategy="steps", save_steps=4, disable_tqdm=True,
+                                  report_to="none")
+    onyx.Trainer(model, args, train_dataset=train, eval_dataset=train).train()
+    with open(os.path.join(out, "checkpoint-8", "scheduler.json")) as f:
+        saved = json.load(f)["greedy"]
+    assert (saved["reset_start"], saved["cooldown_counter"]) == (1, 1), saved
+    t = onyx.Trainer(model, args, train_dataset=train, eval_dataset=train)
+    t.train(resume_from_checkpoint=os.path.join(out, "checkpoint-8"))
+    resumed = [e["learning_rate"] for e in t.state.log_history if "learning_rate" in e]
+    assert resumed == got, (resumed, got)
     for kw, name, msg in [({"num_cycles": 2}, "linear", "'num_cycles' is not a parameter of the 'linear'"),
                           ({}, "cosine_with_min_lr", "One of min_lr or min_lr_rate should be set"),
-                          ({"bogus": 1}, "warmup_stable_decay", "'bogus' is not a parameter")]:
+                          ({"bogus": 1}, "warmup_stable_decay", "'bogus' is not a parameter"),
+                          ({}, "greedy", "lr_scheduler_type greedy requires an eval strategy")]:
         try:
             args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "lr-bad"), lr_scheduler_type=name,
                                           lr_scheduler_kwargs=kw, max_steps=4)
@@ -486,7 +526,8 @@ def case_lr_schedulers(onyx, tmp):
             raise AssertionError(f"{name} {kw} accepted")
         except (ValueError, onyx.OnyxError) as e:
             assert msg in str(e), (name, kw, str(e))
-    return f"{len(cases)} schedules with their kwargs = transformers.get_scheduler step for step; 3 refusals"
+    return (f"{len(cases)} schedules with their kwargs = transformers.get_scheduler step for step; "
+            "greedy resumes exactly; 4 refusals")
 
 
 def case_callback_stop(onyx, tmp):

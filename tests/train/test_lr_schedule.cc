@@ -98,6 +98,8 @@ const Case kCases[] = {
     {"warmup_stable_decay", 10, 110, -1, 1, 120, 0.0, R"({"num_decay_steps": 20})"},
     // reduce_lr_on_plateau: no warmup; the base lr until evaluations reduce it (PlateauSteps)
     {"reduce_lr_on_plateau", 10, 110, -1, 1, 5, 1e-3},
+    // greedy: no warmup either; the base lr until evaluations change it (GreedySteps)
+    {"greedy", 10, 110, -1, 1, 5, 1e-3},
 };
 
 TEST(LrSchedule, TableOfHandComputedValues) {
@@ -184,11 +186,57 @@ TEST(LrSchedule, PlateauSteps) {
   c.type = "reduce_lr_on_plateau";
   c.base_lr = 1e-3;
   onyx::train::apply_scheduler_kwargs(c, R"({"factor": 0.5, "patience": 1, "cooldown": 1})");
-  onyx::train::PlateauState s;
+  onyx::train::MetricLrState s;
   const double metrics[] = {1.0, 1.0, 0.99995, 2.0, 0.5, 0.6, 0.7};
   const double lr_after[] = {1e-3, 1e-3, 5e-4, 5e-4, 5e-4, 5e-4, 2.5e-4};
   for (int i = 0; i < 7; i++) {
     onyx::train::plateau_step(c, s, metrics[i]);
     EXPECT_DOUBLE_EQ(onyx::train::lr_at(c, 0, &s), lr_after[i]) << "after evaluation " << i + 1;
+  }
+}
+
+// Transformers' GreedyLR.step (patience 1, factor 0.5, min_lr 5e-4, abs threshold 0, reset_start
+// 2): two better evaluations double the lr; two worse halve it, twice; at min_lr, a second
+// reduction at the floor resets it to the base lr and forgets the best, so 300 is better again.
+TEST(LrSchedule, GreedySteps) {
+  ScheduleConfig c;
+  c.type = "greedy";
+  c.base_lr = 1e-3;
+  onyx::train::apply_scheduler_kwargs(
+      c, R"({"factor": 0.5, "patience": 1, "min_lr": 5e-4, "threshold": 0, "reset_start": 2})");
+  onyx::train::MetricLrState s;
+  const double metrics[] = {3, 2, 4, 5, 6, 7, 100, 200, 300};
+  const double lr_after[] = {1e-3, 2e-3, 2e-3, 1e-3, 1e-3, 5e-4, 5e-4, 1e-3, 1e-3};
+  for (int i = 0; i < 9; i++) {
+    onyx::train::greedy_step(c, s, metrics[i]);
+    EXPECT_DOUBLE_EQ(onyx::train::lr_at(c, 0, &s), lr_after[i]) << "after evaluation " << i + 1;
+  }
+  EXPECT_EQ(s.best, 300);
+  EXPECT_EQ(s.num_good, 1);
+  ScheduleConfig r = c;  // at the floor: the next two reductions reset
+  onyx::train::apply_scheduler_kwargs(r, R"({"min_lr": 1e-3, "reset_start": 2})");
+  onyx::train::MetricLrState t;
+  t.lr = 1e-3;
+  for (double m : {1.0, 2.0, 3.0}) onyx::train::greedy_step(r, t, m);
+  EXPECT_EQ(t.reset_start, 1);
+  for (double m : {4.0, 5.0}) onyx::train::greedy_step(r, t, m);
+  EXPECT_EQ(t.reset_start, 2);  // reset: the initial state
+  EXPECT_FALSE(t.has_best);
+  EXPECT_DOUBLE_EQ(onyx::train::lr_at(r, 0, &t), 1e-3);
+  const char* bad[][2] = {{R"({"factor": 1.0})", "Factor should be < 1.0."},
+                          {R"({"mode": "up"})", "mode up is unknown!"},
+                          {R"({"min_lr": [1e-3, 1e-4]})", "expected 1 min_lrs, got 2"},
+                          {R"({"smooth": 1})", "'smooth' must be true or false"}};
+  for (auto& [kw, msg] : bad) {
+    ScheduleConfig b;
+    b.type = "greedy";
+    std::string e;
+    try {
+      onyx::train::apply_scheduler_kwargs(b, kw);
+      onyx::train::validate_schedule(b);
+    } catch (const onyx::Error& x) {
+      e = x.what();
+    }
+    EXPECT_NE(e.find(msg), std::string::npos) << kw << ": " << e;
   }
 }
