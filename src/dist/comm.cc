@@ -175,11 +175,18 @@ class MpiComm : public Comm {
     wait(pend, "broadcast");
   }
 
+  // A byte to and from every other rank rather than MPI_Ibarrier, whose single request could not
+  // tell which rank never arrived (the timeout named "some rank").
   void barrier() override {
     Pending pend;
-    pend.reqs.emplace_back();
-    pend.peer.push_back(-1);  // any rank
-    MPI_Ibarrier(MPI_COMM_WORLD, &pend.reqs.back());
+    const int tag = next_tag();
+    const char token = 1;
+    std::vector<char> received(size_);
+    for (int q = 0; q < size_; q++) {
+      if (q == rank_) continue;
+      post(pend, q, &token, 1, tag, true);
+      post(pend, q, &received[q], 1, tag, false);
+    }
     wait(pend, "barrier");
   }
 
@@ -234,7 +241,7 @@ class MpiComm : public Comm {
         std::string missing;
         for (size_t i = 0; i < reqs.size(); i++) {
           if (reqs[i] == MPI_REQUEST_NULL) continue;
-          std::string who = peer[i] < 0 ? "some rank" : cat("rank ", peer[i]);
+          std::string who = cat("rank ", peer[i]);
           if (missing.find(who) == std::string::npos)
             missing += (missing.empty() ? "" : ", ") + who;
         }
