@@ -73,6 +73,15 @@ void check_positive(const Reader& r, int64_t v, const char* key) {
   ONYX_CHECK(v > 0, r.what, ": key '", key, "' must be positive, got ", v);
 }
 
+// Layers are built (and listed in layer_types) one by one: a count past any real model's (the
+// largest have a few hundred) is refused before anything is sized by it.
+constexpr int64_t kMaxLayers = 1 << 16;
+void check_layer_count(const Reader& r, int64_t n) {
+  check_positive(r, n, "num_hidden_layers");
+  ONYX_CHECK(n <= kMaxLayers, r.what, ": key 'num_hidden_layers' is ", n, ", past the ", kMaxLayers,
+             " layers onyx builds");
+}
+
 }  // namespace
 
 HfConfig parse_hf_config(const std::string& text, const std::string& what) {
@@ -223,6 +232,7 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
       c.sliding_window = sw->get<int64_t>();
     }
     if (t == "qwen2" && !r.boolean({"use_sliding_window"}, false)) c.sliding_window = 0;
+    check_layer_count(r, c.num_hidden_layers);
     if (const json* lt = r.find({"layer_types"})) {
       ONYX_CHECK(lt->is_array() && (int64_t)lt->size() == c.num_hidden_layers, what,
                  ": key 'layer_types' must list one type per layer");
@@ -251,7 +261,7 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
   const bool llama_family = t == "llama" || t == "mistral" || t == "qwen2";
   c.tie_word_embeddings = r.boolean({"tie_word_embeddings"}, !llama_family);
   check_positive(r, c.hidden_size, "hidden_size");
-  check_positive(r, c.num_hidden_layers, "num_hidden_layers");
+  check_layer_count(r, c.num_hidden_layers);
   check_positive(r, c.num_attention_heads, "num_attention_heads");
   check_positive(r, c.intermediate_size, "intermediate_size");
   ONYX_CHECK(c.head_dim > 0 || c.hidden_size % c.num_attention_heads == 0, what, ": hidden size ",

@@ -200,6 +200,16 @@ TEST(HfConfig, IntegersPastInt64AreErrorsNotCasts) {
     EXPECT_NE(e.find("'num_attention_heads' must be an integer"), std::string::npos)
         << n_head << ": " << e;
   }
+  // a layer count past any model's is refused before layer_types is sized by it (fuzz_config: a
+  // 2.2e10-layer Llama config allocated 4 GiB)
+  std::string e = error_of([] {
+    parse_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+      "num_hidden_layers": 22147483647, "num_attention_heads": 8, "vocab_size": 211,
+      "max_position_embeddings": 256})",
+                    "dir/config.json");
+  });
+  EXPECT_NE(e.find("'num_hidden_layers' is 22147483647, past the 65536 layers"), std::string::npos)
+      << e;
   std::string whole_float = kGpt2;
   whole_float.replace(whole_float.find("\"n_head\": 4"), 11, "\"n_head\": 4.0");
   EXPECT_EQ(cfg(whole_float.c_str()).num_attention_heads, 4);
