@@ -160,12 +160,24 @@ nb::object array_from_tensor(const Tensor& t) {
 // data_collator) per batch. The arrays are viewed, not copied.
 class PyBatchDataset : public data::Dataset {
  public:
-  PyBatchDataset(nb::object fetch, int64_t size, std::vector<std::string> keys, std::string which)
-      : fetch_(std::move(fetch)), size_(size), keys_(std::move(keys)), which_(std::move(which)) {}
+  PyBatchDataset(nb::object fetch, nb::object lengths, int64_t size, std::vector<std::string> keys,
+                 std::string which)
+      : fetch_(std::move(fetch)),
+        lengths_(std::move(lengths)),
+        size_(size),
+        keys_(std::move(keys)),
+        which_(std::move(which)) {}
   ~PyBatchDataset() override {
     if (!Py_IsInitialized()) return;
     nb::gil_scoped_acquire gil;
     fetch_.reset();
+    lengths_.reset();
+  }
+  // lengths(length_column) -> [int] per row, computed in Python as Transformers does
+  std::vector<int64_t> lengths(const std::string& length_column) const override {
+    nb::gil_scoped_acquire gil;
+    nb::object r = call_py(lengths_, nb::make_tuple(length_column), nb::dict());
+    return nb::cast<std::vector<int64_t>>(r);
   }
   int64_t size() const override { return size_; }
   std::vector<std::string> keys() const override { return keys_; }
@@ -185,22 +197,23 @@ class PyBatchDataset : public data::Dataset {
   }
 
  private:
-  nb::object fetch_;
+  nb::object fetch_, lengths_;
   int64_t size_;
   std::vector<std::string> keys_;
   std::string which_;
 };
 
 // {name: array} (first dimension = sample) as a TensorDataset of zero-copy views, or
-// ("per_batch", fetch, size, keys) as a PyBatchDataset.
+// ("per_batch", fetch, size, keys, lengths) as a PyBatchDataset.
 std::shared_ptr<data::Dataset> dataset_from_dict(nb::handle d, const std::string& which) {
   if (d.is_none()) return nullptr;
   if (nb::isinstance<nb::tuple>(d)) {
     auto t = nb::borrow<nb::tuple>(d);
-    if (t.size() != 4 || !nb::isinstance<nb::str>(t[0]) ||
+    if (t.size() != 5 || !nb::isinstance<nb::str>(t[0]) ||
         nb::cast<std::string>(t[0]) != "per_batch")
       throw Error(cat(which, ": expected a dict of numpy arrays"));
-    return std::make_shared<PyBatchDataset>(nb::borrow(t[1]), nb::cast<int64_t>(t[2]),
+    return std::make_shared<PyBatchDataset>(nb::borrow(t[1]), nb::borrow(t[4]),
+                                            nb::cast<int64_t>(t[2]),
                                             nb::cast<std::vector<std::string>>(t[3]), which);
   }
   if (!nb::isinstance<nb::dict>(d)) throw Error(cat(which, ": expected a dict of numpy arrays"));

@@ -48,7 +48,8 @@ struct TrainingArguments {
   int64_t seed = 42;
   std::optional<int64_t> data_seed;
   bool dataloader_drop_last = false;
-  std::string train_sampling_strategy = "random";  // random | sequential
+  std::string train_sampling_strategy = "random";  // random | sequential | group_by_length
+  std::string length_column_name = "length";       // group_by_length's precomputed lengths
   double label_smoothing_factor = 0.0;
   std::optional<std::string> resume_from_checkpoint;
   bool disable_tqdm = false;

@@ -354,8 +354,24 @@ class _PerBatch:
                        self.which)
         return {k: v for k, v in out.items() if self.keep is None or k in self.keep}
 
+    input_name = "input_ids"  # the Trainer sets processing_class.model_input_names[0]
+
+    def lengths(self, column):
+        """Each row's length for group_by_length, as Transformers' LengthGroupedSampler takes it:
+        a datasets.Dataset's `column` (length_column_name), else len(row[input_name])."""
+        if column in (getattr(self.rows, "column_names", None) or []):
+            return [int(x) for x in self.rows[column]]
+        out = []
+        for i in range(self.size):
+            row = self.rows[i]
+            if not hasattr(row, "keys") or self.input_name not in row:
+                raise ValueError(f"{self.which}: Can only automatically infer lengths for datasets "
+                                 f"whose items are dictionaries with an '{self.input_name}' key.")
+            out.append(len(row[self.input_name]))
+        return out
+
     def for_cpp(self):
-        return ("per_batch", self.fetch, self.size, sorted(self.first))
+        return ("per_batch", self.fetch, self.size, sorted(self.first), self.lengths)
 
     # the dict-of-arrays view the rest of the Trainer reads (samples for export)
     def __iter__(self):
@@ -376,12 +392,14 @@ def _for_cpp(ds):
     return ds.for_cpp() if isinstance(ds, _PerBatch) else ds
 
 
-def _dataset(ds, which, collator=None, keep=None, per_batch=0):
+def _dataset(ds, which, collator=None, keep=None, per_batch=0, length_column=None):
     """Any dataset Transformers' Trainer takes, as the dict of arrays (first dimension = sample)
     the C++ Trainer views: a dict of numpy arrays / torch tensors (shared, not copied), a
     Hugging Face datasets.Dataset (its numeric columns; with a data_collator, the collated rows),
     or a map-style torch Dataset / any sequence of per-sample dicts. `keep`: the model's input
-    names; other columns are dropped, as Transformers' remove_unused_columns does."""
+    names; other columns are dropped, as Transformers' remove_unused_columns does.
+    `length_column`: group_by_length's; a datasets.Dataset that has it is read per batch, so
+    the C++ Trainer can ask for the column (_PerBatch.lengths)."""
     if ds is None:
         return None
     labels = ("label", "label_ids", "labels")
@@ -396,7 +414,7 @@ def _dataset(ds, which, collator=None, keep=None, per_batch=0):
     if isinstance(ds, dict):  # already batched: the collator (per-sample rows) does not apply
         out = {str(k): _array(v, f"{which}['{k}']") for k, v in ds.items()}
     elif type(ds).__module__.startswith("datasets") and hasattr(ds, "column_names"):
-        if collator is None:
+        if collator is None and not (per_batch and length_column in ds.column_names):
             cols = [c for c in ds.column_names if keep is None or c in keep or c in labels]
             unused.update(c for c in ds.column_names if c not in cols)
             import numpy as np
@@ -568,12 +586,10 @@ class Trainer:
                             "whose forward(**batch) returns the loss), the path of an .onnx file or "
                             f"of a Hugging Face folder, got {type(model).__name__}")
         self._module = model if _is_torch_module(model) else None
-        keep = self._input_names()
         # rows are collated per batch, as Transformers' DataLoaders call the collator
-        self.train_dataset = _dataset(train_dataset, "train_dataset", data_collator, keep,
-                                      per_batch=args.per_device_train_batch_size)
-        self.eval_dataset = _dataset(eval_dataset, "eval_dataset", data_collator, keep,
-                                     per_batch=args.per_device_eval_batch_size)
+        self.train_dataset = self._rows(train_dataset, "train_dataset",
+                                        args.per_device_train_batch_size)
+        self.eval_dataset = self._rows(eval_dataset, "eval_dataset", args.per_device_eval_batch_size)
         if self._module is not None:
             self.model = self._from_module(model)
         else:
@@ -699,6 +715,18 @@ class Trainer:
             self._predictions = "logits"
         return path
 
+    def _rows(self, ds, which, batch_size):
+        """`ds` as the C++ Trainer takes it (_dataset): with this Trainer's data_collator and
+        model inputs; under group_by_length, rows that know their lengths as Transformers
+        infers them (length_column_name, else processing_class.model_input_names[0])."""
+        by_length = getattr(self.args, "train_sampling_strategy", "") == "group_by_length"
+        out = _dataset(ds, which, self.data_collator, self._input_names(), per_batch=batch_size,
+                       length_column=self.args.length_column_name if by_length else None)
+        names = getattr(self.processing_class, "model_input_names", None)
+        if isinstance(out, _PerBatch) and names:
+            out.input_name = names[0]
+        return out
+
     def _input_names(self):
         """What the model's forward takes (Transformers' remove_unused_columns), for modules."""
         if self._module is None or not getattr(self.args, "remove_unused_columns", True):
@@ -786,15 +814,13 @@ class Trainer:
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         """Evaluates on eval_dataset (else the Trainer's); returns {eval_loss, eval_<metric>,
         eval_runtime, ...}, logged and passed to on_evaluate as in Transformers."""
-        ds = _dataset(eval_dataset, "eval_dataset", self.data_collator, self._input_names(),
-                      per_batch=self.args.per_device_eval_batch_size)
+        ds = self._rows(eval_dataset, "eval_dataset", self.args.per_device_eval_batch_size)
         with _in_python():
             return self._t.evaluate(_for_cpp(ds), metric_key_prefix)
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
         """PredictionOutput(predictions, label_ids, metrics) on a dataset (any kind train takes)."""
-        ds = _dataset(test_dataset, "test_dataset", self.data_collator, self._input_names(),
-                      per_batch=self.args.per_device_eval_batch_size)
+        ds = self._rows(test_dataset, "test_dataset", self.args.per_device_eval_batch_size)
         with _in_python():
             p, l, m = self._t.predict(_for_cpp(ds))
         return PredictionOutput(p, l, m)

@@ -77,6 +77,40 @@ std::shared_ptr<TensorDataset> TensorDataset::load(const std::string& path) {
   return std::make_shared<TensorDataset>(std::move(merged), cat("dataset '", path, "'"));
 }
 
+std::vector<int64_t> TensorDataset::lengths(const std::string& length_column) const {
+  auto it = tensors_.find(length_column);
+  if (it != tensors_.end()) {
+    const Tensor& t = it->second;
+    ONYX_CHECK(t.rank() == 1 && (t.dtype() == DType::Int64 || t.dtype() == DType::Int32), "the '",
+               length_column, "' column (length_column_name) must be one integer per ",
+               "sample, got ", dtype_name(t.dtype()), " ", shape_str(t.shape()));
+    std::vector<int64_t> out(n_);
+    for (int64_t i = 0; i < n_; i++) out[i] = (int64_t)t.get_as_double(i);
+    return out;
+  }
+  it = tensors_.find("input_ids");
+  if (it == tensors_.end() || it->second.rank() < 2) return {};
+  return std::vector<int64_t>(n_, it->second.dim(1));
+}
+
+std::vector<int64_t> length_grouped_order(const std::vector<int64_t>& lengths, int64_t batch_size,
+                                          uint64_t seed, int64_t epoch) {
+  const int64_t n = (int64_t)lengths.size();
+  std::vector<int64_t> order = epoch_order(n, true, seed, epoch);
+  if (n == 0) return order;
+  const int64_t mult = std::max<int64_t>(1, std::min<int64_t>(n / (batch_size * 4), 50));
+  const int64_t mega = mult * batch_size;
+  auto longer = [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; };
+  int64_t best_start = 0;
+  for (int64_t s = 0; s < n; s += mega) {
+    auto first = order.begin() + s, last = order.begin() + std::min(n, s + mega);
+    std::stable_sort(first, last, longer);
+    if (lengths[*first] > lengths[order[best_start]]) best_start = s;  // argmax: the first max
+  }
+  std::swap(order[0], order[best_start]);
+  return order;
+}
+
 std::vector<std::string> TensorDataset::keys() const {
   std::vector<std::string> k;
   for (auto& [n, _] : tensors_) k.push_back(n);

@@ -652,4 +652,23 @@ std::map<std::string, Tensor> SftDataset::batch(const std::vector<int64_t>& indi
   return out;
 }
 
+std::vector<int64_t> TextClassificationDataset::lengths(const std::string&) const {
+  std::vector<int64_t> out;
+  for (const Encoding& e : encodings_) out.push_back(e.size());
+  return out;
+}
+
+std::vector<int64_t> CausalLMDataset::lengths(const std::string&) const {
+  const int64_t bs = opts_.block_size, n = (int64_t)tokens_.size();
+  std::vector<int64_t> out(num_blocks_);
+  for (int64_t b = 0; b < num_blocks_; b++) out[b] = std::min(bs, n - b * bs);
+  return out;
+}
+
+std::vector<int64_t> SftDataset::lengths(const std::string&) const {
+  std::vector<int64_t> out;
+  for (const auto& row : ids_) out.push_back((int64_t)row.size());
+  return out;
+}
+
 }  // namespace onyx::data

@@ -53,6 +53,7 @@ class TextClassificationDataset : public Dataset {
   // longest in the batch rounded up to the bucket (at most max_length); labels: int64 (B).
   std::map<std::string, Tensor> batch(const std::vector<int64_t>& indices) const override;
   std::vector<std::string> keys() const override;
+  std::vector<int64_t> lengths(const std::string&) const override;  // the unpadded tokens
 
   const std::map<std::string, int64_t>& label2id() const { return label2id_; }
   const std::vector<std::string>& id2label() const { return id2label_; }
@@ -91,6 +92,7 @@ class CausalLMDataset : public Dataset {
   std::vector<std::string> keys() const override {
     return {"attention_mask", "input_ids", "labels"};
   }
+  std::vector<int64_t> lengths(const std::string&) const override;  // the block's tokens
   const std::vector<int64_t>& tokens() const { return tokens_; }
 
  private:
@@ -153,6 +155,7 @@ class SftDataset : public Dataset {
     if (opts_.packing) return {"attention_mask", "input_ids", "labels", "position_ids"};
     return {"attention_mask", "input_ids", "labels"};
   }
+  std::vector<int64_t> lengths(const std::string&) const override;  // each row's tokens
   const std::vector<int64_t>& positions(int64_t i) const { return pos_.at(i); }
   const std::vector<int64_t>& ids(int64_t i) const { return ids_.at(i); }
   const std::vector<int64_t>& labels(int64_t i) const { return labels_.at(i); }

@@ -143,7 +143,7 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
   // predict() returns the predictions; evaluate() keeps them only for metrics that read them
   const bool keep_preds =
       keep_predictions || !with_metrics || (compute_metrics_ && metrics_need_predictions_);
-  auto order = data::epoch_order(ds.size(), false, 0, 0);
+  auto order = train::eval_order(ds, args_);
   // dataloader_drop_last applies to evaluation too, as Transformers' eval DataLoader has it
   for (auto& idx :
        data::make_batches(order, args_.per_device_eval_batch_size, args_.dataloader_drop_last)) {
@@ -239,7 +239,7 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
              "predict_with_generate: the eval dataset needs input_ids and labels");
   std::vector<std::vector<int64_t>> gens;
   int64_t n = 0, exact = 0, ref_tokens = 0, matched = 0, skipped = 0;
-  auto order = data::epoch_order(ds.size(), false, 0, 0);
+  auto order = train::eval_order(ds, args_);
   for (auto& idx : data::make_batches(order, args_.per_device_eval_batch_size, false)) {
     auto batch = load_batch(ds, idx);
     const Tensor& ids = batch.at("input_ids");

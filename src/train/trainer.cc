@@ -339,7 +339,10 @@ TrainOutput Trainer::train_loop() {
     fs::remove(probe);
   }
   fit_batch_to_memory();
-  bool shuffle = a.train_sampling_strategy == "random";
+  const bool shuffle = a.train_sampling_strategy == "random";
+  const bool by_length = a.train_sampling_strategy == "group_by_length";
+  I.train_lengths = by_length ? train::sample_lengths(*train_ds_, a, "the train dataset")
+                              : std::vector<int64_t>();
   int64_t n_batches =
       (int64_t)data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0),
                                   a.per_device_train_batch_size, a.dataloader_drop_last)
@@ -444,9 +447,12 @@ TrainOutput Trainer::train_loop() {
   };
 
   while (I.epoch < num_epochs && state_.global_step < max_steps && !control_.should_training_stop) {
-    auto batches =
-        data::make_batches(data::epoch_order(train_ds_->size(), shuffle, I.data_seed, I.epoch),
-                           a.per_device_train_batch_size, a.dataloader_drop_last);
+    // group_by_length: megabatches of per_device_train_batch_size * GA, as Transformers'
+    auto order =
+        by_length ? data::length_grouped_order(I.train_lengths, a.per_device_train_batch_size * ga,
+                                               I.data_seed, I.epoch)
+                  : data::epoch_order(train_ds_->size(), shuffle, I.data_seed, I.epoch);
+    auto batches = data::make_batches(order, a.per_device_train_batch_size, a.dataloader_drop_last);
     if (I.batches_done == 0)
       for (auto& cb : callbacks_) cb->on_epoch_begin(a, state_, control_);
     while (I.batches_done < (int64_t)batches.size() && state_.global_step < max_steps) {
@@ -645,5 +651,26 @@ TrainOutput Trainer::train_loop() {
                           state_.to_json() + "\n");
   return out;
 }
+
+namespace train {
+
+std::vector<int64_t> sample_lengths(const data::Dataset& ds, const TrainingArguments& a,
+                                    const char* which) {
+  std::vector<int64_t> lengths = ds.lengths(a.length_column_name);
+  ONYX_CHECK((int64_t)lengths.size() == ds.size(), which,
+             ": train_sampling_strategy group_by_length needs each sample's length: a '",
+             a.length_column_name, "' column (length_column_name) or input_ids");
+  return lengths;
+}
+
+std::vector<int64_t> eval_order(const data::Dataset& ds, const TrainingArguments& a) {
+  if (a.train_sampling_strategy != "group_by_length")
+    return data::epoch_order(ds.size(), false, 0, 0);
+  return data::length_grouped_order(sample_lengths(ds, a, "the eval dataset"),
+                                    a.per_device_eval_batch_size,
+                                    (uint64_t)a.data_seed.value_or(a.seed), 0);
+}
+
+}  // namespace train
 
 }  // namespace onyx

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "data/dataset.h"
 #include "dist/comm.h"
 #include "onyx/trainer.h"
 #include "train/data_parallel.h"
@@ -33,6 +34,7 @@ struct Trainer::Impl {
   double last_grad_norm = 0;
   int64_t skipped_steps = 0;
   uint64_t data_seed = 0;
+  std::vector<int64_t> train_lengths;  // group_by_length: each training sample's length
   std::vector<bool> decay_mask;
   // Data parallelism (train/data_parallel.h); world size 1 without mpirun.
   dist::Comm* comm = nullptr;
@@ -57,5 +59,14 @@ struct Trainer::Impl {
     return *scratch_buf;
   }
 };
+
+namespace train {
+// The sample lengths group_by_length sorts by; an error naming `which` when the dataset has none.
+std::vector<int64_t> sample_lengths(const data::Dataset& ds, const TrainingArguments& args,
+                                    const char* which);
+// Evaluation's (and prediction's) sample order: 0..n-1, or under group_by_length Transformers'
+// eval LengthGroupedSampler: eval batch size, seeded by data_seed (else seed), the same each time.
+std::vector<int64_t> eval_order(const data::Dataset& ds, const TrainingArguments& args);
+}  // namespace train
 
 }  // namespace onyx

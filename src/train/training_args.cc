@@ -278,8 +278,13 @@ const std::vector<Field>& fields() {
       F_OPT_INT(data_seed, "Random seed for the data sampler only (None: seed)."),
       F_BOOL(dataloader_drop_last, "Drop each epoch's last incomplete training batch."),
       F_CHOICE(train_sampling_strategy,
-               "Order of the training samples: random (shuffled each epoch) or sequential.",
-               "random", "sequential"),
+               "Order of the training samples: random (shuffled each epoch), sequential, or "
+               "group_by_length (Transformers' LengthGroupedSampler: shuffled, then sorted by "
+               "length within megabatches of up to 50 batches; evaluation in that order too).",
+               "random", "sequential", "group_by_length"),
+      F_STR(length_column_name,
+            "group_by_length: the dataset column holding each sample's length (if it has one; "
+            "else the length of its input_ids)."),
       F_DOUBLE(label_smoothing_factor,
                "Label smoothing of the cross-entropy loss (0: none; targets become eps/num_labels, "
                "1-eps+eps/num_labels)."),

@@ -93,8 +93,6 @@ const std::vector<TransformersKey>& table() {
        "Transformers 5's name for gradient_checkpointing: true / false set it"},
       {"activation_checkpointing_kwargs", "dict | None", "null", true,
        "torch.utils.checkpoint's options (use_reentrant); onyx recomputes the same values"},
-      {"length_column_name", "str", "\"length\"", true,
-       "read by group_by_length sampling only, which onyx does not have"},
       {"hub_token", "str | None", "null", true, "read only when push_to_hub is true"},
       {"hub_private_repo", "bool | None", "null", true, "read only when push_to_hub is true"},
       {"hub_model_id", "str | None", "null", true, "read only when push_to_hub is true"},

@@ -456,34 +456,11 @@ def case_lr_schedulers(onyx, tmp):
         got = [e["learning_rate"] for e in t.state.log_history if "learning_rate" in e]
         assert len(got) == total and all(abs(a - b) <= 1e-15 + 1e-12 * abs(b) for a, b in zip(got, want)), \
             (name, kw, got, want)
-    # reduce_lr_on_plateau steps torch's ReduceLROnPlateau with each evaluation's metric (mode max
-    # on a falling eval_loss: every evaluation is bad, so the lr halves after each patience + 1)
-    kw = {"mode": "max", "factor": 0.5, "patience": 1}
-    args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "lr-plateau"), learning_rate=base,
-                                  max_steps=total, lr_scheduler_type="reduce_lr_on_plateau",
-                                  lr_scheduler_kwargs=kw, eval_strategy="steps", eval_steps=1,
-                                  logging_steps=1, save_strategy="no", disable_tqdm=True,
-                                  report_to="none")
-    t = onyx.Trainer(model, args, train_dataset=train, eval_dataset=train)
-    t.train()
-    got = [e["learning_rate"] for e in t.state.log_history if "learning_rate" in e]
-    evals = [e["eval_loss"] for e in t.state.log_history if "eval_loss" in e]
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
-    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, **kw)
-    want = []
-    for e in evals[:total]:
-        want.append(opt.param_groups[0]["lr"])
-        plateau.step(e)
-    assert got == want and len(set(want)) > 2, (got, want)
-    cases.append(("reduce_lr_on_plateau", kw))
-    # greedy steps Transformers' GreedyLR the same way: mode min on a falling eval_loss raises the
-    # lr up to max_lr; mode max lowers it to min_lr, and at the floor reset_start resets it
-    from transformers.optimization import GreedyLR
-    for kw in [{"factor": 0.5, "patience": 1, "max_lr": 0.05, "smooth": True, "window_size": 3},
-               {"mode": "max", "factor": 0.5, "patience": 0, "min_lr": 2e-3, "reset_start": 2,
-                "threshold_mode": "rel", "cooldown": 1}]:
-        args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "lr-greedy"), learning_rate=base,
-                                      max_steps=total, lr_scheduler_type="greedy",
+    def metric_driven(name, kw, reference):
+        """The lr onyx logs per step = `reference(optimizer, **kw)` stepped with the same
+        eval_loss after each step (evaluation every step)."""
+        args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "lr-" + name), learning_rate=base,
+                                      max_steps=total, lr_scheduler_type=name,
                                       lr_scheduler_kwargs=kw, eval_strategy="steps", eval_steps=1,
                                       logging_steps=1, save_strategy="no", disable_tqdm=True,
                                       report_to="none")
@@ -492,13 +469,27 @@ def case_lr_schedulers(onyx, tmp):
         got = [e["learning_rate"] for e in t.state.log_history if "learning_rate" in e]
         evals = [e["eval_loss"] for e in t.state.log_history if "eval_loss" in e]
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
-        greedy = GreedyLR(opt, **kw)
+        sched = reference(opt, **kw)
         want = []
         for e in evals[:total]:
             want.append(opt.param_groups[0]["lr"])
-            greedy.step(e)
-        assert got == want and len(set(want)) > 2, (kw, got, want)
-        cases.append(("greedy", kw))
+            sched.step(e)
+        assert got == want and len(set(want)) > 2, (name, kw, got, want)
+        cases.append((name, kw))
+        return got
+
+    # reduce_lr_on_plateau steps torch's ReduceLROnPlateau with each evaluation's metric (mode max
+    # on a falling eval_loss: every evaluation is bad, so the lr halves after each patience + 1)
+    metric_driven("reduce_lr_on_plateau", {"mode": "max", "factor": 0.5, "patience": 1},
+                  torch.optim.lr_scheduler.ReduceLROnPlateau)
+    # greedy steps Transformers' GreedyLR the same way: mode min on a falling eval_loss raises the
+    # lr up to max_lr; mode max lowers it to min_lr, and at the floor reset_start resets it
+    from transformers.optimization import GreedyLR
+    metric_driven("greedy", {"factor": 0.5, "patience": 1, "max_lr": 0.05, "smooth": True,
+                             "window_size": 3}, GreedyLR)
+    kw = {"mode": "max", "factor": 0.5, "patience": 0, "min_lr": 2e-3, "reset_start": 2,
+          "threshold_mode": "rel", "cooldown": 1}
+    got = metric_driven("greedy", kw, GreedyLR)
     # ... and resumes exactly: GreedyLR's state is in scheduler.json (at step 8 of the last case:
     # at the floor once, so reset_start 1, and one cooldown evaluation to wait; step 10 resets)
     out = os.path.join(tmp, "lr-greedy-resume")
@@ -816,6 +807,96 @@ def case_collator_per_batch(onyx, tmp):
     assert len(got) == len(want) and worst < 1e-5, (got, want)
     return (f"{len(hf_rec.calls)} collator calls = Transformers' (padded lengths {lengths}; one more "
             f"at construction {first}), losses within {worst:.1e}")
+
+
+def case_group_by_length(onyx, tmp):
+    """train_sampling_strategy="group_by_length" groups as Transformers' LengthGroupedSampler:
+    onyx draws its own permutation per epoch (seeded, resumable), so Transformers is given the
+    same one (torch.randperm patched); then every collator call (rows and padding) of training
+    (megabatches of per_device_train_batch_size * GA) and of evaluation (eval batch size, the
+    data_seed's permutation) is the same under both, and so are the losses and eval_loss. A row
+    without input_ids is refused with Transformers' message."""
+    import copy
+    import datasets
+    import torch
+    import transformers
+    rows = ragged_rows(40, 5)
+    keyed = {tuple(r["input_ids"]): i for i, r in enumerate(rows)}
+    assert len(keyed) == len(rows)
+    tok = tiny_tokenizer(tmp)
+    inner = transformers.DataCollatorWithPadding(tok)
+
+    class Recording:
+        def __init__(self):
+            self.calls = []
+
+        def __call__(self, features):
+            self.calls.append([keyed[tuple(int(x) for x in f["input_ids"])] for f in features])
+            return inner(features)
+
+    kw = dict(learning_rate=3e-3, num_train_epochs=2, per_device_train_batch_size=2,
+              gradient_accumulation_steps=2, per_device_eval_batch_size=3, eval_strategy="epoch",
+              logging_steps=1, save_strategy="no", seed=7, report_to="none", disable_tqdm=True)
+    ds = datasets.Dataset.from_list([{k: v for k, v in r.items() if k != "text"} for r in rows])
+    module = tiny_bert()
+    ref_module = copy.deepcopy(module)
+    # onyx's permutations: the order of a "random" run (epoch 0, epoch 1)
+    rec = Recording()
+    onyx.Trainer(copy.deepcopy(module), onyx.TrainingArguments(
+        output_dir=os.path.join(tmp, "ox-rand"), **dict(kw, eval_strategy="no")),
+        data_collator=rec, train_dataset=ds).train()
+    order = [i for call in rec.calls[1:] for i in call]
+    perms = [order[:40], order[40:80]]
+    assert sorted(perms[0]) == sorted(perms[1]) == list(range(40)), order
+    ox_rec = Recording()
+    t = onyx.Trainer(module, onyx.TrainingArguments(
+        output_dir=os.path.join(tmp, "ox-gbl"), train_sampling_strategy="group_by_length", **kw),
+        data_collator=ox_rec, train_dataset=ds, eval_dataset=ds)
+    ox_rec.calls.clear()  # (the calls at construction, to learn the columns)
+    t.train()
+    real_randperm, train_perms = torch.randperm, list(perms)
+
+    def randperm(n, generator=None, **kwargs):  # the eval sampler's seeded generator: epoch 0's
+        assert n == 40, n
+        return torch.tensor(perms[0] if generator is not None else train_perms.pop(0))
+
+    def items_normalized_ce(outputs, labels, num_items_in_batch=None):
+        # Transformers 5.24's BertForSequenceClassification ignores num_items_in_batch (GA k: k
+        # times the mean; tests/parity/test_hf_trainer.py's header): the intended sum / items
+        ce = torch.nn.functional.cross_entropy(outputs["logits"], labels.view(-1), reduction="sum")
+        return ce / (num_items_in_batch if num_items_in_batch is not None else labels.numel())
+
+    hf_rec = Recording()
+    torch.randperm = randperm
+    try:
+        ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
+            output_dir=os.path.join(tmp, "hf-gbl"), train_sampling_strategy="group_by_length", **kw),
+            data_collator=hf_rec, train_dataset=ds, eval_dataset=ds,
+            compute_loss_func=items_normalized_ce)
+        ref.train()
+    finally:
+        torch.randperm = real_randperm
+    assert ox_rec.calls == hf_rec.calls, (ox_rec.calls[:12], hf_rec.calls[:12])
+    first = ox_rec.calls[0]
+    assert max(len(rows[i]["input_ids"]) for i in first) == max(len(r["input_ids"]) for r in rows)
+    want = [(e.get("loss"), e.get("eval_loss")) for e in ref.state.log_history
+            if "loss" in e or "eval_loss" in e]
+    got = [(e.get("loss"), e.get("eval_loss")) for e in t.state.log_history
+           if "loss" in e or "eval_loss" in e]
+    worst = max(abs(a - b) / abs(b) for g, w in zip(got, want) for a, b in zip(g, w) if b is not None)
+    assert len(got) == len(want) and worst < 1e-5, (got, want)
+    odd = copy.copy(tok)  # lengths come from processing_class.model_input_names[0]
+    odd.model_input_names = ["token_ids"]
+    try:
+        onyx.Trainer(tiny_bert(), onyx.TrainingArguments(
+            output_dir=os.path.join(tmp, "ox-bad"), train_sampling_strategy="group_by_length",
+            max_steps=1, report_to="none", disable_tqdm=True), data_collator=inner,
+            train_dataset=ds, processing_class=odd).train()
+        raise AssertionError("rows without the model input name accepted under group_by_length")
+    except (ValueError, onyx.OnyxError) as e:
+        assert "Can only automatically infer lengths" in str(e), str(e)
+    return (f"{len(hf_rec.calls)} collator calls (train and eval) = Transformers' given onyx's "
+            f"permutations; losses and eval_loss within {worst:.1e}; no 'token_ids' refused")
 
 
 def case_ragged_eval(onyx, tmp):
@@ -1527,7 +1608,9 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved),
          ("peft-lora-module", case_peft_lora_module), ("adafactor", case_adafactor),
          ("peft-config-argument", case_peft_config_argument),
-         ("collator-per-batch", case_collator_per_batch), ("ragged-eval", case_ragged_eval), ("tied-gpt2-module", case_tied_gpt2_module),
+         ("collator-per-batch", case_collator_per_batch),
+         ("group-by-length", case_group_by_length),
+         ("ragged-eval", case_ragged_eval), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
          ("plain-module", case_plain_module), ("example-scripts", case_example_scripts),

@@ -3,6 +3,7 @@
 // guard, and metrics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -230,4 +231,41 @@ TEST(Trainer, Metrics) {
   auto f1 = metrics::f1({logits, labels});
   EXPECT_NEAR(f1["f1"], (2.0 / 3.0 + 2.0 / 3.0) / 2, 1e-12);
   EXPECT_THROW(metrics::by_names({"bleu"}), Error);
+}
+
+// Transformers' get_length_grouped_indices on onyx's permutation: 100 samples in batches of 4 ->
+// megabatches of min(100 / 16, 50) = 6 batches (24 samples), each sorted longest first, the
+// longest sample of all at the very front; a pure function of (seed, epoch).
+TEST(Sampling, LengthGroupedOrder) {
+  std::vector<int64_t> lengths(100);
+  for (int i = 0; i < 100; i++) lengths[i] = (i * 37) % 23 + 1 + (i == 71 ? 100 : 0);
+  auto order = data::length_grouped_order(lengths, 4, 9, 2);
+  std::vector<int64_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < 100; i++) ASSERT_EQ(sorted[i], i);
+  EXPECT_EQ(order[0], 71);
+  // the permutation it groups is epoch_order's: same megabatch contents
+  auto perm = data::epoch_order(100, true, 9, 2);
+  for (int s = 0; s < 100; s += 24) {
+    std::vector<int64_t> a(order.begin() + s, order.begin() + std::min(100, s + 24));
+    std::vector<int64_t> b(perm.begin() + s, perm.begin() + std::min(100, s + 24));
+    if (std::find(b.begin(), b.end(), 71) != b.end() || s == 0) continue;  // (the swap)
+    for (size_t i = 1; i < a.size(); i++) EXPECT_GE(lengths[a[i - 1]], lengths[a[i]]) << s;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    EXPECT_EQ(a, b) << "megabatch at " << s;
+  }
+  EXPECT_EQ(order, data::length_grouped_order(lengths, 4, 9, 2));
+  EXPECT_NE(order, data::length_grouped_order(lengths, 4, 9, 3));
+}
+
+TEST(Sampling, TensorDatasetLengths) {
+  Tensor ids = Tensor::zeros(DType::Int64, {3, 7});
+  Tensor len = Tensor::from_vector<int64_t>(DType::Int64, {3}, {5, 2, 7});
+  data::TensorDataset padded({{"input_ids", ids}});
+  EXPECT_EQ(padded.lengths("length"), (std::vector<int64_t>{7, 7, 7}));  // len(input_ids)
+  data::TensorDataset with_column({{"input_ids", ids}, {"length", len}});
+  EXPECT_EQ(with_column.lengths("length"), (std::vector<int64_t>{5, 2, 7}));
+  data::TensorDataset images({{"pixel_values", Tensor::zeros(DType::Float32, {3, 4})}});
+  EXPECT_TRUE(images.lengths("length").empty());
 }
