@@ -744,6 +744,18 @@ def tiny_bert(num_labels=3):
     return transformers.BertForSequenceClassification(cfg)
 
 
+class RecordingCollator:
+    """`inner` collator that keeps record(features, batch) of each call in .calls."""
+
+    def __init__(self, inner, record):
+        self.inner, self.record, self.calls = inner, record, []
+
+    def __call__(self, features):
+        b = self.inner(features)
+        self.calls.append(self.record(features, b))
+        return b
+
+
 def ragged_rows(n, seed):
     rng = np.random.default_rng(seed)
     rows = []
@@ -774,21 +786,15 @@ def case_collator_per_batch(onyx, tmp):
     tok = tiny_tokenizer(tmp)
     inner = transformers.DataCollatorWithPadding(tok)
 
-    class Recording:
-        def __init__(self):
-            self.calls = []
-
-        def __call__(self, features):
-            b = inner(features)
-            self.calls.append((len(features), int(b["input_ids"].shape[1])))
-            return b
+    def recording():  # each call's row count and padded length
+        return RecordingCollator(inner, lambda f, b: (len(f), int(b["input_ids"].shape[1])))
 
     kw = dict(learning_rate=3e-3, num_train_epochs=2, per_device_train_batch_size=5,
               logging_steps=1, save_strategy="no", seed=7, train_sampling_strategy="sequential",
               report_to="none", disable_tqdm=True)
     module = tiny_bert()
     ref_module = copy.deepcopy(module)
-    hf_rec, ox_rec = Recording(), Recording()
+    hf_rec, ox_rec = recording(), recording()
     ds = datasets.Dataset.from_list([{k: v for k, v in r.items() if k != "text"} for r in rows])
     ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
         output_dir=os.path.join(tmp, "hf-pb"), **kw), data_collator=hf_rec, train_dataset=ds)
@@ -826,13 +832,9 @@ def case_group_by_length(onyx, tmp):
     tok = tiny_tokenizer(tmp)
     inner = transformers.DataCollatorWithPadding(tok)
 
-    class Recording:
-        def __init__(self):
-            self.calls = []
-
-        def __call__(self, features):
-            self.calls.append([keyed[tuple(int(x) for x in f["input_ids"])] for f in features])
-            return inner(features)
+    def recording():  # each call's rows, by index
+        return RecordingCollator(inner, lambda f, b: [keyed[tuple(int(x) for x in r["input_ids"])]
+                                                      for r in f])
 
     kw = dict(learning_rate=3e-3, num_train_epochs=2, per_device_train_batch_size=2,
               gradient_accumulation_steps=2, per_device_eval_batch_size=3, eval_strategy="epoch",
@@ -841,14 +843,14 @@ def case_group_by_length(onyx, tmp):
     module = tiny_bert()
     ref_module = copy.deepcopy(module)
     # onyx's permutations: the order of a "random" run (epoch 0, epoch 1)
-    rec = Recording()
+    rec = recording()
     onyx.Trainer(copy.deepcopy(module), onyx.TrainingArguments(
         output_dir=os.path.join(tmp, "ox-rand"), **dict(kw, eval_strategy="no")),
         data_collator=rec, train_dataset=ds).train()
     order = [i for call in rec.calls[1:] for i in call]
     perms = [order[:40], order[40:80]]
     assert sorted(perms[0]) == sorted(perms[1]) == list(range(40)), order
-    ox_rec = Recording()
+    ox_rec = recording()
     t = onyx.Trainer(module, onyx.TrainingArguments(
         output_dir=os.path.join(tmp, "ox-gbl"), train_sampling_strategy="group_by_length", **kw),
         data_collator=ox_rec, train_dataset=ds, eval_dataset=ds)
@@ -866,7 +868,7 @@ def case_group_by_length(onyx, tmp):
         ce = torch.nn.functional.cross_entropy(outputs["logits"], labels.view(-1), reduction="sum")
         return ce / (num_items_in_batch if num_items_in_batch is not None else labels.numel())
 
-    hf_rec = Recording()
+    hf_rec = recording()
     torch.randperm = randperm
     try:
         ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
