@@ -534,6 +534,10 @@ NB_MODULE(_onyx, m) {
       },
       "write"_a.none(), "is_tty"_a, "columns"_a,
       "Routes the progress bar and log lines to write(text) (None: back to stdout).");
+  m.def("rebalanced_batches", &data::rebalanced_batches, "order"_a, "lengths"_a, "per_step"_a,
+        "world"_a, "ga"_a, "drop_last"_a,
+        "train_sampling_strategy='batch_rebalance': Transformers' BatchRebalanceSampler's "
+        "micro-batches over `order`, in onyx's slot order (src/data/sampling.h).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,
         "Threads of onyx's kernels, oneDNN and OpenBLAS (the CLI's --threads).");
 

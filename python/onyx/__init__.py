@@ -246,16 +246,72 @@ class TrainerCallback:
     def on_prediction_step(self, args, state, control, **kwargs): pass
 
 
-class _SaveProcessingClass(TrainerCallback):
-    """Transformers' _save_checkpoint saves the processing_class into each checkpoint-N folder."""
+def _as_transformers_args(args):
+    """`args` as a transformers.TrainingArguments (what Transformers pickles into
+    training_args.bin), or None without transformers. The values the user set (those not at
+    onyx's default) are given to its constructor; one it refuses (an onyx-only value such as
+    optim="adamw") is set on the built object as it is."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    cls = transformers.TrainingArguments
+    theirs = {f.name for f in dataclasses.fields(cls) if f.init}
+    mine = {a["name"]: (getattr(args, a["name"]), _default(a)) for a in _ARGS}
+    given = {k: v for k, (v, d) in mine.items() if k in theirs and v != d}
+    given["output_dir"] = args.output_dir
+    if "warmup_ratio" not in theirs and mine["warmup_ratio"][0] and not args.warmup_steps:
+        given["warmup_steps"] = mine["warmup_ratio"][0]  # Transformers 5: a ratio below 1
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return cls(**given)
+        except Exception:  # noqa: BLE001 — find the values it refuses, one by one
+            pass
+        out_dir = {"output_dir": args.output_dir}
+        taken, refused = {}, {}
+        for k, v in given.items():
+            try:
+                cls(**out_dir, **{k: v})
+                taken[k] = v
+            except Exception:  # noqa: BLE001
+                refused[k] = v
+        obj = cls(**taken)
+    for k, v in refused.items():
+        object.__setattr__(obj, k, v)
+    return obj
+
+
+def _save_training_args(args, folder):
+    """training_args.bin as Transformers' _save writes it (torch.save of its TrainingArguments),
+    beside training_args.json; nothing without torch and transformers (nothing could read it)."""
+    try:
+        import torch
+    except ImportError:
+        return
+    obj = _as_transformers_args(args)
+    if obj is None or not os.path.isdir(folder):
+        return
+    path = os.path.join(folder, "training_args.bin")
+    torch.save(obj, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+class _SaveAsTransformers(TrainerCallback):
+    """Transformers' _save_checkpoint saves the processing_class and training_args.bin into each
+    checkpoint-N folder."""
 
     def __init__(self, processing_class):
         self.processing_class = processing_class
 
     def on_save(self, args, state, control, **kwargs):
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        if os.path.isdir(folder):
+        if not os.path.isdir(folder):
+            return
+        if hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(folder)
+        _save_training_args(args, folder)
 
 
 class EarlyStoppingCallback(TrainerCallback):
@@ -601,8 +657,7 @@ class Trainer:
         self.callbacks = []
         for cb in callbacks or []:
             self.callbacks.append(cb() if isinstance(cb, type) else cb)
-        if hasattr(processing_class, "save_pretrained"):  # into every checkpoint, as Transformers
-            self.callbacks.append(_SaveProcessingClass(processing_class))
+        self.callbacks.append(_SaveAsTransformers(processing_class))  # into every checkpoint
         self._t = self._build(args)
 
     # -- models given as torch modules
@@ -717,9 +772,10 @@ class Trainer:
 
     def _rows(self, ds, which, batch_size):
         """`ds` as the C++ Trainer takes it (_dataset): with this Trainer's data_collator and
-        model inputs; under group_by_length, rows that know their lengths as Transformers
-        infers them (length_column_name, else processing_class.model_input_names[0])."""
-        by_length = getattr(self.args, "train_sampling_strategy", "") == "group_by_length"
+        model inputs; under group_by_length / batch_rebalance, rows that know their lengths as
+        Transformers infers them (length_column_name, else processing_class.model_input_names[0])."""
+        by_length = getattr(self.args, "train_sampling_strategy", "") in ("group_by_length",
+                                                                          "batch_rebalance")
         out = _dataset(ds, which, self.data_collator, self._input_names(), per_batch=batch_size,
                        length_column=self.args.length_column_name if by_length else None)
         names = getattr(self.processing_class, "model_input_names", None)
@@ -827,12 +883,13 @@ class Trainer:
 
     def save_model(self, output_dir=None):
         """model.safetensors (and config.json for Hugging Face models: a folder from_pretrained
-        reads) into output_dir, with the processing_class (tokenizer) saved beside it as
-        Transformers saves it."""
+        reads) into output_dir, with the processing_class (tokenizer) and training_args.bin saved
+        beside it as Transformers saves them."""
         folder = os.fspath(output_dir or self.args.output_dir)
         self._t.save_model(folder)
         if hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(folder)
+        _save_training_args(self.args, folder)
 
     @property
     def state(self):

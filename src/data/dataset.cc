@@ -1,10 +1,9 @@
-// dataset.cc — safetensors-backed tensor datasets and the epoch order.
+// dataset.cc — safetensors-backed tensor datasets.
 #include "data/dataset.h"
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <random>
 
 #include "io/safetensors.h"
 
@@ -93,24 +92,6 @@ std::vector<int64_t> TensorDataset::lengths(const std::string& length_column) co
   return std::vector<int64_t>(n_, it->second.dim(1));
 }
 
-std::vector<int64_t> length_grouped_order(const std::vector<int64_t>& lengths, int64_t batch_size,
-                                          uint64_t seed, int64_t epoch) {
-  const int64_t n = (int64_t)lengths.size();
-  std::vector<int64_t> order = epoch_order(n, true, seed, epoch);
-  if (n == 0) return order;
-  const int64_t mult = std::max<int64_t>(1, std::min<int64_t>(n / (batch_size * 4), 50));
-  const int64_t mega = mult * batch_size;
-  auto longer = [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; };
-  int64_t best_start = 0;
-  for (int64_t s = 0; s < n; s += mega) {
-    auto first = order.begin() + s, last = order.begin() + std::min(n, s + mega);
-    std::stable_sort(first, last, longer);
-    if (lengths[*first] > lengths[order[best_start]]) best_start = s;  // argmax: the first max
-  }
-  std::swap(order[0], order[best_start]);
-  return order;
-}
-
 std::vector<std::string> TensorDataset::keys() const {
   std::vector<std::string> k;
   for (auto& [n, _] : tensors_) k.push_back(n);
@@ -129,36 +110,6 @@ std::map<std::string, Tensor> TensorDataset::batch(const std::vector<int64_t>& i
       std::memcpy((char*)b.raw() + i * row, (const char*)t.raw() + idx[i] * row, row);
     }
     out[k] = b;
-  }
-  return out;
-}
-
-std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> order(n);
-  for (int64_t i = 0; i < n; i++) order[i] = i;
-  if (!shuffle) return order;
-  // SplitMix64-seeded Fisher-Yates: portable and a pure function of (seed, epoch).
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch * 0xD1B54A32D192ED03ull + 1;
-  auto next = [&]() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)(next() % (uint64_t)(i + 1));
-    std::swap(order[i], order[j]);
-  }
-  return order;
-}
-
-std::vector<std::vector<int64_t>> make_batches(const std::vector<int64_t>& order,
-                                               int64_t batch_size, bool drop_last) {
-  std::vector<std::vector<int64_t>> out;
-  for (size_t i = 0; i < order.size(); i += batch_size) {
-    size_t e = std::min(order.size(), i + (size_t)batch_size);
-    if (drop_last && (int64_t)(e - i) < batch_size) break;
-    out.emplace_back(order.begin() + i, order.begin() + e);
   }
   return out;
 }

@@ -1,15 +1,14 @@
-// data/dataset.h — datasets and the deterministic, resumable batch order.
+// data/dataset.h — datasets (the batch order: data/sampling.h).
 // A Dataset (the interface is public: onyx/dataset.h) yields a batch as named tensors (graph
-// input names, labels included) for a list of sample indices. The order of samples per epoch is
-// a pure function of (data_seed, epoch), so a resumed run regenerates it and skips what was
-// consumed (DESIGN decision 10).
+// input names, labels included) for a list of sample indices.
 #pragma once
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "onyx/dataset.h"  // Dataset
+#include "data/sampling.h"  // the epoch order (callers of datasets use both)
+#include "onyx/dataset.h"   // Dataset
 #include "onyx/tensor.h"
 
 namespace onyx::data {
@@ -32,18 +31,5 @@ class TensorDataset : public Dataset {
   std::map<std::string, Tensor> tensors_;
   int64_t n_ = 0;
 };
-
-// Sample order of one epoch: a permutation drawn from (seed, epoch) when shuffling, else 0..n-1.
-std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
-
-// Transformers' get_length_grouped_indices with onyx's permutation: the epoch's shuffled order
-// cut into megabatches of min(n / (4 * batch_size), 50) batches (at least 1), each sorted by
-// length, longest first (stable), and the longest sample of all moved to the very front.
-std::vector<int64_t> length_grouped_order(const std::vector<int64_t>& lengths, int64_t batch_size,
-                                          uint64_t seed, int64_t epoch);
-
-// Splits an order into batches of `batch_size` (the last one short unless drop_last).
-std::vector<std::vector<int64_t>> make_batches(const std::vector<int64_t>& order,
-                                               int64_t batch_size, bool drop_last);
 
 }  // namespace onyx::data

@@ -339,19 +339,19 @@ TrainOutput Trainer::train_loop() {
     fs::remove(probe);
   }
   fit_batch_to_memory();
-  const bool shuffle = a.train_sampling_strategy == "random";
-  const bool by_length = a.train_sampling_strategy == "group_by_length";
+  dist::Comm& comm = *I.comm;
+  const int64_t world = comm.size(), rank = comm.rank();
+  const bool by_length = a.train_sampling_strategy == "group_by_length" ||
+                         a.train_sampling_strategy == "batch_rebalance";
   I.train_lengths = by_length ? train::sample_lengths(*train_ds_, a, "the train dataset")
                               : std::vector<int64_t>();
-  int64_t n_batches =
-      (int64_t)data::make_batches(data::epoch_order(train_ds_->size(), false, 0, 0),
-                                  a.per_device_train_batch_size, a.dataloader_drop_last)
-          .size();
+  auto epoch_batches = [&](int64_t epoch) {
+    return train::epoch_batches(a, I.train_lengths, train_ds_->size(), world, I.data_seed, epoch);
+  };
+  int64_t n_batches = (int64_t)epoch_batches(0).size();
   ONYX_CHECK(n_batches > 0, "the train dataset (", train_ds_->size(),
              " samples) gives no batch of ", a.per_device_train_batch_size,
              (a.dataloader_drop_last ? " with dataloader_drop_last" : ""));
-  dist::Comm& comm = *I.comm;
-  const int64_t world = comm.size(), rank = comm.rank();
   const int64_t ga = a.gradient_accumulation_steps;
   const int64_t slots = ga * world;  // micro-batches per optimizer step, over all ranks
   I.dp->check_same({{"the number of parameters", I.ts->params().layout().numel},
@@ -447,12 +447,7 @@ TrainOutput Trainer::train_loop() {
   };
 
   while (I.epoch < num_epochs && state_.global_step < max_steps && !control_.should_training_stop) {
-    // group_by_length: megabatches of per_device_train_batch_size * GA, as Transformers'
-    auto order =
-        by_length ? data::length_grouped_order(I.train_lengths, a.per_device_train_batch_size * ga,
-                                               I.data_seed, I.epoch)
-                  : data::epoch_order(train_ds_->size(), shuffle, I.data_seed, I.epoch);
-    auto batches = data::make_batches(order, a.per_device_train_batch_size, a.dataloader_drop_last);
+    auto batches = epoch_batches(I.epoch);
     if (I.batches_done == 0)
       for (auto& cb : callbacks_) cb->on_epoch_begin(a, state_, control_);
     while (I.batches_done < (int64_t)batches.size() && state_.global_step < max_steps) {
@@ -657,10 +652,24 @@ namespace train {
 std::vector<int64_t> sample_lengths(const data::Dataset& ds, const TrainingArguments& a,
                                     const char* which) {
   std::vector<int64_t> lengths = ds.lengths(a.length_column_name);
-  ONYX_CHECK((int64_t)lengths.size() == ds.size(), which,
-             ": train_sampling_strategy group_by_length needs each sample's length: a '",
-             a.length_column_name, "' column (length_column_name) or input_ids");
+  ONYX_CHECK((int64_t)lengths.size() == ds.size(), which, ": train_sampling_strategy ",
+             a.train_sampling_strategy, " needs each sample's length: a '", a.length_column_name,
+             "' column (length_column_name) or input_ids");
   return lengths;
+}
+
+std::vector<std::vector<int64_t>> epoch_batches(const TrainingArguments& a,
+                                                const std::vector<int64_t>& lengths, int64_t n,
+                                                int64_t world, uint64_t seed, int64_t epoch) {
+  const int64_t bs = a.per_device_train_batch_size, ga = a.gradient_accumulation_steps;
+  const std::string& how = a.train_sampling_strategy;
+  if (how == "batch_rebalance")
+    return data::rebalanced_batches(data::epoch_order(n, true, seed, epoch), lengths,
+                                    bs * ga * world, world, ga, a.dataloader_drop_last);
+  // group_by_length: megabatches of per_device_train_batch_size * GA, as Transformers'
+  auto order = how == "group_by_length" ? data::length_grouped_order(lengths, bs * ga, seed, epoch)
+                                        : data::epoch_order(n, how == "random", seed, epoch);
+  return data::make_batches(order, bs, a.dataloader_drop_last);
 }
 
 std::vector<int64_t> eval_order(const data::Dataset& ds, const TrainingArguments& a) {

@@ -34,7 +34,7 @@ struct Trainer::Impl {
   double last_grad_norm = 0;
   int64_t skipped_steps = 0;
   uint64_t data_seed = 0;
-  std::vector<int64_t> train_lengths;  // group_by_length: each training sample's length
+  std::vector<int64_t> train_lengths;  // group_by_length / batch_rebalance: each sample's length
   std::vector<bool> decay_mask;
   // Data parallelism (train/data_parallel.h); world size 1 without mpirun.
   dist::Comm* comm = nullptr;
@@ -64,6 +64,13 @@ namespace train {
 // The sample lengths group_by_length sorts by; an error naming `which` when the dataset has none.
 std::vector<int64_t> sample_lengths(const data::Dataset& ds, const TrainingArguments& args,
                                     const char* which);
+// The epoch's micro-batches in slot order (a step's K = GA x world micro-batches, slot
+// k = j * world + rank) as train_sampling_strategy picks them: random / sequential batches of
+// per_device_train_batch_size, group_by_length's megabatches, batch_rebalance's balanced
+// micro-batches of varying size. `lengths`: sample_lengths for the last two.
+std::vector<std::vector<int64_t>> epoch_batches(const TrainingArguments& args,
+                                                const std::vector<int64_t>& lengths, int64_t n,
+                                                int64_t world, uint64_t seed, int64_t epoch);
 // Evaluation's (and prediction's) sample order: 0..n-1, or under group_by_length Transformers'
 // eval LengthGroupedSampler: eval batch size, seeded by data_seed (else seed), the same each time.
 std::vector<int64_t> eval_order(const data::Dataset& ds, const TrainingArguments& args);

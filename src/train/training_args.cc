@@ -280,11 +280,14 @@ const std::vector<Field>& fields() {
       F_CHOICE(train_sampling_strategy,
                "Order of the training samples: random (shuffled each epoch), sequential, or "
                "group_by_length (Transformers' LengthGroupedSampler: shuffled, then sorted by "
-               "length within megabatches of up to 50 batches; evaluation in that order too).",
-               "random", "sequential", "group_by_length"),
+               "length within megabatches of up to 50 batches; evaluation in that order too), "
+               "or batch_rebalance (Transformers' BatchRebalanceSampler: each step's shuffled "
+               "samples sorted by length and cut into GA x world micro-batches of balanced cost "
+               "bs * len + 0.001 * bs * len^2, so short samples go in bigger batches).",
+               "random", "sequential", "group_by_length", "batch_rebalance"),
       F_STR(length_column_name,
-            "group_by_length: the dataset column holding each sample's length (if it has one; "
-            "else the length of its input_ids)."),
+            "group_by_length / batch_rebalance: the dataset column holding each sample's length "
+            "(if it has one; else the length of its input_ids)."),
       F_DOUBLE(label_smoothing_factor,
                "Label smoothing of the cross-entropy loss (0: none; targets become eps/num_labels, "
                "1-eps+eps/num_labels)."),

@@ -815,13 +815,12 @@ def case_collator_per_batch(onyx, tmp):
             f"at construction {first}), losses within {worst:.1e}")
 
 
-def case_group_by_length(onyx, tmp):
-    """train_sampling_strategy="group_by_length" groups as Transformers' LengthGroupedSampler:
-    onyx draws its own permutation per epoch (seeded, resumable), so Transformers is given the
-    same one (torch.randperm patched); then every collator call (rows and padding) of training
-    (megabatches of per_device_train_batch_size * GA) and of evaluation (eval batch size, the
-    data_seed's permutation) is the same under both, and so are the losses and eval_loss. A row
-    without input_ids is refused with Transformers' message."""
+def compare_sampling(onyx, tmp, strategy):
+    """Trains a tiny BERT on ragged rows (batch 2, GA 2, 2 epochs, evaluated each epoch) under
+    `strategy` with onyx and with transformers.Trainer given onyx's permutations (torch.randperm
+    patched: onyx draws its own, seeded and resumable). Returns both runs' collator calls (rows
+    by index, training then evaluation), both trainers and the worst relative difference of the
+    logged losses and eval losses."""
     import copy
     import datasets
     import torch
@@ -852,15 +851,17 @@ def case_group_by_length(onyx, tmp):
     assert sorted(perms[0]) == sorted(perms[1]) == list(range(40)), order
     ox_rec = recording()
     t = onyx.Trainer(module, onyx.TrainingArguments(
-        output_dir=os.path.join(tmp, "ox-gbl"), train_sampling_strategy="group_by_length", **kw),
+        output_dir=os.path.join(tmp, f"ox-{strategy}"), train_sampling_strategy=strategy, **kw),
         data_collator=ox_rec, train_dataset=ds, eval_dataset=ds)
     ox_rec.calls.clear()  # (the calls at construction, to learn the columns)
     t.train()
     real_randperm, train_perms = torch.randperm, list(perms)
 
-    def randperm(n, generator=None, **kwargs):  # the eval sampler's seeded generator: epoch 0's
+    def randperm(n, generator=None, **kwargs):
         assert n == 40, n
-        return torch.tensor(perms[0] if generator is not None else train_perms.pop(0))
+        if strategy == "group_by_length" and generator is not None:
+            return torch.tensor(perms[0])  # the eval sampler's seeded generator: epoch 0's
+        return torch.tensor(train_perms.pop(0))
 
     def items_normalized_ce(outputs, labels, num_items_in_batch=None):
         # Transformers 5.24's BertForSequenceClassification ignores num_items_in_batch (GA k: k
@@ -872,33 +873,113 @@ def case_group_by_length(onyx, tmp):
     torch.randperm = randperm
     try:
         ref = transformers.Trainer(model=ref_module, args=transformers.TrainingArguments(
-            output_dir=os.path.join(tmp, "hf-gbl"), train_sampling_strategy="group_by_length", **kw),
-            data_collator=hf_rec, train_dataset=ds, eval_dataset=ds,
+            output_dir=os.path.join(tmp, f"hf-{strategy}"), train_sampling_strategy=strategy,
+            **kw), data_collator=hf_rec, train_dataset=ds, eval_dataset=ds,
             compute_loss_func=items_normalized_ce)
         ref.train()
     finally:
         torch.randperm = real_randperm
-    assert ox_rec.calls == hf_rec.calls, (ox_rec.calls[:12], hf_rec.calls[:12])
-    first = ox_rec.calls[0]
-    assert max(len(rows[i]["input_ids"]) for i in first) == max(len(r["input_ids"]) for r in rows)
     want = [(e.get("loss"), e.get("eval_loss")) for e in ref.state.log_history
             if "loss" in e or "eval_loss" in e]
     got = [(e.get("loss"), e.get("eval_loss")) for e in t.state.log_history
            if "loss" in e or "eval_loss" in e]
+    assert len(got) == len(want), (got, want)
     worst = max(abs(a - b) / abs(b) for g, w in zip(got, want) for a, b in zip(g, w) if b is not None)
-    assert len(got) == len(want) and worst < 1e-5, (got, want)
-    odd = copy.copy(tok)  # lengths come from processing_class.model_input_names[0]
+    return rows, ox_rec.calls, hf_rec.calls, worst
+
+
+def refuses_rows_without_input_name(onyx, tmp, strategy):
+    """Lengths come from processing_class.model_input_names[0]: rows without it are refused with
+    Transformers' message."""
+    import copy
+    import datasets
+    import transformers
+    tok = tiny_tokenizer(tmp)
+    odd = copy.copy(tok)
     odd.model_input_names = ["token_ids"]
+    rows = ragged_rows(8, 5)
+    ds = datasets.Dataset.from_list([{k: v for k, v in r.items() if k != "text"} for r in rows])
     try:
         onyx.Trainer(tiny_bert(), onyx.TrainingArguments(
-            output_dir=os.path.join(tmp, "ox-bad"), train_sampling_strategy="group_by_length",
-            max_steps=1, report_to="none", disable_tqdm=True), data_collator=inner,
-            train_dataset=ds, processing_class=odd).train()
-        raise AssertionError("rows without the model input name accepted under group_by_length")
+            output_dir=os.path.join(tmp, "ox-bad"), train_sampling_strategy=strategy,
+            max_steps=1, report_to="none", disable_tqdm=True),
+            data_collator=transformers.DataCollatorWithPadding(tok), train_dataset=ds,
+            processing_class=odd).train()
+        raise AssertionError(f"rows without the model input name accepted under {strategy}")
     except (ValueError, onyx.OnyxError) as e:
         assert "Can only automatically infer lengths" in str(e), str(e)
-    return (f"{len(hf_rec.calls)} collator calls (train and eval) = Transformers' given onyx's "
+
+
+def case_group_by_length(onyx, tmp):
+    """train_sampling_strategy="group_by_length" groups as Transformers' LengthGroupedSampler:
+    given onyx's permutation, every collator call (rows and padding) of training (megabatches of
+    per_device_train_batch_size * GA) and of evaluation (eval batch size, the data_seed's
+    permutation) is the same under both, and so are the losses and eval_loss. A row without
+    input_ids is refused with Transformers' message."""
+    rows, ox_calls, hf_calls, worst = compare_sampling(onyx, tmp, "group_by_length")
+    assert ox_calls == hf_calls, (ox_calls[:12], hf_calls[:12])
+    assert max(len(rows[i]["input_ids"]) for i in ox_calls[0]) == max(
+        len(r["input_ids"]) for r in rows)
+    assert worst < 1e-5, worst
+    refuses_rows_without_input_name(onyx, tmp, "group_by_length")
+    return (f"{len(hf_calls)} collator calls (train and eval) = Transformers' given onyx's "
             f"permutations; losses and eval_loss within {worst:.1e}; no 'token_ids' refused")
+
+
+def hf_rebalanced(order, lengths, per_step, world, ga, drop_last):
+    """Transformers' BatchRebalanceSampler over `order` (torch.randperm patched), every rank's
+    micro-batches interleaved in onyx's slot order (step s, slot j, rank r)."""
+    import torch
+    from transformers.trainer_pt_utils import BatchRebalanceSampler
+    real = torch.randperm
+    torch.randperm = lambda n, generator=None, **kw: torch.tensor(order, dtype=torch.long)
+    try:
+        ranks = [list(BatchRebalanceSampler(lengths, per_step, world, ga, rank=r,
+                                            drop_last=drop_last)) for r in range(world)]
+    finally:
+        torch.randperm = real
+    steps = len(ranks[0]) // ga
+    return [ranks[r][s * ga + j] for s in range(steps) for j in range(ga) for r in range(world)]
+
+
+def case_batch_rebalance(onyx, tmp):
+    """train_sampling_strategy="batch_rebalance" is Transformers' BatchRebalanceSampler: on 3,400
+    random shapes (1-8 ranks, GA 1-5, lengths with many ties or heavy tails, short tails,
+    drop_last) onyx's micro-batches equal Transformers' for every rank; a training run's collator calls (micro-
+    batches of varying size) and its losses and eval_loss equal transformers.Trainer's given the
+    same permutation; rows without input_ids are refused with Transformers' message."""
+    import random
+    from onyx import _onyx
+    def shapes():  # (order, lengths, per_step, world, ga, drop_last)
+        rnd = random.Random(11)
+        for _ in range(400):  # any shape: short tails, drop_last, lengths with many ties
+            world, ga, bs = rnd.choice([1, 1, 2, 3, 4, 8]), rnd.randint(1, 5), rnd.choice([1, 2, 8])
+            n, top = rnd.randint(1, 3 * bs * ga * world + 7), rnd.choice([3, 40, 2000])
+            order = list(range(n))
+            rnd.shuffle(order)
+            yield (order, [rnd.randint(1, top) for _ in range(n)], bs * ga * world, world, ga,
+                   rnd.random() < 0.3)
+        rnd = random.Random(5)
+        for _ in range(3000):  # heavy tails: slots frozen, their groups walked in set order
+            world, ga, bs = rnd.choice([2, 3, 4, 8]), rnd.randint(1, 4), rnd.choice([1, 2, 3, 4])
+            n = bs * ga * world
+            lengths = [int(rnd.paretovariate(0.8) * 10) for _ in range(n)]
+            order = list(range(n))
+            rnd.shuffle(order)
+            yield order, lengths, n, world, ga, True
+
+    for trial, args in enumerate(shapes()):
+        got, want = _onyx.rebalanced_batches(*args), hf_rebalanced(*args)
+        assert got == want, (trial, args, got, want)
+    rows, ox_calls, hf_calls, worst = compare_sampling(onyx, tmp, "batch_rebalance")
+    assert ox_calls == hf_calls, (ox_calls[:12], hf_calls[:12])
+    sizes = sorted({len(c) for c in ox_calls[:40]})
+    assert len(sizes) > 1, sizes  # balanced by cost: micro-batches of several sizes
+    assert worst < 1e-5, worst
+    refuses_rows_without_input_name(onyx, tmp, "batch_rebalance")
+    return (f"3,400 random shapes = BatchRebalanceSampler's micro-batches; {len(hf_calls)} collator "
+            f"calls of sizes {sizes} = Transformers' given onyx's permutations; losses and "
+            f"eval_loss within {worst:.1e}")
 
 
 def case_ragged_eval(onyx, tmp):
@@ -969,6 +1050,33 @@ def case_tokenizer_saved(onyx, tmp):
         assert got == tok("w1 w2").input_ids, (d, got)
     transformers.AutoModelForSequenceClassification.from_pretrained(final)
     return "tokenizer.json + tokenizer_config.json in checkpoint-2, checkpoint-4 and save_model's folder"
+
+
+def case_training_args_bin(onyx, tmp):
+    """training_args.bin as Transformers writes it — torch.save of a transformers.TrainingArguments
+    holding the run's values — into every checkpoint-N and by save_model, without a
+    processing_class too; an onyx-only value Transformers' constructor refuses (optim="adamw",
+    onyx's unfused AdamW) is kept as given."""
+    import datasets
+    import torch
+    import transformers
+    out = os.path.join(tmp, "args-bin")
+    args = onyx.TrainingArguments(output_dir=out, max_steps=2, save_strategy="steps",
+                                  optim="adamw", save_steps=1, learning_rate=3e-4,
+                                  warmup_ratio=0.25, per_device_train_batch_size=4,
+                                  report_to="none", disable_tqdm=True)
+    t = onyx.Trainer(tiny_bert(), args, train_dataset=datasets.Dataset.from_list(
+        [{k: v for k, v in r.items() if k != "text"} for r in ragged_rows(8, 1)]),
+        data_collator=transformers.DataCollatorWithPadding(tiny_tokenizer(tmp)))
+    t.train()
+    t.save_model(os.path.join(out, "final"))
+    for d in ("checkpoint-1", "checkpoint-2", "final"):
+        got = torch.load(os.path.join(out, d, "training_args.bin"), weights_only=False)
+        assert isinstance(got, transformers.TrainingArguments), type(got)
+        assert (got.learning_rate, got.warmup_steps, got.max_steps, got.optim) == (
+            3e-4, 0.25, 2, "adamw"), (d, got.learning_rate, got.optim)  # (a ratio)
+        assert got.save_strategy == transformers.IntervalStrategy.STEPS, got.save_strategy
+    return "checkpoint-1, checkpoint-2 and save_model's folder: transformers.TrainingArguments"
 
 
 def case_pretrained_module(onyx, tmp):
@@ -1501,6 +1609,8 @@ def case_example_scripts(onyx, tmp):
     and checkpoint-N folders with trainer_state.json, the model and the tokenizer."""
     import glob
     import json as _json
+    import torch
+    import transformers
     data = os.path.join(tmp, "wordnet")
     p = subprocess.run([sys.executable, os.path.join(REPO, "examples", "make_wordnet_data.py"), data],
                        capture_output=True, text=True, timeout=300)
@@ -1548,17 +1658,25 @@ def case_example_scripts(onyx, tmp):
             assert a["final"]["eval_accuracy"] == b["final"]["eval_accuracy"], (a["final"], b["final"])
         for out in (out_a, out_b):
             assert glob.glob(os.path.join(out, "runs", "*", "events.out.tfevents.*")), (name, out)
-            for f in (weights, "tokenizer.json", "tokenizer_config.json"):
+            for f in (weights, "tokenizer.json", "tokenizer_config.json", "training_args.bin"):
                 assert os.path.exists(os.path.join(out, f)), (name, out, f, sorted(os.listdir(out)))
             ckpts = sorted(glob.glob(os.path.join(out, "checkpoint-*")))
             assert ckpts, (name, out, sorted(os.listdir(out)))
-            for f in ("trainer_state.json", weights, "tokenizer.json"):
+            for f in ("trainer_state.json", weights, "tokenizer.json", "training_args.bin"):
                 assert os.path.exists(os.path.join(ckpts[-1], f)), (name, ckpts[-1], f,
                                                                    sorted(os.listdir(ckpts[-1])))
         assert [os.path.basename(c) for c in sorted(glob.glob(os.path.join(out_a, "checkpoint-*")))] == \
             [os.path.basename(c) for c in sorted(glob.glob(os.path.join(out_b, "checkpoint-*")))], name
+        # training_args.bin: the same transformers.TrainingArguments (but where it was written)
+        args_a, args_b = (torch.load(os.path.join(o, "training_args.bin"), weights_only=False)
+                          for o in (out_a, out_b))
+        assert type(args_a) is type(args_b) is transformers.TrainingArguments, type(args_a)
+        da, db = args_a.to_dict(), args_b.to_dict()
+        differ = {k: (da.get(k), db.get(k)) for k in set(da) | set(db) if da.get(k) != db.get(k)}
+        assert set(differ) <= {"output_dir", "logging_dir"}, (name, differ)
         notes.append(f"{name} {rel:.1e}")
-    return "onyx = transformers (worst rel): " + ", ".join(notes) + "; same files, TensorBoard by both"
+    return ("onyx = transformers (worst rel): " + ", ".join(notes) + "; same files, the same "
+            "training_args.bin, TensorBoard by both")
 
 
 def case_wheel(onyx, tmp):
@@ -1612,6 +1730,8 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("peft-config-argument", case_peft_config_argument),
          ("collator-per-batch", case_collator_per_batch),
          ("group-by-length", case_group_by_length),
+         ("batch-rebalance", case_batch_rebalance),
+         ("training-args-bin", case_training_args_bin),
          ("ragged-eval", case_ragged_eval), ("tied-gpt2-module", case_tied_gpt2_module),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
@@ -1641,6 +1761,7 @@ def main():
             try:
                 d = os.path.join(tmp, name)
                 os.makedirs(d)
+                os.chdir(d)  # a default output_dir ("trainer_output") lands in the case's folder
                 detail = fn(onyx, d)
                 print(f"PASS {name}: {detail}")
                 passed += 1
@@ -1654,7 +1775,11 @@ def main():
                 failed += 1
             sys.stdout.flush()
     finally:
+        os.chdir(REPO)
         shutil.rmtree(tmp, ignore_errors=True)
+    if os.path.exists(os.path.join(REPO, "trainer_output")):  # a default output_dir, from here
+        print("FAIL trainer_output/ written into the repository")
+        failed += 1
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     sys.exit(1 if failed else 0)
 

@@ -1,9 +1,11 @@
-"""test_readme.py — README.md's snippets as a reader would use them (issue 35).
+"""test_readme.py — the snippets of README.md and of the guides it links (docs/EXPORTS.md,
+PYTHON.md, FINE_TUNING.md, GENERATION.md, CUSTOM_OPS.md, DISTRIBUTED.md) as a reader would use them
+(issue 35).
 
-  - Every ```python block runs, in order, in one scratch folder, with the onyx package that
-    test_package.py installs (build/python-target): the one-line-changed Transformers script on
-    WordNet and MiniLM, the two exporters writing model.onnx, the numpy Trainer training that
-    model.onnx, the Transformers model object (the files and names it leaves to the reader —
+  - Every ```python block runs, in order (README first, then the guides in PAGES' order), in one
+    scratch folder, with the onyx package that test_package.py installs (build/python-target):
+    the one-line-changed Transformers script on WordNet and MiniLM, the two exporters writing
+    model.onnx, the numpy Trainer training that model.onnx, the Transformers model object (the files and names it leaves to the reader —
     "my-bert", `tokenizer`, `tokenized` — are made first, FIXTURES below); the ```diff block for
     Optimum's ORTTrainer runs its new side the same way.
   - Every ```yaml block's keys are keys onyx reads (`onyx train --help` lists them).
@@ -23,6 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 BUILD = os.path.join(REPO, "build")
 ONYX = os.environ.get("ONYX", os.path.join(BUILD, "onyx"))
+# The pages whose snippets run, in reading order (EXPORTS writes the model.onnx PYTHON trains).
+PAGES = ["README.md", "docs/EXPORTS.md", "docs/PYTHON.md", "docs/FINE_TUNING.md",
+         "docs/GENERATION.md", "docs/CUSTOM_OPS.md", "docs/DISTRIBUTED.md"]
 TARGET = os.path.join(BUILD, "python-target")
 
 # What a block leaves to the reader, made before it runs (keyed by a line of the block).
@@ -145,7 +150,7 @@ def main():
     sys.path.insert(0, HERE)
     import test_package  # the package the Python blocks import (incremental pip install)
     test_package.build_package()
-    readme = open(os.path.join(REPO, "README.md")).read()
+    readme = "\n".join(open(os.path.join(REPO, p)).read() for p in PAGES)
     with tempfile.TemporaryDirectory(prefix="onyx-readme-") as tmp:
         results = python_cases(readme, tmp) + yaml_cases(readme) + shell_cases(readme)
     passed = sum(ok for _, ok, _ in results)

@@ -259,6 +259,55 @@ TEST(Sampling, LengthGroupedOrder) {
   EXPECT_NE(order, data::length_grouped_order(lengths, 4, 9, 3));
 }
 
+// BatchRebalanceSampler by hand: one long sample and seven short ones, GA 2 -> the balance moves
+// samples from the costly group until it holds the long sample alone (cost 100 + 10 = 110
+// against 7 * 10 + 0.7 = 70.7); the costlier group is slot 0.
+TEST(Sampling, RebalancedBatchesByHand) {
+  std::vector<int64_t> lengths = {10, 10, 10, 100, 10, 10, 10, 10};
+  std::vector<int64_t> order = {7, 6, 5, 4, 3, 2, 1, 0};
+  auto batches = data::rebalanced_batches(order, lengths, 8, 1, 2, false);
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0], std::vector<int64_t>({3}));
+  EXPECT_EQ(batches[1], std::vector<int64_t>({7, 6, 5, 4, 2, 1, 0}));  // stable: order kept
+}
+
+// Every step holds exactly its samples of the order, in world x GA micro-batches; the last,
+// short step is kept (padded from the front when it has fewer samples than micro-batches)
+// unless drop_last; per_step below the micro-batch count is an error.
+TEST(Sampling, RebalancedBatchesCoverEachStep) {
+  std::vector<int64_t> lengths(50);
+  for (int i = 0; i < 50; i++) lengths[i] = (i * 29) % 41 + 3;
+  auto order = data::epoch_order(50, true, 5, 1);
+  const int64_t world = 2, ga = 3, per_step = 2 * ga * world;  // 12: 4 steps + 2 samples
+  auto batches = data::rebalanced_batches(order, lengths, per_step, world, ga, false);
+  ASSERT_EQ(batches.size(), 5u * world * ga);
+  for (int64_t s = 0; s < 4; s++) {
+    std::vector<int64_t> got,
+        want(order.begin() + s * per_step, order.begin() + (s + 1) * per_step);
+    for (int64_t k = 0; k < world * ga; k++) {
+      auto& b = batches[s * world * ga + k];
+      ASSERT_FALSE(b.empty());
+      got.insert(got.end(), b.begin(), b.end());
+    }
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want) << "step " << s;
+  }
+  // the tail: order[48], order[49], then order[0..3] so that each of the 6 micro-batches has one
+  std::vector<int64_t> tail;
+  for (int64_t k = 0; k < world * ga; k++) {
+    ASSERT_EQ(batches[4 * world * ga + k].size(), 1u);
+    tail.push_back(batches[4 * world * ga + k][0]);
+  }
+  std::sort(tail.begin(), tail.end());
+  std::vector<int64_t> want_tail = {order[48], order[49], order[0], order[1], order[2], order[3]};
+  std::sort(want_tail.begin(), want_tail.end());
+  EXPECT_EQ(tail, want_tail);
+  EXPECT_EQ(data::rebalanced_batches(order, lengths, per_step, world, ga, true).size(),
+            4u * world * ga);
+  EXPECT_THROW(data::rebalanced_batches(order, lengths, 5, world, ga, false), Error);
+}
+
 TEST(Sampling, TensorDatasetLengths) {
   Tensor ids = Tensor::zeros(DType::Int64, {3, 7});
   Tensor len = Tensor::from_vector<int64_t>(DType::Int64, {3}, {5, 2, 7});
