@@ -139,5 +139,8 @@ bash scripts/fuzz.sh "${ONYX_FUZZ_SECONDS:-30}" >"$LOGDIR/fuzz.log" 2>&1
 tail -n 8 "$LOGDIR/fuzz.log"
 tally "$LOGDIR/fuzz.log"
 
+echo "== sizes: the longest functions and largest files (scripts/sizes.py; split what grows past 150 lines)"
+python3 scripts/sizes.py --top 10
+
 echo "total: $PASSED passed, $FAILED failed, $SKIPPED skipped"
 [ "$FAILED" -eq 0 ]

@@ -290,14 +290,6 @@ void size_thread_pool(const Comm& c) {
 
 }  // namespace
 
-bool built_with_mpi() {
-#ifdef ONYX_HAVE_MPI
-  return true;
-#else
-  return false;
-#endif
-}
-
 bool launched_by_mpi() {
   return env("OMPI_COMM_WORLD_SIZE") || env("PMIX_RANK") || env("PMI_RANK");
 }

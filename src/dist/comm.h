@@ -99,7 +99,6 @@ class Comm {
 // the thread pool to this host's cores divided among its ranks unless --threads or
 // OMP_NUM_THREADS says otherwise); MPI is finalized at exit.
 Comm& world();
-bool built_with_mpi();
 // True when the environment says this process is one rank of an MPI job.
 bool launched_by_mpi();
 

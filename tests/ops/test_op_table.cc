@@ -6,7 +6,9 @@
 //                      compares them with a float64 reference (for a row with a pattern, its
 //                      unfused form <row>.reference.onnx)
 //   OpGradient/<row>   rows with a differentiable input: finite differences of
-//                      loss = Σ_k sum(y_k · W_k) against the training graph's gradients
+//                      loss = Σ_k sum(y_k · W_k) against the training graph's gradients (with
+//                      ONYX_OP_TABLE_DIR, written as <row>.grad.safetensors: refactors compare
+//                      them, and the forward outputs, bit for bit before and after)
 //   OpTableBench.Rows  every row timed, forward and (gradient rows) forward+backward;
 //                      ONYX_OP_TABLE_REPS repetitions (default 1: the smoke run CI does),
 //                      ONYX_OP_TABLE_BENCH=<file> writes the times as TSV (bench/op_table.sh)
@@ -285,6 +287,12 @@ TEST_P(OpGradient, MatchesFiniteDifferences) {
   runtime::Session s(tg.graph, std::set<std::string>(b.params.begin(), b.params.end()));
   auto res = s.run({});
   ASSERT_EQ(tg.gradients.size(), b.params.size());
+  if (const char* dir = std::getenv("ONYX_OP_TABLE_DIR")) {  // the gradients, for comparisons
+    std::map<std::string, Tensor> grads;
+    for (auto& [param, gname] : tg.gradients) grads[param] = res.at(gname);
+    std::filesystem::create_directories(dir);
+    io::save_safetensors(std::string(dir) + "/" + c.name + ".grad.safetensors", grads, {});
+  }
   for (auto& [param, gname] : tg.gradients) {
     const Tensor& grad = res.at(gname);
     Tensor& x = b.forward->initializers.at(param);

@@ -682,11 +682,6 @@ void check_gemm_environment() {
   prepack_mode();
 }
 
-size_t gemm_cached_primitives() {
-  std::lock_guard<std::mutex> lock(g_cache_mu);
-  return g_cache.size();
-}
-
 void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_args(transA, transB, M, N, K, lda, ldb, ldc);

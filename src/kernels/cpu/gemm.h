@@ -197,9 +197,6 @@ void set_prepack_weights(int mode);
 // onyx::Error naming a bad value: the CLI and TrainingSession call it before any work is done.
 void check_gemm_environment();
 
-// Number of cached oneDNN primitives (for tests and benchmarks).
-size_t gemm_cached_primitives();
-
 // Numpy batch broadcasting for batched matrix products: for each index of `batch` (row-major),
 // the matrix index into A (batch shape a_batch) and into B (b_batch), both already padded with
 // leading 1s to batch's rank; dims of size 1 repeat.
