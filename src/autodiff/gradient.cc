@@ -14,18 +14,37 @@
 
 namespace onyx::autodiff {
 
+namespace {
+
+struct GradFamily {
+  const char* name;
+  GradFamilyFn fn;
+};
+
+// Filled at static initialization (a function-local static: safe whatever the order of files).
+std::vector<GradFamily>& grad_families() {
+  static std::vector<GradFamily> all;
+  return all;
+}
+
+}  // namespace
+
+GradFamilyRegistration::GradFamilyRegistration(const char* family, GradFamilyFn fn) {
+  grad_families().push_back({family, fn});
+}
+
 GradRegistry& GradRegistry::instance() {
   static GradRegistry* reg = [] {
     auto* r = new GradRegistry();
-    register_elementwise_grads(*r);
-    register_matmul_grads(*r);
-    register_shape_grads(*r);
-    register_nn_grads(*r);
-    register_reduce_grads(*r);
-    register_attention_grads(*r);
-    register_dropout_add_grads(*r);
-    register_loss_grads(*r);
-    register_llama_grads(*r);
+    std::vector<GradFamily> order = grad_families();
+    std::sort(order.begin(), order.end(), [](const GradFamily& a, const GradFamily& b) {
+      return std::string(a.name) < b.name;
+    });
+    std::map<std::string, std::string> owners;
+    for (const GradFamily& f : order) {
+      GradFamilyRegistrar registrar(*r, f.name, owners);
+      f.fn(registrar);
+    }
     return r;
   }();
   return *reg;
@@ -33,6 +52,12 @@ GradRegistry& GradRegistry::instance() {
 
 static std::string rule_key(const std::string& domain, const std::string& op) {
   return (domain.empty() || domain == "ai.onnx") ? op : domain + "." + op;
+}
+void GradFamilyRegistrar::add(const std::string& domain, const std::string& op, GradRule rule) {
+  auto [it, fresh] = owners_.emplace(rule_key(domain, op), family_);
+  ONYX_CHECK(fresh, "gradient rule families '", it->second, "' and '", family_, "' both register ",
+             rule_key(domain, op));
+  registry_.add(domain, op, std::move(rule));
 }
 void GradRegistry::add(const std::string& domain, const std::string& op, GradRule rule) {
   rules_[rule_key(domain, op)] = std::move(rule);

@@ -138,7 +138,9 @@ using GradRule = std::function<void(GradContext&)>;
 
 class GradRegistry {
  public:
+  // Filled on first use by every rule family registered with ONYX_REGISTER_GRADIENTS.
   static GradRegistry& instance();
+  // Registers (or, for custom ops, replaces) a rule.
   void add(const std::string& domain, const std::string& op, GradRule rule);
   const GradRule* find(const std::string& domain, const std::string& op) const;
   std::vector<std::string> op_names() const;  // "Add", "onyx.MatMulT", ...
@@ -147,16 +149,33 @@ class GradRegistry {
   std::map<std::string, GradRule> rules_;
 };
 
-// One registration function per src/autodiff/gradients/<family>.cc file.
-void register_elementwise_grads(
-    GradRegistry& r);                            // Add Sub Mul Div Pow Sqrt ... Where Cast Identity
-void register_matmul_grads(GradRegistry& r);     // MatMul Gemm Conv
-void register_shape_grads(GradRegistry& r);      // Reshape Transpose ... Gather Expand Tile
-void register_nn_grads(GradRegistry& r);         // Softmax LogSoftmax LayerNorm Dropout losses
-void register_reduce_grads(GradRegistry& r);     // ReduceSum ReduceMean ReduceMax ReduceMin
-void register_attention_grads(GradRegistry& r);  // onyx.Attention
-void register_dropout_add_grads(GradRegistry& r);  // onyx.DropoutAdd
-void register_loss_grads(GradRegistry& r);         // onyx.LinearCrossEntropy (fused LM head + loss)
-void register_llama_grads(GradRegistry& r);        // onyx.SwiGLU, onyx.Rotary
+// What a rule family's registration function receives: add() as GradRegistry's; an op that two
+// families (or one family twice) register is an error naming them.
+class GradFamilyRegistrar {
+ public:
+  GradFamilyRegistrar(GradRegistry& registry, const char* family,
+                      std::map<std::string, std::string>& owners)
+      : registry_(registry), family_(family), owners_(owners) {}
+  void add(const std::string& domain, const std::string& op, GradRule rule);
+
+ private:
+  GradRegistry& registry_;
+  const char* family_;
+  std::map<std::string, std::string>& owners_;
+};
+
+// Registers a family of gradient rules from its own file (src/autodiff/gradients/<family>.cc)
+// at static initialization, as kernels (ONYX_REGISTER_KERNELS) and fusions do; the registry runs
+// them on first use, by name. No central list names them:
+//   ONYX_REGISTER_GRADIENTS(attention) { r.add("onyx", "Attention", attention_rule); }
+using GradFamilyFn = void (*)(GradFamilyRegistrar&);
+struct GradFamilyRegistration {
+  GradFamilyRegistration(const char* family, GradFamilyFn fn);
+};
+#define ONYX_REGISTER_GRADIENTS(family)                                            \
+  static void onyx_grads_##family(::onyx::autodiff::GradFamilyRegistrar&);         \
+  static const ::onyx::autodiff::GradFamilyRegistration onyx_grad_family_##family( \
+      #family, onyx_grads_##family);                                               \
+  static void onyx_grads_##family(::onyx::autodiff::GradFamilyRegistrar& r)
 
 }  // namespace onyx::autodiff

@@ -172,10 +172,10 @@ class Balancer {
     for (int64_t i = 0; i < k_; i++) rank[i] = i;
     std::stable_sort(rank.begin(), rank.end(),
                      [&](int64_t a, int64_t b) { return costs[a] > costs[b]; });
-    const int64_t start = (std::find(rank.begin(), rank.end(), pivot) - rank.begin()) / world_ *
-                          world_;
-    return python_set_order(std::vector<int64_t>(rank.begin() + start,
-                                                 rank.begin() + std::min(start + world_, k_)));
+    const int64_t start =
+        (std::find(rank.begin(), rank.end(), pivot) - rank.begin()) / world_ * world_;
+    return python_set_order(
+        std::vector<int64_t>(rank.begin() + start, rank.begin() + std::min(start + world_, k_)));
   }
 
   // _relieve_and_freeze: the slot's costliest group (`pivot`) is down to one sample; the slot's
@@ -211,8 +211,8 @@ class Balancer {
 // One step's micro-batches, out[j * world + r] (slot j, rank r): the balanced groups ranked by
 // cost, descending (stable), dealt world at a time to slots 0, 1, ...
 std::vector<std::vector<int64_t>> rebalance_step(std::vector<int64_t> samples,
-                                                 const std::vector<int64_t>& lengths,
-                                                 int64_t world, int64_t ga) {
+                                                 const std::vector<int64_t>& lengths, int64_t world,
+                                                 int64_t ga) {
   const int64_t k = world * ga;
   std::stable_sort(samples.begin(), samples.end(),
                    [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });

@@ -1,7 +1,7 @@
 // attention_fusion.cc — fuses exported multi-head attention into one onyx.Attention node
-// (kernels/cpu/attention.cc; backward rule in autodiff/gradients/attention.cc). Hand-written: the
-// pattern is what PyTorch's opset-14 export of BERT / GPT-2 / ViT self-attention looks like after
-// folding, and no library does this rewrite on our IR.
+// (kernels/attention/attention.cc; backward rule in autodiff/gradients/attention.cc). Hand-written:
+// the pattern is what PyTorch's opset-14 export of BERT / GPT-2 / ViT self-attention looks like
+// after folding, and no library does this rewrite on our IR.
 //
 // Matched, from each Softmax back and forth (every intermediate value used once):
 //   heads(X, H) = Transpose(Reshape(X, (B,T,H,D)), [0,2,1,3])        (B,H,T,D)
@@ -55,12 +55,8 @@ namespace {
 // A fill or additive-mask value at or below this hides its key (exp underflows to 0).
 constexpr double kMaskedFill = -1e4;
 
-struct Matcher {
-  ir::Graph& g;
-  PassContext& ctx;
-  GraphIndex idx;
-
-  Matcher(ir::Graph& g_, PassContext& c) : g(g_), ctx(c), idx(g_) {}
+struct Matcher : FusionMatcher {
+  using FusionMatcher::FusionMatcher;
 
   const ir::Node* producer(const std::string& v) const { return idx.producer_node(g, v); }
   bool single_use(const std::string& v) const { return idx.single_use(v); }

@@ -1,5 +1,5 @@
 // cross_entropy_fusion.cc — fuses a linear layer that feeds SoftmaxCrossEntropyLoss into one
-// onyx.LinearCrossEntropy (kernels/cpu/linear_cross_entropy.cc), so the (tokens × vocab) logits,
+// onyx.LinearCrossEntropy (kernels/loss/linear_cross_entropy.cc), so the (tokens × vocab) logits,
 // their log-softmax and their gradient are never materialized: the kernel works on chunks of rows
 // and computes the loss's gradient in the same pass (gradient rule: autodiff/gradients/loss.cc).
 // Hand-written (ORT-style: a chain of guards, then the rewrite) for the LM heads of exported

@@ -1,6 +1,6 @@
 // dropout_add_fusion.cc — fuses a dropout feeding a residual add into one onyx.DropoutAdd
-// (kernels/cpu/dropout_add.cc; gradient rule autodiff/gradients/dropout_add.cc). Hand-written: it
-// is the hidden-dropout pattern of PyTorch's opset-14 training-mode exports, on our IR.
+// (kernels/dropout/dropout_add.cc; gradient rule autodiff/gradients/dropout_add.cc). Hand-written:
+// it is the hidden-dropout pattern of PyTorch's opset-14 training-mode exports, on our IR.
 //
 // Matched, at every Add (either operand order):
 //   d   = Dropout(y, ratio, training_mode)     opset >= 12; its mask output unused; d read once

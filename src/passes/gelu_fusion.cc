@@ -1,6 +1,6 @@
 // gelu_fusion.cc — fuses the exported forms of GELU into one Gelu node (domain "onyx" below opset
 // 20, the standard op from 20; attribute approximate = "none" | "tanh"; kernel in
-// kernels/cpu/elementwise_unary.cc, backward the GeluGrad rule of
+// kernels/elementwise/unary.cc, backward the GeluGrad rule of
 // autodiff/gradients/elementwise.cc). Hand-written: the patterns are what torch.onnx emits for
 // nn.GELU / F.gelu (erf form, BERT, ViT) and GPT-2's NewGELU (tanh form) below opset 20, and no
 // library does this rewrite on our IR.
@@ -21,18 +21,11 @@
 namespace onyx::passes {
 namespace {
 
-struct GeluMatcher {
-  ir::Graph& g;
-  PassContext& ctx;
-  GraphIndex idx;
-  std::vector<bool> claimed;
-
-  GeluMatcher(ir::Graph& g_, PassContext& c)
-      : g(g_), ctx(c), idx(g_), claimed(g_.nodes.size(), false) {}
+struct GeluMatcher : FusionMatcher {
+  using FusionMatcher::FusionMatcher;
 
   int producer(const std::string& v) const { return idx.producer(v); }
   int sole_consumer(const std::string& v) const { return idx.sole_consumer(v); }
-  bool free(int i) const { return i >= 0 && !claimed[i]; }
   // Node i is free, of type op, has two inputs, and its output is read only by `reader` (or, when
   // reader < 0, by anyone: the pattern's last node).
   bool inner(int i, const char* op, int reader) const {

@@ -1,8 +1,8 @@
 // layer_norm_fusion.cc — fuses PyTorch's opset-14 decomposition of LayerNorm into one
-// LayerNormalization node (onyx domain below opset 17, the standard op from 17; kernels/cpu/nn.cc;
-// backward: the LayerNormGrad rule of autodiff/gradients/nn.cc). Hand-written: the pattern is what
-// torch.onnx emits for nn.LayerNorm below opset 17 (BERT / GPT-2 / ViT exports), and no library
-// does this rewrite on our IR.
+// LayerNormalization node (onyx domain below opset 17, the standard op from 17;
+// kernels/norm/layer_norm.cc; backward: the LayerNormGrad rule of autodiff/gradients/nn.cc).
+// Hand-written: the pattern is what torch.onnx emits for nn.LayerNorm below opset 17 (BERT / GPT-2
+// / ViT exports), and no library does this rewrite on our IR.
 //
 // Matched, from each ReduceMean (every intermediate value used only inside the pattern):
 //   m = ReduceMean(x, axes=[last])          keepdims = 1; axes as attribute (< 18) or input (18)
@@ -22,14 +22,8 @@
 namespace onyx::passes {
 namespace {
 
-struct LayerNormMatcher {
-  ir::Graph& g;
-  PassContext& ctx;
-  GraphIndex idx;
-  std::vector<bool> claimed;  // nodes already part of a fused pattern
-
-  LayerNormMatcher(ir::Graph& g_, PassContext& c)
-      : g(g_), ctx(c), idx(g_), claimed(g_.nodes.size(), false) {}
+struct LayerNormMatcher : FusionMatcher {
+  using FusionMatcher::FusionMatcher;
 
   bool reduces_last_axis(const ir::Node& n) const { return passes::reduces_last_axis(g, ctx, n); }
 
@@ -39,8 +33,6 @@ struct LayerNormMatcher {
     const TensorMeta& m = ctx.meta(v);
     return m.dtype == x.dtype && m.shape.size() == 1 && m.shape[0] == x.shape.back();
   }
-
-  bool free(int i) const { return i >= 0 && !claimed[i]; }
 
   // Tries the pattern rooted at ReduceMean node `mi`; rewrites and returns true on a match.
   bool try_fuse(int mi) {

@@ -1,5 +1,5 @@
 // linear_fusion.cc — fuses PyTorch's exported nn.Linear into one onyx.MatMulT node (kernel in
-// kernels/cpu/matmul.cc, gradient rule in autodiff/gradients/matmul.cc). Hand-written: the
+// kernels/matmul/matmul.cc, gradient rule in autodiff/gradients/matmul.cc). Hand-written: the
 // pattern is what torch.onnx emits for Linear on 3-D inputs (BERT / GPT-2 / ViT), and no library
 // does this rewrite on our IR.
 //

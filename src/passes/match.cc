@@ -48,7 +48,7 @@ bool is_scalar_near(const PassContext& ctx, const ir::Graph& g, const std::strin
   return s && std::fabs(*s - want) <= rel_tol * std::fabs(want);
 }
 
-std::string dropout_rng_key(const ir::Node& n) { return runtime::dropout_rng::rng_key_of(n); }
+std::string dropout_rng_key(const ir::Node& n) { return kernels::dropout_rng::rng_key_of(n); }
 
 ir::Node make_node(const std::string& op_type, const std::string& domain,
                    std::vector<std::string> inputs, std::vector<std::string> outputs,

@@ -17,6 +17,21 @@
 
 namespace onyx::passes {
 
+// ---- the matchers' common state ---------------------------------------------------------------
+// What a pattern-matching fusion holds while it walks a graph: the graph, the pass context, the
+// producer/consumer index and the nodes a fused pattern already took (`claimed`; a rewrite marks
+// them). Each fusion's matcher derives from it.
+struct FusionMatcher {
+  ir::Graph& g;
+  PassContext& ctx;
+  GraphIndex idx;
+  std::vector<bool> claimed;
+
+  FusionMatcher(ir::Graph& g_, PassContext& c)
+      : g(g_), ctx(c), idx(g_), claimed(g_.nodes.size(), false) {}
+  bool free(int i) const { return i >= 0 && !claimed[i]; }
+};
+
 // ---- op tests ---------------------------------------------------------------------------------
 // The standard ONNX domain, however a node or model spells it ("" or "ai.onnx").
 inline bool is_default_domain(std::string_view domain) {

@@ -48,8 +48,8 @@
 // inputs too (tests/train/test_bf16_training.cc checks both).
 //
 // Attention's tile GEMMs, Conv (with its gradients) and ConvTranspose round their own operands
-// under KernelContext::bf16_gemm (kernels/cpu/attention.cc, conv.cc): the tiles' P, dO and dS exist
-// only inside the kernel.
+// under KernelContext::bf16_gemm (kernels/attention/attention.cc, conv.cc): the tiles' P, dO and dS
+// exist only inside the kernel.
 //
 // Hand-written: a rewrite of our own IR (ORT's pass is part of its training graph builder).
 #include "passes/match.h"

@@ -1,10 +1,10 @@
 // rms_norm_fusion.cc — fuses RMSNorm (Transformers' LlamaRMSNorm, also Mistral's and Qwen2's) into
-// one onyx.RMSNorm (kernels/cpu/nn.cc, with onyx.RMSNormGrad; rule in autodiff/gradients/nn.cc).
-// Hand-written: the pattern is what onyx's own Llama builder (models/llama.cc) and both torch.onnx
-// exporters write for `x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight`, and no
-// library does this rewrite on our IR. ONNX's RMSNormalization is opset 23, newer than any model
-// onyx trains imports (DESIGN decision 11), and has no output for the inverse RMS the backward
-// reads; so the fused op is onyx's own.
+// one onyx.RMSNorm (kernels/norm/layer_norm.cc, with onyx.RMSNormGrad; rule in
+// autodiff/gradients/nn.cc). Hand-written: the pattern is what onyx's own Llama builder
+// (models/llama.cc) and both torch.onnx exporters write for `x * torch.rsqrt(x.pow(2).mean(-1,
+// keepdim=True) + eps) * weight`, and no library does this rewrite on our IR. ONNX's
+// RMSNormalization is opset 23, newer than any model onyx trains imports (DESIGN decision 11), and
+// has no output for the inverse RMS the backward reads; so the fused op is onyx's own.
 //
 // Matched, from each ReduceMean (every intermediate value used only inside the pattern):
 //   q = Mul(x, x) | Pow(x, 2)
@@ -18,16 +18,8 @@
 namespace onyx::passes {
 namespace {
 
-struct RmsNormMatcher {
-  ir::Graph& g;
-  PassContext& ctx;
-  GraphIndex idx;
-  std::vector<bool> claimed;
-
-  RmsNormMatcher(ir::Graph& g_, PassContext& c)
-      : g(g_), ctx(c), idx(g_), claimed(g_.nodes.size(), false) {}
-
-  bool free(int i) const { return i >= 0 && !claimed[i]; }
+struct RmsNormMatcher : FusionMatcher {
+  using FusionMatcher::FusionMatcher;
 
   // The one node reading v inside the pattern (v has no other reader), if unclaimed.
   int next(const std::string& v) const {

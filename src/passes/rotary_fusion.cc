@@ -1,5 +1,5 @@
 // rotary_fusion.cc — fuses rotary position embeddings, x * cos + rotate_half(x) * sin, into one
-// onyx.Rotary (kernels/cpu/llama_ops.cc, with onyx.RotaryGrad; rule in
+// onyx.Rotary (kernels/llama/llama_ops.cc, with onyx.RotaryGrad; rule in
 // autodiff/gradients/llama_ops.cc). Hand-written: it is Transformers' apply_rotary_pos_emb as
 // onyx's Llama builder (models/llama.cc: Split) and both torch.onnx exporters (two Slices) write
 // it, applied to q and to k of every layer; no library rewrites our IR.
@@ -17,12 +17,8 @@
 namespace onyx::passes {
 namespace {
 
-struct RotaryMatcher {
-  ir::Graph& g;
-  PassContext& ctx;
-  GraphIndex idx;
-
-  RotaryMatcher(ir::Graph& g_, PassContext& c) : g(g_), ctx(c), idx(g_) {}
+struct RotaryMatcher : FusionMatcher {
+  using FusionMatcher::FusionMatcher;
 
   bool is_last_axis(int64_t axis, size_t rank) const {
     return axis == -1 || axis == (int64_t)rank - 1;

@@ -1,5 +1,5 @@
 // silu_fusion.cc — fuses SiLU (Swish) into one onyx.Silu (kernel in
-// kernels/cpu/elementwise_unary.cc with its onyx.SiluGrad; rule in
+// kernels/elementwise/unary.cc with its onyx.SiluGrad; rule in
 // autodiff/gradients/elementwise.cc). Hand-written: it is the form torch.onnx writes for nn.SiLU /
 // F.silu (UNet blocks, Llama's SwiGLU gate) at every opset the exporters use — ONNX has no Silu —
 // and no library rewrites our IR. The walk-through in docs/ADDING_AN_OP.md adds this op.

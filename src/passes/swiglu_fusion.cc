@@ -1,5 +1,5 @@
 // swiglu_fusion.cc — fuses Llama's SwiGLU MLP activation, silu(gate) * up, into one onyx.SwiGLU
-// (kernels/cpu/llama_ops.cc, with onyx.SwiGLUGrad; rule in autodiff/gradients/llama_ops.cc).
+// (kernels/llama/llama_ops.cc, with onyx.SwiGLUGrad; rule in autodiff/gradients/llama_ops.cc).
 // Hand-written: it is what onyx's Llama builder (models/llama.cc) and both torch.onnx exporters
 // write for `act_fn(gate_proj(x)) * up_proj(x)`, after silu_fusion has made the SiLU one node; no
 // library rewrites our IR.

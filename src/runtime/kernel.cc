@@ -1,7 +1,8 @@
 // kernel.cc — kernel registry and the context helpers shared by every op.
 #include "runtime/kernel.h"
 
-#include <mutex>
+#include <algorithm>
+#include <map>
 
 #include "runtime/parallel.h"
 
@@ -37,37 +38,62 @@ Tensor& KernelContext::output(int i) {
   return *outputs[i];
 }
 
+namespace {
+
+struct Family {
+  const char* name;
+  Device device;
+  KernelFamilyFn fn;
+};
+
+// Filled at static initialization (a function-local static: safe whatever the order of files).
+std::vector<Family>& families() {
+  static std::vector<Family> all;
+  return all;
+}
+
+std::string key(const std::string& domain, const std::string& op) {
+  std::string d = domain == "ai.onnx" ? "" : domain;
+  return d.empty() ? op : d + "." + op;
+}
+
+}  // namespace
+
+const char* device_name(Device d) { return d == Device::Cuda ? "cuda" : "cpu"; }
+
+KernelFamilyRegistration::KernelFamilyRegistration(const char* family, Device device,
+                                                   KernelFamilyFn fn) {
+  families().push_back({family, device, fn});
+}
+
 KernelRegistry& KernelRegistry::instance() {
   static KernelRegistry* reg = [] {
     auto* r = new KernelRegistry();
-    register_elementwise_kernels(*r);
-    register_matmul_kernels(*r);
-    register_conv_kernels(*r);
-    register_shape_kernels(*r);
-    register_reduce_kernels(*r);
-    register_nn_kernels(*r);
-    register_attention_kernels(*r);
-    register_dropout_add_kernels(*r);
-    register_loss_kernels(*r);
-    register_linear_cross_entropy_kernels(*r);
-    register_pool_kernels(*r);
-    register_resize_kernels(*r);
-    register_conv_transpose_kernels(*r);
-    register_group_norm_kernels(*r);
-    register_accumulate_kernels(*r);
-    register_llama_kernels(*r);
+    std::vector<Family> order = families();
+    std::sort(order.begin(), order.end(), [](const Family& a, const Family& b) {
+      return a.device != b.device ? a.device < b.device : std::string(a.name) < b.name;
+    });
+    std::map<Device, std::map<std::string, std::string>> owners;
+    for (const Family& f : order) {
+      KernelFamilyRegistrar registrar(*r, f.name, f.device, owners[f.device]);
+      f.fn(registrar);
+    }
     return r;
   }();
   return *reg;
 }
 
-static std::string key(const std::string& domain, const std::string& op) {
-  std::string d = domain == "ai.onnx" ? "" : domain;
-  return d.empty() ? op : d + "." + op;
+OpTraits& KernelFamilyRegistrar::add(const std::string& domain, const std::string& op, OpKernel k) {
+  const std::string name = key(domain, op);
+  auto [it, fresh] = owners_.emplace(name, family_);
+  ONYX_CHECK(fresh, "kernel families '", it->second, "' and '", family_, "' both register ", name,
+             " on ", device_name(device_));
+  return registry_.add(domain, op, std::move(k), device_);
 }
 
-OpTraits& KernelRegistry::add(const std::string& domain, const std::string& op, OpKernel k) {
-  OpKernel& slot = kernels_[key(domain, op)];
+OpTraits& KernelRegistry::add(const std::string& domain, const std::string& op, OpKernel k,
+                              Device device) {
+  OpKernel& slot = kernels_[{device, key(domain, op)}];
   slot = std::move(k);
   return slot.traits;
 }
@@ -98,14 +124,16 @@ const char* precision_name(OpTraits::Precision p) {
   }
 }
 
-const OpKernel* KernelRegistry::find(const std::string& domain, const std::string& op) const {
-  auto it = kernels_.find(key(domain, op));
+const OpKernel* KernelRegistry::find(const std::string& domain, const std::string& op,
+                                     Device device) const {
+  auto it = kernels_.find({device, key(domain, op)});
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
-std::vector<std::string> KernelRegistry::op_names() const {
+std::vector<std::string> KernelRegistry::op_names(Device device) const {
   std::vector<std::string> v;
-  for (auto& [k, _] : kernels_) v.push_back(k);
+  for (auto& [k, _] : kernels_)
+    if (k.first == device) v.push_back(k.second);
   return v;
 }
 
@@ -120,6 +148,15 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
     out[i] = da == 1 ? db : da;
   }
   return out;
+}
+
+// 2·M·N·K for Gemm and onyx.MatMulT (transA picks which axis of A is K).
+double gemm_like_flops(const ir::Node& n, const std::vector<const TensorMeta*>& in,
+                       const std::vector<const TensorMeta*>& out) {
+  if (!in[0] || !out[0] || in[0]->shape.size() < 2) return 0;
+  const Shape& as = in[0]->shape;
+  bool ta = n.attr_int("transA", 0) != 0;
+  return 2 * shape_product(out[0]->shape) * (double)(ta ? as[as.size() - 2] : as.back());
 }
 
 int64_t normalize_axis(int64_t axis, int64_t rank, const ir::Node& node) {

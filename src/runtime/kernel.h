@@ -1,6 +1,7 @@
 // runtime/kernel.h — the contract between the planner/executor and every op implementation.
 //
-// An op registers two functions under (domain, op_type, device):
+// An op registers two functions under (domain, op_type, device) — from its family's file, with
+// ONYX_REGISTER_KERNELS below:
 //   infer(InferContext&)   : output dtypes and shapes from input metas (and, for shape-like inputs
 //                            such as Reshape's `shape`, from their values when known at plan time).
 //   compute(KernelContext&): fills the outputs, which the executor has already allocated with the
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -122,17 +124,61 @@ struct OpKernel {
   OpTraits traits;
 };
 
+// The device a kernel runs on. Each op family registers its kernels per device from the
+// family's own file (src/kernels/<family>/: `.cc` CPU, `.cu` CUDA); passes and planners read one
+// set of OpTraits per op, the CPU kernel's.
+enum class Device { Cpu, Cuda };
+const char* device_name(Device d);
+
 class KernelRegistry {
  public:
-  static KernelRegistry& instance();  // filled with all CPU kernels on first use
-  // Registers (or replaces) a kernel; returns its traits for the caller to declare.
-  OpTraits& add(const std::string& domain, const std::string& op_type, OpKernel k);
-  const OpKernel* find(const std::string& domain, const std::string& op_type) const;
-  std::vector<std::string> op_names() const;  // "Add", "onyx.LayerNormGrad", ...
+  // Filled on first use by every kernel family registered with ONYX_REGISTER_KERNELS.
+  static KernelRegistry& instance();
+  // Registers (or, for custom ops, replaces) a kernel; returns its traits for the caller to
+  // declare.
+  OpTraits& add(const std::string& domain, const std::string& op_type, OpKernel k,
+                Device device = Device::Cpu);
+  const OpKernel* find(const std::string& domain, const std::string& op_type,
+                       Device device = Device::Cpu) const;
+  // "Add", "onyx.LayerNormGrad", ...: the ops with a kernel on `device`
+  std::vector<std::string> op_names(Device device = Device::Cpu) const;
 
  private:
-  std::map<std::string, OpKernel> kernels_;
+  std::map<std::pair<Device, std::string>, OpKernel> kernels_;
 };
+
+// What a kernel family's registration function receives: add() as KernelRegistry's, on the
+// family's device; an op the family registers twice, or that another family registered on the
+// same device, is an error naming both.
+class KernelFamilyRegistrar {
+ public:
+  KernelFamilyRegistrar(KernelRegistry& registry, const char* family, Device device,
+                        std::map<std::string, std::string>& owners)
+      : registry_(registry), family_(family), device_(device), owners_(owners) {}
+  OpTraits& add(const std::string& domain, const std::string& op_type, OpKernel k);
+
+ private:
+  KernelRegistry& registry_;
+  const char* family_;
+  Device device_;
+  std::map<std::string, std::string>& owners_;  // op -> the family that registered it
+};
+
+// Registers a kernel family from its own file, at static initialization (onyx_core is an OBJECT
+// library: every kernel file is linked); the registry runs the families on first use, by device
+// and name. No central list names them:
+//   ONYX_REGISTER_KERNELS(softmax, Cpu) {
+//     r.add("", "Softmax", make_softmax_kernel<false>()).precision = OpTraits::Precision::Fp32;
+//   }
+using KernelFamilyFn = void (*)(KernelFamilyRegistrar&);
+struct KernelFamilyRegistration {
+  KernelFamilyRegistration(const char* family, Device device, KernelFamilyFn fn);
+};
+#define ONYX_REGISTER_KERNELS(family, device)                                                    \
+  static void onyx_kernels_##family##_##device(::onyx::runtime::KernelFamilyRegistrar&);         \
+  static const ::onyx::runtime::KernelFamilyRegistration onyx_kernel_family_##family##_##device( \
+      #family, ::onyx::runtime::Device::device, onyx_kernels_##family##_##device);               \
+  static void onyx_kernels_##family##_##device(::onyx::runtime::KernelFamilyRegistrar& r)
 
 // Product of shape[from, to) as a double (FLOPs functions).
 inline double shape_product(const Shape& s, size_t from = 0, size_t to = SIZE_MAX) {
@@ -150,29 +196,6 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const ir::Node& node);
 // 2·M·N·K of a Gemm-like node (Gemm, onyx.MatMulT; transA picks A's K axis): an OpTraits::flops.
 double gemm_like_flops(const ir::Node& n, const std::vector<const TensorMeta*>& inputs,
                        const std::vector<const TensorMeta*>& outputs);
-
-// Each op family registers itself here (one function per src/kernels/cpu/*.cc file). A family's
-// fused gradient kernels ("onyx" domain: SoftmaxGrad, MatMulGradB, ConvGradWeight, GatherGrad, ...)
-// live in its file, next to their forwards, and register with them.
-void register_elementwise_kernels(
-    KernelRegistry& r);  // unary, binary, compare, logic, Where, Cast, Clip...
-void register_matmul_kernels(KernelRegistry& r);  // MatMul, Gemm, Einsum, onyx.MatMulT
-void register_conv_kernels(KernelRegistry& r);    // Conv
-void register_shape_kernels(KernelRegistry& r);   // Reshape, Transpose, Concat, Slice, Gather, ...
-void register_reduce_kernels(KernelRegistry& r);  // Reduce*, ArgMax, CumSum
-void register_nn_kernels(
-    KernelRegistry& r);  // Softmax, LogSoftmax, LayerNormalization, Dropout, ...
-void register_attention_kernels(KernelRegistry& r);    // onyx.Attention, onyx.AttentionGrad
-void register_dropout_add_kernels(KernelRegistry& r);  // onyx.DropoutAdd
-void register_loss_kernels(
-    KernelRegistry& r);  // SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
-void register_linear_cross_entropy_kernels(KernelRegistry& r);  // onyx.LinearCrossEntropy
-void register_pool_kernels(KernelRegistry& r);  // MaxPool, AveragePool, Global*Pool (+ their grads)
-void register_resize_kernels(KernelRegistry& r);          // Resize, onyx.ResizeGrad, onyx.PadGrad
-void register_conv_transpose_kernels(KernelRegistry& r);  // ConvTranspose
-void register_group_norm_kernels(KernelRegistry& r);      // GroupNormalization, onyx.GroupNormGrad
-void register_accumulate_kernels(KernelRegistry& r);      // AccumulateGrad (into the flat buffer)
-void register_llama_kernels(KernelRegistry& r);  // onyx.SwiGLU, onyx.Rotary (+ their grads)
 
 // Runs k's shape inference for `node`: output metas from input metas (nullptr = absent) and the
 // values known so far (nullptr = unknown). Throws NeedValue when infer needs an unknown value,

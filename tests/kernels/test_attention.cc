@@ -1,13 +1,13 @@
-// tests/kernels/test_attention.cc — onyx.Attention / onyx.AttentionGrad (kernels/cpu/attention.cc)
-// against the unfused exported subgraph (Reshape/Transpose/MatMul/Div/Add/Where/Softmax/...) run
-// through runtime::Session: forward outputs, and dQ/dK/dV against autodiff of the unfused graph,
-// for several B/H/T/D, with and without masks, causal, cross-attention (Tq != Tk) and Dv != D,
-// query-block boundaries (T > 64, T not a multiple of 8). Also: the saved LSE, determinism across
-// thread counts, and errors for bad shapes. Finite differences:
-// tests/autodiff/gradcheck_attention.inc. Attention dropout (dropout_ratio): inert outside training
-// runs, the same mask as the unfused Softmax → Dropout → MatMul for a run seed (forward and
-// backward), drop fraction and expectation, finite differences for a fixed seed, bit-identical
-// repeats over thread counts.
+// tests/kernels/test_attention.cc — onyx.Attention / onyx.AttentionGrad
+// (kernels/attention/attention.cc) against the unfused exported subgraph
+// (Reshape/Transpose/MatMul/Div/Add/Where/Softmax/...) run through runtime::Session: forward
+// outputs, and dQ/dK/dV against autodiff of the unfused graph, for several B/H/T/D, with and
+// without masks, causal, cross-attention (Tq != Tk) and Dv != D, query-block boundaries (T > 64, T
+// not a multiple of 8). Also: the saved LSE, determinism across thread counts, and errors for bad
+// shapes. Finite differences: tests/autodiff/gradcheck_attention.inc. Attention dropout
+// (dropout_ratio): inert outside training runs, the same mask as the unfused Softmax → Dropout →
+// MatMul for a run seed (forward and backward), drop fraction and expectation, finite differences
+// for a fixed seed, bit-identical repeats over thread counts.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,9 +1,10 @@
-// tests/kernels/test_dropout_add.cc — onyx.DropoutAdd (kernels/cpu/dropout_add.cc) and its gradient
-// rule (autodiff/gradients/dropout_add.cc). Hand-written tests: the fused op must equal the Dropout
-// kernel followed by Add bit for bit (output and mask; sizes that are and are not multiples of the
-// 32-element Philox group; ratios 0.1 / 0.5 / absent; training and inference runs; training_mode
-// absent or false), whatever the thread count; the training graph's gradients equal the unfused
-// graph's bit for bit and finite differences for a fixed run seed; bad shapes name the node.
+// tests/kernels/test_dropout_add.cc — onyx.DropoutAdd (kernels/dropout/dropout_add.cc) and its
+// gradient rule (autodiff/gradients/dropout_add.cc). Hand-written tests: the fused op must equal
+// the Dropout kernel followed by Add bit for bit (output and mask; sizes that are and are not
+// multiples of the 32-element Philox group; ratios 0.1 / 0.5 / absent; training and inference runs;
+// training_mode absent or false), whatever the thread count; the training graph's gradients equal
+// the unfused graph's bit for bit and finite differences for a fixed run seed; bad shapes name the
+// node.
 #include <gtest/gtest.h>
 
 #include <cstring>

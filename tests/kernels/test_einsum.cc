@@ -5,7 +5,7 @@
 #include <random>
 
 #include "autodiff/gradient.h"
-#include "kernels/cpu/einsum.h"
+#include "kernels/matmul/einsum.h"
 #include "runtime/session.h"
 
 namespace onyx {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/elementwise.h"
+#include "kernels/elementwise/elementwise.h"
 #include "runtime/session.h"
 
 namespace onyx::runtime {
@@ -235,13 +235,13 @@ TEST(ElementwiseKernels, VectorMathMatchesLibm) {
   x.insert(x.end(), {0.0f, -0.0f, 1e-30f, -1e-30f, 90.0f, -90.0f, -110.0f, 1e-3f});
   std::vector<float> y(x.size());
   double erf_err = 0, tanh_err = 0, exp_rel = 0;
-  ew::erf_f32(x.data(), y.data(), (int64_t)x.size());
+  kernels::ew::erf_f32(x.data(), y.data(), (int64_t)x.size());
   for (size_t i = 0; i < x.size(); i++)
     erf_err = std::max(erf_err, std::fabs(y[i] - std::erf((double)x[i])));
-  ew::tanh_f32(x.data(), y.data(), (int64_t)x.size());
+  kernels::ew::tanh_f32(x.data(), y.data(), (int64_t)x.size());
   for (size_t i = 0; i < x.size(); i++)
     tanh_err = std::max(tanh_err, std::fabs(y[i] - std::tanh((double)x[i])));
-  ew::exp_f32(x.data(), y.data(), (int64_t)x.size());
+  kernels::ew::exp_f32(x.data(), y.data(), (int64_t)x.size());
   for (size_t i = 0; i < x.size(); i++) {
     double want = std::exp((double)x[i]);
     if (want > 1e-37 && want < 3e38) exp_rel = std::max(exp_rel, std::fabs(y[i] - want) / want);
@@ -252,17 +252,17 @@ TEST(ElementwiseKernels, VectorMathMatchesLibm) {
 
   std::vector<float> special = {INFINITY, -INFINITY, NAN, 100.0f, -200.0f};
   std::vector<float> e(special.size());
-  ew::exp_f32(special.data(), e.data(), 5);
+  kernels::ew::exp_f32(special.data(), e.data(), 5);
   EXPECT_EQ(e[0], INFINITY);
   EXPECT_EQ(e[1], 0.0f);
   EXPECT_TRUE(std::isnan(e[2]));
   EXPECT_EQ(e[3], INFINITY);
   EXPECT_EQ(e[4], 0.0f);
-  ew::erf_f32(special.data(), e.data(), 3);
+  kernels::ew::erf_f32(special.data(), e.data(), 3);
   EXPECT_EQ(e[0], 1.0f);
   EXPECT_EQ(e[1], -1.0f);
   EXPECT_TRUE(std::isnan(e[2]));
-  ew::tanh_f32(special.data(), e.data(), 3);
+  kernels::ew::tanh_f32(special.data(), e.data(), 3);
   EXPECT_EQ(e[0], 1.0f);
   EXPECT_EQ(e[1], -1.0f);
   EXPECT_TRUE(std::isnan(e[2]));

@@ -72,7 +72,7 @@ Tensor bool_scalar(bool b) {
 
 TEST(Philox, KnownAnswerVectors) {
   // Random123 kat_vectors for philox4x32_10.
-  using P = runtime::Philox4x32;
+  using P = kernels::Philox4x32;
   auto a = P::generate({0, 0, 0, 0}, {0, 0});
   EXPECT_EQ(a, (P::Counter{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
   auto b =

@@ -252,7 +252,7 @@ TEST_F(SimdPaths, DropoutDrawsPhiloxBitForBitOnEveryPath) {
       uint32_t u[32];
       simd::philox_group_words(g, k0, k1, u);
       for (int l = 0; l < 8; l++) {
-        const auto c = runtime::Philox4x32::generate(
+        const auto c = kernels::Philox4x32::generate(
             {(uint32_t)(g * 8 + l), (uint32_t)((g * 8 + l) >> 32), 0, 0}, {k0, k1});
         for (int w = 0; w < 4; w++) EXPECT_EQ(u[w * 8 + l], c[w]) << "group " << g;
       }

@@ -1,10 +1,11 @@
 // attention.cc — gradient rule for the fused onyx.Attention op (passes/attention_fusion.cc forms
-// it; kernels/cpu/attention.cc runs it). Hand-written like every rule here: one fused backward
-// kernel, onyx.AttentionGrad, receives dO, Q, K, V, the optional mask and the forward's saved row
-// log-sum-exp (Attention's optional second output, requested with ensure_output) and returns
-// dQ, dK, dV at once. The additive mask is a stop-gradient input: it gets no gradient (in the
-// exported models it comes from attention_mask or a constant). Attention dropout (dropout_ratio)
-// is not stored: AttentionGrad redraws the same mask from the run seed and the forward's rng_key.
+// it; kernels/attention/attention.cc runs it). Hand-written like every rule here: one fused
+// backward kernel, onyx.AttentionGrad, receives dO, Q, K, V, the optional mask and the forward's
+// saved row log-sum-exp (Attention's optional second output, requested with ensure_output) and
+// returns dQ, dK, dV at once. The additive mask is a stop-gradient input: it gets no gradient (in
+// the exported models it comes from attention_mask or a constant). Attention dropout
+// (dropout_ratio) is not stored: AttentionGrad redraws the same mask from the run seed and the
+// forward's rng_key.
 #include "autodiff/gradient.h"
 
 namespace onyx::autodiff {
@@ -31,6 +32,6 @@ void attention_rule(GradContext& c) {
 
 }  // namespace
 
-void register_attention_grads(GradRegistry& r) { r.add("onyx", "Attention", attention_rule); }
+ONYX_REGISTER_GRADIENTS(attention) { r.add("onyx", "Attention", attention_rule); }
 
 }  // namespace onyx::autodiff

@@ -1,5 +1,5 @@
 // dropout_add.cc — gradient rule for onyx.DropoutAdd (passes/dropout_add_fusion.cc forms it from
-// Add(Dropout(y, ratio, training_mode), residual); kernels/cpu/dropout_add.cc runs it).
+// Add(Dropout(y, ratio, training_mode), residual); kernels/dropout/dropout_add.cc runs it).
 // Hand-written like every rule here. out = Dropout(y) + residual, so
 //   dresidual = dout                                  (same shape: no reduction)
 //   dy        = onyx.DropoutGrad(dout, mask, ratio, training_mode)
@@ -32,6 +32,6 @@ void dropout_add_rule(GradContext& c) {
 
 }  // namespace
 
-void register_dropout_add_grads(GradRegistry& r) { r.add("onyx", "DropoutAdd", dropout_add_rule); }
+ONYX_REGISTER_GRADIENTS(dropout_add) { r.add("onyx", "DropoutAdd", dropout_add_rule); }
 
 }  // namespace onyx::autodiff

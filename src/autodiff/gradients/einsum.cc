@@ -1,8 +1,8 @@
-// einsum.cc — the gradient of Einsum (registered by register_shape_grads).
+// einsum.cc — the gradient of Einsum.
 //
 // For y = einsum(x_0, ..., x_{n-1}), the gradient of operand i is again an Einsum: of dy (with the
 // output's labels) and every other operand, onto x_i's labels. The equation is parsed by the
-// kernel's parser (kernels/cpu/einsum.h) and re-written with explicit letters only:
+// kernel's parser (kernels/matmul/einsum.h) and re-written with explicit letters only:
 //   - the dims "..." stands for get unused letters (so the gradient equations need no
 //   broadcasting);
 //     an operand's ellipsis dim of size 1 broadcast against a larger one is squeezed away, and its
@@ -13,7 +13,7 @@
 //     put back on the diagonal by the second, with an identity matrix per extra occurrence
 //     ("bi,ij->bij").
 // More than 52 distinct dims cannot be written in letters; that equation is refused by name.
-#include "kernels/cpu/einsum.h"
+#include "kernels/matmul/einsum.h"
 
 #include <algorithm>
 
@@ -136,6 +136,6 @@ void einsum_rule(GradContext& c) {
 
 }  // namespace
 
-void register_einsum_grads(GradRegistry& r) { r.add("", "Einsum", einsum_rule); }
+ONYX_REGISTER_GRADIENTS(einsum) { r.add("", "Einsum", einsum_rule); }
 
 }  // namespace onyx::autodiff

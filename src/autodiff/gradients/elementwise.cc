@@ -1,7 +1,7 @@
 // elementwise.cc — gradient rules for elementwise ops. Each rule is a few emitted nodes; the
 // builder (GradContext::set) undoes broadcasting by summing over broadcast axes and casts a
 // gradient to its input's dtype. Activations with a cheap closed form on their output or input
-// use the fused "onyx" kernels of kernels/cpu/elementwise_unary.cc (GeluGrad, ReluGrad,
+// use the fused "onyx" kernels of kernels/elementwise/unary.cc (GeluGrad, ReluGrad,
 // SigmoidGrad, TanhGrad, ErfGrad, SiluGrad).
 //
 // Conventions at kinks follow PyTorch (the parity reference): Relu/Abs give 0 at 0, LeakyRelu/
@@ -83,7 +83,7 @@ void min_max_rule(GradContext& c) {
 
 }  // namespace
 
-void register_elementwise_grads(GradRegistry& r) {
+ONYX_REGISTER_GRADIENTS(elementwise) {
   // ---- arithmetic ---------------------------------------------------------------------------
   // y = a + b: da = dy, db = dy
   r.add("", "Add", [](GradContext& c) {

@@ -1,5 +1,5 @@
 // llama_ops.cc — gradient rules for onyx.SwiGLU (passes/swiglu_fusion.cc) and onyx.Rotary
-// (passes/rotary_fusion.cc); kernels/cpu/llama_ops.cc runs both and their backward kernels.
+// (passes/rotary_fusion.cc); kernels/llama/llama_ops.cc runs both and their backward kernels.
 //   SwiGLU:  y = silu(g) * u          dg, du = onyx.SwiGLUGrad(dy, g, u)   (one pass, both)
 //   Rotary:  y = x cos + rot(x) sin   dx = onyx.RotaryGrad(dy, cos, sin): the transposed rotation
 // The rotary tables come from position ids and constants, so they need no gradient in the
@@ -35,7 +35,7 @@ void rotary_rule(GradContext& c) {
 
 }  // namespace
 
-void register_llama_grads(GradRegistry& r) {
+ONYX_REGISTER_GRADIENTS(llama) {
   r.add("onyx", "SwiGLU", swiglu_rule);
   r.add("onyx", "Rotary", rotary_rule);
 }

@@ -1,6 +1,6 @@
 // loss.cc — gradient rule for onyx.LinearCrossEntropy (the fused LM-head / classifier + softmax
 // cross-entropy made by passes/cross_entropy_fusion.cc; kernel in
-// kernels/cpu/linear_cross_entropy.cc). Hand-written like every rule here: the kernel computes d
+// kernels/loss/linear_cross_entropy.cc). Hand-written like every rule here: the kernel computes d
 // loss / d (H, W, bias) for a unit incoming gradient during the forward, chunk by chunk, so no
 // (tokens × vocab) tensor is ever kept for the backward. The rule only asks for those outputs
 // (ensure_output) and scales them by the incoming scalar gradient — no node at all when that
@@ -25,8 +25,6 @@ void linear_cross_entropy_rule(GradContext& c) {
 
 }  // namespace
 
-void register_loss_grads(GradRegistry& r) {
-  r.add("onyx", "LinearCrossEntropy", linear_cross_entropy_rule);
-}
+ONYX_REGISTER_GRADIENTS(loss) { r.add("onyx", "LinearCrossEntropy", linear_cross_entropy_rule); }
 
 }  // namespace onyx::autodiff

@@ -10,7 +10,7 @@
 //   + bias. dA and dB are MatMulTs with flags; when B is one matrix (a weight), dB is ONE
 //   MatMulGradB GEMM over every leading row (transB: dW = dY^T·X = MatMulGradB(dY, X)); the bias
 //   gradient is dY summed over every leading dim (onyx BiasGrad, a column-sum kernel).
-// Conv: onyx ConvGradInput / ConvGradWeight (im2col + GEMM, kernels/cpu/conv.cc) with auto_pad
+// Conv: onyx ConvGradInput / ConvGradWeight (im2col + GEMM, kernels/conv/conv.cc) with auto_pad
 // resolved to explicit pads here; the bias gradient is ReduceSum over N and the spatial dims.
 #include "autodiff/gradient.h"
 
@@ -192,7 +192,7 @@ void conv_rule(GradContext& c) {
 
 }  // namespace
 
-void register_matmul_grads(GradRegistry& r) {
+ONYX_REGISTER_GRADIENTS(matmul) {
   r.add("", "MatMul", matmul_rule);
   r.add("", "Gemm", gemm_rule);
   r.add("", "Conv", conv_rule);

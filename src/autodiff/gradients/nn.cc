@@ -1,10 +1,10 @@
 // nn.cc — gradient rules for Softmax, LogSoftmax, LayerNormalization, onyx.RMSNorm, Dropout,
 // BatchNormalization, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss. Each rule emits one
-// fused "onyx"-domain kernel (kernels/cpu/nn.cc, loss.cc: next to the forward) and reuses what the
-// forward saved: softmax outputs, LayerNorm's Mean/InvStdDev, RMSNorm's inverse RMS, Dropout's mask
-// (optional forward outputs requested with ensure_output).
-// Note: rules copy value names into locals; references into the node (c.I, c.node()) do not
-// survive emitting, which may grow the node list.
+// fused "onyx"-domain kernel (in kernels/softmax, norm, dropout and loss: next to the forward)
+// and reuses what the forward saved: softmax outputs, LayerNorm's Mean/InvStdDev, RMSNorm's inverse
+// RMS, Dropout's mask (optional forward outputs requested with ensure_output). Note: rules copy
+// value names into locals; references into the node (c.I, c.node()) do not survive emitting, which
+// may grow the node list.
 #include "autodiff/gradient.h"
 
 namespace onyx::autodiff {
@@ -174,9 +174,7 @@ void batch_norm_rule(GradContext& c) {
 
 }  // namespace
 
-void register_nn_spatial_grads(GradRegistry& r);  // nn_spatial.cc: pooling, Resize, norms, Pad, ...
-
-void register_nn_grads(GradRegistry& r) {
+ONYX_REGISTER_GRADIENTS(nn) {
   r.add("", "Softmax", softmax_rule<false>);
   r.add("", "LogSoftmax", softmax_rule<true>);
   r.add("", "LayerNormalization", layer_norm_rule);
@@ -186,7 +184,6 @@ void register_nn_grads(GradRegistry& r) {
   r.add("", "SoftmaxCrossEntropyLoss", sce_rule);
   r.add("", "NegativeLogLikelihoodLoss", nll_rule);
   r.add("", "BatchNormalization", batch_norm_rule);
-  register_nn_spatial_grads(r);
 }
 
 }  // namespace onyx::autodiff

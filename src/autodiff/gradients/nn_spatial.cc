@@ -1,4 +1,4 @@
-// nn_spatial.cc — gradient rules for the image ops (registered from register_nn_grads in nn.cc):
+// nn_spatial.cc — gradient rules for the image ops:
 //   MaxPool, GlobalMaxPool   → onyx MaxPoolGrad(dY, X): dY added at each window's argmax,
 //                              recomputed from X with the forward's attributes (no Indices kept)
 //   AveragePool              → onyx AveragePoolGrad(dY): dY / divisor spread over each window
@@ -202,7 +202,7 @@ void pad_rule(GradContext& c) {
 
 }  // namespace
 
-void register_nn_spatial_grads(GradRegistry& r) {
+ONYX_REGISTER_GRADIENTS(nn_spatial) {
   r.add("", "MaxPool", [](GradContext& c) { max_pool_rule(c, false); });
   r.add("", "GlobalMaxPool", [](GradContext& c) { max_pool_rule(c, true); });
   r.add("", "AveragePool", average_pool_rule);

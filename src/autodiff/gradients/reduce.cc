@@ -42,7 +42,7 @@ std::string expand_back(GradContext& c, const std::string& dy, const std::vector
 
 }  // namespace
 
-void register_reduce_grads(GradRegistry& r) {
+ONYX_REGISTER_GRADIENTS(reduce) {
   r.add("", "ReduceSum", [](GradContext& c) {
     bool noop;
     auto axes = reduced_axes(c, &noop);

@@ -217,9 +217,7 @@ void scatter_rule(GradContext& c, bool nd) {
 
 }  // namespace
 
-void register_einsum_grads(GradRegistry& r);  // gradients/einsum.cc
-
-void register_shape_grads(GradRegistry& r) {
+ONYX_REGISTER_GRADIENTS(shape) {
   r.add("", "Reshape", reshape_rule);
   r.add("", "Flatten", reshape_rule);
   r.add("", "Squeeze", reshape_rule);
@@ -236,7 +234,6 @@ void register_shape_grads(GradRegistry& r) {
   r.add("", "ScatterElements", [](GradContext& c) { scatter_rule(c, false); });
   r.add("", "Scatter", [](GradContext& c) { scatter_rule(c, false); });
   r.add("", "ScatterND", [](GradContext& c) { scatter_rule(c, true); });
-  register_einsum_grads(r);
 }
 
 }  // namespace onyx::autodiff

@@ -1,6 +1,6 @@
 // kernels/cpu/dropout_rng.h — the Dropout mask, for kernels that apply dropout inside a fused op
 // (onyx.Attention's dropout on the probabilities, onyx.DropoutAdd). Hand-written, header-only: it
-// is what the Dropout kernel (nn.cc make_dropout_kernel) draws too, so a fused op and the
+// is what the Dropout kernel (kernels/dropout/dropout.cc) draws too, so a fused op and the
 // Dropout it replaces keep and drop the same elements for the same run seed (DESIGN decision 10):
 //
 //   key   = mix_seed(run_seed ^ mix_seed(node seed attr + 0x5eed) ^ fnv1a(rng key))
@@ -21,7 +21,7 @@
 #include "kernels/cpu/philox.h"
 #include "kernels/cpu/simd/simd.h"
 
-namespace onyx::runtime::dropout_rng {
+namespace onyx::kernels::dropout_rng {
 
 inline uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -36,8 +36,8 @@ struct Draw {
   float scale = 1.0f;
 };
 
-// `seed_attr` and `rng_key` as the Dropout node carries them (nn.cc: the node's seed attribute and
-// its rng_key attribute or output name); `run_seed` = KernelContext::seed.
+// `seed_attr` and `rng_key` as the Dropout node carries them (dropout/dropout.cc: the node's seed
+// attribute and its rng_key attribute or output name); `run_seed` = KernelContext::seed.
 inline Draw make_draw(uint64_t run_seed, int64_t seed_attr, const std::string& rng_key,
                       double ratio) {
   Draw d;
@@ -56,10 +56,10 @@ inline void apply_row(const Draw& d, int64_t e0, int64_t n, float* x) {
 }
 
 // The Dropout identity of a node carrying the fused dropout: its rng_key attribute, else its first
-// output's name, else its name (as nn.cc picks for Dropout itself).
+// output's name, else its name (as dropout/dropout.cc picks for Dropout itself).
 inline std::string rng_key_of(const ir::Node& n) {
   if (n.has_attr("rng_key")) return n.attr_string("rng_key", "");
   return n.outputs.empty() ? n.name : n.outputs[0];
 }
 
-}  // namespace onyx::runtime::dropout_rng
+}  // namespace onyx::kernels::dropout_rng

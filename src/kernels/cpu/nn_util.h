@@ -4,6 +4,7 @@
 // with float16/bfloat16 through float32 copies). The float32 vector math and row reductions are
 // in kernels/cpu/simd/ (one copy per SIMD path).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -15,7 +16,7 @@
 #include "onyx/error.h"
 #include "onyx/tensor.h"
 
-namespace onyx::runtime::nnutil {
+namespace onyx::kernels::nnutil {
 
 // The output type of a node that may write bfloat16 for the mixed-precision pass
 // (passes/mixed_precision.cc sets output_dtype = BFLOAT16 on a float32 producer whose output only
@@ -171,4 +172,15 @@ inline void check_float(const ir::Node& node, DType a, DType b) {
   if (!is_float(a)) ONYX_UNSUPPORTED(node.describe(), ": dtype ", dtype_name(a));
 }
 
-}  // namespace onyx::runtime::nnutil
+// Rows per parallel chunk of a row kernel (softmax, norms): about 16K elements.
+inline int64_t rows_grain(int64_t cols) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
+}
+
+inline void check_same_shape(const ir::Node& node, const TensorMeta& a, const TensorMeta& b,
+                             const char* an, const char* bn) {
+  ONYX_CHECK(a.shape == b.shape, node.describe(), ": ", an, " ", shape_str(a.shape), " and ", bn,
+             " ", shape_str(b.shape), " must have the same shape");
+}
+
+}  // namespace onyx::kernels::nnutil

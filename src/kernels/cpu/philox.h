@@ -8,7 +8,7 @@
 #include <array>
 #include <cstdint>
 
-namespace onyx::runtime {
+namespace onyx::kernels {
 
 struct Philox4x32 {
   using Counter = std::array<uint32_t, 4>;
@@ -54,4 +54,4 @@ inline uint64_t mix_seed(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-}  // namespace onyx::runtime
+}  // namespace onyx::kernels

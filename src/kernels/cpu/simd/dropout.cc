@@ -19,7 +19,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace onyx::simd::HWY_NAMESPACE {
 
-using runtime::Philox4x32;
+using kernels::Philox4x32;
 
 // The 32 words of dropout group `g` in element order: element j of the group takes word j / 8 of
 // counter {lo32(8g + j % 8), hi32(8g + j % 8), 0, 0}.

@@ -1,5 +1,5 @@
 // kernels/cpu/simd/layout.cc — data movement for every SIMD path (see simd.h): 8x8 transposes of
-// 4-byte elements (Transpose and strided copies, kernels/cpu/shape_common.cc) and float16 <->
+// 4-byte elements (Transpose and strided copies, kernels/shape/shape_common.cc) and float16 <->
 // float32 and float32 -> bfloat16 conversion. Hand-written because GCC does not turn the blocked
 // transpose into register shuffles, and conversions want the F16C instructions where the CPU has
 // them. The AVX2 and AVX-512 paths share the 256-bit shuffle network (an 8x8 block is one register
