@@ -6,9 +6,9 @@
 #include <string>
 
 #include "data/chat_template.h"
-#include "data/tokenizer.h"
 #include "io/json.h"
 #include "onyx/error.h"
+#include "tokenizers/tokenizer.h"
 
 namespace {
 const char* kMessages = R"([{"role": "system", "content": "Be brief."},
@@ -20,8 +20,8 @@ const char* kMessages = R"([{"role": "system", "content": "Be brief."},
 // The input with every byte that is not part of well-formed UTF-8 replaced by '?': a template
 // that is not UTF-8 is refused at once, so the engine itself is fuzzed on the repaired text too.
 std::string repaired(std::string s) {
-  for (size_t i = onyx::data::unicode::invalid_utf8_at(s); i != std::string::npos;
-       i = onyx::data::unicode::invalid_utf8_at(s, i + 1))
+  for (size_t i = onyx::tokenizers::unicode::invalid_utf8_at(s); i != std::string::npos;
+       i = onyx::tokenizers::unicode::invalid_utf8_at(s, i + 1))
     s[i] = '?';
   return s;
 }

@@ -3,10 +3,10 @@
 #include <cstdint>
 #include <string>
 
+#include "generate/generation_config.h"
 #include "io/json.h"
 #include "models/hf_model.h"
 #include "onyx/error.h"
-#include "train/generation_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
@@ -16,8 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     auto j = onyx::io::parse_json(input, "fuzz/generation_config.json");
-    auto cfg = onyx::train::apply_generation_config_json(j, {}, "fuzz/generation_config.json");
-    onyx::train::check_generation_token_ids(cfg, 1000, "fuzz");
+    auto cfg = onyx::generate::apply_generation_config_json(j, {}, "fuzz/generation_config.json");
+    onyx::generate::check_generation_token_ids(cfg, 1000, "fuzz");
   } catch (const onyx::Error&) {
   }
   return 0;

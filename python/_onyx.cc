@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "config/run_config.h"
 #include "data/dataset.h"
 #include "models/lora.h"
 #include "onyx/custom_ops.h"
@@ -32,7 +33,6 @@
 #include "onyx/training_args.h"
 #include "runtime/parallel.h"
 #include "train/progress.h"
-#include "train/run_config.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -411,7 +411,7 @@ void trainer_init(TrainerBox* self, const std::string& model,
                   std::vector<std::string> frozen, std::string peft_dir) {
   TrainerBox box;  // moved into *self at the end (nanobind runs no destructor if __init__ throws)
   // Everything `onyx train` reads from a config, through the same function (model_from_config).
-  train::RunConfig c;
+  config::RunConfig c;
   c.path = model;
   c.dir = ".";
   c.model = model;
@@ -452,7 +452,7 @@ void trainer_init(TrainerBox* self, const std::string& model,
     }
   }
   without_gil([&] {
-    Model m = train::model_from_config(c);
+    Model m = config::model_from_config(c);
     box.t = std::make_unique<Trainer>(std::move(m), c.args, train_ds, eval_ds, cm, std::move(cbs));
     box.t->set_metrics_need_predictions(need_predictions);
     return 0;

@@ -75,7 +75,11 @@ def blank(text):
 
 
 def function_name(header):
-    """The qualified name in a function header: the identifier (with ::) before its parameters."""
+    """The qualified name in a function header: the identifier (with ::) before its parameters
+    (a registration macro's body: the macro with its arguments)."""
+    m = re.search(r"\b(ONYX_REGISTER_\w+\([^()]*\))\s*$", header.strip())
+    if m:
+        return m.group(1)
     depth, cut = 0, None
     for k, ch in enumerate(header):  # the first '(' at angle/paren depth 0
         if ch == "(" and depth == 0:

@@ -27,7 +27,7 @@ tally() {  # reads "N passed, M failed, K skipped" from the last matching line o
 }
 
 echo "== tokenizer references (GPT-2 BPE, all-MiniLM-L6-v2 WordPiece and Llama-family tokenizers trained here: ids from HF tokenizers)"
-$PY tests/data/make_tokenizer_references.py "$BUILD" 2>&1 | tail -6
+$PY tests/tokenizers/make_tokenizer_references.py "$BUILD" 2>&1 | tail -6
 
 echo "== benchmark models exported from PyTorch at opset 14 (the passes' tests read them)"
 $PY bench/make_exports.py "$BUILD/bench-exports" 2>&1 | tail -3

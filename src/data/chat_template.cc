@@ -24,13 +24,16 @@
 #include <set>
 #include <unordered_map>
 
-#include "data/tokenizer.h"
 #include "io/json.h"
 #include "onyx/error.h"
+#include "tokenizers/tokenizer.h"
 
 namespace fs = std::filesystem;
 
 namespace onyx::data {
+
+namespace unicode = tokenizers::unicode;
+using tokenizers::read_text_file;
 
 namespace {
 

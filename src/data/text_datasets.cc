@@ -18,6 +18,11 @@ namespace fs = std::filesystem;
 
 namespace onyx::data {
 
+using tokenizers::EncodeOptions;
+using tokenizers::Encoding;
+using tokenizers::read_text_file;
+using tokenizers::Tokenizer;
+
 std::vector<CsvRecord> parse_csv(const std::string& text, char delim, const std::string& what) {
   std::vector<CsvRecord> out;
   size_t i = 0;

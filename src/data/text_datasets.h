@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 
 namespace onyx::data {
 
@@ -46,7 +46,8 @@ struct TextClassificationOptions {
 
 class TextClassificationDataset : public Dataset {
  public:
-  TextClassificationDataset(const std::string& path, std::shared_ptr<const Tokenizer> tokenizer,
+  TextClassificationDataset(const std::string& path,
+                            std::shared_ptr<const tokenizers::Tokenizer> tokenizer,
                             TextClassificationOptions opts = {});
   int64_t size() const override { return (int64_t)encodings_.size(); }
   // input_ids, attention_mask, token_type_ids (if the tokenizer uses them): int64 (B, L), L the
@@ -58,14 +59,14 @@ class TextClassificationDataset : public Dataset {
   const std::map<std::string, int64_t>& label2id() const { return label2id_; }
   const std::vector<std::string>& id2label() const { return id2label_; }
   int64_t num_labels() const { return (int64_t)id2label_.size(); }
-  const Encoding& encoding(int64_t i) const { return encodings_.at(i); }  // unpadded
+  const tokenizers::Encoding& encoding(int64_t i) const { return encodings_.at(i); }  // unpadded
   int64_t label(int64_t i) const { return labels_.at(i); }
   int64_t bucket_length(int64_t longest) const;
 
  private:
-  std::shared_ptr<const Tokenizer> tok_;
+  std::shared_ptr<const tokenizers::Tokenizer> tok_;
   TextClassificationOptions opts_;
-  std::vector<Encoding> encodings_;
+  std::vector<tokenizers::Encoding> encodings_;
   std::vector<int64_t> labels_;
   std::map<std::string, int64_t> label2id_;
   std::vector<std::string> id2label_;
@@ -83,7 +84,7 @@ struct CausalLMOptions {
 
 class CausalLMDataset : public Dataset {
  public:
-  CausalLMDataset(const std::string& path, std::shared_ptr<const Tokenizer> tokenizer,
+  CausalLMDataset(const std::string& path, std::shared_ptr<const tokenizers::Tokenizer> tokenizer,
                   CausalLMOptions opts = {});
   int64_t size() const override { return num_blocks_; }
   // input_ids, attention_mask, labels: int64 (B, block_size); labels = input_ids (the model
@@ -96,7 +97,7 @@ class CausalLMDataset : public Dataset {
   const std::vector<int64_t>& tokens() const { return tokens_; }
 
  private:
-  std::shared_ptr<const Tokenizer> tok_;
+  std::shared_ptr<const tokenizers::Tokenizer> tok_;
   CausalLMOptions opts_;
   std::vector<int64_t> tokens_;
   int64_t num_blocks_ = 0;
@@ -146,7 +147,7 @@ struct SftOptions {
 
 class SftDataset : public Dataset {
  public:
-  SftDataset(const std::string& path, std::shared_ptr<const Tokenizer> tokenizer,
+  SftDataset(const std::string& path, std::shared_ptr<const tokenizers::Tokenizer> tokenizer,
              SftOptions opts = {});
   int64_t size() const override { return (int64_t)ids_.size(); }
   // input_ids, attention_mask, labels (and position_ids when packing): int64 (B, L)
@@ -162,7 +163,7 @@ class SftDataset : public Dataset {
 
  private:
   std::string sft_eos_text(const std::string& path, int64_t line) const;
-  std::shared_ptr<const Tokenizer> tok_;
+  std::shared_ptr<const tokenizers::Tokenizer> tok_;
   SftOptions opts_;
   std::vector<std::vector<int64_t>> ids_, labels_, pos_;
 };

@@ -11,8 +11,8 @@ namespace onyx::kernels {
 using runtime::broadcast_shapes;
 using runtime::Device;
 using runtime::gemm_like_flops;
-using runtime::InferContext;
 using runtime::infer_node;
+using runtime::InferContext;
 using runtime::KernelContext;
 using runtime::KernelFamilyRegistrar;
 using runtime::NeedValue;

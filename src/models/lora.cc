@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "io/json.h"
+#include "ir/bf16_storage.h"
 #include "models/graph_builder.h"
 #include "onyx/error.h"
-#include "passes/inference_export.h"
 
 namespace fs = std::filesystem;
 
@@ -343,7 +343,7 @@ std::vector<std::string> store_frozen_weights_bf16(ir::Graph& g,
   for (auto& [name, t] : g.initializers)
     if (frozen.count(name) && t.dtype() == DType::Float32 && t.rank() == 2 && linear_only(name))
       done.push_back(name);
-  for (const std::string& name : done) passes::store_initializer_bf16(g, name);
+  for (const std::string& name : done) ir::store_initializer_bf16(g, name);
   return done;
 }
 

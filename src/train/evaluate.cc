@@ -188,16 +188,16 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
     // reads too (the same copy as the evaluation graphs', train/training_session.cc)
     if (low != kernels::LowPrecision::None)
       decoder.model.graph = train::with_rounded_rotary_frequencies(*decoder.model.graph, low);
-    gen = std::make_unique<train::Generator>(std::move(decoder));
+    gen = std::make_unique<generate::Generator>(std::move(decoder));
     impl_->generator_rounding = low;
     // generation_config.json travels with the model (processor_files); without one, the
     // defaults (greedy) and config.json's eos_token_id, as generate() reads it.
-    train::GenerationConfig d = train::apply_generation_config_json(
+    generate::GenerationConfig d = generate::apply_generation_config_json(
         io::parse_json(model_.config_json, "predict_with_generate: the model's config.json"), {},
         "predict_with_generate: the model's config.json", true);
     for (auto& f : model_.processor_files)
       if (std::filesystem::path(f).filename() == "generation_config.json")
-        d = train::read_generation_config(std::filesystem::path(f).parent_path().string(), d);
+        d = generate::read_generation_config(std::filesystem::path(f).parent_path().string(), d);
     impl_->generation_defaults = d;
   }
   // The current weights (views), LoRA adapters merged into copies of the layers they adapt.
@@ -231,7 +231,7 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
   gen->set_weights(std::move(w));
 
   // Seq2SeqTrainer's priority: the generation_* arguments, then the model's generation_config
-  train::GenerationConfig cfg = impl_->generation_defaults;
+  generate::GenerationConfig cfg = impl_->generation_defaults;
   cfg.seed = (uint64_t)args_.seed;
   auto keys = ds.keys();
   auto has = [&](const char* k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); };

@@ -18,7 +18,6 @@
 #include "data/dataset.h"
 #include "dist/comm.h"
 #include "io/safetensors.h"
-#include "ir/onnx_io.h"
 #include "kernels/cpu/gemm.h"
 #include "train/tensorboard.h"
 #include "train/trainer_internal.h"
@@ -26,18 +25,6 @@
 namespace fs = std::filesystem;
 
 namespace onyx {
-
-// ---- model ---------------------------------------------------------------------------------
-
-Model Model::from_onnx(const std::string& path, autodiff::LossSpec loss) {
-  Model m;
-  m.graph = std::make_shared<ir::Graph>(ir::load_onnx(path));
-  m.loss = std::move(loss);
-  m.source = fs::absolute(path).string();
-  return m;
-}
-
-// ---- trainer -------------------------------------------------------------------------------
 
 Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Dataset> train_dataset,
                  std::shared_ptr<data::Dataset> eval_dataset, ComputeMetrics compute_metrics,

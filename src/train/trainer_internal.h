@@ -9,9 +9,9 @@
 
 #include "data/dataset.h"
 #include "dist/comm.h"
+#include "generate/generate.h"
 #include "onyx/trainer.h"
 #include "train/data_parallel.h"
-#include "train/generate.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
@@ -46,11 +46,11 @@ struct Trainer::Impl {
   // predict_with_generate: the causal LM as a decoder with a KV cache (made on first use), fed
   // the Trainer's current weights; under bf16_full_eval / fp16_full_eval its rotary frequencies
   // are rounded as the evaluation graphs' are (`generator_rounding`: how it was made).
-  std::unique_ptr<train::Generator> generator;
+  std::unique_ptr<generate::Generator> generator;
   kernels::LowPrecision generator_rounding = kernels::LowPrecision::None;
   // The model folder's generation_config.json (with config.json's eos), read with the generator:
   // Seq2SeqTrainer's model.generation_config, which the generation_* arguments override.
-  train::GenerationConfig generation_defaults;
+  generate::GenerationConfig generation_defaults;
   // Inside train(): evaluations then run as training left the model (bf16_full_eval applies to
   // evaluate() / predict() outside it, as Transformers' evaluation_loop has it).
   bool in_train = false;

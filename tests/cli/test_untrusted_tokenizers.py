@@ -1,6 +1,6 @@
 """test_untrusted_tokenizers.py — tokenizer.json files as a stranger's folder holds them (issue
 34): ~190 mutations of four real-format bases (GPT-2's byte-level BPE, a Llama-2 / SentencePiece-style
-BPE, a Llama-3-style BPE and all-MiniLM's WordPiece, the files tests/data/make_tokenizer_references.py
+BPE, a Llama-3-style BPE and all-MiniLM's WordPiece, the files tests/tokenizers/make_tokenizer_references.py
 makes) loaded by Hugging Face `tokenizers` (Tokenizer.from_str, then encode) and by onyx
 (`onyx chat-template DIR --sft ROWS`: load_tokenizer, then encoding a row).
 

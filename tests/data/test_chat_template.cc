@@ -12,15 +12,16 @@
 #include <fstream>
 #include <functional>
 
-#include "data/bpe.h"
+#include "config/run_config.h"
 #include "data/chat_template.h"
 #include "data/text_datasets.h"
 #include "onyx/error.h"
-#include "train/run_config.h"
+#include "tokenizers/bpe.h"
 
 namespace fs = std::filesystem;
 using namespace onyx;
 using namespace onyx::data;
+using namespace onyx::tokenizers;
 using json = nlohmann::ordered_json;
 
 namespace {
@@ -441,13 +442,13 @@ TEST(SftChat, RunConfigTakesTheTokenizerFoldersTemplateOrItsOwn) {
   d.write("chat.jsonl", R"({"messages": [{"role": "user", "content": "hi"}]})"
                         "\n");
   d.write("own.jinja", "{{ messages[0].content|upper }}{{ eos_token }}");
-  train::RunConfig c;
+  config::RunConfig c;
   c.path = d.path + "/config.yaml";
   c.dir = d.path;
   auto ids_of_spec = [&](const std::string& extra) {
-    train::DataSpec spec;
+    config::DataSpec spec;
     spec.spec = "{type: sft, path: chat.jsonl, tokenizer: tok" + extra + "}";
-    auto ds = train::dataset_from_spec(spec, c, "train_data");
+    auto ds = config::dataset_from_spec(spec, c, "train_data");
     auto* sft = dynamic_cast<SftDataset*>(ds.get());
     EXPECT_NE(sft, nullptr);
     return sft ? sft->ids(0) : I{};

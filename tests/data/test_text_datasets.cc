@@ -9,15 +9,16 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "data/bpe.h"
 #include "data/text_datasets.h"
-#include "data/tokenizer.h"
-#include "data/wordpiece.h"
 #include "onyx/error.h"
+#include "tokenizers/bpe.h"
+#include "tokenizers/tokenizer.h"
+#include "tokenizers/wordpiece.h"
 
 namespace fs = std::filesystem;
 using namespace onyx;
 using namespace onyx::data;
+using namespace onyx::tokenizers;
 
 namespace {
 

@@ -1,4 +1,4 @@
-"""test_generate.py — `onyx generate` (src/train/generate.cc, a key/value cache over the
+"""test_generate.py — `onyx generate` (src/generate/generate.cc, a key/value cache over the
 decoder-with-past graphs of src/models/llama.cc and gpt2.cc) against Transformers' generate().
 
 Each case builds a small randomly initialized model (initializer_range 0.2, so the logits are far

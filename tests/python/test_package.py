@@ -81,8 +81,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-BUILD = os.environ.get("BUILD", os.path.join(REPO, "build"))
-ONYX = os.environ.get("ONYX", os.path.join(BUILD, "onyx"))
+# absolute: each case runs in its own folder (main)
+BUILD = os.path.abspath(os.environ.get("BUILD", os.path.join(REPO, "build")))
+ONYX = os.path.abspath(os.environ.get("ONYX", os.path.join(BUILD, "onyx")))
 TARGET = os.path.join(BUILD, "python-target")
 DEPS = os.path.join(BUILD, "python-build-deps")
 BUILD_DEPS = ["scikit-build-core==1.1.2", "nanobind==3.1.0", "pathspec==1.1.1", "packaging==26.4"]

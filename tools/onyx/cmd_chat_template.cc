@@ -13,9 +13,9 @@
 #include "commands.h"
 #include "data/chat_template.h"
 #include "data/text_datasets.h"
-#include "data/tokenizer.h"
 #include "io/json.h"
 #include "onyx/error.h"
+#include "tokenizers/tokenizer.h"
 
 namespace onyx::cli {
 
@@ -63,7 +63,7 @@ Action add_chat_template_command(CLI::App& app) {
       so.completion_only_loss = !o->no_completion_only;
       so.max_length = o->max_length;
       so.eos_token = o->eos_token;
-      data::SftDataset ds(o->sft, data::load_tokenizer(o->path), so);
+      data::SftDataset ds(o->sft, tokenizers::load_tokenizer(o->path), so);
       for (int64_t i = 0; i < ds.size(); i++) {
         nlohmann::json row = {{"input_ids", ds.ids(i)}, {"labels", ds.labels(i)}};
         std::cout << row.dump() << "\n";
@@ -75,7 +75,7 @@ Action add_chat_template_command(CLI::App& app) {
                "tokenizer_config.json)");
     data::ChatTemplate tmpl(files.source, files.origin);
     if (!o->messages.empty()) {
-      auto msgs = parse_json(data::read_text_file(o->messages), "'" + o->messages + "'");
+      auto msgs = parse_json(tokenizers::read_text_file(o->messages), "'" + o->messages + "'");
       auto r = tmpl.render(data::chat_template_vars(msgs, o->gen, files.special_tokens, vars));
       std::cout << r.text << std::flush;
       return 0;

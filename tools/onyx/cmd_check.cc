@@ -12,8 +12,8 @@
 
 #include "autodiff/coverage.h"
 #include "commands.h"
+#include "config/run_config.h"
 #include "onyx/trainer.h"
-#include "train/run_config.h"
 
 namespace fs = std::filesystem;
 
@@ -59,12 +59,12 @@ Action add_check_command(CLI::App& app) {
     std::vector<std::string> extras = cmd->remaining();
     ONYX_CHECK(config || extras.empty(), "check: unknown argument '",
                extras.empty() ? "" : extras[0], "' (--key value overrides apply to a config file)");
-    train::RunConfig cfg;
+    config::RunConfig cfg;
     if (config) {
       ONYX_CHECK(
           o->loss.empty() && o->logits.empty() && o->labels.empty(),
           "check: --loss / --logits / --labels apply to an .onnx model; a config names its loss");
-      cfg = train::load_run_config(o->model, train::parse_overrides(extras));
+      cfg = config::load_run_config(o->model, config::parse_overrides(extras));
     } else {
       ONYX_CHECK(!folder || (o->loss.empty() && o->logits.empty() && o->labels.empty()),
                  "check: --loss / --logits / --labels apply to an .onnx model; a Hugging Face "
@@ -87,7 +87,7 @@ Action add_check_command(CLI::App& app) {
       }
     }
     cfg.frozen.insert(cfg.frozen.end(), o->frozen.begin(), o->frozen.end());
-    Model m = train::model_from_config(cfg);
+    Model m = config::model_from_config(cfg);
     // The gradient options the Trainer's constructor builds (src/train/trainer.cc).
     autodiff::GradientOptions go;
     go.loss = m.loss;

@@ -1,7 +1,7 @@
 // cmd_export.cc — `onyx export CHECKPOINT_OR_MODEL --output model.onnx [--keep-loss]
 // [--dtype float32|bfloat16]`: the forward graph with the trained weights, Dropout removed, the
 // loss removed unless asked, standard ops only; with --dtype bfloat16 the weights are stored bf16
-// and cast to float32 inside the graph (passes::store_weights_bf16).
+// and cast to float32 inside the graph (ir::store_weights_bf16).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "io/safetensors.h"
+#include "ir/bf16_storage.h"
 #include "ir/onnx_io.h"
 #include "models/hf_weights.h"
 #include "models/lora.h"
@@ -127,7 +128,7 @@ Action add_export_command(CLI::App& app) {
     eo.loss_output = loss;
     eo.keep_loss = o->keep_loss;
     ir::Graph out = passes::make_inference_graph(g, eo);
-    size_t n_bf16 = bf16 ? passes::store_weights_bf16(out).size() : 0;
+    size_t n_bf16 = bf16 ? ir::store_weights_bf16(out).size() : 0;
     ir::save_onnx(out, o->output);
     std::cout << "wrote " << o->output << ": " << out.nodes.size() << " nodes, "
               << out.inputs.size() << " inputs, " << out.outputs.size() << " outputs";

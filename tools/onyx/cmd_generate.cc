@@ -1,7 +1,7 @@
 // cmd_generate.cc — `onyx generate MODEL_OR_CHECKPOINT --prompt TEXT | --prompts FILE
 // [--max_new_tokens N] [--do_sample] [--temperature T --top_k K --top_p P --seed S]
 // [--num_beams N --repetition_penalty P --no_repeat_ngram_size N --min_new_tokens N]`: text from a
-// causal LM with a key/value cache (train/generate.h), prompts batched with left padding.
+// causal LM with a key/value cache (generate/generate.h), prompts batched with left padding.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,9 +14,9 @@
 
 #include "commands.h"
 #include "data/chat_template.h"
-#include "data/tokenizer.h"
+#include "generate/generate.h"
 #include "onyx/error.h"
-#include "train/generate.h"
+#include "tokenizers/tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -157,8 +157,8 @@ Action add_generate_command(CLI::App& app) {
       need_template |= !p.messages.is_null();
     }
     const std::string tok_path = o->tokenizer.empty() ? o->model : o->tokenizer;
-    std::shared_ptr<data::Tokenizer> tok;
-    if (need_tok || !o->tokenizer.empty()) tok = data::load_tokenizer(tok_path);
+    std::shared_ptr<tokenizers::Tokenizer> tok;
+    if (need_tok || !o->tokenizer.empty()) tok = tokenizers::load_tokenizer(tok_path);
     // Conversations: rendered as apply_chat_template(add_generation_prompt=True) renders them,
     // then tokenized without added special tokens (the template writes them).
     if (need_template) {
@@ -171,12 +171,12 @@ Action add_generate_command(CLI::App& app) {
         if (!p.messages.is_null())
           p.text = tmpl.render(data::chat_template_vars(p.messages, true, ct.special_tokens)).text;
     }
-    train::Generator gen = train::Generator::from_folder(o->model);
+    generate::Generator gen = generate::Generator::from_folder(o->model);
     if (tok)
       ONYX_CHECK(tok->vocab_size() <= gen.config().vocab_size, tok->source(),
                  ": the tokenizer has ", tok->vocab_size(),
                  " tokens, more than the model's vocab_size ", gen.config().vocab_size);
-    train::GenerationConfig cfg = train::read_generation_config(o->model);
+    generate::GenerationConfig cfg = generate::read_generation_config(o->model);
     if (cfg.eos_token_ids.empty() && tok && tok->eos_id()) cfg.eos_token_ids = {*tok->eos_id()};
     if (o->max_new_tokens) cfg.max_new_tokens = *o->max_new_tokens;
     if (o->do_sample || o->temperature || o->top_k || o->top_p) cfg.do_sample = true;
@@ -195,9 +195,9 @@ Action add_generate_command(CLI::App& app) {
     if (cfg.num_beams > 1) cfg.do_sample = false;  // (a generation_config.json's: warned)
     cfg.seed = o->seed;
     // the same checks as a generation_config.json's values get
-    train::validate_generation_config(
+    generate::validate_generation_config(
         cfg, "generate (the flags over " + o->model + "'s generation_config.json)");
-    train::check_generation_token_ids(
+    generate::check_generation_token_ids(
         cfg, gen.config().vocab_size,
         "generate: the token ids of " + o->model + " (config.json, generation_config.json)");
     std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
@@ -208,20 +208,20 @@ Action add_generate_command(CLI::App& app) {
       out = std::make_unique<std::ofstream>(tmp);
       ONYX_CHECK(*out, o->output, ": cannot write");
     }
-    train::GenerationStats total;
+    generate::GenerationStats total;
     double seconds = 0;
     int64_t generated = 0;
     for (size_t first = 0; first < prompts.size(); first += (size_t)o->batch_size) {
       size_t last = std::min(prompts.size(), first + (size_t)o->batch_size);
       std::vector<std::vector<int64_t>> ids;
       for (size_t i = first; i < last; i++) {
-        data::EncodeOptions eo;
+        tokenizers::EncodeOptions eo;
         eo.add_special_tokens = prompts[i].messages.is_null();
         ids.push_back(prompts[i].as_ids ? prompts[i].ids
                                         : tok->encode(prompts[i].text, eo).input_ids);
         ONYX_CHECK(!ids.back().empty(), "generate: prompt ", i + 1, " has no tokens");
       }
-      train::GenerationStats st;
+      generate::GenerationStats st;
       auto t0 = std::chrono::steady_clock::now();
       auto res = gen.generate(ids, cfg, &st);
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

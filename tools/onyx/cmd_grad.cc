@@ -10,9 +10,9 @@
 
 #include "autodiff/gradient.h"
 #include "commands.h"
+#include "hf_folder.h"
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
-#include "models/hf_cli.h"
 #include "runtime/session.h"
 #include "train/training_session.h"
 
@@ -50,7 +50,7 @@ Action add_grad_command(CLI::App& app) {
                "--bf16 / --fp16 take an .onnx model (", o->model,
                " is a folder: train it with bf16: true instead)");
     if (std::filesystem::is_directory(o->model))
-      return models::grad_hf_folder_cli(o->model, o->inputs, o->output, o->seed, !o->no_dropout);
+      return grad_hf_folder_cli(o->model, o->inputs, o->output, o->seed, !o->no_dropout);
     ir::Graph fwd = ir::load_onnx(o->model);
     if (o->no_dropout)  // Dropout without its training_mode input is the identity
       for (auto& n : fwd.nodes)

@@ -8,11 +8,11 @@
 #include <iostream>
 
 #include "commands.h"
+#include "config/run_config.h"
 #include "data/dataset.h"
 #include "dist/comm.h"
 #include "onyx/trainer.h"
 #include "runtime/plan_stats.h"
-#include "train/run_config.h"
 #include "train/training_session.h"
 
 namespace onyx::cli {
@@ -45,16 +45,16 @@ Action add_plan_command(CLI::App& app) {
       "Config keys and every TrainingArguments key (--key value overrides the file): "
       "see `onyx train --help`.");
   return [o, cmd]() {
-    auto cfg = train::load_run_config(o->config, train::parse_overrides(cmd->remaining()));
+    auto cfg = config::load_run_config(o->config, config::parse_overrides(cmd->remaining()));
     ONYX_CHECK(!cfg.train_data.empty(), "config '", o->config, "': 'train_data' is missing");
-    auto ds = train::dataset_from_spec(cfg.train_data, cfg, "train_data");
+    auto ds = config::dataset_from_spec(cfg.train_data, cfg, "train_data");
     int64_t batch = o->batch > 0 ? o->batch : cfg.args.per_device_train_batch_size;
     ONYX_CHECK(ds->size() > 0, "config '", o->config, "': the training data is empty");
     batch = std::min<int64_t>(batch, ds->size());
     TrainingArguments args = cfg.args;  // planning a training step: no evaluation involved
     args.eval_strategy = "no";
     args.load_best_model_at_end = false;
-    Model model = train::model_from_config(cfg);
+    Model model = config::model_from_config(cfg);
     auto fill_defaults = model.fill_defaults;  // inputs the model fills (position_ids, masks)
     Trainer t(std::move(model), args, ds, nullptr);
     train::TrainingSession& ts = t.session();

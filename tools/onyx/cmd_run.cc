@@ -5,9 +5,9 @@
 #include <iostream>
 
 #include "commands.h"
+#include "hf_folder.h"
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
-#include "models/hf_cli.h"
 #include "runtime/session.h"
 
 namespace onyx::cli {
@@ -26,7 +26,7 @@ Action add_run_command(CLI::App& app) {
       ->required();
   return [o]() {
     if (std::filesystem::is_directory(o->model))  // config.json + model.safetensors
-      return models::run_hf_folder_cli(o->model, o->inputs, o->output);
+      return run_hf_folder_cli(o->model, o->inputs, o->output);
     auto g = std::make_shared<ir::Graph>(ir::load_onnx(o->model));
     auto in = io::load_safetensors(o->inputs);
     runtime::Session s(g);

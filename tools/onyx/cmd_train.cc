@@ -4,36 +4,36 @@
 #include <iostream>
 
 #include "commands.h"
+#include "config/run_config.h"
 #include "io/safetensors.h"
 #include "onyx/dataset.h"
 #include "onyx/trainer.h"
 #include "train/progress.h"
-#include "train/run_config.h"
 #include "train/training_session.h"
 
 namespace onyx::cli {
 namespace {
 
 struct Loaded {
-  train::RunConfig cfg;
+  config::RunConfig cfg;
   std::shared_ptr<data::Dataset> train, eval;
 };
 
 Loaded load(const std::string& path, const std::vector<std::string>& extras, bool need_train) {
   Loaded l;
-  l.cfg = train::load_run_config(path, train::parse_overrides(extras));
+  l.cfg = config::load_run_config(path, config::parse_overrides(extras));
   if (need_train) {
     ONYX_CHECK(!l.cfg.train_data.empty(), "config '", path, "': 'train_data' is missing");
-    l.train = train::dataset_from_spec(l.cfg.train_data, l.cfg, "train_data");
+    l.train = config::dataset_from_spec(l.cfg.train_data, l.cfg, "train_data");
   }
   if (!l.cfg.eval_data.empty())
-    l.eval = train::dataset_from_spec(l.cfg.eval_data, l.cfg, "eval_data");
+    l.eval = config::dataset_from_spec(l.cfg.eval_data, l.cfg, "eval_data");
   return l;
 }
 
 Trainer make_trainer(Loaded& l) {
   ComputeMetrics cm = l.cfg.metrics.empty() ? nullptr : metrics::by_names(l.cfg.metrics);
-  Model model = train::model_from_config(l.cfg);
+  Model model = config::model_from_config(l.cfg);
   std::vector<std::shared_ptr<TrainerCallback>> callbacks;
   if (l.cfg.early_stopping_patience)
     callbacks.push_back(std::make_shared<EarlyStoppingCallback>((int)*l.cfg.early_stopping_patience,
@@ -52,7 +52,7 @@ bool metrics_need_predictions(const Loaded& l) {
 
 namespace {
 
-// `onyx train --help`'s footer: the config's own keys (train/run_config.cc), then every
+// `onyx train --help`'s footer: the config's own keys (config/run_config.cc), then every
 // TrainingArguments key with its type, default and help (TrainingArguments::describe()).
 std::string config_keys_help() {
   std::string s =
@@ -186,7 +186,7 @@ Action add_predict_command(CLI::App& app) {
     Loaded l = load(*path, cmd->remaining(), false);
     const auto& spec = !l.cfg.test_data.empty() ? l.cfg.test_data : l.cfg.eval_data;
     ONYX_CHECK(!spec.empty(), "config '", *path, "': 'test_data' (or 'eval_data') is missing");
-    auto ds = train::dataset_from_spec(spec, l.cfg, "test_data");
+    auto ds = config::dataset_from_spec(spec, l.cfg, "test_data");
     Trainer t = make_trainer(l);
     t.set_metrics_need_predictions(metrics_need_predictions(l));
     auto po = t.predict(*ds);

@@ -3,8 +3,6 @@
 // mode the mask draws from Philox4x32-10 keyed on the run seed, the node's seed attribute and the
 // node's output name (or its rng_key attribute, which recomputed clones carry), indexed by
 // element, so masks do not depend on the thread count (DESIGN decision 10).
-#include "kernels/cpu/simd/nn.h"
-
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -13,6 +11,7 @@
 #include "kernels/cpu/dropout_rng.h"
 #include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/philox.h"
+#include "kernels/cpu/simd/nn.h"
 #include "kernels/kernel_api.h"
 
 namespace onyx::kernels {

@@ -2,12 +2,11 @@
 // statistics written back in training) and InstanceNormalization (ONNX domain ""), and the fused
 // backward onyx.BatchNormGrad(dy, x, scale, mean, var) -> dx, dscale, dbias. Per-channel
 // statistics in double over (N, S).
-#include "kernels/cpu/simd/nn.h"
-
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/simd/nn.h"
 #include "kernels/kernel_api.h"
 
 namespace onyx::kernels {

@@ -72,8 +72,6 @@ OpKernel make_mvn_kernel() {
 
 }  // namespace
 
-ONYX_REGISTER_KERNELS(mvn, Cpu) {
-  r.add("", "MeanVarianceNormalization", make_mvn_kernel());
-}
+ONYX_REGISTER_KERNELS(mvn, Cpu) { r.add("", "MeanVarianceNormalization", make_mvn_kernel()); }
 
 }  // namespace onyx::kernels

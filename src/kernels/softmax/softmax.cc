@@ -7,12 +7,11 @@
 // rows are threaded over rows here and processed by the SIMD row kernels of simd/nn.h
 // (simd/softmax.cc: max-subtracted exp), which run AVX-512, AVX2 or portable code by run-time
 // dispatch; other float types convert through float32 or compute in double.
-#include "kernels/cpu/simd/nn.h"
-
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/nn_util.h"
+#include "kernels/cpu/simd/nn.h"
 #include "kernels/kernel_api.h"
 
 namespace onyx::kernels {

@@ -1,5 +1,5 @@
-// hf_cli.cc — see hf_cli.h.
-#include "models/hf_cli.h"
+// hf_folder.cc — see hf_folder.h.
+#include "hf_folder.h"
 
 #include <iostream>
 
@@ -9,18 +9,18 @@
 #include "runtime/session.h"
 #include "train/training_session.h"
 
-namespace onyx::models {
+namespace onyx::cli {
 
 int run_hf_folder_cli(const std::string& dir, const std::string& inputs,
                       const std::string& output) {
-  BuiltModel m = load_hf_folder(dir);
+  models::BuiltModel m = models::load_hf_folder(dir);
   passes::InferenceExportOptions opts;
   if (m.model.loss.kind == autodiff::LossSpec::Kind::GraphOutput)
     opts.loss_output = m.model.loss.output;
   auto g = std::make_shared<ir::Graph>(passes::make_inference_graph(*m.model.graph, opts));
   auto in = io::load_safetensors(inputs).tensors;
   in.erase("labels");
-  fill_default_inputs(m, in);
+  models::fill_default_inputs(m, in);
   for (auto it = in.begin(); it != in.end();)  // inputs only the removed loss needed
     it = !g->find_input(it->first) && m.model.graph->find_input(it->first) ? in.erase(it)
                                                                            : std::next(it);
@@ -35,15 +35,16 @@ int run_hf_folder_cli(const std::string& dir, const std::string& inputs,
 
 int grad_hf_folder_cli(const std::string& dir, const std::string& inputs, const std::string& output,
                        uint64_t seed, bool dropout) {
-  BuiltModel m = load_hf_folder(dir);
-  ONYX_CHECK(m.task != Task::Base, dir, ": the bare model (",
-             architecture_name(m.config.model_type, m.task), ") has no loss to differentiate");
+  models::BuiltModel m = models::load_hf_folder(dir);
+  ONYX_CHECK(m.task != models::Task::Base, dir, ": the bare model (",
+             models::architecture_name(m.config.model_type, m.task),
+             ") has no loss to differentiate");
   ir::Graph fwd = *m.model.graph;
   if (!dropout)  // Dropout without its training_mode input is the identity
     for (auto& n : fwd.nodes)
       if (n.op_type == "Dropout" && n.inputs.size() > 2) n.inputs.resize(2);
   auto in = io::load_safetensors(inputs).tensors;
-  fill_default_inputs(m, in);
+  models::fill_default_inputs(m, in);
   autodiff::GradientOptions opts;
   opts.loss = m.model.loss;
   train::TrainingSession ts(std::make_shared<ir::Graph>(std::move(fwd)), opts);
@@ -56,4 +57,4 @@ int grad_hf_folder_cli(const std::string& dir, const std::string& inputs, const 
   return 0;
 }
 
-}  // namespace onyx::models
+}  // namespace onyx::cli

@@ -9,13 +9,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer.h"
-#include "data/wordpiece.h"
 #include "onyx/error.h"
+#include "tokenizers/tokenizer.h"
+#include "tokenizers/wordpiece.h"
 
 namespace fs = std::filesystem;
 using namespace onyx;
-using namespace onyx::data;
+using namespace onyx::tokenizers;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// train/run_config.h — the `onyx train` config file (YAML or JSON): the model, the loss, the data,
+// config/run_config.h — the `onyx train` config file (YAML or JSON): the model, the loss, the data,
 // metrics, and any TrainingArguments by their Hugging Face names. `--key value` on the command line
 // overrides the file. Unknown keys and ill-typed values are errors naming the key and the file.
 #pragma once
@@ -12,7 +12,7 @@
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
 
-namespace onyx::train {
+namespace onyx::config {
 
 // A dataset: a safetensors file/folder (`path`), or a typed mapping kept as YAML text (`spec`):
 // {type: idx_images, folder|images+labels, split}, {type: text_classification, path, tokenizer,
@@ -65,4 +65,4 @@ Model model_from_config(const RunConfig& c);
 std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunConfig& c,
                                                  const std::string& which);
 
-}  // namespace onyx::train
+}  // namespace onyx::config

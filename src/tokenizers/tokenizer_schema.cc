@@ -13,10 +13,10 @@
 #include <set>
 #include <vector>
 
-#include "data/tokenizer.h"
 #include "onyx/error.h"
+#include "tokenizers/tokenizer.h"
 
-namespace onyx::data {
+namespace onyx::tokenizers {
 
 namespace {
 
@@ -323,4 +323,4 @@ void check_tokenizer_json(const nlohmann::json& j, const std::string& path) {
   check_post_processor_values(ck, j.value("post_processor", json()), "post_processor");
 }
 
-}  // namespace onyx::data
+}  // namespace onyx::tokenizers

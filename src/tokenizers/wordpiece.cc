@@ -1,12 +1,12 @@
 // wordpiece.cc — BERT's normalizer, pre-tokenizer and WordPiece model (see wordpiece.h).
-#include "data/wordpiece.h"
+#include "tokenizers/wordpiece.h"
 
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "onyx/error.h"
 
-namespace onyx::data {
+namespace onyx::tokenizers {
 
 WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, WordPieceConfig cfg,
                                        std::string source)
@@ -272,4 +272,4 @@ std::string WordPieceTokenizer::decode(const std::vector<int64_t>& ids) const {
   return out;
 }
 
-}  // namespace onyx::data
+}  // namespace onyx::tokenizers

@@ -1,6 +1,6 @@
-// data/hf_pipeline.h — the normalizer, pre-tokenizer and decoder of a Hugging Face tokenizer.json,
-// as the `tokenizers` library runs them around a BPE model (Llama 3, Qwen2, Llama 2, Mistral and
-// GPT-2 files):
+// tokenizers/hf_pipeline.h — the normalizer, pre-tokenizer and decoder of a Hugging Face
+// tokenizer.json, as the `tokenizers` library runs them around a BPE model (Llama 3, Qwen2, Llama
+// 2, Mistral and GPT-2 files):
 //   normalizer     NFC, NFD, NFKC, NFKD (ICU's Normalizer2), Prepend, Replace (String or Regex),
 //                  Sequence, null
 //   pre_tokenizer  Split (Regex or String pattern, behavior Isolated, invert false), ByteLevel
@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-namespace onyx::data::hf {
+namespace onyx::tokenizers::hf {
 
 // A compiled regular expression (ICU), or a literal string when `literal`.
 class Regex {
@@ -81,4 +81,4 @@ class Pipeline {
   bool byte_level_ = false;
 };
 
-}  // namespace onyx::data::hf
+}  // namespace onyx::tokenizers::hf

@@ -1,8 +1,8 @@
 // test_bpe_reference.cc — onyx's byte-level BPE against GPT-2's real vocabulary as Hugging Face
 // tokenizers encodes it: ids for every WordNet gloss and hand-written Unicode lines, made by
-// tests/data/make_tokenizer_references.py into BUILD/bpe-reference (or $ONYX_BPE_REFERENCE). Every
-// line must give the same ids, from tokenizer.json and from vocab.json + merges.txt, and decode
-// back. A missing reference is a failure, not a skip.
+// tests/tokenizers/make_tokenizer_references.py into BUILD/bpe-reference (or $ONYX_BPE_REFERENCE).
+// Every line must give the same ids, from tokenizer.json and from vocab.json + merges.txt, and
+// decode back. A missing reference is a failure, not a skip.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,10 +10,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/bpe.h"
+#include "tokenizers/bpe.h"
 
 namespace fs = std::filesystem;
-using namespace onyx::data;
+using namespace onyx::tokenizers;
 
 namespace {
 
@@ -74,7 +74,7 @@ TEST(BpeReference, Gpt2IdsMatchHfTokenizersOnAllLines) {
   if (!fs::exists(dir + "/reference.jsonl"))
     FAIL() << "no GPT-2 BPE reference in " << dir
            << "; make it with HF tokenizers: build/venv/bin/python "
-              "tests/data/make_tokenizer_references.py "
+              "tests/tokenizers/make_tokenizer_references.py "
            << fs::path(dir).parent_path().string();
   auto lines = read_reference(dir + "/reference.jsonl");
   ASSERT_GT(lines.size(), 100000u);

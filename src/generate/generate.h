@@ -1,4 +1,4 @@
-// train/generate.h — text generation from a causal LM with a key/value cache, as Transformers'
+// generate/generate.h — text generation from a causal LM with a key/value cache, as Transformers'
 // generate(): greedy decoding, sampling (temperature, top-k, top-p) or beam search, with its
 // logits processors (repetition penalty, no-repeat n-grams, minimum lengths), batched prompts
 // padded on the left, stopping at the end-of-sequence tokens. Beam search reorders the cache's
@@ -19,14 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "generate/generation_config.h"
 #include "models/hf_model.h"
-#include "train/generation_config.h"
 
 namespace onyx::runtime {
 class Session;
 }
 
-namespace onyx::train {
+namespace onyx::generate {
 
 struct GenerationStats {
   double prefill_seconds = 0;
@@ -71,4 +71,4 @@ class Generator {
 // uniform draw in [0, 1) used when sampling. Exposed for tests.
 int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u);
 
-}  // namespace onyx::train
+}  // namespace onyx::generate

@@ -1,12 +1,13 @@
 // test_llama_tokenizer_reference.cc — onyx's tokenizer.json BPE in the Llama family's styles
 // against Hugging Face tokenizers: four tokenizers trained by
-// tests/data/make_tokenizer_references.py on the WordNet glosses (BUILD/llama-family-reference or
-// $ONYX_LLAMA_TOKENIZER_REFERENCE): llama3 (Split regex + ByteLevel, ignore_merges, BOS template),
-// qwen2 (NFC, Qwen2's regex), sentencepiece (byte fallback, Prepend/Replace normalizer,
-// ByteFallback/Fuse/Strip decoder) and metaspace (Metaspace pre-tokenizer and decoder, fused
-// <unk>). Every line must give HF's ids without and with the post-processor's special tokens (one
-// text and, every 50th line, a pair with the next line), and HF's decode of those ids. Also the
-// errors that unsupported parts of a file give. A missing reference is a failure, not a skip.
+// tests/tokenizers/make_tokenizer_references.py on the WordNet glosses
+// (BUILD/llama-family-reference or $ONYX_LLAMA_TOKENIZER_REFERENCE): llama3 (Split regex +
+// ByteLevel, ignore_merges, BOS template), qwen2 (NFC, Qwen2's regex), sentencepiece (byte
+// fallback, Prepend/Replace normalizer, ByteFallback/Fuse/Strip decoder) and metaspace (Metaspace
+// pre-tokenizer and decoder, fused <unk>). Every line must give HF's ids without and with the
+// post-processor's special tokens (one text and, every 50th line, a pair with the next line), and
+// HF's decode of those ids. Also the errors that unsupported parts of a file give. A missing
+// reference is a failure, not a skip.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -15,13 +16,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "data/bpe.h"
-#include "data/hf_pipeline.h"
 #include "onyx/error.h"
+#include "tokenizers/bpe.h"
+#include "tokenizers/hf_pipeline.h"
 
 namespace fs = std::filesystem;
 using namespace onyx;
-using namespace onyx::data;
+using namespace onyx::tokenizers;
 
 namespace {
 
@@ -68,7 +69,7 @@ std::shared_ptr<Tokenizer> check_style(const std::string& style) {
   if (!fs::exists(dir + "/reference.jsonl")) {
     ADD_FAILURE() << "no " << style << " reference in " << dir
                   << "; make it with HF tokenizers: build/venv/bin/python "
-                     "tests/data/make_tokenizer_references.py "
+                     "tests/tokenizers/make_tokenizer_references.py "
                   << fs::path(reference_dir()).parent_path().string();
     return nullptr;
   }

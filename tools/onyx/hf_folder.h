@@ -1,10 +1,10 @@
-// models/hf_cli.h — what `onyx run` and `onyx grad` do when their model argument is a Hugging Face
+// hf_folder.h — what `onyx run` and `onyx grad` do when their model argument is a Hugging Face
 // checkpoint folder (config.json + model.safetensors) instead of an .onnx file.
 #pragma once
 #include <cstdint>
 #include <string>
 
-namespace onyx::models {
+namespace onyx::cli {
 
 // One forward pass in inference mode (Dropout as the identity, the CausalLM loss and its labels
 // removed): inputs by graph-input name from `inputs` (attention_mask / token_type_ids default to
@@ -18,4 +18,4 @@ int run_hf_folder_cli(const std::string& dir, const std::string& inputs, const s
 int grad_hf_folder_cli(const std::string& dir, const std::string& inputs, const std::string& output,
                        uint64_t seed = 0, bool dropout = true);
 
-}  // namespace onyx::models
+}  // namespace onyx::cli

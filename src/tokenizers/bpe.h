@@ -1,7 +1,7 @@
-// data/bpe.h — BPE tokenizers: GPT-2's byte-level BPE (also RoBERTa's, with its post-processor)
-// and, from a tokenizer.json, the Llama family's: byte-level BPE behind a Split regex (Llama 3,
-// Qwen2; ignore_merges) and SentencePiece-style BPE over "▁" words with byte fallback (Llama 2,
-// Mistral), the normalizer, pre-tokenizer and decoder run by hf_pipeline.h.
+// tokenizers/bpe.h — BPE tokenizers: GPT-2's byte-level BPE (also RoBERTa's, with its
+// post-processor) and, from a tokenizer.json, the Llama family's: byte-level BPE behind a Split
+// regex (Llama 3, Qwen2; ignore_merges) and SentencePiece-style BPE over "▁" words with byte
+// fallback (Llama 2, Mistral), the normalizer, pre-tokenizer and decoder run by hf_pipeline.h.
 //   pre-tokenize: GPT-2's pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
 //   ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //                 matched by hand (no regex engine); \p{L} and \p{N} come from the generated
@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 
-namespace onyx::data {
+namespace onyx::tokenizers {
 
 namespace hf {
 class Pipeline;
@@ -111,4 +111,4 @@ class BpeTokenizer : public Tokenizer {
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
 };
 
-}  // namespace onyx::data
+}  // namespace onyx::tokenizers

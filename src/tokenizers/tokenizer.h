@@ -1,9 +1,9 @@
-// data/tokenizer.h — what every tokenizer gives a dataset, and the Unicode helpers they share.
-// A Tokenizer turns text into ids (encode_ids), then assembles one text or a pair into input_ids,
-// attention_mask and token_type_ids with the model's special tokens (a template as Hugging Face's
-// post-processors: [CLS] A [SEP] B [SEP] for BERT, nothing for GPT-2), truncation (longest_first)
-// and padding. WordPiece (wordpiece.h) and byte-level BPE (bpe.h) implement it; load_tokenizer
-// picks one from a Hugging Face checkpoint folder or file.
+// tokenizers/tokenizer.h — what every tokenizer gives a dataset, and the Unicode helpers they
+// share. A Tokenizer turns text into ids (encode_ids), then assembles one text or a pair into
+// input_ids, attention_mask and token_type_ids with the model's special tokens (a template as
+// Hugging Face's post-processors: [CLS] A [SEP] B [SEP] for BERT, nothing for GPT-2), truncation
+// (longest_first) and padding. WordPiece (wordpiece.h) and byte-level BPE (bpe.h) implement it;
+// load_tokenizer picks one from a Hugging Face checkpoint folder or file.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace onyx::data {
+namespace onyx::tokenizers {
 
 struct Encoding {
   std::vector<int64_t> input_ids;
@@ -211,4 +211,4 @@ std::string encode_utf8(const std::u32string& s);
 size_t invalid_utf8_at(const std::string& s, size_t from = 0);
 
 }  // namespace unicode
-}  // namespace onyx::data
+}  // namespace onyx::tokenizers

@@ -1,4 +1,4 @@
-// data/wordpiece.h — BERT's WordPiece tokenizer, as Hugging Face's BertNormalizer +
+// tokenizers/wordpiece.h — BERT's WordPiece tokenizer, as Hugging Face's BertNormalizer +
 // BertPreTokenizer + WordPiece model + BertProcessing ([CLS] A [SEP] B [SEP], token types 0/1).
 //   normalize:    clean text (drop NUL, U+FFFD and \p{C} controls; white space -> ' '), put spaces
 //                 around CJK ideographs, strip accents (NFD, then drop Mn marks; every Unicode
@@ -13,9 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 
-namespace onyx::data {
+namespace onyx::tokenizers {
 
 struct WordPieceConfig {
   bool lowercase = true;
@@ -74,4 +74,4 @@ class WordPieceTokenizer : public Tokenizer {
   int64_t unk_id_ = 0;
 };
 
-}  // namespace onyx::data
+}  // namespace onyx::tokenizers

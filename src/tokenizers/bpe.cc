@@ -2,7 +2,7 @@
 // without a regex engine on the vocab.json route), the byte-to-unicode map, rank-ordered merges
 // over a heap with a word cache, and tokenizer.json's BPE model (byte fallback, unk, ignore_merges)
 // behind the pipeline of hf_pipeline.h (see bpe.h).
-#include "data/bpe.h"
+#include "tokenizers/bpe.h"
 
 #include <cctype>
 #include <cstdio>
@@ -10,10 +10,10 @@
 #include <queue>
 #include <sstream>
 
-#include "data/hf_pipeline.h"
 #include "onyx/error.h"
+#include "tokenizers/hf_pipeline.h"
 
-namespace onyx::data {
+namespace onyx::tokenizers {
 
 namespace {
 
@@ -479,4 +479,4 @@ std::string BpeTokenizer::token_bytes(int64_t id) const {
   return out;
 }
 
-}  // namespace onyx::data
+}  // namespace onyx::tokenizers

@@ -2,7 +2,7 @@
 // with ICU for regular expressions and Unicode normalization. Each step does what the `tokenizers`
 // library's step of the same name does (read from its behaviour and checked against it by
 // tests/data/test_llama_tokenizer_reference.cc).
-#include "data/hf_pipeline.h"
+#include "tokenizers/hf_pipeline.h"
 
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>
@@ -14,11 +14,11 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "data/bpe.h"
-#include "data/tokenizer.h"
 #include "onyx/error.h"
+#include "tokenizers/bpe.h"
+#include "tokenizers/tokenizer.h"
 
-namespace onyx::data::hf {
+namespace onyx::tokenizers::hf {
 
 // ---- Regex ----
 
@@ -558,4 +558,4 @@ std::string Pipeline::decode(std::vector<std::string> tokens) const {
   return out;
 }
 
-}  // namespace onyx::data::hf
+}  // namespace onyx::tokenizers::hf

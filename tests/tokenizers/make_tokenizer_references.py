@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Makes the tokenizer references that tests/data/test_bpe_reference.cc and
-tests/data/test_wordpiece_reference.cc check onyx's tokenizers against, with Hugging Face
+"""Makes the tokenizer references that tests/tokenizers/test_bpe_reference.cc and
+tests/tokenizers/test_wordpiece_reference.cc check onyx's tokenizers against, with Hugging Face
 `tokenizers` (the library transformers' fast tokenizers run on). Run with the build's venv:
-    build/venv/bin/python tests/data/make_tokenizer_references.py BUILD_DIR
+    build/venv/bin/python tests/tokenizers/make_tokenizer_references.py BUILD_DIR
 Writes
   BUILD_DIR/bpe-reference/        GPT-2's real byte-level BPE: vocab.json and merges.txt (copied from
                                   ../shared/data/gpt2-tokenizer beside the checkout, or

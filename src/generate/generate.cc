@@ -1,5 +1,5 @@
 // generate.cc — Generator: prefill, then one token per step over a key/value cache (generate.h).
-#include "train/generate.h"
+#include "generate/generate.h"
 
 #include <unistd.h>
 
@@ -15,16 +15,16 @@
 #include <random>
 #include <set>
 
-#include "data/tokenizer.h"
 #include "io/safetensors.h"
 #include "models/hf_weights.h"
 #include "models/lora.h"
 #include "passes/pass.h"
 #include "runtime/session.h"
+#include "tokenizers/tokenizer.h"
 
 namespace fs = std::filesystem;
 
-namespace onyx::train {
+namespace onyx::generate {
 
 struct Generator::Compiled {
   int64_t batch, new_tokens, past;
@@ -289,7 +289,8 @@ Generator Generator::from_folder(const std::string& dir) {
   ONYX_CHECK(
       fs::exists(cfg), dir,
       ": no config.json (generate reads a Hugging Face model folder or a checkpoint of one)");
-  models::HfConfig c = models::parse_hf_config(data::read_text_file(cfg.string()), cfg.string());
+  models::HfConfig c =
+      models::parse_hf_config(tokenizers::read_text_file(cfg.string()), cfg.string());
   models::BuiltModel m = models::build_hf_decoder_with_past(c, 0);
   m.model.source = dir;
   models::apply_hf_checkpoint(m, models::read_hf_checkpoint(dir), dir);
@@ -570,4 +571,4 @@ std::vector<std::vector<int64_t>> Generator::generate(
   return result;
 }
 
-}  // namespace onyx::train
+}  // namespace onyx::generate

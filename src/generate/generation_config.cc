@@ -1,6 +1,6 @@
 // generation_config.cc — generation settings from generation_config.json / config.json and the
 // checks they share with the CLI's flags (generation_config.h).
-#include "train/generation_config.h"
+#include "generate/generation_config.h"
 
 #include <cmath>
 #include <filesystem>
@@ -12,7 +12,7 @@
 
 namespace fs = std::filesystem;
 
-namespace onyx::train {
+namespace onyx::generate {
 
 namespace {
 
@@ -202,4 +202,4 @@ GenerationConfig read_generation_config(const std::string& dir, GenerationConfig
   return cfg;
 }
 
-}  // namespace onyx::train
+}  // namespace onyx::generate

@@ -1,4 +1,4 @@
-// train/generation_config.h — what generate() is asked to do: Transformers' GenerationConfig
+// generate/generation_config.h — what generate() is asked to do: Transformers' GenerationConfig
 // fields onyx implements, read from a model folder's generation_config.json (and config.json's
 // token ids), and the checks Transformers' generate() makes on them, shared by those files and
 // `onyx generate`'s flags.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace onyx::train {
+namespace onyx::generate {
 
 struct GenerationConfig {
   // New tokens per row; -1: up to max_length tokens in all (the left-padded prompt included, as
@@ -69,4 +69,4 @@ void validate_generation_config(const GenerationConfig& cfg, const std::string& 
 void check_generation_token_ids(const GenerationConfig& cfg, int64_t vocab_size,
                                 const std::string& what);
 
-}  // namespace onyx::train
+}  // namespace onyx::generate

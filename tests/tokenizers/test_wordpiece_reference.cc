@@ -1,6 +1,6 @@
 // test_wordpiece_reference.cc — onyx's WordPiece against Hugging Face tokenizers with a real BERT
 // vocabulary (all-MiniLM-L6-v2's uncased vocab.txt and tokenizer.json) on every WordNet gloss and
-// lines in many scripts, made by tests/data/make_tokenizer_references.py into
+// lines in many scripts, made by tests/tokenizers/make_tokenizer_references.py into
 // BUILD/wordpiece-reference (or $ONYX_WORDPIECE_REFERENCE). The reference has no special tokens
 // around a line (add_special_tokens=False); special tokens written in a line ("[MASK]") are matched
 // as HF tokenizers does. Every line must give the same ids, from vocab.txt and tokenizer.json. A
@@ -12,11 +12,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer.h"
-#include "data/wordpiece.h"
+#include "tokenizers/tokenizer.h"
+#include "tokenizers/wordpiece.h"
 
 namespace fs = std::filesystem;
-using namespace onyx::data;
+using namespace onyx::tokenizers;
 
 namespace {
 
@@ -53,7 +53,7 @@ TEST(WordPieceReference, MiniLmIdsMatchHfTokenizersOnAllLines) {
   if (!fs::exists(dir + "/reference.jsonl"))
     FAIL() << "no WordPiece reference in " << dir
            << "; make it with HF tokenizers: build/venv/bin/python "
-              "tests/data/make_tokenizer_references.py "
+              "tests/tokenizers/make_tokenizer_references.py "
            << fs::path(dir).parent_path().string();
   auto vt = WordPieceTokenizer::from_vocab_txt(dir + "/vocab.txt");
   EXPECT_EQ(vt->vocab_size(), 30522);

@@ -1,5 +1,5 @@
 // run_config.cc — YAML/JSON config -> RunConfig via yaml-cpp (JSON is read as YAML).
-#include "train/run_config.h"
+#include "config/run_config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -15,16 +15,16 @@
 #include "data/dataset.h"
 #include "data/idx_dataset.h"
 #include "data/text_datasets.h"
-#include "data/tokenizer.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
 #include "models/hf_weights.h"
 #include "onyx/custom_ops.h"
+#include "tokenizers/tokenizer.h"
 #include "train/did_you_mean.h"
 
 namespace fs = std::filesystem;
 
-namespace onyx::train {
+namespace onyx::config {
 namespace {
 
 // A YAML flag: true or false (YAML 1.1's yes / on / y, quoted or not, are refused: PEFT and TRL
@@ -266,7 +266,7 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
           "frozen", "lora", "peft_config", "model_init_kwargs", "custom_op_libraries",
           "batch_norm_running_var", "early_stopping_patience", "early_stopping_threshold"})
       known.push_back(k);
-    throw Error(cat(what, ": unknown key '", key, "'", did_you_mean(key, known)));
+    throw Error(cat(what, ": unknown key '", key, "'", train::did_you_mean(key, known)));
   }
 }
 
@@ -461,7 +461,7 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     }
   } else if (type == "text_classification" || type == "causal_lm" || type == "sft") {
     const std::string tok_path = resolve(c.dir, need("tokenizer"));
-    auto tok = data::load_tokenizer(tok_path);
+    auto tok = tokenizers::load_tokenizer(tok_path);
     std::string path = resolve(c.dir, need("path"));
     if (type == "sft") {
       data::SftOptions o;
@@ -656,4 +656,4 @@ Model model_from_config(const RunConfig& c) {
   return m;
 }
 
-}  // namespace onyx::train
+}  // namespace onyx::config

@@ -1,6 +1,6 @@
 // tokenizer.cc — the shared half of the tokenizers: added-token matching, the special-token
 // template with truncation and padding, load_tokenizer, and the Unicode tables and UTF-8 codec.
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 
 #include <unicode/uchar.h>
 
@@ -13,14 +13,14 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "data/bpe.h"
-#include "data/wordpiece.h"
 #include "io/json.h"
 #include "onyx/error.h"
+#include "tokenizers/bpe.h"
+#include "tokenizers/wordpiece.h"
 
 namespace fs = std::filesystem;
 
-namespace onyx::data {
+namespace onyx::tokenizers {
 
 std::string read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -475,7 +475,7 @@ struct StripEntry {
 // Unicode 8 tables): dropped by clean_text, split off as punctuation, dropped by strip_accents.
 enum class BertClass : uint8_t { Other, Control, Punctuation, Nonspacing };
 
-#include "data/unicode_tables.inc"
+#include "tokenizers/unicode_tables.inc"
 
 template <size_t N>
 uint8_t lookup_run(const uint32_t (&runs)[N], char32_t c) {
@@ -667,4 +667,4 @@ size_t invalid_utf8_at(const std::string& s, size_t from) {
 }
 
 }  // namespace unicode
-}  // namespace onyx::data
+}  // namespace onyx::tokenizers

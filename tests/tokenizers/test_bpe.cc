@@ -7,12 +7,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/bpe.h"
 #include "onyx/error.h"
+#include "tokenizers/bpe.h"
 
 namespace fs = std::filesystem;
 using namespace onyx;
-using namespace onyx::data;
+using namespace onyx::tokenizers;
 
 namespace {
 
