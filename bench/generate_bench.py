@@ -1,6 +1,6 @@
 """generate_bench.py — decoding time per token against the prefix length: `onyx generate` (KV
-cache, src/train/generate.cc) and Transformers' generate (DynamicCache, PyTorch 2.13 eager) on the
-same ~110M-parameter Llama, side by side in one run.
+cache, src/generate/generate.cc) and Transformers' generate (DynamicCache, PyTorch 2.13 eager) on
+the same ~110M-parameter Llama, side by side in one run.
 
   build/venv/bin/python bench/generate_bench.py [--prefixes 32,256,1024] [--new 64] [--batch 1]
       [--threads 0] [--out build/bench-generate]

@@ -26,6 +26,7 @@
 
 #include "config/run_config.h"
 #include "data/dataset.h"
+#include "models/hf_model.h"
 #include "models/lora.h"
 #include "onyx/custom_ops.h"
 #include "onyx/error.h"
@@ -534,6 +535,9 @@ NB_MODULE(_onyx, m) {
       },
       "write"_a.none(), "is_tty"_a, "columns"_a,
       "Routes the progress bar and log lines to write(text) (None: back to stdout).");
+  m.def("built_architectures", &models::built_architectures,
+        "The Transformers classes onyx's C++ builders make (BertForSequenceClassification, ...): "
+        "a module of one of them trains through its save_pretrained folder.");
   m.def("rebalanced_batches", &data::rebalanced_batches, "order"_a, "lengths"_a, "per_step"_a,
         "world"_a, "ga"_a, "drop_last"_a,
         "train_sampling_strategy='batch_rebalance': Transformers' BatchRebalanceSampler's "

@@ -82,8 +82,8 @@ std::vector<std::string> upward_includes(const fs::path& root, const std::string
   if (!fs::exists(dir)) return bad;
   for (auto& e : fs::recursive_directory_iterator(dir)) {
     auto ext = e.path().extension();
-    if (!e.is_regular_file() || (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh" &&
-                                 ext != ".inc"))
+    if (!e.is_regular_file() ||
+        (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh" && ext != ".inc"))
       continue;
     std::string shown = fs::relative(e.path(), root).string();
     for (auto& i : quoted_includes(e.path(), shown)) {

@@ -13,7 +13,8 @@ namespace onyx::ir {
 
 // Stores float32 initializer `name` as bfloat16 (rounded to nearest even) under the same name, read
 // through one Cast(name, to=FLOAT) node (inserted first) whose output `name/float32` replaces it in
-// every consumer. Used by models::store_frozen_weights_bf16 (LoRA's bf16 base) and by store_weights_bf16.
+// every consumer. Used by models::store_frozen_weights_bf16 (LoRA's bf16 base) and by
+// store_weights_bf16.
 void store_initializer_bf16(ir::Graph& g, const std::string& name);
 
 // `onyx export --dtype bfloat16`: every float32 initializer of at least `min_elements` elements

@@ -113,9 +113,7 @@ struct Bert {
 
 BuiltModel build_bert(const HfConfig& c, Task task, int64_t seed) {
   bool roberta = c.model_type == "roberta";
-  if (task != Task::SequenceClassification && task != Task::TokenClassification &&
-      task != Task::MaskedLM && task != Task::Base)
-    unsupported_task(c, task, "SequenceClassification, TokenClassification, MaskedLM, Base");
+  require_task(c, task);
   GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
   std::string prefix = task == Task::Base ? "" : base_model_prefix(c.model_type) + ".";
   Bert m{b, c, roberta, prefix};

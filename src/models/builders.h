@@ -17,8 +17,9 @@ BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed);       // lla
 BuiltModel build_gpt2_with_past(const HfConfig& c, int64_t seed);
 BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed);
 
-// Throws naming the model type and task when the family has no head for `task`.
-[[noreturn]] void unsupported_task(const HfConfig& c, Task task, const char* supported);
+// Throws naming the model type, the task and the heads it has when built_model_types() does not
+// list `task` for c.model_type.
+void require_task(const HfConfig& c, Task task);
 
 // (B,T) int64 graph input named `name`.
 std::string token_input(GraphBuilder& b, const std::string& name);

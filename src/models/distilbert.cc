@@ -84,9 +84,7 @@ struct DistilBert {
 }  // namespace
 
 BuiltModel build_distilbert(const HfConfig& c, Task task, int64_t seed) {
-  if (task != Task::SequenceClassification && task != Task::TokenClassification &&
-      task != Task::MaskedLM && task != Task::Base)
-    unsupported_task(c, task, "SequenceClassification, TokenClassification, MaskedLM, Base");
+  require_task(c, task);
   GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
   DistilBert m{b, c, task == Task::Base ? "" : "distilbert."};
   Init w = Init::normal(c.initializer_range);

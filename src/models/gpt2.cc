@@ -124,7 +124,7 @@ BuiltModel build_gpt2_with_past(const HfConfig& c, int64_t seed) {
 }
 
 BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed) {
-  if (task != Task::CausalLM && task != Task::Base) unsupported_task(c, task, "CausalLM, Base");
+  require_task(c, task);
   GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
   Gpt2 m{b, c, task == Task::Base ? "" : "transformer."};
   int64_t C = c.hidden_size;

@@ -1,5 +1,6 @@
 // hf_model.cc — build_hf_model's dispatch by model type, Transformers' class names per task, and
 // the pieces the family builders share (inputs, masks, heads, loss).
+#include <algorithm>
 #include <climits>
 
 #include "autodiff/gradient.h"
@@ -58,6 +59,42 @@ std::string architecture_name(const std::string& model_type, Task t) {
   return stem;
 }
 
+const std::vector<std::pair<std::string, std::vector<Task>>>& built_model_types() {
+  using T = Task;
+  static const std::vector<Task> encoder = {T::SequenceClassification, T::TokenClassification,
+                                            T::MaskedLM, T::Base};
+  static const std::vector<Task> llama = {T::CausalLM, T::SequenceClassification, T::Base};
+  static const std::vector<std::pair<std::string, std::vector<Task>>> types = {
+      {"bert", encoder},
+      {"roberta", encoder},
+      {"distilbert", encoder},
+      {"gpt2", {T::CausalLM, T::Base}},
+      {"vit", {T::ImageClassification, T::Base}},
+      {"llama", llama},
+      {"mistral", llama},
+      {"qwen2", llama}};
+  return types;
+}
+
+std::vector<std::string> built_architectures() {
+  std::vector<std::string> out;
+  for (auto& [type, tasks] : built_model_types())
+    for (Task t : tasks) out.push_back(architecture_name(type, t));
+  return out;
+}
+
+void require_task(const HfConfig& c, Task task) {
+  for (auto& [type, tasks] : built_model_types()) {
+    if (type != c.model_type) continue;
+    if (std::find(tasks.begin(), tasks.end(), task) != tasks.end()) return;
+    std::string heads;
+    for (Task t : tasks) heads += (heads.empty() ? "" : ", ") + std::string(task_name(t));
+    throw Error(cat("model_type '", c.model_type, "' has no ", task_name(task), " head in onyx (",
+                    heads, ")"));
+  }
+  throw Error(cat("model_type '", c.model_type, "' is not one onyx builds"));
+}
+
 std::optional<Task> task_from_architecture(const std::string& arch) {
   auto ends = [&](const std::string& s) {
     return arch.size() >= s.size() && arch.compare(arch.size() - s.size(), s.size(), s) == 0;
@@ -69,11 +106,6 @@ std::optional<Task> task_from_architecture(const std::string& arch) {
   if (ends("ForImageClassification")) return Task::ImageClassification;
   if (ends("Model")) return Task::Base;
   return std::nullopt;
-}
-
-void unsupported_task(const HfConfig& c, Task task, const char* supported) {
-  throw Error(cat("model_type '", c.model_type, "' has no ", task_name(task), " head in onyx (",
-                  supported, ")"));
 }
 
 std::string token_input(GraphBuilder& b, const std::string& name) {

@@ -84,6 +84,11 @@ const char* task_name(Task t);  // "SequenceClassification", ...
 std::string architecture_name(const std::string& model_type, Task t);
 // The task of a Transformers class name ("BertForMaskedLM" -> MaskedLM); nullopt when unknown.
 std::optional<Task> task_from_architecture(const std::string& arch);
+// The model types onyx builds and the heads each has: the one list the builders check a task
+// against (require_task) and the Python package reads (built_architectures), in order.
+const std::vector<std::pair<std::string, std::vector<Task>>>& built_model_types();
+// Every Transformers class onyx builds: architecture_name of each (model type, task) above.
+std::vector<std::string> built_architectures();
 
 struct BuiltModel {
   Model model;  // graph (initializers = the weights, HF names), loss, predictions = "logits"

@@ -250,8 +250,7 @@ BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed) {
 }
 
 BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
-  if (task != Task::CausalLM && task != Task::SequenceClassification && task != Task::Base)
-    unsupported_task(c, task, "CausalLM, SequenceClassification, Base");
+  require_task(c, task);
   GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
   Llama m = make_llama(b, c);
   const int64_t C = c.hidden_size;

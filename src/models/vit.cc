@@ -87,8 +87,7 @@ struct Vit {
 }  // namespace
 
 BuiltModel build_vit(const HfConfig& c, Task task, int64_t seed) {
-  if (task != Task::ImageClassification && task != Task::Base)
-    unsupported_task(c, task, "ImageClassification, Base");
+  require_task(c, task);
   GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
   Vit m{b, c, task == Task::Base ? "" : "vit."};
   int64_t C = c.hidden_size, L = c.num_labels, S = c.image_size;

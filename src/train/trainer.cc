@@ -127,6 +127,9 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   // Data parallelism: the world is MPI's under mpirun, else this process alone.
   impl_->comm = &dist::world();
   impl_->comm->set_timeout((double)args_.ddp_timeout);
+  // known before train(): save_model and the Python package's files are written by rank 0 only
+  state_.is_world_process_zero = impl_->comm->rank() == 0;
+  state_.is_local_process_zero = impl_->comm->local_rank() == 0;
   impl_->dp = std::make_unique<train::DataParallel>(*impl_->comm, impl_->ts->params().layout(),
                                                     (int)args_.zero_stage,
                                                     args_.ddp_bucket_cap_mb.value_or(25));

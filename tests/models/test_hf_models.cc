@@ -5,6 +5,7 @@
 // copies, missing / unexpected tensors) and the errors for bad folders.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -223,6 +224,25 @@ TEST(HfConfig, TaskFromArchitecture) {
   EXPECT_FALSE(task_from_architecture("Florb"));
   EXPECT_EQ(architecture_name("gpt2", Task::CausalLM), "GPT2LMHeadModel");
   EXPECT_EQ(architecture_name("vit", Task::ImageClassification), "ViTForImageClassification");
+}
+
+// One list of what the builders make (built_model_types): each builds, the rest is refused
+// naming the heads the type has, and the Python package reads the same names.
+TEST(HfModel, BuiltArchitecturesAreTheBuildersOwnList) {
+  auto archs = built_architectures();
+  EXPECT_NE(std::find(archs.begin(), archs.end(), "Qwen2ForSequenceClassification"), archs.end());
+  EXPECT_EQ(std::find(archs.begin(), archs.end(), "GPT2ForSequenceClassification"), archs.end());
+  for (const char* text : {kBert, kRoberta, kDistil, kGpt2, kVit}) {
+    HfConfig c = cfg(text);
+    for (auto& [type, tasks] : built_model_types())
+      if (type == c.model_type)
+        for (Task t : tasks)
+          EXPECT_NO_THROW(build_hf_model(c, t, 1)) << type << " " << task_name(t);
+  }
+  std::string e = error_of([] { build_hf_model(cfg(kGpt2), Task::SequenceClassification, 1); });
+  EXPECT_NE(e.find("has no SequenceClassification head in onyx (CausalLM, Base)"),
+            std::string::npos)
+      << e;
 }
 
 // ---- graphs -------------------------------------------------------------------------------------
