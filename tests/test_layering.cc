@@ -30,7 +30,7 @@ const std::vector<std::pair<std::string, std::set<std::string>>>& layers() {
       {"custom_ops", {"onyx", "io", "ir", "runtime", "kernels", "autodiff"}},
       {"models", {"onyx", "io", "ir", "runtime", "kernels", "autodiff", "passes"}},
       {"tokenizers", {"onyx", "io"}},
-      {"templates", {"onyx", "io"}},
+      {"templates", {"onyx", "io", "tokenizers"}},
       {"data", {"onyx", "io", "tokenizers", "templates"}},
       {"dist", {"onyx", "runtime"}},
       {"generate",

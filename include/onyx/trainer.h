@@ -210,6 +210,14 @@ class Trainer {
  private:
   struct Impl;
   TrainOutput train_loop();
+  // train_loop's parts: before the first step, one step's gradients and its update, the log /
+  // evaluation / checkpoint after a step or an epoch, after the last step.
+  void start_training();
+  double accumulate_gradients(const std::vector<std::vector<int64_t>>& batches, int64_t group_start,
+                              int64_t group_end);
+  void apply_gradients();
+  void maybe_log_save_evaluate(bool epoch_end);
+  TrainOutput finish_training();
   // model.safetensors of a checkpoint folder, with a LoRA run's adapters from its
   // adapter_model.safetensors under their graph names.
   std::map<std::string, Tensor> read_checkpoint_weights(const std::string& dir);

@@ -18,7 +18,7 @@
 // default arguments), break/continue, generation; literals (strings with Python escapes, ints,
 // floats, true/false/none in either case, lists, tuples, dicts), . and [] access, slices,
 // + - * / // % ** ~, comparisons (chained), and/or/not, in/not in, 'a if c else b', the tests
-// and filters listed in chat_template.cc (an unknown one is an error naming its line and column
+// and filters listed in templates/filters.cc (an unknown one is an error naming its line and column
 // when the template is parsed), the str / dict / list methods templates call (.strip() .split()
 // .startswith() .get() .items() ...). Values are Python's: str() and repr() of lists, dicts,
 // floats and None as Python prints them; strings index and measure by code point.
@@ -35,27 +35,11 @@
 #include <utility>
 #include <vector>
 
+#include "templates/template.h"
+
 namespace onyx::data {
 
-struct ChatTemplateImpl;
-
-// What one template may do. A chat template is code from a downloaded folder, so parsing and
-// rendering are bounded; each bound reached is an error that names it, and a real template
-// reaches none (the largest Hugging Face templates nest ~10 deep and render in ~10^4 steps).
-struct TemplateLimits {
-  static constexpr size_t kMaxSourceBytes = 4u << 20;  // the template's text
-  // Blocks and expressions inside each other when parsing (jinja2 itself stops near 80, at
-  // Python's recursion limit), and statements, expressions and macro calls inside each other
-  // while rendering.
-  static constexpr int kMaxNesting = 256;
-  static constexpr int kMaxRenderDepth = 256;
-  static constexpr int kMaxMacroDepth = 100;        // a macro calling itself
-  static constexpr int kMaxValueDepth = 512;        // lists, dicts and namespaces inside each other
-  static constexpr int64_t kMaxSteps = 20'000'000;  // statements, expressions, items visited
-  static constexpr int64_t kMaxBytes = 1ll << 30;   // bytes of strings made in one render
-  static constexpr int64_t kMaxString = 64ll << 20;  // one string value, and the rendered text
-  static constexpr int64_t kMaxItems = 1'000'000;    // one list or dict
-};
+using TemplateLimits = templates::TemplateLimits;  // (templates/template.h)
 
 class ChatTemplate {
  public:
@@ -74,7 +58,7 @@ class ChatTemplate {
   const std::string& name() const;
 
  private:
-  std::shared_ptr<const ChatTemplateImpl> impl_;
+  std::shared_ptr<const templates::Template> impl_;
 };
 
 // The variables apply_chat_template passes: messages (keys whose value is null dropped, reasoning

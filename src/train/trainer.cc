@@ -1,8 +1,10 @@
 // trainer.cc — the training loop with Transformers' semantics: gradient accumulation, clipping,
 // schedules, logging/eval/save strategies, checkpoint rotation that keeps the best, load best at
 // end, and exact resume (parameters, optimizer moments, schedule, data order, RNG, partial loss
-// accumulators and the log all come back bit for bit). Here: the constructor, train() (the step
-// and when to log / evaluate / save), log() and fit_batch_to_memory(); metrics.cc holds the
+// accumulators and the log all come back bit for bit). Here: the constructor, train() — the loop
+// (train_loop) and its parts: start_training, accumulate_gradients (one step's micro-batches),
+// apply_gradients (the update), maybe_log_save_evaluate, finish_training — log() and
+// fit_batch_to_memory(); metrics.cc holds the
 // built-in metrics, checkpoint.cc the state and checkpoint files, evaluate.cc evaluate() /
 // predict().
 #include "onyx/trainer.h"
@@ -311,7 +313,9 @@ Trainer::ParallelInfo Trainer::parallel_info() const {
   return p;
 }
 
-TrainOutput Trainer::train_loop() {
+// Before step 1 (or the resumed step): output_dir writable, the batch fitted to memory, the step
+// count and schedule, a resume or the initial weights broadcast, the state, the progress display.
+void Trainer::start_training() {
   ONYX_CHECK(train_ds_, "train: no train dataset");
   auto& I = *impl_;
   auto& a = args_;
@@ -389,209 +393,278 @@ TrainOutput Trainer::train_loop() {
   if (I.progress) I.progress->start(state_.global_step);
   control_ = TrainerControl();
   for (auto& cb : callbacks_) cb->on_train_begin(a, state_, control_);
-  auto t_start = std::chrono::steady_clock::now();
-  int64_t samples_seen = 0, steps_run = 0;
-  const int64_t eval_every = state_.eval_steps;
+  I.t_start = std::chrono::steady_clock::now();
+  I.samples_seen = I.steps_run = 0;
+}
 
-  auto maybe_log_save_evaluate = [&](bool epoch_end) {
-    bool do_log = control_.should_log, do_eval = control_.should_evaluate,
-         do_save = control_.should_save;
-    if (!epoch_end) {
-      do_log |= a.logging_strategy == "steps" && state_.global_step % state_.logging_steps == 0;
-      do_log |= a.logging_first_step && state_.global_step == 1;
-      do_eval |= a.eval_strategy == "steps" && state_.global_step % eval_every == 0;
-      do_save |= a.save_strategy == "steps" && state_.global_step % state_.save_steps == 0;
-      if (state_.global_step >= state_.max_steps) {  // Transformers' DefaultFlowCallback at the end
-        do_eval |= a.eval_strategy == "steps";       // (an evaluation, not a second one)
-        do_save |= a.save_strategy == "steps";
+// Transformers' _maybe_log_save_evaluate after a step (epoch_end: after an epoch): the log, the
+// evaluation (stepping a metric-driven schedule), the checkpoint the strategies and callbacks ask.
+void Trainer::maybe_log_save_evaluate(bool epoch_end) {
+  auto& I = *impl_;
+  auto& a = args_;
+  bool do_log = control_.should_log, do_eval = control_.should_evaluate,
+       do_save = control_.should_save;
+  if (!epoch_end) {
+    do_log |= a.logging_strategy == "steps" && state_.global_step % state_.logging_steps == 0;
+    do_log |= a.logging_first_step && state_.global_step == 1;
+    do_eval |= a.eval_strategy == "steps" && state_.global_step % state_.eval_steps == 0;
+    do_save |= a.save_strategy == "steps" && state_.global_step % state_.save_steps == 0;
+    if (state_.global_step >= state_.max_steps) {  // Transformers' DefaultFlowCallback at the end
+      do_eval |= a.eval_strategy == "steps";       // (an evaluation, not a second one)
+      do_save |= a.save_strategy == "steps";
+    }
+  } else {
+    do_log |= a.logging_strategy == "epoch";
+    do_eval |= a.eval_strategy == "epoch";
+    do_save |= a.save_strategy == "epoch";
+  }
+  if (do_log && I.steps_since_log > 0) {
+    LogEntry e;
+    e.values["loss"] = I.loss_since_log / (double)I.steps_since_log;
+    e.values["grad_norm"] = I.last_grad_norm;
+    // the LR the last step applied (Transformers reads it before lr_scheduler.step())
+    e.values["learning_rate"] =
+        train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1), &I.metric_lr);
+    I.loss_since_log = 0;
+    I.steps_since_log = 0;
+    log(e);
+  }
+  if (do_eval) {
+    Metrics m = evaluate();
+    // Transformers' _evaluate steps a ReduceLROnPlateau / GreedyLR with the metric
+    if (I.sched.type == "reduce_lr_on_plateau" || I.sched.type == "greedy") {
+      const std::string key = "eval_" + args_.best_metric_name();
+      auto it = m.find(key);
+      ONYX_CHECK(it != m.end(), I.sched.type, ": the evaluation has no '", key,
+                 "' (metric_for_best_model)");
+      train::metric_lr_step(I.sched, I.metric_lr, it->second);
+    }
+  }
+  if (do_save) save_checkpoint();
+  control_.should_log = control_.should_evaluate = control_.should_save = false;
+}
+
+// One optimizer step's gradients into grads(): the micro-batches [group_start, group_end) of
+// `batches` (global slots k = j * world + rank; train/data_parallel.h) run forward and backward,
+// weighted and reduced over the ranks; the logged loss accumulated. Returns the step's loss.
+double Trainer::accumulate_gradients(const std::vector<std::vector<int64_t>>& batches,
+                                     int64_t group_start, int64_t group_end) {
+  auto& I = *impl_;
+  auto& a = args_;
+  dist::Comm& comm = *I.comm;
+  const int64_t world = comm.size(), rank = comm.rank();
+  const int64_t ga = a.gradient_accumulation_steps;
+  const int64_t slots = ga * world;
+  for (auto& cb : callbacks_) cb->on_step_begin(a, state_, control_);
+  // Each micro-batch's gradient is weighted by its share of the step's items over all ranks
+  // (Transformers' num_items_in_batch: sum over all items / their number), or equally when
+  // the items are not known. The weighted gradients are summed left to right into grads(),
+  // micro-batches after the first computed into a second buffer; across ranks the sum is by
+  // element owner in rank order — the same bits as one rank accumulating them all.
+  std::vector<std::map<std::string, Tensor>> micro_batches(ga);
+  std::vector<int64_t> my_items(ga, -2);  // -2: no such slot
+  for (int64_t j = 0; j < ga; j++) {
+    int64_t b = group_start + j * world + rank;
+    if (b >= group_end) continue;
+    micro_batches[j] = load_batch(*train_ds_, batches[b]);
+    my_items[j] = count_items(model_, micro_batches[j]);
+  }
+  // items of global slot k = j * world + q
+  std::vector<int64_t> all_items = comm.all_gather_values(my_items);
+  auto slot_items = [&](int64_t k) { return all_items[(k % world) * ga + k / world]; };
+  int64_t total_items = 0, present = 0;
+  bool counted = true;
+  for (int64_t k = 0; k < slots; k++) {
+    int64_t n = slot_items(k);
+    if (n == -2) continue;
+    present++;
+    counted &= n >= 0;
+    total_items += std::max<int64_t>(n, 0);
+  }
+  // Not one label carries loss in the whole step: Transformers divides the summed loss by
+  // num_items_in_batch = 0 (NaN); onyx stops, naming the rows, before updating anything.
+  if (counted && total_items == 0 && present > 0) {
+    std::vector<int64_t> rows;
+    for (int64_t b = group_start; b < group_end && rows.size() < 16; b++)
+      for (int64_t r : batches[b]) rows.push_back(r);
+    throw Error(cat("step ", state_.global_step + 1, ": no label of its ", present,
+                    " batch(es) carries loss (every '", model_.items_labels, "' is ",
+                    model_.items_ignore_index, "), so its loss is 0 / 0; rows ", shape_str(rows),
+                    group_end - group_start > 1 ? " ..." : "",
+                    " of the training data need a token to learn"));
+  }
+  const bool plain_mean = !counted || total_items == 0;  // items unknown
+  auto weight_items = [&](int64_t n) -> int64_t { return n == -2 ? 0 : plain_mean ? 1 : n; };
+  const double weight_total = plain_mean ? (double)present : (double)total_items;
+  auto& grads = I.ts->grads();
+  bool have_local = false;
+  std::vector<double> my_parts(ga, 0.0);
+  // DDP / ZeRO-1: the last local micro-batch's buckets are reduced while its backward runs.
+  const bool overlap = I.dp->overlaps();
+  int64_t last_j = -1;
+  for (int64_t j = 0; j < ga; j++)
+    if (weight_items(my_items[j]) > 0) last_j = j;
+  bool overlapping = false;
+  for (int64_t j = 0; j < ga; j++) {
+    const int64_t k = j * world + rank;
+    const int64_t n = weight_items(my_items[j]);
+    if (I.zero2 && world > 1) {
+      // ZeRO-2 reduces every micro-batch slot any rank has (a collective: all take part)
+      bool any = false;
+      for (int64_t q = 0; q < world; q++) any |= weight_items(slot_items(j * world + q)) > 0;
+      if (!any) continue;
+    } else if (n <= 0) {
+      continue;  // a micro-batch without targets adds nothing to the loss or gradient
+    }
+    train::FlatBuffer* into = have_local && !I.zero2 ? &I.scratch() : nullptr;
+    train::FlatBuffer& target = into ? *into : grads;
+    if (n > 0) {
+      const double w = (double)n / weight_total;
+      uint64_t seed =
+          (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)k;
+      if (overlap && j == last_j) {
+        // the weighting and the add into grads happen bucket by bucket (DataParallel)
+        const auto& timing = I.ts->gradient_timing(micro_batches[j]);
+        I.dp->begin_overlap(grads, &target, (float)w, timing.early, timing.late);
+        overlapping = true;
+        my_parts[j] =
+            w * I.ts->forward_backward(micro_batches[j], false, seed, true, into,
+                                       [&](const std::string& p) { I.dp->grad_ready(p); });
+      } else {
+        my_parts[j] = w * I.ts->forward_backward(micro_batches[j], false, seed, true, into);
+        if ((float)w != 1.0f) train::scale(target, (float)w);
+        if (into && !I.zero2) train::add_into(grads, *into);
       }
     } else {
-      do_log |= a.logging_strategy == "epoch";
-      do_eval |= a.eval_strategy == "epoch";
-      do_save |= a.save_strategy == "epoch";
+      target.zero();  // ZeRO-2: this rank has no data for the slot, its share is zero
     }
-    if (do_log && I.steps_since_log > 0) {
-      LogEntry e;
-      e.values["loss"] = I.loss_since_log / (double)I.steps_since_log;
-      e.values["grad_norm"] = I.last_grad_norm;
-      // the LR the last step applied (Transformers reads it before lr_scheduler.step())
-      e.values["learning_rate"] =
-          train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1), &I.metric_lr);
-      I.loss_since_log = 0;
-      I.steps_since_log = 0;
-      log(e);
-    }
-    if (do_eval) {
-      Metrics m = evaluate();
-      // Transformers' _evaluate steps a ReduceLROnPlateau / GreedyLR with the metric
-      if (I.sched.type == "reduce_lr_on_plateau" || I.sched.type == "greedy") {
-        const std::string key = "eval_" + args_.best_metric_name();
-        auto it = m.find(key);
-        ONYX_CHECK(it != m.end(), I.sched.type, ": the evaluation has no '", key,
-                   "' (metric_for_best_model)");
-        train::metric_lr_step(I.sched, I.metric_lr, it->second);
-      }
-    }
-    if (do_save) save_checkpoint();
-    control_.should_log = control_.should_evaluate = control_.should_save = false;
-  };
+    if (I.zero2) I.dp->accumulate_shard(grads, !have_local);
+    have_local = true;
+    micro_batches[j].clear();
+    if (j + 1 < ga)
+      for (auto& cb : callbacks_) cb->on_substep_end(a, state_, control_);
+  }
+  micro_batches.clear();
+  if (!have_local) grads.zero();  // no data on this rank this step: it adds zero
+  if (I.zero2) {
+    I.dp->finish_shard(grads);
+  } else if (overlap) {
+    if (!overlapping) I.dp->begin_overlap(grads, nullptr, 1.0f, {}, {});
+    I.dp->end_overlap();
+  } else {
+    I.dp->reduce_gradients(grads);
+  }
+  // The logged loss, in global slot order on every rank, as Transformers accumulates tr_loss
+  // per micro-batch: a nan/inf one adds tr_loss / (1 + steps since the last log) with
+  // logging_nan_inf_filter.
+  std::vector<double> all_parts = comm.all_gather_values(my_parts);
+  double step_loss = 0;
+  for (int64_t k = 0; k < slots; k++) {
+    if (weight_items(slot_items(k)) <= 0) continue;
+    const double part = all_parts[(k % world) * ga + k / world];
+    step_loss += part;
+    const double add = std::isfinite(part) || !a.logging_nan_inf_filter
+                           ? part
+                           : I.loss_since_log / (double)(1 + I.steps_since_log);
+    I.loss_since_log += add;
+    I.loss_total += add;
+  }
+  for (int64_t b = group_start; b < group_end; b++) I.samples_seen += (int64_t)batches[b].size();
+  return step_loss;
+}
 
-  while (I.epoch < num_epochs && state_.global_step < max_steps && !control_.should_training_stop) {
-    auto batches = epoch_batches(I.epoch);
+// The optimizer step on the reduced gradients (clipped to max_grad_norm), or a logged skip when
+// they are not finite.
+void Trainer::apply_gradients() {
+  auto& I = *impl_;
+  auto& a = args_;
+  auto& grads = I.ts->grads();
+  const int64_t own_b = I.dp->owned_begin(), own_e = I.dp->owned_end();
+  double norm = I.dp->grad_norm(grads);
+  double lr = train::lr_at(I.sched, state_.global_step, &I.metric_lr);
+  if (!std::isfinite(norm) || !train::all_finite(grads, own_b, own_e)) {
+    I.skipped_steps++;
+    LogEntry e;
+    e.values["skipped_nonfinite_step"] = 1;
+    e.values["grad_norm"] = norm;
+    log(e);
+  } else {
+    if (a.max_grad_norm > 0 && norm > a.max_grad_norm)
+      train::scale(grads, (float)(a.max_grad_norm / (norm + 1e-6)), own_b, own_e);
+    // The bf16 shadow of the weights (mixed precision) written by the update pass, unless
+    // the optimizer updates one shard (ZeRO): then the next run rounds it from the gathered
+    // weights.
+    const bool whole = own_b == 0 && own_e == I.ts->params().layout().numel;
+    train::FlatBuffer* shadow = whole ? I.ts->bf16_shadow() : nullptr;
+    I.opt->step(I.ts->params(), grads, lr, shadow);
+    I.dp->gather_params(I.ts->params());
+    if (shadow) I.ts->bf16_shadow_written();
+  }
+  I.last_grad_norm = norm;
+}
+
+// After the last step: the best model loaded back (load_best_model_at_end), the train_* metrics
+// logged, on_train_end, trainer_state.json.
+TrainOutput Trainer::finish_training() {
+  auto& I = *impl_;
+  auto& a = args_;
+  if (I.progress) I.progress->finish();
+  I.ts->release_activation_memory(true);  // the final save and evaluation need no training arena
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.t_start).count();
+  if (a.load_best_model_at_end && state_.best_model_checkpoint) {
+    // rank 0 reads the best weights, the other ranks receive them (no shared folder needed)
+    fs::path best = fs::path(*state_.best_model_checkpoint) / "model.safetensors";
+    if (I.comm->rank() == 0 && fs::exists(best))
+      I.ts->load_weights(io::load_safetensors(best.string()).tensors, cat("'", best.string(), "'"));
+    I.dp->broadcast_weights(*I.ts);
+  }
+  TrainOutput out;
+  out.global_step = state_.global_step;
+  out.training_loss = state_.global_step ? I.loss_total / (double)state_.global_step : 0;
+  LogEntry e;
+  e.values["train_runtime"] = secs;
+  e.values["train_samples_per_second"] = secs > 0 ? I.samples_seen / secs : 0;
+  e.values["train_steps_per_second"] = secs > 0 ? I.steps_run / secs : 0;
+  e.values["train_loss"] = out.training_loss;
+  out.metrics = e.values;
+  log(e);
+  for (auto& cb : callbacks_) cb->on_train_end(a, state_, control_);
+  // The final state next to the checkpoints, as Transformers' save_state() does.
+  if (I.comm->rank() == 0)
+    io::write_file_atomic((fs::path(a.output_dir) / "trainer_state.json").string(),
+                          state_.to_json() + "\n");
+  return out;
+}
+
+TrainOutput Trainer::train_loop() {
+  start_training();
+  auto& I = *impl_;
+  auto& a = args_;
+  dist::Comm& comm = *I.comm;
+  const int64_t slots = a.gradient_accumulation_steps * comm.size();  // micro-batches per step
+  while (I.epoch < state_.num_train_epochs && state_.global_step < state_.max_steps &&
+         !control_.should_training_stop) {
+    auto batches = train::epoch_batches(a, I.train_lengths, train_ds_->size(), comm.size(),
+                                        I.data_seed, I.epoch);
     if (I.batches_done == 0)
       for (auto& cb : callbacks_) cb->on_epoch_begin(a, state_, control_);
-    while (I.batches_done < (int64_t)batches.size() && state_.global_step < max_steps) {
-      // One optimizer step over up to K = ga * world micro-batches of the epoch (global slots
-      // k = j * world + rank; train/data_parallel.h).
-      int64_t group_start = I.batches_done;
-      int64_t group_end = std::min<int64_t>((int64_t)batches.size(), group_start + slots);
+    while (I.batches_done < (int64_t)batches.size() && state_.global_step < state_.max_steps) {
+      // One optimizer step over up to K = ga * world micro-batches of the epoch.
+      const int64_t group_start = I.batches_done;
+      const int64_t group_end = std::min<int64_t>((int64_t)batches.size(), group_start + slots);
       comm.set_context(cat("step ", state_.global_step + 1));
       for (auto& cb : callbacks_) cb->on_step_begin(a, state_, control_);
-      // Each micro-batch's gradient is weighted by its share of the step's items over all ranks
-      // (Transformers' num_items_in_batch: sum over all items / their number), or equally when
-      // the items are not known. The weighted gradients are summed left to right into grads(),
-      // micro-batches after the first computed into a second buffer; across ranks the sum is by
-      // element owner in rank order — the same bits as one rank accumulating them all.
-      std::vector<std::map<std::string, Tensor>> micro_batches(ga);
-      std::vector<int64_t> my_items(ga, -2);  // -2: no such slot
-      for (int64_t j = 0; j < ga; j++) {
-        int64_t b = group_start + j * world + rank;
-        if (b >= group_end) continue;
-        micro_batches[j] = load_batch(*train_ds_, batches[b]);
-        my_items[j] = count_items(model_, micro_batches[j]);
-      }
-      // items of global slot k = j * world + q
-      std::vector<int64_t> all_items = comm.all_gather_values(my_items);
-      auto slot_items = [&](int64_t k) { return all_items[(k % world) * ga + k / world]; };
-      int64_t total_items = 0, present = 0;
-      bool counted = true;
-      for (int64_t k = 0; k < slots; k++) {
-        int64_t n = slot_items(k);
-        if (n == -2) continue;
-        present++;
-        counted &= n >= 0;
-        total_items += std::max<int64_t>(n, 0);
-      }
-      // Not one label carries loss in the whole step: Transformers divides the summed loss by
-      // num_items_in_batch = 0 (NaN); onyx stops, naming the rows, before updating anything.
-      if (counted && total_items == 0 && present > 0) {
-        std::vector<int64_t> rows;
-        for (int64_t b = group_start; b < group_end && rows.size() < 16; b++)
-          for (int64_t r : batches[b]) rows.push_back(r);
-        throw Error(cat("step ", state_.global_step + 1, ": no label of its ", present,
-                        " batch(es) carries loss (every '", model_.items_labels, "' is ",
-                        model_.items_ignore_index, "), so its loss is 0 / 0; rows ",
-                        shape_str(rows), group_end - group_start > 1 ? " ..." : "",
-                        " of the training data need a token to learn"));
-      }
-      const bool plain_mean = !counted || total_items == 0;  // items unknown
-      auto weight_items = [&](int64_t n) -> int64_t { return n == -2 ? 0 : plain_mean ? 1 : n; };
-      const double weight_total = plain_mean ? (double)present : (double)total_items;
-      auto& grads = I.ts->grads();
-      bool have_local = false;
-      std::vector<double> my_parts(ga, 0.0);
-      // DDP / ZeRO-1: the last local micro-batch's buckets are reduced while its backward runs.
-      const bool overlap = I.dp->overlaps();
-      int64_t last_j = -1;
-      for (int64_t j = 0; j < ga; j++)
-        if (weight_items(my_items[j]) > 0) last_j = j;
-      bool overlapping = false;
-      for (int64_t j = 0; j < ga; j++) {
-        const int64_t k = j * world + rank;
-        const int64_t n = weight_items(my_items[j]);
-        if (I.zero2 && world > 1) {
-          // ZeRO-2 reduces every micro-batch slot any rank has (a collective: all take part)
-          bool any = false;
-          for (int64_t q = 0; q < world; q++) any |= weight_items(slot_items(j * world + q)) > 0;
-          if (!any) continue;
-        } else if (n <= 0) {
-          continue;  // a micro-batch without targets adds nothing to the loss or gradient
-        }
-        train::FlatBuffer* into = have_local && !I.zero2 ? &I.scratch() : nullptr;
-        train::FlatBuffer& target = into ? *into : grads;
-        if (n > 0) {
-          const double w = (double)n / weight_total;
-          uint64_t seed =
-              (uint64_t)a.seed * 1000003ull + (uint64_t)state_.global_step * 131ull + (uint64_t)k;
-          if (overlap && j == last_j) {
-            // the weighting and the add into grads happen bucket by bucket (DataParallel)
-            const auto& timing = I.ts->gradient_timing(micro_batches[j]);
-            I.dp->begin_overlap(grads, &target, (float)w, timing.early, timing.late);
-            overlapping = true;
-            my_parts[j] =
-                w * I.ts->forward_backward(micro_batches[j], false, seed, true, into,
-                                           [&](const std::string& p) { I.dp->grad_ready(p); });
-          } else {
-            my_parts[j] = w * I.ts->forward_backward(micro_batches[j], false, seed, true, into);
-            if ((float)w != 1.0f) train::scale(target, (float)w);
-            if (into && !I.zero2) train::add_into(grads, *into);
-          }
-        } else {
-          target.zero();  // ZeRO-2: this rank has no data for the slot, its share is zero
-        }
-        if (I.zero2) I.dp->accumulate_shard(grads, !have_local);
-        have_local = true;
-        micro_batches[j].clear();
-        if (j + 1 < ga)
-          for (auto& cb : callbacks_) cb->on_substep_end(a, state_, control_);
-      }
-      micro_batches.clear();
-      if (!have_local) grads.zero();  // no data on this rank this step: it adds zero
-      if (I.zero2) {
-        I.dp->finish_shard(grads);
-      } else if (overlap) {
-        if (!overlapping) I.dp->begin_overlap(grads, nullptr, 1.0f, {}, {});
-        I.dp->end_overlap();
-      } else {
-        I.dp->reduce_gradients(grads);
-      }
-      // The logged loss, in global slot order on every rank, as Transformers accumulates tr_loss
-      // per micro-batch: a nan/inf one adds tr_loss / (1 + steps since the last log) with
-      // logging_nan_inf_filter.
-      std::vector<double> all_parts = comm.all_gather_values(my_parts);
-      double step_loss = 0;
-      for (int64_t k = 0; k < slots; k++) {
-        if (weight_items(slot_items(k)) <= 0) continue;
-        const double part = all_parts[(k % world) * ga + k / world];
-        step_loss += part;
-        const double add = std::isfinite(part) || !a.logging_nan_inf_filter
-                               ? part
-                               : I.loss_since_log / (double)(1 + I.steps_since_log);
-        I.loss_since_log += add;
-        I.loss_total += add;
-      }
-      for (int64_t b = group_start; b < group_end; b++) samples_seen += (int64_t)batches[b].size();
-      const int64_t own_b = I.dp->owned_begin(), own_e = I.dp->owned_end();
-      double norm = I.dp->grad_norm(grads);
-      double lr = train::lr_at(I.sched, state_.global_step, &I.metric_lr);
-      if (!std::isfinite(norm) || !train::all_finite(grads, own_b, own_e)) {
-        I.skipped_steps++;
-        LogEntry e;
-        e.values["skipped_nonfinite_step"] = 1;
-        e.values["grad_norm"] = norm;
-        log(e);
-      } else {
-        if (a.max_grad_norm > 0 && norm > a.max_grad_norm)
-          train::scale(grads, (float)(a.max_grad_norm / (norm + 1e-6)), own_b, own_e);
-        // The bf16 shadow of the weights (mixed precision) written by the update pass, unless
-        // the optimizer updates one shard (ZeRO): then the next run rounds it from the gathered
-        // weights.
-        const bool whole = own_b == 0 && own_e == I.ts->params().layout().numel;
-        train::FlatBuffer* shadow = whole ? I.ts->bf16_shadow() : nullptr;
-        I.opt->step(I.ts->params(), grads, lr, shadow);
-        I.dp->gather_params(I.ts->params());
-        if (shadow) I.ts->bf16_shadow_written();
-      }
-      I.last_grad_norm = norm;
+      const double step_loss = accumulate_gradients(batches, group_start, group_end);
+      apply_gradients();
       I.batches_done = group_end;
       state_.global_step++;
-      steps_run++;
+      I.steps_run++;
       state_.epoch = (double)I.epoch + (double)I.batches_done / (double)batches.size();
       I.steps_since_log++;
       if (I.progress)
         I.progress->update(state_.global_step, step_loss,
                            train::lr_at(I.sched, state_.global_step - 1, &I.metric_lr),
-                           samples_seen);
+                           I.samples_seen);
       for (auto& cb : callbacks_) cb->on_step_end(a, state_, control_);
       sync_control(comm, control_);
       maybe_log_save_evaluate(false);
@@ -609,32 +682,7 @@ TrainOutput Trainer::train_loop() {
     control_.should_epoch_stop = false;
     if (!finished_epoch) break;
   }
-  if (I.progress) I.progress->finish();
-  I.ts->release_activation_memory(true);  // the final save and evaluation need no training arena
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  if (a.load_best_model_at_end && state_.best_model_checkpoint) {
-    // rank 0 reads the best weights, the other ranks receive them (no shared folder needed)
-    fs::path best = fs::path(*state_.best_model_checkpoint) / "model.safetensors";
-    if (rank == 0 && fs::exists(best))
-      I.ts->load_weights(io::load_safetensors(best.string()).tensors, cat("'", best.string(), "'"));
-    I.dp->broadcast_weights(*I.ts);
-  }
-  TrainOutput out;
-  out.global_step = state_.global_step;
-  out.training_loss = state_.global_step ? I.loss_total / (double)state_.global_step : 0;
-  LogEntry e;
-  e.values["train_runtime"] = secs;
-  e.values["train_samples_per_second"] = secs > 0 ? samples_seen / secs : 0;
-  e.values["train_steps_per_second"] = secs > 0 ? steps_run / secs : 0;
-  e.values["train_loss"] = out.training_loss;
-  out.metrics = e.values;
-  log(e);
-  for (auto& cb : callbacks_) cb->on_train_end(a, state_, control_);
-  // The final state next to the checkpoints, as Transformers' save_state() does.
-  if (rank == 0)
-    io::write_file_atomic((fs::path(a.output_dir) / "trainer_state.json").string(),
-                          state_.to_json() + "\n");
-  return out;
+  return finish_training();
 }
 
 namespace train {

@@ -3,6 +3,7 @@
 // the definition of Trainer::Impl, the run's session, optimizer, schedule, progress display and
 // the data position and loss accumulators that checkpoints save for exact resume. Not installed.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -34,6 +35,9 @@ struct Trainer::Impl {
   double last_grad_norm = 0;
   int64_t skipped_steps = 0;
   uint64_t data_seed = 0;
+  // This train() call's clock and counts (train_runtime, train_samples_per_second).
+  std::chrono::steady_clock::time_point t_start;
+  int64_t samples_seen = 0, steps_run = 0;
   std::vector<int64_t> train_lengths;  // group_by_length / batch_rebalance: each sample's length
   std::vector<bool> decay_mask;
   // Data parallelism (train/data_parallel.h); world size 1 without mpirun.

@@ -83,8 +83,8 @@ void min_max_rule(GradContext& c) {
 
 }  // namespace
 
-ONYX_REGISTER_GRADIENTS(elementwise) {
-  // ---- arithmetic ---------------------------------------------------------------------------
+// Add, Sub, Mul, Div, Neg, Identity, Sum, Mean, Pow.
+ONYX_REGISTER_GRADIENTS(arithmetic) {
   // y = a + b: da = dy, db = dy
   r.add("", "Add", [](GradContext& c) {
     c.set(0, c.GO(0));
@@ -162,8 +162,11 @@ ONYX_REGISTER_GRADIENTS(elementwise) {
       c.set(1, mul(c, dy, where_zero(c, cond, t, /*keep_true=*/false)));
     }
   });
+}
 
-  // ---- unary math ---------------------------------------------------------------------------
+// Sqrt, Reciprocal, Abs, Exp, Log, the trigonometric and hyperbolic functions, and the ones
+// with a fused gradient kernel (Tanh, Sigmoid, Relu, Erf, onyx.Silu).
+ONYX_REGISTER_GRADIENTS(unary_math) {
   // y = sqrt(x): dx = dy * 0.5 / y
   r.add("", "Sqrt", unary([](GradContext& c, const std::string& dy) {
           return c.emit1("Div", {mul(c, dy, scalar_like(c, 0.5, dy)), c.O(0)});
@@ -240,8 +243,10 @@ ONYX_REGISTER_GRADIENTS(elementwise) {
   r.add("", "Erf", fused("ErfGrad", /*use_output=*/false));
   // onyx.Silu (silu_fusion): dx = dy · s · (1 + x · (1 − s)), s = sigmoid(x), in one SiluGrad.
   r.add("onyx", "Silu", fused("SiluGrad", /*use_output=*/false));
+}
 
-  // ---- activations --------------------------------------------------------------------------
+// LeakyRelu, Elu, Selu, Softplus and Clip.
+ONYX_REGISTER_GRADIENTS(activations) {
   // y = x > 0 ? x : alpha x: dx = x > 0 ? dy : alpha dy
   r.add("", "LeakyRelu", unary([](GradContext& c, const std::string& dy) {
           float alpha = c.node().attr_float("alpha", 0.01f);
@@ -299,7 +304,10 @@ ONYX_REGISTER_GRADIENTS(elementwise) {
     if (c.opset() >= 11 && c.needs(1)) c.set(1, where_zero(c, c.emit1("Less", {x, lo}), dy));
     if (c.opset() >= 11 && c.needs(2)) c.set(2, where_zero(c, c.emit1("Greater", {x, hi}), dy));
   });
+}
 
+// Max, Min, Where and Cast: the gradient goes where the value came from.
+ONYX_REGISTER_GRADIENTS(selection) {
   r.add("", "Max", min_max_rule);
   r.add("", "Min", min_max_rule);
 
