@@ -70,6 +70,112 @@ std::string resolve(const std::string& base_dir, const std::string& p) {
   return fs::exists(candidate) || !fs::exists(p) ? candidate.string() : p;
 }
 
+// `loss`: a graph output name, or {type: cross_entropy | mse | output, logits, labels,
+// ignore_index}.
+void set_loss(RunConfig& c, const YAML::Node& v, const std::string& what) {
+  if (v.IsScalar()) {
+    c.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
+    c.loss.output = v.as<std::string>();
+    return;
+  }
+  ONYX_CHECK(v.IsMap(), what,
+             ": 'loss' must be an output name or a mapping {type, logits, labels}");
+  std::string type = "cross_entropy";
+  for (auto kv : v) {
+    std::string k = kv.first.as<std::string>();
+    std::string val = scalar(kv.second, "loss." + k, what);
+    if (k == "type")
+      type = val;
+    else if (k == "logits" || k == "predictions" || k == "output")
+      c.loss.output = val;
+    else if (k == "labels")
+      c.loss.labels = val;
+    else if (k == "ignore_index") {
+      try {
+        c.loss.ignore_index = std::stoll(val);
+      } catch (...) {
+        throw Error(cat(what, ": 'loss.ignore_index' must be an integer, got '", val, "'"));
+      }
+    } else
+      throw Error(cat(what, ": unknown key 'loss.", k, "' (type, logits, labels, ignore_index)"));
+  }
+  if (type == "cross_entropy")
+    c.loss.kind = autodiff::LossSpec::Kind::CrossEntropy;
+  else if (type == "mse")
+    c.loss.kind = autodiff::LossSpec::Kind::MSE;
+  else if (type == "output")
+    c.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
+  else
+    throw Error(cat(what, ": 'loss.type' must be cross_entropy, mse or output, got '", type, "'"));
+  if (c.loss.kind != autodiff::LossSpec::Kind::GraphOutput)
+    ONYX_CHECK(!c.loss.output.empty() && !c.loss.labels.empty(), what, ": loss of type '", type,
+               "' needs 'logits' and 'labels'");
+}
+
+// `lora`: PEFT's LoraConfig keys (r, lora_alpha, lora_dropout, target_modules, bias, use_rslora,
+// task_type), checked.
+void set_lora(RunConfig& c, const YAML::Node& v, const std::string& what) {
+  ONYX_CHECK(v.IsMap(), what,
+             ": 'lora' must be a mapping {r, lora_alpha, lora_dropout, target_modules, bias, "
+             "use_rslora}");
+  models::LoraSpec s;
+  for (auto kv : v) {
+    std::string k = kv.first.as<std::string>();
+    try {
+      if (k == "r")
+        s.r = kv.second.as<int64_t>();
+      else if (k == "lora_alpha")
+        s.lora_alpha = kv.second.as<double>();
+      else if (k == "lora_dropout")
+        s.lora_dropout = kv.second.as<double>();
+      else if (k == "target_modules" && kv.second.IsSequence())
+        s.target_modules = kv.second.as<std::vector<std::string>>();
+      else if (k == "target_modules")
+        s.target_regex = kv.second.as<std::string>();
+      else if (k == "bias")
+        s.bias = kv.second.as<std::string>();
+      else if (k == "use_rslora")
+        s.use_rslora = strict_bool(kv.second, "lora.use_rslora", what);
+      else if (k == "task_type")
+        s.task_type = kv.second.as<std::string>();
+      else
+        throw Error(cat(what, ": unknown key 'lora.", k,
+                        "' (r, lora_alpha, lora_dropout, target_modules, bias, use_rslora, "
+                        "task_type)"));
+    } catch (const YAML::Exception&) {
+      throw Error(cat(what, ": 'lora.", k, "' has the wrong type"));
+    }
+  }
+  ONYX_CHECK(s.r > 0, what, ": 'lora.r' must be positive, got ", s.r);
+  ONYX_CHECK(std::isfinite(s.lora_alpha), what, ": 'lora.lora_alpha' must be a finite number");
+  ONYX_CHECK(s.lora_dropout >= 0 && s.lora_dropout < 1, what,
+             ": 'lora.lora_dropout' must be in [0, 1)");
+  ONYX_CHECK(s.bias == "none" || s.bias == "all" || s.bias == "lora_only", what,
+             ": 'lora.bias' must be none, all or lora_only, got '", s.bias, "'");
+  ONYX_CHECK(!s.target_modules.empty() || !s.target_regex.empty(), what,
+             ": 'lora.target_modules' is missing (e.g. [q_proj, v_proj])");
+  c.lora = s;
+  c.lora_initial.clear();
+}
+
+// `model_init_kwargs`: TRL's SFTConfig.model_init_kwargs; onyx reads dtype.
+void set_model_init_kwargs(RunConfig& c, const YAML::Node& v, const std::string& what) {
+  // TRL's SFTConfig.model_init_kwargs: the one key onyx reads is dtype (torch_dtype before
+  // Transformers 4.56): bfloat16 stores the frozen linear weights in bf16 (models/lora.h).
+  ONYX_CHECK(v.IsMap(), what, ": 'model_init_kwargs' must be a mapping, e.g. {dtype: bfloat16}");
+  for (auto kv : v) {
+    std::string k = kv.first.as<std::string>();
+    ONYX_CHECK(k == "dtype" || k == "torch_dtype", what, ": unknown key 'model_init_kwargs.", k,
+               "' (onyx reads dtype)");
+    std::string d = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
+    if (d.rfind("torch.", 0) == 0) d = d.substr(6);
+    ONYX_CHECK(d == "bfloat16" || d == "float32" || d == "auto", what, ": 'model_init_kwargs.", k,
+               "' must be bfloat16, float32 or auto, got '", d,
+               "' (float16 has no math on these CPUs; trainable weights stay float32)");
+    c.frozen_dtype = d == "bfloat16" ? "bfloat16" : "float32";
+  }
+}
+
 void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const std::string& what) {
   if (key == "model") {
     if (v.IsMap()) {
@@ -80,44 +186,7 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
       c.model_spec.clear();
     }
   } else if (key == "loss") {
-    if (v.IsScalar()) {
-      c.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
-      c.loss.output = v.as<std::string>();
-      return;
-    }
-    ONYX_CHECK(v.IsMap(), what,
-               ": 'loss' must be an output name or a mapping {type, logits, labels}");
-    std::string type = "cross_entropy";
-    for (auto kv : v) {
-      std::string k = kv.first.as<std::string>();
-      std::string val = scalar(kv.second, "loss." + k, what);
-      if (k == "type")
-        type = val;
-      else if (k == "logits" || k == "predictions" || k == "output")
-        c.loss.output = val;
-      else if (k == "labels")
-        c.loss.labels = val;
-      else if (k == "ignore_index") {
-        try {
-          c.loss.ignore_index = std::stoll(val);
-        } catch (...) {
-          throw Error(cat(what, ": 'loss.ignore_index' must be an integer, got '", val, "'"));
-        }
-      } else
-        throw Error(cat(what, ": unknown key 'loss.", k, "' (type, logits, labels, ignore_index)"));
-    }
-    if (type == "cross_entropy")
-      c.loss.kind = autodiff::LossSpec::Kind::CrossEntropy;
-    else if (type == "mse")
-      c.loss.kind = autodiff::LossSpec::Kind::MSE;
-    else if (type == "output")
-      c.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
-    else
-      throw Error(
-          cat(what, ": 'loss.type' must be cross_entropy, mse or output, got '", type, "'"));
-    if (c.loss.kind != autodiff::LossSpec::Kind::GraphOutput)
-      ONYX_CHECK(!c.loss.output.empty() && !c.loss.labels.empty(), what, ": loss of type '", type,
-                 "' needs 'logits' and 'labels'");
+    set_loss(c, v, what);
   } else if (key == "train_data" || key == "eval_data" || key == "test_data") {
     DataSpec& d = key == "train_data"  ? c.train_data
                   : key == "eval_data" ? c.eval_data
@@ -131,62 +200,9 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
   } else if (key == "frozen") {
     c.frozen = string_list(v, key, what);
   } else if (key == "lora") {
-    ONYX_CHECK(v.IsMap(), what,
-               ": 'lora' must be a mapping {r, lora_alpha, lora_dropout, target_modules, bias, "
-               "use_rslora}");
-    models::LoraSpec s;
-    for (auto kv : v) {
-      std::string k = kv.first.as<std::string>();
-      try {
-        if (k == "r")
-          s.r = kv.second.as<int64_t>();
-        else if (k == "lora_alpha")
-          s.lora_alpha = kv.second.as<double>();
-        else if (k == "lora_dropout")
-          s.lora_dropout = kv.second.as<double>();
-        else if (k == "target_modules" && kv.second.IsSequence())
-          s.target_modules = kv.second.as<std::vector<std::string>>();
-        else if (k == "target_modules")
-          s.target_regex = kv.second.as<std::string>();
-        else if (k == "bias")
-          s.bias = kv.second.as<std::string>();
-        else if (k == "use_rslora")
-          s.use_rslora = strict_bool(kv.second, "lora.use_rslora", what);
-        else if (k == "task_type")
-          s.task_type = kv.second.as<std::string>();
-        else
-          throw Error(cat(what, ": unknown key 'lora.", k,
-                          "' (r, lora_alpha, lora_dropout, target_modules, bias, use_rslora, "
-                          "task_type)"));
-      } catch (const YAML::Exception&) {
-        throw Error(cat(what, ": 'lora.", k, "' has the wrong type"));
-      }
-    }
-    ONYX_CHECK(s.r > 0, what, ": 'lora.r' must be positive, got ", s.r);
-    ONYX_CHECK(std::isfinite(s.lora_alpha), what, ": 'lora.lora_alpha' must be a finite number");
-    ONYX_CHECK(s.lora_dropout >= 0 && s.lora_dropout < 1, what,
-               ": 'lora.lora_dropout' must be in [0, 1)");
-    ONYX_CHECK(s.bias == "none" || s.bias == "all" || s.bias == "lora_only", what,
-               ": 'lora.bias' must be none, all or lora_only, got '", s.bias, "'");
-    ONYX_CHECK(!s.target_modules.empty() || !s.target_regex.empty(), what,
-               ": 'lora.target_modules' is missing (e.g. [q_proj, v_proj])");
-    c.lora = s;
-    c.lora_initial.clear();
+    set_lora(c, v, what);
   } else if (key == "model_init_kwargs") {
-    // TRL's SFTConfig.model_init_kwargs: the one key onyx reads is dtype (torch_dtype before
-    // Transformers 4.56): bfloat16 stores the frozen linear weights in bf16 (models/lora.h).
-    ONYX_CHECK(v.IsMap(), what, ": 'model_init_kwargs' must be a mapping, e.g. {dtype: bfloat16}");
-    for (auto kv : v) {
-      std::string k = kv.first.as<std::string>();
-      ONYX_CHECK(k == "dtype" || k == "torch_dtype", what, ": unknown key 'model_init_kwargs.", k,
-                 "' (onyx reads dtype)");
-      std::string d = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
-      if (d.rfind("torch.", 0) == 0) d = d.substr(6);
-      ONYX_CHECK(d == "bfloat16" || d == "float32" || d == "auto", what, ": 'model_init_kwargs.", k,
-                 "' must be bfloat16, float32 or auto, got '", d,
-                 "' (float16 has no math on these CPUs; trainable weights stay float32)");
-      c.frozen_dtype = d == "bfloat16" ? "bfloat16" : "float32";
-    }
+    set_model_init_kwargs(c, v, what);
   } else if (key == "peft_config") {
     std::string p = resolve(fs::path(c.path).parent_path().string(), scalar(v, key, what));
     c.lora = models::read_adapter_config(p);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -384,6 +385,184 @@ size_t completion_start(const std::vector<int64_t>& prompt, const std::vector<in
   }
   return n;
 }
+// What encoding one SFT row reads besides the row.
+struct SftRowContext {
+  const Tokenizer& tok;
+  const SftOptions& opts;
+  const ChatTemplate* tmpl;  // null when the dataset has no chat template
+  const std::string& path;
+  bool& warned_prefix;  // completion_start warns once per dataset
+};
+
+const nlohmann::json* row_field(const Row& r, const char* key) {
+  auto it = r.obj.find(key);
+  return it == r.obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+bool is_messages(const nlohmann::json* v) {
+  return v && v->is_array() && !v->empty() && (*v)[0].is_object() && (*v)[0].contains("role");
+}
+
+// Byte offsets of each token in the text it was encoded from (token_bytes: a token's own bytes,
+// also part of a UTF-8 character, where decode() of one token would give U+FFFD); the assistant
+// mask marks the tokens overlapping a generation span.
+std::vector<int64_t> assistant_mask(const SftRowContext& x, const std::vector<int64_t>& ids,
+                                    const ChatTemplate::Rendered& r, int64_t line) {
+  std::vector<size_t> ends(ids.size());
+  size_t pos = 0;
+  for (size_t t = 0; t < ids.size(); t++) ends[t] = pos += x.tok.token_bytes(ids[t]).size();
+  ONYX_CHECK(pos == r.text.size(), "dataset '", x.path, "': line ", line,
+             ": assistant_only_loss needs each token's place in the rendered text, and the "
+             "tokenizer (",
+             x.tok.source(), ") does not decode its tokens back to that text byte for byte");
+  std::vector<int64_t> mask(ids.size(), 0);
+  const auto& spans = r.generation_spans;
+  size_t span = 0;
+  for (size_t t = 0; t < ids.size(); t++) {
+    const size_t begin = t ? ends[t - 1] : 0;
+    while (span < spans.size() && begin >= spans[span].second) span++;
+    if (span == spans.size()) break;
+    if (ends[t] > spans[span].first) mask[t] = 1;
+  }
+  ONYX_CHECK(std::find(mask.begin(), mask.end(), 1) != mask.end(), "dataset '", x.path, "': line ",
+             line,
+             ": assistant_only_loss is set but the row has no assistant tokens (the chat "
+             "template's {% generation %} blocks rendered nothing)");
+  return mask;
+}
+
+// TRL's maybe_convert_to_chatml: "conversations" of {from, value} -> "messages".
+void conversations_to_messages(Row& r, const std::string& path) {
+  if (const nlohmann::json* conv = row_field(r, "conversations");
+      conv && !row_field(r, "messages")) {
+    ONYX_CHECK(conv->is_array(), "dataset '", path, "': line ", r.line,
+               ": 'conversations' must be a list of messages");
+    nlohmann::json msgs = nlohmann::json::array();
+    for (auto m : *conv) {
+      if (m.is_object() && m.contains("from")) {
+        m["role"] = m["from"];
+        m.erase("from");
+      }
+      if (m.is_object() && m.contains("value")) {
+        m["content"] = m["value"];
+        m.erase("value");
+      }
+      msgs.push_back(m);
+    }
+    r.obj["messages"] = msgs;
+  }
+}
+
+// A conversational row ('messages', or 'prompt' / 'completion' as message lists) rendered with
+// the chat template and tokenized as TRL does: its ids, and labels with -100 where no loss is
+// taken (the prompt under completion_only_loss; outside the assistant turns under
+// assistant_only_loss).
+void encode_conversation(const SftRowContext& x, const Row& r, std::vector<int64_t>& ids,
+                         std::vector<int64_t>& labels) {
+  const nlohmann::json *messages = row_field(r, "messages"), *pj = row_field(r, "prompt"),
+                       *cj = row_field(r, "completion");
+  ONYX_CHECK(x.tmpl, "dataset '", x.path, "': line ", r.line,
+             ": conversational rows need a chat template, and the tokenizer folder has "
+             "none (no chat_template.jinja, no chat_template in tokenizer_config.json); set "
+             "the dataset's chat_template to a .jinja file or a template");
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (const nlohmann::json* tools = row_field(r, "tools")) {
+    if (tools->is_string()) {
+      extra["tools"] = io::parse_ordered_json(
+          tools->get<std::string>(),
+          cat("dataset '", x.path, "': line ", r.line, ": 'tools' (a string)"));
+    } else {
+      extra["tools"] = nlohmann::ordered_json::parse(tools->dump());
+    }
+  }
+  if (const nlohmann::json* kw = row_field(r, "chat_template_kwargs")) {
+    ONYX_CHECK(kw->is_object(), "dataset '", x.path, "': line ", r.line,
+               ": 'chat_template_kwargs' must be an object");
+    for (auto it = kw->begin(); it != kw->end(); ++it)
+      extra[it.key()] = nlohmann::ordered_json::parse(it.value().dump());
+  }
+  auto render = [&](const nlohmann::json& msgs, bool gen) {
+    try {
+      return x.tmpl->render(chat_template_vars(nlohmann::ordered_json::parse(msgs.dump()), gen,
+                                               x.opts.special_tokens, extra));
+    } catch (const Error& e) {
+      throw Error(cat("dataset '", x.path, "': line ", r.line, ": ", e.what()));
+    }
+  };
+  if (pj || cj) {
+    ONYX_CHECK(is_messages(pj) && is_messages(cj), "dataset '", x.path, "': line ", r.line,
+               ": 'prompt' and 'completion' must both be lists of messages ({role, content}) "
+               "or both strings");
+    ONYX_CHECK(!messages, "dataset '", x.path, "': line ", r.line,
+               ": a row has either 'messages' or 'prompt' / 'completion', not both");
+    const auto prompt_ids = x.tok.encode_ids(render(*pj, true).text);
+    nlohmann::json all = *pj;
+    for (auto& m : *cj) all.push_back(m);
+    auto rendered = render(all, false);
+    ids = x.tok.encode_ids(rendered.text);
+    const size_t prompt_len = completion_start(prompt_ids, ids, x.warned_prefix, x.path);
+    labels = ids;
+    if (x.opts.completion_only_loss)
+      for (size_t t = 0; t < prompt_len; t++) labels[t] = -100;
+    if (x.opts.assistant_only_loss) {
+      auto mask = assistant_mask(x, ids, rendered, r.line);
+      for (size_t t = 0; t < ids.size(); t++)
+        if (!mask[t]) labels[t] = -100;
+    }
+  } else {
+    ONYX_CHECK(messages->is_array(), "dataset '", x.path, "': line ", r.line,
+               ": 'messages' must be a list of {role, content} objects");
+    auto rendered = render(*messages, false);
+    ids = x.tok.encode_ids(rendered.text);
+    labels = ids;
+    if (x.opts.assistant_only_loss) {
+      auto mask = assistant_mask(x, ids, rendered, r.line);
+      for (size_t t = 0; t < ids.size(); t++)
+        if (!mask[t]) labels[t] = -100;
+    }
+  }
+}
+
+// A text row ('text', or 'prompt' and 'completion' strings) as TRL tokenizes it: the
+// end-of-sequence text appended (eos_text_of()), the prompt's tokens without loss under
+// completion_only_loss.
+void encode_text_row(const SftRowContext& x, const Row& r,
+                     const std::function<std::string()>& eos_text_of, std::vector<int64_t>& ids,
+                     std::vector<int64_t>& labels) {
+  ONYX_CHECK(!x.opts.assistant_only_loss, "dataset '", x.path, "': line ", r.line,
+             ": assistant_only_loss is only for conversational rows ('messages', or "
+             "'prompt' / 'completion' as message lists)");
+  auto text_of = [&](const char* key) -> std::optional<std::string> {
+    const nlohmann::json* v = row_field(r, key);
+    if (!v) return std::nullopt;
+    ONYX_CHECK(v->is_string(), "dataset '", x.path, "': line ", r.line, ": '", key,
+               "' must be a string");
+    return v->get<std::string>();
+  };
+  auto text = text_of("text"), prompt = text_of("prompt"), completion = text_of("completion");
+  ONYX_CHECK(text || (prompt && completion), "dataset '", x.path, "': line ", r.line,
+             " has neither 'text' nor 'prompt' and 'completion'");
+  // conversational rows end with the template's own end-of-turn; text rows get the eos text
+  const std::string eos_text = eos_text_of();
+  auto with_eos = [&](std::string s) {
+    if (x.opts.add_eos && !ends_with(s, eos_text)) s += eos_text;
+    return s;
+  };
+  auto encode = [&](const std::string& s) { return x.tok.encode(s).input_ids; };
+  int64_t prompt_len = 0;
+  if (text) {
+    ids = encode(with_eos(*text));
+  } else {
+    const std::vector<int64_t> prompt_ids = encode(*prompt);
+    ids = encode(*prompt + with_eos(*completion));
+    prompt_len = (int64_t)completion_start(prompt_ids, ids, x.warned_prefix, x.path);
+  }
+  labels = ids;
+  if (x.opts.completion_only_loss)
+    for (int64_t i = 0; i < std::min<int64_t>(prompt_len, (int64_t)labels.size()); i++)
+      labels[i] = -100;
+}
+
 }  // namespace
 
 // The end-of-sequence text TRL appends: SFTConfig.eos_token, else tokenizer_config.json's, else
@@ -430,159 +609,18 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
              "with {% generation %} ... {% endgeneration %}, and ",
              tmpl ? tmpl->name() : std::string("this one"),
              " has none (TRL swaps in its own training templates for some models; onyx does not)");
-  // Byte offsets of each token in the text it was encoded from (token_bytes: a token's own bytes,
-  // also part of a UTF-8 character, where decode() of one token would give U+FFFD); the assistant
-  // mask marks the tokens overlapping a generation span.
-  auto assistant_mask = [&](const std::vector<int64_t>& ids, const ChatTemplate::Rendered& r,
-                            int64_t line) {
-    std::vector<size_t> ends(ids.size());
-    size_t pos = 0;
-    for (size_t t = 0; t < ids.size(); t++) ends[t] = pos += tok_->token_bytes(ids[t]).size();
-    ONYX_CHECK(pos == r.text.size(), "dataset '", path, "': line ", line,
-               ": assistant_only_loss needs each token's place in the rendered text, and the "
-               "tokenizer (",
-               tok_->source(), ") does not decode its tokens back to that text byte for byte");
-    std::vector<int64_t> mask(ids.size(), 0);
-    const auto& spans = r.generation_spans;
-    size_t span = 0;
-    for (size_t t = 0; t < ids.size(); t++) {
-      const size_t begin = t ? ends[t - 1] : 0;
-      while (span < spans.size() && begin >= spans[span].second) span++;
-      if (span == spans.size()) break;
-      if (ends[t] > spans[span].first) mask[t] = 1;
-    }
-    ONYX_CHECK(std::find(mask.begin(), mask.end(), 1) != mask.end(), "dataset '", path, "': line ",
-               line,
-               ": assistant_only_loss is set but the row has no assistant tokens (the chat "
-               "template's {% generation %} blocks rendered nothing)");
-    return mask;
-  };
-  auto is_messages = [](const nlohmann::json* v) {
-    return v && v->is_array() && !v->empty() && (*v)[0].is_object() && (*v)[0].contains("role");
-  };
   int64_t dropped = 0;
+  SftRowContext x{*tok_, opts_, tmpl.get(), path, warned_prefix};
   for (auto& r : read_rows(path, ro)) {
-    auto field = [&](const char* key) -> const nlohmann::json* {
-      auto it = r.obj.find(key);
-      return it == r.obj.end() || it->is_null() ? nullptr : &*it;
-    };
-    // TRL's maybe_convert_to_chatml: "conversations" of {from, value} -> "messages"
-    if (const nlohmann::json* conv = field("conversations"); conv && !field("messages")) {
-      ONYX_CHECK(conv->is_array(), "dataset '", path, "': line ", r.line,
-                 ": 'conversations' must be a list of messages");
-      nlohmann::json msgs = nlohmann::json::array();
-      for (auto m : *conv) {
-        if (m.is_object() && m.contains("from")) {
-          m["role"] = m["from"];
-          m.erase("from");
-        }
-        if (m.is_object() && m.contains("value")) {
-          m["content"] = m["value"];
-          m.erase("value");
-        }
-        msgs.push_back(m);
-      }
-      r.obj["messages"] = msgs;
-    }
-    const nlohmann::json *messages = field("messages"), *pj = field("prompt"),
-                         *cj = field("completion");
-    const bool conversational = messages || is_messages(pj) || is_messages(cj);
+    conversations_to_messages(r, path);
+    const bool conversational = row_field(r, "messages") || is_messages(row_field(r, "prompt")) ||
+                                is_messages(row_field(r, "completion"));
     std::vector<int64_t> ids, labels;
-    if (conversational) {
-      ONYX_CHECK(tmpl, "dataset '", path, "': line ", r.line,
-                 ": conversational rows need a chat template, and the tokenizer folder has "
-                 "none (no chat_template.jinja, no chat_template in tokenizer_config.json); set "
-                 "the dataset's chat_template to a .jinja file or a template");
-      nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-      if (const nlohmann::json* tools = field("tools")) {
-        if (tools->is_string()) {
-          extra["tools"] = io::parse_ordered_json(
-              tools->get<std::string>(),
-              cat("dataset '", path, "': line ", r.line, ": 'tools' (a string)"));
-        } else {
-          extra["tools"] = nlohmann::ordered_json::parse(tools->dump());
-        }
-      }
-      if (const nlohmann::json* kw = field("chat_template_kwargs")) {
-        ONYX_CHECK(kw->is_object(), "dataset '", path, "': line ", r.line,
-                   ": 'chat_template_kwargs' must be an object");
-        for (auto it = kw->begin(); it != kw->end(); ++it)
-          extra[it.key()] = nlohmann::ordered_json::parse(it.value().dump());
-      }
-      auto render = [&](const nlohmann::json& msgs, bool gen) {
-        try {
-          return tmpl->render(chat_template_vars(nlohmann::ordered_json::parse(msgs.dump()), gen,
-                                                 opts_.special_tokens, extra));
-        } catch (const Error& e) {
-          throw Error(cat("dataset '", path, "': line ", r.line, ": ", e.what()));
-        }
-      };
-      if (pj || cj) {
-        ONYX_CHECK(is_messages(pj) && is_messages(cj), "dataset '", path, "': line ", r.line,
-                   ": 'prompt' and 'completion' must both be lists of messages ({role, content}) "
-                   "or both strings");
-        ONYX_CHECK(!messages, "dataset '", path, "': line ", r.line,
-                   ": a row has either 'messages' or 'prompt' / 'completion', not both");
-        const auto prompt_ids = tok_->encode_ids(render(*pj, true).text);
-        nlohmann::json all = *pj;
-        for (auto& m : *cj) all.push_back(m);
-        auto rendered = render(all, false);
-        ids = tok_->encode_ids(rendered.text);
-        const size_t prompt_len = completion_start(prompt_ids, ids, warned_prefix, path);
-        labels = ids;
-        if (opts_.completion_only_loss)
-          for (size_t t = 0; t < prompt_len; t++) labels[t] = -100;
-        if (opts_.assistant_only_loss) {
-          auto mask = assistant_mask(ids, rendered, r.line);
-          for (size_t t = 0; t < ids.size(); t++)
-            if (!mask[t]) labels[t] = -100;
-        }
-      } else {
-        ONYX_CHECK(messages->is_array(), "dataset '", path, "': line ", r.line,
-                   ": 'messages' must be a list of {role, content} objects");
-        auto rendered = render(*messages, false);
-        ids = tok_->encode_ids(rendered.text);
-        labels = ids;
-        if (opts_.assistant_only_loss) {
-          auto mask = assistant_mask(ids, rendered, r.line);
-          for (size_t t = 0; t < ids.size(); t++)
-            if (!mask[t]) labels[t] = -100;
-        }
-      }
-    } else {
-      ONYX_CHECK(!opts_.assistant_only_loss, "dataset '", path, "': line ", r.line,
-                 ": assistant_only_loss is only for conversational rows ('messages', or "
-                 "'prompt' / 'completion' as message lists)");
-      auto text_of = [&](const char* key) -> std::optional<std::string> {
-        const nlohmann::json* v = field(key);
-        if (!v) return std::nullopt;
-        ONYX_CHECK(v->is_string(), "dataset '", path, "': line ", r.line, ": '", key,
-                   "' must be a string");
-        return v->get<std::string>();
-      };
-      auto text = text_of("text"), prompt = text_of("prompt"), completion = text_of("completion");
-      ONYX_CHECK(text || (prompt && completion), "dataset '", path, "': line ", r.line,
-                 " has neither 'text' nor 'prompt' and 'completion'");
-      // conversational rows end with the template's own end-of-turn; text rows get the eos text
-      const std::string eos_text = sft_eos_text(path, r.line);
-      auto with_eos = [&](std::string s) {
-        if (opts_.add_eos && !ends_with(s, eos_text)) s += eos_text;
-        return s;
-      };
-      auto encode = [&](const std::string& s) { return tok_->encode(s).input_ids; };
-      int64_t prompt_len = 0;
-      if (text) {
-        ids = encode(with_eos(*text));
-      } else {
-        const std::vector<int64_t> prompt_ids = encode(*prompt);
-        ids = encode(*prompt + with_eos(*completion));
-        prompt_len = (int64_t)completion_start(prompt_ids, ids, warned_prefix, path);
-      }
-      labels = ids;
-      if (opts_.completion_only_loss)
-        for (int64_t i = 0; i < std::min<int64_t>(prompt_len, (int64_t)labels.size()); i++)
-          labels[i] = -100;
-    }
+    if (conversational)
+      encode_conversation(x, r, ids, labels);
+    else
+      encode_text_row(
+          x, r, [&] { return sft_eos_text(path, r.line); }, ids, labels);
     if ((int64_t)ids.size() > opts_.max_length) {
       ids.resize(opts_.max_length);
       labels.resize(opts_.max_length);
@@ -600,30 +638,35 @@ SftDataset::SftDataset(const std::string& path, std::shared_ptr<const Tokenizer>
              dropped ? cat(" with a token that carries loss (", dropped,
                            " rows are all prompt within max_length ", opts_.max_length, ")")
                      : std::string());
-  for (auto& x : ids_) {
-    std::vector<int64_t> p(x.size());
+  for (auto& row : ids_) {
+    std::vector<int64_t> p(row.size());
     for (size_t t = 0; t < p.size(); t++) p[t] = (int64_t)t;
     pos_.push_back(std::move(p));
   }
-  if (opts_.packing) {
-    std::vector<std::vector<int64_t>> ids, labels, pos;
-    for (size_t i = 0; i < ids_.size(); i++) {
-      const int64_t n = (int64_t)ids_[i].size();
-      if (ids.empty() || (int64_t)ids.back().size() + n > opts_.max_length) {
-        ids.emplace_back();
-        labels.emplace_back();
-        pos.emplace_back();
-      } else {
-        labels_[i][0] = -100;  // not predicted from the previous sample's last token
-      }
-      ids.back().insert(ids.back().end(), ids_[i].begin(), ids_[i].end());
-      labels.back().insert(labels.back().end(), labels_[i].begin(), labels_[i].end());
-      pos.back().insert(pos.back().end(), pos_[i].begin(), pos_[i].end());
+  if (opts_.packing) pack_rows();
+}
+
+// packing: consecutive rows into rows of at most max_length tokens, position_ids restarting per
+// sample (the Llama-family graphs read the sample boundaries from them), each sample's first
+// label dropped (it is not predicted from the previous sample's last token).
+void SftDataset::pack_rows() {
+  std::vector<std::vector<int64_t>> ids, labels, pos;
+  for (size_t i = 0; i < ids_.size(); i++) {
+    const int64_t n = (int64_t)ids_[i].size();
+    if (ids.empty() || (int64_t)ids.back().size() + n > opts_.max_length) {
+      ids.emplace_back();
+      labels.emplace_back();
+      pos.emplace_back();
+    } else {
+      labels_[i][0] = -100;  // not predicted from the previous sample's last token
     }
-    ids_ = std::move(ids);
-    labels_ = std::move(labels);
-    pos_ = std::move(pos);
+    ids.back().insert(ids.back().end(), ids_[i].begin(), ids_[i].end());
+    labels.back().insert(labels.back().end(), labels_[i].begin(), labels_[i].end());
+    pos.back().insert(pos.back().end(), pos_[i].begin(), pos_[i].end());
   }
+  ids_ = std::move(ids);
+  labels_ = std::move(labels);
+  pos_ = std::move(pos);
 }
 
 std::map<std::string, Tensor> SftDataset::batch(const std::vector<int64_t>& indices) const {

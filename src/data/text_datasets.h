@@ -163,6 +163,7 @@ class SftDataset : public Dataset {
 
  private:
   std::string sft_eos_text(const std::string& path, int64_t line) const;
+  void pack_rows();  // opts_.packing: the rows joined into rows of at most max_length
   std::shared_ptr<const tokenizers::Tokenizer> tok_;
   SftOptions opts_;
   std::vector<std::vector<int64_t>> ids_, labels_, pos_;

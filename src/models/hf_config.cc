@@ -82,6 +82,165 @@ void check_layer_count(const Reader& r, int64_t n) {
              " layers onyx builds");
 }
 
+// The keys of each family, under Transformers' names for it (and their aliases).
+void read_bert_keys(Reader& r, HfConfig& c) {  // bert, roberta, vit
+  const std::string& t = c.model_type;
+  const std::string& what = r.what;
+  c.hidden_size = r.integer({"hidden_size"});
+  c.num_hidden_layers = r.integer({"num_hidden_layers"});
+  c.num_attention_heads = r.integer({"num_attention_heads"});
+  c.intermediate_size = r.integer({"intermediate_size"});
+  c.hidden_act = r.string({"hidden_act"}, "gelu");
+  c.layer_norm_eps = r.number({"layer_norm_eps"}, 1e-12);
+  c.hidden_dropout_prob = r.number({"hidden_dropout_prob"}, t == "vit" ? 0.0 : 0.1);
+  c.attention_probs_dropout_prob =
+      r.number({"attention_probs_dropout_prob"}, t == "vit" ? 0.0 : 0.1);
+  c.embd_pdrop = c.hidden_dropout_prob;
+  if (r.find({"classifier_dropout"})) c.classifier_dropout = r.number({"classifier_dropout"}, 0);
+  c.initializer_range = r.number({"initializer_range"}, 0.02);
+  if (t == "vit") {
+    c.image_size = r.integer({"image_size"});
+    c.patch_size = r.integer({"patch_size"});
+    c.num_channels = r.integer({"num_channels"}, 3);
+    c.qkv_bias = r.boolean({"qkv_bias"}, true);
+    check_positive(r, c.image_size, "image_size");
+    check_positive(r, c.patch_size, "patch_size");
+    check_positive(r, c.num_channels, "num_channels");
+    ONYX_CHECK(c.image_size % c.patch_size == 0, what, ": image_size ", c.image_size,
+               " is not a multiple of patch_size ", c.patch_size);
+  } else {
+    c.vocab_size = r.integer({"vocab_size"});
+    c.max_position_embeddings = r.integer({"max_position_embeddings"});
+    c.type_vocab_size = r.integer({"type_vocab_size"}, 2);
+    c.pad_token_id = r.integer({"pad_token_id"}, t == "roberta" ? 1 : 0);
+    std::string pe = r.string({"position_embedding_type"}, "absolute");
+    ONYX_CHECK(pe == "absolute", what, ": position_embedding_type '", pe,
+               "' is not supported (only 'absolute')");
+  }
+}
+
+void read_distilbert_keys(Reader& r, HfConfig& c) {
+  const std::string& what = r.what;
+  c.hidden_size = r.integer({"dim", "hidden_size"});
+  c.num_hidden_layers = r.integer({"n_layers", "num_hidden_layers"});
+  c.num_attention_heads = r.integer({"n_heads", "num_attention_heads"});
+  c.intermediate_size = r.integer({"hidden_dim"});
+  c.hidden_act = r.string({"activation"}, "gelu");
+  c.layer_norm_eps = 1e-12;  // fixed in DistilBERT
+  c.hidden_dropout_prob = r.number({"dropout"}, 0.1);
+  c.embd_pdrop = c.hidden_dropout_prob;
+  c.attention_probs_dropout_prob = r.number({"attention_dropout"}, 0.1);
+  c.classifier_dropout = r.number({"seq_classif_dropout"}, 0.2);
+  c.vocab_size = r.integer({"vocab_size"});
+  c.max_position_embeddings = r.integer({"max_position_embeddings"});
+  c.pad_token_id = r.integer({"pad_token_id"}, 0);
+  c.initializer_range = r.number({"initializer_range"}, 0.02);
+  ONYX_CHECK(!r.boolean({"sinusoidal_pos_embds"}, false), what,
+             ": sinusoidal_pos_embds = true is not supported");
+}
+
+void read_gpt2_keys(Reader& r, HfConfig& c) {
+  const std::string& what = r.what;
+  c.hidden_size = r.integer({"n_embd", "hidden_size"});
+  c.num_hidden_layers = r.integer({"n_layer", "num_hidden_layers"});
+  c.num_attention_heads = r.integer({"n_head", "num_attention_heads"});
+  c.intermediate_size = r.integer({"n_inner"}, 4 * c.hidden_size);
+  c.hidden_act = r.string({"activation_function"}, "gelu_new");
+  c.layer_norm_eps = r.number({"layer_norm_epsilon"}, 1e-5);
+  c.hidden_dropout_prob = r.number({"resid_pdrop"}, 0.1);
+  c.embd_pdrop = r.number({"embd_pdrop"}, 0.1);
+  c.attention_probs_dropout_prob = r.number({"attn_pdrop"}, 0.1);
+  if (r.find({"summary_first_dropout"}))
+    c.classifier_dropout = r.number({"summary_first_dropout"}, 0.1);
+  c.vocab_size = r.integer({"vocab_size"});
+  c.max_position_embeddings = r.integer({"n_positions", "max_position_embeddings"});
+  c.pad_token_id = r.integer({"pad_token_id"}, -1);
+  c.initializer_range = r.number({"initializer_range"}, 0.02);
+  ONYX_CHECK(r.boolean({"scale_attn_weights"}, true), what,
+             ": scale_attn_weights = false is not supported");
+  ONYX_CHECK(!r.boolean({"scale_attn_by_inverse_layer_idx"}, false), what,
+             ": scale_attn_by_inverse_layer_idx = true is not supported");
+}
+
+void read_llama_keys(Reader& r, HfConfig& c) {  // llama, mistral, qwen2
+  const std::string& t = c.model_type;
+  const std::string& what = r.what;
+  c.hidden_size = r.integer({"hidden_size"});
+  c.num_hidden_layers = r.integer({"num_hidden_layers"});
+  c.num_attention_heads = r.integer({"num_attention_heads"});
+  c.num_key_value_heads = r.integer({"num_key_value_heads"}, c.num_attention_heads);
+  c.intermediate_size = r.integer({"intermediate_size"});
+  c.head_dim = r.integer({"head_dim"}, 0);
+  c.hidden_act = r.string({"hidden_act"}, "silu");
+  c.layer_norm_eps = r.number({"rms_norm_eps"}, 1e-6);
+  c.attention_probs_dropout_prob = r.number({"attention_dropout"}, 0.0);
+  c.hidden_dropout_prob = c.embd_pdrop = 0.0;
+  c.vocab_size = r.integer({"vocab_size"});
+  c.max_position_embeddings = r.integer({"max_position_embeddings"});
+  c.pad_token_id = r.integer({"pad_token_id"}, -1);
+  c.initializer_range = r.number({"initializer_range"}, 0.02);
+  if (t == "qwen2") {  // q/k/v biases, none on o_proj or the MLP
+    c.attention_bias = true;
+  } else {
+    c.attention_bias = c.o_proj_bias = r.boolean({"attention_bias"}, false);
+    c.mlp_bias = t == "llama" && r.boolean({"mlp_bias"}, false);
+  }
+  ONYX_CHECK(r.integer({"pretraining_tp"}, 1) == 1, what,
+             ": pretraining_tp other than 1 is not supported");
+  // Rotary embeddings: Transformers 5's rope_parameters, or the older rope_theta + rope_scaling.
+  const json* rp = r.find({"rope_parameters"});
+  const json* rs = r.find({"rope_scaling"});
+  c.rope.theta = r.number({"rope_theta"}, 10000.0);
+  for (const json* o : {rs, rp}) {
+    if (!o) continue;
+    ONYX_CHECK(o->is_object(), what, ": key 'rope_parameters' / 'rope_scaling' must be an object");
+    Reader ro{*o, what + " (rope parameters)", t};
+    c.rope.type = ro.string({"rope_type", "type"}, c.rope.type);
+    c.rope.theta = ro.number({"rope_theta"}, c.rope.theta);
+    c.rope.factor = ro.number({"factor"}, c.rope.factor);
+    c.rope.low_freq_factor = ro.number({"low_freq_factor"}, c.rope.low_freq_factor);
+    c.rope.high_freq_factor = ro.number({"high_freq_factor"}, c.rope.high_freq_factor);
+    c.rope.original_max_position_embeddings =
+        ro.integer({"original_max_position_embeddings"}, c.rope.original_max_position_embeddings);
+    ONYX_CHECK(ro.number({"partial_rotary_factor"}, 1.0) == 1.0, what,
+               ": partial_rotary_factor other than 1 is not supported");
+  }
+  const std::string& rt = c.rope.type;
+  ONYX_CHECK(rt == "default" || rt == "linear" || rt == "dynamic" || rt == "llama3", what,
+             ": rope type '", rt,
+             "' is not supported (default, linear, dynamic, llama3; Transformers also has "
+             "yarn and longrope)");
+  ONYX_CHECK(c.rope.factor > 0, what, ": rope factor must be positive");
+  // Sliding-window attention: Mistral on every layer when sliding_window is set; Qwen2 per
+  // layer_types (use_sliding_window, from max_window_layers on).
+  if (const json* sw = r.find({"sliding_window"})) {
+    ONYX_CHECK(sw->is_number_integer(), what, ": key 'sliding_window' must be an integer or null");
+    c.sliding_window = sw->get<int64_t>();
+  }
+  if (t == "qwen2" && !r.boolean({"use_sliding_window"}, false)) c.sliding_window = 0;
+  check_layer_count(r, c.num_hidden_layers);
+  if (const json* lt = r.find({"layer_types"})) {
+    ONYX_CHECK(lt->is_array() && (int64_t)lt->size() == c.num_hidden_layers, what,
+               ": key 'layer_types' must list one type per layer");
+    for (auto& x : *lt) {
+      ONYX_CHECK(x.is_string() && (x == "full_attention" || x == "sliding_attention"), what,
+                 ": layer_types entries must be 'full_attention' or 'sliding_attention'");
+      c.layer_types.push_back(x.get<std::string>());
+    }
+  } else {
+    int64_t from = t == "qwen2" ? r.integer({"max_window_layers"}, 28) : 0;
+    for (int64_t i = 0; i < c.num_hidden_layers; i++)
+      c.layer_types.push_back(c.sliding_window > 0 && i >= from ? "sliding_attention"
+                                                                : "full_attention");
+  }
+  if (c.sliding_window <= 0)
+    for (auto& l : c.layer_types) l = "full_attention";
+  check_positive(r, c.num_key_value_heads, "num_key_value_heads");
+  ONYX_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, what, ": num_attention_heads ",
+             c.num_attention_heads, " is not a multiple of num_key_value_heads ",
+             c.num_key_value_heads);
+}
+
 }  // namespace
 
 HfConfig parse_hf_config(const std::string& text, const std::string& what) {
@@ -108,151 +267,13 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
   }
   const std::string& t = c.model_type;
   if (t == "bert" || t == "roberta" || t == "vit") {
-    c.hidden_size = r.integer({"hidden_size"});
-    c.num_hidden_layers = r.integer({"num_hidden_layers"});
-    c.num_attention_heads = r.integer({"num_attention_heads"});
-    c.intermediate_size = r.integer({"intermediate_size"});
-    c.hidden_act = r.string({"hidden_act"}, "gelu");
-    c.layer_norm_eps = r.number({"layer_norm_eps"}, 1e-12);
-    c.hidden_dropout_prob = r.number({"hidden_dropout_prob"}, t == "vit" ? 0.0 : 0.1);
-    c.attention_probs_dropout_prob =
-        r.number({"attention_probs_dropout_prob"}, t == "vit" ? 0.0 : 0.1);
-    c.embd_pdrop = c.hidden_dropout_prob;
-    if (r.find({"classifier_dropout"})) c.classifier_dropout = r.number({"classifier_dropout"}, 0);
-    c.initializer_range = r.number({"initializer_range"}, 0.02);
-    if (t == "vit") {
-      c.image_size = r.integer({"image_size"});
-      c.patch_size = r.integer({"patch_size"});
-      c.num_channels = r.integer({"num_channels"}, 3);
-      c.qkv_bias = r.boolean({"qkv_bias"}, true);
-      check_positive(r, c.image_size, "image_size");
-      check_positive(r, c.patch_size, "patch_size");
-      check_positive(r, c.num_channels, "num_channels");
-      ONYX_CHECK(c.image_size % c.patch_size == 0, what, ": image_size ", c.image_size,
-                 " is not a multiple of patch_size ", c.patch_size);
-    } else {
-      c.vocab_size = r.integer({"vocab_size"});
-      c.max_position_embeddings = r.integer({"max_position_embeddings"});
-      c.type_vocab_size = r.integer({"type_vocab_size"}, 2);
-      c.pad_token_id = r.integer({"pad_token_id"}, t == "roberta" ? 1 : 0);
-      std::string pe = r.string({"position_embedding_type"}, "absolute");
-      ONYX_CHECK(pe == "absolute", what, ": position_embedding_type '", pe,
-                 "' is not supported (only 'absolute')");
-    }
+    read_bert_keys(r, c);
   } else if (t == "distilbert") {
-    c.hidden_size = r.integer({"dim", "hidden_size"});
-    c.num_hidden_layers = r.integer({"n_layers", "num_hidden_layers"});
-    c.num_attention_heads = r.integer({"n_heads", "num_attention_heads"});
-    c.intermediate_size = r.integer({"hidden_dim"});
-    c.hidden_act = r.string({"activation"}, "gelu");
-    c.layer_norm_eps = 1e-12;  // fixed in DistilBERT
-    c.hidden_dropout_prob = r.number({"dropout"}, 0.1);
-    c.embd_pdrop = c.hidden_dropout_prob;
-    c.attention_probs_dropout_prob = r.number({"attention_dropout"}, 0.1);
-    c.classifier_dropout = r.number({"seq_classif_dropout"}, 0.2);
-    c.vocab_size = r.integer({"vocab_size"});
-    c.max_position_embeddings = r.integer({"max_position_embeddings"});
-    c.pad_token_id = r.integer({"pad_token_id"}, 0);
-    c.initializer_range = r.number({"initializer_range"}, 0.02);
-    ONYX_CHECK(!r.boolean({"sinusoidal_pos_embds"}, false), what,
-               ": sinusoidal_pos_embds = true is not supported");
+    read_distilbert_keys(r, c);
   } else if (t == "gpt2") {
-    c.hidden_size = r.integer({"n_embd", "hidden_size"});
-    c.num_hidden_layers = r.integer({"n_layer", "num_hidden_layers"});
-    c.num_attention_heads = r.integer({"n_head", "num_attention_heads"});
-    c.intermediate_size = r.integer({"n_inner"}, 4 * c.hidden_size);
-    c.hidden_act = r.string({"activation_function"}, "gelu_new");
-    c.layer_norm_eps = r.number({"layer_norm_epsilon"}, 1e-5);
-    c.hidden_dropout_prob = r.number({"resid_pdrop"}, 0.1);
-    c.embd_pdrop = r.number({"embd_pdrop"}, 0.1);
-    c.attention_probs_dropout_prob = r.number({"attn_pdrop"}, 0.1);
-    if (r.find({"summary_first_dropout"}))
-      c.classifier_dropout = r.number({"summary_first_dropout"}, 0.1);
-    c.vocab_size = r.integer({"vocab_size"});
-    c.max_position_embeddings = r.integer({"n_positions", "max_position_embeddings"});
-    c.pad_token_id = r.integer({"pad_token_id"}, -1);
-    c.initializer_range = r.number({"initializer_range"}, 0.02);
-    ONYX_CHECK(r.boolean({"scale_attn_weights"}, true), what,
-               ": scale_attn_weights = false is not supported");
-    ONYX_CHECK(!r.boolean({"scale_attn_by_inverse_layer_idx"}, false), what,
-               ": scale_attn_by_inverse_layer_idx = true is not supported");
+    read_gpt2_keys(r, c);
   } else if (t == "llama" || t == "mistral" || t == "qwen2") {
-    c.hidden_size = r.integer({"hidden_size"});
-    c.num_hidden_layers = r.integer({"num_hidden_layers"});
-    c.num_attention_heads = r.integer({"num_attention_heads"});
-    c.num_key_value_heads = r.integer({"num_key_value_heads"}, c.num_attention_heads);
-    c.intermediate_size = r.integer({"intermediate_size"});
-    c.head_dim = r.integer({"head_dim"}, 0);
-    c.hidden_act = r.string({"hidden_act"}, "silu");
-    c.layer_norm_eps = r.number({"rms_norm_eps"}, 1e-6);
-    c.attention_probs_dropout_prob = r.number({"attention_dropout"}, 0.0);
-    c.hidden_dropout_prob = c.embd_pdrop = 0.0;
-    c.vocab_size = r.integer({"vocab_size"});
-    c.max_position_embeddings = r.integer({"max_position_embeddings"});
-    c.pad_token_id = r.integer({"pad_token_id"}, -1);
-    c.initializer_range = r.number({"initializer_range"}, 0.02);
-    if (t == "qwen2") {  // q/k/v biases, none on o_proj or the MLP
-      c.attention_bias = true;
-    } else {
-      c.attention_bias = c.o_proj_bias = r.boolean({"attention_bias"}, false);
-      c.mlp_bias = t == "llama" && r.boolean({"mlp_bias"}, false);
-    }
-    ONYX_CHECK(r.integer({"pretraining_tp"}, 1) == 1, what,
-               ": pretraining_tp other than 1 is not supported");
-    // Rotary embeddings: Transformers 5's rope_parameters, or the older rope_theta + rope_scaling.
-    const json* rp = r.find({"rope_parameters"});
-    const json* rs = r.find({"rope_scaling"});
-    c.rope.theta = r.number({"rope_theta"}, 10000.0);
-    for (const json* o : {rs, rp}) {
-      if (!o) continue;
-      ONYX_CHECK(o->is_object(), what,
-                 ": key 'rope_parameters' / 'rope_scaling' must be an object");
-      Reader ro{*o, what + " (rope parameters)", t};
-      c.rope.type = ro.string({"rope_type", "type"}, c.rope.type);
-      c.rope.theta = ro.number({"rope_theta"}, c.rope.theta);
-      c.rope.factor = ro.number({"factor"}, c.rope.factor);
-      c.rope.low_freq_factor = ro.number({"low_freq_factor"}, c.rope.low_freq_factor);
-      c.rope.high_freq_factor = ro.number({"high_freq_factor"}, c.rope.high_freq_factor);
-      c.rope.original_max_position_embeddings =
-          ro.integer({"original_max_position_embeddings"}, c.rope.original_max_position_embeddings);
-      ONYX_CHECK(ro.number({"partial_rotary_factor"}, 1.0) == 1.0, what,
-                 ": partial_rotary_factor other than 1 is not supported");
-    }
-    const std::string& rt = c.rope.type;
-    ONYX_CHECK(rt == "default" || rt == "linear" || rt == "dynamic" || rt == "llama3", what,
-               ": rope type '", rt,
-               "' is not supported (default, linear, dynamic, llama3; Transformers also has "
-               "yarn and longrope)");
-    ONYX_CHECK(c.rope.factor > 0, what, ": rope factor must be positive");
-    // Sliding-window attention: Mistral on every layer when sliding_window is set; Qwen2 per
-    // layer_types (use_sliding_window, from max_window_layers on).
-    if (const json* sw = r.find({"sliding_window"})) {
-      ONYX_CHECK(sw->is_number_integer(), what,
-                 ": key 'sliding_window' must be an integer or null");
-      c.sliding_window = sw->get<int64_t>();
-    }
-    if (t == "qwen2" && !r.boolean({"use_sliding_window"}, false)) c.sliding_window = 0;
-    check_layer_count(r, c.num_hidden_layers);
-    if (const json* lt = r.find({"layer_types"})) {
-      ONYX_CHECK(lt->is_array() && (int64_t)lt->size() == c.num_hidden_layers, what,
-                 ": key 'layer_types' must list one type per layer");
-      for (auto& x : *lt) {
-        ONYX_CHECK(x.is_string() && (x == "full_attention" || x == "sliding_attention"), what,
-                   ": layer_types entries must be 'full_attention' or 'sliding_attention'");
-        c.layer_types.push_back(x.get<std::string>());
-      }
-    } else {
-      int64_t from = t == "qwen2" ? r.integer({"max_window_layers"}, 28) : 0;
-      for (int64_t i = 0; i < c.num_hidden_layers; i++)
-        c.layer_types.push_back(c.sliding_window > 0 && i >= from ? "sliding_attention"
-                                                                  : "full_attention");
-    }
-    if (c.sliding_window <= 0)
-      for (auto& l : c.layer_types) l = "full_attention";
-    check_positive(r, c.num_key_value_heads, "num_key_value_heads");
-    ONYX_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, what, ": num_attention_heads ",
-               c.num_attention_heads, " is not a multiple of num_key_value_heads ",
-               c.num_key_value_heads);
+    read_llama_keys(r, c);
   } else {
     throw Error(cat(what, ": model_type '", t,
                     "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, "

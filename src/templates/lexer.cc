@@ -121,6 +121,68 @@ std::string unescape(const std::string& body, const Source& src, size_t off) {
   return out;
 }
 
+// A number literal at s[pos] (Python's: float as digits ( . digits [e...] | e... ); int as
+// 0b / 0o / 0x / digits, with '_' separators) appended to toks; returns the position after it.
+size_t lex_number(const Source& src, size_t pos, std::vector<Tok>& toks) {
+  const std::string& s = src.text;
+  const size_t n = s.size();
+  const char c = s[pos];
+  // float: digits ( . digits [e...] | e... ); int: 0b / 0o / 0x / digits, '_' separators
+  size_t j = pos;
+  auto digits = [&](size_t& q, auto pred) {
+    size_t b = q;
+    while (q < n && (pred(s[q]) || (s[q] == '_' && q + 1 < n && pred(s[q + 1]) && q > b))) q++;
+    return q > b;
+  };
+  auto dec = [](char ch) { return std::isdigit((unsigned char)ch) != 0; };
+  digits(j, dec);
+  size_t fe = j;
+  bool is_float = false;
+  if (fe < n && s[fe] == '.' && fe + 1 < n && dec(s[fe + 1])) {
+    fe++;
+    digits(fe, dec);
+    is_float = true;
+  }
+  if (fe < n && (s[fe] == 'e' || s[fe] == 'E')) {
+    size_t q = fe + 1;
+    if (q < n && (s[q] == '+' || s[q] == '-')) q++;
+    if (q < n && dec(s[q])) {
+      digits(q, dec);
+      fe = q;
+      is_float = true;
+    }
+  }
+  std::string lit;
+  if (is_float) {
+    for (size_t q = pos; q < fe; q++)
+      if (s[q] != '_') lit += s[q];
+    toks.push_back({Tok::Float, lit, 0, std::strtod(lit.c_str(), nullptr), pos});
+    return fe;
+  }
+  int base = 10;
+  size_t q = pos;
+  if (c == '0' && pos + 1 < n && std::strchr("bBoOxX", s[pos + 1])) {
+    const char b = std::tolower(s[pos + 1]);
+    base = b == 'b' ? 2 : b == 'o' ? 8 : 16;
+    q = pos + 2;
+    auto dig = [base](char ch) {
+      return base == 16 ? std::isxdigit((unsigned char)ch) != 0 : (ch >= '0' && ch < '0' + base);
+    };
+    if (q < n && s[q] == '_') q++;
+    if (!digits(q, dig)) src.error(pos, "invalid integer literal");
+  } else {
+    q = j;
+  }
+  for (size_t r = base == 10 ? pos : pos + 2; r < q; r++)
+    if (s[r] != '_') lit += s[r];
+  Tok t{Tok::Int, s.substr(pos, q - pos), 0, 0, pos};
+  errno = 0;
+  t.i = std::strtoll(lit.c_str(), nullptr, base);
+  if (errno == ERANGE) src.error(pos, "integer literal out of range");
+  toks.push_back(t);
+  return q;
+}
+
 }  // namespace
 
 std::vector<Tok> lex(const Source& src) {
@@ -260,63 +322,7 @@ std::vector<Tok> lex(const Source& src) {
         }
       }
       if (std::isdigit((unsigned char)c) && !(pos > 0 && s[pos - 1] == '.')) {
-        // float: digits ( . digits [e...] | e... ); int: 0b / 0o / 0x / digits, '_' separators
-        size_t j = pos;
-        auto digits = [&](size_t& q, auto pred) {
-          size_t b = q;
-          while (q < n && (pred(s[q]) || (s[q] == '_' && q + 1 < n && pred(s[q + 1]) && q > b)))
-            q++;
-          return q > b;
-        };
-        auto dec = [](char ch) { return std::isdigit((unsigned char)ch) != 0; };
-        digits(j, dec);
-        size_t fe = j;
-        bool is_float = false;
-        if (fe < n && s[fe] == '.' && fe + 1 < n && dec(s[fe + 1])) {
-          fe++;
-          digits(fe, dec);
-          is_float = true;
-        }
-        if (fe < n && (s[fe] == 'e' || s[fe] == 'E')) {
-          size_t q = fe + 1;
-          if (q < n && (s[q] == '+' || s[q] == '-')) q++;
-          if (q < n && dec(s[q])) {
-            digits(q, dec);
-            fe = q;
-            is_float = true;
-          }
-        }
-        std::string lit;
-        if (is_float) {
-          for (size_t q = pos; q < fe; q++)
-            if (s[q] != '_') lit += s[q];
-          toks.push_back({Tok::Float, lit, 0, std::strtod(lit.c_str(), nullptr), pos});
-          pos = fe;
-          continue;
-        }
-        int base = 10;
-        size_t q = pos;
-        if (c == '0' && pos + 1 < n && std::strchr("bBoOxX", s[pos + 1])) {
-          const char b = std::tolower(s[pos + 1]);
-          base = b == 'b' ? 2 : b == 'o' ? 8 : 16;
-          q = pos + 2;
-          auto dig = [base](char ch) {
-            return base == 16 ? std::isxdigit((unsigned char)ch) != 0
-                              : (ch >= '0' && ch < '0' + base);
-          };
-          if (q < n && s[q] == '_') q++;
-          if (!digits(q, dig)) src.error(pos, "invalid integer literal");
-        } else {
-          q = j;
-        }
-        for (size_t r = base == 10 ? pos : pos + 2; r < q; r++)
-          if (s[r] != '_') lit += s[r];
-        Tok t{Tok::Int, s.substr(pos, q - pos), 0, 0, pos};
-        errno = 0;
-        t.i = std::strtoll(lit.c_str(), nullptr, base);
-        if (errno == ERANGE) src.error(pos, "integer literal out of range");
-        toks.push_back(t);
-        pos = q;
+        pos = lex_number(src, pos, toks);
         continue;
       }
       if (name_start(c)) {
