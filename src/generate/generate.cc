@@ -342,6 +342,127 @@ void Generator::check_cache_fits(int64_t rows, int64_t tokens, int64_t vocab) co
              (int64_t)(ram / (1 << 20)), " MiB; lower max_new_tokens, num_beams or the batch");
 }
 
+namespace {
+
+// The key/value cache of one generate() call: per layer keys (rows, kv, hd, cap) (transposed:
+// the graph multiplies queries by them as they are) and values (rows, kv, cap, hd), slots
+// [0, filled) written; slot_mask (rows, cap) says which written slots are real tokens (left
+// padding is not). It grows in blocks of `block` slots, so the optimized graph (compiled per
+// capacity) is rebuilt once per block, not per token.
+struct KvCache {
+  int64_t rows, kv, hd, block;
+  int64_t cap = 0, filled = 0;
+  std::vector<Tensor> keys, values;
+  std::vector<int64_t> slot_mask;  // (rows, cap)
+
+  KvCache(int64_t layers, int64_t rows_, int64_t kv_heads, int64_t head_dim, int64_t block_)
+      : rows(rows_), kv(kv_heads), hd(head_dim), block(block_), keys(layers), values(layers) {
+    for (int64_t l = 0; l < layers; l++) {
+      keys[l] = Tensor::zeros(DType::Float32, {rows, kv, hd, 0});
+      values[l] = Tensor::zeros(DType::Float32, {rows, kv, 0, hd});
+    }
+  }
+
+  void grow(int64_t need) {
+    if (need <= cap) return;
+    const int64_t ncap = (need + block - 1) / block * block;
+    for (auto& t : keys) {  // rows of cap slots, one per (b, head, d)
+      Tensor n = Tensor::zeros(DType::Float32, {rows, kv, hd, ncap});
+      if (filled > 0)
+        for (int64_t i = 0; i < rows * kv * hd; i++)
+          std::memcpy(n.data<float>() + i * ncap, t.data<float>() + i * cap,
+                      (size_t)filled * sizeof(float));
+      t = n;
+    }
+    for (auto& t : values) {
+      Tensor n = Tensor::zeros(DType::Float32, {rows, kv, ncap, hd});
+      if (filled > 0)
+        for (int64_t i = 0; i < rows * kv; i++)
+          std::memcpy(n.data<float>() + i * ncap * hd, t.data<float>() + i * cap * hd,
+                      (size_t)(filled * hd) * sizeof(float));
+      t = n;
+    }
+    std::vector<int64_t> m((size_t)(rows * ncap), 0);
+    for (int64_t r = 0; r < rows; r++)
+      std::copy(slot_mask.begin() + r * cap, slot_mask.begin() + r * cap + filled,
+                m.begin() + r * ncap);
+    slot_mask = std::move(m);
+    cap = ncap;
+  }
+
+  // The attention mask (rows, cap + S) of a run over S new tokens: the cache's slots, then them.
+  std::vector<int64_t> attention_mask(const std::vector<int64_t>& new_mask, int64_t S) const {
+    std::vector<int64_t> am((size_t)(rows * (cap + S)), 0);
+    for (int64_t r = 0; r < rows; r++) {
+      std::copy(slot_mask.begin() + r * cap, slot_mask.begin() + r * cap + filled,
+                am.begin() + r * (cap + S));
+      std::copy(new_mask.begin() + r * S, new_mask.begin() + (r + 1) * S,
+                am.begin() + r * (cap + S) + cap);
+    }
+    return am;
+  }
+
+  // A run's new keys and values (new_keys.l (rows, kv, S, hd), new_values.l) into slots
+  // [filled, filled + S), growing the cache first when they do not fit.
+  void append(const std::map<std::string, Tensor>& out, const std::vector<int64_t>& new_mask,
+              int64_t S) {
+    grow(filled + S);
+    for (size_t l = 0; l < keys.size(); l++) {
+      const Tensor& nk = out.at(cat("new_keys.", l));
+      const Tensor& nv = out.at(cat("new_values.", l));
+      for (int64_t i = 0; i < rows * kv; i++) {
+        float* kd = keys[l].data<float>() + i * hd * cap + filled;
+        const float* ks = nk.data<float>() + i * S * hd;
+        for (int64_t t = 0; t < S; t++)
+          for (int64_t d = 0; d < hd; d++) kd[d * cap + t] = ks[t * hd + d];
+        std::memcpy(values[l].data<float>() + (i * cap + filled) * hd,
+                    nv.data<float>() + i * S * hd, (size_t)(S * hd) * sizeof(float));
+      }
+    }
+    for (int64_t r = 0; r < rows; r++)
+      std::copy(new_mask.begin() + r * S, new_mask.begin() + (r + 1) * S,
+                slot_mask.begin() + r * cap + filled);
+    filled += S;
+  }
+
+  // Beam search: row r becomes row from[r]'s.
+  void reorder(const std::vector<int64_t>& from) {
+    auto gather = [&](Tensor& t, int64_t row) {
+      Tensor n(DType::Float32, t.shape());
+      for (int64_t r = 0; r < rows; r++)
+        std::memcpy(n.data<float>() + r * row, t.data<float>() + from[r] * row,
+                    (size_t)row * sizeof(float));
+      t = n;
+    };
+    for (size_t l = 0; l < keys.size(); l++) {
+      gather(keys[l], kv * hd * cap);
+      gather(values[l], kv * cap * hd);
+    }
+    std::vector<int64_t> m(slot_mask.size());
+    for (int64_t r = 0; r < rows; r++)
+      std::copy(slot_mask.begin() + from[r] * cap, slot_mask.begin() + (from[r] + 1) * cap,
+                m.begin() + r * cap);
+    slot_mask = std::move(m);
+  }
+};
+
+// The length prompts are left-padded to (the longest); each prompt checked (not empty, ids in
+// the vocabulary; row r is prompt r / nb).
+int64_t padded_length(const std::vector<std::vector<int64_t>>& prompts, int64_t nb, int64_t V) {
+  int64_t L = 0;
+  for (size_t r = 0; r < prompts.size(); r++) {
+    ONYX_CHECK(!prompts[r].empty(), "generate: prompt ", r / nb,
+               " is empty (needs at least one token)");
+    for (int64_t id : prompts[r])
+      ONYX_CHECK(id >= 0 && id < V, "generate: prompt ", r / nb, " has token id ", id,
+                 " outside the vocabulary (0..", V - 1, ")");
+    L = std::max(L, (int64_t)prompts[r].size());
+  }
+  return L;
+}
+
+}  // namespace
+
 std::vector<std::vector<int64_t>> Generator::generate(
     const std::vector<std::vector<int64_t>>& given, const GenerationConfig& cfg,
     GenerationStats* stats) {
@@ -365,15 +486,7 @@ std::vector<std::vector<int64_t>> Generator::generate(
              "generate: max_new_tokens must be >= 0, got ", cfg.max_new_tokens);
   ONYX_CHECK(cfg.cache_block >= 1, "generate: cache_block must be >= 1");
   const int64_t V = model_.config.vocab_size;
-  int64_t L = 0;
-  for (int64_t r = 0; r < B; r++) {
-    ONYX_CHECK(!prompts[r].empty(), "generate: prompt ", r / nb,
-               " is empty (needs at least one token)");
-    for (int64_t id : prompts[r])
-      ONYX_CHECK(id >= 0 && id < V, "generate: prompt ", r / nb, " has token id ", id,
-                 " outside the vocabulary (0..", V - 1, ")");
-    L = std::max(L, (int64_t)prompts[r].size());
-  }
+  const int64_t L = padded_length(prompts, nb, V);
   // (Transformers refuses a prompt already max_length long)
   ONYX_CHECK(cfg.max_new_tokens >= 0 || L < cfg.max_length, "generate: the prompts are ", L,
              " tokens long (left-padded), but max_length is ", cfg.max_length,
@@ -391,108 +504,33 @@ std::vector<std::vector<int64_t>> Generator::generate(
   std::mt19937_64 rng(cfg.seed);
   std::uniform_real_distribution<double> unif(0.0, 1.0);
 
-  // The cache: per layer keys (B, kv, hd, cap) (transposed: the graph multiplies queries by them
-  // as they are) and values (B, kv, cap, hd), slots [0, filled) written; slot_mask (B, cap) says
-  // which written slots are real tokens (left padding is not).
-  int64_t cap = 0, filled = 0;
-  std::vector<Tensor> keys(layers_), values(layers_);
-  std::vector<int64_t> slot_mask;  // (B, cap)
-  auto grow = [&](int64_t need) {
-    if (need <= cap) return;
-    int64_t ncap = (need + cfg.cache_block - 1) / cfg.cache_block * cfg.cache_block;
-    const int64_t kv = kv_heads_, hd = head_dim_;
-    for (auto& t : keys) {  // rows of cap slots, one per (b, head, d)
-      Tensor n = Tensor::zeros(DType::Float32, {B, kv, hd, ncap});
-      if (filled > 0)
-        for (int64_t i = 0; i < B * kv * hd; i++)
-          std::memcpy(n.data<float>() + i * ncap, t.data<float>() + i * cap,
-                      (size_t)filled * sizeof(float));
-      t = n;
-    }
-    for (auto& t : values) {
-      Tensor n = Tensor::zeros(DType::Float32, {B, kv, ncap, hd});
-      if (filled > 0)
-        for (int64_t i = 0; i < B * kv; i++)
-          std::memcpy(n.data<float>() + i * ncap * hd, t.data<float>() + i * cap * hd,
-                      (size_t)(filled * hd) * sizeof(float));
-      t = n;
-    }
-    std::vector<int64_t> m((size_t)(B * ncap), 0);
-    for (int64_t r = 0; r < B; r++)
-      std::copy(slot_mask.begin() + r * cap, slot_mask.begin() + r * cap + filled,
-                m.begin() + r * ncap);
-    slot_mask = std::move(m);
-    cap = ncap;
-  };
-  for (int64_t l = 0; l < layers_; l++) {
-    keys[l] = Tensor::zeros(DType::Float32, {B, kv_heads_, head_dim_, 0});
-    values[l] = Tensor::zeros(DType::Float32, {B, kv_heads_, 0, head_dim_});
-  }
-
-  // One run over S new tokens per row (ids (B,S), new_mask (B,S), positions (B,S)).
+  // The cache (KvCache), and one run over S new tokens per row (ids (B,S), new_mask (B,S),
+  // positions (B,S)) that reads it and appends the new keys and values.
+  KvCache cache(layers_, B, kv_heads_, head_dim_, cfg.cache_block);
   auto step = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& new_mask,
                   const std::vector<int64_t>& positions, int64_t S) {
-    Compiled& c = compiled_for(B, S, cap);
+    Compiled& c = compiled_for(B, S, cache.cap);
     std::map<std::string, Tensor> feeds = weight_feeds_;
     feeds["input_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, ids);
     feeds["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, positions);
-    std::vector<int64_t> am((size_t)(B * (cap + S)), 0);
-    for (int64_t r = 0; r < B; r++) {
-      std::copy(slot_mask.begin() + r * cap, slot_mask.begin() + r * cap + filled,
-                am.begin() + r * (cap + S));
-      std::copy(new_mask.begin() + r * S, new_mask.begin() + (r + 1) * S,
-                am.begin() + r * (cap + S) + cap);
-    }
-    feeds["attention_mask"] = Tensor::from_vector<int64_t>(DType::Int64, {B, cap + S}, am);
+    feeds["attention_mask"] = Tensor::from_vector<int64_t>(DType::Int64, {B, cache.cap + S},
+                                                           cache.attention_mask(new_mask, S));
     std::vector<int64_t> cp(S);
-    for (int64_t i = 0; i < S; i++) cp[i] = filled + i;
+    for (int64_t i = 0; i < S; i++) cp[i] = cache.filled + i;
     feeds["cache_position"] = Tensor::from_vector<int64_t>(DType::Int64, {S}, cp);
     for (int64_t l = 0; l < layers_; l++) {
-      feeds[cat("past_keys.", l)] = keys[l];
-      feeds[cat("past_values.", l)] = values[l];
+      feeds[cat("past_keys.", l)] = cache.keys[l];
+      feeds[cat("past_values.", l)] = cache.values[l];
     }
     auto out = c.session->run(feeds);
-    grow(filled + S);
-    const int64_t hd = head_dim_;
-    for (int64_t l = 0; l < layers_; l++) {
-      const Tensor& nk = out.at(cat("new_keys.", l));
-      const Tensor& nv = out.at(cat("new_values.", l));
-      for (int64_t i = 0; i < B * kv_heads_; i++) {
-        float* kd = keys[l].data<float>() + i * hd * cap + filled;
-        const float* ks = nk.data<float>() + i * S * hd;
-        for (int64_t t = 0; t < S; t++)
-          for (int64_t d = 0; d < hd; d++) kd[d * cap + t] = ks[t * hd + d];
-        std::memcpy(values[l].data<float>() + (i * cap + filled) * hd,
-                    nv.data<float>() + i * S * hd, (size_t)(S * hd) * sizeof(float));
-      }
-    }
-    for (int64_t r = 0; r < B; r++)
-      std::copy(new_mask.begin() + r * S, new_mask.begin() + (r + 1) * S,
-                slot_mask.begin() + r * cap + filled);
-    filled += S;
+    cache.append(out, new_mask, S);
     return out.at("logits");  // (B,V)
   };
-
   // Beam search: row r of the cache (and its position) becomes row from[r]'s.
   auto reorder = [&](const std::vector<int64_t>& from, std::vector<int64_t>& next_pos) {
-    auto gather = [&](Tensor& t, int64_t row) {
-      Tensor n(DType::Float32, t.shape());
-      for (int64_t r = 0; r < B; r++)
-        std::memcpy(n.data<float>() + r * row, t.data<float>() + from[r] * row,
-                    (size_t)row * sizeof(float));
-      t = n;
-    };
-    for (int64_t l = 0; l < layers_; l++) {
-      gather(keys[l], kv_heads_ * head_dim_ * cap);
-      gather(values[l], kv_heads_ * cap * head_dim_);
-    }
-    std::vector<int64_t> m(slot_mask.size()), p(B);
-    for (int64_t r = 0; r < B; r++) {
-      std::copy(slot_mask.begin() + from[r] * cap, slot_mask.begin() + (from[r] + 1) * cap,
-                m.begin() + r * cap);
-      p[r] = next_pos[from[r]];
-    }
-    slot_mask = std::move(m);
+    cache.reorder(from);
+    std::vector<int64_t> p(B);
+    for (int64_t r = 0; r < B; r++) p[r] = next_pos[from[r]];
     next_pos = std::move(p);
   };
 

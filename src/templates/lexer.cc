@@ -183,19 +183,53 @@ size_t lex_number(const Source& src, size_t pos, std::vector<Tok>& toks) {
   return q;
 }
 
-}  // namespace
-
-std::vector<Tok> lex(const Source& src) {
-  const std::string& s = src.text;
-  const size_t n = s.size();
+// The lexer's state while it walks one template: where it is, whether a line is starting (for
+// lstrip_blocks), the tokens so far.
+struct Lexer {
+  const Source& src;
+  const std::string& s;
+  const size_t n;
   std::vector<Tok> toks;
   size_t pos = 0;
   bool line_starting = true;
-  auto emit_data = [&](std::string text, size_t off) {
+
+  explicit Lexer(const Source& source) : src(source), s(source.text), n(source.text.size()) {}
+
+  std::vector<Tok> run() {
+    while (pos < n) {
+      const size_t k = next_tag(pos);
+      if (k == std::string::npos) {
+        emit_data(s.substr(pos), pos);
+        break;
+      }
+      const char kind = s[k + 1];
+      size_t p = k + 2;
+      char sign = 0;
+      if (p < n && (s[p] == '-' || s[p] == '+')) sign = s[p++];
+      std::string text = s.substr(pos, k - pos);
+      if (kind == '%' && raw_block(k, p, sign, text)) continue;
+      emit_data(strip_before(std::move(text), sign, kind == '{'), pos);
+      if (kind == '#')
+        comment(k, p);
+      else
+        tag(k, p, kind);
+    }
+    toks.push_back({Tok::End, "", 0, 0, n});
+    return std::move(toks);
+  }
+
+  // Where the next "{{", "{%" or "{#" at or after `from` starts (npos: none).
+  size_t next_tag(size_t from) const {
+    for (size_t k = s.find('{', from); k != std::string::npos && k + 1 < n; k = s.find('{', k + 1))
+      if (s[k + 1] == '{' || s[k + 1] == '%' || s[k + 1] == '#') return k;
+    return std::string::npos;
+  }
+
+  void emit_data(std::string text, size_t off) {
     if (!text.empty()) toks.push_back({Tok::Data, std::move(text), 0, 0, off});
-  };
+  }
   // Jinja's OptionalLStrip: the text before a tag, stripped by its '-' or by lstrip_blocks.
-  auto strip_before = [&](std::string text, char sign, bool is_var) {
+  std::string strip_before(std::string text, char sign, bool is_var) const {
     if (sign == '-') {
       text.resize(rstrip_len(text));
     } else if (sign != '+' && !is_var) {
@@ -204,86 +238,73 @@ std::vector<Tok> lex(const Source& src) {
       if ((l_pos > 0 || line_starting) && all_space(text, l_pos)) text.resize(l_pos);
     }
     return text;
-  };
-  while (pos < n) {
-    size_t k = pos;
-    while (true) {
-      k = s.find('{', k);
-      if (k == std::string::npos || k + 1 >= n) {
-        k = std::string::npos;
-        break;
-      }
-      if (s[k + 1] == '{' || s[k + 1] == '%' || s[k + 1] == '#') break;
-      k++;
-    }
-    if (k == std::string::npos) {
-      emit_data(s.substr(pos), pos);
-      break;
-    }
-    const char kind = s[k + 1];
-    size_t p = k + 2;
-    char sign = 0;
-    if (p < n && (s[p] == '-' || s[p] == '+')) sign = s[p++];
-    std::string text = s.substr(pos, k - pos);
-    // {% raw %} ... {% endraw %}
-    if (kind == '%') {
-      size_t q = skip_ws(s, p);
-      if (s.compare(q, 3, "raw") == 0 && (q + 3 >= n || !name_char(s[q + 3]))) {
-        q = skip_ws(s, q + 3);
-        size_t body = std::string::npos;
-        if (s.compare(q, 3, "-%}") == 0)
-          body = skip_ws(s, q + 3);
-        else if (s.compare(q, 2, "%}") == 0)
-          body = q + 2;
-        if (body != std::string::npos) {
-          emit_data(strip_before(text, sign, false), pos);
-          line_starting = s[body - 1] == '\n';
-          size_t j = body;
-          while (true) {
-            j = s.find("{%", j);
-            if (j == std::string::npos) src.error(k, "missing end of raw directive");
-            size_t r = j + 2;
-            char esign = 0;
-            if (r < n && (s[r] == '-' || s[r] == '+')) esign = s[r++];
-            r = skip_ws(s, r);
-            if (s.compare(r, 6, "endraw") == 0) {
-              r = skip_ws(s, r + 6);
-              size_t end = std::string::npos;
-              if (s.compare(r, 3, "+%}") == 0)
-                end = r + 3;
-              else if (s.compare(r, 3, "-%}") == 0)
-                end = skip_ws(s, r + 3);
-              else if (s.compare(r, 2, "%}") == 0)
-                end = r + 2 + (r + 2 < n && s[r + 2] == '\n');
-              if (end != std::string::npos) {
-                emit_data(strip_before(s.substr(body, j - body), esign, false), body);
-                line_starting = s[end - 1] == '\n';
-                pos = end;
-                break;
-              }
+  }
+
+  // {% raw %} ... {% endraw %} at the tag opened at k (its name from p): the text before it and
+  // the raw body as data; false when the tag is not raw.
+  bool raw_block(size_t k, size_t p, char sign, const std::string& text) {
+    size_t q = skip_ws(s, p);
+    if (s.compare(q, 3, "raw") == 0 && (q + 3 >= n || !name_char(s[q + 3]))) {
+      q = skip_ws(s, q + 3);
+      size_t body = std::string::npos;
+      if (s.compare(q, 3, "-%}") == 0)
+        body = skip_ws(s, q + 3);
+      else if (s.compare(q, 2, "%}") == 0)
+        body = q + 2;
+      if (body != std::string::npos) {
+        emit_data(strip_before(text, sign, false), pos);
+        line_starting = s[body - 1] == '\n';
+        size_t j = body;
+        while (true) {
+          j = s.find("{%", j);
+          if (j == std::string::npos) src.error(k, "missing end of raw directive");
+          size_t r = j + 2;
+          char esign = 0;
+          if (r < n && (s[r] == '-' || s[r] == '+')) esign = s[r++];
+          r = skip_ws(s, r);
+          if (s.compare(r, 6, "endraw") == 0) {
+            r = skip_ws(s, r + 6);
+            size_t end = std::string::npos;
+            if (s.compare(r, 3, "+%}") == 0)
+              end = r + 3;
+            else if (s.compare(r, 3, "-%}") == 0)
+              end = skip_ws(s, r + 3);
+            else if (s.compare(r, 2, "%}") == 0)
+              end = r + 2 + (r + 2 < n && s[r + 2] == '\n');
+            if (end != std::string::npos) {
+              emit_data(strip_before(s.substr(body, j - body), esign, false), body);
+              line_starting = s[end - 1] == '\n';
+              pos = end;
+              break;
             }
-            j += 2;
           }
-          continue;
+          j += 2;
         }
+        return true;
       }
     }
-    emit_data(strip_before(std::move(text), sign, kind == '{'), pos);
-    if (kind == '#') {
-      size_t end = std::string::npos;
-      for (size_t j = p; j < n && end == std::string::npos; j++) {
-        if (s[j] == '+' && s.compare(j + 1, 2, "#}") == 0)
-          end = j + 3;
-        else if (s[j] == '-' && s.compare(j + 1, 2, "#}") == 0)
-          end = skip_ws(s, j + 3);
-        else if (s.compare(j, 2, "#}") == 0)
-          end = j + 2 + (j + 2 < n && s[j + 2] == '\n');
-      }
-      if (end == std::string::npos) src.error(k, "missing end of comment tag '#}'");
-      line_starting = s[end - 1] == '\n';
-      pos = end;
-      continue;
+    return false;
+  }
+
+  // {# ... #} opened at k, its body from p: skipped.
+  void comment(size_t k, size_t p) {
+    size_t end = std::string::npos;
+    for (size_t j = p; j < n && end == std::string::npos; j++) {
+      if (s[j] == '+' && s.compare(j + 1, 2, "#}") == 0)
+        end = j + 3;
+      else if (s[j] == '-' && s.compare(j + 1, 2, "#}") == 0)
+        end = skip_ws(s, j + 3);
+      else if (s.compare(j, 2, "#}") == 0)
+        end = j + 2 + (j + 2 < n && s[j + 2] == '\n');
     }
+    if (end == std::string::npos) src.error(k, "missing end of comment tag '#}'");
+    line_starting = s[end - 1] == '\n';
+    pos = end;
+  }
+
+  // The tokens of the {{ ... }} or {% ... %} tag opened at k (kind '{' or '%'), its body from p,
+  // through its end (brackets balanced, whitespace control applied).
+  void tag(size_t k, size_t p, char kind) {
     toks.push_back({kind == '{' ? Tok::VarB : Tok::BlkB, kind == '{' ? "{{" : "{%", 0, 0, k});
     pos = p;
     std::vector<char> balance;
@@ -359,8 +380,10 @@ std::vector<Tok> lex(const Source& src) {
       pos += op.size();
     }
   }
-  toks.push_back({Tok::End, "", 0, 0, n});
-  return toks;
-}
+};
+
+}  // namespace
+
+std::vector<Tok> lex(const Source& src) { return Lexer(src).run(); }
 
 }  // namespace onyx::templates
