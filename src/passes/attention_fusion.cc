@@ -322,62 +322,92 @@ struct Matcher : FusionMatcher {
     return true;
   }
 
-  // Tries the pattern around Softmax node `si`; on success rewrites and returns true.
-  bool try_fuse(int si) {
-    const ir::Node& sm = g.nodes[si];
-    const std::string p = sm.outputs[0], s_in = sm.inputs[0];
-    if (!f32(p)) return false;
-    const Shape& ps = ctx.meta(p).shape;
-    if (ps.size() != 4) return false;
-    int64_t axis = sm.attr_int("axis", -1);
-    if (axis != -1 && axis != 3) return false;
-    const int64_t B = ps[0], H = ps[1], Tq = ps[2], Tk = ps[3];
-
-    // ---- forward: p -> [NaN guard] -> [Dropout] -> MatMul(p, v) -> Transpose -> Reshape
-    std::string pd = p;  // what the P·V MatMul reads
+  // What try_fuse finds around one Softmax: the shapes, the output side (dropout, V, the final
+  // Reshape) and the score side (scale, masks, causal, Q and K).
+  struct Found {
+    Shape ps;  // the probabilities (B, H, Tq, Tk)
+    int64_t B = 0, H = 0, Tq = 0, Tk = 0, Dv = 0, Hk = 0;
+    std::string out;  // the final Reshape's output, which the fused node writes
+    int out_i = -1;   // that Reshape
     bool zero_masked_rows = false;
-    if (!single_use(p)) {
-      if (!nan_guard(p, pd)) return false;
-      zero_masked_rows = true;
-    }
-    int pc = idx.sole_consumer(pd);
-    if (pc < 0) return false;
     double dropout_ratio = 0;
     int64_t dropout_seed = 0;
     std::string dropout_key;
+    HeadSide qs, ks, vs;
+    double scale = 1.0;
+    std::string mask, cond, cond_fill;  // additive mask; a boolean Where's cond and its fill
+    bool causal = false, cond_masks = false;
+  };
+
+  // Tries the pattern around Softmax node `si`; on success rewrites and returns true.
+  bool try_fuse(int si) {
+    Found f;
+    if (!match_output_side(si, f) || !match_score_side(g.nodes[si].inputs[0], f)) return false;
+    rewrite(g.nodes[si], f);
+    return true;
+  }
+
+  // The Softmax's output side: p (through a NaN guard and a Dropout) times V, then the Transpose
+  // and Reshape back to (B, Tq, H·Dv).
+  bool match_output_side(int si, Found& f) {
+    const ir::Node& sm = g.nodes[si];
+    const std::string p = sm.outputs[0];
+    if (!f32(p)) return false;
+    const Shape& ps = f.ps = ctx.meta(p).shape;
+    if (ps.size() != 4) return false;
+    int64_t axis = sm.attr_int("axis", -1);
+    if (axis != -1 && axis != 3) return false;
+    const int64_t B = f.B = ps[0], H = f.H = ps[1], Tq = f.Tq = ps[2];
+    f.Tk = ps[3];
+
+    // ---- forward: p -> [NaN guard] -> [Dropout] -> MatMul(p, v) -> Transpose -> Reshape
+    std::string pd = p;  // what the P·V MatMul reads
+    if (!single_use(p)) {
+      if (!nan_guard(p, pd)) return false;
+      f.zero_masked_rows = true;
+    }
+    int pc = idx.sole_consumer(pd);
+    if (pc < 0) return false;
     if (const ir::Node& dn = g.nodes[pc]; is_op(dn, "Dropout")) {
-      if (!dropout_of(dn, dropout_ratio, dropout_seed, dropout_key)) return false;
+      if (!dropout_of(dn, f.dropout_ratio, f.dropout_seed, f.dropout_key)) return false;
       pd = dn.outputs[0];
       pc = idx.sole_consumer(pd);
       if (pc < 0) return false;
     }
     const ir::Node& pv = g.nodes[pc];
     if (!is_op(pv, "MatMul") || pv.inputs[0] != pd) return false;
-    HeadSide vs;
+    HeadSide& vs = f.vs;
     if (!head_side(pv.inputs[1], vs)) return false;
-    const Shape& v_bthd = vs.bthd;
     const std::string o = pv.outputs[0];
     int ot_i = idx.sole_consumer(o);
     if (ot_i < 0) return false;
     const ir::Node& ot = g.nodes[ot_i];
     if (!is_transpose(ot, {0, 2, 1, 3})) return false;
-    int out_i = idx.sole_consumer(ot.outputs[0]);
+    const int out_i = f.out_i = idx.sole_consumer(ot.outputs[0]);
     if (out_i < 0) return false;
     const ir::Node& out_r = g.nodes[out_i];
     if (!is_op(out_r, "Reshape") || out_r.inputs[0] != ot.outputs[0]) return false;
-    const std::string out = out_r.outputs[0];
-    const int64_t Dv = v_bthd[3];
+    const std::string& out = f.out = out_r.outputs[0];
+    const int64_t Dv = f.Dv = vs.bthd[3];
     if (vs.heads() != H) return false;
     if (!ctx.has_meta(out) || shape_numel(ctx.meta(out).shape) != B * Tq * H * Dv) return false;
+    return true;
+  }
 
+  // The Softmax's input side, walked back from s_in: scale, additive mask, causal or boolean Where,
+  // down to MatMul(q, kᵀ), whose sides must be heads of the shapes the output side implies.
+  bool match_score_side(const std::string& s_in, Found& f) {
+    const Shape& ps = f.ps;
+    const int64_t B = f.B, H = f.H, Tq = f.Tq, Tk = f.Tk, Dv = f.Dv;
     // ---- backward from the softmax input: mask / causal / scale, down to MatMul(q, kT)
-    double scale = 1.0;
-    std::string mask;
-    bool causal = false, seen_scale = false;  // walking back: a scale seen before the mask
+    double& scale = f.scale;
+    std::string& mask = f.mask;
+    bool& causal = f.causal;
+    bool seen_scale = false;  // walking back: a scale seen before the mask
     // A non-constant Where's boolean cond, folded into the additive mask: Where(cond, fill, 0)
     // (masked where true) or Where(cond, 0, fill) (kept where true).
-    std::string cond, cond_fill;
-    bool cond_masks = false;
+    std::string &cond = f.cond, &cond_fill = f.cond_fill;
+    bool& cond_masks = f.cond_masks;
     std::string x = s_in;
     const ir::Node* qk = nullptr;
     for (int guard = 0; guard < 16; guard++) {
@@ -456,20 +486,31 @@ struct Matcher : FusionMatcher {
     }
     if (!qk || qk->inputs.size() != 2) return false;
 
-    HeadSide qs, ks;
+    HeadSide &qs = f.qs, &ks = f.ks;
     if (!head_side(peel_scalars(qk->inputs[0], scale), qs)) return false;
     if (!key_side(peel_scalars(qk->inputs[1], scale), ks)) return false;
     if (!(scale > 0) || !std::isfinite(scale)) return false;
-    const int64_t D = qs.bthd[3], Hk = ks.bthd[2];
+    const int64_t D = qs.bthd[3], Hk = f.Hk = ks.bthd[2];
     // K and V share their heads' grouping; Q is not repeated
     if (qs.bthd != Shape({B, Tq, H, D}) || qs.G != 1 || ks.bthd != Shape({B, Tk, Hk, D}) ||
-        ks.heads() != H || v_bthd != Shape({B, Tk, Hk, Dv}) || vs.G != ks.G)
+        ks.heads() != H || f.vs.bthd != Shape({B, Tk, Hk, Dv}) || f.vs.G != ks.G)
       return false;
     if (Tq == Tk && !causal) {
       causal = (!cond.empty() && implies_causal(cond, cond_masks, Tq)) ||
                (!mask.empty() && additive_causal(mask, Tq));
     }
+    return true;
+  }
 
+  // The fused onyx.Attention in place of the final Reshape (Q/K/V as (B,T,C), a Reshape added
+  // where needed; rotated sides get their Rotary again on heads; the mask made additive).
+  void rewrite(const ir::Node& sm, const Found& f) {
+    const int64_t B = f.B, H = f.H, Tq = f.Tq, Dv = f.Dv, Hk = f.Hk;
+    const HeadSide &qs = f.qs, &ks = f.ks, &vs = f.vs;
+    const std::string &cond = f.cond, &cond_fill = f.cond_fill, &out = f.out;
+    const bool causal = f.causal, cond_masks = f.cond_masks;
+    const double scale = f.scale;
+    std::string mask = f.mask;
     // ---- rewrite: Q/K/V as (B,T,C) (adding a Reshape when needed), then the fused node
     std::vector<ir::Node> extra;
     auto as_btc = [&](const std::string& X, int64_t T, int64_t C) {
@@ -540,11 +581,11 @@ struct Matcher : FusionMatcher {
                              ctx.fresh(g, sm.name + "/attention"));
     if (Hk != H) att.attrs["num_kv_heads"] = A::of_int(Hk);
     if (!mask.empty()) att.inputs.push_back(mask);
-    if (zero_masked_rows) att.attrs["zero_masked_rows"] = A::of_int(1);
-    if (dropout_ratio > 0) {
-      att.attrs["dropout_ratio"] = A::of_float((float)dropout_ratio);
-      att.attrs["seed"] = A::of_int(dropout_seed);
-      att.attrs["rng_key"] = A::of_string(dropout_key);
+    if (f.zero_masked_rows) att.attrs["zero_masked_rows"] = A::of_int(1);
+    if (f.dropout_ratio > 0) {
+      att.attrs["dropout_ratio"] = A::of_float((float)f.dropout_ratio);
+      att.attrs["seed"] = A::of_int(f.dropout_seed);
+      att.attrs["rng_key"] = A::of_string(f.dropout_key);
     }
     Shape btc{B, Tq, H * Dv};
     if (ctx.meta(out).shape == btc) {
@@ -558,9 +599,8 @@ struct Matcher : FusionMatcher {
     }
     // The fused node takes the final Reshape's place (after every input's producer); the rest of
     // the old chain is left for dead-node elimination.
-    g.nodes[out_i] = att;
+    g.nodes[f.out_i] = att;
     for (auto& e : extra) g.nodes.push_back(e);
-    return true;
   }
 };
 

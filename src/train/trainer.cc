@@ -4,9 +4,8 @@
 // accumulators and the log all come back bit for bit). Here: the constructor, train() — the loop
 // (train_loop) and its parts: start_training, accumulate_gradients (one step's micro-batches),
 // apply_gradients (the update), maybe_log_save_evaluate, finish_training — log() and
-// fit_batch_to_memory(); metrics.cc holds the
-// built-in metrics, checkpoint.cc the state and checkpoint files, evaluate.cc evaluate() /
-// predict().
+// fit_batch_to_memory(). metrics.cc holds the built-in metrics, checkpoint.cc the state and
+// checkpoint files, evaluate.cc evaluate() / predict().
 #include "onyx/trainer.h"
 
 #include <algorithm>
