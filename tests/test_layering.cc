@@ -117,10 +117,11 @@ TEST(Layering, NoIncludeRunsUpward) {
 TEST(Layering, EveryRoomHasARow) {
   const fs::path root = ONYX_SOURCE_DIR;
   const auto rooms = room_names();
-  for (auto& e : fs::directory_iterator(root / "src"))
-    if (e.is_directory())
-      EXPECT_TRUE(rooms.count(e.path().filename().string()))
-          << "src/" << e.path().filename().string() << " has no row in test_layering.cc";
+  for (auto& e : fs::directory_iterator(root / "src")) {
+    if (!e.is_directory()) continue;
+    EXPECT_TRUE(rooms.count(e.path().filename().string()))
+        << "src/" << e.path().filename().string() << " has no row in test_layering.cc";
+  }
 }
 
 // The table is a strict order: no room may include a room that may include it back.

@@ -108,6 +108,16 @@ std::vector<int64_t> python_set_order(const std::vector<int64_t>& values) {
   return out;
 }
 
+// Group indices by descending cost, equal costs in index order (Python's stable
+// sorted(..., reverse=True)).
+std::vector<int64_t> by_cost_descending(const std::vector<double>& costs) {
+  std::vector<int64_t> rank(costs.size());
+  for (size_t i = 0; i < rank.size(); i++) rank[i] = (int64_t)i;
+  std::stable_sort(rank.begin(), rank.end(),
+                   [&](int64_t a, int64_t b) { return costs[a] > costs[b]; });
+  return rank;
+}
+
 // One step's samples sorted longest first and split into K = world * ga contiguous groups by
 // counts; BatchRebalanceSampler's _balance_groups moves counts between groups.
 class Balancer {
@@ -155,7 +165,7 @@ class Balancer {
     return best;
   }
 
- private:
+  // each group's cost: its size times its longest (first) sample, as padded
   std::vector<double> costs_of(const std::vector<int64_t>& counts) const {
     std::vector<double> costs(k_);
     int64_t start = 0;
@@ -166,12 +176,10 @@ class Balancer {
     return costs;
   }
 
+ private:
   // the groups ranked with `pivot` in its accumulation slot (world groups by descending cost)
   std::vector<int64_t> slot_of(const std::vector<double>& costs, int64_t pivot) const {
-    std::vector<int64_t> rank(k_);
-    for (int64_t i = 0; i < k_; i++) rank[i] = i;
-    std::stable_sort(rank.begin(), rank.end(),
-                     [&](int64_t a, int64_t b) { return costs[a] > costs[b]; });
+    const std::vector<int64_t> rank = by_cost_descending(costs);
     const int64_t start =
         (std::find(rank.begin(), rank.end(), pivot) - rank.begin()) / world_ * world_;
     return python_set_order(
@@ -213,26 +221,21 @@ class Balancer {
 std::vector<std::vector<int64_t>> rebalance_step(std::vector<int64_t> samples,
                                                  const std::vector<int64_t>& lengths, int64_t world,
                                                  int64_t ga) {
-  const int64_t k = world * ga;
   std::stable_sort(samples.begin(), samples.end(),
                    [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
   std::vector<int64_t> sorted_lengths;
   for (int64_t s : samples) sorted_lengths.push_back(lengths[s]);
-  std::vector<int64_t> counts = Balancer(sorted_lengths, world, ga).balance();
+  Balancer balancer(sorted_lengths, world, ga);
+  const std::vector<int64_t> counts = balancer.balance();
   std::vector<std::vector<int64_t>> groups;
-  std::vector<double> costs;
   int64_t start = 0;
   for (int64_t c : counts) {
     groups.emplace_back(samples.begin() + start, samples.begin() + start + c);
-    costs.push_back(c > 0 ? rebalance_cost(c, sorted_lengths[start]) : 0.0);
     start += c;
   }
-  std::vector<int64_t> rank(k);
-  for (int64_t i = 0; i < k; i++) rank[i] = i;
-  std::stable_sort(rank.begin(), rank.end(),
-                   [&](int64_t a, int64_t b) { return costs[a] > costs[b]; });
   std::vector<std::vector<int64_t>> out;
-  for (int64_t i = 0; i < k; i++) out.push_back(std::move(groups[rank[i]]));
+  for (int64_t g : by_cost_descending(balancer.costs_of(counts)))
+    out.push_back(std::move(groups[g]));
   return out;
 }
 

@@ -338,10 +338,10 @@ void Trainer::start_training() {
                          a.train_sampling_strategy == "batch_rebalance";
   I.train_lengths = by_length ? train::sample_lengths(*train_ds_, a, "the train dataset")
                               : std::vector<int64_t>();
-  auto epoch_batches = [&](int64_t epoch) {
-    return train::epoch_batches(a, I.train_lengths, train_ds_->size(), world, I.data_seed, epoch);
-  };
-  int64_t n_batches = (int64_t)epoch_batches(0).size();
+  // (every epoch has as many micro-batches as the first)
+  const int64_t n_batches =
+      (int64_t)train::epoch_batches(a, I.train_lengths, train_ds_->size(), world, I.data_seed, 0)
+          .size();
   ONYX_CHECK(n_batches > 0, "the train dataset (", train_ds_->size(),
              " samples) gives no batch of ", a.per_device_train_batch_size,
              (a.dataloader_drop_last ? " with dataloader_drop_last" : ""));
