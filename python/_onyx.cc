@@ -466,15 +466,8 @@ Trainer& get(TrainerBox& b) {
   return *b.t;
 }
 
-}  // namespace
-}  // namespace onyx::python
-
-NB_MODULE(_onyx, m) {
-  using namespace onyx;
-  using namespace onyx::python;
-  m.doc() = "onyx's C++ core (the Python API is the package onyx)";
-  nb::exception<Error>(m, "OnyxError", PyExc_ValueError);
-
+// The module's functions: training arguments, custom ops, output, architectures, sampling.
+void bind_functions(nb::module_& m) {
   m.def(
       "describe_args",
       [] {
@@ -544,7 +537,9 @@ NB_MODULE(_onyx, m) {
         "micro-batches over `order`, in onyx's slot order (src/data/sampling.h).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,
         "Threads of onyx's kernels, oneDNN and OpenBLAS (the CLI's --threads).");
+}
 
+void bind_trainer_control(nb::module_& m) {
   nb::class_<TrainerControl>(m, "TrainerControl")
       .def(nb::init<>())
       .def_rw("should_training_stop", &TrainerControl::should_training_stop)
@@ -560,7 +555,9 @@ NB_MODULE(_onyx, m) {
             ", should_evaluate=", c.should_evaluate ? "True" : "False",
             ", should_log=", c.should_log ? "True" : "False", ")");
       });
+}
 
+void bind_trainer_state(nb::module_& m) {
   nb::class_<TrainerState>(m, "TrainerState")
       .def_rw("epoch", &TrainerState::epoch)
       .def_rw("global_step", &TrainerState::global_step)
@@ -586,7 +583,9 @@ NB_MODULE(_onyx, m) {
       .def_prop_ro("is_world_process_zero",
                    [](const TrainerState& s) { return s.is_world_process_zero; })
       .def("to_json_string", &TrainerState::to_json);
+}
 
+void bind_trainer(nb::module_& m) {
   nb::class_<TrainerBox>(m, "Trainer", nb::type_slots(trainer_slots))
       .def("__init__", &trainer_init, "model"_a, "arg_items"_a, "py_args"_a,
            "train_dataset"_a.none(), "eval_dataset"_a.none(), "compute_metrics"_a.none(),
@@ -645,4 +644,18 @@ NB_MODULE(_onyx, m) {
             });
           },
           "Frees the C++ Trainer (its arenas, parameters, datasets).");
+}
+
+}  // namespace
+}  // namespace onyx::python
+
+NB_MODULE(_onyx, m) {
+  using namespace onyx;
+  using namespace onyx::python;
+  m.doc() = "onyx's C++ core (the Python API is the package onyx)";
+  nb::exception<Error>(m, "OnyxError", PyExc_ValueError);
+  bind_functions(m);
+  bind_trainer_control(m);
+  bind_trainer_state(m);
+  bind_trainer(m);
 }

@@ -189,21 +189,14 @@ int save_normalized_inputs(ir::Graph& g, PassContext& ctx) {
   return n_saved;
 }
 
-}  // namespace
-
-std::string bf16_weight_input(const std::string& w) { return w + ".bf16"; }
-
-int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
-                               const std::set<std::string>& weights, MixedPrecisionStats* stats) {
-  MixedPrecisionStats st;
-  std::set<int> gemms;
-  // A Linear as exported that linear_fusion leaves alone (nothing to gain in float32) becomes
-  // onyx.MatMulT, the same product (and bias), which the steps below can then feed from the bf16
-  // shadow and store X in bf16 for, running the bf16 GEMM instead of rounding both operands per
-  // call: a bias-free one, a plain MatMul(X, W) of a trained 2-D weight (not an outer product),
-  // becomes MatMulT(X, W); one as the standard Gemm (2-D input: a pooler, a classifier head),
-  // Gemm(X, W, b) with transA = 0, alpha = 1 and no C or a 1-D float32 bias with beta = 1,
-  // becomes MatMulT(X, W, b) with its transB.
+// A Linear as exported that linear_fusion leaves alone (nothing to gain in float32) becomes
+// onyx.MatMulT, the same product (and bias), which the steps below can then feed from the bf16
+// shadow and store X in bf16 for, running the bf16 GEMM instead of rounding both operands per
+// call: a bias-free one, a plain MatMul(X, W) of a trained 2-D weight (not an outer product),
+// becomes MatMulT(X, W); one as the standard Gemm (2-D input: a pooler, a classifier head),
+// Gemm(X, W, b) with transA = 0, alpha = 1 and no C or a 1-D float32 bias with beta = 1,
+// becomes MatMulT(X, W, b) with its transB.
+void linears_to_matmult(ir::Graph& g, PassContext& ctx, const std::set<std::string>& weights) {
   for (ir::Node& n : g.nodes) {
     const bool mm = is_op(n, "MatMul"), gm = is_op(n, "Gemm");
     if ((!mm && !gm) || n.inputs.size() < 2 || (mm && n.inputs.size() != 2) ||
@@ -232,8 +225,13 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     n.domain = "onyx";
     import_domain(g, "onyx");
   }
-  // The weights the caller feeds in bf16: MatMulT's operands and LinearCrossEntropy's W read the
-  // bf16 graph input instead (no rounding per call; the bits are the same).
+}
+
+// The weights the caller feeds in bf16: MatMulT's operands and LinearCrossEntropy's W read the
+// bf16 graph input instead (no rounding per call; the bits are the same). The MatMulTs fed go
+// into `gemms`; returns how many weights are fed.
+int feed_bf16_weights(ir::Graph& g, PassContext& ctx, const std::set<std::string>& weights,
+                      std::set<int>& gemms) {
   std::set<std::string> fed;
   for (int i = 0; i < (int)g.nodes.size(); i++) {
     ir::Node& n = g.nodes[i];
@@ -259,10 +257,14 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
       if (mm) gemms.insert(i);
     }
   }
-  st.weights = (int)fed.size();
-  GraphIndex idx(g);
-  // v -> its GEMM reads (node index, input slot), in node order.
-  std::map<std::string, std::vector<std::pair<int, int>>> reads;
+  return (int)fed.size();
+}
+
+// Computed float32 value -> its GEMM reads (node index, input slot), in node order.
+using GemmReads = std::map<std::string, std::vector<std::pair<int, int>>>;
+
+GemmReads gemm_reads(const ir::Graph& g, PassContext& ctx, const GraphIndex& idx) {
+  GemmReads reads;
   for (int i = 0; i < (int)g.nodes.size(); i++) {
     const ir::Node& n = g.nodes[i];
     if (!is_gemm(n)) continue;
@@ -272,14 +274,61 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
       reads[v].push_back({i, slot});
     }
   }
-  // Casts to insert after node index p, in the order their values were met.
-  std::map<int, std::vector<ir::Node>> after;
+  return reads;
+}
+
+// Where the bf16 copies of the GEMMs' computed inputs come from, and the nodes that move.
+struct Bf16Copies {
+  std::map<int, std::vector<ir::Node>> after;  // nodes to insert after node index p, in order
   std::set<int> moved;  // BiasGrads moved into `after` (writing the bf16 copy instead of a Cast)
+};
+
+// Who writes `c`, the bf16 copy of v that v's GEMM readers now read: v's LayerNorm as it writes
+// v, the BiasGrad that reads v, or else a Cast right after v's producer.
+void place_bf16_copy(ir::Graph& g, PassContext& ctx, const GraphIndex& idx, const std::string& v,
+                     const std::string& c, Bf16Copies& copies, MixedPrecisionStats& st) {
+  const int p = idx.producer(v);
+  ir::Node& prod = g.nodes[p];
+  // A float32 LayerNorm output read by GEMMs and by others (a post-LN block's output: the
+  // residual stream too): the LayerNorm writes the bf16 copy as it writes each row
+  // (onyx.LayerNormalization's output 4) — no second pass over v.
+  if (is_layer_norm(prod) && prod.outputs[0] == v && !prod.has_attr("output_dtype") &&
+      is_f32(ctx, prod.inputs[0]) && stash_f32(prod) &&
+      (prod.outputs.size() <= 4 || prod.outputs[4].empty())) {
+    to_onyx_twin(g, prod);
+    prod.outputs.resize(5);
+    prod.outputs[4] = c;
+    st.norm_copies++;
+    return;
+  }
+  // A linear layer's output gradient is read by its bias gradient too, which reads all of it
+  // anyway: that BiasGrad writes the bf16 copy in the same pass (its output 1) and moves up to
+  // right after v's producer, where the Cast would have gone (v is its only input).
+  for (int u : idx.consumers(v)) {
+    const ir::Node& r = g.nodes[u];
+    if (is_op(r, "onyx", "BiasGrad") && r.inputs.size() == 1 && r.outputs.size() == 1) {
+      ir::Node bg = r;
+      bg.outputs.push_back(c);
+      copies.after[p].push_back(std::move(bg));
+      copies.moved.insert(u);
+      st.bias_grads++;
+      return;
+    }
+  }
   const ir::Attribute bf16 = ir::Attribute::of_int((int64_t)DType::BFloat16);
-  for (auto& [v, rs] : reads) {
+  copies.after[p].push_back(make_node("Cast", "", {v}, {c}, {{"to", bf16}}, c));
+  st.casts++;
+}
+
+// Each computed float32 GEMM input in bf16: written so by its producer where it has no other
+// reader, else a bf16 copy (place_bf16_copy) the GEMMs read instead.
+Bf16Copies round_gemm_inputs(ir::Graph& g, PassContext& ctx, const GraphIndex& idx,
+                             std::set<int>& gemms, MixedPrecisionStats& st) {
+  Bf16Copies copies;
+  const ir::Attribute bf16 = ir::Attribute::of_int((int64_t)DType::BFloat16);
+  for (auto& [v, rs] : gemm_reads(g, ctx, idx)) {
     for (auto [i, slot] : rs) gemms.insert(i);
-    const int p = idx.producer(v);
-    ir::Node& prod = g.nodes[p];
+    ir::Node& prod = g.nodes[idx.producer(v)];
     const bool only_gemms = !idx.is_graph_output(v) && idx.uses(v) == (int)rs.size();
     if (only_gemms && writes_bf16(prod) && !prod.outputs.empty() && prod.outputs[0] == v &&
         !prod.has_attr("output_dtype")) {
@@ -290,54 +339,41 @@ int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
     }
     const std::string c = ctx.fresh(g, v + "_bf16");
     for (auto [i, slot] : rs) g.nodes[i].inputs[slot] = c;
-    // A float32 LayerNorm output read by GEMMs and by others (a post-LN block's output: the
-    // residual stream too): the LayerNorm writes the bf16 copy as it writes each row
-    // (onyx.LayerNormalization's output 4) — no second pass over v.
-    if (is_layer_norm(prod) && prod.outputs[0] == v && !prod.has_attr("output_dtype") &&
-        is_f32(ctx, prod.inputs[0]) && stash_f32(prod) &&
-        (prod.outputs.size() <= 4 || prod.outputs[4].empty())) {
-      to_onyx_twin(g, prod);
-      prod.outputs.resize(5);
-      prod.outputs[4] = c;
-      st.norm_copies++;
-      continue;
-    }
-    // A linear layer's output gradient is read by its bias gradient too, which reads all of it
-    // anyway: that BiasGrad writes the bf16 copy in the same pass (its output 1) and moves up to
-    // right after v's producer, where the Cast would have gone (v is its only input).
-    int bias = -1;
-    for (int u : idx.consumers(v)) {
-      const ir::Node& r = g.nodes[u];
-      if (is_op(r, "onyx", "BiasGrad") && r.inputs.size() == 1 && r.outputs.size() == 1) {
-        bias = u;
-        break;
-      }
-    }
-    if (bias >= 0) {
-      ir::Node bg = g.nodes[bias];
-      bg.outputs.push_back(c);
-      after[p].push_back(std::move(bg));
-      moved.insert(bias);
-      st.bias_grads++;
-      continue;
-    }
-    after[p].push_back(make_node("Cast", "", {v}, {c}, {{"to", bf16}}, c));
-    st.casts++;
+    place_bf16_copy(g, ctx, idx, v, c, copies, st);
   }
+  return copies;
+}
+
+// The graph's nodes with the copies' nodes inserted (a moved BiasGrad takes its new place only).
+void insert_copies(ir::Graph& g, Bf16Copies& copies) {
+  if (copies.after.empty()) return;
+  std::vector<ir::Node> nodes;
+  nodes.reserve(g.nodes.size() + copies.after.size());
+  for (int i = 0; i < (int)g.nodes.size(); i++) {
+    if (!copies.moved.count(i)) nodes.push_back(std::move(g.nodes[i]));
+    auto it = copies.after.find(i);
+    if (it != copies.after.end())
+      for (auto& c : it->second) nodes.push_back(std::move(c));
+  }
+  g.nodes = std::move(nodes);
+}
+
+}  // namespace
+
+std::string bf16_weight_input(const std::string& w) { return w + ".bf16"; }
+
+int convert_to_mixed_precision(ir::Graph& g, PassContext& ctx, bool outputs,
+                               const std::set<std::string>& weights, MixedPrecisionStats* stats) {
+  MixedPrecisionStats st;
+  std::set<int> gemms;
+  linears_to_matmult(g, ctx, weights);
+  st.weights = feed_bf16_weights(g, ctx, weights, gemms);
+  GraphIndex idx(g);
+  Bf16Copies copies = round_gemm_inputs(g, ctx, idx, gemms, st);
   for (int i : gemms)
     g.nodes[i].attrs["output_dtype"] = ir::Attribute::of_int((int64_t)DType::Float32);
   st.gemms = (int)gemms.size();
-  if (!after.empty()) {
-    std::vector<ir::Node> nodes;
-    nodes.reserve(g.nodes.size() + st.casts);  // (a moved BiasGrad takes its own place back)
-    for (int i = 0; i < (int)g.nodes.size(); i++) {
-      if (!moved.count(i)) nodes.push_back(std::move(g.nodes[i]));
-      auto it = after.find(i);
-      if (it != after.end())
-        for (auto& c : it->second) nodes.push_back(std::move(c));
-    }
-    g.nodes = std::move(nodes);
-  }
+  insert_copies(g, copies);
   if (outputs) {
     st.outputs = store_gemm_outputs_bf16(g, ctx);
     st.normalized = save_normalized_inputs(g, ctx);

@@ -253,169 +253,219 @@ const Plan& Session::plan_for(const std::map<std::string, TensorMeta>& signature
   return ref;
 }
 
-std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs,
-                                           const RunOptions& opts) {
-  const ir::Graph& g = *graph_;
-  std::map<std::string, TensorMeta> sig;
-  for (auto& [name, t] : inputs) {
-    const ir::ValueInfo* vi = g.find_input(name);
-    if (!vi) {
-      if (parameters_.count(name)) {
-        const Tensor& init = g.initializers.at(name);
-        ONYX_CHECK(t.meta() == init.meta(), "parameter '", name, "' is given as ",
-                   dtype_name(t.dtype()), shape_str(t.shape()), " but the model has ",
-                   dtype_name(init.dtype()), shape_str(init.shape()));
-        continue;
-      }
-      ONYX_CHECK(!g.is_initializer(name), "input '", name, "' names an initializer of the model, ",
-                 "which is a constant here and cannot be replaced");
-      std::string known;
-      for (auto& v : g.inputs) known += (known.empty() ? "" : ", ") + v.name;
-      throw Error(cat("input '", name, "' is not an input of the model (inputs: ", known, ")"));
-    }
-    ONYX_CHECK(vi->dtype == DType::Undefined || vi->dtype == t.dtype(), "input '", name,
-               "' has dtype ", dtype_name(t.dtype()), " but the model expects ",
-               dtype_name(vi->dtype));
-    if (vi->has_shape && opts.check_declared_shapes) {
-      bool ok = vi->shape.size() == t.shape().size();
-      for (size_t i = 0; ok && i < vi->shape.size(); i++)
-        if (vi->shape[i] >= 0 && vi->shape[i] != t.shape()[i]) ok = false;
-      if (!ok) {
-        std::string want = "[";
-        for (size_t i = 0; i < vi->shape.size(); i++)
-          want += (i ? ", " : "") + (vi->shape[i] >= 0
-                                         ? std::to_string(vi->shape[i])
-                                         : (vi->dim_params[i].empty() ? "?" : vi->dim_params[i]));
-        want += "]";
-        throw Error(cat("input '", name, "' has shape ", shape_str(t.shape()),
-                        " but the model expects ", want));
-      }
-    }
-    sig[name] = t.meta();
-  }
-  for (auto& v : g.inputs)
-    ONYX_CHECK(inputs.count(v.name), "input '", v.name, "' (", dtype_name(v.dtype), ") is missing");
+namespace {
 
-  const Plan& plan = plan_for(sig);
-  if (g_profile.enabled && reported_.insert(&plan).second && plan.memory.arena_bytes > (1 << 20))
-    std::fprintf(stderr, "onyx plan (%zu steps): %s\n", plan.steps.size(),
-                 plan.memory.summary().c_str());
-  if (plan.memory.arena_bytes > arena_bytes_) {  // grown once per larger plan, then reused
-    arena_.reset();
-    auto* p = static_cast<uint8_t*>(std::aligned_alloc(kArenaAlignment, plan.memory.arena_bytes));
-    ONYX_CHECK(p != nullptr, "out of memory allocating the ", plan.memory.arena_bytes,
-               "-byte activation arena");
-    arena_ = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
-    arena_bytes_ = plan.memory.arena_bytes;
+// The declared shape as a user reads it: [2, seq, ?].
+std::string declared_shape(const ir::ValueInfo& vi) {
+  std::string want = "[";
+  for (size_t i = 0; i < vi.shape.size(); i++)
+    want +=
+        (i ? ", " : "") + (vi.shape[i] >= 0 ? std::to_string(vi.shape[i])
+                                            : (vi.dim_params[i].empty() ? "?" : vi.dim_params[i]));
+  return want + "]";
+}
+
+void check_declared_shape(const std::string& name, const ir::ValueInfo& vi, const Tensor& t) {
+  bool ok = vi.shape.size() == t.shape().size();
+  for (size_t i = 0; ok && i < vi.shape.size(); i++)
+    if (vi.shape[i] >= 0 && vi.shape[i] != t.shape()[i]) ok = false;
+  if (!ok)
+    throw Error(cat("input '", name, "' has shape ", shape_str(t.shape()),
+                    " but the model expects ", declared_shape(vi)));
+}
+
+// Runs the kernel; under ONYX_PROFILE, timed into the profile table.
+void compute_profiled(const OpKernel& kernel, KernelContext& kc,
+                      const std::vector<const TensorMeta*>& meta_ptrs) {
+  if (!g_profile.enabled) {
+    kernel.compute(kc);
+    return;
   }
+  const ir::Node& node = kc.node;
+  auto t0 = std::chrono::steady_clock::now();
+  kernel.compute(kc);
+  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string key = (node.domain.empty() ? "" : node.domain + ".") + node.op_type;
+  if (g_profile.by_shape) {
+    key += " " + input_shapes(meta_ptrs);
+    for (auto& [name, a] : node.attrs)
+      if (a.kind == ir::Attribute::Kind::Int) key += cat(" ", name, "=", a.i);
+  }
+  std::lock_guard<std::mutex> lock(g_profile.mu);
+  auto& e = g_profile.by_op[key];
+  e.first += dt;
+  e.second++;
+}
+
+}  // namespace
+
+// A run's values by name: the inputs, the parameters and what the steps produced so far, then the
+// plan's constants.
+struct Session::RunValues {
   std::unordered_map<std::string, Tensor> values;
-  for (auto& [name, t] : inputs) values[name] = t;
-  for (auto& p : parameters_)
-    if (!values.count(p)) values[p] = g.initializers.at(p);
-  auto lookup = [&](const std::string& n) -> const Tensor* {
+  const Plan& plan;
+  const Tensor* lookup(const std::string& n) const {
     auto it = values.find(n);
     if (it != values.end()) return &it->second;
     auto c = plan.constants.find(n);
     if (c != plan.constants.end()) return &c->second;
     return nullptr;
-  };
+  }
+};
 
-  for (auto& step : plan.steps) {
-    const ir::Node& node = g.nodes[step.node];
-    int64_t opset = g.opset(node.domain);
-    // A view op: output 0 is input 0 under another shape (unless it must land in bound storage).
-    if (step.alias && !opts.bound_outputs.count(node.outputs[0])) {
-      const Tensor* x = lookup(node.inputs[0]);
-      ONYX_CHECK(x, node.describe(), ": input '", node.inputs[0], "' has no value");
-      values[node.outputs[0]] = x->reshaped(step.output_metas[0].shape);
-      for (auto& name : step.free_after) values.erase(name);
+// Checks every given input against the model (a parameter's replacement against its initializer)
+// and returns the signature that picks the plan.
+std::map<std::string, TensorMeta> Session::signature(const std::map<std::string, Tensor>& inputs,
+                                                     const RunOptions& opts) const {
+  const ir::Graph& g = *graph_;
+  std::map<std::string, TensorMeta> sig;
+  for (auto& [name, t] : inputs) {
+    const ir::ValueInfo* vi = g.find_input(name);
+    if (!vi) {
+      check_parameter(name, t);
       continue;
     }
-    std::vector<const Tensor*> in;
-    std::vector<TensorMeta> in_metas(node.inputs.size());
-    std::vector<const TensorMeta*> meta_ptrs;
-    for (size_t i = 0; i < node.inputs.size(); i++) {
-      const Tensor* t = node.inputs[i].empty() ? nullptr : lookup(node.inputs[i]);
-      ONYX_CHECK(node.inputs[i].empty() || t, node.describe(), ": input '", node.inputs[i],
-                 "' has no value");
-      in.push_back(t);
-      if (t) in_metas[i] = t->meta();
-      meta_ptrs.push_back(t ? &in_metas[i] : nullptr);
-    }
-    try {
-      std::vector<TensorMeta> out_metas;
-      if (step.dynamic) {
-        try {
-          out_metas = infer_node(*step.kernel, node, opset, meta_ptrs, in);
-        } catch (NeedValue&) {
-          throw Error("shape inference needs a value that is not available");
-        }
-      }
-      const auto& metas = step.dynamic ? out_metas : step.output_metas;
-      std::vector<Tensor> outs(node.outputs.size());
-      KernelContext kc{node, opset, in, {}, opts.seed, opts.training};
-      kc.bf16_gemm = opts.bf16_gemm;
-      kc.fp16_gemm = opts.fp16_gemm && !opts.bf16_gemm;
-      kc.fp16_gemm = opts.fp16_gemm && !opts.bf16_gemm;
-      for (size_t i = 0; i < node.outputs.size(); i++) {
-        if (node.outputs[i].empty()) {
-          kc.outputs.push_back(nullptr);
-          continue;
-        }
-        ONYX_CHECK(metas[i].dtype != DType::Undefined, "output ", i, " was not inferred");
-        auto bound = opts.bound_outputs.find(node.outputs[i]);
-        if (bound != opts.bound_outputs.end()) {
-          ONYX_CHECK(bound->second.meta() == metas[i], "bound output '", node.outputs[i], "' is ",
-                     dtype_name(bound->second.dtype()), shape_str(bound->second.shape()),
-                     " but the graph produces ", dtype_name(metas[i].dtype),
-                     shape_str(metas[i].shape));
-          outs[i] = bound->second;
-          kc.accumulate = opts.accumulate;
-          const auto& acc = step.kernel->accumulate_outputs;
-          // onyx_accumulate = 1 (passes/gradient_into_buffer.cc's tied gradients): this
-          // output adds into its storage in every run
-          const bool adds = opts.accumulate || node.attr_int("onyx_accumulate", 0) != 0;
-          if (adds && std::find(acc.begin(), acc.end(), (int)i) != acc.end())
-            kc.accumulate_mask |= uint64_t(1) << i;
-        } else if (!step.dynamic && i < step.output_offsets.size() && step.output_offsets[i] >= 0) {
-          outs[i] = Tensor::wrap(metas[i].dtype, metas[i].shape,
-                                 arena_.get() + step.output_offsets[i], arena_);
-        } else {
-          outs[i] = Tensor(metas[i].dtype, metas[i].shape);
-        }
-        kc.outputs.push_back(&outs[i]);
-      }
-      if (g_profile.enabled) {
-        auto t0 = std::chrono::steady_clock::now();
-        step.kernel->compute(kc);
-        double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::string key = (node.domain.empty() ? "" : node.domain + ".") + node.op_type;
-        if (g_profile.by_shape) {
-          key += " " + input_shapes(meta_ptrs);
-          for (auto& [name, a] : node.attrs)
-            if (a.kind == ir::Attribute::Kind::Int) key += cat(" ", name, "=", a.i);
-        }
-        std::lock_guard<std::mutex> lock(g_profile.mu);
-        auto& e = g_profile.by_op[key];
-        e.first += dt;
-        e.second++;
-      } else {
-        step.kernel->compute(kc);
-      }
-      for (size_t i = 0; i < node.outputs.size(); i++)
-        if (!node.outputs[i].empty()) values[node.outputs[i]] = std::move(outs[i]);
-    } catch (const Error& e) {
-      rethrow_with_context(node, opset, meta_ptrs, e);
-    }
-    if (opts.on_bound_output)
-      for (auto& o : node.outputs)
-        if (!o.empty() && opts.bound_outputs.count(o)) opts.on_bound_output(o);
-    for (auto& name : step.free_after) values.erase(name);
+    ONYX_CHECK(vi->dtype == DType::Undefined || vi->dtype == t.dtype(), "input '", name,
+               "' has dtype ", dtype_name(t.dtype()), " but the model expects ",
+               dtype_name(vi->dtype));
+    if (vi->has_shape && opts.check_declared_shapes) check_declared_shape(name, *vi, t);
+    sig[name] = t.meta();
   }
+  for (auto& v : g.inputs)
+    ONYX_CHECK(inputs.count(v.name), "input '", v.name, "' (", dtype_name(v.dtype), ") is missing");
+  return sig;
+}
 
+// A run's value for `name`, which is not a graph input: it must be a parameter, with its meta.
+void Session::check_parameter(const std::string& name, const Tensor& t) const {
+  const ir::Graph& g = *graph_;
+  if (parameters_.count(name)) {
+    const Tensor& init = g.initializers.at(name);
+    ONYX_CHECK(t.meta() == init.meta(), "parameter '", name, "' is given as ",
+               dtype_name(t.dtype()), shape_str(t.shape()), " but the model has ",
+               dtype_name(init.dtype()), shape_str(init.shape()));
+    return;
+  }
+  ONYX_CHECK(!g.is_initializer(name), "input '", name, "' names an initializer of the model, ",
+             "which is a constant here and cannot be replaced");
+  std::string known;
+  for (auto& v : g.inputs) known += (known.empty() ? "" : ", ") + v.name;
+  throw Error(cat("input '", name, "' is not an input of the model (inputs: ", known, ")"));
+}
+
+// The arena grows once per larger plan, then is reused.
+void Session::reserve_arena(const Plan& plan) {
+  if (g_profile.enabled && reported_.insert(&plan).second && plan.memory.arena_bytes > (1 << 20))
+    std::fprintf(stderr, "onyx plan (%zu steps): %s\n", plan.steps.size(),
+                 plan.memory.summary().c_str());
+  if (plan.memory.arena_bytes <= arena_bytes_) return;
+  arena_.reset();
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kArenaAlignment, plan.memory.arena_bytes));
+  ONYX_CHECK(p != nullptr, "out of memory allocating the ", plan.memory.arena_bytes,
+             "-byte activation arena");
+  arena_ = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
+  arena_bytes_ = plan.memory.arena_bytes;
+}
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs,
+                                           const RunOptions& opts) {
+  const Plan& plan = plan_for(signature(inputs, opts));
+  reserve_arena(plan);
+  RunValues rv{{}, plan};
+  for (auto& [name, t] : inputs) rv.values[name] = t;
+  for (auto& p : parameters_)
+    if (!rv.values.count(p)) rv.values[p] = graph_->initializers.at(p);
+  for (auto& step : plan.steps) run_step(step, rv, opts);
+  return collect_outputs(rv);
+}
+
+void Session::run_step(const PlanStep& step, RunValues& rv, const RunOptions& opts) {
+  const ir::Node& node = graph_->nodes[step.node];
+  // A view op: output 0 is input 0 under another shape (unless it must land in bound storage).
+  if (step.alias && !opts.bound_outputs.count(node.outputs[0])) {
+    const Tensor* x = rv.lookup(node.inputs[0]);
+    ONYX_CHECK(x, node.describe(), ": input '", node.inputs[0], "' has no value");
+    rv.values[node.outputs[0]] = x->reshaped(step.output_metas[0].shape);
+    for (auto& name : step.free_after) rv.values.erase(name);
+    return;
+  }
+  const int64_t opset = graph_->opset(node.domain);
+  std::vector<const Tensor*> in;
+  std::vector<TensorMeta> in_metas(node.inputs.size());
+  std::vector<const TensorMeta*> meta_ptrs;
+  for (size_t i = 0; i < node.inputs.size(); i++) {
+    const Tensor* t = node.inputs[i].empty() ? nullptr : rv.lookup(node.inputs[i]);
+    ONYX_CHECK(node.inputs[i].empty() || t, node.describe(), ": input '", node.inputs[i],
+               "' has no value");
+    in.push_back(t);
+    if (t) in_metas[i] = t->meta();
+    meta_ptrs.push_back(t ? &in_metas[i] : nullptr);
+  }
+  try {
+    std::vector<TensorMeta> out_metas;
+    if (step.dynamic) {
+      try {
+        out_metas = infer_node(*step.kernel, node, opset, meta_ptrs, in);
+      } catch (NeedValue&) {
+        throw Error("shape inference needs a value that is not available");
+      }
+    }
+    KernelContext kc{node, opset, in, {}, opts.seed, opts.training};
+    kc.bf16_gemm = opts.bf16_gemm;
+    kc.fp16_gemm = opts.fp16_gemm && !opts.bf16_gemm;
+    std::vector<Tensor> outs(node.outputs.size());
+    allocate_outputs(step, step.dynamic ? out_metas : step.output_metas, opts, kc, outs);
+    compute_profiled(*step.kernel, kc, meta_ptrs);
+    for (size_t i = 0; i < node.outputs.size(); i++)
+      if (!node.outputs[i].empty()) rv.values[node.outputs[i]] = std::move(outs[i]);
+  } catch (const Error& e) {
+    rethrow_with_context(node, opset, meta_ptrs, e);
+  }
+  if (opts.on_bound_output)
+    for (auto& o : node.outputs)
+      if (!o.empty() && opts.bound_outputs.count(o)) opts.on_bound_output(o);
+  for (auto& name : step.free_after) rv.values.erase(name);
+}
+
+// The step's outputs, each in caller storage (bound; added into where the kernel and the run
+// accumulate), at its planned arena offset, or freshly allocated; kc.outputs point to them.
+void Session::allocate_outputs(const PlanStep& step, const std::vector<TensorMeta>& metas,
+                               const RunOptions& opts, KernelContext& kc,
+                               std::vector<Tensor>& outs) {
+  const ir::Node& node = kc.node;
+  for (size_t i = 0; i < node.outputs.size(); i++) {
+    if (node.outputs[i].empty()) {
+      kc.outputs.push_back(nullptr);
+      continue;
+    }
+    ONYX_CHECK(metas[i].dtype != DType::Undefined, "output ", i, " was not inferred");
+    auto bound = opts.bound_outputs.find(node.outputs[i]);
+    if (bound != opts.bound_outputs.end()) {
+      ONYX_CHECK(bound->second.meta() == metas[i], "bound output '", node.outputs[i], "' is ",
+                 dtype_name(bound->second.dtype()), shape_str(bound->second.shape()),
+                 " but the graph produces ", dtype_name(metas[i].dtype), shape_str(metas[i].shape));
+      outs[i] = bound->second;
+      kc.accumulate = opts.accumulate;
+      const auto& acc = step.kernel->accumulate_outputs;
+      // onyx_accumulate = 1 (passes/gradient_into_buffer.cc's tied gradients): this output adds
+      // into its storage in every run
+      const bool adds = opts.accumulate || node.attr_int("onyx_accumulate", 0) != 0;
+      if (adds && std::find(acc.begin(), acc.end(), (int)i) != acc.end())
+        kc.accumulate_mask |= uint64_t(1) << i;
+    } else if (!step.dynamic && i < step.output_offsets.size() && step.output_offsets[i] >= 0) {
+      outs[i] = Tensor::wrap(metas[i].dtype, metas[i].shape, arena_.get() + step.output_offsets[i],
+                             arena_);
+    } else {
+      outs[i] = Tensor(metas[i].dtype, metas[i].shape);
+    }
+    kc.outputs.push_back(&outs[i]);
+  }
+}
+
+std::map<std::string, Tensor> Session::collect_outputs(const RunValues& rv) const {
   std::map<std::string, Tensor> result;
-  for (auto& o : g.outputs) {
-    const Tensor* t = lookup(o.name);
+  for (auto& o : graph_->outputs) {
+    const Tensor* t = rv.lookup(o.name);
     ONYX_CHECK(t, "graph output '", o.name, "' was not produced");
     // The next run reuses the arena: what the caller keeps must not live there.
     const uint8_t* p = static_cast<const uint8_t*>(t->raw());

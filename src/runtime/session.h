@@ -110,6 +110,16 @@ class Session {
   size_t arena_bytes_ = 0;
   bool memory_planning_ = true;
   std::set<const Plan*> reported_;  // plans whose memory summary ONYX_PROFILE printed
+
+  struct RunValues;
+  std::map<std::string, TensorMeta> signature(const std::map<std::string, Tensor>& inputs,
+                                              const RunOptions& opts) const;
+  void check_parameter(const std::string& name, const Tensor& t) const;
+  void reserve_arena(const Plan& plan);
+  void run_step(const PlanStep& step, RunValues& rv, const RunOptions& opts);
+  void allocate_outputs(const PlanStep& step, const std::vector<TensorMeta>& metas,
+                        const RunOptions& opts, KernelContext& kc, std::vector<Tensor>& outs);
+  std::map<std::string, Tensor> collect_outputs(const RunValues& rv) const;
 };
 
 // Ops whose results are random or depend on the run (Dropout, Random*, onyx.AccumulateGrad): never

@@ -159,8 +159,9 @@ std::string one_of(const std::string& key, const std::string& v, std::vector<std
    [](const TrainingArguments& a) { return a.name ? nlohmann::json(*a.name) : nlohmann::json(); } \
   }
 
-const std::vector<Field>& fields() {
-  static const std::vector<Field> f = {
+// The fields of the run: output folder, learning rate, batch sizes, length.
+std::vector<Field> run_fields() {
+  return {
       F_STR(output_dir,
             "Folder for the checkpoints (checkpoint-N), log_history.jsonl, trainer_state.json and "
             "the final model."),
@@ -178,6 +179,12 @@ const std::vector<Field>& fields() {
                "overrides it."),
       F_INT(max_steps,
             "If > 0: the number of optimizer steps to train (repeating the data as needed)."),
+  };
+}
+
+// The fields of the learning-rate schedule.
+std::vector<Field> schedule_fields() {
+  return {
       F_INT(warmup_steps,
             "Steps of linear warmup from 0 to learning_rate; when > 0 it overrides warmup_ratio."),
       F_DOUBLE(
@@ -210,6 +217,12 @@ const std::vector<Field>& fields() {
          return a.lr_scheduler_kwargs.empty() ? nlohmann::json()
                                               : nlohmann::json::parse(a.lr_scheduler_kwargs);
        }},
+  };
+}
+
+// The fields of the optimizer.
+std::vector<Field> optimizer_fields() {
+  return {
       F_DOUBLE(
           weight_decay,
           "Decoupled weight decay of AdamW / SGD; never applied to biases and LayerNorm weights."),
@@ -227,6 +240,12 @@ const std::vector<Field>& fields() {
           sgd_momentum,
           "onyx extension: momentum of optim sgd (Transformers passes it through optim_args)."),
       F_BOOL(sgd_nesterov, "onyx extension: Nesterov momentum for optim sgd."),
+  };
+}
+
+// The fields of logging, evaluation, checkpoints and the best model.
+std::vector<Field> logging_eval_save_fields() {
+  return {
       F_CHOICE(
           logging_strategy,
           "When to log loss, grad_norm and learning_rate: no, every logging_steps, or each epoch.",
@@ -273,6 +292,12 @@ const std::vector<Field>& fields() {
       F_OPT_BOOL(
           greater_is_better,
           "Whether a larger metric_for_best_model is better (None: false for *loss, else true)."),
+  };
+}
+
+// The fields of randomness, data order, the loss, resuming.
+std::vector<Field> data_fields() {
+  return {
       F_INT(seed,
             "Random seed for initialization, dropout and (without data_seed) data shuffling."),
       F_OPT_INT(data_seed, "Random seed for the data sampler only (None: seed)."),
@@ -295,6 +320,12 @@ const std::vector<Field>& fields() {
                 "A checkpoint-N folder to resume training from, bit for bit (weights, optimizer, "
                 "schedule, data order)."),
       F_BOOL(disable_tqdm, "No progress bar on a terminal (log dicts are printed one per line)."),
+  };
+}
+
+// The fields of precision and memory.
+std::vector<Field> precision_fields() {
+  return {
       F_BOOL(bf16,
              "Mixed precision: the linear layers' GEMMs (forward and backward, the LM head's too), "
              "attention's tile products and Conv take bf16-rounded inputs with float32 "
@@ -321,6 +352,12 @@ const std::vector<Field>& fields() {
           max_memory,
           "onyx extension: memory budget of one training step (6GB, 512MiB, bytes); a plan over it "
           "is an error."),
+  };
+}
+
+// The fields of reporting and data parallelism.
+std::vector<Field> distributed_fields() {
+  return {
       F_CHOICE(
           report_to,
           "Where logs go besides log_history.jsonl: none, or tensorboard (all: every integration "
@@ -337,6 +374,12 @@ const std::vector<Field>& fields() {
       F_INT(zero_stage,
             "onyx extension, as DeepSpeed ZeRO: 0 = DDP, 1 = optimizer state sharded across "
             "ranks, 2 = gradients accumulated in the local shard too."),
+  };
+}
+
+// The fields of generation during evaluation.
+std::vector<Field> generation_fields() {
+  return {
       F_BOOL(predict_with_generate,
              "Causal LMs: evaluation and prediction also generate (greedy, KV cache) from each "
              "sample's prompt (tokens before the first label) and score it against the labelled "
@@ -350,6 +393,19 @@ const std::vector<Field>& fields() {
                 "predict_with_generate: at most this many tokens per generated sequence, the "
                 "left-padded prompt included (used when generation_max_new_tokens is None)."),
   };
+}
+
+// Every field, in the order `onyx train --help` and the saved arguments list them.
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = [] {
+    std::vector<Field> all;
+    for (auto group : {run_fields, schedule_fields, optimizer_fields, logging_eval_save_fields,
+                       data_fields, precision_fields, distributed_fields, generation_fields}) {
+      std::vector<Field> g = group();
+      all.insert(all.end(), g.begin(), g.end());
+    }
+    return all;
+  }();
   return f;
 }
 

@@ -82,192 +82,254 @@ std::vector<Prompt> read_prompts(const std::string& path) {
   return out;
 }
 
+struct GenerateOpts {
+  std::string model, prompts_file, tokenizer, output;
+  std::vector<std::string> prompts;
+  // Decoding flags: set only when given (CLI11 leaves an absent optional empty), so that any
+  // value given, -3 included, reaches the validation instead of reading as "absent".
+  std::optional<int64_t> max_new_tokens, top_k, no_repeat_ngram_size, min_new_tokens, num_beams;
+  std::optional<double> temperature, top_p, repetition_penalty;
+  int64_t batch_size = 8;
+  uint64_t seed = 0;
+  bool do_sample = false, greedy = false, timings = false, chat = false;
+};
+
+void add_decoding_options(CLI::App* cmd, GenerateOpts& o) {
+  cmd->add_option("--max_new_tokens,--max-new-tokens", o.max_new_tokens,
+                  "tokens to generate per prompt (default: generation_config.json, else 20)");
+  cmd->add_flag("--do_sample,--do-sample", o.do_sample,
+                "sample (implied by --temperature, --top_k or --top_p)");
+  cmd->add_flag("--greedy", o.greedy, "greedy decoding even if generation_config.json samples");
+  cmd->add_option("--temperature", o.temperature, "sampling temperature (0: greedy)");
+  cmd->add_option("--top_k,--top-k", o.top_k, "keep the k most likely tokens (0: all; default 50)");
+  cmd->add_option("--top_p,--top-p", o.top_p, "nucleus sampling: smallest set with this mass");
+  cmd->add_option("--seed", o.seed, "sampling seed (default 0)");
+  cmd->add_option("--repetition_penalty,--repetition-penalty", o.repetition_penalty,
+                  "divide (multiply, when negative) the logits of tokens already in the row by "
+                  "this (default: generation_config.json, else 1: off)");
+  cmd->add_option("--no_repeat_ngram_size,--no-repeat-ngram-size", o.no_repeat_ngram_size,
+                  "never repeat an n-gram of the row (default: generation_config.json, else 0)");
+  cmd->add_option("--num_beams,--num-beams", o.num_beams,
+                  "beam search with this many beams (default: generation_config.json, else 1: "
+                  "greedy or sampling)");
+  cmd->add_option("--min_new_tokens,--min-new-tokens", o.min_new_tokens,
+                  "no end-of-sequence token before this many new tokens (default: "
+                  "generation_config.json, else 0)");
+}
+
+void add_prompt_options(CLI::App* cmd, GenerateOpts& o) {
+  cmd->add_option("model", o.model,
+                  "a Hugging Face model folder or an onyx checkpoint of one (LoRA adapters merged)")
+      ->required();
+  cmd->add_option("--prompt", o.prompts, "a prompt (repeatable)");
+  cmd->add_option("--prompts", o.prompts_file,
+                  "a file of prompts: one per line, or JSON lines with \"prompt\"");
+}
+
+void add_output_options(CLI::App* cmd, GenerateOpts& o) {
+  cmd->add_option("--batch_size,--batch-size", o.batch_size,
+                  "prompts decoded together (left-padded), default 8");
+  cmd->add_flag("--chat", o.chat,
+                "each text prompt is a user message, rendered with the tokenizer's chat template "
+                "and its generation prompt (JSON-lines rows with \"messages\" always are)");
+  cmd->add_option("--tokenizer", o.tokenizer,
+                  "tokenizer file or folder (default: the model folder)");
+  cmd->add_option("--output", o.output,
+                  "write JSON lines {prompt, completion, prompt_ids, completion_ids} here");
+  cmd->add_flag("--timings", o.timings, "print prefill time and per-token decoding time to stderr");
+}
+
+// The --prompt texts, then the --prompts file's; with --chat each text becomes a user message.
+std::vector<Prompt> collect_prompts(const GenerateOpts& o) {
+  std::vector<Prompt> prompts;
+  for (auto& t : o.prompts) prompts.push_back({t, {}});
+  if (!o.prompts_file.empty()) {
+    auto more = read_prompts(o.prompts_file);
+    prompts.insert(prompts.end(), more.begin(), more.end());
+  }
+  ONYX_CHECK(std::filesystem::exists(o.model), "generate: model '", o.model, "' does not exist");
+  ONYX_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts FILE");
+  ONYX_CHECK(o.batch_size >= 1, "generate: --batch_size must be >= 1");
+  for (auto& p : prompts)
+    if (o.chat && !p.as_ids && p.messages.is_null())
+      p.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", p.text}}});
+  return prompts;
+}
+
+// Conversations rendered as apply_chat_template(add_generation_prompt=True) renders them (then
+// tokenized without added special tokens: the template writes them).
+void render_conversations(const std::string& tok_path, std::vector<Prompt>& prompts) {
+  data::ChatTemplateFiles ct = data::find_chat_template(tok_path);
+  ONYX_CHECK(!ct.source.empty(), "generate: '", tok_path,
+             "' has no chat template (chat_template.jinja or tokenizer_config.json's "
+             "chat_template) for the conversation prompts");
+  data::ChatTemplate tmpl(ct.source, ct.origin);
+  for (auto& p : prompts)
+    if (!p.messages.is_null())
+      p.text = tmpl.render(data::chat_template_vars(p.messages, true, ct.special_tokens)).text;
+}
+
+// The tokenizer: needed for text prompts; without one, id prompts get ids back only.
+std::shared_ptr<tokenizers::Tokenizer> prompt_tokenizer(const GenerateOpts& o,
+                                                        std::vector<Prompt>& prompts) {
+  bool need_tok = false, need_template = false;
+  for (auto& p : prompts) {
+    need_tok |= !p.as_ids;
+    need_template |= !p.messages.is_null();
+  }
+  const std::string tok_path = o.tokenizer.empty() ? o.model : o.tokenizer;
+  std::shared_ptr<tokenizers::Tokenizer> tok;
+  if (need_tok || !o.tokenizer.empty()) tok = tokenizers::load_tokenizer(tok_path);
+  if (need_template) render_conversations(tok_path, prompts);
+  return tok;
+}
+
+// The model's generation_config.json under the flags, checked as a file's values are.
+generate::GenerationConfig decoding_config(const GenerateOpts& o, const generate::Generator& gen,
+                                           const tokenizers::Tokenizer* tok) {
+  generate::GenerationConfig cfg = generate::read_generation_config(o.model);
+  if (cfg.eos_token_ids.empty() && tok && tok->eos_id()) cfg.eos_token_ids = {*tok->eos_id()};
+  if (o.max_new_tokens) cfg.max_new_tokens = *o.max_new_tokens;
+  if (o.do_sample || o.temperature || o.top_k || o.top_p) cfg.do_sample = true;
+  if (o.greedy) cfg.do_sample = false;
+  if (o.temperature) cfg.temperature = *o.temperature;
+  if (o.temperature && *o.temperature == 0) cfg.do_sample = false;  // documented: greedy
+  if (o.top_k) cfg.top_k = *o.top_k;
+  if (o.top_p) cfg.top_p = *o.top_p;
+  if (o.repetition_penalty) cfg.repetition_penalty = *o.repetition_penalty;
+  if (o.no_repeat_ngram_size) cfg.no_repeat_ngram_size = *o.no_repeat_ngram_size;
+  if (o.min_new_tokens) cfg.min_new_tokens = *o.min_new_tokens;
+  if (o.num_beams) cfg.num_beams = *o.num_beams;
+  ONYX_CHECK(cfg.num_beams == 1 || !cfg.do_sample || !o.num_beams,
+             "generate: --num_beams with sampling (beam sampling) is not implemented; drop "
+             "--do_sample / --temperature / --top_k / --top_p, or use --num_beams 1");
+  if (cfg.num_beams > 1) cfg.do_sample = false;  // (a generation_config.json's: warned)
+  cfg.seed = o.seed;
+  // the same checks as a generation_config.json's values get
+  generate::validate_generation_config(
+      cfg, "generate (the flags over " + o.model + "'s generation_config.json)");
+  generate::check_generation_token_ids(
+      cfg, gen.config().vocab_size,
+      "generate: the token ids of " + o.model + " (config.json, generation_config.json)");
+  return cfg;
+}
+
+// Where the completions go: JSON lines written to OUTPUT.tmp and renamed at the end (nothing
+// half-written), else stdout (text, or the ids without a tokenizer).
+class CompletionSink {
+ public:
+  CompletionSink(const std::string& output, const tokenizers::Tokenizer* tok, bool separate)
+      : path_(output), tmp_(output + ".tmp"), tok_(tok), separate_(separate) {
+    if (path_.empty()) return;
+    out_ = std::make_unique<std::ofstream>(tmp_);
+    ONYX_CHECK(*out_, path_, ": cannot write");
+  }
+  void write(const Prompt& p, const std::vector<int64_t>& prompt_ids,
+             const std::vector<int64_t>& new_ids, const std::vector<int64_t>& text_ids) {
+    if (out_) {
+      nlohmann::json j = {{"prompt_ids", prompt_ids}, {"completion_ids", new_ids}};
+      if (tok_) {
+        j["prompt"] = p.as_ids ? tok_->decode(p.ids) : p.text;
+        j["completion"] = tok_->decode(text_ids);
+      }
+      *out_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (tok_) {
+      std::cout << (p.as_ids ? tok_->decode(p.ids) : p.text) << tok_->decode(text_ids) << "\n";
+      if (separate_) std::cout << "\n";
+    } else {
+      std::cout << nlohmann::json(new_ids).dump() << "\n";
+    }
+  }
+  void finish(size_t n) {
+    if (!out_) return;
+    out_->close();
+    ONYX_CHECK(!out_->fail(), path_, ": write failed");
+    fs::rename(tmp_, path_);
+    std::cout << "wrote " << n << " completions to " << path_ << "\n";
+  }
+
+ private:
+  std::string path_, tmp_;
+  const tokenizers::Tokenizer* tok_;
+  bool separate_;  // a blank line between completions on stdout
+  std::unique_ptr<std::ofstream> out_;
+};
+
+struct GenerateTotals {
+  generate::GenerationStats stats;
+  double seconds = 0;
+  int64_t generated = 0;
+};
+
+void print_timings(const GenerateTotals& t) {
+  const auto& s = t.stats.step_seconds;
+  double mean = s.empty() ? 0 : std::accumulate(s.begin(), s.end(), 0.0) / (double)s.size();
+  std::fprintf(stderr,
+               "generate: %lld tokens in %.3f s; prefill %.1f ms; %zu decoding steps, %.2f "
+               "ms/step mean; %lld graph signatures optimized\n",
+               (long long)t.generated, t.seconds, t.stats.prefill_seconds * 1e3, s.size(),
+               mean * 1e3, (long long)t.stats.compiled_signatures);
+}
+
+// Prompts [first, last) decoded together; their completions to the sink.
+void generate_batch(generate::Generator& gen, const generate::GenerationConfig& cfg,
+                    const tokenizers::Tokenizer* tok, const std::vector<Prompt>& prompts,
+                    size_t first, size_t last, CompletionSink& sink, GenerateTotals& total) {
+  std::vector<std::vector<int64_t>> ids;
+  for (size_t i = first; i < last; i++) {
+    tokenizers::EncodeOptions eo;
+    eo.add_special_tokens = prompts[i].messages.is_null();
+    ids.push_back(prompts[i].as_ids ? prompts[i].ids : tok->encode(prompts[i].text, eo).input_ids);
+    ONYX_CHECK(!ids.back().empty(), "generate: prompt ", i + 1, " has no tokens");
+  }
+  generate::GenerationStats st;
+  auto t0 = std::chrono::steady_clock::now();
+  auto res = gen.generate(ids, cfg, &st);
+  total.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  total.stats.prefill_seconds += st.prefill_seconds;
+  total.stats.compiled_signatures = st.compiled_signatures;
+  total.stats.step_seconds.insert(total.stats.step_seconds.end(), st.step_seconds.begin(),
+                                  st.step_seconds.end());
+  const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
+  for (size_t i = first; i < last; i++) {
+    const auto& new_ids = res[i - first];
+    total.generated += (int64_t)new_ids.size();
+    std::vector<int64_t> text_ids;
+    for (int64_t id : new_ids)
+      if (!eos.count(id)) text_ids.push_back(id);
+    sink.write(prompts[i], ids[i - first], new_ids, text_ids);
+  }
+}
+
+int run_generate(const GenerateOpts& o) {
+  std::vector<Prompt> prompts = collect_prompts(o);
+  std::shared_ptr<tokenizers::Tokenizer> tok = prompt_tokenizer(o, prompts);
+  generate::Generator gen = generate::Generator::from_folder(o.model);
+  if (tok)
+    ONYX_CHECK(tok->vocab_size() <= gen.config().vocab_size, tok->source(), ": the tokenizer has ",
+               tok->vocab_size(), " tokens, more than the model's vocab_size ",
+               gen.config().vocab_size);
+  const generate::GenerationConfig cfg = decoding_config(o, gen, tok.get());
+  CompletionSink sink(o.output, tok.get(), prompts.size() > 1);
+  GenerateTotals total;
+  for (size_t first = 0; first < prompts.size(); first += (size_t)o.batch_size)
+    generate_batch(gen, cfg, tok.get(), prompts, first,
+                   std::min(prompts.size(), first + (size_t)o.batch_size), sink, total);
+  sink.finish(prompts.size());
+  if (o.timings) print_timings(total);
+  return 0;
+}
+
 }  // namespace
 
 Action add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "generate", "generate text from a causal LM (GPT-2, Llama, Mistral, Qwen2) with a KV cache");
-  struct Opts {
-    std::string model, prompts_file, tokenizer, output;
-    std::vector<std::string> prompts;
-    // Decoding flags: set only when given (CLI11 leaves an absent optional empty), so that any
-    // value given, -3 included, reaches the validation instead of reading as "absent".
-    std::optional<int64_t> max_new_tokens, top_k, no_repeat_ngram_size, min_new_tokens, num_beams;
-    std::optional<double> temperature, top_p, repetition_penalty;
-    int64_t batch_size = 8;
-    uint64_t seed = 0;
-    bool do_sample = false, greedy = false, timings = false, chat = false;
-  };
-  auto o = std::make_shared<Opts>();
-  cmd->add_option("model", o->model,
-                  "a Hugging Face model folder or an onyx checkpoint of one (LoRA adapters merged)")
-      ->required();
-  cmd->add_option("--prompt", o->prompts, "a prompt (repeatable)");
-  cmd->add_option("--prompts", o->prompts_file,
-                  "a file of prompts: one per line, or JSON lines with \"prompt\"");
-  cmd->add_option("--max_new_tokens,--max-new-tokens", o->max_new_tokens,
-                  "tokens to generate per prompt (default: generation_config.json, else 20)");
-  cmd->add_flag("--do_sample,--do-sample", o->do_sample,
-                "sample (implied by --temperature, --top_k or --top_p)");
-  cmd->add_flag("--greedy", o->greedy, "greedy decoding even if generation_config.json samples");
-  cmd->add_option("--temperature", o->temperature, "sampling temperature (0: greedy)");
-  cmd->add_option("--top_k,--top-k", o->top_k,
-                  "keep the k most likely tokens (0: all; default 50)");
-  cmd->add_option("--top_p,--top-p", o->top_p, "nucleus sampling: smallest set with this mass");
-  cmd->add_option("--seed", o->seed, "sampling seed (default 0)");
-  cmd->add_option("--repetition_penalty,--repetition-penalty", o->repetition_penalty,
-                  "divide (multiply, when negative) the logits of tokens already in the row by "
-                  "this (default: generation_config.json, else 1: off)");
-  cmd->add_option("--no_repeat_ngram_size,--no-repeat-ngram-size", o->no_repeat_ngram_size,
-                  "never repeat an n-gram of the row (default: generation_config.json, else 0)");
-  cmd->add_option("--num_beams,--num-beams", o->num_beams,
-                  "beam search with this many beams (default: generation_config.json, else 1: "
-                  "greedy or sampling)");
-  cmd->add_option("--min_new_tokens,--min-new-tokens", o->min_new_tokens,
-                  "no end-of-sequence token before this many new tokens (default: "
-                  "generation_config.json, else 0)");
-  cmd->add_option("--batch_size,--batch-size", o->batch_size,
-                  "prompts decoded together (left-padded), default 8");
-  cmd->add_flag("--chat", o->chat,
-                "each text prompt is a user message, rendered with the tokenizer's chat template "
-                "and its generation prompt (JSON-lines rows with \"messages\" always are)");
-  cmd->add_option("--tokenizer", o->tokenizer,
-                  "tokenizer file or folder (default: the model folder)");
-  cmd->add_option("--output", o->output,
-                  "write JSON lines {prompt, completion, prompt_ids, completion_ids} here");
-  cmd->add_flag("--timings", o->timings,
-                "print prefill time and per-token decoding time to stderr");
-  return [o]() {
-    std::vector<Prompt> prompts;
-    for (auto& t : o->prompts) prompts.push_back({t, {}});
-    if (!o->prompts_file.empty()) {
-      auto more = read_prompts(o->prompts_file);
-      prompts.insert(prompts.end(), more.begin(), more.end());
-    }
-    ONYX_CHECK(std::filesystem::exists(o->model), "generate: model '", o->model,
-               "' does not exist");
-    ONYX_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts FILE");
-    ONYX_CHECK(o->batch_size >= 1, "generate: --batch_size must be >= 1");
-    // The tokenizer: needed for text prompts; without one, id prompts get ids back only.
-    bool need_tok = false, need_template = false;
-    for (auto& p : prompts) {
-      if (o->chat && !p.as_ids && p.messages.is_null())
-        p.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", p.text}}});
-      need_tok |= !p.as_ids;
-      need_template |= !p.messages.is_null();
-    }
-    const std::string tok_path = o->tokenizer.empty() ? o->model : o->tokenizer;
-    std::shared_ptr<tokenizers::Tokenizer> tok;
-    if (need_tok || !o->tokenizer.empty()) tok = tokenizers::load_tokenizer(tok_path);
-    // Conversations: rendered as apply_chat_template(add_generation_prompt=True) renders them,
-    // then tokenized without added special tokens (the template writes them).
-    if (need_template) {
-      data::ChatTemplateFiles ct = data::find_chat_template(tok_path);
-      ONYX_CHECK(!ct.source.empty(), "generate: '", tok_path,
-                 "' has no chat template (chat_template.jinja or tokenizer_config.json's "
-                 "chat_template) for the conversation prompts");
-      data::ChatTemplate tmpl(ct.source, ct.origin);
-      for (auto& p : prompts)
-        if (!p.messages.is_null())
-          p.text = tmpl.render(data::chat_template_vars(p.messages, true, ct.special_tokens)).text;
-    }
-    generate::Generator gen = generate::Generator::from_folder(o->model);
-    if (tok)
-      ONYX_CHECK(tok->vocab_size() <= gen.config().vocab_size, tok->source(),
-                 ": the tokenizer has ", tok->vocab_size(),
-                 " tokens, more than the model's vocab_size ", gen.config().vocab_size);
-    generate::GenerationConfig cfg = generate::read_generation_config(o->model);
-    if (cfg.eos_token_ids.empty() && tok && tok->eos_id()) cfg.eos_token_ids = {*tok->eos_id()};
-    if (o->max_new_tokens) cfg.max_new_tokens = *o->max_new_tokens;
-    if (o->do_sample || o->temperature || o->top_k || o->top_p) cfg.do_sample = true;
-    if (o->greedy) cfg.do_sample = false;
-    if (o->temperature) cfg.temperature = *o->temperature;
-    if (o->temperature && *o->temperature == 0) cfg.do_sample = false;  // documented: greedy
-    if (o->top_k) cfg.top_k = *o->top_k;
-    if (o->top_p) cfg.top_p = *o->top_p;
-    if (o->repetition_penalty) cfg.repetition_penalty = *o->repetition_penalty;
-    if (o->no_repeat_ngram_size) cfg.no_repeat_ngram_size = *o->no_repeat_ngram_size;
-    if (o->min_new_tokens) cfg.min_new_tokens = *o->min_new_tokens;
-    if (o->num_beams) cfg.num_beams = *o->num_beams;
-    ONYX_CHECK(cfg.num_beams == 1 || !cfg.do_sample || !o->num_beams,
-               "generate: --num_beams with sampling (beam sampling) is not implemented; drop "
-               "--do_sample / --temperature / --top_k / --top_p, or use --num_beams 1");
-    if (cfg.num_beams > 1) cfg.do_sample = false;  // (a generation_config.json's: warned)
-    cfg.seed = o->seed;
-    // the same checks as a generation_config.json's values get
-    generate::validate_generation_config(
-        cfg, "generate (the flags over " + o->model + "'s generation_config.json)");
-    generate::check_generation_token_ids(
-        cfg, gen.config().vocab_size,
-        "generate: the token ids of " + o->model + " (config.json, generation_config.json)");
-    std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
-
-    std::unique_ptr<std::ofstream> out;
-    std::string tmp = o->output + ".tmp";
-    if (!o->output.empty()) {
-      out = std::make_unique<std::ofstream>(tmp);
-      ONYX_CHECK(*out, o->output, ": cannot write");
-    }
-    generate::GenerationStats total;
-    double seconds = 0;
-    int64_t generated = 0;
-    for (size_t first = 0; first < prompts.size(); first += (size_t)o->batch_size) {
-      size_t last = std::min(prompts.size(), first + (size_t)o->batch_size);
-      std::vector<std::vector<int64_t>> ids;
-      for (size_t i = first; i < last; i++) {
-        tokenizers::EncodeOptions eo;
-        eo.add_special_tokens = prompts[i].messages.is_null();
-        ids.push_back(prompts[i].as_ids ? prompts[i].ids
-                                        : tok->encode(prompts[i].text, eo).input_ids);
-        ONYX_CHECK(!ids.back().empty(), "generate: prompt ", i + 1, " has no tokens");
-      }
-      generate::GenerationStats st;
-      auto t0 = std::chrono::steady_clock::now();
-      auto res = gen.generate(ids, cfg, &st);
-      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      total.prefill_seconds += st.prefill_seconds;
-      total.compiled_signatures = st.compiled_signatures;
-      total.step_seconds.insert(total.step_seconds.end(), st.step_seconds.begin(),
-                                st.step_seconds.end());
-      for (size_t i = first; i < last; i++) {
-        const auto& newids = res[i - first];
-        generated += (int64_t)newids.size();
-        std::vector<int64_t> text_ids;
-        for (int64_t id : newids)
-          if (!eos.count(id)) text_ids.push_back(id);
-        if (out) {
-          nlohmann::json j = {{"prompt_ids", ids[i - first]}, {"completion_ids", newids}};
-          if (tok) {
-            j["prompt"] = prompts[i].as_ids ? tok->decode(prompts[i].ids) : prompts[i].text;
-            j["completion"] = tok->decode(text_ids);
-          }
-          *out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-        } else if (tok) {
-          std::cout << (prompts[i].as_ids ? tok->decode(prompts[i].ids) : prompts[i].text)
-                    << tok->decode(text_ids) << "\n";
-          if (prompts.size() > 1) std::cout << "\n";
-        } else {
-          std::cout << nlohmann::json(newids).dump() << "\n";
-        }
-      }
-    }
-    if (out) {
-      out->close();
-      ONYX_CHECK(!out->fail(), o->output, ": write failed");
-      fs::rename(tmp, o->output);
-      std::cout << "wrote " << prompts.size() << " completions to " << o->output << "\n";
-    }
-    if (o->timings) {
-      const auto& s = total.step_seconds;
-      double mean = s.empty() ? 0 : std::accumulate(s.begin(), s.end(), 0.0) / (double)s.size();
-      std::fprintf(stderr,
-                   "generate: %lld tokens in %.3f s; prefill %.1f ms; %zu decoding steps, %.2f "
-                   "ms/step mean; %lld graph signatures optimized\n",
-                   (long long)generated, seconds, total.prefill_seconds * 1e3, s.size(), mean * 1e3,
-                   (long long)total.compiled_signatures);
-    }
-    return 0;
-  };
+  auto o = std::make_shared<GenerateOpts>();
+  add_prompt_options(cmd, *o);
+  add_decoding_options(cmd, *o);
+  add_output_options(cmd, *o);
+  return [o]() { return run_generate(*o); };
 }
 
 }  // namespace onyx::cli

@@ -148,53 +148,127 @@ inline double lce_row(float* z, int64_t V, int64_t t, const float* bias, float e
   return loss;
 }
 
-void lce_compute(KernelContext& ctx) {
-  const ir::Node& node = ctx.node;
-  const Tensor& Ht = ctx.input(0);
-  const Tensor& Wt = ctx.input(1);
-  const Tensor& Lt = ctx.input(2);
-  const float* bias = ctx.has_input(3) ? ctx.input(3).data<float>() : nullptr;
-  const LceDims d = lce_dims(node, Ht.shape(), Wt.shape());
-  const int64_t N = d.N, C = d.C, V = d.V;
-  const bool mean = is_mean(node);
-  const float eps = node.attr_float("label_smoothing", 0.0f);
-  const bool has_ii = node.has_attr("ignore_index");
-  const int64_t ii = node.attr_int("ignore_index", 0);
-  float* dH = ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;     // (N,C)
-  float* dW = ctx.has_output(2) ? ctx.output(2).data<float>() : nullptr;     // (V,C) | (C,V)
-  float* dbias = ctx.has_output(3) ? ctx.output(3).data<float>() : nullptr;  // (V)
-  const bool grad = dH || dW || dbias;
-  // dW / dbias bound to the flat gradient buffer of a run that accumulates micro-batches
-  // (passes/gradient_into_buffer.cc): computed as without accumulation into a scratch kept
-  // across calls, then added, so the sums are AccumulateGrad's (out + gradient) bit for bit.
-  float *dW_into = nullptr, *dbias_into = nullptr;
+// The kernel's state for one call: the inputs as the GEMMs read them, the non-ignored rows, and
+// the outputs (dW / dbias possibly redirected to a scratch, see bind_accumulating_outputs).
+class LceRun {
+ public:
+  explicit LceRun(KernelContext& ctx);
+  void run();
+
+ private:
+  // The rows [r0, r0 + r) of the non-ignored rows: H's rows as the GEMMs read them.
+  struct Chunk {
+    int64_t r0, r;
+    bool contiguous;  // consecutive rows of H (read in place, dH written in place)
+    const float* Hc;  // (r, C)
+  };
+  // A thread's scratch, kept across calls: at vocab 50257 the logits chunk is tens of MB, and
+  // handing it back to the OS after every step costs its page faults again.
+  struct Scratch {
+    std::vector<float> logits;       // (R, V): logits, then dlogits
+    std::vector<uint16_t> h16, z16;  // bf16 H rows and dlogits of up to kDwGroup chunks
+    std::vector<float> hbuf, dhbuf;  // (R, C) gathered (or fp16-rounded) rows
+  };
+  // bf16 dW: the rows whose dlogits and H are held in the scratch and not yet added to dW.
+  struct HeldDw {
+    int64_t rows = 0, chunks = 0;
+    bool written = false;  // dW has been written once (later GEMMs add, beta = 1)
+  };
+
+  void bind_accumulating_outputs();
+  void select_rows();
+  void prepare_weights();
+  void run_per_thread();
+  void add_into_accumulated();
+  float total_loss() const;
+
+  void run_rows(int64_t m0, int64_t m1, float* dW_out, float* dbias_out);
+  Chunk gather_chunk(int64_t r0, int64_t r, Scratch& s) const;
+  void chunk_logits(const Chunk& c, float* Z, uint16_t* H16) const;
+  void chunk_rows_pass(const Chunk& c, float* Z, uint16_t* Z16);
+  void chunk_dh(const Chunk& c, const float* Z, const uint16_t* Z16, Scratch& s) const;
+  void chunk_dw_f32(const Chunk& c, bool first, const float* Z, float* dW_out) const;
+  void flush_dw_bf16(HeldDw& held, const Scratch& s, float* dW_out) const;
+  void chunk_dbias(const Chunk& c, const float* Z, float* dbias_out) const;
+
+  KernelContext& ctx_;
+  const ir::Node& node_;
+  const LceDims d_;
+  const int64_t N_, C_, V_;
+  const bool mean_;
+  const float eps_;
+  const float* bias_;
+  const float* H_;
+  float *dH_, *dW_, *dbias_;
+  bool grad_;
+  float *dW_into_ = nullptr, *dbias_into_ = nullptr;  // the accumulated outputs (or null)
+  std::vector<int64_t> tgt_, rows_;
+  int64_t M_ = 0, R_ = 0;
+  float scale_ = 1.0f;
+  std::vector<double> row_loss_;
+  // W as the GEMMs read it: float32 (W_, fp16-rounded when f16_) or bf16 (W16_ when w16_)
+  const float* W_ = nullptr;
+  const uint16_t* W16_ = nullptr;
+  bool w16_ = false, f16_ = false;
+  int64_t ldw_;
+};
+
+LceRun::LceRun(KernelContext& ctx)
+    : ctx_(ctx),
+      node_(ctx.node),
+      d_(lce_dims(ctx.node, ctx.input(0).shape(), ctx.input(1).shape())),
+      N_(d_.N),
+      C_(d_.C),
+      V_(d_.V),
+      mean_(is_mean(ctx.node)),
+      eps_(ctx.node.attr_float("label_smoothing", 0.0f)),
+      bias_(ctx.has_input(3) ? ctx.input(3).data<float>() : nullptr),
+      H_(ctx.input(0).data<float>()),
+      dH_(ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr),     // (N,C)
+      dW_(ctx.has_output(2) ? ctx.output(2).data<float>() : nullptr),     // (V,C) | (C,V)
+      dbias_(ctx.has_output(3) ? ctx.output(3).data<float>() : nullptr),  // (V)
+      grad_(dH_ || dW_ || dbias_),
+      ldw_(d_.transB ? d_.C : d_.V) {}
+
+// dW / dbias bound to the flat gradient buffer of a run that accumulates micro-batches
+// (passes/gradient_into_buffer.cc): computed as without accumulation into a scratch kept across
+// calls, then added (add_into_accumulated), so the sums are AccumulateGrad's (out + gradient)
+// bit for bit.
+void LceRun::bind_accumulating_outputs() {
   thread_local std::vector<float> dw_acc, db_acc;
-  if (dW && ctx.accumulates(2)) {
-    if (dw_acc.size() < (size_t)(V * C)) dw_acc.resize((size_t)(V * C));
-    dW_into = dW;
-    dW = dw_acc.data();
+  if (dW_ && ctx_.accumulates(2)) {
+    if (dw_acc.size() < (size_t)(V_ * C_)) dw_acc.resize((size_t)(V_ * C_));
+    dW_into_ = dW_;
+    dW_ = dw_acc.data();
   }
-  if (dbias && ctx.accumulates(3)) {
-    if (db_acc.size() < (size_t)V) db_acc.resize((size_t)V);
-    dbias_into = dbias;
-    dbias = db_acc.data();
+  if (dbias_ && ctx_.accumulates(3)) {
+    if (db_acc.size() < (size_t)V_) db_acc.resize((size_t)V_);
+    dbias_into_ = dbias_;
+    dbias_ = db_acc.data();
   }
+}
 
-  // Targets, validated before any threaded loop; the non-ignored rows in order.
-  std::vector<int64_t> tgt = Lt.to_int64_vector();
-  std::vector<int64_t> rows;
-  rows.reserve(N);
-  for (int64_t n = 0; n < N; n++) {
-    if (has_ii && tgt[n] == ii) continue;
-    ONYX_CHECK(tgt[n] >= 0 && tgt[n] < V, node.describe(), ": label ", tgt[n], " at row ", n,
-               " is outside [0, ", V, ")", has_ii ? " and is not ignore_index" : "");
-    rows.push_back(n);
+// Targets, validated before any threaded loop; the non-ignored rows in order.
+void LceRun::select_rows() {
+  const bool has_ii = node_.has_attr("ignore_index");
+  const int64_t ii = node_.attr_int("ignore_index", 0);
+  tgt_ = ctx_.input(2).to_int64_vector();
+  rows_.reserve(N_);
+  for (int64_t n = 0; n < N_; n++) {
+    if (has_ii && tgt_[n] == ii) continue;
+    ONYX_CHECK(tgt_[n] >= 0 && tgt_[n] < V_, node_.describe(), ": label ", tgt_[n], " at row ", n,
+               " is outside [0, ", V_, ")", has_ii ? " and is not ignore_index" : "");
+    rows_.push_back(n);
   }
-  const int64_t M = (int64_t)rows.size();
-  const float scale = mean ? (M > 0 ? 1.0f / (float)M : 0.0f) : 1.0f;
+  M_ = (int64_t)rows_.size();
+  scale_ = mean_ ? (M_ > 0 ? 1.0f / (float)M_ : 0.0f) : 1.0f;
+  R_ = std::min<int64_t>(chunk_rows(node_, V_), std::max<int64_t>(M_, 1));
+  row_loss_.resize(M_);
+}
 
-  const float* H = Ht.data<float>();
-  const bool mixed = ctx.bf16_gemm && Wt.dtype() == DType::Float32;
+void LceRun::prepare_weights() {
+  const Tensor& Wt = ctx_.input(1);
+  const bool mixed = ctx_.bf16_gemm && Wt.dtype() == DType::Float32;
   // Mixed precision: W rounded to bf16 once per call, into a scratch kept across calls (a fresh
   // 77 MB tensor per call at gpt2-small's head cost its page faults every step).
   thread_local std::vector<uint16_t> w_rounded;
@@ -202,186 +276,227 @@ void lce_compute(KernelContext& ctx) {
     if (w_rounded.size() < (size_t)Wt.numel()) w_rounded.resize((size_t)Wt.numel());
     kernels::f32_to_bf16(Wt.data<float>(), w_rounded.data(), Wt.numel());
   }
-  const bool w16 = Wt.dtype() == DType::BFloat16 || mixed;
-  const float* W = w16 ? nullptr : Wt.data<float>();
-  // TrainingArguments.fp16 (emulated): W rounded to float16 once per call, each chunk's H rows and
-  // dlogits before the GEMMs that read them; float32 GEMMs on the rounded values.
-  const bool f16 = !w16 && kernels::low_precision(ctx) == kernels::LowPrecision::Fp16 &&
-                   Wt.dtype() == DType::Float32;
+  w16_ = Wt.dtype() == DType::BFloat16 || mixed;
+  W_ = w16_ ? nullptr : Wt.data<float>();
+  // TrainingArguments.fp16 (emulated): W rounded to float16 once per call, each chunk's H rows
+  // and dlogits before the GEMMs that read them; float32 GEMMs on the rounded values.
+  f16_ = !w16_ && kernels::low_precision(ctx_) == kernels::LowPrecision::Fp16 &&
+         Wt.dtype() == DType::Float32;
   thread_local std::vector<float> w_f16;
-  if (f16) {
+  if (f16_) {
     if (w_f16.size() < (size_t)Wt.numel()) w_f16.resize((size_t)Wt.numel());
     kernels::round_to_fp16(Wt.data<float>(), w_f16.data(), Wt.numel());
-    W = w_f16.data();
+    W_ = w_f16.data();
   }
-  const uint16_t* W16 = mixed ? w_rounded.data() : w16 ? Wt.data<uint16_t>() : nullptr;
-  if (dH) std::memset(dH, 0, N * C * sizeof(float));  // ignored rows keep a zero gradient
-
-  const int64_t R = std::min<int64_t>(chunk_rows(node, V), std::max<int64_t>(M, 1));
-  std::vector<double> row_loss(M);
-  const int64_t ldw = d.transB ? C : V;
-
-  // Non-ignored rows [m0, m1) in chunks of R, in order: loss terms into row_loss, dH rows, and
-  // dW (dbias) written by the first chunk (beta = 0), then accumulated. Called once over every row
-  // (each GEMM and the row pass threaded), or from inside a parallel region with one contiguous
-  // range per thread (then every call in it runs single-threaded).
-  auto run_rows = [&](int64_t m0, int64_t m1, float* dW_out, float* dbias_out) {
-    // (R,V): logits, then dlogits. Per-thread scratch kept across calls: at vocab 50257 it is
-    // tens of MB, and handing it back to the OS after every step costs its page faults again.
-    thread_local std::vector<float> logits;
-    if (logits.size() < (size_t)(R * V)) logits.resize(R * V);
-    // bf16 GEMMs: the chunk's H rows and its dlogits rounded once each (the dlogits by the row
-    // pass, while each row is still in cache) and read by both GEMMs that use them.
-    // Under mixed precision dW's GEMM runs once per kDwGroup chunks (their bf16 dlogits and H rows
-    // kept side by side): with K = one chunk's rows (~166 at V = 50257) the bf16 GEMM is bound by
-    // streaming dW itself (V x C float32, read and written per call) — measured on gpt2-small's
-    // head at 2 threads as slower than the float32 GEMM; four chunks' rows per call amortize it.
-    const int64_t group = w16 && dW_out ? kDwGroup : 1;
-    thread_local std::vector<uint16_t> h16, z16;
-    if (w16) {
-      if (h16.size() < (size_t)(group * R * C)) h16.resize(group * R * C);
-      if (grad && z16.size() < (size_t)(group * R * V)) z16.resize(group * R * V);
-    }
-    int64_t held = 0, held_chunks = 0;  // rows (chunks) in h16 / z16 whose dW is still to add
-    bool dw_written = false;
-    auto flush_dw = [&]() {  // dW (+)= the held rows' dlogitsᵀ · H
-      if (held == 0) return;
-      const float beta = dw_written ? 1.0f : 0.0f;
-      const kernels::Bf16Operand Hb{nullptr, h16.data()}, Zb{nullptr, z16.data()};
-      if (d.transB)  // (V,C) += (rows,V)ᵀ · (rows,C)
-        kernels::gemm_mixed_bf16(true, false, V, C, held, 1.0f, Zb, V, Hb, C, beta, dW_out, C);
-      else  // (C,V) += (rows,C)ᵀ · (rows,V)
-        kernels::gemm_mixed_bf16(true, false, C, V, held, 1.0f, Hb, C, Zb, V, beta, dW_out, V);
-      dw_written = true;
-      held = held_chunks = 0;
-    };
-    std::vector<float> hbuf, dhbuf;  // (R,C) gathered rows when not contiguous
-    if (dW_out && m1 == m0) std::memset(dW_out, 0, V * C * sizeof(float));
-    if (dbias_out) std::memset(dbias_out, 0, V * sizeof(float));
-    // Equal chunks of at most R rows (1020 rows at R = 166: 7 chunks of 146, not 6 + a remnant).
-    const int64_t n_chunks = (m1 - m0 + R - 1) / R;
-    const int64_t Rc = n_chunks > 0 ? (m1 - m0 + n_chunks - 1) / n_chunks : R;
-    for (int64_t r0 = m0; r0 < m1; r0 += Rc) {
-      const int64_t r = std::min(Rc, m1 - r0);
-      const bool contiguous = rows[r0 + r - 1] - rows[r0] == r - 1;
-      const float* Hc = H + rows[r0] * C;  // (r,C)
-      if (!contiguous) {
-        hbuf.resize(R * C);
-        for (int64_t i = 0; i < r; i++)
-          std::memcpy(&hbuf[i * C], H + rows[r0 + i] * C, C * sizeof(float));
-        Hc = hbuf.data();
-      }
-      if (f16) {  // (gathered rows are rounded in place)
-        if (contiguous) hbuf.resize(R * C);
-        kernels::round_to_fp16(Hc, hbuf.data(), r * C);
-        Hc = hbuf.data();
-      }
-      float* Z = logits.data();
-      // this chunk's rows of the bf16 scratch (this thread's: the row pass may run on others)
-      uint16_t* Z16 = z16.data() + held * V;
-      uint16_t* H16 = h16.data() + held * C;
-      const kernels::Bf16Operand Hb{nullptr, H16}, Zb{nullptr, Z16}, Wb{nullptr, W16};
-      // (r,V) = (r,C) · op(W)
-      if (w16) {
-        kernels::f32_to_bf16(Hc, H16, r * C);
-        kernels::gemm_mixed_bf16(false, d.transB, r, V, C, 1.0f, Hb, C, Wb, ldw, 0.0f, Z, V);
-      } else {
-        kernels::sgemm(false, d.transB, r, V, C, 1.0f, Hc, C, W, ldw, 0.0f, Z, V);
-      }
-      parallel_for(r, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; i++) {
-          row_loss[r0 + i] = lce_row(Z + i * V, V, tgt[rows[r0 + i]], bias, eps, grad, scale);
-          if (w16 && grad) kernels::f32_to_bf16(Z + i * V, Z16 + i * V, V);
-          if (f16 && grad) kernels::round_to_fp16(Z + i * V, Z + i * V, V);
-        }
-      });
-      if (!grad) continue;
-      if (dH) {  // (r,C) = (r,V) · W(V,C)   [transB=0: (r,V) · W(C,V)ᵀ]
-        if (!contiguous) dhbuf.resize(R * C);
-        float* dHc = contiguous ? dH + rows[r0] * C : dhbuf.data();
-        if (w16)
-          kernels::gemm_mixed_bf16(false, !d.transB, r, C, V, 1.0f, Zb, V, Wb, ldw, 0.0f, dHc, C);
-        else
-          kernels::sgemm(false, !d.transB, r, C, V, 1.0f, Z, V, W, ldw, 0.0f, dHc, C);
-        if (!contiguous)
-          for (int64_t i = 0; i < r; i++)
-            std::memcpy(dH + rows[r0 + i] * C, &dhbuf[i * C], C * sizeof(float));
-      }
-      if (dW_out && w16) {
-        held += r;
-        if (++held_chunks == group || r0 + r >= m1) flush_dw();
-      } else if (dW_out) {
-        float beta = r0 == m0 ? 0.0f : 1.0f;
-        if (d.transB)  // (V,C) += (r,V)ᵀ · (r,C)
-          kernels::sgemm(true, false, V, C, r, 1.0f, Z, V, Hc, C, beta, dW_out, C);
-        else  // (C,V) += (r,C)ᵀ · (r,V)
-          kernels::sgemm(true, false, C, V, r, 1.0f, Hc, C, Z, V, beta, dW_out, V);
-      }
-      if (dbias_out) {  // column sums in row order, threaded over columns
-        parallel_for(V, 4096, [&](int64_t b, int64_t e) {
-          for (int64_t i = 0; i < r; i++) {
-            const float* zi = Z + i * V;
-            for (int64_t v = b; v < e; v++) dbias_out[v] += zi[v];
-          }
-        });
-      }
-    }
-  };
-
-  // With gradients and at least a chunk per thread, each thread takes an equal contiguous range
-  // of rows and runs its GEMMs single-threaded (no fork/join per GEMM and row pass). On the shared
-  // 2-core machine this was as fast as or up to ~10% faster than threading each GEMM (gpt2-tiny
-  // head, interleaved runs, noisy), at the cost of one (V,C) dW partial per extra thread. Thread 0
-  // writes dW/dbias, the others partials added in thread order afterwards (deterministic).
-  const int nt = num_threads();
-  if (!grad || nt <= 1 || M < (int64_t)nt * R || omp_in_parallel()) {
-    run_rows(0, M, dW, dbias);
-  } else {
-    // The other threads' (V,C) dW partials, kept across calls like the logits scratch.
-    static std::vector<std::vector<float>> dw_part, db_part;
-    static std::mutex mu;  // two sessions running this kernel at once take turns
-    std::lock_guard<std::mutex> lock(mu);
-    if ((int)dw_part.size() < nt - 1) {
-      dw_part.resize(nt - 1);
-      db_part.resize(nt - 1);
-    }
-#pragma omp parallel num_threads(nt)
-    {
-      int t = omp_get_thread_num();
-      int64_t m0 = M * t / nt, m1 = M * (t + 1) / nt;
-      float* dw_t = dW;
-      float* db_t = dbias;
-      if (t > 0 && dW) {
-        if (dw_part[t - 1].size() < (size_t)(V * C)) dw_part[t - 1].resize(V * C);
-        dw_t = dw_part[t - 1].data();
-      }
-      if (t > 0 && dbias) {
-        if (db_part[t - 1].size() < (size_t)V) db_part[t - 1].resize(V);
-        db_t = db_part[t - 1].data();
-      }
-      run_rows(m0, m1, dw_t, db_t);
-    }
-    for (int t = 1; t < nt; t++) {
-      if (dW)
-        parallel_for(V * C, 1 << 16, [&](int64_t b, int64_t e) {
-          const float* p = dw_part[t - 1].data();
-          for (int64_t i = b; i < e; i++) dW[i] += p[i];
-        });
-      if (dbias)
-        for (int64_t v = 0; v < V; v++) dbias[v] += db_part[t - 1][v];
-    }
-  }
-  if (dW_into)
-    parallel_for(V * C, 1 << 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; i++) dW_into[i] += dW[i];
-    });
-  if (dbias_into)
-    for (int64_t v = 0; v < V; v++) dbias_into[v] += dbias[v];
-  double total = 0;
-  for (int64_t i = 0; i < M; i++) total += row_loss[i];
-  float loss = mean ? (M > 0 ? (float)(total / (double)M) : NAN) : (float)total;
-  ctx.output(0).data<float>()[0] = loss;
+  W16_ = mixed ? w_rounded.data() : w16_ ? Wt.data<uint16_t>() : nullptr;
 }
+
+void LceRun::run() {
+  bind_accumulating_outputs();
+  select_rows();
+  prepare_weights();
+  if (dH_) std::memset(dH_, 0, N_ * C_ * sizeof(float));  // ignored rows keep a zero gradient
+  // With gradients and at least a chunk per thread, each thread takes an equal contiguous range
+  // of rows and runs its GEMMs single-threaded (no fork/join per GEMM and row pass). On the
+  // shared 2-core machine this was as fast as or up to ~10% faster than threading each GEMM
+  // (gpt2-tiny head, interleaved runs, noisy), at the cost of one (V,C) dW partial per extra
+  // thread.
+  const int nt = num_threads();
+  if (!grad_ || nt <= 1 || M_ < (int64_t)nt * R_ || omp_in_parallel())
+    run_rows(0, M_, dW_, dbias_);
+  else
+    run_per_thread();
+  add_into_accumulated();
+  ctx_.output(0).data<float>()[0] = total_loss();
+}
+
+// One contiguous range of rows per thread. Thread 0 writes dW / dbias, the others partials added
+// in thread order afterwards (deterministic for a thread count).
+void LceRun::run_per_thread() {
+  const int nt = num_threads();
+  // The other threads' (V,C) dW partials, kept across calls like the logits scratch.
+  static std::vector<std::vector<float>> dw_part, db_part;
+  static std::mutex mu;  // two sessions running this kernel at once take turns
+  std::lock_guard<std::mutex> lock(mu);
+  if ((int)dw_part.size() < nt - 1) {
+    dw_part.resize(nt - 1);
+    db_part.resize(nt - 1);
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    int t = omp_get_thread_num();
+    int64_t m0 = M_ * t / nt, m1 = M_ * (t + 1) / nt;
+    float* dw_t = dW_;
+    float* db_t = dbias_;
+    if (t > 0 && dW_) {
+      if (dw_part[t - 1].size() < (size_t)(V_ * C_)) dw_part[t - 1].resize(V_ * C_);
+      dw_t = dw_part[t - 1].data();
+    }
+    if (t > 0 && dbias_) {
+      if (db_part[t - 1].size() < (size_t)V_) db_part[t - 1].resize(V_);
+      db_t = db_part[t - 1].data();
+    }
+    run_rows(m0, m1, dw_t, db_t);
+  }
+  for (int t = 1; t < nt; t++) {
+    if (dW_)
+      parallel_for(V_ * C_, 1 << 16, [&](int64_t b, int64_t e) {
+        const float* p = dw_part[t - 1].data();
+        for (int64_t i = b; i < e; i++) dW_[i] += p[i];
+      });
+    if (dbias_)
+      for (int64_t v = 0; v < V_; v++) dbias_[v] += db_part[t - 1][v];
+  }
+}
+
+void LceRun::add_into_accumulated() {
+  if (dW_into_)
+    parallel_for(V_ * C_, 1 << 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; i++) dW_into_[i] += dW_[i];
+    });
+  if (dbias_into_)
+    for (int64_t v = 0; v < V_; v++) dbias_into_[v] += dbias_[v];
+}
+
+float LceRun::total_loss() const {
+  double total = 0;
+  for (int64_t i = 0; i < M_; i++) total += row_loss_[i];
+  return mean_ ? (M_ > 0 ? (float)(total / (double)M_) : NAN) : (float)total;
+}
+
+// Non-ignored rows [m0, m1) in chunks of at most R, in order: loss terms into row_loss_, dH rows,
+// and dW (dbias) written by the first chunk (beta = 0), then accumulated. Called once over every
+// row (each GEMM and the row pass threaded), or from inside a parallel region with one contiguous
+// range per thread (then every call in it runs single-threaded).
+void LceRun::run_rows(int64_t m0, int64_t m1, float* dW_out, float* dbias_out) {
+  thread_local Scratch s;
+  if (s.logits.size() < (size_t)(R_ * V_)) s.logits.resize(R_ * V_);
+  // bf16 GEMMs: the chunk's H rows and its dlogits rounded once each (the dlogits by the row
+  // pass, while each row is still in cache) and read by both GEMMs that use them. Under mixed
+  // precision dW's GEMM runs once per kDwGroup chunks (their bf16 dlogits and H rows kept side
+  // by side): with K = one chunk's rows (~166 at V = 50257) the bf16 GEMM is bound by streaming
+  // dW itself (V x C float32, read and written per call) — measured on gpt2-small's head at 2
+  // threads as slower than the float32 GEMM; four chunks' rows per call amortize it.
+  const int64_t group = w16_ && dW_out ? kDwGroup : 1;
+  if (w16_) {
+    if (s.h16.size() < (size_t)(group * R_ * C_)) s.h16.resize(group * R_ * C_);
+    if (grad_ && s.z16.size() < (size_t)(group * R_ * V_)) s.z16.resize(group * R_ * V_);
+  }
+  HeldDw held;
+  if (dW_out && m1 == m0) std::memset(dW_out, 0, V_ * C_ * sizeof(float));
+  if (dbias_out) std::memset(dbias_out, 0, V_ * sizeof(float));
+  // Equal chunks of at most R rows (1020 rows at R = 166: 7 chunks of 146, not 6 + a remnant).
+  const int64_t n_chunks = (m1 - m0 + R_ - 1) / R_;
+  const int64_t Rc = n_chunks > 0 ? (m1 - m0 + n_chunks - 1) / n_chunks : R_;
+  for (int64_t r0 = m0; r0 < m1; r0 += Rc) {
+    const Chunk c = gather_chunk(r0, std::min(Rc, m1 - r0), s);
+    float* Z = s.logits.data();
+    // this chunk's rows of the bf16 scratch (this thread's: the row pass may run on others)
+    uint16_t* Z16 = s.z16.data() + held.rows * V_;
+    chunk_logits(c, Z, s.h16.data() + held.rows * C_);
+    chunk_rows_pass(c, Z, Z16);
+    if (!grad_) continue;
+    if (dH_) chunk_dh(c, Z, Z16, s);
+    if (dW_out && w16_) {
+      held.rows += c.r;
+      if (++held.chunks == group || r0 + c.r >= m1) flush_dw_bf16(held, s, dW_out);
+    } else if (dW_out) {
+      chunk_dw_f32(c, r0 == m0, Z, dW_out);
+    }
+    if (dbias_out) chunk_dbias(c, Z, dbias_out);
+  }
+}
+
+LceRun::Chunk LceRun::gather_chunk(int64_t r0, int64_t r, Scratch& s) const {
+  Chunk c{r0, r, rows_[r0 + r - 1] - rows_[r0] == r - 1, H_ + rows_[r0] * C_};
+  if (!c.contiguous) {
+    s.hbuf.resize(R_ * C_);
+    for (int64_t i = 0; i < r; i++)
+      std::memcpy(&s.hbuf[i * C_], H_ + rows_[r0 + i] * C_, C_ * sizeof(float));
+    c.Hc = s.hbuf.data();
+  }
+  if (f16_) {  // (gathered rows are rounded in place)
+    if (c.contiguous) s.hbuf.resize(R_ * C_);
+    kernels::round_to_fp16(c.Hc, s.hbuf.data(), r * C_);
+    c.Hc = s.hbuf.data();
+  }
+  return c;
+}
+
+// Z (r,V) = (r,C) · op(W); under bf16, the chunk's H rows rounded into H16 first.
+void LceRun::chunk_logits(const Chunk& c, float* Z, uint16_t* H16) const {
+  if (w16_) {
+    kernels::f32_to_bf16(c.Hc, H16, c.r * C_);
+    const kernels::Bf16Operand Hb{nullptr, H16}, Wb{nullptr, W16_};
+    kernels::gemm_mixed_bf16(false, d_.transB, c.r, V_, C_, 1.0f, Hb, C_, Wb, ldw_, 0.0f, Z, V_);
+  } else {
+    kernels::sgemm(false, d_.transB, c.r, V_, C_, 1.0f, c.Hc, C_, W_, ldw_, 0.0f, Z, V_);
+  }
+}
+
+// The loss terms, and (with gradients) Z turned into dlogits, rounded into Z16 for bf16 GEMMs or
+// in place to float16 under fp16.
+void LceRun::chunk_rows_pass(const Chunk& c, float* Z, uint16_t* Z16) {
+  parallel_for(c.r, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++) {
+      row_loss_[c.r0 + i] =
+          lce_row(Z + i * V_, V_, tgt_[rows_[c.r0 + i]], bias_, eps_, grad_, scale_);
+      if (w16_ && grad_) kernels::f32_to_bf16(Z + i * V_, Z16 + i * V_, V_);
+      if (f16_ && grad_) kernels::round_to_fp16(Z + i * V_, Z + i * V_, V_);
+    }
+  });
+}
+
+// dH rows (r,C) = (r,V) · W(V,C)   [transB=0: (r,V) · W(C,V)ᵀ]
+void LceRun::chunk_dh(const Chunk& c, const float* Z, const uint16_t* Z16, Scratch& s) const {
+  if (!c.contiguous) s.dhbuf.resize(R_ * C_);
+  float* dHc = c.contiguous ? dH_ + rows_[c.r0] * C_ : s.dhbuf.data();
+  if (w16_) {
+    const kernels::Bf16Operand Zb{nullptr, Z16}, Wb{nullptr, W16_};
+    kernels::gemm_mixed_bf16(false, !d_.transB, c.r, C_, V_, 1.0f, Zb, V_, Wb, ldw_, 0.0f, dHc, C_);
+  } else {
+    kernels::sgemm(false, !d_.transB, c.r, C_, V_, 1.0f, Z, V_, W_, ldw_, 0.0f, dHc, C_);
+  }
+  if (!c.contiguous)
+    for (int64_t i = 0; i < c.r; i++)
+      std::memcpy(dH_ + rows_[c.r0 + i] * C_, &s.dhbuf[i * C_], C_ * sizeof(float));
+}
+
+// float32 dW (+)= this chunk's dlogitsᵀ · H (written by the range's first chunk).
+void LceRun::chunk_dw_f32(const Chunk& c, bool first, const float* Z, float* dW_out) const {
+  const float beta = first ? 0.0f : 1.0f;
+  if (d_.transB)  // (V,C) += (r,V)ᵀ · (r,C)
+    kernels::sgemm(true, false, V_, C_, c.r, 1.0f, Z, V_, c.Hc, C_, beta, dW_out, C_);
+  else  // (C,V) += (r,C)ᵀ · (r,V)
+    kernels::sgemm(true, false, C_, V_, c.r, 1.0f, c.Hc, C_, Z, V_, beta, dW_out, V_);
+}
+
+// bf16 dW (+)= the held rows' dlogitsᵀ · H, then nothing held.
+void LceRun::flush_dw_bf16(HeldDw& held, const Scratch& s, float* dW_out) const {
+  if (held.rows == 0) return;
+  const float beta = held.written ? 1.0f : 0.0f;
+  const kernels::Bf16Operand Hb{nullptr, s.h16.data()}, Zb{nullptr, s.z16.data()};
+  if (d_.transB)  // (V,C) += (rows,V)ᵀ · (rows,C)
+    kernels::gemm_mixed_bf16(true, false, V_, C_, held.rows, 1.0f, Zb, V_, Hb, C_, beta, dW_out,
+                             C_);
+  else  // (C,V) += (rows,C)ᵀ · (rows,V)
+    kernels::gemm_mixed_bf16(true, false, C_, V_, held.rows, 1.0f, Hb, C_, Zb, V_, beta, dW_out,
+                             V_);
+  held.written = true;
+  held.rows = held.chunks = 0;
+}
+
+// dbias += column sums of the chunk's dlogits, in row order, threaded over columns.
+void LceRun::chunk_dbias(const Chunk& c, const float* Z, float* dbias_out) const {
+  parallel_for(V_, 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = 0; i < c.r; i++) {
+      const float* zi = Z + i * V_;
+      for (int64_t v = b; v < e; v++) dbias_out[v] += zi[v];
+    }
+  });
+}
+
+void lce_compute(KernelContext& ctx) { LceRun(ctx).run(); }
 
 }  // namespace
 
