@@ -211,11 +211,17 @@ class Trainer:
         config["architectures"] = [type(base).__name__]  # as save_pretrained writes it
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(config, f)
+        if getattr(base, "is_loaded_in_8bit", False):
+            raise NotImplementedError("a PEFT model over an 8-bit (LLM.int8) base: onyx trains "
+                                      "4-bit bases (BitsAndBytesConfig(load_in_4bit=True))")
         weights = {}
         for name, t in base.state_dict().items():
             if ".lora_" in name:
                 continue
-            weights[name.replace(".base_layer.", ".")] = t.detach().to(torch.float32).contiguous().clone()
+            # a 4-bit base (BitsAndBytesConfig): its codes, absmax and quant_state as bitsandbytes
+            # holds them (uint8, kept), read by onyx as a folder Transformers saved 4-bit
+            t = t.detach().to(torch.float32) if t.is_floating_point() else t.detach()
+            weights[name.replace(".base_layer.", ".")] = t.contiguous().clone()
         save_file(weights, os.path.join(folder, "model.safetensors"))
         self._peft_dir = os.path.join(self._tmp.name, "adapter")
         module.save_pretrained(self._peft_dir)

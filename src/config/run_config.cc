@@ -158,15 +158,21 @@ void set_lora(RunConfig& c, const YAML::Node& v, const std::string& what) {
   c.lora_initial.clear();
 }
 
-// `model_init_kwargs`: TRL's SFTConfig.model_init_kwargs; onyx reads dtype.
+// `model_init_kwargs`: TRL's SFTConfig.model_init_kwargs; onyx reads dtype and
+// quantization_config.
 void set_model_init_kwargs(RunConfig& c, const YAML::Node& v, const std::string& what) {
-  // TRL's SFTConfig.model_init_kwargs: the one key onyx reads is dtype (torch_dtype before
-  // Transformers 4.56): bfloat16 stores the frozen linear weights in bf16 (models/lora.h).
+  // dtype (torch_dtype before Transformers 4.56): bfloat16 stores the frozen linear weights in bf16
+  // (models/lora.h); quantization_config: a BitsAndBytesConfig's 4-bit keys (QLoRA).
   ONYX_CHECK(v.IsMap(), what, ": 'model_init_kwargs' must be a mapping, e.g. {dtype: bfloat16}");
   for (auto kv : v) {
     std::string k = kv.first.as<std::string>();
+    if (k == "quantization_config") {
+      c.quantization = quant::parse_bnb_config(yaml_to_json(kv.second),
+                                               what + ": model_init_kwargs", /*strict=*/true);
+      continue;
+    }
     ONYX_CHECK(k == "dtype" || k == "torch_dtype", what, ": unknown key 'model_init_kwargs.", k,
-               "' (onyx reads dtype)");
+               "' (onyx reads dtype and quantization_config)");
     std::string d = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
     if (d.rfind("torch.", 0) == 0) d = d.substr(6);
     ONYX_CHECK(d == "bfloat16" || d == "float32" || d == "auto", what, ": 'model_init_kwargs.", k,
@@ -537,6 +543,38 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
   return ds;
 }
 
+namespace {
+
+bool has_4bit_weights(const ir::Graph& g) {
+  for (const ir::Node& n : g.nodes)
+    if (n.domain == "onyx" && n.op_type == "Dequantize4Bit") return true;
+  return false;
+}
+
+// QLoRA: the frozen linear weights in 4-bit (TRL's model_init_kwargs.quantization_config). As
+// Transformers and PEFT refuse to train a purely quantized model, LoRA is required.
+void store_quantized(const RunConfig& c, Model& m) {
+  ONYX_CHECK(c.lora,
+             "model_init_kwargs.quantization_config: a 4-bit model trains through "
+             "adapters; add a lora: (or peft_config:) section");
+  if (has_4bit_weights(*m.graph)) return;  // a folder saved quantized: already in the format
+  auto stored = models::store_frozen_weights_4bit(*m.graph, m.frozen, *c.quantization);
+  ONYX_CHECK(!stored.empty(),
+             "model_init_kwargs.quantization_config: the model has no frozen "
+             "linear weight to quantize");
+  for (auto& name : stored)  // the 4-bit state's float32 companions are frozen too
+    for (const char* suffix : {".absmax", ".nested_absmax", ".nested_quant_map"})
+      if (m.graph->initializers.count(name + suffix)) m.frozen.insert(name + suffix);
+  // The saved config.json says how its model.safetensors is stored, as Transformers' does.
+  if (!m.config_json.empty()) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(m.config_json);
+    j["quantization_config"] = quant::bnb_config_json(*c.quantization);
+    m.config_json = j.dump(2) + "\n";
+  }
+}
+
+}  // namespace
+
 Model model_from_config(const RunConfig& c) {
   Model m;
   if (!c.model_spec.empty()) {
@@ -622,6 +660,11 @@ Model model_from_config(const RunConfig& c) {
     m.adapter_config_json = models::adapter_config_json(spec);
   }
   m.frozen.insert(c.frozen.begin(), c.frozen.end());
+  if (c.quantization) store_quantized(c, m);
+  ONYX_CHECK(c.lora || !has_4bit_weights(*m.graph), "model '", c.model,
+             "' is stored 4-bit "
+             "(bitsandbytes): a quantized model trains through adapters; add a lora: (or "
+             "peft_config:) section");
   if (c.frozen_dtype == "bfloat16") {
     auto stored = models::store_frozen_weights_bf16(*m.graph, m.frozen);
     ONYX_CHECK(!stored.empty(),

@@ -11,6 +11,7 @@
 #include "onyx/dataset.h"
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
+#include "quant/bnb_config.h"
 
 namespace onyx::config {
 
@@ -51,6 +52,10 @@ struct RunConfig {
   // trainable weights, activations and the optimizer stay float32. "float32" (default, also
   // "auto") keeps every weight float32.
   std::string frozen_dtype = "float32";
+  // model_init_kwargs.quantization_config (TRL; Transformers' BitsAndBytesConfig, 4-bit): QLoRA —
+  // the frozen linear weights Transformers would quantize stored in bitsandbytes' 4-bit format
+  // (models/lora.h store_frozen_weights_4bit). Needs LoRA.
+  std::optional<quant::BnbConfig> quantization;
 };
 
 // overrides: ("learning_rate", "1e-4"), ... applied after the file, in order.

@@ -279,6 +279,8 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
                     "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, "
                     "qwen2)"));
   }
+  if (const json* q = r.find({"quantization_config"}))
+    c.quantization = quant::parse_bnb_config(*q, what, /*strict=*/false);
   const bool llama_family = t == "llama" || t == "mistral" || t == "qwen2";
   c.tie_word_embeddings = r.boolean({"tie_word_embeddings"}, !llama_family);
   check_positive(r, c.hidden_size, "hidden_size");

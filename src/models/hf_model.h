@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "onyx/trainer.h"
+#include "quant/bnb_config.h"
 
 namespace onyx::models {
 
@@ -61,6 +62,9 @@ struct HfConfig {
   std::vector<std::string> layer_types;
   int64_t sliding_window = 0;  // 0: none
   std::string raw_json;        // the file as read ("" when built in code)
+  // quantization_config of a folder Transformers saved quantized (bitsandbytes 4-bit): its weights
+  // are read in that format (quant/store_4bit.h).
+  std::optional<quant::BnbConfig> quantization;
 };
 
 // Parses config.json text. Throws onyx::Error naming `what` (the file) and the key for a missing

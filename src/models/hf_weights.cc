@@ -12,6 +12,7 @@
 
 #include "io/safetensors.h"
 #include "ir/graph.h"
+#include "quant/store_4bit.h"
 
 namespace onyx::models {
 namespace fs = std::filesystem;
@@ -149,6 +150,34 @@ std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir, bool ma
   throw Error(cat(dir, ": no model.safetensors or model.safetensors.index.json", hint));
 }
 
+// The weights a folder saved quantized holds in bitsandbytes' 4-bit format (Transformers' names:
+// W, W.absmax, ...), stored so in the graph (quant/store_4bit.h) and taken out of `mapped`; returns
+// the graph initializers they fill (the weights and their absmax companions).
+std::set<std::string> store_4bit_weights(BuiltModel& m, std::map<std::string, Tensor>& mapped,
+                                         const std::string& what) {
+  ir::Graph& g = *m.model.graph;
+  std::set<std::string> loaded;
+  const std::vector<std::string> order = g.initializer_order;
+  for (const std::string& k : order) {
+    if (!quant::is_hf_4bit(mapped, k)) continue;
+    ONYX_CHECK(m.config.quantization, what, ": '", k,
+               "' is stored 4-bit but config.json has no "
+               "quantization_config");
+    quant::Quant4 q = quant::read_hf_4bit(mapped, k, what);
+    const Tensor& cur = g.initializers.at(k);
+    ONYX_CHECK(q.shape == cur.shape() && cur.dtype() == DType::Float32, what,
+               ": the 4-bit weight '", k, "' has shape ", shape_str(q.shape),
+               ", the model expects ", shape_str(cur.shape()));
+    quant::store_initializer_4bit(g, k, q, m.config.quantization->compute_dtype);
+    for (auto it = mapped.begin(); it != mapped.end();)
+      it = it->first == k || starts_with(it->first, k + ".") ? mapped.erase(it) : std::next(it);
+    loaded.insert(k);
+    for (const char* s : {".absmax", ".nested_absmax", ".nested_quant_map"})
+      if (g.initializers.count(k + s)) loaded.insert(k + s);
+  }
+  return loaded;
+}
+
 void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& tensors,
                          const std::string& what, bool views) {
   ir::Graph& g = *m.model.graph;
@@ -181,8 +210,8 @@ void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& ten
       n = k.substr(prefix.size());
     mapped[n] = t;
   }
-  // 3. Weights in, shapes checked.
-  std::set<std::string> loaded;
+  // 3. Weights in, shapes checked; 4-bit ones (a folder saved quantized) in their format.
+  std::set<std::string> loaded = store_4bit_weights(m, mapped, what);
   std::vector<std::string> unexpected;
   for (auto& [k, t] : mapped) {
     if (tied.count(k)) continue;  // checked below

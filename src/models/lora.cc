@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "ir/bf16_storage.h"
 #include "models/graph_builder.h"
 #include "onyx/error.h"
+#include "quant/store_4bit.h"
 
 namespace fs = std::filesystem;
 
@@ -40,21 +42,35 @@ std::map<std::string, std::pair<size_t, bool>> linear_layers(const ir::Graph& g)
     for (auto& in : g.nodes[i].inputs) users[in].push_back(i);
   std::map<std::string, std::pair<size_t, bool>> out;
   for (auto& [wname, w] : g.initializers) {
-    if (!ends_with(wname, ".weight") || w.rank() != 2) continue;
+    if (!ends_with(wname, ".weight")) continue;
     const std::string module = wname.substr(0, wname.size() - 7);
-    for (size_t u : users[wname]) {
+    // a weight stored 4-bit is read through its Dequantize4Bit (quant/store_4bit.h)
+    std::string read = wname;
+    if (users[wname].size() == 1 && g.nodes[users[wname][0]].op_type == "Dequantize4Bit")
+      read = g.nodes[users[wname][0]].outputs[0];
+    else if (w.rank() != 2)
+      continue;
+    for (size_t u : users[read]) {
       const ir::Node& n = g.nodes[u];
       if (n.op_type == "Transpose" && n.domain.empty()) {
         for (size_t v : users[n.outputs[0]])
           if (g.nodes[v].op_type == "MatMul" && g.nodes[v].inputs.size() == 2 &&
               g.nodes[v].inputs[1] == n.outputs[0])
             out[module] = {v, false};
-      } else if (n.op_type == "MatMul" && n.inputs.size() == 2 && n.inputs[1] == wname) {
+      } else if (n.op_type == "MatMul" && n.inputs.size() == 2 && n.inputs[1] == read) {
         out[module] = {u, true};
       }
     }
   }
   return out;
+}
+
+// The float shape of a weight: its own, or (stored 4-bit) the one its Dequantize4Bit gives.
+Shape float_weight_shape(const ir::Graph& g, const std::string& w) {
+  for (const ir::Node& n : g.nodes)
+    if (n.op_type == "Dequantize4Bit" && !n.inputs.empty() && n.inputs[0] == w)
+      return n.attr_ints("shape");
+  return g.initializers.at(w).shape();
 }
 
 }  // namespace
@@ -198,13 +214,13 @@ LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
   std::set<std::string> trainable_bias;
   // candidates, found before any adapter is added; a copy of each MatMul (g.nodes grows later)
   for (auto& [module, site] : linear_layers(g)) {
-    const Tensor w = g.initializers.at(module + ".weight");
+    const Shape ws = float_weight_shape(g, module + ".weight");
     const ir::Node mm_node = g.nodes[site.first];
     const ir::Node* mm = &mm_node;
     const bool conv1d = site.second;
     linears.push_back(module);
     if (!matches(spec, module)) continue;
-    const int64_t in = conv1d ? w.dim(0) : w.dim(1), out = conv1d ? w.dim(1) : w.dim(0);
+    const int64_t in = conv1d ? ws[0] : ws[1], out = conv1d ? ws[1] : ws[0];
     // the layer's output: the MatMul's, or the bias Add's right after it
     std::string y = mm->outputs[0];
     if (users[y].size() == 1) {
@@ -312,8 +328,8 @@ LoraResult apply_lora(ir::Graph& g, const LoraSpec& spec, uint64_t seed,
   return res;
 }
 
-std::vector<std::string> store_frozen_weights_bf16(ir::Graph& g,
-                                                   const std::set<std::string>& frozen) {
+std::map<std::string, LinearRead> frozen_linear_weights(const ir::Graph& g,
+                                                        const std::set<std::string>& frozen) {
   std::map<std::string, std::vector<size_t>> users;
   for (size_t i = 0; i < g.nodes.size(); i++)
     for (auto& in : g.nodes[i].inputs) users[in].push_back(i);
@@ -324,26 +340,60 @@ std::vector<std::string> store_frozen_weights_bf16(ir::Graph& g,
     return n.op_type == "MatMul" && n.domain.empty() && n.inputs.size() == 2 && n.inputs[1] == v &&
            n.inputs[0] != v;
   };
-  auto linear_only = [&](const std::string& w) {
-    if (outputs.count(w) || users[w].empty()) return false;
+  // How w is read when it is read only as a linear layer's weight (else nullopt).
+  auto linear_read = [&](const std::string& w) -> std::optional<LinearRead> {
+    if (outputs.count(w) || users[w].empty()) return std::nullopt;
+    bool direct = false;
     for (size_t u : users[w]) {
       const ir::Node& n = g.nodes[u];
-      if (is_rhs(u, w)) continue;
+      if (is_rhs(u, w)) {
+        direct = true;
+        continue;
+      }
       if (!(n.op_type == "Transpose" && n.domain.empty() && n.inputs.size() == 1 &&
             n.attr_ints("perm") == std::vector<int64_t>{1, 0}))
-        return false;
+        return std::nullopt;
       const std::string& t = n.outputs[0];
-      if (outputs.count(t) || users[t].empty()) return false;
+      if (outputs.count(t) || users[t].empty()) return std::nullopt;
       for (size_t v : users[t])
-        if (!is_rhs(v, t)) return false;
+        if (!is_rhs(v, t)) return std::nullopt;
     }
-    return true;
+    return direct ? LinearRead::Direct : LinearRead::Transposed;
   };
+  std::map<std::string, LinearRead> out;
+  for (auto& [name, t] : g.initializers) {
+    if (!frozen.count(name) || t.dtype() != DType::Float32 || t.rank() != 2) continue;
+    if (auto r = linear_read(name)) out[name] = *r;
+  }
+  return out;
+}
+
+std::vector<std::string> store_frozen_weights_bf16(ir::Graph& g,
+                                                   const std::set<std::string>& frozen) {
   std::vector<std::string> done;
-  for (auto& [name, t] : g.initializers)
-    if (frozen.count(name) && t.dtype() == DType::Float32 && t.rank() == 2 && linear_only(name))
-      done.push_back(name);
+  for (auto& [name, read] : frozen_linear_weights(g, frozen)) done.push_back(name);
   for (const std::string& name : done) ir::store_initializer_bf16(g, name);
+  return done;
+}
+
+std::vector<std::string> store_frozen_weights_4bit(ir::Graph& g,
+                                                   const std::set<std::string>& frozen,
+                                                   const quant::BnbConfig& c) {
+  std::vector<std::string> done;
+  for (auto& [name, read] : frozen_linear_weights(g, frozen)) {
+    if (!quant::quantizes_module(c, name)) continue;
+    ONYX_CHECK(read == LinearRead::Transposed, "quantization_config: '", name,
+               "' is a Conv1D weight (GPT-2's layout, read as (in, out)); 4-bit storage supports "
+               "nn.Linear weights (Llama, Mistral, Qwen2, BERT, ...) — list the module in "
+               "llm_int8_skip_modules to keep it float32");
+    done.push_back(name);
+  }
+  for (const std::string& name : done) {
+    const Tensor& w = g.initializers.at(name);
+    quant::Quant4 q = quant::quantize_4bit(w.data<float>(), w.shape(), c.quant_type, c.blocksize,
+                                           c.double_quant, "quantization_config: '" + name + "'");
+    quant::store_initializer_4bit(g, name, q, c.compute_dtype);
+  }
   return done;
 }
 

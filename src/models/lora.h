@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "quant/bnb_config.h"
 
 namespace onyx::models {
 
@@ -67,5 +68,21 @@ std::vector<std::string> merge_lora(ir::Graph& g, const LoraSpec& spec,
 // Returns the converted names.
 std::vector<std::string> store_frozen_weights_bf16(ir::Graph& g,
                                                    const std::set<std::string>& frozen);
+
+// How a frozen linear weight is read: as MatMul(X, W) (Conv1D's (in, out) layout, an outer
+// projection) or as MatMul(X, Transpose(W)) (nn.Linear's (out, in)).
+enum class LinearRead { Direct, Transposed };
+// The float32 initializers in `frozen` of rank 2 read only as a MatMul's right-hand side, one way.
+std::map<std::string, LinearRead> frozen_linear_weights(const ir::Graph& g,
+                                                        const std::set<std::string>& frozen);
+
+// QLoRA (TRL's model_init_kwargs.quantization_config, a 4-bit folder's config.json): the frozen
+// nn.Linear weights Transformers would quantize for `c` (not the LM head, none of
+// llm_int8_skip_modules) stored in bitsandbytes' 4-bit format (quant/store_4bit.h), bit for bit as
+// bitsandbytes quantizes them. A Conv1D weight it would quantize (GPT-2) is an error. Returns the
+// quantized names.
+std::vector<std::string> store_frozen_weights_4bit(ir::Graph& g,
+                                                   const std::set<std::string>& frozen,
+                                                   const quant::BnbConfig& c);
 
 }  // namespace onyx::models

@@ -167,6 +167,9 @@ int fuse_cross_entropy(ir::Graph& g, PassContext& ctx);
 // onyx.MatMulT / onyx.LinearCrossEntropy reading Cast(W_bf16, to=FLOAT) of a bfloat16 initializer
 // (a frozen weight stored in bf16) → reading W_bf16 itself (bf16_weight_fusion.cc).
 int fuse_bf16_weights(ir::Graph& g, PassContext& ctx);
+// onyx.MatMulT (transA = 0, alpha = 1) reading onyx.Dequantize4Bit of a 4-bit weight →
+// onyx.MatMul4Bit on the 4-bit tensors (quant4_weight_fusion.cc).
+int fuse_quant4_weights(ir::Graph& g, PassContext& ctx);
 // Add(Dropout(y, ratio, training_mode), residual) (either order) → onyx.DropoutAdd(y, residual,
 // ratio, training_mode) {seed, rng_key}: the Dropout's mask, drawn in the add's pass.
 int fuse_dropout_add(ir::Graph& g, PassContext& ctx);

@@ -16,6 +16,7 @@
 
 #include "io/safetensors.h"
 #include "ir/graph.h"
+#include "quant/store_4bit.h"
 #include "train/trainer_internal.h"
 
 namespace fs = std::filesystem;
@@ -132,6 +133,8 @@ void Trainer::save_model(const std::string& dir) {
         model_.adapter_tensors.count(it->first) && it->first.find(".lora_") != std::string::npos;
     it = adapter_only ? base.erase(it) : std::next(it);
   }
+  // QLoRA: the 4-bit weights as Transformers saves them (with their quant_map and quant_state)
+  for (auto& [k, t] : quant::hf_state_tensors(*model_.graph)) base[k] = t;
   io::save_safetensors((fs::path(dir) / "model.safetensors").string(), base, {{"format", "pt"}});
   json m;
   m["source"] = model_.source;

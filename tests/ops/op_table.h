@@ -15,7 +15,9 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <optional>
 #include <ostream>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -23,6 +25,7 @@
 
 #include "autodiff/gradient.h"
 #include "onyx/tensor.h"
+#include "quant/store_4bit.h"
 
 namespace onyx::optable {
 
@@ -184,5 +187,52 @@ inline Case fused(Case c, Pattern p) {
 }
 
 inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// A weight (n, k) of fixed random values in bitsandbytes' 4-bit format (quant/store_4bit.h): the
+// inputs of onyx.Dequantize4Bit / the weight inputs of onyx.MatMul4Bit (codes, absmax, and with
+// double quantization nested_absmax and nested_quant_map, else two absent inputs) and the
+// attributes that describe it.
+struct Weight4Row {
+  std::vector<In> inputs;
+  std::map<std::string, ir::Attribute> attrs;
+};
+inline Weight4Row weight4(int64_t n, int64_t k, bool nested, const char* type, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0, 0.5f);
+  std::vector<float> w(n * k);
+  for (auto& x : w) x = d(g);
+  quant::Quant4 q =
+      quant::quantize_4bit(w.data(), {n, k}, quant::parse_code4(type, "row"), 64, nested, "row");
+  ir::Graph graph;
+  graph.add_initializer("W", Tensor::from_vector(DType::Float32, {n, k}, w));
+  quant::store_initializer_4bit(graph, "W", q);
+  const ir::Node& dq = graph.nodes[0];
+  Weight4Row r;
+  for (size_t i = 0; i < 4; i++) {
+    In in;
+    in.diff = false;
+    if (i < dq.inputs.size()) {
+      in = Fixed(graph.initializers.at(dq.inputs[i]));
+    } else {
+      in.absent = true;
+    }
+    r.inputs.push_back(in);
+  }
+  r.attrs = dq.attrs;
+  return r;
+}
+inline Case dequantize4(std::string name, Weight4Row w) {
+  return Case{std::move(name), "Dequantize4Bit", w.inputs, w.attrs, 1, "onyx"};
+}
+// onyx.MatMul4Bit(X, weight..., [bias]) with the weight's attributes and transB.
+inline Case matmul4(std::string name, In x, Weight4Row w, bool transB, std::optional<In> bias,
+                    const std::string& compute = "float32") {
+  Case c{std::move(name), "MatMul4Bit", {std::move(x)}, w.attrs, 1, "onyx"};
+  c.inputs.insert(c.inputs.end(), w.inputs.begin(), w.inputs.end());
+  if (bias) c.inputs.push_back(*bias);
+  c.attrs["transB"] = ir::Attribute::of_int(transB);
+  c.attrs["compute_dtype"] = ir::Attribute::of_string(compute);
+  return c;
+}
 
 }  // namespace onyx::optable

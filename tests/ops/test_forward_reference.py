@@ -177,10 +177,65 @@ class MsBiasGelu(OpRun):
         return (gelu(a + b, False).astype(a.dtype),)
 
 
+# bitsandbytes' 4-bit code tables (its get_4bit_type: NF4's normal quantiles; FP4's values by bit
+# pattern divided by 12).
+NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+       -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+       0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+       0.7229568362236023, 1.0]
+FP4 = [v / 12 for v in (0, 0.0625, 8, 12, 4, 6, 2, 3, -0.0, -0.0625, -8, -12, -4, -6, -2, -3)]
+
+
+def dequantize_4bit(packed, absmax, nested_absmax, nested_map, quant_type, blocksize, shape,
+                    nested_blocksize, offset):
+    """bitsandbytes' dequantize_4bit: code[index] * absmax of the index's block (two indices per
+    byte, the first in the high nibble); absmax = nested_map[code8] * nested_absmax + offset under
+    double quantization."""
+    code = np.array(NF4 if quant_type == "nf4" else FP4)
+    p = packed.reshape(-1).astype(np.int64)
+    idx = np.stack([p >> 4, p & 15], axis=1).reshape(-1)
+    n = int(np.prod(shape))
+    if absmax.dtype == np.uint8:
+        b = np.arange(absmax.size) // nested_blocksize
+        absmax = nested_map[absmax.astype(np.int64)] * nested_absmax[b] + offset
+    scale = absmax[np.arange(n) // blocksize]
+    return (code[idx[:n]] * scale).reshape(shape)
+
+
+def quant_attrs(quant_type=b"nf4", blocksize=64, shape=None, nested_blocksize=256, offset=0.0):
+    return dict(quant_type=quant_type.decode() if isinstance(quant_type, bytes) else quant_type,
+                blocksize=blocksize, shape=list(shape), nested_blocksize=nested_blocksize,
+                offset=offset)
+
+
+class OnyxDequantize4Bit(OpRun):
+    op_domain = "onyx"
+
+    def _run(self, w, absmax, nested_absmax=None, nested_map=None, quant_type=b"nf4",
+             blocksize=64, shape=None, nested_blocksize=256, offset=0.0, compute_dtype=None):
+        a = quant_attrs(quant_type, blocksize, shape, nested_blocksize, offset)
+        return (dequantize_4bit(w, absmax, nested_absmax, nested_map, **a),)
+
+
+class OnyxMatMul4Bit(OpRun):
+    op_domain = "onyx"
+
+    def _run(self, x, w, absmax, nested_absmax=None, nested_map=None, bias=None,
+             quant_type=b"nf4", blocksize=64, shape=None, nested_blocksize=256, offset=0.0,
+             compute_dtype=None, transB=1):
+        a = quant_attrs(quant_type, blocksize, shape, nested_blocksize, offset)
+        W = dequantize_4bit(w, absmax, nested_absmax, nested_map, **a)
+        y = np.matmul(x, W.T if transB else W)
+        if bias is not None:
+            y = y + bias
+        return (y.astype(x.dtype),)
+
+
 CUSTOM = {("onyx", "Gelu"): OnyxGelu, ("onyx", "LayerNormalization"): OnyxLayerNormalization,
           ("onyx", "MatMulT"): OnyxMatMulT, ("onyx", "Attention"): OnyxAttention,
           ("onyx", "DropoutAdd"): OnyxDropoutAdd,
           ("onyx", "LinearCrossEntropy"): OnyxLinearCrossEntropy,
+          ("onyx", "Dequantize4Bit"): OnyxDequantize4Bit, ("onyx", "MatMul4Bit"): OnyxMatMul4Bit,
           ("com.microsoft", "Gelu"): MsGelu, ("com.microsoft", "FastGelu"): MsFastGelu,
           ("com.microsoft", "BiasGelu"): MsBiasGelu}
 

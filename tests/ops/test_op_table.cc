@@ -51,6 +51,7 @@ static const std::vector<Case>& all_cases() {
 #include "cases_loss.inc"
 #include "cases_matmul.inc"
 #include "cases_nn.inc"
+#include "cases_quant.inc"
 #include "cases_shape.inc"
   };
   return cases;

@@ -1331,6 +1331,54 @@ def case_peft_lora_module(onyx, tmp):
             f"{worst:.1e}, base unchanged, save_pretrained loads back (logits within {diff:.1e})")
 
 
+def case_qlora_peft_module(onyx, tmp):
+    """QLoRA as Transformers users write it (issue #38): a LlamaForCausalLM loaded with
+    BitsAndBytesConfig(load_in_4bit=True, nf4, double quantization) — bitsandbytes' CPU backend —
+    wrapped by peft.get_peft_model, trained in place by onyx.Trainer and a second such model by
+    transformers.Trainer: the same logged losses (1e-4; onyx reads the module's own 4-bit codes and
+    absmax, so the base weights are the same bits), the LoRA weights within 1e-4, the 4-bit base
+    untouched."""
+    import peft
+    import torch
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    folder = os.path.join(tmp, "qlora-base")
+    transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
+    bnb = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                          bnb_4bit_use_double_quant=True)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
+                           task_type="CAUSAL_LM")
+
+    def qlora_model():
+        m = transformers.LlamaForCausalLM.from_pretrained(folder, quantization_config=bnb)
+        torch.manual_seed(1)
+        pm = peft.get_peft_model(m, lora)
+        with torch.no_grad():  # B starts at zero in PEFT: give it values so every weight moves
+            for n, p in pm.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.1)
+        return pm
+
+    module, ref_module = qlora_model(), qlora_model()
+    codes_before = {n: t.clone() for n, t in module.state_dict().items() if t.dtype == torch.uint8}
+    _, ds = token_rows(6)
+    kw = dict(learning_rate=3e-3, max_steps=4, per_device_train_batch_size=8, logging_steps=1,
+              save_strategy="no", seed=7, train_sampling_strategy="sequential", disable_tqdm=True,
+              report_to="none")
+    _, _, rel = train_side_by_side(onyx, tmp, "qlora", module, ref_module, ds, kw)
+    assert rel < 1e-4, rel
+    worst = max_weight_difference(module, ref_module, only="lora_")
+    assert worst < 1e-4, worst
+    after = module.state_dict()
+    assert all(torch.equal(after[n], t) for n, t in codes_before.items())
+    kind = type(module.get_base_model().model.layers[0].self_attn.q_proj.base_layer).__name__
+    return (f"a {kind} base ({len(codes_before)} uint8 tensors, unchanged): losses = "
+            f"transformers.Trainer's (worst rel {rel:.1e}), LoRA weights within {worst:.1e}")
+
+
 def case_datasets_kinds(onyx, tmp):
     """The dataset kinds Transformers' Trainer takes: torch tensors are shared with the C++
     dataset (no copy: np.shares_memory with what the Trainer holds), a map-style torch Dataset
@@ -1727,7 +1775,8 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
          ("mpirun", case_mpirun), ("llama-module", case_llama_module),
          ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved),
-         ("peft-lora-module", case_peft_lora_module), ("adafactor", case_adafactor),
+         ("peft-lora-module", case_peft_lora_module),
+         ("qlora-peft-module", case_qlora_peft_module), ("adafactor", case_adafactor),
          ("peft-config-argument", case_peft_config_argument),
          ("collator-per-batch", case_collator_per_batch),
          ("group-by-length", case_group_by_length),

@@ -132,20 +132,42 @@ void print_flops(const autodiff::TrainingGraph& tg, const runtime::Plan& plan) {
   std::printf("\n");
 }
 
-// Frozen weights (LoRA's base, `frozen` layers): read in place, float32 or stored bf16
-// (model_init_kwargs.dtype: bfloat16).
+// Frozen weights (LoRA's base, `frozen` layers): read in place, float32, stored bf16
+// (model_init_kwargs.dtype: bfloat16) or 4-bit (quantization_config: the packed codes and their
+// absmax tensors).
 struct FrozenBytes {
-  double bytes = 0, bf16 = 0, as_f32 = 0;
+  double bytes = 0, bf16 = 0, q4 = 0, as_f32 = 0;
 };
+
+bool is_4bit_part(const ir::Graph& g, const std::string& name) {
+  for (const char* s : {".absmax", ".nested_absmax", ".nested_quant_map"}) {
+    const std::string suffix = s;
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      auto w = g.initializers.find(name.substr(0, name.size() - suffix.size()));
+      if (w != g.initializers.end() && w->second.dtype() == DType::UInt8) return true;
+    }
+  }
+  return false;
+}
 
 FrozenBytes frozen_bytes(train::TrainingSession& ts) {
   FrozenBytes f;
+  const ir::Graph& g = *ts.forward_graph();
   for (auto& name : ts.options().frozen) {
-    auto it = ts.forward_graph()->initializers.find(name);
-    if (it == ts.forward_graph()->initializers.end()) continue;
-    f.bytes += (double)it->second.nbytes();
-    f.as_f32 += 4.0 * (double)it->second.numel();
-    if (it->second.dtype() == DType::BFloat16) f.bf16 += (double)it->second.nbytes();
+    auto it = g.initializers.find(name);
+    if (it == g.initializers.end()) continue;
+    const Tensor& t = it->second;
+    f.bytes += (double)t.nbytes();
+    if (is_4bit_part(g, name)) {
+      f.q4 += (double)t.nbytes();
+    } else if (t.dtype() == DType::UInt8 && g.initializers.count(name + ".absmax")) {
+      f.q4 += (double)t.nbytes();
+      f.as_f32 += 8.0 * (double)t.numel();  // two 4-bit codes a byte
+    } else {
+      f.as_f32 += 4.0 * (double)t.numel();
+      if (t.dtype() == DType::BFloat16) f.bf16 += (double)t.nbytes();
+    }
   }
   return f;
 }
@@ -187,6 +209,8 @@ void print_memory(Trainer& t, const config::RunConfig& cfg, int world_flag,
   if (frozen.bytes > 0)
     std::cout << "  frozen weights                     " << mib(frozen.bytes)
               << (frozen.bf16 > 0 ? cat("  (", mib(frozen.bf16), " of them bf16; ",
+                                        mib(frozen.as_f32), " as float32)")
+                  : frozen.q4 > 0 ? cat("  (", mib(frozen.q4), " of them 4-bit with their absmax; ",
                                         mib(frozen.as_f32), " as float32)")
                                   : std::string())
               << "\n";

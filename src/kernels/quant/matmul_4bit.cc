@@ -1,0 +1,264 @@
+// kernels/quant/matmul_4bit.cc — bitsandbytes' 4-bit weights (quant/bnb4.h) in the GEMM:
+//
+//   onyx.Dequantize4Bit(W, absmax, [nested_absmax, nested_quant_map]) -> float32 (shape attr)
+//     the whole weight dequantized, as bitsandbytes' dequantize_4bit (the unfused graph, tests)
+//   onyx.MatMul4Bit(X, W, absmax, [nested_absmax, nested_quant_map], [bias])
+//     attrs: the weight's (quant_type, blocksize, shape (N, K), nested_blocksize, offset), transB
+//            (default 1), compute_dtype ("float32" | "bfloat16")
+//     transB = 1: Y (..., N) = X (..., K) · Wᵀ + bias    — a quantized linear layer's forward
+//     transB = 0: Y (..., K) = X (..., N) · W            — its input gradient dX = dY · W
+//
+// Hand-written because no library multiplies by bitsandbytes' format: the weight is never
+// dequantized whole. Each task owns a range of output columns and walks the weight in tiles of
+// about 256 KB (forward: whole rows of W; transposed: a column range of successive row panels),
+// dequantizes a tile into float32 (or bf16 for compute_dtype bfloat16) in a per-thread scratch and
+// runs one single-threaded GEMM on it (sgemm, or gemm_mixed_bf16 with X rounded to bf16 once per
+// call), accumulating over the row panels in order: results are deterministic for any thread
+// count. A dequantized value is code[index] * absmax exactly as bitsandbytes computes it, so with
+// compute_dtype float32 the product equals a float32 GEMM on bitsandbytes' dequantized weight up to
+// the GEMM's own summation order.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/kernel_api.h"
+#include "quant/bnb4.h"
+
+namespace onyx::kernels {
+namespace {
+
+constexpr int64_t kTileBytes = 256 << 10;
+
+// The 4-bit weight a node reads from inputs [slot, slot + 4) and its attributes.
+struct Weight4 {
+  quant::Quant4View view;
+  int64_t N = 0, K = 0;  // the float weight's shape (N, K)
+};
+
+struct Weight4Attrs {
+  quant::Code4 type;
+  int64_t blocksize, nested_blocksize, N, K;
+  float offset;
+};
+
+Weight4Attrs weight_attrs(const ir::Node& node) {
+  Weight4Attrs a;
+  a.type = quant::parse_code4(node.attr_string("quant_type", "nf4"), node.describe());
+  a.blocksize = node.attr_int("blocksize", 64);
+  a.nested_blocksize = node.attr_int("nested_blocksize", 256);
+  a.offset = node.attr_float("offset", 0.0f);
+  const auto shape = node.attr_ints("shape");
+  ONYX_CHECK(shape.size() == 2 && shape[0] > 0 && shape[1] > 0, node.describe(),
+             ": attribute shape must be the weight's (N, K), got ", shape_str(shape));
+  ONYX_CHECK(a.blocksize > 0 && a.nested_blocksize > 0, node.describe(), ": blocksize must be > 0");
+  a.N = shape[0];
+  a.K = shape[1];
+  return a;
+}
+
+// The inputs' metas against the attributes: packed codes, absmax per block (float32, or uint8
+// codes with their nested absmax and map).
+void check_weight_metas(InferContext& ctx, int slot, const Weight4Attrs& a) {
+  const ir::Node& node = ctx.node;
+  const int64_t numel = a.N * a.K, blocks = (numel + a.blocksize - 1) / a.blocksize;
+  const TensorMeta& w = ctx.input(slot);
+  ONYX_CHECK(w.dtype == DType::UInt8 && w.numel() == (numel + 1) / 2, node.describe(),
+             ": the 4-bit weight must be uint8 with ", (numel + 1) / 2, " bytes, got ",
+             dtype_name(w.dtype), shape_str(w.shape));
+  const TensorMeta& am = ctx.input(slot + 1);
+  ONYX_CHECK(am.numel() == blocks && (am.dtype == DType::Float32 || am.dtype == DType::UInt8),
+             node.describe(), ": absmax must hold ", blocks, " float32 (or uint8) values, got ",
+             dtype_name(am.dtype), shape_str(am.shape));
+  if (am.dtype != DType::UInt8) return;
+  ONYX_CHECK(ctx.has_input(slot + 2) && ctx.has_input(slot + 3), node.describe(),
+             ": double-quantized absmax needs nested_absmax and nested_quant_map");
+  const int64_t nested = (blocks + a.nested_blocksize - 1) / a.nested_blocksize;
+  const TensorMeta &na = ctx.input(slot + 2), &nm = ctx.input(slot + 3);
+  ONYX_CHECK(na.dtype == DType::Float32 && na.numel() == nested, node.describe(),
+             ": nested_absmax must hold ", nested, " float32 values, got ", dtype_name(na.dtype),
+             shape_str(na.shape));
+  ONYX_CHECK(nm.dtype == DType::Float32 && nm.numel() == 256, node.describe(),
+             ": nested_quant_map must hold 256 float32 values, got ", dtype_name(nm.dtype),
+             shape_str(nm.shape));
+}
+
+Weight4 weight_of(const KernelContext& ctx, int slot) {
+  const Weight4Attrs a = weight_attrs(ctx.node);
+  Weight4 w;
+  w.N = a.N;
+  w.K = a.K;
+  w.view.packed = ctx.input(slot).data<uint8_t>();
+  w.view.code = quant::code4_table(a.type).data();
+  w.view.blocksize = a.blocksize;
+  const Tensor& am = ctx.input(slot + 1);
+  if (am.dtype() == DType::UInt8) {
+    w.view.absmax_codes = am.data<uint8_t>();
+    w.view.nested_absmax = ctx.input(slot + 2).data<float>();
+    w.view.nested_code = ctx.input(slot + 3).data<float>();
+    w.view.offset = a.offset;
+    w.view.nested_blocksize = a.nested_blocksize;
+  } else {
+    w.view.absmax = am.data<float>();
+  }
+  return w;
+}
+
+void dequantize_infer(InferContext& ctx) {
+  const Weight4Attrs a = weight_attrs(ctx.node);
+  check_weight_metas(ctx, 0, a);
+  ctx.set_output(0, DType::Float32, {a.N, a.K});
+}
+
+void dequantize_compute(KernelContext& ctx) {
+  const Weight4 w = weight_of(ctx, 0);
+  float* out = ctx.output(0).data<float>();
+  const int64_t numel = w.N * w.K, bs = w.view.blocksize;
+  const int64_t blocks = (numel + bs - 1) / bs;
+  parallel_for(blocks, 64, [&](int64_t b, int64_t e) {
+    const int64_t begin = b * bs, end = std::min(numel, e * bs);
+    w.view.dequantize(begin, end - begin, out + begin);
+  });
+}
+
+bool transposed(const ir::Node& node) { return node.attr_int("transB", 1) != 0; }
+
+void matmul_4bit_infer(InferContext& ctx) {
+  const ir::Node& node = ctx.node;
+  const Weight4Attrs a = weight_attrs(node);
+  check_weight_metas(ctx, 1, a);
+  const TensorMeta& x = ctx.input(0);
+  ONYX_CHECK(x.dtype == DType::Float32 && x.rank() >= 1, node.describe(),
+             ": X must be float32 with at least one dimension, got ", dtype_name(x.dtype),
+             shape_str(x.shape));
+  const bool tb = transposed(node);
+  const int64_t in = tb ? a.K : a.N, out = tb ? a.N : a.K;
+  ONYX_CHECK(x.shape.back() == in, node.describe(), ": X ", shape_str(x.shape),
+             " does not match the weight (", a.N, ", ", a.K, ")", tb ? "ᵀ" : "");
+  if (ctx.has_input(5)) {
+    const TensorMeta& b = ctx.input(5);
+    ONYX_CHECK(b.dtype == DType::Float32 && b.numel() == out, node.describe(),
+               ": bias must be float32 with ", out, " elements, got ", shape_str(b.shape));
+  }
+  const std::string cd = node.attr_string("compute_dtype", "float32");
+  ONYX_CHECK(cd == "float32" || cd == "bfloat16", node.describe(), ": compute_dtype '", cd,
+             "' is not supported (float32, bfloat16)");
+  Shape y = x.shape;
+  y.back() = out;
+  ctx.set_output(0, DType::Float32, y);
+}
+
+// One call's operands: X (M, in), Y (M, out), the weight, and X rounded to bf16 when the GEMMs take
+// bf16.
+struct Gemm4 {
+  const float* X;
+  const uint16_t* X16;  // null for float32 compute
+  float* Y;
+  int64_t M;
+  Weight4 w;
+};
+
+// A per-thread tile scratch kept across calls.
+struct TileScratch {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+};
+TileScratch& tile_scratch(int64_t elems, bool bf16) {
+  thread_local TileScratch s;
+  if (s.f32.size() < (size_t)elems) s.f32.resize(elems);
+  if (bf16 && s.bf16.size() < (size_t)elems) s.bf16.resize(elems);
+  return s;
+}
+
+// C (M, n) (+)= A (M, k) · op(tile), tile float32 or (X16 given) bf16.
+void tile_gemm(const Gemm4& g, bool trans_tile, int64_t n, int64_t k, const float* A,
+               const uint16_t* A16, int64_t lda, TileScratch& s, int64_t ldt, float beta, float* C,
+               int64_t ldc, int64_t tile_elems) {
+  if (!g.X16) {
+    sgemm(false, trans_tile, g.M, n, k, 1.0f, A, lda, s.f32.data(), ldt, beta, C, ldc);
+    return;
+  }
+  f32_to_bf16(s.f32.data(), s.bf16.data(), tile_elems);
+  gemm_mixed_bf16(false, trans_tile, g.M, n, k, 1.0f, Bf16Operand{nullptr, A16}, lda,
+                  Bf16Operand{nullptr, s.bf16.data()}, ldt, beta, C, ldc);
+}
+
+// Y (M, N) = X (M, K) · Wᵀ: tasks of whole weight rows (output columns).
+void forward_4bit(const Gemm4& g) {
+  const int64_t N = g.w.N, K = g.w.K;
+  const int64_t rows = std::clamp<int64_t>(kTileBytes / (4 * K), 16, N);
+  const int64_t tasks = (N + rows - 1) / rows;
+  parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+      const int64_t r0 = t * rows, n = std::min(rows, N - r0);
+      TileScratch& s = tile_scratch(rows * K, g.X16 != nullptr);
+      g.w.view.dequantize(r0 * K, n * K, s.f32.data());
+      tile_gemm(g, true, n, K, g.X, g.X16, K, s, K, 0.0f, g.Y + r0, N, n * K);
+    }
+  });
+}
+
+// Y (M, K) = X (M, N) · W: tasks of column ranges, each summing over row panels in order.
+void transposed_4bit(const Gemm4& g) {
+  const int64_t N = g.w.N, K = g.w.K;
+  const int64_t cols = std::min<int64_t>(K, 256);
+  const int64_t rows = std::clamp<int64_t>(kTileBytes / (4 * cols), 16, N);
+  const int64_t tasks = (K + cols - 1) / cols;
+  parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+      const int64_t c0 = t * cols, kc = std::min(cols, K - c0);
+      TileScratch& s = tile_scratch(rows * cols, g.X16 != nullptr);
+      for (int64_t r0 = 0; r0 < N; r0 += rows) {
+        const int64_t n = std::min(rows, N - r0);
+        for (int64_t r = 0; r < n; r++)
+          g.w.view.dequantize((r0 + r) * K + c0, kc, s.f32.data() + r * kc);
+        tile_gemm(g, false, kc, n, g.X + r0, g.X16 ? g.X16 + r0 : nullptr, N, s, kc,
+                  r0 == 0 ? 0.0f : 1.0f, g.Y + c0, K, n * kc);
+      }
+    }
+  });
+}
+
+void matmul_4bit_compute(KernelContext& ctx) {
+  const ir::Node& node = ctx.node;
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
+  Gemm4 g{x.data<float>(), nullptr, y.data<float>(), 0, weight_of(ctx, 1)};
+  const bool tb = transposed(node);
+  const int64_t in = x.shape().back(), out = y.shape().back();
+  g.M = in > 0 ? x.numel() / in : 0;
+  if (g.M == 0) return;
+  thread_local std::vector<uint16_t> x16;
+  if (node.attr_string("compute_dtype", "float32") == "bfloat16") {
+    if (x16.size() < (size_t)x.numel()) x16.resize(x.numel());
+    f32_to_bf16(g.X, x16.data(), x.numel());
+    g.X16 = x16.data();
+  }
+  if (tb)
+    forward_4bit(g);
+  else
+    transposed_4bit(g);
+  if (ctx.has_input(5)) {
+    const float* b = ctx.input(5).data<float>();
+    parallel_for(g.M, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; r++)
+        for (int64_t j = 0; j < out; j++) g.Y[r * out + j] += b[j];
+    });
+  }
+}
+
+}  // namespace
+
+ONYX_REGISTER_KERNELS(matmul_4bit, Cpu) {
+  OpTraits& d = r.add("onyx", "Dequantize4Bit", OpKernel{dequantize_infer, dequantize_compute, {}});
+  d.precision = OpTraits::Precision::Fp32;
+  OpTraits& m = r.add("onyx", "MatMul4Bit", OpKernel{matmul_4bit_infer, matmul_4bit_compute, {}});
+  m.precision = OpTraits::Precision::LowPrecision;
+  m.flops = [](const ir::Node& n, const std::vector<const TensorMeta*>& in,
+               const std::vector<const TensorMeta*>& out) {
+    if (!in[0] || !out[0] || in[0]->shape.empty()) return 0.0;
+    return 2 * shape_product(out[0]->shape) * (double)in[0]->shape.back();
+  };
+}
+
+}  // namespace onyx::kernels

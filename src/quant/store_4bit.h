@@ -1,0 +1,44 @@
+// quant/store_4bit.h — a linear weight stored 4-bit in a graph, as Transformers stores it in a
+// 4-bit Hugging Face folder: initializer W becomes the packed codes (uint8, (numel + 1) / 2 x 1)
+// under the same name, with W.absmax (float32 per block, or uint8 codes under double
+// quantization), W.nested_absmax and W.nested_quant_map (double quantization) and W.quant_map
+// beside it, read through one onyx.Dequantize4Bit node (inserted first) whose float32 output
+// `W/float32` replaces W in every consumer. passes/quant4_weight_fusion.cc then lets the linear
+// layers' GEMMs read the 4-bit tensors themselves (onyx.MatMul4Bit), so no float32 copy of the
+// weight is made.
+//
+//   onyx.Dequantize4Bit(W, W.absmax, [W.nested_absmax, W.nested_quant_map]) -> W/float32
+//     attrs: quant_type ("nf4" | "fp4"), blocksize, shape (the float weight's), under double
+//            quantization nested_blocksize and offset; compute_dtype (BitsAndBytesConfig's
+//            bnb_4bit_compute_dtype: "float32" | "bfloat16", for the GEMMs that read it)
+#pragma once
+#include <map>
+#include <string>
+
+#include "ir/graph.h"
+#include "quant/bnb4.h"
+
+namespace onyx::quant {
+
+// Replaces float32 initializer `name` by the 4-bit state `q` (quantized from it) as above.
+void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4& q,
+                            const std::string& compute_dtype = "float32");
+
+// The tensors of `q` by their Hugging Face names (W, W.absmax, W.quant_map, W.nested_absmax,
+// W.nested_quant_map, W.quant_state.bitsandbytes__<type>), for a 4-bit folder.
+std::map<std::string, Tensor> hf_tensors_4bit(const std::string& name, const Quant4& q);
+
+// The tensors a 4-bit folder holds beside the graph's own for each weight stored 4-bit in `g`
+// (read off its Dequantize4Bit node): W.quant_map and W.quant_state.bitsandbytes__<type>.
+std::map<std::string, Tensor> hf_state_tensors(const ir::Graph& g);
+
+// Reads the 4-bit state of weight `name` from a 4-bit folder's tensors (hf_tensors_4bit's
+// names): shapes, dtypes, the quant_map against the type's table and the quant_state are
+// checked, errors naming `what` and the tensor.
+Quant4 read_hf_4bit(const std::map<std::string, Tensor>& tensors, const std::string& name,
+                    const std::string& what);
+
+// Whether a folder's tensors hold `name` 4-bit (its quant_state tensor is there).
+bool is_hf_4bit(const std::map<std::string, Tensor>& tensors, const std::string& name);
+
+}  // namespace onyx::quant
