@@ -249,7 +249,8 @@ void read_quant_state_json(const std::string& json, Quant4& q, const std::string
     throw Error(cat(what, ": the quant_state lacks a field or has a wrong type (", e.what(), ")"));
   }
   ONYX_CHECK(q.blocksize > 0 && q.nested_blocksize > 0, what, ": non-positive blocksize");
-  for (int64_t d : q.shape) ONYX_CHECK(d > 0, what, ": shape ", shape_str(q.shape), " is not valid");
+  for (int64_t d : q.shape)
+    ONYX_CHECK(d > 0, what, ": shape ", shape_str(q.shape), " is not valid");
 }
 
 }  // namespace onyx::quant

@@ -45,7 +45,7 @@ const std::array<float, 256>& dynamic_map();
 // One quantized weight as bitsandbytes' QuantState holds it.
 struct Quant4 {
   Code4 type = Code4::Nf4;
-  Shape shape;              // the float weight's shape
+  Shape shape;  // the float weight's shape
   int64_t blocksize = 64;
   std::vector<uint8_t> packed;  // (numel + 1) / 2 bytes, the first index in the high nibble
   // Without double quantization: absmax per block. With it: absmax_codes (8-bit codes of absmax
@@ -75,7 +75,7 @@ Blockwise8 quantize_blockwise8(const float* x, int64_t n, int64_t blocksize);
 // What a kernel reads of a quantized weight: pointers into its tensors.
 struct Quant4View {
   const uint8_t* packed = nullptr;
-  const float* code = nullptr;            // 16 values
+  const float* code = nullptr;  // 16 values
   int64_t blocksize = 64;
   const float* absmax = nullptr;          // per block, without double quantization
   const uint8_t* absmax_codes = nullptr;  // with it: the 8-bit codes, and

@@ -16,8 +16,10 @@ bool read_bool(const nlohmann::json& v, const std::string& what, const std::stri
 
 std::string read_compute_dtype(const nlohmann::json& v, const std::string& what) {
   if (v.is_null()) return "float32";
-  ONYX_CHECK(v.is_string(), what, ": quantization_config.bnb_4bit_compute_dtype must be a dtype "
-             "name, got ", v.dump());
+  ONYX_CHECK(v.is_string(), what,
+             ": quantization_config.bnb_4bit_compute_dtype must be a dtype "
+             "name, got ",
+             v.dump());
   std::string d = v.get<std::string>();
   if (d.rfind("torch.", 0) == 0) d = d.substr(6);
   if (d == "float32" || d == "float") return "float32";
@@ -29,8 +31,10 @@ std::string read_compute_dtype(const nlohmann::json& v, const std::string& what)
 std::vector<std::string> read_skip_modules(const nlohmann::json& v, const std::string& what) {
   std::vector<std::string> out;
   if (v.is_null()) return out;
-  ONYX_CHECK(v.is_array(), what, ": quantization_config.llm_int8_skip_modules must be a list of "
-             "module names, got ", v.dump());
+  ONYX_CHECK(v.is_array(), what,
+             ": quantization_config.llm_int8_skip_modules must be a list of "
+             "module names, got ",
+             v.dump());
   for (auto& m : v) {
     ONYX_CHECK(m.is_string(), what, ": quantization_config.llm_int8_skip_modules: ", m.dump(),
                " is not a module name");
@@ -41,8 +45,8 @@ std::vector<std::string> read_skip_modules(const nlohmann::json& v, const std::s
 
 // Keys Transformers writes that carry nothing for 4-bit weights (8-bit's options).
 const std::set<std::string>& inert_keys() {
-  static const std::set<std::string> k = {"_load_in_4bit", "_load_in_8bit",
-                                          "llm_int8_threshold", "llm_int8_has_fp16_weight",
+  static const std::set<std::string> k = {"_load_in_4bit", "_load_in_8bit", "llm_int8_threshold",
+                                          "llm_int8_has_fp16_weight",
                                           "llm_int8_enable_fp32_cpu_offload"};
   return k;
 }
@@ -59,15 +63,17 @@ BnbConfig parse_bnb_config(const nlohmann::json& j, const std::string& what, boo
                " is not supported (bitsandbytes 4-bit only)");
   }
   if (j.contains("load_in_8bit") && j["load_in_8bit"].is_boolean() && j["load_in_8bit"].get<bool>())
-    throw Error(cat(what, ": quantization_config.load_in_8bit: 8-bit (LLM.int8) weights are not "
-                          "supported; use load_in_4bit"));
+    throw Error(cat(what,
+                    ": quantization_config.load_in_8bit: 8-bit (LLM.int8) weights are not "
+                    "supported; use load_in_4bit"));
   ONYX_CHECK(j.contains("load_in_4bit") && read_bool(j["load_in_4bit"], what, "load_in_4bit"), what,
              ": quantization_config needs load_in_4bit: true (onyx reads bitsandbytes' 4-bit "
              "configuration)");
   for (auto& [key, v] : j.items()) {
     if (key == "quant_method" || key == "load_in_8bit" || key == "load_in_4bit") continue;
     if (key == "bnb_4bit_quant_type") {
-      ONYX_CHECK(v.is_string(), what, ": quantization_config.bnb_4bit_quant_type must be nf4 or fp4");
+      ONYX_CHECK(v.is_string(), what,
+                 ": quantization_config.bnb_4bit_quant_type must be nf4 or fp4");
       c.quant_type = parse_code4(v.get<std::string>(), what + ": quantization_config");
     } else if (key == "bnb_4bit_use_double_quant") {
       c.double_quant = read_bool(v, what, key);

@@ -1,6 +1,7 @@
 // quant/store_4bit.cc — see store_4bit.h.
 #include "quant/store_4bit.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "onyx/error.h"
@@ -45,8 +46,8 @@ std::map<std::string, Tensor> hf_tensors_4bit(const std::string& name, const Qua
   out[name + ".quant_map"] =
       tensor_of(DType::Float32, {16}, std::vector<float>(code.begin(), code.end()));
   if (q.nested) {
-    out[name + ".absmax"] = tensor_of(DType::UInt8, {(int64_t)q.absmax_codes.size()},
-                                      q.absmax_codes);
+    out[name + ".absmax"] =
+        tensor_of(DType::UInt8, {(int64_t)q.absmax_codes.size()}, q.absmax_codes);
     out[name + ".nested_absmax"] =
         tensor_of(DType::Float32, {(int64_t)q.nested_absmax.size()}, q.nested_absmax);
     const auto& m = dynamic_map();
@@ -69,7 +70,8 @@ Quant4 read_hf_4bit(const std::map<std::string, Tensor>& t, const std::string& n
                     const std::string& what) {
   Quant4 q;
   const bool nf4 = t.count(state_key(name, Code4::Nf4)) != 0;
-  const Tensor& js = need(t, state_key(name, nf4 ? Code4::Nf4 : Code4::Fp4), DType::UInt8, -1, what);
+  const Tensor& js =
+      need(t, state_key(name, nf4 ? Code4::Nf4 : Code4::Fp4), DType::UInt8, -1, what);
   const uint8_t* p = js.data<uint8_t>();
   read_quant_state_json(std::string(p, p + js.numel()), q, what + ": '" + name + "'");
   const int64_t blocks = q.blocks();
@@ -80,8 +82,7 @@ Quant4 read_hf_4bit(const std::map<std::string, Tensor>& t, const std::string& n
   if (q.nested) {
     q.absmax_codes = values<uint8_t>(need(t, name + ".absmax", DType::UInt8, blocks, what));
     const int64_t nested = (blocks + q.nested_blocksize - 1) / q.nested_blocksize;
-    q.nested_absmax =
-        values<float>(need(t, name + ".nested_absmax", DType::Float32, nested, what));
+    q.nested_absmax = values<float>(need(t, name + ".nested_absmax", DType::Float32, nested, what));
     const auto map = values<float>(need(t, name + ".nested_quant_map", DType::Float32, 256, what));
     ONYX_CHECK(std::memcmp(map.data(), dynamic_map().data(), 256 * sizeof(float)) == 0, what, ": '",
                name, ".nested_quant_map' is not bitsandbytes' dynamic map");
@@ -145,6 +146,46 @@ void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4&
   d.attrs["compute_dtype"] = ir::Attribute::of_string(compute_dtype);
   g.nodes.insert(g.nodes.begin(), std::move(d));
   if (!g.opsets.count("onyx")) g.opsets["onyx"] = 1;
+}
+
+void restore_float_weights(ir::Graph& g) {
+  std::vector<ir::Node> kept;
+  std::map<std::string, std::string> rename;  // W/float32 -> W
+  for (ir::Node& n : g.nodes) {
+    if (n.op_type != "Dequantize4Bit" || n.domain != "onyx") {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    const std::string& name = n.inputs[0];
+    Quant4View v;
+    v.packed = g.initializers.at(name).data<uint8_t>();
+    v.code = code4_table(parse_code4(n.attr_string("quant_type", "nf4"), n.describe())).data();
+    v.blocksize = n.attr_int("blocksize", 64);
+    const Tensor& am = g.initializers.at(n.inputs[1]);
+    if (am.dtype() == DType::UInt8) {
+      v.absmax_codes = am.data<uint8_t>();
+      v.nested_absmax = g.initializers.at(n.inputs[2]).data<float>();
+      v.nested_code = g.initializers.at(n.inputs[3]).data<float>();
+      v.offset = n.attr_float("offset", 0.0f);
+      v.nested_blocksize = n.attr_int("nested_blocksize", 256);
+    } else {
+      v.absmax = am.data<float>();
+    }
+    Tensor w(DType::Float32, n.attr_ints("shape"));
+    v.dequantize(0, w.numel(), w.data<float>());
+    for (size_t i = 1; i < n.inputs.size(); i++)
+      if (!n.inputs[i].empty()) {
+        g.initializers.erase(n.inputs[i]);
+        auto& order = g.initializer_order;
+        order.erase(std::remove(order.begin(), order.end(), n.inputs[i]), order.end());
+      }
+    g.initializers[name] = w;
+    rename[n.outputs[0]] = name;
+  }
+  g.nodes = std::move(kept);
+  for (ir::Node& n : g.nodes)
+    for (auto& in : n.inputs)
+      if (auto it = rename.find(in); it != rename.end()) in = it->second;
 }
 
 }  // namespace onyx::quant

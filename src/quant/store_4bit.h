@@ -32,6 +32,11 @@ std::map<std::string, Tensor> hf_tensors_4bit(const std::string& name, const Qua
 // (read off its Dequantize4Bit node): W.quant_map and W.quant_state.bitsandbytes__<type>.
 std::map<std::string, Tensor> hf_state_tensors(const ir::Graph& g);
 
+// Every weight of `g` stored 4-bit back in float32 (bitsandbytes' dequantization): its
+// Dequantize4Bit and absmax tensors removed, its readers reading W again. For exports (merged
+// adapters, ONNX, GGUF).
+void restore_float_weights(ir::Graph& g);
+
 // Reads the 4-bit state of weight `name` from a 4-bit folder's tensors (hf_tensors_4bit's
 // names): shapes, dtypes, the quant_map against the type's table and the quant_state are
 // checked, errors naming `what` and the tensor.

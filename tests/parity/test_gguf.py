@@ -19,8 +19,13 @@ Cases (one PASS / FAIL line each):
                    ids, chat template)
   qwen2            architecture qwen2: no permutation, q/k/v biases, pre qwen2
   sentencepiece    a byte-fallback tokenizer: model llama, scores, byte tokens typed 6, no merges
+  llama3-rope      Llama 3's rope scaling: rope_freqs.weight as the converter computes it, the
+                   rope base 500000
   qlora            a 4-bit (nf4, double quantization) QLoRA run: the merged weights are the
                    bitsandbytes-dequantized base plus the adapters' delta (1e-6)
+In every case the GGUF's tensors are compared bit for bit with the merged model onyx writes as a
+Hugging Face folder (`--merge-lora --output DIR`), and that merge with base + s B A (1e-6 relative:
+onyx adds the float32 delta, PEFT rounds differently).
   errors           a LoRA checkpoint without --merge-lora, a GPT-2, an unknown --outtype: exit 1
                    naming why, no file
 
@@ -44,7 +49,11 @@ warnings.filterwarnings("ignore")
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 ONYX = os.environ.get("ONYX", os.path.join(REPO, "build", "onyx"))
-TOKENIZERS = os.path.join(os.path.dirname(ONYX), "llama-family-reference")
+# the reference tokenizers test.sh trains beside the build (tests/data/make_tokenizer_references.py)
+TOKENIZERS = os.environ.get("ONYX_TOKENIZER_REFS",
+                            os.path.join(os.path.dirname(os.path.abspath(ONYX)), "llama-family-reference"))
+if not os.path.isdir(TOKENIZERS):
+    TOKENIZERS = os.path.join(REPO, "build", "llama-family-reference")
 LAYER_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
                "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
@@ -67,7 +76,30 @@ def permute(w, n_head):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def make_model(tmp, name, model_type, tokenizer):
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32, "rope_theta": 500000.0}
+
+
+def llama3_rope_factors(rope, head_dim):
+    """llama.cpp's convert_hf_to_gguf.py: Llama 3's rope scaling as one factor per frequency."""
+    import math
+    base, factor = rope["rope_theta"], rope["factor"]
+    low, high, old = rope["low_freq_factor"], rope["high_freq_factor"], rope["original_max_position_embeddings"]
+    freqs = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    out = []
+    for f in freqs.tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < old / high:
+            out.append(1)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def make_model(tmp, name, model_type, tokenizer, rope=None):
     """A tiny model folder with the reference tokenizer `tokenizer`; returns (folder, config)."""
     tok_path = os.path.join(TOKENIZERS, tokenizer, "tokenizer.json")
     tok = json.load(open(tok_path))
@@ -76,6 +108,8 @@ def make_model(tmp, name, model_type, tokenizer):
     kw = dict(vocab_size=n_vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
               bos_token_id=1, eos_token_id=2)
+    if rope:
+        kw["rope_parameters"] = rope
     cfg = tr.Qwen2Config(**kw) if model_type == "qwen2" else tr.LlamaConfig(**kw)
     torch.manual_seed(0)
     model = (tr.Qwen2ForCausalLM if model_type == "qwen2" else tr.LlamaForCausalLM)(cfg)
@@ -247,11 +281,11 @@ def check_meta(meta, cfg, arch, tok_name, folder):
 FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}
 
 
-def case_export(model_type, tok_name, gtype, quantized=False):
+def case_export(model_type, tok_name, gtype, quantized=False, rope=None):
     def case(tmp):
         arch = "qwen2" if model_type == "qwen2" else "llama"
-        name = f"{model_type}-{tok_name}-{gtype}{'-q' if quantized else ''}"
-        folder, cfg = make_model(tmp, name, model_type, tok_name)
+        name = f"{model_type}-{tok_name}-{gtype}{'-q' if quantized else ''}{'-rope' if rope else ''}"
+        folder, cfg = make_model(tmp, name, model_type, tok_name, rope)
         over = {}
         if quantized:
             over["model_init_kwargs"] = {"quantization_config": {
@@ -267,14 +301,32 @@ def case_export(model_type, tok_name, gtype, quantized=False):
         if p.returncode != 0:
             return False, f"onyx export exited {p.returncode}: {p.stderr[-500:]}"
         meta, tensors = read(path)
-        merged = merged_weights(out, folder, quantized)
+        # the merged model onyx writes as a Hugging Face folder (its merge checked against PEFT's
+        # by test_lora.py merge-export), and the GGUF's tensors bit for bit equal to it
+        hf = os.path.join(tmp, name + "-merged")
+        p = export(out, hf)
+        if p.returncode != 0:
+            return False, f"onyx export --merge-lora (folder) exited {p.returncode}: {p.stderr[-300:]}"
+        merged = load_file(os.path.join(hf, "model.safetensors"))
         bad, n = check_tensors(merged, tensors, cfg, arch, gtype)
+        # and the merge itself: the base (bitsandbytes-dequantized when 4-bit) plus s * B A
+        ref = merged_weights(out, folder, quantized)
+        worst = max(float(np.abs(merged[k] - ref[k]).max() / max(np.abs(ref[k]).max(), 1e-12))
+                    for k in ref)
+        if worst > 1e-6:
+            bad.append(f"merged weights {worst:.1e} from base + s B A")
         bad += check_meta(meta, cfg, arch, tok_name, folder)
         if meta.get("general.file_type") != FILE_TYPE[gtype]:
             bad.append(f"file_type {meta.get('general.file_type')}")
+        if rope:
+            want = llama3_rope_factors(rope, cfg.hidden_size // cfg.num_attention_heads)
+            got = decoded(tensors["rope_freqs.weight"]) if "rope_freqs.weight" in tensors else None
+            if got is None or not np.allclose(got, want, rtol=1e-6):
+                bad.append(f"rope_freqs {got} (want {want})")
         one_d = [t.name for t in tensors.values() if len(t.shape) == 1 and t.tensor_type != 0]
         bad += [f"{x} not F32" for x in one_d]
-        return not bad, (f"{n} tensors equal to the merged weights as {gtype}, {len(meta)} "
+        return not bad, (f"{n} tensors equal to the merged weights as {gtype} (the merge within "
+                         f"{worst:.0e} of base + s B A{', the base dequantized by bitsandbytes' if quantized else ''}), {len(meta)} "
                          f"metadata keys, {len(meta.get('tokenizer.ggml.tokens', []))} tokens"
                          + (f"; problems: {bad[:4]}" if bad else ""))
     return case
@@ -306,6 +358,7 @@ def main():
     cases = [(f"llama3-{t}", case_export("llama", "llama3", t)) for t in ("f32", "f16", "bf16", "q8_0")]
     cases += [("qwen2", case_export("qwen2", "qwen2", "f16")),
               ("sentencepiece", case_export("llama", "sentencepiece", "f32")),
+              ("llama3-rope", case_export("llama", "llama3", "f32", rope=LLAMA3_ROPE)),
               ("qlora", case_export("llama", "llama3", "f32", quantized=True)),
               ("errors", case_errors)]
     return run_cases(cases, "onyx-test-gguf-")

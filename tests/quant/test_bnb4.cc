@@ -75,7 +75,8 @@ TEST(Bnb4, DoubleQuantization) {
   ASSERT_TRUE(q.nested);
   EXPECT_EQ((int64_t)q.absmax_codes.size(), 600);
   EXPECT_EQ(q.nested_absmax.size(), 3u);  // ceil(600 / 256)
-  quant::Quant4 plain = quant::quantize_4bit(w.data(), {600, 64}, quant::Code4::Nf4, 64, false, "w");
+  quant::Quant4 plain =
+      quant::quantize_4bit(w.data(), {600, 64}, quant::Code4::Nf4, 64, false, "w");
   EXPECT_EQ(q.packed, plain.packed);  // the 4-bit codes do not depend on the absmax's storage
   const auto v = quant::view_of(q);
   for (int64_t b = 0; b < 600; b++)  // each absmax within one 8-bit step of its own value
@@ -171,8 +172,8 @@ void check_matmul(const Case& c, bool transB, bool bias, const std::string& comp
         mag += std::fabs((double)x[r * in + k] * wv);
       }
       ASSERT_NEAR(Y[r * out + j], s, tol * (mag + 1e-3))
-          << "N " << c.N << " K " << c.K << " transB " << transB << " " << compute << " row "
-          << r << " col " << j;
+          << "N " << c.N << " K " << c.K << " transB " << transB << " " << compute << " row " << r
+          << " col " << j;
     }
 }
 

@@ -29,8 +29,6 @@ void matmul_4bit_rule(GradContext& c) {
 
 }  // namespace
 
-ONYX_REGISTER_GRADIENTS(quant) {
-  r.add("onyx", "MatMul4Bit", matmul_4bit_rule);
-}
+ONYX_REGISTER_GRADIENTS(quant) { r.add("onyx", "MatMul4Bit", matmul_4bit_rule); }
 
 }  // namespace onyx::autodiff
