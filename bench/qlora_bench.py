@@ -2,7 +2,9 @@
 random weights) with LoRA r 16 on q/k/v/o, its other linear layers stored 4-bit (NF4, double
 quantization), batch 1 x 512 tokens, gradient checkpointing — onyx's peak RSS and step time; and,
 on a shape small enough for PyTorch to hold in float32 while bitsandbytes quantizes it, the same
-against PyTorch 2.13 + PEFT 0.21 + bitsandbytes 0.50 (its CPU backend), side by side in one run.
+against onyx's bf16 base (model_init_kwargs.dtype: bfloat16, with bf16 mixed precision when the
+compute dtype is bfloat16) and PyTorch 2.13 + PEFT 0.21 + bitsandbytes 0.50 (its CPU backend,
+prepare_model_for_kbit_training), side by side in one run.
 
   build/venv/bin/python bench/qlora_bench.py [--shape 8b] [--steps 2] [--torch-shape 1b]
       [--compute float32|bfloat16] [--out build/bench-qlora]
@@ -55,14 +57,14 @@ def timed(cmd, env=None):
     return p, (int(m.group(1)) / 2**20 if m else float("nan"))
 
 
-def onyx_run(tmp, shape, steps, seq, compute):
+def onyx_run(tmp, shape, steps, seq, compute, quantized=True):
     import numpy as np
     from safetensors.numpy import save_file
     V = SHAPES[shape]["vocab_size"]
     ids = np.random.default_rng(0).integers(0, V, (steps + 1, seq)).astype(np.int64)
     data = os.path.join(tmp, f"data-{shape}.safetensors")
     save_file({"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": ids.copy()}, data)
-    out = os.path.join(tmp, f"onyx-{shape}")
+    out = os.path.join(tmp, f"onyx-{shape}-{'4bit' if quantized else 'bf16'}")
     cfg = {"model": {"config": llama_config(shape), "task": "causal-lm"}, "train_data": data,
            "output_dir": out, "max_steps": steps + 1, "per_device_train_batch_size": 1,
            "learning_rate": 1e-4, "logging_steps": 1, "save_strategy": "no",
@@ -73,7 +75,10 @@ def onyx_run(tmp, shape, steps, seq, compute):
            "model_init_kwargs": {"quantization_config": {
                "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
                "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": compute}}}
-    path = os.path.join(tmp, f"onyx-{shape}.json")
+    if not quantized:  # the bf16 base instead (model_init_kwargs.dtype), mixed precision with it
+        cfg["model_init_kwargs"] = {"dtype": "bfloat16"}
+        cfg["bf16"] = compute == "bfloat16"
+    path = os.path.join(tmp, f"onyx-{shape}-{'4bit' if quantized else 'bf16'}.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
     t0 = time.time()
@@ -151,6 +156,11 @@ def main():
             print(f"onyx {shape}: peak RSS {r['peak_rss_gib']:.2f} GiB, {r['step_s']:.1f} s/step "
                   f"(train_runtime over {a.steps + 1} steps), wall {r['wall_s']:.0f} s", flush=True)
         if a.torch_shape != "none":
+            r = onyx_run(tmp, a.torch_shape, a.steps, a.seq, a.compute, quantized=False)
+            r["step_s"] = r["train_runtime_s"] / (a.steps + 1)
+            results[f"onyx {a.torch_shape} bf16 base"] = r
+            print(f"onyx {a.torch_shape} bf16 base: peak RSS {r['peak_rss_gib']:.2f} GiB, "
+                  f"{r['step_s']:.1f} s/step", flush=True)
             r = torch_run(tmp, a.torch_shape, a.steps, a.seq, a.compute)
             results[f"torch {a.torch_shape}"] = r
             print(f"torch {a.torch_shape}: {r}", flush=True)

@@ -557,18 +557,23 @@ void store_quantized(const RunConfig& c, Model& m) {
   ONYX_CHECK(c.lora,
              "model_init_kwargs.quantization_config: a 4-bit model trains through "
              "adapters; add a lora: (or peft_config:) section");
-  if (has_4bit_weights(*m.graph)) return;  // a folder saved quantized: already in the format
-  auto stored = models::store_frozen_weights_4bit(*m.graph, m.frozen, *c.quantization);
-  ONYX_CHECK(!stored.empty(),
-             "model_init_kwargs.quantization_config: the model has no frozen "
-             "linear weight to quantize");
-  for (auto& name : stored)  // the 4-bit state's float32 companions are frozen too
-    for (const char* suffix : {".absmax", ".nested_absmax", ".nested_quant_map"})
-      if (m.graph->initializers.count(name + suffix)) m.frozen.insert(name + suffix);
+  // Llama-family models are built 4-bit (and a folder saved 4-bit is read so); the others are
+  // quantized here, from their float32 graph.
+  if (!has_4bit_weights(*m.graph)) {
+    auto stored = models::store_frozen_weights_4bit(*m.graph, m.frozen, *c.quantization);
+    ONYX_CHECK(!stored.empty(),
+               "model_init_kwargs.quantization_config: the model has no frozen "
+               "linear weight to quantize");
+  }
+  for (const ir::Node& n : m.graph->nodes)  // the 4-bit state's float32 tensors are frozen too
+    if (n.op_type == "Dequantize4Bit")
+      for (auto& in : n.inputs)
+        if (!in.empty() && is_float(m.graph->initializers.at(in).dtype())) m.frozen.insert(in);
   // The saved config.json says how its model.safetensors is stored, as Transformers' does.
   if (!m.config_json.empty()) {
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(m.config_json);
-    j["quantization_config"] = quant::bnb_config_json(*c.quantization);
+    if (!j.contains("quantization_config"))
+      j["quantization_config"] = quant::bnb_config_json(*c.quantization);
     m.config_json = j.dump(2) + "\n";
   }
 }
@@ -611,6 +616,7 @@ Model model_from_config(const RunConfig& c) {
     }
     if (n["arch"]) cj["model_type"] = n["arch"].as<std::string>();
     models::HfConfig hc = models::parse_hf_config(cj.dump(), cfg_what);
+    if (c.quantization && !hc.quantization) hc.quantization = c.quantization;
     models::Task task = n["task"] ? parse_task(n["task"].as<std::string>(), what)
                                   : (hc.model_type == "vit" ? models::Task::ImageClassification
                                      : hc.model_type == "gpt2" || hc.model_type == "llama" ||
@@ -630,7 +636,8 @@ Model model_from_config(const RunConfig& c) {
     }
     m = from_built(std::move(b), c.path);
   } else if (fs::is_directory(c.model)) {
-    m = from_built(models::load_hf_folder(c.model, std::nullopt, c.args.seed), c.model);
+    m = from_built(models::load_hf_folder(c.model, std::nullopt, c.args.seed, c.quantization),
+                   c.model);
   } else {
     m = Model::from_onnx(c.model, c.loss);
   }

@@ -15,7 +15,12 @@ constexpr uint32_t kVersion = 3;
 constexpr uint64_t kAlignment = 32;
 
 enum ValueType : uint32_t {
-  U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
 };
 
 template <class T>
@@ -138,7 +143,7 @@ uint16_t float_to_half(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000;
   const uint32_t abs = x & 0x7FFFFFFF;
-  if (abs > 0x7F800000) return (uint16_t)(sign | 0x7E00);  // NaN
+  if (abs > 0x7F800000) return (uint16_t)(sign | 0x7E00);   // NaN
   if (abs >= 0x477FF000) return (uint16_t)(sign | 0x7C00);  // rounds to infinity (or is one)
   if (abs < 0x38800000) {  // a half subnormal (or zero): round |f| * 2^24 to an integer, even ties
     float a;
@@ -184,9 +189,9 @@ void GgufWriter::add_tensor(const std::string& name, const Tensor& t, GgmlType t
              "gguf: tensor '", name, "' ", shape_str(t.shape()),
              ": Q8_0 needs the last dimension to be a multiple of 32");
   // float32 data are written from the tensor itself; the others from their encoding
-  tensors_.push_back({name, t.shape(), type, t,
-                      type == GgmlType::F32 ? std::string()
-                                            : encode(t.data<float>(), t.numel(), type)});
+  tensors_.push_back(
+      {name, t.shape(), type, t,
+       type == GgmlType::F32 ? std::string() : encode(t.data<float>(), t.numel(), type)});
 }
 
 void GgufWriter::write(const std::string& path) const {

@@ -52,10 +52,10 @@ std::string gguf_name(const std::string& n) {
       {"lm_head.weight", "output.weight"}};
   if (auto it = top.find(n); it != top.end()) return it->second;
   static const std::map<std::string, std::string> layer = {
-      {"input_layernorm", "attn_norm"},       {"post_attention_layernorm", "ffn_norm"},
-      {"self_attn.q_proj", "attn_q"},         {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},         {"self_attn.o_proj", "attn_output"},
-      {"mlp.gate_proj", "ffn_gate"},          {"mlp.up_proj", "ffn_up"},
+      {"input_layernorm", "attn_norm"}, {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
+      {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
   const std::string prefix = "model.layers.";
   if (n.rfind(prefix, 0) != 0) return "";
@@ -212,7 +212,7 @@ Vocab read_vocab(const json& tok, int64_t vocab_size, const std::string& what) {
 std::optional<int64_t> token_id(const json& cfg, const char* key, const Vocab& v) {
   if (!cfg.contains(key)) return std::nullopt;
   const json& t = cfg[key];
-  const std::string s = t.is_string() ? t.get<std::string>()
+  const std::string s = t.is_string()   ? t.get<std::string>()
                         : t.is_object() ? t.value("content", std::string())
                                         : std::string();
   for (size_t i = 0; i < v.tokens.size(); i++)
@@ -244,7 +244,8 @@ void set_tokenizer(io::GgufWriter& w, const HfConfig& c, const fs::path& dir) {
   special("eos_token_id", "eos_token", "tokenizer.ggml.eos_token_id");
   special("pad_token_id", "pad_token", "tokenizer.ggml.padding_token_id");
   if (tcfg.is_object()) {
-    if (auto id = token_id(tcfg, "unk_token", v)) w.set("tokenizer.ggml.unknown_token_id", (uint32_t)*id);
+    if (auto id = token_id(tcfg, "unk_token", v))
+      w.set("tokenizer.ggml.unknown_token_id", (uint32_t)*id);
     if (tcfg.contains("add_bos_token") && tcfg["add_bos_token"].is_boolean())
       w.set("tokenizer.ggml.add_bos_token", tcfg["add_bos_token"].get<bool>());
     if (tcfg.contains("add_eos_token") && tcfg["add_eos_token"].is_boolean())

@@ -8,10 +8,12 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
+#include "quant/bnb_config.h"
 
 namespace onyx::models {
 
@@ -39,6 +41,9 @@ class GraphBuilder {
   GraphBuilder(std::string graph_name, uint64_t seed);
 
   ir::Graph& graph() { return g_; }
+  // QLoRA: linear() stores the weights `q` quantizes in bitsandbytes' 4-bit format as it makes
+  // them (quant/store_4bit.h), so no model is ever whole in float32.
+  void set_quantization(std::optional<quant::BnbConfig> q) { quantize_ = std::move(q); }
   ir::Graph take() { return std::move(g_); }
   // Node names are "<scope>/<Op>_<n>": the Transformers module path that owns the node.
   void set_scope(const std::string& scope) { scope_ = scope; }
@@ -98,6 +103,7 @@ class GraphBuilder {
   std::string fresh(const std::string& base);
   ir::Graph g_;
   uint64_t seed_;
+  std::optional<quant::BnbConfig> quantize_;
   std::string scope_;
   std::map<std::string, int> counters_;
   std::map<std::string, std::string> constants_;  // value key -> output name

@@ -159,16 +159,36 @@ std::set<std::string> store_4bit_weights(BuiltModel& m, std::map<std::string, Te
   std::set<std::string> loaded;
   const std::vector<std::string> order = g.initializer_order;
   for (const std::string& k : order) {
+    const Tensor& cur = g.initializers.at(k);
+    auto f = mapped.find(k);
+    if (cur.dtype() == DType::UInt8 && m.config.quantization && f != mapped.end() &&
+        is_float(f->second.dtype())) {
+      // built 4-bit (QLoRA) from a float checkpoint: quantized as it is read
+      const quant::BnbConfig& qc = *m.config.quantization;
+      const Tensor w = owned_float32(f->second, /*views=*/true);
+      quant::replace_4bit_state(
+          g, k,
+          quant::quantize_4bit(w.data<float>(), w.shape(), qc.quant_type, qc.blocksize,
+                               qc.double_quant, what + ": '" + k + "'"));
+      mapped.erase(f);
+      loaded.insert(k);
+      for (const char* s : {".absmax", ".nested_absmax", ".nested_quant_map"})
+        if (g.initializers.count(k + s)) loaded.insert(k + s);
+      continue;
+    }
     if (!quant::is_hf_4bit(mapped, k)) continue;
     ONYX_CHECK(m.config.quantization, what, ": '", k,
                "' is stored 4-bit but config.json has no "
                "quantization_config");
     quant::Quant4 q = quant::read_hf_4bit(mapped, k, what);
-    const Tensor& cur = g.initializers.at(k);
-    ONYX_CHECK(q.shape == cur.shape() && cur.dtype() == DType::Float32, what,
-               ": the 4-bit weight '", k, "' has shape ", shape_str(q.shape),
-               ", the model expects ", shape_str(cur.shape()));
-    quant::store_initializer_4bit(g, k, q, m.config.quantization->compute_dtype);
+    if (cur.dtype() == DType::UInt8) {  // built 4-bit already: the folder's state replaces it
+      quant::replace_4bit_state(g, k, q);
+    } else {
+      ONYX_CHECK(q.shape == cur.shape() && cur.dtype() == DType::Float32, what,
+                 ": the 4-bit weight '", k, "' has shape ", shape_str(q.shape),
+                 ", the model expects ", shape_str(cur.shape()));
+      quant::store_initializer_4bit(g, k, q, m.config.quantization->compute_dtype);
+    }
     for (auto it = mapped.begin(); it != mapped.end();)
       it = it->first == k || starts_with(it->first, k + ".") ? mapped.erase(it) : std::next(it);
     loaded.insert(k);
@@ -258,12 +278,14 @@ void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& ten
            "for predictions and inference.\n";
 }
 
-BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task, int64_t seed) {
+BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task, int64_t seed,
+                          const std::optional<quant::BnbConfig>& quantize) {
   fs::path d(dir);
   ONYX_CHECK(fs::is_directory(d), dir, ": not a folder");
   fs::path cfg = d / "config.json";
   ONYX_CHECK(fs::exists(cfg), dir, ": no config.json in the folder");
   HfConfig c = parse_hf_config(read_text(cfg), cfg.string());
+  if (quantize && !c.quantization) c.quantization = quantize;
   if (!task) {
     task = Task::Base;
     if (!c.architectures.empty()) {

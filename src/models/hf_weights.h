@@ -20,8 +20,11 @@ namespace onyx::models {
 
 // Reads dir/config.json and the weights. `task` defaults to the config's first "architectures"
 // entry (Base when there is none). `seed` initializes what the checkpoint lacks.
+// `quantize` (QLoRA's quantization_config): the linear weights stored 4-bit as they are built and
+// read (a folder saved 4-bit keeps its own quantization_config).
 BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task = std::nullopt,
-                          int64_t seed = 0);
+                          int64_t seed = 0,
+                          const std::optional<quant::BnbConfig>& quantize = std::nullopt);
 
 // Reads the checkpoint tensors of a folder as stored (model.safetensors, else the shards of
 // model.safetensors.index.json), any float dtype converted to float32 — or, with `mapped`, as

@@ -252,6 +252,7 @@ BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed) {
 BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
   require_task(c, task);
   GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
+  b.set_quantization(c.quantization);  // QLoRA: 4-bit linear weights from the start
   Llama m = make_llama(b, c);
   const int64_t C = c.hidden_size;
 

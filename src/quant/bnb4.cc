@@ -101,7 +101,10 @@ std::vector<float> blockwise(const float* x, int64_t n, int64_t bs, const Bucket
                              uint8_t* idx) {
   const int64_t full = n - n % bs;
   std::vector<float> absmax((n + bs - 1) / bs);
-  for (int64_t b0 = 0; b0 < n; b0 += bs) {
+  const int64_t blocks = (int64_t)absmax.size();
+#pragma omp parallel for schedule(static) if (n > (1 << 20))
+  for (int64_t blk = 0; blk < blocks; blk++) {
+    const int64_t b0 = blk * bs;
     const int64_t e = std::min(n, b0 + bs);
     float m = 0;
     for (int64_t i = b0; i < e; i++) m = std::max(m, std::fabs(x[i]));

@@ -117,7 +117,9 @@ nlohmann::ordered_json bnb_config_json(const BnbConfig& c) {
 
 bool quantizes_module(const BnbConfig& c, const std::string& weight_name) {
   const std::string module = weight_name.substr(0, weight_name.rfind('.'));
-  if (module == "lm_head" || module.rfind("lm_head.", 0) == 0) return false;
+  // the output head (Transformers' get_keys_to_not_convert: the model's last module)
+  for (const char* head : {"lm_head", "score", "classifier"})
+    if (module == head || module.rfind(std::string(head) + ".", 0) == 0) return false;
   for (auto& s : c.skip_modules)
     if (module.find(s) != std::string::npos) return false;
   return true;

@@ -34,7 +34,8 @@ BnbConfig parse_bnb_config(const nlohmann::json& j, const std::string& what, boo
 nlohmann::ordered_json bnb_config_json(const BnbConfig& c);
 
 // Whether a linear layer's weight (a state_dict name, "model.layers.0.mlp.up_proj.weight") is
-// quantized: not the LM head and no skip module in its module name.
+// quantized: not the output head (lm_head, score, classifier: the model's last module, which
+// Transformers leaves) and no skip module in its module name.
 bool quantizes_module(const BnbConfig& c, const std::string& weight_name);
 
 }  // namespace onyx::quant

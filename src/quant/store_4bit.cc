@@ -110,6 +110,20 @@ std::map<std::string, Tensor> hf_state_tensors(const ir::Graph& g) {
   return out;
 }
 
+void replace_4bit_state(ir::Graph& g, const std::string& name, const Quant4& q) {
+  ir::Node* d = nullptr;
+  for (ir::Node& n : g.nodes)
+    if (n.op_type == "Dequantize4Bit" && n.domain == "onyx" && !n.inputs.empty() &&
+        n.inputs[0] == name)
+      d = &n;
+  ONYX_CHECK(d && d->attr_ints("shape") == q.shape && d->inputs.size() >= 2 &&
+                 (d->inputs.size() > 2 && !d->inputs[2].empty()) == q.nested,
+             "replace_4bit_state: '", name, "' is not stored 4-bit as ", shape_str(q.shape));
+  for (auto& [k, t] : hf_tensors_4bit(name, q))
+    if (g.initializers.count(k)) g.initializers[k] = t;
+  if (q.nested) d->attrs["offset"] = ir::Attribute::of_float(q.offset);
+}
+
 void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4& q,
                             const std::string& compute_dtype) {
   auto it = g.initializers.find(name);

@@ -28,6 +28,10 @@ void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4&
 // W.nested_quant_map, W.quant_state.bitsandbytes__<type>), for a 4-bit folder.
 std::map<std::string, Tensor> hf_tensors_4bit(const std::string& name, const Quant4& q);
 
+// Replaces the 4-bit state of `name`, already stored 4-bit in `g`, by `q` (the same format: type,
+// shape, blocksize, nesting): its tensors and its Dequantize4Bit's offset.
+void replace_4bit_state(ir::Graph& g, const std::string& name, const Quant4& q);
+
 // The tensors a 4-bit folder holds beside the graph's own for each weight stored 4-bit in `g`
 // (read off its Dequantize4Bit node): W.quant_map and W.quant_state.bitsandbytes__<type>.
 std::map<std::string, Tensor> hf_state_tensors(const ir::Graph& g);

@@ -315,7 +315,13 @@ double TrainingSession::planned_step_bytes(const std::map<std::string, Tensor>& 
   double params = (double)param_buf_.flat().nbytes();
   const double act = planned_activation_bytes(batch);  // (allocates the shadow if it is read)
   const double shadow = shadow_.flat().defined() ? (double)shadow_.flat().nbytes() : 0;
-  return act + (2 + optimizer_buffers) * params + shadow;
+  // the weights that are not trained (LoRA's base, frozen layers: float32, bf16 or 4-bit) and
+  // the model's constants, held as they are stored
+  const std::set<std::string> trained(params_.begin(), params_.end());
+  double held = 0;
+  for (auto& [name, t] : forward_->initializers)
+    if (!trained.count(name)) held += (double)t.nbytes();
+  return act + (2 + optimizer_buffers) * params + shadow + held;
 }
 
 const TrainingSession::GradientTiming& TrainingSession::gradient_timing(

@@ -173,7 +173,8 @@ class TrainingSession {
       for (auto& [k, c] : graphs_) c.session->release_arena();
   }
   // Planned bytes of one training step at this batch: activation peak + parameters + gradients
-  // + `optimizer_buffers` moment buffers of the parameters' size.
+  // + `optimizer_buffers` moment buffers of the parameters' size + the weights that are not
+  // trained and the constants, as stored (float32, bf16 or 4-bit).
   double planned_step_bytes(const std::map<std::string, Tensor>& batch, int optimizer_buffers);
   // Planned activation bytes alone (the arena's peak).
   double planned_activation_bytes(const std::map<std::string, Tensor>& batch);
