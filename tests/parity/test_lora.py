@@ -71,9 +71,10 @@ STEPS, BATCH, LR = 20, 4, 1e-2
 torch.set_num_threads(1)
 
 
-def base_model():
-    cfg = tr.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+def base_model(intermediate_size=96):
+    cfg = tr.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=intermediate_size,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64)
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     return tr.LlamaForCausalLM(cfg)

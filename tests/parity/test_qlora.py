@@ -59,26 +59,17 @@ import torch
 import transformers as tr
 from case_runner import run_cases
 from safetensors.numpy import load_file, save_file
+from test_lora import BATCH, LR, STEPS, write_config
+from test_lora import base_model as lora_base_model
 from torch_train import train_like_onyx
 
 warnings.filterwarnings("ignore")
 ONYX = os.environ.get("ONYX", "build/onyx")
-STEPS, BATCH, LR = 20, 4, 1e-2
-torch.set_num_threads(1)
 
 
 def base_model():
-    cfg = tr.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    return tr.LlamaForCausalLM(cfg)
-
-
-def write_config(path, cfg):
-    with open(path, "w") as f:
-        for k, v in cfg.items():
-            f.write(f"{k}: {json.dumps(v)}\n")
+    # every linear layer's in_features a multiple of 64 (bitsandbytes' CPU dequantization, above)
+    return lora_base_model(intermediate_size=128)
 
 
 def bnb_config(quant_type="nf4", double_quant=True, **more):
