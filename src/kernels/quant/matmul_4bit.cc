@@ -10,7 +10,7 @@
 //
 // Hand-written because no library multiplies by bitsandbytes' format: the weight is never
 // dequantized whole. Each task owns a range of output columns and walks the weight in tiles of
-// about 256 KB (forward: whole rows of W; transposed: a column range of successive row panels),
+// about 4 MB (forward: whole rows of W; transposed: a column range of successive row panels),
 // dequantizes a tile into float32 (or bf16 for compute_dtype bfloat16) in a per-thread scratch and
 // runs one single-threaded GEMM on it (sgemm, or gemm_mixed_bf16 with X rounded to bf16 once per
 // call), accumulating over the row panels in order: results are deterministic for any thread
@@ -28,7 +28,10 @@
 namespace onyx::kernels {
 namespace {
 
-constexpr int64_t kTileBytes = 256 << 10;
+// Float32 bytes of a dequantized tile. Measured on the Llama-3.2-1B shape (QLoRA, bf16 compute,
+// 1 x 512, bench/qlora_bench.py, 2 cores): 256 KB, 1 MB and 4 MB tiles gave 10.8, 7.6-8.5 and
+// 6.9-7.2 s a step: wider GEMMs on fewer, larger tiles.
+constexpr int64_t kTileBytes = 4 << 20;
 
 // The 4-bit weight a node reads from inputs [slot, slot + 4) and its attributes.
 struct Weight4 {
