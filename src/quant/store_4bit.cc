@@ -92,17 +92,40 @@ Quant4 read_hf_4bit(const std::map<std::string, Tensor>& t, const std::string& n
   return q;
 }
 
+Quant4 quant_header(const ir::Node& n) {
+  Quant4 q;
+  q.type = parse_code4(n.attr_string("quant_type", "nf4"), n.describe());
+  q.blocksize = n.attr_int("blocksize", 64);
+  q.shape = n.attr_ints("shape");
+  q.nested_blocksize = n.attr_int("nested_blocksize", 256);
+  q.offset = n.attr_float("offset", 0.0f);
+  return q;
+}
+
+Quant4View quant_view(const Quant4& h, const Tensor& packed, const Tensor& absmax,
+                      const Tensor* nested_absmax, const Tensor* nested_map) {
+  Quant4View v;
+  v.packed = packed.data<uint8_t>();
+  v.code = code4_table(h.type).data();
+  v.blocksize = h.blocksize;
+  if (absmax.dtype() == DType::UInt8) {
+    v.absmax_codes = absmax.data<uint8_t>();
+    v.nested_absmax = nested_absmax->data<float>();
+    v.nested_code = nested_map->data<float>();
+    v.offset = h.offset;
+    v.nested_blocksize = h.nested_blocksize;
+  } else {
+    v.absmax = absmax.data<float>();
+  }
+  return v;
+}
+
 std::map<std::string, Tensor> hf_state_tensors(const ir::Graph& g) {
   std::map<std::string, Tensor> out;
   for (const ir::Node& n : g.nodes) {
     if (n.op_type != "Dequantize4Bit" || n.domain != "onyx" || n.inputs.empty()) continue;
-    Quant4 q;  // the header only: the tensors are the graph's
-    q.type = parse_code4(n.attr_string("quant_type", "nf4"), n.describe());
-    q.blocksize = n.attr_int("blocksize", 64);
-    q.shape = n.attr_ints("shape");
+    Quant4 q = quant_header(n);  // the header only: the tensors are the graph's
     q.nested = n.inputs.size() > 2 && !n.inputs[2].empty();
-    q.nested_blocksize = n.attr_int("nested_blocksize", 256);
-    q.offset = n.attr_float("offset", 0.0f);
     for (auto& [k, t] : hf_tensors_4bit(n.inputs[0], q))
       if (k.find(".quant_state.") != std::string::npos || k == n.inputs[0] + ".quant_map")
         out[k] = t;
@@ -171,21 +194,13 @@ void restore_float_weights(ir::Graph& g) {
       continue;
     }
     const std::string& name = n.inputs[0];
-    Quant4View v;
-    v.packed = g.initializers.at(name).data<uint8_t>();
-    v.code = code4_table(parse_code4(n.attr_string("quant_type", "nf4"), n.describe())).data();
-    v.blocksize = n.attr_int("blocksize", 64);
-    const Tensor& am = g.initializers.at(n.inputs[1]);
-    if (am.dtype() == DType::UInt8) {
-      v.absmax_codes = am.data<uint8_t>();
-      v.nested_absmax = g.initializers.at(n.inputs[2]).data<float>();
-      v.nested_code = g.initializers.at(n.inputs[3]).data<float>();
-      v.offset = n.attr_float("offset", 0.0f);
-      v.nested_blocksize = n.attr_int("nested_blocksize", 256);
-    } else {
-      v.absmax = am.data<float>();
-    }
-    Tensor w(DType::Float32, n.attr_ints("shape"));
+    const Quant4 h = quant_header(n);
+    auto input = [&](size_t i) -> const Tensor* {
+      return i < n.inputs.size() && !n.inputs[i].empty() ? &g.initializers.at(n.inputs[i])
+                                                         : nullptr;
+    };
+    const Quant4View v = quant_view(h, *input(0), *input(1), input(2), input(3));
+    Tensor w(DType::Float32, h.shape);
     v.dequantize(0, w.numel(), w.data<float>());
     for (size_t i = 1; i < n.inputs.size(); i++)
       if (!n.inputs[i].empty()) {

@@ -28,6 +28,14 @@ void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4&
 // W.nested_quant_map, W.quant_state.bitsandbytes__<type>), for a 4-bit folder.
 std::map<std::string, Tensor> hf_tensors_4bit(const std::string& name, const Quant4& q);
 
+// The format the attributes of an onyx.Dequantize4Bit or onyx.MatMul4Bit node describe: a Quant4
+// header (type, blocksize, shape, nested_blocksize, offset; no data, `nested` left false).
+Quant4 quant_header(const ir::Node& n);
+// A view of a weight in format `h` over its tensors: absmax float32 per block, or uint8 codes with
+// nested_absmax and nested_map (double quantization).
+Quant4View quant_view(const Quant4& h, const Tensor& packed, const Tensor& absmax,
+                      const Tensor* nested_absmax, const Tensor* nested_map);
+
 // Replaces the 4-bit state of `name`, already stored 4-bit in `g`, by `q` (the same format: type,
 // shape, blocksize, nesting): its tensors and its Dequantize4Bit's offset.
 void replace_4bit_state(ir::Graph& g, const std::string& name, const Quant4& q);

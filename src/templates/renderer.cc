@@ -329,6 +329,12 @@ class Renderer {
     });
   }
 
+  // A call's or a filter's arguments (e.a[1..], then the keywords), evaluated in order.
+  void eval_arguments(const Expr& e, Scope& sc, Args& args, Kwargs& kw) {
+    for (size_t k = 1; k < e.a.size(); k++) args.push_back(eval(*e.a[k], sc));
+    for (auto& [k, x] : e.kw) kw.emplace_back(k, eval(*x, sc));
+  }
+
   Value eval(const Expr& e, Scope& sc) {
     try {
       Nested nested(depth_);
@@ -359,8 +365,7 @@ class Renderer {
         Value f = eval(*e.a[0], sc);
         Args args;
         Kwargs kw;
-        for (size_t k = 1; k < e.a.size(); k++) args.push_back(eval(*e.a[k], sc));
-        for (auto& [k, x] : e.kw) kw.emplace_back(k, eval(*x, sc));
+        eval_arguments(e, sc, args, kw);
         if (f.t == Value::Undef) fail_undefined(f);
         if (f.t != Value::Fn) fail(cat("'", type_name(f), "' object is not callable"));
         return f.fn->fn(f.fn->self, args, kw);
@@ -369,8 +374,7 @@ class Renderer {
         Value v = eval(*e.a[0], sc);
         Args args;
         Kwargs kw;
-        for (size_t k = 1; k < e.a.size(); k++) args.push_back(eval(*e.a[k], sc));
-        for (auto& [k, x] : e.kw) kw.emplace_back(k, eval(*x, sc));
+        eval_arguments(e, sc, args, kw);
         return apply_filter(e.name, v, args, kw);
       }
       case Expr::Test: {

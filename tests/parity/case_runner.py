@@ -2,6 +2,7 @@
 the command line's filter, each fn(tmp) returning (ok, message); one PASS / FAIL line per case (an
 exception is a FAIL naming it), then "N passed, M failed". `tmp` is a fresh folder removed at the
 end (kept and printed when KEEP is set in the environment). Returns the exit status.
+with_shared: cases that share one setup (a training run) made by the first of them.
 """
 import os
 import shutil
@@ -33,3 +34,24 @@ def run_cases(cases, prefix, filt=None):
     print(f"({time.time() - t0:.0f} s)")
     print(f"{counts['PASS']} passed, {counts['FAIL']} failed")
     return 1 if counts["FAIL"] else 0
+
+
+def with_shared(setup):
+    """Cases that share one expensive setup: returns wrap(fn) -> case(tmp) calling fn(shared),
+    the shared object made by the first case that runs (setup(tmp)); a setup that failed fails
+    every case, naming its error."""
+    state = {}
+
+    def wrap(fn):
+        def case(tmp):
+            if "shared" not in state:
+                try:
+                    state["shared"] = setup(tmp)
+                except Exception as e:
+                    state["shared"] = e
+            if isinstance(state["shared"], Exception):
+                e = state["shared"]
+                raise RuntimeError(f"setup failed: {type(e).__name__}: {e}")
+            return fn(state["shared"])
+        return case
+    return wrap

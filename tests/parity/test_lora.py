@@ -60,7 +60,7 @@ import re
 import numpy as np
 import torch
 import transformers as tr
-from case_runner import run_cases
+from case_runner import run_cases, with_shared
 from safetensors.numpy import load_file, save_file
 from safetensors.torch import load_file as load_torch
 from torch_train import train_like_onyx
@@ -389,20 +389,7 @@ def case_errors(r):
 
 def main():
     # One training run (Run) serves every case: made by the first case, its failure each case's.
-    state = {}
-
-    def with_run(fn):
-        def case(tmp):
-            if "run" not in state:
-                try:
-                    state["run"] = Run(tmp)
-                except Exception as e:
-                    state["run"] = e
-            if isinstance(state["run"], Exception):
-                e = state["run"]
-                raise RuntimeError(f"setup failed: {type(e).__name__}: {e}")
-            return fn(state["run"])
-        return case
+    with_run = with_shared(Run)
 
     cases = [("adapters-equal", case_adapters), ("peft-loads", case_peft_loads),
              ("base-frozen", case_base_frozen), ("merge-export", case_merge_export),

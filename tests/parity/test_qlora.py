@@ -57,7 +57,7 @@ import warnings
 import numpy as np
 import torch
 import transformers as tr
-from case_runner import run_cases
+from case_runner import run_cases, with_shared
 from safetensors.numpy import load_file, save_file
 from test_lora import BATCH, LR, STEPS, write_config
 from test_lora import base_model as lora_base_model
@@ -374,20 +374,7 @@ def case_errors(r):
 
 
 def main():
-    state = {}
-
-    def with_run(fn):
-        def case(tmp):
-            if "run" not in state:
-                try:
-                    state["run"] = Run(tmp)
-                except Exception as e:
-                    state["run"] = e
-            if isinstance(state["run"], Exception):
-                e = state["run"]
-                raise RuntimeError(f"setup failed: {type(e).__name__}: {e}")
-            return fn(state["run"])
-        return case
+    with_run = with_shared(Run)
 
     cases = [(f"codes-{t}{'-dq' if dq else ''}", case_codes(t, dq))
              for t in ("nf4", "fp4") for dq in (False, True)]

@@ -23,7 +23,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/kernel_api.h"
-#include "quant/bnb4.h"
+#include "quant/store_4bit.h"
 
 namespace onyx::kernels {
 namespace {
@@ -39,22 +39,20 @@ struct Weight4 {
   int64_t N = 0, K = 0;  // the float weight's shape (N, K)
 };
 
+// The weight's format from the node's attributes (quant::quant_header), checked: a 2-D shape,
+// positive block sizes; N, K its shape.
 struct Weight4Attrs {
-  quant::Code4 type;
-  int64_t blocksize, nested_blocksize, N, K;
-  float offset;
+  quant::Quant4 h;
+  int64_t N, K;
 };
 
 Weight4Attrs weight_attrs(const ir::Node& node) {
-  Weight4Attrs a;
-  a.type = quant::parse_code4(node.attr_string("quant_type", "nf4"), node.describe());
-  a.blocksize = node.attr_int("blocksize", 64);
-  a.nested_blocksize = node.attr_int("nested_blocksize", 256);
-  a.offset = node.attr_float("offset", 0.0f);
-  const auto shape = node.attr_ints("shape");
+  Weight4Attrs a{quant::quant_header(node), 0, 0};
+  const Shape& shape = a.h.shape;
   ONYX_CHECK(shape.size() == 2 && shape[0] > 0 && shape[1] > 0, node.describe(),
              ": attribute shape must be the weight's (N, K), got ", shape_str(shape));
-  ONYX_CHECK(a.blocksize > 0 && a.nested_blocksize > 0, node.describe(), ": blocksize must be > 0");
+  ONYX_CHECK(a.h.blocksize > 0 && a.h.nested_blocksize > 0, node.describe(),
+             ": blocksize must be > 0");
   a.N = shape[0];
   a.K = shape[1];
   return a;
@@ -64,7 +62,7 @@ Weight4Attrs weight_attrs(const ir::Node& node) {
 // codes with their nested absmax and map).
 void check_weight_metas(InferContext& ctx, int slot, const Weight4Attrs& a) {
   const ir::Node& node = ctx.node;
-  const int64_t numel = a.N * a.K, blocks = (numel + a.blocksize - 1) / a.blocksize;
+  const int64_t numel = a.N * a.K, blocks = (numel + a.h.blocksize - 1) / a.h.blocksize;
   const TensorMeta& w = ctx.input(slot);
   ONYX_CHECK(w.dtype == DType::UInt8 && w.numel() == (numel + 1) / 2, node.describe(),
              ": the 4-bit weight must be uint8 with ", (numel + 1) / 2, " bytes, got ",
@@ -76,7 +74,7 @@ void check_weight_metas(InferContext& ctx, int slot, const Weight4Attrs& a) {
   if (am.dtype != DType::UInt8) return;
   ONYX_CHECK(ctx.has_input(slot + 2) && ctx.has_input(slot + 3), node.describe(),
              ": double-quantized absmax needs nested_absmax and nested_quant_map");
-  const int64_t nested = (blocks + a.nested_blocksize - 1) / a.nested_blocksize;
+  const int64_t nested = (blocks + a.h.nested_blocksize - 1) / a.h.nested_blocksize;
   const TensorMeta &na = ctx.input(slot + 2), &nm = ctx.input(slot + 3);
   ONYX_CHECK(na.dtype == DType::Float32 && na.numel() == nested, node.describe(),
              ": nested_absmax must hold ", nested, " float32 values, got ", dtype_name(na.dtype),
@@ -87,23 +85,13 @@ void check_weight_metas(InferContext& ctx, int slot, const Weight4Attrs& a) {
 }
 
 Weight4 weight_of(const KernelContext& ctx, int slot) {
-  const Weight4Attrs a = weight_attrs(ctx.node);
+  const Weight4Attrs a = weight_attrs(ctx.node);  // (checked by infer)
+  auto input = [&](int i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; };
   Weight4 w;
   w.N = a.N;
   w.K = a.K;
-  w.view.packed = ctx.input(slot).data<uint8_t>();
-  w.view.code = quant::code4_table(a.type).data();
-  w.view.blocksize = a.blocksize;
-  const Tensor& am = ctx.input(slot + 1);
-  if (am.dtype() == DType::UInt8) {
-    w.view.absmax_codes = am.data<uint8_t>();
-    w.view.nested_absmax = ctx.input(slot + 2).data<float>();
-    w.view.nested_code = ctx.input(slot + 3).data<float>();
-    w.view.offset = a.offset;
-    w.view.nested_blocksize = a.nested_blocksize;
-  } else {
-    w.view.absmax = am.data<float>();
-  }
+  w.view = quant::quant_view(a.h, ctx.input(slot), ctx.input(slot + 1), input(slot + 2),
+                             input(slot + 3));
   return w;
 }
 
