@@ -14,6 +14,8 @@
 
 #include "ir/graph.h"
 #include "kernels/cpu/gemm.h"
+#include "quant/bnb4.h"
+#include "quant/store_4bit.h"
 #include "runtime/parallel.h"
 #include "runtime/session.h"
 
@@ -230,6 +232,49 @@ void bm_matmul_node(benchmark::State& state, int64_t B, int64_t T, int64_t C, in
   set_flops(state, 2.0 * B * T * C * N);
 }
 
+// QLoRA's linear layers at Llama-3.2-1B's MLP (W (N, K) NF4 with double quantization, X 512 rows,
+// bf16 compute): onyx.MatMul4Bit (transB 1: the forward, 0: dX), against the same product on the
+// weight held bf16 and declared stable (prepacked, as the bf16 base's shadow is: the ceiling
+// the 4-bit kernel's dequantization and tiling pay against).
+void bm_matmul_4bit(benchmark::State& state, int64_t N, int64_t K, bool transB, bool bf16_base) {
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  const int64_t M = 512, in = transB ? K : N, out = transB ? N : K;
+  auto w = random_vec(N * K, 2);
+  for (auto& v : w) v *= 0.05f;
+  auto x = onyx::Tensor::from_vector(onyx::DType::Float32, {1, M, in}, random_vec(M * in, 1));
+  std::vector<float> y(M * out);
+  if (bf16_base) {
+    std::vector<uint16_t> w16(w.size());
+    onyx::kernels::f32_to_bf16(w.data(), w16.data(), (int64_t)w.size());
+    onyx::kernels::declare_stable_weights(w16.data(), w16.size() * 2,
+                                          onyx::kernels::new_weights_version());
+    for (auto _ : state) {
+      onyx::kernels::gemm_mixed_bf16(
+          false, transB, M, out, in, 1.f, onyx::kernels::Bf16Operand{x.data<float>(), nullptr}, in,
+          onyx::kernels::Bf16Operand{nullptr, w16.data()}, K, 0.f, y.data(), out);
+      benchmark::DoNotOptimize(y.data());
+    }
+    onyx::kernels::forget_stable_weights(w16.data(), w16.size() * 2);
+  } else {
+    onyx::ir::Graph g;
+    g.add_initializer("W", onyx::Tensor::from_vector(onyx::DType::Float32, {N, K}, w));
+    const auto q =
+        onyx::quant::quantize_4bit(w.data(), {N, K}, onyx::quant::Code4::Nf4, 64, true, "W");
+    onyx::quant::store_initializer_4bit(g, "W", q, "bfloat16");
+    onyx::ir::Node n = g.nodes[0];
+    n.op_type = "MatMul4Bit";
+    n.inputs.insert(n.inputs.begin(), "X");
+    n.attrs["transB"] = onyx::ir::Attribute::of_int(transB);
+    std::vector<onyx::Tensor> args = {x};
+    for (size_t i = 1; i < n.inputs.size(); i++) args.push_back(g.initializers.at(n.inputs[i]));
+    for (auto _ : state) {
+      auto r = onyx::runtime::run_node(n, 1, args);
+      benchmark::DoNotOptimize(r[0].raw());
+    }
+  }
+  set_flops(state, 2.0 * M * N * K);
+}
+
 // Conv node (NCHW), e.g. a ViT patch embedding or a ResNet 3x3 layer.
 void bm_conv_node(benchmark::State& state, int64_t N, int64_t C, int64_t H, int64_t M, int64_t k,
                   int64_t stride, int64_t pad) {
@@ -346,6 +391,16 @@ void register_all() {
                                3072)
       ->Unit(benchmark::kMillisecond)
       ->Apply(time_mode);
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 8192}})
+    for (bool transB : {true, false})
+      for (bool base : {false, true})
+        benchmark::RegisterBenchmark(
+            ("matmul_4bit/" + std::string(base ? "bf16_base/" : "nf4/") + std::to_string(N) + "x" +
+             std::to_string(K) + (transB ? "/forward" : "/dX"))
+                .c_str(),
+            bm_matmul_4bit, N, K, transB, base)
+            ->Unit(benchmark::kMillisecond)
+            ->Apply(time_mode);
   benchmark::RegisterBenchmark("conv_node/patch16_1x3x224_to_768", bm_conv_node, 1, 3, 224, 768, 16,
                                16, 0)
       ->Unit(benchmark::kMillisecond)

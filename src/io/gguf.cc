@@ -96,6 +96,9 @@ std::string encode(const float* x, int64_t n, GgmlType type) {
     case GgmlType::Q8_0:
       out = encode_q8_0(x, n);
       break;
+    case GgmlType::Q4_0:
+      out = encode_q4_0(x, n);
+      break;
   }
   return out;
 }
@@ -107,7 +110,9 @@ GgmlType parse_ggml_type(const std::string& name, const std::string& what) {
   if (name == "f16") return GgmlType::F16;
   if (name == "bf16") return GgmlType::BF16;
   if (name == "q8_0") return GgmlType::Q8_0;
-  throw Error(cat(what, ": tensor type '", name, "' is not supported (f32, f16, bf16, q8_0)"));
+  if (name == "q4_0") return GgmlType::Q4_0;
+  throw Error(
+      cat(what, ": tensor type '", name, "' is not supported (f32, f16, bf16, q8_0, q4_0)"));
 }
 
 const char* ggml_type_name(GgmlType t) {
@@ -120,6 +125,8 @@ const char* ggml_type_name(GgmlType t) {
       return "bf16";
     case GgmlType::Q8_0:
       return "q8_0";
+    case GgmlType::Q4_0:
+      return "q4_0";
   }
   return "?";
 }
@@ -132,6 +139,8 @@ uint32_t gguf_file_type(GgmlType t) {
       return 1;
     case GgmlType::Q8_0:
       return 7;
+    case GgmlType::Q4_0:
+      return 2;
     case GgmlType::BF16:
       return 32;
   }
@@ -174,6 +183,26 @@ std::string encode_q8_0(const float* x, int64_t n) {
   return out;
 }
 
+std::string encode_q4_0(const float* x, int64_t n) {
+  ONYX_CHECK(n % 32 == 0, "Q4_0: ", n, " values are not whole blocks of 32");
+  std::string out;
+  for (int64_t b = 0; b < n; b += 32) {
+    // the value of largest magnitude (the first of equals) maps to -8
+    float amax = 0, max = 0;
+    for (int i = 0; i < 32; i++)
+      if (amax < std::fabs(x[b + i])) amax = std::fabs(x[b + i]), max = x[b + i];
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put(out, float_to_half(d));
+    auto code = [&](int i) { return std::min(15, (int)(int8_t)(x[b + i] * id + 8.5f)); };
+    // byte j: value j in the low nibble, value 16 + j in the high one
+    for (int j = 0; j < 16; j++) put<uint8_t>(out, (uint8_t)(code(j) | (code(16 + j) << 4)));
+  }
+  return out;
+}
+
+bool is_block_type(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
+
 void GgufWriter::set(const std::string& key, Value v) {
   for (auto& e : meta_)
     if (e.key == key) {
@@ -185,9 +214,9 @@ void GgufWriter::set(const std::string& key, Value v) {
 
 void GgufWriter::add_tensor(const std::string& name, const Tensor& t, GgmlType type) {
   ONYX_CHECK(t.dtype() == DType::Float32, "gguf: tensor '", name, "' must be float32");
-  ONYX_CHECK(type != GgmlType::Q8_0 || (!t.shape().empty() && t.shape().back() % 32 == 0),
-             "gguf: tensor '", name, "' ", shape_str(t.shape()),
-             ": Q8_0 needs the last dimension to be a multiple of 32");
+  ONYX_CHECK(!is_block_type(type) || (!t.shape().empty() && t.shape().back() % 32 == 0),
+             "gguf: tensor '", name, "' ", shape_str(t.shape()), ": ", ggml_type_name(type),
+             " needs the last dimension to be a multiple of 32");
   // float32 data are written from the tensor itself; the others from their encoding
   tensors_.push_back(
       {name, t.shape(), type, t,

@@ -261,6 +261,18 @@ void set_tokenizer(io::GgufWriter& w, const HfConfig& c, const fs::path& dir) {
   }
 }
 
+// The type tensor `g` (llama.cpp's name) is stored as in a file of matrices of type `type`: norms
+// and biases F32, as the converter keeps them; a block type whose rows are not whole blocks F16 (as
+// the converter and llama-quantize fall back); under Q4_0 the output head (`head`: output.weight,
+// or token_embd.weight when the embeddings are tied) Q8_0 — llama-quantize keeps the head at more
+// bits (Q6_K, a k-quant onyx does not write; Q8_0 where rows are not 256-blocks).
+io::GgmlType tensor_type(io::GgmlType type, bool head, const Tensor& t) {
+  if (t.rank() <= 1) return io::GgmlType::F32;
+  if (io::is_block_type(type) && t.shape().back() % 32 != 0) return io::GgmlType::F16;
+  if (type == io::GgmlType::Q4_0 && head) return io::GgmlType::Q8_0;
+  return type;
+}
+
 }  // namespace
 
 int write_gguf(const HfConfig& c, const std::map<std::string, Tensor>& weights,
@@ -271,7 +283,7 @@ int write_gguf(const HfConfig& c, const std::map<std::string, Tensor>& weights,
   w.set("general.architecture", arch);
   w.set("general.name", o.name.empty() ? fs::path(tokenizer_dir).filename().string() : o.name);
   w.set("general.file_type", io::gguf_file_type(o.type));
-  if (o.type == io::GgmlType::Q8_0) w.set("general.quantization_version", (uint32_t)2);
+  if (io::is_block_type(o.type)) w.set("general.quantization_version", (uint32_t)2);
   set_hparams(w, c, arch);
   set_tokenizer(w, c, fs::path(tokenizer_dir));
   int n = 0;
@@ -279,6 +291,8 @@ int write_gguf(const HfConfig& c, const std::map<std::string, Tensor>& weights,
     w.add_tensor("rope_freqs.weight", llama3_rope_factors(c), io::GgmlType::F32);
     n++;
   }
+  bool has_output = false;
+  for (auto& [name, t] : weights) has_output |= gguf_name(name) == "output.weight";
   for (auto& [name, t] : weights) {
     const std::string g = gguf_name(name);
     if (g.empty()) continue;
@@ -289,10 +303,8 @@ int write_gguf(const HfConfig& c, const std::map<std::string, Tensor>& weights,
       data = permute_heads(t, c.num_attention_heads);
     if (arch == "llama" && name.find("self_attn.k_proj.") != std::string::npos)
       data = permute_heads(t, kv_heads(c));
-    io::GgmlType type = o.type;
-    if (t.rank() <= 1) type = io::GgmlType::F32;  // norms and biases, as the converter keeps them
-    if (type == io::GgmlType::Q8_0 && t.shape().back() % 32 != 0) type = io::GgmlType::F16;
-    w.add_tensor(g, data, type);
+    const bool head = g == "output.weight" || (!has_output && g == "token_embd.weight");
+    w.add_tensor(g, data, tensor_type(o.type, head, t));
     n++;
   }
   w.write(path);

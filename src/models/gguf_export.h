@@ -2,8 +2,9 @@
 // qwen2) as a GGUF file for llama.cpp, with what llama.cpp's convert_hf_to_gguf.py writes: the
 // tensors under llama.cpp's names (token_embd, blk.N.attn_q, ..., output), the query and key
 // projections of "llama" permuted to its rotary layout, norms and other 1-D tensors float32 and the
-// matrices in the chosen type (a Q8_0 matrix whose rows are not whole blocks falls back to F16, as
-// the converter does), Llama 3's rope_freqs; the hyperparameters (general.architecture, context
+// matrices in the chosen type (a Q8_0 or Q4_0 matrix whose rows are not whole blocks falls back to
+// F16, as the converter does; under Q4_0 the output head is Q8_0, where llama-quantize would write
+// the k-quant Q6_K), Llama 3's rope_freqs; the hyperparameters (general.architecture, context
 // length, embedding length, block count, head counts, rope base and scaling, RMS epsilon) and
 // the tokenizer of tokenizer.json (tokenizer.ggml.model "gpt2" for byte-level BPE with its merges
 // and pre-tokenizer name, "llama" for SentencePiece-style BPE with byte fallback; tokens, types,

@@ -1,8 +1,8 @@
 // tests/io/test_gguf.cc — the GGUF writer's encodings (io/gguf.h): float -> half for every half
 // value and every midpoint between neighbours (ties to even), overflow, subnormals and NaN; Q8_0
-// blocks (scale = amax / 127 as a half, values rounded half away from zero); a written file's
-// header, metadata and tensor offsets read back. tests/parity/test_gguf.py reads whole exports with
-// the gguf package.
+// blocks (scale = amax / 127 as a half, values rounded half away from zero) and Q4_0 blocks; a
+// written file's header, metadata and tensor offsets read back. tests/parity/test_gguf.py reads
+// whole exports with the gguf package.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,6 +66,40 @@ TEST(Gguf, Q8_0Blocks) {
   const std::string z = io::encode_q8_0(zeros.data(), 32);
   for (char c : z) EXPECT_EQ(c, 0);
   EXPECT_THROW(io::encode_q8_0(x.data(), 40), Error);
+}
+
+// Q4_0: d = (the value of largest magnitude) / -8 as a half, code = min(15, trunc(x / d + 8.5)),
+// value j in byte j's low nibble and value 16 + j in its high one; the largest value of a block
+// decodes exactly (code 0), a block of zeros is all code 8 with d = -0.
+TEST(Gguf, Q4_0Blocks) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; i++) x[i] = (float)(i - 20) * 0.37f;
+  x[33] = -30.0f;  // the second block's largest magnitude, negative
+  const std::string q = io::encode_q4_0(x.data(), 64);
+  ASSERT_EQ(q.size(), 2u * 18);
+  for (int b = 0; b < 2; b++) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < 32; i++)
+      if (std::fabs(x[b * 32 + i]) > amax) amax = std::fabs(x[b * 32 + i]), max = x[b * 32 + i];
+    const float d = max / -8.0f;
+    uint16_t dh;
+    std::memcpy(&dh, q.data() + b * 18, 2);
+    EXPECT_EQ(dh, io::float_to_half(d));
+    for (int i = 0; i < 32; i++) {
+      const uint8_t byte = (uint8_t)q[b * 18 + 2 + i % 16];
+      const int code = i < 16 ? (byte & 0xF) : (byte >> 4);
+      const int want = std::min(15, (int)std::trunc(x[b * 32 + i] * (1.0f / d) + 8.5f));
+      EXPECT_EQ(code, want) << b << " " << i;
+      if (x[b * 32 + i] == max) {
+        EXPECT_EQ(code, 0);
+      }
+    }
+  }
+  std::vector<float> zeros(32, 0.0f);
+  const std::string z = io::encode_q4_0(zeros.data(), 32);
+  EXPECT_EQ(z.substr(0, 2), std::string("\0\x80", 2));  // d = 0 / -8 = -0, as ggml writes it
+  for (size_t i = 2; i < z.size(); i++) EXPECT_EQ((uint8_t)z[i], 0x88);
+  EXPECT_THROW(io::encode_q4_0(x.data(), 40), Error);
 }
 
 template <class T>

@@ -7,11 +7,11 @@ style, Qwen2's, and SentencePiece-style byte fallback (tests/data/make_tokenizer
 LoRA r 4 on q/k/v/o trained 2 steps by `onyx train`.
 
 Cases (one PASS / FAIL line each):
-  llama3-<type>    f32, f16, bf16, q8_0: every tensor under llama.cpp's name (token_embd,
+  llama3-<type>    f32, f16, bf16, q8_0, q4_0: every tensor under llama.cpp's name (token_embd,
                    blk.N.attn_q, ..., output_norm, output) equal to the merged weights after
                    decoding its type — F32 exactly, F16 = numpy's float16 rounding, BF16 = PyTorch's
-                   bfloat16 rounding, Q8_0 bytes = gguf.quants.quantize's (ggml's reference
-                   quantizer); q_proj / k_proj permuted as llama.cpp's converter permutes them for
+                   bfloat16 rounding, Q8_0 and Q4_0 = gguf.quants.quantize's (ggml's reference
+                   quantizers; under q4_0 the output head is Q8_0); q_proj / k_proj permuted as llama.cpp's converter permutes them for
                    its rotary layout; 1-D tensors F32; the metadata (architecture, context and
                    embedding length, block count, feed-forward length, head counts, rope base, RMS
                    epsilon, file type) and the tokenizer (model gpt2, pre llama-bpe, tokens and
@@ -197,8 +197,9 @@ def decoded(t):
     return gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
 
 
-def expected(ref, gtype):
-    """What a tensor of type gtype must decode to, given the float32 reference."""
+def expected(ref, gtype, head=False):
+    """What a tensor of type gtype must decode to, given the float32 reference (`head`: the output
+    head, which a q4_0 file holds as q8_0, where llama-quantize writes its k-quant Q6_K)."""
     import gguf
     if ref.ndim <= 1 or gtype == "f32":
         return ref
@@ -206,8 +207,10 @@ def expected(ref, gtype):
         return ref.astype(np.float16).astype(np.float32)
     if gtype == "bf16":
         return torch.from_numpy(ref).bfloat16().float().numpy()
-    q = gguf.quants.quantize(ref, gguf.GGMLQuantizationType.Q8_0)
-    return gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0).reshape(ref.shape)
+    qtype = gguf.GGMLQuantizationType.Q4_0 if gtype == "q4_0" and not head else \
+        gguf.GGMLQuantizationType.Q8_0
+    q = gguf.quants.quantize(ref, qtype)
+    return gguf.quants.dequantize(q, qtype).reshape(ref.shape)
 
 
 def check_tensors(merged, tensors, cfg, arch, gtype):
@@ -224,7 +227,7 @@ def check_tensors(merged, tensors, cfg, arch, gtype):
         if arch == "llama" and ".k_proj." in k:
             ref = permute(v, cfg.num_key_value_heads)
         got = decoded(tensors[g])
-        want = expected(ref, gtype)
+        want = expected(ref, gtype, head=g == "output.weight")
         if got.shape != want.shape or not np.array_equal(got, want):
             err = float(np.abs(got - want).max()) if got.shape == want.shape else got.shape
             bad.append(f"{g}: {err}")
@@ -278,7 +281,7 @@ def check_meta(meta, cfg, arch, tok_name, folder):
     return bad
 
 
-FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}
+FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
 
 
 def case_export(model_type, tok_name, gtype, quantized=False, rope=None):
@@ -355,7 +358,8 @@ def case_errors(tmp):
 
 
 def main():
-    cases = [(f"llama3-{t}", case_export("llama", "llama3", t)) for t in ("f32", "f16", "bf16", "q8_0")]
+    cases = [(f"llama3-{t}", case_export("llama", "llama3", t))
+             for t in ("f32", "f16", "bf16", "q8_0", "q4_0")]
     cases += [("qwen2", case_export("qwen2", "qwen2", "f16")),
               ("sentencepiece", case_export("llama", "sentencepiece", "f32")),
               ("llama3-rope", case_export("llama", "llama3", "f32", rope=LLAMA3_ROPE)),

@@ -9,9 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "autodiff/gradient.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/simd/dispatch.h"
+#include "kernels/cpu/simd/simd.h"
 #include "quant/bnb4.h"
 #include "quant/store_4bit.h"
 #include "runtime/parallel.h"
@@ -131,6 +135,49 @@ TEST(Bnb4Kernels, DequantizeMatchesFormat) {
     const auto want = dequantized(q);
     EXPECT_EQ(0, std::memcmp(out[0].data<float>(), want.data(), want.size() * 4));
   }
+}
+
+// simd::dequant4_f32 / dequant4_bf16 on every path this CPU runs, bit for bit against
+// code[index] * scale (bf16: that value through kernels::f32_to_bf16): ranges starting and ending
+// on odd elements and inside blocks, block sizes 64, 128 and 96 (not a multiple of a vector step),
+// scales that make zeros, denormal products (flushed in bf16), ties and large values.
+TEST(Bnb4Kernels, DequantizationPathsMatchTheFormat) {
+  const std::string start = simd::chosen_path();
+  std::mt19937 gen(5);
+  std::vector<uint8_t> packed(2000);
+  for (auto& b : packed) b = (uint8_t)gen();
+  const auto& code = quant::code4_table(quant::Code4::Nf4);
+  std::vector<float> scales(64);
+  std::uniform_real_distribution<float> u(0.001f, 3.0f);
+  for (auto& s : scales) s = u(gen);
+  scales[1] = 0.0f, scales[2] = 1e-39f, scales[3] = 3e38f, scales[4] = 1.0f + 1.0f / 256;
+  for (const std::string& path : simd::supported_paths()) {
+    simd::select_path(path);
+    for (int64_t bs : {64, 128, 96})
+      for (auto [begin, count] : {std::pair<int64_t, int64_t>{0, 4000},
+                                  {1, 3998},
+                                  {37, 1001},
+                                  {130, 2},
+                                  {63, 1},
+                                  {64, 65}}) {
+        SCOPED_TRACE(path + " blocksize " + std::to_string(bs) + " begin " + std::to_string(begin) +
+                     " count " + std::to_string(count));
+        const float* sc = scales.data();
+        std::vector<float> want(count), got(count);
+        for (int64_t i = 0; i < count; i++) {
+          const int64_t e = begin + i;
+          const uint8_t byte = packed[e / 2];
+          want[i] = code[(e & 1) ? (byte & 0xF) : (byte >> 4)] * sc[e / bs - begin / bs];
+        }
+        std::vector<uint16_t> want16(count), got16(count);
+        kernels::f32_to_bf16(want.data(), want16.data(), count);
+        simd::dequant4_f32(packed.data(), code.data(), sc, bs, begin, count, got.data());
+        simd::dequant4_bf16(packed.data(), code.data(), sc, bs, begin, count, got16.data());
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), count * 4));
+        ASSERT_EQ(want16, got16);
+      }
+  }
+  simd::select_path(start);
 }
 
 void check_matmul(const Case& c, bool transB, bool bias, const std::string& compute, int threads) {

@@ -204,9 +204,10 @@ Action add_export_command(CLI::App& app) {
                   "onnx, hf (a Hugging Face folder) or gguf (llama.cpp; Llama, Mistral, Qwen2); "
                   "default: from --output (.onnx, .gguf, else a folder with --merge-lora)")
       ->check(CLI::IsMember({"onnx", "hf", "gguf"}));
-  cmd->add_option("--outtype", o->outtype,
-                  "GGUF: the matrices' type: f32, f16 (default), bf16 or q8_0 (norms and other "
-                  "1-D tensors stay f32)");
+  cmd->add_option(
+      "--outtype", o->outtype,
+      "GGUF: the matrices' type: f32, f16 (default), bf16, q8_0 or q4_0 (norms and other "
+      "1-D tensors stay f32)");
   return [o]() { return run_export(*o); };
 }
 

@@ -36,11 +36,19 @@ static std::string version_text() {
 }
 
 int main(int argc, char** argv) {
-  // Allocations of 1 MiB and more are mmapped and go back to the system when freed. glibc's
+  // Allocations of 2 MiB and more are mmapped and go back to the system when freed. glibc's
   // default raises that threshold after each large free (up to 32 MiB), so once the model file's
   // protobuf copy is gone every tensor below 32 MiB comes from a heap that never shrinks:
-  // bert-base's peak RSS measured 2.90 GiB with the default, 2.25 GiB with this (planned 2.17).
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // bert-base's peak RSS measured 2.90 GiB with the default, 2.25 GiB with a 1 MiB threshold
+  // (planned 2.17). 2 MiB, not 1: oneDNN's plain-layout GEMMs (gemm:jit, e.g. onyx.MatMul4Bit's
+  // tiles) malloc their 1.0-1.4 MiB packing buffers on every call, which at 1 MiB were mmapped and
+  // page-faulted each time (a sixth of a QLoRA step in the kernel); and a free heap top is kept up
+  // to 16 MiB (glibc trims above 128 KiB once the threshold is set) so those buffers are reused.
+  // Measured (bench/train_bench.py bert-base, onyx only, 3 steps; the 1B QLoRA shape of
+  // bench/qlora_bench.py, 3 steps): 1 MiB 2267 MiB peak RSS, 1.32 s/step, QLoRA 20.2 s;
+  // 2 MiB + 16 MiB trim 2268 MiB, 1.24 s/step, QLoRA 18.7 s; 4 MiB + 32 MiB 2477 MiB, 1.24 s/step.
+  mallopt(M_MMAP_THRESHOLD, 2 << 20);
+  mallopt(M_TRIM_THRESHOLD, 16 << 20);
   CLI::App app{"onyx — a C++ training runtime for transformer models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text(),

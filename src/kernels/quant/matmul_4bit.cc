@@ -11,27 +11,35 @@
 // Hand-written because no library multiplies by bitsandbytes' format: the weight is never
 // dequantized whole. Each task owns a range of output columns and walks the weight in tiles of
 // about 4 MB (forward: whole rows of W; transposed: a column range of successive row panels),
-// dequantizes a tile into float32 (or bf16 for compute_dtype bfloat16) in a per-thread scratch and
-// runs one single-threaded GEMM on it (sgemm, or gemm_mixed_bf16 with X rounded to bf16 once per
-// call), accumulating over the row panels in order: results are deterministic for any thread
-// count. A dequantized value is code[index] * absmax exactly as bitsandbytes computes it, so with
-// compute_dtype float32 the product equals a float32 GEMM on bitsandbytes' dequantized weight up to
-// the GEMM's own summation order.
+// dequantizes a tile straight into float32 (or bf16 for compute_dtype bfloat16) in a per-thread
+// scratch — kernels/cpu/simd/quant4.cc's table lookups, AVX-512, AVX2 or portable — and runs one
+// single-threaded GEMM on it (sgemm, or gemm_mixed_bf16 with X rounded to bf16 once per call),
+// accumulating over the row panels in order: results are deterministic for any thread count. A
+// dequantized value is code[index] * absmax exactly as bitsandbytes computes it (bf16: that value
+// rounded as f32_to_bf16 rounds), so with compute_dtype float32 the product equals a float32 GEMM
+// on bitsandbytes' dequantized weight up to the GEMM's own summation order.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/simd/simd.h"
 #include "kernels/kernel_api.h"
 #include "quant/store_4bit.h"
 
 namespace onyx::kernels {
 namespace {
 
-// Float32 bytes of a dequantized tile. Measured on the Llama-3.2-1B shape (QLoRA, bf16 compute,
-// 1 x 512, bench/qlora_bench.py, 2 cores): 256 KB, 1 MB and 4 MB tiles gave 10.8, 7.6-8.5 and
-// 6.9-7.2 s a step: wider GEMMs on fewer, larger tiles.
+// A dequantized tile's size counted in float32 bytes (a bf16 tile holds half). Measured on the
+// Llama-3.2-1B shape (QLoRA, bf16 compute, 1 x 512, bench/qlora_bench.py, 2 cores): 256 KB, 1 MB
+// and 4 MB tiles gave 10.8, 7.6-8.5 and 6.9-7.2 s a step: wider GEMMs on fewer, larger tiles.
 constexpr int64_t kTileBytes = 4 << 20;
+// The columns of Y a task of the transposed product owns (fixed, so the sums do not depend on the
+// thread count). bench_kernels matmul_4bit/nf4/*/dX (2048 x 8192 and 8192 x 2048, bf16 compute,
+// AVX512_BF16, 2 threads): 256 columns 22.0-25.3 ms, 512 20.6-21.6 ms, 1024 20.0-21.6 ms; 512
+// keeps four tasks or more for K >= 2048.
+constexpr int64_t kTransposedCols = 512;
 
 // The 4-bit weight a node reads from inputs [slot, slot + 4) and its attributes.
 struct Weight4 {
@@ -84,6 +92,24 @@ void check_weight_metas(InferContext& ctx, int slot, const Weight4Attrs& a) {
              shape_str(nm.shape));
 }
 
+// Elements [begin, begin + count) of the weight into out (float32 or bf16) by simd::dequant4_*,
+// the blocks' scales computed a chunk at a time.
+template <class T>
+void dequantize_range(const quant::Quant4View& v, int64_t begin, int64_t count, T* out) {
+  constexpr int64_t kChunkBlocks = 256;
+  float scales[kChunkBlocks];
+  const int64_t bs = v.blocksize, end = begin + count;
+  for (int64_t e = begin; e < end;) {
+    const int64_t b0 = e / bs, stop = std::min(end, (b0 + kChunkBlocks) * bs);
+    for (int64_t b = b0; b * bs < stop; b++) scales[b - b0] = v.scale(b);
+    if constexpr (std::is_same_v<T, float>)
+      simd::dequant4_f32(v.packed, v.code, scales, bs, e, stop - e, out + (e - begin));
+    else
+      simd::dequant4_bf16(v.packed, v.code, scales, bs, e, stop - e, out + (e - begin));
+    e = stop;
+  }
+}
+
 Weight4 weight_of(const KernelContext& ctx, int slot) {
   const Weight4Attrs a = weight_attrs(ctx.node);  // (checked by infer)
   auto input = [&](int i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; };
@@ -108,7 +134,7 @@ void dequantize_compute(KernelContext& ctx) {
   const int64_t blocks = (numel + bs - 1) / bs;
   parallel_for(blocks, 64, [&](int64_t b, int64_t e) {
     const int64_t begin = b * bs, end = std::min(numel, e * bs);
-    w.view.dequantize(begin, end - begin, out + begin);
+    dequantize_range(w.view, begin, end - begin, out + begin);
   });
 }
 
@@ -149,27 +175,34 @@ struct Gemm4 {
   Weight4 w;
 };
 
-// A per-thread tile scratch kept across calls.
+// A per-thread tile scratch kept across calls: float32, or bf16 for bf16 compute.
 struct TileScratch {
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
 };
 TileScratch& tile_scratch(int64_t elems, bool bf16) {
   thread_local TileScratch s;
-  if (s.f32.size() < (size_t)elems) s.f32.resize(elems);
+  if (!bf16 && s.f32.size() < (size_t)elems) s.f32.resize(elems);
   if (bf16 && s.bf16.size() < (size_t)elems) s.bf16.resize(elems);
   return s;
 }
 
-// C (M, n) (+)= A (M, k) · op(tile), tile float32 or (X16 given) bf16.
+// Elements [begin, begin + count) of the weight into the tile at `at`.
+void dequantize_into(const Gemm4& g, TileScratch& s, int64_t begin, int64_t count, int64_t at) {
+  if (g.X16)
+    dequantize_range(g.w.view, begin, count, s.bf16.data() + at);
+  else
+    dequantize_range(g.w.view, begin, count, s.f32.data() + at);
+}
+
+// C (M, n) (+)= A (M, k) · op(tile), the tile float32 or (X16 given) bf16.
 void tile_gemm(const Gemm4& g, bool trans_tile, int64_t n, int64_t k, const float* A,
                const uint16_t* A16, int64_t lda, TileScratch& s, int64_t ldt, float beta, float* C,
-               int64_t ldc, int64_t tile_elems) {
+               int64_t ldc) {
   if (!g.X16) {
     sgemm(false, trans_tile, g.M, n, k, 1.0f, A, lda, s.f32.data(), ldt, beta, C, ldc);
     return;
   }
-  f32_to_bf16(s.f32.data(), s.bf16.data(), tile_elems);
   gemm_mixed_bf16(false, trans_tile, g.M, n, k, 1.0f, Bf16Operand{nullptr, A16}, lda,
                   Bf16Operand{nullptr, s.bf16.data()}, ldt, beta, C, ldc);
 }
@@ -183,8 +216,8 @@ void forward_4bit(const Gemm4& g) {
     for (int64_t t = t0; t < t1; t++) {
       const int64_t r0 = t * rows, n = std::min(rows, N - r0);
       TileScratch& s = tile_scratch(rows * K, g.X16 != nullptr);
-      g.w.view.dequantize(r0 * K, n * K, s.f32.data());
-      tile_gemm(g, true, n, K, g.X, g.X16, K, s, K, 0.0f, g.Y + r0, N, n * K);
+      dequantize_into(g, s, r0 * K, n * K, 0);
+      tile_gemm(g, true, n, K, g.X, g.X16, K, s, K, 0.0f, g.Y + r0, N);
     }
   });
 }
@@ -192,7 +225,7 @@ void forward_4bit(const Gemm4& g) {
 // Y (M, K) = X (M, N) · W: tasks of column ranges, each summing over row panels in order.
 void transposed_4bit(const Gemm4& g) {
   const int64_t N = g.w.N, K = g.w.K;
-  const int64_t cols = std::min<int64_t>(K, 256);
+  const int64_t cols = std::min<int64_t>(K, kTransposedCols);
   const int64_t rows = std::clamp<int64_t>(kTileBytes / (4 * cols), 16, N);
   const int64_t tasks = (K + cols - 1) / cols;
   parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
@@ -201,10 +234,9 @@ void transposed_4bit(const Gemm4& g) {
       TileScratch& s = tile_scratch(rows * cols, g.X16 != nullptr);
       for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t n = std::min(rows, N - r0);
-        for (int64_t r = 0; r < n; r++)
-          g.w.view.dequantize((r0 + r) * K + c0, kc, s.f32.data() + r * kc);
+        for (int64_t r = 0; r < n; r++) dequantize_into(g, s, (r0 + r) * K + c0, kc, r * kc);
         tile_gemm(g, false, kc, n, g.X + r0, g.X16 ? g.X16 + r0 : nullptr, N, s, kc,
-                  r0 == 0 ? 0.0f : 1.0f, g.Y + c0, K, n * kc);
+                  r0 == 0 ? 0.0f : 1.0f, g.Y + c0, K);
       }
     }
   });

@@ -71,4 +71,14 @@ void f32_to_f16(const float* x, uint16_t* y, int64_t n);  // round to nearest ev
 // rule, vectorized (kernels/cpu/gemm.h f32_to_bf16 is the GEMM inputs' rule, denormals flushed).
 void f32_to_bf16_bits(const float* x, uint16_t* y, int64_t n);
 
+// ---- bitsandbytes' 4-bit codes (quant4.cc) ------------------------------------------------------
+// Elements [begin, begin + count) of a 4-bit weight (two codes a byte, the even element in the
+// high nibble; `packed` the whole weight's), each code[index] * scale of its block (code: the 16
+// values; scales[i]: block begin / blocksize + i's): quant::Quant4View::dequantize's values, into
+// float32, or into bf16 rounded as kernels/cpu/gemm.h's f32_to_bf16 rounds.
+void dequant4_f32(const uint8_t* packed, const float* code, const float* scales, int64_t blocksize,
+                  int64_t begin, int64_t count, float* out);
+void dequant4_bf16(const uint8_t* packed, const float* code, const float* scales, int64_t blocksize,
+                   int64_t begin, int64_t count, uint16_t* out);
+
 }  // namespace onyx::simd
