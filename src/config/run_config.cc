@@ -19,6 +19,7 @@
 #include "models/hf_model.h"
 #include "models/hf_weights.h"
 #include "onyx/custom_ops.h"
+#include "quant/store_4bit.h"
 #include "tokenizers/tokenizer.h"
 #include "train/did_you_mean.h"
 
@@ -342,6 +343,16 @@ RunConfig load_run_config(const std::string& path,
       n = YAML::Node(v);
     set_key(c, k, n, "command line");
   }
+  // PEFT's prepare_model_for_kbit_training (which TRL applies to a 4-bit model) turns gradient
+  // checkpointing on unless told otherwise.
+  auto given = [&](const char* k) {
+    if (root[k]) return true;
+    for (auto& kv : overrides)
+      if (kv.first == k) return true;
+    return false;
+  };
+  if (c.quantization && !given("gradient_checkpointing") && !given("activation_checkpointing"))
+    c.args.gradient_checkpointing = true;
   std::string dir = fs::path(path).parent_path().string();
   c.dir = dir.empty() ? "." : dir;
   c.model = resolve(dir, c.model);
@@ -545,12 +556,6 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
 
 namespace {
 
-bool has_4bit_weights(const ir::Graph& g) {
-  for (const ir::Node& n : g.nodes)
-    if (n.domain == "onyx" && n.op_type == "Dequantize4Bit") return true;
-  return false;
-}
-
 // QLoRA: the frozen linear weights in 4-bit (TRL's model_init_kwargs.quantization_config). As
 // Transformers and PEFT refuse to train a purely quantized model, LoRA is required.
 void store_quantized(const RunConfig& c, Model& m) {
@@ -559,7 +564,7 @@ void store_quantized(const RunConfig& c, Model& m) {
              "adapters; add a lora: (or peft_config:) section");
   // Llama-family models are built 4-bit (and a folder saved 4-bit is read so); the others are
   // quantized here, from their float32 graph.
-  if (!has_4bit_weights(*m.graph)) {
+  if (!quant::holds_4bit_weights(*m.graph)) {
     auto stored = models::store_frozen_weights_4bit(*m.graph, m.frozen, *c.quantization);
     ONYX_CHECK(!stored.empty(),
                "model_init_kwargs.quantization_config: the model has no frozen "
@@ -668,7 +673,7 @@ Model model_from_config(const RunConfig& c) {
   }
   m.frozen.insert(c.frozen.begin(), c.frozen.end());
   if (c.quantization) store_quantized(c, m);
-  ONYX_CHECK(c.lora || !has_4bit_weights(*m.graph), "model '", c.model,
+  ONYX_CHECK(c.lora || !quant::holds_4bit_weights(*m.graph), "model '", c.model,
              "' is stored 4-bit "
              "(bitsandbytes): a quantized model trains through adapters; add a lora: (or "
              "peft_config:) section");

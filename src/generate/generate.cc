@@ -19,6 +19,7 @@
 #include "models/hf_weights.h"
 #include "models/lora.h"
 #include "passes/pass.h"
+#include "quant/store_4bit.h"
 #include "runtime/session.h"
 #include "tokenizers/tokenizer.h"
 
@@ -298,7 +299,10 @@ Generator Generator::from_folder(const std::string& dir) {
     models::LoraSpec spec = models::read_adapter_config(dir);
     auto adapter = io::load_safetensors((d / "adapter_model.safetensors").string()).tensors;
     auto g = std::make_shared<ir::Graph>(*m.model.graph);
-    models::merge_lora(*g, spec, adapter);
+    if (quant::holds_4bit_weights(*g))  // a 4-bit base: the adapters beside it, as PEFT runs them
+      models::apply_lora(*g, spec, 0, adapter);
+    else
+      models::merge_lora(*g, spec, adapter);
     m.model.graph = g;
   }
   return Generator(std::move(m));

@@ -241,6 +241,7 @@ Llama make_llama(GraphBuilder& b, const HfConfig& c) {
 
 BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed) {
   GraphBuilder b(architecture_name(c.model_type, Task::CausalLM) + "WithPast", (uint64_t)seed);
+  b.set_quantization(c.quantization);  // a 4-bit folder generates from its 4-bit weights
   Llama m = make_llama(b, c);
   m.with_past = true;
   std::string ids = token_input(b, "input_ids");

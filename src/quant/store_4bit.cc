@@ -120,6 +120,12 @@ Quant4View quant_view(const Quant4& h, const Tensor& packed, const Tensor& absma
   return v;
 }
 
+bool holds_4bit_weights(const ir::Graph& g) {
+  for (const ir::Node& n : g.nodes)
+    if (n.domain == "onyx" && n.op_type == "Dequantize4Bit") return true;
+  return false;
+}
+
 std::map<std::string, Tensor> hf_state_tensors(const ir::Graph& g) {
   std::map<std::string, Tensor> out;
   for (const ir::Node& n : g.nodes) {

@@ -55,6 +55,9 @@ void restore_float_weights(ir::Graph& g);
 Quant4 read_hf_4bit(const std::map<std::string, Tensor>& tensors, const std::string& name,
                     const std::string& what);
 
+// Whether `g` holds weights stored 4-bit (an onyx.Dequantize4Bit node reads them).
+bool holds_4bit_weights(const ir::Graph& g);
+
 // Whether a folder's tensors hold `name` 4-bit (its quant_state tensor is there).
 bool is_hf_4bit(const std::map<std::string, Tensor>& tensors, const std::string& name);
 

@@ -29,6 +29,9 @@ Cases (one PASS / FAIL line each):
                      its CPU library picks a neighbouring code for a few absmax values); PEFT loads
                      onyx's adapter onto the 4-bit base with the loss of PEFT's own trained model
                      (1e-3)
+  generate           `onyx generate` on a QLoRA output (the 4-bit base and the adapters beside it,
+                     unmerged): 3 prompts x 10 greedy tokens equal to Transformers + PEFT's on the
+                     same folder (and different from the base's alone)
   quantized-folder   a folder Transformers saved 4-bit (nf4, double quantization) as the model, no
                      quantization_config in the run config: onyx reads its bitsandbytes tensors as
                      they are; 20 steps against PEFT on that folder: every loss within 1e-5
@@ -300,6 +303,46 @@ def case_loads_back(r):
                 f"loss {l1:.5f}, PEFT's own trained {l2:.5f}")
 
 
+def case_generate(r):
+    """`onyx generate` on a QLoRA output (its 4-bit base with the adapters beside it, unmerged, as
+    PEFT runs them) against Transformers + PEFT on the same folder: the same greedy tokens."""
+    import peft
+    out, _ = r.onyx("train", bnb_config())
+    prompts = [list(map(int, r.data["input_ids"][i][:6])) for i in range(3)]
+    path = os.path.join(r.tmp, "generate-prompts.jsonl")
+    with open(path, "w") as f:
+        for ids in prompts:
+            f.write(json.dumps({"prompt_ids": ids}) + "\n")
+
+    def onyx_generate(folder):
+        res = os.path.join(r.tmp, "generate-out.jsonl")
+        p = subprocess.run([ONYX, "generate", folder, "--prompts", path, "--greedy",
+                            "--max_new_tokens", "10", "--min_new_tokens", "10", "--output", res],
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            raise AssertionError(f"onyx generate exited {p.returncode}: {p.stderr[-600:]}")
+        with open(res) as f:
+            return [json.loads(l)["completion_ids"] for l in f]
+
+    got = onyx_generate(out)
+    base_only = out + "-base-only"
+    transformers_logits(r, out, torch.tensor([prompts[0]]))  # (makes base_only)
+    adapters_matter = onyx_generate(base_only) != got
+    m = tr.LlamaForCausalLM.from_pretrained(base_only)
+    m.config._attn_implementation = "eager"
+    pm = peft.PeftModel.from_pretrained(m, out)
+    pm.train()  # (bitsandbytes' CPU inference path repacks weights; training mode keeps them)
+    want = []
+    with torch.no_grad():
+        for ids in prompts:
+            g = pm.generate(input_ids=torch.tensor([ids]), max_new_tokens=10, min_new_tokens=10,
+                            do_sample=False)
+            want.append(g[0, len(ids):].tolist())
+    return got == want and adapters_matter, (
+        f"{len(prompts)} prompts x 10 greedy tokens: onyx {got[0]}, PEFT {want[0]}; the base alone "
+        f"gives other tokens: {adapters_matter}")
+
+
 def hf_4bit_folder(r, qc):
     """The base as Transformers saves it after loading it 4-bit with qc (cached)."""
     d = os.path.join(r.tmp, "hf-4bit-" + "-".join(str(v) for v in qc.values()))
@@ -379,6 +422,7 @@ def main():
     cases = [(f"codes-{t}{'-dq' if dq else ''}", case_codes(t, dq))
              for t in ("nf4", "fp4") for dq in (False, True)]
     cases += [("train-nf4-dq", case_train), ("loads-back", case_loads_back),
+              ("generate", case_generate),
               ("quantized-folder", case_quantized_folder), ("compute-bf16", case_compute_bf16),
               ("errors", case_errors)]
     return run_cases([(n, with_run(f)) for n, f in cases], "onyx-test-qlora-")

@@ -10,9 +10,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "autodiff/gradient.h"
+#include "config/run_config.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/simd/dispatch.h"
 #include "kernels/cpu/simd/simd.h"
@@ -250,3 +253,23 @@ TEST(Bnb4Kernels, RejectsMismatchedWeight) {
 }
 
 }  // namespace
+
+// PEFT's prepare_model_for_kbit_training: a run config with a 4-bit quantization_config turns
+// gradient checkpointing on unless the config (or the command line) sets it.
+TEST(Bnb4Config, QuantizationTurnsCheckpointingOnUnlessSet) {
+  const std::string dir = testing::TempDir() + "onyx-bnb4-config";
+  std::filesystem::create_directories(dir);
+  auto load = [&](const std::string& extra,
+                  const std::vector<std::pair<std::string, std::string>>& overrides = {}) {
+    const std::string path = dir + "/run.yaml";
+    std::ofstream(path) << "model: {config: {model_type: llama}}\n" << extra;
+    return config::load_run_config(path, overrides).args.gradient_checkpointing;
+  };
+  const std::string q = "model_init_kwargs: {quantization_config: {load_in_4bit: true}}\n";
+  EXPECT_TRUE(load(q));
+  EXPECT_FALSE(load(q + "gradient_checkpointing: false\n"));
+  EXPECT_FALSE(load(q, {{"gradient_checkpointing", "false"}}));
+  EXPECT_FALSE(load(""));
+  EXPECT_TRUE(load("gradient_checkpointing: true\n"));
+  std::filesystem::remove_all(dir);
+}
