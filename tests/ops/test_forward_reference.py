@@ -156,6 +156,28 @@ class OnyxLinearCrossEntropy(OpRun):
         return tuple(outs)
 
 
+class OnyxLinearLogProbs(OpRun):
+    op_domain = "onyx"
+
+    def _run(self, h, w, labels, bias=None, transB=1, ignore_index=None, temperature=1.0,
+             chunk_rows=0):
+        z = h @ (w.T if transB else w)
+        if bias is not None:
+            z = z + bias
+        z = z / temperature
+        m = z.max(axis=1, keepdims=True)
+        lse = (m + np.log(np.exp(z - m).sum(axis=1, keepdims=True)))[:, 0]
+        keep = np.ones(len(labels), dtype=bool) if ignore_index is None else labels != ignore_index
+        t = np.where(keep, labels, 0).astype(np.int64)
+        p = np.exp(z - lse[:, None])
+        rows = np.arange(len(t))
+        logps = np.where(keep, z[rows, t] - lse, 0)
+        entropy = np.where(keep, lse - (p * z).sum(axis=1), 0)
+        mean = np.where(keep, z.mean(axis=1), 0)
+        top1 = keep & (z.argmax(axis=1) == t)
+        return (logps.astype(h.dtype), entropy.astype(h.dtype), mean.astype(h.dtype), top1)
+
+
 class MsGelu(OpRun):
     op_domain = "com.microsoft"
 
@@ -235,6 +257,7 @@ CUSTOM = {("onyx", "Gelu"): OnyxGelu, ("onyx", "LayerNormalization"): OnyxLayerN
           ("onyx", "MatMulT"): OnyxMatMulT, ("onyx", "Attention"): OnyxAttention,
           ("onyx", "DropoutAdd"): OnyxDropoutAdd,
           ("onyx", "LinearCrossEntropy"): OnyxLinearCrossEntropy,
+          ("onyx", "LinearLogProbs"): OnyxLinearLogProbs,
           ("onyx", "Dequantize4Bit"): OnyxDequantize4Bit, ("onyx", "MatMul4Bit"): OnyxMatMul4Bit,
           ("com.microsoft", "Gelu"): MsGelu, ("com.microsoft", "FastGelu"): MsFastGelu,
           ("com.microsoft", "BiasGelu"): MsBiasGelu}

@@ -39,6 +39,22 @@
 // float32's 189, over 664 rows at 242 against 205). On gpt2-tiny's head (N = 2040, C = 256, V =
 // 50257, 2 threads, quiet machine) the kernel runs at ≈ 186 GFLOP/s, ≈ 95% of the same chunk GEMMs
 // timed alone.
+//
+// The same pass scores tokens for preference and reinforcement training (TRL's fused LM head,
+// `fused_lm_head=True`), where the loss is a function of whole sequences' log-probabilities and
+// so is only known after the forward:
+//
+//   LinearLogProbs(H (N,C), W, labels (N), [bias (V)])
+//     attrs: transB, ignore_index, temperature (default 1), chunk_rows
+//     -> logps (N), [entropy (N)], [mean_logits (N)], [is_top1 (N) bool]
+//   z = (H · op(W) + bias) / temperature;  logps_n = z[n, t_n] − lse_n;  entropy_n = lse_n −
+//   Σ_v softmax_v z_v;  mean_logits_n = mean_v z[n, v];  is_top1_n = (t_n is the first argmax);
+//   every output 0 (false) on an ignored row, as TRL's FusedCausalLMOutput
+//
+//   LinearLogProbsGrad(H, W, labels, [bias], dlogps (N)) -> dH, [dW], [dbias]
+//   dlogits[n, v] = dlogps_n · ([v == t_n] − softmax[n, v]) / temperature: the logits recomputed
+//   chunk by chunk (one more GEMM than the fused loss), the same GEMMs and row pass as above with
+//   a scale per row. Only logps is differentiable (the others are metrics).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -81,7 +97,28 @@ bool is_mean(const ir::Node& node) {
   ONYX_UNSUPPORTED(node.describe(), ": reduction '", r, "' is not supported (mean, sum)");
 }
 
-void lce_infer(InferContext& ctx) {
+// Which of this file's ops a node is.
+enum class LceOp { CrossEntropy, LogProbs, LogProbsGrad };
+LceOp lce_op(const ir::Node& node) {
+  if (node.op_type == "LinearLogProbs") return LceOp::LogProbs;
+  if (node.op_type == "LinearLogProbsGrad") return LceOp::LogProbsGrad;
+  return LceOp::CrossEntropy;
+}
+
+// The output index of dH (dW and dbias follow it), or -1 for an op without gradient outputs.
+int dh_output(LceOp op) {
+  return op == LceOp::CrossEntropy ? 1 : op == LceOp::LogProbsGrad ? 0 : -1;
+}
+
+float temperature(const ir::Node& node) {
+  const float t = node.attr_float("temperature", 1.0f);
+  ONYX_CHECK(std::isfinite(t) && t > 0.0f, node.describe(), ": temperature ", t,
+             " must be a positive number");
+  return t;
+}
+
+// H, W, labels and bias (inputs 0-3, the same for every op of the file), checked.
+LceDims check_head_inputs(InferContext& ctx) {
   const ir::Node& node = ctx.node;
   const TensorMeta& h = ctx.input(0);
   const TensorMeta& w = ctx.input(1);
@@ -101,19 +138,47 @@ void lce_infer(InferContext& ctx) {
         node.describe(), ": bias must be float32 with ", d.V, " elements, got ",
         dtype_name(b.dtype), " ", shape_str(b.shape));
   }
+  return d;
+}
+
+// dH, dW and dbias from output `first` on: dW is float32 for a bfloat16 W too (the gradient of
+// the float32 master weight whose bf16 copy the GEMMs read: mixed precision's weight shadow).
+void set_gradient_outputs(InferContext& ctx, int first) {
+  if (ctx.num_outputs() > first) ctx.set_output(first, DType::Float32, ctx.input(0).shape);
+  if (ctx.num_outputs() > first + 1) ctx.set_output(first + 1, DType::Float32, ctx.input(1).shape);
+  if (ctx.num_outputs() > first + 2) {
+    ONYX_CHECK(ctx.has_input(3), ctx.node.describe(), ": output dbias needs a bias input");
+    ctx.set_output(first + 2, DType::Float32, ctx.input(3).shape);
+  }
+}
+
+void lce_infer(InferContext& ctx) {
+  const ir::Node& node = ctx.node;
+  check_head_inputs(ctx);
   is_mean(node);
   float eps = node.attr_float("label_smoothing", 0.0f);
   ONYX_CHECK(eps >= 0.0f && eps <= 1.0f, node.describe(), ": label_smoothing ", eps,
              " is outside [0, 1]");
   ctx.set_output(0, DType::Float32, {});
-  if (ctx.num_outputs() > 1) ctx.set_output(1, DType::Float32, h.shape);
-  // dW is float32 for a bfloat16 W too: the gradient of the float32 master weight whose bf16
-  // copy the GEMMs read (mixed precision's weight shadow)
-  if (ctx.num_outputs() > 2) ctx.set_output(2, DType::Float32, w.shape);
-  if (ctx.num_outputs() > 3) {
-    ONYX_CHECK(ctx.has_input(3), node.describe(), ": output dbias needs a bias input");
-    ctx.set_output(3, DType::Float32, ctx.input(3).shape);
-  }
+  set_gradient_outputs(ctx, 1);
+}
+
+void log_probs_infer(InferContext& ctx) {
+  const LceDims d = check_head_inputs(ctx);
+  temperature(ctx.node);
+  for (int i = 0; i < 3 && i < ctx.num_outputs(); i++) ctx.set_output(i, DType::Float32, {d.N});
+  if (ctx.num_outputs() > 3) ctx.set_output(3, DType::Bool, {d.N});
+}
+
+void log_probs_grad_infer(InferContext& ctx) {
+  const LceDims d = check_head_inputs(ctx);
+  temperature(ctx.node);
+  ONYX_CHECK(ctx.has_input(4), ctx.node.describe(), ": dlogps (input 4) is missing");
+  const TensorMeta& g = ctx.input(4);
+  ONYX_CHECK(g.dtype == DType::Float32 && g.shape == Shape{d.N}, ctx.node.describe(),
+             ": dlogps must be float32 of shape [", d.N, "], got ", dtype_name(g.dtype),
+             shape_str(g.shape));
+  set_gradient_outputs(ctx, 0);
 }
 
 // Chunks per dW GEMM under mixed precision (run_rows).
@@ -129,11 +194,12 @@ int64_t chunk_rows(const ir::Node& node, int64_t V) {
   return std::clamp<int64_t>((int64_t)(8 << 20) / std::max<int64_t>(1, V), 64, 1024);
 }
 
-// One row of a chunk: z holds the logits (+ bias added here); on return it holds dlogits when
-// `grad` (else it is left scratched). Returns the row's loss term.
+// One row of a chunk: z holds the logits (+ bias added here, then scaled by inv_temp); on return
+// it holds dlogits when `grad` (else it is left scratched). Returns the row's loss term.
 inline double lce_row(float* z, int64_t V, int64_t t, const float* bias, float eps, bool grad,
-                      float scale) {
+                      float scale, float inv_temp = 1.0f) {
   if (bias) simd::add_arrays(z, bias, z, V);
+  if (inv_temp != 1.0f) simd::row_scale(z, V, inv_temp);
   float zt = z[t];
   float mean_z = eps != 0.0f ? simd::row_sum(z, V) / (float)V : 0.0f;
   float m = simd::row_max(z, V);
@@ -146,6 +212,32 @@ inline double lce_row(float* z, int64_t V, int64_t t, const float* bias, float e
     z[t] -= (1.0f - eps) * scale;
   }
   return loss;
+}
+
+// What LinearLogProbs reports of one row.
+struct RowScore {
+  float logp = 0, entropy = 0, mean = 0;
+  bool top1 = false;
+};
+
+// One row of LinearLogProbs: z the logits (+ bias added here, then scaled by inv_temp; left
+// scratched); e (V floats) is scratch for the entropy, which is computed only when e is given.
+inline RowScore score_row(float* z, int64_t V, int64_t t, const float* bias, float inv_temp,
+                          float* e) {
+  if (bias) simd::add_arrays(z, bias, z, V);
+  if (inv_temp != 1.0f) simd::row_scale(z, V, inv_temp);
+  RowScore r;
+  const float m = simd::row_max(z, V);
+  const float s = simd::row_sum_exp(z, V, m, e);  // e := exp(z − m)
+  const double lse = (double)m + std::log((double)s);
+  r.logp = (float)((double)z[t] - lse);
+  r.mean = simd::row_sum(z, V) / (float)V;
+  r.top1 = z[t] == m && std::find(z, z + t, m) == z + t;  // the first largest, as argmax
+  if (e) {                                                // entropy = lse − Σ softmax · z
+    simd::binary(simd::BinaryOp::Mul, e, true, z, true, e, V);
+    r.entropy = (float)(lse - (double)simd::row_sum(e, V) / (double)s);
+  }
+  return r;
 }
 
 // The kernel's state for one call: the inputs as the GEMMs read them, the non-ignored rows, and
@@ -186,6 +278,8 @@ class LceRun {
   Chunk gather_chunk(int64_t r0, int64_t r, Scratch& s) const;
   void chunk_logits(const Chunk& c, float* Z, uint16_t* H16) const;
   void chunk_rows_pass(const Chunk& c, float* Z, uint16_t* Z16);
+  void chunk_scores(const Chunk& c, float* Z);
+  void clear_scores();
   void chunk_dh(const Chunk& c, const float* Z, const uint16_t* Z16, Scratch& s) const;
   void chunk_dw_f32(const Chunk& c, bool first, const float* Z, float* dW_out) const;
   void flush_dw_bf16(HeldDw& held, const Scratch& s, float* dW_out) const;
@@ -193,10 +287,13 @@ class LceRun {
 
   KernelContext& ctx_;
   const ir::Node& node_;
+  const LceOp op_;
+  const int dh_index_;  // dH's output index (dW, dbias follow), -1 for LinearLogProbs
   const LceDims d_;
   const int64_t N_, C_, V_;
   const bool mean_;
   const float eps_;
+  const float inv_temp_;  // 1 / temperature (LinearLogProbs and its gradient)
   const float* bias_;
   const float* H_;
   float *dH_, *dW_, *dbias_;
@@ -205,7 +302,11 @@ class LceRun {
   std::vector<int64_t> tgt_, rows_;
   int64_t M_ = 0, R_ = 0;
   float scale_ = 1.0f;
+  std::vector<float> row_scale_;  // LinearLogProbsGrad: each non-ignored row's dlogits scale
   std::vector<double> row_loss_;
+  // LinearLogProbs' outputs (each may be absent)
+  float *logps_ = nullptr, *entropy_ = nullptr, *mean_logits_ = nullptr;
+  bool* top1_ = nullptr;
   // W as the GEMMs read it: float32 (W_, fp16-rounded when f16_) or bf16 (W16_ when w16_)
   const float* W_ = nullptr;
   const uint16_t* W16_ = nullptr;
@@ -213,22 +314,35 @@ class LceRun {
   int64_t ldw_;
 };
 
+float* float_output(KernelContext& ctx, int i) {
+  return i >= 0 && ctx.has_output(i) ? ctx.output(i).data<float>() : nullptr;
+}
+
 LceRun::LceRun(KernelContext& ctx)
     : ctx_(ctx),
       node_(ctx.node),
+      op_(lce_op(ctx.node)),
+      dh_index_(dh_output(op_)),
       d_(lce_dims(ctx.node, ctx.input(0).shape(), ctx.input(1).shape())),
       N_(d_.N),
       C_(d_.C),
       V_(d_.V),
       mean_(is_mean(ctx.node)),
-      eps_(ctx.node.attr_float("label_smoothing", 0.0f)),
+      eps_(op_ == LceOp::CrossEntropy ? ctx.node.attr_float("label_smoothing", 0.0f) : 0.0f),
+      inv_temp_(op_ == LceOp::CrossEntropy ? 1.0f : 1.0f / temperature(ctx.node)),
       bias_(ctx.has_input(3) ? ctx.input(3).data<float>() : nullptr),
       H_(ctx.input(0).data<float>()),
-      dH_(ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr),     // (N,C)
-      dW_(ctx.has_output(2) ? ctx.output(2).data<float>() : nullptr),     // (V,C) | (C,V)
-      dbias_(ctx.has_output(3) ? ctx.output(3).data<float>() : nullptr),  // (V)
+      dH_(float_output(ctx, dh_index_)),                              // (N,C)
+      dW_(float_output(ctx, dh_index_ < 0 ? -1 : dh_index_ + 1)),     // (V,C) | (C,V)
+      dbias_(float_output(ctx, dh_index_ < 0 ? -1 : dh_index_ + 2)),  // (V)
       grad_(dH_ || dW_ || dbias_),
-      ldw_(d_.transB ? d_.C : d_.V) {}
+      ldw_(d_.transB ? d_.C : d_.V) {
+  if (op_ != LceOp::LogProbs) return;
+  logps_ = float_output(ctx, 0);
+  entropy_ = float_output(ctx, 1);
+  mean_logits_ = float_output(ctx, 2);
+  top1_ = ctx.has_output(3) ? ctx.output(3).data<bool>() : nullptr;
+}
 
 // dW / dbias bound to the flat gradient buffer of a run that accumulates micro-batches
 // (passes/gradient_into_buffer.cc): computed as without accumulation into a scratch kept across
@@ -236,12 +350,12 @@ LceRun::LceRun(KernelContext& ctx)
 // bit for bit.
 void LceRun::bind_accumulating_outputs() {
   thread_local std::vector<float> dw_acc, db_acc;
-  if (dW_ && ctx_.accumulates(2)) {
+  if (dW_ && ctx_.accumulates(dh_index_ + 1)) {
     if (dw_acc.size() < (size_t)(V_ * C_)) dw_acc.resize((size_t)(V_ * C_));
     dW_into_ = dW_;
     dW_ = dw_acc.data();
   }
-  if (dbias_ && ctx_.accumulates(3)) {
+  if (dbias_ && ctx_.accumulates(dh_index_ + 2)) {
     if (db_acc.size() < (size_t)V_) db_acc.resize((size_t)V_);
     dbias_into_ = dbias_;
     dbias_ = db_acc.data();
@@ -264,6 +378,11 @@ void LceRun::select_rows() {
   scale_ = mean_ ? (M_ > 0 ? 1.0f / (float)M_ : 0.0f) : 1.0f;
   R_ = std::min<int64_t>(chunk_rows(node_, V_), std::max<int64_t>(M_, 1));
   row_loss_.resize(M_);
+  if (op_ == LceOp::LogProbsGrad) {  // d logp / d z = onehot − softmax, z = logits / temperature
+    const float* dlogps = ctx_.input(4).data<float>();
+    row_scale_.resize(M_);
+    for (int64_t m = 0; m < M_; m++) row_scale_[m] = -dlogps[rows_[m]] * inv_temp_;
+  }
 }
 
 void LceRun::prepare_weights() {
@@ -295,6 +414,7 @@ void LceRun::run() {
   bind_accumulating_outputs();
   select_rows();
   prepare_weights();
+  clear_scores();
   if (dH_) std::memset(dH_, 0, N_ * C_ * sizeof(float));  // ignored rows keep a zero gradient
   // With gradients and at least a chunk per thread, each thread takes an equal contiguous range
   // of rows and runs its GEMMs single-threaded (no fork/join per GEMM and row pass). On the
@@ -307,7 +427,14 @@ void LceRun::run() {
   else
     run_per_thread();
   add_into_accumulated();
-  ctx_.output(0).data<float>()[0] = total_loss();
+  if (op_ == LceOp::CrossEntropy) ctx_.output(0).data<float>()[0] = total_loss();
+}
+
+// LinearLogProbs' outputs start at 0 (false): the ignored rows keep it.
+void LceRun::clear_scores() {
+  for (float* p : {logps_, entropy_, mean_logits_})
+    if (p) std::memset(p, 0, N_ * sizeof(float));
+  if (top1_) std::memset(top1_, 0, N_ * sizeof(bool));
 }
 
 // One contiguous range of rows per thread. Thread 0 writes dW / dbias, the others partials added
@@ -437,12 +564,32 @@ void LceRun::chunk_logits(const Chunk& c, float* Z, uint16_t* H16) const {
 // The loss terms, and (with gradients) Z turned into dlogits, rounded into Z16 for bf16 GEMMs or
 // in place to float16 under fp16.
 void LceRun::chunk_rows_pass(const Chunk& c, float* Z, uint16_t* Z16) {
+  if (op_ == LceOp::LogProbs) return chunk_scores(c, Z);
   parallel_for(c.r, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; i++) {
+      const float scale = row_scale_.empty() ? scale_ : row_scale_[c.r0 + i];
       row_loss_[c.r0 + i] =
-          lce_row(Z + i * V_, V_, tgt_[rows_[c.r0 + i]], bias_, eps_, grad_, scale_);
+          lce_row(Z + i * V_, V_, tgt_[rows_[c.r0 + i]], bias_, eps_, grad_, scale, inv_temp_);
       if (w16_ && grad_) kernels::f32_to_bf16(Z + i * V_, Z16 + i * V_, V_);
       if (f16_ && grad_) kernels::round_to_fp16(Z + i * V_, Z + i * V_, V_);
+    }
+  });
+}
+
+// LinearLogProbs: the chunk's rows scored into the outputs (the entropy's exp in a per-thread
+// scratch).
+void LceRun::chunk_scores(const Chunk& c, float* Z) {
+  parallel_for(c.r, 1, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> ebuf;
+    if (entropy_ && ebuf.size() < (size_t)V_) ebuf.resize(V_);
+    for (int64_t i = b; i < e; i++) {
+      const int64_t n = rows_[c.r0 + i];
+      const RowScore r =
+          score_row(Z + i * V_, V_, tgt_[n], bias_, inv_temp_, entropy_ ? ebuf.data() : nullptr);
+      if (logps_) logps_[n] = r.logp;
+      if (entropy_) entropy_[n] = r.entropy;
+      if (mean_logits_) mean_logits_[n] = r.mean;
+      if (top1_) top1_[n] = r.top1;
     }
   });
 }
@@ -498,6 +645,17 @@ void LceRun::chunk_dbias(const Chunk& c, const float* Z, float* dbias_out) const
 
 void lce_compute(KernelContext& ctx) { LceRun(ctx).run(); }
 
+// FLOPs of a node reading H (N,C) and W: `gemms` (N × V × C) products.
+runtime::FlopsFn head_flops(double gemms) {
+  return [gemms](const ir::Node& n, const std::vector<const TensorMeta*>& in,
+                 const std::vector<const TensorMeta*>&) {
+    if (!in[0] || in.size() < 2 || !in[1] || in[0]->shape.size() != 2 || in[1]->shape.size() != 2)
+      return 0.0;
+    double v = n.attr_int("transB", 1) ? (double)in[1]->shape[0] : (double)in[1]->shape[1];
+    return 2 * gemms * (double)in[0]->shape[0] * (double)in[0]->shape[1] * v;
+  };
+}
+
 }  // namespace
 
 ONYX_REGISTER_KERNELS(linear_cross_entropy, Cpu) {
@@ -505,14 +663,15 @@ ONYX_REGISTER_KERNELS(linear_cross_entropy, Cpu) {
   k.accumulate_outputs = {2, 3};  // dW, dbias: written straight into the gradient buffer
   OpTraits& t = r.add("onyx", "LinearCrossEntropy", std::move(k));
   t.precision = OpTraits::Precision::LowPrecision;  // the GEMMs; its softmax is fp32 inside
-  t.flops = [](const ir::Node& n, const std::vector<const TensorMeta*>& in,
-               const std::vector<const TensorMeta*>&) {
-    // logits, dH and dW: three (N × V × C) GEMMs
-    if (!in[0] || in.size() < 2 || !in[1] || in[0]->shape.size() != 2 || in[1]->shape.size() != 2)
-      return 0.0;
-    double v = n.attr_int("transB", 1) ? (double)in[1]->shape[0] : (double)in[1]->shape[1];
-    return 6 * (double)in[0]->shape[0] * (double)in[0]->shape[1] * v;
-  };
+  t.flops = head_flops(3);                          // logits, dH and dW
+  OpTraits& lp = r.add("onyx", "LinearLogProbs", OpKernel{log_probs_infer, lce_compute, {}});
+  lp.precision = OpTraits::Precision::LowPrecision;
+  lp.flops = head_flops(1);
+  OpKernel g{log_probs_grad_infer, lce_compute, {}};
+  g.accumulate_outputs = {1, 2};
+  OpTraits& lg = r.add("onyx", "LinearLogProbsGrad", std::move(g));
+  lg.precision = OpTraits::Precision::LowPrecision;
+  lg.flops = head_flops(3);  // the logits again, dH and dW
 }
 
 }  // namespace onyx::kernels
