@@ -54,23 +54,27 @@ void ScalarRun(const uint8_t* packed, const float* table, int64_t e, int64_t sto
   for (; e < stop; e++) *out++ = bf16_flushed(code_of(packed, e, table));
 }
 
-#if HWY_TARGET == HWY_AVX3
-// f32_to_bf16's rounding on 16 lanes, each result in its lane's low 16 bits.
-__m512i Bf16Lanes(__m512 f) {
-  const __m512i u = _mm512_castps_si512(f);
-  const __m512i sign = _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u));
-  const __mmask16 denormal =
-      _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));  // exponent 0: flush
-  const __m512i v = _mm512_mask_mov_epi32(u, denormal, sign);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(v, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(0x40));
-  return _mm512_mask_mov_epi32(rounded, nan, quiet);
-}
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+namespace hn = hwy::HWY_NAMESPACE;
 
+// f32_to_bf16's rounding of the 16 (avx512) or 8 (avx2) floats at p, each result in the low 16
+// bits of its 32-bit lane: denormals flushed to signed zero, NaN quiet, else nearest even.
+template <class D>
+auto Bf16Lanes(D d, const float* p) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const auto u = hn::BitCast(du, hn::LoadU(d, p));
+  const auto exponent_zero = hn::Eq(hn::And(u, hn::Set(du, 0x7f800000u)), hn::Zero(du));
+  const auto v = hn::IfThenElse(exponent_zero, hn::And(u, hn::Set(du, 0x80000000u)), u);
+  const auto odd = hn::And(hn::ShiftRight<16>(v), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(v, hn::Add(odd, hn::Set(du, 0x7fffu))));
+  const auto magnitude = hn::BitCast(di, hn::And(v, hn::Set(du, 0x7fffffffu)));
+  const auto nan = hn::RebindMask(du, hn::Gt(magnitude, hn::Set(di, 0x7f800000)));
+  return hn::IfThenElse(nan, hn::Or(hn::ShiftRight<16>(v), hn::Set(du, 0x40u)), rounded).raw;
+}
+#endif
+
+#if HWY_TARGET == HWY_AVX3
 // 16 codes from 8 bytes: each byte twice, shifted by 4 (the even element, high nibble) and by 0.
 void RunF32(const uint8_t* packed, const float* table, int64_t e, int64_t stop, float* out) {
   const __m512 tbl = _mm512_loadu_ps(table);
@@ -89,7 +93,7 @@ void RunF32(const uint8_t* packed, const float* table, int64_t e, int64_t stop, 
 // nibble first), looked up in the 16 bf16 values by one vpermw.
 void RunBf16(const uint8_t* packed, const float* table, int64_t e, int64_t stop, uint16_t* out) {
   const __m512i tbl =
-      _mm512_castsi256_si512(_mm512_cvtepi32_epi16(Bf16Lanes(_mm512_loadu_ps(table))));
+      _mm512_castsi256_si512(_mm512_cvtepi32_epi16(Bf16Lanes(hn::Full512<float>(), table)));
   const __m512i nibble = _mm512_set1_epi32(0xF);
   for (; e + 32 <= stop; e += 32, out += 32) {
     const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(packed + (e >> 1))));
@@ -101,21 +105,6 @@ void RunBf16(const uint8_t* packed, const float* table, int64_t e, int64_t stop,
 }
 
 #elif HWY_TARGET == HWY_AVX2
-__m256i Bf16Lanes(__m256 f) {
-  const __m256i u = _mm256_castps_si256(f);
-  const __m256i sign = _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u));
-  const __m256i denormal = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)),
-                                              _mm256_setzero_si256());
-  const __m256i v = _mm256_blendv_epi8(u, sign, denormal);
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(v, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_set1_epi32(0x7f800000));
-  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(0x40));
-  return _mm256_blendv_epi8(rounded, quiet, nan);
-}
-
 // The indices of 8 codes from 4 bytes (each byte twice, shifted by 4 and by 0).
 __m256i Indices8(const uint8_t* bytes) {
   int32_t word;
@@ -145,8 +134,8 @@ void RunF32(const uint8_t* packed, const float* table, int64_t e, int64_t stop, 
 // 16 codes a step: two lookups of bf16 values held in 32-bit lanes, packed to 16 bits (packus
 // interleaves the 128-bit halves; the 64-bit permute puts them back in order).
 void RunBf16(const uint8_t* packed, const float* table, int64_t e, int64_t stop, uint16_t* out) {
-  const __m256i lo = Bf16Lanes(_mm256_loadu_ps(table));
-  const __m256i hi = Bf16Lanes(_mm256_loadu_ps(table + 8));
+  const __m256i lo = Bf16Lanes(hn::Full256<float>(), table);
+  const __m256i hi = Bf16Lanes(hn::Full256<float>(), table + 8);
   for (; e + 16 <= stop; e += 16, out += 16) {
     const __m256i a = Lookup16(lo, hi, Indices8(packed + (e >> 1)));
     const __m256i b = Lookup16(lo, hi, Indices8(packed + (e >> 1) + 4));
