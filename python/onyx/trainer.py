@@ -139,6 +139,11 @@ class Trainer:
             model = model_init(None) if takes_trial else model_init()  # as Transformers calls it
         if peft_config is not None and _is_torch_module(model):  # TRL's SFTTrainer(peft_config=)
             model = _with_peft(model, peft_config)
+        if (_is_torch_module(model) and getattr(model, "is_gradient_checkpointing", False)
+                and not args.gradient_checkpointing):
+            # a model that checkpoints on its own (gradient_checkpointing_enable(), as PEFT's
+            # prepare_model_for_kbit_training calls it) trains so under transformers.Trainer too
+            args = dataclasses.replace(args, gradient_checkpointing=True)
         self.model_init = model_init
         self.args = args
         self.data_collator = data_collator

@@ -1337,7 +1337,8 @@ def case_qlora_peft_module(onyx, tmp):
     wrapped by peft.get_peft_model, trained in place by onyx.Trainer and a second such model by
     transformers.Trainer: the same logged losses (1e-4; onyx reads the module's own 4-bit codes and
     absmax, so the base weights are the same bits), the LoRA weights within 1e-4, the 4-bit base
-    untouched."""
+    untouched; a model prepare_model_for_kbit_training made checkpoint trains with
+    gradient_checkpointing on."""
     import peft
     import torch
     import transformers
@@ -1375,8 +1376,16 @@ def case_qlora_peft_module(onyx, tmp):
     after = module.state_dict()
     assert all(torch.equal(after[n], t) for n, t in codes_before.items())
     kind = type(module.get_base_model().model.layers[0].self_attn.q_proj.base_layer).__name__
+    # prepare_model_for_kbit_training turns the model's gradient checkpointing on: onyx too
+    prepared = peft.get_peft_model(peft.prepare_model_for_kbit_training(
+        transformers.LlamaForCausalLM.from_pretrained(folder, quantization_config=bnb)), lora)
+    args = onyx.TrainingArguments(output_dir=os.path.join(tmp, "prepared"), **kw)
+    checkpointing = onyx.Trainer(model=prepared, args=args).args.gradient_checkpointing
+    assert checkpointing and not args.gradient_checkpointing
+    assert not onyx.Trainer(model=qlora_model(), args=args).args.gradient_checkpointing
     return (f"a {kind} base ({len(codes_before)} uint8 tensors, unchanged): losses = "
-            f"transformers.Trainer's (worst rel {rel:.1e}), LoRA weights within {worst:.1e}")
+            f"transformers.Trainer's (worst rel {rel:.1e}), LoRA weights within {worst:.1e}; "
+            f"prepare_model_for_kbit_training's checkpointing kept")
 
 
 def case_datasets_kinds(onyx, tmp):
