@@ -31,7 +31,8 @@ Cases (one PASS / FAIL line each):
                      (1e-3)
   generate           `onyx generate` on a QLoRA output (the 4-bit base and the adapters beside it,
                      unmerged): 3 prompts x 10 greedy tokens equal to Transformers + PEFT's on the
-                     same folder (and different from the base's alone)
+                     same folder (and different from the base's alone; an adapter saved with
+                     lora_dropout gives the same tokens: no dropout at inference)
   quantized-folder   a folder Transformers saved 4-bit (nf4, double quantization) as the model, no
                      quantization_config in the run config: onyx reads its bitsandbytes tensors as
                      they are; 20 steps against PEFT on that folder: every loss within 1e-5
@@ -325,6 +326,16 @@ def case_generate(r):
             return [json.loads(l)["completion_ids"] for l in f]
 
     got = onyx_generate(out)
+    # the same adapter saved with lora_dropout: no dropout at inference (PEFT's eval mode; onyx's
+    # Dropout is active in training runs only)
+    dropout = out + "-dropout"
+    shutil.copytree(out, dropout, dirs_exist_ok=True)
+    with open(os.path.join(dropout, "adapter_config.json")) as f:
+        adapter_config = json.load(f)
+    adapter_config["lora_dropout"] = 0.3
+    with open(os.path.join(dropout, "adapter_config.json"), "w") as f:
+        json.dump(adapter_config, f)
+    dropout_same = onyx_generate(dropout) == got
     base_only = out + "-base-only"
     transformers_logits(r, out, torch.tensor([prompts[0]]))  # (makes base_only)
     adapters_matter = onyx_generate(base_only) != got
@@ -338,9 +349,10 @@ def case_generate(r):
             g = pm.generate(input_ids=torch.tensor([ids]), max_new_tokens=10, min_new_tokens=10,
                             do_sample=False)
             want.append(g[0, len(ids):].tolist())
-    return got == want and adapters_matter, (
+    return got == want and adapters_matter and dropout_same, (
         f"{len(prompts)} prompts x 10 greedy tokens: onyx {got[0]}, PEFT {want[0]}; the base alone "
-        f"gives other tokens: {adapters_matter}")
+        f"gives other tokens: {adapters_matter}; with lora_dropout 0.3 saved, the same tokens: "
+        f"{dropout_same}")
 
 
 def hf_4bit_folder(r, qc):
