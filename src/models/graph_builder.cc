@@ -182,10 +182,7 @@ std::string GraphBuilder::linear(const std::string& x, const std::string& name, 
   set_scope(name);
   std::string w = param(name + ".weight", {out, in}, w_init);
   if (quantize_ && quant::quantizes_module(*quantize_, w)) {  // 4-bit, read through its dequant
-    const Tensor& f = g_.initializers.at(w);
-    quant::Quant4 q = quant::quantize_4bit(f.data<float>(), f.shape(), quantize_->quant_type,
-                                           quantize_->blocksize, quantize_->double_quant, w);
-    quant::store_initializer_4bit(g_, w, q, quantize_->compute_dtype);
+    quant::quantize_initializer_4bit(g_, w, *quantize_, w);
     w += "/float32";
   }
   std::string wt = op("Transpose", {w}, {{"perm", Attr::of_ints({1, 0})}});

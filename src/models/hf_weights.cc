@@ -157,6 +157,11 @@ std::set<std::string> store_4bit_weights(BuiltModel& m, std::map<std::string, Te
                                          const std::string& what) {
   ir::Graph& g = *m.model.graph;
   std::set<std::string> loaded;
+  auto mark_loaded = [&](const std::string& k) {  // the weight and its absmax companions
+    loaded.insert(k);
+    for (const char* s : {".absmax", ".nested_absmax", ".nested_quant_map"})
+      if (g.initializers.count(k + s)) loaded.insert(k + s);
+  };
   const std::vector<std::string> order = g.initializer_order;
   for (const std::string& k : order) {
     const Tensor& cur = g.initializers.at(k);
@@ -164,16 +169,11 @@ std::set<std::string> store_4bit_weights(BuiltModel& m, std::map<std::string, Te
     if (cur.dtype() == DType::UInt8 && m.config.quantization && f != mapped.end() &&
         is_float(f->second.dtype())) {
       // built 4-bit (QLoRA) from a float checkpoint: quantized as it is read
-      const quant::BnbConfig& qc = *m.config.quantization;
       const Tensor w = owned_float32(f->second, /*views=*/true);
       quant::replace_4bit_state(
-          g, k,
-          quant::quantize_4bit(w.data<float>(), w.shape(), qc.quant_type, qc.blocksize,
-                               qc.double_quant, what + ": '" + k + "'"));
+          g, k, quant::quantize_4bit(w, *m.config.quantization, what + ": '" + k + "'"));
       mapped.erase(f);
-      loaded.insert(k);
-      for (const char* s : {".absmax", ".nested_absmax", ".nested_quant_map"})
-        if (g.initializers.count(k + s)) loaded.insert(k + s);
+      mark_loaded(k);
       continue;
     }
     if (!quant::is_hf_4bit(mapped, k)) continue;
@@ -191,9 +191,7 @@ std::set<std::string> store_4bit_weights(BuiltModel& m, std::map<std::string, Te
     }
     for (auto it = mapped.begin(); it != mapped.end();)
       it = it->first == k || starts_with(it->first, k + ".") ? mapped.erase(it) : std::next(it);
-    loaded.insert(k);
-    for (const char* s : {".absmax", ".nested_absmax", ".nested_quant_map"})
-      if (g.initializers.count(k + s)) loaded.insert(k + s);
+    mark_loaded(k);
   }
   return loaded;
 }

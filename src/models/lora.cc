@@ -388,12 +388,8 @@ std::vector<std::string> store_frozen_weights_4bit(ir::Graph& g,
                "llm_int8_skip_modules to keep it float32");
     done.push_back(name);
   }
-  for (const std::string& name : done) {
-    const Tensor& w = g.initializers.at(name);
-    quant::Quant4 q = quant::quantize_4bit(w.data<float>(), w.shape(), c.quant_type, c.blocksize,
-                                           c.double_quant, "quantization_config: '" + name + "'");
-    quant::store_initializer_4bit(g, name, q, c.compute_dtype);
-  }
+  for (const std::string& name : done)
+    quant::quantize_initializer_4bit(g, name, c, "quantization_config: '" + name + "'");
   return done;
 }
 

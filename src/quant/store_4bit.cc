@@ -153,6 +153,15 @@ void replace_4bit_state(ir::Graph& g, const std::string& name, const Quant4& q) 
   if (q.nested) d->attrs["offset"] = ir::Attribute::of_float(q.offset);
 }
 
+Quant4 quantize_4bit(const Tensor& w, const BnbConfig& c, const std::string& what) {
+  return quantize_4bit(w.data<float>(), w.shape(), c.quant_type, c.blocksize, c.double_quant, what);
+}
+
+void quantize_initializer_4bit(ir::Graph& g, const std::string& name, const BnbConfig& c,
+                               const std::string& what) {
+  store_initializer_4bit(g, name, quantize_4bit(g.initializers.at(name), c, what), c.compute_dtype);
+}
+
 void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4& q,
                             const std::string& compute_dtype) {
   auto it = g.initializers.find(name);

@@ -17,8 +17,17 @@
 
 #include "ir/graph.h"
 #include "quant/bnb4.h"
+#include "quant/bnb_config.h"
 
 namespace onyx::quant {
+
+// The float32 tensor `w` quantized as BitsAndBytesConfig `c` says (type, blocksize, double
+// quantization); errors name `what`.
+Quant4 quantize_4bit(const Tensor& w, const BnbConfig& c, const std::string& what);
+// Float32 initializer `name` quantized as `c` says and stored 4-bit (store_initializer_4bit with
+// c's compute dtype); errors name `what`.
+void quantize_initializer_4bit(ir::Graph& g, const std::string& name, const BnbConfig& c,
+                               const std::string& what);
 
 // Replaces float32 initializer `name` by the 4-bit state `q` (quantized from it) as above.
 void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4& q,
