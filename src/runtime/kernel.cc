@@ -59,8 +59,6 @@ std::string key(const std::string& domain, const std::string& op) {
 
 }  // namespace
 
-const char* device_name(Device d) { return d == Device::Cuda ? "cuda" : "cpu"; }
-
 KernelFamilyRegistration::KernelFamilyRegistration(const char* family, Device device,
                                                    KernelFamilyFn fn) {
   families().push_back({family, device, fn});
@@ -88,6 +86,14 @@ OpTraits& KernelFamilyRegistrar::add(const std::string& domain, const std::strin
   auto [it, fresh] = owners_.emplace(name, family_);
   ONYX_CHECK(fresh, "kernel families '", it->second, "' and '", family_, "' both register ", name,
              " on ", device_name(device_));
+  if (device_ != Device::Cpu && !k.infer) {  // shape inference is the CPU kernel's, as are traits
+    const OpKernel* cpu = registry_.find(domain, op, Device::Cpu);
+    ONYX_CHECK(cpu != nullptr, "kernel family '", family_, "' registers ", name, " on ",
+               device_name(device_), " without shape inference, and no CPU kernel has one");
+    k.infer = cpu->infer;
+    k.value_inputs = cpu->value_inputs;
+    k.traits = cpu->traits;
+  }
   return registry_.add(domain, op, std::move(k), device_);
 }
 

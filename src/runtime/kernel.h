@@ -126,9 +126,10 @@ struct OpKernel {
 
 // The device a kernel runs on. Each op family registers its kernels per device from the
 // family's own file (src/kernels/<family>/: `.cc` CPU, `.cu` CUDA); passes and planners read one
-// set of OpTraits per op, the CPU kernel's.
-enum class Device { Cpu, Cuda };
-const char* device_name(Device d);
+// set of OpTraits per op, the CPU kernel's. A CUDA kernel registered without an infer function
+// takes the CPU kernel's infer, value_inputs and traits (families register CPU first).
+using onyx::Device;  // include/onyx/device.h
+using onyx::device_name;
 
 class KernelRegistry {
  public:

@@ -14,6 +14,11 @@ needs no NumPy code here. onyx's outputs are compared:
   random ops      (OpTraits::random, written by onyx_tests: Dropout, ...) only shapes
 One PASS / FAIL line per row; rows whose op the reference cannot run are FAIL, not skipped.
 
+With ONYX_OP_TABLE_CUDA=1 (scripts/device_check.sh, on a machine with a CUDA device) the rows
+whose op has a CUDA kernel also write the op's outputs on the device (<row>.cuda.safetensors,
+`Rows/OpCuda.*`), and those are compared with the same reference and the same tolerances: one
+more PASS / FAIL line per such row ("on cuda").
+
 Run: ONYX=build/onyx build/venv/bin/python tests/ops/test_forward_reference.py [substring-filter]
 Ends with "N passed, M failed, K skipped"; exits 1 if any row failed.
 """
@@ -453,11 +458,31 @@ def compare(name, got, ref):
     return None
 
 
+def problems_of(row, got, refs, random):
+    problems = []
+    for k, ref in enumerate(refs):
+        g = got.get("y%d" % k)
+        if g is None:
+            problems.append("y%d missing from onyx's outputs" % k)
+            continue
+        ref = np.asarray(ref)
+        if random:
+            if g.shape != ref.shape:
+                problems.append("y%d shape %s, reference %s" % (k, g.shape, ref.shape))
+            continue
+        p = compare(row, g, ref)
+        if p:
+            problems.append("y%d %s" % (k, p))
+    return problems
+
+
 def main():
-    passed = failed = 0
+    passed = failed = cuda_rows = 0
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, ONYX_OP_TABLE_DIR=d)
-        r = subprocess.run([TESTS, "--gtest_filter=Rows/OpForward.*"], env=env,
+        cuda = os.environ.get("ONYX_OP_TABLE_CUDA") == "1"
+        modes = "Rows/OpForward.*:Rows/OpCuda.*" if cuda else "Rows/OpForward.*"
+        r = subprocess.run([TESTS, "--gtest_filter=" + modes], env=env,
                            capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stdout[-3000:], r.stderr[-2000:])
@@ -489,27 +514,25 @@ def main():
                                                                           str(e).splitlines()[0]))
                 failed += 1
                 continue
-            problems = []
-            for k, ref in enumerate(refs):
-                g = got.get("y%d" % k)
-                if g is None:
-                    problems.append("y%d missing from onyx's outputs" % k)
-                    continue
-                ref = np.asarray(ref)
-                if random:
-                    if g.shape != ref.shape:
-                        problems.append("y%d shape %s, reference %s" % (k, g.shape, ref.shape))
-                    continue
-                p = compare(row, g, ref)
-                if p:
-                    problems.append("y%d %s" % (k, p))
-            if problems:
-                print("FAIL %s (%s): %s" % (row, what, "; ".join(problems)))
-                failed += 1
-            else:
-                print("PASS %s (%s)%s" % (row, what, " shapes only (random op)" if random else
-                                          " against its unfused pattern" if from_pattern else ""))
-                passed += 1
+            outputs = [("", got)]
+            cuda_path = os.path.join(d, row + ".cuda.safetensors")
+            if cuda and os.path.exists(cuda_path):
+                outputs.append((" on cuda", load_file(cuda_path)))
+                cuda_rows += 1
+            for where, values in outputs:
+                problems = problems_of(row, values, refs, random)
+                if problems:
+                    print("FAIL %s (%s)%s: %s" % (row, what, where, "; ".join(problems)))
+                    failed += 1
+                else:
+                    print("PASS %s (%s)%s%s" % (row, what, where,
+                                                " shapes only (random op)" if random else
+                                                " against its unfused pattern" if from_pattern
+                                                else ""))
+                    passed += 1
+        if os.environ.get("ONYX_OP_TABLE_CUDA") == "1" and not cuda_rows:
+            print("FAIL ONYX_OP_TABLE_CUDA=1 but no row wrote outputs on cuda")
+            failed += 1
     print("%d passed, %d failed, 0 skipped" % (passed, failed))
     return 1 if failed else 0
 

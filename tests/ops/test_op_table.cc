@@ -14,8 +14,16 @@
 //                      ONYX_OP_TABLE_BENCH=<file> writes the times as TSV (bench/op_table.sh)
 //   OpFusion/<row>     rows with a pattern: the forward pipeline turns the unfused form into one
 //                      node of the row's op; outputs and gradients equal the unfused graph's
+//   OpCuda/<row>       rows whose op has a CUDA kernel (a build with -DONYX_CUDA=ON): the row's
+//                      graph, and for a gradient row its training graph, run node by node with
+//                      the CPU kernels; each node with a CUDA kernel runs again on the device from
+//                      the same inputs and must match within the row's tolerances (so the
+//                      backward kernels, onyx.*Grad, are checked where the rows' training graphs
+//                      run them); with ONYX_OP_TABLE_DIR the op's outputs on the device are
+//                      written as <row>.cuda.safetensors for test_forward_reference.py. Skipped
+//                      with "no CUDA device" where there is none
 //   OpTableCoverage.*  every registered kernel is a row's op or runs in a gradient row's training
-//                      graph; every gradient rule is the op of a gradient row
+//                      graph (CPU and CUDA); every gradient rule is the op of a gradient row
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -30,6 +38,7 @@
 #include "autodiff/gradient.h"
 #include "io/safetensors.h"
 #include "ir/onnx_io.h"
+#include "kernels/cuda/runtime.h"
 #include "op_table.h"
 #include "passes/pass.h"
 #include "runtime/kernel.h"
@@ -383,6 +392,169 @@ INSTANTIATE_TEST_SUITE_P(Rows, OpFusion, ::testing::ValuesIn(fusion_cases()),
                            return info.param.name;
                          });
 
+// ---- cuda ---------------------------------------------------------------------------------------
+
+namespace {
+
+const runtime::OpKernel* cuda_kernel(const std::string& domain, const std::string& op) {
+  return runtime::KernelRegistry::instance().find(domain, op, Device::Cuda);
+}
+
+const std::vector<Case>& cuda_cases() {
+  static const std::vector<Case> cases = [] {
+    std::vector<Case> v;
+    for (auto& c : all_cases())
+      if (cuda_kernel(c.domain, c.op)) v.push_back(c);
+    return v;
+  }();
+  return cases;
+}
+
+int64_t node_opset(const ir::Graph& g, const ir::Node& n) {
+  auto it = g.opsets.find(n.domain == "ai.onnx" ? "" : n.domain);
+  return it != g.opsets.end() ? it->second : 1;
+}
+
+// Runs node n's kernel on `device` from host values; returns its outputs on the host (undefined
+// for an absent output).
+std::vector<Tensor> run_node(const ir::Graph& g, const ir::Node& n,
+                             const std::map<std::string, Tensor>& vals, Device device) {
+  const runtime::OpKernel* cpu = runtime::KernelRegistry::instance().find(n.domain, n.op_type);
+  const runtime::OpKernel* k =
+      device == Device::Cpu ? cpu
+                            : runtime::KernelRegistry::instance().find(n.domain, n.op_type, device);
+  ONYX_CHECK(k != nullptr, n.describe(), ": no kernel on ", device_name(device));
+  const int64_t opset = node_opset(g, n);
+  std::vector<TensorMeta> metas_in;
+  metas_in.reserve(n.inputs.size());
+  std::vector<const TensorMeta*> in_ptrs;
+  std::vector<const Tensor*> in_vals;
+  std::vector<Tensor> dev_in;
+  dev_in.reserve(n.inputs.size());
+  std::vector<const Tensor*> kin;
+  for (auto& name : n.inputs) {
+    if (name.empty()) {
+      in_ptrs.push_back(nullptr);
+      in_vals.push_back(nullptr);
+      kin.push_back(nullptr);
+      continue;
+    }
+    const Tensor& t = vals.at(name);
+    metas_in.push_back(t.meta());
+    in_ptrs.push_back(&metas_in.back());
+    in_vals.push_back(&t);
+    if (device == Device::Cpu) {
+      kin.push_back(&t);
+    } else {
+      dev_in.push_back(cuda::to_device(t));
+      kin.push_back(&dev_in.back());
+    }
+  }
+  auto metas = runtime::infer_node(*k, n, opset, in_ptrs, in_vals);
+  std::vector<Tensor> outs(n.outputs.size());
+  std::vector<Tensor*> kout(n.outputs.size(), nullptr);
+  for (size_t o = 0; o < n.outputs.size(); o++) {
+    if (n.outputs[o].empty()) continue;
+    outs[o] = device == Device::Cpu ? Tensor(metas[o].dtype, metas[o].shape)
+                                    : cuda::empty(metas[o].dtype, metas[o].shape);
+    kout[o] = &outs[o];
+  }
+  runtime::KernelContext ctx{n, opset, kin, kout};
+  k->compute(ctx);
+  if (device != Device::Cpu)
+    for (auto& t : outs)
+      if (t.defined()) t = cuda::to_host(t);
+  return outs;
+}
+
+// Both non-finite alike, or |got − want| <= atol + rtol·|want|.
+void expect_matches(const Tensor& got, const Tensor& want, const Case& c, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  if (!is_float(want.dtype())) {
+    ASSERT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << what;
+    return;
+  }
+  int bad = 0;
+  for (int64_t e = 0; e < want.numel() && bad < 5; e++) {
+    double x = got.get_as_double(e), y = want.get_as_double(e);
+    if (!std::isfinite(y)) {
+      bool same = std::isnan(y) ? std::isnan(x) : x == y;
+      EXPECT_TRUE(same) << what << "[" << e << "]: cuda " << x << ", cpu " << y;
+      bad += !same;
+      continue;
+    }
+    bool ok = std::fabs(x - y) <= c.atol + c.rtol * std::fabs(y);
+    EXPECT_TRUE(ok) << what << "[" << e << "]: cuda " << x << ", cpu " << y;
+    bad += !ok;
+  }
+}
+
+// Runs g node by node on the CPU from its initializers; every node with a CUDA kernel runs on the
+// device too and is compared. Returns the device outputs of the node named `keep` (if any).
+std::vector<Tensor> compare_graph(const ir::Graph& g, const Case& c, const std::string& keep,
+                                  int* compared) {
+  std::map<std::string, Tensor> vals(g.initializers.begin(), g.initializers.end());
+  std::vector<Tensor> kept;
+  for (const ir::Node& n : g.nodes) {
+    auto cpu = run_node(g, n, vals, Device::Cpu);
+    if (cuda_kernel(n.domain, n.op_type) && !runtime::op_traits(n).random) {
+      std::vector<Tensor> dev;
+      try {
+        dev = run_node(g, n, vals, Device::Cuda);
+      } catch (const Unsupported& e) {
+        // The row's own op must run; a node of the training graph whose dtype or attributes the
+        // CUDA kernel does not take yet (an int64 Mul of shapes, a Cast to bool) is not compared.
+        EXPECT_NE(n.name, keep) << c.name << ": " << e.what();
+        std::cerr << "  not on cuda yet: " << e.what() << "\n";
+        for (size_t o = 0; o < cpu.size(); o++)
+          if (cpu[o].defined()) vals[n.outputs[o]] = cpu[o];
+        continue;
+      }
+      for (size_t o = 0; o < cpu.size(); o++)
+        if (cpu[o].defined())
+          expect_matches(dev[o], cpu[o], c, cat(c.name, ": ", n.describe(), " output ", o));
+      if (n.name == keep) kept = dev;
+      ++*compared;
+    }
+    for (size_t o = 0; o < cpu.size(); o++)
+      if (cpu[o].defined()) vals[n.outputs[o]] = cpu[o];
+  }
+  return kept;
+}
+
+}  // namespace
+
+class OpCuda : public ::testing::TestWithParam<Case> {};
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpCuda);  // a build without -DONYX_CUDA=ON
+
+TEST_P(OpCuda, MatchesCpuNodeByNode) {
+  if (!cuda::available()) GTEST_SKIP() << cuda::unavailable_reason();
+  const Case& c = GetParam();
+  std::mt19937 rng(1234);
+  Built b = build(c, rng, has_diff_input(c));
+  int compared = 0;
+  auto outs = compare_graph(*b.node_only, c, "op", &compared);
+  EXPECT_EQ(compared, 1) << c.name;
+  if (const char* dir = std::getenv("ONYX_OP_TABLE_DIR")) {
+    std::map<std::string, Tensor> written;
+    for (size_t o = 0; o < outs.size(); o++)
+      if (outs[o].defined()) written[cat("y", o)] = outs[o];
+    std::filesystem::create_directories(dir);
+    io::save_safetensors(std::string(dir) + "/" + c.name + ".cuda.safetensors", written, {});
+  }
+  if (!b.forward) return;
+  autodiff::GradientOptions opts;
+  opts.trainable = b.params;
+  auto tg = autodiff::build_training_graph(*b.forward, {}, opts);
+  compare_graph(*tg.graph, c, "", &compared);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, OpCuda, ::testing::ValuesIn(cuda_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
+
 // ---- bench --------------------------------------------------------------------------------------
 
 TEST(OpTableBench, Rows) {
@@ -473,6 +645,21 @@ TEST(OpTableCoverage, EveryKernelHasARow) {
   }
   expect_covered(runtime::KernelRegistry::instance().op_names(), covered,
                  "registered kernels have no row");
+  // A CUDA kernel is checked where OpCuda runs it: a row of its op, or a node of the training
+  // graph of a row whose op has a CUDA kernel.
+  std::set<std::string> cuda_covered;
+  for (const Case& c : cuda_cases()) {
+    cuda_covered.insert(key(c.domain, c.op));
+    if (!has_diff_input(c)) continue;
+    std::mt19937 rng(1234);
+    Built b = build(c, rng);
+    autodiff::GradientOptions opts;
+    opts.trainable = b.params;
+    auto tg = autodiff::build_training_graph(*b.forward, {}, opts);
+    for (auto& n : tg.graph->nodes) cuda_covered.insert(key(n.domain, n.op_type));
+  }
+  expect_covered(runtime::KernelRegistry::instance().op_names(Device::Cuda), cuda_covered,
+                 "CUDA kernels are never run by OpCuda");
 }
 
 TEST(OpTableCoverage, EveryGradientRuleHasAGradientRow) {
