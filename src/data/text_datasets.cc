@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "data/chat_template.h"
+#include "data/text_rows.h"
 #include "io/json.h"
 #include "onyx/error.h"
 
@@ -80,13 +81,6 @@ std::vector<CsvRecord> parse_csv(const std::string& text, char delim, const std:
   return out;
 }
 
-namespace {
-
-struct Row {
-  int64_t line;
-  nlohmann::json obj;
-};
-
 std::vector<Row> read_rows(const std::string& path, const TextClassificationOptions& o) {
   std::string fmt = o.format;
   if (fmt.empty()) {
@@ -131,6 +125,8 @@ std::vector<Row> read_rows(const std::string& path, const TextClassificationOpti
                r.line, " is not a JSON object");
   return rows;
 }
+
+namespace {
 
 bool parse_int(const std::string& s, int64_t& v) {
   if (s.empty()) return false;
@@ -363,15 +359,12 @@ std::map<std::string, Tensor> CausalLMDataset::batch(const std::vector<int64_t>&
           {"labels", to_tensor(labels, {B, T})}};
 }
 
-namespace {
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// Where a prompt-completion row's completion starts: the first position at which the ids of the
-// prompt alone and of the whole row differ (TRL's common prefix). When the prompt is not a prefix
-// (a token merging across the boundary, a template closing the prompt alone), TRL warns once per
-// dataset; so does onyx.
+// (text_rows.h) When the prompt is not a prefix (a token merging across the boundary, a template
+// closing the prompt alone), TRL warns once per dataset; so does onyx.
 size_t completion_start(const std::vector<int64_t>& prompt, const std::vector<int64_t>& all,
                         bool& warned, const std::string& path) {
   size_t n = 0;
@@ -385,15 +378,6 @@ size_t completion_start(const std::vector<int64_t>& prompt, const std::vector<in
   }
   return n;
 }
-// What encoding one SFT row reads besides the row.
-struct SftRowContext {
-  const Tokenizer& tok;
-  const SftOptions& opts;
-  const ChatTemplate* tmpl;  // null when the dataset has no chat template
-  const std::string& path;
-  bool& warned_prefix;  // completion_start warns once per dataset
-};
-
 const nlohmann::json* row_field(const Row& r, const char* key) {
   auto it = r.obj.find(key);
   return it == r.obj.end() || it->is_null() ? nullptr : &*it;
@@ -402,6 +386,72 @@ const nlohmann::json* row_field(const Row& r, const char* key) {
 bool is_messages(const nlohmann::json* v) {
   return v && v->is_array() && !v->empty() && (*v)[0].is_object() && (*v)[0].contains("role");
 }
+
+// TRL's maybe_convert_to_chatml: "conversations" of {from, value} -> "messages".
+void conversations_to_messages(Row& r, const std::string& path) {
+  if (const nlohmann::json* conv = row_field(r, "conversations");
+      conv && !row_field(r, "messages")) {
+    ONYX_CHECK(conv->is_array(), "dataset '", path, "': line ", r.line,
+               ": 'conversations' must be a list of messages");
+    nlohmann::json msgs = nlohmann::json::array();
+    for (auto m : *conv) {
+      if (m.is_object() && m.contains("from")) {
+        m["role"] = m["from"];
+        m.erase("from");
+      }
+      if (m.is_object() && m.contains("value")) {
+        m["content"] = m["value"];
+        m.erase("value");
+      }
+      msgs.push_back(m);
+    }
+    r.obj["messages"] = msgs;
+  }
+}
+
+nlohmann::ordered_json template_extras(const Row& r, const std::string& path) {
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (const nlohmann::json* tools = row_field(r, "tools")) {
+    if (tools->is_string()) {
+      extra["tools"] = io::parse_ordered_json(
+          tools->get<std::string>(),
+          cat("dataset '", path, "': line ", r.line, ": 'tools' (a string)"));
+    } else {
+      extra["tools"] = nlohmann::ordered_json::parse(tools->dump());
+    }
+  }
+  if (const nlohmann::json* kw = row_field(r, "chat_template_kwargs")) {
+    ONYX_CHECK(kw->is_object(), "dataset '", path, "': line ", r.line,
+               ": 'chat_template_kwargs' must be an object");
+    for (auto it = kw->begin(); it != kw->end(); ++it)
+      extra[it.key()] = nlohmann::ordered_json::parse(it.value().dump());
+  }
+  return extra;
+}
+
+ChatTemplate::Rendered render_messages(const ChatTemplate& tmpl, const nlohmann::json& msgs,
+                                       bool add_generation_prompt,
+                                       const std::map<std::string, std::string>& special_tokens,
+                                       const nlohmann::ordered_json& extra, const std::string& path,
+                                       int64_t line) {
+  try {
+    return tmpl.render(chat_template_vars(nlohmann::ordered_json::parse(msgs.dump()),
+                                          add_generation_prompt, special_tokens, extra));
+  } catch (const Error& e) {
+    throw Error(cat("dataset '", path, "': line ", line, ": ", e.what()));
+  }
+}
+
+namespace {
+
+// What encoding one SFT row reads besides the row.
+struct SftRowContext {
+  const Tokenizer& tok;
+  const SftOptions& opts;
+  const ChatTemplate* tmpl;  // null when the dataset has no chat template
+  const std::string& path;
+  bool& warned_prefix;  // completion_start warns once per dataset
+};
 
 // Byte offsets of each token in the text it was encoded from (token_bytes: a token's own bytes,
 // also part of a UTF-8 character, where decode() of one token would give U+FFFD); the assistant
@@ -431,28 +481,6 @@ std::vector<int64_t> assistant_mask(const SftRowContext& x, const std::vector<in
   return mask;
 }
 
-// TRL's maybe_convert_to_chatml: "conversations" of {from, value} -> "messages".
-void conversations_to_messages(Row& r, const std::string& path) {
-  if (const nlohmann::json* conv = row_field(r, "conversations");
-      conv && !row_field(r, "messages")) {
-    ONYX_CHECK(conv->is_array(), "dataset '", path, "': line ", r.line,
-               ": 'conversations' must be a list of messages");
-    nlohmann::json msgs = nlohmann::json::array();
-    for (auto m : *conv) {
-      if (m.is_object() && m.contains("from")) {
-        m["role"] = m["from"];
-        m.erase("from");
-      }
-      if (m.is_object() && m.contains("value")) {
-        m["content"] = m["value"];
-        m.erase("value");
-      }
-      msgs.push_back(m);
-    }
-    r.obj["messages"] = msgs;
-  }
-}
-
 // A conversational row ('messages', or 'prompt' / 'completion' as message lists) rendered with
 // the chat template and tokenized as TRL does: its ids, and labels with -100 where no loss is
 // taken (the prompt under completion_only_loss; outside the assistant turns under
@@ -465,29 +493,9 @@ void encode_conversation(const SftRowContext& x, const Row& r, std::vector<int64
              ": conversational rows need a chat template, and the tokenizer folder has "
              "none (no chat_template.jinja, no chat_template in tokenizer_config.json); set "
              "the dataset's chat_template to a .jinja file or a template");
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  if (const nlohmann::json* tools = row_field(r, "tools")) {
-    if (tools->is_string()) {
-      extra["tools"] = io::parse_ordered_json(
-          tools->get<std::string>(),
-          cat("dataset '", x.path, "': line ", r.line, ": 'tools' (a string)"));
-    } else {
-      extra["tools"] = nlohmann::ordered_json::parse(tools->dump());
-    }
-  }
-  if (const nlohmann::json* kw = row_field(r, "chat_template_kwargs")) {
-    ONYX_CHECK(kw->is_object(), "dataset '", x.path, "': line ", r.line,
-               ": 'chat_template_kwargs' must be an object");
-    for (auto it = kw->begin(); it != kw->end(); ++it)
-      extra[it.key()] = nlohmann::ordered_json::parse(it.value().dump());
-  }
+  const nlohmann::ordered_json extra = template_extras(r, x.path);
   auto render = [&](const nlohmann::json& msgs, bool gen) {
-    try {
-      return x.tmpl->render(chat_template_vars(nlohmann::ordered_json::parse(msgs.dump()), gen,
-                                               x.opts.special_tokens, extra));
-    } catch (const Error& e) {
-      throw Error(cat("dataset '", x.path, "': line ", r.line, ": ", e.what()));
-    }
+    return render_messages(*x.tmpl, msgs, gen, x.opts.special_tokens, extra, x.path, r.line);
   };
   if (pj || cj) {
     ONYX_CHECK(is_messages(pj) && is_messages(cj), "dataset '", x.path, "': line ", r.line,

@@ -20,6 +20,12 @@ with a {% generation %} template) tokenized by `onyx chat-template FOLDER --sft 
 input_ids and labels that TRL's SFTTrainer (trl pinned in scripts/setup.sh) prepares for the same
 rows with the same tokenizer.
 
+DPO: preference rows (prompt / chosen / rejected: strings, message lists, rows without a prompt
+whose shared prefix TRL extracts, unicode, max_length with both truncation modes) tokenized by
+`onyx chat-template FOLDER --dpo FILE` must give the prompt / chosen / rejected ids that TRL's
+DPOTrainer prepares and, per pair, the two sequences and completion masks its
+DataCollatorForPreference batches.
+
 Run: ONYX=build/onyx build/venv/bin/python tests/cli/test_chat_template.py
 Ends with "N passed, M failed, K skipped"; exits 1 if any case failed.
 """
@@ -715,6 +721,87 @@ def sft_plain_text_cases(results, base, tmp):
                                                       "%d rows" % len(want)))
 
 
+def trl_preference_rows(tok, rows, tmp, max_length, truncation_mode):
+    """Per pair, the ids TRL's DPOTrainer prepares and what its collator makes of the pair alone:
+    the chosen and rejected sequences and their labels (ids where completion_mask, else -100)."""
+    import torch
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import DPOConfig, DPOTrainer
+    torch.manual_seed(0)
+
+    def tiny():
+        return LlamaForCausalLM(LlamaConfig(
+            vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048))
+    args = DPOConfig(output_dir=os.path.join(tmp, "trl-dpo"), report_to=[], use_cpu=True,
+                     max_length=max_length, truncation_mode=truncation_mode,
+                     dataset_num_proc=None)
+    tr = DPOTrainer(model=tiny(), ref_model=tiny(), args=args,
+                    train_dataset=Dataset.from_list(rows), processing_class=tok)
+    out = []
+    for r in tr.train_dataset:
+        b = tr.data_collator([r])
+        row = {k: list(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")}
+        for i, side in enumerate(("chosen", "rejected")):
+            n = int(b["attention_mask"][i].sum())
+            ids = [int(t) for t in b["input_ids"][i][:n]]
+            mask = [int(m) for m in b["completion_mask"][i][:n]]
+            row[side + "_input_ids"] = ids
+            row[side + "_labels"] = [t if m else -100 for t, m in zip(ids, mask)]
+        out.append(row)
+    return out
+
+
+def dpo_cases(results, base, tmp):
+    import trl
+    text_rows = [{"prompt": "The cat", "chosen": " sat on the mat.", "rejected": " ran."},
+                 {"prompt": "Hello", "chosen": " there<|im_end|>", "rejected": ", world"},
+                 {"prompt": "Ünïcödé q:", "chosen": " café 🙂", "rejected": " naïve"}]
+    implicit = [{"chosen": "Q: what is 2+2? A: 4", "rejected": "Q: what is 2+2? A: 5"},
+                {"chosen": "Ünïcödé é then a", "rejected": "Ünïcödé é then b"},
+                {"chosen": "same start", "rejected": "same start and more"}]
+    convs = [c for c in CONVERSATIONS[1:8] if len(c) > 1 and c[-1]["role"] == A]
+    conv_rows = [{"prompt": c[:-1], "chosen": c[-1:],
+                  "rejected": [msg(A, "no, " + c[-1]["content"])]} for c in convs]
+    implicit_conv = [{"chosen": c, "rejected": c[:-1] + [msg(A, "other")]} for c in convs[:3]]
+    sets = [("chatml", "standard", text_rows, 1024, "keep_start"),
+            ("chatml", "implicit prompt", implicit, 1024, "keep_start"),
+            ("chatml", "conversational", conv_rows, 1024, "keep_start"),
+            ("llama3", "conversational", conv_rows[:3], 1024, "keep_start"),
+            ("chatml", "implicit conversational prompt", implicit_conv, 1024, "keep_start"),
+            ("chatml", "conversational max_length=24", conv_rows, 24, "keep_start"),
+            ("chatml", "conversational max_length=24 keep_end", conv_rows, 24, "keep_end")]
+    for fam, kind, rows, max_length, mode in sets:
+        template, bos, eos = FAMILIES[fam]
+        folder = os.path.join(tmp, "dpo-" + fam)
+        tok = hf_tokenizer(base, template, bos, eos, folder)
+        name = "dpo %s %s (TRL %s)" % (fam, kind, trl.__version__)
+        try:
+            want = trl_preference_rows(tok, rows, tmp, max_length, mode)
+        except Exception as e:  # noqa: BLE001
+            results.append((name, False, "TRL failed: %s: %s" % (type(e).__name__, e)))
+            continue
+        path = os.path.join(tmp, "dpo-rows.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        p = run_onyx([folder, "--dpo", path, "--max-length", str(max_length),
+                      "--truncation-mode", mode])
+        if p.returncode != 0:
+            results.append((name, False, "onyx failed: " + p.stderr))
+            continue
+        got = [json.loads(line) for line in p.stdout.splitlines()]
+        bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        detail = "%d of %d pairs kept" % (len(want), len(rows))
+        if bad:
+            i = bad[0]
+            detail += "; pair %d differs:\n    TRL:  %s\n    onyx: %s" % (i, want[i], got[i])
+        elif len(got) != len(want):
+            detail += "; onyx kept %d" % len(got)
+        results.append((name, len(got) == len(want) and not bad, detail))
+
+
 def main():
     try:
         import datasets
@@ -733,6 +820,7 @@ def main():
             import trl  # noqa: F401
             sft_cases(results, base, tmp)
             sft_plain_text_cases(results, base, tmp)
+            dpo_cases(results, base, tmp)
         except ImportError:
             print("SKIP sft cases: trl is not installed (scripts/setup.sh pins it)")
             skipped += 1

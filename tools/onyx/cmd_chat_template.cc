@@ -5,13 +5,17 @@
 // renders many: JSONL rows {"messages": [...], "add_generation_prompt": bool, "vars": {...}},
 // one JSON line out per row: {"text": ..., "generation": [[begin, end], ...]} (byte ranges) or
 // {"error": ...}. --sft FILE tokenizes an SFT dataset (`train_data: {type: sft}` rows) with
-// PATH's tokenizer and template and prints each row's {"input_ids", "labels"}.
+// PATH's tokenizer and template and prints each row's {"input_ids", "labels"}; --dpo FILE a
+// preference dataset (`train_data: {type: preference}` rows: prompt / chosen / rejected) and
+// prints each pair's {"prompt_ids", "chosen_ids", "rejected_ids"} and its two sequences as batched
+// ({"chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels"}).
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "data/chat_template.h"
+#include "data/preference_dataset.h"
 #include "data/text_datasets.h"
 #include "io/json.h"
 #include "onyx/error.h"
@@ -30,7 +34,7 @@ Action add_chat_template_command(CLI::App& app) {
                                  "render a conversation with a model folder's chat template, as "
                                  "Transformers' apply_chat_template(tokenize=False)");
   struct Opts {
-    std::string path, messages, cases, vars, sft, eos_token;
+    std::string path, messages, cases, vars, sft, dpo, eos_token, truncation_mode = "keep_start";
     bool gen = false, assistant_only = false, no_completion_only = false;
     int64_t max_length = 1024;
   };
@@ -41,10 +45,15 @@ Action add_chat_template_command(CLI::App& app) {
   cmd->add_option("--vars", o->vars, "a JSON object of extra template variables");
   cmd->add_option("--cases", o->cases, "a JSONL file of cases (see `onyx chat-template --help`)");
   cmd->add_option("--sft", o->sft, "an SFT dataset file: print each row's input_ids and labels");
+  cmd->add_option("--dpo", o->dpo,
+                  "a preference dataset file: print each pair's prompt / chosen / rejected ids");
+  cmd->add_option("--truncation-mode", o->truncation_mode,
+                  "--dpo: keep_start (default) or keep_end");
   cmd->add_flag("--assistant-only-loss", o->assistant_only, "--sft: loss on assistant turns only");
   cmd->add_flag("--no-completion-only-loss", o->no_completion_only,
                 "--sft: loss on the prompt tokens too");
-  cmd->add_option("--max-length", o->max_length, "--sft: truncation length (default 1024)");
+  cmd->add_option("--max-length", o->max_length,
+                  "--sft, --dpo: truncation length (default 1024; --dpo: 0 for none)");
   cmd->add_option("--eos-token", o->eos_token,
                   "--sft: the text ending plain-text rows (SFTConfig.eos_token; default: "
                   "tokenizer_config.json's eos_token)");
@@ -52,8 +61,32 @@ Action add_chat_template_command(CLI::App& app) {
     auto files = data::find_chat_template(o->path);
     nlohmann::ordered_json vars =
         o->vars.empty() ? nlohmann::ordered_json() : parse_json(o->vars, "--vars");
-    ONYX_CHECK((int)!o->messages.empty() + (int)!o->cases.empty() + (int)!o->sft.empty() == 1,
-               "give exactly one of --messages FILE, --cases FILE and --sft FILE");
+    ONYX_CHECK((int)!o->messages.empty() + (int)!o->cases.empty() + (int)!o->sft.empty() +
+                       (int)!o->dpo.empty() ==
+                   1,
+               "give exactly one of --messages FILE, --cases FILE, --sft FILE and --dpo FILE");
+    if (!o->dpo.empty()) {
+      data::PreferenceOptions po;
+      po.chat_template = files.source;
+      po.chat_template_origin = files.origin;
+      po.special_tokens = files.special_tokens;
+      po.max_length = o->max_length;
+      po.truncation_mode = o->truncation_mode;
+      data::PreferenceDataset ds(o->dpo, tokenizers::load_tokenizer(o->path), po);
+      for (int64_t i = 0; i < ds.size(); i++) {
+        std::vector<int64_t> cl, rl;
+        auto c = ds.sequence(i, true, &cl), r = ds.sequence(i, false, &rl);
+        nlohmann::ordered_json row = {{"prompt_ids", ds.prompt_ids(i)},
+                                      {"chosen_ids", ds.chosen_ids(i)},
+                                      {"rejected_ids", ds.rejected_ids(i)},
+                                      {"chosen_input_ids", c},
+                                      {"chosen_labels", cl},
+                                      {"rejected_input_ids", r},
+                                      {"rejected_labels", rl}};
+        std::cout << row.dump() << "\n";
+      }
+      return 0;
+    }
     if (!o->sft.empty()) {
       data::SftOptions so;
       so.chat_template = files.source;
