@@ -409,7 +409,9 @@ void trainer_init(TrainerBox* self, const std::string& model,
                   nb::object py_args, nb::object train_dataset, nb::object eval_dataset,
                   nb::object compute_metrics, std::vector<std::string> metric_names,
                   nb::list callbacks, nb::object loss, std::string predictions,
-                  std::vector<std::string> frozen, std::string peft_dir) {
+                  std::vector<std::string> frozen, std::string peft_dir,
+                  const std::vector<std::pair<std::string, std::string>>& config_items,
+                  const std::string& train_spec, const std::string& eval_spec) {
   TrainerBox box;  // moved into *self at the end (nanobind runs no destructor if __init__ throws)
   // Everything `onyx train` reads from a config, through the same function (model_from_config).
   config::RunConfig c;
@@ -427,8 +429,15 @@ void trainer_init(TrainerBox* self, const std::string& model,
     const std::filesystem::path w = std::filesystem::path(peft_dir) / "adapter_model.safetensors";
     c.lora_initial = std::filesystem::exists(w) ? w.string() : "";
   }
-  auto train_ds = dataset_from_dict(train_dataset, "train_dataset");
-  auto eval_ds = dataset_from_dict(eval_dataset, "eval_dataset");
+  // Keys a config would hold beyond TrainingArguments (DPOTrainer: trainer dpo, beta, ...), and
+  // datasets given as a config's typed specs (DPOTrainer: type preference)
+  for (auto& [k, v] : config_items) config::set_config_key(c, k, v, "the Trainer's configuration");
+  auto dataset = [&](nb::object obj, const std::string& spec, const char* which, const char* name) {
+    return spec.empty() ? dataset_from_dict(obj, name)
+                        : config::dataset_from_spec({"", spec}, c, which);
+  };
+  auto train_ds = dataset(train_dataset, train_spec, "train_data", "train_dataset");
+  auto eval_ds = dataset(eval_dataset, eval_spec, "eval_data", "eval_dataset");
   ComputeMetrics cm;
   bool need_predictions = true;
   if (!compute_metrics.is_none()) {
@@ -590,7 +599,8 @@ void bind_trainer(nb::module_& m) {
       .def("__init__", &trainer_init, "model"_a, "arg_items"_a, "py_args"_a,
            "train_dataset"_a.none(), "eval_dataset"_a.none(), "compute_metrics"_a.none(),
            "metric_names"_a, "callbacks"_a, "loss"_a.none(), "predictions"_a, "frozen"_a,
-           "peft_dir"_a = "")
+           "peft_dir"_a = "", "config_items"_a = std::vector<std::pair<std::string, std::string>>{},
+           "train_spec"_a = "", "eval_spec"_a = "")
       .def("train",
            [](TrainerBox& b) {
              TrainOutput o = without_gil([&] { return get(b).train(); });

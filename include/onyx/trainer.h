@@ -60,6 +60,13 @@ struct Model {
   // initializers of the graph, read by the GEMMs with bf16 inputs and float32 accumulation.
   // Saved as BF16 tensors; generation widens copies of them to float32.
   std::set<std::string> bf16_weights;
+  // Scalar float32 graph outputs logged during training under their names (TRL's DPO metrics:
+  // "rewards/chosen", ...): each micro-batch's value, averaged over the micro-batches since the
+  // last log.
+  std::vector<std::string> logged_outputs;
+  // DPO (models/preference_head.h): pairs per reference forward (DPOConfig.
+  // precompute_ref_batch_size; 0: per_device_train_batch_size / per_device_eval_batch_size).
+  int64_t reference_batch_size = 0;
   static Model from_onnx(const std::string& path, autodiff::LossSpec loss = {});
 };
 
@@ -213,6 +220,9 @@ class Trainer {
   // train_loop's parts: before the first step, one step's gradients and its update, the log /
   // evaluation / checkpoint after a step or an epoch, after the last step.
   void start_training();
+  // Preference data (DPO): the starting policy's summed completion log-probabilities of every
+  // pair, once, as TRL's reference (train/preference_reference.cc).
+  void precompute_reference_logps();
   double accumulate_gradients(const std::vector<std::vector<int64_t>>& batches, int64_t group_start,
                               int64_t group_end);
   void apply_gradients();

@@ -23,6 +23,7 @@ padded with -100, as its nested_concat).
 Custom ops: onyx.load_custom_ops("libmyops.so").
 """
 from . import _onyx
+from .dpo import DPOConfig, DPOTrainer
 from .optimum import ORTTrainer, ORTTrainingArguments
 from .trainer import Trainer
 from .trainer_callback import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState
@@ -34,7 +35,7 @@ __all__ = [
     "TrainingArguments", "Trainer", "TrainerCallback", "TrainerControl", "TrainerState",
     "EarlyStoppingCallback", "EvalPrediction", "TrainOutput", "PredictionOutput",
     "ORTTrainer", "ORTTrainingArguments", "OnyxError", "set_num_threads", "load_custom_ops",
-    "BestRun", "default_hp_space_optuna", "default_compute_objective",
+    "BestRun", "default_hp_space_optuna", "default_compute_objective", "DPOConfig", "DPOTrainer",
 ]
 __version__ = "0.1.0"
 

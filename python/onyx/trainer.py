@@ -115,6 +115,10 @@ class Trainer:
     (accuracy, f1, mse, perplexity), as a config's `metrics:`.
     """
 
+    # a subclass's run-config keys beyond TrainingArguments and typed data specs (DPOTrainer)
+    _config_items = ()
+    _data_specs = {}
+
     def __init__(self, model=None, args=None, data_collator=None, train_dataset=None,
                  eval_dataset=None, processing_class=None, model_init=None, compute_loss_func=None,
                  compute_metrics=None, callbacks=None, optimizers=(None, None),
@@ -358,7 +362,9 @@ class Trainer:
         return _onyx.Trainer(self.model, args._items(), args, _for_cpp(self.train_dataset),
                              _for_cpp(self.eval_dataset),
                              fn, names, cbs, self._loss, self._predictions or "", self._frozen,
-                             self._peft_dir or "")
+                             self._peft_dir or "", list(self._config_items),
+                             self._data_specs.get("train_data", ""),
+                             self._data_specs.get("eval_data", ""))
 
     def add_callback(self, callback):
         """Adds a callback (an instance or a class); takes effect from the next train()."""

@@ -50,7 +50,7 @@ def _text(value):
 
 class _ArgsBase:
     def __post_init__(self):
-        items = [(f.name, _text(getattr(self, f.name))) for f in dataclasses.fields(self)]
+        items = self._items()
         try:
             canonical = json.loads(_onyx.check_args(items))
         except _onyx.OnyxError as e:
@@ -66,7 +66,10 @@ class _ArgsBase:
         object.__setattr__(self, key, value)
 
     def _items(self):
-        return [(f.name, _text(getattr(self, f.name))) for f in dataclasses.fields(self)]
+        """The TrainingArguments keys and their values as text (a subclass's own fields, such as
+        DPOConfig's, stay in Python)."""
+        return [(f.name, _text(getattr(self, f.name))) for f in dataclasses.fields(self)
+                if f.name in _KEYS]
 
     def to_dict(self):
         """Every argument, as Transformers' TrainingArguments.to_dict()."""

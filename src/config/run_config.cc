@@ -14,6 +14,7 @@
 #include "data/chat_template.h"
 #include "data/dataset.h"
 #include "data/idx_dataset.h"
+#include "data/preference_dataset.h"
 #include "data/text_datasets.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
@@ -183,6 +184,60 @@ void set_model_init_kwargs(RunConfig& c, const YAML::Node& v, const std::string&
   }
 }
 
+// DPOConfig's keys (trainer: dpo).
+bool is_dpo_key(const std::string& key) {
+  static const std::set<std::string> keys = {"beta",
+                                             "loss_type",
+                                             "loss_weights",
+                                             "label_smoothing",
+                                             "discopop_tau",
+                                             "disable_dropout",
+                                             "precompute_ref_log_probs",
+                                             "precompute_ref_batch_size"};
+  return keys.count(key) != 0;
+}
+
+void set_dpo_key(RunConfig& c, const std::string& key, const YAML::Node& v,
+                 const std::string& what) {
+  auto number = [&](const std::string& text) {
+    size_t used = 0;
+    try {
+      const double x = std::stod(text, &used);
+      if (used == text.size() && std::isfinite(x)) return x;
+    } catch (...) {
+    }
+    throw Error(cat(what, ": '", key, "' must be a number, got '", text, "'"));
+  };
+  auto flag = [&]() {
+    const std::string t = scalar(v, key, what);
+    ONYX_CHECK(t == "true" || t == "false", what, ": '", key, "' must be true or false, got '", t,
+               "'");
+    return t == "true";
+  };
+  models::PreferenceLoss& d = c.dpo;
+  if (key == "beta") {
+    d.beta = number(scalar(v, key, what));
+  } else if (key == "loss_type") {
+    d.loss_type = string_list(v, key, what);
+  } else if (key == "loss_weights") {
+    d.loss_weights.clear();
+    for (auto& w : string_list(v, key, what)) d.loss_weights.push_back(number(w));
+  } else if (key == "label_smoothing") {
+    d.label_smoothing = number(scalar(v, key, what));
+  } else if (key == "discopop_tau") {
+    d.discopop_tau = number(scalar(v, key, what));
+  } else if (key == "disable_dropout") {
+    d.disable_dropout = flag();
+  } else if (key == "precompute_ref_log_probs") {
+    flag();  // either way: the reference (the starting policy) is computed once, before step 1
+  } else {
+    const double n = number(scalar(v, key, what));
+    ONYX_CHECK(n >= 0 && n == std::floor(n), what, ": '", key, "' must be a positive integer, got ",
+               n);
+    c.precompute_ref_batch_size = (int64_t)n;
+  }
+}
+
 void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const std::string& what) {
   if (key == "model") {
     if (v.IsMap()) {
@@ -273,6 +328,14 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     } catch (const Error& e) {
       throw Error(cat(what, ": ", e.what()));
     }
+  } else if (key == "trainer") {
+    c.trainer = scalar(v, key, what);
+    ONYX_CHECK(c.trainer == "default" || c.trainer == "dpo", what,
+               ": 'trainer' must be default "
+               "or dpo, got '",
+               c.trainer, "'");
+  } else if (is_dpo_key(key)) {
+    set_dpo_key(c, key, v, what);
   } else if (TrainingArguments::is_key(key)) {
     // a mapping or a list (lr_scheduler_kwargs, include_for_metrics) goes as its JSON text
     const std::string text =
@@ -284,16 +347,47 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     }
   } else {
     std::vector<std::string> known = TrainingArguments::keys();
-    for (const char* k :
-         {"model", "loss", "predictions", "train_data", "eval_data", "test_data", "metrics",
-          "frozen", "lora", "peft_config", "model_init_kwargs", "custom_op_libraries",
-          "batch_norm_running_var", "early_stopping_patience", "early_stopping_threshold"})
+    for (const char* k : {"model",
+                          "loss",
+                          "predictions",
+                          "train_data",
+                          "eval_data",
+                          "test_data",
+                          "metrics",
+                          "frozen",
+                          "lora",
+                          "peft_config",
+                          "model_init_kwargs",
+                          "custom_op_libraries",
+                          "batch_norm_running_var",
+                          "early_stopping_patience",
+                          "early_stopping_threshold",
+                          "trainer",
+                          "beta",
+                          "loss_type",
+                          "loss_weights",
+                          "label_smoothing",
+                          "discopop_tau",
+                          "disable_dropout",
+                          "precompute_ref_log_probs",
+                          "precompute_ref_batch_size"})
       known.push_back(k);
     throw Error(cat(what, ": unknown key '", key, "'", train::did_you_mean(key, known)));
   }
 }
 
 }  // namespace
+
+void set_config_key(RunConfig& c, const std::string& key, const std::string& yaml_text,
+                    const std::string& what) {
+  YAML::Node n;
+  try {
+    n = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw Error(cat(what, ": '", key, "': not valid YAML: ", e.what()));
+  }
+  set_key(c, key, n, what);
+}
 
 std::vector<std::pair<std::string, std::string>> parse_overrides(
     const std::vector<std::string>& a) {
@@ -353,6 +447,15 @@ RunConfig load_run_config(const std::string& path,
   };
   if (c.quantization && !given("gradient_checkpointing") && !given("activation_checkpointing"))
     c.args.gradient_checkpointing = true;
+  // trainer: dpo takes DPOConfig's defaults where they differ from TrainingArguments': learning
+  // rate 1e-6, logging every 10 steps, gradient checkpointing on, bf16 unless fp16.
+  if (c.trainer == "dpo") {
+    if (!given("learning_rate")) c.args.learning_rate = 1e-6;
+    if (!given("logging_steps")) c.args.set("logging_steps", "10");
+    if (!given("gradient_checkpointing") && !given("activation_checkpointing"))
+      c.args.gradient_checkpointing = true;
+    if (!given("bf16")) c.args.bf16 = !c.args.fp16;
+  }
   std::string dir = fs::path(path).parent_path().string();
   c.dir = dir.empty() ? "." : dir;
   c.model = resolve(dir, c.model);
@@ -428,6 +531,30 @@ Model from_built(models::BuiltModel b, const std::string& source) {
 
 }  // namespace
 
+namespace {
+// A text dataset's chat template: `chat_template:` (a .jinja file, a model folder, or the
+// template itself; "" when not given), else the tokenizer folder's (chat_template.jinja /
+// tokenizer_config.json).
+data::ChatTemplateFiles chat_template_files(const std::string& tok_path, const std::string& v,
+                                            const RunConfig& c, const std::string& what) {
+  auto files = data::find_chat_template(tok_path);
+  if (v.empty()) return files;
+  const std::string file = resolve(c.dir, v);
+  if (v.find("{{") == std::string::npos && v.find("{%") == std::string::npos) {
+    ONYX_CHECK(fs::exists(file), what, ": chat_template '", v,
+               "' is neither a file nor a template (no {{ or {%)");
+    auto own = data::find_chat_template(file);
+    ONYX_CHECK(!own.source.empty(), what, ": '", file, "' holds no chat template");
+    files.source = own.source;
+    files.origin = own.origin;
+  } else {
+    files.source = v;
+    files.origin = cat(what, ".chat_template");
+  }
+  return files;
+}
+}  // namespace
+
 std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunConfig& c,
                                                  const std::string& which) {
   if (d.spec.empty()) return data::TensorDataset::load(d.path);
@@ -492,6 +619,19 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       std::string images = resolve(c.dir, need("images"));
       ds = std::make_shared<data::IdxImageDataset>(images, resolve(c.dir, need("labels")), o);
     }
+  } else if (type == "preference") {
+    const std::string tok_path = resolve(c.dir, need("tokenizer"));
+    data::PreferenceOptions o;
+    o.format = take("format");
+    if (kv.count("max_length")) o.max_length = to_int("max_length", take("max_length"));
+    o.truncation_mode = take("truncation_mode", o.truncation_mode);
+    if (kv.count("pad_multiple")) o.pad_multiple = to_int("pad_multiple", take("pad_multiple"));
+    auto files = chat_template_files(tok_path, take("chat_template"), c, what);
+    o.chat_template = files.source;
+    o.chat_template_origin = files.origin;
+    o.special_tokens = files.special_tokens;
+    ds = std::make_shared<data::PreferenceDataset>(resolve(c.dir, need("path")),
+                                                   tokenizers::load_tokenizer(tok_path), o);
   } else if (type == "text_classification" || type == "causal_lm" || type == "sft") {
     const std::string tok_path = resolve(c.dir, need("tokenizer"));
     auto tok = tokenizers::load_tokenizer(tok_path);
@@ -507,24 +647,7 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       if (kv.count("packing")) o.packing = to_bool("packing");
       if (kv.count("assistant_only_loss")) o.assistant_only_loss = to_bool("assistant_only_loss");
       o.eos_token = take("eos_token");  // SFTConfig.eos_token
-      // The chat template: `chat_template:` (a .jinja file, a model folder, or the template
-      // itself), else the tokenizer folder's (chat_template.jinja / tokenizer_config.json).
-      auto files = data::find_chat_template(tok_path);
-      if (kv.count("chat_template")) {
-        const std::string v = take("chat_template");
-        const std::string file = resolve(c.dir, v);
-        if (v.find("{{") == std::string::npos && v.find("{%") == std::string::npos) {
-          ONYX_CHECK(fs::exists(file), what, ": chat_template '", v,
-                     "' is neither a file nor a template (no {{ or {%)");
-          auto own = data::find_chat_template(file);
-          ONYX_CHECK(!own.source.empty(), what, ": '", file, "' holds no chat template");
-          files.source = own.source;
-          files.origin = own.origin;
-        } else {
-          files.source = v;
-          files.origin = cat(what, ".chat_template");
-        }
-      }
+      auto files = chat_template_files(tok_path, take("chat_template"), c, what);
       o.chat_template = files.source;
       o.chat_template_origin = files.origin;
       o.special_tokens = files.special_tokens;
@@ -547,8 +670,9 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       ds = std::make_shared<data::TextClassificationDataset>(path, tok, o);
     }
   } else {
-    throw Error(cat(what, ": unknown dataset type '", type,
-                    "' (safetensors, idx_images, text_classification, causal_lm, sft)"));
+    throw Error(
+        cat(what, ": unknown dataset type '", type,
+            "' (safetensors, idx_images, text_classification, causal_lm, sft, preference)"));
   }
   ONYX_CHECK(kv.empty(), what, ": unknown key '", kv.begin()->first, "' for a ", type, " dataset");
   return ds;
@@ -652,6 +776,10 @@ Model model_from_config(const RunConfig& c) {
                         : c.predictions;
   } else if (!c.predictions.empty()) {
     m.predictions = c.predictions;
+  }
+  if (c.trainer == "dpo") {
+    models::to_preference_model(m, c.dpo);
+    m.reference_batch_size = c.precompute_ref_batch_size;
   }
   if (c.lora) {
     // LoRA: adapters on the matching linear layers; everything else frozen

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/lora.h"
+#include "models/preference_head.h"
 #include "onyx/dataset.h"
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
@@ -56,11 +57,23 @@ struct RunConfig {
   // the frozen linear weights Transformers would quantize stored in bitsandbytes' 4-bit format
   // (models/lora.h store_frozen_weights_4bit). Needs LoRA.
   std::optional<quant::BnbConfig> quantization;
+  // `trainer: dpo` — TRL's DPOTrainer: the causal LM's loss becomes DPOConfig's (beta, loss_type,
+  // loss_weights, label_smoothing, discopop_tau, disable_dropout, precompute_ref_batch_size: keys
+  // of the config, as DPOConfig's), over `type: preference` data (models/preference_head.h).
+  // "default": the model's own loss.
+  std::string trainer = "default";
+  models::PreferenceLoss dpo;
+  int64_t precompute_ref_batch_size = 0;
 };
 
 // overrides: ("learning_rate", "1e-4"), ... applied after the file, in order.
 RunConfig load_run_config(const std::string& path,
                           const std::vector<std::pair<std::string, std::string>>& overrides);
+
+// One key of a config from its YAML text, as the file would set it (the Python package's
+// DPOTrainer passes DPOConfig's keys this way); errors name `what`.
+void set_config_key(RunConfig& c, const std::string& key, const std::string& yaml_text,
+                    const std::string& what);
 
 // Parses "--key value" / "--key=value" pairs; throws on a dangling key.
 std::vector<std::pair<std::string, std::string>> parse_overrides(

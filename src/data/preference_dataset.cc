@@ -108,7 +108,10 @@ PairIds encode_standard(const Tokenizer& tok, const Row& row, const std::string&
                         const std::string& path) {
   auto text = [&](const char* key) {
     const nlohmann::json* v = row_field(row, key);
-    ONYX_CHECK(v && v->is_string(), "dataset '", path, "': line ", row.line, ": '", key,
+    ONYX_CHECK(v, "dataset '", path, "': line ", row.line,
+               ": a preference row needs 'prompt', 'chosen' and 'rejected'; '", key,
+               "' is missing");
+    ONYX_CHECK(v->is_string(), "dataset '", path, "': line ", row.line, ": '", key,
                "' must be a string (or every field a list of messages)");
     return v->get<std::string>();
   };

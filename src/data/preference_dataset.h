@@ -63,6 +63,7 @@ class PreferenceDataset : public Dataset {
   std::vector<int64_t> sequence(int64_t i, bool chosen, std::vector<int64_t>* labels) const;
   // The reference model's summed completion log-probabilities of each pair (one per row).
   void set_reference_logps(std::vector<float> chosen, std::vector<float> rejected);
+  bool has_reference_logps() const { return !ref_chosen_.empty(); }
 
  private:
   std::shared_ptr<const tokenizers::Tokenizer> tok_;

@@ -84,6 +84,7 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   if (args_.label_smoothing_factor > 0)
     go.loss.label_smoothing = (float)args_.label_smoothing_factor;
   go.frozen = model_.frozen;
+  go.keep_outputs = model_.logged_outputs;
   // Every op has a kernel and, on the path from the parameters to the loss, a gradient rule: all
   // missing ones named at once, before any data is read or graph planned (autodiff/coverage.h).
   autodiff::require_coverage(*model_.graph, go, /*gradients=*/train_ds_ != nullptr);
@@ -287,6 +288,7 @@ TrainOutput Trainer::train() {
     ~InTrain() { flag = false; }
   } in_train(impl_->in_train);
   try {
+    precompute_reference_logps();  // before a resume: the reference is the starting policy
     return train_loop();
   } catch (const std::exception& e) {
     // One rank failing ends the whole job at once (the others would wait in the next collective
@@ -424,6 +426,9 @@ void Trainer::maybe_log_save_evaluate(bool epoch_end) {
     // the LR the last step applied (Transformers reads it before lr_scheduler.step())
     e.values["learning_rate"] =
         train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1), &I.metric_lr);
+    for (auto& [name, sum] : I.logged_sums) e.values[name] = sum / (double)I.logged_counts[name];
+    I.logged_sums.clear();
+    I.logged_counts.clear();
     I.loss_since_log = 0;
     I.steps_since_log = 0;
     log(e);
@@ -498,6 +503,7 @@ double Trainer::accumulate_gradients(const std::vector<std::vector<int64_t>>& ba
   auto& grads = I.ts->grads();
   bool have_local = false;
   std::vector<double> my_parts(ga, 0.0);
+  std::map<std::string, double> logged;  // Model::logged_outputs of the micro-batch just run
   // DDP / ZeRO-1: the last local micro-batch's buckets are reduced while its backward runs.
   const bool overlap = I.dp->overlaps();
   int64_t last_j = -1;
@@ -526,17 +532,23 @@ double Trainer::accumulate_gradients(const std::vector<std::vector<int64_t>>& ba
         const auto& timing = I.ts->gradient_timing(micro_batches[j]);
         I.dp->begin_overlap(grads, &target, (float)w, timing.early, timing.late);
         overlapping = true;
-        my_parts[j] =
-            w * I.ts->forward_backward(micro_batches[j], false, seed, true, into,
-                                       [&](const std::string& p) { I.dp->grad_ready(p); });
+        my_parts[j] = w * I.ts->forward_backward(
+                              micro_batches[j], false, seed, true, into,
+                              [&](const std::string& p) { I.dp->grad_ready(p); }, &logged);
       } else {
-        my_parts[j] = w * I.ts->forward_backward(micro_batches[j], false, seed, true, into);
+        my_parts[j] =
+            w * I.ts->forward_backward(micro_batches[j], false, seed, true, into, {}, &logged);
         if ((float)w != 1.0f) train::scale(target, (float)w);
         if (into && !I.zero2) train::add_into(grads, *into);
       }
     } else {
       target.zero();  // ZeRO-2: this rank has no data for the slot, its share is zero
     }
+    for (auto& [name, v] : logged) {
+      I.logged_sums[name] += v;
+      I.logged_counts[name]++;
+    }
+    logged.clear();
     if (I.zero2) I.dp->accumulate_shard(grads, !have_local);
     have_local = true;
     micro_batches[j].clear();

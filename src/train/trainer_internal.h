@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct Trainer::Impl {
   double loss_since_log = 0;  // sum of step losses since the last "loss" log
   int64_t steps_since_log = 0;
   double loss_total = 0;  // sum of all step losses (train_loss)
+  // Model::logged_outputs: each micro-batch's value summed, and the count, since the last log
+  // (TRL keeps its _metrics in memory only: not saved in checkpoints, as there)
+  std::map<std::string, double> logged_sums;
+  std::map<std::string, int64_t> logged_counts;
   double last_grad_norm = 0;
   int64_t skipped_steps = 0;
   uint64_t data_seed = 0;

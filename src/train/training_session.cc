@@ -206,7 +206,10 @@ TrainingSession::Compiled& TrainingSession::compiled_for(
   std::set<std::string> vars = variables();
   autodiff::LossGraph lg = autodiff::build_loss_graph(*forward_, opts_, sig);
   ir::Graph fwd = *lg.graph;
-  fwd.outputs.resize(1);  // the loss, then the updated running statistics
+  fwd.outputs.resize(1);  // the loss, then the updated running statistics and logged values
+  for (auto& name : opts_.keep_outputs)
+    for (auto& o : lg.graph->outputs)
+      if (o.name == name) fwd.outputs.push_back(o);
   c.stat_outputs = expose_running_stats(fwd);
   passes::OptimizeOptions po = pass_opts_;
   if (po.bf16) po.bf16_weights.insert(params_.begin(), params_.end());
@@ -336,7 +339,8 @@ const autodiff::TrainingGraph& TrainingSession::training_graph_for(
 
 double TrainingSession::forward_backward(
     const std::map<std::string, Tensor>& batch, bool accumulate, uint64_t seed, bool training,
-    FlatBuffer* into, const std::function<void(const std::string&)>& on_grad_ready) {
+    FlatBuffer* into, const std::function<void(const std::string&)>& on_grad_ready,
+    std::map<std::string, double>* kept) {
   check_embedding_inputs(batch);
   Compiled& c = compiled_for(batch);
   std::map<std::string, Tensor> feeds = feeds_for(c, batch);
@@ -368,6 +372,8 @@ double TrainingSession::forward_backward(
     std::memcpy(dst.raw(), v.raw(), dst.nbytes());
     rounded_fresh_ = false;
   }
+  if (kept)
+    for (auto& name : opts_.keep_outputs) (*kept)[name] = out.at(name).get_as_double(0);
   return out.at(c.tg.loss).get_as_double(0);
 }
 

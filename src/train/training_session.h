@@ -100,10 +100,12 @@ class TrainingSession {
   // training-mode BatchNormalizations are written into buffers(). Returns the loss. `into`
   // (a buffer of grads()' layout) receives the gradients instead of grads().
   // `on_grad_ready(param)` is called during backward as soon as a parameter's gradient is
-  // final, for the parameters early_gradients() lists.
+  // final, for the parameters early_gradients() lists. `kept` receives the scalar values of the
+  // options' keep_outputs (Model::logged_outputs: TRL's DPO metrics).
   double forward_backward(const std::map<std::string, Tensor>& batch, bool accumulate,
                           uint64_t seed = 0, bool training = true, FlatBuffer* into = nullptr,
-                          const std::function<void(const std::string&)>& on_grad_ready = {});
+                          const std::function<void(const std::string&)>& on_grad_ready = {},
+                          std::map<std::string, double>* kept = nullptr);
   // Parameters whose gradient this batch's backward writes once and no later node reads (so it
   // is final when written: forward_backward reports them), and those with a gradient that is
   // final only when forward_backward returns.

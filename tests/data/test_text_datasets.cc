@@ -9,6 +9,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "data/preference_dataset.h"
 #include "data/text_datasets.h"
 #include "onyx/error.h"
 #include "tokenizers/bpe.h"
@@ -311,6 +312,50 @@ TEST(Sft, PromptCompletionMasksThePromptAndPads) {
   auto none = d.write("none.jsonl", "{\"prompt\": \"a\"}\n");
   e = error_of([&] { SftDataset x(none, gpt(), o); });
   EXPECT_NE(e.find("neither 'text' nor 'prompt' and 'completion'"), std::string::npos) << e;
+}
+
+// Preference pairs (TRL's DPO rows): the batch layout (chosen rows first, labels on the
+// completion), reference values riding along once set, and bad rows named by line.
+TEST(Preference, PairsBatchChosenFirstAndBadRowsAreNamed) {
+  TmpDir d("pref");
+  auto path = d.write("p.jsonl",
+                      "{\"prompt\": \"ab\", \"chosen\": \"c\", \"rejected\": \"de\"}\n"
+                      "{\"chosen\": \"xy1\", \"rejected\": \"xy22\"}\n");
+  PreferenceOptions o;
+  o.max_length = 5;
+  PreferenceDataset ds(path, gpt(), o);
+  ASSERT_EQ(ds.size(), 2);
+  EXPECT_EQ(ds.prompt_ids(0), (I{'a', 'b'}));
+  EXPECT_EQ(ds.chosen_ids(0), (I{'c', 256}));  // the eos appended
+  EXPECT_EQ(ds.prompt_ids(1), (I{'x', 'y'}));  // extracted: the shared prefix
+  EXPECT_EQ(ds.rejected_ids(1), (I{'2', '2', 256}));
+  auto b = ds.batch({0, 1});
+  EXPECT_EQ(b.at("input_ids").shape(), (Shape{4, 5}));  // x y 2 2 <eos> cut to 5
+  EXPECT_EQ(b.at("labels").to_int64_vector(),
+            (I{-100, -100, 'c', 256, -100, -100, -100, '1', 256, -100,    // chosen rows
+               -100, -100, 'd', 'e', 256,  -100, -100, '2', '2', 256}));  // rejected rows
+  EXPECT_EQ(b.count("ref_chosen_logps"), 0u);
+  ds.set_reference_logps({-1.f, -2.f}, {-3.f, -4.f});
+  b = ds.batch({1});
+  EXPECT_EQ(b.at("ref_rejected_logps").to_double_vector(), (std::vector<double>{-4.0}));
+  auto e = error_of([&] { ds.set_reference_logps({1.f}, {2.f}); });
+  EXPECT_NE(e.find("for 2 pairs"), std::string::npos) << e;
+
+  for (auto [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"prompt\": \"a\", \"chosen\": \"b\"}", "'rejected' is missing"},
+           {"{\"prompt\": \"a\", \"chosen\": 3, \"rejected\": \"b\"}", "'chosen' must be a string"},
+           {"{\"chosen\": \"\", \"rejected\": \"b\"}", "non-empty 'chosen' and 'rejected'"},
+           {"{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"chosen\": "
+            "[{\"role\": \"assistant\", \"content\": \"a\"}], \"rejected\": []}",
+            "need a chat template"}}) {
+    auto bad = d.write("bad.jsonl", "\n" + text + "\n");
+    e = error_of([&] { PreferenceDataset x(bad, gpt(), o); });
+    EXPECT_NE(e.find("line 2"), std::string::npos) << text << ": " << e;
+    EXPECT_NE(e.find(want), std::string::npos) << text << ": " << e;
+  }
+  o.truncation_mode = "keep_middle";
+  e = error_of([&] { PreferenceDataset x(path, gpt(), o); });
+  EXPECT_NE(e.find("keep_middle"), std::string::npos) << e;
 }
 
 TEST(Sft, PackingRestartsPositionsAndMasksTheFirstToken) {

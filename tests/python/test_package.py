@@ -703,8 +703,19 @@ t = onyx.Trainer(model, args, train_dataset=d,
                  callbacks=[StopOnOneRank()] if len(sys.argv) > 4 else None)
 t.train()
 t.save_model(out)
-print("rank-zero", t.state.is_world_process_zero, "steps", t.state.global_step, flush=True)
+# each rank's report in a file of its own: two ranks' stdout interleave mid-line under mpirun
+import os
+with open(out + ".rank" + os.environ.get("OMPI_COMM_WORLD_RANK", "0"), "w") as f:
+    f.write(f"rank-zero {{t.state.is_world_process_zero}} steps {{t.state.global_step}}\\n")
 """)
+
+    def reports(out):
+        text = ""
+        for r in (0, 1):
+            if os.path.exists(f"{out}.rank{r}"):
+                with open(f"{out}.rank{r}") as f:
+                    text += f.read()
+        return text
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
     one = os.path.join(tmp, "mpi-one")
@@ -718,8 +729,8 @@ print("rank-zero", t.state.is_world_process_zero, "steps", t.state.global_step, 
                             sys.executable, script, two, "1", str(zero)], capture_output=True,
                            text=True, timeout=300, env=env)
         assert p.returncode == 0, p.stderr[-2000:]
-        flags = sorted(re.findall(r"rank-zero (True|False)", p.stdout))
-        assert flags == ["False", "True"], p.stdout[-500:]
+        flags = sorted(re.findall(r"rank-zero (True|False)", reports(two)))
+        assert flags == ["False", "True"], reports(two) + p.stdout[-500:]
         got = st_io.load(os.path.join(two, "model.safetensors"))
         assert sorted(got) == sorted(ref) and all(np.array_equal(got[k], ref[k]) for k in ref), \
             f"zero_stage {zero}: weights differ from one process with GA 2"
@@ -728,11 +739,58 @@ print("rank-zero", t.state.is_world_process_zero, "steps", t.state.global_step, 
                         sys.executable, script, os.path.join(tmp, "mpi-stop"), "1", "0", "stop"],
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
-    steps = sorted(re.findall(r"steps (\d+)", p.stdout))
-    assert steps == ["2", "2"], p.stdout[-500:]
+    steps = sorted(re.findall(r"steps (\d+)", reports(os.path.join(tmp, "mpi-stop"))))
+    assert steps == ["2", "2"], reports(os.path.join(tmp, "mpi-stop")) + p.stdout[-500:]
     return ("BertForSequenceClassification object, mpirun -np 2 (DDP and ZeRO-1) ≡ one process "
             "with GA 2 bit for bit; one rank reports is_world_process_zero; a stop decided on "
             "rank 1 alone stops both after step 2")
+
+
+def case_dpo_trainer(onyx, tmp):
+    """onyx.DPOTrainer / onyx.DPOConfig with TRL 1.16's signatures: DPOConfig's defaults where
+    they differ from TrainingArguments' (learning_rate, logging_steps, gradient_checkpointing,
+    bf16) are TRL's; a Transformers LlamaForCausalLM object, a datasets.Dataset of preference
+    pairs and the tokenizer object train as trl.DPOTrainer trains them (float32, 6 steps): every
+    logged loss and metric within 1e-4 (tests/parity/test_dpo.py's comparison); the module holds
+    the trained weights after train(); a ref_model with other weights is refused."""
+    import datasets
+    import torch
+    import transformers as tr
+    import trl
+    threads = torch.get_num_threads()
+    import test_dpo  # (which sets torch to one thread, as its comparisons run)
+    ours, theirs = onyx.DPOConfig(output_dir=tmp), trl.DPOConfig(output_dir=tmp, use_cpu=True)
+    for k in ("learning_rate", "logging_steps", "gradient_checkpointing", "bf16", "beta",
+              "loss_type", "max_length", "truncation_mode", "label_smoothing"):
+        assert getattr(ours, k) == getattr(theirs, k), f"DPOConfig.{k}: {getattr(ours, k)!r}, TRL's {getattr(theirs, k)!r}"
+    s = test_dpo.Setup(os.path.join(tmp, "dpo"))
+    dpo = {"loss_type": "sigmoid", "beta": 0.5}
+    want = test_dpo.trl_run(s, "py", dpo)
+    model = tr.LlamaForCausalLM.from_pretrained(s.base_dir, attn_implementation="eager")
+    before = model.model.embed_tokens.weight.detach().clone()
+    args = onyx.DPOConfig(output_dir=os.path.join(tmp, "dpo-out"), max_steps=test_dpo.STEPS,
+                          per_device_train_batch_size=test_dpo.BATCH, learning_rate=test_dpo.LR,
+                          logging_steps=1, save_strategy="no", train_sampling_strategy="sequential",
+                          disable_tqdm=True, seed=0, bf16=False, gradient_checkpointing=False,
+                          **dpo)
+    t = onyx.DPOTrainer(model=model, args=args, processing_class=s.tok,
+                        train_dataset=datasets.Dataset.from_json(s.data))
+    t.train()
+    got = [e for e in t.state.log_history if "loss" in e]
+    ok, msg = test_dpo.compare(want, got, dpo["beta"])
+    assert ok, msg
+    assert not torch.equal(before, model.model.embed_tokens.weight), "the module was not updated"
+    other = tr.LlamaForCausalLM.from_pretrained(s.base_dir)
+    with torch.no_grad():
+        other.lm_head.weight.add_(1.0)
+    try:
+        onyx.DPOTrainer(model=model, ref_model=other, args=args, processing_class=s.tok,
+                        train_dataset=datasets.Dataset.from_json(s.data))
+        raise AssertionError("a ref_model with other weights was accepted")
+    except NotImplementedError:
+        pass
+    torch.set_num_threads(threads)
+    return "DPOConfig's defaults = TRL's; the LlamaForCausalLM object trained as trl.DPOTrainer: " + msg
 
 
 def tiny_bert(num_labels=3):
@@ -1783,6 +1841,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("early-stopping", case_early_stopping), ("save-model", case_save_model),
          ("ort-alias", case_ort_alias), ("hf-folder", case_hf_folder), ("no-leaks", case_no_leaks),
          ("mpirun", case_mpirun), ("llama-module", case_llama_module),
+         ("dpo-trainer", case_dpo_trainer),
          ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved),
          ("peft-lora-module", case_peft_lora_module),
          ("qlora-peft-module", case_qlora_peft_module), ("adafactor", case_adafactor),

@@ -1,0 +1,302 @@
+// models/preference_head.cc — see preference_head.h.
+#include "models/preference_head.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "ir/graph.h"
+#include "onyx/error.h"
+
+namespace onyx::models {
+
+namespace {
+
+// Appends nodes to a graph: constants as Constant nodes (no initializers: nothing the trainer
+// would take for a weight), names under "dpo/".
+struct Emit {
+  ir::Graph& g;
+  int n = 0;
+  std::string op(const std::string& type, std::vector<std::string> in,
+                 std::map<std::string, ir::Attribute> attrs = {}, std::string out = "",
+                 const std::string& domain = "", int outputs = 1) {
+    ir::Node nd;
+    nd.name = cat("dpo/", type, "_", n++);
+    nd.op_type = type;
+    nd.domain = domain;
+    nd.inputs = std::move(in);
+    nd.outputs.push_back(out.empty() ? nd.name + "/out" : out);
+    for (int k = 1; k < outputs; k++) nd.outputs.push_back(cat(nd.name, "/out", k));
+    nd.attrs = std::move(attrs);
+    g.nodes.push_back(nd);
+    return nd.outputs[0];
+  }
+  std::string constant(Tensor t) {
+    return op("Constant", {}, {{"value", ir::Attribute::of_tensor(std::move(t))}});
+  }
+  std::string f32(double v) { return constant(Tensor::scalar_f32((float)v)); }
+  std::string i64s(const std::vector<int64_t>& v) {
+    return constant(Tensor::from_vector<int64_t>(DType::Int64, {(int64_t)v.size()}, v));
+  }
+  // elementwise helpers
+  std::string add(const std::string& a, const std::string& b) { return op("Add", {a, b}); }
+  std::string sub(const std::string& a, const std::string& b) { return op("Sub", {a, b}); }
+  std::string mul(const std::string& a, const std::string& b) { return op("Mul", {a, b}); }
+  std::string div(const std::string& a, const std::string& b) { return op("Div", {a, b}); }
+  std::string scale(double s, const std::string& x) { return mul(f32(s), x); }
+  std::string neg(const std::string& x) { return op("Neg", {x}); }
+  std::string sigmoid(const std::string& x) { return op("Sigmoid", {x}); }
+  // log σ(x) = −softplus(−x) (PyTorch's F.logsigmoid)
+  std::string logsigmoid(const std::string& x) { return neg(op("Softplus", {neg(x)})); }
+  std::string square(const std::string& x) { return mul(x, x); }
+  std::string mean(const std::string& x) {
+    return op("ReduceMean", {x}, {{"keepdims", ir::Attribute::of_int(0)}});
+  }
+  std::string total(const std::string& x) {
+    return op("ReduceSum", {x}, {{"keepdims", ir::Attribute::of_int(0)}});
+  }
+  std::string row_sums(const std::string& x) {  // (R, T) -> (R)
+    return op("ReduceSum", {x, i64s({1})}, {{"keepdims", ir::Attribute::of_int(0)}});
+  }
+  std::string at_least_one(const std::string& x) { return op("Max", {x, f32(1.0)}); }
+  std::string to_f32(const std::string& x) {
+    return op("Cast", {x}, {{"to", ir::Attribute::of_int((int64_t)DType::Float32)}});
+  }
+  // rows [0, half) and [half, end) of a 1-D value
+  std::pair<std::string, std::string> halves(const std::string& x, const std::string& half) {
+    return {op("Slice", {x, i64s({0}), half, i64s({0})}),
+            op("Slice", {x, half, i64s({INT64_MAX}), i64s({0})})};
+  }
+};
+
+// The (chosen, rejected) log-ratios, their counts of completion tokens and log-probabilities a
+// loss type reads.
+struct Pairs {
+  std::string cl, rl, delta;         // log-ratios (B) and Δ = cl − rl
+  std::string n_chosen, n_rejected;  // completion tokens per row (B), unshifted, as TRL counts
+  std::string chosen_token_sum, chosen_tokens;  // the chosen rows' summed logps, shifted tokens
+};
+
+std::string per_pair_loss(Emit& e, const std::string& type, const Pairs& p,
+                          const PreferenceLoss& c) {
+  const double b = c.beta, ls = c.label_smoothing;
+  const std::string bd = e.scale(b, p.delta);
+  if (type == "sigmoid") return e.neg(e.logsigmoid(bd));
+  if (type == "hinge") return e.op("Relu", {e.sub(e.f32(1.0), bd)});
+  if (type == "ipo" || type == "sigmoid_norm") {
+    std::string d =
+        e.sub(e.div(p.cl, e.at_least_one(p.n_chosen)), e.div(p.rl, e.at_least_one(p.n_rejected)));
+    if (type == "sigmoid_norm") return e.neg(e.logsigmoid(e.scale(b, d)));
+    return e.square(e.sub(d, e.f32(1.0 / (2.0 * b))));
+  }
+  if (type == "exo_pair") {
+    std::string qw = e.mul(e.sigmoid(bd), e.sub(e.logsigmoid(bd), e.f32(std::log1p(-ls))));
+    std::string nbd = e.neg(bd);
+    std::string ql = e.mul(e.sigmoid(nbd), e.sub(e.logsigmoid(nbd), e.f32(std::log(ls))));
+    return e.add(qw, ql);
+  }
+  const std::string cr = e.scale(b, p.cl), rr = e.scale(b, p.rl);
+  if (type == "nca_pair")
+    return e.sub(e.sub(e.neg(e.logsigmoid(cr)), e.scale(0.5, e.logsigmoid(e.neg(cr)))),
+                 e.scale(0.5, e.logsigmoid(e.neg(rr))));
+  if (type == "robust") {
+    std::string clean = e.scale(-(1.0 - ls), e.logsigmoid(bd));
+    std::string flipped = e.scale(-ls, e.logsigmoid(e.neg(bd)));
+    return e.scale(1.0 / (1.0 - 2.0 * ls), e.sub(clean, flipped));
+  }
+  if (type == "bco_pair") return e.sub(e.neg(e.logsigmoid(cr)), e.logsigmoid(e.neg(rr)));
+  if (type == "sppo_hard")
+    return e.add(e.square(e.sub(p.cl, e.f32(0.5 / b))), e.square(e.add(p.rl, e.f32(0.5 / b))));
+  if (type == "apo_zero") return e.add(e.sub(e.f32(1.0), e.sigmoid(cr)), e.sigmoid(rr));
+  if (type == "apo_down")
+    return e.add(e.sigmoid(cr), e.sub(e.f32(1.0), e.sigmoid(e.scale(b, e.sub(p.cl, p.rl)))));
+  if (type == "discopop") {
+    std::string mod = e.sigmoid(e.scale(1.0 / c.discopop_tau, bd));
+    std::string logistic = e.neg(e.logsigmoid(bd));
+    std::string expo = e.op("Exp", {e.neg(bd)});
+    return e.add(e.mul(logistic, e.sub(e.f32(1.0), mod)), e.mul(expo, mod));
+  }
+  if (type == "sft")  // the chosen tokens' mean negative log-probability, the same for each pair
+    return e.neg(e.div(p.chosen_token_sum, e.at_least_one(p.chosen_tokens)));
+  throw Error(cat("loss_type '", type, "' is not built"));
+}
+
+// The value computing "logits": MatMul(h, Transpose(table)). Returns (h, table).
+std::pair<std::string, std::string> head_of(const ir::Graph& g) {
+  const ir::Node* mm = nullptr;
+  for (auto& n : g.nodes)
+    if (!n.outputs.empty() && n.outputs[0] == "logits") mm = &n;
+  ONYX_CHECK(mm && mm->op_type == "MatMul" && mm->inputs.size() == 2,
+             "DPO: the model has no LM head "
+             "(a MatMul computing 'logits'): a causal LM built by onyx (gpt2, llama, mistral, "
+             "qwen2) is needed");
+  for (auto& n : g.nodes)
+    if (n.outputs[0] == mm->inputs[1] && n.op_type == "Transpose")
+      return {mm->inputs[0], n.inputs[0]};
+  throw Error("DPO: the LM head's weight is not a transposed table");
+}
+
+// Drops the nodes that read "logits", transitively (the token cross-entropy), and the outputs.
+void drop_token_loss(ir::Graph& g) {
+  std::set<std::string> dead = {"logits"};
+  std::vector<ir::Node> kept;
+  for (auto& n : g.nodes) {
+    bool reads = std::any_of(n.inputs.begin(), n.inputs.end(),
+                             [&](const std::string& i) { return dead.count(i) != 0; });
+    bool is_head = !n.outputs.empty() && n.outputs[0] == "logits";
+    if (reads || is_head) {
+      for (auto& o : n.outputs) dead.insert(o);
+      continue;
+    }
+    kept.push_back(n);
+  }
+  g.nodes = std::move(kept);
+  g.outputs.clear();
+}
+
+}  // namespace
+
+const std::vector<std::string>& preference_loss_types() {
+  static const std::vector<std::string> t = {
+      "sigmoid",   "hinge",    "ipo",      "exo_pair", "nca_pair", "robust",      "bco_pair",
+      "sppo_hard", "apo_zero", "apo_down", "discopop", "sft",      "sigmoid_norm"};
+  return t;
+}
+
+void check_preference_loss(const PreferenceLoss& c) {
+  ONYX_CHECK(!c.loss_type.empty(), "loss_type: at least one loss type");
+  for (auto& t : c.loss_type) {
+    const auto& known = preference_loss_types();
+    if (t == "aot" || t == "aot_unpaired")
+      ONYX_UNSUPPORTED("loss_type '", t, "' (it sorts the batch) is not built in onyx");
+    if (std::find(known.begin(), known.end(), t) == known.end()) {
+      std::string list;
+      for (auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw Error(cat("loss_type '", t, "' is not a DPO loss (", list, ")"));
+    }
+  }
+  ONYX_CHECK(c.loss_weights.empty() || c.loss_weights.size() == c.loss_type.size(),
+             "loss_weights: ", c.loss_weights.size(), " weights for ", c.loss_type.size(),
+             " loss types");
+  ONYX_CHECK(c.beta > 0, "beta must be positive, got ", c.beta);
+  ONYX_CHECK(c.label_smoothing >= 0 && c.label_smoothing < 0.5,
+             "label_smoothing must be in [0, 0.5), got ", c.label_smoothing);
+  ONYX_CHECK(c.discopop_tau > 0, "discopop_tau must be positive, got ", c.discopop_tau);
+}
+
+void to_preference_model(Model& m, const PreferenceLoss& cfg) {
+  check_preference_loss(cfg);
+  ir::Graph& g = *m.graph;
+  auto [h, table] = head_of(g);
+  ONYX_CHECK(g.initializers.count(table) && g.initializers.at(table).rank() == 2,
+             "DPO: the LM head's weight '", table, "' is not a 2-D weight");
+  const int64_t C = g.initializers.at(table).dim(1);
+  drop_token_loss(g);
+  if (cfg.disable_dropout)
+    for (auto& n : g.nodes)
+      if (n.op_type == "Dropout" && n.domain.empty()) {
+        n.op_type = "Identity";
+        n.inputs.resize(1);
+        n.outputs.resize(1);
+        n.attrs.clear();
+      }
+  g.opsets["onyx"] = 1;
+  for (const char* ref : {"ref_chosen_logps", "ref_rejected_logps"}) {
+    ir::ValueInfo vi;
+    vi.name = ref;
+    vi.dtype = DType::Float32;
+    vi.shape = {-1};
+    g.inputs.push_back(vi);
+  }
+  Emit e{g};
+  // per-token log-probabilities of the shifted rows (2B, T-1)
+  std::string hs = e.op("Slice", {h, e.i64s({0}), e.i64s({-1}), e.i64s({1})});
+  std::string ls = e.op("Slice", {"labels", e.i64s({1}), e.i64s({INT64_MAX}), e.i64s({1})});
+  std::string rows_shape = e.op("Shape", {ls});
+  std::string logps =
+      e.op("LinearLogProbs",
+           {e.op("Reshape", {hs, e.i64s({-1, C})}), table, e.op("Reshape", {ls, e.i64s({-1})})},
+           {{"ignore_index", ir::Attribute::of_int(-100)}}, "", "onyx", 4);
+  const ir::Node& llp = g.nodes.back();
+  const std::string entropy = llp.outputs[1], mean_logits = llp.outputs[2], top1 = llp.outputs[3];
+  auto rows = [&](const std::string& flat) { return e.op("Reshape", {flat, rows_shape}); };
+  std::string seq = e.row_sums(rows(logps));  // (2B)
+  std::string half = e.div(e.op("Shape", {seq}), e.i64s({2}));
+  auto [chosen, rejected] = e.halves(seq, half);
+  e.op("Identity", {chosen}, {}, kChosenLogps);
+  e.op("Identity", {rejected}, {}, kRejectedLogps);
+  Pairs p;
+  p.cl = e.sub(chosen, "ref_chosen_logps");
+  p.rl = e.sub(rejected, "ref_rejected_logps");
+  p.delta = e.sub(p.cl, p.rl);
+  // completion tokens: unshifted per row (TRL's completion_mask.sum), shifted for the metrics
+  auto not_ignored = [&](const std::string& labels) {
+    return e.to_f32(e.op("Not", {e.op("Equal", {labels, e.constant(Tensor::scalar_i64(-100))})}));
+  };
+  std::tie(p.n_chosen, p.n_rejected) = e.halves(e.row_sums(not_ignored("labels")), half);
+  std::string shifted_mask = not_ignored(ls);
+  auto [chosen_tok, rejected_tok] = e.halves(e.row_sums(shifted_mask), half);
+  p.chosen_tokens = e.total(chosen_tok);
+  p.chosen_token_sum = e.total(chosen);
+  std::string loss;
+  for (size_t k = 0; k < cfg.loss_type.size(); k++) {
+    const double w = cfg.loss_weights.empty() ? 1.0 : cfg.loss_weights[k];
+    std::string term = e.scale(w, e.mean(per_pair_loss(e, cfg.loss_type[k], p, cfg)));
+    loss = loss.empty() ? term : e.add(loss, term);
+  }
+  e.op("Identity", {loss}, {}, "loss");
+  // TRL's metrics (no gradient flows from them: nothing differentiates them but the loss's path)
+  const std::string rc = e.scale(cfg.beta, p.cl), rj = e.scale(cfg.beta, p.rl);
+  std::vector<std::pair<std::string, std::string>> metrics = {
+      {"rewards/chosen", e.mean(rc)},
+      {"rewards/rejected", e.mean(rj)},
+      {"rewards/accuracies", e.mean(e.to_f32(e.op("Greater", {rc, rj})))},
+      {"rewards/margins", e.mean(e.sub(rc, rj))},
+      {"logps/chosen", e.mean(chosen)},
+      {"logps/rejected", e.mean(rejected)}};
+  auto [ml_chosen, ml_rejected] = e.halves(e.row_sums(rows(mean_logits)), half);
+  metrics.push_back({"logits/chosen", e.div(e.total(ml_chosen), e.at_least_one(p.chosen_tokens))});
+  metrics.push_back(
+      {"logits/rejected", e.div(e.total(ml_rejected), e.at_least_one(e.total(rejected_tok)))});
+  auto top1_chosen = e.halves(e.row_sums(rows(e.to_f32(top1))), half).first;
+  metrics.push_back(
+      {"mean_token_accuracy", e.div(e.total(top1_chosen), e.at_least_one(p.chosen_tokens))});
+  metrics.push_back({"entropy", e.div(e.total(entropy), e.at_least_one(e.total(shifted_mask)))});
+  auto output = [&](const std::string& name, Shape shape) {
+    ir::ValueInfo vi;
+    vi.name = name;
+    vi.dtype = DType::Float32;
+    vi.shape = std::move(shape);
+    g.outputs.push_back(vi);
+  };
+  output("loss", {});
+  m.logged_outputs.clear();
+  for (auto& [name, value] : metrics) {
+    e.op("Identity", {value}, {}, name);
+    output(name, {});
+    m.logged_outputs.push_back(name);
+  }
+  output(kChosenLogps, {-1});
+  output(kRejectedLogps, {-1});
+  m.loss = autodiff::LossSpec{};
+  m.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
+  m.loss.output = "loss";
+  m.items_labels.clear();  // a mean over pairs: micro-batches weigh equally, as TRL's
+  m.items_shifted = false;
+  m.predictions = kChosenLogps;
+  // The reference inputs are filled with zeros where a batch has none (the reference pass itself,
+  // which reads only chosen_logps / rejected_logps); the trainer fills the dataset first.
+  m.optional_inputs.insert("ref_chosen_logps");
+  m.optional_inputs.insert("ref_rejected_logps");
+  auto previous = m.fill_defaults;
+  m.fill_defaults = [previous](std::map<std::string, Tensor>& batch) {
+    if (previous) previous(batch);
+    auto ids = batch.find("input_ids");
+    if (ids == batch.end()) return;
+    const int64_t B = ids->second.dim(0) / 2;
+    for (const char* ref : {"ref_chosen_logps", "ref_rejected_logps"})
+      if (!batch.count(ref)) batch[ref] = Tensor::zeros(DType::Float32, {B});
+  };
+}
+
+}  // namespace onyx::models

@@ -1,0 +1,232 @@
+"""test_dpo.py — DPO (`trainer: dpo`, models/preference_head.h, data/preference_dataset.h)
+against TRL 1.16's DPOTrainer + PyTorch 2.13 on the same tiny Llama, tokenizer, pairs and batches.
+
+A byte-level BPE tokenizer is trained here (eos <|endoftext|>, also the pad token); a tiny random
+LlamaForCausalLM (GQA 2:1) is saved as the starting policy. 12 preference pairs (standard
+prompt / chosen / rejected strings of different lengths) train for 6 steps of 2 pairs in file
+order (train_sampling_strategy sequential), AdamW lr 1e-3, gradient clipping at 1.0, in float32
+(DPOConfig's bf16 and gradient_checkpointing defaults turned off on both sides).
+TRL's reference is a frozen copy of the policy (ref_model); onyx's is the same starting policy's
+log-probabilities computed once before step 1.
+
+Cases (one PASS / FAIL line each), each comparing every step's logged loss, grad_norm,
+learning_rate and every metric TRL logs that onyx logs (rewards/chosen, rewards/rejected,
+rewards/accuracies, rewards/margins, logps/chosen, logps/rejected, logits/chosen,
+logits/rejected, mean_token_accuracy, entropy) within 1e-4 relative — to the value, or where it is
+a small difference of large operands, to their magnitude (rewards: β·|logps|; logits/*: 1, a mean
+logit near zero is a mean of O(1) logits):
+  <loss_type>       sigmoid, hinge, ipo, exo_pair (label_smoothing 0.1), nca_pair, robust
+                    (label_smoothing 0.1), bco_pair, sppo_hard, apo_zero, apo_down, discopop,
+                    sft, sigmoid_norm
+  weighted-list     loss_type [sigmoid, sft] with loss_weights [1.0, 0.5]
+  lora              LoRA (r 4 on q_proj, v_proj; PEFT's initial adapter, B = 0, as a
+                    peft_config folder for onyx): TRL's reference is the base with the adapter
+                    off; onyx's the starting policy (the same model while B = 0)
+  errors            an unknown loss_type, loss_weights of another length, preference data
+                    without trainer: dpo: exit 1 naming why, nothing written
+
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_dpo.py [filter]
+Ends with "N passed, M failed"; exits 1 if any case failed.
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import transformers as tr
+from case_runner import run_cases, with_shared
+
+ONYX = os.environ.get("ONYX", "build/onyx")
+TOL = 1e-4
+STEPS, BATCH, LR = 6, 2, 1e-3
+METRICS = ["loss", "grad_norm", "learning_rate", "rewards/chosen", "rewards/rejected",
+           "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected",
+           "logits/chosen", "logits/rejected", "mean_token_accuracy", "entropy"]
+torch.set_num_threads(1)
+
+WORDS = ["cat", "dog", "tree", "river", "stone", "cloud", "light", "sound", "bread", "glass",
+         "paper", "metal"]
+PAIRS = [{"prompt": f"Define {w}:",
+          "chosen": f" a {w} is a thing people name {w}" + " indeed" * (i % 3),
+          "rejected": f" no idea" + " at all" * (i % 2)} for i, w in enumerate(WORDS)]
+
+
+def write_config(path, cfg):
+    with open(path, "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+
+
+class Setup:
+    def __init__(self, tmp):
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        self.tmp = tmp
+        tk = Tokenizer(models.BPE())
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        corpus = [p["prompt"] + p["chosen"] + p["rejected"] for p in PAIRS] * 4
+        tk.train_from_iterator(corpus, trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        self.tok_dir = os.path.join(tmp, "tok")
+        os.makedirs(self.tok_dir)
+        base = os.path.join(tmp, "base-tokenizer.json")
+        tk.save(base)
+        self.tok = tr.PreTrainedTokenizerFast(tokenizer_file=base, eos_token="<|endoftext|>",
+                                              pad_token="<|endoftext|>")
+        self.tok.save_pretrained(self.tok_dir)
+        cfg = tr.LlamaConfig(vocab_size=len(self.tok), hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=128)
+        cfg._attn_implementation = "eager"
+        torch.manual_seed(0)
+        self.base_dir = os.path.join(tmp, "base")
+        tr.LlamaForCausalLM(cfg).save_pretrained(self.base_dir)
+        self.data = os.path.join(tmp, "pairs.jsonl")
+        with open(self.data, "w") as f:
+            for p in PAIRS:
+                f.write(json.dumps(p) + "\n")
+
+
+def trl_run(s, name, dpo, peft_dir=None, lr=LR):
+    """TRL's per-step log entries."""
+    import datasets
+    from trl import DPOConfig, DPOTrainer
+    datasets.disable_progress_bar()
+    args = DPOConfig(output_dir=os.path.join(s.tmp, "trl-" + name), report_to=[], use_cpu=True,
+                     per_device_train_batch_size=BATCH, max_steps=STEPS, learning_rate=lr,
+                     logging_steps=1, save_strategy="no", train_sampling_strategy="sequential",
+                     dataset_num_proc=None, disable_tqdm=True, seed=0, bf16=False,
+                     gradient_checkpointing=False, **dpo)
+    # eager attention: PyTorch's CPU SDPA kernel in a training forward (with gradients) is less
+    # exact than its float32 math (summed log-probabilities ~3e-5 relative from a float64 forward,
+    # where onyx's and eager's are within 1e-7)
+    model = tr.LlamaForCausalLM.from_pretrained(s.base_dir, attn_implementation="eager")
+    kw = {}
+    if peft_dir:
+        import peft
+        model = peft.PeftModel.from_pretrained(model, peft_dir, is_trainable=True)
+    else:
+        kw["ref_model"] = tr.LlamaForCausalLM.from_pretrained(s.base_dir,
+                                                              attn_implementation="eager")
+    trainer = DPOTrainer(model=model, args=args, processing_class=s.tok,
+                         train_dataset=datasets.Dataset.from_json(s.data), **kw)
+    trainer.train()
+    return [e for e in trainer.state.log_history if "loss" in e]
+
+
+def onyx_run(s, name, dpo, extra=None):
+    out = os.path.join(s.tmp, "onyx-" + name)
+    cfg = {"model": s.base_dir, "trainer": "dpo",
+           "train_data": {"type": "preference", "path": s.data, "tokenizer": s.tok_dir},
+           "output_dir": out, "max_steps": STEPS, "per_device_train_batch_size": BATCH,
+           "learning_rate": LR, "logging_steps": 1, "save_strategy": "no",
+           "train_sampling_strategy": "sequential", "disable_tqdm": True, "seed": 0,
+           "bf16": False, "gradient_checkpointing": False}
+    cfg.update(dpo)
+    cfg.update(extra or {})
+    path = os.path.join(s.tmp, f"onyx-{name}.yaml")
+    write_config(path, cfg)
+    p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise AssertionError(f"onyx train exited {p.returncode}: {p.stderr[-800:]}")
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        return [e for e in map(json.loads, f) if "loss" in e]
+
+
+def scale_of(k, t, beta):
+    """The magnitude a metric is computed from: a value near zero made by cancellation (a log-ratio
+    of two sums of log-probabilities, a mean logit) is compared relative to its operands'."""
+    if k.startswith("rewards/") and k != "rewards/accuracies":
+        return beta * max(abs(t["logps/chosen"]), abs(t["logps/rejected"]))
+    if k.startswith("logits/"):
+        return 1.0
+    return 1e-2
+
+
+def compare(theirs, ours, beta):
+    """(ok, message): every step's metrics within TOL relative (to the value, or to the magnitude
+    of its operands when it is smaller: scale_of)."""
+    if len(theirs) != STEPS or len(ours) != STEPS:
+        return False, f"{len(ours)} onyx log entries, {len(theirs)} TRL's (want {STEPS})"
+    worst, where = 0.0, ""
+    for step, (t, o) in enumerate(zip(theirs, ours), 1):
+        for k in METRICS:
+            if k not in t:
+                continue
+            if k not in o:
+                return False, f"step {step}: onyx logs no '{k}'"
+            err = abs(o[k] - t[k]) / max(abs(t[k]), scale_of(k, t, beta))
+            if abs(o[k] - t[k]) > 1e-6 and err > worst:
+                worst, where = err, f"{k} at step {step}: onyx {o[k]:.6g}, TRL {t[k]:.6g}"
+    ok = worst < TOL
+    return ok, (f"{STEPS} steps, {len(METRICS)} values each: loss {theirs[0]['loss']:.4f} -> "
+                f"{theirs[-1]['loss']:.4f}, margins {theirs[-1]['rewards/margins']:.3g}; worst "
+                f"rel err {worst:.1e}" + (f" ({where})" if worst else ""))
+
+
+def loss_case(dpo):
+    def case(s):
+        name = "-".join(dpo["loss_type"]) if isinstance(dpo["loss_type"], list) else dpo["loss_type"]
+        return compare(trl_run(s, name, dpo), onyx_run(s, name, dpo), dpo["beta"])
+    return case
+
+
+def case_lora(s):
+    import peft
+    base = tr.LlamaForCausalLM.from_pretrained(s.base_dir)
+    torch.manual_seed(1)
+    pm = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                   target_modules=["q_proj", "v_proj"],
+                                                   task_type="CAUSAL_LM"))
+    init = os.path.join(s.tmp, "init-adapter")
+    pm.save_pretrained(init)
+    dpo = {"loss_type": "sigmoid", "beta": 0.5}
+    lr = {"learning_rate": 1e-2}
+    theirs = trl_run(s, "lora", dpo, peft_dir=init, lr=1e-2)
+    ours = onyx_run(s, "lora", dpo, dict(lr, peft_config=init))
+    return compare(theirs, ours, dpo["beta"])
+
+
+def case_errors(s):
+    bad = []
+    for tag, extra, want in (
+            ("loss-type", {"trainer": "dpo", "loss_type": "kto"}, "is not a DPO loss"),
+            ("weights", {"trainer": "dpo", "loss_type": ["sigmoid", "sft"], "loss_weights": [1]},
+             "1 weights for 2 loss types"),
+            ("no-trainer", {"trainer": "default"}, "train it with trainer: dpo")):
+        out = os.path.join(s.tmp, "e-" + tag)
+        cfg = {"model": s.base_dir,
+               "train_data": {"type": "preference", "path": s.data, "tokenizer": s.tok_dir},
+               "output_dir": out, "max_steps": 1, "disable_tqdm": True}
+        cfg.update(extra)
+        path = os.path.join(s.tmp, f"e-{tag}.yaml")
+        write_config(path, cfg)
+        p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=300)
+        if p.returncode != 1 or want not in p.stderr or os.path.exists(out):
+            bad.append(f"{tag}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    return not bad, "; ".join(bad) or ("an unknown loss_type, loss_weights of another length and "
+                                       "preference data without trainer: dpo all exit 1 naming "
+                                       "why, nothing written")
+
+
+def main():
+    with_setup = with_shared(Setup)
+    cases = []
+    for lt in ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair",
+               "sppo_hard", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm"):
+        dpo = {"loss_type": lt, "beta": 0.5}
+        if lt in ("exo_pair", "robust"):
+            dpo["label_smoothing"] = 0.1
+        cases.append((lt, with_setup(loss_case(dpo))))
+    cases.append(("weighted-list", with_setup(loss_case(
+        {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5], "beta": 0.5}))))
+    cases.append(("lora", with_setup(case_lora)))
+    cases.append(("errors", with_setup(case_errors)))
+    return run_cases(cases, "onyx-test-dpo-")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
