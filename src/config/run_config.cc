@@ -197,23 +197,28 @@ bool is_dpo_key(const std::string& key) {
   return keys.count(key) != 0;
 }
 
+// A config value read as a finite number / as true or false ("yes", "1" or "on" are neither);
+// errors name the key and where it was.
+double finite_number(const std::string& text, const std::string& key, const std::string& what) {
+  size_t used = 0;
+  try {
+    const double x = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(x)) return x;
+  } catch (...) {
+  }
+  throw Error(cat(what, ": '", key, "' must be a finite number, got '", text, "'"));
+}
+
+bool true_or_false(const std::string& text, const std::string& key, const std::string& what) {
+  ONYX_CHECK(text == "true" || text == "false", what, ": '", key, "' must be true or false, got '",
+             text, "'");
+  return text == "true";
+}
+
 void set_dpo_key(RunConfig& c, const std::string& key, const YAML::Node& v,
                  const std::string& what) {
-  auto number = [&](const std::string& text) {
-    size_t used = 0;
-    try {
-      const double x = std::stod(text, &used);
-      if (used == text.size() && std::isfinite(x)) return x;
-    } catch (...) {
-    }
-    throw Error(cat(what, ": '", key, "' must be a number, got '", text, "'"));
-  };
-  auto flag = [&]() {
-    const std::string t = scalar(v, key, what);
-    ONYX_CHECK(t == "true" || t == "false", what, ": '", key, "' must be true or false, got '", t,
-               "'");
-    return t == "true";
-  };
+  auto number = [&](const std::string& text) { return finite_number(text, key, what); };
+  auto flag = [&]() { return true_or_false(scalar(v, key, what), key, what); };
   models::PreferenceLoss& d = c.dpo;
   if (key == "beta") {
     d.beta = number(scalar(v, key, what));
@@ -588,21 +593,9 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     throw Error(cat(what, ": '", k, "' must be an integer, got '", v, "'"));
   };
   auto to_float = [&](const std::string& k, const std::string& v) {
-    size_t used = 0;
-    try {
-      const float x = std::stof(v, &used);
-      if (used == v.size() && std::isfinite(x)) return x;
-    } catch (...) {
-    }
-    throw Error(cat(what, ": '", k, "' must be a finite number, got '", v, "'"));
+    return (float)finite_number(v, k, what);
   };
-  // true / false only: "yes", "1" or "on" are not read as either
-  auto to_bool = [&](const std::string& k) {
-    const std::string v = take(k);
-    ONYX_CHECK(v == "true" || v == "false", what, ": '", k, "' must be true or false, got '", v,
-               "'");
-    return v == "true";
-  };
+  auto to_bool = [&](const std::string& k) { return true_or_false(take(k), k, what); };
   std::string type = take("type", "safetensors");
   std::shared_ptr<data::Dataset> ds;
   if (type == "safetensors") {

@@ -13,6 +13,7 @@
 #include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/simd/nn.h"
 #include "kernels/kernel_api.h"
+#include "kernels/softmax/softmax_dims.h"
 
 namespace onyx::kernels {
 namespace {
@@ -20,43 +21,6 @@ namespace {
 using namespace nnutil;
 
 // ---- Softmax / LogSoftmax -----------------------------------------------------------------------
-
-struct SoftmaxDims {
-  int64_t O, R, I;  // x viewed as (O, R, I), softmax over R
-};
-
-// The one view of softmax's axes, for the forward and the backward. coerced_2d: the opset < 13
-// semantics (the input coerced to 2-D at `axis`, which may equal the rank: the reduction runs over
-// every axis from `axis` on); otherwise the reduction runs over the single axis `axis`.
-SoftmaxDims softmax_dims(const ir::Node& node, const Shape& s, int64_t axis, bool coerced_2d) {
-  int64_t rank = (int64_t)s.size();
-  SoftmaxDims d{1, 1, 1};
-  if (rank == 0) return d;
-  if (coerced_2d) {
-    ONYX_CHECK(axis >= -rank && axis <= rank, node.describe(), ": axis ", axis,
-               " is out of range for rank ", rank);
-    if (axis < 0) axis += rank;
-    for (int64_t i = 0; i < axis; i++) d.O *= s[i];
-    for (int64_t i = axis; i < rank; i++) d.R *= s[i];
-  } else {
-    axis = normalize_axis(axis, rank, node);
-    for (int64_t i = 0; i < axis; i++) d.O *= s[i];
-    d.R = s[axis];
-    for (int64_t i = axis + 1; i < rank; i++) d.I *= s[i];
-  }
-  return d;
-}
-
-// Softmax / LogSoftmax: opsets 1–12 coerce to 2-D at `axis` (default 1), 13+ use one axis
-// (default -1).
-SoftmaxDims forward_softmax_dims(const ir::Node& node, int64_t opset, const Shape& s) {
-  return softmax_dims(node, s, node.attr_int("axis", opset >= 13 ? -1 : 1), opset < 13);
-}
-
-// SoftmaxGrad / LogSoftmaxGrad: axis (default -1), flatten = 1 for the coerced form.
-SoftmaxDims grad_softmax_dims(const ir::Node& node, const Shape& s) {
-  return softmax_dims(node, s, node.attr_int("axis", -1), node.attr_int("flatten", 0) != 0);
-}
 
 // float32: rows when I == 1, else column blocks processed with vector exp.
 template <bool LOG>

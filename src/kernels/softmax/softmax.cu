@@ -1,10 +1,11 @@
 // kernels/softmax/softmax.cu — the CUDA kernels of the softmax family (formulas in softmax.cc's
 // header): Softmax, LogSoftmax, onyx.SoftmaxGrad, onyx.LogSoftmaxGrad; float32, bfloat16 and
-// float16 with float32 math. x is viewed as (O, R, I) as softmax.cc's softmax_dims does; I = 1
+// float16 with float32 math. x is viewed as (O, R, I) (softmax_dims.h, as the CPU kernels); I = 1
 // (the last axis, attention's case) runs one block per row with block reductions, other axes one
 // thread per (o, i) column walking R.
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_util.cuh"
+#include "kernels/softmax/softmax_dims.h"
 
 namespace onyx::kernels {
 namespace {
@@ -13,29 +14,6 @@ using cuda::from_f;
 using cuda::to_f;
 using runtime::KernelContext;
 using runtime::OpKernel;
-
-struct Dims {
-  int64_t O, R, I;
-};
-
-Dims dims_of(const ir::Node& node, const Shape& s, int64_t axis, bool coerced_2d) {
-  const int64_t rank = (int64_t)s.size();
-  Dims d{1, 1, 1};
-  if (rank == 0) return d;
-  if (coerced_2d) {
-    ONYX_CHECK(axis >= -rank && axis <= rank, node.describe(), ": axis ", axis,
-               " is out of range for rank ", rank);
-    if (axis < 0) axis += rank;
-    for (int64_t i = 0; i < axis; i++) d.O *= s[i];
-    for (int64_t i = axis; i < rank; i++) d.R *= s[i];
-  } else {
-    axis = runtime::normalize_axis(axis, rank, node);
-    for (int64_t i = 0; i < axis; i++) d.O *= s[i];
-    d.R = s[axis];
-    for (int64_t i = axis + 1; i < rank; i++) d.I *= s[i];
-  }
-  return d;
-}
 
 constexpr int kRowThreads = 256;
 
@@ -114,8 +92,7 @@ OpKernel softmax_kernel() {
     cuda::require_device_tensors(c);
     const Tensor& x = c.input(0);
     Tensor& y = c.output(0);
-    const Dims d =
-        dims_of(c.node, x.shape(), c.node.attr_int("axis", c.opset >= 13 ? -1 : 1), c.opset < 13);
+    const SoftmaxDims d = forward_softmax_dims(c.node, c.opset, x.shape());
     if (x.numel() == 0) return;
     cuda::dispatch_float(x.dtype(), c.node, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -142,8 +119,7 @@ OpKernel softmax_grad_kernel() {
     Tensor& dx = c.output(0);
     ONYX_CHECK(dy.shape() == y.shape() && dy.dtype() == y.dtype(), c.node.describe(),
                ": dy and y differ");
-    const Dims d =
-        dims_of(c.node, y.shape(), c.node.attr_int("axis", -1), c.node.attr_int("flatten", 0) != 0);
+    const SoftmaxDims d = grad_softmax_dims(c.node, y.shape());
     if (y.numel() == 0) return;
     cuda::dispatch_float(y.dtype(), c.node, [&](auto tag) {
       using T = typename decltype(tag)::type;
