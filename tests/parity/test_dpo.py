@@ -22,6 +22,8 @@ logit near zero is a mean of O(1) logits):
   lora              LoRA (r 4 on q_proj, v_proj; PEFT's initial adapter, B = 0, as a
                     peft_config folder for onyx): TRL's reference is the base with the adapter
                     off; onyx's the starting policy (the same model while B = 0)
+  precompute        TRL's precompute_ref_log_probs (no reference model; 3 pairs per reference
+                    batch) against onyx with the same keys
   errors            an unknown loss_type, loss_weights of another length, preference data
                     without trainer: dpo: exit 1 naming why, nothing written
 
@@ -90,8 +92,9 @@ class Setup:
                 f.write(json.dumps(p) + "\n")
 
 
-def trl_run(s, name, dpo, peft_dir=None, lr=LR):
-    """TRL's per-step log entries."""
+def trl_run(s, name, dpo, peft_dir=None, lr=LR, ref_copy=True):
+    """TRL's per-step log entries (the reference: a frozen copy, the adapter off with peft_dir,
+    or with ref_copy False TRL's precompute_ref_log_probs)."""
     import datasets
     from trl import DPOConfig, DPOTrainer
     datasets.disable_progress_bar()
@@ -108,7 +111,7 @@ def trl_run(s, name, dpo, peft_dir=None, lr=LR):
     if peft_dir:
         import peft
         model = peft.PeftModel.from_pretrained(model, peft_dir, is_trainable=True)
-    else:
+    elif ref_copy:
         kw["ref_model"] = tr.LlamaForCausalLM.from_pretrained(s.base_dir,
                                                               attn_implementation="eager")
     trainer = DPOTrainer(model=model, args=args, processing_class=s.tok,
@@ -190,6 +193,13 @@ def case_lora(s):
     return compare(theirs, ours, dpo["beta"])
 
 
+def case_precompute(s):
+    dpo = {"loss_type": "sigmoid", "beta": 0.5, "precompute_ref_log_probs": True,
+           "precompute_ref_batch_size": 3}
+    return compare(trl_run(s, "precompute", dpo, ref_copy=False),
+                   onyx_run(s, "precompute", dpo), dpo["beta"])
+
+
 def case_errors(s):
     bad = []
     for tag, extra, want in (
@@ -224,6 +234,7 @@ def main():
     cases.append(("weighted-list", with_setup(loss_case(
         {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5], "beta": 0.5}))))
     cases.append(("lora", with_setup(case_lora)))
+    cases.append(("precompute", with_setup(case_precompute)))
     cases.append(("errors", with_setup(case_errors)))
     return run_cases(cases, "onyx-test-dpo-")
 
