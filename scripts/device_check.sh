@@ -6,7 +6,7 @@
 #   bash scripts/device_check.sh pack   here, on a development machine: builds $BUILD (default
 #       build-cuda) with -DONYX_CUDA=ON for sm_80 and sm_90, and packs onyx_tests and onyx_bench
 #       with the Debian libraries they load (everything but glibc's and CUDA's own: cuBLASLt is
-#       the machine's nvidia-cublas wheel) into .device/onyx-cuda.tar.xz (ignored by git; carried).
+#       the machine's nvidia-cublas wheel) into .device/onyx-cuda.tar.xz (.gitignore; carried).
 #   bash scripts/device_check.sh        there, from the repository root (results under $OUT):
 #       1. the machine: GPU, driver, glibc, torch;
 #       2. the CUDA gtests (CudaRuntime.*, and the op table's Rows/OpCuda.*: every row whose op
@@ -46,7 +46,6 @@ if [ "${1:-}" = pack ]; then
   mkdir -p .device
   tar -C "$stage" -cf - bin lib | xz -T0 -6 >"$PACK"
   rm -rf "$stage"
-  grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >>.git/info/exclude
   echo "packed $PACK ($(du -h "$PACK" | cut -f1)); carry .device in the device call"
   exit 0
 fi
