@@ -140,6 +140,10 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
   double loss_sum = 0;
   int64_t n_loss = 0;
   std::vector<Tensor> preds, labels;
+  // Model::logged_outputs (DPO's metrics): the mean over the batches, as TRL averages its eval
+  // _metrics (reported as eval_<name>)
+  std::map<std::string, double> logged_sums;
+  int64_t logged_batches = 0;
   // predict() returns the predictions; evaluate() keeps them only for metrics that read them
   const bool keep_preds =
       keep_predictions || !with_metrics || (compute_metrics_ && metrics_need_predictions_);
@@ -153,6 +157,9 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
       loss_sum += out["loss"].get_as_double(0) * (double)idx.size();
       n_loss += (int64_t)idx.size();
     }
+    for (auto& name : model_.logged_outputs)
+      if (out.count(name)) logged_sums[name] += out[name].get_as_double(0);
+    logged_batches++;
     if (keep_preds && !pred_name.empty() && out.count(pred_name)) preds.push_back(out[pred_name]);
     if (!label_name.empty() && batch.count(label_name)) labels.push_back(batch[label_name]);
     for (auto& cb : callbacks_) cb->on_prediction_step(args_, state_, control_);
@@ -162,6 +169,7 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
   po.predictions = concat_padded(preds);
   po.label_ids = concat_padded(labels);
   if (n_loss) po.metrics["loss"] = loss_sum / n_loss;
+  for (auto& [name, sum] : logged_sums) po.metrics[name] = sum / (double)logged_batches;
   if (args_.predict_with_generate) {  // predictions: the generated ids (Seq2SeqTrainer's)
     Tensor generated;
     auto g = generation_metrics(ds, &generated);

@@ -24,6 +24,8 @@ logit near zero is a mean of O(1) logits):
                     off; onyx's the starting policy (the same model while B = 0)
   precompute        TRL's precompute_ref_log_probs (no reference model; 3 pairs per reference
                     batch) against onyx with the same keys
+  eval              evaluations every 3 steps (batches of 3 pairs): eval_loss and TRL's eval_
+                    metrics (the mean over the eval batches) within the same tolerance
   errors            an unknown loss_type, loss_weights of another length, preference data
                     without trainer: dpo: exit 1 naming why, nothing written
 
@@ -193,6 +195,47 @@ def case_lora(s):
     return compare(theirs, ours, dpo["beta"])
 
 
+def case_eval(s):
+    """Evaluations every 3 steps on the training pairs: eval_loss and TRL's eval_ metrics."""
+    import datasets
+    from trl import DPOConfig, DPOTrainer
+    datasets.disable_progress_bar()
+    dpo = {"loss_type": "sigmoid", "beta": 0.5}
+    ev = {"eval_strategy": "steps", "eval_steps": 3, "per_device_eval_batch_size": 3}
+    args = DPOConfig(output_dir=os.path.join(s.tmp, "trl-eval"), report_to=[], use_cpu=True,
+                     per_device_train_batch_size=BATCH, max_steps=STEPS, learning_rate=LR,
+                     logging_steps=1, save_strategy="no", train_sampling_strategy="sequential",
+                     dataset_num_proc=None, disable_tqdm=True, seed=0, bf16=False,
+                     gradient_checkpointing=False, **dpo, **ev)
+    pairs = datasets.Dataset.from_json(s.data)
+    trainer = DPOTrainer(
+        model=tr.LlamaForCausalLM.from_pretrained(s.base_dir, attn_implementation="eager"),
+        ref_model=tr.LlamaForCausalLM.from_pretrained(s.base_dir, attn_implementation="eager"),
+        args=args, processing_class=s.tok, train_dataset=pairs, eval_dataset=pairs)
+    trainer.train()
+    theirs = [e for e in trainer.state.log_history if "eval_loss" in e]
+    out = os.path.join(s.tmp, "onyx-eval")
+    onyx_run(s, "eval", dpo, dict(ev, eval_data={"type": "preference", "path": s.data,
+                                                 "tokenizer": s.tok_dir}))
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        ours = [e for e in map(json.loads, f) if "eval_loss" in e][:2]  # (then `onyx train`'s own)
+    keys = [k for k in theirs[0] if k.startswith("eval_") and not k.endswith(
+        ("_runtime", "_per_second")) and k != "eval_num_tokens"] if theirs else []
+    if len(theirs) != 2 or len(ours) != 2:
+        return False, f"{len(ours)} onyx evaluations, {len(theirs)} TRL's (want 2)"
+    worst, where = 0.0, ""
+    for t, o in zip(theirs, ours):
+        for k in keys:
+            if k not in o:
+                return False, f"onyx logs no '{k}'"
+            plain = {kk[5:]: v for kk, v in t.items() if kk.startswith("eval_")}
+            err = abs(o[k] - t[k]) / max(abs(t[k]), scale_of(k[5:], plain, dpo["beta"]))
+            if err > worst:
+                worst, where = err, f"{k}: onyx {o[k]:.6g}, TRL {t[k]:.6g}"
+    return worst < TOL, (f"2 evaluations, {len(keys)} values each ({', '.join(keys[:4])}, ...): "
+                         f"worst rel err {worst:.1e}" + (f" ({where})" if worst else ""))
+
+
 def case_precompute(s):
     dpo = {"loss_type": "sigmoid", "beta": 0.5, "precompute_ref_log_probs": True,
            "precompute_ref_batch_size": 3}
@@ -235,6 +278,7 @@ def main():
         {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5], "beta": 0.5}))))
     cases.append(("lora", with_setup(case_lora)))
     cases.append(("precompute", with_setup(case_precompute)))
+    cases.append(("eval", with_setup(case_eval)))
     cases.append(("errors", with_setup(case_errors)))
     return run_cases(cases, "onyx-test-dpo-")
 
