@@ -185,16 +185,21 @@ void set_model_init_kwargs(RunConfig& c, const YAML::Node& v, const std::string&
 }
 
 // DPOConfig's keys (trainer: dpo).
+const std::vector<std::string>& dpo_keys() {
+  static const std::vector<std::string> keys = {"beta",
+                                                "loss_type",
+                                                "loss_weights",
+                                                "label_smoothing",
+                                                "discopop_tau",
+                                                "disable_dropout",
+                                                "precompute_ref_log_probs",
+                                                "precompute_ref_batch_size"};
+  return keys;
+}
+
 bool is_dpo_key(const std::string& key) {
-  static const std::set<std::string> keys = {"beta",
-                                             "loss_type",
-                                             "loss_weights",
-                                             "label_smoothing",
-                                             "discopop_tau",
-                                             "disable_dropout",
-                                             "precompute_ref_log_probs",
-                                             "precompute_ref_batch_size"};
-  return keys.count(key) != 0;
+  const auto& k = dpo_keys();
+  return std::find(k.begin(), k.end(), key) != k.end();
 }
 
 // A config value read as a finite number / as true or false ("yes", "1" or "on" are neither);
@@ -352,31 +357,12 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     }
   } else {
     std::vector<std::string> known = TrainingArguments::keys();
-    for (const char* k : {"model",
-                          "loss",
-                          "predictions",
-                          "train_data",
-                          "eval_data",
-                          "test_data",
-                          "metrics",
-                          "frozen",
-                          "lora",
-                          "peft_config",
-                          "model_init_kwargs",
-                          "custom_op_libraries",
-                          "batch_norm_running_var",
-                          "early_stopping_patience",
-                          "early_stopping_threshold",
-                          "trainer",
-                          "beta",
-                          "loss_type",
-                          "loss_weights",
-                          "label_smoothing",
-                          "discopop_tau",
-                          "disable_dropout",
-                          "precompute_ref_log_probs",
-                          "precompute_ref_batch_size"})
+    for (const char* k : {"model", "loss", "predictions", "train_data", "eval_data", "test_data",
+                          "metrics", "frozen", "lora", "peft_config", "model_init_kwargs",
+                          "custom_op_libraries", "batch_norm_running_var",
+                          "early_stopping_patience", "early_stopping_threshold", "trainer"})
       known.push_back(k);
+    known.insert(known.end(), dpo_keys().begin(), dpo_keys().end());
     throw Error(cat(what, ": unknown key '", key, "'", train::did_you_mean(key, known)));
   }
 }
