@@ -24,6 +24,7 @@ logit near zero is a mean of O(1) logits):
                     off; onyx's the starting policy (the same model while B = 0)
   precompute        TRL's precompute_ref_log_probs (no reference model; 3 pairs per reference
                     batch) against onyx with the same keys
+  gpt2              a tiny GPT2LMHeadModel: a tied LM head, Dropout layers (disable_dropout)
   eval              evaluations every 3 steps (batches of 3 pairs): eval_loss and TRL's eval_
                     metrics (the mean over the eval batches) within the same tolerance
   errors            an unknown loss_type, loss_weights of another length, preference data
@@ -94,7 +95,7 @@ class Setup:
                 f.write(json.dumps(p) + "\n")
 
 
-def trl_run(s, name, dpo, peft_dir=None, lr=LR, ref_copy=True):
+def trl_run(s, name, dpo, peft_dir=None, lr=LR, ref_copy=True, base=None):
     """TRL's per-step log entries (the reference: a frozen copy, the adapter off with peft_dir,
     or with ref_copy False TRL's precompute_ref_log_probs)."""
     import datasets
@@ -108,23 +109,24 @@ def trl_run(s, name, dpo, peft_dir=None, lr=LR, ref_copy=True):
     # eager attention: PyTorch's CPU SDPA kernel in a training forward (with gradients) is less
     # exact than its float32 math (summed log-probabilities ~3e-5 relative from a float64 forward,
     # where onyx's and eager's are within 1e-7)
-    model = tr.LlamaForCausalLM.from_pretrained(s.base_dir, attn_implementation="eager")
+    base = base or s.base_dir
+    model = tr.AutoModelForCausalLM.from_pretrained(base, attn_implementation="eager")
     kw = {}
     if peft_dir:
         import peft
         model = peft.PeftModel.from_pretrained(model, peft_dir, is_trainable=True)
     elif ref_copy:
-        kw["ref_model"] = tr.LlamaForCausalLM.from_pretrained(s.base_dir,
-                                                              attn_implementation="eager")
+        kw["ref_model"] = tr.AutoModelForCausalLM.from_pretrained(base,
+                                                                  attn_implementation="eager")
     trainer = DPOTrainer(model=model, args=args, processing_class=s.tok,
                          train_dataset=datasets.Dataset.from_json(s.data), **kw)
     trainer.train()
     return [e for e in trainer.state.log_history if "loss" in e]
 
 
-def onyx_run(s, name, dpo, extra=None):
+def onyx_run(s, name, dpo, extra=None, base=None):
     out = os.path.join(s.tmp, "onyx-" + name)
-    cfg = {"model": s.base_dir, "trainer": "dpo",
+    cfg = {"model": base or s.base_dir, "trainer": "dpo",
            "train_data": {"type": "preference", "path": s.data, "tokenizer": s.tok_dir},
            "output_dir": out, "max_steps": STEPS, "per_device_train_batch_size": BATCH,
            "learning_rate": LR, "logging_steps": 1, "save_strategy": "no",
@@ -236,6 +238,17 @@ def case_eval(s):
                          f"worst rel err {worst:.1e}" + (f" ({where})" if worst else ""))
 
 
+def case_gpt2(s):
+    """GPT-2: a tied LM head (the embedding) and Dropout layers (disable_dropout)."""
+    torch.manual_seed(0)
+    base = os.path.join(s.tmp, "gpt2")
+    tr.GPT2LMHeadModel(tr.GPT2Config(vocab_size=len(s.tok), n_embd=32, n_layer=2, n_head=2,
+                                     n_positions=128)).save_pretrained(base)
+    dpo = {"loss_type": "sigmoid", "beta": 0.5}
+    return compare(trl_run(s, "gpt2", dpo, base=base), onyx_run(s, "gpt2", dpo, base=base),
+                   dpo["beta"])
+
+
 def case_precompute(s):
     dpo = {"loss_type": "sigmoid", "beta": 0.5, "precompute_ref_log_probs": True,
            "precompute_ref_batch_size": 3}
@@ -278,6 +291,7 @@ def main():
         {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5], "beta": 0.5}))))
     cases.append(("lora", with_setup(case_lora)))
     cases.append(("precompute", with_setup(case_precompute)))
+    cases.append(("gpt2", with_setup(case_gpt2)))
     cases.append(("eval", with_setup(case_eval)))
     cases.append(("errors", with_setup(case_errors)))
     return run_cases(cases, "onyx-test-dpo-")
