@@ -260,9 +260,11 @@ std::map<std::string, Tensor> PreferenceDataset::batch(const std::vector<int64_t
 
 std::vector<int64_t> PreferenceDataset::lengths(const std::string&) const {
   std::vector<int64_t> out;
-  for (int64_t i = 0; i < size(); i++)
-    out.push_back(
-        (int64_t)std::max(sequence(i, true, nullptr).size(), sequence(i, false, nullptr).size()));
+  for (int64_t i = 0; i < size(); i++) {
+    const int64_t n =
+        (int64_t)(prompt_[i].size() + std::max(chosen_[i].size(), rejected_[i].size()));
+    out.push_back(opts_.max_length > 0 ? std::min(n, opts_.max_length) : n);  // as batched
+  }
   return out;
 }
 

@@ -226,43 +226,49 @@ Tensor Tensor::clone() const {
   return t;
 }
 
-double Tensor::get_as_double(int64_t i) const {
-  check_on_host(*this, "reading an element");
-  switch (dtype_) {
+// Element i of a host tensor as double (the callers check the device once).
+static double host_element(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
     case DType::Float32:
-      return data<float>()[i];
+      return t.data<float>()[i];
     case DType::Float64:
-      return data<double>()[i];
+      return t.data<double>()[i];
     case DType::Float16:
-      return half_to_float(data<uint16_t>()[i]);
+      return half_to_float(t.data<uint16_t>()[i]);
     case DType::BFloat16:
-      return bf16_to_float(data<uint16_t>()[i]);
+      return bf16_to_float(t.data<uint16_t>()[i]);
     case DType::Int64:
-      return (double)data<int64_t>()[i];
+      return (double)t.data<int64_t>()[i];
     case DType::Int32:
-      return data<int32_t>()[i];
+      return t.data<int32_t>()[i];
     case DType::Int16:
-      return data<int16_t>()[i];
+      return t.data<int16_t>()[i];
     case DType::Int8:
-      return data<int8_t>()[i];
+      return t.data<int8_t>()[i];
     case DType::UInt8:
-      return data<uint8_t>()[i];
+      return t.data<uint8_t>()[i];
     case DType::UInt16:
-      return data<uint16_t>()[i];
+      return t.data<uint16_t>()[i];
     case DType::UInt32:
-      return data<uint32_t>()[i];
+      return t.data<uint32_t>()[i];
     case DType::UInt64:
-      return (double)data<uint64_t>()[i];
+      return (double)t.data<uint64_t>()[i];
     case DType::Bool:
-      return data<uint8_t>()[i] ? 1.0 : 0.0;
+      return t.data<uint8_t>()[i] ? 1.0 : 0.0;
     default:
-      throw Error(cat("cannot read elements of dtype ", dtype_name(dtype_)));
+      throw Error(cat("cannot read elements of dtype ", dtype_name(t.dtype())));
   }
 }
 
+double Tensor::get_as_double(int64_t i) const {
+  check_on_host(*this, "reading an element");
+  return host_element(*this, i);
+}
+
 std::vector<double> Tensor::to_double_vector() const {
+  check_on_host(*this, "to_double_vector");
   std::vector<double> out((size_t)numel());
-  for (int64_t i = 0; i < numel(); i++) out[i] = get_as_double(i);
+  for (int64_t i = 0; i < numel(); i++) out[i] = host_element(*this, i);
   return out;
 }
 
@@ -275,7 +281,7 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
   }
   ONYX_CHECK(is_integer(dtype_) || dtype_ == DType::Bool, "expected an integer tensor, got ",
              dtype_name(dtype_));
-  for (int64_t i = 0; i < numel(); i++) out[i] = (int64_t)get_as_double(i);
+  for (int64_t i = 0; i < numel(); i++) out[i] = (int64_t)host_element(*this, i);
   return out;
 }
 

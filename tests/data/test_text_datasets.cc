@@ -335,6 +335,7 @@ TEST(Preference, PairsBatchChosenFirstAndBadRowsAreNamed) {
             (I{-100, -100, 'c', 256, -100, -100, -100, '1', 256, -100,    // chosen rows
                -100, -100, 'd', 'e', 256,  -100, -100, '2', '2', 256}));  // rejected rows
   EXPECT_EQ(b.count("ref_chosen_logps"), 0u);
+  EXPECT_EQ(ds.lengths(""), (I{5, 5}));  // the longer sequence of each pair, cut to max_length
   ds.set_reference_logps({-1.f, -2.f}, {-3.f, -4.f});
   b = ds.batch({1});
   EXPECT_EQ(b.at("ref_rejected_logps").to_double_vector(), (std::vector<double>{-4.0}));
