@@ -33,6 +33,7 @@
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
 #include "runtime/parallel.h"
+#include "train/grpo.h"
 #include "train/progress.h"
 
 namespace nb = nanobind;
@@ -340,6 +341,48 @@ ComputeMetrics py_compute_metrics(nb::handle fn) {
   };
 }
 
+// ---- GRPO ------------------------------------------------------------------------------------
+
+// A GRPOTrainer reward function (python/onyx/grpo.py _reward_call): called with (prompt rows,
+// completion texts, completion ids, global step), returns (one float or NaN per completion,
+// {name: [logged values]}).
+class PyReward : public train::RewardFunction {
+ public:
+  PyReward(std::string name, nb::handle fn) : name_(std::move(name)), fn_(fn) {}
+  std::string name() const override { return name_; }
+  std::vector<double> score(const train::RewardBatch& b) override {
+    nb::gil_scoped_acquire gil;
+    nb::list rows, texts, ids;
+    for (int64_t r : b.prompt_rows) rows.append(r);
+    for (auto& t : b.completions) texts.append(nb::str(t.data(), t.size()));
+    for (auto& c : b.completion_ids) ids.append(nb::cast(c));
+    nb::object r = call_py(fn_, nb::make_tuple(rows, texts, ids, b.global_step), nb::dict());
+    auto [values, logged] =
+        nb::cast<std::pair<std::vector<double>, std::map<std::string, std::vector<double>>>>(r);
+    if (b.logged)
+      for (auto& [k, v] : logged) (*b.logged)[k].insert((*b.logged)[k].end(), v.begin(), v.end());
+    return values;
+  }
+
+ private:
+  std::string name_;
+  nb::handle fn_;  // owned by TrainerBox::refs
+};
+
+// GRPOTrainer's rollout_func (python/onyx/grpo.py _rollout_call): prompt rows -> [(prompt ids,
+// completion ids)].
+train::RolloutFunction py_rollout(nb::handle fn) {
+  return [fn](const std::vector<int64_t>& rows) {
+    nb::gil_scoped_acquire gil;
+    nb::object r = call_py(fn, nb::make_tuple(nb::cast(rows)), nb::dict());
+    std::vector<train::Rollout> out;
+    for (auto& [p, c] :
+         nb::cast<std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>>(r))
+      out.push_back({p, c});
+    return out;
+  };
+}
+
 // ---- Trainer ---------------------------------------------------------------------------------
 
 // The C++ Trainer and the Python objects its callbacks and compute_metrics call (owned here,
@@ -411,7 +454,9 @@ void trainer_init(TrainerBox* self, const std::string& model,
                   nb::list callbacks, nb::object loss, std::string predictions,
                   std::vector<std::string> frozen, std::string peft_dir,
                   const std::vector<std::pair<std::string, std::string>>& config_items,
-                  const std::string& train_spec, const std::string& eval_spec) {
+                  const std::string& train_spec, const std::string& eval_spec,
+                  const std::vector<std::pair<std::string, nb::object>>& grpo_rewards,
+                  nb::object rollout_func) {
   TrainerBox box;  // moved into *self at the end (nanobind runs no destructor if __init__ throws)
   // Everything `onyx train` reads from a config, through the same function (model_from_config).
   config::RunConfig c;
@@ -438,6 +483,16 @@ void trainer_init(TrainerBox* self, const std::string& model,
   };
   auto train_ds = dataset(train_dataset, train_spec, "train_data", "train_dataset");
   auto eval_ds = dataset(eval_dataset, eval_spec, "eval_data", "eval_dataset");
+  if (auto* rollouts = dynamic_cast<train::GrpoRollouts*>(train_ds.get())) {
+    for (auto& [name, fn] : grpo_rewards) {
+      box.refs.push_back(fn);
+      rollouts->add_reward(std::make_shared<PyReward>(name, fn));
+    }
+    if (!rollout_func.is_none()) {
+      box.refs.push_back(rollout_func);
+      rollouts->set_rollout_function(py_rollout(rollout_func));
+    }
+  }
   ComputeMetrics cm;
   bool need_predictions = true;
   if (!compute_metrics.is_none()) {
@@ -600,7 +655,9 @@ void bind_trainer(nb::module_& m) {
            "train_dataset"_a.none(), "eval_dataset"_a.none(), "compute_metrics"_a.none(),
            "metric_names"_a, "callbacks"_a, "loss"_a.none(), "predictions"_a, "frozen"_a,
            "peft_dir"_a = "", "config_items"_a = std::vector<std::pair<std::string, std::string>>{},
-           "train_spec"_a = "", "eval_spec"_a = "")
+           "train_spec"_a = "", "eval_spec"_a = "",
+           "grpo_rewards"_a = std::vector<std::pair<std::string, nb::object>>{},
+           "rollout_func"_a.none() = nb::none())
       .def("train",
            [](TrainerBox& b) {
              TrainOutput o = without_gil([&] { return get(b).train(); });

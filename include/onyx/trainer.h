@@ -22,6 +22,12 @@ namespace onyx {
 namespace ir {
 struct Graph;  // ir/graph.h
 }
+namespace generate {
+class Generator;  // generate/generate.h
+}
+namespace kernels {
+enum class LowPrecision;  // kernels/cpu/gemm.h
+}
 
 // A trainable model: the forward graph, the loss, what it predicts.
 struct Model {
@@ -223,6 +229,13 @@ class Trainer {
   // Preference data (DPO): the starting policy's summed completion log-probabilities of every
   // pair, once, as TRL's reference (train/preference_reference.cc).
   void precompute_reference_logps();
+  // GRPO (train/grpo.h): before each optimizer step, the generation batch it trains sampled,
+  // scored and buffered when the step starts a new one (train/grpo_rollout.cc); the reference's
+  // trainable weights kept from before the first step when beta != 0.
+  void prepare_rollout();
+  void keep_grpo_reference();
+  // The epoch's micro-batches (train::epoch_batches; GRPO's in order).
+  std::vector<std::vector<int64_t>> train_batches(int64_t epoch) const;
   double accumulate_gradients(const std::vector<std::vector<int64_t>>& batches, int64_t group_start,
                               int64_t group_end);
   void apply_gradients();
@@ -243,6 +256,8 @@ class Trainer {
   // predict_with_generate: greedy generation from each sample's prompt, scored against its
   // labelled completion; the generated ids (N, longest) padded with -100 into `generated`.
   Metrics generation_metrics(const data::Dataset& ds, Tensor* generated);
+  // The decoder with a KV cache fed the current weights (rounded as `low` says).
+  generate::Generator& current_generator(kernels::LowPrecision low);
   // A batch of `ds` with the inputs the model fills by default (Model::fill_defaults) added.
   std::map<std::string, Tensor> load_batch(const data::Dataset& ds,
                                            const std::vector<int64_t>& idx) const;

@@ -24,6 +24,7 @@ Custom ops: onyx.load_custom_ops("libmyops.so").
 """
 from . import _onyx
 from .dpo import DPOConfig, DPOTrainer
+from .grpo import GRPOConfig, GRPOTrainer
 from .optimum import ORTTrainer, ORTTrainingArguments
 from .trainer import Trainer
 from .trainer_callback import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState
@@ -36,6 +37,7 @@ __all__ = [
     "EarlyStoppingCallback", "EvalPrediction", "TrainOutput", "PredictionOutput",
     "ORTTrainer", "ORTTrainingArguments", "OnyxError", "set_num_threads", "load_custom_ops",
     "BestRun", "default_hp_space_optuna", "default_compute_objective", "DPOConfig", "DPOTrainer",
+    "GRPOConfig", "GRPOTrainer",
 ]
 __version__ = "0.1.0"
 

@@ -118,6 +118,7 @@ class Trainer:
     # a subclass's run-config keys beyond TrainingArguments and typed data specs (DPOTrainer)
     _config_items = ()
     _data_specs = {}
+    _grpo_hooks = ([], None)  # GRPOTrainer's (reward functions by name, rollout function)
 
     def __init__(self, model=None, args=None, data_collator=None, train_dataset=None,
                  eval_dataset=None, processing_class=None, model_init=None, compute_loss_func=None,
@@ -364,7 +365,7 @@ class Trainer:
                              fn, names, cbs, self._loss, self._predictions or "", self._frozen,
                              self._peft_dir or "", list(self._config_items),
                              self._data_specs.get("train_data", ""),
-                             self._data_specs.get("eval_data", ""))
+                             self._data_specs.get("eval_data", ""), *self._grpo_hooks)
 
     def add_callback(self, callback):
         """Adds a callback (an instance or a class); takes effect from the next train()."""

@@ -518,7 +518,7 @@ GradientPaths gradient_paths(const ir::Graph& g, const std::vector<std::string>&
     const ir::Node& n = g.nodes[idx];
     bool any = false;
     for (auto& i : n.inputs) any |= !i.empty() && r.requires_grad.count(i);
-    if (!any) continue;
+    if (!any || (n.op_type == "StopGradient" && n.domain == "onyx")) continue;  // detach()
     for (auto& o : n.outputs)
       if (!o.empty() && carries_gradient(o)) r.requires_grad.insert(o);
   }

@@ -15,6 +15,7 @@
 #include "data/dataset.h"
 #include "data/idx_dataset.h"
 #include "data/preference_dataset.h"
+#include "data/prompt_dataset.h"
 #include "data/text_datasets.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
@@ -248,6 +249,141 @@ void set_dpo_key(RunConfig& c, const std::string& key, const YAML::Node& v,
   }
 }
 
+// GRPOConfig's keys (trainer: grpo) and the CLI's reward_funcs.
+const std::vector<std::string>& grpo_keys() {
+  static const std::vector<std::string> keys = {"num_generations",
+                                                "max_completion_length",
+                                                "temperature",
+                                                "top_p",
+                                                "top_k",
+                                                "min_p",
+                                                "repetition_penalty",
+                                                "beta",
+                                                "epsilon",
+                                                "epsilon_high",
+                                                "loss_type",
+                                                "scale_rewards",
+                                                "num_iterations",
+                                                "reward_weights",
+                                                "mask_truncated_completions",
+                                                "shuffle_dataset",
+                                                "disable_dropout",
+                                                "multi_objective_aggregation",
+                                                "reward_funcs",
+                                                "steps_per_generation",
+                                                "generation_batch_size",
+                                                "use_bias_correction_kl",
+                                                "importance_sampling_level"};
+  return keys;
+}
+
+bool is_grpo_key(const std::string& key) {
+  const auto& k = grpo_keys();
+  return std::find(k.begin(), k.end(), key) != k.end();
+}
+
+void set_grpo_key(RunConfig& c, const std::string& key, const YAML::Node& v,
+                  const std::string& what) {
+  train::GrpoOptions& o = c.grpo;
+  auto number = [&]() { return finite_number(scalar(v, key, what), key, what); };
+  auto integer = [&]() {
+    const double n = number();
+    ONYX_CHECK(n >= 0 && n == std::floor(n) && n < 1e15, what, ": '", key,
+               "' must be a non-negative integer, got ", n);
+    return (int64_t)n;
+  };
+  auto flag = [&]() { return true_or_false(scalar(v, key, what), key, what); };
+  auto null = [&]() {
+    return v.IsNull() || (v.IsScalar() && (v.Scalar() == "null" || v.Scalar() == "~"));
+  };
+  if (key == "num_generations") {
+    o.num_generations = integer();
+  } else if (key == "max_completion_length") {
+    o.max_completion_length = integer();
+  } else if (key == "temperature") {
+    o.temperature = number();
+  } else if (key == "top_p") {
+    o.top_p = number();
+  } else if (key == "top_k") {
+    o.top_k = integer();
+  } else if (key == "min_p") {
+    ONYX_CHECK(null(), what, ": 'min_p' (min-p sampling) is not implemented in onyx's generator");
+  } else if (key == "repetition_penalty") {
+    o.repetition_penalty = number();
+  } else if (key == "beta") {
+    o.loss.beta = number();
+  } else if (key == "epsilon") {
+    o.loss.epsilon = number();
+    if (!c.grpo_epsilon_high_given) o.loss.epsilon_high = o.loss.epsilon;
+  } else if (key == "epsilon_high") {
+    if (!null()) {
+      o.loss.epsilon_high = number();
+      c.grpo_epsilon_high_given = true;
+    }
+  } else if (key == "loss_type") {
+    o.loss.loss_type = scalar(v, key, what);
+  } else if (key == "scale_rewards") {
+    const std::string s = scalar(v, key, what);  // GRPOConfig maps True / False to group / none
+    o.scale_rewards = s == "true" ? "group" : s == "false" ? "none" : s;
+  } else if (key == "num_iterations") {
+    o.num_iterations = integer();
+  } else if (key == "reward_weights") {
+    o.reward_weights.clear();
+    if (!null())
+      for (auto& w : string_list(v, key, what))
+        o.reward_weights.push_back(finite_number(w, key, what));
+  } else if (key == "mask_truncated_completions") {
+    o.mask_truncated_completions = flag();
+  } else if (key == "shuffle_dataset") {
+    o.shuffle_dataset = flag();
+  } else if (key == "disable_dropout") {
+    o.loss.disable_dropout = flag();
+  } else if (key == "multi_objective_aggregation") {
+    o.multi_objective_aggregation = scalar(v, key, what);
+  } else if (key == "reward_funcs") {
+    ONYX_CHECK(v.IsSequence(), what,
+               ": 'reward_funcs' must be a list of {type: exact_match | regex | length, ...}");
+    o.reward_specs.clear();
+    for (auto item : v) o.reward_specs.push_back(yaml_to_json(item));
+  } else if (key == "steps_per_generation") {
+    o.steps_per_generation = null() ? 0 : integer();
+  } else if (key == "generation_batch_size") {
+    o.generation_batch_size = null() ? 0 : integer();
+  } else if (key == "use_bias_correction_kl") {
+    o.loss.use_bias_correction_kl = flag();
+  } else {  // importance_sampling_level
+    ONYX_CHECK(scalar(v, key, what) == "token", what,
+               ": importance_sampling_level: onyx implements 'token' only (GSPO's 'sequence' is "
+               "not built)");
+  }
+}
+
+// The GRPO options with what the loss shares with sampling: the temperature the logits are
+// divided by, dr_grpo's normalizer, whether the old policy's log-probabilities are inputs.
+train::GrpoOptions grpo_options(const RunConfig& c) {
+  train::GrpoOptions o = c.grpo;
+  o.loss.temperature = o.temperature;
+  o.loss.max_completion_length = o.max_completion_length;
+  o.loss.old_logps_input = o.num_iterations > 1;
+  return o;
+}
+
+// A key of DPOConfig or GRPOConfig: set as `trainer:` says, or kept until it does.
+void set_method_key(RunConfig& c, const std::string& key, const YAML::Node& v,
+                    const std::string& what) {
+  if (c.trainer == "default") {
+    c.pending_method_keys.push_back({key, YAML::Dump(v)});
+    return;
+  }
+  const bool dpo = c.trainer == "dpo";
+  ONYX_CHECK(dpo ? is_dpo_key(key) : is_grpo_key(key), what, ": '", key, "' is not a key of ",
+             dpo ? "DPOConfig (trainer: dpo)" : "GRPOConfig (trainer: grpo)");
+  if (dpo)
+    set_dpo_key(c, key, v, what);
+  else
+    set_grpo_key(c, key, v, what);
+}
+
 void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const std::string& what) {
   if (key == "model") {
     if (v.IsMap()) {
@@ -340,12 +476,13 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
     }
   } else if (key == "trainer") {
     c.trainer = scalar(v, key, what);
-    ONYX_CHECK(c.trainer == "default" || c.trainer == "dpo", what,
-               ": 'trainer' must be default "
-               "or dpo, got '",
-               c.trainer, "'");
-  } else if (is_dpo_key(key)) {
-    set_dpo_key(c, key, v, what);
+    ONYX_CHECK(c.trainer == "default" || c.trainer == "dpo" || c.trainer == "grpo", what,
+               ": 'trainer' must be default, dpo or grpo, got '", c.trainer, "'");
+    auto pending = std::move(c.pending_method_keys);
+    c.pending_method_keys.clear();
+    for (auto& [k, text] : pending) set_key(c, k, YAML::Load(text), what);
+  } else if (is_dpo_key(key) || is_grpo_key(key)) {
+    set_method_key(c, key, v, what);
   } else if (TrainingArguments::is_key(key)) {
     // a mapping or a list (lr_scheduler_kwargs, include_for_metrics) goes as its JSON text
     const std::string text =
@@ -363,6 +500,7 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
                           "early_stopping_patience", "early_stopping_threshold", "trainer"})
       known.push_back(k);
     known.insert(known.end(), dpo_keys().begin(), dpo_keys().end());
+    known.insert(known.end(), grpo_keys().begin(), grpo_keys().end());
     throw Error(cat(what, ": unknown key '", key, "'", train::did_you_mean(key, known)));
   }
 }
@@ -440,7 +578,14 @@ RunConfig load_run_config(const std::string& path,
     c.args.gradient_checkpointing = true;
   // trainer: dpo takes DPOConfig's defaults where they differ from TrainingArguments': learning
   // rate 1e-6, logging every 10 steps, gradient checkpointing on, bf16 unless fp16.
-  if (c.trainer == "dpo") {
+  ONYX_CHECK(c.pending_method_keys.empty(), what, ": '",
+             c.pending_method_keys.empty() ? "" : c.pending_method_keys[0].first,
+             "' is a key of DPOConfig or GRPOConfig: set `trainer: dpo` or `trainer: grpo`");
+  // GRPOConfig's defaults where they differ from TrainingArguments': as DPOConfig's, and
+  // per_device_train_batch_size 8
+  if (c.trainer == "grpo" && !given("per_device_train_batch_size"))
+    c.args.per_device_train_batch_size = 8;
+  if (c.trainer == "dpo" || c.trainer == "grpo") {
     if (!given("learning_rate")) c.args.learning_rate = 1e-6;
     if (!given("logging_steps")) c.args.set("logging_steps", "10");
     if (!given("gradient_checkpointing") && !given("activation_checkpointing"))
@@ -598,6 +743,25 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       std::string images = resolve(c.dir, need("images"));
       ds = std::make_shared<data::IdxImageDataset>(images, resolve(c.dir, need("labels")), o);
     }
+  } else if (type == "prompts") {
+    ONYX_CHECK(c.trainer == "grpo", what,
+               ": type prompts is GRPO's data (set `trainer: grpo` and its reward_funcs)");
+    ONYX_CHECK(which == "train_data", what,
+               ": GRPO's prompts are training data (evaluation on prompts is not built)");
+    const std::string tok_path = resolve(c.dir, need("tokenizer"));
+    data::PromptOptions o;
+    o.format = take("format");
+    auto files = chat_template_files(tok_path, take("chat_template"), c, what);
+    o.chat_template = files.source;
+    o.chat_template_origin = files.origin;
+    o.special_tokens = files.special_tokens;
+    auto prompts = std::make_shared<data::PromptDataset>(resolve(c.dir, need("path")),
+                                                         tokenizers::load_tokenizer(tok_path), o);
+    try {
+      ds = std::make_shared<train::GrpoRollouts>(prompts, grpo_options(c));
+    } catch (const Error& e) {
+      throw Error(cat(what, ": ", e.what()));
+    }
   } else if (type == "preference") {
     const std::string tok_path = resolve(c.dir, need("tokenizer"));
     data::PreferenceOptions o;
@@ -649,9 +813,9 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       ds = std::make_shared<data::TextClassificationDataset>(path, tok, o);
     }
   } else {
-    throw Error(
-        cat(what, ": unknown dataset type '", type,
-            "' (safetensors, idx_images, text_classification, causal_lm, sft, preference)"));
+    throw Error(cat(
+        what, ": unknown dataset type '", type,
+        "' (safetensors, idx_images, text_classification, causal_lm, sft, preference, prompts)"));
   }
   ONYX_CHECK(kv.empty(), what, ": unknown key '", kv.begin()->first, "' for a ", type, " dataset");
   return ds;
@@ -760,6 +924,7 @@ Model model_from_config(const RunConfig& c) {
     models::to_preference_model(m, c.dpo);
     m.reference_batch_size = c.precompute_ref_batch_size;
   }
+  if (c.trainer == "grpo") models::to_grpo_model(m, grpo_options(c).loss);
   if (c.lora) {
     // LoRA: adapters on the matching linear layers; everything else frozen
     models::LoraSpec spec = *c.lora;

@@ -13,6 +13,7 @@
 #include "onyx/trainer.h"
 #include "onyx/training_args.h"
 #include "quant/bnb_config.h"
+#include "train/grpo.h"
 
 namespace onyx::config {
 
@@ -61,9 +62,17 @@ struct RunConfig {
   // loss_weights, label_smoothing, discopop_tau, disable_dropout, precompute_ref_batch_size: keys
   // of the config, as DPOConfig's), over `type: preference` data (models/preference_head.h).
   // "default": the model's own loss.
+  // `trainer: grpo` — TRL's GRPOTrainer: GRPOConfig's keys (num_generations,
+  // max_completion_length, temperature, top_p, top_k, repetition_penalty, beta, epsilon,
+  // epsilon_high, loss_type, scale_rewards, num_iterations, reward_weights, ...) and the CLI's
+  // reward_funcs (train/grpo.h builtin_reward), over `type: prompts` data (train/grpo.h).
   std::string trainer = "default";
   models::PreferenceLoss dpo;
   int64_t precompute_ref_batch_size = 0;
+  train::GrpoOptions grpo;
+  bool grpo_epsilon_high_given = false;  // else epsilon_high follows epsilon (GRPOConfig's None)
+  // keys of DPOConfig / GRPOConfig given before `trainer:` said which (applied when it does)
+  std::vector<std::pair<std::string, std::string>> pending_method_keys;
 };
 
 // overrides: ("learning_rate", "1e-4"), ... applied after the file, in order.

@@ -6,68 +6,12 @@
 #include <set>
 
 #include "ir/graph.h"
+#include "models/loss_graph.h"
 #include "onyx/error.h"
 
 namespace onyx::models {
 
 namespace {
-
-// Appends nodes to a graph: constants as Constant nodes (no initializers: nothing the trainer
-// would take for a weight), names under "dpo/".
-struct Emit {
-  ir::Graph& g;
-  int n = 0;
-  std::string op(const std::string& type, std::vector<std::string> in,
-                 std::map<std::string, ir::Attribute> attrs = {}, std::string out = "",
-                 const std::string& domain = "", int outputs = 1) {
-    ir::Node nd;
-    nd.name = cat("dpo/", type, "_", n++);
-    nd.op_type = type;
-    nd.domain = domain;
-    nd.inputs = std::move(in);
-    nd.outputs.push_back(out.empty() ? nd.name + "/out" : out);
-    for (int k = 1; k < outputs; k++) nd.outputs.push_back(cat(nd.name, "/out", k));
-    nd.attrs = std::move(attrs);
-    g.nodes.push_back(nd);
-    return nd.outputs[0];
-  }
-  std::string constant(Tensor t) {
-    return op("Constant", {}, {{"value", ir::Attribute::of_tensor(std::move(t))}});
-  }
-  std::string f32(double v) { return constant(Tensor::scalar_f32((float)v)); }
-  std::string i64s(const std::vector<int64_t>& v) {
-    return constant(Tensor::from_vector<int64_t>(DType::Int64, {(int64_t)v.size()}, v));
-  }
-  // elementwise helpers
-  std::string add(const std::string& a, const std::string& b) { return op("Add", {a, b}); }
-  std::string sub(const std::string& a, const std::string& b) { return op("Sub", {a, b}); }
-  std::string mul(const std::string& a, const std::string& b) { return op("Mul", {a, b}); }
-  std::string div(const std::string& a, const std::string& b) { return op("Div", {a, b}); }
-  std::string scale(double s, const std::string& x) { return mul(f32(s), x); }
-  std::string neg(const std::string& x) { return op("Neg", {x}); }
-  std::string sigmoid(const std::string& x) { return op("Sigmoid", {x}); }
-  // log σ(x) = −softplus(−x) (PyTorch's F.logsigmoid)
-  std::string logsigmoid(const std::string& x) { return neg(op("Softplus", {neg(x)})); }
-  std::string square(const std::string& x) { return mul(x, x); }
-  std::string mean(const std::string& x) {
-    return op("ReduceMean", {x}, {{"keepdims", ir::Attribute::of_int(0)}});
-  }
-  std::string total(const std::string& x) {
-    return op("ReduceSum", {x}, {{"keepdims", ir::Attribute::of_int(0)}});
-  }
-  std::string row_sums(const std::string& x) {  // (R, T) -> (R)
-    return op("ReduceSum", {x, i64s({1})}, {{"keepdims", ir::Attribute::of_int(0)}});
-  }
-  std::string at_least_one(const std::string& x) { return op("Max", {x, f32(1.0)}); }
-  std::string to_f32(const std::string& x) {
-    return op("Cast", {x}, {{"to", ir::Attribute::of_int((int64_t)DType::Float32)}});
-  }
-  // rows [0, half) and [half, end) of a 1-D value
-  std::pair<std::string, std::string> halves(const std::string& x, const std::string& half) {
-    return {op("Slice", {x, i64s({0}), half, i64s({0})}),
-            op("Slice", {x, half, i64s({INT64_MAX}), i64s({0})})};
-  }
-};
 
 // The (chosen, rejected) log-ratios, their counts of completion tokens and log-probabilities a
 // loss type reads.
@@ -121,39 +65,6 @@ std::string per_pair_loss(Emit& e, const std::string& type, const Pairs& p,
   throw Error(cat("loss_type '", type, "' is not built"));
 }
 
-// The value computing "logits": MatMul(h, Transpose(table)). Returns (h, table).
-std::pair<std::string, std::string> head_of(const ir::Graph& g) {
-  const ir::Node* mm = nullptr;
-  for (auto& n : g.nodes)
-    if (!n.outputs.empty() && n.outputs[0] == "logits") mm = &n;
-  ONYX_CHECK(mm && mm->op_type == "MatMul" && mm->inputs.size() == 2,
-             "DPO: the model has no LM head "
-             "(a MatMul computing 'logits'): a causal LM built by onyx (gpt2, llama, mistral, "
-             "qwen2) is needed");
-  for (auto& n : g.nodes)
-    if (n.outputs[0] == mm->inputs[1] && n.op_type == "Transpose")
-      return {mm->inputs[0], n.inputs[0]};
-  throw Error("DPO: the LM head's weight is not a transposed table");
-}
-
-// Drops the nodes that read "logits", transitively (the token cross-entropy), and the outputs.
-void drop_token_loss(ir::Graph& g) {
-  std::set<std::string> dead = {"logits"};
-  std::vector<ir::Node> kept;
-  for (auto& n : g.nodes) {
-    bool reads = std::any_of(n.inputs.begin(), n.inputs.end(),
-                             [&](const std::string& i) { return dead.count(i) != 0; });
-    bool is_head = !n.outputs.empty() && n.outputs[0] == "logits";
-    if (reads || is_head) {
-      for (auto& o : n.outputs) dead.insert(o);
-      continue;
-    }
-    kept.push_back(n);
-  }
-  g.nodes = std::move(kept);
-  g.outputs.clear();
-}
-
 }  // namespace
 
 const std::vector<std::string>& preference_loss_types() {
@@ -187,28 +98,15 @@ void check_preference_loss(const PreferenceLoss& c) {
 void to_preference_model(Model& m, const PreferenceLoss& cfg) {
   check_preference_loss(cfg);
   ir::Graph& g = *m.graph;
-  auto [h, table] = head_of(g);
+  auto [h, table] = lm_head_of(g, "DPO");
   ONYX_CHECK(g.initializers.count(table) && g.initializers.at(table).rank() == 2,
              "DPO: the LM head's weight '", table, "' is not a 2-D weight");
   const int64_t C = g.initializers.at(table).dim(1);
   drop_token_loss(g);
-  if (cfg.disable_dropout)
-    for (auto& n : g.nodes)
-      if (n.op_type == "Dropout" && n.domain.empty()) {
-        n.op_type = "Identity";
-        n.inputs.resize(1);
-        n.outputs.resize(1);
-        n.attrs.clear();
-      }
+  if (cfg.disable_dropout) disable_dropout(g);
   g.opsets["onyx"] = 1;
-  for (const char* ref : {"ref_chosen_logps", "ref_rejected_logps"}) {
-    ir::ValueInfo vi;
-    vi.name = ref;
-    vi.dtype = DType::Float32;
-    vi.shape = {-1};
-    g.inputs.push_back(vi);
-  }
-  Emit e{g};
+  for (const char* ref : {"ref_chosen_logps", "ref_rejected_logps"}) add_float_input(g, ref, {-1});
+  Emit e{g, "dpo/"};
   // per-token log-probabilities of the shifted rows (2B, T-1)
   std::string hs = e.op("Slice", {h, e.i64s({0}), e.i64s({-1}), e.i64s({1})});
   std::string ls = e.op("Slice", {"labels", e.i64s({1}), e.i64s({INT64_MAX}), e.i64s({1})});
@@ -230,11 +128,8 @@ void to_preference_model(Model& m, const PreferenceLoss& cfg) {
   p.rl = e.sub(rejected, "ref_rejected_logps");
   p.delta = e.sub(p.cl, p.rl);
   // completion tokens: unshifted per row (TRL's completion_mask.sum), shifted for the metrics
-  auto not_ignored = [&](const std::string& labels) {
-    return e.to_f32(e.op("Not", {e.op("Equal", {labels, e.constant(Tensor::scalar_i64(-100))})}));
-  };
-  std::tie(p.n_chosen, p.n_rejected) = e.halves(e.row_sums(not_ignored("labels")), half);
-  std::string shifted_mask = not_ignored(ls);
+  std::tie(p.n_chosen, p.n_rejected) = e.halves(e.row_sums(e.not_ignored("labels")), half);
+  std::string shifted_mask = e.not_ignored(ls);
   auto [chosen_tok, rejected_tok] = e.halves(e.row_sums(shifted_mask), half);
   p.chosen_tokens = e.total(chosen_tok);
   p.chosen_token_sum = e.total(chosen);
@@ -262,13 +157,7 @@ void to_preference_model(Model& m, const PreferenceLoss& cfg) {
   metrics.push_back(
       {"mean_token_accuracy", e.div(e.total(top1_chosen), e.at_least_one(p.chosen_tokens))});
   metrics.push_back({"entropy", e.div(e.total(entropy), e.at_least_one(e.total(shifted_mask)))});
-  auto output = [&](const std::string& name, Shape shape) {
-    ir::ValueInfo vi;
-    vi.name = name;
-    vi.dtype = DType::Float32;
-    vi.shape = std::move(shape);
-    g.outputs.push_back(vi);
-  };
+  auto output = [&](const std::string& name, Shape shape) { add_float_output(g, name, shape); };
   output("loss", {});
   m.logged_outputs.clear();
   for (auto& [name, value] : metrics) {

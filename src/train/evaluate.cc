@@ -186,9 +186,10 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
   return po;
 }
 
-Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) {
+// The decoder with a KV cache (made on first use, or again when the evaluation precision
+// changed) fed the Trainer's current weights: predict_with_generate's and GRPO's sampler.
+generate::Generator& Trainer::current_generator(kernels::LowPrecision low) {
   auto& gen = impl_->generator;
-  const kernels::LowPrecision low = impl_->ts->full_eval();
   if (!gen || impl_->generator_rounding != low) {
     models::HfConfig c = models::parse_hf_config(model_.config_json, "the model's config.json");
     models::BuiltModel decoder = models::build_hf_decoder_with_past(c, 0);
@@ -237,6 +238,12 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
     for (auto& [name, t] : w) t = g.initializers.at(name);
   }
   gen->set_weights(std::move(w));
+  return *gen;
+}
+
+Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) {
+  const kernels::LowPrecision low = impl_->ts->full_eval();
+  generate::Generator* gen = &current_generator(low);
 
   // Seq2SeqTrainer's priority: the generation_* arguments, then the model's generation_config
   generate::GenerationConfig cfg = impl_->generation_defaults;

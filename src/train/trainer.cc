@@ -20,6 +20,7 @@
 #include "dist/comm.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/gemm.h"
+#include "train/grpo.h"
 #include "train/tensorboard.h"
 #include "train/trainer_internal.h"
 
@@ -289,6 +290,7 @@ TrainOutput Trainer::train() {
   } in_train(impl_->in_train);
   try {
     precompute_reference_logps();  // before a resume: the reference is the starting policy
+    keep_grpo_reference();
     return train_loop();
   } catch (const std::exception& e) {
     // One rank failing ends the whole job at once (the others would wait in the next collective
@@ -336,14 +338,15 @@ void Trainer::start_training() {
   fit_batch_to_memory();
   dist::Comm& comm = *I.comm;
   const int64_t world = comm.size(), rank = comm.rank();
-  const bool by_length = a.train_sampling_strategy == "group_by_length" ||
-                         a.train_sampling_strategy == "batch_rebalance";
+  const bool by_length = (a.train_sampling_strategy == "group_by_length" ||
+                          a.train_sampling_strategy == "batch_rebalance") &&
+                         !dynamic_cast<train::GrpoRollouts*>(train_ds_.get());
   I.train_lengths = by_length ? train::sample_lengths(*train_ds_, a, "the train dataset")
                               : std::vector<int64_t>();
   // (every epoch has as many micro-batches as the first)
-  const int64_t n_batches =
-      (int64_t)train::epoch_batches(a, I.train_lengths, train_ds_->size(), world, I.data_seed, 0)
-          .size();
+  if (auto* rollouts = dynamic_cast<train::GrpoRollouts*>(train_ds_.get()))
+    rollouts->plan(a.per_device_train_batch_size, a.gradient_accumulation_steps, world, rank);
+  const int64_t n_batches = (int64_t)train_batches(0).size();
   ONYX_CHECK(n_batches > 0, "the train dataset (", train_ds_->size(),
              " samples) gives no batch of ", a.per_device_train_batch_size,
              (a.dataloader_drop_last ? " with dataloader_drop_last" : ""));
@@ -647,6 +650,15 @@ TrainOutput Trainer::finish_training() {
   return out;
 }
 
+std::vector<std::vector<int64_t>> Trainer::train_batches(int64_t epoch) const {
+  if (!dynamic_cast<const train::GrpoRollouts*>(train_ds_.get()))
+    return train::epoch_batches(args_, impl_->train_lengths, train_ds_->size(), impl_->comm->size(),
+                                impl_->data_seed, epoch);
+  // GRPO's rows are the generation batches in order (RepeatSampler orders the prompts)
+  return data::make_batches(data::epoch_order(train_ds_->size(), false, 0, epoch),
+                            args_.per_device_train_batch_size, false);
+}
+
 TrainOutput Trainer::train_loop() {
   start_training();
   auto& I = *impl_;
@@ -655,8 +667,7 @@ TrainOutput Trainer::train_loop() {
   const int64_t slots = a.gradient_accumulation_steps * comm.size();  // micro-batches per step
   while (I.epoch < state_.num_train_epochs && state_.global_step < state_.max_steps &&
          !control_.should_training_stop) {
-    auto batches = train::epoch_batches(a, I.train_lengths, train_ds_->size(), comm.size(),
-                                        I.data_seed, I.epoch);
+    auto batches = train_batches(I.epoch);
     if (I.batches_done == 0)
       for (auto& cb : callbacks_) cb->on_epoch_begin(a, state_, control_);
     while (I.batches_done < (int64_t)batches.size() && state_.global_step < state_.max_steps) {
@@ -664,6 +675,7 @@ TrainOutput Trainer::train_loop() {
       const int64_t group_start = I.batches_done;
       const int64_t group_end = std::min<int64_t>((int64_t)batches.size(), group_start + slots);
       comm.set_context(cat("step ", state_.global_step + 1));
+      prepare_rollout();
       for (auto& cb : callbacks_) cb->on_step_begin(a, state_, control_);
       const double step_loss = accumulate_gradients(batches, group_start, group_end);
       apply_gradients();

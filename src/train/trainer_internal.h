@@ -63,6 +63,9 @@ struct Trainer::Impl {
   // Inside train(): evaluations then run as training left the model (bf16_full_eval applies to
   // evaluate() / predict() outside it, as Transformers' evaluation_loop has it).
   bool in_train = false;
+  // GRPO with beta != 0: the starting trainable weights (the reference policy), kept once
+  std::vector<float> grpo_reference;
+  int64_t grpo_tokens_seen = 0;  // prompt and completion tokens sampled (TRL's num_tokens)
   train::FlatBuffer& scratch() {
     if (!scratch_buf) scratch_buf = std::make_unique<train::FlatBuffer>(ts->grads().layout());
     return *scratch_buf;

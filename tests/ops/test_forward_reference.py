@@ -183,6 +183,13 @@ class OnyxLinearLogProbs(OpRun):
         return (logps.astype(h.dtype), entropy.astype(h.dtype), mean.astype(h.dtype), top1)
 
 
+class OnyxStopGradient(OpRun):
+    op_domain = "onyx"
+
+    def _run(self, x):
+        return (x.copy(),)
+
+
 class MsGelu(OpRun):
     op_domain = "com.microsoft"
 
@@ -262,7 +269,7 @@ CUSTOM = {("onyx", "Gelu"): OnyxGelu, ("onyx", "LayerNormalization"): OnyxLayerN
           ("onyx", "MatMulT"): OnyxMatMulT, ("onyx", "Attention"): OnyxAttention,
           ("onyx", "DropoutAdd"): OnyxDropoutAdd,
           ("onyx", "LinearCrossEntropy"): OnyxLinearCrossEntropy,
-          ("onyx", "LinearLogProbs"): OnyxLinearLogProbs,
+          ("onyx", "LinearLogProbs"): OnyxLinearLogProbs, ("onyx", "StopGradient"): OnyxStopGradient,
           ("onyx", "Dequantize4Bit"): OnyxDequantize4Bit, ("onyx", "MatMul4Bit"): OnyxMatMul4Bit,
           ("com.microsoft", "Gelu"): MsGelu, ("com.microsoft", "FastGelu"): MsFastGelu,
           ("com.microsoft", "BiasGelu"): MsBiasGelu}

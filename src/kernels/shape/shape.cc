@@ -1,8 +1,8 @@
 // kernels/shape/shape.cc — the shape family's view-like and
-// constant-producing ops: Reshape, Flatten, Squeeze, Unsqueeze, Identity, Shape, Size, Constant,
-// ConstantOfShape, Range, EyeLike. The view-like ops are a memcpy (the planner may alias them);
-// their infer functions carry the ONNX shape rules. The other sub-families live in transpose.cc,
-// slice.cc and gather.cc.
+// constant-producing ops: Reshape, Flatten, Squeeze, Unsqueeze, Identity, onyx.StopGradient, Shape,
+// Size, Constant, ConstantOfShape, Range, EyeLike. The view-like ops are a memcpy (the planner may
+// alias them); their infer functions carry the ONNX shape rules. The other sub-families live in
+// transpose.cc, slice.cc and gather.cc.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -291,6 +291,17 @@ ONYX_REGISTER_KERNELS(shape, Cpu) {
                               {}});
   identity.view = true;
   identity.per_token = OpTraits::PerToken::Unary;
+  // onyx.StopGradient: Identity whose output carries no gradient (autodiff stops there; PyTorch's
+  // detach()), e.g. GRPO's old log-probabilities when they are the current ones
+  OpTraits& stop = r.add("onyx", "StopGradient",
+                         {[](InferContext& ctx) {
+                            const auto& x = ctx.input(0);
+                            ctx.set_output(0, x.dtype, x.shape);
+                          },
+                          copy_input0,
+                          {}});
+  stop.view = true;
+  stop.per_token = OpTraits::PerToken::Unary;
 
   r.add("", "Shape", {shape_infer, shape_compute, {}}).meta_only_inputs = {0};
   r.add("", "Size",

@@ -1,0 +1,321 @@
+"""test_grpo.py — GRPO (`trainer: grpo`, onyx.GRPOTrainer; train/grpo.h, models/grpo_head.h)
+against TRL 1.16's GRPOTrainer + PyTorch 2.13 on the same tiny Llama, tokenizer, prompts, reward
+functions and completions.
+
+A byte-level BPE tokenizer is trained here (eos <|endoftext|>, also the pad token); a tiny random
+LlamaForCausalLM (GQA 2:1, eager attention) is the starting policy; 8 prompts ("Define cat:", ...,
+with an "answer" column). The completions are held equal: both trainers get them from the same
+rollout_func (TRL's rollout_func(prompts, trainer) -> {prompt_ids, completion_ids, logprobs}),
+which tokenizes each prompt as TRL does and draws each completion's tokens from a seeded RNG (the
+call number and the row: lengths 1..8; some end with eos, the others are cut at
+max_completion_length 8). Two reward functions with TRL's signature: reward_len (−|tokens − 4|)
+and reward_answer (1 when the decoded completion contains the row's answer column's first
+letter, None when the completion is a single token: TRL's unscored rows). 8 completions per step
+(num_generations 4: two prompts), in file order (shuffle_dataset False), AdamW lr 1e-2 (the
+policy moves enough for the clipping to act), float32 (GRPOConfig's bf16 and
+gradient_checkpointing defaults off on both sides).
+
+Cases (one PASS / FAIL line each), each comparing every step's logged loss, grad_norm,
+learning_rate and the metrics TRL logs (reward, reward_std, rewards/<f>/mean and /std,
+frac_reward_zero_std, completions/* lengths and clipped_ratio, num_tokens, entropy, kl with beta,
+clip_ratio/low_mean, low_min, high_mean, high_max, region_mean) within 1e-4 relative (to the
+value, or 1e-2 where it is near zero):
+  <loss_type>-b<beta>-it<n>  dapo, grpo, bnpo, dr_grpo, each with beta 0 / num_iterations 1 and
+                    beta 0.04 / num_iterations 2; dapo with beta 0.04 / num_iterations 1 and
+                    grpo with beta 0 / num_iterations 2
+  accumulation      dapo, gradient_accumulation_steps 2 (two micro-batches of 4 per step): loss,
+                    grad_norm and the rollout metrics (TRL shuffles the generation batch before
+                    splitting it with torch's RNG, so the per-micro-batch means differ)
+  lora              LoRA (r 4 on q_proj, v_proj) with beta 0.04: TRL's reference is the base with
+                    the adapter off; onyx's the starting adapters (B = 0: the same model)
+  cli-generate      `onyx train` with trainer: grpo and the CLI's built-in rewards (length,
+                    regex): onyx's own generator samples (8 completions per step, up to 8
+                    tokens); every step logs TRL's metric names with finite values, and the
+                    weights change
+  errors            CLI: an unknown reward type, prompts without trainer: grpo, a generation
+                    batch that is not whole groups, an unknown GRPO key: exit 1 naming why
+
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_grpo.py [filter]
+The Python cases build the package first (tests/python/test_package.py build_package:
+incremental). Ends with "N passed, M failed"; exits 1 if any case failed.
+"""
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+
+import torch
+import transformers as tr
+from case_runner import run_cases, with_shared
+
+ONYX = os.environ.get("ONYX", "build/onyx")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOL = 1e-4
+STEPS, LR, G, MAXLEN = 4, 1e-2, 4, 8
+torch.set_num_threads(1)
+
+WORDS = ["cat", "dog", "tree", "river", "stone", "cloud", "light", "sound"]
+ROWS = [{"prompt": f"Define {w}:", "answer": w} for w in WORDS]
+METRICS = ["loss", "grad_norm", "learning_rate", "reward", "reward_std",
+           "rewards/reward_len/mean", "rewards/reward_len/std", "rewards/reward_answer/mean",
+           "rewards/reward_answer/std", "frac_reward_zero_std", "completions/mean_length",
+           "completions/min_length", "completions/max_length", "completions/clipped_ratio",
+           "completions/mean_terminated_length", "completions/min_terminated_length",
+           "completions/max_terminated_length", "num_tokens", "entropy", "kl",
+           "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean",
+           "clip_ratio/high_max", "clip_ratio/region_mean"]
+ROLLOUT = {"reward", "reward_std", "frac_reward_zero_std", "num_tokens"}
+
+
+def write_config(path, cfg):
+    with open(path, "w") as f:
+        for k, v in cfg.items():
+            f.write(f"{k}: {json.dumps(v)}\n")
+
+
+class Setup:
+    def __init__(self, tmp):
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        self.tmp = tmp
+        tk = Tokenizer(models.BPE())
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        tk.train_from_iterator([r["prompt"] + " a " + r["answer"] for r in ROWS] * 4,
+                               trainers.BpeTrainer(vocab_size=300,
+                                                   special_tokens=["<|endoftext|>"],
+                                                   show_progress=False,
+                                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        self.tok_dir = os.path.join(tmp, "tok")
+        base = os.path.join(tmp, "base-tokenizer.json")
+        tk.save(base)
+        self.tok = tr.PreTrainedTokenizerFast(tokenizer_file=base, eos_token="<|endoftext|>",
+                                              pad_token="<|endoftext|>")
+        self.tok.save_pretrained(self.tok_dir)
+        cfg = tr.LlamaConfig(vocab_size=len(self.tok), hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=128)
+        cfg._attn_implementation = "eager"
+        torch.manual_seed(0)
+        self.base_dir = os.path.join(tmp, "base")
+        tr.LlamaForCausalLM(cfg).save_pretrained(self.base_dir)
+        self.data = os.path.join(tmp, "prompts.jsonl")
+        with open(self.data, "w") as f:
+            for r in ROWS:
+                f.write(json.dumps(r) + "\n")
+
+
+shared = with_shared(Setup)
+
+
+def make_rollout(tok):
+    """The same completions for both trainers: call k's row i draws from Random(1000 k + i)."""
+    calls = [0]
+    eos = tok.eos_token_id
+
+    def rollout_func(prompts, trainer):
+        k = calls[0]
+        calls[0] += 1
+        prompt_ids = tok(text=prompts)["input_ids"]
+        completions = []
+        for i in range(len(prompts)):
+            rng = random.Random(1000 * k + i)
+            n = rng.randint(1, MAXLEN)
+            ids = [rng.randrange(1, len(tok)) for _ in range(n)]
+            if n < MAXLEN and rng.random() < 0.6:
+                ids[-1] = eos
+            completions.append(ids)
+        return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": None}
+    return rollout_func
+
+
+def reward_len(completion_ids, **kwargs):
+    return [-abs(len(c) - 4.0) for c in completion_ids]
+
+
+def reward_answer(completions, completion_ids, answer, **kwargs):
+    return [None if len(ids) == 1 else float(a[0] in c)
+            for c, ids, a in zip(completions, completion_ids, answer)]
+
+
+def grpo_args(GRPOConfig, out, grpo):
+    kw = dict(output_dir=out, report_to=[], per_device_train_batch_size=8,
+              num_generations=G, max_completion_length=MAXLEN, max_steps=STEPS,
+              learning_rate=LR, logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
+              bf16=False, gradient_checkpointing=False, shuffle_dataset=False)
+    kw.update(grpo)
+    return GRPOConfig(**kw)
+
+
+def policy(s, adapter=None):
+    """The starting policy: the base model, or a PEFT model with the adapter saved at `adapter`."""
+    model = tr.AutoModelForCausalLM.from_pretrained(s.base_dir, attn_implementation="eager")
+    if adapter:
+        import peft
+        model = peft.PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    return model
+
+
+def trl_run(s, name, grpo, adapter=None):
+    import datasets
+    from trl import GRPOConfig, GRPOTrainer
+    datasets.disable_progress_bar()
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    args = grpo_args(GRPOConfig, os.path.join(s.tmp, "trl-" + name),
+                     dict(grpo, use_cpu=True))
+    trainer = GRPOTrainer(model=policy(s, adapter), reward_funcs=[reward_len, reward_answer],
+                          args=args, train_dataset=datasets.Dataset.from_list(ROWS),
+                          processing_class=s.tok, rollout_func=make_rollout(s.tok))
+    trainer.train()
+    return [e for e in trainer.state.log_history if "loss" in e]
+
+
+def import_onyx():
+    sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+    import test_package
+    test_package.build_package()
+    sys.path.insert(0, test_package.TARGET)
+    import onyx
+    return onyx
+
+
+def onyx_run(s, name, grpo, adapter=None):
+    onyx = import_onyx()
+    out = os.path.join(s.tmp, "onyx-" + name)
+    args = grpo_args(onyx.GRPOConfig, out, grpo)
+    model = policy(s, adapter) if adapter else s.base_dir
+    trainer = onyx.GRPOTrainer(model=model, reward_funcs=[reward_len, reward_answer], args=args,
+                               train_dataset=ROWS, processing_class=s.tok,
+                               rollout_func=make_rollout(s.tok))
+    trainer.train()
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        return [e for e in map(json.loads, f) if "loss" in e]
+
+
+def compare(theirs, ours, keys=METRICS):
+    if len(theirs) != STEPS or len(ours) != STEPS:
+        return False, f"{len(ours)} onyx log entries, {len(theirs)} TRL's (want {STEPS})"
+    worst, where, n = 0.0, "", 0
+    for step, (t, o) in enumerate(zip(theirs, ours), 1):
+        for k in keys:
+            if k not in t:
+                continue
+            if k not in o:
+                return False, f"step {step}: onyx logs no '{k}'"
+            n += 1
+            if math.isnan(t[k]) and math.isnan(o[k]):
+                continue
+            err = abs(o[k] - t[k]) / max(abs(t[k]), 1e-2)
+            if abs(o[k] - t[k]) > 1e-6 and err > worst or math.isnan(err):
+                worst, where = err, f"{k} at step {step}: onyx {o[k]:.6g}, TRL {t[k]:.6g}"
+    ok = worst < TOL
+    return ok, (f"{STEPS} steps, {n} values: loss {theirs[0]['loss']:.4g} -> "
+                f"{theirs[-1]['loss']:.4g}, clip {max(t.get('clip_ratio/region_mean', 0) for t in theirs):.3g}"
+                f"; worst rel err {worst:.1e}" + (f" ({where})" if worst else ""))
+
+
+def loss_case(loss_type, beta, iterations):
+    def case(s):
+        grpo = {"loss_type": loss_type, "beta": beta, "num_iterations": iterations}
+        name = f"{loss_type}-b{beta}-it{iterations}"
+        return compare(trl_run(s, name, grpo), onyx_run(s, name, grpo))
+    return case
+
+
+def case_accumulation(s):
+    grpo = {"loss_type": "dapo", "beta": 0.04, "per_device_train_batch_size": 4,
+            "gradient_accumulation_steps": 2}
+    keys = ["loss", "grad_norm", "learning_rate"] + [k for k in METRICS if k in ROLLOUT or
+                                                     k.startswith(("rewards/", "completions/"))]
+    return compare(trl_run(s, "ga", grpo), onyx_run(s, "ga", grpo), keys)
+
+
+def case_lora(s):
+    """The same initial adapter (PEFT's init, seeded) as a PeftModel on both sides."""
+    import peft
+    torch.manual_seed(1)
+    pm = peft.get_peft_model(tr.LlamaForCausalLM.from_pretrained(s.base_dir),
+                             peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                             target_modules=["q_proj", "v_proj"],
+                                             task_type="CAUSAL_LM"))
+    adapter = os.path.join(s.tmp, "init-adapter")
+    pm.save_pretrained(adapter)
+    grpo = {"loss_type": "dapo", "beta": 0.04}
+    return compare(trl_run(s, "lora", grpo, adapter), onyx_run(s, "lora", grpo, adapter))
+
+
+def run_cli(s, name, extra):
+    out = os.path.join(s.tmp, "cli-" + name)
+    cfg = {"model": s.base_dir, "trainer": "grpo",
+           "train_data": {"type": "prompts", "path": s.data, "tokenizer": s.tok_dir},
+           "reward_funcs": [{"type": "length", "target": 4},
+                            {"type": "regex", "pattern": ".*a", "name": "has_a"}],
+           "num_generations": G, "max_completion_length": MAXLEN, "output_dir": out,
+           "max_steps": STEPS, "per_device_train_batch_size": 8, "learning_rate": LR,
+           "logging_steps": 1, "save_strategy": "no", "disable_tqdm": True, "seed": 0,
+           "bf16": False, "gradient_checkpointing": False, "beta": 0.04}
+    cfg.update(extra)
+    path = os.path.join(s.tmp, f"cli-{name}.yaml")
+    write_config(path, cfg)
+    p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=600)
+    return p, out
+
+
+def case_cli_generate(s):
+    p, out = run_cli(s, "generate", {})
+    if p.returncode != 0:
+        return False, f"onyx train exited {p.returncode}: {p.stderr[-600:]}"
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        logs = [e for e in map(json.loads, f) if "loss" in e]
+    want = ["reward", "reward_std", "rewards/length/mean", "rewards/has_a/mean", "kl", "entropy",
+            "completions/mean_length", "completions/clipped_ratio", "clip_ratio/region_mean",
+            "frac_reward_zero_std", "num_tokens"]
+    if len(logs) != STEPS:
+        return False, f"{len(logs)} log entries (want {STEPS})"
+    for e in logs:
+        for k in want:
+            if k not in e or not math.isfinite(e[k]):
+                return False, f"step {e['step']}: '{k}' missing or not finite: {e.get(k)}"
+    if not any(e["grad_norm"] > 0 for e in logs):
+        return False, "no step had a gradient (every group's rewards equal?)"
+    return True, (f"{STEPS} steps sampled by onyx: reward {logs[0]['reward']:.3g} -> "
+                  f"{logs[-1]['reward']:.3g}, mean length {logs[0]['completions/mean_length']:.3g}")
+
+
+def case_errors(s):
+    bad = [("reward type", {"reward_funcs": [{"type": "bleu"}]}, "unknown reward type 'bleu'"),
+           ("no trainer", {"trainer": "default", "reward_funcs": None, "beta": None,
+                           "num_generations": None, "max_completion_length": None},
+            "type prompts is GRPO's data"),
+           ("groups", {"num_generations": 3}, "multiple of num_generations 3"),
+           ("key", {"num_generation": 4}, "unknown key 'num_generation'"),
+           ("loss", {"loss_type": "sapo"}, "loss_type 'sapo' is not built")]
+    for name, extra, want in bad:
+        extra = {k: v for k, v in extra.items()}
+        p, out = run_cli(s, "err-" + name.replace(" ", "-"), {})
+        cfg_path = os.path.join(s.tmp, f"cli-err-{name.replace(' ', '-')}.yaml")
+        with open(cfg_path) as f:
+            cfg = {k: json.loads(v) for k, v in (l.split(": ", 1) for l in f.read().splitlines())}
+        for k, v in extra.items():
+            if v is None:
+                cfg.pop(k, None)
+            else:
+                cfg[k] = v
+        cfg["output_dir"] = os.path.join(s.tmp, "err-out-" + name.replace(" ", "-"))
+        write_config(cfg_path, cfg)
+        p = subprocess.run([ONYX, "train", cfg_path], capture_output=True, text=True, timeout=120)
+        if p.returncode != 1 or want not in p.stderr:
+            return False, f"{name}: exit {p.returncode}, stderr {p.stderr[-300:]!r} (want '{want}')"
+    return True, f"{len(bad)} bad configs: exit 1 naming why"
+
+
+CASES = [(f"{lt}-b{b}-it{n}", shared(loss_case(lt, b, n)))
+         for lt in ("dapo", "grpo", "bnpo", "dr_grpo") for b, n in ((0.0, 1), (0.04, 2))]
+CASES += [("dapo-b0.04-it1", shared(loss_case("dapo", 0.04, 1))),
+          ("grpo-b0.0-it2", shared(loss_case("grpo", 0.0, 2))),
+          ("accumulation", shared(case_accumulation)), ("lora", shared(case_lora)),
+          ("cli-generate", shared(case_cli_generate)), ("errors", shared(case_errors))]
+
+if __name__ == "__main__":
+    sys.exit(run_cases(CASES, "onyx-grpo-"))
