@@ -90,6 +90,7 @@ struct TrainerState {
   int64_t num_train_epochs = 0;
   int64_t logging_steps = 500, eval_steps = 500, save_steps = 500;
   int64_t train_batch_size = 0;
+  int64_t num_input_tokens_seen = 0;  // GRPO: prompt and completion tokens sampled so far
   std::vector<LogEntry> log_history;
   std::optional<double> best_metric;
   std::optional<std::string> best_model_checkpoint;

@@ -982,10 +982,14 @@ Model model_from_config(const RunConfig& c) {
       add_dir(p);
     } else if (fs::is_regular_file(p)) {  // a tokenizer file of a Hugging Face folder: its folder
       fs::path dir = fs::path(p).parent_path();
-      if (fs::is_regular_file(dir / "tokenizer_config.json"))
+      if (fs::is_regular_file(dir / "tokenizer_config.json")) {
         add_dir(dir.string());
-      else
+      } else {
         m.processor_files.push_back(p);
+        // a byte-level BPE named by its vocab.json is that file and the merges.txt beside it
+        if (fs::path(p).filename() == "vocab.json" && fs::is_regular_file(dir / "merges.txt"))
+          m.processor_files.push_back((dir / "merges.txt").string());
+      }
     }
   };
   if (c.model_spec.empty() && fs::is_directory(c.model)) add_processor_files(c.model);

@@ -261,13 +261,12 @@ void check_tokenizer_json(const nlohmann::json& j, const std::string& path) {
   if (j.contains("padding") && !j["padding"].is_null()) {
     const json& p = j["padding"];
     ck.fields(p, "padding",
-              {{"strategy", Kind::Obj, false},
-               {"pad_id", Kind::U32},
+              {{"pad_id", Kind::U32},
                {"pad_type_id", Kind::U32},
                {"pad_token", Kind::Str},
                {"pad_to_multiple_of", Kind::U32, false, true}});
     if (!p.contains("strategy")) ck.fail("padding", "has no \"strategy\"");
-    const json& s = p["strategy"];
+    const json& s = p["strategy"];  // the string "BatchLongest" or {"Fixed": n}
     if (!(s == "BatchLongest" || (s.is_object() && s.contains("Fixed") && is_u32(s["Fixed"]))))
       ck.fail("padding.strategy",
               cat("must be \"BatchLongest\" or {\"Fixed\": n}, got ", s.dump()));

@@ -46,6 +46,7 @@ std::string TrainerState::to_json() const {
   j["eval_steps"] = eval_steps;
   j["save_steps"] = save_steps;
   j["train_batch_size"] = train_batch_size;
+  j["num_input_tokens_seen"] = num_input_tokens_seen;
   j["best_metric"] = best_metric ? json(*best_metric) : json();
   j["best_global_step"] = best_global_step ? json(*best_global_step) : json();
   j["best_model_checkpoint"] = best_model_checkpoint ? json(*best_model_checkpoint) : json();
@@ -76,6 +77,7 @@ TrainerState TrainerState::from_json(const std::string& text, const std::string&
     s.eval_steps = j.value("eval_steps", (int64_t)500);
     s.save_steps = j.value("save_steps", (int64_t)500);
     s.train_batch_size = j.value("train_batch_size", (int64_t)0);
+    s.num_input_tokens_seen = j.value("num_input_tokens_seen", (int64_t)0);
     if (j.contains("best_metric") && !j["best_metric"].is_null())
       s.best_metric = j["best_metric"].get<double>();
     if (j.contains("best_global_step") && !j["best_global_step"].is_null())

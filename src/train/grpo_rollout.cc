@@ -219,8 +219,8 @@ void Trainer::prepare_rollout() {
   put("completions/mean_terminated_length", terminated ? term_sum / (double)terminated : 0.0);
   put("completions/min_terminated_length", term_min);
   put("completions/max_terminated_length", term_max);
-  I.grpo_tokens_seen += (int64_t)(prompt_total + total_len);
-  I.logged_sums["num_tokens"] = (double)I.grpo_tokens_seen;
+  state_.num_input_tokens_seen += (int64_t)(prompt_total + total_len);
+  I.logged_sums["num_tokens"] = (double)state_.num_input_tokens_seen;
   I.logged_counts["num_tokens"] = 1;
 }
 

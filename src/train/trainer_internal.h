@@ -65,7 +65,6 @@ struct Trainer::Impl {
   bool in_train = false;
   // GRPO with beta != 0: the starting trainable weights (the reference policy), kept once
   std::vector<float> grpo_reference;
-  int64_t grpo_tokens_seen = 0;  // prompt and completion tokens sampled (TRL's num_tokens)
   train::FlatBuffer& scratch() {
     if (!scratch_buf) scratch_buf = std::make_unique<train::FlatBuffer>(ts->grads().layout());
     return *scratch_buf;

@@ -30,8 +30,11 @@ value, or 1e-2 where it is near zero):
                     the adapter off; onyx's the starting adapters (B = 0: the same model)
   cli-generate      `onyx train` with trainer: grpo and the CLI's built-in rewards (length,
                     regex): onyx's own generator samples (8 completions per step, up to 8
-                    tokens); every step logs TRL's metric names with finite values, and the
-                    weights change
+                    tokens); every step logs TRL's metric names with finite values, some step
+                    has a gradient, and `onyx plot` draws the reward panel
+  resume            the same run resumed from its step-2 checkpoint logs steps 3 and 4 exactly
+                    as the whole run did (the same completions sampled again)
+  ddp               mpirun -np 2: the rollout metrics count both processes' completions
   errors            CLI: an unknown reward type, prompts without trainer: grpo, a generation
                     batch that is not whole groups, an unknown GRPO key: exit 1 naming why
 
@@ -245,7 +248,8 @@ def case_lora(s):
     return compare(trl_run(s, "lora", grpo, adapter), onyx_run(s, "lora", grpo, adapter))
 
 
-def run_cli(s, name, extra):
+def cli_config(s, name, extra):
+    """A `trainer: grpo` config with the CLI's reward functions; returns (its path, output_dir)."""
     out = os.path.join(s.tmp, "cli-" + name)
     cfg = {"model": s.base_dir, "trainer": "grpo",
            "train_data": {"type": "prompts", "path": s.data, "tokenizer": s.tok_dir},
@@ -258,6 +262,11 @@ def run_cli(s, name, extra):
     cfg.update(extra)
     path = os.path.join(s.tmp, f"cli-{name}.yaml")
     write_config(path, cfg)
+    return path, out
+
+
+def run_cli(s, name, extra):
+    path, out = cli_config(s, name, extra)
     p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=600)
     return p, out
 
@@ -279,8 +288,71 @@ def case_cli_generate(s):
                 return False, f"step {e['step']}: '{k}' missing or not finite: {e.get(k)}"
     if not any(e["grad_norm"] > 0 for e in logs):
         return False, "no step had a gradient (every group's rewards equal?)"
+    png = os.path.join(out, "curves.png")
+    p = subprocess.run([ONYX, "plot", out, "--output", png], capture_output=True, text=True)
+    if p.returncode != 0 or "(4 panels)" not in p.stdout:
+        return False, f"onyx plot: {p.stdout.strip()} {p.stderr[-300:]} (want 4 panels: reward)"
     return True, (f"{STEPS} steps sampled by onyx: reward {logs[0]['reward']:.3g} -> "
-                  f"{logs[-1]['reward']:.3g}, mean length {logs[0]['completions/mean_length']:.3g}")
+                  f"{logs[-1]['reward']:.3g}, mean length {logs[0]['completions/mean_length']:.3g}"
+                  "; onyx plot draws the reward panel")
+
+
+def case_resume(s):
+    """A run resumed from its step-2 checkpoint samples the same completions (the sampling seed
+    follows the step, the weights are restored bit for bit) and logs what the whole run logged."""
+    p, out = run_cli(s, "whole", {"save_strategy": "steps", "save_steps": 2})
+    if p.returncode != 0:
+        return False, f"onyx train exited {p.returncode}: {p.stderr[-600:]}"
+    p, again = run_cli(s, "resumed", {"save_strategy": "steps", "save_steps": 2,
+                                      "resume_from_checkpoint": os.path.join(out, "checkpoint-2")})
+    if p.returncode != 0:
+        return False, f"the resumed run exited {p.returncode}: {p.stderr[-600:]}"
+
+    def steps(folder):
+        with open(os.path.join(folder, "log_history.jsonl")) as f:
+            return {e["step"]: e for e in map(json.loads, f) if "loss" in e}
+    whole, resumed = steps(out), steps(again)
+    for step in (3, 4):
+        a, b = whole.get(step), resumed.get(step)
+        if a is None or b is None:
+            return False, f"step {step} is missing from a log"
+        if a != b:
+            diff = [k for k in a if a.get(k) != b.get(k)]
+            return False, f"step {step} differs after resuming: {diff}"
+    return True, (f"steps 3 and 4 resumed from checkpoint-2 log the same {len(whole[4])} values "
+                  f"(num_tokens {whole[4]['num_tokens']:.0f} restored)")
+
+
+def case_ddp(s):
+    """mpirun -np 2: each process samples its own micro-batch's completions; the rewards of both
+    are gathered (groups whole), the rollout metrics count all 16 rows, and the processes stay in
+    step (rank 0 saves the model)."""
+    import shutil
+    if not shutil.which("mpirun"):
+        return False, "mpirun is not installed (setup.sh installs OpenMPI)"
+    cfg_path, out = cli_config(s, "ddp", {"max_steps": 2})
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "--allow-run-as-root",
+                        "-np", "2", ONYX, "train", cfg_path], capture_output=True, text=True,
+                       timeout=600, env=env)
+    if p.returncode != 0:
+        return False, f"mpirun exited {p.returncode}: {p.stderr[-600:]}"
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        logs = [e for e in map(json.loads, f) if "loss" in e]
+    if len(logs) != 2:
+        return False, f"{len(logs)} log entries (want 2)"
+    # 16 rows per step (2 processes x 8), every prompt as long ("Define cat:", ...)
+    prompt_lengths = {len(s.tok(r["prompt"])["input_ids"]) for r in ROWS}
+    if len(prompt_lengths) != 1:
+        return False, f"the test's prompts have different lengths {prompt_lengths}"
+    tokens = logs[0]["num_tokens"]
+    want = 16 * (logs[0]["completions/mean_length"] + prompt_lengths.pop())
+    if abs(tokens - want) > 1e-6:
+        return False, f"num_tokens {tokens}: not 16 completions' and prompts' tokens ({want})"
+    if not os.path.exists(os.path.join(out, "model.safetensors")):
+        return False, "no model saved"
+    return True, (f"2 processes × 8 completions per step: reward {logs[0]['reward']:.3g}, "
+                  f"num_tokens {tokens:.0f} over both")
 
 
 def case_errors(s):
@@ -292,9 +364,7 @@ def case_errors(s):
            ("key", {"num_generation": 4}, "unknown key 'num_generation'"),
            ("loss", {"loss_type": "sapo"}, "loss_type 'sapo' is not built")]
     for name, extra, want in bad:
-        extra = {k: v for k, v in extra.items()}
-        p, out = run_cli(s, "err-" + name.replace(" ", "-"), {})
-        cfg_path = os.path.join(s.tmp, f"cli-err-{name.replace(' ', '-')}.yaml")
+        cfg_path, _ = cli_config(s, "err-" + name.replace(" ", "-"), {})
         with open(cfg_path) as f:
             cfg = {k: json.loads(v) for k, v in (l.split(": ", 1) for l in f.read().splitlines())}
         for k, v in extra.items():
@@ -315,7 +385,8 @@ CASES = [(f"{lt}-b{b}-it{n}", shared(loss_case(lt, b, n)))
 CASES += [("dapo-b0.04-it1", shared(loss_case("dapo", 0.04, 1))),
           ("grpo-b0.0-it2", shared(loss_case("grpo", 0.0, 2))),
           ("accumulation", shared(case_accumulation)), ("lora", shared(case_lora)),
-          ("cli-generate", shared(case_cli_generate)), ("errors", shared(case_errors))]
+          ("cli-generate", shared(case_cli_generate)), ("resume", shared(case_resume)),
+          ("ddp", shared(case_ddp)), ("errors", shared(case_errors))]
 
 if __name__ == "__main__":
     sys.exit(run_cases(CASES, "onyx-grpo-"))

@@ -154,6 +154,17 @@ TEST(Bpe, LoadFilesAndTokenizerJson) {
   write(dir + "/tokenizer.json", j.dump());
   auto t2 = load_tokenizer(dir + "/tokenizer.json");
   EXPECT_EQ(t2->encode_ids("hello world"), want);
+  // a tokenizer saved after a padded call (tokenizer(texts, padding=True)) keeps its padding,
+  // serialized as the string "BatchLongest" (or {"Fixed": n}); both load
+  for (const nlohmann::json& strategy :
+       {nlohmann::json("BatchLongest"), nlohmann::json{{"Fixed", 8}}}) {
+    nlohmann::json padded = j;
+    padded["padding"] = {
+        {"strategy", strategy}, {"direction", "Right"}, {"pad_to_multiple_of", nullptr},
+        {"pad_id", 0},          {"pad_type_id", 0},     {"pad_token", "h"}};
+    write(dir + "/padded.json", padded.dump());
+    EXPECT_EQ(load_tokenizer(dir + "/padded.json")->encode_ids("hello world"), want);
+  }
 
   // RoBERTa's post-processor: <s> A </s></s> B </s>, all type 0
   j["post_processor"] = {{"type", "RobertaProcessing"}, {"cls", {"h", 104}}, {"sep", {"e", 101}}};

@@ -1,6 +1,7 @@
 // cmd_plot.cc — `onyx plot OUTPUT_DIR [--output FILE.png]`: training curves from a run's
 // log_history.jsonl (Transformers' keys) drawn into one PNG with Cairo: train and eval loss vs
-// step, learning rate vs step, grad norm vs step, and one panel per other eval_ metric. Each panel
+// step, learning rate vs step, grad norm vs step, GRPO's reward (and each reward function's
+// mean) vs step, and one panel per other eval_ metric. Each panel
 // has a title, axes with tick labels and a legend. The PNG is written atomically; on an error
 // (missing folder or log, nothing to plot) no file is written.
 #include <cairo.h>
@@ -54,7 +55,7 @@ std::vector<Panel> read_panels(const std::string& log_path) {
   Series eval{"eval loss", {}, 1.0, 0.5, 0.05, true};
   Series lr{"learning rate", {}, 0.17, 0.63, 0.17, false};
   Series gn{"grad norm", {}, 0.58, 0.40, 0.74, false};
-  std::map<std::string, Series> metrics;
+  std::map<std::string, Series> metrics, rewards;
   std::string line;
   int lineno = 0;
   while (std::getline(f, line)) {
@@ -81,7 +82,16 @@ std::vector<Panel> read_panels(const std::string& log_path) {
         lr.pts.push_back({step, x});
       else if (k == "grad_norm")
         gn.pts.push_back({step, x});
-      else if (k.rfind("eval_", 0) == 0 && !is_timing(k)) {
+      else if (k == "reward" || (k.rfind("rewards/", 0) == 0 && k.size() > 5 &&
+                                 k.compare(k.size() - 5, 5, "/mean") == 0)) {
+        // GRPO: the mean reward and each reward function's, in one panel
+        auto it = rewards.find(k);
+        if (it == rewards.end()) {
+          const double shade = 0.15 + 0.2 * (double)(rewards.size() % 4);
+          it = rewards.emplace(k, Series{k, {}, 0.1, 0.55 - shade / 2, 0.2 + shade, false}).first;
+        }
+        it->second.pts.push_back({step, x});
+      } else if (k.rfind("eval_", 0) == 0 && !is_timing(k)) {
         auto it = metrics.find(k);
         if (it == metrics.end())
           it = metrics.emplace(k, Series{k, {}, 0.84, 0.15, 0.16, true}).first;
@@ -96,6 +106,11 @@ std::vector<Panel> read_panels(const std::string& log_path) {
   add({"loss", {train, eval}});
   add({"learning rate", {lr}});
   add({"grad norm", {gn}});
+  if (!rewards.empty()) {
+    Panel p{"reward", {}};
+    for (auto& [k, s] : rewards) p.series.push_back(s);
+    add(std::move(p));
+  }
   for (auto& [k, s] : metrics) add({k, {s}});
   return panels;
 }
