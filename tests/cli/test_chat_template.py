@@ -26,6 +26,10 @@ whose shared prefix TRL extracts, unicode, max_length with both truncation modes
 DPOTrainer prepares and, per pair, the two sequences and completion masks its
 DataCollatorForPreference batches.
 
+GRPO: prompt rows (strings with unicode and special-token text; message lists) tokenized by
+`onyx chat-template FOLDER --grpo FILE` must give the prompt ids TRL's GRPOTrainer generates from
+(its _tokenize_prompts).
+
 Run: ONYX=build/onyx build/venv/bin/python tests/cli/test_chat_template.py
 Ends with "N passed, M failed, K skipped"; exits 1 if any case failed.
 """
@@ -802,6 +806,58 @@ def dpo_cases(results, base, tmp):
         results.append((name, len(got) == len(want) and not bad, detail))
 
 
+def trl_prompt_ids(tok, rows, tmp):
+    """The prompt ids TRL's GRPOTrainer generates from (its _tokenize_prompts)."""
+    import torch
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048))
+    args = GRPOConfig(output_dir=os.path.join(tmp, "trl-grpo"), report_to=[], use_cpu=True,
+                      per_device_train_batch_size=2, num_generations=2)
+    tr = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                     args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+    return [list(map(int, ids)) for ids in tr._tokenize_prompts([r["prompt"] for r in rows])[0]]
+
+
+def grpo_cases(results, base, tmp):
+    import trl
+    text_rows = [{"prompt": "The cat", "answer": "x"}, {"prompt": "Ünïcödé q: 2+2=", "answer": "4"},
+                 {"prompt": "Hello<|im_end|> again", "answer": ""}]
+    convs = [c for c in CONVERSATIONS[1:8] if len(c) > 1 and c[-1]["role"] == A]
+    conv_rows = [{"prompt": c[:-1], "answer": c[-1]["content"]} for c in convs]
+    for fam, kind, rows in (("chatml", "standard", text_rows),
+                            ("chatml", "conversational", conv_rows),
+                            ("llama3", "conversational", conv_rows[:3])):
+        template, bos, eos = FAMILIES[fam]
+        folder = os.path.join(tmp, "grpo-" + fam)
+        tok = hf_tokenizer(base, template, bos, eos, folder)
+        name = "grpo %s %s prompts (TRL %s)" % (fam, kind, trl.__version__)
+        try:
+            want = trl_prompt_ids(tok, rows, tmp)
+        except Exception as e:  # noqa: BLE001
+            results.append((name, False, "TRL failed: %s: %s" % (type(e).__name__, e)))
+            continue
+        path = os.path.join(tmp, "grpo-rows.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        p = run_onyx([folder, "--grpo", path])
+        if p.returncode != 0:
+            results.append((name, False, "onyx failed: " + p.stderr))
+            continue
+        got = [json.loads(line)["prompt_ids"] for line in p.stdout.splitlines()]
+        bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        detail = "%d prompts" % len(want)
+        if bad:
+            i = bad[0]
+            detail += "; row %d differs:\n    TRL:  %s\n    onyx: %s" % (i, want[i], got[i])
+        results.append((name, len(got) == len(want) and not bad, detail))
+
+
 def main():
     try:
         import datasets
@@ -821,6 +877,7 @@ def main():
             sft_cases(results, base, tmp)
             sft_plain_text_cases(results, base, tmp)
             dpo_cases(results, base, tmp)
+            grpo_cases(results, base, tmp)
         except ImportError:
             print("SKIP sft cases: trl is not installed (scripts/setup.sh pins it)")
             skipped += 1

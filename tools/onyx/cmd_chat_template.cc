@@ -8,7 +8,8 @@
 // PATH's tokenizer and template and prints each row's {"input_ids", "labels"}; --dpo FILE a
 // preference dataset (`train_data: {type: preference}` rows: prompt / chosen / rejected) and
 // prints each pair's {"prompt_ids", "chosen_ids", "rejected_ids"} and its two sequences as batched
-// ({"chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels"}).
+// ({"chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels"}); --grpo FILE
+// GRPO's prompts (`train_data: {type: prompts}` rows) and prints each row's {"prompt_ids"}.
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "commands.h"
 #include "data/chat_template.h"
 #include "data/preference_dataset.h"
+#include "data/prompt_dataset.h"
 #include "data/text_datasets.h"
 #include "io/json.h"
 #include "onyx/error.h"
@@ -34,7 +36,8 @@ Action add_chat_template_command(CLI::App& app) {
                                  "render a conversation with a model folder's chat template, as "
                                  "Transformers' apply_chat_template(tokenize=False)");
   struct Opts {
-    std::string path, messages, cases, vars, sft, dpo, eos_token, truncation_mode = "keep_start";
+    std::string path, messages, cases, vars, sft, dpo, grpo, eos_token,
+        truncation_mode = "keep_start";
     bool gen = false, assistant_only = false, no_completion_only = false;
     int64_t max_length = 1024;
   };
@@ -47,6 +50,7 @@ Action add_chat_template_command(CLI::App& app) {
   cmd->add_option("--sft", o->sft, "an SFT dataset file: print each row's input_ids and labels");
   cmd->add_option("--dpo", o->dpo,
                   "a preference dataset file: print each pair's prompt / chosen / rejected ids");
+  cmd->add_option("--grpo", o->grpo, "a GRPO prompt dataset file: print each row's prompt ids");
   cmd->add_option("--truncation-mode", o->truncation_mode,
                   "--dpo: keep_start (default) or keep_end");
   cmd->add_flag("--assistant-only-loss", o->assistant_only, "--sft: loss on assistant turns only");
@@ -62,9 +66,20 @@ Action add_chat_template_command(CLI::App& app) {
     nlohmann::ordered_json vars =
         o->vars.empty() ? nlohmann::ordered_json() : parse_json(o->vars, "--vars");
     ONYX_CHECK((int)!o->messages.empty() + (int)!o->cases.empty() + (int)!o->sft.empty() +
-                       (int)!o->dpo.empty() ==
+                       (int)!o->dpo.empty() + (int)!o->grpo.empty() ==
                    1,
-               "give exactly one of --messages FILE, --cases FILE, --sft FILE and --dpo FILE");
+               "give exactly one of --messages FILE, --cases FILE, --sft FILE, --dpo FILE and "
+               "--grpo FILE");
+    if (!o->grpo.empty()) {
+      data::PromptOptions po;
+      po.chat_template = files.source;
+      po.chat_template_origin = files.origin;
+      po.special_tokens = files.special_tokens;
+      data::PromptDataset ds(o->grpo, tokenizers::load_tokenizer(o->path), po);
+      for (int64_t i = 0; i < ds.size(); i++)
+        std::cout << nlohmann::json{{"prompt_ids", ds.prompt_ids(i)}}.dump() << "\n";
+      return 0;
+    }
     if (!o->dpo.empty()) {
       data::PreferenceOptions po;
       po.chat_template = files.source;
