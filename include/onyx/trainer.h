@@ -70,6 +70,10 @@ struct Model {
   // "rewards/chosen", ...): each micro-batch's value, averaged over the micro-batches since the
   // last log.
   std::vector<std::string> logged_outputs;
+  // TRL's num_tokens (DPO): the attention_mask tokens of every training micro-batch so far, over
+  // all processes, logged with each log (and with evaluations) and kept in
+  // TrainerState::num_input_tokens_seen.
+  bool logs_num_tokens = false;
   // DPO (models/preference_head.h): pairs per reference forward (DPOConfig.
   // precompute_ref_batch_size; 0: per_device_train_batch_size / per_device_eval_batch_size).
   int64_t reference_batch_size = 0;
@@ -90,7 +94,7 @@ struct TrainerState {
   int64_t num_train_epochs = 0;
   int64_t logging_steps = 500, eval_steps = 500, save_steps = 500;
   int64_t train_batch_size = 0;
-  int64_t num_input_tokens_seen = 0;  // GRPO: prompt and completion tokens sampled so far
+  int64_t num_input_tokens_seen = 0;  // tokens trained on so far (Model::logs_num_tokens, GRPO)
   std::vector<LogEntry> log_history;
   std::optional<double> best_metric;
   std::optional<std::string> best_model_checkpoint;
@@ -235,6 +239,8 @@ class Trainer {
   // trainable weights kept from before the first step when beta != 0.
   void prepare_rollout();
   void keep_grpo_reference();
+  // The means of the values logged since the last log, over the processes (trainer.cc).
+  std::map<std::string, double> logged_means();
   // The epoch's micro-batches (train::epoch_batches; GRPO's in order).
   std::vector<std::vector<int64_t>> train_batches(int64_t epoch) const;
   double accumulate_gradients(const std::vector<std::vector<int64_t>>& batches, int64_t group_start,

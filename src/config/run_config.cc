@@ -365,6 +365,7 @@ train::GrpoOptions grpo_options(const RunConfig& c) {
   o.loss.temperature = o.temperature;
   o.loss.max_completion_length = o.max_completion_length;
   o.loss.old_logps_input = o.num_iterations > 1;
+  o.reward_dir = c.dir;
   return o;
 }
 

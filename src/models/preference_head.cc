@@ -170,6 +170,7 @@ void to_preference_model(Model& m, const PreferenceLoss& cfg) {
   m.loss = autodiff::LossSpec{};
   m.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
   m.loss.output = "loss";
+  m.logs_num_tokens = true;
   m.items_labels.clear();  // a mean over pairs: micro-batches weigh equally, as TRL's
   m.items_shifted = false;
   m.predictions = kChosenLogps;

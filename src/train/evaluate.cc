@@ -170,6 +170,7 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
   po.label_ids = concat_padded(labels);
   if (n_loss) po.metrics["loss"] = loss_sum / n_loss;
   for (auto& [name, sum] : logged_sums) po.metrics[name] = sum / (double)logged_batches;
+  if (model_.logs_num_tokens) po.metrics["num_tokens"] = (double)state_.num_input_tokens_seen;
   if (args_.predict_with_generate) {  // predictions: the generated ids (Seq2SeqTrainer's)
     Tensor generated;
     auto g = generation_metrics(ds, &generated);

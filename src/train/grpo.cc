@@ -122,10 +122,11 @@ bool all_nan(const std::vector<double>& v) {
 
 }  // namespace
 
-std::shared_ptr<RewardFunction> builtin_reward(const nlohmann::json& spec,
-                                               const std::string& what) {
+std::shared_ptr<RewardFunction> builtin_reward(const nlohmann::json& spec, const std::string& what,
+                                               const std::string& dir) {
   ONYX_CHECK(spec.is_object() && spec.contains("type") && spec["type"].is_string(), what,
-             ": a reward function is {type: exact_match | regex | length, ...}, got ", spec.dump());
+             ": a reward function is {type: exact_match | regex | length | python, ...}, got ",
+             spec.dump());
   const std::string type = spec["type"];
   const std::string name = spec.value("name", type);
   auto text = [&](const char* key) {
@@ -150,6 +151,10 @@ std::shared_ptr<RewardFunction> builtin_reward(const nlohmann::json& spec,
         spec.contains("dotall") && spec["dotall"].is_boolean() && spec["dotall"].get<bool>();
     return std::make_shared<RegexMatch>(name, text("pattern"), dotall, cat(what, ": reward regex"));
   }
+  if (type == "python") {
+    check_keys({"function", "python", "timeout"});
+    return python_reward(spec, dir, what);
+  }
   if (type == "length") {
     check_keys({"target"});
     ONYX_CHECK(spec.contains("target") && spec["target"].is_number_integer() &&
@@ -157,8 +162,7 @@ std::shared_ptr<RewardFunction> builtin_reward(const nlohmann::json& spec,
                what, ": reward length needs 'target' (a positive integer)");
     return std::make_shared<LengthTarget>(name, spec["target"].get<int64_t>());
   }
-  throw Error(cat(what, ": unknown reward type '", type,
-                  "' (exact_match, regex, length; Python callables through onyx.GRPOTrainer)"));
+  throw Error(cat(what, ": unknown reward type '", type, "' (exact_match, regex, length, python)"));
 }
 
 void check_grpo_options(const GrpoOptions& o) {
@@ -259,7 +263,8 @@ GrpoRollouts::GrpoRollouts(std::shared_ptr<const data::PromptDataset> prompts, G
   ONYX_CHECK(prompts_, "GRPO: no prompt dataset");
   check_grpo_options(opts_);
   for (size_t k = 0; k < opts_.reward_specs.size(); k++)
-    rewards_.push_back(builtin_reward(opts_.reward_specs[k], cat("reward_funcs[", k, "]")));
+    rewards_.push_back(
+        builtin_reward(opts_.reward_specs[k], cat("reward_funcs[", k, "]"), opts_.reward_dir));
 }
 
 void GrpoRollouts::plan(int64_t batch_size, int64_t accumulation, int64_t world, int64_t rank) {

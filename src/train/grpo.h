@@ -63,8 +63,15 @@ class RewardFunction {
 //   {type: regex, pattern: P}       1 when P matches the completion from its start (Python's
 //                                   re.match; DOTALL with dotall: true), ICU's syntax
 //   {type: length, target: N}       −|completion tokens − N| / N (a shaping example)
-// An optional `name` names it in the metrics (default: the type).
-std::shared_ptr<RewardFunction> builtin_reward(const nlohmann::json& spec, const std::string& what);
+//   {type: python, function: "module.function", python: python3, timeout: 600}
+//                                   a Python function with TRL's signature, its module found in
+//                                   `dir` (the config's folder) or on the interpreter's path,
+//                                   called in a worker process (train/python_reward.cc)
+// An optional `name` names it in the metrics (default: the type; python: the function's name).
+std::shared_ptr<RewardFunction> builtin_reward(const nlohmann::json& spec, const std::string& what,
+                                               const std::string& dir = ".");
+std::shared_ptr<RewardFunction> python_reward(const nlohmann::json& spec, const std::string& dir,
+                                              const std::string& what);
 
 // One sampled sequence: the prompt's ids and the completion's.
 struct Rollout {
@@ -88,6 +95,7 @@ struct GrpoOptions {
   bool mask_truncated_completions = false;
   bool shuffle_dataset = true;
   std::vector<nlohmann::json> reward_specs;  // the config's reward_funcs (builtin_reward)
+  std::string reward_dir = ".";              // where their Python modules are (the config's)
   // GRPOConfig's steps_per_generation / generation_batch_size when given (0: not): onyx's are
   // gradient_accumulation_steps and the rows of one optimizer step, and others are an error
   int64_t steps_per_generation = 0, generation_batch_size = 0;

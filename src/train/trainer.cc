@@ -429,7 +429,7 @@ void Trainer::maybe_log_save_evaluate(bool epoch_end) {
     // the LR the last step applied (Transformers reads it before lr_scheduler.step())
     e.values["learning_rate"] =
         train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1), &I.metric_lr);
-    for (auto& [name, sum] : I.logged_sums) e.values[name] = sum / (double)I.logged_counts[name];
+    for (auto& [name, mean] : logged_means()) e.values[name] = mean;
     I.logged_sums.clear();
     I.logged_counts.clear();
     I.loss_since_log = 0;
@@ -470,11 +470,21 @@ double Trainer::accumulate_gradients(const std::vector<std::vector<int64_t>>& ba
   // element owner in rank order — the same bits as one rank accumulating them all.
   std::vector<std::map<std::string, Tensor>> micro_batches(ga);
   std::vector<int64_t> my_items(ga, -2);  // -2: no such slot
+  int64_t my_tokens = 0;                  // Model::logs_num_tokens
   for (int64_t j = 0; j < ga; j++) {
     int64_t b = group_start + j * world + rank;
     if (b >= group_end) continue;
     micro_batches[j] = load_batch(*train_ds_, batches[b]);
     my_items[j] = count_items(model_, micro_batches[j]);
+    auto mask = micro_batches[j].find("attention_mask");
+    if (model_.logs_num_tokens && mask != micro_batches[j].end())
+      for (int64_t v : mask->second.to_int64_vector()) my_tokens += v;
+  }
+  if (model_.logs_num_tokens) {
+    for (int64_t n : comm.all_gather_values(std::vector<int64_t>{my_tokens}))
+      state_.num_input_tokens_seen += n;
+    I.logged_sums["num_tokens"] = (double)state_.num_input_tokens_seen;  // the latest, as TRL's
+    I.logged_counts["num_tokens"] = 1;
   }
   // items of global slot k = j * world + q
   std::vector<int64_t> all_items = comm.all_gather_values(my_items);
@@ -648,6 +658,32 @@ TrainOutput Trainer::finish_training() {
     io::write_file_atomic((fs::path(a.output_dir) / "trainer_state.json").string(),
                           state_.to_json() + "\n");
   return out;
+}
+
+// The logged values' means since the last log (Model::logged_outputs, GRPO's rollout metrics):
+// each process's mean of a graph output, then the mean over the processes that have one, as
+// TRL gathers its metrics (a collective: every process logs at the same steps). The others (the
+// rollout's, computed from gathered rows; a reward function's log_metric) stay this process's.
+std::map<std::string, double> Trainer::logged_means() {
+  auto& I = *impl_;
+  std::map<std::string, double> means;
+  for (auto& [name, sum] : I.logged_sums) means[name] = sum / (double)I.logged_counts[name];
+  dist::Comm& comm = *I.comm;
+  const std::vector<std::string>& names = model_.logged_outputs;  // the same on every process
+  if (comm.size() == 1 || names.empty()) return means;
+  std::vector<double> mine;
+  for (auto& name : names) mine.push_back(means.count(name) ? means[name] : NAN);
+  std::vector<double> all = comm.all_gather_values(mine);
+  for (size_t k = 0; k < names.size(); k++) {
+    double sum = 0;
+    int n = 0;
+    for (int q = 0; q < comm.size(); q++) {
+      const double v = all[q * names.size() + k];
+      if (!std::isnan(v)) sum += v, n++;
+    }
+    if (n > 0) means[names[k]] = sum / (double)n;
+  }
+  return means;
 }
 
 std::vector<std::vector<int64_t>> Trainer::train_batches(int64_t epoch) const {

@@ -48,7 +48,7 @@ TOL = 1e-4
 STEPS, BATCH, LR = 6, 2, 1e-3
 METRICS = ["loss", "grad_norm", "learning_rate", "rewards/chosen", "rewards/rejected",
            "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected",
-           "logits/chosen", "logits/rejected", "mean_token_accuracy", "entropy"]
+           "logits/chosen", "logits/rejected", "mean_token_accuracy", "entropy", "num_tokens"]
 torch.set_num_threads(1)
 
 WORDS = ["cat", "dog", "tree", "river", "stone", "cloud", "light", "sound", "bread", "glass",
@@ -222,7 +222,7 @@ def case_eval(s):
     with open(os.path.join(out, "log_history.jsonl")) as f:
         ours = [e for e in map(json.loads, f) if "eval_loss" in e][:2]  # (then `onyx train`'s own)
     keys = [k for k in theirs[0] if k.startswith("eval_") and not k.endswith(
-        ("_runtime", "_per_second")) and k != "eval_num_tokens"] if theirs else []
+        ("_runtime", "_per_second"))] if theirs else []
     if len(theirs) != 2 or len(ours) != 2:
         return False, f"{len(ours)} onyx evaluations, {len(theirs)} TRL's (want 2)"
     worst, where = 0.0, ""

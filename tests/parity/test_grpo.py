@@ -32,6 +32,14 @@ value, or 1e-2 where it is near zero):
                     regex): onyx's own generator samples (8 completions per step, up to 8
                     tokens); every step logs TRL's metric names with finite values, some step
                     has a gradient, and `onyx plot` draws the reward panel
+  cli-python-reward  reward_funcs {type: python, function: module.function}: the function beside
+                    the config gets TRL's keyword arguments (columns, completion_ids,
+                    trainer_state, log_metric) in a worker process; its values are logged (None as
+                    NaN); a raising function, one past its timeout and a missing module stop the
+                    run (exit 1) naming why
+  bf16              bf16 with gradient checkpointing (GRPOConfig's defaults): step 1 samples the
+                    same completions as float32 (from the float32 weights); loss and entropy within
+                    bf16's precision (2e-2), every value finite
   resume            the same run resumed from its step-2 checkpoint logs steps 3 and 4 exactly
                     as the whole run did (the same completions sampled again)
   ddp               mpirun -np 2: the rollout metrics count both processes' completions
@@ -297,6 +305,84 @@ def case_cli_generate(s):
                   "; onyx plot draws the reward panel")
 
 
+REWARDS_PY = """
+import time
+
+def reward_len(completions, completion_ids, answer, trainer_state, log_metric, **kwargs):
+    assert all(isinstance(c, str) for c in completions) and len(answer) == len(completions)
+    log_metric("calls", 1.0)
+    return [float(len(ids)) for ids in completion_ids]
+
+def reward_none(completion_ids, **kwargs):
+    return [None] * len(completion_ids)
+
+def reward_raises(**kwargs):
+    raise KeyError("no such column")
+
+def reward_sleeps(completion_ids, **kwargs):
+    time.sleep(30)
+"""
+
+
+def case_cli_python_reward(s):
+    """{type: python, function: module.function}: the function beside the config, called with
+    TRL's keyword arguments in a worker process; its rewards and log_metric values are logged.
+    A function that raises, one that does not answer within its timeout and a module that is not
+    there stop the run (exit 1) naming why."""
+    with open(os.path.join(s.tmp, "my_rewards.py"), "w") as f:
+        f.write(REWARDS_PY)
+    p, out = run_cli(s, "python-reward", {"reward_funcs": [
+        {"type": "python", "function": "my_rewards.reward_len", "python": sys.executable},
+        {"type": "python", "function": "my_rewards:reward_none", "python": sys.executable}],
+        "max_steps": 2})
+    if p.returncode != 0:
+        return False, f"onyx train exited {p.returncode}: {p.stderr[-800:]}"
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        logs = [e for e in map(json.loads, f) if "loss" in e]
+    for e in logs:  # reward_len is each completion's length
+        if abs(e["rewards/reward_len/mean"] - e["completions/mean_length"]) > 1e-9:
+            return False, f"step {e['step']}: rewards/reward_len/mean {e['rewards/reward_len/mean']}"
+        none = e.get("rewards/reward_none/mean", 0.0)  # NaN (null in the JSON log)
+        if e.get("calls") != 1.0 or not (none is None or math.isnan(none)):
+            return False, f"step {e['step']}: calls {e.get('calls')}, reward_none {e.get('rewards/reward_none/mean')}"
+    for fn, extra, want in (("reward_raises", {}, "KeyError: 'no such column'"),
+                            ("reward_sleeps", {"timeout": 1}, "did not answer within 1 s"),
+                            ("no_module.f", {}, "cannot load no_module.f")):
+        spec = {"type": "python", "function": fn if "." in fn else "my_rewards." + fn,
+                "python": sys.executable}
+        spec.update(extra)
+        p, _ = run_cli(s, "python-" + fn, {"reward_funcs": [spec], "max_steps": 1})
+        if p.returncode != 1 or want not in p.stderr:
+            return False, f"{fn}: exit {p.returncode}, stderr {p.stderr[-400:]!r} (want '{want}')"
+    return True, (f"{len(logs)} steps: reward_len = completions/mean_length "
+                  f"({logs[0]['completions/mean_length']:.3g}), log_metric logged, None -> NaN; "
+                  "raising, hanging and missing functions stop the run naming why")
+
+
+def case_bf16(s):
+    """GRPOConfig's defaults bf16 and gradient checkpointing: the first step samples from the
+    same float32 weights as a float32 run (the same completions and rewards); its loss and
+    entropy agree to bf16's precision, and every value is finite."""
+    p32, out32 = run_cli(s, "f32", {"max_steps": 2})
+    p16, out16 = run_cli(s, "bf16", {"max_steps": 2, "bf16": True, "gradient_checkpointing": True})
+    if p32.returncode != 0 or p16.returncode != 0:
+        return False, f"onyx train exited {p32.returncode} / {p16.returncode}: {p16.stderr[-600:]}"
+
+    def first(out):
+        with open(os.path.join(out, "log_history.jsonl")) as f:
+            return [e for e in map(json.loads, f) if "loss" in e]
+    a, b = first(out32), first(out16)
+    if any(v is None or not math.isfinite(v) for e in b for k, v in e.items() if k != "epoch"):
+        return False, f"a bf16 value is not finite: {b}"
+    if a[0]["reward"] != b[0]["reward"] or a[0]["num_tokens"] != b[0]["num_tokens"]:
+        return False, f"step 1 sampled differently: reward {a[0]['reward']} vs {b[0]['reward']}"
+    for k, tol in (("loss", 2e-2), ("entropy", 2e-2)):
+        if abs(a[0][k] - b[0][k]) > tol * max(1.0, abs(a[0][k])):
+            return False, f"step 1 {k}: float32 {a[0][k]:.5g}, bf16 {b[0][k]:.5g}"
+    return True, (f"step 1: the same rewards; loss {a[0]['loss']:.5g} (float32) vs "
+                  f"{b[0]['loss']:.5g} (bf16 + gradient checkpointing)")
+
+
 def case_resume(s):
     """A run resumed from its step-2 checkpoint samples the same completions (the sampling seed
     follows the step, the weights are restored bit for bit) and logs what the whole run logged."""
@@ -385,7 +471,9 @@ CASES = [(f"{lt}-b{b}-it{n}", shared(loss_case(lt, b, n)))
 CASES += [("dapo-b0.04-it1", shared(loss_case("dapo", 0.04, 1))),
           ("grpo-b0.0-it2", shared(loss_case("grpo", 0.0, 2))),
           ("accumulation", shared(case_accumulation)), ("lora", shared(case_lora)),
-          ("cli-generate", shared(case_cli_generate)), ("resume", shared(case_resume)),
+          ("cli-generate", shared(case_cli_generate)),
+          ("cli-python-reward", shared(case_cli_python_reward)), ("bf16", shared(case_bf16)),
+          ("resume", shared(case_resume)),
           ("ddp", shared(case_ddp)), ("errors", shared(case_errors))]
 
 if __name__ == "__main__":
