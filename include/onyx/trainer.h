@@ -263,8 +263,9 @@ class Trainer {
   // predict_with_generate: greedy generation from each sample's prompt, scored against its
   // labelled completion; the generated ids (N, longest) padded with -100 into `generated`.
   Metrics generation_metrics(const data::Dataset& ds, Tensor* generated);
-  // The decoder with a KV cache fed the current weights (rounded as `low` says).
-  generate::Generator& current_generator(kernels::LowPrecision low);
+  // The decoder with a KV cache fed the current weights (rounded as `low` says; shared: every
+  // weight a view of the Trainer's, LoRA unmerged).
+  generate::Generator& current_generator(kernels::LowPrecision low, bool shared = false);
   // A batch of `ds` with the inputs the model fills by default (Model::fill_defaults) added.
   std::map<std::string, Tensor> load_batch(const data::Dataset& ds,
                                            const std::vector<int64_t>& idx) const;

@@ -187,19 +187,34 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
   return po;
 }
 
-// The decoder with a KV cache (made on first use, or again when the evaluation precision
-// changed) fed the Trainer's current weights: predict_with_generate's and GRPO's sampler.
-generate::Generator& Trainer::current_generator(kernels::LowPrecision low) {
+// The decoder with a KV cache (made on first use, or again when the evaluation precision or the
+// layout changed) fed the Trainer's current weights: predict_with_generate's and GRPO's sampler.
+// shared: the decoder laid out as the training graph stores its weights — LoRA adapters as nodes
+// of their own, fed the trained adapters, and frozen weights stored in bf16 read as bf16 — so
+// every weight it reads is a view of the Trainer's (GRPO: no copy per rollout); otherwise the
+// adapters are merged into copies of the layers they adapt (predict_with_generate, as PEFT's
+// merged model generates).
+generate::Generator& Trainer::current_generator(kernels::LowPrecision low, bool shared) {
   auto& gen = impl_->generator;
-  if (!gen || impl_->generator_rounding != low) {
+  shared = shared && (!model_.adapter_tensors.empty() || !model_.bf16_weights.empty());
+  if (!gen || impl_->generator_rounding != low || impl_->generator_shared != shared) {
     models::HfConfig c = models::parse_hf_config(model_.config_json, "the model's config.json");
     models::BuiltModel decoder = models::build_hf_decoder_with_past(c, 0);
     // bf16_full_eval / fp16_full_eval: model.to(dtype) rounds the inv_freq buffer generate()
     // reads too (the same copy as the evaluation graphs', train/training_session.cc)
     if (low != kernels::LowPrecision::None)
       decoder.model.graph = train::with_rounded_rotary_frequencies(*decoder.model.graph, low);
+    if (shared) {
+      auto g = std::make_shared<ir::Graph>(*decoder.model.graph);
+      if (!model_.adapter_tensors.empty())
+        models::apply_lora(
+            *g, models::parse_adapter_config(model_.adapter_config_json, "LoRA config"), 0);
+      if (!model_.bf16_weights.empty()) models::store_frozen_weights_bf16(*g, model_.bf16_weights);
+      decoder.model.graph = g;
+    }
     gen = std::make_unique<generate::Generator>(std::move(decoder));
     impl_->generator_rounding = low;
+    impl_->generator_shared = shared;
     // generation_config.json travels with the model (processor_files); without one, the
     // defaults (greedy) and config.json's eos_token_id, as generate() reads it.
     generate::GenerationConfig d = generate::apply_generation_config_json(
@@ -210,7 +225,8 @@ generate::Generator& Trainer::current_generator(kernels::LowPrecision low) {
         d = generate::read_generation_config(std::filesystem::path(f).parent_path().string(), d);
     impl_->generation_defaults = d;
   }
-  // The current weights (views), LoRA adapters merged into copies of the layers they adapt.
+  // The current weights (views); unless shared, LoRA adapters merged into copies of the layers
+  // they adapt.
   std::map<std::string, Tensor> w;
   auto all = weights();
   for (auto& [name, t] : gen->graph().initializers) {
@@ -229,7 +245,7 @@ generate::Generator& Trainer::current_generator(kernels::LowPrecision low) {
       w[name] = f;
     }
   }
-  if (!model_.adapter_tensors.empty()) {
+  if (!model_.adapter_tensors.empty() && !shared) {
     ir::Graph g = gen->graph();
     for (auto& [name, t] : w) g.initializers[name] = t;
     std::map<std::string, Tensor> adapter;

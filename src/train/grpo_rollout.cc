@@ -77,7 +77,8 @@ void Trainer::prepare_rollout() {
     prompt_ids.push_back(P.prompt_ids(rows.back()));
   }
   // sample (or take the rollout function's completions)
-  generate::Generator& gen = current_generator(kernels::LowPrecision::None);
+  // the Trainer's weights themselves (views; LoRA unmerged): no copy of the model per rollout
+  generate::Generator& gen = current_generator(kernels::LowPrecision::None, true);
   const std::vector<int64_t> stops = stop_ids(tok, I.generation_defaults);
   std::vector<std::vector<int64_t>> completions;
   if (R->rollout_function()) {

@@ -57,6 +57,7 @@ struct Trainer::Impl {
   // are rounded as the evaluation graphs' are (`generator_rounding`: how it was made).
   std::unique_ptr<generate::Generator> generator;
   kernels::LowPrecision generator_rounding = kernels::LowPrecision::None;
+  bool generator_shared = false;  // laid out as the training graph (Trainer::current_generator)
   // The model folder's generation_config.json (with config.json's eos), read with the generator:
   // Seq2SeqTrainer's model.generation_config, which the generation_* arguments override.
   generate::GenerationConfig generation_defaults;

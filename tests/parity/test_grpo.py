@@ -28,6 +28,9 @@ value, or 1e-2 where it is near zero):
                     splitting it with torch's RNG, so the per-micro-batch means differ)
   lora              LoRA (r 4 on q_proj, v_proj) with beta 0.04: TRL's reference is the base with
                     the adapter off; onyx's the starting adapters (B = 0: the same model)
+  lora-generate     onyx's own sampling with LoRA (the adapters unmerged: the Trainer's weights
+                    themselves, no copy): with non-zero adapters and temperature 1e-3, every
+                    completion equals the PEFT model's greedy generate
   cli-generate      `onyx train` with trainer: grpo and the CLI's built-in rewards (length,
                     regex): onyx's own generator samples (8 completions per step, up to 8
                     tokens); every step logs TRL's metric names with finite values, some step
@@ -273,6 +276,44 @@ def cli_config(s, name, extra):
     return path, out
 
 
+def case_lora_generate(s):
+    """onyx's sampler reads the Trainer's own weights with the LoRA adapters as nodes of their own
+    (no merged copy): with non-zero adapters (PEFT's init_lora_weights=False) and temperature 1e-6
+    (argmax in effect), each completion onyx samples equals the PEFT model's greedy generate."""
+    import peft
+    torch.manual_seed(2)
+    pm = peft.get_peft_model(tr.LlamaForCausalLM.from_pretrained(s.base_dir),
+                             peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                             target_modules=["q_proj", "v_proj", "gate_proj"],
+                                             init_lora_weights=False, task_type="CAUSAL_LM"))
+    adapter = os.path.join(s.tmp, "random-adapter")
+    pm.save_pretrained(adapter)
+    seen = []
+
+    def record(prompts, completion_ids, **kwargs):
+        seen.extend(zip(prompts, completion_ids))
+        return [float(len(c)) for c in completion_ids]
+    onyx = import_onyx()
+    args = grpo_args(onyx.GRPOConfig, os.path.join(s.tmp, "onyx-lora-generate"),
+                     {"per_device_train_batch_size": 16, "num_generations": 2, "max_steps": 1,
+                      "temperature": 1e-6, "learning_rate": 0.0})
+    onyx.GRPOTrainer(model=policy(s, adapter), reward_funcs=record, args=args,
+                     train_dataset=ROWS, processing_class=s.tok).train()
+    model = policy(s, adapter).eval()
+    bad = []
+    for prompt, ids in seen:
+        x = s.tok(prompt, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**x, do_sample=False, max_new_tokens=MAXLEN,
+                                 eos_token_id=s.tok.eos_token_id, pad_token_id=s.tok.eos_token_id)
+        want = out[0, x["input_ids"].shape[1]:].tolist()
+        if list(ids) != want:
+            bad.append(f"{prompt!r}: onyx {list(ids)}, PEFT {want}")
+    if len(seen) != 16 or bad:
+        return False, f"{len(seen)} completions; " + "; ".join(bad[:2])
+    return True, f"16 completions of 8 prompts = the PEFT model's greedy ones"
+
+
 def run_cli(s, name, extra):
     path, out = cli_config(s, name, extra)
     p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=600)
@@ -471,6 +512,7 @@ CASES = [(f"{lt}-b{b}-it{n}", shared(loss_case(lt, b, n)))
 CASES += [("dapo-b0.04-it1", shared(loss_case("dapo", 0.04, 1))),
           ("grpo-b0.0-it2", shared(loss_case("grpo", 0.0, 2))),
           ("accumulation", shared(case_accumulation)), ("lora", shared(case_lora)),
+          ("lora-generate", shared(case_lora_generate)),
           ("cli-generate", shared(case_cli_generate)),
           ("cli-python-reward", shared(case_cli_python_reward)), ("bf16", shared(case_bf16)),
           ("resume", shared(case_resume)),
