@@ -77,6 +77,9 @@ struct Model {
   // DPO (models/preference_head.h): pairs per reference forward (DPOConfig.
   // precompute_ref_batch_size; 0: per_device_train_batch_size / per_device_eval_batch_size).
   int64_t reference_batch_size = 0;
+  // DPO: a reference model of the same architecture with other weights (TRL's ref_model), a
+  // Hugging Face folder; empty: the starting policy.
+  std::string reference_model;
   static Model from_onnx(const std::string& path, autodiff::LossSpec loss = {});
 };
 

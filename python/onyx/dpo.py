@@ -12,8 +12,9 @@ logging_steps 10, gradient_checkpointing True, bf16 unless fp16). The rows (prom
 rejected, strings or message lists; datasets.Dataset, a list of dicts or a dict of lists) and the
 tokenizer (processing_class, saved with save_pretrained) are written to a temporary folder and
 tokenized by onyx as TRL tokenizes them. The reference is the starting policy (TRL's frozen
-copy, its LoRA base with the adapters off, precompute_ref_log_probs); a ref_model whose weights
-differ from the policy's is not supported.
+copy, its LoRA base with the adapters off, precompute_ref_log_probs), or a ref_model (a model of
+the same architecture or its folder) with other weights, whose log-probabilities onyx computes
+once before the first step.
 """
 import dataclasses
 import json
@@ -120,11 +121,16 @@ class DPOTrainer(Trainer):
         if processing_class is None or not hasattr(processing_class, "save_pretrained"):
             raise ValueError("DPOTrainer: processing_class (the tokenizer) is needed to tokenize "
                              "the pairs")
-        if ref_model is not None and not (_is_torch_module(model) and _is_torch_module(ref_model)
-                                          and _same_weights(model, ref_model)):
-            raise NotImplementedError("ref_model: onyx's reference is the starting policy; a "
-                                      "reference model with other weights is not supported")
         self._dpo_tmp = tempfile.TemporaryDirectory(prefix="onyx-dpo-")
+        ref_dir = None  # a reference with other weights than the policy's: `ref_model: FOLDER`
+        if isinstance(ref_model, (str, os.PathLike)):
+            ref_dir = os.fspath(ref_model)
+        elif ref_model is not None and not (_is_torch_module(model) and _is_torch_module(ref_model)
+                                            and _same_weights(model, ref_model)):
+            if not hasattr(ref_model, "save_pretrained"):
+                raise TypeError("ref_model: a Transformers model, its folder, or None")
+            ref_dir = os.path.join(self._dpo_tmp.name, "ref_model")
+            ref_model.save_pretrained(ref_dir, safe_serialization=True)
         tok_dir = os.path.join(self._dpo_tmp.name, "tokenizer")
         processing_class.save_pretrained(tok_dir)
         specs = {}
@@ -142,7 +148,7 @@ class DPOTrainer(Trainer):
                 spec["pad_multiple"] = int(args.pad_to_multiple_of)
             specs[key] = json.dumps(spec)
         self._data_specs = specs
-        self._config_items = args._dpo_items()
+        self._config_items = args._dpo_items() + ([("ref_model", ref_dir)] if ref_dir else [])
         super().__init__(model, args, processing_class=processing_class,
                          compute_metrics=compute_metrics, callbacks=callbacks,
                          optimizers=optimizers, peft_config=peft_config)

@@ -194,7 +194,8 @@ const std::vector<std::string>& dpo_keys() {
                                                 "discopop_tau",
                                                 "disable_dropout",
                                                 "precompute_ref_log_probs",
-                                                "precompute_ref_batch_size"};
+                                                "precompute_ref_batch_size",
+                                                "ref_model"};
   return keys;
 }
 
@@ -239,6 +240,8 @@ void set_dpo_key(RunConfig& c, const std::string& key, const YAML::Node& v,
     d.discopop_tau = number(scalar(v, key, what));
   } else if (key == "disable_dropout") {
     d.disable_dropout = flag();
+  } else if (key == "ref_model") {
+    c.ref_model = scalar(v, key, what);
   } else if (key == "precompute_ref_log_probs") {
     flag();  // either way: the reference (the starting policy) is computed once, before step 1
   } else {
@@ -924,6 +927,14 @@ Model model_from_config(const RunConfig& c) {
   if (c.trainer == "dpo") {
     models::to_preference_model(m, c.dpo);
     m.reference_batch_size = c.precompute_ref_batch_size;
+    if (!c.ref_model.empty()) {
+      m.reference_model = resolve(c.dir, c.ref_model);
+      ONYX_CHECK(fs::is_directory(m.reference_model), "ref_model '", m.reference_model,
+                 "' is not a model folder");
+      ONYX_CHECK(!c.lora,
+                 "ref_model with LoRA: the reference is the base with the adapters off "
+                 "(TRL refuses a ref_model with a peft_config too)");
+    }
   }
   if (c.trainer == "grpo") models::to_grpo_model(m, grpo_options(c).loss);
   if (c.lora) {

@@ -69,6 +69,7 @@ struct RunConfig {
   std::string trainer = "default";
   models::PreferenceLoss dpo;
   int64_t precompute_ref_batch_size = 0;
+  std::string ref_model;  // DPO: TRL's ref_model, a model folder (Model::reference_model)
   train::GrpoOptions grpo;
   bool grpo_epsilon_high_given = false;  // else epsilon_high follows epsilon (GRPOConfig's None)
   // keys of DPOConfig / GRPOConfig given before `trainer:` said which (applied when it does)

@@ -22,13 +22,16 @@ logit near zero is a mean of O(1) logits):
   lora              LoRA (r 4 on q_proj, v_proj; PEFT's initial adapter, B = 0, as a
                     peft_config folder for onyx): TRL's reference is the base with the adapter
                     off; onyx's the starting policy (the same model while B = 0)
+  ref-model         TRL's ref_model with other weights (another random init of the same Llama)
+                    against onyx's `ref_model: FOLDER`, and onyx.DPOTrainer(ref_model=<model>)
   precompute        TRL's precompute_ref_log_probs (no reference model; 3 pairs per reference
                     batch) against onyx with the same keys
   gpt2              a tiny GPT2LMHeadModel: a tied LM head, Dropout layers (disable_dropout)
   eval              evaluations every 3 steps (batches of 3 pairs): eval_loss and TRL's eval_
                     metrics (the mean over the eval batches) within the same tolerance
-  errors            an unknown loss_type, loss_weights of another length, preference data
-                    without trainer: dpo: exit 1 naming why, nothing written
+  errors            a ref_model of another shape, an unknown loss_type, loss_weights of another
+                    length, preference data without trainer: dpo: exit 1 naming why, nothing
+                    written
 
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_dpo.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
@@ -95,7 +98,7 @@ class Setup:
                 f.write(json.dumps(p) + "\n")
 
 
-def trl_run(s, name, dpo, peft_dir=None, lr=LR, ref_copy=True, base=None):
+def trl_run(s, name, dpo, peft_dir=None, lr=LR, ref_copy=True, base=None, ref_dir=None):
     """TRL's per-step log entries (the reference: a frozen copy, the adapter off with peft_dir,
     or with ref_copy False TRL's precompute_ref_log_probs)."""
     import datasets
@@ -116,7 +119,7 @@ def trl_run(s, name, dpo, peft_dir=None, lr=LR, ref_copy=True, base=None):
         import peft
         model = peft.PeftModel.from_pretrained(model, peft_dir, is_trainable=True)
     elif ref_copy:
-        kw["ref_model"] = tr.AutoModelForCausalLM.from_pretrained(base,
+        kw["ref_model"] = tr.AutoModelForCausalLM.from_pretrained(ref_dir or base,
                                                                   attn_implementation="eager")
     trainer = DPOTrainer(model=model, args=args, processing_class=s.tok,
                          train_dataset=datasets.Dataset.from_json(s.data), **kw)
@@ -258,7 +261,13 @@ def case_precompute(s):
 
 def case_errors(s):
     bad = []
+    other = os.path.join(s.tmp, "other-arch")  # a reference of another shape
+    cfg = tr.AutoConfig.from_pretrained(s.base_dir)
+    cfg.hidden_size, cfg.intermediate_size = 16, 32
+    tr.LlamaForCausalLM(cfg).save_pretrained(other)
     for tag, extra, want in (
+            ("ref-arch", {"trainer": "dpo", "ref_model": other},
+             "the reference must be the policy's architecture"),
             ("loss-type", {"trainer": "dpo", "loss_type": "kto"}, "is not a DPO loss"),
             ("weights", {"trainer": "dpo", "loss_type": ["sigmoid", "sft"], "loss_weights": [1]},
              "1 weights for 2 loss types"),
@@ -273,9 +282,46 @@ def case_errors(s):
         p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=300)
         if p.returncode != 1 or want not in p.stderr or os.path.exists(out):
             bad.append(f"{tag}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
-    return not bad, "; ".join(bad) or ("an unknown loss_type, loss_weights of another length and "
-                                       "preference data without trainer: dpo all exit 1 naming "
-                                       "why, nothing written")
+    return not bad, "; ".join(bad) or ("a ref_model of another shape, an unknown loss_type, "
+                                       "loss_weights of another length and preference data "
+                                       "without trainer: dpo all exit 1 naming why, nothing "
+                                       "written")
+
+
+def case_ref_model(s):
+    """TRL's ref_model with other weights than the policy's (another random init of the same
+    Llama): `ref_model: FOLDER`, its log-probabilities computed once before step 1."""
+    cfg = tr.AutoConfig.from_pretrained(s.base_dir)
+    torch.manual_seed(7)
+    ref_dir = os.path.join(s.tmp, "ref-model")
+    tr.LlamaForCausalLM(cfg).save_pretrained(ref_dir)
+    dpo = {"loss_type": "sigmoid", "beta": 0.5}
+    theirs = trl_run(s, "ref-model", dpo, ref_dir=ref_dir)
+    ours = onyx_run(s, "ref-model", dpo, {"ref_model": ref_dir})
+    ok, msg = compare(theirs, ours, dpo["beta"])
+    if not ok:
+        return ok, msg
+    # onyx.DPOTrainer(ref_model=<a model object>) logs what the config did
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "python"))
+    import test_package
+    test_package.build_package()
+    sys.path.insert(0, test_package.TARGET)
+    import datasets
+    import onyx
+    out = os.path.join(s.tmp, "onyx-py-ref-model")
+    args = onyx.DPOConfig(output_dir=out, per_device_train_batch_size=BATCH, max_steps=STEPS,
+                          learning_rate=LR, logging_steps=1, save_strategy="no",
+                          train_sampling_strategy="sequential", disable_tqdm=True, seed=0,
+                          bf16=False, gradient_checkpointing=False, report_to="none", **dpo)
+    onyx.DPOTrainer(model=tr.AutoModelForCausalLM.from_pretrained(s.base_dir),
+                    ref_model=tr.AutoModelForCausalLM.from_pretrained(ref_dir), args=args,
+                    processing_class=s.tok,
+                    train_dataset=datasets.Dataset.from_json(s.data)).train()
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        py = [e for e in map(json.loads, f) if "loss" in e]
+    ok2, msg2 = compare(theirs, py, dpo["beta"])
+    return ok2, msg + ("; onyx.DPOTrainer(ref_model=model) too" if ok2 else "; Python: " + msg2)
 
 
 def main():
@@ -291,6 +337,7 @@ def main():
         {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5], "beta": 0.5}))))
     cases.append(("lora", with_setup(case_lora)))
     cases.append(("precompute", with_setup(case_precompute)))
+    cases.append(("ref-model", with_setup(case_ref_model)))
     cases.append(("gpt2", with_setup(case_gpt2)))
     cases.append(("eval", with_setup(case_eval)))
     cases.append(("errors", with_setup(case_errors)))

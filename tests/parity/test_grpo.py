@@ -43,6 +43,8 @@ value, or 1e-2 where it is near zero):
   bf16              bf16 with gradient checkpointing (GRPOConfig's defaults): step 1 samples the
                     same completions as float32 (from the float32 weights); loss and entropy within
                     bf16's precision (2e-2), every value finite
+  qlora             LoRA on a 4-bit (NF4) base: the run finishes with finite values, the adapters
+                    get gradients and are saved
   resume            the same run resumed from its step-2 checkpoint logs steps 3 and 4 exactly
                     as the whole run did (the same completions sampled again)
   ddp               mpirun -np 2: the rollout metrics count both processes' completions
@@ -424,6 +426,28 @@ def case_bf16(s):
                   f"{b[0]['loss']:.5g} (bf16 + gradient checkpointing)")
 
 
+def case_qlora(s):
+    """QLoRA: the base stored 4-bit (bitsandbytes' NF4), LoRA adapters trained; the sampler reads
+    the 4-bit weights and the adapters themselves. The run finishes with finite values and the
+    adapters get gradients."""
+    p, out = run_cli(s, "qlora", {
+        "lora": {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+        "model_init_kwargs": {"quantization_config": {"load_in_4bit": True,
+                                                      "bnb_4bit_quant_type": "nf4"}}})
+    if p.returncode != 0:
+        return False, f"onyx train exited {p.returncode}: {p.stderr[-600:]}"
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        logs = [e for e in map(json.loads, f) if "loss" in e]
+    if len(logs) != STEPS or any(v is None or not math.isfinite(v) for e in logs
+                                 for k, v in e.items() if k != "epoch"):
+        return False, f"{len(logs)} log entries, or a value not finite: {logs[-1:]}"
+    if not any(e["grad_norm"] > 0 for e in logs):
+        return False, "the adapters got no gradient"
+    if not os.path.exists(os.path.join(out, "adapter_model.safetensors")):
+        return False, "no adapter_model.safetensors saved"
+    return True, f"{STEPS} steps on a 4-bit base: kl {logs[-1]['kl']:.3g}, adapters saved"
+
+
 def case_resume(s):
     """A run resumed from its step-2 checkpoint samples the same completions (the sampling seed
     follows the step, the weights are restored bit for bit) and logs what the whole run logged."""
@@ -515,7 +539,7 @@ CASES += [("dapo-b0.04-it1", shared(loss_case("dapo", 0.04, 1))),
           ("lora-generate", shared(case_lora_generate)),
           ("cli-generate", shared(case_cli_generate)),
           ("cli-python-reward", shared(case_cli_python_reward)), ("bf16", shared(case_bf16)),
-          ("resume", shared(case_resume)),
+          ("qlora", shared(case_qlora)), ("resume", shared(case_resume)),
           ("ddp", shared(case_ddp)), ("errors", shared(case_errors))]
 
 if __name__ == "__main__":
