@@ -27,6 +27,9 @@ logit near zero is a mean of O(1) logits):
   precompute        TRL's precompute_ref_log_probs (no reference model; 3 pairs per reference
                     batch) against onyx with the same keys
   gpt2              a tiny GPT2LMHeadModel: a tied LM head, Dropout layers (disable_dropout)
+  ddp               mpirun -np 2 (2 pairs each) = one process with gradient_accumulation_steps 2:
+                    every logged value, the metrics averaged over the processes as TRL gathers them
+  resume            resumed from the step-3 checkpoint: steps 4-6 logged as the whole run's
   eval              evaluations every 3 steps (batches of 3 pairs): eval_loss and TRL's eval_
                     metrics (the mean over the eval batches) within the same tolerance
   errors            a ref_model of another shape, an unknown loss_type, loss_weights of another
@@ -288,6 +291,59 @@ def case_errors(s):
                                        "written")
 
 
+def case_ddp(s):
+    """mpirun -np 2 with 2 pairs per process = one process with 2 pairs and
+    gradient_accumulation_steps 2: the same losses and metrics (each a mean over both processes'
+    micro-batches, as TRL gathers them) and num_tokens over both."""
+    import shutil
+    if not shutil.which("mpirun"):
+        return False, "mpirun is not installed (setup.sh installs OpenMPI)"
+    dpo = {"loss_type": "sigmoid", "beta": 0.5}
+    runs = {}
+    for name, launch, extra in (("ddp", ["mpirun", "--oversubscribe", "--bind-to", "none",
+                                         "--allow-run-as-root", "-np", "2"], {}),
+                                ("ga", [], {"gradient_accumulation_steps": 2})):
+        out = os.path.join(s.tmp, "onyx-" + name)
+        cfg = {"model": s.base_dir, "trainer": "dpo",
+               "train_data": {"type": "preference", "path": s.data, "tokenizer": s.tok_dir},
+               "output_dir": out, "max_steps": 3, "per_device_train_batch_size": BATCH,
+               "learning_rate": LR, "logging_steps": 1, "save_strategy": "no",
+               "train_sampling_strategy": "sequential", "disable_tqdm": True, "seed": 0,
+               "bf16": False, "gradient_checkpointing": False, **dpo, **extra}
+        path = os.path.join(s.tmp, f"onyx-{name}.yaml")
+        write_config(path, cfg)
+        p = subprocess.run(launch + [ONYX, "train", path], capture_output=True, text=True,
+                           timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if p.returncode != 0:
+            return False, f"{name}: exit {p.returncode}: {p.stderr[-500:]}"
+        with open(os.path.join(out, "log_history.jsonl")) as f:
+            runs[name] = [e for e in map(json.loads, f) if "loss" in e]
+    a, b = runs["ddp"], runs["ga"]
+    for step, (x, y) in enumerate(zip(a, b), 1):
+        for k in METRICS:
+            if k not in y or k not in x or abs(x[k] - y[k]) > 1e-6 * max(1.0, abs(y[k])):
+                return False, f"step {step} {k}: 2 processes {x.get(k)}, one process {y.get(k)}"
+    return len(a) == 3, (f"3 steps, {len(METRICS)} values each equal (loss {a[-1]['loss']:.4f}, "
+                         f"num_tokens {a[-1]['num_tokens']:.0f})")
+
+
+def case_resume(s):
+    """A run resumed from its step-3 checkpoint logs steps 4 to 6 as the whole run did (the
+    reference computed again from the starting policy, not the checkpoint)."""
+    dpo = {"loss_type": "sigmoid", "beta": 0.5, "save_strategy": "steps", "save_steps": 3}
+    onyx_run(s, "whole", dpo)
+    whole = os.path.join(s.tmp, "onyx-whole")
+    resumed = onyx_run(s, "resumed", dpo, {"resume_from_checkpoint":
+                                           os.path.join(whole, "checkpoint-3")})
+    with open(os.path.join(whole, "log_history.jsonl")) as f:
+        first = {e["step"]: e for e in map(json.loads, f) if "loss" in e}
+    again = {e["step"]: e for e in resumed}
+    for step in (4, 5, 6):
+        if first.get(step) != again.get(step):
+            return False, f"step {step}: whole {first.get(step)}, resumed {again.get(step)}"
+    return True, "steps 4-6 resumed from checkpoint-3 log the same 14 values each"
+
+
 def case_ref_model(s):
     """TRL's ref_model with other weights than the policy's (another random init of the same
     Llama): `ref_model: FOLDER`, its log-probabilities computed once before step 1."""
@@ -338,6 +394,8 @@ def main():
     cases.append(("lora", with_setup(case_lora)))
     cases.append(("precompute", with_setup(case_precompute)))
     cases.append(("ref-model", with_setup(case_ref_model)))
+    cases.append(("ddp", with_setup(case_ddp)))
+    cases.append(("resume", with_setup(case_resume)))
     cases.append(("gpt2", with_setup(case_gpt2)))
     cases.append(("eval", with_setup(case_eval)))
     cases.append(("errors", with_setup(case_errors)))
