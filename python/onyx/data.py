@@ -163,3 +163,19 @@ def _dataset(ds, which, collator=None, keep=None, per_batch=0, length_column=Non
         if not isinstance(out, _PerBatch):  # (which drops them from each batch)
             out = {k: v for k, v in out.items() if k in keep}
     return out
+
+
+def _rows_of(dataset, what, columns):
+    """The rows of a TRL trainer's dataset (datasets.Dataset, a list of dicts or a dict of
+    columns) as a list of dicts; None stays None. `columns` names what a row holds, for the
+    error."""
+    if dataset is None:
+        return None
+    if isinstance(dataset, dict):  # a dict of columns
+        keys = list(dataset)
+        return [dict(zip(keys, values)) for values in zip(*(dataset[k] for k in keys))]
+    try:
+        return [dict(r) for r in dataset]
+    except TypeError:
+        raise TypeError(f"{what}: expected rows with {columns} (datasets.Dataset, a list of dicts "
+                        f"or a dict of lists), got {type(dataset).__name__}") from None

@@ -22,6 +22,7 @@ import os
 import tempfile
 import typing
 
+from .data import _rows_of
 from .trainer import Trainer, _is_torch_module
 from .training_args import TrainingArguments, _text
 
@@ -79,19 +80,6 @@ class DPOConfig(TrainingArguments):
         return items
 
 
-def _rows_of(dataset, what):
-    if dataset is None:
-        return None
-    if isinstance(dataset, dict):  # a dict of columns
-        keys = list(dataset)
-        return [dict(zip(keys, values)) for values in zip(*(dataset[k] for k in keys))]
-    try:
-        return [dict(r) for r in dataset]
-    except TypeError:
-        raise TypeError(f"{what}: expected rows with prompt / chosen / rejected (datasets.Dataset, "
-                        f"a list of dicts or a dict of lists), got {type(dataset).__name__}") from None
-
-
 def _same_weights(a, b):
     import torch
     pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
@@ -135,7 +123,7 @@ class DPOTrainer(Trainer):
         processing_class.save_pretrained(tok_dir)
         specs = {}
         for key, ds in (("train_data", train_dataset), ("eval_data", eval_dataset)):
-            rows = _rows_of(ds, key)
+            rows = _rows_of(ds, key, "prompt / chosen / rejected")
             if rows is None:
                 continue
             path = os.path.join(self._dpo_tmp.name, key + ".jsonl")

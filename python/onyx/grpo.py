@@ -28,6 +28,7 @@ import os
 import tempfile
 import typing
 
+from .data import _rows_of
 from .trainer import Trainer
 from .training_args import TrainingArguments, _text
 
@@ -111,19 +112,6 @@ class GRPOConfig(TrainingArguments):
         return items
 
 
-def _rows_of(dataset, what):
-    if dataset is None:
-        return None
-    if isinstance(dataset, dict):  # a dict of columns
-        keys = list(dataset)
-        return [dict(zip(keys, values)) for values in zip(*(dataset[k] for k in keys))]
-    try:
-        return [dict(r) for r in dataset]
-    except TypeError:
-        raise TypeError(f"{what}: expected rows with a prompt (datasets.Dataset, a list of dicts "
-                        f"or a dict of lists), got {type(dataset).__name__}") from None
-
-
 def _is_conversational(prompt):
     return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt)
 
@@ -168,7 +156,7 @@ class GRPOTrainer(Trainer):
             raise ValueError(f"Number of reward weights ({len(args.reward_weights)}) must match "
                              f"number of reward functions ({len(funcs)})")
         self.rollout_func = rollout_func
-        self._rows_py = _rows_of(train_dataset, "train_dataset")
+        self._rows_py = _rows_of(train_dataset, "train_dataset", "a prompt")
         if not self._rows_py:
             raise ValueError("GRPOTrainer: train_dataset has no rows")
         self._grpo_tmp = tempfile.TemporaryDirectory(prefix="onyx-grpo-")

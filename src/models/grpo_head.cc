@@ -60,29 +60,15 @@ void check_grpo_loss(const GrpoLoss& c) {
 void to_grpo_model(Model& m, const GrpoLoss& cfg) {
   check_grpo_loss(cfg);
   ir::Graph& g = *m.graph;
-  auto [h, table] = lm_head_of(g, "GRPO");
-  ONYX_CHECK(g.initializers.count(table) && g.initializers.at(table).rank() == 2,
-             "GRPO: the LM head's weight '", table, "' is not a 2-D weight");
-  const int64_t C = g.initializers.at(table).dim(1);
-  drop_token_loss(g);
-  if (cfg.disable_dropout) disable_dropout(g);
-  g.opsets["onyx"] = 1;
+  const LmHead head = take_lm_head(g, "GRPO", cfg.disable_dropout);
   add_float_input(g, "advantages", {-1});
   if (cfg.old_logps_input) add_float_input(g, "old_logps", {-1, -1});
   if (cfg.beta != 0) add_float_input(g, "ref_logps", {-1, -1});
   Emit e{g, "grpo/"};
   // per-token log-probabilities and entropies of the shifted rows (B, T-1)
-  std::string hs = e.op("Slice", {h, e.i64s({0}), e.i64s({-1}), e.i64s({1})});
-  std::string ls = e.op("Slice", {"labels", e.i64s({1}), e.i64s({INT64_MAX}), e.i64s({1})});
-  std::string rows_shape = e.op("Shape", {ls});
-  e.op("LinearLogProbs",
-       {e.op("Reshape", {hs, e.i64s({-1, C})}), table, e.op("Reshape", {ls, e.i64s({-1})})},
-       {{"ignore_index", ir::Attribute::of_int(-100)},
-        {"temperature", ir::Attribute::of_float((float)cfg.temperature)}},
-       "", "onyx", 2);
-  const ir::Node& llp = g.nodes.back();
-  const std::string flat_logps = llp.outputs[0], flat_entropy = llp.outputs[1];
-  auto rows = [&](const std::string& flat) { return e.op("Reshape", {flat, rows_shape}); };
+  const ShiftedScores scores = shifted_scores(e, head, 2, cfg.temperature);
+  const std::string flat_logps = scores.flat[0], flat_entropy = scores.flat[1], ls = scores.labels;
+  auto rows = [&](const std::string& flat) { return scores.rows(e, flat); };
   const std::string logp = e.op("Identity", {rows(flat_logps)}, {}, kTokenLogps);
   const std::string mask = e.not_ignored(ls);
   const std::string old =

@@ -6,6 +6,8 @@
 
 namespace onyx::models {
 
+namespace {
+
 std::pair<std::string, std::string> lm_head_of(const ir::Graph& g, const std::string& what) {
   const ir::Node* mm = nullptr;
   for (auto& n : g.nodes)
@@ -45,6 +47,34 @@ void disable_dropout(ir::Graph& g) {
       n.outputs.resize(1);
       n.attrs.clear();
     }
+}
+
+}  // namespace
+
+LmHead take_lm_head(ir::Graph& g, const std::string& what, bool no_dropout) {
+  auto [h, table] = lm_head_of(g, what);
+  ONYX_CHECK(g.initializers.count(table) && g.initializers.at(table).rank() == 2, what,
+             ": the LM head's weight '", table, "' is not a 2-D weight");
+  LmHead head{h, table, g.initializers.at(table).dim(1)};
+  drop_token_loss(g);
+  if (no_dropout) disable_dropout(g);
+  g.opsets["onyx"] = 1;
+  return head;
+}
+
+ShiftedScores shifted_scores(Emit& e, const LmHead& head, int outputs, double temperature) {
+  ShiftedScores s;
+  std::string hs = e.op("Slice", {head.h, e.i64s({0}), e.i64s({-1}), e.i64s({1})});
+  s.labels = e.op("Slice", {"labels", e.i64s({1}), e.i64s({INT64_MAX}), e.i64s({1})});
+  s.shape = e.op("Shape", {s.labels});
+  std::map<std::string, ir::Attribute> attrs = {{"ignore_index", ir::Attribute::of_int(-100)}};
+  if (temperature != 1.0) attrs["temperature"] = ir::Attribute::of_float((float)temperature);
+  e.op("LinearLogProbs",
+       {e.op("Reshape", {hs, e.i64s({-1, head.hidden})}), head.table,
+        e.op("Reshape", {s.labels, e.i64s({-1})})},
+       attrs, "", "onyx", outputs);
+  s.flat = e.g.nodes.back().outputs;
+  return s;
 }
 
 void add_float_input(ir::Graph& g, const std::string& name, Shape shape) {

@@ -76,13 +76,28 @@ struct Emit {
   }
 };
 
-// The LM head of a causal LM built by build_hf_model: "logits" = MatMul(h, Transpose(table)).
-// Returns (h, table); `what` ("DPO", "GRPO") names the caller in errors.
-std::pair<std::string, std::string> lm_head_of(const ir::Graph& g, const std::string& what);
-// Drops the nodes that read "logits", transitively (the token cross-entropy), and the outputs.
-void drop_token_loss(ir::Graph& g);
-// The model's Dropout nodes become identities (TRL's disable_dropout).
-void disable_dropout(ir::Graph& g);
+// The LM head of a causal LM built by build_hf_model ("logits" = MatMul(h, Transpose(table))),
+// taken off: "logits", the nodes that read it (the token cross-entropy) and the outputs dropped,
+// the Dropout nodes made identities when asked (TRL's disable_dropout), the onyx opset added.
+// `what` ("DPO", "GRPO") names the caller in errors.
+struct LmHead {
+  std::string h, table;  // the hidden states (B, T, C) and the (V, C) weight
+  int64_t hidden = 0;    // C
+};
+LmHead take_lm_head(ir::Graph& g, const std::string& what, bool no_dropout);
+
+// onyx.LinearLogProbs over the shifted rows — h[:, :-1] scored against labels[:, 1:]
+// (ignore_index -100, the logits divided by `temperature`) — with its first `outputs` outputs
+// (logps, entropy, mean_logits, is_top1), each flat over the rows' B × (T − 1) positions.
+struct ShiftedScores {
+  std::vector<std::string> flat;
+  std::string labels;  // labels[:, 1:]
+  std::string shape;   // (B, T − 1)
+  std::string rows(Emit& e, const std::string& flat_value) const {
+    return e.op("Reshape", {flat_value, shape});
+  }
+};
+ShiftedScores shifted_scores(Emit& e, const LmHead& head, int outputs, double temperature = 1.0);
 // A float32 graph input / output of the given shape (-1: any).
 void add_float_input(ir::Graph& g, const std::string& name, Shape shape);
 void add_float_output(ir::Graph& g, const std::string& name, Shape shape);

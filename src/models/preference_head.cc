@@ -98,26 +98,14 @@ void check_preference_loss(const PreferenceLoss& c) {
 void to_preference_model(Model& m, const PreferenceLoss& cfg) {
   check_preference_loss(cfg);
   ir::Graph& g = *m.graph;
-  auto [h, table] = lm_head_of(g, "DPO");
-  ONYX_CHECK(g.initializers.count(table) && g.initializers.at(table).rank() == 2,
-             "DPO: the LM head's weight '", table, "' is not a 2-D weight");
-  const int64_t C = g.initializers.at(table).dim(1);
-  drop_token_loss(g);
-  if (cfg.disable_dropout) disable_dropout(g);
-  g.opsets["onyx"] = 1;
+  const LmHead head = take_lm_head(g, "DPO", cfg.disable_dropout);
   for (const char* ref : {"ref_chosen_logps", "ref_rejected_logps"}) add_float_input(g, ref, {-1});
   Emit e{g, "dpo/"};
   // per-token log-probabilities of the shifted rows (2B, T-1)
-  std::string hs = e.op("Slice", {h, e.i64s({0}), e.i64s({-1}), e.i64s({1})});
-  std::string ls = e.op("Slice", {"labels", e.i64s({1}), e.i64s({INT64_MAX}), e.i64s({1})});
-  std::string rows_shape = e.op("Shape", {ls});
-  std::string logps =
-      e.op("LinearLogProbs",
-           {e.op("Reshape", {hs, e.i64s({-1, C})}), table, e.op("Reshape", {ls, e.i64s({-1})})},
-           {{"ignore_index", ir::Attribute::of_int(-100)}}, "", "onyx", 4);
-  const ir::Node& llp = g.nodes.back();
-  const std::string entropy = llp.outputs[1], mean_logits = llp.outputs[2], top1 = llp.outputs[3];
-  auto rows = [&](const std::string& flat) { return e.op("Reshape", {flat, rows_shape}); };
+  const ShiftedScores scores = shifted_scores(e, head, 4);
+  const std::string logps = scores.flat[0], entropy = scores.flat[1], mean_logits = scores.flat[2],
+                    top1 = scores.flat[3], ls = scores.labels;
+  auto rows = [&](const std::string& flat) { return scores.rows(e, flat); };
   std::string seq = e.row_sums(rows(logps));  // (2B)
   std::string half = e.div(e.op("Shape", {seq}), e.i64s({2}));
   auto [chosen, rejected] = e.halves(seq, half);

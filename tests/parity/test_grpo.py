@@ -64,6 +64,7 @@ import sys
 
 import torch
 import transformers as tr
+import tiny_causal_lm
 from case_runner import run_cases, with_shared
 
 ONYX = os.environ.get("ONYX", "build/onyx")
@@ -93,29 +94,9 @@ def write_config(path, cfg):
 
 class Setup:
     def __init__(self, tmp):
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
         self.tmp = tmp
-        tk = Tokenizer(models.BPE())
-        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tk.decoder = decoders.ByteLevel()
-        tk.train_from_iterator([r["prompt"] + " a " + r["answer"] for r in ROWS] * 4,
-                               trainers.BpeTrainer(vocab_size=300,
-                                                   special_tokens=["<|endoftext|>"],
-                                                   show_progress=False,
-                                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-        self.tok_dir = os.path.join(tmp, "tok")
-        base = os.path.join(tmp, "base-tokenizer.json")
-        tk.save(base)
-        self.tok = tr.PreTrainedTokenizerFast(tokenizer_file=base, eos_token="<|endoftext|>",
-                                              pad_token="<|endoftext|>")
-        self.tok.save_pretrained(self.tok_dir)
-        cfg = tr.LlamaConfig(vocab_size=len(self.tok), hidden_size=32, intermediate_size=64,
-                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                             max_position_embeddings=128)
-        cfg._attn_implementation = "eager"
-        torch.manual_seed(0)
-        self.base_dir = os.path.join(tmp, "base")
-        tr.LlamaForCausalLM(cfg).save_pretrained(self.base_dir)
+        corpus = [r["prompt"] + " a " + r["answer"] for r in ROWS] * 4
+        self.tok, self.tok_dir, self.base_dir = tiny_causal_lm.make(tmp, corpus)
         self.data = os.path.join(tmp, "prompts.jsonl")
         with open(self.data, "w") as f:
             for r in ROWS:

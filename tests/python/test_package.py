@@ -783,12 +783,16 @@ def case_dpo_trainer(onyx, tmp):
     other = tr.LlamaForCausalLM.from_pretrained(s.base_dir)
     with torch.no_grad():
         other.lm_head.weight.add_(1.0)
+    # a ref_model with other weights trains (test_dpo.py ref-model: TRL's numbers); with a
+    # peft_config it is refused, as TRL refuses it
+    import peft
     try:
         onyx.DPOTrainer(model=model, ref_model=other, args=args, processing_class=s.tok,
-                        train_dataset=datasets.Dataset.from_json(s.data))
-        raise AssertionError("a ref_model with other weights was accepted")
-    except NotImplementedError:
-        pass
+                        train_dataset=datasets.Dataset.from_json(s.data),
+                        peft_config=peft.LoraConfig(r=2, target_modules=["q_proj"]))
+        raise AssertionError("a ref_model with a peft_config was accepted")
+    except ValueError as e:
+        assert "ref_model with LoRA" in str(e), str(e)
     torch.set_num_threads(threads)
     return "DPOConfig's defaults = TRL's; the LlamaForCausalLM object trained as trl.DPOTrainer: " + msg
 

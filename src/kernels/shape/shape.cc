@@ -282,26 +282,17 @@ ONYX_REGISTER_KERNELS(shape, Cpu) {
                       &r.add("", "Squeeze", {squeeze_infer, copy_input0, {1}}),
                       &r.add("", "Unsqueeze", {unsqueeze_infer, copy_input0, {1}})})
     t->view = t->reshape_like = true;
-  OpTraits& identity = r.add("", "Identity",
-                             {[](InferContext& ctx) {
-                                const auto& x = ctx.input(0);
-                                ctx.set_output(0, x.dtype, x.shape);
-                              },
-                              copy_input0,
-                              {}});
-  identity.view = true;
-  identity.per_token = OpTraits::PerToken::Unary;
+  auto as_input = [](InferContext& ctx) {
+    const auto& x = ctx.input(0);
+    ctx.set_output(0, x.dtype, x.shape);
+  };
   // onyx.StopGradient: Identity whose output carries no gradient (autodiff stops there; PyTorch's
   // detach()), e.g. GRPO's old log-probabilities when they are the current ones
-  OpTraits& stop = r.add("onyx", "StopGradient",
-                         {[](InferContext& ctx) {
-                            const auto& x = ctx.input(0);
-                            ctx.set_output(0, x.dtype, x.shape);
-                          },
-                          copy_input0,
-                          {}});
-  stop.view = true;
-  stop.per_token = OpTraits::PerToken::Unary;
+  for (OpTraits* t : {&r.add("", "Identity", {as_input, copy_input0, {}}),
+                      &r.add("onyx", "StopGradient", {as_input, copy_input0, {}})}) {
+    t->view = true;
+    t->per_token = OpTraits::PerToken::Unary;
+  }
 
   r.add("", "Shape", {shape_infer, shape_compute, {}}).meta_only_inputs = {0};
   r.add("", "Size",
