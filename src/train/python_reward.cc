@@ -26,15 +26,16 @@ namespace {
 // The worker: reads one JSON request per line, answers one JSON line.
 const char* kWorker = R"PY(
 import importlib, json, math, sys, traceback, types
+answers, sys.stdout = sys.stdout, sys.stderr  # what the function prints is not an answer
 sys.path.insert(0, sys.argv[1])
 name = sys.argv[2]
 mod, _, fn = name.rpartition(":") if ":" in name else name.rpartition(".")
 try:
     func = getattr(importlib.import_module(mod), fn)
 except Exception:
-    print(json.dumps({"error": "cannot load %s: %s" % (name, traceback.format_exc(limit=3))}), flush=True)
+    print(json.dumps({"error": "cannot load %s: %s" % (name, traceback.format_exc(limit=3))}), file=answers, flush=True)
     sys.exit(0)
-print(json.dumps({"ready": True}), flush=True)
+print(json.dumps({"ready": True}), file=answers, flush=True)
 for line in sys.stdin:
     req = json.loads(line)
     rows, logged = req["rows"], {}
@@ -47,9 +48,9 @@ for line in sys.stdin:
                    completion_ids=req["completion_ids"], **kwargs)
         rewards = [None if r is None else float(r) for r in out]
         rewards = [None if r is None or math.isnan(r) else r for r in rewards]
-        print(json.dumps({"rewards": rewards, "logged": logged}), flush=True)
+        print(json.dumps({"rewards": rewards, "logged": logged}), file=answers, flush=True)
     except Exception:
-        print(json.dumps({"error": traceback.format_exc(limit=5)}), flush=True)
+        print(json.dumps({"error": traceback.format_exc(limit=5)}), file=answers, flush=True)
 )PY";
 
 class PythonReward : public RewardFunction {
@@ -152,9 +153,11 @@ class PythonReward : public RewardFunction {
         std::string line = buffer_.substr(0, nl);
         buffer_.erase(0, nl + 1);
         try {
-          return nlohmann::json::parse(line);
+          return nlohmann::json::parse(line);  // the worker's stdout carries answers only
         } catch (const std::exception&) {
-          continue;  // a line the function printed itself: not an answer
+          stop();
+          throw Error(cat("reward ", name_, ": the Python worker wrote '", line.substr(0, 200),
+                          "', not an answer"));
         }
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

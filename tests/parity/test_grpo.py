@@ -334,6 +334,7 @@ import time
 
 def reward_len(completions, completion_ids, answer, trainer_state, log_metric, **kwargs):
     assert all(isinstance(c, str) for c in completions) and len(answer) == len(completions)
+    print(1.0)  # a function's own output goes to stderr, not mistaken for an answer
     log_metric("calls", 1.0)
     return [float(len(ids)) for ids in completion_ids]
 
