@@ -78,7 +78,9 @@ class GRPOConfig(TrainingArguments):
 
     _NOT_BUILT = (("use_vllm", False), ("top_entropy_quantile", 1.0), ("delta", None),
                   ("min_p", None), ("generation_kwargs", None), ("importance_sampling_level", "token"),
-                  ("chat_template_kwargs", None), ("num_generations_eval", None))
+                  ("chat_template_kwargs", None), ("num_generations_eval", None),
+                  ("log_completions", False), ("cast_lm_head_to_fp32", False),
+                  ("pad_to_multiple_of", None), ("model_init_kwargs", None))
 
     def __post_init__(self):
         if self.bf16 is None:

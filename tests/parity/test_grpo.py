@@ -48,6 +48,8 @@ value, or 1e-2 where it is near zero):
   resume            the same run resumed from its step-2 checkpoint logs steps 3 and 4 exactly
                     as the whole run did (the same completions sampled again)
   ddp               mpirun -np 2: the rollout metrics count both processes' completions
+  python-errors     onyx.GRPOConfig / GRPOTrainer refuse fields onyx does not build, a reward
+                    model by name, reward_weights of another length, an empty dataset
   errors            CLI: an unknown reward type, prompts without trainer: grpo, a generation
                     batch that is not whole groups, an unknown GRPO key: exit 1 naming why
 
@@ -488,6 +490,40 @@ def case_ddp(s):
                   f"num_tokens {tokens:.0f} over both")
 
 
+def case_python_errors(s):
+    """onyx.GRPOConfig / GRPOTrainer refuse what onyx does not build, naming it, before any
+    training: GRPOConfig fields away from their defaults (use_vllm, log_completions), a reward
+    model given by name, reward_weights of another length, a dataset without rows."""
+    onyx = import_onyx()
+    checks = []
+    for kw, want in (({"use_vllm": True}, "use_vllm=True: onyx implements use_vllm=False only"),
+                     ({"log_completions": True}, "log_completions=True")):
+        try:
+            onyx.GRPOConfig(output_dir=os.path.join(s.tmp, "x"), **kw)
+            checks.append(f"GRPOConfig({kw}) was accepted")
+        except ValueError as e:
+            if want not in str(e):
+                checks.append(f"GRPOConfig({kw}): {e}")
+    args = onyx.GRPOConfig(output_dir=os.path.join(s.tmp, "x"), num_generations=2,
+                           per_device_train_batch_size=2, bf16=False)
+    for kw, exc, want in (({"reward_funcs": "my-org/reward-model"}, NotImplementedError,
+                           "a reward model is not supported"),
+                          ({"reward_funcs": [reward_len],
+                            "args": onyx.GRPOConfig(output_dir=os.path.join(s.tmp, "x"),
+                                                    reward_weights=[1.0, 2.0], bf16=False)},
+                           ValueError, "Number of reward weights (2)"),
+                          ({"reward_funcs": reward_len, "train_dataset": []}, ValueError,
+                           "train_dataset has no rows")):
+        kw = dict({"args": args, "train_dataset": ROWS}, **kw)
+        try:
+            onyx.GRPOTrainer(model=s.base_dir, processing_class=s.tok, **kw)
+            checks.append(f"{want}: accepted")
+        except exc as e:
+            if want not in str(e):
+                checks.append(f"{want}: {e}")
+    return not checks, "; ".join(checks) or "5 misuses refused naming why"
+
+
 def case_errors(s):
     bad = [("reward type", {"reward_funcs": [{"type": "bleu"}]}, "unknown reward type 'bleu'"),
            ("no trainer", {"trainer": "default", "reward_funcs": None, "beta": None,
@@ -522,7 +558,8 @@ CASES += [("dapo-b0.04-it1", shared(loss_case("dapo", 0.04, 1))),
           ("cli-generate", shared(case_cli_generate)),
           ("cli-python-reward", shared(case_cli_python_reward)), ("bf16", shared(case_bf16)),
           ("qlora", shared(case_qlora)), ("resume", shared(case_resume)),
-          ("ddp", shared(case_ddp)), ("errors", shared(case_errors))]
+          ("ddp", shared(case_ddp)), ("python-errors", shared(case_python_errors)),
+          ("errors", shared(case_errors))]
 
 if __name__ == "__main__":
     sys.exit(run_cases(CASES, "onyx-grpo-"))
