@@ -11,14 +11,16 @@ namespace onyx::models {
 namespace {
 
 // Each row's mean of a 0/1 value over its completion tokens, reduced over the rows with `op`
-// (ReduceMin / ReduceMax), rows without tokens left out (TRL's nanmin / nanmax); `none` is what
-// a row without tokens counts as.
+// (ReduceMin / ReduceMax), rows without tokens left out (TRL's nanmin / nanmax: NaN when no row
+// has one); `none` is what a row without tokens counts as (+inf for a minimum, -inf for a maximum).
 std::string row_extreme(Emit& e, const std::string& flags, const std::string& mask,
                         const std::string& op, double none) {
   std::string n = e.row_sums(mask);
   std::string mean = e.div(e.row_sums(e.mul(flags, mask)), e.at_least_one(n));
   std::string kept = e.op("Where", {e.op("Greater", {n, e.f32(0)}), mean, e.f32(none)});
-  return e.op(op, {kept}, {{"keepdims", ir::Attribute::of_int(0)}});
+  std::string r = e.op(op, {kept}, {{"keepdims", ir::Attribute::of_int(0)}});
+  return e.op("Where", {e.op("Equal", {r, e.f32(none)}),
+                        e.f32(std::numeric_limits<double>::quiet_NaN()), r});
 }
 
 // The per-token loss's aggregate by loss type.

@@ -23,6 +23,8 @@ value, or 1e-2 where it is near zero):
   <loss_type>-b<beta>-it<n>  dapo, grpo, bnpo, dr_grpo, each with beta 0 / num_iterations 1 and
                     beta 0.04 / num_iterations 2; dapo with beta 0.04 / num_iterations 1 and
                     grpo with beta 0 / num_iterations 2
+  mask-truncated    dapo, beta 0.04, mask_truncated_completions (the cut completions carry no
+                    loss)
   accumulation      dapo, gradient_accumulation_steps 2 (two micro-batches of 4 per step): loss,
                     grad_norm and the rollout metrics (TRL shuffles the generation batch before
                     splitting it with torch's RNG, so the per-micro-batch means differ)
@@ -45,6 +47,8 @@ value, or 1e-2 where it is near zero):
                     bf16's precision (2e-2), every value finite
   qlora             LoRA on a 4-bit (NF4) base: the run finishes with finite values, the adapters
                     get gradients and are saved
+  all-truncated     mask_truncated_completions with every completion cut: loss and gradient 0
+                    each step (TRL's clamped count), and training goes on
   resume            the same run resumed from its step-2 checkpoint logs steps 3 and 4 exactly
                     as the whole run did (the same completions sampled again)
   ddp               mpirun -np 2: the rollout metrics count both processes' completions
@@ -203,8 +207,11 @@ def compare(theirs, ours, keys=METRICS):
             if k not in o:
                 return False, f"step {step}: onyx logs no '{k}'"
             n += 1
-            if math.isnan(t[k]) and math.isnan(o[k]):
+            nan = lambda v: v is None or math.isnan(v)  # NaN: null in onyx's JSON log
+            if nan(t[k]) and nan(o[k]):
                 continue
+            if nan(t[k]) or nan(o[k]):
+                return False, f"step {step} {k}: onyx {o[k]}, TRL {t[k]}"
             err = abs(o[k] - t[k]) / max(abs(t[k]), 1e-2)
             if abs(o[k] - t[k]) > 1e-6 and err > worst or math.isnan(err):
                 worst, where = err, f"{k} at step {step}: onyx {o[k]:.6g}, TRL {t[k]:.6g}"
@@ -214,10 +221,11 @@ def compare(theirs, ours, keys=METRICS):
                 f"; worst rel err {worst:.1e}" + (f" ({where})" if worst else ""))
 
 
-def loss_case(loss_type, beta, iterations):
+def loss_case(loss_type, beta, iterations, extra=None):
     def case(s):
-        grpo = {"loss_type": loss_type, "beta": beta, "num_iterations": iterations}
-        name = f"{loss_type}-b{beta}-it{iterations}"
+        grpo = dict({"loss_type": loss_type, "beta": beta, "num_iterations": iterations},
+                    **(extra or {}))
+        name = f"{loss_type}-b{beta}-it{iterations}" + ("-extra" if extra else "")
         return compare(trl_run(s, name, grpo), onyx_run(s, name, grpo))
     return case
 
@@ -432,6 +440,22 @@ def case_qlora(s):
     return True, f"{STEPS} steps on a 4-bit base: kl {logs[-1]['kl']:.3g}, adapters saved"
 
 
+def case_all_truncated(s):
+    """mask_truncated_completions when every completion is cut at max_completion_length (a random
+    model never samples eos in 8 tokens): no token carries loss, so each step's loss and gradient
+    are 0, as TRL's (dapo divides by the clamped token count), and training goes on."""
+    p, out = run_cli(s, "all-truncated", {"mask_truncated_completions": True, "max_steps": 2})
+    if p.returncode != 0:
+        return False, f"onyx train exited {p.returncode}: {p.stderr[-600:]}"
+    with open(os.path.join(out, "log_history.jsonl")) as f:
+        logs = [e for e in map(json.loads, f) if "loss" in e]
+    if len(logs) != 2 or any(e["completions/clipped_ratio"] != 1.0 for e in logs):
+        return False, f"want 2 steps of only truncated completions: {logs}"
+    if any(e["loss"] != 0.0 or e["grad_norm"] != 0.0 for e in logs):
+        return False, f"loss / grad_norm not 0: {[(e['loss'], e['grad_norm']) for e in logs]}"
+    return True, "2 steps of masked completions: loss 0, grad_norm 0"
+
+
 def case_resume(s):
     """A run resumed from its step-2 checkpoint samples the same completions (the sampling seed
     follows the step, the weights are restored bit for bit) and logs what the whole run logged."""
@@ -552,12 +576,15 @@ def case_errors(s):
 CASES = [(f"{lt}-b{b}-it{n}", shared(loss_case(lt, b, n)))
          for lt in ("dapo", "grpo", "bnpo", "dr_grpo") for b, n in ((0.0, 1), (0.04, 2))]
 CASES += [("dapo-b0.04-it1", shared(loss_case("dapo", 0.04, 1))),
+          ("mask-truncated", shared(loss_case("dapo", 0.04, 1,
+                                              {"mask_truncated_completions": True}))),
           ("grpo-b0.0-it2", shared(loss_case("grpo", 0.0, 2))),
           ("accumulation", shared(case_accumulation)), ("lora", shared(case_lora)),
           ("lora-generate", shared(case_lora_generate)),
           ("cli-generate", shared(case_cli_generate)),
           ("cli-python-reward", shared(case_cli_python_reward)), ("bf16", shared(case_bf16)),
-          ("qlora", shared(case_qlora)), ("resume", shared(case_resume)),
+          ("qlora", shared(case_qlora)), ("all-truncated", shared(case_all_truncated)),
+          ("resume", shared(case_resume)),
           ("ddp", shared(case_ddp)), ("python-errors", shared(case_python_errors)),
           ("errors", shared(case_errors))]
 
