@@ -47,6 +47,9 @@ struct Model {
   std::string items_labels;
   bool items_shifted = false;
   int64_t items_ignore_index = -100;
+  // A step without one item trains on a zero loss instead of stopping (GRPO's dapo: its graph
+  // divides by the clamped token count, as TRL's, when mask_truncated_completions masks them all).
+  bool zero_items_ok = false;
   // Graph inputs a dataset may omit, and what fills them in a batch (Hugging Face models:
   // attention_mask of ones, token_type_ids of zeros).
   std::set<std::string> optional_inputs;

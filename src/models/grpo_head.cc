@@ -119,6 +119,7 @@ void to_grpo_model(Model& m, const GrpoLoss& cfg) {
   // dapo: micro-batches weigh by their completion tokens; the others equally (TRL divides their
   // losses by the accumulation steps)
   m.items_labels = cfg.loss_type == "dapo" ? "labels" : "";
+  m.zero_items_ok = true;  // every completion masked: a zero loss (the clamped count), as TRL's
   m.items_shifted = true;
   m.items_ignore_index = -100;
   m.predictions = kTokenLogps;

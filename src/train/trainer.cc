@@ -499,12 +499,9 @@ double Trainer::accumulate_gradients(const std::vector<std::vector<int64_t>>& ba
     total_items += std::max<int64_t>(n, 0);
   }
   // Not one label carries loss in the whole step: Transformers divides the summed loss by
-  // num_items_in_batch = 0 (NaN); onyx stops, naming the rows, before updating anything. A loss
-  // the graph computes itself divides by its own count, clamped (GRPO's dapo: every completion
-  // masked by mask_truncated_completions is a zero loss, as TRL's): its micro-batches weigh
-  // equally then.
-  const bool own_loss = model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput;
-  if (counted && total_items == 0 && present > 0 && !own_loss) {
+  // num_items_in_batch = 0 (NaN); onyx stops, naming the rows, before updating anything — unless
+  // the model's loss is zero then (Model::zero_items_ok: its micro-batches weigh equally).
+  if (counted && total_items == 0 && present > 0 && !model_.zero_items_ok) {
     std::vector<int64_t> rows;
     for (int64_t b = group_start; b < group_end && rows.size() < 16; b++)
       for (int64_t r : batches[b]) rows.push_back(r);
