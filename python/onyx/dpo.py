@@ -97,12 +97,7 @@ class DPOTrainer(Trainer):
     def __init__(self, model, ref_model=None, args=None, data_collator=None, train_dataset=None,
                  eval_dataset=None, processing_class=None, compute_metrics=None, callbacks=None,
                  optimizers=(None, None), peft_config=None):
-        if args is None:
-            args = DPOConfig(output_dir="trainer_output")
-        elif not isinstance(args, DPOConfig):
-            d = args if isinstance(args, dict) else args.to_dict()
-            ours = {f.name for f in dataclasses.fields(DPOConfig)}
-            args = DPOConfig(**{k: v for k, v in d.items() if k in ours})
+        args = DPOConfig._of(args)
         if data_collator is not None:
             raise NotImplementedError("data_collator: onyx batches preference pairs as TRL's "
                                       "DataCollatorForPreference does")

@@ -130,12 +130,7 @@ class GRPOTrainer(Trainer):
                  processing_class=None, reward_processing_classes=None, callbacks=None,
                  optimizers=(None, None), peft_config=None, tools=None, rollout_func=None,
                  environment_factory=None):
-        if args is None:
-            args = GRPOConfig(output_dir="trainer_output")
-        elif not isinstance(args, GRPOConfig):
-            d = args if isinstance(args, dict) else args.to_dict()
-            ours = {f.name for f in dataclasses.fields(GRPOConfig)}
-            args = GRPOConfig(**{k: v for k, v in d.items() if k in ours})
+        args = GRPOConfig._of(args)
         for name, value in (("eval_dataset", eval_dataset), ("tools", tools),
                             ("environment_factory", environment_factory),
                             ("reward_processing_classes", reward_processing_classes)):

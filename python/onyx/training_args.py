@@ -65,6 +65,18 @@ class _ArgsBase:
             raise AttributeError(f"{type(self).__name__} has no argument '{key}'")
         object.__setattr__(self, key, value)
 
+    @classmethod
+    def _of(cls, args):
+        """args as this class (a TRL trainer's config): the default one for None, args itself
+        when it is one, else its fields (a dict or anything with to_dict()) this class has."""
+        if args is None:
+            return cls(output_dir="trainer_output")
+        if isinstance(args, cls):
+            return args
+        d = args if isinstance(args, dict) else args.to_dict()
+        ours = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in ours})
+
     def _items(self):
         """The TrainingArguments keys and their values as text (a subclass's own fields, such as
         DPOConfig's, stay in Python)."""
