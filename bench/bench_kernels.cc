@@ -302,6 +302,30 @@ void bm_conv_node(benchmark::State& state, int64_t N, int64_t C, int64_t H, int6
   set_flops(state, 2.0 * N * M * OH * OH * C * k * k);
 }
 
+// A weight gradient's bf16 GEMM, dW (K,N) = Xᵀ · dY with X (R,K) and dY (R,N) row-major (as
+// onyx.MatMulGradB reads them, transA) — or, with `transposed_copy`, the same product from a
+// copy of X stored transposed (K,R) (not counting the copy): what reading X transposed costs.
+void bm_grad_b_bf16(benchmark::State& state, int64_t R, int64_t K, int64_t N,
+                    bool transposed_copy) {
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  std::vector<uint16_t> x(R * K), dy(R * N), xt(R * K);
+  onyx::kernels::f32_to_bf16(random_vec(R * K, 1).data(), x.data(), R * K);
+  onyx::kernels::f32_to_bf16(random_vec(R * N, 2).data(), dy.data(), R * N);
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t k = 0; k < K; k++) xt[k * R + r] = x[r * K + k];
+  std::vector<float> c(K * N);
+  for (auto _ : state) {
+    if (transposed_copy)
+      onyx::kernels::gemm_bf16(false, false, K, N, R, 1.f, xt.data(), R, dy.data(), N, 0.f,
+                               c.data(), N);
+    else
+      onyx::kernels::gemm_bf16(true, false, K, N, R, 1.f, x.data(), K, dy.data(), N, 0.f, c.data(),
+                               N);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * R * K * N);
+}
+
 // Multi-threaded runs are timed by the wall clock. Single-threaded runs (OMP_NUM_THREADS=1) use the
 // thread's CPU time, which stays meaningful on a loaded shared machine.
 void time_mode(benchmark::internal::Benchmark* b) {
@@ -386,6 +410,17 @@ void register_all() {
                                                  : "/f32"))
                                        .c_str(),
                                    bm_attention_tile, which, mode == 1, mode == 2)
+          ->Apply(time_mode);
+  for (auto [R, K, N] : {std::tuple<int64_t, int64_t, int64_t>{3200, 192, 192},
+                         {3200, 192, 768},
+                         {1024, 768, 768},
+                         {1024, 768, 3072}})
+    for (bool copy : {false, true})
+      benchmark::RegisterBenchmark(("grad_b_bf16/" + std::to_string(R) + "x" + std::to_string(K) +
+                                    "x" + std::to_string(N) + (copy ? "/transposed_copy" : ""))
+                                       .c_str(),
+                                   bm_grad_b_bf16, R, K, N, copy)
+          ->Unit(benchmark::kMillisecond)
           ->Apply(time_mode);
   benchmark::RegisterBenchmark("matmul_node/(16x128x768)x(768x3072)", bm_matmul_node, 16, 128, 768,
                                3072)

@@ -300,6 +300,24 @@ TEST(Bf16Gemm, OutputDtypeBf16IsCastOfTheFloat32Result) {
     mm.attrs["output_dtype"] = bf16;
     expect_same_bits(runtime::run_node(mm, 17, {a2, w2, bias2})[0], want2);
     runtime::set_num_threads(threads);
+    // where the rules differ: a float32 denormal result becomes a signed zero (the GEMM
+    // epilogue's vcvtneps2bf16, kernels::f32_to_bf16), where Cast keeps a bf16 denormal — on
+    // the native path and the widened one alike
+    Tensor zeros(DType::BFloat16, {2, 7, 100});
+    std::memset(zeros.raw(), 0, zeros.nbytes());
+    std::vector<float> tiny(24, 3e-39f);
+    tiny[1] = -3e-39f;
+    Tensor tiny_bias = Tensor::from_vector(DType::Float32, {24}, tiny);
+    for (int native : {1, 0}) {
+      if (native && !kernels::bf16_gemm_native()) continue;  // (no bf16 matmul on this CPU)
+      SCOPED_TRACE(native ? "native bf16 matmul" : "widened");
+      kernels::force_bf16_gemm_native(native);
+      Tensor y = runtime::run_node(mm, 17, {zeros, w, tiny_bias})[0];
+      kernels::force_bf16_gemm_native(-1);
+      EXPECT_EQ(y.data<uint16_t>()[0], 0x0000);
+      EXPECT_EQ(y.data<uint16_t>()[1], 0x8000);
+      EXPECT_NE(cast_bf16(tiny_bias).data<uint16_t>()[0], 0x0000);  // Cast keeps it
+    }
   }
   {  // Attention: O written bf16
     ir::Node at = node("Attention", 3, 2);

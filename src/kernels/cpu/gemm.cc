@@ -106,7 +106,7 @@ dnnl::engine& cpu_engine() {
 }
 
 struct MatmulKey {
-  int64_t v[17];
+  int64_t v[19];
   bool operator==(const MatmulKey& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
 };
 struct MatmulKeyHash {
@@ -120,6 +120,7 @@ struct MatmulKeyHash {
 struct CachedMatmul {
   dnnl::matmul prim;
   dnnl::memory::desc a_md, b_md, c_md;
+  dnnl::memory::desc bias_md;  // (1, N) float32, or empty: no bias input
   // With packed weights: B as it is stored (b_md is the layout the primitive chose for it)
   dnnl::memory::desc b_src_md;
   dnnl::memory::desc scratch_md;  // its user-mode scratchpad (kernels/cpu/onednn_scratch.h)
@@ -137,17 +138,20 @@ int64_t float_bits(float f) {
 }
 
 // One matmul primitive for `batch` GEMMs at the given strides (batch 1 → plain 2-D).
-// A and B are bfloat16 with bf16_ab (C float32 either way). With packed_b (batch 1 only) the
-// primitive chooses B's layout (format_tag::any): B is then passed reordered into b_md, from
-// b_src_md (prepacked weights, below).
+// A and B are bfloat16 with bf16_ab; C is float32, or bfloat16 with c_bf16 (the float32
+// accumulator rounded to nearest even in the primitive's epilogue). With packed_b (batch 1 only)
+// the primitive chooses B's layout (format_tag::any): B is then passed reordered into b_md, from
+// b_src_md (prepacked weights, below). With bias (batch 1 only) the primitive adds a float32 (N)
+// row to every row of the product before C is written (beta must be 0).
 std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t M, int64_t N,
                                                int64_t K, float alpha, int64_t lda, int64_t strideA,
                                                int64_t ldb, int64_t strideB, float beta,
                                                int64_t ldc, int64_t strideC, int64_t batch,
-                                               bool bf16_ab = false, bool packed_b = false) {
+                                               bool bf16_ab = false, bool packed_b = false,
+                                               bool bias = false, bool c_bf16 = false) {
   int nthr = omp_get_max_threads();
   MatmulKey key{{transA, transB, M, N, K, lda, strideA, ldb, strideB, ldc, strideC, batch,
-                 float_bits(alpha), float_bits(beta), nthr, bf16_ab, packed_b}};
+                 float_bits(alpha), float_bits(beta), nthr, bf16_ab, packed_b, bias, c_bf16}};
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     auto it = g_cache.find(key);
@@ -172,7 +176,11 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
     e->b_src_md = e->b_md;
     e->b_md = dnnl::memory::desc(dims{K, N}, ab, dnnl::memory::format_tag::any);
   }
-  e->c_md = md(M, N, ldc, false, strideC, dt::f32);
+  e->c_md = md(M, N, ldc, false, strideC, c_bf16 ? dt::bf16 : dt::f32);
+  if (bias) {
+    ONYX_CHECK(batch == 1 && beta == 0.f, "get_matmul: a bias is for single GEMMs without beta");
+    e->bias_md = dnnl::memory::desc(dims{1, N}, dt::f32, dims{N, 1});
+  }
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // run from any thread (execute)
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
@@ -181,7 +189,8 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
     po.append_sum(beta);
     attr.set_post_ops(po);
   }
-  dnnl::matmul::desc d(e->a_md, e->b_md, e->c_md);
+  dnnl::matmul::desc d = bias ? dnnl::matmul::desc(e->a_md, e->b_md, e->bias_md, e->c_md)
+                              : dnnl::matmul::desc(e->a_md, e->b_md, e->c_md);
   dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
   e->reference = std::string(pd.impl_info_str()).find("ref") != std::string::npos;
   if (packed_b) e->b_md = pd.weights_desc();
@@ -193,17 +202,19 @@ std::shared_ptr<const CachedMatmul> get_matmul(bool transA, bool transB, int64_t
   return e;
 }
 
-// Runs a cached primitive on A, B (float32 or bf16, as it was made) and C (float32). Each thread
+// Runs a cached primitive on A, B (float32 or bf16, as it was made), C (float32 or bf16, as it
+// was made) and its bias, when it was made with one. Each thread
 // keeps the memory objects of the primitives it ran last (holding the primitive, so a cache
 // clear cannot free it under them) and only swaps their data pointers instead of building three
 // dnnl::memory per call: the primitive path's per-call overhead went from about 1.7 to 1.1 µs
 // (bench_kernels attention_tile/QKt/f32_primitive against /f32 at a 4x8x4 shape, AVX2 CPU); the
 // attention tiles' GEMMs take 12-16 µs each there. The scratchpad is this thread's
 // (onednn_scratch.h): primitives run from several threads at once.
-void execute(const std::shared_ptr<const CachedMatmul>& e, const void* A, const void* B, float* C) {
+void execute(const std::shared_ptr<const CachedMatmul>& e, const void* A, const void* B, void* C,
+             const float* bias = nullptr) {
   struct Bound {
     std::shared_ptr<const CachedMatmul> prim;
-    dnnl::memory a, b, c, scratch;
+    dnnl::memory a, b, c, scratch, bias;
   };
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<Bound> bound;  // most recently used last
@@ -214,7 +225,8 @@ void execute(const std::shared_ptr<const CachedMatmul>& e, const void* A, const 
     if (bound.size() >= kBound) bound.erase(bound.begin());
     bound.push_back({e, dnnl::memory(e->a_md, cpu_engine(), const_cast<void*>(A)),
                      dnnl::memory(e->b_md, cpu_engine(), const_cast<void*>(B)),
-                     dnnl::memory(e->c_md, cpu_engine(), C), dnnl::memory()});
+                     dnnl::memory(e->c_md, cpu_engine(), C), dnnl::memory(), dnnl::memory()});
+    if (bias) bound.back().bias = dnnl::memory(e->bias_md, cpu_engine(), const_cast<float*>(bias));
     const size_t bytes = e->scratch_md.get_size();
     if (bytes > 0)
       bound.back().scratch =
@@ -225,10 +237,13 @@ void execute(const std::shared_ptr<const CachedMatmul>& e, const void* A, const 
     m.a.set_data_handle(const_cast<void*>(A));
     m.b.set_data_handle(const_cast<void*>(B));
     m.c.set_data_handle(C);
+    if (bias) m.bias.set_data_handle(const_cast<float*>(bias));
   }
   Bound& m = bound.back();
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}};
+  ONYX_CHECK((bias != nullptr) == (bool)m.bias, "execute: a bias for a primitive made without one");
+  if (bias) args[DNNL_ARG_BIAS] = m.bias;
   if (m.scratch) {
     // (the buffer may have grown for another primitive since this one was bound)
     m.scratch.set_data_handle(onednn_thread_scratch(e->scratch_md.get_size()));
@@ -336,11 +351,12 @@ std::shared_ptr<uint8_t> packed_weights(const CachedMatmul& e, const void* B, ui
   return pk->buf;
 }
 
-// C = alpha * op(A) · op(B) + beta * C by a matmul primitive that reads B prepacked, when B lies
-// in a stable range and oneDNN has a real (not reference) implementation: true when it ran.
+// C = alpha * op(A) · op(B) + beta * C (+ bias) by a matmul primitive that reads B prepacked, when
+// B lies in a stable range and oneDNN has a real (not reference) implementation: true when it
+// ran. C is bf16 with c_bf16 (get_matmul).
 bool try_packed_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
-                       const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
-                       int64_t ldc, bool bf16) {
+                       const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+                       int64_t ldc, bool bf16, const float* bias = nullptr, bool c_bf16 = false) {
   if (g_stable_count.load(std::memory_order_acquire) == 0) return false;
   const int mode = prepack_mode();
   if (mode == 0) return false;
@@ -353,7 +369,8 @@ bool try_packed_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K
   if (version == 0) return false;
   std::shared_ptr<const CachedMatmul> e;
   try {
-    e = get_matmul(transA, transB, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0, 1, bf16, true);
+    e = get_matmul(transA, transB, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0, 1, bf16, true,
+                   bias != nullptr, c_bf16);
   } catch (const dnnl::error&) {
     return false;  // no implementation for this type on this CPU (bf16 without AVX512_BF16)
   }
@@ -367,7 +384,7 @@ bool try_packed_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K
     return false;
   }
   std::shared_ptr<uint8_t> packed = packed_weights(*e, B, version);
-  execute(e, A, packed.get(), C);  // (packed held: a forget meanwhile cannot free it)
+  execute(e, A, packed.get(), C, bias);  // (packed held: a forget meanwhile cannot free it)
   return true;
 }
 
@@ -522,6 +539,14 @@ void gemm_as_fp16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, flo
 }
 
 namespace {
+// x's bf16 bits: x.bf16 as it is, or x.f32 (n elements) rounded into `scratch`.
+const uint16_t* bf16_bits(Bf16Operand x, int64_t n, std::vector<uint16_t>& scratch) {
+  if (x.bf16) return x.bf16;
+  if (scratch.size() < (size_t)n) scratch.resize((size_t)n);
+  f32_to_bf16(x.f32, scratch.data(), n);
+  return scratch.data();
+}
+
 // gemm_bf16; b_maybe_stable: B may lie in a stable range (a weight: try the packed primitive).
 void gemm_bf16_impl(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                     const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
@@ -575,15 +600,64 @@ void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
                             });
   }
   thread_local std::vector<uint16_t> a16, b16;
-  auto rounded = [](const float* x, int64_t n, std::vector<uint16_t>& buf) {
-    if (buf.size() < (size_t)n) buf.resize((size_t)n);
-    f32_to_bf16(x, buf.data(), n);
-    return (const uint16_t*)buf.data();
-  };
-  const uint16_t* a = A.bf16 ? A.bf16 : rounded(A.f32, stored_extent(transA, M, K, lda), a16);
-  const uint16_t* b = B.bf16 ? B.bf16 : rounded(B.f32, stored_extent(transB, K, N, ldb), b16);
+  const uint16_t* a = bf16_bits(A, stored_extent(transA, M, K, lda), a16);
+  const uint16_t* b = bf16_bits(B, stored_extent(transB, K, N, ldb), b16);
   // (a bf16 B may be a weight's shadow: the linear layers' forward and dX products)
   gemm_bf16_impl(transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc, B.bf16 != nullptr);
+}
+
+namespace {
+// Y = A · op(B) (+ bias) by one oneDNN bf16 primitive whose epilogue adds the bias and writes
+// Y in its type (float32, or bf16 rounded by vcvtneps2bf16): true when it ran — false where
+// there is no native bf16 matmul, oneDNN has only its reference, or alpha is not 1.
+bool linear_native(bool transB, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A,
+                   int64_t lda, Bf16Operand B, int64_t ldb, const LinearOut& Y) {
+  if (!bf16_gemm_native() || alpha != 1.f) return false;
+  thread_local std::vector<uint16_t> a16, b16;
+  const uint16_t* a = bf16_bits(A, stored_extent(false, M, K, lda), a16);
+  const uint16_t* b = bf16_bits(B, stored_extent(transB, K, N, ldb), b16);
+  void* C = Y.f32 ? (void*)Y.f32 : (void*)Y.bf16;
+  const bool c_bf16 = Y.bf16 != nullptr;
+  if (B.bf16 && try_packed_matmul(false, transB, M, N, K, 1.f, a, lda, b, ldb, 0.f, C, N, true,
+                                  Y.bias, c_bf16))
+    return true;
+  std::shared_ptr<const CachedMatmul> e;
+  try {
+    e = get_matmul(false, transB, M, N, K, 1.f, lda, 0, ldb, 0, 0.f, N, 0, 1, true, false,
+                   Y.bias != nullptr, c_bf16);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  if (e->reference) return false;
+  execute(e, a, b, C, Y.bias);
+  return true;
+}
+}  // namespace
+
+void linear_mixed_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A,
+                       int64_t lda, Bf16Operand B, int64_t ldb, const LinearOut& Y) {
+  ONYX_CHECK((Y.f32 == nullptr) != (Y.bf16 == nullptr),
+             "linear_mixed_bf16: the output needs exactly one of its float32 / bf16 pointers");
+  if (M <= 0 || N <= 0) return;
+  if (K > 0 && linear_native(transB, M, N, K, alpha, A, std::max<int64_t>(1, lda), B,
+                             std::max<int64_t>(1, ldb), Y))
+    return;
+  // Elsewhere: the float32 product starting from the bias rows (the GEMM accumulates onto them:
+  // the same sum as the epilogue's), rounded afterwards as the epilogue rounds.
+  thread_local std::vector<float> y32;
+  float* C = Y.f32;
+  if (C == nullptr) {
+    if (y32.size() < (size_t)(M * N)) y32.resize((size_t)(M * N));
+    C = y32.data();
+  }
+  if (Y.bias) {
+    const float* bias = Y.bias;
+    runtime::parallel_for(M, std::max<int64_t>(1, 16384 / N), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; r++) std::memcpy(C + r * N, bias, N * sizeof(float));
+    });
+  }
+  gemm_mixed_bf16(false, transB, M, N, K, alpha, A, lda, B, ldb, Y.bias ? 1.f : 0.f, C, N);
+  if (Y.bf16) f32_to_bf16(C, Y.bf16, M * N);
 }
 
 void gemm_f32_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -140,6 +140,23 @@ void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
                      Bf16Operand A, int64_t lda, Bf16Operand B, int64_t ldb, float beta, float* C,
                      int64_t ldc);
 
+// The output of a linear layer's mixed-precision product: float32 or bfloat16 (exactly one
+// pointer set; M×N contiguous), and an optional float32 bias (N) added to every row.
+struct LinearOut {
+  float* f32 = nullptr;
+  uint16_t* bf16 = nullptr;
+  const float* bias = nullptr;
+};
+// Y(M,N) = alpha · A(M,K) · op(B) (+ bias), A row-major with row stride lda: gemm_mixed_bf16 with
+// beta 0 and the linear layer's epilogue. Where the bf16 matmul is native (and alpha is 1) one
+// oneDNN primitive adds the bias to the float32 accumulator and writes Y in its type — a bf16 Y
+// rounded there (nearest even, denormals flushed, as f32_to_bf16) — so Y is written once, with
+// no float32 copy of it and no pass of its own for the bias or the rounding (a weight B that is
+// declared stable is read prepacked). Elsewhere the same float32 sum (the bias rows first, the
+// GEMM accumulating onto them) in scratch, then rounded by f32_to_bf16.
+void linear_mixed_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A,
+                       int64_t lda, Bf16Operand B, int64_t ldb, const LinearOut& Y);
+
 // float32 -> bfloat16 bits for GEMM inputs: rounding to nearest even (NaN stays NaN), float32
 // denormals flushed to signed zero, as AVX512_BF16's vcvtneps2bf16 (used where the CPU has it)
 // and its dot products do, so every CPU rounds alike; threaded over fixed ranges. And back

@@ -488,7 +488,8 @@ bool mixed_output(const ir::Node& node, DType a, DType b) {
   return true;
 }
 // The output of a mixed product: float32, or bfloat16 with output_dtype = BFLOAT16 (MatMulT only:
-// accumulated in float32, bias added, then rounded as Cast rounds).
+// accumulated in float32, bias added, then rounded to nearest even in the GEMM's epilogue —
+// kernels::f32_to_bf16's rule: Cast's, except that a float32 denormal result becomes a signed 0).
 DType mixed_output_dtype(const ir::Node& node) {
   return node.attr_int("output_dtype", 1) == (int64_t)DType::BFloat16 ? DType::BFloat16
                                                                       : DType::Float32;
@@ -498,18 +499,24 @@ kernels::Bf16Operand bf16_operand(const Tensor& t) {
   return {t.data<float>(), nullptr};
 }
 
-// Y = alpha · op(A) · op(B) (+ bias), float32 Y, with each of A and B float32 (rounded to bf16)
-// or bf16: a shared 2-D B without transA (the linear layers, forward and dX) is one
-// gemm_mixed_bf16 over every row of A; other layouts (not the linear layers' hot path) round both
-// to bf16, widen them and run the float32 path: the same products.
+// Y = alpha · op(A) · op(B) (+ bias), Y float32 or bf16, with each of A and B float32 (rounded
+// to bf16) or bf16: a shared 2-D B without transA (the linear layers, forward and dX) is one
+// linear_mixed_bf16 over every row of A (bias and rounding in the GEMM's epilogue); other layouts
+// (not the linear layers' hot path) round both to bf16, widen them and run the float32 path, then
+// round a bf16 Y as that epilogue does: the same values.
 void matmul_t_mixed(const MatMulShape& s, float alpha, const Tensor& a, const Tensor& b,
-                    const float* bias, float* C) {
+                    const float* bias, Tensor& y) {
   const int64_t na = shape_numel(s.a_batch), nbm = shape_numel(s.b_batch);
+  const bool y_bf16 = y.dtype() == DType::BFloat16;
   if (nbm == 1 && !s.ta) {
-    const int64_t R = na * s.M;
-    if (bias) fill_rows<float>(C, R, s.N, bias);
-    kernels::gemm_mixed_bf16(false, s.tb, R, s.N, s.K, alpha, bf16_operand(a), s.K, bf16_operand(b),
-                             s.tb ? s.K : s.N, bias ? 1.0f : 0.0f, C, s.N);
+    kernels::LinearOut out;
+    out.bias = bias;
+    if (y_bf16)
+      out.bf16 = y.data<uint16_t>();
+    else
+      out.f32 = y.data<float>();
+    kernels::linear_mixed_bf16(s.tb, na * s.M, s.N, s.K, alpha, bf16_operand(a), s.K,
+                               bf16_operand(b), s.tb ? s.K : s.N, out);
     return;
   }
   auto widened = [](const Tensor& t) {  // bf16-rounded values as float32
@@ -524,7 +531,10 @@ void matmul_t_mixed(const MatMulShape& s, float alpha, const Tensor& a, const Te
     return f;
   };
   std::vector<float> af = widened(a), bf = widened(b);
-  matmul_t<float>(s, alpha, af.data(), bf.data(), C, bias);
+  if (!y_bf16) return matmul_t<float>(s, alpha, af.data(), bf.data(), y.data<float>(), bias);
+  std::vector<float> y32((size_t)y.numel());
+  matmul_t<float>(s, alpha, af.data(), bf.data(), y32.data(), bias);
+  kernels::f32_to_bf16(y32.data(), y.data<uint16_t>(), y.numel());
 }
 
 void matmul_t_infer(InferContext& ctx) {
@@ -564,19 +574,7 @@ void matmul_t_compute(KernelContext& ctx) {
   if (mixed) {
     std::vector<float> bv;
     if (bias) bv = bias_values<float>(*bias);
-    if (y.dtype() == DType::Float32)
-      return matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y.data<float>());
-    // bf16 output: the float32 product (bias added) rounded as Cast rounds; the float32 product
-    // goes through a scratch kept across calls (a fresh one would page-fault on every step)
-    thread_local std::vector<float> y32;
-    if (y32.size() < (size_t)y.numel()) y32.resize((size_t)y.numel());
-    matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y32.data());
-    BFloat16* dst = y.data<BFloat16>();
-    // (the pointer, not y32: inside the lambda another thread's y32 would be named)
-    const float* src = y32.data();
-    parallel_for(y.numel(), 1 << 15,
-                 [&](int64_t b0, int64_t e) { ew::from_float(src + b0, dst + b0, e - b0); });
-    return;
+    return matmul_t_mixed(s, (float)alpha, a, b, bias ? bv.data() : nullptr, y);
   }
   dispatch_float(
       ctx.node, y,
