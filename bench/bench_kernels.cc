@@ -326,6 +326,42 @@ void bm_grad_b_bf16(benchmark::State& state, int64_t R, int64_t K, int64_t N,
   set_flops(state, 2.0 * R * K * N);
 }
 
+// A linear layer's bf16 forward, Y (M,N) = X (M,K) · Wᵀ + bias with X and W bf16 (W declared
+// stable: read prepacked, as in training) and Y bf16: in one oneDNN primitive whose epilogue adds
+// the bias and rounds (kernels::linear_mixed_bf16), or `separate`: the bias rows written first,
+// the float32 product accumulated onto them, then a rounding pass (what MatMulT did before).
+void bm_linear_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bool separate) {
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  std::vector<uint16_t> x(M * K), w(N * K), y(M * N);
+  onyx::kernels::f32_to_bf16(random_vec(M * K, 1).data(), x.data(), M * K);
+  onyx::kernels::f32_to_bf16(random_vec(N * K, 2).data(), w.data(), N * K);
+  std::vector<float> bias = random_vec(N, 3), y32(M * N);
+  onyx::kernels::declare_stable_weights(w.data(), w.size() * 2,
+                                        onyx::kernels::new_weights_version());
+  for (auto _ : state) {
+    if (std::getenv("REPACK"))
+      onyx::kernels::declare_stable_weights(w.data(), w.size() * 2,
+                                            onyx::kernels::new_weights_version());
+    if (separate) {
+      onyx::runtime::parallel_for(M, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; r++) std::copy(bias.begin(), bias.end(), &y32[r * N]);
+      });
+      onyx::kernels::gemm_mixed_bf16(false, true, M, N, K, 1.f, {nullptr, x.data()}, K,
+                                     {nullptr, w.data()}, K, 1.f, y32.data(), N);
+      onyx::kernels::f32_to_bf16(y32.data(), y.data(), M * N);
+    } else {
+      onyx::kernels::LinearOut out;
+      out.bf16 = y.data();
+      out.bias = bias.data();
+      onyx::kernels::linear_mixed_bf16(true, M, N, K, 1.f, {nullptr, x.data()}, K,
+                                       {nullptr, w.data()}, K, out);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  onyx::kernels::forget_stable_weights(w.data(), w.size() * 2);
+  set_flops(state, 2.0 * M * N * K);
+}
+
 // Multi-threaded runs are timed by the wall clock. Single-threaded runs (OMP_NUM_THREADS=1) use the
 // thread's CPU time, which stays meaningful on a loaded shared machine.
 void time_mode(benchmark::internal::Benchmark* b) {
@@ -420,6 +456,17 @@ void register_all() {
                                     "x" + std::to_string(N) + (copy ? "/transposed_copy" : ""))
                                        .c_str(),
                                    bm_grad_b_bf16, R, K, N, copy)
+          ->Unit(benchmark::kMillisecond)
+          ->Apply(time_mode);
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1024, 3072, 768},
+                         {1024, 768, 768},
+                         {3200, 768, 192},
+                         {3200, 192, 192}})
+    for (bool separate : {false, true})
+      benchmark::RegisterBenchmark(("linear_bf16/" + std::to_string(M) + "x" + std::to_string(N) +
+                                    "x" + std::to_string(K) + (separate ? "/separate" : ""))
+                                       .c_str(),
+                                   bm_linear_bf16, M, N, K, separate)
           ->Unit(benchmark::kMillisecond)
           ->Apply(time_mode);
   benchmark::RegisterBenchmark("matmul_node/(16x128x768)x(768x3072)", bm_matmul_node, 16, 128, 768,

@@ -104,6 +104,7 @@ AdamWScalars adamw_scalars(const OptimizerConfig& c, double lr, int64_t t) {
 
 // One AdamW update of n elements in plain scalar code (the reference), operation for operation as
 // torch 1.13's float32 CPU kernels and as simd::adamw_update, the fused pass's kernel:
+//   g = g * grad_scale                             clip_grad_norm_'s mul_ (1: none)
 //   p = p * keep                                   mul_
 //   m = fma(g, 1-b1, m * b1)                       mul_, add_(alpha) (vectorized add is an FMA)
 //   v = fma((1-b2) * g, g, v * b2)                 mul_, addcmul_ (FMA in torch's build)
@@ -112,7 +113,7 @@ AdamWScalars adamw_scalars(const OptimizerConfig& c, double lr, int64_t t) {
 inline void adamw_update_scalar(float* p, const float* g, float* m, float* v, int64_t n,
                                 const AdamWScalars& k, float keep) {
   for (int64_t i = 0; i < n; ++i) {
-    float gi = g[i];
+    float gi = g[i] * k.grad_scale;
     float pi = p[i] * keep;
     float mi = std::fma(gi, k.one_minus_beta1, m[i] * k.beta1);
     float vi = std::fma(k.one_minus_beta2 * gi, gi, v[i] * k.beta2);
@@ -199,6 +200,12 @@ class FlatOptimizer : public Optimizer {
     check_layout(params, DType::Float32, "params");
     check_layout(grads, DType::Float32, "grads");
   }
+  // The optimizers that do not read a gradient scale into their update (scales_gradients()
+  // false) take none.
+  void check_unscaled(float grad_scale) const {
+    ONYX_CHECK(grad_scale == 1.0f, "optimizer '", name_, "' takes no gradient scale (got ",
+               grad_scale, "): scale the gradients before step()");
+  }
   // The bf16 shadow's first element (nullptr without one), checked against the layout.
   uint16_t* shadow_data(FlatBuffer* shadow) const {
     if (!shadow) return nullptr;
@@ -230,13 +237,15 @@ class FusedAdamW : public FlatOptimizer {
   FusedAdamW(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask,
              int64_t b, int64_t e)
       : FlatOptimizer("adamw_fused", c, l, mask, {"exp_avg", "exp_avg_sq"}, b, e) {}
+  bool scales_gradients() const override { return true; }
 
-  void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
-            FlatBuffer* bf16_shadow) override {
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr, FlatBuffer* bf16_shadow,
+            float grad_scale) override {
     check_buffers(params, grads);
     uint16_t* s = shadow_data(bf16_shadow);
     ++step_count;
     AdamWScalars k = adamw_scalars(config_, lr, step_count);
+    k.grad_scale = grad_scale;
     float* p = params.flat().data<float>();
     const float* g = grads.flat().data<float>();
     // state element i belongs to buffer element range_begin + i
@@ -267,13 +276,15 @@ class ReferenceAdamW : public FlatOptimizer {
   ReferenceAdamW(const OptimizerConfig& c, const FlatLayout& l, const std::vector<bool>& mask,
                  int64_t b, int64_t e)
       : FlatOptimizer("adamw", c, l, mask, {"exp_avg", "exp_avg_sq"}, b, e) {}
+  bool scales_gradients() const override { return true; }
 
-  void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
-            FlatBuffer* bf16_shadow) override {
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr, FlatBuffer* bf16_shadow,
+            float grad_scale) override {
     check_buffers(params, grads);
     shadow_data(bf16_shadow);  // checked before anything changes
     ++step_count;
     AdamWScalars k = adamw_scalars(config_, lr, step_count);
+    k.grad_scale = grad_scale;
     float* m = buffer("exp_avg") - range_begin;
     float* v = buffer("exp_avg_sq") - range_begin;
     float* p = params.flat().data<float>();
@@ -304,9 +315,10 @@ class Sgd : public FlatOptimizer {
                                       : std::vector<std::string>{},
                       b, e) {}
 
-  void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
-            FlatBuffer* bf16_shadow) override {
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr, FlatBuffer* bf16_shadow,
+            float grad_scale) override {
     check_buffers(params, grads);
+    check_unscaled(grad_scale);
     shadow_data(bf16_shadow);  // checked before anything changes
     bool momentum = config_.momentum != 0, first = step_count == 0;
     simd::SgdConstants k{(float)config_.weight_decay, (float)config_.momentum, (float)(-lr)};
@@ -360,9 +372,10 @@ class Adafactor : public FlatOptimizer {
     }
   }
 
-  void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
-            FlatBuffer* bf16_shadow) override {
+  void step(FlatBuffer& params, const FlatBuffer& grads, double lr, FlatBuffer* bf16_shadow,
+            float grad_scale) override {
     check_buffers(params, grads);
+    check_unscaled(grad_scale);
     shadow_data(bf16_shadow);  // checked before anything changes
     ++step_count;
     const double beta2t = 1.0 - std::pow((double)step_count, -0.8);

@@ -45,8 +45,12 @@ class Optimizer {
   // bfloat16 buffer of the same entries, receives every updated element rounded as the GEMMs
   // round their operands (kernels::f32_to_bf16), [range_begin, range_end) only: the fused AdamW
   // writes it in its update pass, while each block is in cache; the others after their update.
+  // `grad_scale` (only where scales_gradients()): the update reads grads * grad_scale, rounded
+  // as scale(grads, grad_scale) would store it — gradient clipping without a pass of its own
+  // over the gradients (grads itself is left as it is); the others throw unless it is 1.
   virtual void step(FlatBuffer& params, const FlatBuffer& grads, double lr,
-                    FlatBuffer* bf16_shadow = nullptr) = 0;
+                    FlatBuffer* bf16_shadow = nullptr, float grad_scale = 1.0f) = 0;
+  virtual bool scales_gradients() const { return false; }
 
   // Named state tensors: flat [numel] float32 moment buffers plus "step", an int64 scalar.
   // The moment tensors are live views of the optimizer's buffers (no copy, so writing a

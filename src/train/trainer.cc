@@ -607,21 +607,30 @@ void Trainer::apply_gradients() {
   const int64_t own_b = I.dp->owned_begin(), own_e = I.dp->owned_end();
   double norm = I.dp->grad_norm(grads);
   double lr = train::lr_at(I.sched, state_.global_step, &I.metric_lr);
-  if (!std::isfinite(norm) || !train::all_finite(grads, own_b, own_e)) {
+  // (a finite norm means finite gradients: a NaN or inf term makes the exact square sum, and
+  // so the norm, non-finite — no pass of its own over the gradients is needed)
+  if (!std::isfinite(norm)) {
     I.skipped_steps++;
     LogEntry e;
     e.values["skipped_nonfinite_step"] = 1;
     e.values["grad_norm"] = norm;
     log(e);
   } else {
+    // clip_grad_norm_'s factor: read into the update where the optimizer can (one pass fewer
+    // over the gradients), else scaled first
+    float clip = 1.0f;
     if (a.max_grad_norm > 0 && norm > a.max_grad_norm)
-      train::scale(grads, (float)(a.max_grad_norm / (norm + 1e-6)), own_b, own_e);
+      clip = (float)(a.max_grad_norm / (norm + 1e-6));
+    if (clip != 1.0f && !I.opt->scales_gradients()) {
+      train::scale(grads, clip, own_b, own_e);
+      clip = 1.0f;
+    }
     // The bf16 shadow of the weights (mixed precision) written by the update pass, unless
     // the optimizer updates one shard (ZeRO): then the next run rounds it from the gathered
     // weights.
     const bool whole = own_b == 0 && own_e == I.ts->params().layout().numel;
     train::FlatBuffer* shadow = whole ? I.ts->bf16_shadow() : nullptr;
-    I.opt->step(I.ts->params(), grads, lr, shadow);
+    I.opt->step(I.ts->params(), grads, lr, shadow, clip);
     I.dp->gather_params(I.ts->params());
     if (shadow) I.ts->bf16_shadow_written();
   }

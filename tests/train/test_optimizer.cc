@@ -89,6 +89,41 @@ TEST(Optimizer, FusedAdamWMatchesPerTensorReferenceBitForBit) {
   EXPECT_FALSE(bits_equal(start.flat(), ref.flat()));
 }
 
+// Gradient clipping read into the update (Optimizer::step's grad_scale) is the step on the
+// scaled gradients bit for bit, for the fused and the reference AdamW, and leaves the gradients
+// as they were; SGD (which does not read one) refuses a scale.
+TEST(Optimizer, AdamWGradScaleIsTheStepOnScaledGradients) {
+  FlatLayout layout = mixed_layout();
+  OptimizerConfig cfg;
+  cfg.weight_decay = 0.01;
+  for (const char* name : {"adamw_fused", "adamw"}) {
+    SCOPED_TRACE(name);
+    cfg.name = name;
+    FlatBuffer p1(layout), p2(layout), g(layout);
+    fill_random(p1, 1);
+    fill_random(p2, 1);
+    auto o1 = make_optimizer(cfg, layout, hf_decay_mask(layout, false));
+    auto o2 = make_optimizer(cfg, layout, hf_decay_mask(layout, false));
+    ASSERT_TRUE(o1->scales_gradients());
+    for (int s = 0; s < 3; ++s) {
+      fill_random(g, 200 + s);
+      const float factor = 0.37f + 0.1f * (float)s;
+      const Tensor before = g.flat().clone();
+      o1->step(p1, g, 1e-3, nullptr, factor);
+      EXPECT_TRUE(bits_equal(g.flat(), before));  // the gradients untouched
+      scale(g, factor);
+      o2->step(p2, g, 1e-3);
+    }
+    EXPECT_TRUE(bits_equal(p1.flat(), p2.flat()));
+    EXPECT_TRUE(bits_equal(o1->state().at("exp_avg_sq"), o2->state().at("exp_avg_sq")));
+  }
+  cfg.name = "sgd";
+  auto sgd = make_optimizer(cfg, layout, {});
+  EXPECT_FALSE(sgd->scales_gradients());
+  FlatBuffer p(layout), g(layout);
+  EXPECT_THROW(sgd->step(p, g, 1e-3, nullptr, 0.5f), Error);
+}
+
 TEST(Optimizer, AdamWSingleStepMatchesHandComputation) {
   FlatLayout layout = FlatLayout::of({{"w", {2, 2}}, {"b", {3}}});
   FlatBuffer params(layout), grads(layout);

@@ -9,8 +9,9 @@
 //   MatMulGradB(A, dY)    alpha                   (K,N) = alpha · A(R,K)^T · dY(R,N), R = every
 //                                                 leading dim of A and dY folded (they must agree)
 //   BiasGrad(dY) -> db, dY16?                     (N) = dY(R,N) summed over its R leading rows (the
-//                                                 bias gradient of MatMulT; columns split over
-//                                                 threads, so the sum order never changes); the
+//                                                 bias gradient of MatMulT; in fixed parts of
+//                                                 rows added in order, so the sum order never
+//                                                 depends on the threads); the
 //                                                 optional second output is dY rounded to bf16
 //                                                 (float32 dY only), written in the same pass —
 //                                                 the Cast passes/mixed_precision.cc fuses here
@@ -681,27 +682,50 @@ void bias_grad_infer(InferContext& ctx) {
   }
 }
 
-// db[c] = sum over rows r of D[r, c] for c in [c0, c1): one row segment at a time, so the reads
-// stream and the accumulators stay in L1.
-// With `add`, db[c] += that sum (the sum is formed first, in the same order, then added once).
-// With `copy` (float32 only), copy[r, c] = D[r, c] rounded to bf16 as Cast rounds, from the same
-// reads.
+// BiasGrad's sum, in parts of rows: every part sums its rows in order, then the parts are added
+// in order. The parts are fixed by R alone (at least 128 rows each, at most 64 parts), so the
+// order never depends on the thread count; the threads split (part, column block) tiles, which
+// stream whole row segments and keep both threads busy whatever N is.
+int64_t bias_rows_per_part(int64_t R) { return std::max<int64_t>(128, (R + 63) / 64); }
+constexpr int64_t kBiasColumns = 1024;  // columns per tile (a 4 KiB float32 row segment)
+
+// part[c] = sum over rows [r0, r1) of D[r, c] for c in [c0, c1) (row segment by row segment). With
+// `copy` (float32 only), copy[r, c] = D[r, c] rounded to bf16 as Cast rounds, from the same reads.
 template <class T>
-void column_sums(const T* D, int64_t R, int64_t N, int64_t c0, int64_t c1, T* db, bool add = false,
-                 BFloat16* copy = nullptr) {
+void tile_sums(const T* D, int64_t r0, int64_t r1, int64_t N, int64_t c0, int64_t c1, T* part,
+               BFloat16* copy) {
   const int64_t w = c1 - c0;
-  std::vector<T> scratch(add ? w : 0);
-  T* acc = add ? scratch.data() : db + c0;
+  T* acc = part + c0;
   std::fill(acc, acc + w, T(0));
-  for (int64_t r = 0; r < R; r++) {
+  for (int64_t r = r0; r < r1; r++) {
     const T* d = D + r * N + c0;
 #pragma omp simd
     for (int64_t j = 0; j < w; j++) acc[j] += d[j];
     if constexpr (std::is_same_v<T, float>)
       if (copy) ew::from_float(d, copy + r * N + c0, w);
   }
-  if (add)
-    for (int64_t j = 0; j < w; j++) db[c0 + j] += acc[j];
+}
+
+// db = the column sums of D (R, N); with `add`, db += them (formed first, then added once).
+template <class T>
+void bias_grad_sums(const T* D, int64_t R, int64_t N, T* db, bool add, BFloat16* copy) {
+  const int64_t rows = bias_rows_per_part(R), parts = std::max<int64_t>(1, (R + rows - 1) / rows);
+  const int64_t blocks = (N + kBiasColumns - 1) / kBiasColumns;
+  std::vector<T> partial((size_t)(parts * N));
+  parallel_for(parts * blocks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+      const int64_t p = t / blocks, c0 = (t % blocks) * kBiasColumns;
+      tile_sums<T>(D, p * rows, std::min(R, (p + 1) * rows), N, c0, std::min(N, c0 + kBiasColumns),
+                   partial.data() + p * N, copy);
+    }
+  });
+  parallel_for(N, 256, [&](int64_t c0, int64_t c1) {
+    for (int64_t j = c0; j < c1; j++) {
+      T sum = partial[(size_t)j];
+      for (int64_t p = 1; p < parts; p++) sum += partial[(size_t)(p * N + j)];
+      db[j] = add ? T(db[j] + sum) : sum;
+    }
+  });
 }
 
 void bias_grad_compute(KernelContext& ctx) {
@@ -718,9 +742,7 @@ void bias_grad_compute(KernelContext& ctx) {
   BFloat16* copy = ctx.has_output(1) ? ctx.output(1).data<BFloat16>() : nullptr;
   auto run = [&](auto* D, auto* out) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(out)>>;
-    // Column blocks of >= 64 (a cache line multiple); each thread owns whole columns.
-    parallel_for(N, 64,
-                 [&](int64_t c0, int64_t c1) { column_sums<T>(D, R, N, c0, c1, out, add, copy); });
+    bias_grad_sums<T>(D, R, N, out, add, copy);
   };
   dispatch_float(ctx.node, db, run, dy);
 }

@@ -48,15 +48,17 @@ HWY_INLINE V Fma(D d, V a, V b, V c) {
 
 // ---- AdamW --------------------------------------------------------------------------------------
 struct AdamWVecs {
-  VF keep, b1, c1, b2, c2, bc2, eps, nss;
+  VF keep, b1, c1, b2, c2, bc2, eps, nss, gs;
 };
 
 // One vector of the update, operation for operation as torch 1.13's float32 CPU kernels:
+//   g = g * grad_scale                             clip_grad_norm_'s mul_ (1: none)
 //   p = p * keep                                   mul_
 //   m = fma(g, 1-b1, m * b1)                       mul_, add_(alpha) (vectorized add is an FMA)
 //   v = fma((1-b2) * g, g, v * b2)                 mul_, addcmul_ (FMA in torch's build)
 //   p = p + (-step_size * m) / (sqrt(v) / sqrt(bc2) + eps)      sqrt, div, add_, addcdiv_
 HWY_INLINE void AdamWVec(DF d, const AdamWVecs& k, VF g, VF& p, VF& m, VF& v) {
+  g = hn::Mul(g, k.gs);
   p = hn::Mul(p, k.keep);
   m = Fma(d, g, k.c1, hn::Mul(m, k.b1));
   v = Fma(d, hn::Mul(k.c2, g), g, hn::Mul(v, k.b2));
@@ -71,7 +73,7 @@ void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, const 
   const AdamWVecs k{
       hn::Set(d, keep),    hn::Set(d, c.beta1),           hn::Set(d, c.one_minus_beta1),
       hn::Set(d, c.beta2), hn::Set(d, c.one_minus_beta2), hn::Set(d, c.bias_correction2_sqrt),
-      hn::Set(d, c.eps),   hn::Set(d, c.neg_step_size)};
+      hn::Set(d, c.eps),   hn::Set(d, c.neg_step_size),   hn::Set(d, c.grad_scale)};
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     VF pi = hn::LoadU(d, p + i), mi = hn::LoadU(d, m + i), vi = hn::LoadU(d, v + i);

@@ -16,8 +16,12 @@ namespace onyx::simd {
 struct AdamWConstants {
   float beta1, one_minus_beta1, beta2, one_minus_beta2;
   float bias_correction2_sqrt, eps, neg_step_size;  // neg_step_size = -lr / (1 - beta1^t)
+  // the gradient clipping's factor, read into the update (the g below is g * grad_scale, the
+  // product train::scale would have stored): 1 when there is none (exact: g * 1 == g)
+  float grad_scale = 1.0f;
 };
 // One AdamW update of elements [0, n) of p (params), g (grads), m (exp_avg), v (exp_avg_sq):
+//   g = g * grad_scale
 //   p = p * keep;  m = fma(g, 1-b1, m*b1);  v = fma((1-b2)*g, g, v*b2)
 //   p = p + (neg_step_size * m) / (sqrt(v) / bias_correction2_sqrt + eps)
 // keep is 1 - lr * weight_decay for tensors with weight decay, 1 for the others.
