@@ -339,9 +339,6 @@ void bm_linear_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bo
   onyx::kernels::declare_stable_weights(w.data(), w.size() * 2,
                                         onyx::kernels::new_weights_version());
   for (auto _ : state) {
-    if (std::getenv("REPACK"))
-      onyx::kernels::declare_stable_weights(w.data(), w.size() * 2,
-                                            onyx::kernels::new_weights_version());
     if (separate) {
       onyx::runtime::parallel_for(M, 16, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; r++) std::copy(bias.begin(), bias.end(), &y32[r * N]);
