@@ -17,6 +17,10 @@ training step.
              batch 8 (109.5M parameters)
   gpt2-small the same GPT-2 at GPT-2 small size (124M): H768 L12 A12 FFN3072, seq 256, vocab 50257,
              1024 positions, tied LM head, batch 4
+  llama      the Llama of bench/llama_bench.py: Transformers' LlamaForCausalLM (sdpa attention),
+             hidden 768, 12 layers, 12 heads over 4 key/value heads, SwiGLU 2048, vocab 32000,
+             untied LM head (110M), seq 128, batch 4, Transformers' random init. Not exported: onyx
+             trains the Hugging Face folder it is saved as (spec key hf_folder), as users do.
 
 Dropout is 0 everywhere (TinyBert takes dropout=0.0; the GPT-2 and ViT blocks have none).
 Weights are initialized as Hugging Face does for BERT / GPT-2 / ViT (hf_init: Linear, Conv and
@@ -98,6 +102,22 @@ class Gpt2SmallLm(Gpt2TinyLm):
     H, L, A = 768, 12, 12
 
 
+class LlamaBenchLm(nn.Module):
+    """bench/llama_bench.py's Llama as a module whose forward returns the causal-LM loss."""
+    T, VOCAB, H, L, HEADS, KV_HEADS, FFN = 128, 32000, 768, 12, 12, 4, 2048
+
+    def __init__(self):
+        super().__init__()
+        import transformers as tr
+        self.m = tr.LlamaForCausalLM(tr.LlamaConfig(
+            hidden_size=self.H, num_hidden_layers=self.L, num_attention_heads=self.HEADS,
+            num_key_value_heads=self.KV_HEADS, intermediate_size=self.FFN, vocab_size=self.VOCAB,
+            max_position_embeddings=1024, tie_word_embeddings=False))
+
+    def forward(self, input_ids, labels):
+        return self.m(input_ids=input_ids, labels=labels).loss
+
+
 class VitTinyCls(nn.Module):
     H, L, A, FFN, IMAGE, PATCH, CLASSES = 192, 6, 3, 768, 28, 4, 10
 
@@ -156,6 +176,12 @@ def gpt2_flops(b, c=Gpt2TinyLm):
     return 6 * per_token * tokens + 12 * c.L * b * c.T ** 2 * c.H
 
 
+def llama_flops(b, c=LlamaBenchLm):
+    kv = c.H * c.KV_HEADS // c.HEADS  # k and v projections' width (GQA)
+    per_token = c.L * (2 * c.H * c.H + 2 * c.H * kv + 3 * c.H * c.FFN) + c.H * c.VOCAB
+    return 6 * per_token * b * c.T + 12 * c.L * b * c.T ** 2 * c.H
+
+
 def vit_flops(b):
     c = VitTinyCls
     n_patch = (c.IMAGE // c.PATCH) ** 2
@@ -191,6 +217,11 @@ ALL_SPECS.update({
                        inputs=["input_ids", "labels"],
                        desc="GPT-2 small (124M) H768 L12 A12, seq 256, vocab 50257, tied LM head, "
                             "batch 4"),
+    "llama": dict(ctor=LlamaBenchLm, seed=6, batch=4,
+                  data=functools.partial(gpt2_data, c=LlamaBenchLm), flops=llama_flops,
+                  inputs=["input_ids", "labels"], hf_folder=True,
+                  desc="Llama 110M (llama_bench.py) H768 L12 GQA 12:4 SwiGLU 2048, seq 128, "
+                       "vocab 32000, batch 4"),
 })
 for _s in ALL_SPECS.values():
     _s["axes"] = {k: {0: "batch"} for k in _s["inputs"]}

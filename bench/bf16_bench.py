@@ -1,10 +1,11 @@
 """bf16_bench.py — mixed precision side by side: onyx `bf16: true` against onyx float32, PyTorch
 2.13 eager float32, PyTorch CPU autocast bf16 (eager) and torch.compile under autocast, on the
-models of the training benchmark (bench_models.py), in one run.
+models of the training benchmark (bench_models.py) and the Llama of llama_bench.py (onyx trains
+its Hugging Face folder, PyTorch Transformers' LlamaForCausalLM), in one run.
 
-  build/venv/bin/python bench/bf16_bench.py [--models bert-mini,gpt2-tiny,vit-tiny,bert-base,gpt2-small]
-      [--peers onyx,onyx-bf16,onyx-bf16-unpacked,torch,torch-bf16,compile-bf16] [--warmup 3,bert-base=2,gpt2-small=2]
-      [--steps 10,bert-base=5,gpt2-small=5] [--out build/bench-bf16]
+  build/venv/bin/python bench/bf16_bench.py [--models bert-mini,gpt2-tiny,vit-tiny,bert-base,gpt2-small,llama]
+      [--peers onyx,onyx-bf16,onyx-bf16-unpacked,torch,torch-bf16,compile-bf16] [--warmup 3,bert-base=2,gpt2-small=2,llama=2]
+      [--steps 10,bert-base=5,gpt2-small=5,llama=5] [--out build/bench-bf16]
 
 Every peer trains the same exported model from the same initial weights on the same batches with
 train_bench.py's setup (AdamW lr 1e-4, clipping 1.0, one step per batch; onyx on the ONNX file,
@@ -63,10 +64,10 @@ def gemm_ceilings(onyx_bench):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="bert-mini,gpt2-tiny,vit-tiny,bert-base,gpt2-small")
+    ap.add_argument("--models", default="bert-mini,gpt2-tiny,vit-tiny,bert-base,gpt2-small,llama")
     ap.add_argument("--peers", default=",".join(PEERS))
-    ap.add_argument("--warmup", default="3,bert-base=2,gpt2-small=2")
-    ap.add_argument("--steps", default="10,bert-base=5,gpt2-small=5")
+    ap.add_argument("--warmup", default="3,bert-base=2,gpt2-small=2,llama=2")
+    ap.add_argument("--steps", default="10,bert-base=5,gpt2-small=5,llama=5")
     ap.add_argument("--onyx", default=os.path.join(tb.REPO, "build", "onyx"))
     ap.add_argument("--out", default=os.path.join(tb.REPO, "build", "bench-bf16"))
     a = ap.parse_args()

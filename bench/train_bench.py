@@ -304,6 +304,10 @@ def prepare(name, spec, mdir, n_batches, opset=14):
     st_io.save(os.path.join(mdir, "train.safetensors"), data)
     sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     st_io.save(os.path.join(mdir, "init.safetensors"), sd)
+    n_params = sum(p.numel() for p in model.parameters())
+    if spec.get("hf_folder"):  # onyx trains the Hugging Face folder (write_onyx_config)
+        model.m.save_pretrained(os.path.join(mdir, "hf"))
+        return {"params": n_params, "flops_per_step": spec["flops"](b), "hf_folder": True}
     example = tuple(torch.from_numpy(data[k][:b]) for k in spec["inputs"])
     path = os.path.join(mdir, "model.onnx")
     import warnings
@@ -324,7 +328,6 @@ def prepare(name, spec, mdir, n_batches, opset=14):
     if missing or bad:
         raise RuntimeError(f"{name}: ONNX initializers differ from the torch weights "
                            f"(missing {missing[:4]}, different {bad[:4]})")
-    n_params = sum(p.numel() for p in model.parameters())
     opsets = {o.domain or "ai.onnx": o.version for o in m.opset_import}
     return {"params": n_params, "onnx_mb": os.path.getsize(path) / 2**20,
             "flops_per_step": spec["flops"](b), "opset": opsets.get("ai.onnx"),
@@ -347,6 +350,9 @@ def write_onyx_config(name, spec, mdir, steps, tag, extra=None):
         "optim": "adamw_fused", "train_sampling_strategy": "sequential", "logging_steps": 1,
         "save_strategy": "no", "eval_strategy": "no", "disable_tqdm": True, "seed": 42,
     }
+    if spec.get("hf_folder"):  # a Hugging Face folder: its own loss (bench_models.py llama)
+        cfg["model"] = os.path.join(mdir, "hf")
+        del cfg["loss"]
     cfg.update(extra or {})  # e.g. {"bf16": True} (bench/bf16_bench.py)
     cfg_path = os.path.join(mdir, tag + "_config.json")  # JSON is valid YAML
     with open(cfg_path, "w") as f:
