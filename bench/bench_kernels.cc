@@ -447,7 +447,9 @@ void register_all() {
   for (auto [R, K, N] : {std::tuple<int64_t, int64_t, int64_t>{3200, 192, 192},
                          {3200, 192, 768},
                          {1024, 768, 768},
-                         {1024, 768, 3072}})
+                         {1024, 768, 3072},
+                         {512, 2048, 768},
+                         {512, 768, 2048}})
     for (bool copy : {false, true})
       benchmark::RegisterBenchmark(("grad_b_bf16/" + std::to_string(R) + "x" + std::to_string(K) +
                                     "x" + std::to_string(N) + (copy ? "/transposed_copy" : ""))
