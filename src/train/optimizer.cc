@@ -531,15 +531,15 @@ void SquareSum::add(double x) {
     return;
   }
   if (x == 0) return;
-  int e = 0;
-  double m = std::frexp(x, &e);  // x = m * 2^e, m in [0.5, 1)
-  // x = mant * 2^(e - 53) with a 53-bit integer mant; subnormals have fewer digits (exact too)
-  int pos = e - 53 + 1074;
-  uint64_t mant = (uint64_t)std::ldexp(m, 53);
-  if (pos < 0) {  // subnormal: shift the (exactly representable) mantissa down
-    mant >>= -pos;
-    pos = 0;
-  }
+  // x = mant * 2^(pos - 1074) with mant read from x's bits (no frexp / ldexp: this runs once
+  // per 64 gradients): a normal x has the 53-bit mantissa 2^52 + fraction at pos = exponent - 1,
+  // a subnormal its fraction at pos 0 (both exact)
+  uint64_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const int biased = (int)((u >> 52) & 0x7ff);
+  const uint64_t fraction = u & ((uint64_t(1) << 52) - 1);
+  const uint64_t mant = biased == 0 ? fraction : fraction | (uint64_t(1) << 52);
+  const int pos = biased == 0 ? 0 : biased - 1;
   unsigned __int128 v = (unsigned __int128)mant << (pos % 32);
   int li = pos / 32;
   limb[li] += (uint32_t)v;
