@@ -14,6 +14,7 @@
 
 #include "ir/graph.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/small_gemm_bf16.h"
 #include "quant/bnb4.h"
 #include "quant/store_4bit.h"
 #include "runtime/parallel.h"
@@ -359,6 +360,35 @@ void bm_linear_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bo
   set_flops(state, 2.0 * M * N * K);
 }
 
+// One attention tile product in bf16, single-threaded as the attention kernel runs it, by
+// oneDNN's matmul (gemm_bf16) or by the hand-written small_gemm_bf16: C (M,N) = op(A) · op(B) over
+// K, operands in their own contiguous buffers.
+void bm_tile_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
+                  bool small) {
+  if (small && !onyx::kernels::small_gemm_bf16_supported()) {
+    state.SkipWithError("no AVX512_BF16");
+    return;
+  }
+  const int threads = onyx::runtime::num_threads();
+  onyx::runtime::set_num_threads(1);
+  std::vector<uint16_t> a(M * K), b(K * N);
+  onyx::kernels::f32_to_bf16(random_vec(M * K, 1).data(), a.data(), M * K);
+  onyx::kernels::f32_to_bf16(random_vec(K * N, 2).data(), b.data(), K * N);
+  std::vector<float> c(M * N);
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  for (auto _ : state) {
+    if (small)
+      onyx::kernels::small_gemm_bf16(ta, tb, M, N, K, 1.f, a.data(), lda, b.data(), ldb, 0.f,
+                                     c.data(), N);
+    else
+      onyx::kernels::gemm_bf16(ta, tb, M, N, K, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(),
+                               N);
+    benchmark::DoNotOptimize(c.data());
+  }
+  onyx::runtime::set_num_threads(threads);
+  set_flops(state, 2.0 * M * N * K);
+}
+
 // Multi-threaded runs are timed by the wall clock. Single-threaded runs (OMP_NUM_THREADS=1) use the
 // thread's CPU time, which stays meaningful on a loaded shared machine.
 void time_mode(benchmark::internal::Benchmark* b) {
@@ -468,6 +498,20 @@ void register_all() {
                                    bm_linear_bf16, M, N, K, separate)
           ->Unit(benchmark::kMillisecond)
           ->Apply(time_mode);
+  struct Tile {
+    int64_t M, N, K;
+    bool ta, tb;
+    const char* what;
+  };
+  // vit-tiny's tiles (T 50, head 64) and bert's (64 query rows, T 128, head 64)
+  for (Tile t :
+       {Tile{50, 50, 64, false, true, "vit/QKt"}, Tile{50, 64, 50, false, false, "vit/PV"},
+        Tile{50, 64, 50, true, false, "vit/PtdO"}, Tile{64, 128, 64, false, true, "bert/QKt"},
+        Tile{64, 64, 128, false, false, "bert/PV"}, Tile{128, 64, 64, true, false, "bert/PtdO"}})
+    for (bool small : {false, true})
+      benchmark::RegisterBenchmark(
+          (std::string("tile_bf16/") + t.what + (small ? "/small_gemm" : "/onednn")).c_str(),
+          bm_tile_bf16, t.M, t.N, t.K, t.ta, t.tb, small);
   benchmark::RegisterBenchmark("matmul_node/(16x128x768)x(768x3072)", bm_matmul_node, 16, 128, 768,
                                3072)
       ->Unit(benchmark::kMillisecond)
