@@ -7,6 +7,7 @@
 //   OMP_NUM_THREADS=1 onyx_bench ...         # single-thread ceilings
 #include <benchmark/benchmark.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -395,6 +396,22 @@ void time_mode(benchmark::internal::Benchmark* b) {
   if (onyx::runtime::num_threads() > 1) b->UseRealTime();
 }
 
+// Registers fn(state, a, b, c, variant) as "<name>/AxBxC" (variant false) and
+// "<name>/AxBxC/<variant>" (true) for each shape, in milliseconds.
+void register_shapes(const char* name, std::initializer_list<std::array<int64_t, 3>> shapes,
+                     const char* variant,
+                     void (*fn)(benchmark::State&, int64_t, int64_t, int64_t, bool)) {
+  for (const auto& sh : shapes)
+    for (bool v : {false, true})
+      benchmark::RegisterBenchmark(
+          (std::string(name) + "/" + std::to_string(sh[0]) + "x" + std::to_string(sh[1]) + "x" +
+           std::to_string(sh[2]) + (v ? std::string("/") + variant : ""))
+              .c_str(),
+          fn, sh[0], sh[1], sh[2], v)
+          ->Unit(benchmark::kMillisecond)
+          ->Apply(time_mode);
+}
+
 void register_all() {
   struct Shape {
     int64_t M, N, K;
@@ -474,30 +491,17 @@ void register_all() {
                                        .c_str(),
                                    bm_attention_tile, which, mode == 1, mode == 2)
           ->Apply(time_mode);
-  for (auto [R, K, N] : {std::tuple<int64_t, int64_t, int64_t>{3200, 192, 192},
-                         {3200, 192, 768},
-                         {1024, 768, 768},
-                         {1024, 768, 3072},
-                         {512, 2048, 768},
-                         {512, 768, 2048}})
-    for (bool copy : {false, true})
-      benchmark::RegisterBenchmark(("grad_b_bf16/" + std::to_string(R) + "x" + std::to_string(K) +
-                                    "x" + std::to_string(N) + (copy ? "/transposed_copy" : ""))
-                                       .c_str(),
-                                   bm_grad_b_bf16, R, K, N, copy)
-          ->Unit(benchmark::kMillisecond)
-          ->Apply(time_mode);
-  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1024, 3072, 768},
-                         {1024, 768, 768},
-                         {3200, 768, 192},
-                         {3200, 192, 192}})
-    for (bool separate : {false, true})
-      benchmark::RegisterBenchmark(("linear_bf16/" + std::to_string(M) + "x" + std::to_string(N) +
-                                    "x" + std::to_string(K) + (separate ? "/separate" : ""))
-                                       .c_str(),
-                                   bm_linear_bf16, M, N, K, separate)
-          ->Unit(benchmark::kMillisecond)
-          ->Apply(time_mode);
+  register_shapes("grad_b_bf16",
+                  {{3200, 192, 192},
+                   {3200, 192, 768},
+                   {1024, 768, 768},
+                   {1024, 768, 3072},
+                   {512, 2048, 768},
+                   {512, 768, 2048}},
+                  "transposed_copy", bm_grad_b_bf16);
+  register_shapes("linear_bf16",
+                  {{1024, 3072, 768}, {1024, 768, 768}, {3200, 768, 192}, {3200, 192, 192}},
+                  "separate", bm_linear_bf16);
   struct Tile {
     int64_t M, N, K;
     bool ta, tb;
