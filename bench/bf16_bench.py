@@ -88,7 +88,7 @@ def main():
     results = {"ceiling_gflops": ceil, "cpu": cpu, "models": {}}
     work = tempfile.mkdtemp(prefix="onyx-bf16-bench-")
     for name in a.models.split(","):
-        spec = bench_models.ALL_SPECS[name]
+        spec = bench_models.BF16_SPECS[name]
         warm, steps = per_model(a.warmup, name), per_model(a.steps, name)
         mdir = os.path.join(work, name)
         info = tb.prepare(name, spec, mdir, warm + steps, opset=tb.BENCH_OPSET)

@@ -452,7 +452,7 @@ def torch_worker(argv):
     import torch
     import bench_models
     torch.set_num_threads(a.threads)
-    spec = bench_models.ALL_SPECS[a.model]
+    spec = bench_models.BF16_SPECS[a.model]  # (the worker serves bf16_bench.py too)
     model = spec["ctor"]()
     init = st_io.load(os.path.join(a.mdir, "init.safetensors"))
     model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})

@@ -1,11 +1,11 @@
 // train/optimizer.cc — AdamW (fused flat pass and per-tensor reference), SGD, and the flat-buffer
-// helpers (grad norm, scale, finiteness). See optimizer.h.
+// helpers (grad norm, scale). See optimizer.h.
 //
 // Multiply-adds are written out exactly where PyTorch's float32 CPU kernels have them (Debian's
 // torch 1.13, AVX2 kernels): add with alpha is an FMA (vec::fmadd), addcmul's self + (s*t1)*t2
 // is compiled to an FMA, mul / div / addcdiv are separate roundings. Checked bit for bit against
 // torch.optim.AdamW and SGD (foreach on and off) over 30 steps with decay and no-decay groups.
-// The vector kernels of the fused AdamW, SGD, the grad norm and the finiteness check are in
+// The vector kernels of the fused AdamW, SGD and the grad norm are in
 // kernels/cpu/simd/optimizer.cc (one per SIMD path, the same bits on each); this file keeps the
 // threading, the weight-decay ranges, the scalars and the per-tensor reference AdamW, which runs
 // the same arithmetic in plain scalar code.
@@ -30,7 +30,6 @@ namespace {
 
 constexpr int64_t kUnit = 16;          // threads split buffers on multiples of 16 elements
 constexpr int64_t kGrainUnits = 8192;  // 128K elements per thread at least; smaller runs inline
-constexpr int64_t kChunk = 1 << 16;    // all_finite's chunk (elements)
 
 // Runs f(begin, end) over element ranges of [0, n) split evenly across the pool's threads.
 template <class F>
@@ -627,20 +626,6 @@ void add_into(FlatBuffer& dst, const FlatBuffer& src, int64_t begin, int64_t end
   parallel_elements(end - begin, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) x[i] += y[i];
   });
-}
-
-bool all_finite(const FlatBuffer& buffer, int64_t begin, int64_t end) {
-  check_float32(buffer, "all_finite");
-  if (end < 0) end = buffer.layout().numel;
-  const float* x = buffer.flat().data<float>() + begin;
-  int64_t n = end - begin;
-  int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<char> finite(chunks, 1);
-  runtime::parallel_for(chunks, 2, [&](int64_t cb, int64_t ce) {
-    for (int64_t c = cb; c < ce; ++c)
-      finite[c] = simd::all_finite(x + c * kChunk, std::min(kChunk, n - c * kChunk));
-  });
-  return std::all_of(finite.begin(), finite.end(), [](char f) { return f != 0; });
 }
 
 }  // namespace onyx::train

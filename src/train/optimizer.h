@@ -110,8 +110,6 @@ SquareSum square_sum(const FlatBuffer& grads, int64_t begin = 0, int64_t end = -
 double global_grad_norm(const FlatBuffer& grads);
 // buffer[begin, end) *= factor (e.g. gradient clipping, loss-scale removal); end < 0: to the end.
 void scale(FlatBuffer& buffer, float factor, int64_t begin = 0, int64_t end = -1);
-// False if any element of [begin, end) is NaN or infinite.
-bool all_finite(const FlatBuffer& buffer, int64_t begin = 0, int64_t end = -1);
 // dst[begin, end) += src[begin, end) (buffers of one layout).
 void add_into(FlatBuffer& dst, const FlatBuffer& src, int64_t begin = 0, int64_t end = -1);
 

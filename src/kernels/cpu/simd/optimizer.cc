@@ -1,5 +1,5 @@
 // kernels/cpu/simd/optimizer.cc — the optimizers' flat-buffer kernels (AdamW and SGD updates, the
-// grad norm's block sums of squares, finiteness) for every SIMD path (see optimizer.h); the
+// grad norm's block sums of squares) for every SIMD path (see optimizer.h); the
 // threading and the scalars are train/optimizer.cc's.
 //
 // The updates are bit-exact against PyTorch's AdamW / SGD (train/optimizer.cc's header): an FMA
@@ -205,27 +205,6 @@ void BlockSumSquares(const float* x, int64_t n, double* sums) {
     *sums++ = SumSquares(x + b, std::min(kSquareSumBlock, n - b));
 }
 
-// ---- finiteness ---------------------------------------------------------------------------------
-// NaN and ±inf are the floats whose exponent bits are all ones.
-bool AllFinite(const float* x, int64_t n) {
-  const DF d;
-  const hn::RebindToSigned<DF> di;
-  const int64_t L = (int64_t)hn::Lanes(d);
-  const auto exp_mask = hn::Set(di, 0x7f800000);
-  auto bad = hn::Zero(di);
-  int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    const auto bits = hn::And(hn::BitCast(di, hn::LoadU(d, x + i)), exp_mask);
-    bad = hn::Or(bad, hn::VecFromMask(di, hn::Eq(bits, exp_mask)));
-  }
-  if (i < n) {  // zero-filled, so finite
-    const auto bits = hn::And(
-        hn::BitCast(di, hn::MaskedLoad(hn::FirstN(d, (size_t)(n - i)), d, x + i)), exp_mask);
-    bad = hn::Or(bad, hn::VecFromMask(di, hn::Eq(bits, exp_mask)));
-  }
-  return hn::AllTrue(di, hn::Eq(bad, hn::Zero(di)));
-}
-
 }  // namespace onyx::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -234,7 +213,6 @@ namespace onyx::simd {
 HWY_EXPORT(AdamWUpdate);
 HWY_EXPORT(SgdUpdate);
 HWY_EXPORT(BlockSumSquares);
-HWY_EXPORT(AllFinite);
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConstants& k,
                   float keep) {
   HWY_DYNAMIC_DISPATCH(AdamWUpdate)(p, g, m, v, n, k, keep);
@@ -246,6 +224,5 @@ void sgd_update(float* p, const float* g, float* buf, int64_t n, const SgdConsta
 void block_sum_squares(const float* x, int64_t n, double* sums) {
   HWY_DYNAMIC_DISPATCH(BlockSumSquares)(x, n, sums);
 }
-bool all_finite(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(AllFinite)(x, n); }
 }  // namespace onyx::simd
 #endif

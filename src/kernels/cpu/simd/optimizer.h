@@ -1,5 +1,5 @@
 // kernels/cpu/simd/optimizer.h — the optimizers' flat-buffer kernels (AdamW and SGD updates, the
-// grad norm's block sums of squares, finiteness), compiled for every path of dispatch.h and
+// grad norm's block sums of squares), compiled for every path of dispatch.h and
 // called through Highway's dispatch tables (optimizer.cc). train/optimizer.cc keeps the threading,
 // the weight-decay ranges and the scalars; it calls these once per contiguous range, so the
 // indirect call is noise against the work. The buffer scale is simd.h's row_scale.
@@ -44,12 +44,10 @@ enum SgdFlags : unsigned {
 void sgd_update(float* p, const float* g, float* buf, int64_t n, const SgdConstants& k,
                 unsigned flags);
 
-// ---- grad norm and finiteness ----------------------------------------------------------------
+// ---- grad norm -------------------------------------------------------------------------------
 constexpr int64_t kSquareSumBlock = 64;
 // sums[j] = the sum of x[i]^2 over block j, i in [64 j, min(64 j + 64, n)), in double and in one
 // fixed order (optimizer.cc), so the same bits on every path. sums has (n + 63) / 64 entries.
 void block_sum_squares(const float* x, int64_t n, double* sums);
-// False if any of x[0, n) is NaN or infinite.
-bool all_finite(const float* x, int64_t n);
 
 }  // namespace onyx::simd
