@@ -33,6 +33,13 @@ std::vector<float> random_vec(size_t n, uint32_t seed) {
   return v;
 }
 
+// random_vec's values rounded to bf16 bits.
+std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
+  std::vector<uint16_t> v(n);
+  onyx::kernels::f32_to_bf16(random_vec(n, seed).data(), v.data(), (int64_t)n);
+  return v;
+}
+
 void set_flops(benchmark::State& state, double flops_per_iter) {
   state.counters["GFLOPS"] = benchmark::Counter(
       flops_per_iter, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
@@ -310,9 +317,7 @@ void bm_conv_node(benchmark::State& state, int64_t N, int64_t C, int64_t H, int6
 void bm_grad_b_bf16(benchmark::State& state, int64_t R, int64_t K, int64_t N,
                     bool transposed_copy) {
   onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
-  std::vector<uint16_t> x(R * K), dy(R * N), xt(R * K);
-  onyx::kernels::f32_to_bf16(random_vec(R * K, 1).data(), x.data(), R * K);
-  onyx::kernels::f32_to_bf16(random_vec(R * N, 2).data(), dy.data(), R * N);
+  std::vector<uint16_t> x = random_bf16(R * K, 1), dy = random_bf16(R * N, 2), xt(R * K);
   for (int64_t r = 0; r < R; r++)
     for (int64_t k = 0; k < K; k++) xt[k * R + r] = x[r * K + k];
   std::vector<float> c(K * N);
@@ -334,9 +339,7 @@ void bm_grad_b_bf16(benchmark::State& state, int64_t R, int64_t K, int64_t N,
 // the float32 product accumulated onto them, then a rounding pass (what MatMulT did before).
 void bm_linear_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bool separate) {
   onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
-  std::vector<uint16_t> x(M * K), w(N * K), y(M * N);
-  onyx::kernels::f32_to_bf16(random_vec(M * K, 1).data(), x.data(), M * K);
-  onyx::kernels::f32_to_bf16(random_vec(N * K, 2).data(), w.data(), N * K);
+  std::vector<uint16_t> x = random_bf16(M * K, 1), w = random_bf16(N * K, 2), y(M * N);
   std::vector<float> bias = random_vec(N, 3), y32(M * N);
   onyx::kernels::declare_stable_weights(w.data(), w.size() * 2,
                                         onyx::kernels::new_weights_version());
@@ -372,9 +375,7 @@ void bm_tile_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bool
   }
   const int threads = onyx::runtime::num_threads();
   onyx::runtime::set_num_threads(1);
-  std::vector<uint16_t> a(M * K), b(K * N);
-  onyx::kernels::f32_to_bf16(random_vec(M * K, 1).data(), a.data(), M * K);
-  onyx::kernels::f32_to_bf16(random_vec(K * N, 2).data(), b.data(), K * N);
+  std::vector<uint16_t> a = random_bf16(M * K, 1), b = random_bf16(K * N, 2);
   std::vector<float> c(M * N);
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
   for (auto _ : state) {
