@@ -4,9 +4,10 @@
 //
 // What the fused attention kernel (kernels/attention/attention.cc) multiplies per head: tiles of
 // at most a few hundred rows and columns over K = the head size (64) or the keys of a tile, one
-// call per tile from inside its own parallel region. oneDNN's bf16 matmul runs those at 35-65% of
-// one core's bf16 rate (onyx_bench heads_bf16 / attention_tile, AVX512_BF16 machine: 188 GFLOP/s
-// on 50×50×64, 339 on 64×128×64, of ~520): its blocking and per-call setup target large products.
+// call per tile from inside its own parallel region. oneDNN's bf16 matmul runs those at 40-75% of
+// one core's bf16 rate (onyx_bench tile_bf16 / attention_tile, Zen 5 AVX512_BF16 machine: 218-263
+// GFLOP/s on vit-tiny's 50-row tiles, 350-390 on bert's 64×128×64, of ~520): its blocking and
+// per-call setup target large products; this kernel runs the same tiles at 270-460.
 // Hand-written because no library at hand does these small shapes well: the operands are packed
 // into vdpbf16ps's pair layout (two consecutive k of a row or column in one 32-bit word) and
 // multiplied in 4-row × 64-column register blocks.
