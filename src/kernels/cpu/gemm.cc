@@ -458,6 +458,15 @@ void sgemm_on_scratch(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
 
 }  // namespace
 
+void fill_rows(void* C, int64_t R, size_t row_bytes, const void* row) {
+  char* c = static_cast<char*>(C);
+  runtime::parallel_for(R, std::max<int64_t>(1, 65536 / (int64_t)std::max<size_t>(1, row_bytes)),
+                        [&](int64_t r0, int64_t r1) {
+                          for (int64_t r = r0; r < r1; r++)
+                            std::memcpy(c + r * row_bytes, row, row_bytes);
+                        });
+}
+
 bool cpu_has_avx512_bf16() {
   static const bool has = [] {
     __builtin_cpu_init();
@@ -547,6 +556,29 @@ const uint16_t* bf16_bits(Bf16Operand x, int64_t n, std::vector<uint16_t>& scrat
   return scratch.data();
 }
 
+// C = alpha * op(A) · op(B) + beta * C (+ bias; C bf16 with c_bf16) by oneDNN's bf16 matmul,
+// prepacked B first where b_maybe_stable (a weight): true when it ran — false where the bf16
+// matmul is not native or oneDNN has only its reference (the caller's fallback runs then).
+bool native_bf16_matmul(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                        const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
+                        void* C, int64_t ldc, bool b_maybe_stable, const float* bias = nullptr,
+                        bool c_bf16 = false) {
+  if (!bf16_gemm_native()) return false;
+  if (b_maybe_stable && try_packed_matmul(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                                          ldc, true, bias, c_bf16))
+    return true;
+  std::shared_ptr<const CachedMatmul> e;
+  try {
+    e = get_matmul(transA, transB, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0, 1, true, false,
+                   bias != nullptr, c_bf16);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  if (e->reference) return false;
+  execute(e, A, B, C, bias);
+  return true;
+}
+
 // gemm_bf16; b_maybe_stable: B may lie in a stable range (a weight: try the packed primitive).
 void gemm_bf16_impl(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                     const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
@@ -554,21 +586,12 @@ void gemm_bf16_impl(bool transA, bool transB, int64_t M, int64_t N, int64_t K, f
   check_args(transA, transB, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
-  std::shared_ptr<const CachedMatmul> e;
-  if (bf16_gemm_native()) {
-    if (b_maybe_stable &&
-        try_packed_matmul(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, true))
-      return;
-    try {
-      e = get_matmul(transA, transB, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0, 1, true);
-    } catch (const dnnl::error&) {
-      e = nullptr;
-    }
-  }
-  if (e == nullptr || e->reference)  // widen both operands (exact) and run sgemm
-    return sgemm_on_scratch(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                            [](const uint16_t* x, int64_t n, float* y) { bf16_to_f32(x, y, n); });
-  execute(e, A, B, C);
+  if (native_bf16_matmul(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                         b_maybe_stable))
+    return;
+  // widen both operands (exact) and run sgemm
+  sgemm_on_scratch(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                   [](const uint16_t* x, int64_t n, float* y) { bf16_to_f32(x, y, n); });
 }
 }  // namespace
 
@@ -617,20 +640,9 @@ bool linear_native(bool transB, int64_t M, int64_t N, int64_t K, float alpha, Bf
   const uint16_t* a = bf16_bits(A, stored_extent(false, M, K, lda), a16);
   const uint16_t* b = bf16_bits(B, stored_extent(transB, K, N, ldb), b16);
   void* C = Y.f32 ? (void*)Y.f32 : (void*)Y.bf16;
-  const bool c_bf16 = Y.bf16 != nullptr;
-  if (B.bf16 && try_packed_matmul(false, transB, M, N, K, 1.f, a, lda, b, ldb, 0.f, C, N, true,
-                                  Y.bias, c_bf16))
-    return true;
-  std::shared_ptr<const CachedMatmul> e;
-  try {
-    e = get_matmul(false, transB, M, N, K, 1.f, lda, 0, ldb, 0, 0.f, N, 0, 1, true, false,
-                   Y.bias != nullptr, c_bf16);
-  } catch (const dnnl::error&) {
-    return false;
-  }
-  if (e->reference) return false;
-  execute(e, a, b, C, Y.bias);
-  return true;
+  // (a bf16 B may be a weight's shadow, read prepacked)
+  return native_bf16_matmul(false, transB, M, N, K, 1.f, a, lda, b, ldb, 0.f, C, N,
+                            B.bf16 != nullptr, Y.bias, Y.bf16 != nullptr);
 }
 }  // namespace
 
@@ -650,12 +662,7 @@ void linear_mixed_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha
     if (y32.size() < (size_t)(M * N)) y32.resize((size_t)(M * N));
     C = y32.data();
   }
-  if (Y.bias) {
-    const float* bias = Y.bias;
-    runtime::parallel_for(M, std::max<int64_t>(1, 16384 / N), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; r++) std::memcpy(C + r * N, bias, N * sizeof(float));
-    });
-  }
+  if (Y.bias) fill_rows(C, M, N * sizeof(float), Y.bias);
   gemm_mixed_bf16(false, transB, M, N, K, alpha, A, lda, B, ldb, Y.bias ? 1.f : 0.f, C, N);
   if (Y.bf16) f32_to_bf16(C, Y.bf16, M * N);
 }

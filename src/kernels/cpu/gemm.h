@@ -140,6 +140,10 @@ void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
                      Bf16Operand A, int64_t lda, Bf16Operand B, int64_t ldb, float beta, float* C,
                      int64_t ldc);
 
+// Rows [0, R) of C = `row` (row_bytes each), rows in parallel: a GEMM's bias written first, for
+// the GEMM to accumulate onto it (beta = 1) — no pass of its own over C for the bias.
+void fill_rows(void* C, int64_t R, size_t row_bytes, const void* row);
+
 // The output of a linear layer's mixed-precision product: float32 or bfloat16 (exactly one
 // pointer set; M×N contiguous), and an optional float32 bias (N) added to every row.
 struct LinearOut {

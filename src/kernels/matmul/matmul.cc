@@ -149,16 +149,6 @@ void gemm_strided_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T a
     gemm<T>(ta, tb, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, T(0), C + i * sC, ldc);
 }
 
-// Y rows (R, N) = bias (N), rows in parallel: the bias is written first and the GEMM then
-// accumulates onto it (beta = 1), so the bias costs no extra pass over Y.
-template <class T>
-void fill_rows(T* C, int64_t R, int64_t N, const T* bias) {
-  parallel_for(R, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, N)),
-               [&](int64_t r0, int64_t r1) {
-                 for (int64_t r = r0; r < r1; r++) std::memcpy(C + r * N, bias, N * sizeof(T));
-               });
-}
-
 // Y (R, N) += bias (N) after a batched GEMM (paths that cannot start from the bias).
 template <class T>
 void add_rows(T* C, int64_t R, int64_t N, const T* bias) {
@@ -184,7 +174,7 @@ void matmul_t(const MatMulShape& s, T alpha, const T* A, const T* B, T* C,
   if (nbm == 1 && !s.ta) {
     // (na·M, K) x op(B): a shared 2-D right operand — one GEMM over every row of A; with a bias,
     // Y starts as the bias rows and the GEMM adds onto them (beta = 1).
-    if (bias) fill_rows<T>(C, na * M, N, bias);
+    if (bias) kernels::fill_rows(C, na * M, N * sizeof(T), bias);  // the GEMM adds onto it
     gemm<T>(false, s.tb, na * M, N, K, alpha, A, lda, B, ldb, bias ? T(1) : T(0), C, N);
     return;
   }
