@@ -15,9 +15,9 @@ vocab 128256); tiny (a smoke run). onyx builds the model from its config (`model
 with the 4-bit layers quantized as they are made, so the float32 model never exists whole; PyTorch
 needs a saved float checkpoint to load 4-bit (from_pretrained with BitsAndBytesConfig), so its
 peer runs where that fits. Each run is its own process: peak RSS is GNU time's maximum resident
-set size; onyx's step time is train_runtime over all its steps (an upper bound: the first step
-also optimizes the graph), PyTorch's the median step after the first; wall time includes building
-(and for onyx quantizing) the model. Prints a Markdown table and writes
+set size; a step's time is the median step after the first, for both (onyx's: the time between
+the log lines of successive steps, logging_steps 1, as they arrive on its stdout; PyTorch's timed
+around each step); wall time includes building (and for onyx quantizing) the model. Prints a Markdown table and writes
 OUT/qlora_results.json.
 """
 import argparse
@@ -50,11 +50,21 @@ def llama_config(shape):
                 rope_theta=500000.0, hidden_act="silu")
 
 
-def timed(cmd, env=None):
-    """(completed process, peak RSS in GiB) of cmd under GNU time."""
-    p = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True, env=env)
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
-    return p, (int(m.group(1)) / 2**20 if m else float("nan"))
+def timed(cmd, env=None, stamp=None):
+    """(completed process, peak RSS in GiB, arrival times of the stdout lines containing `stamp`)
+    of cmd under GNU time."""
+    p = subprocess.Popen(["/usr/bin/time", "-v"] + cmd, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    out, stamps = [], []
+    for line in p.stdout:  # read as it comes, so each stamp is when the line was printed
+        out.append(line)
+        if stamp and stamp in line:
+            stamps.append(time.time())
+    err = p.stderr.read()
+    p.wait()
+    done = subprocess.CompletedProcess(p.args, p.returncode, "".join(out), err)
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
+    return done, (int(m.group(1)) / 2**20 if m else float("nan")), stamps
 
 
 def onyx_run(tmp, shape, steps, seq, compute, quantized=True):
@@ -82,13 +92,17 @@ def onyx_run(tmp, shape, steps, seq, compute, quantized=True):
     with open(path, "w") as f:
         json.dump(cfg, f)
     t0 = time.time()
-    p, rss = timed([ONYX, "train", path])
+    p, rss, stamps = timed([ONYX, "train", path], stamp='"loss"')
     wall = time.time() - t0
     if p.returncode != 0:
         raise SystemExit(f"onyx train exited {p.returncode}: {p.stderr[-1500:]}")
     logs = [json.loads(l) for l in open(os.path.join(out, "log_history.jsonl"))]
     runtime = [e for e in logs if "train_runtime" in e][0]["train_runtime"]
+    # a step's time: between the log lines of successive steps (logging_steps 1), the first
+    # step (which also optimizes the graph) left out, as PyTorch's median after the first
+    between = [b - a for a, b in zip(stamps, stamps[1:])]
     return {"peak_rss_gib": rss, "wall_s": wall, "train_runtime_s": runtime,
+            "step_s": statistics.median(between) if between else runtime / (steps + 1),
             "losses": [e["loss"] for e in logs if "loss" in e]}
 
 
@@ -128,7 +142,7 @@ def torch_run(tmp, shape, steps, seq, compute):
     script = os.path.join(tmp, "torch_qlora.py")
     with open(script, "w") as f:
         f.write(TORCH_SCRIPT)
-    p, rss = timed([PY, script, folder, str(steps), str(seq), compute])
+    p, rss, _ = timed([PY, script, folder, str(steps), str(seq), compute])
     if p.returncode != 0:
         return {"error": p.stderr[-800:]}
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -151,13 +165,12 @@ def main():
         shapes = [a.shape] + ([a.torch_shape] if a.torch_shape not in ("none", a.shape) else [])
         for shape in shapes:
             r = onyx_run(tmp, shape, a.steps, a.seq, a.compute)
-            r["step_s"] = r["train_runtime_s"] / (a.steps + 1)
             results[f"onyx {shape}"] = r
             print(f"onyx {shape}: peak RSS {r['peak_rss_gib']:.2f} GiB, {r['step_s']:.1f} s/step "
-                  f"(train_runtime over {a.steps + 1} steps), wall {r['wall_s']:.0f} s", flush=True)
+                  f"(median after the first; train_runtime over {a.steps + 1} steps "
+                  f"{r['train_runtime_s']:.1f} s), wall {r['wall_s']:.0f} s", flush=True)
         if a.torch_shape != "none":
             r = onyx_run(tmp, a.torch_shape, a.steps, a.seq, a.compute, quantized=False)
-            r["step_s"] = r["train_runtime_s"] / (a.steps + 1)
             results[f"onyx {a.torch_shape} bf16 base"] = r
             print(f"onyx {a.torch_shape} bf16 base: peak RSS {r['peak_rss_gib']:.2f} GiB, "
                   f"{r['step_s']:.1f} s/step", flush=True)

@@ -150,6 +150,15 @@ std::map<std::string, Tensor> read_hf_checkpoint(const std::string& dir, bool ma
   throw Error(cat(dir, ": no model.safetensors or model.safetensors.index.json", hint));
 }
 
+// Whether `w` is read as a MatMul's right-hand side itself (a Conv1D weight, (in, out)), not
+// through a Transpose (nn.Linear's (out, in)).
+bool read_as_matmul_rhs(const ir::Graph& g, const std::string& w) {
+  for (const ir::Node& n : g.nodes)
+    if (n.op_type == "MatMul" && n.domain.empty() && n.inputs.size() == 2 && n.inputs[1] == w)
+      return true;
+  return false;
+}
+
 // The weights a folder saved quantized holds in bitsandbytes' 4-bit format (Transformers' names:
 // W, W.absmax, ...), stored so in the graph (quant/store_4bit.h) and taken out of `mapped`; returns
 // the graph initializers they fill (the weights and their absmax companions).
@@ -184,10 +193,13 @@ std::set<std::string> store_4bit_weights(BuiltModel& m, std::map<std::string, Te
     if (cur.dtype() == DType::UInt8) {  // built 4-bit already: the folder's state replaces it
       quant::replace_4bit_state(g, k, q);
     } else {
-      ONYX_CHECK(q.shape == cur.shape() && cur.dtype() == DType::Float32, what,
-                 ": the 4-bit weight '", k, "' has shape ", shape_str(q.shape),
-                 ", the model expects ", shape_str(cur.shape()));
-      quant::store_initializer_4bit(g, k, q, m.config.quantization->compute_dtype);
+      // A Conv1D weight (in, out) is stored quantized as nn.Linear's (out, in).
+      const bool conv1d = read_as_matmul_rhs(g, k);
+      const Shape want = conv1d && cur.rank() == 2 ? Shape{cur.dim(1), cur.dim(0)} : cur.shape();
+      ONYX_CHECK(q.shape == want && cur.dtype() == DType::Float32, what, ": the 4-bit weight '", k,
+                 "' has shape ", shape_str(q.shape), ", the model expects ", shape_str(want),
+                 conv1d ? " (a Conv1D weight, quantized transposed)" : "");
+      quant::store_initializer_4bit(g, k, q, m.config.quantization->compute_dtype, conv1d);
     }
     for (auto it = mapped.begin(); it != mapped.end();)
       it = it->first == k || starts_with(it->first, k + ".") ? mapped.erase(it) : std::next(it);

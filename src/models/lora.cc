@@ -68,8 +68,10 @@ std::map<std::string, std::pair<size_t, bool>> linear_layers(const ir::Graph& g)
 // The float shape of a weight: its own, or (stored 4-bit) the one its Dequantize4Bit gives.
 Shape float_weight_shape(const ir::Graph& g, const std::string& w) {
   for (const ir::Node& n : g.nodes)
-    if (n.op_type == "Dequantize4Bit" && !n.inputs.empty() && n.inputs[0] == w)
-      return n.attr_ints("shape");
+    if (n.op_type == "Dequantize4Bit" && !n.inputs.empty() && n.inputs[0] == w) {
+      const Shape s = n.attr_ints("shape");  // the quantized matrix, transposed for a Conv1D
+      return n.attr_int("transpose", 0) && s.size() == 2 ? Shape{s[1], s[0]} : s;
+    }
   return g.initializers.at(w).shape();
 }
 
@@ -380,16 +382,15 @@ std::vector<std::string> store_frozen_weights_4bit(ir::Graph& g,
                                                    const std::set<std::string>& frozen,
                                                    const quant::BnbConfig& c) {
   std::vector<std::string> done;
+  std::vector<bool> conv1d;
   for (auto& [name, read] : frozen_linear_weights(g, frozen)) {
     if (!quant::quantizes_module(c, name)) continue;
-    ONYX_CHECK(read == LinearRead::Transposed, "quantization_config: '", name,
-               "' is a Conv1D weight (GPT-2's layout, read as (in, out)); 4-bit storage supports "
-               "nn.Linear weights (Llama, Mistral, Qwen2, BERT, ...) — list the module in "
-               "llm_int8_skip_modules to keep it float32");
     done.push_back(name);
+    conv1d.push_back(read == LinearRead::Direct);  // GPT-2's (in, out): quantized transposed
   }
-  for (const std::string& name : done)
-    quant::quantize_initializer_4bit(g, name, c, "quantization_config: '" + name + "'");
+  for (size_t i = 0; i < done.size(); i++)
+    quant::quantize_initializer_4bit(g, done[i], c, "quantization_config: '" + done[i] + "'",
+                                     conv1d[i]);
   return done;
 }
 

@@ -79,8 +79,8 @@ std::map<std::string, LinearRead> frozen_linear_weights(const ir::Graph& g,
 // QLoRA (TRL's model_init_kwargs.quantization_config, a 4-bit folder's config.json): the frozen
 // nn.Linear weights Transformers would quantize for `c` (not the LM head, none of
 // llm_int8_skip_modules) stored in bitsandbytes' 4-bit format (quant/store_4bit.h), bit for bit as
-// bitsandbytes quantizes them. A Conv1D weight it would quantize (GPT-2) is an error. Returns the
-// quantized names.
+// bitsandbytes quantizes them; a Conv1D weight (GPT-2, read as MatMul(X, W)) quantized from its
+// transpose, as Transformers does. Returns the quantized names.
 std::vector<std::string> store_frozen_weights_4bit(ir::Graph& g,
                                                    const std::set<std::string>& frozen,
                                                    const quant::BnbConfig& c);

@@ -1,6 +1,7 @@
 // quant4_weight_fusion.cc — frozen weights stored 4-bit (quant/store_4bit.h keeps each as its
 // bitsandbytes state read through onyx.Dequantize4Bit): an onyx.MatMulT reading that dequantized
-// weight as its B (transA = 0, alpha = 1, any transB, optional bias) becomes onyx.MatMul4Bit on
+// weight as its B (transA = 0, alpha = 1, any transB, optional bias; a Conv1D weight's transposed
+// Dequantize4Bit flips transB) becomes onyx.MatMul4Bit on
 // the 4-bit tensors themselves (kernels/quant/matmul_4bit.cc: dequantized a tile at a time inside
 // the GEMM), so no float32 copy of the weight is made or kept for the backward — whose dX is a
 // MatMul4Bit too. The Dequantize4Bit dies when nothing else reads it. Runs after linear_fusion,
@@ -20,8 +21,11 @@ int fuse_quant4_weights(ir::Graph& g, PassContext& ctx) {
     std::vector<std::string> in = {n.inputs[0]};
     for (size_t i = 0; i < 4; i++) in.push_back(i < d->inputs.size() ? d->inputs[i] : "");
     if (n.inputs.size() > 2 && !n.inputs[2].empty()) in.push_back(n.inputs[2]);
+    // A Conv1D weight's Dequantize4Bit gives the quantized matrix transposed: X · op(Qᵀ).
     std::map<std::string, ir::Attribute> attrs = d->attrs;
-    attrs["transB"] = ir::Attribute::of_int(n.attr_int("transB", 0));
+    const int64_t transposed = attrs.count("transpose") ? d->attr_int("transpose", 0) : 0;
+    attrs.erase("transpose");
+    attrs["transB"] = ir::Attribute::of_int(n.attr_int("transB", 0) ^ (transposed != 0));
     n.op_type = "MatMul4Bit";
     n.inputs = std::move(in);
     n.attrs = std::move(attrs);

@@ -157,13 +157,27 @@ Quant4 quantize_4bit(const Tensor& w, const BnbConfig& c, const std::string& wha
   return quantize_4bit(w.data<float>(), w.shape(), c.quant_type, c.blocksize, c.double_quant, what);
 }
 
+Tensor transposed_2d(const Tensor& w) {
+  ONYX_CHECK(w.rank() == 2 && w.dtype() == DType::Float32, "transposed_2d: ", shape_str(w.shape()),
+             " ", dtype_name(w.dtype()), " is not a 2-D float32 tensor");
+  const int64_t R = w.dim(0), C = w.dim(1);
+  Tensor t(DType::Float32, {C, R});
+  const float* src = w.data<float>();
+  float* dst = t.data<float>();
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t c = 0; c < C; c++) dst[c * R + r] = src[r * C + c];
+  return t;
+}
+
 void quantize_initializer_4bit(ir::Graph& g, const std::string& name, const BnbConfig& c,
-                               const std::string& what) {
-  store_initializer_4bit(g, name, quantize_4bit(g.initializers.at(name), c, what), c.compute_dtype);
+                               const std::string& what, bool conv1d) {
+  const Tensor& w = g.initializers.at(name);
+  const Quant4 q = quantize_4bit(conv1d ? transposed_2d(w) : w, c, what);
+  store_initializer_4bit(g, name, q, c.compute_dtype, conv1d);
 }
 
 void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4& q,
-                            const std::string& compute_dtype) {
+                            const std::string& compute_dtype, bool conv1d) {
   auto it = g.initializers.find(name);
   ONYX_CHECK(it != g.initializers.end(), "initializer '", name, "' does not exist");
   std::vector<std::string> inputs = {name, name + ".absmax"};
@@ -196,6 +210,7 @@ void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4&
     d.attrs["offset"] = ir::Attribute::of_float(q.offset);
   }
   d.attrs["compute_dtype"] = ir::Attribute::of_string(compute_dtype);
+  if (conv1d) d.attrs["transpose"] = ir::Attribute::of_int(1);
   g.nodes.insert(g.nodes.begin(), std::move(d));
   if (!g.opsets.count("onyx")) g.opsets["onyx"] = 1;
 }
@@ -223,7 +238,7 @@ void restore_float_weights(ir::Graph& g) {
         auto& order = g.initializer_order;
         order.erase(std::remove(order.begin(), order.end(), n.inputs[i]), order.end());
       }
-    g.initializers[name] = w;
+    g.initializers[name] = n.attr_int("transpose", 0) ? transposed_2d(w) : w;
     rename[n.outputs[0]] = name;
   }
   g.nodes = std::move(kept);

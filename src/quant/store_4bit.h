@@ -8,9 +8,12 @@
 // weight is made.
 //
 //   onyx.Dequantize4Bit(W, W.absmax, [W.nested_absmax, W.nested_quant_map]) -> W/float32
-//     attrs: quant_type ("nf4" | "fp4"), blocksize, shape (the float weight's), under double
+//     attrs: quant_type ("nf4" | "fp4"), blocksize, shape (the quantized matrix's), under double
 //            quantization nested_blocksize and offset; compute_dtype (BitsAndBytesConfig's
-//            bnb_4bit_compute_dtype: "float32" | "bfloat16", for the GEMMs that read it)
+//            bnb_4bit_compute_dtype: "float32" | "bfloat16", for the GEMMs that read it);
+//            transpose (default 0): 1 for a Conv1D weight (GPT-2's (in, out) layout), which
+//            Transformers quantizes transposed, as nn.Linear's (out, in): the quantized matrix
+//            has shape (out, in) and the output is its transpose, the model's (in, out) weight
 #pragma once
 #include <map>
 #include <string>
@@ -25,13 +28,18 @@ namespace onyx::quant {
 // quantization); errors name `what`.
 Quant4 quantize_4bit(const Tensor& w, const BnbConfig& c, const std::string& what);
 // Float32 initializer `name` quantized as `c` says and stored 4-bit (store_initializer_4bit with
-// c's compute dtype); errors name `what`.
+// c's compute dtype); `conv1d`: a Conv1D weight, quantized transposed as Transformers does.
+// Errors name `what`.
 void quantize_initializer_4bit(ir::Graph& g, const std::string& name, const BnbConfig& c,
-                               const std::string& what);
+                               const std::string& what, bool conv1d = false);
 
-// Replaces float32 initializer `name` by the 4-bit state `q` (quantized from it) as above.
+// Replaces float32 initializer `name` by the 4-bit state `q` (quantized from it, or from its
+// transpose when `conv1d`) as above.
 void store_initializer_4bit(ir::Graph& g, const std::string& name, const Quant4& q,
-                            const std::string& compute_dtype = "float32");
+                            const std::string& compute_dtype = "float32", bool conv1d = false);
+
+// The 2-D float32 tensor `w` transposed (a Conv1D weight as nn.Linear's layout and back).
+Tensor transposed_2d(const Tensor& w);
 
 // The tensors of `q` by their Hugging Face names (W, W.absmax, W.quant_map, W.nested_absmax,
 // W.nested_quant_map, W.quant_state.bitsandbytes__<type>), for a 4-bit folder.

@@ -137,6 +137,14 @@ TEST(Bnb4Kernels, DequantizeMatchesFormat) {
     ASSERT_EQ(out[0].shape(), (Shape{c.N, c.K}));
     const auto want = dequantized(q);
     EXPECT_EQ(0, std::memcmp(out[0].data<float>(), want.data(), want.size() * 4));
+    // transpose = 1 (a Conv1D weight stored as nn.Linear's layout): the (K, N) transpose
+    ir::Node t = d;
+    t.attrs["transpose"] = ir::Attribute::of_int(1);
+    auto tout = runtime::run_node(t, 1, inputs_of(g, t));
+    ASSERT_EQ(tout[0].shape(), (Shape{c.K, c.N}));
+    const float* tp = tout[0].data<float>();
+    for (int64_t n = 0; n < c.N; n++)
+      for (int64_t k = 0; k < c.K; k++) ASSERT_EQ(tp[k * c.N + n], want[n * c.K + k]);
   }
 }
 

@@ -79,6 +79,20 @@ int write_gguf_file(const ExportOpts& o, const models::BuiltModel& b, bool lora)
   return 0;
 }
 
+// The checkpoint's config.json for float weights: a QLoRA run's quantization_config left out (the
+// merged weights are float32; with it Transformers would read them as 4-bit codes).
+void write_float_config(const fs::path& from, const fs::path& to) {
+  nlohmann::ordered_json j;
+  try {
+    std::ifstream f(from);
+    j = nlohmann::ordered_json::parse(f);
+  } catch (const std::exception& e) {
+    throw Error(cat("'", from.string(), "': not valid JSON: ", e.what()));
+  }
+  if (j.is_object()) j.erase("quantization_config");
+  std::ofstream(to) << j.dump(2) << "\n";
+}
+
 // A Hugging Face folder of the merged model: model.safetensors and the checkpoint's config and
 // tokenizer files.
 int write_merged_folder(const ExportOpts& o, const models::BuiltModel& b) {
@@ -92,7 +106,10 @@ int write_merged_folder(const ExportOpts& o, const models::BuiltModel& b) {
   for (auto& e : fs::directory_iterator(o.input)) {
     std::string n = e.path().filename().string();
     if (!e.is_regular_file() || skip.count(n) || n.rfind("optimizer", 0) == 0) continue;
-    fs::copy_file(e.path(), fs::path(o.output) / n, fs::copy_options::overwrite_existing);
+    if (n == "config.json")
+      write_float_config(e.path(), fs::path(o.output) / n);
+    else
+      fs::copy_file(e.path(), fs::path(o.output) / n, fs::copy_options::overwrite_existing);
   }
   std::cout << "wrote " << o.output << ": model.safetensors (" << w.size()
             << " tensors, adapters merged) and config/tokenizer files\n";

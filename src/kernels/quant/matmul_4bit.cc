@@ -1,7 +1,8 @@
 // kernels/quant/matmul_4bit.cc — bitsandbytes' 4-bit weights (quant/bnb4.h) in the GEMM:
 //
 //   onyx.Dequantize4Bit(W, absmax, [nested_absmax, nested_quant_map]) -> float32 (shape attr)
-//     the whole weight dequantized, as bitsandbytes' dequantize_4bit (the unfused graph, tests)
+//     the whole weight dequantized, as bitsandbytes' dequantize_4bit (the unfused graph, tests);
+//     with transpose = 1 its transpose (a Conv1D weight)
 //   onyx.MatMul4Bit(X, W, absmax, [nested_absmax, nested_quant_map], [bias])
 //     attrs: the weight's (quant_type, blocksize, shape (N, K), nested_blocksize, offset), transB
 //            (default 1), compute_dtype ("float32" | "bfloat16")
@@ -121,20 +122,34 @@ Weight4 weight_of(const KernelContext& ctx, int slot) {
   return w;
 }
 
+// Dequantize4Bit's attribute transpose: the output is the quantized (N, K) matrix transposed
+// (a Conv1D weight, quant/store_4bit.h).
+bool transposes_output(const ir::Node& node) { return node.attr_int("transpose", 0) != 0; }
+
 void dequantize_infer(InferContext& ctx) {
   const Weight4Attrs a = weight_attrs(ctx.node);
   check_weight_metas(ctx, 0, a);
-  ctx.set_output(0, DType::Float32, {a.N, a.K});
+  ctx.set_output(0, DType::Float32,
+                 transposes_output(ctx.node) ? Shape{a.K, a.N} : Shape{a.N, a.K});
 }
 
 void dequantize_compute(KernelContext& ctx) {
   const Weight4 w = weight_of(ctx, 0);
-  float* out = ctx.output(0).data<float>();
+  const bool transpose = transposes_output(ctx.node);
+  std::vector<float> rows;  // the (N, K) matrix, when the output is its transpose
+  if (transpose) rows.resize(w.N * w.K);
+  float* out = transpose ? rows.data() : ctx.output(0).data<float>();
   const int64_t numel = w.N * w.K, bs = w.view.blocksize;
   const int64_t blocks = (numel + bs - 1) / bs;
   parallel_for(blocks, 64, [&](int64_t b, int64_t e) {
     const int64_t begin = b * bs, end = std::min(numel, e * bs);
     dequantize_range(w.view, begin, end - begin, out + begin);
+  });
+  if (!transpose) return;
+  float* y = ctx.output(0).data<float>();
+  parallel_for(w.K, 16, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; k++)
+      for (int64_t n = 0; n < w.N; n++) y[k * w.N + n] = rows[n * w.K + k];
   });
 }
 
