@@ -1,13 +1,14 @@
 """qlora_bench.py — QLoRA's memory and speed (issue #38): a Llama-3-8B-shaped model (its config,
 random weights) with LoRA r 16 on q/k/v/o, its other linear layers stored 4-bit (NF4, double
-quantization), batch 1 x 512 tokens, gradient checkpointing — onyx's peak RSS and step time; and,
-on a shape small enough for PyTorch to hold in float32 while bitsandbytes quantizes it, the same
-against onyx's bf16 base (model_init_kwargs.dtype: bfloat16, with bf16 mixed precision when the
-compute dtype is bfloat16) and PyTorch 2.13 + PEFT 0.21 + bitsandbytes 0.50 (its CPU backend,
-prepare_model_for_kbit_training), side by side in one run.
+quantization), batch 1 x 512 tokens, gradient checkpointing — onyx's peak RSS and step time; the
+same over onyx's bf16 base (model_init_kwargs.dtype: bfloat16, with bf16 mixed precision when the
+compute dtype is bfloat16; its linear weights built bf16, so the 8B base takes ~16 GiB); and, on a
+shape small enough for PyTorch to hold in float32 while bitsandbytes quantizes it, against PyTorch
+2.13 + PEFT 0.21 + bitsandbytes 0.50 (its CPU backend, prepare_model_for_kbit_training), side by
+side in one run.
 
   build/venv/bin/python bench/qlora_bench.py [--shape 8b] [--steps 2] [--torch-shape 1b]
-      [--compute float32|bfloat16] [--out build/bench-qlora]
+      [--compute float32|bfloat16] [--bf16-base all|torch-shape] [--out build/bench-qlora]
 
 Shapes: 8b = Llama 3 8B (hidden 4096, 32 layers, 32 heads over 8 key/value heads, intermediate
 14336, vocab 128256); 1b = Llama 3.2 1B (hidden 2048, 16 layers, 32/8 heads, intermediate 8192,
@@ -157,6 +158,8 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--compute", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--bf16-base", default="all", choices=["all", "torch-shape"],
+                    help="run onyx over the bf16 base on every shape, or on the torch shape only")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-qlora"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -169,11 +172,13 @@ def main():
             print(f"onyx {shape}: peak RSS {r['peak_rss_gib']:.2f} GiB, {r['step_s']:.1f} s/step "
                   f"(median after the first; train_runtime over {a.steps + 1} steps "
                   f"{r['train_runtime_s']:.1f} s), wall {r['wall_s']:.0f} s", flush=True)
-        if a.torch_shape != "none":
-            r = onyx_run(tmp, a.torch_shape, a.steps, a.seq, a.compute, quantized=False)
-            results[f"onyx {a.torch_shape} bf16 base"] = r
-            print(f"onyx {a.torch_shape} bf16 base: peak RSS {r['peak_rss_gib']:.2f} GiB, "
+        bf16_shapes = shapes if a.bf16_base == "all" else [s for s in shapes if s == a.torch_shape]
+        for shape in bf16_shapes:
+            r = onyx_run(tmp, shape, a.steps, a.seq, a.compute, quantized=False)
+            results[f"onyx {shape} bf16 base"] = r
+            print(f"onyx {shape} bf16 base: peak RSS {r['peak_rss_gib']:.2f} GiB, "
                   f"{r['step_s']:.1f} s/step", flush=True)
+        if a.torch_shape != "none":
             r = torch_run(tmp, a.torch_shape, a.steps, a.seq, a.compute)
             results[f"torch {a.torch_shape}"] = r
             print(f"torch {a.torch_shape}: {r}", flush=True)

@@ -827,6 +827,11 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
 
 namespace {
 
+// LoRA over a bf16 base (model_init_kwargs.dtype bfloat16): its linear weights, all frozen (onyx's
+// LoRA trains adapters and biases), are built and read in bf16 (HfConfig::bf16_linears), so the
+// model never exists whole in float32 (Llama-family builders; the others convert after the build).
+bool bf16_linears_from_start(const RunConfig& c) { return c.lora && c.frozen_dtype == "bfloat16"; }
+
 // QLoRA: the frozen linear weights in 4-bit (TRL's model_init_kwargs.quantization_config). As
 // Transformers and PEFT refuse to train a purely quantized model, LoRA is required.
 void store_quantized(const RunConfig& c, Model& m) {
@@ -893,6 +898,7 @@ Model model_from_config(const RunConfig& c) {
     if (n["arch"]) cj["model_type"] = n["arch"].as<std::string>();
     models::HfConfig hc = models::parse_hf_config(cj.dump(), cfg_what);
     if (c.quantization && !hc.quantization) hc.quantization = c.quantization;
+    hc.bf16_linears = bf16_linears_from_start(c) && !hc.quantization;
     models::Task task = n["task"] ? parse_task(n["task"].as<std::string>(), what)
                                   : (hc.model_type == "vit" ? models::Task::ImageClassification
                                      : hc.model_type == "gpt2" || hc.model_type == "llama" ||
@@ -912,7 +918,8 @@ Model model_from_config(const RunConfig& c) {
     }
     m = from_built(std::move(b), c.path);
   } else if (fs::is_directory(c.model)) {
-    m = from_built(models::load_hf_folder(c.model, std::nullopt, c.args.seed, c.quantization),
+    m = from_built(models::load_hf_folder(c.model, std::nullopt, c.args.seed, c.quantization,
+                                          bf16_linears_from_start(c)),
                    c.model);
   } else {
     m = Model::from_onnx(c.model, c.loss);
@@ -963,6 +970,8 @@ Model model_from_config(const RunConfig& c) {
              "peft_config:) section");
   if (c.frozen_dtype == "bfloat16") {
     auto stored = models::store_frozen_weights_bf16(*m.graph, m.frozen);
+    for (auto& [name, t] : m.graph->initializers)  // those built bf16 (bf16_linears_from_start)
+      if (t.dtype() == DType::BFloat16 && m.frozen.count(name)) stored.push_back(name);
     ONYX_CHECK(!stored.empty(),
                "model_init_kwargs.dtype bfloat16: the model has no frozen linear "
                "weight to store in bf16 (it applies to LoRA's base and `frozen` layers; trainable "

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "ir/bf16_storage.h"
 #include "quant/store_4bit.h"
 
 namespace onyx::models {
@@ -183,6 +184,9 @@ std::string GraphBuilder::linear(const std::string& x, const std::string& name, 
   std::string w = param(name + ".weight", {out, in}, w_init);
   if (quantize_ && quant::quantizes_module(*quantize_, w)) {  // 4-bit, read through its dequant
     quant::quantize_initializer_4bit(g_, w, *quantize_, w);
+    w += "/float32";
+  } else if (bf16_linears_) {  // LoRA's frozen bf16 base, read through its Cast
+    ir::store_initializer_bf16(g_, w);
     w += "/float32";
   }
   std::string wt = op("Transpose", {w}, {{"perm", Attr::of_ints({1, 0})}});

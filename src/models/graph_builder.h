@@ -44,6 +44,10 @@ class GraphBuilder {
   // QLoRA: linear() stores the weights `q` quantizes in bitsandbytes' 4-bit format as it makes
   // them (quant/store_4bit.h), so no model is ever whole in float32.
   void set_quantization(std::optional<quant::BnbConfig> q) { quantize_ = std::move(q); }
+  // LoRA's bf16 base (model_init_kwargs.dtype bfloat16): linear() stores each weight it does not
+  // quantize as bf16 as it makes it, read through a Cast (ir/bf16_storage.h), as
+  // models::store_frozen_weights_bf16 would after the build.
+  void set_bf16_linears(bool on) { bf16_linears_ = on; }
   ir::Graph take() { return std::move(g_); }
   // Node names are "<scope>/<Op>_<n>": the Transformers module path that owns the node.
   void set_scope(const std::string& scope) { scope_ = scope; }
@@ -104,6 +108,7 @@ class GraphBuilder {
   ir::Graph g_;
   uint64_t seed_;
   std::optional<quant::BnbConfig> quantize_;
+  bool bf16_linears_ = false;
   std::string scope_;
   std::map<std::string, int> counters_;
   std::map<std::string, std::string> constants_;  // value key -> output name

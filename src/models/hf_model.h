@@ -65,6 +65,10 @@ struct HfConfig {
   // quantization_config of a folder Transformers saved quantized (bitsandbytes 4-bit): its weights
   // are read in that format (quant/store_4bit.h).
   std::optional<quant::BnbConfig> quantization;
+  // model_init_kwargs.dtype bfloat16 with LoRA (a run option, not config.json's): the linear
+  // weights, all frozen, made and read in bf16 (GraphBuilder::set_bf16_linears), so the model is
+  // never whole in float32. Llama-family builders; the others convert after the build.
+  bool bf16_linears = false;
 };
 
 // Parses config.json text. Throws onyx::Error naming `what` (the file) and the key for a missing

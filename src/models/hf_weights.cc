@@ -68,6 +68,23 @@ Tensor owned_float32(const Tensor& t, bool mapped) {
   return out;
 }
 
+// A checkpoint tensor for a weight stored bf16 (HfConfig::bf16_linears): bf16 copied as it is,
+// another float dtype read as float32 and rounded to nearest even (ir::store_initializer_bf16's
+// rounding, so the bits are those of converting after the build).
+Tensor owned_bf16(const Tensor& t, bool mapped) {
+  Tensor out(DType::BFloat16, t.shape());
+  if (t.dtype() == DType::BFloat16) {
+    std::memcpy(out.raw(), t.raw(), t.nbytes());
+  } else {
+    const Tensor f = to_float32(t);
+    const float* x = f.data<float>();
+    uint16_t* y = out.data<uint16_t>();
+    for (int64_t i = 0; i < f.numel(); i++) y[i] = float_to_bf16(x[i]);
+  }
+  if (mapped) io::release_pages(t);
+  return out;
+}
+
 std::string list(const std::vector<std::string>& names) {
   std::string s = "[";
   for (size_t i = 0; i < names.size(); i++) s += (i ? ", '" : "'") + names[i] + "'";
@@ -255,7 +272,9 @@ void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& ten
     ONYX_CHECK(t.shape() == cur.shape(), what, ": size mismatch for '", k,
                "': the checkpoint has shape ", shape_str(t.shape()), ", the model (", arch,
                ") expects ", shape_str(cur.shape()));
-    g.initializers[k] = owned_float32(t, views);  // frees the initializer it replaces
+    // (frees the initializer it replaces)
+    g.initializers[k] =
+        cur.dtype() == DType::BFloat16 ? owned_bf16(t, views) : owned_float32(t, views);
     loaded.insert(k);
   }
   // 4. Tied copies: equal to their source is the normal case; alone, they stand in for it.
@@ -289,13 +308,14 @@ void apply_hf_checkpoint(BuiltModel& m, const std::map<std::string, Tensor>& ten
 }
 
 BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task, int64_t seed,
-                          const std::optional<quant::BnbConfig>& quantize) {
+                          const std::optional<quant::BnbConfig>& quantize, bool bf16_linears) {
   fs::path d(dir);
   ONYX_CHECK(fs::is_directory(d), dir, ": not a folder");
   fs::path cfg = d / "config.json";
   ONYX_CHECK(fs::exists(cfg), dir, ": no config.json in the folder");
   HfConfig c = parse_hf_config(read_text(cfg), cfg.string());
   if (quantize && !c.quantization) c.quantization = quantize;
+  c.bf16_linears = bf16_linears && !c.quantization;
   if (!task) {
     task = Task::Base;
     if (!c.architectures.empty()) {

@@ -21,10 +21,12 @@ namespace onyx::models {
 // Reads dir/config.json and the weights. `task` defaults to the config's first "architectures"
 // entry (Base when there is none). `seed` initializes what the checkpoint lacks.
 // `quantize` (QLoRA's quantization_config): the linear weights stored 4-bit as they are built and
-// read (a folder saved 4-bit keeps its own quantization_config).
+// read (a folder saved 4-bit keeps its own quantization_config). `bf16_linears` (LoRA over a bf16
+// base): the linear weights stored bf16 as they are built and read (HfConfig::bf16_linears).
 BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task = std::nullopt,
                           int64_t seed = 0,
-                          const std::optional<quant::BnbConfig>& quantize = std::nullopt);
+                          const std::optional<quant::BnbConfig>& quantize = std::nullopt,
+                          bool bf16_linears = false);
 
 // Reads the checkpoint tensors of a folder as stored (model.safetensors, else the shards of
 // model.safetensors.index.json), any float dtype converted to float32 — or, with `mapped`, as

@@ -254,6 +254,7 @@ BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed) {
   require_task(c, task);
   GraphBuilder b(architecture_name(c.model_type, task), (uint64_t)seed);
   b.set_quantization(c.quantization);  // QLoRA: 4-bit linear weights from the start
+  b.set_bf16_linears(c.bf16_linears);  // LoRA over a bf16 base: bf16 from the start
   Llama m = make_llama(b, c);
   const int64_t C = c.hidden_size;
 

@@ -44,10 +44,14 @@ std::map<std::string, std::pair<size_t, bool>> linear_layers(const ir::Graph& g)
   for (auto& [wname, w] : g.initializers) {
     if (!ends_with(wname, ".weight")) continue;
     const std::string module = wname.substr(0, wname.size() - 7);
-    // a weight stored 4-bit is read through its Dequantize4Bit (quant/store_4bit.h)
+    // a weight stored 4-bit is read through its Dequantize4Bit (quant/store_4bit.h), one stored
+    // bf16 through its Cast to float32 (ir/bf16_storage.h)
     std::string read = wname;
-    if (users[wname].size() == 1 && g.nodes[users[wname][0]].op_type == "Dequantize4Bit")
-      read = g.nodes[users[wname][0]].outputs[0];
+    const ir::Node* only = users[wname].size() == 1 ? &g.nodes[users[wname][0]] : nullptr;
+    if (only && (only->op_type == "Dequantize4Bit" ||
+                 (only->op_type == "Cast" && w.dtype() == DType::BFloat16 &&
+                  only->attr_int("to", 0) == (int64_t)DType::Float32)))
+      read = only->outputs[0];
     else if (w.rank() != 2)
       continue;
     for (size_t u : users[read]) {
