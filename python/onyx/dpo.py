@@ -23,7 +23,7 @@ import tempfile
 import typing
 
 from .data import _rows_of
-from .trainer import Trainer, _is_torch_module
+from .trainer import Trainer, _is_torch_module, _model_init_kwargs_items
 from .training_args import TrainingArguments, _text
 
 
@@ -131,7 +131,8 @@ class DPOTrainer(Trainer):
                 spec["pad_multiple"] = int(args.pad_to_multiple_of)
             specs[key] = json.dumps(spec)
         self._data_specs = specs
-        self._config_items = args._dpo_items() + ([("ref_model", ref_dir)] if ref_dir else [])
+        self._config_items = (args._dpo_items() + ([("ref_model", ref_dir)] if ref_dir else [])
+                              + _model_init_kwargs_items(args.model_init_kwargs, model))
         super().__init__(model, args, processing_class=processing_class,
                          compute_metrics=compute_metrics, callbacks=callbacks,
                          optimizers=optimizers, peft_config=peft_config)

@@ -29,7 +29,7 @@ import tempfile
 import typing
 
 from .data import _rows_of
-from .trainer import Trainer
+from .trainer import Trainer, _model_init_kwargs_items
 from .training_args import TrainingArguments, _text
 
 
@@ -80,7 +80,7 @@ class GRPOConfig(TrainingArguments):
                   ("min_p", None), ("generation_kwargs", None), ("importance_sampling_level", "token"),
                   ("chat_template_kwargs", None), ("num_generations_eval", None),
                   ("log_completions", False), ("cast_lm_head_to_fp32", False),
-                  ("pad_to_multiple_of", None), ("model_init_kwargs", None))
+                  ("pad_to_multiple_of", None))
 
     def __post_init__(self):
         if self.bf16 is None:
@@ -165,7 +165,8 @@ class GRPOTrainer(Trainer):
                 f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
         self._data_specs = {"train_data": json.dumps({"type": "prompts", "path": path,
                                                       "tokenizer": tok_dir})}
-        self._config_items = args._grpo_items()
+        self._config_items = (args._grpo_items()
+                              + _model_init_kwargs_items(args.model_init_kwargs, model))
         super().__init__(model, args, processing_class=processing_class, callbacks=callbacks,
                          optimizers=optimizers, peft_config=peft_config)
 

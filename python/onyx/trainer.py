@@ -86,6 +86,27 @@ def _adapter_config_folder(peft_config, tmp):
     return folder
 
 
+def _model_init_kwargs_items(model_init_kwargs, model):
+    """TRL's `model_init_kwargs` (DPOConfig, GRPOConfig) as the run-config key onyx reads when
+    the model is given by its path: dtype / torch_dtype (torch.bfloat16 or its name) and
+    quantization_config (a transformers.BitsAndBytesConfig or its dict); the C++ side checks the
+    keys and values. With a model object, as TRL does, they are ignored with a warning."""
+    if not model_init_kwargs:
+        return []
+    if not isinstance(model, (str, os.PathLike)):
+        _logger.warning("You passed `model_init_kwargs` to the config, but your model is already "
+                        "instantiated. The `model_init_kwargs` will be ignored.")
+        return []
+    out = {}
+    for k, v in dict(model_init_kwargs).items():
+        if k == "quantization_config" and hasattr(v, "to_dict"):
+            v = v.to_dict()
+        elif k in ("dtype", "torch_dtype") and not isinstance(v, str):
+            v = str(v).replace("torch.", "")
+        out[k] = v
+    return [("model_init_kwargs", json.dumps(out, default=str))]
+
+
 def _is_peft_model(m):
     return any(c.__module__.startswith("peft") for c in type(m).__mro__) and hasattr(m, "peft_config")
 

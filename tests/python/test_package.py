@@ -797,6 +797,54 @@ def case_dpo_trainer(onyx, tmp):
     return "DPOConfig's defaults = TRL's; the LlamaForCausalLM object trained as trl.DPOTrainer: " + msg
 
 
+def case_dpo_model_init_kwargs(onyx, tmp):
+    """TRL's model_init_kwargs with the model given by its path: DPOConfig(model_init_kwargs=
+    {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, ...)}) and a LoraConfig train
+    QLoRA (the saved base 4-bit: its quant_state tensors), its dict form the same losses bit for
+    bit, a float base other losses; {"dtype": torch.bfloat16} saves the linear weights bf16; with a
+    model object they are ignored with TRL's warning."""
+    import datasets
+    import peft
+    import torch
+    import transformers as tr
+    from safetensors import safe_open
+    import test_dpo
+    s = test_dpo.Setup(os.path.join(tmp, "dpo-mik"))
+    bnb = tr.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                bnb_4bit_use_double_quant=True)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                           task_type="CAUSAL_LM")
+
+    def run(name, mik, model=None):
+        args = onyx.DPOConfig(output_dir=os.path.join(tmp, "dpo-" + name), max_steps=3,
+                              per_device_train_batch_size=2, learning_rate=1e-3, logging_steps=1,
+                              save_strategy="no", train_sampling_strategy="sequential",
+                              disable_tqdm=True, seed=0, bf16=False, gradient_checkpointing=False,
+                              model_init_kwargs=mik)
+        t = onyx.DPOTrainer(model=model or s.base_dir, args=args, processing_class=s.tok,
+                            train_dataset=datasets.Dataset.from_json(s.data), peft_config=lora)
+        t.train()
+        t.save_model(args.output_dir)
+        with safe_open(os.path.join(args.output_dir, "model.safetensors"), "pt") as f:
+            dtypes = {k: f.get_slice(k).get_dtype() for k in f.keys()}
+        return [e["loss"] for e in t.state.log_history if "loss" in e], dtypes
+
+    q_obj, saved = run("q-obj", {"quantization_config": bnb})
+    q_dict, _ = run("q-dict", {"quantization_config": bnb.to_dict()})
+    plain, _ = run("plain", None)
+    bf16, saved16 = run("bf16", {"dtype": torch.bfloat16})
+    n4 = sum(".quant_state." in k for k in saved)
+    n16 = sum(v == "BF16" for v in saved16.values())
+    assert n4 > 0 and q_obj == q_dict and q_obj != plain, (n4, q_obj, q_dict, plain)
+    assert n16 > 0 and bf16 != plain, (n16, bf16, plain)
+    module = tr.AutoModelForCausalLM.from_pretrained(s.base_dir)
+    from_object, _ = run("object", {"quantization_config": bnb}, model=module)
+    assert len(from_object) == 3
+    return (f"4-bit: {n4} weights saved in bitsandbytes' format, BitsAndBytesConfig = its dict "
+            f"(losses {q_obj[0]:.6f} ... bit for bit), float base {plain[0]:.6f} ...; dtype "
+            f"torch.bfloat16: {n16} bf16 weights saved; a model object: ignored, as TRL")
+
+
 def tiny_bert(num_labels=3):
     import torch
     import transformers
@@ -1897,7 +1945,8 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("pretrained-module", case_pretrained_module), ("tokenizer-saved", case_tokenizer_saved),
          ("peft-lora-module", case_peft_lora_module),
          ("qlora-peft-module", case_qlora_peft_module),
-         ("qlora-peft-gpt2", case_qlora_peft_gpt2), ("adafactor", case_adafactor),
+         ("qlora-peft-gpt2", case_qlora_peft_gpt2),
+         ("dpo-model-init-kwargs", case_dpo_model_init_kwargs), ("adafactor", case_adafactor),
          ("peft-config-argument", case_peft_config_argument),
          ("collator-per-batch", case_collator_per_batch),
          ("group-by-length", case_group_by_length),
