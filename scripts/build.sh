@@ -14,4 +14,4 @@ if [ "${ONYX_CUDA:-ON}" != OFF ] && [ -n "$NVCC" ] && [ -n "$CUBLAS" ]; then
   CUDA_ARGS=(-DONYX_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" -DONYX_CUBLAS_ROOT="$CUBLAS")
 fi
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${CUDA_ARGS[@]}" >/dev/null
-ninja -C "$BUILD" -j"$(nproc)" onyx onyx_tests onyx_bench
+ninja -C "$BUILD" -j"$(nproc)" onyx onyx_tests onyx_bench onyx_c_tests onyx_c_example

@@ -43,6 +43,9 @@ const std::vector<std::pair<std::string, std::set<std::string>>>& layers() {
       {"config",
        {"onyx", "io", "ir", "quant", "runtime", "kernels", "autodiff", "passes", "custom_ops",
         "models", "tokenizers", "templates", "data", "dist", "generate", "train"}},
+      {"capi",  // the C API (include/onyx/onyx_c.h) over the Trainer and the configs
+       {"onyx", "io", "ir", "quant", "runtime", "kernels", "autodiff", "passes", "custom_ops",
+        "models", "tokenizers", "templates", "data", "dist", "generate", "train", "config"}},
   };
   return table;
 }

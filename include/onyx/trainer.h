@@ -216,6 +216,21 @@ class Trainer {
   // auto_find_batch_size / max_memory: picks the batch size whose planned step fits (train()).
   void fit_batch_to_memory();
   train::TrainingSession& session();
+  const Model& model() const { return model_; }
+  // Step-level training, the loop in the caller's hands (the C API, onyx/onyx_c.h; ONNX
+  // Runtime's TrainStep / OptimizerStep / LazyResetGrad). train_step: one forward and backward on
+  // `batch` (graph inputs and labels by name; defaults filled as in training), its gradient added
+  // to those since the last optimizer step (a sum); returns the loss. optimizer_step: the run's
+  // clipping and optimizer at learning_rate(), then global_step + 1 and the next train_step
+  // starts afresh. The schedule is lr_scheduler_type over max_steps (constant without max_steps)
+  // unless set_learning_rate fixed a rate. No dataset, output folder or callback takes part.
+  double train_step(const std::map<std::string, Tensor>& batch);
+  void optimizer_step();
+  void reset_gradients();  // the gradients so far are dropped: the next train_step starts afresh
+  double learning_rate();  // what the next optimizer step applies
+  void set_learning_rate(double lr);  // a constant rate from now on (train() too)
+  // The loss of one forward in evaluation mode (no dropout, nothing updated).
+  double eval_step(const std::map<std::string, Tensor>& batch);
   void add_callback(std::shared_ptr<TrainerCallback> cb) { callbacks_.push_back(std::move(cb)); }
   // Data parallelism of this run (world size 1 without mpirun).
   struct ParallelInfo {
@@ -237,6 +252,7 @@ class Trainer {
   // train_loop's parts: before the first step, one step's gradients and its update, the log /
   // evaluation / checkpoint after a step or an epoch, after the last step.
   void start_training();
+  void begin_steps();  // the step-level API's schedule, once (trainer_steps.cc)
   // Preference data (DPO): the starting policy's summed completion log-probabilities of every
   // pair, once, as TRL's reference (train/preference_reference.cc).
   void precompute_reference_logps();

@@ -540,22 +540,15 @@ std::vector<std::pair<std::string, std::string>> parse_overrides(
   return out;
 }
 
-RunConfig load_run_config(const std::string& path,
-                          const std::vector<std::pair<std::string, std::string>>& overrides) {
+namespace {
+
+// A config from its parsed YAML (a file's or a text's): keys, then the overrides, the methods'
+// defaults, paths resolved against `dir`; errors name `what`.
+RunConfig config_from_yaml(const YAML::Node& root, const std::string& path, const std::string& dir,
+                           const std::vector<std::pair<std::string, std::string>>& overrides,
+                           const std::string& what) {
   RunConfig c;
   c.path = path;
-  std::string what = cat("config '", path, "'");
-  ONYX_CHECK(fs::exists(path), "config file '", path, "' does not exist");
-  const std::string ext = fs::path(path).extension().string();
-  ONYX_CHECK(ext != ".onnx" && ext != ".safetensors" && !fs::is_directory(path), what,
-             ": is a model, not a config; write a .yaml or .json config with `model: ", path,
-             "` (and loss, train_data, ...: see `onyx train --help`)");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    throw Error(cat(what, ": not valid YAML/JSON: ", e.what()));
-  }
   ONYX_CHECK(root.IsMap(), what, ": must be a mapping of keys to values");
   for (auto kv : root) set_key(c, kv.first.as<std::string>(), kv.second, what);
   for (auto& [k, v] : overrides) {
@@ -596,7 +589,6 @@ RunConfig load_run_config(const std::string& path,
       c.args.gradient_checkpointing = true;
     if (!given("bf16")) c.args.bf16 = !c.args.fp16;
   }
-  std::string dir = fs::path(path).parent_path().string();
   c.dir = dir.empty() ? "." : dir;
   c.model = resolve(dir, c.model);
   for (DataSpec* d : {&c.train_data, &c.eval_data, &c.test_data}) d->path = resolve(dir, d->path);
@@ -605,6 +597,36 @@ RunConfig load_run_config(const std::string& path,
              "' does not exist");
   c.args.validate();
   return c;
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path,
+                          const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::string what = cat("config '", path, "'");
+  ONYX_CHECK(fs::exists(path), "config file '", path, "' does not exist");
+  const std::string ext = fs::path(path).extension().string();
+  ONYX_CHECK(ext != ".onnx" && ext != ".safetensors" && !fs::is_directory(path), what,
+             ": is a model, not a config; write a .yaml or .json config with `model: ", path,
+             "` (and loss, train_data, ...: see `onyx train --help`)");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw Error(cat(what, ": not valid YAML/JSON: ", e.what()));
+  }
+  return config_from_yaml(root, path, fs::path(path).parent_path().string(), overrides, what);
+}
+
+RunConfig parse_run_config(const std::string& text, const std::string& dir,
+                           const std::string& what) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw Error(cat(what, ": not valid YAML/JSON: ", e.what()));
+  }
+  return config_from_yaml(root, (fs::path(dir) / "config").string(), dir, {}, what);
 }
 
 namespace {

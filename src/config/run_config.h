@@ -80,6 +80,11 @@ struct RunConfig {
 RunConfig load_run_config(const std::string& path,
                           const std::vector<std::pair<std::string, std::string>>& overrides);
 
+// A config from its YAML / JSON text (the C API's); relative paths resolve against `dir`, errors
+// name `what`.
+RunConfig parse_run_config(const std::string& text, const std::string& dir,
+                           const std::string& what);
+
 // One key of a config from its YAML text, as the file would set it (the Python package's
 // DPOTrainer passes DPOConfig's keys this way); errors name `what`.
 void set_config_key(RunConfig& c, const std::string& key, const std::string& yaml_text,

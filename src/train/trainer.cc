@@ -428,7 +428,9 @@ void Trainer::maybe_log_save_evaluate(bool epoch_end) {
     e.values["grad_norm"] = I.last_grad_norm;
     // the LR the last step applied (Transformers reads it before lr_scheduler.step())
     e.values["learning_rate"] =
-        train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1), &I.metric_lr);
+        I.lr_override
+            ? *I.lr_override
+            : train::lr_at(I.sched, std::max<int64_t>(0, state_.global_step - 1), &I.metric_lr);
     for (auto& [name, mean] : logged_means()) e.values[name] = mean;
     I.logged_sums.clear();
     I.logged_counts.clear();
@@ -606,7 +608,8 @@ void Trainer::apply_gradients() {
   auto& grads = I.ts->grads();
   const int64_t own_b = I.dp->owned_begin(), own_e = I.dp->owned_end();
   double norm = I.dp->grad_norm(grads);
-  double lr = train::lr_at(I.sched, state_.global_step, &I.metric_lr);
+  double lr =
+      I.lr_override ? *I.lr_override : train::lr_at(I.sched, state_.global_step, &I.metric_lr);
   // (a finite norm means finite gradients: a NaN or inf term makes the exact square sum, and
   // so the norm, non-finite — no pass of its own over the gradients is needed)
   if (!std::isfinite(norm)) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "data/dataset.h"
@@ -66,6 +67,11 @@ struct Trainer::Impl {
   bool in_train = false;
   // GRPO with beta != 0: the starting trainable weights (the reference policy), kept once
   std::vector<float> grpo_reference;
+  // The step-level API (trainer_steps.cc): its schedule set up, the train steps since the last
+  // optimizer step, a learning rate the caller fixed.
+  bool steps_begun = false;
+  int64_t step_micro_batches = 0;
+  std::optional<double> lr_override;
   train::FlatBuffer& scratch() {
     if (!scratch_buf) scratch_buf = std::make_unique<train::FlatBuffer>(ts->grads().layout());
     return *scratch_buf;
