@@ -10,7 +10,7 @@ done
 ((${#missing[@]})) || exit 0
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-echo "installing ${missing[*]}"
+echo "installing ${#missing[@]} Debian packages (apt-get; minutes the first time): ${missing[*]}"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
   >/dev/null 2> >(grep -v "^debconf: delaying package configuration" >&2)

@@ -5,6 +5,7 @@
 #   bash scripts/demo.sh --num_train_epochs 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh >/dev/null
+# what it is doing while it installs and builds (minutes the first time): setup's and build's lines
+bash scripts/build.sh
 echo "== training a ViT on Fashion-MNIST (config: examples/vit_fashion_mnist.yaml)"
 time ./build/onyx train examples/vit_fashion_mnist.yaml "$@"

@@ -60,7 +60,7 @@ make_venv() {  # make_venv DIR STAMP PKGS...
     echo "setup: $stamp venv up to date ($dir)"
     return
   fi
-  echo "setup: creating $stamp venv in $dir"
+  echo "setup: creating $stamp venv in $dir: pip install of $# pinned packages ($1 first; minutes)"
   rm -rf "$dir"
   "$PYTHON" -m venv "$dir"
   "$dir/bin/python" -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location" >&2)
