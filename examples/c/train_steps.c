@@ -38,7 +38,7 @@ static float held_out_loss(onyx_trainer* t, const onyx_input* in, int64_t* ids) 
   uint32_t state = 12345u; /* the same held-out rows every time */
   float loss = 0;
   fill_batch(ids, &state);
-  if (onyx_trainer_eval_step(t, in, 2, &loss) != ONYX_OK) return -1;
+  if (onyx_trainer_eval_step(t, in, 2, &loss) != ONYX_STATUS_OK) return -1;
   return loss;
 }
 
@@ -62,19 +62,19 @@ int main(int argc, char** argv) {
            "warmup_steps: 5\n"
            "seed: 7\n",
            VOCAB, LEN, out, STEPS);
-  if (onyx_trainer_create(config, ".", &t) != ONYX_OK) return fail("onyx_trainer_create");
+  if (onyx_trainer_create(config, ".", &t) != ONYX_STATUS_OK) return fail("onyx_trainer_create");
   before = held_out_loss(t, in, ids);
   for (s = 1; s <= STEPS; s++) {
     fill_batch(ids, &state);
-    if (onyx_trainer_train_step(t, in, 2, &loss) != ONYX_OK) return fail("train_step");
-    if (onyx_trainer_optimizer_step(t) != ONYX_OK) return fail("optimizer_step");
+    if (onyx_trainer_train_step(t, in, 2, &loss) != ONYX_STATUS_OK) return fail("train_step");
+    if (onyx_trainer_optimizer_step(t) != ONYX_STATUS_OK) return fail("optimizer_step");
     if (s % 10 == 0) printf("step %d: loss %.4f\n", s, loss);
   }
   after = held_out_loss(t, in, ids);
   printf("held-out loss: %.4f before, %.4f after %d steps\n", before, after, STEPS);
-  if (onyx_trainer_save(t, out) != ONYX_OK) return fail("onyx_trainer_save");
+  if (onyx_trainer_save(t, out) != ONYX_STATUS_OK) return fail("onyx_trainer_save");
   snprintf(path, sizeof path, "%s/model.onnx", out);
-  if (onyx_trainer_export_onnx(t, path) != ONYX_OK) return fail("onyx_trainer_export_onnx");
+  if (onyx_trainer_export_onnx(t, path) != ONYX_STATUS_OK) return fail("onyx_trainer_export_onnx");
   printf("saved %s (model.safetensors, config.json) and %s\n", out, path);
   onyx_trainer_free(t);
   return after < before ? 0 : 1;

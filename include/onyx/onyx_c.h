@@ -7,7 +7,7 @@
  * Pure C (C99), versioned (ONYX_C_API_VERSION; onyx_c_api_version() is the library's), opaque
  * handles. No C++ exception crosses it: every function that can fail returns an onyx_status, and
  * onyx_last_error() gives the message of the calling thread's last failure (naming what and
- * where, as the CLI's errors do). Outputs are written only on ONYX_OK.
+ * where, as the CLI's errors do). Outputs are written only on ONYX_STATUS_OK.
  *
  * Threads: distinct trainers may be used from distinct threads at once; one trainer is not
  * thread-safe (one call at a time on it). onyx_last_error() and onyx_c_api_version() are safe from
@@ -27,9 +27,9 @@ extern "C" {
 #define ONYX_C_API_VERSION 1
 
 typedef enum onyx_status {
-  ONYX_OK = 0,
-  ONYX_ERROR = 1,           /* the operation failed: onyx_last_error() says why */
-  ONYX_INVALID_ARGUMENT = 2 /* a null handle or pointer, a size that does not match */
+  ONYX_STATUS_OK = 0,
+  ONYX_STATUS_ERROR = 1,           /* the operation failed: onyx_last_error() says why */
+  ONYX_STATUS_INVALID_ARGUMENT = 2 /* a null handle or pointer, a size that does not match */
 } onyx_status;
 
 /* Element types, numbered as ONNX's TensorProto.DataType. */

@@ -30,13 +30,13 @@ namespace {
 
 thread_local std::string last_error;
 
-// Runs `body`, mapping exceptions to ONYX_ERROR with the message kept for onyx_last_error().
+// Runs `body`, mapping exceptions to ONYX_STATUS_ERROR with the message kept for onyx_last_error().
 template <class F>
 onyx_status guarded(F&& body) {
   try {
     body();
     last_error.clear();
-    return ONYX_OK;
+    return ONYX_STATUS_OK;
   } catch (const std::bad_alloc&) {
     last_error = "out of memory";
   } catch (const std::exception& e) {
@@ -44,12 +44,12 @@ onyx_status guarded(F&& body) {
   } catch (...) {
     last_error = "unknown error";
   }
-  return ONYX_ERROR;
+  return ONYX_STATUS_ERROR;
 }
 
 onyx_status invalid(const char* what) {
   last_error = what;
-  return ONYX_INVALID_ARGUMENT;
+  return ONYX_STATUS_INVALID_ARGUMENT;
 }
 
 // The trainer of a run config: its model, datasets and callbacks as `onyx train` makes them.
@@ -177,7 +177,7 @@ onyx_status onyx_trainer_set_learning_rate(onyx_trainer* t, double lr) {
 onyx_status onyx_trainer_global_step(onyx_trainer* t, int64_t* step) {
   if (!t || !step) return invalid("onyx_trainer_global_step: null argument");
   *step = t->trainer->state().global_step;
-  return ONYX_OK;
+  return ONYX_STATUS_OK;
 }
 
 onyx_status onyx_trainer_parameters_size(onyx_trainer* t, size_t* count) {

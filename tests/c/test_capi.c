@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "onyx/custom_op.h" /* (with it: the two C headers live in one program) */
 #include "onyx/onyx_c.h"
 
 #define ROWS 8
@@ -98,7 +99,7 @@ static onyx_trainer* make(const char* dir, const char* name) {
   char cfg[2048];
   onyx_trainer* t = NULL;
   config_text(cfg, sizeof cfg, dir, name);
-  if (onyx_trainer_create(cfg, dir, &t) != ONYX_OK) {
+  if (onyx_trainer_create(cfg, dir, &t) != ONYX_STATUS_OK) {
     check(0, "onyx_trainer_create", onyx_last_error());
     return NULL;
   }
@@ -120,7 +121,7 @@ static float step(onyx_trainer* t, const int64_t* ids, int r0) {
   onyx_input in[2];
   float loss = NAN;
   step_inputs(in, ids, r0, shape);
-  if (onyx_trainer_train_step(t, in, 2, &loss) != ONYX_OK)
+  if (onyx_trainer_train_step(t, in, 2, &loss) != ONYX_STATUS_OK)
     check(0, "onyx_trainer_train_step", onyx_last_error());
   return loss;
 }
@@ -134,13 +135,13 @@ static void test_steps_equal_train(const char* dir, const int64_t* ids) {
   onyx_trainer* a = make(dir, "whole");
   onyx_trainer* b = make(dir, "steps");
   if (!a || !b) return;
-  check(onyx_trainer_train(a, &train_loss) == ONYX_OK, "onyx_trainer_train", onyx_last_error());
+  check(onyx_trainer_train(a, &train_loss) == ONYX_STATUS_OK, "onyx_trainer_train", onyx_last_error());
   n = logged_losses(dir, "whole", want, STEPS);
   onyx_trainer_get_learning_rate(b, &lr0);
   for (s = 0; s < STEPS; s++) {
     got[s] = step(b, ids, s * BATCH);
     if (s == 0) onyx_trainer_get_learning_rate(b, &lr0);
-    if (onyx_trainer_optimizer_step(b) != ONYX_OK)
+    if (onyx_trainer_optimizer_step(b) != ONYX_STATUS_OK)
       check(0, "onyx_trainer_optimizer_step", onyx_last_error());
     if (s == 0) onyx_trainer_get_learning_rate(b, &lr1);
   }
@@ -171,7 +172,7 @@ static void test_lazy_reset(const char* dir, const int64_t* ids) {
   pb = malloc(n * sizeof(float));
   onyx_trainer_copy_parameters_to(a, p0, n);
   step(a, ids, 0);
-  check(onyx_trainer_lazy_reset_grad(a) == ONYX_OK, "onyx_trainer_lazy_reset_grad", "");
+  check(onyx_trainer_lazy_reset_grad(a) == ONYX_STATUS_OK, "onyx_trainer_lazy_reset_grad", "");
   step(a, ids, 2);
   onyx_trainer_optimizer_step(a);
   step(b, ids, 2);
@@ -224,15 +225,15 @@ static void test_save_load_export(const char* dir, const int64_t* ids) {
   step(a, ids, 0);
   onyx_trainer_optimizer_step(a);
   snprintf(path, sizeof path, "%s/saved", dir);
-  check(onyx_trainer_save(a, path) == ONYX_OK, "onyx_trainer_save", onyx_last_error());
+  check(onyx_trainer_save(a, path) == ONYX_STATUS_OK, "onyx_trainer_save", onyx_last_error());
   step_inputs(in, ids, 4, shape);
   onyx_trainer_eval_step(a, in, 2, &trained);
   onyx_trainer_eval_step(b, in, 2, &fresh);
-  check(onyx_trainer_load(b, path) == ONYX_OK, "onyx_trainer_load", onyx_last_error());
+  check(onyx_trainer_load(b, path) == ONYX_STATUS_OK, "onyx_trainer_load", onyx_last_error());
   onyx_trainer_eval_step(b, in, 2, &loaded);
   check(loaded == trained && fresh != trained, "save then load: the trained loss", "");
   snprintf(path, sizeof path, "%s/model.onnx", dir);
-  check(onyx_trainer_export_onnx(a, path) == ONYX_OK, "onyx_trainer_export_onnx",
+  check(onyx_trainer_export_onnx(a, path) == ONYX_STATUS_OK, "onyx_trainer_export_onnx",
         onyx_last_error());
   f = fopen(path, "rb");
   check(f != NULL, "the exported ONNX file exists", path);
@@ -249,13 +250,13 @@ static void test_errors(const char* dir) {
   onyx_input in[2];
   float loss;
   onyx_status s = onyx_trainer_create("model: nowhere.onnx\n", dir, &t);
-  check(s == ONYX_ERROR && t == NULL && strstr(onyx_last_error(), "nowhere.onnx") != NULL,
-        "a missing model: ONYX_ERROR naming it", onyx_last_error());
+  check(s == ONYX_STATUS_ERROR && t == NULL && strstr(onyx_last_error(), "nowhere.onnx") != NULL,
+        "a missing model: ONYX_STATUS_ERROR naming it", onyx_last_error());
   s = onyx_trainer_create("model: [unclosed\n", dir, &t);
-  check(s == ONYX_ERROR && strlen(onyx_last_error()) > 0, "invalid YAML: ONYX_ERROR",
+  check(s == ONYX_STATUS_ERROR && strlen(onyx_last_error()) > 0, "invalid YAML: ONYX_STATUS_ERROR",
         onyx_last_error());
-  check(onyx_trainer_create(NULL, dir, &t) == ONYX_INVALID_ARGUMENT,
-        "a null config: ONYX_INVALID_ARGUMENT", onyx_last_error());
+  check(onyx_trainer_create(NULL, dir, &t) == ONYX_STATUS_INVALID_ARGUMENT,
+        "a null config: ONYX_STATUS_INVALID_ARGUMENT", onyx_last_error());
   t = make(dir, "errors");
   if (!t) return;
   step_inputs(in, NULL, 0, shape);
@@ -263,12 +264,12 @@ static void test_errors(const char* dir) {
   in[0].data = wrong;
   in[1].data = labels;
   s = onyx_trainer_train_step(t, in, 2, &loss);
-  check(s == ONYX_ERROR && strstr(onyx_last_error(), "input_ids") != NULL,
-        "float32 input_ids: ONYX_ERROR naming the input", onyx_last_error());
+  check(s == ONYX_STATUS_ERROR && strstr(onyx_last_error(), "input_ids") != NULL,
+        "float32 input_ids: ONYX_STATUS_ERROR naming the input", onyx_last_error());
   s = onyx_trainer_optimizer_step(t);
-  check(s == ONYX_ERROR, "an optimizer step without a train step: ONYX_ERROR", onyx_last_error());
-  check(onyx_trainer_copy_parameters_from(t, wrong, 3) == ONYX_ERROR,
-        "copy_parameters_from with a wrong count: ONYX_ERROR", onyx_last_error());
+  check(s == ONYX_STATUS_ERROR, "an optimizer step without a train step: ONYX_STATUS_ERROR", onyx_last_error());
+  check(onyx_trainer_copy_parameters_from(t, wrong, 3) == ONYX_STATUS_ERROR,
+        "copy_parameters_from with a wrong count: ONYX_STATUS_ERROR", onyx_last_error());
   onyx_trainer_free(t);
   onyx_trainer_free(NULL);
 }
