@@ -20,7 +20,7 @@ PKGS=(
   build-essential cmake ninja-build ccache pkg-config
   libonnx-dev libprotobuf-dev protobuf-compiler
   libdnnl-dev libopenblas-dev libomp-dev
-  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcairo2-dev libicu-dev
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcairo2-dev libicu-dev libfftw3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
   openmpi-bin libopenmpi-dev iproute2
   python3 python3-venv tmux clang-format

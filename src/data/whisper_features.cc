@@ -1,0 +1,116 @@
+// data/whisper_features.cc — see whisper_features.h.
+#include "data/whisper_features.h"
+
+#include <fftw3.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <mutex>
+
+#include "onyx/error.h"
+
+namespace onyx::data {
+namespace {
+
+// Slaney's mel scale (linear below 1 kHz, logarithmic above), as Transformers' hertz_to_mel /
+// mel_to_hertz with mel_scale "slaney".
+constexpr double kMinLogHz = 1000.0, kMinLogMel = 15.0;
+double hz_to_mel(double hz) {
+  return hz >= kMinLogHz ? kMinLogMel + std::log(hz / kMinLogHz) * (27.0 / std::log(6.4))
+                         : 3.0 * hz / 200.0;
+}
+double mel_to_hz(double mel) {
+  return mel >= kMinLogMel ? kMinLogHz * std::exp(std::log(6.4) / 27.0 * (mel - kMinLogMel))
+                           : 200.0 * mel / 3.0;
+}
+
+// numpy.linspace(start, stop, n)[i]: start + i * step, the last exactly stop.
+double linspace(double start, double stop, int64_t n, int64_t i) {
+  return i == n - 1 ? stop : start + (double)i * ((stop - start) / (double)(n - 1));
+}
+
+// FFTW plans are made under a lock (its planner is not thread-safe); executing one is.
+std::mutex& planner_lock() {
+  static std::mutex m;
+  return m;
+}
+
+void check_config(const WhisperFeatureConfig& c) {
+  ONYX_CHECK(c.feature_size > 0 && c.sampling_rate > 0 && c.hop_length > 0 && c.n_fft >= 2 &&
+                 c.chunk_length > 0 && c.samples() > c.n_fft / 2,
+             "Whisper features: invalid configuration (feature_size ", c.feature_size,
+             ", sampling_rate ", c.sampling_rate, ", hop_length ", c.hop_length, ", n_fft ",
+             c.n_fft, ", chunk_length ", c.chunk_length, ")");
+}
+
+}  // namespace
+
+std::vector<double> whisper_mel_filters(const WhisperFeatureConfig& c) {
+  check_config(c);
+  const int64_t bins = c.n_fft / 2 + 1, M = c.feature_size;
+  const double mel_max = hz_to_mel(c.sampling_rate / 2.0);
+  std::vector<double> edges(M + 2);  // the filters' corner frequencies in Hz
+  for (int64_t i = 0; i < M + 2; i++) edges[i] = mel_to_hz(linspace(0.0, mel_max, M + 2, i));
+  std::vector<double> f(bins * M);
+  for (int64_t k = 0; k < bins; k++) {
+    const double hz = linspace(0.0, (double)(c.sampling_rate / 2), bins, k);
+    for (int64_t m = 0; m < M; m++) {
+      const double down = (hz - edges[m]) / (edges[m + 1] - edges[m]);
+      const double up = (edges[m + 2] - hz) / (edges[m + 2] - edges[m + 1]);
+      // (Slaney normalization: about constant energy per filter)
+      f[k * M + m] = std::max(0.0, std::min(down, up)) * (2.0 / (edges[m + 2] - edges[m]));
+    }
+  }
+  return f;
+}
+
+Tensor whisper_input_features(const std::vector<float>& audio, const WhisperFeatureConfig& c) {
+  check_config(c);
+  const int64_t n = c.samples(), nfft = c.n_fft, pad = nfft / 2, bins = nfft / 2 + 1;
+  const int64_t frames = c.frames(), M = c.feature_size;
+  // the chunk, reflect-padded by n_fft / 2 on both sides (torch.stft's center=True)
+  std::vector<double> x(n + 2 * pad, 0.0);
+  const int64_t len = std::min<int64_t>(n, (int64_t)audio.size());
+  for (int64_t i = 0; i < len; i++) x[pad + i] = audio[i];
+  for (int64_t i = 0; i < pad; i++) {
+    x[pad - 1 - i] = x[pad + 1 + i];
+    x[pad + n + i] = x[pad + n - 2 - i];
+  }
+  std::vector<double> window(nfft);
+  for (int64_t i = 0; i < nfft; i++)
+    window[i] = 0.5 - 0.5 * std::cos(2.0 * M_PI * (double)i / (double)nfft);  // periodic Hann
+  const std::vector<double> filters = whisper_mel_filters(c);
+  std::vector<double> frame(nfft), power(bins);
+  std::unique_ptr<fftw_complex, decltype(&fftw_free)> spec(
+      (fftw_complex*)fftw_malloc(sizeof(fftw_complex) * bins), &fftw_free);
+  fftw_plan plan;
+  {
+    std::lock_guard<std::mutex> lock(planner_lock());
+    plan = fftw_plan_dft_r2c_1d((int)nfft, frame.data(), spec.get(), FFTW_ESTIMATE);
+  }
+  ONYX_CHECK(plan, "Whisper features: FFTW could not plan a ", nfft, "-point transform");
+  std::vector<double> logmel(M * frames);
+  for (int64_t t = 0; t < frames; t++) {  // (the STFT's last frame, t = frames, is dropped)
+    for (int64_t i = 0; i < nfft; i++) frame[i] = x[t * c.hop_length + i] * window[i];
+    fftw_execute(plan);
+    for (int64_t k = 0; k < bins; k++)
+      power[k] = spec.get()[k][0] * spec.get()[k][0] + spec.get()[k][1] * spec.get()[k][1];
+    for (int64_t m = 0; m < M; m++) {
+      double s = 0;
+      for (int64_t k = 0; k < bins; k++) s += filters[k * M + m] * power[k];
+      logmel[m * frames + t] = std::log10(std::max(s, 1e-10));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(planner_lock());
+    fftw_destroy_plan(plan);
+  }
+  const double floor = *std::max_element(logmel.begin(), logmel.end()) - 8.0;
+  Tensor out(DType::Float32, {M, frames});
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < M * frames; i++) o[i] = (float)((std::max(logmel[i], floor) + 4.0) / 4.0);
+  return out;
+}
+
+}  // namespace onyx::data
