@@ -376,17 +376,20 @@ def case_quantized_folder(r):
     import peft
     folder = hf_4bit_folder(r, bnb_config())
     path, out = r.config("from-4bit", model=folder)
-    p = subprocess.run([ONYX, "train", path], capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        return False, f"onyx train exited {p.returncode}: {p.stderr[-600:]}"
-    with open(os.path.join(out, "log_history.jsonl")) as f:
-        losses = [json.loads(l)["loss"] for l in f if '"loss"' in l]
+    losses = onyx_losses(path, out)
     m = tr.LlamaForCausalLM.from_pretrained(folder)
     m.config._attn_implementation = "eager"
     pm = peft.PeftModel.from_pretrained(m, r.init_dir, is_trainable=True)
+    return against_peft_on_folder(r, folder, out, losses, pm)
+
+
+def against_peft_on_folder(r, folder, out, losses, pm):
+    """onyx's run from a folder Transformers saved 4-bit (output `out`, its logged `losses`)
+    against PEFT model `pm` over that folder trained on the same batches: every loss within 1e-5
+    relative (the same weights), the adapters within 1e-3, the folder's tensors saved back bit for
+    bit."""
     torch_losses = train_like_onyx(pm, r.data, STEPS, BATCH, LR)
-    got = load_file(os.path.join(out, "adapter_model.safetensors"))
-    dist = fro(got, adapters(pm))
+    dist = fro(load_file(os.path.join(out, "adapter_model.safetensors")), adapters(pm))
     lerr = max(abs(a - b) / abs(b) for a, b in zip(losses, torch_losses))
     saved = load_file(os.path.join(out, "model.safetensors"))
     src = load_file(os.path.join(folder, "model.safetensors"))
@@ -527,16 +530,7 @@ def case_gpt2_quantized_folder(r):
     path, out = r.config("gpt2-from-4bit", model=folder, peft_config=g.init_dir)
     losses = onyx_losses(path, out)
     pm = peft.PeftModel.from_pretrained(g.quantized(None, folder), g.init_dir, is_trainable=True)
-    torch_losses = train_like_onyx(pm, r.data, STEPS, BATCH, LR)
-    lerr = max(abs(a - b) / abs(b) for a, b in zip(losses, torch_losses))
-    dist = fro(load_file(os.path.join(out, "adapter_model.safetensors")), adapters(pm))
-    saved = load_file(os.path.join(out, "model.safetensors"))
-    src = load_file(os.path.join(folder, "model.safetensors"))
-    same = sorted(saved) == sorted(src) and all(np.array_equal(saved[k], src[k]) for k in src)
-    ok = len(losses) == STEPS and lerr < 1e-5 and dist < 1e-3 and same
-    return ok, (f"losses {losses[0]:.4f} -> {losses[-1]:.4f}, worst rel {lerr:.1e} from PEFT on "
-                f"the same folder; adapters {dist:.1e}; the saved base is the folder's, bit for "
-                f"bit: {same}")
+    return against_peft_on_folder(r, folder, out, losses, pm)
 
 
 def case_errors(r):

@@ -1441,6 +1441,21 @@ def case_peft_lora_module(onyx, tmp):
             f"{worst:.1e}, base unchanged, save_pretrained loads back (logits within {diff:.1e})")
 
 
+def peft_over_4bit(model_class, folder, bnb, lora):
+    """peft.get_peft_model over `folder` loaded 4-bit with BitsAndBytesConfig `bnb`, its lora_B
+    drawn (seeded) so that every adapter weight moves from the first step."""
+    import peft
+    import torch
+    m = model_class.from_pretrained(folder, quantization_config=bnb)
+    torch.manual_seed(1)
+    pm = peft.get_peft_model(m, lora)
+    with torch.no_grad():  # B starts at zero in PEFT: give it values so every weight moves
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)
+    return pm
+
+
 def case_qlora_peft_module(onyx, tmp):
     """QLoRA as Transformers users write it (issue #38): a LlamaForCausalLM loaded with
     BitsAndBytesConfig(load_in_4bit=True, nf4, double quantization) — bitsandbytes' CPU backend —
@@ -1464,14 +1479,7 @@ def case_qlora_peft_module(onyx, tmp):
                            task_type="CAUSAL_LM")
 
     def qlora_model():
-        m = transformers.LlamaForCausalLM.from_pretrained(folder, quantization_config=bnb)
-        torch.manual_seed(1)
-        pm = peft.get_peft_model(m, lora)
-        with torch.no_grad():  # B starts at zero in PEFT: give it values so every weight moves
-            for n, p in pm.named_parameters():
-                if "lora_B" in n:
-                    p.normal_(0, 0.1)
-        return pm
+        return peft_over_4bit(transformers.LlamaForCausalLM, folder, bnb, lora)
 
     module, ref_module = qlora_model(), qlora_model()
     codes_before = {n: t.clone() for n, t in module.state_dict().items() if t.dtype == torch.uint8}
@@ -1516,17 +1524,8 @@ def case_qlora_peft_gpt2(onyx, tmp):
     lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["c_attn"],
                            task_type="CAUSAL_LM")
 
-    def qlora_model():
-        m = transformers.GPT2LMHeadModel.from_pretrained(folder, quantization_config=bnb)
-        torch.manual_seed(1)
-        pm = peft.get_peft_model(m, lora)
-        with torch.no_grad():  # B starts at zero in PEFT: give it values so every weight moves
-            for n, p in pm.named_parameters():
-                if "lora_B" in n:
-                    p.normal_(0, 0.1)
-        return pm
-
-    module, ref_module = qlora_model(), qlora_model()
+    module = peft_over_4bit(transformers.GPT2LMHeadModel, folder, bnb, lora)
+    ref_module = peft_over_4bit(transformers.GPT2LMHeadModel, folder, bnb, lora)
     # GPT2LMHeadModel's loss_type None hides its label shift from Transformers 5.24's Trainer,
     # which then divides by targets + rows (examples case above): named on its side
     ref_module.get_base_model().loss_type = "ForCausalLM"
