@@ -881,64 +881,69 @@ void store_quantized(const RunConfig& c, Model& m) {
   }
 }
 
+// A model given as a mapping {arch, config, config_overrides, weights, task, seed}: built from its
+// config (4-bit or bf16 linear weights as the run asks), the weights read when given.
+Model model_from_spec(const RunConfig& c) {
+  std::string what = cat("config '", c.path, "': 'model'");
+  YAML::Node n = YAML::Load(c.model_spec);
+  for (auto kv : n) {
+    std::string k = kv.first.as<std::string>();
+    ONYX_CHECK(k == "arch" || k == "config" || k == "weights" || k == "task" || k == "seed" ||
+                   k == "config_overrides",
+               what, ": unknown key '", k,
+               "' (arch, config, config_overrides, weights, task, seed)");
+  }
+  ONYX_CHECK(n["config"], what, ": 'config' (a config.json path or an inline mapping) is missing");
+  nlohmann::json cj;
+  std::string cfg_what = what + ".config";
+  if (n["config"].IsMap()) {
+    cj = yaml_to_json(n["config"]);
+  } else {
+    std::string p = resolve(c.dir, n["config"].as<std::string>());
+    if (fs::is_directory(p)) p = (fs::path(p) / "config.json").string();
+    cfg_what = cat("'", p, "'");
+    try {
+      cj = nlohmann::json::parse(read_text(p, what));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(cat(cfg_what, ": not valid JSON: ", e.what()));
+    }
+  }
+  // config_overrides: keys set over the config (from_pretrained(path, num_labels=4, ...))
+  if (n["config_overrides"]) {
+    ONYX_CHECK(n["config_overrides"].IsMap(), what, ": 'config_overrides' must be a mapping");
+    nlohmann::json over = yaml_to_json(n["config_overrides"]);
+    for (auto& [k, v] : over.items()) cj[k] = v;
+  }
+  if (n["arch"]) cj["model_type"] = n["arch"].as<std::string>();
+  models::HfConfig hc = models::parse_hf_config(cj.dump(), cfg_what);
+  if (c.quantization && !hc.quantization) hc.quantization = c.quantization;
+  hc.bf16_linears = bf16_linears_from_start(c) && !hc.quantization;
+  models::Task task = n["task"] ? parse_task(n["task"].as<std::string>(), what)
+                                : (hc.model_type == "vit" ? models::Task::ImageClassification
+                                   : hc.model_type == "gpt2" || hc.model_type == "llama" ||
+                                           hc.model_type == "mistral" || hc.model_type == "qwen2"
+                                       ? models::Task::CausalLM
+                                       : models::Task::SequenceClassification);
+  int64_t seed = n["seed"] ? n["seed"].as<int64_t>() : c.args.seed;
+  models::BuiltModel b = models::build_hf_model(hc, task, seed);
+  if (n["weights"]) {
+    std::string w = resolve(c.dir, n["weights"].as<std::string>());
+    std::map<std::string, Tensor> tensors;
+    if (fs::is_directory(w))
+      tensors = models::read_hf_checkpoint(w);
+    else
+      tensors = io::load_safetensors(w).tensors;
+    models::apply_hf_checkpoint(b, tensors, cat("'", w, "'"));
+  }
+  return from_built(std::move(b), c.path);
+}
+
 }  // namespace
 
 Model model_from_config(const RunConfig& c) {
   Model m;
   if (!c.model_spec.empty()) {
-    std::string what = cat("config '", c.path, "': 'model'");
-    YAML::Node n = YAML::Load(c.model_spec);
-    for (auto kv : n) {
-      std::string k = kv.first.as<std::string>();
-      ONYX_CHECK(k == "arch" || k == "config" || k == "weights" || k == "task" || k == "seed" ||
-                     k == "config_overrides",
-                 what, ": unknown key '", k,
-                 "' (arch, config, config_overrides, weights, task, seed)");
-    }
-    ONYX_CHECK(n["config"], what,
-               ": 'config' (a config.json path or an inline mapping) is missing");
-    nlohmann::json cj;
-    std::string cfg_what = what + ".config";
-    if (n["config"].IsMap()) {
-      cj = yaml_to_json(n["config"]);
-    } else {
-      std::string p = resolve(c.dir, n["config"].as<std::string>());
-      if (fs::is_directory(p)) p = (fs::path(p) / "config.json").string();
-      cfg_what = cat("'", p, "'");
-      try {
-        cj = nlohmann::json::parse(read_text(p, what));
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(cat(cfg_what, ": not valid JSON: ", e.what()));
-      }
-    }
-    // config_overrides: keys set over the config (from_pretrained(path, num_labels=4, ...))
-    if (n["config_overrides"]) {
-      ONYX_CHECK(n["config_overrides"].IsMap(), what, ": 'config_overrides' must be a mapping");
-      nlohmann::json over = yaml_to_json(n["config_overrides"]);
-      for (auto& [k, v] : over.items()) cj[k] = v;
-    }
-    if (n["arch"]) cj["model_type"] = n["arch"].as<std::string>();
-    models::HfConfig hc = models::parse_hf_config(cj.dump(), cfg_what);
-    if (c.quantization && !hc.quantization) hc.quantization = c.quantization;
-    hc.bf16_linears = bf16_linears_from_start(c) && !hc.quantization;
-    models::Task task = n["task"] ? parse_task(n["task"].as<std::string>(), what)
-                                  : (hc.model_type == "vit" ? models::Task::ImageClassification
-                                     : hc.model_type == "gpt2" || hc.model_type == "llama" ||
-                                             hc.model_type == "mistral" || hc.model_type == "qwen2"
-                                         ? models::Task::CausalLM
-                                         : models::Task::SequenceClassification);
-    int64_t seed = n["seed"] ? n["seed"].as<int64_t>() : c.args.seed;
-    models::BuiltModel b = models::build_hf_model(hc, task, seed);
-    if (n["weights"]) {
-      std::string w = resolve(c.dir, n["weights"].as<std::string>());
-      std::map<std::string, Tensor> tensors;
-      if (fs::is_directory(w))
-        tensors = models::read_hf_checkpoint(w);
-      else
-        tensors = io::load_safetensors(w).tensors;
-      models::apply_hf_checkpoint(b, tensors, cat("'", w, "'"));
-    }
-    m = from_built(std::move(b), c.path);
+    m = model_from_spec(c);
   } else if (fs::is_directory(c.model)) {
     m = from_built(models::load_hf_folder(c.model, std::nullopt, c.args.seed, c.quantization,
                                           bf16_linears_from_start(c)),
