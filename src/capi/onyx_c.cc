@@ -17,6 +17,7 @@
 #include "ir/onnx_io.h"
 #include "onyx/trainer.h"
 #include "passes/inference_export.h"
+#include "quant/store_4bit.h"
 #include "train/training_session.h"
 
 namespace fs = std::filesystem;
@@ -222,10 +223,16 @@ onyx_status onyx_trainer_load(onyx_trainer* t, const char* dir) {
 onyx_status onyx_trainer_export_onnx(onyx_trainer* t, const char* path) {
   if (!t || !path) return invalid("onyx_trainer_export_onnx: null argument");
   return guarded([&] {
-    onyx::passes::InferenceExportOptions eo;
-    eo.loss_output = t->trainer->model().loss.output;
-    onyx::ir::Graph g = onyx::passes::make_inference_graph(*t->trainer->model().graph, eo);
-    onyx::ir::save_onnx(g, path);
+    const onyx::Model& m = t->trainer->model();
+    // the graph with the current weights, a 4-bit base dequantized (standard ops only)
+    onyx::ir::Graph g = *m.graph;
+    for (auto& [name, w] : t->trainer->weights()) g.initializers[name] = w;
+    onyx::quant::restore_float_weights(g);
+    onyx::passes::InferenceExportOptions eo;  // the loss output removed, as `onyx export` does
+    if (m.loss.kind == onyx::autodiff::LossSpec::Kind::GraphOutput)
+      eo.loss_output =
+          m.loss.output.empty() && !g.outputs.empty() ? g.outputs[0].name : m.loss.output;
+    onyx::ir::save_onnx(onyx::passes::make_inference_graph(g, eo), path);
   });
 }
 
