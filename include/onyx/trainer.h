@@ -84,6 +84,9 @@ struct Model {
   // Hugging Face folder; empty: the starting policy.
   std::string reference_model;
   static Model from_onnx(const std::string& path, autodiff::LossSpec loss = {});
+  // The graph output that is the loss (a GraphOutput loss: the named one, else the first output),
+  // or "" when the loss is appended to an output (cross-entropy, MSE).
+  std::string graph_loss_output() const;
 };
 
 struct LogEntry {
@@ -217,6 +220,9 @@ class Trainer {
   void fit_batch_to_memory();
   train::TrainingSession& session();
   const Model& model() const { return model_; }
+  // The weights of a folder save_model or a checkpoint wrote (a LoRA run's adapters from its
+  // adapter_model.safetensors), parameters and BatchNorm statistics; the optimizer state is kept.
+  void load_weights(const std::string& dir);
   // Step-level training, the loop in the caller's hands (the C API, onyx/onyx_c.h; ONNX
   // Runtime's TrainStep / OptimizerStep / LazyResetGrad). train_step: one forward and backward on
   // `batch` (graph inputs and labels by name; defaults filled as in training), its gradient added

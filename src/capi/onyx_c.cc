@@ -6,24 +6,19 @@
 
 #include <cstring>
 #include <exception>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <new>
 #include <string>
 
 #include "config/run_config.h"
-#include "io/safetensors.h"
 #include "ir/onnx_io.h"
 #include "onyx/trainer.h"
 #include "passes/inference_export.h"
 #include "quant/store_4bit.h"
 #include "train/training_session.h"
 
-namespace fs = std::filesystem;
-
 struct onyx_trainer {
-  onyx::config::RunConfig config;
   std::unique_ptr<onyx::Trainer> trainer;
 };
 
@@ -53,21 +48,14 @@ onyx_status invalid(const char* what) {
   return ONYX_STATUS_INVALID_ARGUMENT;
 }
 
-// The trainer of a run config: its model, datasets and callbacks as `onyx train` makes them.
-onyx_trainer* make_trainer(onyx::config::RunConfig c) {
+// The trainer of a run config, with its datasets, as `onyx train` makes it.
+onyx_trainer* make_trainer(const onyx::config::RunConfig& c) {
   using namespace onyx;
-  auto h = std::make_unique<onyx_trainer>();
   std::shared_ptr<data::Dataset> train, eval;
   if (!c.train_data.empty()) train = config::dataset_from_spec(c.train_data, c, "train_data");
   if (!c.eval_data.empty()) eval = config::dataset_from_spec(c.eval_data, c, "eval_data");
-  ComputeMetrics cm = c.metrics.empty() ? nullptr : metrics::by_names(c.metrics);
-  std::vector<std::shared_ptr<TrainerCallback>> callbacks;
-  if (c.early_stopping_patience)
-    callbacks.push_back(std::make_shared<EarlyStoppingCallback>((int)*c.early_stopping_patience,
-                                                                c.early_stopping_threshold));
-  Model model = config::model_from_config(c);
-  h->trainer = std::make_unique<Trainer>(std::move(model), c.args, train, eval, cm, callbacks);
-  h->config = std::move(c);
+  auto h = std::make_unique<onyx_trainer>();
+  h->trainer = config::make_trainer(c, train, eval);
   return h.release();
 }
 
@@ -213,11 +201,7 @@ onyx_status onyx_trainer_save(onyx_trainer* t, const char* dir) {
 
 onyx_status onyx_trainer_load(onyx_trainer* t, const char* dir) {
   if (!t || !dir) return invalid("onyx_trainer_load: null argument");
-  return guarded([&] {
-    const std::string file = (fs::path(dir) / "model.safetensors").string();
-    ONYX_CHECK(fs::exists(file), "onyx_trainer_load: '", dir, "' has no model.safetensors");
-    t->trainer->session().load_weights(onyx::io::load_safetensors(file).tensors, "'" + file + "'");
-  });
+  return guarded([&] { t->trainer->load_weights(dir); });
 }
 
 onyx_status onyx_trainer_export_onnx(onyx_trainer* t, const char* path) {
@@ -229,9 +213,7 @@ onyx_status onyx_trainer_export_onnx(onyx_trainer* t, const char* path) {
     for (auto& [name, w] : t->trainer->weights()) g.initializers[name] = w;
     onyx::quant::restore_float_weights(g);
     onyx::passes::InferenceExportOptions eo;  // the loss output removed, as `onyx export` does
-    if (m.loss.kind == onyx::autodiff::LossSpec::Kind::GraphOutput)
-      eo.loss_output =
-          m.loss.output.empty() && !g.outputs.empty() ? g.outputs[0].name : m.loss.output;
+    eo.loss_output = m.graph_loss_output();
     onyx::ir::save_onnx(onyx::passes::make_inference_graph(g, eo), path);
   });
 }

@@ -1051,4 +1051,19 @@ Model model_from_config(const RunConfig& c) {
   return m;
 }
 
+std::unique_ptr<Trainer> make_trainer(const RunConfig& c, std::shared_ptr<data::Dataset> train,
+                                      std::shared_ptr<data::Dataset> eval) {
+  ComputeMetrics cm = c.metrics.empty() ? nullptr : metrics::by_names(c.metrics);
+  std::vector<std::shared_ptr<TrainerCallback>> callbacks;
+  if (c.early_stopping_patience)
+    callbacks.push_back(std::make_shared<EarlyStoppingCallback>((int)*c.early_stopping_patience,
+                                                                c.early_stopping_threshold));
+  auto t = std::make_unique<Trainer>(model_from_config(c), c.args, std::move(train),
+                                     std::move(eval), cm, std::move(callbacks));
+  bool need_predictions = false;
+  for (auto& m : c.metrics) need_predictions |= m != "perplexity";
+  t->set_metrics_need_predictions(need_predictions);
+  return t;
+}
+
 }  // namespace onyx::config

@@ -95,6 +95,11 @@ std::vector<std::pair<std::string, std::string>> parse_overrides(
     const std::vector<std::string>& args);
 
 Model model_from_config(const RunConfig& c);
+// The Trainer `onyx train` makes of a config: its model, metrics and early stopping, over the
+// given datasets (either may be null); predictions kept only when a metric reads them (perplexity
+// is the eval loss's).
+std::unique_ptr<Trainer> make_trainer(const RunConfig& c, std::shared_ptr<data::Dataset> train,
+                                      std::shared_ptr<data::Dataset> eval);
 std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunConfig& c,
                                                  const std::string& which);
 

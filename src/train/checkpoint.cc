@@ -114,6 +114,11 @@ static void fsync_path(const fs::path& p, bool dir) {
   }
 }
 
+std::string Model::graph_loss_output() const {
+  if (loss.kind != autodiff::LossSpec::Kind::GraphOutput) return "";
+  return loss.output.empty() && !graph->outputs.empty() ? graph->outputs[0].name : loss.output;
+}
+
 std::map<std::string, Tensor> Trainer::weights() {
   auto& ts = *impl_->ts;
   std::map<std::string, Tensor> weights;
@@ -141,9 +146,7 @@ void Trainer::save_model(const std::string& dir) {
   json m;
   m["source"] = model_.source;
   if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput)
-    m["loss_output"] = model_.loss.output.empty() && !model_.graph->outputs.empty()
-                           ? model_.graph->outputs[0].name
-                           : model_.loss.output;
+    m["loss_output"] = model_.graph_loss_output();
   else
     m["labels"] = model_.loss.labels;
   m["producer"] = "onyx";
@@ -397,6 +400,12 @@ std::map<std::string, Tensor> Trainer::read_checkpoint_weights(const std::string
     }
   }
   return weights;
+}
+
+void Trainer::load_weights(const std::string& dir) {
+  ONYX_CHECK(fs::exists(fs::path(dir) / "model.safetensors"), "'", dir,
+             "' has no model.safetensors");
+  impl_->ts->load_weights(read_checkpoint_weights(dir), cat("checkpoint '", dir, "'"));
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {

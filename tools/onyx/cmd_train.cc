@@ -31,23 +31,6 @@ Loaded load(const std::string& path, const std::vector<std::string>& extras, boo
   return l;
 }
 
-Trainer make_trainer(Loaded& l) {
-  ComputeMetrics cm = l.cfg.metrics.empty() ? nullptr : metrics::by_names(l.cfg.metrics);
-  Model model = config::model_from_config(l.cfg);
-  std::vector<std::shared_ptr<TrainerCallback>> callbacks;
-  if (l.cfg.early_stopping_patience)
-    callbacks.push_back(std::make_shared<EarlyStoppingCallback>((int)*l.cfg.early_stopping_patience,
-                                                                l.cfg.early_stopping_threshold));
-  return Trainer(std::move(model), l.cfg.args, l.train, l.eval, cm, std::move(callbacks));
-}
-
-// perplexity is computed from the eval loss alone; the other metrics read the predictions
-bool metrics_need_predictions(const Loaded& l) {
-  for (auto& m : l.cfg.metrics)
-    if (m != "perplexity") return true;
-  return false;
-}
-
 }  // namespace
 
 namespace {
@@ -183,10 +166,9 @@ Action add_train_command(CLI::App& app) {
   cmd->footer(config_keys_help());
   return [path, cmd]() {
     Loaded l = load(*path, cmd->remaining(), true);
-    Trainer t = make_trainer(l);
-    t.set_metrics_need_predictions(metrics_need_predictions(l));
-    auto out = t.train();
-    const auto par = t.parallel_info();
+    auto t = config::make_trainer(l.cfg, l.train, l.eval);
+    auto out = t->train();
+    const auto par = t->parallel_info();
     const bool rank0 = par.rank == 0;   // data parallel: rank 0 reports and saves
     train::Progress::close_open_bar();  // the summary starts on a line of its own
     if (rank0)
@@ -203,10 +185,10 @@ Action add_train_command(CLI::App& app) {
                 << "), " << par.optimizer_state_elements << " of " << par.parameter_elements
                 << " optimizer-state elements on rank 0\n";
     if (l.eval) {
-      auto m = t.evaluate();
+      auto m = t->evaluate();
       if (rank0) std::cout << "final evaluation: " << train::format_log_dict(m) << "\n";
     }
-    t.save_model(l.cfg.args.output_dir);
+    t->save_model(l.cfg.args.output_dir);
     return 0;
   };
 }
@@ -222,14 +204,9 @@ Action add_evaluate_command(CLI::App& app) {
   return [path, ckpt, cmd]() {
     Loaded l = load(*path, cmd->remaining(), false);
     ONYX_CHECK(l.eval, "config '", *path, "': 'eval_data' is missing");
-    Trainer t = make_trainer(l);
-    t.set_metrics_need_predictions(metrics_need_predictions(l));
-    if (!ckpt->empty()) {
-      // parameters and BatchNorm running statistics
-      t.session().load_weights(io::load_safetensors(*ckpt + "/model.safetensors").tensors,
-                               cat("checkpoint '", *ckpt, "'"));
-    }
-    auto m = t.evaluate();
+    auto t = config::make_trainer(l.cfg, l.train, l.eval);
+    if (!ckpt->empty()) t->load_weights(*ckpt);  // parameters, BatchNorm statistics, adapters
+    auto m = t->evaluate();
     for (auto& [k, v] : m) std::cout << k << ": " << v << "\n";
     return 0;
   };
@@ -248,9 +225,8 @@ Action add_predict_command(CLI::App& app) {
     const auto& spec = !l.cfg.test_data.empty() ? l.cfg.test_data : l.cfg.eval_data;
     ONYX_CHECK(!spec.empty(), "config '", *path, "': 'test_data' (or 'eval_data') is missing");
     auto ds = config::dataset_from_spec(spec, l.cfg, "test_data");
-    Trainer t = make_trainer(l);
-    t.set_metrics_need_predictions(metrics_need_predictions(l));
-    auto po = t.predict(*ds);
+    auto t = config::make_trainer(l.cfg, l.train, l.eval);
+    auto po = t->predict(*ds);
     std::map<std::string, Tensor> out;
     if (po.predictions.defined()) out["predictions"] = po.predictions;
     if (po.label_ids.defined()) out["label_ids"] = po.label_ids;
