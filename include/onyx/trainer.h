@@ -24,7 +24,8 @@ struct Graph;  // ir/graph.h
 }
 namespace generate {
 class Generator;  // generate/generate.h
-}
+struct GenerationConfig;
+}  // namespace generate
 namespace kernels {
 enum class LowPrecision;  // kernels/cpu/gemm.h
 }
@@ -291,6 +292,10 @@ class Trainer {
   // predict_with_generate: greedy generation from each sample's prompt, scored against its
   // labelled completion; the generated ids (N, longest) padded with -100 into `generated`.
   Metrics generation_metrics(const data::Dataset& ds, Tensor* generated);
+  // The same for an encoder–decoder (train/seq2seq_generation.cc): generated from each sample's
+  // encoder inputs, Seq2SeqTrainer's predictions (start token, new tokens, pad_token_id padding).
+  Metrics seq2seq_generation_metrics(const data::Dataset& ds, generate::Generator& gen,
+                                     generate::GenerationConfig cfg, Tensor* generated);
   // The decoder with a KV cache fed the current weights (rounded as `low` says; shared: every
   // weight a view of the Trainer's, LoRA unmerged).
   generate::Generator& current_generator(kernels::LowPrecision low, bool shared = false);

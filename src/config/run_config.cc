@@ -672,12 +672,21 @@ models::Task parse_task(const std::string& t, const std::string& what) {
       {"masked-lm", models::Task::MaskedLM},
       {"causal-lm", models::Task::CausalLM},
       {"image-classification", models::Task::ImageClassification},
+      {"seq2seq-lm", models::Task::Seq2SeqLM},
       {"base", models::Task::Base}};
   auto it = tasks.find(t);
   if (it != tasks.end()) return it->second;
   std::string list;
   for (auto& [k, _] : tasks) list += (list.empty() ? "" : ", ") + k;
   throw Error(cat(what, ": unknown task '", t, "' (", list, ")"));
+}
+
+// A config mapping without `task`: the model type's usual head.
+models::Task default_task(const std::string& t) {
+  if (t == "vit") return models::Task::ImageClassification;
+  if (t == "gpt2" || t == "llama" || t == "mistral" || t == "qwen2") return models::Task::CausalLM;
+  if (t == "whisper" || t == "bart") return models::Task::Seq2SeqLM;
+  return models::Task::SequenceClassification;
 }
 
 Model from_built(models::BuiltModel b, const std::string& source) {
@@ -918,12 +927,8 @@ Model model_from_spec(const RunConfig& c) {
   models::HfConfig hc = models::parse_hf_config(cj.dump(), cfg_what);
   if (c.quantization && !hc.quantization) hc.quantization = c.quantization;
   hc.bf16_linears = bf16_linears_from_start(c) && !hc.quantization;
-  models::Task task = n["task"] ? parse_task(n["task"].as<std::string>(), what)
-                                : (hc.model_type == "vit" ? models::Task::ImageClassification
-                                   : hc.model_type == "gpt2" || hc.model_type == "llama" ||
-                                           hc.model_type == "mistral" || hc.model_type == "qwen2"
-                                       ? models::Task::CausalLM
-                                       : models::Task::SequenceClassification);
+  models::Task task =
+      n["task"] ? parse_task(n["task"].as<std::string>(), what) : default_task(hc.model_type);
   int64_t seed = n["seed"] ? n["seed"].as<int64_t>() : c.args.seed;
   models::BuiltModel b = models::build_hf_model(hc, task, seed);
   if (n["weights"]) {

@@ -29,16 +29,34 @@ namespace onyx::generate {
 
 struct Generator::Compiled {
   int64_t batch, new_tokens, past;
+  int64_t encoder_length = 0;                   // an encoder–decoder's cross keys and values
+  std::map<std::string, TensorMeta> signature;  // the encoder's
   std::shared_ptr<const ir::Graph> graph;
   std::unique_ptr<runtime::Session> session;
 };
 
+// Whether `cfg` sets any logits processor (process_logits has work to do).
+static bool has_processors(const GenerationConfig& cfg) {
+  return cfg.repetition_penalty != 1.0 || cfg.no_repeat_ngram_size > 0 || cfg.min_length > 0 ||
+         cfg.min_new_tokens > 0 || cfg.forced_bos_token_id >= 0 ||
+         !cfg.forced_eos_token_ids.empty() || !cfg.suppress_tokens.empty() ||
+         !cfg.begin_suppress_tokens.empty();
+}
+
+// Every logit -inf but those of `keep` (0 there): the forced-token processors.
+static void force_tokens(float* s, int64_t V, const std::vector<int64_t>& keep) {
+  std::fill(s, s + V, -std::numeric_limits<float>::infinity());
+  for (int64_t k : keep)
+    if (k >= 0 && k < V) s[k] = 0;
+}
+
 // Transformers' logits processors of `cfg` on one row's next-token logits s (V), in its order.
 // `seq`: the row as generate() holds it (left padding, prompt, new tokens so far); `pads`: how
-// many of its first tokens are padding; `fresh`: new tokens so far.
+// many of its first tokens are padding; `fresh`: new tokens so far; `max_len`: the length (padded
+// prompt + new tokens) generation stops at.
 static void process_logits(float* s, int64_t V, const GenerationConfig& cfg,
                            const std::vector<int64_t>& seq, int64_t pads, int64_t fresh,
-                           const std::set<int64_t>& eos) {
+                           const std::set<int64_t>& eos, int64_t max_len) {
   const float ninf = -std::numeric_limits<float>::infinity();
   if (cfg.repetition_penalty != 1.0) {
     const float p = (float)cfg.repetition_penalty;
@@ -60,6 +78,16 @@ static void process_logits(float* s, int64_t V, const GenerationConfig& cfg,
   if (len < cfg.min_length || fresh < cfg.min_new_tokens)
     for (int64_t e : eos)
       if (e >= 0 && e < V) s[e] = ninf;
+  if (cfg.forced_bos_token_id >= 0 && len == 1) force_tokens(s, V, {cfg.forced_bos_token_id});
+  if (!cfg.forced_eos_token_ids.empty() && len == max_len - 1)
+    force_tokens(s, V, cfg.forced_eos_token_ids);
+  for (int64_t t : cfg.suppress_tokens)
+    if (t < V) s[t] = ninf;
+  // the first new token (the second after a one-token prompt and a forced bos)
+  const int64_t begin = len - fresh + (len - fresh == 1 && cfg.forced_bos_token_id >= 0 ? 1 : 0);
+  if (len == begin)
+    for (int64_t t : cfg.begin_suppress_tokens)
+      if (t < V) s[t] = ninf;
 }
 
 // Beam search as Transformers' _beam_search (5.x) runs it, for B0 prompts of num_beams rows each
@@ -104,7 +132,7 @@ static void beam_search(const GenerationConfig& cfg, int64_t B0, int64_t L, int6
         for (int64_t v = 0; v < V; v++) sum += std::exp((double)(x[v] - mx));
         const float lse = (float)std::log(sum);
         for (int64_t v = 0; v < V; v++) lp[v] = x[v] - mx - lse;  // log_softmax
-        process_logits(lp.data(), V, cfg, seqs[r], pads[r], t, eos);
+        process_logits(lp.data(), V, cfg, seqs[r], pads[r], t, eos, max_len);
         for (int64_t v = 0; v < V; v++) acc[j * V + v] = lp[v] + run_score[r];
       }
       // the top K (descending; ties: the lower index first)
@@ -257,8 +285,13 @@ int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, 
   return last;
 }
 
-Generator::Generator(models::BuiltModel decoder) : model_(std::move(decoder)) {
+Generator::Generator(models::BuiltModel decoder, std::optional<models::BuiltModel> encoder)
+    : model_(std::move(decoder)) {
   graph_ = model_.model.graph;
+  if (encoder) {
+    encoder_graph_ = encoder->model.graph;
+    for (auto& [name, t] : encoder_graph_->initializers) encoder_weights_.insert(name);
+  }
   for (auto& [name, t] : graph_->initializers) weights_.insert(name);
   for (auto& in : graph_->inputs) {
     if (in.name.rfind("past_values.", 0) != 0) continue;
@@ -273,14 +306,60 @@ Generator::Generator(models::BuiltModel decoder) : model_(std::move(decoder)) {
 Generator::~Generator() = default;
 
 void Generator::set_weights(std::map<std::string, Tensor> weights) {
-  for (auto& [name, t] : weights) {
-    auto it = graph_->initializers.find(name);
-    ONYX_CHECK(it != graph_->initializers.end(), "Generator::set_weights: '", name,
-               "' is not a weight of the decoder");
+  std::map<std::string, Tensor> decoder, encoder;
+  // puts t in `feeds` when it is a weight of g (of the same shape)
+  auto place = [](const ir::Graph* g, std::map<std::string, Tensor>& feeds, const std::string& name,
+                  const Tensor& t) {
+    if (!g) return false;
+    auto it = g->initializers.find(name);
+    if (it == g->initializers.end()) return false;
     ONYX_CHECK(it->second.meta() == t.meta(), "Generator::set_weights: '", name, "' has shape ",
-               shape_str(t.shape()), ", the decoder's is ", shape_str(it->second.shape()));
+               shape_str(t.shape()), ", the model's is ", shape_str(it->second.shape()));
+    feeds[name] = t;
+    return true;
+  };
+  for (auto& [name, t] : weights) {
+    const bool in_decoder = place(graph_.get(), decoder, name, t);
+    const bool in_encoder = place(encoder_graph_.get(), encoder, name, t);
+    ONYX_CHECK(in_decoder || in_encoder, "Generator::set_weights: '", name,
+               "' is not a weight of the model");
   }
-  weight_feeds_ = std::move(weights);
+  weight_feeds_ = std::move(decoder);
+  encoder_weight_feeds_ = std::move(encoder);
+}
+
+// The initializers of `part` (an encoder–decoder's encoder or decoder-with-past graph) taken from
+// `full`, the loaded training model: the same tensors, not copies.
+static void share_weights(const models::BuiltModel& full, models::BuiltModel& part) {
+  auto g = std::make_shared<ir::Graph>(*part.model.graph);
+  for (auto& [name, t] : g->initializers) {
+    auto it = full.model.graph->initializers.find(name);
+    ONYX_CHECK(it != full.model.graph->initializers.end(), "generate: the model has no weight '",
+               name, "'");
+    t = it->second;
+  }
+  part.model.graph = g;
+}
+
+// An encoder–decoder folder: loaded once as the training model (LoRA adapters merged), its
+// weights shared by the encoder and the decoder-with-past graphs.
+static Generator encoder_decoder_from_folder(const std::string& dir, const models::HfConfig& c) {
+  models::BuiltModel full = models::load_hf_folder(dir, models::Task::Seq2SeqLM);
+  if (fs::exists(fs::path(dir) / "adapter_config.json")) {
+    ONYX_CHECK(!quant::holds_4bit_weights(*full.model.graph), dir,
+               ": generating from a 4-bit encoder–decoder with LoRA adapters is not supported");
+    auto g = std::make_shared<ir::Graph>(*full.model.graph);
+    auto adapter =
+        io::load_safetensors((fs::path(dir) / "adapter_model.safetensors").string()).tensors;
+    models::merge_lora(*g, models::read_adapter_config(dir), adapter);
+    full.model.graph = g;
+  }
+  models::BuiltModel decoder = models::build_hf_decoder_with_past(c, 0);
+  models::BuiltModel encoder = models::build_hf_encoder(c, 0);
+  share_weights(full, decoder);
+  share_weights(full, encoder);
+  decoder.model.source = dir;
+  return Generator(std::move(decoder), std::move(encoder));
 }
 
 Generator Generator::from_folder(const std::string& dir) {
@@ -292,6 +371,7 @@ Generator Generator::from_folder(const std::string& dir) {
       ": no config.json (generate reads a Hugging Face model folder or a checkpoint of one)");
   models::HfConfig c =
       models::parse_hf_config(tokenizers::read_text_file(cfg.string()), cfg.string());
+  if (models::is_encoder_decoder(c.model_type)) return encoder_decoder_from_folder(dir, c);
   models::BuiltModel m = models::build_hf_decoder_with_past(c, 0);
   m.model.source = dir;
   models::apply_hf_checkpoint(m, models::read_hf_checkpoint(dir), dir);
@@ -308,10 +388,15 @@ Generator Generator::from_folder(const std::string& dir) {
   return Generator(std::move(m));
 }
 
-Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, int64_t past) {
+Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, int64_t past,
+                                             const std::map<std::string, Tensor>& cross) {
+  const int64_t enc_len = cross.empty() ? 0 : cross.at("cross_values.0").dim(2);
   for (auto& c : compiled_)
-    if (c->batch == batch && c->new_tokens == new_tokens && c->past == past) return *c;
+    if (c->batch == batch && c->new_tokens == new_tokens && c->past == past &&
+        c->encoder_length == enc_len)
+      return *c;
   std::map<std::string, TensorMeta> sig;
+  for (auto& [name, t] : cross) sig[name] = t.meta();
   sig["input_ids"] = {DType::Int64, {batch, new_tokens}};
   sig["position_ids"] = {DType::Int64, {batch, new_tokens}};
   sig["attention_mask"] = {DType::Int64, {batch, past + new_tokens}};
@@ -324,6 +409,7 @@ Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, 
   c->batch = batch;
   c->new_tokens = new_tokens;
   c->past = past;
+  c->encoder_length = enc_len;
   c->graph = std::make_shared<ir::Graph>(
       passes::optimize_forward(*graph_, sig, weights_, passes::OptimizeOptions{}, nullptr));
   c->session = std::make_unique<runtime::Session>(c->graph, weights_);
@@ -332,6 +418,43 @@ Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, 
   if (compiled_.size() >= 3) compiled_.erase(compiled_.begin());
   compiled_.push_back(std::move(c));
   return *compiled_.back();
+}
+
+std::map<std::string, Tensor> Generator::encode(const std::map<std::string, Tensor>& inputs,
+                                                int64_t rows, int64_t repeat) {
+  std::map<std::string, TensorMeta> sig;
+  std::map<std::string, Tensor> feeds = encoder_weight_feeds_;
+  for (auto& in : encoder_graph_->inputs) {
+    auto it = inputs.find(in.name);
+    ONYX_CHECK(it != inputs.end(), "generate: the encoder needs the input '", in.name, "'");
+    ONYX_CHECK(it->second.rank() >= 1 && it->second.dim(0) == rows, "generate: encoder input '",
+               in.name, "' has shape ", shape_str(it->second.shape()), "; expected one row per ",
+               "prompt (", rows, ")");
+    sig[in.name] = it->second.meta();
+    feeds[in.name] = it->second;
+  }
+  if (!encoder_compiled_ || encoder_compiled_->signature != sig) {
+    auto c = std::make_unique<Compiled>();
+    c->signature = sig;
+    c->graph = std::make_shared<ir::Graph>(passes::optimize_forward(
+        *encoder_graph_, sig, encoder_weights_, passes::OptimizeOptions{}, nullptr));
+    c->session = std::make_unique<runtime::Session>(c->graph, encoder_weights_);
+    encoder_compiled_ = std::move(c);
+  }
+  auto out = encoder_compiled_->session->run(feeds);
+  if (graph_->find_input("encoder_attention_mask"))  // BART's cross-attention mask
+    out["encoder_attention_mask"] = inputs.at("attention_mask");
+  if (repeat > 1)  // beams: row r of a prompt's beams is the prompt's row (repeat_interleave)
+    for (auto& [name, t] : out) {
+      Shape s = t.shape();
+      const size_t row = t.nbytes() / (size_t)s[0];
+      s[0] *= repeat;
+      Tensor r(t.dtype(), s);
+      for (int64_t i = 0; i < s[0]; i++)
+        std::memcpy((char*)r.raw() + i * row, (const char*)t.raw() + (i / repeat) * row, row);
+      t = r;
+    }
+  return out;
 }
 
 // The key/value cache of `rows` rows of `tokens` tokens, and the logits of a step, must fit in
@@ -467,9 +590,36 @@ int64_t padded_length(const std::vector<std::vector<int64_t>>& prompts, int64_t 
 
 }  // namespace
 
+// The new tokens per row (max_new_tokens, or max_length less the L-token padded prompts) for B
+// rows, checked against the model's positions, the machine's memory and the encoder inputs.
+int64_t Generator::checked_new_tokens(const GenerationConfig& cfg, int64_t L, int64_t B,
+                                      bool has_encoder_inputs) const {
+  // (Transformers refuses a prompt already max_length long)
+  ONYX_CHECK(cfg.max_new_tokens >= 0 || L < cfg.max_length, "generate: the prompts are ", L,
+             " tokens long (left-padded), but max_length is ", cfg.max_length,
+             "; raise max_length or set max_new_tokens");
+  const int64_t max_new = cfg.max_new_tokens >= 0 ? cfg.max_new_tokens : cfg.max_length - L;
+  check_cache_fits(B, L + max_new, model_.config.vocab_size);
+  const int64_t max_pos = model_.config.max_position_embeddings;
+  if (model_.config.model_type == "gpt2" || encoder_graph_)  // learned positions: a table's rows
+    ONYX_CHECK(L + max_new <= max_pos, "generate: prompt length ", L, " + ", max_new,
+               " new tokens exceeds the model's ", max_pos, " positions (",
+               model_.config.model_type == "whisper" ? "max_target_positions"
+               : model_.config.model_type == "gpt2"  ? "n_positions"
+                                                     : "max_position_embeddings",
+               ")");
+  ONYX_CHECK(encoder_graph_ || !has_encoder_inputs,
+             "generate: encoder inputs given to a decoder-only model");
+  ONYX_CHECK(!encoder_graph_ || has_encoder_inputs,
+             "generate: an encoder–decoder needs the encoder's inputs (",
+             model_.config.model_type == "whisper" ? "input_features" : "input_ids, attention_mask",
+             ")");
+  return max_new;
+}
+
 std::vector<std::vector<int64_t>> Generator::generate(
     const std::vector<std::vector<int64_t>>& given, const GenerationConfig& cfg,
-    GenerationStats* stats) {
+    GenerationStats* stats, const std::map<std::string, Tensor>& encoder_inputs) {
   using clock = std::chrono::steady_clock;
   ONYX_CHECK(!given.empty(), "generate: no prompts");
   validate_generation_config(cfg, "generate");
@@ -491,16 +641,10 @@ std::vector<std::vector<int64_t>> Generator::generate(
   ONYX_CHECK(cfg.cache_block >= 1, "generate: cache_block must be >= 1");
   const int64_t V = model_.config.vocab_size;
   const int64_t L = padded_length(prompts, nb, V);
-  // (Transformers refuses a prompt already max_length long)
-  ONYX_CHECK(cfg.max_new_tokens >= 0 || L < cfg.max_length, "generate: the prompts are ", L,
-             " tokens long (left-padded), but max_length is ", cfg.max_length,
-             "; raise max_length or set max_new_tokens");
-  const int64_t max_new = cfg.max_new_tokens >= 0 ? cfg.max_new_tokens : cfg.max_length - L;
-  check_cache_fits(B, L + max_new, V);
-  const int64_t max_pos = model_.config.max_position_embeddings;
-  if (model_.config.model_type == "gpt2")
-    ONYX_CHECK(L + max_new <= max_pos, "generate: prompt length ", L, " + ", max_new,
-               " new tokens exceeds GPT-2's n_positions ", max_pos);
+  const int64_t max_new = checked_new_tokens(cfg, L, B, !encoder_inputs.empty());
+  const std::map<std::string, Tensor> cross =
+      encoder_graph_ ? encode(encoder_inputs, (int64_t)given.size(), nb)
+                     : std::map<std::string, Tensor>{};
   const int64_t pad = cfg.pad_token_id >= 0        ? cfg.pad_token_id
                       : !cfg.eos_token_ids.empty() ? cfg.eos_token_ids[0]
                                                    : 0;
@@ -513,8 +657,9 @@ std::vector<std::vector<int64_t>> Generator::generate(
   KvCache cache(layers_, B, kv_heads_, head_dim_, cfg.cache_block);
   auto step = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& new_mask,
                   const std::vector<int64_t>& positions, int64_t S) {
-    Compiled& c = compiled_for(B, S, cache.cap);
+    Compiled& c = compiled_for(B, S, cache.cap, cross);
     std::map<std::string, Tensor> feeds = weight_feeds_;
+    for (auto& [name, t] : cross) feeds[name] = t;
     feeds["input_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, ids);
     feeds["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, positions);
     feeds["attention_mask"] = Tensor::from_vector<int64_t>(DType::Int64, {B, cache.cap + S},
@@ -557,8 +702,7 @@ std::vector<std::vector<int64_t>> Generator::generate(
   Tensor logits = step(ids, mask, pos, L);
   if (stats) stats->prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   std::vector<bool> done(B, false);
-  const bool processors = cfg.repetition_penalty != 1.0 || cfg.no_repeat_ngram_size > 0 ||
-                          cfg.min_length > 0 || cfg.min_new_tokens > 0;
+  const bool processors = has_processors(cfg);
   // with processors: each row as Transformers' input_ids holds it (padding, prompt, new tokens)
   std::vector<std::vector<int64_t>> seqs;
   std::vector<float> scores;
@@ -593,7 +737,8 @@ std::vector<std::vector<int64_t>> Generator::generate(
       const float* row = logits.data<float>() + r * V;
       if (processors) {
         scores.assign(row, row + V);
-        process_logits(scores.data(), V, cfg, seqs[r], L - (int64_t)prompts[r].size(), t, eos);
+        process_logits(scores.data(), V, cfg, seqs[r], L - (int64_t)prompts[r].size(), t, eos,
+                       L + max_new);
         row = scores.data();
       }
       tok[r] = pick_token(row, V, cfg, u);

@@ -11,8 +11,15 @@
 // capacity, head_dim), grown in blocks of `cache_block` slots; each step feeds the whole buffers
 // with their unused slots masked, so the graph's input signature (and its optimized graph and
 // memory plan) changes only once per block, not once per token.
+//
+// An encoder–decoder (Whisper, BART) also has its encoder graph (models::build_hf_encoder): run
+// once per generate() call on the caller's encoder inputs, it gives each decoder layer's
+// cross-attention keys and values, fed to every decoder step (the same for a prompt's beams, so
+// beam search never reorders them). The prompts are then decoder prompts: the decoder start
+// token, or a forced prefix such as Whisper's language and task tokens.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -36,8 +43,10 @@ struct GenerationStats {
 
 class Generator {
  public:
-  // `decoder` from build_hf_decoder_with_past, weights in its initializers.
-  explicit Generator(models::BuiltModel decoder);
+  // `decoder` from build_hf_decoder_with_past, weights in its initializers; for an
+  // encoder–decoder, `encoder` from build_hf_encoder.
+  explicit Generator(models::BuiltModel decoder,
+                     std::optional<models::BuiltModel> encoder = std::nullopt);
   ~Generator();
   // A Hugging Face folder or an onyx checkpoint of one (config.json + model.safetensors); a LoRA
   // checkpoint or adapter folder (adapter_config.json) gets its adapters merged.
@@ -45,26 +54,43 @@ class Generator {
 
   // New tokens per prompt (ids, any lengths >= 1): up to max_new_tokens, ending with the eos token
   // when one was emitted. Throws naming the row for an empty prompt or an id out of the vocabulary.
-  std::vector<std::vector<int64_t>> generate(const std::vector<std::vector<int64_t>>& prompts,
-                                             const GenerationConfig& cfg,
-                                             GenerationStats* stats = nullptr);
+  // An encoder–decoder needs `encoder_inputs` (the encoder graph's inputs, one row per prompt).
+  std::vector<std::vector<int64_t>> generate(
+      const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& cfg,
+      GenerationStats* stats = nullptr, const std::map<std::string, Tensor>& encoder_inputs = {});
+  bool is_encoder_decoder() const { return encoder_graph_ != nullptr; }
+  // The encoder's graph (is_encoder_decoder() only).
+  const ir::Graph& encoder_graph() const { return *encoder_graph_; }
   const models::HfConfig& config() const { return model_.config; }
   const ir::Graph& graph() const { return *graph_; }
-  // Weights used instead of the graph's initializers from now on (by initializer name, same
-  // shapes; e.g. views of a Trainer's parameters). Nothing is copied.
+  // Weights used instead of the graphs' initializers from now on (by initializer name, same
+  // shapes; e.g. views of a Trainer's parameters; an encoder–decoder's split between its two
+  // graphs). Nothing is copied.
   void set_weights(std::map<std::string, Tensor> weights);
 
  private:
   struct Compiled;
-  Compiled& compiled_for(int64_t batch, int64_t new_tokens, int64_t past);
+  Compiled& compiled_for(int64_t batch, int64_t new_tokens, int64_t past,
+                         const std::map<std::string, Tensor>& cross);
+  // The encoder run on `inputs`: cross_keys.N / cross_values.N (and BART's
+  // encoder_attention_mask), each row repeated `repeat` times (beams).
+  std::map<std::string, Tensor> encode(const std::map<std::string, Tensor>& inputs, int64_t rows,
+                                       int64_t repeat);
   models::BuiltModel model_;
   std::shared_ptr<const ir::Graph> graph_;
   std::set<std::string> weights_;
   std::map<std::string, Tensor> weight_feeds_;
   int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
   void check_cache_fits(int64_t rows, int64_t tokens, int64_t vocab) const;
+  int64_t checked_new_tokens(const GenerationConfig& cfg, int64_t prompt_length, int64_t rows,
+                             bool has_encoder_inputs) const;
   std::vector<std::unique_ptr<Compiled>> compiled_;  // most recent last; a few kept
   int64_t compiled_count_ = 0;
+  // encoder–decoders: the encoder, its weights and its last compiled form
+  std::shared_ptr<const ir::Graph> encoder_graph_;
+  std::set<std::string> encoder_weights_;
+  std::map<std::string, Tensor> encoder_weight_feeds_;
+  std::unique_ptr<Compiled> encoder_compiled_;
 };
 
 // Picks the next token from one row of logits (V) as configured (greedy or sampled); `u` is a

@@ -82,10 +82,6 @@ void warn_unimplemented(const nlohmann::json& j, const GenerationConfig& cfg,
       {"diversity_penalty", 0.0},
       {"guidance_scale", nullptr},
       {"bad_words_ids", nullptr},
-      {"suppress_tokens", nullptr},
-      {"begin_suppress_tokens", nullptr},
-      {"forced_bos_token_id", nullptr},
-      {"forced_eos_token_id", nullptr},
       {"sequence_bias", nullptr},
       {"exponential_decay_length_penalty", nullptr},
       {"encoder_repetition_penalty", 1.0},
@@ -100,8 +96,8 @@ void warn_unimplemented(const nlohmann::json& j, const GenerationConfig& cfg,
       continue;
     std::cerr << "Warning: " << what << ": '" << key << "' " << j[key].dump()
               << " is not implemented by onyx's generate (greedy decoding or sampling, with "
-                 "beam search, repetition_penalty, no_repeat_ngram_size, min_length and "
-                 "min_new_tokens): "
+                 "beam search, repetition_penalty, no_repeat_ngram_size, min_length, "
+                 "min_new_tokens, forced_bos/eos_token_id and (begin_)suppress_tokens): "
                  "decoding without it, so the text differs from Transformers' generate\n";
   }
 }
@@ -114,6 +110,14 @@ GenerationConfig apply_generation_config_json(const nlohmann::json& j, Generatio
   if (auto eos = id_list(j, "eos_token_id", what)) cfg.eos_token_ids = *eos;
   if (auto pad = id_list(j, "pad_token_id", what); pad && !pad->empty())
     cfg.pad_token_id = (*pad)[0];
+  if (auto start = id_list(j, "decoder_start_token_id", what); start && !start->empty())
+    cfg.decoder_start_token_id = (*start)[0];
+  // (config.json's too, as GenerationConfig.from_model_config takes them)
+  if (auto bos = id_list(j, "forced_bos_token_id", what); bos && !bos->empty())
+    cfg.forced_bos_token_id = (*bos)[0];
+  if (auto eos = id_list(j, "forced_eos_token_id", what)) cfg.forced_eos_token_ids = *eos;
+  if (auto s = id_list(j, "suppress_tokens", what)) cfg.suppress_tokens = *s;
+  if (auto s = id_list(j, "begin_suppress_tokens", what)) cfg.begin_suppress_tokens = *s;
   if (token_ids_only) return cfg;
   const ConfigReader r{j, what};
   r.flag("do_sample", cfg.do_sample);
@@ -121,6 +125,7 @@ GenerationConfig apply_generation_config_json(const nlohmann::json& j, Generatio
   r.integer("top_k", cfg.top_k);
   r.number("top_p", cfg.top_p);
   r.integer("max_new_tokens", cfg.max_new_tokens);
+  cfg.length_given |= r.find("max_new_tokens") || r.find("max_length");
   if (r.find("max_new_tokens"))
     ONYX_CHECK(cfg.max_new_tokens > 0, what, ": 'max_new_tokens' must be in [1, ",
                kMaxGenerationLength, "], got ", cfg.max_new_tokens);
@@ -187,6 +192,17 @@ void check_generation_token_ids(const GenerationConfig& cfg, int64_t vocab_size,
                " is not a token of the model (vocab_size ", vocab_size, ")");
   ONYX_CHECK(cfg.pad_token_id < vocab_size, what, ": pad_token_id ", cfg.pad_token_id,
              " is not a token of the model (vocab_size ", vocab_size, ")");
+  auto check = [&](const std::vector<int64_t>& ids, const char* key) {
+    for (int64_t id : ids)
+      ONYX_CHECK(id >= 0 && id < vocab_size, what, ": ", key, " ", id,
+                 " is not a token of the model (vocab_size ", vocab_size, ")");
+  };
+  check(cfg.forced_eos_token_ids, "forced_eos_token_id");
+  // (suppressed tokens outside the vocabulary are no tokens to suppress, as Transformers has it)
+  ONYX_CHECK(cfg.forced_bos_token_id < vocab_size && cfg.decoder_start_token_id < vocab_size, what,
+             ": forced_bos_token_id ", cfg.forced_bos_token_id, " / decoder_start_token_id ",
+             cfg.decoder_start_token_id, " is not a token of the model (vocab_size ", vocab_size,
+             ")");
 }
 
 GenerationConfig read_generation_config(const std::string& dir, GenerationConfig cfg) {

@@ -15,6 +15,9 @@ struct GenerationConfig {
   // Transformers counts them; a prompt that long already is an error, as there).
   int64_t max_new_tokens = 20;
   int64_t max_length = -1;
+  // max_new_tokens or max_length came from a file or a flag. Without: 20 new tokens, or for an
+  // encoder–decoder Transformers' default max_length 20 (the decoder start token included).
+  bool length_given = false;
   bool do_sample = false;    // false: greedy (argmax, first on ties, as torch.argmax)
   double temperature = 1.0;  // sampling: logits / temperature, then top-k, then top-p (HF's order)
   int64_t top_k = 50;        // 0: off
@@ -33,6 +36,13 @@ struct GenerationConfig {
   //                       new tokens) is shorter
   //   min_new_tokens      MinNewTokensLengthLogitsProcessor: eos gets -inf before this many new
   //                       tokens
+  //   forced_bos_token_id ForcedBOSTokenLogitsProcessor: the first token after a one-token
+  //                       prompt is this one (-1: off)
+  //   forced_eos_token_id ForcedEOSTokenLogitsProcessor: the token that reaches the maximum
+  //                       length is one of these (BART's default)
+  //   suppress_tokens     SuppressTokensLogitsProcessor: never generated
+  //   begin_suppress_tokens  SuppressTokensAtBeginLogitsProcessor: not the first new token
+  //                       (the second after a forced bos)
   // Beam search (num_beams > 1, deterministic: Transformers' _beam_search): the best of the
   // finished hypotheses, scored sum(log p) / new_tokens^length_penalty; early_stopping: "false"
   // (its heuristic: stop when the best running beam, at its current length, cannot beat the
@@ -44,6 +54,11 @@ struct GenerationConfig {
   int64_t no_repeat_ngram_size = 0;
   int64_t min_length = 0;
   int64_t min_new_tokens = 0;
+  int64_t forced_bos_token_id = -1;
+  std::vector<int64_t> forced_eos_token_ids, suppress_tokens, begin_suppress_tokens;
+  // An encoder–decoder's first decoder token (generation_config.json or config.json's
+  // decoder_start_token_id; -1: none given).
+  int64_t decoder_start_token_id = -1;
   int64_t cache_block = 64;  // the cache grows by this many slots at a time
 };
 
@@ -55,8 +70,9 @@ struct GenerationConfig {
 // differs from Transformers' generate.
 GenerationConfig read_generation_config(const std::string& dir, GenerationConfig base = {});
 // One generation_config.json object over `base` (`what` names it in errors; token_ids_only: a
-// config.json, whose eos/pad token ids only are read). Values are typed as Transformers types
-// them (an integer key given 1.5 or "7" is an error) and the result is validated.
+// config.json, whose token ids only are read: eos, pad, decoder start, forced and suppressed).
+// Values are typed as Transformers types them (an integer key given 1.5 or "7" is an error) and the
+// result is validated.
 GenerationConfig apply_generation_config_json(const nlohmann::json& j, GenerationConfig base,
                                               const std::string& what, bool token_ids_only = false);
 // The checks Transformers' generate() makes on these values (strictly positive temperature when

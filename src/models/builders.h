@@ -13,9 +13,13 @@ BuiltModel build_distilbert(const HfConfig& c, Task task, int64_t seed);  // dis
 BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed);        // gpt2
 BuiltModel build_vit(const HfConfig& c, Task task, int64_t seed);         // vit
 BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed);       // llama, mistral, qwen2
+BuiltModel build_seq2seq(const HfConfig& c, Task task, int64_t seed);     // whisper, bart
 // The decoders with a key/value cache (hf_model.h: build_hf_decoder_with_past).
 BuiltModel build_gpt2_with_past(const HfConfig& c, int64_t seed);
 BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed);
+BuiltModel build_seq2seq_with_past(const HfConfig& c, int64_t seed);
+// An encoder–decoder's encoder for generation (hf_model.h: build_hf_encoder).
+BuiltModel build_seq2seq_encoder(const HfConfig& c, int64_t seed);
 
 // Throws naming the model type, the task and the heads it has when built_model_types() does not
 // list `task` for c.model_type.

@@ -169,6 +169,15 @@ std::string GraphBuilder::gather_rows(const std::string& table, const std::strin
   return op("Gather", {table, ids}, {{"axis", Attr::of_int(0)}});
 }
 
+std::string GraphBuilder::gather_rows_padded(const std::string& table, const std::string& ids,
+                                             int64_t padding_idx) {
+  std::string x = gather_rows(table, ids);  // (B,T,C)
+  std::string detached = op("StopGradient", {x});
+  g_.nodes.back().domain = "onyx";
+  std::string pad = op("Unsqueeze", {op("Equal", {ids, scalar_i64(padding_idx)}), const_i64({-1})});
+  return op("Where", {pad, detached, x});
+}
+
 std::string GraphBuilder::leading_rows(const std::string& table, const std::string& like,
                                        int64_t axis) {
   return op("Slice", {table, const_i64({0}), dim_of(like, axis), const_i64({0})});

@@ -98,6 +98,10 @@ class GraphBuilder {
 
   // table (rows, ...) gathered at ids (...) -> (ids..., ...)
   std::string gather_rows(const std::string& table, const std::string& ids);
+  // gather_rows with nn.Embedding(padding_idx)'s gradient: positions holding `padding_idx` read
+  // the row but send it no gradient (onyx.StopGradient there). ids (B,T) -> (B,T,C)
+  std::string gather_rows_padded(const std::string& table, const std::string& ids,
+                                 int64_t padding_idx);
   // The first n rows of table, n = like.shape[axis] (folds at plan time): positions 0..T-1.
   std::string leading_rows(const std::string& table, const std::string& like, int64_t axis);
   // [dim] of x's shape as a 1-D int64 (folds at plan time).

@@ -241,6 +241,53 @@ void read_llama_keys(Reader& r, HfConfig& c) {  // llama, mistral, qwen2
              c.num_key_value_heads);
 }
 
+// Encoder–decoders with BART's layer (whisper, bart): encoder sizes in the shared fields, the
+// decoder's in c.s2s. Whisper's SpecAugment and either model's LayerDrop are training-time
+// randomness onyx does not draw: refused rather than silently left out.
+void read_seq2seq_keys(Reader& r, HfConfig& c) {
+  const bool whisper = c.model_type == "whisper";
+  const std::string& what = r.what;
+  c.hidden_size = r.integer({"d_model"}, whisper ? 384 : 1024);
+  c.num_hidden_layers = r.integer({"encoder_layers"}, whisper ? 4 : 12);
+  c.num_attention_heads = r.integer({"encoder_attention_heads"}, whisper ? 6 : 16);
+  c.intermediate_size = r.integer({"encoder_ffn_dim"}, whisper ? 1536 : 4096);
+  c.s2s.decoder_layers = r.integer({"decoder_layers"}, whisper ? 4 : 12);
+  c.s2s.decoder_attention_heads = r.integer({"decoder_attention_heads"}, whisper ? 6 : 16);
+  c.s2s.decoder_ffn_dim = r.integer({"decoder_ffn_dim"}, whisper ? 1536 : 4096);
+  c.s2s.decoder_start_token_id = r.integer({"decoder_start_token_id"}, whisper ? 50257 : 2);
+  c.s2s.activation_dropout = r.number({"activation_dropout"}, 0.0);
+  c.s2s.scale_embedding = r.boolean({"scale_embedding"}, false);
+  c.hidden_act = r.string({"activation_function"}, "gelu");
+  c.layer_norm_eps = 1e-5;  // nn.LayerNorm's default, fixed in both
+  c.hidden_dropout_prob = c.embd_pdrop = r.number({"dropout"}, whisper ? 0.0 : 0.1);
+  c.attention_probs_dropout_prob = r.number({"attention_dropout"}, 0.0);
+  c.initializer_range = r.number({"init_std"}, 0.02);
+  c.vocab_size = r.integer({"vocab_size"}, whisper ? 51865 : 50265);
+  c.pad_token_id = r.integer({"pad_token_id"}, whisper ? 50256 : 1);
+  if (whisper) {
+    c.s2s.num_mel_bins = r.integer({"num_mel_bins"}, 80);
+    c.s2s.max_source_positions = r.integer({"max_source_positions"}, 1500);
+    c.max_position_embeddings = r.integer({"max_target_positions"}, 448);
+    check_positive(r, c.s2s.num_mel_bins, "num_mel_bins");
+    check_positive(r, c.s2s.max_source_positions, "max_source_positions");
+    ONYX_CHECK(!r.boolean({"apply_spec_augment"}, false), what,
+               ": apply_spec_augment = true (SpecAugment's random masking) is not supported");
+  } else {
+    c.max_position_embeddings = r.integer({"max_position_embeddings"}, 1024);
+  }
+  for (const char* k : {"encoder_layerdrop", "decoder_layerdrop"})
+    ONYX_CHECK(r.number({k}, 0.0) == 0.0, what, ": key '", k, "' > 0 (LayerDrop) is not supported");
+  check_layer_count(r, c.s2s.decoder_layers);
+  check_positive(r, c.s2s.decoder_attention_heads, "decoder_attention_heads");
+  check_positive(r, c.s2s.decoder_ffn_dim, "decoder_ffn_dim");
+  ONYX_CHECK(c.hidden_size % c.s2s.decoder_attention_heads == 0, what, ": d_model ", c.hidden_size,
+             " is not a multiple of decoder_attention_heads ", c.s2s.decoder_attention_heads);
+  ONYX_CHECK(c.s2s.decoder_start_token_id >= 0 && c.s2s.decoder_start_token_id < c.vocab_size &&
+                 c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size,
+             what, ": decoder_start_token_id ", c.s2s.decoder_start_token_id, " and pad_token_id ",
+             c.pad_token_id, " must be token ids below vocab_size ", c.vocab_size);
+}
+
 }  // namespace
 
 HfConfig parse_hf_config(const std::string& text, const std::string& what) {
@@ -274,10 +321,12 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
     read_gpt2_keys(r, c);
   } else if (t == "llama" || t == "mistral" || t == "qwen2") {
     read_llama_keys(r, c);
+  } else if (t == "whisper" || t == "bart") {
+    read_seq2seq_keys(r, c);
   } else {
     throw Error(cat(what, ": model_type '", t,
                     "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, "
-                    "qwen2)"));
+                    "qwen2, whisper, bart)"));
   }
   if (const json* q = r.find({"quantization_config"}))
     c.quantization = quant::parse_bnb_config(*q, what, /*strict=*/false);
@@ -406,6 +455,31 @@ std::string hf_config_to_json(const HfConfig& c, const std::string& architecture
     j["initializer_range"] = c.initializer_range;
     if (!j.contains("rope_parameters") && !j.contains("rope_theta") && !j.contains("rope_scaling"))
       j["rope_parameters"] = {{"rope_type", c.rope.type}, {"rope_theta", c.rope.theta}};
+  } else if (t == "whisper" || t == "bart") {
+    j["d_model"] = c.hidden_size;
+    j["encoder_layers"] = c.num_hidden_layers;
+    j["encoder_attention_heads"] = c.num_attention_heads;
+    j["encoder_ffn_dim"] = c.intermediate_size;
+    j["decoder_layers"] = c.s2s.decoder_layers;
+    j["decoder_attention_heads"] = c.s2s.decoder_attention_heads;
+    j["decoder_ffn_dim"] = c.s2s.decoder_ffn_dim;
+    j["decoder_start_token_id"] = c.s2s.decoder_start_token_id;
+    j["activation_function"] = c.hidden_act;
+    j["dropout"] = c.hidden_dropout_prob;
+    j["attention_dropout"] = c.attention_probs_dropout_prob;
+    j["activation_dropout"] = c.s2s.activation_dropout;
+    j["scale_embedding"] = c.s2s.scale_embedding;
+    j["init_std"] = c.initializer_range;
+    j["vocab_size"] = c.vocab_size;
+    j["pad_token_id"] = c.pad_token_id;
+    j["is_encoder_decoder"] = true;
+    if (t == "whisper") {
+      j["num_mel_bins"] = c.s2s.num_mel_bins;
+      j["max_source_positions"] = c.s2s.max_source_positions;
+      j["max_target_positions"] = c.max_position_embeddings;
+    } else {
+      j["max_position_embeddings"] = c.max_position_embeddings;
+    }
   }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   // Labels as Transformers writes them: id2label / label2id (num_labels is derived from them).

@@ -20,6 +20,8 @@ const char* task_name(Task t) {
       return "CausalLM";
     case Task::ImageClassification:
       return "ImageClassification";
+    case Task::Seq2SeqLM:
+      return "Seq2SeqLM";
     case Task::Base:
       return "Base";
   }
@@ -28,7 +30,9 @@ const char* task_name(Task t) {
 
 std::string base_model_prefix(const std::string& model_type) {
   if (model_type == "gpt2") return "transformer";
-  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") return "model";
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
+      model_type == "whisper" || model_type == "bart")
+    return "model";
   return model_type;  // "bert", "roberta", "distilbert", "vit"
 }
 
@@ -41,6 +45,8 @@ std::string architecture_name(const std::string& model_type, Task t) {
                      : model_type == "llama"      ? "Llama"
                      : model_type == "mistral"    ? "Mistral"
                      : model_type == "qwen2"      ? "Qwen2"
+                     : model_type == "whisper"    ? "Whisper"
+                     : model_type == "bart"       ? "Bart"
                                                   : model_type;
   switch (t) {
     case Task::SequenceClassification:
@@ -53,6 +59,8 @@ std::string architecture_name(const std::string& model_type, Task t) {
       return model_type == "gpt2" ? "GPT2LMHeadModel" : stem + "ForCausalLM";
     case Task::ImageClassification:
       return stem + "ForImageClassification";
+    case Task::Seq2SeqLM:
+      return stem + "ForConditionalGeneration";
     case Task::Base:
       return stem + "Model";
   }
@@ -72,7 +80,9 @@ const std::vector<std::pair<std::string, std::vector<Task>>>& built_model_types(
       {"vit", {T::ImageClassification, T::Base}},
       {"llama", llama},
       {"mistral", llama},
-      {"qwen2", llama}};
+      {"qwen2", llama},
+      {"whisper", {T::Seq2SeqLM}},
+      {"bart", {T::Seq2SeqLM}}};
   return types;
 }
 
@@ -104,6 +114,7 @@ std::optional<Task> task_from_architecture(const std::string& arch) {
   if (ends("ForMaskedLM") || ends("ForPreTraining")) return Task::MaskedLM;
   if (ends("LMHeadModel") || ends("ForCausalLM")) return Task::CausalLM;
   if (ends("ForImageClassification")) return Task::ImageClassification;
+  if (ends("ForConditionalGeneration")) return Task::Seq2SeqLM;
   if (ends("Model")) return Task::Base;
   return std::nullopt;
 }
@@ -147,10 +158,12 @@ BuiltModel finish_model(GraphBuilder& b, const HfConfig& c, Task task) {
     case Task::Base:
       break;  // no loss: the bare model is a feature extractor
     case Task::CausalLM:
+    case Task::Seq2SeqLM:
       m.model.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
       m.model.loss.output = "loss";
-      m.model.items_labels = "labels";  // the loss's targets: labels[:, 1:] != -100
-      m.model.items_shifted = true;
+      // the loss's targets: labels != -100, from the second position on for a causal LM
+      m.model.items_labels = "labels";
+      m.model.items_shifted = task == Task::CausalLM;
       break;
     default:
       m.model.loss.kind = task == Task::SequenceClassification && c.num_labels == 1
@@ -285,8 +298,20 @@ BuiltModel build_hf_decoder_with_past(const HfConfig& c, int64_t seed) {
   const std::string& t = c.model_type;
   if (t == "gpt2") return build_gpt2_with_past(c, seed);
   if (t == "llama" || t == "mistral" || t == "qwen2") return build_llama_with_past(c, seed);
+  if (is_encoder_decoder(t)) return build_seq2seq_with_past(c, seed);
   throw Error(cat("model_type '", t,
-                  "' is not a decoder onyx generates with (gpt2, llama, mistral, qwen2)"));
+                  "' is not a decoder onyx generates with (gpt2, llama, mistral, qwen2, whisper, "
+                  "bart)"));
+}
+
+bool is_encoder_decoder(const std::string& model_type) {
+  return model_type == "whisper" || model_type == "bart";
+}
+
+BuiltModel build_hf_encoder(const HfConfig& c, int64_t seed) {
+  ONYX_CHECK(is_encoder_decoder(c.model_type), "model_type '", c.model_type,
+             "' is not an encoder–decoder (whisper, bart)");
+  return build_seq2seq_encoder(c, seed);
 }
 
 BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {
@@ -296,9 +321,11 @@ BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {
   if (t == "gpt2") return build_gpt2(c, task, seed);
   if (t == "vit") return build_vit(c, task, seed);
   if (t == "llama" || t == "mistral" || t == "qwen2") return build_llama(c, task, seed);
+  if (is_encoder_decoder(t)) return build_seq2seq(c, task, seed);
   throw Error(
       cat("model_type '", t,
-          "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, qwen2)"));
+          "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, qwen2, "
+          "whisper, bart)"));
 }
 
 }  // namespace onyx::models

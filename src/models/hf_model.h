@@ -69,6 +69,17 @@ struct HfConfig {
   // weights, all frozen, made and read in bf16 (GraphBuilder::set_bf16_linears), so the model is
   // never whole in float32. Llama-family builders; the others convert after the build.
   bool bf16_linears = false;
+  // Encoder–decoders (whisper, bart): the encoder's sizes are hidden_size (d_model),
+  // num_hidden_layers, num_attention_heads and intermediate_size; the decoder's are here, and
+  // max_position_embeddings is the decoder's (BART's for both stacks).
+  struct Seq2Seq {
+    int64_t decoder_layers = 0, decoder_attention_heads = 0, decoder_ffn_dim = 0;
+    int64_t decoder_start_token_id = 0;  // the first decoder input (labels shifted right)
+    double activation_dropout = 0;       // after fc1's activation
+    bool scale_embedding = false;        // BART: token embeddings * sqrt(d_model)
+    int64_t num_mel_bins = 0;            // Whisper: log-mel channels in
+    int64_t max_source_positions = 0;    // Whisper: encoder positions (input frames / 2)
+  } s2s;
 };
 
 // Parses config.json text. Throws onyx::Error naming `what` (the file) and the key for a missing
@@ -84,6 +95,7 @@ enum class Task {
   MaskedLM,
   CausalLM,
   ImageClassification,
+  Seq2SeqLM,  // ...ForConditionalGeneration: encoder–decoder with an LM head (models/seq2seq.cc)
   Base
 };
 
@@ -128,8 +140,16 @@ BuiltModel build_hf_model(const HfConfig& config, Task task, int64_t seed = 0);
 // (B, kv_heads, P, head_dim); outputs logits (B,V)
 // of the last new token, new_keys.N / new_values.N (B, kv_heads, S, head_dim) — the new tokens'
 // keys (after rotary) and values, which the caller writes into its cache. Same weight names and
-// task prefix as build_hf_model(c, Task::CausalLM). gpt2, llama, mistral, qwen2.
+// task prefix as build_hf_model(c, Task::CausalLM). gpt2, llama, mistral, qwen2, whisper, bart.
 BuiltModel build_hf_decoder_with_past(const HfConfig& config, int64_t seed = 0);
+
+// Encoder–decoders (whisper, bart): build_hf_decoder_with_past is their decoder, input_ids its
+// tokens, with per layer the inputs cross_keys.N (B, heads, head_dim, S) (transposed) and
+// cross_values.N (B, heads, S, head_dim) — and for BART encoder_attention_mask (B, S) — that
+// build_hf_encoder's graph outputs from the encoder's inputs (input_features, or input_ids and
+// attention_mask), once per input.
+bool is_encoder_decoder(const std::string& model_type);
+BuiltModel build_hf_encoder(const HfConfig& config, int64_t seed = 0);
 
 // The base model's prefix in Transformers ("bert", "roberta", "distilbert", "transformer", "vit",
 // "model" for the Llama family).

@@ -375,14 +375,37 @@ void save_hf_folder(const BuiltModel& m, const std::map<std::string, Tensor>& we
 
 std::set<std::string> defaulted_inputs(const BuiltModel& m) {
   std::set<std::string> out;
-  for (const char* n : {"attention_mask", "token_type_ids", "position_ids"})
+  for (const char* n : {"attention_mask", "token_type_ids", "position_ids", "decoder_input_ids"})
     if (m.model.graph->find_input(n)) out.insert(n);
+  return out;
+}
+
+// Transformers' shift_tokens_right: labels (B,T) one to the right, the start token first, -100
+// read as the padding token.
+static Tensor shift_tokens_right(const Tensor& labels, int64_t pad, int64_t start) {
+  ONYX_CHECK(labels.dtype() == DType::Int64 && labels.rank() == 2,
+             "labels must be int64 (batch, length) to make decoder_input_ids from, got ",
+             dtype_name(labels.dtype()), " ", shape_str(labels.shape()));
+  Tensor out(DType::Int64, labels.shape());
+  const int64_t rows = labels.dim(0), cols = labels.dim(1);
+  const int64_t* l = labels.data<int64_t>();
+  int64_t* o = out.data<int64_t>();
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t t = 0; t < cols; t++) {
+      const int64_t v = t == 0 ? start : l[r * cols + t - 1];
+      o[r * cols + t] = v == -100 ? pad : v;
+    }
   return out;
 }
 
 std::function<void(std::map<std::string, Tensor>&)> default_input_filler(const BuiltModel& m) {
   std::set<std::string> names = defaulted_inputs(m);
-  return [names](std::map<std::string, Tensor>& inputs) {
+  const int64_t pad = m.config.pad_token_id, start = m.config.s2s.decoder_start_token_id;
+  return [names, pad, start](std::map<std::string, Tensor>& inputs) {
+    auto labels = inputs.find("labels");
+    if (names.count("decoder_input_ids") && !inputs.count("decoder_input_ids") &&
+        labels != inputs.end())
+      inputs["decoder_input_ids"] = shift_tokens_right(labels->second, pad, start);
     auto ids = inputs.find("input_ids");
     if (ids == inputs.end()) return;
     Shape s = ids->second.shape();

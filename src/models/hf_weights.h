@@ -55,7 +55,8 @@ void save_hf_folder(const BuiltModel& model, const std::map<std::string, Tensor>
                     const std::string& dir);
 
 // Adds the inputs a caller may leave out: attention_mask (ones) and token_type_ids (zeros), shaped
-// as input_ids, when the graph takes them.
+// as input_ids, position_ids (0..T-1), and an encoder–decoder's decoder_input_ids (labels shifted
+// right, as Transformers' shift_tokens_right), when the graph takes them.
 void fill_default_inputs(const BuiltModel& model, std::map<std::string, Tensor>& inputs);
 // The same as a function that holds only the names it needs (not the graph), and those names.
 std::function<void(std::map<std::string, Tensor>&)> default_input_filler(const BuiltModel& model);

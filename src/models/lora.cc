@@ -32,8 +32,6 @@ bool matches(const LoraSpec& spec, const std::string& module) {
   return false;
 }
 
-constexpr const char* kPeftPrefix = "base_model.model.";
-
 // The graph's linear layers: "<module>.weight" (rank 2) transposed into a MatMul (nn.Linear) or a
 // MatMul's right-hand side (Conv1D). module -> (index of the MatMul node, conv1d)
 std::map<std::string, std::pair<size_t, bool>> linear_layers(const ir::Graph& g) {

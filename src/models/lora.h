@@ -21,6 +21,9 @@
 
 namespace onyx::models {
 
+// PEFT's prefix of every adapter tensor name in adapter_model.safetensors.
+inline constexpr const char* kPeftPrefix = "base_model.model.";
+
 struct LoraSpec {
   int64_t r = 8;
   double lora_alpha = 8;

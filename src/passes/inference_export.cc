@@ -46,6 +46,11 @@ ir::Graph make_inference_graph(const ir::Graph& src, const InferenceExportOption
     n.outputs.resize(1);
     n.attrs.clear();
   }
+  for (auto& n : g.nodes)  // a gradient stop is the identity without gradients
+    if (n.op_type == "StopGradient" && n.domain == "onyx") {
+      n.op_type = "Identity";
+      n.domain.clear();
+    }
   if (!opts.loss_output.empty() && !opts.keep_loss) {
     std::vector<ir::ValueInfo> outs;
     for (auto& o : g.outputs)

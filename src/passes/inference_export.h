@@ -1,8 +1,8 @@
 // passes/inference_export.h — turns a training-time forward graph into an inference model:
-// Dropout replaced by Identity, BatchNormalization in training mode put in inference mode (it
-// normalizes with its running statistics, as PyTorch's eval()), the loss output (and everything
-// only it needs, labels included) removed unless asked to keep it, dead nodes / unused inputs /
-// unused initializers dropped.
+// Dropout and onyx.StopGradient replaced by Identity, BatchNormalization in training mode put in
+// inference mode (it normalizes with its running statistics, as PyTorch's eval()), the loss output
+// (and everything only it needs, labels included) removed unless asked to keep it, dead nodes /
+// unused inputs / unused initializers dropped.
 #pragma once
 #include <string>
 

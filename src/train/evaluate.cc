@@ -175,7 +175,8 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
     Tensor generated;
     auto g = generation_metrics(ds, &generated);
     po.metrics.insert(g.begin(), g.end());
-    if (keep_predictions) po.predictions = generated;
+    // Seq2SeqTrainer's predictions, which compute_metrics reads too
+    if (keep_predictions || compute_metrics_) po.predictions = generated;
   }
   // Metrics are what was asked for: perplexity only when the metrics name it (a language model's
   // exp(eval loss)), not for every model with a loss.
@@ -185,6 +186,27 @@ PredictionOutput Trainer::run_eval(const data::Dataset& ds, bool with_metrics,
     po.metrics.insert(m.begin(), m.end());
   }
   return po;
+}
+
+// LoRA adapters merged into copies of the weights `w` of the layers of `graph` they adapt (an
+// encoder–decoder's encoder and decoder each take the adapters of their own layers).
+static void merge_adapters(const ir::Graph& graph, const models::LoraSpec& spec,
+                           const std::map<std::string, Tensor>& adapter,
+                           std::map<std::string, Tensor>& w) {
+  ir::Graph g = graph;
+  for (auto& [name, t] : w)
+    if (g.initializers.count(name)) g.initializers[name] = t;
+  std::map<std::string, Tensor> mine;  // the adapters (and trained biases) of g's layers
+  for (auto& [saved, t] : adapter) {
+    std::string module = saved.substr(std::min(saved.size(), strlen(models::kPeftPrefix)));
+    for (const char* tail : {".lora_A.weight", ".lora_B.weight"})
+      if (module.ends_with(tail))
+        module = module.substr(0, module.size() - strlen(tail)) + ".weight";
+    if (g.initializers.count(module)) mine[saved] = t;
+  }
+  models::merge_lora(g, spec, mine);
+  for (auto& [name, t] : w)
+    if (g.initializers.count(name)) t = g.initializers.at(name);
 }
 
 // The decoder with a KV cache (made on first use, or again when the evaluation precision or the
@@ -200,6 +222,8 @@ generate::Generator& Trainer::current_generator(kernels::LowPrecision low, bool 
   if (!gen || impl_->generator_rounding != low || impl_->generator_shared != shared) {
     models::HfConfig c = models::parse_hf_config(model_.config_json, "the model's config.json");
     models::BuiltModel decoder = models::build_hf_decoder_with_past(c, 0);
+    std::optional<models::BuiltModel> encoder;  // an encoder–decoder's, run once per batch
+    if (models::is_encoder_decoder(c.model_type)) encoder = models::build_hf_encoder(c, 0);
     // bf16_full_eval / fp16_full_eval: model.to(dtype) rounds the inv_freq buffer generate()
     // reads too (the same copy as the evaluation graphs', train/training_session.cc)
     if (low != kernels::LowPrecision::None)
@@ -212,7 +236,7 @@ generate::Generator& Trainer::current_generator(kernels::LowPrecision low, bool 
       if (!model_.bf16_weights.empty()) models::store_frozen_weights_bf16(*g, model_.bf16_weights);
       decoder.model.graph = g;
     }
-    gen = std::make_unique<generate::Generator>(std::move(decoder));
+    gen = std::make_unique<generate::Generator>(std::move(decoder), std::move(encoder));
     impl_->generator_rounding = low;
     impl_->generator_shared = shared;
     // generation_config.json travels with the model (processor_files); without one, the
@@ -229,30 +253,31 @@ generate::Generator& Trainer::current_generator(kernels::LowPrecision low, bool 
   // they adapt.
   std::map<std::string, Tensor> w;
   auto all = weights();
-  for (auto& [name, t] : gen->graph().initializers) {
-    auto it = all.find(name);
-    ONYX_CHECK(it != all.end(), "predict_with_generate: the model has no weight '", name, "'");
-    w[name] = it->second;
-    if (w[name].dtype() == DType::BFloat16 && t.dtype() == DType::Float32) {
-      // a frozen weight stored in bf16: the decoder reads float32 (a widened copy)
-      Tensor f(DType::Float32, t.shape());
-      kernels::bf16_to_f32(w[name].data<uint16_t>(), f.data<float>(), f.numel());
-      w[name] = f;
-    } else if (low != kernels::LowPrecision::None && w[name].dtype() == DType::Float32) {
-      // bf16_full_eval / fp16_full_eval: the decoder generates from the rounded weights (a copy)
-      Tensor f(DType::Float32, t.shape());
-      kernels::round_to(low, w[name].data<float>(), f.data<float>(), f.numel());
-      w[name] = f;
+  std::vector<const ir::Graph*> graphs = {&gen->graph()};
+  if (gen->is_encoder_decoder()) graphs.push_back(&gen->encoder_graph());
+  for (const ir::Graph* graph : graphs)
+    for (auto& [name, t] : graph->initializers) {
+      auto it = all.find(name);
+      ONYX_CHECK(it != all.end(), "predict_with_generate: the model has no weight '", name, "'");
+      w[name] = it->second;
+      if (w[name].dtype() == DType::BFloat16 && t.dtype() == DType::Float32) {
+        // a frozen weight stored in bf16: the decoder reads float32 (a widened copy)
+        Tensor f(DType::Float32, t.shape());
+        kernels::bf16_to_f32(w[name].data<uint16_t>(), f.data<float>(), f.numel());
+        w[name] = f;
+      } else if (low != kernels::LowPrecision::None && w[name].dtype() == DType::Float32) {
+        // bf16_full_eval / fp16_full_eval: the decoder generates from the rounded weights (a copy)
+        Tensor f(DType::Float32, t.shape());
+        kernels::round_to(low, w[name].data<float>(), f.data<float>(), f.numel());
+        w[name] = f;
+      }
     }
-  }
   if (!model_.adapter_tensors.empty() && !shared) {
-    ir::Graph g = gen->graph();
-    for (auto& [name, t] : w) g.initializers[name] = t;
     std::map<std::string, Tensor> adapter;
     for (auto& [graph_name, saved] : model_.adapter_tensors) adapter[saved] = all.at(graph_name);
-    models::merge_lora(g, models::parse_adapter_config(model_.adapter_config_json, "LoRA config"),
-                       adapter);
-    for (auto& [name, t] : w) t = g.initializers.at(name);
+    const models::LoraSpec spec =
+        models::parse_adapter_config(model_.adapter_config_json, "LoRA config");
+    for (const ir::Graph* graph : graphs) merge_adapters(*graph, spec, adapter, w);
   }
   gen->set_weights(std::move(w));
   return *gen;
@@ -265,6 +290,7 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
   // Seq2SeqTrainer's priority: the generation_* arguments, then the model's generation_config
   generate::GenerationConfig cfg = impl_->generation_defaults;
   cfg.seed = (uint64_t)args_.seed;
+  if (gen->is_encoder_decoder()) return seq2seq_generation_metrics(ds, *gen, cfg, generated);
   auto keys = ds.keys();
   auto has = [&](const char* k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); };
   ONYX_CHECK(has("input_ids") && has("labels"),

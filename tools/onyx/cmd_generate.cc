@@ -2,8 +2,13 @@
 // [--max_new_tokens N] [--do_sample] [--temperature T --top_k K --top_p P --seed S]
 // [--num_beams N --repetition_penalty P --no_repeat_ngram_size N --min_new_tokens N]`: text from a
 // causal LM with a key/value cache (generate/generate.h), prompts batched with left padding.
+// An encoder–decoder (Whisper, BART) generates from its encoder's inputs: --encoder_inputs
+// FILE.safetensors, Whisper's features of --audio WAV files, or BART's tokenized --prompt texts;
+// its decoder prompt is decoder_start_token_id, then any --decoder_prompt_ids (Whisper's
+// language and task tokens).
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,7 +19,10 @@
 
 #include "commands.h"
 #include "data/chat_template.h"
+#include "data/wav.h"
+#include "data/whisper_features.h"
 #include "generate/generate.h"
+#include "io/safetensors.h"
 #include "onyx/error.h"
 #include "tokenizers/tokenizer.h"
 
@@ -85,6 +93,10 @@ std::vector<Prompt> read_prompts(const std::string& path) {
 struct GenerateOpts {
   std::string model, prompts_file, tokenizer, output;
   std::vector<std::string> prompts;
+  // encoder–decoders
+  std::string encoder_inputs;
+  std::vector<std::string> audio;
+  std::vector<int64_t> decoder_prompt_ids;
   // Decoding flags: set only when given (CLI11 leaves an absent optional empty), so that any
   // value given, -3 included, reaches the validation instead of reading as "absent".
   std::optional<int64_t> max_new_tokens, top_k, no_repeat_ngram_size, min_new_tokens, num_beams;
@@ -124,6 +136,14 @@ void add_prompt_options(CLI::App* cmd, GenerateOpts& o) {
   cmd->add_option("--prompt", o.prompts, "a prompt (repeatable)");
   cmd->add_option("--prompts", o.prompts_file,
                   "a file of prompts: one per line, or JSON lines with \"prompt\"");
+  cmd->add_option("--encoder_inputs,--encoder-inputs", o.encoder_inputs,
+                  "an encoder–decoder's encoder inputs, one row per output (.safetensors: "
+                  "input_features, or input_ids and attention_mask)");
+  cmd->add_option("--audio", o.audio, "Whisper: a 16 kHz WAV file to transcribe (repeatable)");
+  cmd->add_option("--decoder_prompt_ids,--decoder-prompt-ids", o.decoder_prompt_ids,
+                  "an encoder–decoder's decoder prompt after decoder_start_token_id (Whisper's "
+                  "language / task / no-timestamps tokens), comma-separated")
+      ->delimiter(',');
 }
 
 void add_output_options(CLI::App* cmd, GenerateOpts& o) {
@@ -148,7 +168,9 @@ std::vector<Prompt> collect_prompts(const GenerateOpts& o) {
     prompts.insert(prompts.end(), more.begin(), more.end());
   }
   ONYX_CHECK(std::filesystem::exists(o.model), "generate: model '", o.model, "' does not exist");
-  ONYX_CHECK(!prompts.empty(), "generate: give --prompt TEXT or --prompts FILE");
+  ONYX_CHECK(!prompts.empty() || !o.encoder_inputs.empty() || !o.audio.empty(),
+             "generate: give --prompt TEXT or --prompts FILE (an encoder–decoder: or "
+             "--encoder_inputs FILE / --audio WAV)");
   ONYX_CHECK(o.batch_size >= 1, "generate: --batch_size must be >= 1");
   for (auto& p : prompts)
     if (o.chat && !p.as_ids && p.messages.is_null())
@@ -190,6 +212,7 @@ generate::GenerationConfig decoding_config(const GenerateOpts& o, const generate
   generate::GenerationConfig cfg = generate::read_generation_config(o.model);
   if (cfg.eos_token_ids.empty() && tok && tok->eos_id()) cfg.eos_token_ids = {*tok->eos_id()};
   if (o.max_new_tokens) cfg.max_new_tokens = *o.max_new_tokens;
+  cfg.length_given |= o.max_new_tokens.has_value();
   if (o.do_sample || o.temperature || o.top_k || o.top_p) cfg.do_sample = true;
   if (o.greedy) cfg.do_sample = false;
   if (o.temperature) cfg.temperature = *o.temperature;
@@ -301,10 +324,127 @@ void generate_batch(generate::Generator& gen, const generate::GenerationConfig& 
   }
 }
 
+// Rows [first, last) of every tensor (first dimension).
+std::map<std::string, Tensor> row_slice(const std::map<std::string, Tensor>& all, int64_t first,
+                                        int64_t last) {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : all) {
+    Shape s = t.shape();
+    const size_t row = t.nbytes() / (size_t)s[0];
+    s[0] = last - first;
+    Tensor r(t.dtype(), s);
+    std::memcpy(r.raw(), (const char*)t.raw() + first * row, (size_t)(last - first) * row);
+    out[name] = r;
+  }
+  return out;
+}
+
+// Whisper's input features of the --audio files, framed for the model: 2 * max_source_positions
+// frames (30 s for the released models).
+Tensor whisper_audio_features(const std::vector<std::string>& files, const models::HfConfig& c) {
+  data::WhisperFeatureConfig fc;
+  fc.feature_size = c.s2s.num_mel_bins;
+  const int64_t frames = 2 * c.s2s.max_source_positions;
+  ONYX_CHECK(frames % (fc.sampling_rate / fc.hop_length) == 0, "generate: --audio needs ",
+             "max_source_positions a multiple of 50 (whole seconds of audio); the model has ",
+             c.s2s.max_source_positions, "; give --encoder_inputs instead");
+  fc.chunk_length = frames / (fc.sampling_rate / fc.hop_length);
+  Tensor all(DType::Float32, {(int64_t)files.size(), fc.feature_size, frames});
+  const int64_t each = fc.feature_size * frames;
+  for (size_t i = 0; i < files.size(); i++) {
+    const data::WavAudio a = data::read_wav(files[i], fc.samples());
+    ONYX_CHECK(a.sample_rate == fc.sampling_rate, "WAV file '", files[i], "' is sampled at ",
+               a.sample_rate, " Hz; Whisper needs ", fc.sampling_rate,
+               " Hz (resample it first, e.g. `sox in.wav -r 16000 out.wav`)");
+    Tensor f = data::whisper_input_features(a.samples, fc);
+    std::copy(f.data<float>(), f.data<float>() + each, all.data<float>() + (int64_t)i * each);
+  }
+  return all;
+}
+
+// BART's encoder inputs from the prompts' texts: tokenized with special tokens, padded on the
+// right with pad_token_id, attention_mask 0 there (as the tokenizer's padding side).
+std::map<std::string, Tensor> tokenized_encoder_inputs(const std::vector<Prompt>& prompts,
+                                                       const tokenizers::Tokenizer& tok,
+                                                       int64_t pad) {
+  std::vector<std::vector<int64_t>> rows;
+  size_t longest = 1;
+  for (auto& p : prompts) {
+    rows.push_back(p.as_ids ? p.ids : tok.encode(p.text, {}).input_ids);
+    longest = std::max(longest, rows.back().size());
+  }
+  const int64_t B = (int64_t)rows.size(), T = (int64_t)longest;
+  Tensor ids(DType::Int64, {B, T}), mask = Tensor::zeros(DType::Int64, {B, T});
+  std::fill(ids.data<int64_t>(), ids.data<int64_t>() + B * T, pad);
+  for (int64_t r = 0; r < B; r++)
+    for (size_t t = 0; t < rows[r].size(); t++) {
+      ids.data<int64_t>()[r * T + (int64_t)t] = rows[r][t];
+      mask.data<int64_t>()[r * T + (int64_t)t] = 1;
+    }
+  return {{"input_ids", ids}, {"attention_mask", mask}};
+}
+
+// An encoder–decoder's generation: one output per encoder row, decoded from decoder_start_token_id
+// (+ --decoder_prompt_ids) in batches of --batch_size.
+int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
+                         std::vector<Prompt> prompts, const tokenizers::Tokenizer* tok) {
+  const models::HfConfig& c = gen.config();
+  generate::GenerationConfig cfg = decoding_config(o, gen, tok);
+  if (!cfg.length_given) {  // Transformers' default: max_length 20, the start token included
+    cfg.max_new_tokens = -1;
+    cfg.max_length = 20;
+  }
+  std::map<std::string, Tensor> enc;
+  ONYX_CHECK((int)!o.encoder_inputs.empty() + (int)!o.audio.empty() + (int)!prompts.empty() == 1,
+             "generate: an encoder–decoder takes one of --encoder_inputs, --audio (Whisper) or "
+             "text prompts (BART)");
+  if (!o.encoder_inputs.empty()) {
+    enc = io::load_safetensors(o.encoder_inputs).tensors;
+  } else if (!o.audio.empty()) {
+    ONYX_CHECK(c.model_type == "whisper", "generate: --audio is for Whisper models");
+    enc["input_features"] = whisper_audio_features(o.audio, c);
+  } else {
+    ONYX_CHECK(c.model_type != "whisper" && tok, "generate: a ", c.model_type,
+               " model generates from --encoder_inputs",
+               c.model_type == "whisper" ? " or --audio" : "", " (text prompts need a tokenizer)");
+    enc = tokenized_encoder_inputs(prompts, *tok, c.pad_token_id);
+  }
+  ONYX_CHECK(!enc.empty() && enc.begin()->second.rank() >= 1, "generate: no encoder inputs");
+  const int64_t rows = enc.begin()->second.dim(0);
+  std::vector<int64_t> start = {cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id
+                                                                : c.s2s.decoder_start_token_id};
+  start.insert(start.end(), o.decoder_prompt_ids.begin(), o.decoder_prompt_ids.end());
+  CompletionSink sink(o.output, tok, rows > 1);
+  GenerateTotals total;
+  const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
+  for (int64_t first = 0; first < rows; first += o.batch_size) {
+    const int64_t last = std::min(rows, first + o.batch_size);
+    std::vector<std::vector<int64_t>> ids((size_t)(last - first), start);
+    auto t0 = std::chrono::steady_clock::now();
+    auto res = gen.generate(ids, cfg, &total.stats, row_slice(enc, first, last));
+    total.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (int64_t i = first; i < last; i++) {
+      const auto& new_ids = res[(size_t)(i - first)];
+      total.generated += (int64_t)new_ids.size();
+      std::vector<int64_t> text_ids;
+      for (int64_t id : new_ids)
+        if (!eos.count(id)) text_ids.push_back(id);
+      sink.write(Prompt{}, start, new_ids, text_ids);
+    }
+  }
+  sink.finish((size_t)rows);
+  if (o.timings) print_timings(total);
+  return 0;
+}
+
 int run_generate(const GenerateOpts& o) {
   std::vector<Prompt> prompts = collect_prompts(o);
   std::shared_ptr<tokenizers::Tokenizer> tok = prompt_tokenizer(o, prompts);
   generate::Generator gen = generate::Generator::from_folder(o.model);
+  if (gen.is_encoder_decoder()) return run_generate_seq2seq(o, gen, prompts, tok.get());
+  ONYX_CHECK(o.encoder_inputs.empty() && o.audio.empty() && o.decoder_prompt_ids.empty(),
+             "generate: --encoder_inputs, --audio and --decoder_prompt_ids are for "
+             "encoder–decoder models (Whisper, BART)");
   if (tok)
     ONYX_CHECK(tok->vocab_size() <= gen.config().vocab_size, tok->source(), ": the tokenizer has ",
                tok->vocab_size(), " tokens, more than the model's vocab_size ",
@@ -324,7 +464,9 @@ int run_generate(const GenerateOpts& o) {
 
 Action add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "generate", "generate text from a causal LM (GPT-2, Llama, Mistral, Qwen2) with a KV cache");
+      "generate",
+      "generate text from a causal LM (GPT-2, Llama, Mistral, Qwen2) or an encoder–decoder "
+      "(Whisper, BART) with a KV cache");
   auto o = std::make_shared<GenerateOpts>();
   add_prompt_options(cmd, *o);
   add_decoding_options(cmd, *o);

@@ -19,8 +19,8 @@ int run_hf_folder_cli(const std::string& dir, const std::string& inputs,
     opts.loss_output = m.model.loss.output;
   auto g = std::make_shared<ir::Graph>(passes::make_inference_graph(*m.model.graph, opts));
   auto in = io::load_safetensors(inputs).tensors;
-  in.erase("labels");
-  models::fill_default_inputs(m, in);
+  models::fill_default_inputs(m, in);  // (an encoder–decoder's decoder_input_ids from labels)
+  if (!g->find_input("labels")) in.erase("labels");
   for (auto it = in.begin(); it != in.end();)  // inputs only the removed loss needed
     it = !g->find_input(it->first) && m.model.graph->find_input(it->first) ? in.erase(it)
                                                                            : std::next(it);
@@ -47,6 +47,7 @@ int grad_hf_folder_cli(const std::string& dir, const std::string& inputs, const 
   models::fill_default_inputs(m, in);
   autodiff::GradientOptions opts;
   opts.loss = m.model.loss;
+  opts.frozen = m.model.frozen;  // (Whisper's encoder positions, BART's final_logits_bias)
   train::TrainingSession ts(std::make_shared<ir::Graph>(std::move(fwd)), opts);
   double loss = ts.forward_backward(in, /*accumulate=*/false, seed, /*training=*/true);
   std::map<std::string, Tensor> result;

@@ -8,7 +8,8 @@ namespace onyx::cli {
 
 // One forward pass in inference mode (Dropout as the identity, the CausalLM loss and its labels
 // removed): inputs by graph-input name from `inputs` (attention_mask / token_type_ids default to
-// ones / zeros; a "labels" tensor is ignored), every output written to `output` (safetensors).
+// ones / zeros, an encoder–decoder's decoder_input_ids are labels shifted right; labels are
+// otherwise ignored), every output written to `output` (safetensors).
 // Prints one "name: dtype shape" line per output. Returns the exit code.
 int run_hf_folder_cli(const std::string& dir, const std::string& inputs, const std::string& output);
 

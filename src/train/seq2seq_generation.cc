@@ -1,0 +1,102 @@
+// seq2seq_generation.cc — predict_with_generate for an encoder–decoder (Whisper, BART), as
+// Transformers' Seq2SeqTrainer.prediction_step: each eval batch's encoder inputs generate from
+// decoder_start_token_id with generation_max_length / generation_num_beams over the model's
+// generation config; the predictions are generate()'s sequences (the start token, the new tokens,
+// finished rows padded with pad_token_id to the batch's longest, and every row to the generation
+// config's max_length when shorter; Whisper's without the start token, as its generate() strips
+// the decoder prompt), joined across batches padded with -100.
+#include <algorithm>
+
+#include "data/dataset.h"
+#include "generate/generate.h"
+#include "train/trainer_internal.h"
+
+namespace onyx {
+
+namespace {
+
+// The encoder graph's inputs from an eval batch.
+std::map<std::string, Tensor> encoder_inputs(const generate::Generator& gen,
+                                             const std::map<std::string, Tensor>& batch) {
+  std::map<std::string, Tensor> out;
+  for (auto& in : gen.encoder_graph().inputs) {
+    auto it = batch.find(in.name);
+    ONYX_CHECK(it != batch.end(), "predict_with_generate: the eval dataset has no '", in.name,
+               "' (the encoder's input)");
+    out[in.name] = it->second;
+  }
+  return out;
+}
+
+// The labelled tokens of row r (labels != -100).
+std::vector<int64_t> reference(const Tensor& labels, int64_t r) {
+  const int64_t T = labels.dim(1);
+  const int64_t* l = labels.data<int64_t>() + r * T;
+  std::vector<int64_t> out;
+  for (int64_t t = 0; t < T; t++)
+    if (l[t] != -100) out.push_back(l[t]);
+  return out;
+}
+
+}  // namespace
+
+Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::Generator& gen,
+                                            generate::GenerationConfig cfg, Tensor* generated) {
+  const models::HfConfig& mc = gen.config();
+  const int64_t start =
+      cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id : mc.s2s.decoder_start_token_id;
+  const int64_t pad = cfg.pad_token_id >= 0 ? cfg.pad_token_id : mc.pad_token_id;
+  // the generation config's max_length (Transformers' default 20): what rows are padded to
+  const int64_t config_max_length = cfg.max_length > 0 ? cfg.max_length : 20;
+  const bool keeps_start = mc.model_type != "whisper";
+  if (args_.generation_max_new_tokens) {
+    cfg.max_new_tokens = *args_.generation_max_new_tokens;
+  } else if (args_.generation_max_length || !cfg.length_given) {
+    cfg.max_new_tokens = -1;  // max_length counts the decoder start token
+    cfg.max_length = args_.generation_max_length.value_or(config_max_length);
+  }
+  if (args_.generation_num_beams) cfg.num_beams = *args_.generation_num_beams;
+  if (cfg.num_beams > 1) cfg.do_sample = false;
+  std::vector<std::vector<int64_t>> rows;
+  int64_t n = 0, exact = 0, ref_tokens = 0, matched = 0, width = 0;
+  for (auto& idx :
+       data::make_batches(train::eval_order(ds, args_), args_.per_device_eval_batch_size, false)) {
+    auto batch = load_batch(ds, idx);
+    ONYX_CHECK(batch.count("labels"), "predict_with_generate: the eval dataset has no labels");
+    const Tensor& labels = batch.at("labels");
+    std::vector<std::vector<int64_t>> prompts(idx.size(), {start});
+    auto out = gen.generate(prompts, cfg, nullptr, encoder_inputs(gen, batch));
+    size_t longest = 0;
+    for (auto& o : out) longest = std::max(longest, o.size() + (keeps_start ? 1 : 0));
+    for (size_t r = 0; r < out.size(); r++) {
+      const auto ref = reference(labels, (int64_t)r);
+      int64_t same = 0;
+      for (size_t t = 0; t < ref.size() && t < out[r].size(); t++) same += ref[t] == out[r][t];
+      matched += same;
+      ref_tokens += (int64_t)ref.size();
+      exact += out[r].size() >= ref.size() && same == (int64_t)ref.size();
+      n++;
+      std::vector<int64_t> row;
+      if (keeps_start) row.push_back(start);
+      row.insert(row.end(), out[r].begin(), out[r].end());
+      row.resize(std::max<size_t>(longest, (size_t)config_max_length), pad);
+      width = std::max(width, (int64_t)row.size());
+      rows.push_back(std::move(row));
+    }
+  }
+  ONYX_CHECK(n > 0, "predict_with_generate: the eval dataset is empty");
+  if (generated) {
+    Tensor t(DType::Int64, {(int64_t)rows.size(), width});
+    int64_t* d = t.data<int64_t>();
+    std::fill(d, d + t.numel(), (int64_t)-100);  // across batches, as the evaluation loop pads
+    for (size_t r = 0; r < rows.size(); r++)
+      std::copy(rows[r].begin(), rows[r].end(), d + (int64_t)r * width);
+    *generated = t;
+  }
+  Metrics m;
+  m["gen_exact_match"] = (double)exact / (double)n;
+  m["gen_token_accuracy"] = ref_tokens ? (double)matched / (double)ref_tokens : 0.0;
+  return m;
+}
+
+}  // namespace onyx

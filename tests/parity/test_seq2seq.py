@@ -1,0 +1,261 @@
+"""test_seq2seq.py — onyx's encoder–decoder builders (src/models/seq2seq.cc) against the real
+Transformers classes WhisperForConditionalGeneration and BartForConditionalGeneration, each
+randomly initialized from a small config (LayerNorm weights, biases and BART's final_logits_bias
+randomized too, so their wiring shows), saved with save_pretrained, then
+  - `onyx run FOLDER`: logits within 1e-4 (relative to the largest) of Transformers in eval mode
+    (eager attention) at every position;
+  - `onyx grad FOLDER --no-dropout`: the loss and every trained parameter's gradient within 1e-4
+    (relative to that gradient's largest element) of loss.backward() in PyTorch; the parameters
+    Transformers does not train (Whisper's encoder positions) get no gradient from onyx either.
+The decoder's inputs are labels shifted right (decoder_start_token_id first, -100 read as
+pad_token_id) unless the case gives decoder_input_ids.
+
+Cases (one PASS / FAIL line each):
+  whisper          ragged labels (-100 after each row's end), pad tokens among the decoder inputs
+                   (the padding row of embed_tokens gets no gradient from them, as nn.Embedding's
+                   padding_idx), tied proj_out
+  whisper-prompt   decoder_input_ids given (a forced prompt of special tokens, as Whisper's
+                   processor writes them) and labels that are not their shift
+  bart             padded input_ids with attention_mask (the encoder's and the cross-attention's
+                   mask), ragged labels, one shared token table for both stacks and the LM head
+  bart-scaled      scale_embedding (tokens * sqrt(d_model)), relu, an untrained
+                   final_logits_bias that is not zero
+  whisper-wrong-length  input features not 2 * max_source_positions frames long: a clear error
+                   naming the input and both lengths, as Transformers refuses them
+
+Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_seq2seq.py [filter]
+Ends with "N passed, M failed"; exits 1 if any case failed.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import transformers as tr
+from case_runner import run_cases
+from safetensors.numpy import load_file, save_file
+
+ONYX = os.environ.get("ONYX", "build/onyx")
+TOL = 1e-4
+V = 97
+torch.set_num_threads(1)
+
+
+def randomize(m):
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "norm" in n:
+                p.normal_(1.0, 0.1)
+            if n.endswith("bias"):
+                p.normal_(0.0, 0.1)
+        if hasattr(m, "final_logits_bias"):
+            m.final_logits_bias.normal_(0.0, 0.1)
+    return m
+
+
+def whisper(**kw):
+    base = dict(vocab_size=V, d_model=64, encoder_layers=2, decoder_layers=2,
+                encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=96,
+                decoder_ffn_dim=80, num_mel_bins=16, max_source_positions=12,
+                max_target_positions=20, pad_token_id=1, bos_token_id=1, eos_token_id=1,
+                decoder_start_token_id=2)
+    base.update(kw)
+    cfg = tr.WhisperConfig(**base)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return randomize(tr.WhisperForConditionalGeneration(cfg))
+
+
+def bart(**kw):
+    base = dict(vocab_size=V, d_model=64, encoder_layers=2, decoder_layers=2,
+                encoder_attention_heads=4, decoder_attention_heads=8, encoder_ffn_dim=96,
+                decoder_ffn_dim=80, max_position_embeddings=32, dropout=0.0, pad_token_id=1,
+                bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    base.update(kw)
+    cfg = tr.BartConfig(**base)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return randomize(tr.BartForConditionalGeneration(cfg))
+
+
+def onyx(*args, check=True):
+    p = subprocess.run([ONYX] + list(args), capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"onyx {args[0]} exited {p.returncode}: {p.stderr.strip()[-800:]}")
+    return p
+
+
+def ragged_labels(rng, b, t, ends):
+    labels = rng.integers(3, V, (b, t)).astype(np.int64)
+    for r, k in enumerate(ends):
+        labels[r, k:] = -100
+    return labels
+
+
+def check(tmp, name, model, feeds):
+    """onyx's logits, loss and gradients against the model's on `feeds`."""
+    d = os.path.join(tmp, name)
+    model.save_pretrained(d)
+    save_file(feeds, f"{d}/in.safetensors")
+    onyx("run", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/out.safetensors")
+    got = load_file(f"{d}/out.safetensors")["logits"]
+    model.train()  # dropout is 0 in these configs; train() as the gradient pass runs
+    out = model(**{k: torch.tensor(v) for k, v in feeds.items()})
+    ref = out.logits.detach().numpy()
+    if got.shape != ref.shape:
+        return False, f"logits shape {got.shape} vs Transformers {ref.shape}"
+    lerr = float(np.abs(got - ref).max() / np.abs(ref).max())
+    out.loss.backward()
+    onyx("grad", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/g.safetensors",
+         "--no-dropout")
+    g = load_file(f"{d}/g.safetensors")
+    loss_err = abs(float(g["loss"]) - out.loss.item()) / abs(out.loss.item())
+    worst, wn, missing, extra = 0.0, "", [], []
+    trained = 0
+    # a key projection's bias gets a zero gradient (it adds the same to every score of a query):
+    # rounding noise on both sides, measured against the largest gradient of the model instead
+    floor = 1e-4 * max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None)
+    for n, p in model.named_parameters():
+        if not p.requires_grad:
+            if n in g:
+                extra.append(n)
+            continue
+        trained += 1
+        if n not in g:
+            missing.append(n)
+            continue
+        ref_g = p.grad.numpy()
+        e = float(np.abs(g[n] - ref_g).max() / max(np.abs(ref_g).max(), floor))
+        if e > worst:
+            worst, wn = e, n
+    ok = lerr < TOL and loss_err < TOL and worst < TOL and not missing and not extra
+    return ok, (f"logits rel {lerr:.1e}, loss rel {loss_err:.1e}, {trained} gradients, worst rel "
+                f"{worst:.1e} ({wn})" + (f", missing {missing}" if missing else "")
+                + (f", gradients for untrained {extra}" if extra else ""))
+
+
+def case_whisper(tmp):
+    rng = np.random.default_rng(0)
+    feats = rng.normal(0, 1, (3, 16, 24)).astype(np.float32)
+    labels = ragged_labels(rng, 3, 9, [9, 6, 4])
+    return check(tmp, "whisper", whisper(), {"input_features": feats, "labels": labels})
+
+
+def case_whisper_prompt(tmp):
+    rng = np.random.default_rng(1)
+    feats = rng.normal(0, 1, (2, 16, 24)).astype(np.float32)
+    dec = rng.integers(3, V, (2, 7)).astype(np.int64)
+    dec[:, :3] = [[2, 90, 91], [2, 92, 91]]  # start, language, task: Whisper's forced prompt
+    labels = np.concatenate([dec[:, 1:], np.full((2, 1), 1, np.int64)], axis=1)
+    labels[:, :2] = -100  # no loss on the prompt
+    return check(tmp, "whisper-prompt", whisper(),
+                 {"input_features": feats, "decoder_input_ids": dec, "labels": labels})
+
+
+def bart_feeds(seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, V, (3, 10)).astype(np.int64)
+    mask = np.ones_like(ids)
+    for r, k in [(1, 7), (2, 4)]:
+        ids[r, k:] = 1
+        mask[r, k:] = 0
+    return {"input_ids": ids, "attention_mask": mask,
+            "labels": ragged_labels(rng, 3, 8, [8, 5, 3])}
+
+
+def case_bart(tmp):
+    return check(tmp, "bart", bart(), bart_feeds(2))
+
+
+def case_bart_scaled(tmp):
+    return check(tmp, "bart-scaled", bart(scale_embedding=True, activation_function="relu"),
+                 bart_feeds(3))
+
+
+def case_wrong_length(tmp):
+    d = os.path.join(tmp, "whisper-wrong")
+    whisper().save_pretrained(d)
+    rng = np.random.default_rng(4)
+    save_file({"input_features": rng.normal(0, 1, (1, 16, 20)).astype(np.float32),
+               "labels": np.array([[5, 6, 7]], np.int64)}, f"{d}/in.safetensors")
+    p = onyx("run", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/o.safetensors",
+             check=False)
+    err = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    ok = p.returncode != 0 and "input_features" in err and "24" in err and "20" in err
+    return ok, f"exit {p.returncode}: {err}"
+
+
+def generated_rows(out_file):
+    with open(out_file) as f:
+        return [json.loads(line)["completion_ids"] for line in f]
+
+
+def until_eos(row, eos):
+    """A Transformers row cut after its first eos (the rest is padding)."""
+    row = [int(t) for t in row]
+    return row[:row.index(eos) + 1] if eos in row else row
+
+
+def gen_case(tmp, name, model, enc, hf_kwargs, flags, strip_start):
+    """`onyx generate FOLDER --encoder_inputs` = Transformers' generate, token for token."""
+    d = os.path.join(tmp, name)
+    model.save_pretrained(d)
+    save_file(enc, f"{d}/enc.safetensors")
+    onyx("generate", d, "--encoder_inputs", f"{d}/enc.safetensors", "--output", f"{d}/out.jsonl",
+         *flags)
+    got = generated_rows(f"{d}/out.jsonl")
+    with torch.no_grad():
+        ref = model.generate(**{k: torch.tensor(v) for k, v in enc.items()}, **hf_kwargs)
+    eos = model.generation_config.eos_token_id
+    ref = [until_eos(r[1:] if strip_start else r, eos) for r in ref.tolist()]
+    same = got == ref
+    return same, (f"{len(got)} rows of {[len(r) for r in got]} tokens = Transformers'" if same else
+                  f"onyx {got} vs Transformers {ref}")
+
+
+def case_whisper_generate(tmp, beams):
+    m = whisper(init_std=0.2, max_target_positions=40, suppress_tokens=[7],
+                begin_suppress_tokens=[5, 1]).eval()
+    rng = np.random.default_rng(6)
+    enc = {"input_features": rng.normal(0, 1, (3, 16, 24)).astype(np.float32)}
+    kw = {"max_new_tokens": 14, "num_beams": beams}
+    # Whisper's generate returns the new tokens only (its decoder prompt stripped)
+    return gen_case(tmp, f"whisper-gen-{beams}", m, enc, kw,
+                    ["--max_new_tokens", "14", "--num_beams", str(beams)], strip_start=False)
+
+
+def case_bart_generate(tmp, beams):
+    m = bart(init_std=0.2, max_position_embeddings=40).eval()
+    with torch.no_grad():  # eos likely enough that rows (and hypotheses) end at several lengths
+        m.final_logits_bias[0, 2] += 2.0
+    feeds = bart_feeds(7)
+    enc = {"input_ids": feeds["input_ids"], "attention_mask": feeds["attention_mask"]}
+    kw = {"max_new_tokens": 16, "num_beams": beams}
+    if beams > 1:
+        kw["length_penalty"] = 0.7
+    flags = ["--max_new_tokens", "16", "--num_beams", str(beams)]
+    if beams > 1:
+        m.generation_config.num_beams = beams  # (saved with length_penalty, which needs it)
+        m.generation_config.length_penalty = 0.7  # read by onyx from generation_config.json
+    return gen_case(tmp, f"bart-gen-{beams}", m, enc, kw, flags, strip_start=True)
+
+
+def main():
+    cases = [
+        ("whisper", case_whisper),
+        ("whisper-prompt", case_whisper_prompt),
+        ("bart", case_bart),
+        ("bart-scaled", case_bart_scaled),
+        ("whisper-wrong-length", case_wrong_length),
+        ("whisper-generate-greedy", lambda t: case_whisper_generate(t, 1)),
+        ("whisper-generate-beams", lambda t: case_whisper_generate(t, 3)),
+        ("bart-generate-greedy", lambda t: case_bart_generate(t, 1)),
+        ("bart-generate-beams", lambda t: case_bart_generate(t, 4)),
+    ]
+    return run_cases(cases, "onyx-test-seq2seq-")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
