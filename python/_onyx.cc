@@ -683,6 +683,13 @@ void bind_trainer(nb::module_& m) {
           },
           "test_dataset"_a)
       .def(
+          "set_generation_kwargs",
+          [](TrainerBox& b, std::optional<int64_t> max_length,
+             std::optional<int64_t> max_new_tokens, std::optional<int64_t> num_beams) {
+            get(b).set_generation_kwargs(max_length, max_new_tokens, num_beams);
+          },
+          "max_length"_a.none(), "max_new_tokens"_a.none(), "num_beams"_a.none())
+      .def(
           "save_model",
           [](TrainerBox& b, const std::string& dir) {
             without_gil([&] {

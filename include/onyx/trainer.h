@@ -51,6 +51,12 @@ struct Model {
   // A step without one item trains on a zero loss instead of stopping (GRPO's dapo: its graph
   // divides by the clamped token count, as TRL's, when mask_truncated_completions masks them all).
   bool zero_items_ok = false;
+  // Transformers' gradient accumulation for a model whose forward takes loss kwargs but whose
+  // loss ignores num_items_in_batch (BART, Whisper: a plain CrossEntropyLoss mean): the Trainer
+  // then neither normalizes by the items nor divides by the accumulation steps, so a step's loss
+  // and gradient are the sum of its micro-batches' mean losses. Matched (items_labels empty), so
+  // loss curves and clipping compare with Seq2SeqTrainer's.
+  bool sums_micro_batch_means = false;
   // Graph inputs a dataset may omit, and what fills them in a batch (Hugging Face models:
   // attention_mask of ones, token_type_ids of zeros).
   std::set<std::string> optional_inputs;
@@ -211,6 +217,11 @@ class Trainer {
   // language model's logits over an eval set are tokens x vocabulary floats (GBs).
   void set_metrics_need_predictions(bool need) { metrics_need_predictions_ = need; }
   PredictionOutput predict(const data::Dataset& dataset);
+  // Seq2SeqTrainer's evaluate / predict generation kwargs: predict_with_generate's lengths and
+  // beams from now on (each nullopt: none given, so the generation config's own).
+  void set_generation_kwargs(std::optional<int64_t> max_length,
+                             std::optional<int64_t> max_new_tokens,
+                             std::optional<int64_t> num_beams);
   // model.safetensors (+ onyx_model.json describing the graph source) into `dir`, atomically.
   void save_model(const std::string& dir);
   // What save_model writes as model.safetensors: every initializer by name, trained parameters

@@ -12,7 +12,11 @@ drift), Trainer (train / evaluate / predict / save_model / state), TrainerCallba
 Transformers' events, EarlyStoppingCallback, EvalPrediction, TrainOutput; ORTTrainer and
 ORTTrainingArguments are aliases for code written for Optimum's ORTTrainer.
 
-Models: a Transformers PreTrainedModel (BERT, RoBERTa, DistilBERT, GPT-2, ViT: trained in place,
+Seq2SeqTrainer and Seq2SeqTrainingArguments are Transformers' names for encoder–decoders
+(Whisper, BART): predict_with_generate generates from the encoder inputs, as there.
+
+Models: a Transformers PreTrainedModel (BERT, RoBERTa, DistilBERT, GPT-2, ViT, Llama, Whisper,
+BART, ...: trained in place,
 its parameters hold the trained values after train()), a path to an .onnx file (its scalar `loss`
 output is trained; or pass `loss=`) or a Hugging Face folder (config.json + model.safetensors).
 Datasets: dicts of numpy arrays or torch tensors keyed by input names, first dimension = sample
@@ -26,6 +30,7 @@ from . import _onyx
 from .dpo import DPOConfig, DPOTrainer
 from .grpo import GRPOConfig, GRPOTrainer
 from .optimum import ORTTrainer, ORTTrainingArguments
+from .seq2seq import Seq2SeqTrainer, Seq2SeqTrainingArguments
 from .trainer import Trainer
 from .trainer_callback import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState
 from .trainer_utils import (BestRun, EvalPrediction, PredictionOutput, TrainOutput,
@@ -37,7 +42,7 @@ __all__ = [
     "EarlyStoppingCallback", "EvalPrediction", "TrainOutput", "PredictionOutput",
     "ORTTrainer", "ORTTrainingArguments", "OnyxError", "set_num_threads", "load_custom_ops",
     "BestRun", "default_hp_space_optuna", "default_compute_objective", "DPOConfig", "DPOTrainer",
-    "GRPOConfig", "GRPOTrainer",
+    "GRPOConfig", "GRPOTrainer", "Seq2SeqTrainer", "Seq2SeqTrainingArguments",
 ]
 __version__ = "0.1.0"
 

@@ -598,9 +598,13 @@ int64_t Generator::checked_new_tokens(const GenerationConfig& cfg, int64_t L, in
   ONYX_CHECK(cfg.max_new_tokens >= 0 || L < cfg.max_length, "generate: the prompts are ", L,
              " tokens long (left-padded), but max_length is ", cfg.max_length,
              "; raise max_length or set max_new_tokens");
-  const int64_t max_new = cfg.max_new_tokens >= 0 ? cfg.max_new_tokens : cfg.max_length - L;
-  check_cache_fits(B, L + max_new, model_.config.vocab_size);
+  int64_t max_new = cfg.max_new_tokens >= 0 ? cfg.max_new_tokens : cfg.max_length - L;
   const int64_t max_pos = model_.config.max_position_embeddings;
+  if (model_.config.model_type == "whisper" && cfg.max_new_tokens < 0)
+    // Whisper's generate: max_length counts from the decoder prompt (up to max_target_positions
+    // / 2 - 1 of its tokens), within max_target_positions
+    max_new = std::min(cfg.max_length + std::min(max_pos / 2 - 1, L), max_pos) - L;
+  check_cache_fits(B, L + max_new, model_.config.vocab_size);
   if (model_.config.model_type == "gpt2" || encoder_graph_)  // learned positions: a table's rows
     ONYX_CHECK(L + max_new <= max_pos, "generate: prompt length ", L, " + ", max_new,
                " new tokens exceeds the model's ", max_pos, " positions (",

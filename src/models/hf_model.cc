@@ -161,9 +161,12 @@ BuiltModel finish_model(GraphBuilder& b, const HfConfig& c, Task task) {
     case Task::Seq2SeqLM:
       m.model.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
       m.model.loss.output = "loss";
-      // the loss's targets: labels != -100, from the second position on for a causal LM
-      m.model.items_labels = "labels";
-      m.model.items_shifted = task == Task::CausalLM;
+      if (task == Task::Seq2SeqLM) {  // a mean per micro-batch, summed (as Transformers)
+        m.model.sums_micro_batch_means = true;
+        break;
+      }
+      m.model.items_labels = "labels";  // the loss's targets: labels[:, 1:] != -100
+      m.model.items_shifted = true;
       break;
     default:
       m.model.loss.kind = task == Task::SequenceClassification && c.num_labels == 1

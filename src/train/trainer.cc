@@ -48,9 +48,10 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
     callbacks_.push_back(std::make_shared<train::TensorBoardCallback>(model_.config_json));
   ONYX_CHECK(model_.graph, "Trainer: the model has no graph");
   if (args_.predict_with_generate)
-    ONYX_CHECK(!model_.config_json.empty() && model_.items_shifted,
-               "predict_with_generate needs a Hugging Face causal LM (GPT-2, Llama, Mistral, "
-               "Qwen2 folder or config) as the model");
+    ONYX_CHECK(
+        !model_.config_json.empty() && (model_.items_shifted || model_.sums_micro_batch_means),
+        "predict_with_generate needs a Hugging Face causal LM (GPT-2, Llama, Mistral, "
+        "Qwen2) or encoder–decoder (Whisper, BART) folder or config as the model");
   if (args_.eval_strategy != "no")
     ONYX_CHECK(eval_ds_, "eval_strategy is '", args_.eval_strategy,
                "' but no eval dataset was given");
@@ -515,7 +516,9 @@ double Trainer::accumulate_gradients(const std::vector<std::vector<int64_t>>& ba
   }
   const bool plain_mean = !counted || total_items == 0;  // items unknown
   auto weight_items = [&](int64_t n) -> int64_t { return n == -2 ? 0 : plain_mean ? 1 : n; };
-  const double weight_total = plain_mean ? (double)present : (double)total_items;
+  const double weight_total = !plain_mean                     ? (double)total_items
+                              : model_.sums_micro_batch_means ? 1.0
+                                                              : (double)present;
   auto& grads = I.ts->grads();
   bool have_local = false;
   std::vector<double> my_parts(ga, 0.0);

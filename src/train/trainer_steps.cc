@@ -84,6 +84,18 @@ void Trainer::set_learning_rate(double lr) {
   impl_->lr_override = lr;
 }
 
+void Trainer::set_generation_kwargs(std::optional<int64_t> max_length,
+                                    std::optional<int64_t> max_new_tokens,
+                                    std::optional<int64_t> num_beams) {
+  for (auto [v, key] : {std::pair{max_length, "max_length"},
+                        {max_new_tokens, "max_new_tokens"},
+                        {num_beams, "num_beams"}})
+    ONYX_CHECK(!v || *v >= 1, "generation kwargs: ", key, " must be >= 1, got ", *v);
+  args_.generation_max_length = max_length;
+  args_.generation_max_new_tokens = max_new_tokens;
+  args_.generation_num_beams = num_beams;
+}
+
 double Trainer::eval_step(const std::map<std::string, Tensor>& inputs) {
   auto out = impl_->ts->forward(checked_batch(model_, inputs));
   auto it = out.find("loss");

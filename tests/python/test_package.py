@@ -61,6 +61,10 @@ Cases (one PASS / FAIL / SKIP line each):
                    model object and dict data ≡ one process with GA 2 bit for bit; exactly one
                    rank has state.is_world_process_zero; a callback stopping training on one
                    rank (as Ctrl-C there does) stops every rank after the same step
+  seq2seq-trainer  onyx.Seq2SeqTrainer = transformers.Seq2SeqTrainer on a BART and a Whisper
+                   object: logged losses with gradient_accumulation_steps 2 (1e-4), and
+                   predict_with_generate's generated ids handed to compute_metrics, greedy and
+                   evaluate(num_beams=3, max_length=6), and predict()'s = Transformers'
   custom-ops       onyx.load_custom_ops(libmyops.so) (examples/custom_op built with cmake) before
                    the Trainer: a model with com.example.ScaledSwish trains
 
@@ -1929,6 +1933,99 @@ print("steps", t.train().global_step, [m for m in sys.modules if m.split(".")[0]
     return f"{wheels[0]} installed into a numpy-only venv, trained 6 steps"
 
 
+def tiny_seq2seq(kind):
+    """A tiny BartForConditionalGeneration or WhisperForConditionalGeneration (seeded, no
+    dropout) and its datasets.Dataset rows: padded input_ids / attention_mask (BART) or log-mel
+    input_features (Whisper), labels ending with eos then -100."""
+    import datasets
+    import torch
+    import transformers
+    common = dict(vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=2,
+                  encoder_attention_heads=2, decoder_attention_heads=4, encoder_ffn_dim=48,
+                  decoder_ffn_dim=40, dropout=0.0, init_std=0.1, pad_token_id=1, eos_token_id=2,
+                  decoder_start_token_id=3)
+    rng = np.random.default_rng(0)
+    n = 16
+    labels = np.full((n, 8), -100, np.int64)
+    for r in range(n):
+        k = int(rng.integers(2, 8))
+        labels[r, :k] = rng.integers(4, 64, k)
+        labels[r, k] = 2
+    if kind == "bart":
+        cfg = transformers.BartConfig(max_position_embeddings=32, bos_token_id=0, **common)
+        ids = np.full((n, 10), 1, np.int64)
+        for r in range(n):
+            k = int(rng.integers(3, 11))
+            ids[r, :k] = rng.integers(4, 64, k)
+        cols = {"input_ids": ids, "attention_mask": (ids != 1).astype(np.int64)}
+        cls = transformers.BartForConditionalGeneration
+    else:
+        cfg = transformers.WhisperConfig(num_mel_bins=8, max_source_positions=6,
+                                         max_target_positions=24, bos_token_id=1,
+                                         begin_suppress_tokens=None, **common)
+        cols = {"input_features": rng.normal(0, 1, (n, 8, 12)).astype(np.float32)}
+        cls = transformers.WhisperForConditionalGeneration
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = cls(cfg)
+    cols["labels"] = labels
+    return model, datasets.Dataset.from_dict({k: v.tolist() for k, v in cols.items()})
+
+
+def case_seq2seq_trainer(onyx, tmp):
+    """onyx.Seq2SeqTrainer = transformers.Seq2SeqTrainer on BART and Whisper: the logged losses
+    with gradient_accumulation_steps 2 (Transformers sums the micro-batches' mean losses for these
+    models: matched), predict_with_generate's eval metrics from compute_metrics over the generated
+    ids and predict()'s ids, greedy and evaluate(num_beams=3, max_length=6)."""
+    import copy
+    import transformers
+    out = []
+    for kind in ("bart", "whisper"):
+        model, ds = tiny_seq2seq(kind)
+        ref_model = copy.deepcopy(model)
+        seen = {}
+
+        def metrics(p, who=None):
+            preds = np.asarray(p.predictions)
+            seen.setdefault(who, []).append(preds)
+            return {"first_token_match": float(np.mean(preds[:, 1] == preds[:, 1].max()))}
+        kw = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=4,
+                  logging_steps=1, learning_rate=3e-3, report_to=[], save_strategy="no",
+                  per_device_eval_batch_size=8, predict_with_generate=True,
+                  generation_max_length=10, disable_tqdm=True,
+                  train_sampling_strategy="sequential")  # (onyx draws its own shuffle)
+        train, evals = ds.select(range(12)), ds.select(range(12, 16))
+        ref = transformers.Seq2SeqTrainer(
+            model=ref_model, args=transformers.Seq2SeqTrainingArguments(
+                output_dir=os.path.join(tmp, "hf-" + kind), **kw),
+            train_dataset=train, eval_dataset=evals,
+            compute_metrics=lambda p: metrics(p, "hf"))
+        ref.train()
+        t = onyx.Seq2SeqTrainer(
+            model=model, args=onyx.Seq2SeqTrainingArguments(
+                output_dir=os.path.join(tmp, "onyx-" + kind), **kw),
+            train_dataset=train, eval_dataset=evals,
+            compute_metrics=lambda p: metrics(p, "onyx"))
+        t.train()
+        want = [e["loss"] for e in ref.state.log_history if "loss" in e]
+        got = [e["loss"] for e in t.state.log_history if "loss" in e]
+        assert len(got) == len(want) == 4, (got, want)
+        worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+        assert worst < 1e-4, f"{kind}: losses {got} vs Transformers {want}"
+        for call in ({}, {"num_beams": 3, "max_length": 6}):
+            seen.clear()
+            e_ref, e_got = ref.evaluate(**call), t.evaluate(**call)
+            a, b = seen["hf"][-1], seen["onyx"][-1]
+            assert a.shape == b.shape and (a == b).all(), f"{kind} {call}: generated ids\n{b}\nvs Transformers\n{a}"
+            assert abs(e_ref["eval_loss"] - e_got["eval_loss"]) < 1e-4 * abs(e_ref["eval_loss"])
+            assert e_ref["eval_first_token_match"] == e_got["eval_first_token_match"]
+        p_ref, p_got = ref.predict(evals), t.predict(evals)
+        assert (np.asarray(p_ref.predictions) == p_got.predictions).all(), f"{kind}: predict ids"
+        out.append(f"{kind}: 4 losses within {worst:.1e}, generated ids {a.shape} = HF's "
+                   "(greedy, 3 beams)")
+    return "; ".join(out)
+
+
 CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("args-transformers", case_args_transformers),
          ("args-every-transformers-key", case_args_every_transformers_key),
@@ -1955,7 +2052,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
          ("plain-module", case_plain_module), ("example-scripts", case_example_scripts),
-         ("wheel", case_wheel)]
+         ("seq2seq-trainer", case_seq2seq_trainer), ("wheel", case_wheel)]
 
 
 def main():
