@@ -16,6 +16,7 @@
 #include "data/idx_dataset.h"
 #include "data/preference_dataset.h"
 #include "data/prompt_dataset.h"
+#include "data/speech_dataset.h"
 #include "data/text_datasets.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
@@ -685,7 +686,7 @@ models::Task parse_task(const std::string& t, const std::string& what) {
 models::Task default_task(const std::string& t) {
   if (t == "vit") return models::Task::ImageClassification;
   if (t == "gpt2" || t == "llama" || t == "mistral" || t == "qwen2") return models::Task::CausalLM;
-  if (t == "whisper" || t == "bart") return models::Task::Seq2SeqLM;
+  if (t == "whisper" || t == "bart" || t == "t5" || t == "mt5") return models::Task::Seq2SeqLM;
   return models::Task::SequenceClassification;
 }
 
@@ -810,6 +811,29 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     o.special_tokens = files.special_tokens;
     ds = std::make_shared<data::PreferenceDataset>(resolve(c.dir, need("path")),
                                                    tokenizers::load_tokenizer(tok_path), o);
+  } else if (type == "speech") {
+    const std::string tok_path = resolve(c.dir, need("tokenizer"));
+    auto tok = tokenizers::load_tokenizer(tok_path);
+    data::SpeechOptions o;
+    o.format = take("format");
+    o.audio_field = take("audio_field", o.audio_field);
+    o.text_field = take("text_field", o.text_field);
+    // the processor's preprocessor_config.json beside the tokenizer, then the keys given here
+    const fs::path proc =
+        fs::is_directory(tok_path) ? fs::path(tok_path) : fs::path(tok_path).parent_path();
+    if (fs::is_regular_file(proc / "preprocessor_config.json"))
+      o.features =
+          data::read_preprocessor_config((proc / "preprocessor_config.json").string(), o.features);
+    if (kv.count("feature_size"))
+      o.features.feature_size = to_int("feature_size", take("feature_size"));
+    if (kv.count("chunk_length"))
+      o.features.chunk_length = to_int("chunk_length", take("chunk_length"));
+    if (auto start = tok->token_id("<|startoftranscript|>")) o.decoder_start_token_id = *start;
+    if (kv.count("decoder_start_token_id"))
+      o.decoder_start_token_id = to_int("decoder_start_token_id", take("decoder_start_token_id"));
+    if (kv.count("max_label_length"))
+      o.max_label_length = to_int("max_label_length", take("max_label_length"));
+    ds = std::make_shared<data::SpeechDataset>(resolve(c.dir, need("path")), tok, o);
   } else if (type == "text_classification" || type == "causal_lm" || type == "sft") {
     const std::string tok_path = resolve(c.dir, need("tokenizer"));
     auto tok = tokenizers::load_tokenizer(tok_path);
@@ -848,9 +872,10 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       ds = std::make_shared<data::TextClassificationDataset>(path, tok, o);
     }
   } else {
-    throw Error(cat(
-        what, ": unknown dataset type '", type,
-        "' (safetensors, idx_images, text_classification, causal_lm, sft, preference, prompts)"));
+    throw Error(
+        cat(what, ": unknown dataset type '", type,
+            "' (safetensors, idx_images, text_classification, causal_lm, sft, preference, prompts, "
+            "speech)"));
   }
   ONYX_CHECK(kv.empty(), what, ": unknown key '", kv.begin()->first, "' for a ", type, " dataset");
   return ds;

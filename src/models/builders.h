@@ -14,6 +14,7 @@ BuiltModel build_gpt2(const HfConfig& c, Task task, int64_t seed);        // gpt
 BuiltModel build_vit(const HfConfig& c, Task task, int64_t seed);         // vit
 BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed);       // llama, mistral, qwen2
 BuiltModel build_seq2seq(const HfConfig& c, Task task, int64_t seed);     // whisper, bart
+BuiltModel build_t5(const HfConfig& c, Task task, int64_t seed);          // t5, mt5
 // The decoders with a key/value cache (hf_model.h: build_hf_decoder_with_past).
 BuiltModel build_gpt2_with_past(const HfConfig& c, int64_t seed);
 BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed);
@@ -75,6 +76,12 @@ std::string cached_attention_mask_input(GraphBuilder& b);
 // embedding table (tied) or an lm_head.weight of its own (head_init), no loss.
 BuiltModel finish_decoder_with_past(GraphBuilder& b, const HfConfig& c, const std::string& h,
                                     const std::string& embed_table, const Init& head_init);
+
+// An encoder–decoder's LM head and loss: "logits" = h @ table^T [+ bias (1,V)] (B,T,V), input
+// "labels" (B,T), "loss" = mean cross entropy of every position against labels (-100 ignored),
+// as Transformers' ...ForConditionalGeneration computes it; both graph outputs (loss first).
+void seq2seq_lm_head(GraphBuilder& b, const HfConfig& c, const std::string& h,
+                     const std::string& table, const std::string& bias);
 
 // Finishes a BuiltModel: the graph into model.graph, input names, the loss for the task
 // (CrossEntropy on "logits" with "labels"; MSE when a sequence classifier has one label; the

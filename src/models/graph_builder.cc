@@ -250,6 +250,7 @@ std::string GraphBuilder::activation(const std::string& x, const std::string& ac
     std::string t = op("Tanh", {op("Mul", {inner, scalar_f32((float)std::sqrt(2.0 / M_PI))})});
     return op("Mul", {op("Mul", {x, scalar_f32(0.5f)}), op("Add", {t, scalar_f32(1.0f)})});
   }
+  if (act == "silu") return op("Mul", {x, op("Sigmoid", {x})});
   throw Error(cat("activation '", act, "' is not supported"));
 }
 

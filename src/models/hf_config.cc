@@ -241,6 +241,53 @@ void read_llama_keys(Reader& r, HfConfig& c) {  // llama, mistral, qwen2
              c.num_key_value_heads);
 }
 
+// T5 and mT5 (T5Config / MT5Config): encoder sizes in the shared fields (d_kv as head_dim), the
+// decoder's layer count in c.s2s, feed_forward_proj split as Transformers splits it.
+void read_t5_keys(Reader& r, HfConfig& c) {
+  const bool mt5 = c.model_type == "mt5";
+  const std::string& what = r.what;
+  c.hidden_size = r.integer({"d_model"}, 512);
+  c.head_dim = r.integer({"d_kv"}, 64);
+  c.intermediate_size = r.integer({"d_ff"}, mt5 ? 1024 : 2048);
+  c.num_hidden_layers = r.integer({"num_layers"}, mt5 ? 8 : 6);
+  c.s2s.decoder_layers = r.integer({"num_decoder_layers"}, c.num_hidden_layers);
+  c.num_attention_heads = c.s2s.decoder_attention_heads = r.integer({"num_heads"}, mt5 ? 6 : 8);
+  c.s2s.decoder_ffn_dim = c.intermediate_size;
+  c.s2s.relative_buckets = r.integer({"relative_attention_num_buckets"}, 32);
+  c.s2s.relative_max_distance = r.integer({"relative_attention_max_distance"}, 128);
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = c.embd_pdrop =
+      r.number({"dropout_rate"}, 0.1);
+  c.layer_norm_eps = r.number({"layer_norm_epsilon"}, 1e-6);
+  c.initializer_range = r.number({"initializer_factor"}, 1.0);
+  c.vocab_size = r.integer({"vocab_size"}, mt5 ? 250112 : 32128);
+  c.pad_token_id = r.integer({"pad_token_id"}, 0);
+  c.s2s.decoder_start_token_id = r.integer({"decoder_start_token_id"}, c.pad_token_id);
+  c.max_position_embeddings = 1 << 30;  // no learned positions: any length
+  const std::string ff = r.string({"feed_forward_proj"}, mt5 ? "gated-gelu" : "relu");
+  const size_t dash = ff.find('-');
+  ONYX_CHECK(dash == std::string::npos ||
+                 (ff.substr(0, dash) == "gated" && ff.find('-', dash + 1) == std::string::npos),
+             what, ": feed_forward_proj '", ff, "' is not ACT or gated-ACT");
+  c.s2s.gated_ffn = dash != std::string::npos;
+  c.hidden_act =
+      ff == "gated-gelu" ? "gelu_new" : ff.substr(dash == std::string::npos ? 0 : dash + 1);
+  // Transformers 5 ties the LM head to shared.weight always; T5 (not mT5) scales the decoder
+  // output unless the config says not to (scale_decoder_outputs, else tie_word_embeddings false)
+  c.s2s.scale_decoder_outputs =
+      !mt5 && r.boolean({"scale_decoder_outputs"}, r.boolean({"tie_word_embeddings"}, true));
+  check_positive(r, c.head_dim, "d_kv");
+  check_positive(r, c.s2s.relative_buckets, "relative_attention_num_buckets");
+  ONYX_CHECK(
+      c.s2s.relative_buckets >= 4 && c.s2s.relative_max_distance > c.s2s.relative_buckets / 4, what,
+      ": relative_attention_num_buckets ", c.s2s.relative_buckets,
+      " / relative_attention_max_distance ", c.s2s.relative_max_distance,
+      " leave no log-spaced buckets");
+  check_layer_count(r, c.s2s.decoder_layers);
+  ONYX_CHECK(c.s2s.decoder_start_token_id >= 0 && c.s2s.decoder_start_token_id < c.vocab_size, what,
+             ": decoder_start_token_id ", c.s2s.decoder_start_token_id,
+             " is not a token id below vocab_size ", c.vocab_size);
+}
+
 // Encoder–decoders with BART's layer (whisper, bart): encoder sizes in the shared fields, the
 // decoder's in c.s2s. Whisper's SpecAugment and either model's LayerDrop are training-time
 // randomness onyx does not draw: refused rather than silently left out.
@@ -323,15 +370,18 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
     read_llama_keys(r, c);
   } else if (t == "whisper" || t == "bart") {
     read_seq2seq_keys(r, c);
+  } else if (t == "t5" || t == "mt5") {
+    read_t5_keys(r, c);
   } else {
     throw Error(cat(what, ": model_type '", t,
                     "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, "
-                    "qwen2, whisper, bart)"));
+                    "qwen2, whisper, bart, t5, mt5)"));
   }
   if (const json* q = r.find({"quantization_config"}))
     c.quantization = quant::parse_bnb_config(*q, what, /*strict=*/false);
   const bool llama_family = t == "llama" || t == "mistral" || t == "qwen2";
   c.tie_word_embeddings = r.boolean({"tie_word_embeddings"}, !llama_family);
+  if (t == "t5" || t == "mt5") c.tie_word_embeddings = true;  // (Transformers 5 ties always)
   check_positive(r, c.hidden_size, "hidden_size");
   check_layer_count(r, c.num_hidden_layers);
   check_positive(r, c.num_attention_heads, "num_attention_heads");
@@ -455,6 +505,23 @@ std::string hf_config_to_json(const HfConfig& c, const std::string& architecture
     j["initializer_range"] = c.initializer_range;
     if (!j.contains("rope_parameters") && !j.contains("rope_theta") && !j.contains("rope_scaling"))
       j["rope_parameters"] = {{"rope_type", c.rope.type}, {"rope_theta", c.rope.theta}};
+  } else if (t == "t5" || t == "mt5") {
+    j["d_model"] = c.hidden_size;
+    j["d_kv"] = c.head_dim;
+    j["d_ff"] = c.intermediate_size;
+    j["num_layers"] = c.num_hidden_layers;
+    j["num_decoder_layers"] = c.s2s.decoder_layers;
+    j["num_heads"] = c.num_attention_heads;
+    j["relative_attention_num_buckets"] = c.s2s.relative_buckets;
+    j["relative_attention_max_distance"] = c.s2s.relative_max_distance;
+    j["dropout_rate"] = c.hidden_dropout_prob;
+    j["layer_norm_epsilon"] = c.layer_norm_eps;
+    j["initializer_factor"] = c.initializer_range;
+    j["vocab_size"] = c.vocab_size;
+    j["pad_token_id"] = c.pad_token_id;
+    j["decoder_start_token_id"] = c.s2s.decoder_start_token_id;
+    j["is_encoder_decoder"] = true;
+    if (t == "t5") j["scale_decoder_outputs"] = c.s2s.scale_decoder_outputs;
   } else if (t == "whisper" || t == "bart") {
     j["d_model"] = c.hidden_size;
     j["encoder_layers"] = c.num_hidden_layers;

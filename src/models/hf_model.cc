@@ -33,6 +33,7 @@ std::string base_model_prefix(const std::string& model_type) {
   if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
       model_type == "whisper" || model_type == "bart")
     return "model";
+  if (model_type == "t5" || model_type == "mt5") return "transformer";
   return model_type;  // "bert", "roberta", "distilbert", "vit"
 }
 
@@ -47,6 +48,8 @@ std::string architecture_name(const std::string& model_type, Task t) {
                      : model_type == "qwen2"      ? "Qwen2"
                      : model_type == "whisper"    ? "Whisper"
                      : model_type == "bart"       ? "Bart"
+                     : model_type == "t5"         ? "T5"
+                     : model_type == "mt5"        ? "MT5"
                                                   : model_type;
   switch (t) {
     case Task::SequenceClassification:
@@ -82,7 +85,9 @@ const std::vector<std::pair<std::string, std::vector<Task>>>& built_model_types(
       {"mistral", llama},
       {"qwen2", llama},
       {"whisper", {T::Seq2SeqLM}},
-      {"bart", {T::Seq2SeqLM}}};
+      {"bart", {T::Seq2SeqLM}},
+      {"t5", {T::Seq2SeqLM}},
+      {"mt5", {T::Seq2SeqLM}}};
   return types;
 }
 
@@ -143,6 +148,21 @@ std::string tied_projection(GraphBuilder& b, const std::string& h, const std::st
   std::string t = b.op("Transpose", {table}, {{"perm", Attr::of_ints({1, 0})}});
   if (bias.empty()) return b.op("MatMul", {h, t}, {}, out);
   return b.op("Add", {b.op("MatMul", {h, t}), bias}, {}, out);
+}
+
+void seq2seq_lm_head(GraphBuilder& b, const HfConfig& c, const std::string& h,
+                     const std::string& table, const std::string& bias) {
+  const int64_t V = c.vocab_size;
+  b.set_scope(c.model_type == "whisper" ? "proj_out" : "lm_head");
+  std::string logits = tied_projection(b, h, table, bias, "logits");  // (B,T,V)
+  std::string labels = token_input(b, "labels");
+  b.set_scope("loss");
+  b.op("SoftmaxCrossEntropyLoss",
+       {b.op("Reshape", {logits, b.const_i64({-1, V})}),
+        b.op("Reshape", {labels, b.const_i64({-1})})},
+       {{"reduction", Attr::of_string("mean")}, {"ignore_index", Attr::of_int(-100)}}, "loss");
+  b.output("loss", DType::Float32, {});
+  b.output("logits", DType::Float32, {-1, -1, V});
 }
 
 BuiltModel finish_model(GraphBuilder& b, const HfConfig& c, Task task) {
@@ -325,10 +345,11 @@ BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {
   if (t == "vit") return build_vit(c, task, seed);
   if (t == "llama" || t == "mistral" || t == "qwen2") return build_llama(c, task, seed);
   if (is_encoder_decoder(t)) return build_seq2seq(c, task, seed);
+  if (t == "t5" || t == "mt5") return build_t5(c, task, seed);
   throw Error(
       cat("model_type '", t,
           "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, qwen2, "
-          "whisper, bart)"));
+          "whisper, bart, t5, mt5)"));
 }
 
 }  // namespace onyx::models

@@ -79,6 +79,10 @@ struct HfConfig {
     bool scale_embedding = false;        // BART: token embeddings * sqrt(d_model)
     int64_t num_mel_bins = 0;            // Whisper: log-mel channels in
     int64_t max_source_positions = 0;    // Whisper: encoder positions (input frames / 2)
+    // T5: relative position buckets, gated feed-forward (gated-gelu), and whether the decoder
+    // output is scaled by d_model^-0.5 before the tied LM head
+    int64_t relative_buckets = 32, relative_max_distance = 128;
+    bool gated_ffn = false, scale_decoder_outputs = false;
   } s2s;
 };
 

@@ -273,22 +273,6 @@ struct EncoderDecoder {
   }
 };
 
-// logits = h @ table^T (+ final_logits_bias), "loss" = mean cross entropy against labels.
-void seq2seq_lm_head(GraphBuilder& b, const HfConfig& c, const std::string& h,
-                     const std::string& table, const std::string& bias) {
-  const int64_t V = c.vocab_size;
-  b.set_scope(c.model_type == "whisper" ? "proj_out" : "lm_head");
-  std::string logits = tied_projection(b, h, table, bias, "logits");  // (B,T,V)
-  std::string labels = token_input(b, "labels");
-  b.set_scope("loss");
-  b.op("SoftmaxCrossEntropyLoss",
-       {b.op("Reshape", {logits, b.const_i64({-1, V})}),
-        b.op("Reshape", {labels, b.const_i64({-1})})},
-       {{"reduction", Attr::of_string("mean")}, {"ignore_index", Attr::of_int(-100)}}, "loss");
-  b.output("loss", DType::Float32, {});
-  b.output("logits", DType::Float32, {-1, -1, V});
-}
-
 }  // namespace
 
 BuiltModel build_seq2seq(const HfConfig& c, Task task, int64_t seed) {

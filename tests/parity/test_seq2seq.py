@@ -1,5 +1,6 @@
-"""test_seq2seq.py — onyx's encoder–decoder builders (src/models/seq2seq.cc) against the real
-Transformers classes WhisperForConditionalGeneration and BartForConditionalGeneration, each
+"""test_seq2seq.py — onyx's encoder–decoder builders (src/models/seq2seq.cc, t5.cc) against the
+real Transformers classes WhisperForConditionalGeneration, BartForConditionalGeneration,
+T5ForConditionalGeneration and MT5ForConditionalGeneration, each
 randomly initialized from a small config (LayerNorm weights, biases and BART's final_logits_bias
 randomized too, so their wiring shows), saved with save_pretrained, then
   - `onyx run FOLDER`: logits within 1e-4 (relative to the largest) of Transformers in eval mode
@@ -22,6 +23,11 @@ Cases (one PASS / FAIL line each):
                    final_logits_bias that is not zero
   whisper-wrong-length  input features not 2 * max_source_positions frames long: a clear error
                    naming the input and both lengths, as Transformers refuses them
+  t5               T5 (relu feed-forward, decoder output scaled by d_model^-0.5): relative
+                   position buckets over 16 / 14 positions (8 buckets, max_distance 12: exact,
+                   log-spaced and clipped distances), 2 encoder and 3 decoder blocks
+  t5-v1.1-gated    feed_forward_proj gated-gelu, tie_word_embeddings false (no output scaling)
+  mt5              MT5ForConditionalGeneration (gated-gelu, never scaled)
 
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_seq2seq.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
@@ -78,6 +84,18 @@ def bart(**kw):
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     return randomize(tr.BartForConditionalGeneration(cfg))
+
+
+def t5(cls=None, **kw):
+    cls = cls or tr.T5ForConditionalGeneration
+    base = dict(vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3,
+                num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=12,
+                dropout_rate=0.0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    base.update(kw)
+    cfg = cls.config_class(**base)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return randomize(cls(cfg))
 
 
 def onyx(*args, check=True):
@@ -174,6 +192,19 @@ def case_bart_scaled(tmp):
                  bart_feeds(3))
 
 
+def t5_feeds(seed):
+    """bart_feeds over 16 encoder and 14 decoder positions: relative distances past the exact
+    buckets and past max_distance, both directions."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, V, (3, 16)).astype(np.int64)
+    mask = np.ones_like(ids)
+    for r, k in [(1, 11), (2, 6)]:
+        ids[r, k:] = 1
+        mask[r, k:] = 0
+    return {"input_ids": ids, "attention_mask": mask,
+            "labels": ragged_labels(rng, 3, 14, [14, 9, 4])}
+
+
 def case_wrong_length(tmp):
     d = os.path.join(tmp, "whisper-wrong")
     whisper().save_pretrained(d)
@@ -249,6 +280,10 @@ def main():
         ("bart", case_bart),
         ("bart-scaled", case_bart_scaled),
         ("whisper-wrong-length", case_wrong_length),
+        ("t5", lambda t: check(t, "t5", t5(), t5_feeds(8))),
+        ("t5-v1.1-gated", lambda t: check(t, "t5-gated", t5(feed_forward_proj="gated-gelu",
+                                                          tie_word_embeddings=False), t5_feeds(9))),
+        ("mt5", lambda t: check(t, "mt5", t5(tr.MT5ForConditionalGeneration), t5_feeds(10))),
         ("whisper-generate-greedy", lambda t: case_whisper_generate(t, 1)),
         ("whisper-generate-beams", lambda t: case_whisper_generate(t, 3)),
         ("bart-generate-greedy", lambda t: case_bart_generate(t, 1)),
