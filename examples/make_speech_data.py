@@ -87,9 +87,9 @@ def write_tokenizer(words, out):
 
 def write_model_config(vocab_size, out):
     config = {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper",
-              "vocab_size": vocab_size, "num_mel_bins": 80, "d_model": 192,
-              "encoder_layers": 3, "encoder_attention_heads": 4, "encoder_ffn_dim": 768,
-              "decoder_layers": 3, "decoder_attention_heads": 4, "decoder_ffn_dim": 768,
+              "vocab_size": vocab_size, "num_mel_bins": 80, "d_model": 128,
+              "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 512,
+              "decoder_layers": 2, "decoder_attention_heads": 4, "decoder_ffn_dim": 512,
               "max_source_positions": SECONDS * 50, "max_target_positions": 16,
               "dropout": 0.1, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3,
               "decoder_start_token_id": 2, "begin_suppress_tokens": None,
@@ -101,7 +101,7 @@ def write_model_config(vocab_size, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--words", type=int, default=100)
+    ap.add_argument("--words", type=int, default=40)
     ap.add_argument("--per-voice", type=int, default=250)
     a = ap.parse_args()
     rng = random.Random(0)

@@ -2,7 +2,8 @@
 # Installs what onyx's build, tests and benchmarks need. Idempotent; run as root (or with sudo
 # available) on Debian 12.
 #   - Debian packages for the C++ build (compilers, protobuf/libonnx, oneDNN, gtest, ...) and the
-#     data sets (Fashion-MNIST, WordNet), tmux (tests/cli/test_terminal.py runs onyx in a terminal),
+#     data sets (Fashion-MNIST, WordNet), espeak-ng and sox (the speech example synthesizes its audio),
+#     tmux (tests/cli/test_terminal.py runs onyx in a terminal),
 #     OpenMPI (data-parallel training, src/dist/) and iproute2 (the two-host test makes network
 #     namespaces).
 #   - $BUILD/venv: the reference environment from PyPI, pinned: PyTorch 2.13 (CPU wheel), onnx,
@@ -24,7 +25,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
   openmpi-bin libopenmpi-dev iproute2
   python3 python3-venv tmux clang-format
-  dataset-fashion-mnist wordnet-base
+  dataset-fashion-mnist wordnet-base espeak-ng sox
 )
 bash scripts/apt_install.sh "${PKGS[@]}" | sed 's/^/setup: /'
 echo "setup: Debian packages present"

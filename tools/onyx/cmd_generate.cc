@@ -441,7 +441,12 @@ int run_generate(const GenerateOpts& o) {
   std::vector<Prompt> prompts = collect_prompts(o);
   std::shared_ptr<tokenizers::Tokenizer> tok = prompt_tokenizer(o, prompts);
   generate::Generator gen = generate::Generator::from_folder(o.model);
-  if (gen.is_encoder_decoder()) return run_generate_seq2seq(o, gen, prompts, tok.get());
+  if (gen.is_encoder_decoder()) {
+    // the transcripts / outputs decoded by the folder's tokenizer when it has one
+    if (!tok && fs::exists(fs::path(o.model) / "tokenizer.json"))
+      tok = tokenizers::load_tokenizer(o.model);
+    return run_generate_seq2seq(o, gen, prompts, tok.get());
+  }
   ONYX_CHECK(o.encoder_inputs.empty() && o.audio.empty() && o.decoder_prompt_ids.empty(),
              "generate: --encoder_inputs, --audio and --decoder_prompt_ids are for "
              "encoder–decoder models (Whisper, BART)");

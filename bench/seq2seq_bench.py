@@ -1,0 +1,178 @@
+"""seq2seq_bench.py — a training step of encoder–decoders (issue #40): a Whisper-base-shaped and a
+T5-small-shaped model, onyx against PyTorch 2.13 eager and torch.compile, side by side in one run.
+
+  build/venv/bin/python bench/seq2seq_bench.py [--models whisper,t5] [--steps 3] [--warmup 2]
+      [--threads 0] [--out build/bench-seq2seq]
+
+The models (random init, Transformers', saved with save_pretrained; dropout as configured there):
+  whisper-base  WhisperConfig(d_model 512, 6 + 6 layers, 8 heads, ffn 2048, 80 mel bins, 1500
+                encoder positions = 30 s of audio, vocab 51865) — 72M parameters; batch 4 of
+                (80, 3000) log-mel features and 32-token labels
+  t5-small      T5Config(d_model 512, d_kv 64, d_ff 2048, 6 + 6 layers, 8 heads, vocab 32128,
+                relu) — 60M parameters; batch 8 of 128 input tokens and 64-token labels
+Every peer runs AdamW lr 1e-4, weight decay 0, clipping at 1.0, one step per batch, the same
+batches in order. onyx's steady step time is the difference of train_runtime between a run of
+warmup + steps optimizer steps and one of warmup steps (graph building cancels out); PyTorch's
+is the median of the steps after the warmup ones (for torch.compile, after its compilation in
+the warmup steps). Peak RSS: GNU time's maximum resident set size. Also the float32 GEMM ceiling
+of this run (onyx_bench's gemm_ceiling/sgemm: 512×768 · 768×2048) to read the rates against.
+Prints a Markdown table and writes OUT/seq2seq_results.json.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ONYX = os.environ.get("ONYX", os.path.join(ROOT, "build", "onyx"))
+
+TORCH_SCRIPT = r"""
+import json, statistics, sys, time, torch, transformers as tr
+from safetensors.numpy import load_file
+folder, data, steps, warmup, threads, compiled, B = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1", int(sys.argv[7])
+if threads > 0: torch.set_num_threads(threads)
+m = tr.AutoModelForSeq2SeqLM.from_pretrained(folder) if "whisper" not in folder else tr.WhisperForConditionalGeneration.from_pretrained(folder)
+m.train()
+d = load_file(data)
+params = [p for p in m.parameters() if p.requires_grad]
+opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)
+fwd = torch.compile(m) if compiled else m
+times, losses = [], []
+for s in range(warmup + steps):
+    batch = {k: torch.tensor(v[s * B:(s + 1) * B]) for k, v in d.items()}
+    t0 = time.perf_counter()
+    loss = fwd(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step(); opt.zero_grad(set_to_none=True)
+    times.append(time.perf_counter() - t0); losses.append(loss.item())
+print(json.dumps({"step_s": statistics.median(times[warmup:]), "losses": losses}))
+"""
+
+
+def timed(cmd, env):
+    """Runs cmd under GNU time; returns (stdout, peak RSS MiB)."""
+    p = subprocess.run(["/usr/bin/time", "-f", "MAXRSS %M"] + cmd, capture_output=True, text=True,
+                       env=env)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd[:4])}... exited {p.returncode}: {p.stderr[-1500:]}")
+    m = re.search(r"MAXRSS (\d+)", p.stderr)
+    return p.stdout, int(m[1]) / 1024.0 if m else float("nan")
+
+
+def make_model(kind, tmp, total, rng):
+    """(folder, data file, batch size, parameters, shape text) of a Whisper-base or T5-small."""
+    import numpy as np
+    import torch
+    import transformers as tr
+    from safetensors.numpy import save_file
+    torch.manual_seed(0)
+    if kind == "whisper":
+        cfg = tr.WhisperConfig(d_model=512, encoder_layers=6, decoder_layers=6,
+                               encoder_attention_heads=8, decoder_attention_heads=8,
+                               encoder_ffn_dim=2048, decoder_ffn_dim=2048)
+        model, B = tr.WhisperForConditionalGeneration(cfg), 4
+        data = {"input_features": rng.normal(0, 1, (B * total, 80, 3000)).astype(np.float32),
+                "labels": rng.integers(0, 50000, (B * total, 32)).astype(np.int64)}
+        shape = "batch 4 × 30 s of audio (80 × 3000 features), 32-token labels"
+    else:
+        cfg = tr.T5Config(d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8)
+        model, B = tr.T5ForConditionalGeneration(cfg), 8
+        ids = rng.integers(2, 32000, (B * total, 128)).astype(np.int64)
+        data = {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                "labels": rng.integers(2, 32000, (B * total, 64)).astype(np.int64)}
+        shape = "batch 8 × 128 input tokens, 64-token labels"
+    folder = os.path.join(tmp, kind)
+    model.save_pretrained(folder)
+    n = sum(p.numel() for p in model.parameters())
+    path = os.path.join(tmp, kind + "-data.safetensors")
+    save_file(data, path)
+    return folder, path, B, n, shape
+
+
+def onyx_step(folder, data, B, steps, warmup, threads, env, tmp):
+    """onyx's steady s/step (difference of two runs), its losses and peak RSS."""
+    runs = {}
+    for n in (warmup, warmup + steps):
+        out = os.path.join(tmp, f"onyx-{os.path.basename(folder)}-{n}")
+        c = {"model": folder, "train_data": data, "output_dir": out, "max_steps": n,
+             "per_device_train_batch_size": B, "learning_rate": 1e-4, "weight_decay": 0.0,
+             "max_grad_norm": 1.0, "lr_scheduler_type": "constant", "logging_steps": 1,
+             "save_strategy": "no", "disable_tqdm": True, "train_sampling_strategy": "sequential"}
+        with open(out + ".yaml", "w") as f:
+            for k, v in c.items():
+                f.write(f"{k}: {json.dumps(v)}\n")
+        _, rss = timed([ONYX, "--threads", str(threads), "train", out + ".yaml"], env)
+        with open(os.path.join(out, "log_history.jsonl")) as f:
+            logs = [json.loads(line) for line in f if line.strip()]
+        runs[n] = (logs[-1]["train_runtime"], [e["loss"] for e in logs if "loss" in e], rss)
+    step = (runs[warmup + steps][0] - runs[warmup][0]) / steps
+    return step, runs[warmup + steps][1], runs[warmup + steps][2]
+
+
+def gemm_ceiling(env):
+    bench_bin = os.path.join(ROOT, "build", "onyx_bench")
+    if not os.path.exists(bench_bin):
+        return {}
+    p = subprocess.run([bench_bin, "--benchmark_filter=gemm_ceiling/sgemm"], capture_output=True,
+                       text=True, env=env)
+    return {m[1]: float(m[2]) for m in re.finditer(r"gemm_ceiling/(\w+)\S*\s.*?GFLOPS=([\d.]+)G",
+                                                   p.stdout)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="whisper,t5")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0, help="0: all cores")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-seq2seq"))
+    a = ap.parse_args()
+    import numpy as np
+    os.makedirs(a.out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="seq2seq-", dir=a.out)
+    threads = a.threads or os.cpu_count()
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    results = {}
+    for kind in a.models.split(","):
+        folder, data, B, n, shape = make_model(kind, tmp, a.warmup + a.steps,
+                                               np.random.default_rng(0))
+        rows = []
+        step, losses, rss = onyx_step(folder, data, B, a.steps, a.warmup, threads, env, tmp)
+        rows.append({"peer": "onyx", "step_s": step, "rss_mib": rss, "losses": losses})
+        print(f"{kind} onyx: {step:.3f} s/step", flush=True)
+        for name, compiled in (("torch eager", "0"), ("torch.compile", "1")):
+            out, rss = timed([sys.executable, "-c", TORCH_SCRIPT, folder, data, str(a.steps),
+                              str(a.warmup), str(threads), compiled, str(B)], env)
+            r = json.loads(out.strip().splitlines()[-1])
+            rows.append({"peer": name, "step_s": r["step_s"], "rss_mib": rss,
+                         "losses": r["losses"]})
+            print(f"{kind} {name}: {r['step_s']:.3f} s/step", flush=True)
+        best = min(rows[1]["step_s"], rows[2]["step_s"])
+        results[kind] = {"params": n, "shape": shape, "rows": rows,
+                         "speedup_vs_best_torch": best / rows[0]["step_s"]}
+    ceiling = gemm_ceiling(env)
+    for kind, r in results.items():
+        print(f"\n{kind}: {r['params'] / 1e6:.0f}M parameters, {r['shape']}, {threads} threads, "
+              f"{a.steps} steady steps\n")
+        print("| peer | s/step | peak RSS (MiB) | loss step 1 → last |")
+        print("|---|---|---|---|")
+        for row in r["rows"]:
+            print(f"| {row['peer']} | {row['step_s']:.3f} | {row['rss_mib']:.0f} | "
+                  f"{row['losses'][0]:.4f} → {row['losses'][-1]:.4f} |")
+        print(f"\nonyx vs the better of PyTorch eager and torch.compile: "
+              f"{r['speedup_vs_best_torch']:.2f}× (> 1: onyx faster)")
+    if ceiling:
+        print("\nfloat32 GEMM ceiling this run (GFLOP/s): " +
+              ", ".join(f"{k} {v:.0f}" for k, v in ceiling.items()))
+    with open(os.path.join(a.out, "seq2seq_results.json"), "w") as f:
+        json.dump({"threads": threads, "models": results, "gemm_ceiling_gflops": ceiling}, f,
+                  indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
