@@ -15,7 +15,7 @@ batches in order. onyx's steady step time is the difference of train_runtime bet
 warmup + steps optimizer steps and one of warmup steps (graph building cancels out); PyTorch's
 is the median of the steps after the warmup ones (for torch.compile, after its compilation in
 the warmup steps). Peak RSS: GNU time's maximum resident set size. Also the float32 GEMM ceiling
-of this run (onyx_bench's gemm_ceiling/sgemm: 512×768 · 768×2048) to read the rates against.
+of this run (onyx_bench gemm_ceiling/f32: 512×768 · 768×2048) to read the rates against.
 Prints a Markdown table and writes OUT/seq2seq_results.json.
 """
 import argparse
@@ -79,7 +79,8 @@ def make_model(kind, tmp, total, rng):
                 "labels": rng.integers(0, 50000, (B * total, 32)).astype(np.int64)}
         shape = "batch 4 × 30 s of audio (80 × 3000 features), 32-token labels"
     else:
-        cfg = tr.T5Config(d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8)
+        cfg = tr.T5Config(d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
+                          decoder_start_token_id=0)
         model, B = tr.T5ForConditionalGeneration(cfg), 8
         ids = rng.integers(2, 32000, (B * total, 128)).astype(np.int64)
         data = {"input_ids": ids, "attention_mask": np.ones_like(ids),
@@ -117,7 +118,7 @@ def gemm_ceiling(env):
     bench_bin = os.path.join(ROOT, "build", "onyx_bench")
     if not os.path.exists(bench_bin):
         return {}
-    p = subprocess.run([bench_bin, "--benchmark_filter=gemm_ceiling/sgemm"], capture_output=True,
+    p = subprocess.run([bench_bin, "--benchmark_filter=gemm_ceiling/f32"], capture_output=True,
                        text=True, env=env)
     return {m[1]: float(m[2]) for m in re.finditer(r"gemm_ceiling/(\w+)\S*\s.*?GFLOPS=([\d.]+)G",
                                                    p.stdout)}

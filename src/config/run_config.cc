@@ -814,25 +814,16 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
   } else if (type == "speech") {
     const std::string tok_path = resolve(c.dir, need("tokenizer"));
     auto tok = tokenizers::load_tokenizer(tok_path);
-    data::SpeechOptions o;
+    data::SpeechOptions o = data::processor_speech_options(tok_path, *tok);  // then the keys here
     o.format = take("format");
     o.audio_field = take("audio_field", o.audio_field);
     o.text_field = take("text_field", o.text_field);
-    // the processor's preprocessor_config.json beside the tokenizer, then the keys given here
-    const fs::path proc =
-        fs::is_directory(tok_path) ? fs::path(tok_path) : fs::path(tok_path).parent_path();
-    if (fs::is_regular_file(proc / "preprocessor_config.json"))
-      o.features =
-          data::read_preprocessor_config((proc / "preprocessor_config.json").string(), o.features);
-    if (kv.count("feature_size"))
-      o.features.feature_size = to_int("feature_size", take("feature_size"));
-    if (kv.count("chunk_length"))
-      o.features.chunk_length = to_int("chunk_length", take("chunk_length"));
-    if (auto start = tok->token_id("<|startoftranscript|>")) o.decoder_start_token_id = *start;
-    if (kv.count("decoder_start_token_id"))
-      o.decoder_start_token_id = to_int("decoder_start_token_id", take("decoder_start_token_id"));
-    if (kv.count("max_label_length"))
-      o.max_label_length = to_int("max_label_length", take("max_label_length"));
+    for (auto [key, field] :
+         {std::pair<const char*, int64_t*>{"feature_size", &o.features.feature_size},
+          {"chunk_length", &o.features.chunk_length},
+          {"decoder_start_token_id", &o.decoder_start_token_id},
+          {"max_label_length", &o.max_label_length}})
+      if (kv.count(key)) *field = to_int(key, take(key));
     ds = std::make_shared<data::SpeechDataset>(resolve(c.dir, need("path")), tok, o);
   } else if (type == "text_classification" || type == "causal_lm" || type == "sft") {
     const std::string tok_path = resolve(c.dir, need("tokenizer"));

@@ -30,6 +30,17 @@ WhisperFeatureConfig read_preprocessor_config(const std::string& path, WhisperFe
   return c;
 }
 
+SpeechOptions processor_speech_options(const std::string& tokenizer_path,
+                                       const tokenizers::Tokenizer& tok) {
+  SpeechOptions o;
+  const fs::path dir = fs::is_directory(tokenizer_path) ? fs::path(tokenizer_path)
+                                                        : fs::path(tokenizer_path).parent_path();
+  if (fs::is_regular_file(dir / "preprocessor_config.json"))
+    o.features = read_preprocessor_config((dir / "preprocessor_config.json").string(), o.features);
+  if (auto start = tok.token_id("<|startoftranscript|>")) o.decoder_start_token_id = *start;
+  return o;
+}
+
 namespace {
 
 // The transcript's label ids: tokenized, a leading decoder start token dropped.

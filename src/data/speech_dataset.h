@@ -29,6 +29,11 @@ struct SpeechOptions {
 // WhisperFeatureConfig from a processor folder's preprocessor_config.json (feature_size,
 // sampling_rate, hop_length, n_fft, chunk_length), `base` where it has none; errors name the file.
 WhisperFeatureConfig read_preprocessor_config(const std::string& path, WhisperFeatureConfig base);
+// The options a processor folder implies (`tokenizer_path`: the folder or a file in it): its
+// preprocessor_config.json's features, and Whisper's <|startoftranscript|> as the decoder start
+// token when the tokenizer has it.
+SpeechOptions processor_speech_options(const std::string& tokenizer_path,
+                                       const tokenizers::Tokenizer& tok);
 
 class SpeechDataset : public Dataset {
  public:

@@ -288,6 +288,7 @@ int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, 
 Generator::Generator(models::BuiltModel decoder, std::optional<models::BuiltModel> encoder)
     : model_(std::move(decoder)) {
   graph_ = model_.model.graph;
+  uses_positions_ = graph_->find_input("position_ids") != nullptr;
   if (encoder) {
     encoder_graph_ = encoder->model.graph;
     for (auto& [name, t] : encoder_graph_->initializers) encoder_weights_.insert(name);
@@ -398,7 +399,8 @@ Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, 
   std::map<std::string, TensorMeta> sig;
   for (auto& [name, t] : cross) sig[name] = t.meta();
   sig["input_ids"] = {DType::Int64, {batch, new_tokens}};
-  sig["position_ids"] = {DType::Int64, {batch, new_tokens}};
+  if (uses_positions_)  // (T5's positions are relative: its decoder has none)
+    sig["position_ids"] = {DType::Int64, {batch, new_tokens}};
   sig["attention_mask"] = {DType::Int64, {batch, past + new_tokens}};
   sig["cache_position"] = {DType::Int64, {new_tokens}};
   for (int64_t l = 0; l < layers_; l++) {
@@ -665,7 +667,8 @@ std::vector<std::vector<int64_t>> Generator::generate(
     std::map<std::string, Tensor> feeds = weight_feeds_;
     for (auto& [name, t] : cross) feeds[name] = t;
     feeds["input_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, ids);
-    feeds["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, positions);
+    if (uses_positions_)
+      feeds["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, S}, positions);
     feeds["attention_mask"] = Tensor::from_vector<int64_t>(DType::Int64, {B, cache.cap + S},
                                                            cache.attention_mask(new_mask, S));
     std::vector<int64_t> cp(S);

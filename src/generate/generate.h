@@ -12,7 +12,7 @@
 // with their unused slots masked, so the graph's input signature (and its optimized graph and
 // memory plan) changes only once per block, not once per token.
 //
-// An encoder–decoder (Whisper, BART) also has its encoder graph (models::build_hf_encoder): run
+// An encoder–decoder (Whisper, BART, T5) also has its encoder graph (models::build_hf_encoder): run
 // once per generate() call on the caller's encoder inputs, it gives each decoder layer's
 // cross-attention keys and values, fed to every decoder step (the same for a prompt's beams, so
 // beam search never reorders them). The prompts are then decoder prompts: the decoder start
@@ -81,6 +81,7 @@ class Generator {
   std::set<std::string> weights_;
   std::map<std::string, Tensor> weight_feeds_;
   int64_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  bool uses_positions_ = true;  // the decoder reads position_ids
   void check_cache_fits(int64_t rows, int64_t tokens, int64_t vocab) const;
   int64_t checked_new_tokens(const GenerationConfig& cfg, int64_t prompt_length, int64_t rows,
                              bool has_encoder_inputs) const;

@@ -21,6 +21,8 @@ BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed);
 BuiltModel build_seq2seq_with_past(const HfConfig& c, int64_t seed);
 // An encoder–decoder's encoder for generation (hf_model.h: build_hf_encoder).
 BuiltModel build_seq2seq_encoder(const HfConfig& c, int64_t seed);
+BuiltModel build_t5_with_past(const HfConfig& c, int64_t seed);
+BuiltModel build_t5_encoder(const HfConfig& c, int64_t seed);
 
 // Throws naming the model type, the task and the heads it has when built_model_types() does not
 // list `task` for c.model_type.

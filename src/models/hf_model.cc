@@ -321,19 +321,22 @@ BuiltModel build_hf_decoder_with_past(const HfConfig& c, int64_t seed) {
   const std::string& t = c.model_type;
   if (t == "gpt2") return build_gpt2_with_past(c, seed);
   if (t == "llama" || t == "mistral" || t == "qwen2") return build_llama_with_past(c, seed);
+  if (t == "t5" || t == "mt5") return build_t5_with_past(c, seed);
   if (is_encoder_decoder(t)) return build_seq2seq_with_past(c, seed);
   throw Error(cat("model_type '", t,
                   "' is not a decoder onyx generates with (gpt2, llama, mistral, qwen2, whisper, "
-                  "bart)"));
+                  "bart, t5, mt5)"));
 }
 
 bool is_encoder_decoder(const std::string& model_type) {
-  return model_type == "whisper" || model_type == "bart";
+  return model_type == "whisper" || model_type == "bart" || model_type == "t5" ||
+         model_type == "mt5";
 }
 
 BuiltModel build_hf_encoder(const HfConfig& c, int64_t seed) {
   ONYX_CHECK(is_encoder_decoder(c.model_type), "model_type '", c.model_type,
-             "' is not an encoder–decoder (whisper, bart)");
+             "' is not an encoder–decoder (whisper, bart, t5, mt5)");
+  if (c.model_type == "t5" || c.model_type == "mt5") return build_t5_encoder(c, seed);
   return build_seq2seq_encoder(c, seed);
 }
 
@@ -344,8 +347,8 @@ BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {
   if (t == "gpt2") return build_gpt2(c, task, seed);
   if (t == "vit") return build_vit(c, task, seed);
   if (t == "llama" || t == "mistral" || t == "qwen2") return build_llama(c, task, seed);
-  if (is_encoder_decoder(t)) return build_seq2seq(c, task, seed);
   if (t == "t5" || t == "mt5") return build_t5(c, task, seed);
+  if (is_encoder_decoder(t)) return build_seq2seq(c, task, seed);
   throw Error(
       cat("model_type '", t,
           "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, qwen2, "

@@ -144,12 +144,13 @@ BuiltModel build_hf_model(const HfConfig& config, Task task, int64_t seed = 0);
 // (B, kv_heads, P, head_dim); outputs logits (B,V)
 // of the last new token, new_keys.N / new_values.N (B, kv_heads, S, head_dim) — the new tokens'
 // keys (after rotary) and values, which the caller writes into its cache. Same weight names and
-// task prefix as build_hf_model(c, Task::CausalLM). gpt2, llama, mistral, qwen2, whisper, bart.
+// task prefix as build_hf_model(c, Task::CausalLM). gpt2, llama, mistral, qwen2, whisper, bart, t5,
+// mt5.
 BuiltModel build_hf_decoder_with_past(const HfConfig& config, int64_t seed = 0);
 
-// Encoder–decoders (whisper, bart): build_hf_decoder_with_past is their decoder, input_ids its
-// tokens, with per layer the inputs cross_keys.N (B, heads, head_dim, S) (transposed) and
-// cross_values.N (B, heads, S, head_dim) — and for BART encoder_attention_mask (B, S) — that
+// Encoder–decoders (whisper, bart, t5, mt5): build_hf_decoder_with_past is their decoder, input_ids
+// its tokens, with per layer the inputs cross_keys.N (B, heads, head_dim, S) (transposed) and
+// cross_values.N (B, heads, S, head_dim) — and for BART and T5 encoder_attention_mask (B, S) — that
 // build_hf_encoder's graph outputs from the encoder's inputs (input_features, or input_ids and
 // attention_mask), once per input.
 bool is_encoder_decoder(const std::string& model_type);

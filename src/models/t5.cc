@@ -50,13 +50,34 @@ struct T5 {
     std::string k = b.linear(kv, p + ".k", C, inner(), normal(std::pow(d, -0.5)), false);
     std::string v = b.linear(kv, p + ".v", C, inner(), normal(std::pow(d, -0.5)), false);
     b.set_scope(p);
-    std::string s = b.op("MatMul", {b.split_heads(q, H, D), b.split_heads_transposed(k, H, D)});
+    return out(p, attend(b.split_heads(q, H, D), b.split_heads_transposed(k, H, D),
+                         b.split_heads(v, H, D), bias, mask));
+  }
+
+  // softmax(q kt + bias + mask) v, dropout on the probabilities: q (B,H,T,D), kt (B,H,D,S),
+  // v (B,H,S,D) -> (B,H,T,D)
+  std::string attend(const std::string& q, const std::string& kt, const std::string& v,
+                     const std::string& bias, const std::string& mask) {
+    std::string s = b.op("MatMul", {q, kt});
     if (!bias.empty()) s = b.op("Add", {s, bias});
     if (!mask.empty()) s = b.op("Add", {s, mask});
     s = b.op("Softmax", {s}, {{"axis", Attr::of_int(-1)}});
-    s = b.dropout(s, c.hidden_dropout_prob);
-    std::string y = b.merge_heads(b.op("MatMul", {s, b.split_heads(v, H, D)}), inner());
-    return b.linear(y, p + ".o", inner(), C, normal(std::pow((double)inner(), -0.5)), false);
+    return b.op("MatMul", {b.dropout(s, c.hidden_dropout_prob), v});
+  }
+
+  // heads (B,H,T,D) merged, through o. -> (B,T,C)
+  std::string out(const std::string& p, const std::string& y) {
+    return b.linear(b.merge_heads(y, inner()), p + ".o", inner(), c.hidden_size,
+                    normal(std::pow((double)inner(), -0.5)), false);
+  }
+
+  // k and v of x (B,S,C) as heads: keys transposed (B,H,D,S), values (B,H,S,D).
+  std::pair<std::string, std::string> keys_values(const std::string& p, const std::string& x) {
+    const int64_t C = c.hidden_size, H = heads(), D = c.head_dim;
+    std::string k = b.linear(x, p + ".k", C, inner(), normal(std::pow((double)C, -0.5)), false);
+    std::string v = b.linear(x, p + ".v", C, inner(), normal(std::pow((double)C, -0.5)), false);
+    b.set_scope(p);
+    return {b.split_heads_transposed(k, H, D), b.split_heads(v, H, D)};
   }
 
   // T5DenseActDense / T5DenseGatedActDense. (B,T,C) -> (B,T,C)
@@ -83,15 +104,17 @@ struct T5 {
     return b.op("Add", {x, y});
   }
 
-  // T5Attention._relative_position_bucket of key j - query i over (T, S), in int64 with the
-  // large distances' log in float32 as there. Folds at plan time.
+  // 0..n-1 (1-D int64), n = like.shape[axis]. Folds at plan time.
+  std::string positions(const std::string& like, int64_t axis) {
+    std::string n = b.op("Squeeze", {b.dim_of(like, axis), b.const_i64({0})});
+    return b.op("Range", {b.scalar_i64(0), n, b.scalar_i64(1)});
+  }
+
+  // T5Attention._relative_position_bucket of key position - query position over the 1-D
+  // positions (T) and (S) -> (T,S), in int64 with the large distances' log in float32 as there.
   std::string buckets(const std::string& queries, const std::string& keys, bool bidirectional) {
-    auto range = [&](const std::string& like) {
-      std::string n = b.op("Squeeze", {b.dim_of(like, 1), b.const_i64({0})});
-      return b.op("Range", {b.scalar_i64(0), n, b.scalar_i64(1)});
-    };
-    std::string rel = b.op("Sub", {b.op("Unsqueeze", {range(keys), b.const_i64({0})}),
-                                   b.op("Unsqueeze", {range(queries), b.const_i64({1})})});
+    std::string rel = b.op("Sub", {b.op("Unsqueeze", {keys, b.const_i64({0})}),
+                                   b.op("Unsqueeze", {queries, b.const_i64({1})})});
     int64_t n = c.s2s.relative_buckets;
     std::string out = b.scalar_i64(0);
     if (bidirectional) {
@@ -119,7 +142,8 @@ struct T5 {
     return b.op("Add", {out, b.op("Where", {small, rel, large})});
   }
 
-  // The first block's relative_attention_bias table read at the buckets: (1,H,T,S).
+  // The first block's relative_attention_bias table read at the buckets of the query and key
+  // positions (1-D): (1,H,T,S).
   std::string position_bias(const std::string& p, const std::string& queries,
                             const std::string& keys, bool bidirectional) {
     std::string table =
@@ -138,7 +162,10 @@ struct T5 {
     std::string bias;
     for (int64_t i = 0; i < c.num_hidden_layers; i++) {
       const std::string p = cat("encoder.block.", i, ".layer.");
-      if (i == 0) bias = position_bias(p + "0.SelfAttention", ids, ids, true);
+      if (i == 0) {
+        std::string pos = positions(ids, 1);
+        bias = position_bias(p + "0.SelfAttention", pos, pos, true);
+      }
       h = sublayer(p + "0", h, [&](const std::string& x) {
         return attention(p + "0.SelfAttention", x, x, bias, mask);
       });
@@ -146,6 +173,78 @@ struct T5 {
                    [&](const std::string& x) { return ffn(p + "1.DenseReluDense", x); });
     }
     return b.dropout(norm(h, "encoder.final_layer_norm"), c.hidden_dropout_prob);
+  }
+
+  // Self-attention over the cache (inputs past_keys.<l> (B,H,D,P), past_values.<l> (B,H,P,D))
+  // and the new tokens, whose keys and values are the outputs new_keys.<l> / new_values.<l>.
+  std::string cached_self_attention(const std::string& p, int64_t l, const std::string& x,
+                                    const std::string& bias, const std::string& mask) {
+    const int64_t C = c.hidden_size, H = heads(), D = c.head_dim;
+    const double d = (double)C;
+    std::string q = b.linear(x, p + ".q", C, inner(), normal(std::pow(d * D, -0.5)), false);
+    std::string k = b.linear(x, p + ".k", C, inner(), normal(std::pow(d, -0.5)), false);
+    std::string v = b.linear(x, p + ".v", C, inner(), normal(std::pow(d, -0.5)), false);
+    b.set_scope(p);
+    k = b.split_heads(k, H, D);
+    v = b.split_heads(v, H, D);
+    new_kv_outputs(b, l, k, v, H, D);
+    std::string pk = b.input(cat("past_keys.", l), DType::Float32, {-1, H, D, -1},
+                             {"batch_size", "", "", "past_length"});
+    std::string pv = b.input(cat("past_values.", l), DType::Float32, {-1, H, -1, D},
+                             {"batch_size", "", "past_length", ""});
+    std::string kt =
+        b.op("Concat", {pk, b.op("Transpose", {k}, {{"perm", Attr::of_ints({0, 1, 3, 2})}})},
+             {{"axis", Attr::of_int(-1)}});
+    std::string vs = b.op("Concat", {pv, v}, {{"axis", Attr::of_int(2)}});
+    return out(p, attend(b.split_heads(q, H, D), kt, vs, bias, mask));
+  }
+
+  // Cross-attention over the encoder's keys and values (inputs cross_keys.<l> (B,H,D,S),
+  // cross_values.<l> (B,H,S,D)).
+  std::string cached_cross_attention(const std::string& p, int64_t l, const std::string& x,
+                                     const std::string& mask) {
+    const int64_t C = c.hidden_size, H = heads(), D = c.head_dim;
+    std::string q =
+        b.linear(x, p + ".q", C, inner(), normal(std::pow((double)C * (double)D, -0.5)), false);
+    std::string kt = b.input(cat("cross_keys.", l), DType::Float32, {-1, H, D, -1},
+                             {"batch_size", "", "", "encoder_length"});
+    std::string v = b.input(cat("cross_values.", l), DType::Float32, {-1, H, -1, D},
+                            {"batch_size", "", "encoder_length", ""});
+    b.set_scope(p);
+    return out(p, attend(b.split_heads(q, H, D), kt, v, "", mask));
+  }
+
+  // The decoder over a key/value cache (build_hf_decoder_with_past's interface): input_ids (B,S)
+  // at cache_position (S); attention_mask (B,P+S) over the cache slots and the new tokens;
+  // encoder_attention_mask (B,S_enc). -> (B,S,C)
+  std::string decode_with_past(const std::string& ids) {
+    std::string cache_pos = b.input("cache_position", DType::Int64, {-1}, {"sequence_length"});
+    std::string pad = additive_attention_mask(b, cached_attention_mask_input(b));  // (B,1,1,P+S)
+    std::string enc_mask =
+        additive_attention_mask(b, b.input("encoder_attention_mask", DType::Int64, {-1, -1},
+                                           {"batch_size", "encoder_length"}));
+    std::string causal = cached_causal_mask(b, "past_values.0", cache_pos, 0);  // (S,P+S)
+    b.set_scope("decoder.cache_mask");
+    std::string mask =
+        b.op("Add", {pad, b.op("Where", {causal, b.scalar_f32(0.0f), b.scalar_f32(kMaskValue)})});
+    std::string slots =
+        b.op("Concat", {positions("past_values.0", 2), cache_pos}, {{"axis", Attr::of_int(0)}});
+    b.set_scope("decoder.embed_tokens");
+    std::string h = b.gather_rows("shared.weight", ids);
+    std::string bias;
+    for (int64_t i = 0; i < c.s2s.decoder_layers; i++) {
+      const std::string p = cat("decoder.block.", i, ".layer.");
+      if (i == 0) bias = position_bias(p + "0.SelfAttention", cache_pos, slots, false);
+      h = sublayer(p + "0", h, [&](const std::string& x) {
+        return cached_self_attention(p + "0.SelfAttention", i, x, bias, mask);
+      });
+      h = sublayer(p + "1", h, [&](const std::string& x) {
+        return cached_cross_attention(p + "1.EncDecAttention", i, x, enc_mask);
+      });
+      h = sublayer(p + "2", h,
+                   [&](const std::string& x) { return ffn(p + "2.DenseReluDense", x); });
+    }
+    return norm(h, "decoder.final_layer_norm");
   }
 
   // The decoder over decoder_input_ids (B,T). -> (B,T,C)
@@ -165,7 +264,10 @@ struct T5 {
     std::string bias;
     for (int64_t i = 0; i < c.s2s.decoder_layers; i++) {
       const std::string p = cat("decoder.block.", i, ".layer.");
-      if (i == 0) bias = position_bias(p + "0.SelfAttention", ids, ids, false);
+      if (i == 0) {
+        std::string pos = positions(ids, 1);
+        bias = position_bias(p + "0.SelfAttention", pos, pos, false);
+      }
       h = sublayer(p + "0", h, [&](const std::string& x) {
         return attention(p + "0.SelfAttention", x, x, bias, causal);
       });
@@ -199,6 +301,50 @@ BuiltModel build_t5(const HfConfig& c, Task task, int64_t seed) {
   for (const char* t :
        {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"})
     out.tied.push_back({t, "shared.weight"});
+  return out;
+}
+
+// The encoder for generation: input_ids and attention_mask in, every decoder block's
+// cross-attention keys "cross_keys.<l>" (B,H,D,S) and values "cross_values.<l>" (B,H,S,D) out.
+BuiltModel build_t5_encoder(const HfConfig& c, int64_t seed) {
+  GraphBuilder b(architecture_name(c.model_type, Task::Seq2SeqLM) + "Encoder", (uint64_t)seed);
+  T5 m{b, c};
+  b.param("shared.weight", {c.vocab_size, c.hidden_size}, m.normal(1.0));
+  std::string ids = token_input(b, "input_ids");
+  std::string enc = m.encode(ids, additive_attention_mask(b, token_input(b, "attention_mask")));
+  const int64_t H = c.num_attention_heads, D = c.head_dim;
+  for (int64_t l = 0; l < c.s2s.decoder_layers; l++) {
+    auto [kt, v] = m.keys_values(cat("decoder.block.", l, ".layer.1.EncDecAttention"), enc);
+    b.op("Identity", {kt}, {}, cat("cross_keys.", l));
+    b.op("Identity", {v}, {}, cat("cross_values.", l));
+    b.output(cat("cross_keys.", l), DType::Float32, {-1, H, D, -1});
+    b.output(cat("cross_values.", l), DType::Float32, {-1, H, -1, D});
+  }
+  BuiltModel out = finish_model(b, c, Task::Base);
+  out.model.predictions.clear();
+  return out;
+}
+
+// The decoder with a key/value cache (hf_model.h: build_hf_decoder_with_past): "logits" (B,V) of
+// the last new token.
+BuiltModel build_t5_with_past(const HfConfig& c, int64_t seed) {
+  GraphBuilder b(architecture_name(c.model_type, Task::Seq2SeqLM) + "DecoderWithPast",
+                 (uint64_t)seed);
+  T5 m{b, c};
+  b.param("shared.weight", {c.vocab_size, c.hidden_size}, m.normal(1.0));
+  std::string h = m.decode_with_past(token_input(b, "input_ids"));
+  b.set_scope("lm_head");
+  std::string s = b.op("Squeeze", {b.dim_of(h, 1), b.const_i64({0})});
+  std::string last =
+      b.op("Gather", {h, b.op("Sub", {s, b.scalar_i64(1)})}, {{"axis", Attr::of_int(1)}});
+  if (c.s2s.scale_decoder_outputs)
+    last = b.op("Mul", {last, b.scalar_f32((float)std::pow((double)c.hidden_size, -0.5))});
+  tied_projection(b, last, "shared.weight", "", "logits");  // (B,V)
+  b.output("logits", DType::Float32, {-1, c.vocab_size});
+  BuiltModel out = finish_model(b, c, Task::Base);
+  out.task = Task::Seq2SeqLM;
+  out.model.predictions = "logits";
+  out.tied.push_back({"lm_head.weight", "shared.weight"});
   return out;
 }
 

@@ -1,4 +1,4 @@
-// seq2seq_generation.cc — predict_with_generate for an encoder–decoder (Whisper, BART), as
+// seq2seq_generation.cc — predict_with_generate for an encoder–decoder (Whisper, BART, T5), as
 // Transformers' Seq2SeqTrainer.prediction_step: each eval batch's encoder inputs generate from
 // decoder_start_token_id with generation_max_length / generation_num_beams over the model's
 // generation config; the predictions are generate()'s sequences (the start token, the new tokens,

@@ -51,7 +51,7 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
     ONYX_CHECK(
         !model_.config_json.empty() && (model_.items_shifted || model_.sums_micro_batch_means),
         "predict_with_generate needs a Hugging Face causal LM (GPT-2, Llama, Mistral, "
-        "Qwen2) or encoder–decoder (Whisper, BART) folder or config as the model");
+        "Qwen2) or encoder–decoder (Whisper, BART, T5) folder or config as the model");
   if (args_.eval_strategy != "no")
     ONYX_CHECK(eval_ds_, "eval_strategy is '", args_.eval_strategy,
                "' but no eval dataset was given");

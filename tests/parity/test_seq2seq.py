@@ -28,6 +28,10 @@ Cases (one PASS / FAIL line each):
                    log-spaced and clipped distances), 2 encoder and 3 decoder blocks
   t5-v1.1-gated    feed_forward_proj gated-gelu, tie_word_embeddings false (no output scaling)
   mt5              MT5ForConditionalGeneration (gated-gelu, never scaled)
+  {whisper,bart,t5}-generate-{greedy,beams}  `onyx generate --encoder_inputs` = Transformers'
+                   generate() token for token, batched (BART's input padded), greedy and beam
+                   search; Whisper's suppress_tokens / begin_suppress_tokens, BART's forced eos,
+                   T5's relative position bias over the growing cache
 
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_seq2seq.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
@@ -273,6 +277,18 @@ def case_bart_generate(tmp, beams):
     return gen_case(tmp, f"bart-gen-{beams}", m, enc, kw, flags, strip_start=True)
 
 
+def case_t5_generate(tmp, beams):
+    # (Transformers sizes its cache by num_layers: its generate fails when num_decoder_layers differs)
+    m = t5(initializer_factor=3.0, num_decoder_layers=2).eval()
+    with torch.no_grad():  # eos likely enough that rows end at several lengths
+        m.shared.weight[2] *= 1.5
+    feeds = t5_feeds(11)
+    enc = {"input_ids": feeds["input_ids"], "attention_mask": feeds["attention_mask"]}
+    flags = ["--max_new_tokens", "14", "--num_beams", str(beams)]
+    return gen_case(tmp, f"t5-gen-{beams}", m, enc, {"max_new_tokens": 14, "num_beams": beams},
+                    flags, strip_start=True)
+
+
 def main():
     cases = [
         ("whisper", case_whisper),
@@ -288,6 +304,8 @@ def main():
         ("whisper-generate-beams", lambda t: case_whisper_generate(t, 3)),
         ("bart-generate-greedy", lambda t: case_bart_generate(t, 1)),
         ("bart-generate-beams", lambda t: case_bart_generate(t, 4)),
+        ("t5-generate-greedy", lambda t: case_t5_generate(t, 1)),
+        ("t5-generate-beams", lambda t: case_t5_generate(t, 3)),
     ]
     return run_cases(cases, "onyx-test-seq2seq-")
 

@@ -2,9 +2,9 @@
 // [--max_new_tokens N] [--do_sample] [--temperature T --top_k K --top_p P --seed S]
 // [--num_beams N --repetition_penalty P --no_repeat_ngram_size N --min_new_tokens N]`: text from a
 // causal LM with a key/value cache (generate/generate.h), prompts batched with left padding.
-// An encoder–decoder (Whisper, BART) generates from its encoder's inputs: --encoder_inputs
-// FILE.safetensors, Whisper's features of --audio WAV files, or BART's tokenized --prompt texts;
-// its decoder prompt is decoder_start_token_id, then any --decoder_prompt_ids (Whisper's
+// An encoder–decoder (Whisper, BART, T5) generates from its encoder's inputs: --encoder_inputs
+// FILE.safetensors, Whisper's features of --audio WAV files, or BART's / T5's tokenized --prompt
+// texts; its decoder prompt is decoder_start_token_id, then any --decoder_prompt_ids (Whisper's
 // language and task tokens).
 #include <chrono>
 #include <cstdio>
@@ -362,8 +362,8 @@ Tensor whisper_audio_features(const std::vector<std::string>& files, const model
   return all;
 }
 
-// BART's encoder inputs from the prompts' texts: tokenized with special tokens, padded on the
-// right with pad_token_id, attention_mask 0 there (as the tokenizer's padding side).
+// BART's and T5's encoder inputs from the prompts' texts: tokenized with special tokens, padded on
+// the right with pad_token_id, attention_mask 0 there (as the tokenizer's padding side).
 std::map<std::string, Tensor> tokenized_encoder_inputs(const std::vector<Prompt>& prompts,
                                                        const tokenizers::Tokenizer& tok,
                                                        int64_t pad) {
@@ -449,7 +449,7 @@ int run_generate(const GenerateOpts& o) {
   }
   ONYX_CHECK(o.encoder_inputs.empty() && o.audio.empty() && o.decoder_prompt_ids.empty(),
              "generate: --encoder_inputs, --audio and --decoder_prompt_ids are for "
-             "encoder–decoder models (Whisper, BART)");
+             "encoder–decoder models (Whisper, BART, T5)");
   if (tok)
     ONYX_CHECK(tok->vocab_size() <= gen.config().vocab_size, tok->source(), ": the tokenizer has ",
                tok->vocab_size(), " tokens, more than the model's vocab_size ",
@@ -471,7 +471,7 @@ Action add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "generate",
       "generate text from a causal LM (GPT-2, Llama, Mistral, Qwen2) or an encoder–decoder "
-      "(Whisper, BART) with a KV cache");
+      "(Whisper, BART, T5) with a KV cache");
   auto o = std::make_shared<GenerateOpts>();
   add_prompt_options(cmd, *o);
   add_decoding_options(cmd, *o);
