@@ -79,6 +79,12 @@ std::string cached_attention_mask_input(GraphBuilder& b);
 BuiltModel finish_decoder_with_past(GraphBuilder& b, const HfConfig& c, const std::string& h,
                                     const std::string& embed_table, const Init& head_init);
 
+// An encoder–decoder's encoder for generation: graph outputs "cross_keys.<layer>" (B,H,D,S) and
+// "cross_values.<layer>" (B,H,S,D) of kt / v, and the finished model (no loss, no predictions).
+void cross_kv_outputs(GraphBuilder& b, int64_t layer, const std::string& kt, const std::string& v,
+                      int64_t heads, int64_t head_dim);
+BuiltModel finish_encoder(GraphBuilder& b, const HfConfig& c);
+
 // An encoder–decoder's LM head and loss: "logits" = h @ table^T [+ bias (1,V)] (B,T,V), input
 // "labels" (B,T), "loss" = mean cross entropy of every position against labels (-100 ignored),
 // as Transformers' ...ForConditionalGeneration computes it; both graph outputs (loss first).

@@ -223,6 +223,16 @@ std::string GraphBuilder::layer_norm(const std::string& x, const std::string& na
             {{"axis", Attr::of_int(-1)}, {"epsilon", Attr::of_float((float)eps)}});
 }
 
+std::string GraphBuilder::rms_norm(const std::string& x, const std::string& name, int64_t dim,
+                                   double eps) {
+  std::string w = param(name + ".weight", {dim}, Init::ones());
+  set_scope(name);
+  std::string var = op("ReduceMean", {op("Mul", {x, x})},
+                       {{"axes", Attr::of_ints({-1})}, {"keepdims", Attr::of_int(1)}});
+  std::string r = op("Reciprocal", {op("Sqrt", {op("Add", {var, scalar_f32((float)eps)})})});
+  return op("Mul", {w, op("Mul", {x, r})});
+}
+
 std::string GraphBuilder::embedding(const std::string& ids, const std::string& name, int64_t rows,
                                     int64_t dim, double init_std, int64_t padding_idx) {
   // table (rows, dim) gathered at ids (...) -> (..., dim)

@@ -80,6 +80,8 @@ class GraphBuilder {
                      const Init& w_init);
   // nn.LayerNorm over the last axis: "<name>.weight" (ones), "<name>.bias" (zeros).
   std::string layer_norm(const std::string& x, const std::string& name, int64_t dim, double eps);
+  // LlamaRMSNorm / T5LayerNorm: x * rsqrt(mean(x^2, -1) + eps) * "<name>.weight" (ones).
+  std::string rms_norm(const std::string& x, const std::string& name, int64_t dim, double eps);
   // nn.Embedding lookup: table (rows, dim) named "<name>.weight"; returns (ids..., dim).
   std::string embedding(const std::string& ids, const std::string& name, int64_t rows, int64_t dim,
                         double init_std, int64_t padding_idx = -1);

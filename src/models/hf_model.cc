@@ -150,6 +150,21 @@ std::string tied_projection(GraphBuilder& b, const std::string& h, const std::st
   return b.op("Add", {b.op("MatMul", {h, t}), bias}, {}, out);
 }
 
+void cross_kv_outputs(GraphBuilder& b, int64_t layer, const std::string& kt, const std::string& v,
+                      int64_t heads, int64_t head_dim) {
+  const std::string kn = cat("cross_keys.", layer), vn = cat("cross_values.", layer);
+  b.op("Identity", {kt}, {}, kn);
+  b.op("Identity", {v}, {}, vn);
+  b.output(kn, DType::Float32, {-1, heads, head_dim, -1});
+  b.output(vn, DType::Float32, {-1, heads, -1, head_dim});
+}
+
+BuiltModel finish_encoder(GraphBuilder& b, const HfConfig& c) {
+  BuiltModel out = finish_model(b, c, Task::Base);
+  out.model.predictions.clear();
+  return out;
+}
+
 void seq2seq_lm_head(GraphBuilder& b, const HfConfig& c, const std::string& h,
                      const std::string& table, const std::string& bias) {
   const int64_t V = c.vocab_size;

@@ -24,15 +24,9 @@ struct Llama {
 
   Init weight_init() const { return Init::normal(c.initializer_range); }
 
-  // LlamaRMSNorm: x * rsqrt(mean(x^2, -1) + eps) * weight (float32 throughout).
+  // LlamaRMSNorm (float32 throughout).
   std::string rms_norm(const std::string& x, const std::string& name) {
-    std::string w = b.param(name + ".weight", {c.hidden_size}, Init::ones());
-    b.set_scope(name);
-    std::string var = b.op("ReduceMean", {b.op("Mul", {x, x})},
-                           {{"axes", Attr::of_ints({-1})}, {"keepdims", Attr::of_int(1)}});
-    std::string r = b.op(
-        "Reciprocal", {b.op("Sqrt", {b.op("Add", {var, b.scalar_f32((float)c.layer_norm_eps)})})});
-    return b.op("Mul", {w, b.op("Mul", {x, r})});
+    return b.rms_norm(x, name, c.hidden_size, c.layer_norm_eps);
   }
 
   // The rotary tables (B,1,T,hd): cos and sin of position_ids times the inverse frequencies of

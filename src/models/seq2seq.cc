@@ -319,14 +319,9 @@ BuiltModel build_seq2seq_encoder(const HfConfig& c, int64_t seed) {
   const int64_t nh = c.s2s.decoder_attention_heads, hs = c.hidden_size / nh;
   for (int64_t l = 0; l < c.s2s.decoder_layers; l++) {
     auto [kt, v] = m.keys_values(cat("model.decoder.layers.", l, ".encoder_attn"), enc, nh);
-    b.op("Identity", {kt}, {}, cat("cross_keys.", l));
-    b.op("Identity", {v}, {}, cat("cross_values.", l));
-    b.output(cat("cross_keys.", l), DType::Float32, {-1, nh, hs, -1});
-    b.output(cat("cross_values.", l), DType::Float32, {-1, nh, -1, hs});
+    cross_kv_outputs(b, l, kt, v, nh, hs);
   }
-  BuiltModel out = finish_model(b, c, Task::Base);
-  out.model.predictions.clear();
-  return out;
+  return finish_encoder(b, c);
 }
 
 // The decoder with a key/value cache (build_hf_decoder_with_past's interface, input_ids being

@@ -29,15 +29,9 @@ struct T5 {
   int64_t inner() const { return c.num_attention_heads * c.head_dim; }
   Init normal(double std) const { return Init::normal(c.initializer_range * std); }
 
-  // T5LayerNorm. (..., C) -> (..., C)
+  // T5LayerNorm: RMS, no bias. (..., C) -> (..., C)
   std::string norm(const std::string& x, const std::string& name) {
-    std::string w = b.param(name + ".weight", {c.hidden_size}, Init::ones());
-    b.set_scope(name);
-    std::string var = b.op("ReduceMean", {b.op("Mul", {x, x})},
-                           {{"axes", Attr::of_ints({-1})}, {"keepdims", Attr::of_int(1)}});
-    std::string r = b.op(
-        "Reciprocal", {b.op("Sqrt", {b.op("Add", {var, b.scalar_f32((float)c.layer_norm_eps)})})});
-    return b.op("Mul", {w, b.op("Mul", {x, r})});
+    return b.rms_norm(x, name, c.hidden_size, c.layer_norm_eps);
   }
 
   // T5Attention: queries from x (B,T,C), keys and values from kv (B,S,C); scores + bias (the
@@ -315,14 +309,9 @@ BuiltModel build_t5_encoder(const HfConfig& c, int64_t seed) {
   const int64_t H = c.num_attention_heads, D = c.head_dim;
   for (int64_t l = 0; l < c.s2s.decoder_layers; l++) {
     auto [kt, v] = m.keys_values(cat("decoder.block.", l, ".layer.1.EncDecAttention"), enc);
-    b.op("Identity", {kt}, {}, cat("cross_keys.", l));
-    b.op("Identity", {v}, {}, cat("cross_values.", l));
-    b.output(cat("cross_keys.", l), DType::Float32, {-1, H, D, -1});
-    b.output(cat("cross_values.", l), DType::Float32, {-1, H, -1, D});
+    cross_kv_outputs(b, l, kt, v, H, D);
   }
-  BuiltModel out = finish_model(b, c, Task::Base);
-  out.model.predictions.clear();
-  return out;
+  return finish_encoder(b, c);
 }
 
 // The decoder with a key/value cache (hf_model.h: build_hf_decoder_with_past): "logits" (B,V) of

@@ -296,7 +296,8 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
   ONYX_CHECK(has("input_ids") && has("labels"),
              "predict_with_generate: the eval dataset needs input_ids and labels");
   std::vector<std::vector<int64_t>> gens;
-  int64_t n = 0, exact = 0, ref_tokens = 0, matched = 0, skipped = 0;
+  train::GenerationScore score;
+  int64_t skipped = 0;
   auto order = train::eval_order(ds, args_);
   for (auto& idx : data::make_batches(order, args_.per_device_eval_batch_size, false)) {
     auto batch = load_batch(ds, idx);
@@ -348,34 +349,43 @@ Metrics Trainer::generation_metrics(const data::Dataset& ds, Tensor* generated) 
     if (cfg.num_beams > 1) cfg.do_sample = false;  // (beam sampling: warned when read)
     auto out = gen->generate(prompts, cfg);
     for (size_t i = 0; i < out.size(); i++) {
-      const auto& ref = refs[i];
-      int64_t same = 0;
-      for (size_t t = 0; t < ref.size() && t < out[i].size(); t++) same += ref[t] == out[i][t];
-      matched += same;
-      ref_tokens += (int64_t)ref.size();
-      exact += out[i].size() >= ref.size() && same == (int64_t)ref.size();
-      n++;
+      score.add(refs[i], out[i]);
       gens[gens.size() - (size_t)B + (size_t)rows[i]] = out[i];
     }
   }
-  ONYX_CHECK(n > 0,
+  ONYX_CHECK(score.n > 0,
              "predict_with_generate: no eval sample has a prompt followed by labelled "
              "tokens (labels -100 on the prompt, as prompt/completion SFT data has)");
-  if (generated) {
-    int64_t width = 0;
-    for (auto& g : gens) width = std::max(width, (int64_t)g.size());
-    Tensor t(DType::Int64, {(int64_t)gens.size(), width});
-    int64_t* d = t.data<int64_t>();
-    std::fill(d, d + t.numel(), (int64_t)-100);
-    for (size_t r = 0; r < gens.size(); r++)
-      std::copy(gens[r].begin(), gens[r].end(), d + (int64_t)r * width);
-    *generated = t;
-  }
+  if (generated) *generated = train::padded_rows(gens);
   Metrics m;
-  m["gen_exact_match"] = (double)exact / (double)n;
-  m["gen_token_accuracy"] = ref_tokens ? (double)matched / (double)ref_tokens : 0.0;
+  score.write(m);
   if (skipped) m["gen_skipped"] = (double)skipped;
   return m;
+}
+
+void train::GenerationScore::add(const std::vector<int64_t>& ref, const std::vector<int64_t>& out) {
+  int64_t same = 0;
+  for (size_t t = 0; t < ref.size() && t < out.size(); t++) same += ref[t] == out[t];
+  matched += same;
+  ref_tokens += (int64_t)ref.size();
+  exact += out.size() >= ref.size() && same == (int64_t)ref.size();
+  n++;
+}
+
+void train::GenerationScore::write(Metrics& m) const {
+  m["gen_exact_match"] = n ? (double)exact / (double)n : 0.0;
+  m["gen_token_accuracy"] = ref_tokens ? (double)matched / (double)ref_tokens : 0.0;
+}
+
+Tensor train::padded_rows(const std::vector<std::vector<int64_t>>& rows) {
+  int64_t width = 0;
+  for (auto& r : rows) width = std::max(width, (int64_t)r.size());
+  Tensor t(DType::Int64, {(int64_t)rows.size(), width});
+  int64_t* d = t.data<int64_t>();
+  std::fill(d, d + t.numel(), (int64_t)-100);
+  for (size_t r = 0; r < rows.size(); r++)
+    std::copy(rows[r].begin(), rows[r].end(), d + (int64_t)r * width);
+  return t;
 }
 
 Metrics Trainer::evaluate(const std::string& prefix) {

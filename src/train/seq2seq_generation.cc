@@ -58,7 +58,7 @@ Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::G
   if (args_.generation_num_beams) cfg.num_beams = *args_.generation_num_beams;
   if (cfg.num_beams > 1) cfg.do_sample = false;
   std::vector<std::vector<int64_t>> rows;
-  int64_t n = 0, exact = 0, ref_tokens = 0, matched = 0, width = 0;
+  train::GenerationScore score;
   for (auto& idx :
        data::make_batches(train::eval_order(ds, args_), args_.per_device_eval_batch_size, false)) {
     auto batch = load_batch(ds, idx);
@@ -69,33 +69,18 @@ Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::G
     size_t longest = 0;
     for (auto& o : out) longest = std::max(longest, o.size() + (keeps_start ? 1 : 0));
     for (size_t r = 0; r < out.size(); r++) {
-      const auto ref = reference(labels, (int64_t)r);
-      int64_t same = 0;
-      for (size_t t = 0; t < ref.size() && t < out[r].size(); t++) same += ref[t] == out[r][t];
-      matched += same;
-      ref_tokens += (int64_t)ref.size();
-      exact += out[r].size() >= ref.size() && same == (int64_t)ref.size();
-      n++;
+      score.add(reference(labels, (int64_t)r), out[r]);
       std::vector<int64_t> row;
       if (keeps_start) row.push_back(start);
       row.insert(row.end(), out[r].begin(), out[r].end());
       row.resize(std::max<size_t>(longest, (size_t)config_max_length), pad);
-      width = std::max(width, (int64_t)row.size());
       rows.push_back(std::move(row));
     }
   }
-  ONYX_CHECK(n > 0, "predict_with_generate: the eval dataset is empty");
-  if (generated) {
-    Tensor t(DType::Int64, {(int64_t)rows.size(), width});
-    int64_t* d = t.data<int64_t>();
-    std::fill(d, d + t.numel(), (int64_t)-100);  // across batches, as the evaluation loop pads
-    for (size_t r = 0; r < rows.size(); r++)
-      std::copy(rows[r].begin(), rows[r].end(), d + (int64_t)r * width);
-    *generated = t;
-  }
+  ONYX_CHECK(score.n > 0, "predict_with_generate: the eval dataset is empty");
+  if (generated) *generated = train::padded_rows(rows);  // across batches: -100
   Metrics m;
-  m["gen_exact_match"] = (double)exact / (double)n;
-  m["gen_token_accuracy"] = ref_tokens ? (double)matched / (double)ref_tokens : 0.0;
+  score.write(m);
   return m;
 }
 

@@ -92,6 +92,15 @@ std::vector<std::vector<int64_t>> epoch_batches(const TrainingArguments& args,
 // Evaluation's (and prediction's) sample order: 0..n-1, or under group_by_length Transformers'
 // eval LengthGroupedSampler: eval batch size, seeded by data_seed (else seed), the same each time.
 std::vector<int64_t> eval_order(const data::Dataset& ds, const TrainingArguments& args);
+// predict_with_generate's scores of generated ids against labelled ones: exact match (the
+// generation starts with the whole reference) and token accuracy (position by position).
+struct GenerationScore {
+  int64_t n = 0, exact = 0, ref_tokens = 0, matched = 0;
+  void add(const std::vector<int64_t>& ref, const std::vector<int64_t>& out);
+  void write(Metrics& m) const;  // gen_exact_match, gen_token_accuracy
+};
+// Rows of ids as one (rows, longest) int64 tensor padded with -100, as the evaluation loop pads.
+Tensor padded_rows(const std::vector<std::vector<int64_t>>& rows);
 }  // namespace train
 
 }  // namespace onyx
