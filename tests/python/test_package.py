@@ -61,8 +61,8 @@ Cases (one PASS / FAIL / SKIP line each):
                    model object and dict data ≡ one process with GA 2 bit for bit; exactly one
                    rank has state.is_world_process_zero; a callback stopping training on one
                    rank (as Ctrl-C there does) stops every rank after the same step
-  seq2seq-trainer  onyx.Seq2SeqTrainer = transformers.Seq2SeqTrainer on a BART and a Whisper
-                   object: logged losses with gradient_accumulation_steps 2 (1e-4), and
+  seq2seq-trainer  onyx.Seq2SeqTrainer = transformers.Seq2SeqTrainer on a BART, a Whisper and a
+                   T5 object: logged losses with gradient_accumulation_steps 2 (1e-4), and
                    predict_with_generate's generated ids handed to compute_metrics, greedy and
                    evaluate(num_beams=3, max_length=6), and predict()'s = Transformers'
   custom-ops       onyx.load_custom_ops(libmyops.so) (examples/custom_op built with cmake) before
@@ -1934,9 +1934,10 @@ print("steps", t.train().global_step, [m for m in sys.modules if m.split(".")[0]
 
 
 def tiny_seq2seq(kind):
-    """A tiny BartForConditionalGeneration or WhisperForConditionalGeneration (seeded, no
-    dropout) and its datasets.Dataset rows: padded input_ids / attention_mask (BART) or log-mel
-    input_features (Whisper), labels ending with eos then -100."""
+    """A tiny BartForConditionalGeneration, T5ForConditionalGeneration or
+    WhisperForConditionalGeneration (seeded, no dropout) and its datasets.Dataset rows: padded
+    input_ids / attention_mask (BART, T5) or log-mel input_features (Whisper), labels ending with
+    eos then -100."""
     import datasets
     import torch
     import transformers
@@ -1951,14 +1952,20 @@ def tiny_seq2seq(kind):
         k = int(rng.integers(2, 8))
         labels[r, :k] = rng.integers(4, 64, k)
         labels[r, k] = 2
-    if kind == "bart":
-        cfg = transformers.BartConfig(max_position_embeddings=32, bos_token_id=0, **common)
+    if kind in ("bart", "t5"):
         ids = np.full((n, 10), 1, np.int64)
         for r in range(n):
             k = int(rng.integers(3, 11))
             ids[r, :k] = rng.integers(4, 64, k)
         cols = {"input_ids": ids, "attention_mask": (ids != 1).astype(np.int64)}
-        cls = transformers.BartForConditionalGeneration
+        if kind == "bart":
+            cfg = transformers.BartConfig(max_position_embeddings=32, bos_token_id=0, **common)
+            cls = transformers.BartForConditionalGeneration
+        else:
+            cfg = transformers.T5Config(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
+                                        dropout_rate=0.0, vocab_size=64, pad_token_id=1,
+                                        eos_token_id=2, decoder_start_token_id=3)
+            cls = transformers.T5ForConditionalGeneration
     else:
         cfg = transformers.WhisperConfig(num_mel_bins=8, max_source_positions=6,
                                          max_target_positions=24, bos_token_id=1,
@@ -1973,14 +1980,14 @@ def tiny_seq2seq(kind):
 
 
 def case_seq2seq_trainer(onyx, tmp):
-    """onyx.Seq2SeqTrainer = transformers.Seq2SeqTrainer on BART and Whisper: the logged losses
+    """onyx.Seq2SeqTrainer = transformers.Seq2SeqTrainer on BART, Whisper and T5: the logged losses
     with gradient_accumulation_steps 2 (Transformers sums the micro-batches' mean losses for these
     models: matched), predict_with_generate's eval metrics from compute_metrics over the generated
     ids and predict()'s ids, greedy and evaluate(num_beams=3, max_length=6)."""
     import copy
     import transformers
     out = []
-    for kind in ("bart", "whisper"):
+    for kind in ("bart", "whisper", "t5"):
         model, ds = tiny_seq2seq(kind)
         ref_model = copy.deepcopy(model)
         seen = {}
