@@ -38,14 +38,17 @@ struct T5 {
   // position bias, or "") + mask (additive, or ""), no scaling. -> (B,T,C)
   std::string attention(const std::string& p, const std::string& x, const std::string& kv,
                         const std::string& bias, const std::string& mask) {
-    const int64_t C = c.hidden_size, H = heads(), D = c.head_dim;
-    const double d = (double)C;
-    std::string q = b.linear(x, p + ".q", C, inner(), normal(std::pow(d * D, -0.5)), false);
-    std::string k = b.linear(kv, p + ".k", C, inner(), normal(std::pow(d, -0.5)), false);
-    std::string v = b.linear(kv, p + ".v", C, inner(), normal(std::pow(d, -0.5)), false);
+    std::string q = queries(p, x);
+    auto [kt, v] = keys_values(p, kv);
+    return out(p, attend(q, kt, v, bias, mask));
+  }
+
+  // q of x (B,T,C) as heads (B,H,T,D).
+  std::string queries(const std::string& p, const std::string& x) {
+    const int64_t C = c.hidden_size, D = c.head_dim;
+    std::string q = b.linear(x, p + ".q", C, inner(), normal(std::pow((double)C * D, -0.5)), false);
     b.set_scope(p);
-    return out(p, attend(b.split_heads(q, H, D), b.split_heads_transposed(k, H, D),
-                         b.split_heads(v, H, D), bias, mask));
+    return b.split_heads(q, heads(), D);
   }
 
   // softmax(q kt + bias + mask) v, dropout on the probabilities: q (B,H,T,D), kt (B,H,D,S),
@@ -173,39 +176,30 @@ struct T5 {
   // and the new tokens, whose keys and values are the outputs new_keys.<l> / new_values.<l>.
   std::string cached_self_attention(const std::string& p, int64_t l, const std::string& x,
                                     const std::string& bias, const std::string& mask) {
-    const int64_t C = c.hidden_size, H = heads(), D = c.head_dim;
-    const double d = (double)C;
-    std::string q = b.linear(x, p + ".q", C, inner(), normal(std::pow(d * D, -0.5)), false);
-    std::string k = b.linear(x, p + ".k", C, inner(), normal(std::pow(d, -0.5)), false);
-    std::string v = b.linear(x, p + ".v", C, inner(), normal(std::pow(d, -0.5)), false);
-    b.set_scope(p);
-    k = b.split_heads(k, H, D);
-    v = b.split_heads(v, H, D);
-    new_kv_outputs(b, l, k, v, H, D);
+    const int64_t H = heads(), D = c.head_dim;
+    std::string q = queries(p, x);
+    auto [kt, v] = keys_values(p, x);  // the new tokens': (B,H,D,S), (B,H,S,D)
+    new_kv_outputs(b, l, b.op("Transpose", {kt}, {{"perm", Attr::of_ints({0, 1, 3, 2})}}), v, H, D);
     std::string pk = b.input(cat("past_keys.", l), DType::Float32, {-1, H, D, -1},
                              {"batch_size", "", "", "past_length"});
     std::string pv = b.input(cat("past_values.", l), DType::Float32, {-1, H, -1, D},
                              {"batch_size", "", "past_length", ""});
-    std::string kt =
-        b.op("Concat", {pk, b.op("Transpose", {k}, {{"perm", Attr::of_ints({0, 1, 3, 2})}})},
-             {{"axis", Attr::of_int(-1)}});
+    std::string kts = b.op("Concat", {pk, kt}, {{"axis", Attr::of_int(-1)}});
     std::string vs = b.op("Concat", {pv, v}, {{"axis", Attr::of_int(2)}});
-    return out(p, attend(b.split_heads(q, H, D), kt, vs, bias, mask));
+    return out(p, attend(q, kts, vs, bias, mask));
   }
 
   // Cross-attention over the encoder's keys and values (inputs cross_keys.<l> (B,H,D,S),
   // cross_values.<l> (B,H,S,D)).
   std::string cached_cross_attention(const std::string& p, int64_t l, const std::string& x,
                                      const std::string& mask) {
-    const int64_t C = c.hidden_size, H = heads(), D = c.head_dim;
-    std::string q =
-        b.linear(x, p + ".q", C, inner(), normal(std::pow((double)C * (double)D, -0.5)), false);
+    const int64_t H = heads(), D = c.head_dim;
+    std::string q = queries(p, x);
     std::string kt = b.input(cat("cross_keys.", l), DType::Float32, {-1, H, D, -1},
                              {"batch_size", "", "", "encoder_length"});
     std::string v = b.input(cat("cross_values.", l), DType::Float32, {-1, H, -1, D},
                             {"batch_size", "", "encoder_length", ""});
-    b.set_scope(p);
-    return out(p, attend(b.split_heads(q, H, D), kt, v, "", mask));
+    return out(p, attend(q, kt, v, "", mask));
   }
 
   // The decoder over a key/value cache (build_hf_decoder_with_past's interface): input_ids (B,S)
