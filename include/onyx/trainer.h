@@ -39,6 +39,12 @@ struct Model {
   bool generic_onnx = true;  // weight-decay rule: also no decay on rank <= 1 tensors
   std::string source;        // where the graph came from (an .onnx path), for export
   std::string config_json;   // Hugging Face config.json, saved next to the weights when set
+  // The weights' file in output_dir and checkpoints (diffusers' models:
+  // diffusion_pytorch_model.safetensors).
+  std::string weights_file = "model.safetensors";
+  // Weight decay on every parameter (diffusers' training scripts hand AdamW all of them in one
+  // group) instead of Transformers' rule by name.
+  bool decay_all = false;
   // Loss normalization under gradient accumulation, as Transformers' num_items_in_batch: an
   // optimizer step's loss is the sum over the items of all its micro-batches divided by their
   // number. Items are the entries of the batch tensor `items_labels` that differ from

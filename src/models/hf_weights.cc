@@ -35,8 +35,8 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
 }
 
-// A float tensor (F32/F16/BF16/F64) as an owned float32 tensor; other dtypes are kept as they
-// are (buffers such as position_ids are int64) and rejected only if used as a weight.
+}  // namespace
+
 Tensor to_float32(const Tensor& t) {
   if (!is_float(t.dtype())) return t;
   Tensor out(DType::Float32, t.shape());
@@ -57,6 +57,8 @@ Tensor to_float32(const Tensor& t) {
   }
   return out;
 }
+
+namespace {
 
 // A checkpoint tensor as an owned float32 tensor: an owned float32 one as it is; a view of a mapped
 // file (`mapped`) copied, its pages then dropped (io::release_pages); another float dtype

@@ -28,6 +28,10 @@ BuiltModel load_hf_folder(const std::string& dir, std::optional<Task> task = std
                           const std::optional<quant::BnbConfig>& quantize = std::nullopt,
                           bool bf16_linears = false);
 
+// A float tensor (F32/F16/BF16/F64) as an owned float32 tensor; other dtypes are kept as they
+// are (buffers such as position_ids are int64) and rejected only if used as a weight.
+Tensor to_float32(const Tensor& t);
+
 // Reads the checkpoint tensors of a folder as stored (model.safetensors, else the shards of
 // model.safetensors.index.json), any float dtype converted to float32 — or, with `mapped`, as
 // views of the memory-mapped files in their stored dtypes (no copy, no page read yet), for

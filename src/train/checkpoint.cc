@@ -142,7 +142,7 @@ void Trainer::save_model(const std::string& dir) {
   }
   // QLoRA: the 4-bit weights as Transformers saves them (with their quant_map and quant_state)
   for (auto& [k, t] : quant::hf_state_tensors(*model_.graph)) base[k] = t;
-  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), base, {{"format", "pt"}});
+  io::save_safetensors((fs::path(dir) / model_.weights_file).string(), base, {{"format", "pt"}});
   json m;
   m["source"] = model_.source;
   if (model_.loss.kind == autodiff::LossSpec::Kind::GraphOutput)
@@ -387,7 +387,7 @@ void Trainer::rotate_checkpoints() {
 
 std::map<std::string, Tensor> Trainer::read_checkpoint_weights(const std::string& dir) {
   fs::path d(dir);
-  auto weights = io::load_safetensors((d / "model.safetensors").string()).tensors;
+  auto weights = io::load_safetensors((d / model_.weights_file).string()).tensors;
   if (!model_.adapter_tensors.empty()) {  // LoRA: the adapters from adapter_model.safetensors
     ONYX_CHECK(fs::exists(d / "adapter_model.safetensors"), "checkpoint '", dir,
                "' has no adapter_model.safetensors (this run trains LoRA adapters)");
@@ -403,8 +403,8 @@ std::map<std::string, Tensor> Trainer::read_checkpoint_weights(const std::string
 }
 
 void Trainer::load_weights(const std::string& dir) {
-  ONYX_CHECK(fs::exists(fs::path(dir) / "model.safetensors"), "'", dir,
-             "' has no model.safetensors");
+  ONYX_CHECK(fs::exists(fs::path(dir) / model_.weights_file), "'", dir, "' has no ",
+             model_.weights_file);
   impl_->ts->load_weights(read_checkpoint_weights(dir), cat("checkpoint '", dir, "'"));
 }
 
@@ -422,7 +422,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
   };
   auto weights = read_checkpoint_weights(dir);
   // Parameters and BatchNorm running statistics (buffers), as they were at the save.
-  I.ts->load_weights(weights, cat("checkpoint '", dir, "': model.safetensors"));
+  I.ts->load_weights(weights, cat("checkpoint '", dir, "': ", model_.weights_file));
   // The optimizer state of this rank's range, from whatever world size and stage wrote it.
   I.opt->load_state(train::load_optimizer_range(dir, I.opt->range_begin, I.opt->range_end,
                                                 I.ts->params().layout().numel));

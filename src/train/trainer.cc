@@ -118,7 +118,9 @@ Trainer::Trainer(Model model, TrainingArguments args, std::shared_ptr<data::Data
   passes::OptimizeOptions po;
   po.recompute = args_.gradient_checkpointing;
   impl_->ts->set_pass_options(po);
-  impl_->decay_mask = train::hf_decay_mask(impl_->ts->params().layout(), model_.generic_onnx);
+  impl_->decay_mask = model_.decay_all
+                          ? std::vector<bool>(impl_->ts->params().layout().entries.size(), true)
+                          : train::hf_decay_mask(impl_->ts->params().layout(), model_.generic_onnx);
   train::OptimizerConfig oc;
   oc.name = args_.optimizer_name();
   oc.lr = args_.learning_rate;

@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "diffusion/diffusers_folder.h"
 #include "io/safetensors.h"
 #include "models/hf_weights.h"
 #include "passes/inference_export.h"
@@ -11,8 +12,49 @@
 
 namespace onyx::cli {
 
+namespace {
+
+void save_and_list(const std::string& output, const std::map<std::string, Tensor>& out) {
+  io::save_safetensors(output, out);
+  for (auto& [k, t] : out)
+    std::cout << k << ": " << dtype_name(t.dtype()) << " " << shape_str(t.shape()) << "\n";
+}
+
+// A diffusers UNet: the sampling graph's model_output for sample, timestep [, class_labels].
+int run_diffusers_folder(const std::string& dir, const std::string& inputs,
+                         const std::string& output) {
+  runtime::Session s(diffusion::load_unet2d_sampler(dir));
+  s.check_supported();
+  save_and_list(output, s.run(io::load_safetensors(inputs).tensors));
+  return 0;
+}
+
+// A diffusers UNet: the training objective's loss on pixel_values with the given noise and
+// timesteps (drawn when absent), and its gradients.
+int grad_diffusers_folder(const std::string& dir, const std::string& inputs,
+                          const std::string& output, uint64_t seed) {
+  diffusion::Objective o;
+  o.schedule = diffusion::find_schedule_config(dir, "");
+  Model m = diffusion::load_unet2d_training(dir, o, seed);
+  auto in = io::load_safetensors(inputs).tensors;
+  m.fill_defaults(in);
+  autodiff::GradientOptions opts;
+  opts.loss = m.loss;
+  train::TrainingSession ts(m.graph, opts);
+  double loss = ts.forward_backward(in, /*accumulate=*/false, seed, /*training=*/true);
+  std::map<std::string, Tensor> result;
+  result["loss"] = Tensor::scalar_f32((float)loss);
+  for (auto& p : ts.parameters()) result[p] = ts.grads().view(p);
+  io::save_safetensors(output, result);
+  std::cout << "loss " << loss << "; " << ts.parameters().size() << " gradients\n";
+  return 0;
+}
+
+}  // namespace
+
 int run_hf_folder_cli(const std::string& dir, const std::string& inputs,
                       const std::string& output) {
+  if (diffusion::is_diffusers_folder(dir)) return run_diffusers_folder(dir, inputs, output);
   models::BuiltModel m = models::load_hf_folder(dir);
   passes::InferenceExportOptions opts;
   if (m.model.loss.kind == autodiff::LossSpec::Kind::GraphOutput)
@@ -26,15 +68,13 @@ int run_hf_folder_cli(const std::string& dir, const std::string& inputs,
                                                                            : std::next(it);
   runtime::Session s(g);
   s.check_supported();
-  auto out = s.run(in);
-  io::save_safetensors(output, out);
-  for (auto& [k, t] : out)
-    std::cout << k << ": " << dtype_name(t.dtype()) << " " << shape_str(t.shape()) << "\n";
+  save_and_list(output, s.run(in));
   return 0;
 }
 
 int grad_hf_folder_cli(const std::string& dir, const std::string& inputs, const std::string& output,
                        uint64_t seed, bool dropout) {
+  if (diffusion::is_diffusers_folder(dir)) return grad_diffusers_folder(dir, inputs, output, seed);
   models::BuiltModel m = models::load_hf_folder(dir);
   ONYX_CHECK(m.task != models::Task::Base, dir, ": the bare model (",
              models::architecture_name(m.config.model_type, m.task),

@@ -1,0 +1,104 @@
+// diffusion/diffusers_folder.cc — see diffusers_folder.h.
+#include "diffusion/diffusers_folder.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/safetensors.h"
+#include "ir/graph.h"
+#include "models/hf_weights.h"
+#include "onyx/error.h"
+
+namespace onyx::diffusion {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kWeights = "diffusion_pytorch_model.safetensors";
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  ONYX_CHECK(f, "'", p.string(), "': cannot open");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Puts the file's tensors into the graph's initializers, every name and shape checked.
+void apply_weights(ir::Graph& g, const fs::path& file) {
+  auto st = io::load_safetensors(file.string());
+  std::string missing, unexpected;
+  int n_missing = 0, n_unexpected = 0;
+  for (auto& [name, t] : st.tensors) {
+    auto it = g.initializers.find(name);
+    if (it == g.initializers.end()) {
+      if (n_unexpected++ < 5) unexpected += (unexpected.empty() ? "" : ", ") + name;
+      continue;
+    }
+    ONYX_CHECK(t.shape() == it->second.shape(), "'", file.string(), "': tensor '", name,
+               "' has shape ", shape_str(t.shape()), ", the model's config gives ",
+               shape_str(it->second.shape()));
+    ONYX_CHECK(is_float(t.dtype()), "'", file.string(), "': tensor '", name, "' is ",
+               dtype_name(t.dtype()), ", not a float type");
+    it->second = models::to_float32(t);
+  }
+  for (auto& [name, t] : g.initializers)
+    if (is_float(t.dtype()) && name.find('.') != std::string::npos && !st.tensors.count(name) &&
+        n_missing++ < 5)
+      missing += (missing.empty() ? "" : ", ") + name;
+  ONYX_CHECK(
+      !n_missing && !n_unexpected, "'", file.string(), "' does not match config.json: ",
+      n_missing ? cat(n_missing, " missing (", missing, n_missing > 5 ? ", ..." : "", ")") : "",
+      n_missing && n_unexpected ? "; " : "",
+      n_unexpected ? cat(n_unexpected, " not in the model (", unexpected,
+                         n_unexpected > 5 ? ", ..." : "", ")")
+                   : "");
+}
+
+}  // namespace
+
+bool is_diffusers_folder(const std::string& dir) {
+  fs::path p = fs::path(dir) / "config.json";
+  if (!fs::is_regular_file(p)) return false;
+  return !diffusers_class_name(read_text(p)).empty();
+}
+
+UNet2DConfig read_unet2d_config(const std::string& dir) {
+  fs::path p = fs::path(dir) / "config.json";
+  return parse_unet2d_config(read_text(p), "'" + p.string() + "'");
+}
+
+ScheduleConfig find_schedule_config(const std::string& model_dir, const std::string& spec) {
+  fs::path p;
+  if (!spec.empty()) {
+    p = fs::is_directory(spec) ? fs::path(spec) / "scheduler_config.json" : fs::path(spec);
+    ONYX_CHECK(fs::is_regular_file(p), "noise_scheduler: '", p.string(), "' does not exist");
+  } else {
+    for (fs::path c : {fs::path(model_dir) / "scheduler_config.json",
+                       fs::path(model_dir) / ".." / "scheduler" / "scheduler_config.json"})
+      if (fs::is_regular_file(c)) {
+        p = c;
+        break;
+      }
+    if (p.empty()) return ScheduleConfig{};
+  }
+  return parse_schedule_config(read_text(p), "'" + p.string() + "'");
+}
+
+Model load_unet2d_training(const std::string& dir, const Objective& o, uint64_t seed) {
+  Model m = build_unet2d_training(read_unet2d_config(dir), o, seed);
+  fs::path w = fs::path(dir) / kWeights;
+  if (fs::exists(w)) apply_weights(*m.graph, w);
+  m.source = dir;
+  return m;
+}
+
+std::shared_ptr<ir::Graph> load_unet2d_sampler(const std::string& dir) {
+  auto g = build_unet2d(read_unet2d_config(dir), 0);
+  fs::path w = fs::path(dir) / kWeights;
+  ONYX_CHECK(fs::exists(w), "'", dir, "' has no ", kWeights, " (a trained model to sample from)");
+  apply_weights(*g, w);
+  return g;
+}
+
+}  // namespace onyx::diffusion

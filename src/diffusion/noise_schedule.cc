@@ -1,0 +1,212 @@
+// diffusion/noise_schedule.cc — see noise_schedule.h. Formulas from diffusers 0.42's
+// scheduling_ddpm.py / scheduling_ddim.py and training_utils.compute_snr; every per-step scalar
+// is float32 arithmetic in diffusers' order (its 0-d float32 tensors).
+#include "diffusion/noise_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "onyx/error.h"
+
+namespace onyx::diffusion {
+namespace {
+
+using json = nlohmann::json;
+
+// torch.linspace(start, end, n, dtype=float32) as its CPU kernel computes it.
+std::vector<float> linspace_f32(double start_d, double end_d, int64_t n) {
+  const float start = (float)start_d, end = (float)end_d;
+  const float step = n > 1 ? (end - start) / (float)(n - 1) : 0.0f;
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; i++)
+    v[i] = i < n / 2 ? start + step * (float)i : end - step * (float)(n - i - 1);
+  if (n == 1) v[0] = start;
+  return v;
+}
+
+// diffusers' betas_for_alpha_bar (cosine alpha_bar, max_beta 0.999), computed in double.
+std::vector<float> cosine_betas(int64_t n) {
+  auto alpha_bar = [](double t) {
+    double c = std::cos((t + 0.008) / 1.008 * M_PI / 2);
+    return c * c;
+  };
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; i++)
+    v[i] = (float)std::min(1 - alpha_bar((double)(i + 1) / n) / alpha_bar((double)i / n), 0.999);
+  return v;
+}
+
+}  // namespace
+
+ScheduleConfig parse_schedule_config(const std::string& text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(cat(what, ": invalid JSON: ", e.what()));
+  }
+  ONYX_CHECK(j.is_object(), what, ": expected a JSON object at the top level");
+  ScheduleConfig c;
+  auto get = [&](const char* key, auto& v, auto check) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return;
+    ONYX_CHECK(check(*it), what, ": '", key, "' has the wrong type: ", it->dump());
+    v = it->get<std::decay_t<decltype(v)>>();
+  };
+  auto is_int = [](const json& x) { return x.is_number_integer(); };
+  auto is_num = [](const json& x) { return x.is_number(); };
+  auto is_str = [](const json& x) { return x.is_string(); };
+  auto is_bool = [](const json& x) { return x.is_boolean(); };
+  get("num_train_timesteps", c.num_train_timesteps, is_int);
+  get("beta_schedule", c.beta_schedule, is_str);
+  get("beta_start", c.beta_start, is_num);
+  get("beta_end", c.beta_end, is_num);
+  get("prediction_type", c.prediction_type, is_str);
+  get("variance_type", c.variance_type, is_str);
+  get("clip_sample", c.clip_sample, is_bool);
+  get("clip_sample_range", c.clip_sample_range, is_num);
+  get("set_alpha_to_one", c.set_alpha_to_one, is_bool);
+  get("steps_offset", c.steps_offset, is_int);
+  get("timestep_spacing", c.timestep_spacing, is_str);
+  auto it = j.find("trained_betas");
+  ONYX_CHECK(it == j.end() || it->is_null(), what,
+             ": trained_betas is not supported (give beta_schedule)");
+  it = j.find("thresholding");
+  ONYX_CHECK(it == j.end() || it->is_null() || *it == false, what,
+             ": thresholding (dynamic thresholding) is not supported");
+  ONYX_CHECK(c.num_train_timesteps >= 2 && c.num_train_timesteps <= 100000, what,
+             ": num_train_timesteps must be in [2, 100000], got ", c.num_train_timesteps);
+  auto one_of = [&](const char* key, const std::string& v, std::vector<std::string> ok) {
+    std::string list;
+    for (auto& o : ok) {
+      if (o == v) return;
+      list += (list.empty() ? "" : ", ") + o;
+    }
+    throw Error(cat(what, ": ", key, " '", v, "' is not supported (", list, ")"));
+  };
+  one_of("beta_schedule", c.beta_schedule, {"linear", "scaled_linear", "squaredcos_cap_v2"});
+  one_of("prediction_type", c.prediction_type, {"epsilon", "v_prediction", "sample"});
+  one_of("variance_type", c.variance_type, {"fixed_small", "fixed_small_log"});
+  one_of("timestep_spacing", c.timestep_spacing, {"leading", "trailing", "linspace"});
+  ONYX_CHECK(c.beta_start > 0 && c.beta_end > c.beta_start && c.beta_end < 1, what,
+             ": need 0 < beta_start < beta_end < 1, got ", c.beta_start, ", ", c.beta_end);
+  return c;
+}
+
+NoiseSchedule::NoiseSchedule(const ScheduleConfig& c) : c_(c) {
+  const int64_t n = c.num_train_timesteps;
+  if (c.beta_schedule == "linear") {
+    betas_ = linspace_f32(c.beta_start, c.beta_end, n);
+  } else if (c.beta_schedule == "scaled_linear") {
+    betas_ = linspace_f32(std::sqrt(c.beta_start), std::sqrt(c.beta_end), n);
+    for (float& b : betas_) b = b * b;
+  } else {
+    betas_ = cosine_betas(n);
+  }
+  alphas_.resize(n);
+  alphas_cumprod_.resize(n);
+  double prod = 1;  // torch.cumprod accumulates in double on the CPU
+  for (int64_t i = 0; i < n; i++) {
+    alphas_[i] = 1.0f - betas_[i];
+    prod *= (double)alphas_[i];
+    alphas_cumprod_[i] = (float)prod;
+  }
+}
+
+std::vector<float> NoiseSchedule::sqrt_alphas_cumprod() const {
+  std::vector<float> v(alphas_cumprod_.size());
+  for (size_t i = 0; i < v.size(); i++) v[i] = std::sqrt(alphas_cumprod_[i]);
+  return v;
+}
+
+std::vector<float> NoiseSchedule::sqrt_one_minus_alphas_cumprod() const {
+  std::vector<float> v(alphas_cumprod_.size());
+  for (size_t i = 0; i < v.size(); i++) v[i] = std::sqrt(1.0f - alphas_cumprod_[i]);
+  return v;
+}
+
+std::vector<float> NoiseSchedule::min_snr_weights(double gamma) const {
+  auto a = sqrt_alphas_cumprod(), s = sqrt_one_minus_alphas_cumprod();
+  const float g = (float)gamma;
+  std::vector<float> w(a.size());
+  for (size_t i = 0; i < w.size(); i++) {
+    const float r = a[i] / s[i], snr = r * r, m = std::min(snr, g);
+    w[i] = c_.prediction_type == "epsilon"        ? m / snr
+           : c_.prediction_type == "v_prediction" ? m / (snr + 1.0f)
+                                                  : m;
+  }
+  return w;
+}
+
+std::vector<int64_t> NoiseSchedule::inference_timesteps(int64_t k) const {
+  const int64_t T = c_.num_train_timesteps;
+  ONYX_CHECK(k >= 1 && k <= T, "num_inference_steps ", k, " must be in [1, ", T,
+             "] (num_train_timesteps)");
+  std::vector<int64_t> ts;
+  if (c_.timestep_spacing == "linspace") {
+    for (int64_t i = k - 1; i >= 0; i--)
+      ts.push_back((int64_t)std::nearbyint(k == 1 ? 0.0 : (double)i * (T - 1) / (double)(k - 1)));
+  } else if (c_.timestep_spacing == "leading") {
+    const int64_t ratio = T / k;
+    for (int64_t i = k - 1; i >= 0; i--) ts.push_back(i * ratio + c_.steps_offset);
+  } else {  // trailing: np.round(np.arange(T, 0, -T / k)) - 1
+    const double ratio = (double)T / (double)k;
+    for (double t = T; t > 0; t -= ratio) ts.push_back((int64_t)std::nearbyint(t) - 1);
+  }
+  return ts;
+}
+
+float NoiseSchedule::predict_x0(float out, float x, float alpha_t, float beta_t) const {
+  float x0 =
+      c_.prediction_type == "epsilon" ? (x - std::pow(beta_t, 0.5f) * out) / std::pow(alpha_t, 0.5f)
+      : c_.prediction_type == "sample" ? out
+                                       : std::pow(alpha_t, 0.5f) * x - std::pow(beta_t, 0.5f) * out;
+  if (c_.clip_sample) {
+    const float r = (float)c_.clip_sample_range;
+    x0 = std::clamp(x0, -r, r);
+  }
+  return x0;
+}
+
+void NoiseSchedule::ddpm_step(const float* out, int64_t t, int64_t prev_t, const float* noise,
+                              float* x, int64_t n) const {
+  const float a_t = alphas_cumprod_.at(t);
+  const float a_prev = prev_t >= 0 ? alphas_cumprod_.at(prev_t) : 1.0f;
+  const float b_t = 1 - a_t, b_prev = 1 - a_prev;
+  const float cur_alpha = a_t / a_prev, cur_beta = 1 - cur_alpha;
+  const float x0_coeff = (std::pow(a_prev, 0.5f) * cur_beta) / b_t;
+  const float x_coeff = std::pow(cur_alpha, 0.5f) * b_prev / b_t;
+  float sigma = 0;
+  if (t > 0) {
+    const float var = std::max(b_prev / b_t * cur_beta, 1e-20f);
+    sigma = c_.variance_type == "fixed_small_log" ? std::exp(0.5f * std::log(var))
+                                                  : std::pow(var, 0.5f);
+  }
+  for (int64_t i = 0; i < n; i++) {
+    const float x0 = predict_x0(out[i], x[i], a_t, b_t);
+    float prev = x0_coeff * x0 + x_coeff * x[i];
+    if (t > 0) prev = prev + sigma * noise[i];
+    x[i] = prev;
+  }
+}
+
+void NoiseSchedule::ddim_step(const float* out, int64_t t, int64_t prev_t, float* x,
+                              int64_t n) const {
+  const float a_t = alphas_cumprod_.at(t);
+  const float a_prev = prev_t >= 0           ? alphas_cumprod_.at(prev_t)
+                       : c_.set_alpha_to_one ? 1.0f
+                                             : alphas_cumprod_.at(0);
+  const float b_t = 1 - a_t;
+  const float dir = std::pow(1 - a_prev - 0.0f, 0.5f);  // eta = 0: std_dev_t = 0
+  for (int64_t i = 0; i < n; i++) {
+    const float x0 = predict_x0(out[i], x[i], a_t, b_t);
+    const float eps = c_.prediction_type == "epsilon" ? out[i]
+                      : c_.prediction_type == "sample"  // (from the unclipped x0, as diffusers)
+                          ? (x[i] - std::pow(a_t, 0.5f) * out[i]) / std::pow(b_t, 0.5f)
+                          : std::pow(a_t, 0.5f) * out[i] + std::pow(b_t, 0.5f) * x[i];
+    x[i] = std::pow(a_prev, 0.5f) * x0 + dir * eps;
+  }
+}
+
+}  // namespace onyx::diffusion

@@ -1,0 +1,304 @@
+// diffusion/unet2d.cc — see unet2d.h. The module structure follows diffusers 0.42's UNet2DModel,
+// ResnetBlock2D, Attention (the spatial self-attention of AttnDownBlock2D / AttnUpBlock2D /
+// UNetMidBlock2D: group_norm, to_q/to_k/to_v, to_out.0, residual, rescale_output_factor),
+// Downsample2D (strided conv) and Upsample2D (nearest x2, conv). The attention is emitted as the
+// MatMul/Softmax chain the attention fusion turns into onyx.Attention; GroupNorm is ONNX
+// GroupNormalization (opset 21: per-channel scale and bias), so the graph is opset 21.
+#include "diffusion/unet2d.h"
+
+#include <cmath>
+
+#include "models/graph_builder.h"
+
+namespace onyx::diffusion {
+namespace {
+
+using models::Attr;
+using models::GraphBuilder;
+using models::Init;
+
+struct UNet {
+  GraphBuilder& b;
+  const UNet2DConfig& c;
+  std::string temb;  // act(time embedding) (B, TE): what every resnet's time_emb_proj reads
+
+  std::string act(const std::string& x) {
+    return b.activation(x, c.act_fn == "swish" ? "silu" : c.act_fn);
+  }
+
+  // nn.Conv2d(cin, cout, k, stride, padding) with PyTorch's default init bounds.
+  std::string conv(const std::string& x, const std::string& name, int64_t cin, int64_t cout,
+                   int64_t k, int64_t stride, int64_t pad) {
+    const Init init = Init::uniform(1.0 / std::sqrt((double)(cin * k * k)));
+    std::string w = b.param(name + ".weight", {cout, cin, k, k}, init);
+    std::string bias = b.param(name + ".bias", {cout}, init);
+    b.set_scope(name);
+    return b.op("Conv", {x, w, bias},
+                {{"kernel_shape", Attr::of_ints({k, k})},
+                 {"strides", Attr::of_ints({stride, stride})},
+                 {"pads", Attr::of_ints({pad, pad, pad, pad})}});
+  }
+
+  std::string linear(const std::string& x, const std::string& name, int64_t in, int64_t out) {
+    return b.linear(x, name, in, out, Init::uniform(1.0 / std::sqrt((double)in)));
+  }
+
+  // nn.GroupNorm(groups, ch, eps) over (B, ch, ...).
+  std::string group_norm(const std::string& x, const std::string& name, int64_t groups,
+                         int64_t ch) {
+    std::string scale = b.param(name + ".weight", {ch}, Init::ones());
+    std::string bias = b.param(name + ".bias", {ch}, Init::zeros());
+    b.set_scope(name);
+    return b.op(
+        "GroupNormalization", {x, scale, bias},
+        {{"num_groups", Attr::of_int(groups)}, {"epsilon", Attr::of_float((float)c.norm_eps)}});
+  }
+
+  // ResnetBlock2D. x (B,cin,H,W) -> (B,cout,H,W)
+  std::string resnet(const std::string& x, const std::string& p, int64_t cin, int64_t cout,
+                     double output_scale) {
+    const int64_t G = c.norm_num_groups;
+    const bool scale_shift = c.resnet_time_scale_shift == "scale_shift";
+    std::string h =
+        conv(act(group_norm(x, p + ".norm1", G, cin)), p + ".conv1", cin, cout, 3, 1, 1);
+    std::string t =
+        linear(temb, p + ".time_emb_proj", c.time_embed_dim(), scale_shift ? 2 * cout : cout);
+    b.set_scope(p);
+    t = b.op("Unsqueeze", {t, b.const_i64({2, 3})});  // (B, cout or 2 cout, 1, 1)
+    if (!scale_shift) h = b.op("Add", {h, t});
+    h = group_norm(h, p + ".norm2", G, cout);
+    if (scale_shift) {  // h * (1 + scale) + shift
+      b.set_scope(p);
+      auto parts =
+          b.op_n("Split", {t}, {{"axis", Attr::of_int(1)}, {"num_outputs", Attr::of_int(2)}}, 2);
+      h = b.op("Add", {b.op("Mul", {h, b.op("Add", {parts[0], b.scalar_f32(1)})}), parts[1]});
+    }
+    h = conv(b.dropout(act(h), c.dropout), p + ".conv2", cout, cout, 3, 1, 1);
+    std::string skip = cin == cout ? x : conv(x, p + ".conv_shortcut", cin, cout, 1, 1, 0);
+    b.set_scope(p);
+    std::string y = b.op("Add", {skip, h});
+    return output_scale == 1 ? y : b.op("Div", {y, b.scalar_f32((float)output_scale)});
+  }
+
+  // Attention over the H*W positions of x (B,ch,H,W), residual added. groups 0: no group_norm.
+  std::string attention(const std::string& x, const std::string& p, int64_t ch, int64_t groups,
+                        double rescale) {
+    const int64_t hd = c.attention_head_dim ? c.attention_head_dim : ch, nh = ch / hd;
+    std::string h = groups ? group_norm(x, p + ".group_norm", groups, ch) : x;
+    b.set_scope(p);
+    h = b.op("Reshape", {h, b.const_i64({0, 0, -1})});                 // (B,ch,HW)
+    h = b.op("Transpose", {h}, {{"perm", Attr::of_ints({0, 2, 1})}});  // (B,HW,ch)
+    std::string q = linear(h, p + ".to_q", ch, ch), k = linear(h, p + ".to_k", ch, ch),
+                v = linear(h, p + ".to_v", ch, ch);
+    b.set_scope(p);
+    std::string s = b.op("MatMul", {b.split_heads(q, nh, hd), b.split_heads_transposed(k, nh, hd)});
+    s = b.op("Mul", {s, b.scalar_f32((float)(1.0 / std::sqrt((double)hd)))});
+    s = b.op("Softmax", {s}, {{"axis", Attr::of_int(-1)}});
+    std::string y = b.merge_heads(b.op("MatMul", {s, b.split_heads(v, nh, hd)}), ch);  // (B,HW,ch)
+    y = linear(y, p + ".to_out.0", ch, ch);
+    b.set_scope(p);
+    y = b.op("Transpose", {y}, {{"perm", Attr::of_ints({0, 2, 1})}});  // (B,ch,HW)
+    y = b.op("Add", {b.op("Reshape", {y, b.op("Shape", {x})}), x});
+    return rescale == 1 ? y : b.op("Div", {y, b.scalar_f32((float)rescale)});
+  }
+
+  // Timesteps (sinusoidal, diffusers' get_timestep_embedding) then TimestepEmbedding; plus the
+  // class embedding. t (B) int64 -> (B, TE)
+  std::string time_embedding(const std::string& t, const std::string& labels) {
+    const int64_t dim = c.block_out_channels[0], half = dim / 2;
+    b.set_scope("time_proj");
+    Tensor freq(DType::Float32, {1, half});  // exp(-ln(10000) i / (half - shift)), float32
+    for (int64_t i = 0; i < half; i++)
+      freq.data<float>()[i] =
+          std::exp((float)(-std::log(10000.0)) * (float)i / (float)(half - c.freq_shift));
+    std::string arg =
+        b.op("Mul",
+             {b.op("Unsqueeze", {b.op("Cast", {t}, {{"to", Attr::of_int((int64_t)DType::Float32)}}),
+                                 b.const_i64({1})}),
+              b.const_tensor(freq)});  // (B, half)
+    std::string sin = b.op("Sin", {arg}), cos = b.op("Cos", {arg});
+    std::string e = b.op("Concat", {c.flip_sin_to_cos ? cos : sin, c.flip_sin_to_cos ? sin : cos},
+                         {{"axis", Attr::of_int(1)}});
+    if (dim % 2) e = b.op("Pad", {e, b.const_i64({0, 0, 0, 1})});
+    const int64_t TE = c.time_embed_dim();
+    // TimestepEmbedding's own activation is SiLU whatever act_fn says (UNet2DModel leaves it)
+    e = linear(b.activation(linear(e, "time_embedding.linear_1", dim, TE), "silu"),
+               "time_embedding.linear_2", TE, TE);
+    if (c.num_class_embeds) {
+      std::string table =
+          b.param("class_embedding.weight", {c.num_class_embeds, TE}, Init::normal(1.0));
+      b.set_scope("class_embedding");
+      e = b.op("Add", {e, b.gather_rows(table, labels)});
+    }
+    return e;
+  }
+
+  std::string forward(std::string x, const std::string& t, const std::string& labels) {
+    const auto& ch = c.block_out_channels;
+    const int64_t n = (int64_t)ch.size();
+    const int64_t G = c.norm_num_groups;
+    temb = act(time_embedding(t, labels));
+    if (c.center_input_sample) {
+      b.set_scope("");
+      x = b.op("Sub", {b.op("Mul", {x, b.scalar_f32(2)}), b.scalar_f32(1)});
+    }
+    x = conv(x, "conv_in", c.in_channels, ch[0], 3, 1, 1);
+    std::vector<std::pair<std::string, int64_t>> skips = {{x, ch[0]}};
+    int64_t cur = ch[0];
+    for (int64_t i = 0; i < n; i++) {  // down blocks
+      const std::string p = cat("down_blocks.", i);
+      const bool attn = c.down_block_types[i] == "AttnDownBlock2D";
+      for (int64_t j = 0; j < c.layers_per_block; j++) {
+        x = resnet(x, cat(p, ".resnets.", j), cur, ch[i], 1);
+        cur = ch[i];
+        if (attn) x = attention(x, cat(p, ".attentions.", j), cur, G, 1);
+        skips.push_back({x, cur});
+      }
+      if (i + 1 < n) {
+        if (c.downsample_padding == 0) {  // F.pad(x, (0, 1, 0, 1)) first
+          b.set_scope(p + ".downsamplers.0");
+          x = b.op("Pad", {x, b.const_i64({0, 0, 0, 0, 0, 0, 1, 1})});
+        }
+        x = conv(x, p + ".downsamplers.0.conv", cur, cur, 3, 2, c.downsample_padding);
+        skips.push_back({x, cur});
+      }
+    }
+    if (!c.mid_block_type.empty()) {  // UNetMidBlock2D
+      const double s = c.mid_block_scale_factor;
+      const int64_t ag = c.resnet_time_scale_shift != "default" ? 0
+                         : c.attn_norm_num_groups               ? c.attn_norm_num_groups
+                                                                : G;
+      x = resnet(x, "mid_block.resnets.0", cur, cur, s);
+      if (c.add_attention) x = attention(x, "mid_block.attentions.0", cur, ag, s);
+      x = resnet(x, "mid_block.resnets.1", cur, cur, s);
+    }
+    for (int64_t i = 0; i < n; i++) {  // up blocks, reading the skips last first
+      const std::string p = cat("up_blocks.", i);
+      const int64_t out = ch[n - 1 - i];
+      const bool attn = c.up_block_types[i] == "AttnUpBlock2D";
+      for (int64_t j = 0; j <= c.layers_per_block; j++) {
+        auto [skip, skip_ch] = skips.back();
+        skips.pop_back();
+        b.set_scope(cat(p, ".resnets.", j));
+        x = b.op("Concat", {x, skip}, {{"axis", Attr::of_int(1)}});
+        x = resnet(x, cat(p, ".resnets.", j), cur + skip_ch, out, 1);
+        cur = out;
+        if (attn) x = attention(x, cat(p, ".attentions.", j), cur, G, 1);
+      }
+      if (i + 1 < n) {
+        b.set_scope(p + ".upsamplers.0");
+        x = b.op(
+            "Resize",
+            {x, "", b.const_tensor(Tensor::from_vector<float>(DType::Float32, {4}, {1, 1, 2, 2}))},
+            {{"mode", Attr::of_string("nearest")},
+             {"coordinate_transformation_mode", Attr::of_string("asymmetric")},
+             {"nearest_mode", Attr::of_string("floor")}});
+        x = conv(x, p + ".upsamplers.0.conv", cur, cur, 3, 1, 1);
+      }
+    }
+    x = b.activation(group_norm(x, "conv_norm_out", G, ch[0]), "silu");  // conv_act: nn.SiLU
+    return conv(x, "conv_out", ch[0], c.out_channels, 3, 1, 1);
+  }
+};
+
+std::string image_input(GraphBuilder& b, const std::string& name, int64_t channels) {
+  return b.input(name, DType::Float32, {-1, channels, -1, -1},
+                 {"batch_size", "", "height", "width"});
+}
+
+std::string batch_input(GraphBuilder& b, const std::string& name) {
+  return b.input(name, DType::Int64, {-1}, {"batch_size"});
+}
+
+GraphBuilder unet_builder(uint64_t seed) {
+  GraphBuilder b("UNet2DModel", seed);
+  b.graph().opsets[""] = 21;  // GroupNormalization with per-channel scale and bias
+  return b;
+}
+
+// x0 (B,C,H,W), the drawn or given noise and timesteps -> (x_t, target, per-sample weight or "")
+struct Noised {
+  std::string x_t, target, weight, timesteps;
+};
+
+Noised add_noise(GraphBuilder& b, const Objective& o, const std::string& x0) {
+  NoiseSchedule s(o.schedule);
+  const int64_t T = s.steps();
+  auto table = [&](const std::vector<float>& v) {
+    return b.const_tensor(Tensor::from_vector<float>(DType::Float32, {(int64_t)v.size()}, v));
+  };
+  b.set_scope("noise_scheduler");
+  std::string noise = b.op("DrawNormal", {"noise", x0});
+  b.graph().nodes.back().domain = "onyx";
+  std::string t = b.op("DrawIntegers", {"timesteps", x0}, {{"high", Attr::of_int(T)}});
+  b.graph().nodes.back().domain = "onyx";
+  auto at_t = [&](const std::vector<float>& v) {  // v[t] as (B,1,1,1)
+    return b.op("Reshape", {b.op("Gather", {table(v), t}), b.const_i64({-1, 1, 1, 1})});
+  };
+  std::string a = at_t(s.sqrt_alphas_cumprod()), sg = at_t(s.sqrt_one_minus_alphas_cumprod());
+  Noised r;
+  r.timesteps = t;
+  r.x_t = b.op("Add", {b.op("Mul", {a, x0}), b.op("Mul", {sg, noise})});
+  const std::string& pt = o.schedule.prediction_type;
+  r.target = pt == "epsilon"  ? noise
+             : pt == "sample" ? x0
+                              : b.op("Sub", {b.op("Mul", {a, noise}), b.op("Mul", {sg, x0})});
+  if (o.snr_gamma > 0) r.weight = b.op("Gather", {table(s.min_snr_weights(o.snr_gamma)), t});
+  return r;
+}
+
+}  // namespace
+
+std::shared_ptr<ir::Graph> build_unet2d(const UNet2DConfig& c, uint64_t seed) {
+  GraphBuilder b = unet_builder(seed);
+  std::string x = image_input(b, "sample", c.in_channels);
+  std::string t = batch_input(b, "timestep");
+  std::string labels = c.num_class_embeds ? batch_input(b, "class_labels") : "";
+  UNet u{b, c, ""};
+  std::string y = u.forward(x, t, labels);
+  b.set_scope("");
+  b.op("Identity", {y}, {}, "model_output");
+  b.output("model_output", DType::Float32, {-1, c.out_channels, -1, -1});
+  return std::make_shared<ir::Graph>(b.take());
+}
+
+Model build_unet2d_training(const UNet2DConfig& c, const Objective& o, uint64_t seed) {
+  ONYX_CHECK(c.in_channels == c.out_channels, "UNet2DModel: in_channels ", c.in_channels,
+             " != out_channels ", c.out_channels,
+             ": a denoiser predicts noise, velocity or the image in the input's shape");
+  GraphBuilder b = unet_builder(seed);
+  std::string x0 = image_input(b, "pixel_values", c.in_channels);
+  std::string labels = c.num_class_embeds ? batch_input(b, "class_labels") : "";
+  image_input(b, "noise", c.in_channels);
+  b.graph().inputs.back().has_shape = false;  // (0) when the batch has none: drawn
+  batch_input(b, "timesteps");
+  Noised n = add_noise(b, o, x0);
+  UNet u{b, c, ""};
+  std::string y = u.forward(n.x_t, n.timesteps, labels);
+  b.set_scope("loss");
+  b.op("Identity", {y}, {}, "model_output");
+  std::string d = b.op("Sub", {y, n.target});
+  std::string per_sample = b.op("ReduceMean", {b.op("Mul", {d, d}), b.const_i64({1, 2, 3})},
+                                {{"keepdims", Attr::of_int(0)}});
+  if (!n.weight.empty()) per_sample = b.op("Mul", {per_sample, n.weight});
+  b.op("ReduceMean", {per_sample}, {{"keepdims", Attr::of_int(0)}}, "loss");
+  b.output("loss", DType::Float32, {});
+  b.output("model_output", DType::Float32, {-1, c.out_channels, -1, -1});
+  Model m;
+  m.graph = std::make_shared<ir::Graph>(b.take());
+  m.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
+  m.loss.output = "loss";
+  m.predictions = "model_output";
+  m.generic_onnx = false;
+  m.decay_all = true;
+  m.weights_file = "diffusion_pytorch_model.safetensors";
+  m.config_json = c.raw_json;
+  m.optional_inputs = {"noise", "timesteps"};
+  m.fill_defaults = [](std::map<std::string, Tensor>& batch) {  // empty: drawn in the graph
+    if (!batch.count("noise")) batch["noise"] = Tensor(DType::Float32, {0});
+    if (!batch.count("timesteps")) batch["timesteps"] = Tensor(DType::Int64, {0});
+  };
+  return m;
+}
+
+}  // namespace onyx::diffusion

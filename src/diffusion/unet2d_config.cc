@@ -1,0 +1,185 @@
+// diffusion/unet2d_config.cc — see unet2d_config.h. Defaults and checks follow diffusers 0.42's
+// UNet2DModel.__init__ and get_down_block / get_up_block.
+#include "diffusion/unet2d_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "onyx/error.h"
+
+namespace onyx::diffusion {
+namespace {
+
+using json = nlohmann::json;
+
+struct Reader {
+  const json& j;
+  const std::string& what;
+
+  const json* find(const char* key) const {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+  void integer(const char* key, int64_t& v) const {
+    if (const json* x = find(key)) {
+      ONYX_CHECK(x->is_number_integer(), what, ": '", key, "' must be an integer, got ", x->dump());
+      v = x->get<int64_t>();
+    }
+  }
+  void number(const char* key, double& v) const {
+    if (const json* x = find(key)) {
+      ONYX_CHECK(x->is_number(), what, ": '", key, "' must be a number, got ", x->dump());
+      v = x->get<double>();
+    }
+  }
+  void boolean(const char* key, bool& v) const {
+    if (const json* x = find(key)) {
+      ONYX_CHECK(x->is_boolean(), what, ": '", key, "' must be true or false, got ", x->dump());
+      v = x->get<bool>();
+    }
+  }
+  void string(const char* key, std::string& v) const {
+    if (const json* x = find(key)) {
+      ONYX_CHECK(x->is_string(), what, ": '", key, "' must be a string, got ", x->dump());
+      v = x->get<std::string>();
+    }
+  }
+  template <class T>
+  void list(const char* key, std::vector<T>& v) const {
+    if (const json* x = find(key)) {
+      ONYX_CHECK(x->is_array() && !x->empty(), what, ": '", key, "' must be a non-empty list, got ",
+                 x->dump());
+      v.clear();
+      for (auto& e : *x) {
+        const bool ok = std::is_same_v<T, std::string> ? e.is_string() : e.is_number_integer();
+        ONYX_CHECK(ok, what, ": '", key, "' has an element of the wrong type: ", e.dump());
+        v.push_back(e.get<T>());
+      }
+    }
+  }
+  // A key onyx builds only at one value (or a few): anything else names them.
+  void only(const char* key, const std::vector<std::string>& allowed) const {
+    const json* x = find(key);
+    if (!x) return;
+    std::string v = x->is_string() ? x->get<std::string>() : x->dump();
+    std::string list;
+    for (auto& a : allowed) {
+      if (v == a) return;
+      list += (list.empty() ? "" : ", ") + a;
+    }
+    throw Error(cat(what, ": ", key, " '", v, "' is not supported (onyx builds: ", list, ")"));
+  }
+};
+
+void check_blocks(const UNet2DConfig& c, const std::string& what) {
+  const size_t n = c.block_out_channels.size();
+  ONYX_CHECK(c.down_block_types.size() == n && c.up_block_types.size() == n, what,
+             ": down_block_types, up_block_types and block_out_channels must have the same length "
+             "(got ",
+             c.down_block_types.size(), ", ", c.up_block_types.size(), ", ", n, ")");
+  for (auto& t : c.down_block_types)
+    ONYX_CHECK(t == "DownBlock2D" || t == "AttnDownBlock2D", what, ": down block type '", t,
+               "' is not supported (onyx builds: DownBlock2D, AttnDownBlock2D)");
+  for (auto& t : c.up_block_types)
+    ONYX_CHECK(t == "UpBlock2D" || t == "AttnUpBlock2D", what, ": up block type '", t,
+               "' is not supported (onyx builds: UpBlock2D, AttnUpBlock2D)");
+  ONYX_CHECK(c.mid_block_type.empty() || c.mid_block_type == "UNetMidBlock2D", what,
+             ": mid_block_type '", c.mid_block_type,
+             "' is not supported (onyx builds: UNetMidBlock2D, null)");
+  ONYX_CHECK(c.layers_per_block >= 1, what, ": layers_per_block must be >= 1, got ",
+             c.layers_per_block);
+  ONYX_CHECK(c.in_channels >= 1 && c.out_channels >= 1, what,
+             ": in_channels and out_channels must be >= 1");
+  ONYX_CHECK(c.norm_num_groups >= 1, what, ": norm_num_groups must be >= 1");
+  for (int64_t ch : c.block_out_channels) {
+    ONYX_CHECK(ch >= 1 && ch % c.norm_num_groups == 0, what, ": block_out_channels ", ch,
+               " is not a positive multiple of norm_num_groups ", c.norm_num_groups);
+    ONYX_CHECK(c.attention_head_dim == 0 || ch % c.attention_head_dim == 0, what,
+               ": block_out_channels ", ch, " is not a multiple of attention_head_dim ",
+               c.attention_head_dim);
+  }
+  ONYX_CHECK(
+      c.attn_norm_num_groups == 0 || c.block_out_channels.back() % c.attn_norm_num_groups == 0,
+      what, ": attn_norm_num_groups ", c.attn_norm_num_groups, " does not divide ",
+      c.block_out_channels.back());
+  ONYX_CHECK(c.downsample_padding == 0 || c.downsample_padding == 1, what,
+             ": downsample_padding must be 0 or 1, got ", c.downsample_padding);
+  ONYX_CHECK(c.dropout >= 0 && c.dropout < 1, what, ": dropout must be in [0, 1)");
+}
+
+}  // namespace
+
+std::string diffusers_class_name(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";
+  auto it = j.find("_class_name");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+UNet2DConfig parse_unet2d_config(const std::string& text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(cat(what, ": invalid JSON: ", e.what()));
+  }
+  ONYX_CHECK(j.is_object(), what, ": expected a JSON object at the top level");
+  Reader r{j, what};
+  std::string cls;
+  r.string("_class_name", cls);
+  ONYX_CHECK(cls == "UNet2DModel", what, ": _class_name '", cls,
+             "' is not a model onyx builds (UNet2DModel)");
+  UNet2DConfig c;
+  c.raw_json = text;
+  c.down_block_types = {"DownBlock2D", "AttnDownBlock2D", "AttnDownBlock2D", "AttnDownBlock2D"};
+  c.up_block_types = {"AttnUpBlock2D", "AttnUpBlock2D", "AttnUpBlock2D", "UpBlock2D"};
+  c.block_out_channels = {224, 448, 672, 896};
+  if (const json* s = r.find("sample_size")) {
+    if (s->is_array()) {
+      ONYX_CHECK(s->size() == 2 && (*s)[0] == (*s)[1] && (*s)[0].is_number_integer(), what,
+                 ": sample_size must be an integer or a square [h, w], got ", s->dump());
+      c.sample_size = (*s)[0].get<int64_t>();
+    } else {
+      r.integer("sample_size", c.sample_size);
+    }
+  }
+  r.integer("in_channels", c.in_channels);
+  r.integer("out_channels", c.out_channels);
+  r.boolean("center_input_sample", c.center_input_sample);
+  r.only("time_embedding_type", {"positional"});
+  r.integer("time_embedding_dim", c.time_embedding_dim);
+  r.integer("freq_shift", c.freq_shift);
+  r.boolean("flip_sin_to_cos", c.flip_sin_to_cos);
+  r.list("down_block_types", c.down_block_types);
+  r.list("up_block_types", c.up_block_types);
+  c.mid_block_type =
+      j.contains("mid_block_type") && j["mid_block_type"].is_null() ? "" : c.mid_block_type;
+  r.string("mid_block_type", c.mid_block_type);
+  r.list("block_out_channels", c.block_out_channels);
+  r.integer("layers_per_block", c.layers_per_block);
+  r.number("mid_block_scale_factor", c.mid_block_scale_factor);
+  r.integer("downsample_padding", c.downsample_padding);
+  r.only("downsample_type", {"conv"});
+  r.only("upsample_type", {"conv"});
+  r.number("dropout", c.dropout);
+  r.string("act_fn", c.act_fn);
+  ONYX_CHECK(c.act_fn == "silu" || c.act_fn == "swish" || c.act_fn == "gelu" || c.act_fn == "relu",
+             what, ": act_fn '", c.act_fn, "' is not supported (silu, swish, gelu, relu)");
+  if (j.contains("attention_head_dim") && j["attention_head_dim"].is_null())
+    c.attention_head_dim = 0;
+  r.integer("attention_head_dim", c.attention_head_dim);
+  r.integer("norm_num_groups", c.norm_num_groups);
+  r.integer("attn_norm_num_groups", c.attn_norm_num_groups);
+  r.number("norm_eps", c.norm_eps);
+  r.string("resnet_time_scale_shift", c.resnet_time_scale_shift);
+  ONYX_CHECK(c.resnet_time_scale_shift == "default" || c.resnet_time_scale_shift == "scale_shift",
+             what, ": resnet_time_scale_shift '", c.resnet_time_scale_shift,
+             "' is not supported (default, scale_shift)");
+  r.boolean("add_attention", c.add_attention);
+  r.only("class_embed_type", {"null"});  // classes come from num_class_embeds
+  r.integer("num_class_embeds", c.num_class_embeds);
+  ONYX_CHECK(c.num_class_embeds >= 0, what, ": num_class_embeds must be >= 0");
+  check_blocks(c, what);
+  return c;
+}
+
+}  // namespace onyx::diffusion
