@@ -30,6 +30,21 @@ namespace kernels {
 enum class LowPrecision;  // kernels/cpu/gemm.h
 }
 
+// diffusers' EMAModel over the trained parameters (use_ema in its training scripts): after each
+// optimizer step, shadow -= (1 - decay) * (shadow - param) with EMAModel.get_decay's decay at that
+// step (0 at the first: the shadow starts as the first update's weights).
+struct EmaConfig {
+  bool enabled = false;
+  double decay = 0.9999;  // the largest decay (train_unconditional.py's ema_max_decay)
+  double min_decay = 0.0;
+  int64_t update_after_step = 0;
+  bool use_ema_warmup = false;  // 1 - (1 + step / inv_gamma)^-power; else (1 + step) / (10 + step)
+  double inv_gamma = 1.0;
+  double power = 2.0 / 3.0;
+  // EMAModel.get_decay at optimization step `step` (1 for the first step).
+  double decay_at(int64_t step) const;
+};
+
 // A trainable model: the forward graph, the loss, what it predicts.
 struct Model {
   std::shared_ptr<ir::Graph> graph;
@@ -45,6 +60,9 @@ struct Model {
   // Weight decay on every parameter (diffusers' training scripts hand AdamW all of them in one
   // group) instead of Transformers' rule by name.
   bool decay_all = false;
+  // Text files written next to the weights (name -> content): a diffusion model's
+  // scheduler_config.json, so the saved folder opens as diffusers' model and scheduler.
+  std::map<std::string, std::string> side_files;
   // Loss normalization under gradient accumulation, as Transformers' num_items_in_batch: an
   // optimizer step's loss is the sum over the items of all its micro-batches divided by their
   // number. Items are the entries of the batch tensor `items_labels` that differ from
@@ -229,7 +247,11 @@ class Trainer {
                              std::optional<int64_t> max_new_tokens,
                              std::optional<int64_t> num_beams);
   // model.safetensors (+ onyx_model.json describing the graph source) into `dir`, atomically.
+  // With an EMA (set_ema), the EMA weights: the final model diffusers' scripts save.
   void save_model(const std::string& dir);
+  // Keeps an exponential moving average of the trained parameters from the next train() on
+  // (diffusers' EMAModel); checkpoints hold it in ema/ beside the live weights.
+  void set_ema(const EmaConfig& c);
   // What save_model writes as model.safetensors: every initializer by name, trained parameters
   // and buffers at their current values (views of the Trainer's storage: copy to keep).
   std::map<std::string, Tensor> weights();
@@ -292,6 +314,14 @@ class Trainer {
   double accumulate_gradients(const std::vector<std::vector<int64_t>>& batches, int64_t group_start,
                               int64_t group_end);
   void apply_gradients();
+  // The EMA (train/ema.cc): made from the weights before the first step, updated after each
+  // optimizer step, written into and read from a checkpoint's ema/ folder.
+  void start_ema();
+  void update_ema();
+  void save_ema(const std::string& checkpoint_dir);
+  void load_ema(const std::string& checkpoint_dir);
+  // save_model's files; `ema_weights`: the EMA's values for the trained parameters.
+  void save_model_files(const std::string& dir, bool ema_weights);
   void maybe_log_save_evaluate(bool epoch_end);
   TrainOutput finish_training();
   // model.safetensors of a checkpoint folder, with a LoRA run's adapters from its

@@ -18,6 +18,7 @@
 #include "data/prompt_dataset.h"
 #include "data/speech_dataset.h"
 #include "data/text_datasets.h"
+#include "diffusion/diffusers_folder.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
 #include "models/hf_weights.h"
@@ -389,6 +390,57 @@ void set_method_key(RunConfig& c, const std::string& key, const YAML::Node& v,
     set_grpo_key(c, key, v, what);
 }
 
+const std::vector<std::string>& diffusion_keys() {
+  static const std::vector<std::string> k = {
+      "noise_scheduler", "prediction_type",      "snr_gamma", "use_ema",
+      "ema_max_decay",   "ema_min_decay",        "ema_power", "ema_inv_gamma",
+      "ema_use_warmup",  "ema_update_after_step"};
+  return k;
+}
+bool is_diffusion_key(const std::string& key) {
+  const auto& k = diffusion_keys();
+  return std::find(k.begin(), k.end(), key) != k.end();
+}
+
+void set_diffusion_key(RunConfig& c, const std::string& key, const YAML::Node& v,
+                       const std::string& what) {
+  RunConfig::Diffusion& d = c.diffusion;
+  if (key == "noise_scheduler") {
+    if (v.IsMap())
+      d.noise_scheduler_json = yaml_to_json(v).dump();
+    else
+      d.noise_scheduler = resolve(fs::path(c.path).parent_path().string(), scalar(v, key, what));
+    return;
+  }
+  const std::string t = scalar(v, key, what);
+  if (key == "prediction_type") {
+    ONYX_CHECK(t == "epsilon" || t == "v_prediction" || t == "sample", what,
+               ": 'prediction_type' must be epsilon, v_prediction or sample, got '", t, "'");
+    d.prediction_type = t;
+    return;
+  }
+  if (key == "use_ema" || key == "ema_use_warmup") {
+    ONYX_CHECK(t == "true" || t == "false", what, ": '", key, "' must be true or false, got '", t,
+               "'");
+    (key == "use_ema" ? d.ema.enabled : d.ema.use_ema_warmup) = t == "true";
+    return;
+  }
+  double x = 0;
+  try {
+    size_t pos = 0;
+    x = std::stod(t, &pos);
+    ONYX_CHECK(pos == t.size() && x >= 0, "x");
+  } catch (const std::exception&) {
+    throw Error(cat(what, ": '", key, "' must be a number >= 0, got '", t, "'"));
+  }
+  if (key == "snr_gamma") d.snr_gamma = x;
+  if (key == "ema_max_decay") d.ema.decay = x;
+  if (key == "ema_min_decay") d.ema.min_decay = x;
+  if (key == "ema_power") d.ema.power = x;
+  if (key == "ema_inv_gamma") d.ema.inv_gamma = x;
+  if (key == "ema_update_after_step") d.ema.update_after_step = (int64_t)x;
+}
+
 void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const std::string& what) {
   if (key == "model") {
     if (v.IsMap()) {
@@ -442,6 +494,8 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
                ": 'batch_norm_running_var' must be population (the ONNX spec) or unbiased "
                "(PyTorch's BatchNorm), got '",
                c.batch_norm_running_var, "'");
+  } else if (is_diffusion_key(key)) {
+    set_diffusion_key(c, key, v, what);
   } else if (key == "early_stopping_patience" || key == "early_stopping_threshold") {
     std::string t = scalar(v, key, what);
     try {
@@ -504,6 +558,7 @@ void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const st
                           "custom_op_libraries", "batch_norm_running_var",
                           "early_stopping_patience", "early_stopping_threshold", "trainer"})
       known.push_back(k);
+    known.insert(known.end(), diffusion_keys().begin(), diffusion_keys().end());
     known.insert(known.end(), dpo_keys().begin(), dpo_keys().end());
     known.insert(known.end(), grpo_keys().begin(), grpo_keys().end());
     throw Error(cat(what, ": unknown key '", key, "'", train::did_you_mean(key, known)));
@@ -959,12 +1014,30 @@ Model model_from_spec(const RunConfig& c) {
   return from_built(std::move(b), c.path);
 }
 
+// A diffusers model folder trained as diffusers' example scripts train it (diffusion/unet2d.h);
+// the scheduler's config is saved with the model.
+Model diffusion_model(const RunConfig& c) {
+  const RunConfig::Diffusion& d = c.diffusion;
+  diffusion::Objective o;
+  o.schedule = d.noise_scheduler_json.empty()
+                   ? diffusion::find_schedule_config(c.model, d.noise_scheduler)
+                   : diffusion::parse_schedule_config(
+                         d.noise_scheduler_json, cat("config '", c.path, "': 'noise_scheduler'"));
+  if (!d.prediction_type.empty()) o.schedule.prediction_type = d.prediction_type;
+  o.snr_gamma = d.snr_gamma;
+  Model m = diffusion::load_unet2d_training(c.model, o, (uint64_t)c.args.seed);
+  m.side_files["scheduler_config.json"] = diffusion::schedule_config_json(o.schedule);
+  return m;
+}
+
 }  // namespace
 
 Model model_from_config(const RunConfig& c) {
   Model m;
   if (!c.model_spec.empty()) {
     m = model_from_spec(c);
+  } else if (diffusion::is_diffusers_folder(c.model)) {
+    m = diffusion_model(c);
   } else if (fs::is_directory(c.model)) {
     m = from_built(models::load_hf_folder(c.model, std::nullopt, c.args.seed, c.quantization,
                                           bf16_linears_from_start(c)),
@@ -1079,8 +1152,16 @@ std::unique_ptr<Trainer> make_trainer(const RunConfig& c, std::shared_ptr<data::
   if (c.early_stopping_patience)
     callbacks.push_back(std::make_shared<EarlyStoppingCallback>((int)*c.early_stopping_patience,
                                                                 c.early_stopping_threshold));
-  auto t = std::make_unique<Trainer>(model_from_config(c), c.args, std::move(train),
-                                     std::move(eval), cm, std::move(callbacks));
+  Model m = model_from_config(c);
+  ONYX_CHECK(diffusion::is_diffusers_folder(c.model) ||
+                 (!c.diffusion.ema.enabled && c.diffusion.snr_gamma == 0 &&
+                  c.diffusion.noise_scheduler.empty() && c.diffusion.noise_scheduler_json.empty()),
+             "config '", c.path,
+             "': use_ema, snr_gamma and noise_scheduler are diffusion training's (the model is "
+             "not a diffusers folder)");
+  auto t = std::make_unique<Trainer>(std::move(m), c.args, std::move(train), std::move(eval), cm,
+                                     std::move(callbacks));
+  if (c.diffusion.ema.enabled) t->set_ema(c.diffusion.ema);
   bool need_predictions = false;
   for (auto& m : c.metrics) need_predictions |= m != "perplexity";
   t->set_metrics_need_predictions(need_predictions);

@@ -72,6 +72,17 @@ struct RunConfig {
   std::string ref_model;  // DPO: TRL's ref_model, a model folder (Model::reference_model)
   train::GrpoOptions grpo;
   bool grpo_epsilon_high_given = false;  // else epsilon_high follows epsilon (GRPOConfig's None)
+  // Diffusion training (a diffusers model folder; diffusion/unet2d.h), as diffusers' example
+  // scripts' options: the noise scheduler (a scheduler_config.json or a folder holding one, or
+  // the folder's own / its pipeline's scheduler, else DDPMScheduler's defaults), the prediction
+  // type over the scheduler's, min-SNR weighting, and the EMA of the weights.
+  struct Diffusion {
+    std::string noise_scheduler;       // a path, resolved against the config's folder
+    std::string noise_scheduler_json;  // or an inline mapping, as JSON text
+    std::string prediction_type;       // "" = the scheduler's
+    double snr_gamma = 0;              // 0: off
+    EmaConfig ema;
+  } diffusion;
   // keys of DPOConfig / GRPOConfig given before `trainer:` said which (applied when it does)
   std::vector<std::pair<std::string, std::string>> pending_method_keys;
 };

@@ -94,6 +94,25 @@ ScheduleConfig parse_schedule_config(const std::string& text, const std::string&
   return c;
 }
 
+std::string schedule_config_json(const ScheduleConfig& c) {
+  nlohmann::ordered_json j;
+  j["_class_name"] = "DDPMScheduler";
+  j["_diffusers_version"] = "0.42.1";
+  j["num_train_timesteps"] = c.num_train_timesteps;
+  j["beta_start"] = c.beta_start;
+  j["beta_end"] = c.beta_end;
+  j["beta_schedule"] = c.beta_schedule;
+  j["trained_betas"] = nullptr;
+  j["variance_type"] = c.variance_type;
+  j["clip_sample"] = c.clip_sample;
+  j["clip_sample_range"] = c.clip_sample_range;
+  j["prediction_type"] = c.prediction_type;
+  j["thresholding"] = false;
+  j["timestep_spacing"] = c.timestep_spacing;
+  j["steps_offset"] = c.steps_offset;
+  return j.dump(2) + "\n";
+}
+
 NoiseSchedule::NoiseSchedule(const ScheduleConfig& c) : c_(c) {
   const int64_t n = c.num_train_timesteps;
   if (c.beta_schedule == "linear") {

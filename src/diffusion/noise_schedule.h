@@ -30,6 +30,10 @@ struct ScheduleConfig {  // scheduler_config.json (DDPMScheduler / DDIMScheduler
 // others ignored). Throws naming `what` and the key for a wrong type or an unsupported value.
 ScheduleConfig parse_schedule_config(const std::string& json_text, const std::string& what);
 
+// scheduler_config.json of a DDPMScheduler with these settings (what a trained model's folder
+// carries, so DDPMScheduler.from_pretrained opens it).
+std::string schedule_config_json(const ScheduleConfig& c);
+
 class NoiseSchedule {
  public:
   explicit NoiseSchedule(const ScheduleConfig& c);

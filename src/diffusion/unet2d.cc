@@ -293,8 +293,18 @@ Model build_unet2d_training(const UNet2DConfig& c, const Objective& o, uint64_t 
   m.decay_all = true;
   m.weights_file = "diffusion_pytorch_model.safetensors";
   m.config_json = c.raw_json;
-  m.optional_inputs = {"noise", "timesteps"};
-  m.fill_defaults = [](std::map<std::string, Tensor>& batch) {  // empty: drawn in the graph
+  m.optional_inputs = {"noise", "timesteps", "class_labels"};
+  const int64_t classes = c.num_class_embeds;
+  m.fill_defaults = [classes](std::map<std::string, Tensor>& batch) {
+    // an image classification dataset's labels are the class labels (or unused)
+    auto labels = batch.find("labels");
+    if (labels != batch.end()) {
+      if (classes && !batch.count("class_labels")) batch["class_labels"] = labels->second;
+      batch.erase("labels");
+    }
+    ONYX_CHECK(!classes || batch.count("class_labels"), "the UNet is class-conditional ",
+               "(num_class_embeds ", classes, "): the data needs class_labels or labels");
+    // empty: drawn in the graph
     if (!batch.count("noise")) batch["noise"] = Tensor(DType::Float32, {0});
     if (!batch.count("timesteps")) batch["timesteps"] = Tensor(DType::Int64, {0});
   };

@@ -129,12 +129,16 @@ std::map<std::string, Tensor> Trainer::weights() {
   return weights;
 }
 
-void Trainer::save_model(const std::string& dir) {
+void Trainer::save_model(const std::string& dir) { save_model_files(dir, impl_->ema != nullptr); }
+
+void Trainer::save_model_files(const std::string& dir, bool ema_weights) {
   if (impl_->comm->rank() != 0) return;  // data parallel: rank 0 writes the model
   fs::create_directories(dir);
   // With LoRA, model.safetensors is the base model (what from_pretrained expects of the folder)
   // and the adapters go to adapter_model.safetensors below.
   std::map<std::string, Tensor> base = weights();
+  if (ema_weights)
+    for (auto& [name, view] : impl_->ema->views()) base[name] = view;
   for (auto it = base.begin(); it != base.end();) {
     bool adapter_only =
         model_.adapter_tensors.count(it->first) && it->first.find(".lora_") != std::string::npos;
@@ -153,6 +157,8 @@ void Trainer::save_model(const std::string& dir) {
   io::write_file_atomic((fs::path(dir) / "onyx_model.json").string(), m.dump(2) + "\n");
   if (!model_.config_json.empty())
     io::write_file_atomic((fs::path(dir) / "config.json").string(), model_.config_json);
+  for (auto& [name, text] : model_.side_files)
+    io::write_file_atomic((fs::path(dir) / name).string(), text);
   if (!model_.adapter_config_json.empty()) {  // LoRA: the adapter as PEFT saves it
     std::map<std::string, Tensor> all = weights(), adapter;
     for (auto& [name, saved] : model_.adapter_tensors) adapter[saved] = all.at(name);
@@ -237,7 +243,8 @@ void Trainer::save_checkpoint() {
   if (rank == 0) {
     fs::remove_all(tmp);
     fs::create_directories(tmp);
-    save_model(tmp.string());
+    save_model_files(tmp.string(), /*ema_weights=*/false);  // the live weights, to resume from
+    save_ema(tmp.string());
     json sch;
     sch["last_epoch"] = state_.global_step;
     sch["type"] = args_.lr_scheduler_type;

@@ -381,10 +381,13 @@ void Trainer::start_training() {
   I.metric_lr = train::MetricLrState();
   std::string log_path = (fs::path(a.output_dir) / "log_history.jsonl").string();
   if (a.resume_from_checkpoint) {
+    start_ema();
     load_checkpoint(*a.resume_from_checkpoint);
+    load_ema(*a.resume_from_checkpoint);
   } else {
     if (rank == 0) io::write_file_atomic(log_path, "");
     I.dp->broadcast_weights(*I.ts);  // identical initial weights on every rank
+    start_ema();
   }
   state_.max_steps = max_steps;
   state_.num_train_epochs = num_epochs;
@@ -655,7 +658,7 @@ TrainOutput Trainer::finish_training() {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - I.t_start).count();
   if (a.load_best_model_at_end && state_.best_model_checkpoint) {
     // rank 0 reads the best weights, the other ranks receive them (no shared folder needed)
-    fs::path best = fs::path(*state_.best_model_checkpoint) / "model.safetensors";
+    fs::path best = fs::path(*state_.best_model_checkpoint) / model_.weights_file;
     if (I.comm->rank() == 0 && fs::exists(best))
       I.ts->load_weights(io::load_safetensors(best.string()).tensors, cat("'", best.string(), "'"));
     I.dp->broadcast_weights(*I.ts);
@@ -735,6 +738,7 @@ TrainOutput Trainer::train_loop() {
       apply_gradients();
       I.batches_done = group_end;
       state_.global_step++;
+      update_ema();
       I.steps_run++;
       state_.epoch = (double)I.epoch + (double)I.batches_done / (double)batches.size();
       I.steps_since_log++;

@@ -72,6 +72,9 @@ struct Trainer::Impl {
   bool steps_begun = false;
   int64_t step_micro_batches = 0;
   std::optional<double> lr_override;
+  // diffusers' EMAModel (Trainer::set_ema): its settings and shadow weights (params' layout).
+  EmaConfig ema_config;
+  std::unique_ptr<train::FlatBuffer> ema;
   train::FlatBuffer& scratch() {
     if (!scratch_buf) scratch_buf = std::make_unique<train::FlatBuffer>(ts->grads().layout());
     return *scratch_buf;

@@ -15,6 +15,27 @@ PASS / FAIL line each):
                    blocks, v_prediction with squaredcos_cap_v2 betas
            attn    every block with attention, attention_head_dim null (one head per block),
                    mid_block_scale_factor 2, gelu, scaled_linear betas, sample prediction
+  ddpm-pipeline    `onyx sample FOLDER --noise` (the starting latents and every step's noise that
+                   DDPMPipeline drew, captured) against DDPMPipeline(shift's UNet, its scheduler)
+                   (num_inference_steps 12, output_type np): final images within 1e-4 absolute
+  ddim-pipeline    the same for DDIMPipeline (DDIMScheduler.from_config of the same scheduler,
+                   eta 0, 10 steps, trailing timestep spacing)
+  ddim-classes     cls's class-conditional UNet: `onyx sample --class_labels` against
+                   DDIMPipeline's loop with the class labels passed to the UNet (8 steps)
+  train-ema-snr    10 steps of `onyx train` on cls's folder (batches of 4 in order from a
+                   safetensors dataset carrying each sample's noise and timestep, snr_gamma 5,
+                   use_ema with warmup, AdamW betas (0.95, 0.999), weight decay 1e-6 on every
+                   parameter, cosine schedule with 2 warmup steps, max_grad_norm 1) against the
+                   loop of diffusers' train_unconditional.py / train_text_to_image.py on the same
+                   batches (torch.optim.AdamW over unet.parameters(), get_scheduler,
+                   clip_grad_norm_, compute_snr's weights, EMAModel.step after every step):
+                   every logged loss within 1e-4 relative; the saved model (EMA weights, opened
+                   by UNet2DModel.from_pretrained) and checkpoint-10/ema within 1e-4 of
+                   EMAModel's shadow (each tensor's largest difference over its largest value;
+                   not the attention key biases, whose gradient is rounding noise that AdamW
+                   turns into lr-sized steps on either side)
+  train-resume     the same run with the noise and timesteps drawn in the graph, checkpoint-4
+                   resumed: the final weights and EMA bit-identical to the uninterrupted run's
   draws            the in-graph draws when a batch has no noise/timesteps: `onyx grad` twice with
                    one seed gives the same loss, another seed another loss
 
@@ -157,6 +178,192 @@ def case_grad(tmp, name):
                 + (f", not in diffusers {extra[:3]}" if extra else ""))
 
 
+class CapturedNoise:
+    """Records every randn_tensor a pipeline or scheduler draws (the draws it makes are kept)."""
+
+    def __init__(self, *modules):
+        self.modules, self.draws = modules, []
+
+    def __enter__(self):
+        self.saved = [m.randn_tensor for m in self.modules]
+        def draw(*a, _orig=self.saved[0], **k):
+            t = _orig(*a, **k)
+            self.draws.append(t.clone())
+            return t
+        for m in self.modules:
+            m.randn_tensor = draw
+        return self
+
+    def __exit__(self, *exc):
+        for m, f in zip(self.modules, self.saved):
+            m.randn_tensor = f
+
+
+def sample_with_onyx(d, draws, steps, scheduler, extra=()):
+    noise = {"latents": draws[0].numpy()}
+    if len(draws) > 1:
+        noise["step_noise"] = np.stack([t.numpy() for t in draws[1:]])
+    save_file(noise, f"{d}/noise.safetensors")
+    onyx("sample", d, "--noise", f"{d}/noise.safetensors", "--scheduler", scheduler,
+         "--num_inference_steps", str(steps), "--tensors", f"{d}/images.safetensors", *extra)
+    return load_file(f"{d}/images.safetensors")["images"]
+
+
+def case_pipeline(tmp, kind):
+    import diffusers.pipelines.ddim.pipeline_ddim as pddim
+    import diffusers.pipelines.ddpm.pipeline_ddpm as pddpm
+    import diffusers.schedulers.scheduling_ddpm as sddpm
+    from diffusers import DDIMPipeline, DDIMScheduler, DDPMPipeline
+    d, model, scheduler = make(tmp, "shift")
+    model.eval()
+    if kind == "ddpm":
+        pipe, steps, mods = DDPMPipeline(unet=model, scheduler=scheduler), 12, (pddpm, sddpm)
+        extra = ()
+    else:
+        ddim = DDIMScheduler.from_config(scheduler.config, timestep_spacing="trailing")
+        with open(f"{d}/ddim.json", "w") as f:
+            json.dump(dict(ddim.config), f)
+        pipe, steps, mods = DDIMPipeline(unet=model, scheduler=ddim), 10, (pddim,)
+        extra = ("--scheduler_config", f"{d}/ddim.json")
+    pipe.set_progress_bar_config(disable=True)
+    with CapturedNoise(*mods) as cap, torch.no_grad():
+        ref = pipe(batch_size=3, generator=torch.Generator().manual_seed(0),
+                   num_inference_steps=steps, output_type="np").images  # (N,H,W,C)
+    want = 1 + (steps - 1 if kind == "ddpm" else 0)  # DDPM draws no noise at t = 0
+    if len(cap.draws) != want:
+        return False, f"captured {len(cap.draws)} draws, expected {want}"
+    if kind == "ddpm":
+        cap.draws.append(torch.zeros_like(cap.draws[0]))  # the last step's (unused) noise
+    got = sample_with_onyx(d, cap.draws, steps, kind, extra).transpose(0, 2, 3, 1)
+    e = float(np.abs(got - ref).max())
+    return e <= TOL, f"{steps} steps, 3 images, largest absolute difference {e:.1e}"
+
+
+def case_ddim_classes(tmp):
+    from diffusers import DDIMScheduler
+    d, model, scheduler = make(tmp, "cls")
+    model.eval()
+    ddim = DDIMScheduler.from_config(scheduler.config)
+    ddim.set_timesteps(8)
+    labels = torch.tensor([4, 0, 2, 2])
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn((4, 3, 16, 16), generator=g)
+    latents = x.clone()
+    with torch.no_grad():
+        for t in ddim.timesteps:
+            x = ddim.step(model(x, t, class_labels=labels).sample, t, x, eta=0.0).prev_sample
+    ref = (x / 2 + 0.5).clamp(0, 1).numpy()
+    got = sample_with_onyx(d, [latents], 8, "ddim", ("--class_labels", "4,0,2,2"))
+    e = float(np.abs(got - ref).max())
+    return e <= TOL, f"8 steps, classes 4,0,2,2, largest absolute difference {e:.1e}"
+
+
+TRAIN = dict(per_device_train_batch_size=4, max_steps=10, learning_rate=2e-3, adam_beta1=0.95,
+             adam_beta2=0.999, weight_decay=1e-6, lr_scheduler_type="cosine", warmup_steps=2,
+             max_grad_norm=1.0, logging_steps=1, train_sampling_strategy="sequential",
+             snr_gamma=5.0, use_ema=True, ema_max_decay=0.999, ema_use_warmup=True,
+             ema_power=0.75, ema_inv_gamma=1.0, disable_tqdm=True, seed=3, report_to="none")
+
+
+def onyx_train(d, data, out, **over):
+    cfg = dict(TRAIN, model=d, train_data=data, output_dir=out, **over)
+    with open(f"{out}.json", "w") as f:
+        json.dump(cfg, f)
+    onyx("train", f"{out}.json")
+    with open(f"{out}/log_history.jsonl") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def reference_run(model, scheduler, data, steps):
+    """The loop of diffusers' training scripts on `data`'s batches in order."""
+    from diffusers.optimization import get_scheduler
+    from diffusers.training_utils import EMAModel, compute_snr
+    model.train()
+    ema = EMAModel(model.parameters(), decay=TRAIN["ema_max_decay"], use_ema_warmup=True,
+                   inv_gamma=TRAIN["ema_inv_gamma"], power=TRAIN["ema_power"])
+    opt = torch.optim.AdamW(model.parameters(), lr=TRAIN["learning_rate"],
+                            betas=(TRAIN["adam_beta1"], TRAIN["adam_beta2"]),
+                            weight_decay=TRAIN["weight_decay"], eps=1e-8)
+    sched = get_scheduler("cosine", optimizer=opt, num_warmup_steps=TRAIN["warmup_steps"],
+                          num_training_steps=steps)
+    bs, n, losses = TRAIN["per_device_train_batch_size"], len(data["pixel_values"]), []
+    for step in range(steps):
+        i = (step * bs) % n
+        batch = {k: torch.tensor(v[i:i + bs]) for k, v in data.items()}
+        x0, noise, t = batch["pixel_values"], batch["noise"], batch["timesteps"]
+        pred = model(scheduler.add_noise(x0, noise, t), t,
+                     class_labels=batch["class_labels"]).sample
+        snr = compute_snr(scheduler, t)
+        w = torch.stack([snr, TRAIN["snr_gamma"] * torch.ones_like(t)], dim=1).min(dim=1)[0] / snr
+        loss = F.mse_loss(pred.float(), noise.float(), reduction="none")
+        loss = (loss.mean(dim=list(range(1, len(loss.shape)))) * w).mean()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), TRAIN["max_grad_norm"])
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        ema.step(model.parameters())
+        losses.append(loss.item())
+    names = [n for n, _ in model.named_parameters()]
+    return losses, dict(zip(names, [p.detach().numpy() for p in ema.shadow_params]))
+
+
+def worst_tensor(got, want):
+    """Largest relative difference over the tensors, the attention key biases left out: their
+    gradient is zero up to rounding (a key bias adds the same to every score of a query), and
+    AdamW turns that noise into steps of size lr in either implementation."""
+    worst, wn = 0.0, ""
+    for n, w in want.items():
+        if n.endswith("to_k.bias"):
+            continue
+        e = float(np.abs(got[n] - w).max() / max(np.abs(w).max(), 1e-30))
+        if e > worst:
+            worst, wn = e, n
+    return worst, wn
+
+
+def case_train(tmp):
+    d, model, scheduler = make(tmp, "cls")
+    data = feeds("cls", 4)
+    rng = np.random.default_rng(5)
+    data = {"pixel_values": rng.uniform(-1, 1, (16, 3, 16, 16)).astype(np.float32),
+            "class_labels": rng.integers(0, 5, 16).astype(np.int64),
+            "noise": rng.standard_normal((16, 3, 16, 16)).astype(np.float32),
+            "timesteps": rng.integers(0, 1000, 16).astype(np.int64)}
+    save_file(data, f"{tmp}/train.safetensors")
+    logs = onyx_train(d, f"{tmp}/train.safetensors", f"{tmp}/out-train", save_steps=10)
+    got = [e["loss"] for e in logs if "loss" in e]
+    ref, shadow = reference_run(model, scheduler, data, 10)
+    if len(got) != len(ref):
+        return False, f"{len(got)} logged losses, expected {len(ref)}"
+    lerr = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+    saved = UNet2DModel.from_pretrained(f"{tmp}/out-train")
+    w_final, n_final = worst_tensor({n: p.detach().numpy() for n, p in saved.named_parameters()},
+                                    shadow)
+    w_ck, n_ck = worst_tensor(load_file(
+        f"{tmp}/out-train/checkpoint-10/ema/diffusion_pytorch_model.safetensors"), shadow)
+    ok = lerr < TOL and w_final < TOL and w_ck < TOL
+    return ok, (f"losses {got[0]:.4f} -> {got[-1]:.4f}, worst rel {lerr:.1e}; saved EMA weights "
+                f"worst rel {w_final:.1e} ({n_final}), checkpoint ema/ {w_ck:.1e}")
+
+
+def case_resume(tmp):
+    d, _, _ = make(tmp, "cls")
+    rng = np.random.default_rng(6)
+    data = {"pixel_values": rng.uniform(-1, 1, (16, 3, 16, 16)).astype(np.float32),
+            "labels": rng.integers(0, 5, 16).astype(np.int64)}  # the classes as a classifier's
+    save_file(data, f"{tmp}/draw.safetensors")
+    onyx_train(d, f"{tmp}/draw.safetensors", f"{tmp}/full", save_steps=4)
+    onyx_train(d, f"{tmp}/draw.safetensors", f"{tmp}/resumed", save_steps=4,
+               resume_from_checkpoint=f"{tmp}/full/checkpoint-4")
+    same = []
+    for f in ("diffusion_pytorch_model.safetensors", "checkpoint-8/ema/diffusion_pytorch_model.safetensors",
+              "checkpoint-8/diffusion_pytorch_model.safetensors"):
+        a, b = load_file(f"{tmp}/full/{f}"), load_file(f"{tmp}/resumed/{f}")
+        same.append(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a))
+    return all(same), f"final EMA model, checkpoint-8 EMA, checkpoint-8 weights identical: {same}"
+
+
 def case_draws(tmp):
     d, _, _ = make(tmp, "cls")
     save_file(feeds("cls", 3, with_draws=False), f"{d}/in.safetensors")
@@ -174,6 +381,11 @@ def main():
     for name in CONFIGS:
         cases.append((f"{name}-forward", lambda t, n=name: case_forward(t, n)))
         cases.append((f"{name}-grad", lambda t, n=name: case_grad(t, n)))
+    cases.append(("ddpm-pipeline", lambda t: case_pipeline(t, "ddpm")))
+    cases.append(("ddim-pipeline", lambda t: case_pipeline(t, "ddim")))
+    cases.append(("ddim-classes", case_ddim_classes))
+    cases.append(("train-ema-snr", case_train))
+    cases.append(("train-resume", case_resume))
     cases.append(("draws", case_draws))
     return run_cases(cases, "onyx-test-diffusion-")
 

@@ -25,5 +25,6 @@ Action add_consolidate_command(CLI::App& app);
 Action add_chat_template_command(CLI::App& app);
 Action add_generate_command(CLI::App& app);
 Action add_whisper_features_command(CLI::App& app);
+Action add_sample_command(CLI::App& app);
 
 }  // namespace onyx::cli

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   add(onyx::cli::add_chat_template_command);
   add(onyx::cli::add_generate_command);
   add(onyx::cli::add_whisper_features_command);
+  add(onyx::cli::add_sample_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -9,13 +9,14 @@
 // Drawn values come from Philox4x32-10 keyed like Dropout's masks (the run seed, which the
 // Trainer derives per step and micro-batch, and the node's output name), indexed by element, so
 // they do not depend on the thread count and a resumed run draws what the uninterrupted one did.
-// Normals by Box–Muller on two 32-bit words (element pairs 2k, 2k+1 from one Philox block).
+// Normals by Box–Muller (kernels/cpu/normal_draw.h).
 // Hand-written: a dozen lines over the Philox generator the Dropout kernels already use; no
 // library draws counter-based normals keyed this way.
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/dropout_rng.h"
+#include "kernels/cpu/normal_draw.h"
 #include "kernels/cpu/philox.h"
 #include "kernels/kernel_api.h"
 
@@ -27,9 +28,6 @@ Philox4x32::Key key_of(const KernelContext& ctx) {
   const std::string id = n.outputs.empty() ? n.name : n.outputs[0];
   return Philox4x32::key_from(mix_seed(ctx.seed ^ mix_seed(0xd1ffu) ^ dropout_rng::fnv1a(id)));
 }
-
-// A 32-bit word as a uniform double in (0, 1).
-double open_unit(uint32_t w) { return ((double)w + 0.5) * (1.0 / 4294967296.0); }
 
 bool given(const TensorMeta& m) { return shape_product(m.shape) > 0; }
 
@@ -50,18 +48,7 @@ OpKernel make_draw_normal() {
       std::memcpy(y.raw(), g.raw(), y.nbytes());
       return;
     }
-    const auto key = key_of(ctx);
-    float* out = y.data<float>();
-    const int64_t n = y.numel(), pairs = (n + 1) / 2;
-    parallel_for(pairs, 4096, [&](int64_t b, int64_t e) {
-      for (int64_t p = b; p < e; p++) {
-        auto w = Philox4x32::generate({(uint32_t)p, (uint32_t)(p >> 32), 0, 0}, key);
-        const double r = std::sqrt(-2.0 * std::log(open_unit(w[0])));
-        const double a = 2.0 * M_PI * open_unit(w[1]);
-        out[2 * p] = (float)(r * std::cos(a));
-        if (2 * p + 1 < n) out[2 * p + 1] = (float)(r * std::sin(a));
-      }
-    });
+    philox_normals(key_of(ctx), 0, y.data<float>(), y.numel());
   };
   return k;
 }

@@ -1,0 +1,43 @@
+// diffusion/sampler.h — images from a trained UNet2DModel by diffusers' DDPMPipeline /
+// DDIMPipeline loop: x_T ~ N(0, 1), then for each timestep of the scheduler's set_timesteps the
+// UNet's output and one scheduler step (noise_schedule.h), class labels passed to a
+// class-conditional UNet, and the pipeline's output transform (x / 2 + 0.5 clamped to [0, 1]).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "diffusion/noise_schedule.h"
+#include "diffusion/unet2d_config.h"
+#include "onyx/tensor.h"
+
+namespace onyx::ir {
+struct Graph;
+}
+
+namespace onyx::diffusion {
+
+struct SampleOptions {
+  std::string scheduler = "ddpm";   // ddpm | ddim (DDIMScheduler from the same config, eta 0)
+  int64_t num_inference_steps = 0;  // 0: the pipeline's default (DDPM 1000, DDIM 50)
+  int64_t num_images = 1;
+  std::vector<int64_t> class_labels;  // one per image for a class-conditional UNet
+  int64_t batch_size = 64;            // images per UNet call
+  uint64_t seed = 0;
+  int64_t height = 0, width = 0;  // 0: the config's sample_size
+  // Given noise instead of drawn (to compare with diffusers from the same draws): the starting
+  // latents (N,C,H,W) and DDPM's per-step noise (steps,N,C,H,W).
+  std::optional<Tensor> latents, step_noise;
+};
+
+// Images (N,C,H,W) float32 in [0, 1]. `on_step(i, steps)` after each denoising step.
+// Errors name what is wrong: no class labels for a class-conditional UNet (or labels out of
+// range), a size the UNet cannot take, given noise of the wrong shape, too many steps.
+Tensor sample_images(std::shared_ptr<ir::Graph> unet, const UNet2DConfig& config,
+                     const ScheduleConfig& schedule, const SampleOptions& o,
+                     const std::function<void(int64_t, int64_t)>& on_step = nullptr);
+
+}  // namespace onyx::diffusion

@@ -1,0 +1,135 @@
+// cmd_sample.cc — `onyx sample MODEL_DIR --output GRID.png`: images from a trained diffusers
+// UNet2DModel folder (diffusion/sampler.h) by DDPM or DDIM, written as one PNG grid (one row per
+// class for a class-conditional model, drawn with Cairo, which `onyx plot` already links) and,
+// with --tensors, as safetensors ("images" (N,C,H,W) in [0, 1], "class_labels").
+#include <cairo.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
+#include "commands.h"
+#include "diffusion/diffusers_folder.h"
+#include "diffusion/sampler.h"
+#include "io/safetensors.h"
+
+namespace onyx::cli {
+namespace {
+
+struct SampleArgs {
+  std::string model, output, tensors, noise, scheduler_config;
+  diffusion::SampleOptions o;
+  int64_t per_class = 0, scale = 2;
+};
+
+// Images (N,C,H,W) in [0, 1] as a grid of `cols` columns, each pixel `scale`x`scale`, 2 px apart;
+// one channel as gray, three as RGB. Written atomically.
+void write_grid_png(const Tensor& images, int64_t cols, int64_t scale, const std::string& path) {
+  const int64_t N = images.dim(0), C = images.dim(1), H = images.dim(2), W = images.dim(3);
+  ONYX_CHECK(C == 1 || C == 3, "a PNG grid needs 1 or 3 channels, the images have ", C);
+  const int64_t rows = (N + cols - 1) / cols, gap = 2;
+  const int width = (int)(cols * (W * scale + gap) + gap),
+            height = (int)(rows * (H * scale + gap) + gap);
+  cairo_surface_t* s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height);
+  ONYX_CHECK(cairo_surface_status(s) == CAIRO_STATUS_SUCCESS, "cannot make a ", width, "x", height,
+             " image");
+  cairo_surface_flush(s);
+  auto* px = reinterpret_cast<uint32_t*>(cairo_image_surface_get_data(s));
+  const int stride = cairo_image_surface_get_stride(s) / 4;
+  std::fill(px, px + (size_t)stride * height, 0xffffffffu);  // white gaps
+  const float* v = images.data<float>();
+  auto byte = [](float x) { return (uint32_t)std::lround(std::clamp(x, 0.0f, 1.0f) * 255.0f); };
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t y = 0; y < H * scale; y++)
+      for (int64_t x = 0; x < W * scale; x++) {
+        const int64_t i = (y / scale) * W + x / scale, plane = H * W;
+        const float* img = v + n * C * plane;
+        uint32_t r = byte(img[i]), g = C == 3 ? byte(img[plane + i]) : r,
+                 b = C == 3 ? byte(img[2 * plane + i]) : r;
+        const int64_t X = gap + (n % cols) * (W * scale + gap) + x;
+        const int64_t Y = gap + (n / cols) * (H * scale + gap) + y;
+        px[Y * stride + X] = 0xff000000u | (r << 16) | (g << 8) | b;
+      }
+  cairo_surface_mark_dirty(s);
+  std::string png;
+  const cairo_status_t st = cairo_surface_write_to_png_stream(
+      s,
+      [](void* to, const unsigned char* data, unsigned int n) {
+        static_cast<std::string*>(to)->append(reinterpret_cast<const char*>(data), n);
+        return CAIRO_STATUS_SUCCESS;
+      },
+      &png);
+  cairo_surface_destroy(s);
+  ONYX_CHECK(st == CAIRO_STATUS_SUCCESS, "cannot encode '", path,
+             "': ", cairo_status_to_string(st));
+  io::write_file_atomic(path, png);
+}
+
+int run_sample(SampleArgs& a) {
+  ONYX_CHECK(diffusion::is_diffusers_folder(a.model), "'", a.model,
+             "' is not a diffusers model folder (config.json with _class_name)");
+  const diffusion::UNet2DConfig c = diffusion::read_unet2d_config(a.model);
+  diffusion::SampleOptions& o = a.o;
+  int64_t cols = 8;
+  if (a.per_class) {
+    ONYX_CHECK(c.num_class_embeds, "--per_class: the UNet is unconditional (no num_class_embeds)");
+    ONYX_CHECK(o.class_labels.empty(), "--per_class and --class_labels: give one");
+    for (int64_t k = 0; k < c.num_class_embeds; k++)
+      for (int64_t j = 0; j < a.per_class; j++) o.class_labels.push_back(k);
+    cols = a.per_class;
+  }
+  if (!o.class_labels.empty()) o.num_images = (int64_t)o.class_labels.size();
+  if (!a.noise.empty()) {
+    auto f = io::load_safetensors(a.noise).tensors;
+    ONYX_CHECK(f.count("latents"), "'", a.noise, "' has no 'latents'");
+    o.latents = f.at("latents");
+    o.num_images = o.latents->dim(0);
+    if (f.count("step_noise")) o.step_noise = f.at("step_noise");
+  }
+  auto unet = diffusion::load_unet2d_sampler(a.model);
+  auto schedule = diffusion::find_schedule_config(a.model, a.scheduler_config);
+  Tensor images = diffusion::sample_images(unet, c, schedule, o, [](int64_t i, int64_t n) {
+    if (i % 10 == 0 || i == n) std::cerr << "\rsampling: UNet call " << i << "/" << n << std::flush;
+    if (i == n) std::cerr << "\n";
+  });
+  if (!a.tensors.empty()) {
+    std::map<std::string, Tensor> out = {{"images", images}};
+    if (!o.class_labels.empty())
+      out["class_labels"] = Tensor::from_vector<int64_t>(
+          DType::Int64, {(int64_t)o.class_labels.size()}, o.class_labels);
+    io::save_safetensors(a.tensors, out);
+  }
+  if (!a.output.empty()) write_grid_png(images, std::min(cols, o.num_images), a.scale, a.output);
+  std::cout << "sampled " << o.num_images << " images (" << o.scheduler << ")"
+            << (a.output.empty() ? "" : "; grid in " + a.output) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Action add_sample_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "sample", "images from a trained diffusers UNet2DModel folder (DDPM or DDIM)");
+  auto a = std::make_shared<SampleArgs>();
+  cmd->add_option("model", a->model, "a diffusers UNet2DModel folder (onyx train's output_dir)")
+      ->required();
+  cmd->add_option("--output", a->output, "PNG grid to write (one row per class with --per_class)");
+  cmd->add_option("--tensors", a->tensors, "safetensors to write images (N,C,H,W) in [0, 1] to");
+  cmd->add_option("--scheduler", a->o.scheduler, "ddpm (default) or ddim");
+  cmd->add_option("--scheduler_config", a->scheduler_config,
+                  "scheduler_config.json (default: the model folder's, else DDPM's defaults)");
+  cmd->add_option("--num_inference_steps", a->o.num_inference_steps,
+                  "denoising steps (default: DDPM 1000, DDIM 50)");
+  cmd->add_option("--num_images", a->o.num_images, "images of an unconditional model");
+  cmd->add_option("--class_labels", a->o.class_labels, "one class per image")->delimiter(',');
+  cmd->add_option("--per_class", a->per_class, "this many images of every class");
+  cmd->add_option("--batch_size", a->o.batch_size, "images per UNet call (default 64)");
+  cmd->add_option("--seed", a->o.seed, "noise seed");
+  cmd->add_option("--noise", a->noise,
+                  "safetensors with the starting 'latents' (N,C,H,W) [and DDPM's 'step_noise' "
+                  "(steps,N,C,H,W)] instead of drawn noise");
+  cmd->add_option("--scale", a->scale, "PNG pixels per image pixel (default 2)");
+  return [a]() { return run_sample(*a); };
+}
+
+}  // namespace onyx::cli
