@@ -26,6 +26,8 @@
 
 #include "config/run_config.h"
 #include "data/dataset.h"
+#include "diffusion/diffusers_folder.h"
+#include "diffusion/sampler.h"
 #include "models/hf_model.h"
 #include "models/lora.h"
 #include "onyx/custom_ops.h"
@@ -599,6 +601,29 @@ void bind_functions(nb::module_& m) {
         "world"_a, "ga"_a, "drop_last"_a,
         "train_sampling_strategy='batch_rebalance': Transformers' BatchRebalanceSampler's "
         "micro-batches over `order`, in onyx's slot order (src/data/sampling.h).");
+  m.def(
+      "diffusion_sample",
+      [](const std::string& model, const std::string& scheduler, int64_t steps, int64_t num_images,
+         std::vector<int64_t> class_labels, int64_t batch_size, uint64_t seed,
+         const std::string& scheduler_config) {
+        diffusion::SampleOptions o;
+        o.scheduler = scheduler;
+        o.num_inference_steps = steps;
+        o.num_images = class_labels.empty() ? num_images : (int64_t)class_labels.size();
+        o.class_labels = std::move(class_labels);
+        o.batch_size = batch_size;
+        o.seed = seed;
+        Tensor images = without_gil([&] {
+          return diffusion::sample_images(
+              diffusion::load_unet2d_sampler(model), diffusion::read_unet2d_config(model),
+              diffusion::find_schedule_config(model, scheduler_config), o);
+        });
+        return array_from_tensor(images);
+      },
+      "model"_a, "scheduler"_a, "num_inference_steps"_a, "num_images"_a, "class_labels"_a,
+      "batch_size"_a, "seed"_a, "scheduler_config"_a,
+      "Images (N,C,H,W) float32 in [0, 1] from a diffusers UNet2DModel folder, as `onyx sample` "
+      "(src/diffusion/sampler.h).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,
         "Threads of onyx's kernels, oneDNN and OpenBLAS (the CLI's --threads).");
 }

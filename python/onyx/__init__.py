@@ -26,7 +26,7 @@ batch, as Transformers' DataLoaders call it; evaluation outputs of different len
 padded with -100, as its nested_concat).
 Custom ops: onyx.load_custom_ops("libmyops.so").
 """
-from . import _onyx
+from . import _onyx, diffusion
 from .dpo import DPOConfig, DPOTrainer
 from .grpo import GRPOConfig, GRPOTrainer
 from .optimum import ORTTrainer, ORTTrainingArguments

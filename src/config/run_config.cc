@@ -1069,6 +1069,9 @@ Model model_from_config(const RunConfig& c) {
     // LoRA: adapters on the matching linear layers; everything else frozen
     models::LoraSpec spec = *c.lora;
     if (spec.base_model_name_or_path.empty()) spec.base_model_name_or_path = c.model;
+    // a diffusers UNet is no PEFT task: PeftModel.from_pretrained(unet, folder) opens it
+    if (diffusion::is_diffusers_folder(c.model) && spec.task_type == "CAUSAL_LM")
+      spec.task_type = "";
     std::map<std::string, Tensor> initial;
     if (!c.lora_initial.empty()) initial = io::load_safetensors(c.lora_initial).tensors;
     models::LoraResult r = models::apply_lora(*m.graph, spec, (uint64_t)c.args.seed, initial);

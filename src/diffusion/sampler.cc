@@ -49,6 +49,9 @@ void check_options(const UNet2DConfig& c, const SampleOptions& o, const Shape& i
                "the UNet is unconditional (no num_class_embeds): "
                "class labels cannot be given");
   }
+  const double gib = (double)N * image[1] * image[2] * image[3] * 4 / (1 << 30);
+  ONYX_CHECK(gib <= 8, N, " images of ", image[1], "x", image[2], "x", image[3], " need ", gib,
+             " GiB (at most 8 in one run): sample fewer");
   Shape want = {N, image[1], image[2], image[3]};
   if (o.latents)
     ONYX_CHECK(o.latents->dtype() == DType::Float32 && o.latents->shape() == want,

@@ -181,7 +181,10 @@ LoraSpec parse_adapter_config(const std::string& text, const std::string& path) 
 std::string adapter_config_json(const LoraSpec& s) {
   nlohmann::ordered_json j;
   j["peft_type"] = "LORA";
-  j["task_type"] = s.task_type;
+  if (s.task_type.empty())
+    j["task_type"] = nullptr;  // a model PEFT has no task for (a diffusers UNet)
+  else
+    j["task_type"] = s.task_type;
   j["base_model_name_or_path"] = s.base_model_name_or_path;
   j["r"] = s.r;
   j["lora_alpha"] = s.lora_alpha;

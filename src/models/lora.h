@@ -32,7 +32,7 @@ struct LoraSpec {
   std::string target_regex;                 // or one regular expression (PEFT's str rule)
   std::string bias = "none";                // none | all | lora_only
   bool use_rslora = false;
-  std::string task_type = "CAUSAL_LM";
+  std::string task_type = "CAUSAL_LM";  // "": null (PEFT's base PeftModel: a diffusers UNet)
   std::string base_model_name_or_path;
 };
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
@@ -66,8 +67,8 @@ void write_grid_png(const Tensor& images, int64_t cols, int64_t scale, const std
 }
 
 int run_sample(SampleArgs& a) {
-  ONYX_CHECK(diffusion::is_diffusers_folder(a.model), "'", a.model,
-             "' is not a diffusers model folder (config.json with _class_name)");
+  ONYX_CHECK(std::filesystem::is_regular_file(std::filesystem::path(a.model) / "config.json"), "'",
+             a.model, "' is not a diffusers model folder (no config.json)");
   const diffusion::UNet2DConfig c = diffusion::read_unet2d_config(a.model);
   diffusion::SampleOptions& o = a.o;
   int64_t cols = 8;

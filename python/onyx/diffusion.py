@@ -1,0 +1,34 @@
+"""onyx.diffusion — images from a diffusers UNet2DModel folder that onyx (or diffusers) trained,
+as `onyx sample` makes them (src/diffusion/sampler.h): diffusers' DDPMPipeline / DDIMPipeline
+loop in onyx's C++ runtime, class labels passed to a class-conditional UNet.
+
+    images = onyx.diffusion.sample("build/fashion-diffusion", class_labels=[0, 1, 2],
+                                   scheduler="ddim", num_inference_steps=50, seed=0)
+    onyx.diffusion.to_pil(images)[0].save("first.png")   # needs Pillow
+
+Training is `onyx train` on the folder (docs/DIFFUSION.md).
+"""
+from . import _onyx
+
+__all__ = ["sample", "to_pil"]
+
+
+def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inference_steps=None,
+           batch_size=64, seed=0, scheduler_config=None):
+    """Images (N, C, H, W) float32 in [0, 1] as a numpy array. `class_labels`: one per image for
+    a class-conditional UNet (then num_images is their number). `scheduler`: "ddpm" or "ddim"
+    (eta 0); `num_inference_steps` defaults to the pipelines' (1000, 50). `scheduler_config`: a
+    scheduler_config.json (default: the folder's, else DDPMScheduler's defaults)."""
+    return _onyx.diffusion_sample(str(model), scheduler, int(num_inference_steps or 0),
+                                  int(num_images), [int(c) for c in (class_labels or [])],
+                                  int(batch_size), int(seed), str(scheduler_config or ""))
+
+
+def to_pil(images):
+    """PIL images of sample()'s output, as diffusers' numpy_to_pil (round(x * 255))."""
+    import numpy as np
+    from PIL import Image
+    arr = (np.asarray(images).transpose(0, 2, 3, 1) * 255).round().astype("uint8")
+    if arr.shape[-1] == 1:
+        return [Image.fromarray(a[..., 0], mode="L") for a in arr]
+    return [Image.fromarray(a) for a in arr]
