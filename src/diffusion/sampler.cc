@@ -52,6 +52,25 @@ void check_options(const UNet2DConfig& c, const SampleOptions& o, const Shape& i
   const double gib = (double)N * image[1] * image[2] * image[3] * 4 / (1 << 30);
   ONYX_CHECK(gib <= 8, N, " images of ", image[1], "x", image[2], "x", image[3], " need ", gib,
              " GiB (at most 8 in one run): sample fewer");
+  if (c.conditional) {
+    ONYX_CHECK(o.encoder_hidden_states,
+               "the UNet is a UNet2DConditionModel: give the encoder's "
+               "hidden states (N, sequence, ",
+               c.cross_attention_dim, ")");
+    for (const auto* t : {&o.encoder_hidden_states, &o.negative_encoder_hidden_states}) {
+      if (!*t) continue;
+      const Shape& s = (*t)->shape();
+      ONYX_CHECK((*t)->dtype() == DType::Float32 && s.size() == 3 && s[0] == N &&
+                     s[2] == c.cross_attention_dim,
+                 "encoder hidden states must be float32 (", N, ", sequence, ",
+                 c.cross_attention_dim, "), got ", shape_str(s));
+    }
+    ONYX_CHECK(o.guidance_scale <= 1 || o.negative_encoder_hidden_states, "guidance_scale ",
+               o.guidance_scale,
+               " > 1 needs the negative (or empty prompt's) encoder hidden states");
+  } else {
+    ONYX_CHECK(!o.encoder_hidden_states, "the UNet (UNet2DModel) takes no encoder hidden states");
+  }
   Shape want = {N, image[1], image[2], image[3]};
   if (o.latents)
     ONYX_CHECK(o.latents->dtype() == DType::Float32 && o.latents->shape() == want,
@@ -63,6 +82,32 @@ void check_options(const UNet2DConfig& c, const SampleOptions& o, const Shape& i
                "given step noise must be float32 ", shape_str(ws), ", got ",
                shape_str(o.step_noise->shape()));
   }
+}
+
+// Rows [b, e) of an (N, ...) tensor, copied.
+Tensor rows(const Tensor& t, int64_t b, int64_t e) {
+  Shape s = t.shape();
+  const int64_t per = t.numel() / s[0];
+  s[0] = e - b;
+  Tensor out(t.dtype(), s);
+  std::memcpy(out.raw(), t.data<float>() + b * per, (size_t)out.nbytes());
+  return out;
+}
+
+// The UNet's output for the batch's rows [b, e), guided when the options ask.
+Tensor unet_output(runtime::Session& session, std::map<std::string, Tensor>& feeds,
+                   const SampleOptions& o, int64_t b, int64_t e) {
+  if (!o.encoder_hidden_states) return session.run(feeds).at("model_output");
+  feeds["encoder_hidden_states"] = rows(*o.encoder_hidden_states, b, e);
+  Tensor cond = session.run(feeds).at("model_output");
+  if (o.guidance_scale <= 1) return cond;
+  feeds["encoder_hidden_states"] = rows(*o.negative_encoder_hidden_states, b, e);
+  Tensor y = session.run(feeds).at("model_output");  // uncond, then guided in place
+  const float g = (float)o.guidance_scale;
+  float* u = y.data<float>();
+  const float* t = cond.data<float>();
+  for (int64_t i = 0; i < y.numel(); i++) u[i] = u[i] + g * (t[i] - u[i]);
+  return y;
 }
 
 }  // namespace
@@ -101,7 +146,7 @@ Tensor sample_images(std::shared_ptr<ir::Graph> unet, const UNet2DConfig& c,
       feeds["sample"] = x;
       feeds["timestep"] =
           Tensor::from_vector<int64_t>(DType::Int64, {B}, std::vector<int64_t>(B, t));
-      Tensor y = session.run(feeds).at("model_output");
+      Tensor y = unet_output(session, feeds, o, b, e);
       if (o.scheduler == "ddpm") {
         const float* given =
             o.step_noise ? o.step_noise->data<float>() + i * N * per_image : nullptr;

@@ -1,7 +1,8 @@
 // diffusion/sampler.h — images from a trained UNet2DModel by diffusers' DDPMPipeline /
 // DDIMPipeline loop: x_T ~ N(0, 1), then for each timestep of the scheduler's set_timesteps the
 // UNet's output and one scheduler step (noise_schedule.h), class labels passed to a
-// class-conditional UNet, and the pipeline's output transform (x / 2 + 0.5 clamped to [0, 1]).
+// class-conditional UNet, the encoder's hidden states to a UNet2DConditionModel (with
+// classifier-free guidance), and the pipeline's output transform (x / 2 + 0.5 clamped to [0, 1]).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,6 +29,12 @@ struct SampleOptions {
   int64_t batch_size = 64;            // images per UNet call
   uint64_t seed = 0;
   int64_t height = 0, width = 0;  // 0: the config's sample_size
+  // UNet2DConditionModel: the encoder's hidden states per image (N,S,cross_attention_dim), and
+  // with guidance_scale > 1 classifier-free guidance as Stable Diffusion's pipeline does it:
+  // uncond + guidance_scale * (cond - uncond), uncond the UNet's output on the negative (or empty
+  // prompt's) hidden states (N,S,cross_attention_dim).
+  std::optional<Tensor> encoder_hidden_states, negative_encoder_hidden_states;
+  double guidance_scale = 1.0;
   // Given noise instead of drawn (to compare with diffusers from the same draws): the starting
   // latents (N,C,H,W) and DDPM's per-step noise (steps,N,C,H,W).
   std::optional<Tensor> latents, step_noise;

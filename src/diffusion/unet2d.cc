@@ -21,6 +21,7 @@ struct UNet {
   GraphBuilder& b;
   const UNet2DConfig& c;
   std::string temb;  // act(time embedding) (B, TE): what every resnet's time_emb_proj reads
+  std::string ctx;   // UNet2DConditionModel: encoder_hidden_states (B, S, cross_attention_dim)
 
   std::string act(const std::string& x) {
     return b.activation(x, c.act_fn == "swish" ? "silu" : c.act_fn);
@@ -39,19 +40,83 @@ struct UNet {
                  {"pads", Attr::of_ints({pad, pad, pad, pad})}});
   }
 
-  std::string linear(const std::string& x, const std::string& name, int64_t in, int64_t out) {
-    return b.linear(x, name, in, out, Init::uniform(1.0 / std::sqrt((double)in)));
+  std::string linear(const std::string& x, const std::string& name, int64_t in, int64_t out,
+                     bool bias = true) {
+    return b.linear(x, name, in, out, Init::uniform(1.0 / std::sqrt((double)in)), bias);
   }
 
-  // nn.GroupNorm(groups, ch, eps) over (B, ch, ...).
-  std::string group_norm(const std::string& x, const std::string& name, int64_t groups,
-                         int64_t ch) {
+  // nn.GroupNorm(groups, ch, eps) over (B, ch, ...); eps < 0: the config's norm_eps.
+  std::string group_norm(const std::string& x, const std::string& name, int64_t groups, int64_t ch,
+                         double eps = -1) {
     std::string scale = b.param(name + ".weight", {ch}, Init::ones());
     std::string bias = b.param(name + ".bias", {ch}, Init::zeros());
     b.set_scope(name);
-    return b.op(
-        "GroupNormalization", {x, scale, bias},
-        {{"num_groups", Attr::of_int(groups)}, {"epsilon", Attr::of_float((float)c.norm_eps)}});
+    return b.op("GroupNormalization", {x, scale, bias},
+                {{"num_groups", Attr::of_int(groups)},
+                 {"epsilon", Attr::of_float((float)(eps < 0 ? c.norm_eps : eps))}});
+  }
+
+  // diffusers' Attention of a BasicTransformerBlock: queries from x (B,T,C), keys and values
+  // from kv (B,S,Ckv) (x itself for self-attention), no q/k/v bias, to_out.0 with one.
+  std::string multi_head(const std::string& x, const std::string& kv, const std::string& p,
+                         int64_t C, int64_t Ckv, int64_t heads) {
+    const int64_t hd = C / heads;
+    std::string q = linear(x, p + ".to_q", C, C, false);
+    std::string k = linear(kv, p + ".to_k", Ckv, C, false);
+    std::string v = linear(kv, p + ".to_v", Ckv, C, false);
+    b.set_scope(p);
+    std::string s =
+        b.op("MatMul", {b.split_heads(q, heads, hd), b.split_heads_transposed(k, heads, hd)});
+    s = b.op("Mul", {s, b.scalar_f32((float)(1.0 / std::sqrt((double)hd)))});
+    s = b.op("Softmax", {s}, {{"axis", Attr::of_int(-1)}});
+    std::string y = b.merge_heads(b.op("MatMul", {s, b.split_heads(v, heads, hd)}), C);
+    return b.dropout(linear(y, p + ".to_out.0", C, C), c.dropout);
+  }
+
+  // BasicTransformerBlock (layer_norm, geglu): self-attention, cross-attention on the encoder's
+  // hidden states, feed-forward, each pre-LayerNorm with a residual. x (B,T,C)
+  std::string transformer_block(const std::string& x, const std::string& p, int64_t C,
+                                int64_t heads) {
+    auto add = [&](const std::string& a, const std::string& r) {
+      b.set_scope(p);
+      return b.op("Add", {a, r});
+    };
+    std::string n1 = b.layer_norm(x, p + ".norm1", C, 1e-5);
+    std::string h = add(multi_head(n1, n1, p + ".attn1", C, C, heads), x);
+    std::string n2 = b.layer_norm(h, p + ".norm2", C, 1e-5);
+    h = add(multi_head(n2, ctx, p + ".attn2", C, c.cross_attention_dim, heads), h);
+    std::string f = linear(b.layer_norm(h, p + ".norm3", C, 1e-5), p + ".ff.net.0.proj", C, 8 * C);
+    b.set_scope(p + ".ff.net.0");
+    auto parts =
+        b.op_n("Split", {f}, {{"axis", Attr::of_int(-1)}, {"num_outputs", Attr::of_int(2)}}, 2);
+    f = b.op("Mul", {parts[0], b.activation(parts[1], "gelu")});  // GEGLU
+    f = linear(b.dropout(f, c.dropout), p + ".ff.net.2", 4 * C, C);
+    return add(f, h);
+  }
+
+  // Transformer2DModel on x (B,ch,H,W): GroupNorm (eps 1e-6), proj_in (1x1 conv or linear), the
+  // blocks over the H*W positions, proj_out, plus x.
+  std::string transformer2d(const std::string& x, const std::string& p, int64_t ch, int64_t heads,
+                            int64_t layers) {
+    auto to_tokens = [&](const std::string& y) {  // (B,ch,H,W) -> (B,HW,ch)
+      b.set_scope(p);
+      std::string flat = b.op("Reshape", {y, b.const_i64({0, 0, -1})});
+      return b.op("Transpose", {flat}, {{"perm", Attr::of_ints({0, 2, 1})}});
+    };
+    auto to_image = [&](const std::string& y) {  // (B,HW,ch) -> (B,ch,H,W)
+      b.set_scope(p);
+      return b.op("Reshape", {b.op("Transpose", {y}, {{"perm", Attr::of_ints({0, 2, 1})}}),
+                              b.op("Shape", {x})});
+    };
+    std::string h = group_norm(x, p + ".norm", c.norm_num_groups, ch, 1e-6);
+    h = c.use_linear_projection ? linear(to_tokens(h), p + ".proj_in", ch, ch)
+                                : to_tokens(conv(h, p + ".proj_in", ch, ch, 1, 1, 0));
+    for (int64_t l = 0; l < layers; l++)
+      h = transformer_block(h, cat(p, ".transformer_blocks.", l), ch, heads);
+    h = c.use_linear_projection ? to_image(linear(h, p + ".proj_out", ch, ch))
+                                : conv(to_image(h), p + ".proj_out", ch, ch, 1, 1, 0);
+    b.set_scope(p);
+    return b.op("Add", {h, x});
   }
 
   // ResnetBlock2D. x (B,cin,H,W) -> (B,cout,H,W)
@@ -121,9 +186,10 @@ struct UNet {
                          {{"axis", Attr::of_int(1)}});
     if (dim % 2) e = b.op("Pad", {e, b.const_i64({0, 0, 0, 1})});
     const int64_t TE = c.time_embed_dim();
-    // TimestepEmbedding's own activation is SiLU whatever act_fn says (UNet2DModel leaves it)
-    e = linear(b.activation(linear(e, "time_embedding.linear_1", dim, TE), "silu"),
-               "time_embedding.linear_2", TE, TE);
+    // TimestepEmbedding's activation: UNet2DModel leaves it SiLU, UNet2DConditionModel gives act_fn
+    std::string e1 = linear(e, "time_embedding.linear_1", dim, TE);
+    e = linear(c.conditional ? act(e1) : b.activation(e1, "silu"), "time_embedding.linear_2", TE,
+               TE);
     if (c.num_class_embeds) {
       std::string table =
           b.param("class_embedding.weight", {c.num_class_embeds, TE}, Init::normal(1.0));
@@ -147,11 +213,13 @@ struct UNet {
     int64_t cur = ch[0];
     for (int64_t i = 0; i < n; i++) {  // down blocks
       const std::string p = cat("down_blocks.", i);
-      const bool attn = c.down_block_types[i] == "AttnDownBlock2D";
+      const std::string& type = c.down_block_types[i];
       for (int64_t j = 0; j < c.layers_per_block; j++) {
         x = resnet(x, cat(p, ".resnets.", j), cur, ch[i], 1);
         cur = ch[i];
-        if (attn) x = attention(x, cat(p, ".attentions.", j), cur, G, 1);
+        if (type == "AttnDownBlock2D") x = attention(x, cat(p, ".attentions.", j), cur, G, 1);
+        if (type == "CrossAttnDownBlock2D")
+          x = transformer2d(x, cat(p, ".attentions.", j), cur, c.heads[i], c.transformer_layers[i]);
         skips.push_back({x, cur});
       }
       if (i + 1 < n) {
@@ -169,13 +237,17 @@ struct UNet {
                          : c.attn_norm_num_groups               ? c.attn_norm_num_groups
                                                                 : G;
       x = resnet(x, "mid_block.resnets.0", cur, cur, s);
-      if (c.add_attention) x = attention(x, "mid_block.attentions.0", cur, ag, s);
+      if (c.conditional)  // UNetMidBlock2DCrossAttn
+        x = transformer2d(x, "mid_block.attentions.0", cur, c.heads.back(),
+                          c.transformer_layers.back());
+      else if (c.add_attention)
+        x = attention(x, "mid_block.attentions.0", cur, ag, s);
       x = resnet(x, "mid_block.resnets.1", cur, cur, s);
     }
     for (int64_t i = 0; i < n; i++) {  // up blocks, reading the skips last first
       const std::string p = cat("up_blocks.", i);
       const int64_t out = ch[n - 1 - i];
-      const bool attn = c.up_block_types[i] == "AttnUpBlock2D";
+      const std::string& type = c.up_block_types[i];
       for (int64_t j = 0; j <= c.layers_per_block; j++) {
         auto [skip, skip_ch] = skips.back();
         skips.pop_back();
@@ -183,7 +255,10 @@ struct UNet {
         x = b.op("Concat", {x, skip}, {{"axis", Attr::of_int(1)}});
         x = resnet(x, cat(p, ".resnets.", j), cur + skip_ch, out, 1);
         cur = out;
-        if (attn) x = attention(x, cat(p, ".attentions.", j), cur, G, 1);
+        if (type == "AttnUpBlock2D") x = attention(x, cat(p, ".attentions.", j), cur, G, 1);
+        if (type == "CrossAttnUpBlock2D")
+          x = transformer2d(x, cat(p, ".attentions.", j), cur, c.heads[n - 1 - i],
+                            c.up_transformer_layers[i]);
       }
       if (i + 1 < n) {
         b.set_scope(p + ".upsamplers.0");
@@ -196,7 +271,8 @@ struct UNet {
         x = conv(x, p + ".upsamplers.0.conv", cur, cur, 3, 1, 1);
       }
     }
-    x = b.activation(group_norm(x, "conv_norm_out", G, ch[0]), "silu");  // conv_act: nn.SiLU
+    x = group_norm(x, "conv_norm_out", G, ch[0]);
+    x = c.conditional ? act(x) : b.activation(x, "silu");  // conv_act (UNet2DModel: nn.SiLU)
     return conv(x, "conv_out", ch[0], c.out_channels, 3, 1, 1);
   }
 };
@@ -208,6 +284,13 @@ std::string image_input(GraphBuilder& b, const std::string& name, int64_t channe
 
 std::string batch_input(GraphBuilder& b, const std::string& name) {
   return b.input(name, DType::Int64, {-1}, {"batch_size"});
+}
+
+// UNet2DConditionModel's "encoder_hidden_states" (B,S,cross_attention_dim); "" for UNet2DModel.
+std::string encoder_states_input(GraphBuilder& b, const UNet2DConfig& c) {
+  if (!c.conditional) return "";
+  return b.input("encoder_hidden_states", DType::Float32, {-1, -1, c.cross_attention_dim},
+                 {"batch_size", "sequence_length", ""});
 }
 
 GraphBuilder unet_builder(uint64_t seed) {
@@ -254,7 +337,7 @@ std::shared_ptr<ir::Graph> build_unet2d(const UNet2DConfig& c, uint64_t seed) {
   std::string x = image_input(b, "sample", c.in_channels);
   std::string t = batch_input(b, "timestep");
   std::string labels = c.num_class_embeds ? batch_input(b, "class_labels") : "";
-  UNet u{b, c, ""};
+  UNet u{b, c, "", encoder_states_input(b, c)};
   std::string y = u.forward(x, t, labels);
   b.set_scope("");
   b.op("Identity", {y}, {}, "model_output");
@@ -272,8 +355,9 @@ Model build_unet2d_training(const UNet2DConfig& c, const Objective& o, uint64_t 
   image_input(b, "noise", c.in_channels);
   b.graph().inputs.back().has_shape = false;  // (0) when the batch has none: drawn
   batch_input(b, "timesteps");
+  std::string ctx = encoder_states_input(b, c);
   Noised n = add_noise(b, o, x0);
-  UNet u{b, c, ""};
+  UNet u{b, c, "", ctx};
   std::string y = u.forward(n.x_t, n.timesteps, labels);
   b.set_scope("loss");
   b.op("Identity", {y}, {}, "model_output");

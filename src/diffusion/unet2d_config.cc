@@ -76,15 +76,20 @@ void check_blocks(const UNet2DConfig& c, const std::string& what) {
              ": down_block_types, up_block_types and block_out_channels must have the same length "
              "(got ",
              c.down_block_types.size(), ", ", c.up_block_types.size(), ", ", n, ")");
+  const std::string attn = c.conditional ? "CrossAttn" : "Attn";
+  const std::string mid = c.conditional ? "UNetMidBlock2DCrossAttn" : "UNetMidBlock2D";
   for (auto& t : c.down_block_types)
-    ONYX_CHECK(t == "DownBlock2D" || t == "AttnDownBlock2D", what, ": down block type '", t,
-               "' is not supported (onyx builds: DownBlock2D, AttnDownBlock2D)");
+    ONYX_CHECK(t == "DownBlock2D" || t == attn + "DownBlock2D", what, ": down block type '", t,
+               "' is not supported (onyx builds: DownBlock2D, ", attn, "DownBlock2D)");
   for (auto& t : c.up_block_types)
-    ONYX_CHECK(t == "UpBlock2D" || t == "AttnUpBlock2D", what, ": up block type '", t,
-               "' is not supported (onyx builds: UpBlock2D, AttnUpBlock2D)");
-  ONYX_CHECK(c.mid_block_type.empty() || c.mid_block_type == "UNetMidBlock2D", what,
-             ": mid_block_type '", c.mid_block_type,
-             "' is not supported (onyx builds: UNetMidBlock2D, null)");
+    ONYX_CHECK(t == "UpBlock2D" || t == attn + "UpBlock2D", what, ": up block type '", t,
+               "' is not supported (onyx builds: UpBlock2D, ", attn, "UpBlock2D)");
+  ONYX_CHECK(c.mid_block_type.empty() || c.mid_block_type == mid, what, ": mid_block_type '",
+             c.mid_block_type, "' is not supported (onyx builds: ", mid, ", null)");
+  for (size_t i = 0; i < c.heads.size(); i++)
+    ONYX_CHECK(c.heads[i] >= 1 && c.block_out_channels[i] % c.heads[i] == 0, what,
+               ": block_out_channels ", c.block_out_channels[i], " is not a multiple of ",
+               c.heads[i], " attention heads");
   ONYX_CHECK(c.layers_per_block >= 1, what, ": layers_per_block must be >= 1, got ",
              c.layers_per_block);
   ONYX_CHECK(c.in_channels >= 1 && c.out_channels >= 1, what,
@@ -93,7 +98,7 @@ void check_blocks(const UNet2DConfig& c, const std::string& what) {
   for (int64_t ch : c.block_out_channels) {
     ONYX_CHECK(ch >= 1 && ch % c.norm_num_groups == 0, what, ": block_out_channels ", ch,
                " is not a positive multiple of norm_num_groups ", c.norm_num_groups);
-    ONYX_CHECK(c.attention_head_dim == 0 || ch % c.attention_head_dim == 0, what,
+    ONYX_CHECK(c.conditional || c.attention_head_dim == 0 || ch % c.attention_head_dim == 0, what,
                ": block_out_channels ", ch, " is not a multiple of attention_head_dim ",
                c.attention_head_dim);
   }
@@ -104,6 +109,59 @@ void check_blocks(const UNet2DConfig& c, const std::string& what) {
   ONYX_CHECK(c.downsample_padding == 0 || c.downsample_padding == 1, what,
              ": downsample_padding must be 0 or 1, got ", c.downsample_padding);
   ONYX_CHECK(c.dropout >= 0 && c.dropout < 1, what, ": dropout must be in [0, 1)");
+}
+
+// An integer per block, given as one integer or a list of `n`.
+std::vector<int64_t> per_block(const Reader& r, const json& j, const char* key, int64_t dflt,
+                               size_t n) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::vector<int64_t>(n, dflt);
+  if (it->is_number_integer()) return std::vector<int64_t>(n, it->get<int64_t>());
+  ONYX_CHECK(it->is_array() && it->size() == n, r.what, ": '", key,
+             "' must be an integer or a list of ", n, " (one per block), got ", it->dump());
+  std::vector<int64_t> v;
+  for (auto& e : *it) {
+    ONYX_CHECK(e.is_number_integer() && e.get<int64_t>() >= 1, r.what, ": '", key,
+               "' has an element that is not a positive integer: ", e.dump());
+    v.push_back(e.get<int64_t>());
+  }
+  return v;
+}
+
+// UNet2DConditionModel's keys (Stable Diffusion 1.x/2.x): the cross-attention transformers.
+void read_condition_keys(const Reader& r, const json& j, UNet2DConfig& c) {
+  const size_t n = c.block_out_channels.size();
+  r.integer("cross_attention_dim", c.cross_attention_dim);
+  ONYX_CHECK(c.cross_attention_dim >= 1, r.what, ": cross_attention_dim must be >= 1");
+  // diffusers' naming: num_attention_heads, else attention_head_dim (which means heads here)
+  const bool named = j.contains("num_attention_heads") && !j["num_attention_heads"].is_null();
+  c.heads = per_block(r, j, named ? "num_attention_heads" : "attention_head_dim", 8, n);
+  c.transformer_layers = per_block(r, j, "transformer_layers_per_block", 1, n);
+  c.up_transformer_layers.assign(c.transformer_layers.rbegin(), c.transformer_layers.rend());
+  if (j.contains("reverse_transformer_layers_per_block") &&
+      !j["reverse_transformer_layers_per_block"].is_null())
+    c.up_transformer_layers = per_block(r, j, "reverse_transformer_layers_per_block", 1, n);
+  r.boolean("use_linear_projection", c.use_linear_projection);
+  bool b = false;
+  for (const char* key : {"only_cross_attention", "dual_cross_attention", "resnet_skip_time_act",
+                          "class_embeddings_concat"}) {
+    r.boolean(key, b);
+    ONYX_CHECK(!b, r.what, ": ", key, " true is not supported");
+  }
+  for (const char* key :
+       {"encoder_hid_dim", "encoder_hid_dim_type", "addition_embed_type", "time_cond_proj_dim",
+        "timestep_post_act", "time_embedding_act_fn", "cross_attention_norm",
+        "projection_class_embeddings_input_dim", "mid_block_only_cross_attention"})
+    r.only(key, {"null"});
+  r.only("attention_type", {"default"});
+  r.only("conv_in_kernel", {"3"});
+  r.only("conv_out_kernel", {"3"});
+  r.only("resnet_out_scale_factor", {"1", "1.0"});
+  const json* ca = r.find("cross_attention_dim");
+  ONYX_CHECK(!ca || ca->is_number_integer(), r.what,
+             ": cross_attention_dim must be one integer (a list per block is not supported)");
+  ONYX_CHECK(!j.contains("layers_per_block") || j["layers_per_block"].is_number_integer(), r.what,
+             ": layers_per_block must be one integer (a list per block is not supported)");
 }
 
 }  // namespace
@@ -126,13 +184,24 @@ UNet2DConfig parse_unet2d_config(const std::string& text, const std::string& wha
   Reader r{j, what};
   std::string cls;
   r.string("_class_name", cls);
-  ONYX_CHECK(cls == "UNet2DModel", what, ": _class_name '", cls,
-             "' is not a model onyx builds (UNet2DModel)");
+  ONYX_CHECK(cls == "UNet2DModel" || cls == "UNet2DConditionModel", what, ": _class_name '", cls,
+             "' is not a model onyx builds (UNet2DModel, UNet2DConditionModel)");
   UNet2DConfig c;
   c.raw_json = text;
-  c.down_block_types = {"DownBlock2D", "AttnDownBlock2D", "AttnDownBlock2D", "AttnDownBlock2D"};
-  c.up_block_types = {"AttnUpBlock2D", "AttnUpBlock2D", "AttnUpBlock2D", "UpBlock2D"};
-  c.block_out_channels = {224, 448, 672, 896};
+  c.conditional = cls == "UNet2DConditionModel";
+  if (c.conditional) {
+    c.in_channels = c.out_channels = 4;
+    c.down_block_types = {"CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
+                          "DownBlock2D"};
+    c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D",
+                        "CrossAttnUpBlock2D"};
+    c.mid_block_type = "UNetMidBlock2DCrossAttn";
+    c.block_out_channels = {320, 640, 1280, 1280};
+  } else {
+    c.down_block_types = {"DownBlock2D", "AttnDownBlock2D", "AttnDownBlock2D", "AttnDownBlock2D"};
+    c.up_block_types = {"AttnUpBlock2D", "AttnUpBlock2D", "AttnUpBlock2D", "UpBlock2D"};
+    c.block_out_channels = {224, 448, 672, 896};
+  }
   if (const json* s = r.find("sample_size")) {
     if (s->is_array()) {
       ONYX_CHECK(s->size() == 2 && (*s)[0] == (*s)[1] && (*s)[0].is_number_integer(), what,
@@ -166,7 +235,7 @@ UNet2DConfig parse_unet2d_config(const std::string& text, const std::string& wha
              what, ": act_fn '", c.act_fn, "' is not supported (silu, swish, gelu, relu)");
   if (j.contains("attention_head_dim") && j["attention_head_dim"].is_null())
     c.attention_head_dim = 0;
-  r.integer("attention_head_dim", c.attention_head_dim);
+  if (!c.conditional) r.integer("attention_head_dim", c.attention_head_dim);
   r.integer("norm_num_groups", c.norm_num_groups);
   r.integer("attn_norm_num_groups", c.attn_norm_num_groups);
   r.number("norm_eps", c.norm_eps);
@@ -178,6 +247,7 @@ UNet2DConfig parse_unet2d_config(const std::string& text, const std::string& wha
   r.only("class_embed_type", {"null"});  // classes come from num_class_embeds
   r.integer("num_class_embeds", c.num_class_embeds);
   ONYX_CHECK(c.num_class_embeds >= 0, what, ": num_class_embeds must be >= 0");
+  if (c.conditional) read_condition_keys(r, j, c);
   check_blocks(c, what);
   return c;
 }

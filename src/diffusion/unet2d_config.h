@@ -1,8 +1,9 @@
-// diffusion/unet2d_config.h — diffusers' UNet2DModel config.json (`_class_name: "UNet2DModel"`),
-// parsed with diffusers' defaults for every absent key, and the part of it onyx builds:
-// positional time embeddings, DownBlock2D / AttnDownBlock2D, UpBlock2D / AttnUpBlock2D,
-// UNetMidBlock2D (or none), convolution down/up-sampling, class embeddings from num_class_embeds.
-// Anything else is an error naming the key, its value and what is supported.
+// diffusion/unet2d_config.h — diffusers' UNet2DModel and UNet2DConditionModel config.json
+// (`_class_name`), parsed with diffusers' defaults for every absent key, and the part of them
+// onyx builds: positional time embeddings, DownBlock2D / AttnDownBlock2D / CrossAttnDownBlock2D,
+// UpBlock2D / AttnUpBlock2D / CrossAttnUpBlock2D, UNetMidBlock2D / UNetMidBlock2DCrossAttn (or
+// none), convolution down/up-sampling, class embeddings from num_class_embeds. Anything else is an
+// error naming the key, its value and what is supported.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -12,6 +13,15 @@
 namespace onyx::diffusion {
 
 struct UNet2DConfig {
+  // UNet2DConditionModel (Stable Diffusion's): cross-attention transformers on an encoder's
+  // hidden states in CrossAttn* blocks; TimestepEmbedding and conv_act use act_fn.
+  bool conditional = false;
+  int64_t cross_attention_dim = 1280;
+  std::vector<int64_t> heads;                  // per down block (num_attention_heads, or SD's
+                                               // attention_head_dim, which means heads there)
+  std::vector<int64_t> transformer_layers;     // per down block (transformer_layers_per_block)
+  std::vector<int64_t> up_transformer_layers;  // per up block (reverse_transformer_layers_...)
+  bool use_linear_projection = false;
   int64_t sample_size = 0;  // 0: not given (any size divisible by 2^(blocks-1))
   int64_t in_channels = 3, out_channels = 3;
   bool center_input_sample = false;

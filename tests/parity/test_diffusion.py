@@ -15,6 +15,11 @@ PASS / FAIL line each):
                    blocks, v_prediction with squaredcos_cap_v2 betas
            attn    every block with attention, attention_head_dim null (one head per block),
                    mid_block_scale_factor 2, gelu, scaled_linear betas, sample prediction
+           cond    UNet2DConditionModel (Stable Diffusion's): CrossAttnDownBlock2D / UpBlock2D,
+                   UNetMidBlock2DCrossAttn, cross-attention on encoder_hidden_states (B, 7, 24),
+                   SD's attention_head_dim meaning heads, 1x1-conv projections
+           cond-linear  three blocks, heads per block (a list), 2 transformer layers in the
+                   lower blocks, use_linear_projection, class embeddings, gelu, v_prediction
   ddpm-pipeline    `onyx sample FOLDER --noise` (the starting latents and every step's noise that
                    DDPMPipeline drew, captured) against DDPMPipeline(shift's UNet, its scheduler)
                    (num_inference_steps 12, output_type np): final images within 1e-4 absolute
@@ -22,6 +27,13 @@ PASS / FAIL line each):
                    eta 0, 10 steps, trailing timestep spacing)
   ddim-classes     cls's class-conditional UNet: `onyx sample --class_labels` against
                    DDIMPipeline's loop with the class labels passed to the UNet (8 steps)
+  ddim-guidance    cond's UNet2DConditionModel: `onyx sample --encoder_hidden_states` (prompt and
+                   negative hidden states) with guidance_scale 4 against Stable Diffusion's
+                   pipeline loop (the UNet on [negative, prompt], uncond + 4 (text - uncond),
+                   DDIMScheduler.step; 6 steps): final images within 1e-4 absolute of it, or
+                   (guidance multiplies rounding: diffusers' float32 run is itself ~2e-4 from its
+                   float64 one on this random UNet) within 1e-4 or 1.5x diffusers float32's own
+                   error of the float64 run
   train-ema-snr    10 steps of `onyx train` on cls's folder (batches of 4 in order from a
                    safetensors dataset carrying each sample's noise and timestep, snr_gamma 5,
                    use_ema with warmup, AdamW betas (0.95, 0.999), weight decay 1e-6 on every
@@ -34,6 +46,8 @@ PASS / FAIL line each):
                    EMAModel's shadow (each tensor's largest difference over its largest value;
                    not the attention key biases, whose gradient is rounding noise that AdamW
                    turns into lr-sized steps on either side)
+  train-cond-ema-snr  the same for cond's UNet2DConditionModel, the batches carrying
+                   encoder_hidden_states (B, 5, 24) (opened by UNet2DConditionModel)
   train-resume     the same run with the noise and timesteps drawn in the graph, checkpoint-4
                    resumed: the final weights and EMA bit-identical to the uninterrupted run's
   lora             PEFT's LoRA on the attention projections (to_q, to_k, to_v, to_out.0; r 4,
@@ -59,7 +73,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from case_runner import run_cases
-from diffusers import DDPMScheduler, UNet2DModel
+from diffusers import DDPMScheduler, UNet2DConditionModel, UNet2DModel
 from safetensors.numpy import load_file, save_file
 
 ONYX = os.environ.get("ONYX", "build/onyx")
@@ -86,6 +100,23 @@ CONFIGS = {
                   act_fn="gelu", num_class_embeds=3),
              dict(prediction_type="sample", beta_schedule="scaled_linear", beta_start=0.00085,
                   beta_end=0.012)),
+    # UNet2DConditionModel: cross-attention on encoder_hidden_states (B, 7, 24)
+    "cond": (dict(sample_size=16, in_channels=4, out_channels=4, block_out_channels=(16, 32),
+                  down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                  up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), layers_per_block=1,
+                  norm_num_groups=8, cross_attention_dim=24, attention_head_dim=2),
+             dict(prediction_type="epsilon", beta_schedule="scaled_linear", beta_start=0.00085,
+                  beta_end=0.012)),
+    "cond-linear": (dict(sample_size=8, in_channels=3, out_channels=3,
+                         block_out_channels=(16, 32, 32),
+                         down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
+                                           "DownBlock2D"),
+                         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D",
+                                         "CrossAttnUpBlock2D"),
+                         layers_per_block=2, norm_num_groups=8, cross_attention_dim=24,
+                         attention_head_dim=(2, 4, 4), transformer_layers_per_block=(1, 2, 2),
+                         use_linear_projection=True, num_class_embeds=3, act_fn="gelu"),
+                    dict(prediction_type="v_prediction")),
 }
 
 
@@ -100,7 +131,7 @@ def make(tmp, name):
     """The config's model (random weights, biases and norms included) saved with its scheduler."""
     cfg, sched = CONFIGS[name]
     torch.manual_seed(len(name))
-    model = UNet2DModel(**cfg)
+    model = (UNet2DConditionModel if name.startswith("cond") else UNet2DModel)(**cfg)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
@@ -121,7 +152,15 @@ def feeds(name, seed, with_draws=True):
         f["timesteps"] = np.array([0, 517, 999], dtype=np.int64)
     if cfg.get("num_class_embeds"):
         f["class_labels"] = rng.integers(0, cfg["num_class_embeds"], b).astype(np.int64)
+    if cfg.get("cross_attention_dim"):
+        f["encoder_hidden_states"] = rng.standard_normal(
+            (b, 7, cfg["cross_attention_dim"])).astype(np.float32)
     return f
+
+
+def conditions(f):
+    """The UNet's keyword inputs among the feeds: class_labels, encoder_hidden_states."""
+    return {k: torch.tensor(f[k]) for k in ("class_labels", "encoder_hidden_states") if k in f}
 
 
 def rel(a, b):
@@ -132,15 +171,13 @@ def case_forward(tmp, name):
     d, model, _ = make(tmp, name)
     f = feeds(name, 1)
     inputs = {"sample": f["pixel_values"], "timestep": f["timesteps"]}
-    if "class_labels" in f:
-        inputs["class_labels"] = f["class_labels"]
+    inputs.update({k: v.numpy() for k, v in conditions(f).items()})
     save_file(inputs, f"{d}/in.safetensors")
     onyx("run", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/out.safetensors")
     got = load_file(f"{d}/out.safetensors")["model_output"]
     with torch.no_grad():
         ref = model(torch.tensor(inputs["sample"]), torch.tensor(inputs["timestep"]),
-                    class_labels=torch.tensor(f["class_labels"]) if "class_labels" in f else None
-                    ).sample.numpy()
+                    **conditions(f)).sample.numpy()
     if got.shape != ref.shape:
         return False, f"shape {got.shape} vs diffusers {ref.shape}"
     e = rel(got, ref)
@@ -152,8 +189,7 @@ def diffusers_loss(model, scheduler, f):
     x0, noise = torch.tensor(f["pixel_values"]), torch.tensor(f["noise"])
     t = torch.tensor(f["timesteps"])
     noisy = scheduler.add_noise(x0, noise, t)
-    labels = torch.tensor(f["class_labels"]) if "class_labels" in f else None
-    pred = model(noisy, t, class_labels=labels).sample
+    pred = model(noisy, t, **conditions(f)).sample
     pt = scheduler.config.prediction_type
     target = noise if pt == "epsilon" else x0 if pt == "sample" else scheduler.get_velocity(
         x0, noise, t)
@@ -299,8 +335,8 @@ def reference_run(model, scheduler, data, steps):
         i = (step * bs) % n
         batch = {k: torch.tensor(v[i:i + bs]) for k, v in data.items()}
         x0, noise, t = batch["pixel_values"], batch["noise"], batch["timesteps"]
-        pred = model(scheduler.add_noise(x0, noise, t), t,
-                     class_labels=batch["class_labels"]).sample
+        extra = {k: batch[k] for k in ("class_labels", "encoder_hidden_states") if k in batch}
+        pred = model(scheduler.add_noise(x0, noise, t), t, **extra).sample
         snr = compute_snr(scheduler, t)
         w = torch.stack([snr, TRAIN["snr_gamma"] * torch.ones_like(t)], dim=1).min(dim=1)[0] / snr
         loss = F.mse_loss(pred.float(), noise.float(), reduction="none")
@@ -330,14 +366,20 @@ def worst_tensor(got, want):
     return worst, wn
 
 
-def case_train(tmp):
-    d, model, scheduler = make(tmp, "cls")
-    data = feeds("cls", 4)
+def case_train(tmp, name):
+    d, model, scheduler = make(tmp, name)
+    cfg = CONFIGS[name][0]
     rng = np.random.default_rng(5)
-    data = {"pixel_values": rng.uniform(-1, 1, (16, 3, 16, 16)).astype(np.float32),
-            "class_labels": rng.integers(0, 5, 16).astype(np.int64),
-            "noise": rng.standard_normal((16, 3, 16, 16)).astype(np.float32),
+    c, sz = cfg["in_channels"], cfg["sample_size"]
+    data = {"pixel_values": rng.uniform(-1, 1, (16, c, sz, sz)).astype(np.float32),
+            "noise": rng.standard_normal((16, c, sz, sz)).astype(np.float32),
             "timesteps": rng.integers(0, 1000, 16).astype(np.int64)}
+    if cfg.get("num_class_embeds"):
+        data["class_labels"] = rng.integers(0, cfg["num_class_embeds"], 16).astype(np.int64)
+    if cfg.get("cross_attention_dim"):
+        data["encoder_hidden_states"] = rng.standard_normal(
+            (16, 5, cfg["cross_attention_dim"])).astype(np.float32)
+    tmp = os.path.join(tmp, name)
     save_file(data, f"{tmp}/train.safetensors")
     logs = onyx_train(d, f"{tmp}/train.safetensors", f"{tmp}/out-train", save_steps=10)
     got = [e["loss"] for e in logs if "loss" in e]
@@ -345,7 +387,7 @@ def case_train(tmp):
     if len(got) != len(ref):
         return False, f"{len(got)} logged losses, expected {len(ref)}"
     lerr = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
-    saved = UNet2DModel.from_pretrained(f"{tmp}/out-train")
+    saved = type(model).from_pretrained(f"{tmp}/out-train")
     w_final, n_final = worst_tensor({n: p.detach().numpy() for n, p in saved.named_parameters()},
                                     shadow)
     w_ck, n_ck = worst_tensor(load_file(
@@ -423,6 +465,45 @@ def case_lora(tmp):
                 f"task_type {task}; PEFT-loaded output vs PyTorch-trained rel {oerr:.1e}")
 
 
+def guided_ddim(model, ddim, x, cond, neg, scale, dtype):
+    """Stable Diffusion's pipeline loop (the UNet on [negative, prompt], guided, DDIM) in dtype."""
+    m = model.to(dtype)
+    x, cond, neg = x.to(dtype), cond.to(dtype), neg.to(dtype)
+    with torch.no_grad():
+        for t in ddim.timesteps:
+            out = m(torch.cat([x, x]), t, encoder_hidden_states=torch.cat([neg, cond])).sample
+            uncond, text = out.chunk(2)
+            x = ddim.step(uncond + scale * (text - uncond), t, x).prev_sample
+    model.float()
+    return (x / 2 + 0.5).clamp(0, 1).float().numpy()
+
+
+def case_ddim_guidance(tmp):
+    import warnings
+    from diffusers import DDIMScheduler
+    d, model, scheduler = make(tmp, "cond")
+    model.eval()
+    ddim = DDIMScheduler.from_config(scheduler.config)
+    ddim.set_timesteps(6)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn((2, 4, 16, 16), generator=g)
+    cond, neg = torch.randn((2, 7, 24), generator=g), torch.randn((2, 7, 24), generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # diffusers' note on casting a model to float64
+        ref32 = guided_ddim(model, ddim, x, cond, neg, 4.0, torch.float32)
+        ref64 = guided_ddim(model, ddim, x, cond, neg, 4.0, torch.float64)
+    save_file({"encoder_hidden_states": cond.numpy(), "negative_encoder_hidden_states": neg.numpy()},
+              f"{d}/prompts.safetensors")
+    got = sample_with_onyx(d, [x], 6, "ddim", ("--encoder_hidden_states",
+                                                f"{d}/prompts.safetensors",
+                                                "--guidance_scale", "4"))
+    e32, e64 = float(np.abs(got - ref32).max()), float(np.abs(got - ref64).max())
+    torch_err = float(np.abs(ref32 - ref64).max())
+    ok = e32 <= TOL or e64 <= max(TOL, 1.5 * torch_err)
+    return ok, (f"6 steps, guidance 4: largest absolute difference to diffusers float32 {e32:.1e}, "
+                f"to its float64 run {e64:.1e} (diffusers float32's own {torch_err:.1e})")
+
+
 def case_draws(tmp):
     d, _, _ = make(tmp, "cls")
     save_file(feeds("cls", 3, with_draws=False), f"{d}/in.safetensors")
@@ -443,7 +524,9 @@ def main():
     cases.append(("ddpm-pipeline", lambda t: case_pipeline(t, "ddpm")))
     cases.append(("ddim-pipeline", lambda t: case_pipeline(t, "ddim")))
     cases.append(("ddim-classes", case_ddim_classes))
-    cases.append(("train-ema-snr", case_train))
+    cases.append(("ddim-guidance", case_ddim_guidance))
+    cases.append(("train-ema-snr", lambda t: case_train(t, "cls")))
+    cases.append(("train-cond-ema-snr", lambda t: case_train(t, "cond")))
     cases.append(("train-resume", case_resume))
     cases.append(("lora", case_lora))
     cases.append(("draws", case_draws))

@@ -1,7 +1,8 @@
 // cmd_sample.cc — `onyx sample MODEL_DIR --output GRID.png`: images from a trained diffusers
-// UNet2DModel folder (diffusion/sampler.h) by DDPM or DDIM, written as one PNG grid (one row per
-// class for a class-conditional model, drawn with Cairo, which `onyx plot` already links) and,
-// with --tensors, as safetensors ("images" (N,C,H,W) in [0, 1], "class_labels").
+// UNet2DModel / UNet2DConditionModel folder (diffusion/sampler.h) by DDPM or DDIM, written as one
+// PNG grid (one row per class for a class-conditional model, drawn with Cairo, which `onyx plot`
+// already links) and, with --tensors, as safetensors ("images" (N,C,H,W) in [0, 1],
+// "class_labels").
 #include <cairo.h>
 
 #include <algorithm>
@@ -18,7 +19,7 @@ namespace onyx::cli {
 namespace {
 
 struct SampleArgs {
-  std::string model, output, tensors, noise, scheduler_config;
+  std::string model, output, tensors, noise, scheduler_config, conditions;
   diffusion::SampleOptions o;
   int64_t per_class = 0, scale = 2;
 };
@@ -87,6 +88,15 @@ int run_sample(SampleArgs& a) {
     o.num_images = o.latents->dim(0);
     if (f.count("step_noise")) o.step_noise = f.at("step_noise");
   }
+  if (!a.conditions.empty()) {
+    auto f = io::load_safetensors(a.conditions).tensors;
+    ONYX_CHECK(f.count("encoder_hidden_states"), "'", a.conditions,
+               "' has no 'encoder_hidden_states'");
+    o.encoder_hidden_states = f.at("encoder_hidden_states");
+    if (f.count("negative_encoder_hidden_states"))
+      o.negative_encoder_hidden_states = f.at("negative_encoder_hidden_states");
+    if (o.class_labels.empty() && !o.latents) o.num_images = o.encoder_hidden_states->dim(0);
+  }
   auto unet = diffusion::load_unet2d_sampler(a.model);
   auto schedule = diffusion::find_schedule_config(a.model, a.scheduler_config);
   Tensor images = diffusion::sample_images(unet, c, schedule, o, [](int64_t i, int64_t n) {
@@ -130,6 +140,11 @@ Action add_sample_command(CLI::App& app) {
                   "safetensors with the starting 'latents' (N,C,H,W) [and DDPM's 'step_noise' "
                   "(steps,N,C,H,W)] instead of drawn noise");
   cmd->add_option("--scale", a->scale, "PNG pixels per image pixel (default 2)");
+  cmd->add_option("--encoder_hidden_states", a->conditions,
+                  "UNet2DConditionModel: safetensors with 'encoder_hidden_states' (N,S,D) [and "
+                  "'negative_encoder_hidden_states' for --guidance_scale]");
+  cmd->add_option("--guidance_scale", a->o.guidance_scale,
+                  "classifier-free guidance (> 1: uncond + scale * (cond - uncond))");
   return [a]() { return run_sample(*a); };
 }
 
