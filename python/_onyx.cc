@@ -621,8 +621,10 @@ void bind_functions(nb::module_& m) {
         return array_from_tensor(images);
       },
       "model"_a, "scheduler"_a, "num_inference_steps"_a, "num_images"_a, "class_labels"_a,
-      "batch_size"_a, "seed"_a, "scheduler_config"_a,
-      "Images (N,C,H,W) float32 in [0, 1] from a diffusers UNet2DModel folder, as `onyx sample` "
+      "batch_size"_a, "seed"_a, "scheduler_config"_a, "encoder_hidden_states"_a.none(),
+      "negative_encoder_hidden_states"_a.none(), "guidance_scale"_a,
+      "Images (N,C,H,W) float32 in [0, 1] from a diffusers UNet2DModel / UNet2DConditionModel "
+      "folder, as `onyx sample` "
       "(src/diffusion/sampler.h).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,
         "Threads of onyx's kernels, oneDNN and OpenBLAS (the CLI's --threads).");

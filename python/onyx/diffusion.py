@@ -14,14 +14,24 @@ __all__ = ["sample", "to_pil"]
 
 
 def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inference_steps=None,
-           batch_size=64, seed=0, scheduler_config=None):
+           batch_size=64, seed=0, scheduler_config=None, encoder_hidden_states=None,
+           negative_encoder_hidden_states=None, guidance_scale=1.0):
     """Images (N, C, H, W) float32 in [0, 1] as a numpy array. `class_labels`: one per image for
     a class-conditional UNet (then num_images is their number). `scheduler`: "ddpm" or "ddim"
     (eta 0); `num_inference_steps` defaults to the pipelines' (1000, 50). `scheduler_config`: a
-    scheduler_config.json (default: the folder's, else DDPMScheduler's defaults)."""
+    scheduler_config.json (default: the folder's, else DDPMScheduler's defaults). A
+    UNet2DConditionModel takes `encoder_hidden_states` (N, S, D) float32 (the text encoder's
+    output per image), and with guidance_scale > 1 `negative_encoder_hidden_states` (the empty or
+    negative prompt's) for classifier-free guidance."""
+    import numpy as np
+
+    def arr(x):
+        return None if x is None else np.ascontiguousarray(x, dtype=np.float32)
     return _onyx.diffusion_sample(str(model), scheduler, int(num_inference_steps or 0),
                                   int(num_images), [int(c) for c in (class_labels or [])],
-                                  int(batch_size), int(seed), str(scheduler_config or ""))
+                                  int(batch_size), int(seed), str(scheduler_config or ""),
+                                  arr(encoder_hidden_states), arr(negative_encoder_hidden_states),
+                                  float(guidance_scale))
 
 
 def to_pil(images):

@@ -65,6 +65,9 @@ Cases (one PASS / FAIL / SKIP line each):
                    T5 object: logged losses with gradient_accumulation_steps 2 (1e-4), and
                    predict_with_generate's generated ids handed to compute_metrics, greedy and
                    evaluate(num_beams=3, max_length=6), and predict()'s = Transformers'
+  diffusion-sample onyx.diffusion.sample = `onyx sample --tensors` (bit for bit) on a
+                   class-conditional UNet2DModel (DDIM) and a UNet2DConditionModel with encoder
+                   hidden states and classifier-free guidance (DDPM); to_pil's images
   custom-ops       onyx.load_custom_ops(libmyops.so) (examples/custom_op built with cmake) before
                    the Trainer: a model with com.example.ScaledSwish trains
 
@@ -1979,6 +1982,47 @@ def tiny_seq2seq(kind):
     return model, datasets.Dataset.from_dict({k: v.tolist() for k, v in cols.items()})
 
 
+def case_diffusion_sample(onyx, tmp):
+    """onyx.diffusion.sample = `onyx sample --tensors` on the same folder and arguments: a
+    class-conditional UNet2DModel (DDIM) and a UNet2DConditionModel with encoder hidden states and
+    classifier-free guidance (DDPM); to_pil gives PIL images of the UNet's size."""
+    import torch
+    from diffusers import UNet2DConditionModel, UNet2DModel
+    from safetensors.numpy import load_file, save_file
+    torch.manual_seed(0)
+    small = dict(sample_size=8, block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4)
+    UNet2DModel(in_channels=1, out_channels=1, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                up_block_types=("AttnUpBlock2D", "UpBlock2D"), attention_head_dim=4,
+                num_class_embeds=3, **small).save_pretrained(f"{tmp}/cls")
+    UNet2DConditionModel(in_channels=2, out_channels=2, cross_attention_dim=6, attention_head_dim=2,
+                         down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+                         **small).save_pretrained(f"{tmp}/cond")
+    rng = np.random.default_rng(0)
+    cond = rng.standard_normal((2, 3, 6)).astype(np.float32)
+    neg = rng.standard_normal((2, 3, 6)).astype(np.float32)
+    save_file({"encoder_hidden_states": cond, "negative_encoder_hidden_states": neg},
+              f"{tmp}/prompts.safetensors")
+    got1 = onyx.diffusion.sample(f"{tmp}/cls", class_labels=[0, 2, 1], scheduler="ddim",
+                                 num_inference_steps=4, seed=3)
+    got2 = onyx.diffusion.sample(f"{tmp}/cond", encoder_hidden_states=cond,
+                                 negative_encoder_hidden_states=neg, guidance_scale=3.0,
+                                 num_inference_steps=5, seed=4)
+    subprocess.run([ONYX, "sample", f"{tmp}/cls", "--class_labels", "0,2,1", "--scheduler", "ddim",
+                    "--num_inference_steps", "4", "--seed", "3", "--tensors", f"{tmp}/a.st"],
+                   check=True, capture_output=True)
+    subprocess.run([ONYX, "sample", f"{tmp}/cond", "--encoder_hidden_states",
+                    f"{tmp}/prompts.safetensors", "--guidance_scale", "3", "--num_inference_steps",
+                    "5", "--seed", "4", "--tensors", f"{tmp}/b.st"], check=True, capture_output=True)
+    want1, want2 = load_file(f"{tmp}/a.st")["images"], load_file(f"{tmp}/b.st")["images"]
+    pil = onyx.diffusion.to_pil(got1)
+    ok = (np.array_equal(got1, want1) and np.array_equal(got2, want2) and got2.shape == (2, 2, 8, 8)
+          and len(pil) == 3 and pil[0].size == (8, 8))
+    return ok, (f"class-conditional DDIM {got1.shape} identical to the CLI's: "
+                f"{np.array_equal(got1, want1)}; guided UNet2DConditionModel {got2.shape}: "
+                f"{np.array_equal(got2, want2)}; to_pil {len(pil)} x {pil[0].size}")
+
+
 def case_seq2seq_trainer(onyx, tmp):
     """onyx.Seq2SeqTrainer = transformers.Seq2SeqTrainer on BART, Whisper and T5: the logged losses
     with gradient_accumulation_steps 2 (Transformers sums the micro-batches' mean losses for these
@@ -2059,7 +2103,8 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("datasets-kinds", case_datasets_kinds), ("custom-ops", case_custom_ops),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
          ("plain-module", case_plain_module), ("example-scripts", case_example_scripts),
-         ("seq2seq-trainer", case_seq2seq_trainer), ("wheel", case_wheel)]
+         ("seq2seq-trainer", case_seq2seq_trainer), ("diffusion-sample", case_diffusion_sample),
+         ("wheel", case_wheel)]
 
 
 def main():
