@@ -614,9 +614,9 @@ void bind_functions(nb::module_& m) {
         o.batch_size = batch_size;
         o.seed = seed;
         Tensor images = without_gil([&] {
-          return diffusion::sample_images(
-              diffusion::load_unet2d_sampler(model), diffusion::read_unet2d_config(model),
-              diffusion::find_schedule_config(model, scheduler_config), o);
+          return diffusion::sample_images(diffusion::load_denoiser(model),
+                                          diffusion::find_schedule_config(model, scheduler_config),
+                                          o);
         });
         return array_from_tensor(images);
       },

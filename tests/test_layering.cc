@@ -34,6 +34,8 @@ const std::vector<std::pair<std::string, std::set<std::string>>>& layers() {
       {"templates", {"onyx", "io", "tokenizers"}},
       {"data", {"onyx", "io", "tokenizers", "templates"}},
       {"dist", {"onyx", "runtime"}},
+      {"diffusion",  // diffusers' UNets as graphs, noise schedules, the sampler
+       {"onyx", "io", "ir", "quant", "runtime", "kernels", "autodiff", "passes", "models"}},
       {"generate",
        {"onyx", "io", "ir", "quant", "runtime", "kernels", "autodiff", "passes", "models",
         "tokenizers", "templates"}},
@@ -42,10 +44,11 @@ const std::vector<std::pair<std::string, std::set<std::string>>>& layers() {
         "models", "tokenizers", "templates", "data", "dist", "generate"}},
       {"config",
        {"onyx", "io", "ir", "quant", "runtime", "kernels", "autodiff", "passes", "custom_ops",
-        "models", "tokenizers", "templates", "data", "dist", "generate", "train"}},
+        "models", "tokenizers", "templates", "data", "dist", "diffusion", "generate", "train"}},
       {"capi",  // the C API (include/onyx/onyx_c.h) over the Trainer and the configs
        {"onyx", "io", "ir", "quant", "runtime", "kernels", "autodiff", "passes", "custom_ops",
-        "models", "tokenizers", "templates", "data", "dist", "generate", "train", "config"}},
+        "models", "tokenizers", "templates", "data", "dist", "diffusion", "generate", "train",
+        "config"}},
   };
   return table;
 }

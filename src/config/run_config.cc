@@ -391,10 +391,17 @@ void set_method_key(RunConfig& c, const std::string& key, const YAML::Node& v,
 }
 
 const std::vector<std::string>& diffusion_keys() {
-  static const std::vector<std::string> k = {
-      "noise_scheduler", "prediction_type",      "snr_gamma", "use_ema",
-      "ema_max_decay",   "ema_min_decay",        "ema_power", "ema_inv_gamma",
-      "ema_use_warmup",  "ema_update_after_step"};
+  static const std::vector<std::string> k = {"noise_scheduler",
+                                             "prediction_type",
+                                             "snr_gamma",
+                                             "class_dropout_prob",
+                                             "use_ema",
+                                             "ema_max_decay",
+                                             "ema_min_decay",
+                                             "ema_power",
+                                             "ema_inv_gamma",
+                                             "ema_use_warmup",
+                                             "ema_update_after_step"};
   return k;
 }
 bool is_diffusion_key(const std::string& key) {
@@ -434,6 +441,10 @@ void set_diffusion_key(RunConfig& c, const std::string& key, const YAML::Node& v
     throw Error(cat(what, ": '", key, "' must be a number >= 0, got '", t, "'"));
   }
   if (key == "snr_gamma") d.snr_gamma = x;
+  if (key == "class_dropout_prob") {
+    ONYX_CHECK(x < 1, what, ": 'class_dropout_prob' must be in [0, 1), got ", x);
+    d.class_dropout_prob = x;
+  }
   if (key == "ema_max_decay") d.ema.decay = x;
   if (key == "ema_min_decay") d.ema.min_decay = x;
   if (key == "ema_power") d.ema.power = x;
@@ -1025,7 +1036,8 @@ Model diffusion_model(const RunConfig& c) {
                          d.noise_scheduler_json, cat("config '", c.path, "': 'noise_scheduler'"));
   if (!d.prediction_type.empty()) o.schedule.prediction_type = d.prediction_type;
   o.snr_gamma = d.snr_gamma;
-  Model m = diffusion::load_unet2d_training(c.model, o, (uint64_t)c.args.seed);
+  Model m =
+      diffusion::load_denoiser_training(c.model, o, (uint64_t)c.args.seed, d.class_dropout_prob);
   m.side_files["scheduler_config.json"] = diffusion::schedule_config_json(o.schedule);
   return m;
 }

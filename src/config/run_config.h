@@ -81,6 +81,7 @@ struct RunConfig {
     std::string noise_scheduler_json;  // or an inline mapping, as JSON text
     std::string prediction_type;       // "" = the scheduler's
     double snr_gamma = 0;              // 0: off
+    double class_dropout_prob = 0.1;   // DiT: labels dropped to the null class in training
     EmaConfig ema;
   } diffusion;
   // keys of DPOConfig / GRPOConfig given before `trainer:` said which (applied when it does)

@@ -63,10 +63,22 @@ bool is_diffusers_folder(const std::string& dir) {
   return !diffusers_class_name(read_text(p)).empty();
 }
 
-UNet2DConfig read_unet2d_config(const std::string& dir) {
+namespace {
+
+// config.json's text, its `what` for messages, and the class it names.
+struct FolderConfig {
+  std::string text, what, class_name;
+};
+
+FolderConfig folder_config(const std::string& dir) {
   fs::path p = fs::path(dir) / "config.json";
-  return parse_unet2d_config(read_text(p), "'" + p.string() + "'");
+  FolderConfig f{read_text(p), "'" + p.string() + "'", ""};
+  f.class_name = diffusers_class_name(f.text);
+  if (f.class_name.empty()) parse_unet2d_config(f.text, f.what);  // throws: names the problem
+  return f;
 }
+
+}  // namespace
 
 ScheduleConfig find_schedule_config(const std::string& model_dir, const std::string& spec) {
   fs::path p;
@@ -85,20 +97,45 @@ ScheduleConfig find_schedule_config(const std::string& model_dir, const std::str
   return parse_schedule_config(read_text(p), "'" + p.string() + "'");
 }
 
-Model load_unet2d_training(const std::string& dir, const Objective& o, uint64_t seed) {
-  Model m = build_unet2d_training(read_unet2d_config(dir), o, seed);
+Model load_denoiser_training(const std::string& dir, const Objective& o, uint64_t seed,
+                             double class_dropout_prob) {
+  FolderConfig f = folder_config(dir);
+  Model m = f.class_name == "DiTTransformer2DModel"
+                ? build_dit_training(parse_dit_config(f.text, f.what), o, seed, class_dropout_prob)
+                : build_unet2d_training(parse_unet2d_config(f.text, f.what), o, seed);
   fs::path w = fs::path(dir) / kWeights;
   if (fs::exists(w)) apply_weights(*m.graph, w);
   m.source = dir;
   return m;
 }
 
-std::shared_ptr<ir::Graph> load_unet2d_sampler(const std::string& dir) {
-  auto g = build_unet2d(read_unet2d_config(dir), 0);
+Denoiser load_denoiser(const std::string& dir) {
+  FolderConfig f = folder_config(dir);
+  Denoiser d;
+  d.class_name = f.class_name;
+  if (f.class_name == "DiTTransformer2DModel") {
+    DiTConfig c = parse_dit_config(f.text, f.what);
+    d.graph = build_dit(c, 0);
+    d.in_channels = c.in_channels;
+    d.out_channels = c.out();
+    d.sample_size = c.sample_size;
+    d.size_multiple = c.sample_size;  // its positions are for sample_size only
+    d.classes = c.num_embeds_ada_norm;
+    d.null_class = true;
+  } else {
+    UNet2DConfig c = parse_unet2d_config(f.text, f.what);
+    d.graph = build_unet2d(c, 0);
+    d.in_channels = c.in_channels;
+    d.out_channels = c.out_channels;
+    d.sample_size = c.sample_size;
+    d.size_multiple = (int64_t)1 << (c.block_out_channels.size() - 1);
+    d.classes = c.num_class_embeds;
+    d.cross_attention_dim = c.conditional ? c.cross_attention_dim : 0;
+  }
   fs::path w = fs::path(dir) / kWeights;
   ONYX_CHECK(fs::exists(w), "'", dir, "' has no ", kWeights, " (a trained model to sample from)");
-  apply_weights(*g, w);
-  return g;
+  apply_weights(*d.graph, w);
+  return d;
 }
 
 }  // namespace onyx::diffusion

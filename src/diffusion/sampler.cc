@@ -29,48 +29,51 @@ void noise_rows(const float* given, uint64_t seed, uint64_t step, int64_t b, int
     kernels::philox_normals(key_for(seed, step), (uint32_t)n, out + (n - b) * per_image, per_image);
 }
 
-void check_options(const UNet2DConfig& c, const SampleOptions& o, const Shape& image,
-                   int64_t steps) {
-  const int64_t N = o.num_images;
-  ONYX_CHECK(N >= 1 && N <= 100000, "num_images must be in [1, 100000], got ", N);
-  ONYX_CHECK(o.batch_size >= 1, "batch_size must be >= 1");
-  const int64_t div = (int64_t)1 << (c.block_out_channels.size() - 1);
-  ONYX_CHECK(image[2] % div == 0 && image[3] % div == 0, "image size ", image[2], "x", image[3],
-             ": the UNet's ", c.block_out_channels.size(), " blocks need multiples of ", div);
-  if (c.num_class_embeds) {
-    ONYX_CHECK((int64_t)o.class_labels.size() == N, "the UNet is class-conditional (",
-               c.num_class_embeds, " classes): give one class label per image (", N, " images, ",
-               o.class_labels.size(), " labels)");
+void check_conditions(const Denoiser& d, const SampleOptions& o, int64_t N) {
+  if (d.classes) {
+    ONYX_CHECK((int64_t)o.class_labels.size() == N, "the model (", d.class_name,
+               ") is class-conditional (", d.classes, " classes): give one class label per image (",
+               N, " images, ", o.class_labels.size(), " labels)");
     for (int64_t l : o.class_labels)
-      ONYX_CHECK(l >= 0 && l < c.num_class_embeds, "class label ", l, " is outside [0, ",
-                 c.num_class_embeds, ")");
+      ONYX_CHECK(l >= 0 && l < d.classes, "class label ", l, " is outside [0, ", d.classes, ")");
   } else {
-    ONYX_CHECK(o.class_labels.empty(),
-               "the UNet is unconditional (no num_class_embeds): "
-               "class labels cannot be given");
+    ONYX_CHECK(o.class_labels.empty(), "the model (", d.class_name,
+               ") is unconditional (no num_class_embeds): class labels cannot be given");
   }
-  const double gib = (double)N * image[1] * image[2] * image[3] * 4 / (1 << 30);
-  ONYX_CHECK(gib <= 8, N, " images of ", image[1], "x", image[2], "x", image[3], " need ", gib,
-             " GiB (at most 8 in one run): sample fewer");
-  if (c.conditional) {
-    ONYX_CHECK(o.encoder_hidden_states,
-               "the UNet is a UNet2DConditionModel: give the encoder's "
-               "hidden states (N, sequence, ",
-               c.cross_attention_dim, ")");
+  if (d.cross_attention_dim) {
+    ONYX_CHECK(o.encoder_hidden_states, "the model is a ", d.class_name,
+               ": give the encoder's hidden states (N, sequence, ", d.cross_attention_dim, ")");
     for (const auto* t : {&o.encoder_hidden_states, &o.negative_encoder_hidden_states}) {
       if (!*t) continue;
       const Shape& s = (*t)->shape();
       ONYX_CHECK((*t)->dtype() == DType::Float32 && s.size() == 3 && s[0] == N &&
-                     s[2] == c.cross_attention_dim,
+                     s[2] == d.cross_attention_dim,
                  "encoder hidden states must be float32 (", N, ", sequence, ",
-                 c.cross_attention_dim, "), got ", shape_str(s));
+                 d.cross_attention_dim, "), got ", shape_str(s));
     }
     ONYX_CHECK(o.guidance_scale <= 1 || o.negative_encoder_hidden_states, "guidance_scale ",
                o.guidance_scale,
                " > 1 needs the negative (or empty prompt's) encoder hidden states");
   } else {
-    ONYX_CHECK(!o.encoder_hidden_states, "the UNet (UNet2DModel) takes no encoder hidden states");
+    ONYX_CHECK(!o.encoder_hidden_states, "the model (", d.class_name,
+               ") takes no encoder hidden states");
+    ONYX_CHECK(o.guidance_scale <= 1 || d.null_class, "guidance_scale ", o.guidance_scale,
+               ": the model (", d.class_name,
+               ") has no unconditional input to guide against (a null class or a prompt)");
   }
+}
+
+void check_options(const Denoiser& d, const SampleOptions& o, const Shape& image, int64_t steps) {
+  const int64_t N = o.num_images;
+  ONYX_CHECK(N >= 1 && N <= 100000, "num_images must be in [1, 100000], got ", N);
+  ONYX_CHECK(o.batch_size >= 1, "batch_size must be >= 1");
+  const int64_t m = d.size_multiple;
+  ONYX_CHECK(image[2] % m == 0 && image[3] % m == 0, "image size ", image[2], "x", image[3],
+             ": the model (", d.class_name, ") needs multiples of ", m);
+  check_conditions(d, o, N);
+  const double gib = (double)N * image[1] * image[2] * image[3] * 4 / (1 << 30);
+  ONYX_CHECK(gib <= 8, N, " images of ", image[1], "x", image[2], "x", image[3], " need ", gib,
+             " GiB (at most 8 in one run): sample fewer");
   Shape want = {N, image[1], image[2], image[3]};
   if (o.latents)
     ONYX_CHECK(o.latents->dtype() == DType::Float32 && o.latents->shape() == want,
@@ -94,26 +97,44 @@ Tensor rows(const Tensor& t, int64_t b, int64_t e) {
   return out;
 }
 
-// The UNet's output for the batch's rows [b, e), guided when the options ask.
-Tensor unet_output(runtime::Session& session, std::map<std::string, Tensor>& feeds,
-                   const SampleOptions& o, int64_t b, int64_t e) {
-  if (!o.encoder_hidden_states) return session.run(feeds).at("model_output");
-  feeds["encoder_hidden_states"] = rows(*o.encoder_hidden_states, b, e);
-  Tensor cond = session.run(feeds).at("model_output");
-  if (o.guidance_scale <= 1) return cond;
-  feeds["encoder_hidden_states"] = rows(*o.negative_encoder_hidden_states, b, e);
-  Tensor y = session.run(feeds).at("model_output");  // uncond, then guided in place
-  const float g = (float)o.guidance_scale;
-  float* u = y.data<float>();
-  const float* t = cond.data<float>();
-  for (int64_t i = 0; i < y.numel(); i++) u[i] = u[i] + g * (t[i] - u[i]);
-  return y;
+// (B, 2C, H, W) -> its first C channels (learned sigma: the prediction is the first half).
+Tensor first_channels(const Tensor& y, int64_t C) {
+  const int64_t B = y.dim(0), plane = y.dim(2) * y.dim(3), all = y.dim(1);
+  Tensor out(DType::Float32, {B, C, y.dim(2), y.dim(3)});
+  for (int64_t n = 0; n < B; n++)
+    std::memcpy(out.data<float>() + n * C * plane, y.data<float>() + n * all * plane,
+                (size_t)(C * plane) * sizeof(float));
+  return out;
+}
+
+// The denoiser's prediction for the batch's rows [b, e): guided when the options ask (against
+// the negative prompt's hidden states, or DiT's null class), the first C channels of a learned-
+// sigma output.
+Tensor model_output(const Denoiser& d, runtime::Session& session,
+                    std::map<std::string, Tensor>& feeds, const SampleOptions& o, int64_t b,
+                    int64_t e) {
+  if (o.encoder_hidden_states)
+    feeds["encoder_hidden_states"] = rows(*o.encoder_hidden_states, b, e);
+  Tensor y = session.run(feeds).at("model_output");
+  if (o.guidance_scale > 1) {
+    std::map<std::string, Tensor> uncond = feeds;
+    if (o.encoder_hidden_states)
+      uncond["encoder_hidden_states"] = rows(*o.negative_encoder_hidden_states, b, e);
+    else
+      uncond["class_labels"] = Tensor::from_vector<int64_t>(DType::Int64, {e - b},
+                                                            std::vector<int64_t>(e - b, d.classes));
+    Tensor u = session.run(uncond).at("model_output");
+    const float g = (float)o.guidance_scale;
+    float* c = y.data<float>();
+    const float* un = u.data<float>();
+    for (int64_t i = 0; i < y.numel(); i++) c[i] = un[i] + g * (c[i] - un[i]);
+  }
+  return d.out_channels == d.in_channels ? y : first_channels(y, d.in_channels);
 }
 
 }  // namespace
 
-Tensor sample_images(std::shared_ptr<ir::Graph> unet, const UNet2DConfig& c,
-                     const ScheduleConfig& schedule, const SampleOptions& o,
+Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const SampleOptions& o,
                      const std::function<void(int64_t, int64_t)>& on_step) {
   ONYX_CHECK(o.scheduler == "ddpm" || o.scheduler == "ddim", "scheduler '", o.scheduler,
              "' is not supported (ddpm, ddim)");
@@ -122,21 +143,22 @@ Tensor sample_images(std::shared_ptr<ir::Graph> unet, const UNet2DConfig& c,
                         : o.scheduler == "ddpm" ? 1000
                                                 : 50;
   const std::vector<int64_t> ts = s.inference_timesteps(steps);
-  const int64_t H = o.height ? o.height : c.sample_size, W = o.width ? o.width : H;
-  ONYX_CHECK(H >= 1 && W >= 1, "no image size: the UNet's config has no sample_size (give one)");
-  const Shape image = {o.num_images, c.in_channels, H, W};
-  check_options(c, o, image, steps);
-  const int64_t per_image = c.in_channels * H * W, N = o.num_images;
-  runtime::Session session(unet);
+  const int64_t H = o.height ? o.height : d.sample_size, W = o.width ? o.width : H;
+  ONYX_CHECK(H >= 1 && W >= 1, "no image size: the model's config has no sample_size");
+  const int64_t C = d.in_channels;
+  const Shape image = {o.num_images, C, H, W};
+  check_options(d, o, image, steps);
+  const int64_t per_image = C * H * W, N = o.num_images;
+  runtime::Session session(d.graph);
   session.check_supported();
   Tensor out(DType::Float32, image);
   for (int64_t b = 0; b < N; b += o.batch_size) {
     const int64_t e = std::min(N, b + o.batch_size), B = e - b;
-    Tensor x(DType::Float32, {B, c.in_channels, H, W});
+    Tensor x(DType::Float32, {B, C, H, W});
     noise_rows(o.latents ? o.latents->data<float>() : nullptr, o.seed, 0, b, e, per_image,
                x.data<float>());
     std::map<std::string, Tensor> feeds;
-    if (c.num_class_embeds)
+    if (d.classes)
       feeds["class_labels"] = Tensor::from_vector<int64_t>(
           DType::Int64, {B},
           std::vector<int64_t>(o.class_labels.begin() + b, o.class_labels.begin() + e));
@@ -146,7 +168,7 @@ Tensor sample_images(std::shared_ptr<ir::Graph> unet, const UNet2DConfig& c,
       feeds["sample"] = x;
       feeds["timestep"] =
           Tensor::from_vector<int64_t>(DType::Int64, {B}, std::vector<int64_t>(B, t));
-      Tensor y = unet_output(session, feeds, o, b, e);
+      Tensor y = model_output(d, session, feeds, o, b, e);
       if (o.scheduler == "ddpm") {
         const float* given =
             o.step_noise ? o.step_noise->data<float>() + i * N * per_image : nullptr;

@@ -11,13 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "diffusion/diffusers_folder.h"
 #include "diffusion/noise_schedule.h"
-#include "diffusion/unet2d_config.h"
 #include "onyx/tensor.h"
-
-namespace onyx::ir {
-struct Graph;
-}
 
 namespace onyx::diffusion {
 
@@ -29,10 +25,10 @@ struct SampleOptions {
   int64_t batch_size = 64;            // images per UNet call
   uint64_t seed = 0;
   int64_t height = 0, width = 0;  // 0: the config's sample_size
-  // UNet2DConditionModel: the encoder's hidden states per image (N,S,cross_attention_dim), and
-  // with guidance_scale > 1 classifier-free guidance as Stable Diffusion's pipeline does it:
-  // uncond + guidance_scale * (cond - uncond), uncond the UNet's output on the negative (or empty
-  // prompt's) hidden states (N,S,cross_attention_dim).
+  // UNet2DConditionModel: the encoder's hidden states per image (N,S,cross_attention_dim). With
+  // guidance_scale > 1, classifier-free guidance as the pipelines do it: uncond + guidance_scale *
+  // (cond - uncond), uncond the output on the negative (or empty prompt's) hidden states
+  // (N,S,cross_attention_dim) — Stable Diffusion's — or on the null class (DiTPipeline's).
   std::optional<Tensor> encoder_hidden_states, negative_encoder_hidden_states;
   double guidance_scale = 1.0;
   // Given noise instead of drawn (to compare with diffusers from the same draws): the starting
@@ -43,8 +39,8 @@ struct SampleOptions {
 // Images (N,C,H,W) float32 in [0, 1]. `on_step(i, steps)` after each denoising step.
 // Errors name what is wrong: no class labels for a class-conditional UNet (or labels out of
 // range), a size the UNet cannot take, given noise of the wrong shape, too many steps.
-Tensor sample_images(std::shared_ptr<ir::Graph> unet, const UNet2DConfig& config,
-                     const ScheduleConfig& schedule, const SampleOptions& o,
+Tensor sample_images(const Denoiser& denoiser, const ScheduleConfig& schedule,
+                     const SampleOptions& o,
                      const std::function<void(int64_t, int64_t)>& on_step = nullptr);
 
 }  // namespace onyx::diffusion

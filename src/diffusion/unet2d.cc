@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "diffusion/layers.h"
 #include "models/graph_builder.h"
 
 namespace onyx::diffusion {
@@ -27,22 +28,14 @@ struct UNet {
     return b.activation(x, c.act_fn == "swish" ? "silu" : c.act_fn);
   }
 
-  // nn.Conv2d(cin, cout, k, stride, padding) with PyTorch's default init bounds.
   std::string conv(const std::string& x, const std::string& name, int64_t cin, int64_t cout,
                    int64_t k, int64_t stride, int64_t pad) {
-    const Init init = Init::uniform(1.0 / std::sqrt((double)(cin * k * k)));
-    std::string w = b.param(name + ".weight", {cout, cin, k, k}, init);
-    std::string bias = b.param(name + ".bias", {cout}, init);
-    b.set_scope(name);
-    return b.op("Conv", {x, w, bias},
-                {{"kernel_shape", Attr::of_ints({k, k})},
-                 {"strides", Attr::of_ints({stride, stride})},
-                 {"pads", Attr::of_ints({pad, pad, pad, pad})}});
+    return torch_conv2d(b, x, name, cin, cout, k, stride, pad);
   }
 
   std::string linear(const std::string& x, const std::string& name, int64_t in, int64_t out,
                      bool bias = true) {
-    return b.linear(x, name, in, out, Init::uniform(1.0 / std::sqrt((double)in)), bias);
+    return torch_linear(b, x, name, in, out, bias);
   }
 
   // nn.GroupNorm(groups, ch, eps) over (B, ch, ...); eps < 0: the config's norm_eps.
@@ -60,16 +53,11 @@ struct UNet {
   // from kv (B,S,Ckv) (x itself for self-attention), no q/k/v bias, to_out.0 with one.
   std::string multi_head(const std::string& x, const std::string& kv, const std::string& p,
                          int64_t C, int64_t Ckv, int64_t heads) {
-    const int64_t hd = C / heads;
     std::string q = linear(x, p + ".to_q", C, C, false);
     std::string k = linear(kv, p + ".to_k", Ckv, C, false);
     std::string v = linear(kv, p + ".to_v", Ckv, C, false);
     b.set_scope(p);
-    std::string s =
-        b.op("MatMul", {b.split_heads(q, heads, hd), b.split_heads_transposed(k, heads, hd)});
-    s = b.op("Mul", {s, b.scalar_f32((float)(1.0 / std::sqrt((double)hd)))});
-    s = b.op("Softmax", {s}, {{"axis", Attr::of_int(-1)}});
-    std::string y = b.merge_heads(b.op("MatMul", {s, b.split_heads(v, heads, hd)}), C);
+    std::string y = attention_core(b, q, k, v, C, heads);
     return b.dropout(linear(y, p + ".to_out.0", C, C), c.dropout);
   }
 
@@ -156,10 +144,7 @@ struct UNet {
     std::string q = linear(h, p + ".to_q", ch, ch), k = linear(h, p + ".to_k", ch, ch),
                 v = linear(h, p + ".to_v", ch, ch);
     b.set_scope(p);
-    std::string s = b.op("MatMul", {b.split_heads(q, nh, hd), b.split_heads_transposed(k, nh, hd)});
-    s = b.op("Mul", {s, b.scalar_f32((float)(1.0 / std::sqrt((double)hd)))});
-    s = b.op("Softmax", {s}, {{"axis", Attr::of_int(-1)}});
-    std::string y = b.merge_heads(b.op("MatMul", {s, b.split_heads(v, nh, hd)}), ch);  // (B,HW,ch)
+    std::string y = attention_core(b, q, k, v, ch, nh);  // (B,HW,ch)
     y = linear(y, p + ".to_out.0", ch, ch);
     b.set_scope(p);
     y = b.op("Transpose", {y}, {{"perm", Attr::of_ints({0, 2, 1})}});  // (B,ch,HW)
@@ -170,21 +155,9 @@ struct UNet {
   // Timesteps (sinusoidal, diffusers' get_timestep_embedding) then TimestepEmbedding; plus the
   // class embedding. t (B) int64 -> (B, TE)
   std::string time_embedding(const std::string& t, const std::string& labels) {
-    const int64_t dim = c.block_out_channels[0], half = dim / 2;
+    const int64_t dim = c.block_out_channels[0];
     b.set_scope("time_proj");
-    Tensor freq(DType::Float32, {1, half});  // exp(-ln(10000) i / (half - shift)), float32
-    for (int64_t i = 0; i < half; i++)
-      freq.data<float>()[i] =
-          std::exp((float)(-std::log(10000.0)) * (float)i / (float)(half - c.freq_shift));
-    std::string arg =
-        b.op("Mul",
-             {b.op("Unsqueeze", {b.op("Cast", {t}, {{"to", Attr::of_int((int64_t)DType::Float32)}}),
-                                 b.const_i64({1})}),
-              b.const_tensor(freq)});  // (B, half)
-    std::string sin = b.op("Sin", {arg}), cos = b.op("Cos", {arg});
-    std::string e = b.op("Concat", {c.flip_sin_to_cos ? cos : sin, c.flip_sin_to_cos ? sin : cos},
-                         {{"axis", Attr::of_int(1)}});
-    if (dim % 2) e = b.op("Pad", {e, b.const_i64({0, 0, 0, 1})});
+    std::string e = timestep_features(b, t, dim, c.flip_sin_to_cos, c.freq_shift);
     const int64_t TE = c.time_embed_dim();
     // TimestepEmbedding's activation: UNet2DModel leaves it SiLU, UNet2DConditionModel gives act_fn
     std::string e1 = linear(e, "time_embedding.linear_1", dim, TE);
@@ -277,15 +250,6 @@ struct UNet {
   }
 };
 
-std::string image_input(GraphBuilder& b, const std::string& name, int64_t channels) {
-  return b.input(name, DType::Float32, {-1, channels, -1, -1},
-                 {"batch_size", "", "height", "width"});
-}
-
-std::string batch_input(GraphBuilder& b, const std::string& name) {
-  return b.input(name, DType::Int64, {-1}, {"batch_size"});
-}
-
 // UNet2DConditionModel's "encoder_hidden_states" (B,S,cross_attention_dim); "" for UNet2DModel.
 std::string encoder_states_input(GraphBuilder& b, const UNet2DConfig& c) {
   if (!c.conditional) return "";
@@ -297,37 +261,6 @@ GraphBuilder unet_builder(uint64_t seed) {
   GraphBuilder b("UNet2DModel", seed);
   b.graph().opsets[""] = 21;  // GroupNormalization with per-channel scale and bias
   return b;
-}
-
-// x0 (B,C,H,W), the drawn or given noise and timesteps -> (x_t, target, per-sample weight or "")
-struct Noised {
-  std::string x_t, target, weight, timesteps;
-};
-
-Noised add_noise(GraphBuilder& b, const Objective& o, const std::string& x0) {
-  NoiseSchedule s(o.schedule);
-  const int64_t T = s.steps();
-  auto table = [&](const std::vector<float>& v) {
-    return b.const_tensor(Tensor::from_vector<float>(DType::Float32, {(int64_t)v.size()}, v));
-  };
-  b.set_scope("noise_scheduler");
-  std::string noise = b.op("DrawNormal", {"noise", x0});
-  b.graph().nodes.back().domain = "onyx";
-  std::string t = b.op("DrawIntegers", {"timesteps", x0}, {{"high", Attr::of_int(T)}});
-  b.graph().nodes.back().domain = "onyx";
-  auto at_t = [&](const std::vector<float>& v) {  // v[t] as (B,1,1,1)
-    return b.op("Reshape", {b.op("Gather", {table(v), t}), b.const_i64({-1, 1, 1, 1})});
-  };
-  std::string a = at_t(s.sqrt_alphas_cumprod()), sg = at_t(s.sqrt_one_minus_alphas_cumprod());
-  Noised r;
-  r.timesteps = t;
-  r.x_t = b.op("Add", {b.op("Mul", {a, x0}), b.op("Mul", {sg, noise})});
-  const std::string& pt = o.schedule.prediction_type;
-  r.target = pt == "epsilon"  ? noise
-             : pt == "sample" ? x0
-                              : b.op("Sub", {b.op("Mul", {a, noise}), b.op("Mul", {sg, x0})});
-  if (o.snr_gamma > 0) r.weight = b.op("Gather", {table(s.min_snr_weights(o.snr_gamma)), t});
-  return r;
 }
 
 }  // namespace
@@ -350,49 +283,15 @@ Model build_unet2d_training(const UNet2DConfig& c, const Objective& o, uint64_t 
              " != out_channels ", c.out_channels,
              ": a denoiser predicts noise, velocity or the image in the input's shape");
   GraphBuilder b = unet_builder(seed);
-  std::string x0 = image_input(b, "pixel_values", c.in_channels);
-  std::string labels = c.num_class_embeds ? batch_input(b, "class_labels") : "";
-  image_input(b, "noise", c.in_channels);
-  b.graph().inputs.back().has_shape = false;  // (0) when the batch has none: drawn
-  batch_input(b, "timesteps");
-  std::string ctx = encoder_states_input(b, c);
-  Noised n = add_noise(b, o, x0);
-  UNet u{b, c, "", ctx};
-  std::string y = u.forward(n.x_t, n.timesteps, labels);
-  b.set_scope("loss");
-  b.op("Identity", {y}, {}, "model_output");
-  std::string d = b.op("Sub", {y, n.target});
-  std::string per_sample = b.op("ReduceMean", {b.op("Mul", {d, d}), b.const_i64({1, 2, 3})},
-                                {{"keepdims", Attr::of_int(0)}});
-  if (!n.weight.empty()) per_sample = b.op("Mul", {per_sample, n.weight});
-  b.op("ReduceMean", {per_sample}, {{"keepdims", Attr::of_int(0)}}, "loss");
-  b.output("loss", DType::Float32, {});
-  b.output("model_output", DType::Float32, {-1, c.out_channels, -1, -1});
-  Model m;
-  m.graph = std::make_shared<ir::Graph>(b.take());
-  m.loss.kind = autodiff::LossSpec::Kind::GraphOutput;
-  m.loss.output = "loss";
-  m.predictions = "model_output";
-  m.generic_onnx = false;
-  m.decay_all = true;
-  m.weights_file = "diffusion_pytorch_model.safetensors";
-  m.config_json = c.raw_json;
-  m.optional_inputs = {"noise", "timesteps", "class_labels"};
-  const int64_t classes = c.num_class_embeds;
-  m.fill_defaults = [classes](std::map<std::string, Tensor>& batch) {
-    // an image classification dataset's labels are the class labels (or unused)
-    auto labels = batch.find("labels");
-    if (labels != batch.end()) {
-      if (classes && !batch.count("class_labels")) batch["class_labels"] = labels->second;
-      batch.erase("labels");
-    }
-    ONYX_CHECK(!classes || batch.count("class_labels"), "the UNet is class-conditional ",
-               "(num_class_embeds ", classes, "): the data needs class_labels or labels");
-    // empty: drawn in the graph
-    if (!batch.count("noise")) batch["noise"] = Tensor(DType::Float32, {0});
-    if (!batch.count("timesteps")) batch["timesteps"] = Tensor(DType::Int64, {0});
-  };
-  return m;
+  UNet u{b, c, "", ""};
+  return diffusion_training_model(
+      b, c.in_channels, o,
+      [&](const std::string& x_t, const std::string& t) {
+        std::string labels = c.num_class_embeds ? batch_input(b, "class_labels") : "";
+        u.ctx = encoder_states_input(b, c);
+        return u.forward(x_t, t, labels);
+      },
+      c.raw_json, c.num_class_embeds);
 }
 
 }  // namespace onyx::diffusion

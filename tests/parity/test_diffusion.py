@@ -1,6 +1,7 @@
-"""test_diffusion.py — diffusers' UNet2DModel and DDPM/DDIM arithmetic against onyx.
+"""test_diffusion.py — diffusers' UNet2DModel, UNet2DConditionModel, DiTTransformer2DModel and
+DDPM/DDIM arithmetic against onyx (issue #41).
 
-Tiny UNet2DModel configs (random weights, fixed seeds) saved with save_pretrained; cases (one
+Tiny configs (random weights, fixed seeds) saved with save_pretrained; cases (one
 PASS / FAIL line each):
   <config>-forward   `onyx run FOLDER` (sample, timestep, class_labels) against UNet2DModel's
                      output (float32, largest difference relative to the largest value <= 1e-4)
@@ -20,6 +21,13 @@ PASS / FAIL line each):
                    SD's attention_head_dim meaning heads, 1x1-conv projections
            cond-linear  three blocks, heads per block (a list), 2 transformer layers in the
                    lower blocks, use_linear_projection, class embeddings, gelu, v_prediction
+           dit     DiTTransformer2DModel: patch embedding with sin-cos positions, adaLN-Zero
+                   blocks (each its own timestep + label embedding), learned sigma (the loss on
+                   the first C of 2C output channels), labels including the null class; diffusers
+                   in eval mode (its LabelEmbedding drops labels at random in train mode; onyx
+                   grad runs without that dropout)
+           dit-gelu  gelu feed-forward, affine norm3, no attention biases, patch 3, 12x12,
+                   v_prediction
   ddpm-pipeline    `onyx sample FOLDER --noise` (the starting latents and every step's noise that
                    DDPMPipeline drew, captured) against DDPMPipeline(shift's UNet, its scheduler)
                    (num_inference_steps 12, output_type np): final images within 1e-4 absolute
@@ -48,6 +56,11 @@ PASS / FAIL line each):
                    turns into lr-sized steps on either side)
   train-cond-ema-snr  the same for cond's UNet2DConditionModel, the batches carrying
                    encoder_hidden_states (B, 5, 24) (opened by UNet2DConditionModel)
+  train-dit-ema-snr  the same for dit's DiTTransformer2DModel (class_dropout_prob 0; diffusers in
+                   eval mode, which does not drop labels; the loss on the first C channels)
+  dit-guidance     dit: `onyx sample --class_labels --guidance_scale 1.5` (DDIM, 6 steps) against
+                   DiTPipeline's loop (the model on [x, x] with [labels, null class], the first C
+                   output channels guided, DDIMScheduler.step), the ddim-guidance criterion
   train-resume     the same run with the noise and timesteps drawn in the graph, checkpoint-4
                    resumed: the final weights and EMA bit-identical to the uninterrupted run's
   lora             PEFT's LoRA on the attention projections (to_q, to_k, to_v, to_out.0; r 4,
@@ -71,14 +84,16 @@ import sys
 
 import numpy as np
 import torch
+import diffusers
 import torch.nn.functional as F
 from case_runner import run_cases
-from diffusers import DDPMScheduler, UNet2DConditionModel, UNet2DModel
+from diffusers import DDPMScheduler, DiTTransformer2DModel, UNet2DConditionModel, UNet2DModel
 from safetensors.numpy import load_file, save_file
 
 ONYX = os.environ.get("ONYX", "build/onyx")
 TOL = 1e-4
 torch.set_num_threads(1)
+diffusers.utils.logging.set_verbosity_error()  # (its note on casting a model to float64)
 
 CONFIGS = {
     "cls": (dict(sample_size=16, in_channels=3, out_channels=3, block_out_channels=(16, 32),
@@ -117,7 +132,19 @@ CONFIGS = {
                          attention_head_dim=(2, 4, 4), transformer_layers_per_block=(1, 2, 2),
                          use_linear_projection=True, num_class_embeds=3, act_fn="gelu"),
                     dict(prediction_type="v_prediction")),
+    # DiTTransformer2DModel: adaLN-Zero blocks; learned sigma (out_channels 2C)
+    "dit": (dict(num_attention_heads=2, attention_head_dim=8, in_channels=3, out_channels=6,
+                 num_layers=2, sample_size=8, patch_size=2, num_embeds_ada_norm=5),
+            dict(prediction_type="epsilon")),
+    "dit-gelu": (dict(num_attention_heads=4, attention_head_dim=4, in_channels=2, num_layers=1,
+                      sample_size=12, patch_size=3, num_embeds_ada_norm=3, activation_fn="gelu",
+                      norm_elementwise_affine=True, attention_bias=False),
+                 dict(prediction_type="v_prediction", beta_schedule="squaredcos_cap_v2")),
 }
+
+
+def is_dit(name):
+    return name.startswith("dit")
 
 
 def onyx(*args, check=True):
@@ -131,7 +158,9 @@ def make(tmp, name):
     """The config's model (random weights, biases and norms included) saved with its scheduler."""
     cfg, sched = CONFIGS[name]
     torch.manual_seed(len(name))
-    model = (UNet2DConditionModel if name.startswith("cond") else UNet2DModel)(**cfg)
+    cls = (DiTTransformer2DModel if is_dit(name) else
+           UNet2DConditionModel if name.startswith("cond") else UNet2DModel)
+    model = cls(**cfg)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
@@ -145,13 +174,14 @@ def make(tmp, name):
 def feeds(name, seed, with_draws=True):
     cfg, _ = CONFIGS[name]
     rng = np.random.default_rng(seed)
-    b, c, s = 3, cfg["in_channels"], cfg["sample_size"]
+    b, c, s = 4, cfg["in_channels"], cfg["sample_size"]
     f = {"pixel_values": rng.uniform(-1, 1, (b, c, s, s)).astype(np.float32)}
     if with_draws:
         f["noise"] = rng.standard_normal((b, c, s, s)).astype(np.float32)
-        f["timesteps"] = np.array([0, 517, 999], dtype=np.int64)
-    if cfg.get("num_class_embeds"):
-        f["class_labels"] = rng.integers(0, cfg["num_class_embeds"], b).astype(np.int64)
+        f["timesteps"] = np.array([0, 517, 999, 3], dtype=np.int64)
+    classes = cfg.get("num_class_embeds") or cfg.get("num_embeds_ada_norm")
+    if classes:  # (DiT: the last row is the null class of guidance)
+        f["class_labels"] = rng.integers(0, classes + is_dit(name), b).astype(np.int64)
     if cfg.get("cross_attention_dim"):
         f["encoder_hidden_states"] = rng.standard_normal(
             (b, 7, cfg["cross_attention_dim"])).astype(np.float32)
@@ -175,6 +205,7 @@ def case_forward(tmp, name):
     save_file(inputs, f"{d}/in.safetensors")
     onyx("run", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/out.safetensors")
     got = load_file(f"{d}/out.safetensors")["model_output"]
+    model.eval()  # (DiT: no label dropout)
     with torch.no_grad():
         ref = model(torch.tensor(inputs["sample"]), torch.tensor(inputs["timestep"]),
                     **conditions(f)).sample.numpy()
@@ -190,6 +221,7 @@ def diffusers_loss(model, scheduler, f):
     t = torch.tensor(f["timesteps"])
     noisy = scheduler.add_noise(x0, noise, t)
     pred = model(noisy, t, **conditions(f)).sample
+    pred = pred[:, :x0.shape[1]]  # learned sigma: the prediction is the first C channels
     pt = scheduler.config.prediction_type
     target = noise if pt == "epsilon" else x0 if pt == "sample" else scheduler.get_velocity(
         x0, noise, t)
@@ -203,6 +235,8 @@ def case_grad(tmp, name):
     onyx("grad", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/g.safetensors")
     g = load_file(f"{d}/g.safetensors")
     model.train()
+    if is_dit(name):
+        model.eval()  # LabelEmbedding drops labels at random in train mode; onyx grad does not
     loss = diffusers_loss(model, scheduler, f)
     loss.backward()
     loss_err = abs(float(g["loss"]) - loss.item()) / abs(loss.item())
@@ -323,6 +357,8 @@ def reference_run(model, scheduler, data, steps):
     from diffusers.optimization import get_scheduler
     from diffusers.training_utils import EMAModel, compute_snr
     model.train()
+    if isinstance(model, DiTTransformer2DModel):
+        model.eval()  # its labels are not dropped: onyx trains it with class_dropout_prob 0
     ema = EMAModel(model.parameters(), decay=TRAIN["ema_max_decay"], use_ema_warmup=True,
                    inv_gamma=TRAIN["ema_inv_gamma"], power=TRAIN["ema_power"])
     opt = torch.optim.AdamW(model.parameters(), lr=TRAIN["learning_rate"],
@@ -336,7 +372,7 @@ def reference_run(model, scheduler, data, steps):
         batch = {k: torch.tensor(v[i:i + bs]) for k, v in data.items()}
         x0, noise, t = batch["pixel_values"], batch["noise"], batch["timesteps"]
         extra = {k: batch[k] for k in ("class_labels", "encoder_hidden_states") if k in batch}
-        pred = model(scheduler.add_noise(x0, noise, t), t, **extra).sample
+        pred = model(scheduler.add_noise(x0, noise, t), t, **extra).sample[:, :x0.shape[1]]
         snr = compute_snr(scheduler, t)
         w = torch.stack([snr, TRAIN["snr_gamma"] * torch.ones_like(t)], dim=1).min(dim=1)[0] / snr
         loss = F.mse_loss(pred.float(), noise.float(), reduction="none")
@@ -374,14 +410,17 @@ def case_train(tmp, name):
     data = {"pixel_values": rng.uniform(-1, 1, (16, c, sz, sz)).astype(np.float32),
             "noise": rng.standard_normal((16, c, sz, sz)).astype(np.float32),
             "timesteps": rng.integers(0, 1000, 16).astype(np.int64)}
-    if cfg.get("num_class_embeds"):
-        data["class_labels"] = rng.integers(0, cfg["num_class_embeds"], 16).astype(np.int64)
+    classes = cfg.get("num_class_embeds") or cfg.get("num_embeds_ada_norm")
+    if classes:
+        data["class_labels"] = rng.integers(0, classes, 16).astype(np.int64)
     if cfg.get("cross_attention_dim"):
         data["encoder_hidden_states"] = rng.standard_normal(
             (16, 5, cfg["cross_attention_dim"])).astype(np.float32)
     tmp = os.path.join(tmp, name)
+    os.makedirs(tmp, exist_ok=True)
     save_file(data, f"{tmp}/train.safetensors")
-    logs = onyx_train(d, f"{tmp}/train.safetensors", f"{tmp}/out-train", save_steps=10)
+    over = {"class_dropout_prob": 0.0} if is_dit(name) else {}
+    logs = onyx_train(d, f"{tmp}/train.safetensors", f"{tmp}/out-train", save_steps=10, **over)
     got = [e["loss"] for e in logs if "loss" in e]
     ref, shadow = reference_run(model, scheduler, data, 10)
     if len(got) != len(ref):
@@ -504,6 +543,39 @@ def case_ddim_guidance(tmp):
                 f"to its float64 run {e64:.1e} (diffusers float32's own {torch_err:.1e})")
 
 
+def case_dit_guidance(tmp):
+    import warnings
+    from diffusers import DDIMScheduler
+    d, model, scheduler = make(tmp, "dit")
+    model.eval()
+    ddim = DDIMScheduler.from_config(scheduler.config)
+    ddim.set_timesteps(6)
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randn((3, 3, 8, 8), generator=g)
+    labels, null = torch.tensor([1, 4, 0]), torch.full((3,), 5)
+
+    def loop(dtype):
+        m, x = model.to(dtype), x0.to(dtype)
+        with torch.no_grad():
+            for t in ddim.timesteps:
+                out = m(torch.cat([x, x]), t.expand(6), class_labels=torch.cat([labels, null])).sample
+                eps = out[:, :3]
+                cond, uncond = eps.chunk(2)
+                x = ddim.step(uncond + 1.5 * (cond - uncond), t, x).prev_sample
+        model.float()
+        return (x / 2 + 0.5).clamp(0, 1).float().numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref32, ref64 = loop(torch.float32), loop(torch.float64)
+    got = sample_with_onyx(d, [x0], 6, "ddim", ("--class_labels", "1,4,0", "--guidance_scale",
+                                                 "1.5"))
+    e32, e64 = float(np.abs(got - ref32).max()), float(np.abs(got - ref64).max())
+    torch_err = float(np.abs(ref32 - ref64).max())
+    ok = e32 <= TOL or e64 <= max(TOL, 1.5 * torch_err)
+    return ok, (f"6 steps, guidance 1.5: largest absolute difference to diffusers float32 "
+                f"{e32:.1e}, to its float64 run {e64:.1e} (diffusers float32's own {torch_err:.1e})")
+
+
 def case_draws(tmp):
     d, _, _ = make(tmp, "cls")
     save_file(feeds("cls", 3, with_draws=False), f"{d}/in.safetensors")
@@ -527,6 +599,8 @@ def main():
     cases.append(("ddim-guidance", case_ddim_guidance))
     cases.append(("train-ema-snr", lambda t: case_train(t, "cls")))
     cases.append(("train-cond-ema-snr", lambda t: case_train(t, "cond")))
+    cases.append(("train-dit-ema-snr", lambda t: case_train(t, "dit")))
+    cases.append(("dit-guidance", case_dit_guidance))
     cases.append(("train-resume", case_resume))
     cases.append(("lora", case_lora))
     cases.append(("draws", case_draws))

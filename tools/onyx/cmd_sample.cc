@@ -70,13 +70,13 @@ void write_grid_png(const Tensor& images, int64_t cols, int64_t scale, const std
 int run_sample(SampleArgs& a) {
   ONYX_CHECK(std::filesystem::is_regular_file(std::filesystem::path(a.model) / "config.json"), "'",
              a.model, "' is not a diffusers model folder (no config.json)");
-  const diffusion::UNet2DConfig c = diffusion::read_unet2d_config(a.model);
+  const diffusion::Denoiser d = diffusion::load_denoiser(a.model);
   diffusion::SampleOptions& o = a.o;
   int64_t cols = 8;
   if (a.per_class) {
-    ONYX_CHECK(c.num_class_embeds, "--per_class: the UNet is unconditional (no num_class_embeds)");
+    ONYX_CHECK(d.classes, "--per_class: the model (", d.class_name, ") is unconditional");
     ONYX_CHECK(o.class_labels.empty(), "--per_class and --class_labels: give one");
-    for (int64_t k = 0; k < c.num_class_embeds; k++)
+    for (int64_t k = 0; k < d.classes; k++)
       for (int64_t j = 0; j < a.per_class; j++) o.class_labels.push_back(k);
     cols = a.per_class;
   }
@@ -97,9 +97,8 @@ int run_sample(SampleArgs& a) {
       o.negative_encoder_hidden_states = f.at("negative_encoder_hidden_states");
     if (o.class_labels.empty() && !o.latents) o.num_images = o.encoder_hidden_states->dim(0);
   }
-  auto unet = diffusion::load_unet2d_sampler(a.model);
   auto schedule = diffusion::find_schedule_config(a.model, a.scheduler_config);
-  Tensor images = diffusion::sample_images(unet, c, schedule, o, [](int64_t i, int64_t n) {
+  Tensor images = diffusion::sample_images(d, schedule, o, [](int64_t i, int64_t n) {
     if (i % 10 == 0 || i == n) std::cerr << "\rsampling: UNet call " << i << "/" << n << std::flush;
     if (i == n) std::cerr << "\n";
   });

@@ -20,22 +20,24 @@ void save_and_list(const std::string& output, const std::map<std::string, Tensor
     std::cout << k << ": " << dtype_name(t.dtype()) << " " << shape_str(t.shape()) << "\n";
 }
 
-// A diffusers UNet: the sampling graph's model_output for sample, timestep [, class_labels].
+// A diffusers denoiser: the sampling graph's model_output for sample, timestep and the
+// conditioning inputs (class_labels, encoder_hidden_states).
 int run_diffusers_folder(const std::string& dir, const std::string& inputs,
                          const std::string& output) {
-  runtime::Session s(diffusion::load_unet2d_sampler(dir));
+  runtime::Session s(diffusion::load_denoiser(dir).graph);
   s.check_supported();
   save_and_list(output, s.run(io::load_safetensors(inputs).tensors));
   return 0;
 }
 
-// A diffusers UNet: the training objective's loss on pixel_values with the given noise and
-// timesteps (drawn when absent), and its gradients.
+// A diffusers denoiser: the training objective's loss on pixel_values with the given noise and
+// timesteps (drawn when absent), and its gradients (DiT's label dropout off: `onyx grad` is a
+// deterministic pass).
 int grad_diffusers_folder(const std::string& dir, const std::string& inputs,
                           const std::string& output, uint64_t seed) {
   diffusion::Objective o;
   o.schedule = diffusion::find_schedule_config(dir, "");
-  Model m = diffusion::load_unet2d_training(dir, o, seed);
+  Model m = diffusion::load_denoiser_training(dir, o, seed, /*class_dropout_prob=*/0);
   auto in = io::load_safetensors(inputs).tensors;
   m.fill_defaults(in);
   autodiff::GradientOptions opts;
