@@ -9,6 +9,9 @@
                   (its size checked) and images in [0, 1]; the same seed gives the same images at another
                   batch size (each image's noise is its own; 1e-4: the convolutions' sums
                   differ in order between batch sizes)
+  export-onnx     `onyx export OUTPUT_DIR --output unet.onnx` of a trained folder: the sampling
+                  graph (sample, timestep, class_labels -> model_output) run by ONNX Runtime equals
+                  `onyx run OUTPUT_DIR` (1e-5 relative)
   bad-config      config.json with an unsupported block type, groups that do not divide the
                   channels, lists of different lengths, invalid JSON: exit 1 naming the file and
                   the key, nothing written
@@ -118,6 +121,26 @@ def case_train_sample(tmp):
                 f"another batch size: largest difference {float(np.abs(a - b).max()):.1e}")
 
 
+def case_export_onnx(tmp):
+    import onnxruntime as ort
+    from safetensors.numpy import load_file, save_file
+    out = os.path.join(tmp, "run")
+    onyx("train", train_config(tmp, unet_folder(tmp, "unet"), tiny_data(tmp), out), "--max_steps",
+         "3")
+    onyx("export", out, "--output", f"{tmp}/unet.onnx")
+    rng = np.random.default_rng(1)
+    feeds = {"sample": rng.standard_normal((3, 1, 28, 28)).astype(np.float32),
+             "timestep": np.array([0, 400, 999]), "class_labels": np.array([2, 9, 0])}
+    save_file(feeds, f"{tmp}/in.safetensors")
+    onyx("run", out, "--inputs", f"{tmp}/in.safetensors", "--output", f"{tmp}/out.safetensors")
+    want = load_file(f"{tmp}/out.safetensors")["model_output"]
+    sess = ort.InferenceSession(f"{tmp}/unet.onnx", providers=["CPUExecutionProvider"])
+    got = sess.run(None, feeds)[0]
+    e = float(np.abs(got - want).max() / np.abs(want).max())
+    names = [i.name for i in sess.get_inputs()]
+    return e < 1e-5, f"inputs {names}; ONNX Runtime vs onyx run: rel {e:.1e}"
+
+
 def expect_error(args, *needles):
     p = onyx(*args, check=False)
     err = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
@@ -184,7 +207,8 @@ def case_bad_inputs(tmp):
 
 
 def main():
-    return run_cases([("train-sample", case_train_sample), ("bad-config", case_bad_config),
+    return run_cases([("train-sample", case_train_sample), ("export-onnx", case_export_onnx),
+                      ("bad-config", case_bad_config),
                       ("bad-inputs", case_bad_inputs)], "onyx-test-diffusion-cli-")
 
 

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "commands.h"
+#include "diffusion/diffusers_folder.h"
 #include "io/safetensors.h"
 #include "ir/bf16_storage.h"
 #include "ir/onnx_io.h"
@@ -177,6 +178,11 @@ int run_export(const ExportOpts& o) {
   ONYX_CHECK(format != "gguf" || hf, "--output ", o.output,
              ": GGUF export reads a Hugging Face folder (config.json), not '", o.input, "'");
   std::string loss = o.loss;
+  if (hf && diffusion::is_diffusers_folder(o.input)) {  // the sampling graph with its weights
+    ONYX_CHECK(format == "onnx" && !lora, "--output ", o.output, ": '", o.input,
+               "' is a diffusers model: it exports as .onnx (LoRA adapters are PEFT's files)");
+    return write_onnx(o, *diffusion::load_denoiser(o.input).graph, "", bf16);
+  }
   if (hf) {
     models::BuiltModel b = load_hf_for_export(o, lora);
     if (format == "gguf") return write_gguf_file(o, b, lora);
