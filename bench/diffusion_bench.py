@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from seq2seq_bench import gemm_ceiling, onyx_step, timed  # noqa: E402
+from seq2seq_bench import gemm_ceiling, peer_rows  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -132,17 +132,7 @@ def main():
     for kind in a.models.split(","):
         folder, data, B, n, shape, flops = make_model(kind, tmp, a.warmup + a.steps,
                                                       np.random.default_rng(0))
-        rows = []
-        step, losses, rss = onyx_step(folder, data, B, a.steps, a.warmup, threads, env, tmp)
-        rows.append({"peer": "onyx", "step_s": step, "rss_mib": rss, "losses": losses})
-        print(f"{kind} onyx: {step:.3f} s/step", flush=True)
-        for name, compiled in (("torch eager", "0"), ("torch.compile", "1")):
-            out, rss = timed([sys.executable, "-c", TORCH_SCRIPT, folder, data, str(a.steps),
-                              str(a.warmup), str(threads), compiled, str(B)], env)
-            r = json.loads(out.strip().splitlines()[-1])
-            rows.append({"peer": name, "step_s": r["step_s"], "rss_mib": rss,
-                         "losses": r["losses"]})
-            print(f"{kind} {name}: {r['step_s']:.3f} s/step", flush=True)
+        rows = peer_rows(kind, folder, data, B, a, threads, env, tmp, TORCH_SCRIPT)
         best = min(rows[1]["step_s"], rows[2]["step_s"])
         results[kind] = {"params": n, "shape": shape, "rows": rows, "conv_gflop_per_step":
                          flops / 1e9, "speedup_vs_best_torch": best / rows[0]["step_s"]}

@@ -114,6 +114,23 @@ def onyx_step(folder, data, B, steps, warmup, threads, env, tmp):
     return step, runs[warmup + steps][1], runs[warmup + steps][2]
 
 
+def peer_rows(kind, folder, data, B, a, threads, env, tmp, torch_script):
+    """onyx, PyTorch eager and torch.compile on the same model and batches: one row each
+    (peer, step_s, rss_mib, losses). `torch_script` takes folder, data, steps, warmup, threads,
+    compiled (0/1), batch size and prints {"step_s", "losses"} as its last line."""
+    rows = []
+    step, losses, rss = onyx_step(folder, data, B, a.steps, a.warmup, threads, env, tmp)
+    rows.append({"peer": "onyx", "step_s": step, "rss_mib": rss, "losses": losses})
+    print(f"{kind} onyx: {step:.3f} s/step", flush=True)
+    for name, compiled in (("torch eager", "0"), ("torch.compile", "1")):
+        out, rss = timed([sys.executable, "-c", torch_script, folder, data, str(a.steps),
+                          str(a.warmup), str(threads), compiled, str(B)], env)
+        r = json.loads(out.strip().splitlines()[-1])
+        rows.append({"peer": name, "step_s": r["step_s"], "rss_mib": rss, "losses": r["losses"]})
+        print(f"{kind} {name}: {r['step_s']:.3f} s/step", flush=True)
+    return rows
+
+
 def gemm_ceiling(env):
     bench_bin = os.path.join(ROOT, "build", "onyx_bench")
     if not os.path.exists(bench_bin):
@@ -141,17 +158,7 @@ def main():
     for kind in a.models.split(","):
         folder, data, B, n, shape = make_model(kind, tmp, a.warmup + a.steps,
                                                np.random.default_rng(0))
-        rows = []
-        step, losses, rss = onyx_step(folder, data, B, a.steps, a.warmup, threads, env, tmp)
-        rows.append({"peer": "onyx", "step_s": step, "rss_mib": rss, "losses": losses})
-        print(f"{kind} onyx: {step:.3f} s/step", flush=True)
-        for name, compiled in (("torch eager", "0"), ("torch.compile", "1")):
-            out, rss = timed([sys.executable, "-c", TORCH_SCRIPT, folder, data, str(a.steps),
-                              str(a.warmup), str(threads), compiled, str(B)], env)
-            r = json.loads(out.strip().splitlines()[-1])
-            rows.append({"peer": name, "step_s": r["step_s"], "rss_mib": rss,
-                         "losses": r["losses"]})
-            print(f"{kind} {name}: {r['step_s']:.3f} s/step", flush=True)
+        rows = peer_rows(kind, folder, data, B, a, threads, env, tmp, TORCH_SCRIPT)
         best = min(rows[1]["step_s"], rows[2]["step_s"])
         results[kind] = {"params": n, "shape": shape, "rows": rows,
                          "speedup_vs_best_torch": best / rows[0]["step_s"]}

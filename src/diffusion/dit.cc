@@ -5,8 +5,8 @@
 #include "diffusion/dit.h"
 
 #include <cmath>
-#include <nlohmann/json.hpp>
 
+#include "diffusion/config_reader.h"
 #include "diffusion/layers.h"
 
 namespace onyx::diffusion {
@@ -15,7 +15,6 @@ namespace {
 using models::Attr;
 using models::GraphBuilder;
 using models::Init;
-using json = nlohmann::json;
 
 // diffusers' get_2d_sincos_pos_embed for a g x g grid (base size g, interpolation 1): token
 // i*g + j (row i, column j) is [sincos_{D/2}(j), sincos_{D/2}(i)], sincos_E(p) = [sin(p w_k),
@@ -175,42 +174,23 @@ GraphBuilder dit_builder(uint64_t seed) {
 }  // namespace
 
 DiTConfig parse_dit_config(const std::string& text, const std::string& what) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(cat(what, ": invalid JSON: ", e.what()));
-  }
-  ONYX_CHECK(j.is_object(), what, ": expected a JSON object at the top level");
+  ConfigReader r(text, what);
   DiTConfig c;
   c.raw_json = text;
-  auto get = [&](const char* key, auto& v, auto ok) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return;
-    ONYX_CHECK(ok(*it), what, ": '", key, "' has the wrong type: ", it->dump());
-    v = it->get<std::decay_t<decltype(v)>>();
-  };
-  auto is_int = [](const json& x) { return x.is_number_integer(); };
-  auto is_num = [](const json& x) { return x.is_number(); };
-  auto is_bool = [](const json& x) { return x.is_boolean(); };
-  auto is_str = [](const json& x) { return x.is_string(); };
-  get("num_attention_heads", c.num_attention_heads, is_int);
-  get("attention_head_dim", c.attention_head_dim, is_int);
-  get("in_channels", c.in_channels, is_int);
-  get("out_channels", c.out_channels, is_int);
-  get("num_layers", c.num_layers, is_int);
-  get("dropout", c.dropout, is_num);
-  get("attention_bias", c.attention_bias, is_bool);
-  get("sample_size", c.sample_size, is_int);
-  get("patch_size", c.patch_size, is_int);
-  get("activation_fn", c.activation_fn, is_str);
-  get("num_embeds_ada_norm", c.num_embeds_ada_norm, is_int);
-  get("norm_elementwise_affine", c.norm_elementwise_affine, is_bool);
-  get("norm_eps", c.norm_eps, is_num);
-  std::string norm_type = "ada_norm_zero";
-  get("norm_type", norm_type, is_str);
-  ONYX_CHECK(norm_type == "ada_norm_zero", what, ": norm_type '", norm_type,
-             "' is not supported (ada_norm_zero, as DiTTransformer2DModel requires)");
+  r.integer("num_attention_heads", c.num_attention_heads);
+  r.integer("attention_head_dim", c.attention_head_dim);
+  r.integer("in_channels", c.in_channels);
+  r.integer("out_channels", c.out_channels);
+  r.integer("num_layers", c.num_layers);
+  r.number("dropout", c.dropout);
+  r.boolean("attention_bias", c.attention_bias);
+  r.integer("sample_size", c.sample_size);
+  r.integer("patch_size", c.patch_size);
+  r.string("activation_fn", c.activation_fn);
+  r.integer("num_embeds_ada_norm", c.num_embeds_ada_norm);
+  r.boolean("norm_elementwise_affine", c.norm_elementwise_affine);
+  r.number("norm_eps", c.norm_eps);
+  r.only("norm_type", {"ada_norm_zero"});  // the only one DiTTransformer2DModel builds
   check(c, what);
   return c;
 }

@@ -7,12 +7,11 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "diffusion/config_reader.h"
 #include "onyx/error.h"
 
 namespace onyx::diffusion {
 namespace {
-
-using json = nlohmann::json;
 
 // torch.linspace(start, end, n, dtype=float32) as its CPU kernel computes it.
 std::vector<float> linspace_f32(double start_d, double end_d, int64_t n) {
@@ -40,55 +39,27 @@ std::vector<float> cosine_betas(int64_t n) {
 }  // namespace
 
 ScheduleConfig parse_schedule_config(const std::string& text, const std::string& what) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(cat(what, ": invalid JSON: ", e.what()));
-  }
-  ONYX_CHECK(j.is_object(), what, ": expected a JSON object at the top level");
+  ConfigReader r(text, what);
   ScheduleConfig c;
-  auto get = [&](const char* key, auto& v, auto check) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return;
-    ONYX_CHECK(check(*it), what, ": '", key, "' has the wrong type: ", it->dump());
-    v = it->get<std::decay_t<decltype(v)>>();
-  };
-  auto is_int = [](const json& x) { return x.is_number_integer(); };
-  auto is_num = [](const json& x) { return x.is_number(); };
-  auto is_str = [](const json& x) { return x.is_string(); };
-  auto is_bool = [](const json& x) { return x.is_boolean(); };
-  get("num_train_timesteps", c.num_train_timesteps, is_int);
-  get("beta_schedule", c.beta_schedule, is_str);
-  get("beta_start", c.beta_start, is_num);
-  get("beta_end", c.beta_end, is_num);
-  get("prediction_type", c.prediction_type, is_str);
-  get("variance_type", c.variance_type, is_str);
-  get("clip_sample", c.clip_sample, is_bool);
-  get("clip_sample_range", c.clip_sample_range, is_num);
-  get("set_alpha_to_one", c.set_alpha_to_one, is_bool);
-  get("steps_offset", c.steps_offset, is_int);
-  get("timestep_spacing", c.timestep_spacing, is_str);
-  auto it = j.find("trained_betas");
-  ONYX_CHECK(it == j.end() || it->is_null(), what,
-             ": trained_betas is not supported (give beta_schedule)");
-  it = j.find("thresholding");
-  ONYX_CHECK(it == j.end() || it->is_null() || *it == false, what,
-             ": thresholding (dynamic thresholding) is not supported");
+  r.integer("num_train_timesteps", c.num_train_timesteps);
+  r.string("beta_schedule", c.beta_schedule);
+  r.number("beta_start", c.beta_start);
+  r.number("beta_end", c.beta_end);
+  r.string("prediction_type", c.prediction_type);
+  r.string("variance_type", c.variance_type);
+  r.boolean("clip_sample", c.clip_sample);
+  r.number("clip_sample_range", c.clip_sample_range);
+  r.boolean("set_alpha_to_one", c.set_alpha_to_one);
+  r.integer("steps_offset", c.steps_offset);
+  r.string("timestep_spacing", c.timestep_spacing);
+  r.only("trained_betas", {"null"});  // (give beta_schedule)
+  r.only("thresholding", {"false"});  // dynamic thresholding is not built
   ONYX_CHECK(c.num_train_timesteps >= 2 && c.num_train_timesteps <= 100000, what,
              ": num_train_timesteps must be in [2, 100000], got ", c.num_train_timesteps);
-  auto one_of = [&](const char* key, const std::string& v, std::vector<std::string> ok) {
-    std::string list;
-    for (auto& o : ok) {
-      if (o == v) return;
-      list += (list.empty() ? "" : ", ") + o;
-    }
-    throw Error(cat(what, ": ", key, " '", v, "' is not supported (", list, ")"));
-  };
-  one_of("beta_schedule", c.beta_schedule, {"linear", "scaled_linear", "squaredcos_cap_v2"});
-  one_of("prediction_type", c.prediction_type, {"epsilon", "v_prediction", "sample"});
-  one_of("variance_type", c.variance_type, {"fixed_small", "fixed_small_log"});
-  one_of("timestep_spacing", c.timestep_spacing, {"leading", "trailing", "linspace"});
+  r.one_of("beta_schedule", c.beta_schedule, {"linear", "scaled_linear", "squaredcos_cap_v2"});
+  r.one_of("prediction_type", c.prediction_type, {"epsilon", "v_prediction", "sample"});
+  r.one_of("variance_type", c.variance_type, {"fixed_small", "fixed_small_log"});
+  r.one_of("timestep_spacing", c.timestep_spacing, {"leading", "trailing", "linspace"});
   ONYX_CHECK(c.beta_start > 0 && c.beta_end > c.beta_start && c.beta_end < 1, what,
              ": need 0 < beta_start < beta_end < 1, got ", c.beta_start, ", ", c.beta_end);
   return c;

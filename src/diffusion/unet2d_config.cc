@@ -4,71 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "diffusion/config_reader.h"
 #include "onyx/error.h"
 
 namespace onyx::diffusion {
 namespace {
 
 using json = nlohmann::json;
-
-struct Reader {
-  const json& j;
-  const std::string& what;
-
-  const json* find(const char* key) const {
-    auto it = j.find(key);
-    return it == j.end() || it->is_null() ? nullptr : &*it;
-  }
-  void integer(const char* key, int64_t& v) const {
-    if (const json* x = find(key)) {
-      ONYX_CHECK(x->is_number_integer(), what, ": '", key, "' must be an integer, got ", x->dump());
-      v = x->get<int64_t>();
-    }
-  }
-  void number(const char* key, double& v) const {
-    if (const json* x = find(key)) {
-      ONYX_CHECK(x->is_number(), what, ": '", key, "' must be a number, got ", x->dump());
-      v = x->get<double>();
-    }
-  }
-  void boolean(const char* key, bool& v) const {
-    if (const json* x = find(key)) {
-      ONYX_CHECK(x->is_boolean(), what, ": '", key, "' must be true or false, got ", x->dump());
-      v = x->get<bool>();
-    }
-  }
-  void string(const char* key, std::string& v) const {
-    if (const json* x = find(key)) {
-      ONYX_CHECK(x->is_string(), what, ": '", key, "' must be a string, got ", x->dump());
-      v = x->get<std::string>();
-    }
-  }
-  template <class T>
-  void list(const char* key, std::vector<T>& v) const {
-    if (const json* x = find(key)) {
-      ONYX_CHECK(x->is_array() && !x->empty(), what, ": '", key, "' must be a non-empty list, got ",
-                 x->dump());
-      v.clear();
-      for (auto& e : *x) {
-        const bool ok = std::is_same_v<T, std::string> ? e.is_string() : e.is_number_integer();
-        ONYX_CHECK(ok, what, ": '", key, "' has an element of the wrong type: ", e.dump());
-        v.push_back(e.get<T>());
-      }
-    }
-  }
-  // A key onyx builds only at one value (or a few): anything else names them.
-  void only(const char* key, const std::vector<std::string>& allowed) const {
-    const json* x = find(key);
-    if (!x) return;
-    std::string v = x->is_string() ? x->get<std::string>() : x->dump();
-    std::string list;
-    for (auto& a : allowed) {
-      if (v == a) return;
-      list += (list.empty() ? "" : ", ") + a;
-    }
-    throw Error(cat(what, ": ", key, " '", v, "' is not supported (onyx builds: ", list, ")"));
-  }
-};
 
 void check_blocks(const UNet2DConfig& c, const std::string& what) {
   const size_t n = c.block_out_channels.size();
@@ -112,16 +54,15 @@ void check_blocks(const UNet2DConfig& c, const std::string& what) {
 }
 
 // An integer per block, given as one integer or a list of `n`.
-std::vector<int64_t> per_block(const Reader& r, const json& j, const char* key, int64_t dflt,
-                               size_t n) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::vector<int64_t>(n, dflt);
+std::vector<int64_t> per_block(const ConfigReader& r, const char* key, int64_t dflt, size_t n) {
+  const json* it = r.find(key);
+  if (!it) return std::vector<int64_t>(n, dflt);
   if (it->is_number_integer()) return std::vector<int64_t>(n, it->get<int64_t>());
-  ONYX_CHECK(it->is_array() && it->size() == n, r.what, ": '", key,
+  ONYX_CHECK(it->is_array() && it->size() == n, r.what(), ": '", key,
              "' must be an integer or a list of ", n, " (one per block), got ", it->dump());
   std::vector<int64_t> v;
   for (auto& e : *it) {
-    ONYX_CHECK(e.is_number_integer() && e.get<int64_t>() >= 1, r.what, ": '", key,
+    ONYX_CHECK(e.is_number_integer() && e.get<int64_t>() >= 1, r.what(), ": '", key,
                "' has an element that is not a positive integer: ", e.dump());
     v.push_back(e.get<int64_t>());
   }
@@ -129,24 +70,25 @@ std::vector<int64_t> per_block(const Reader& r, const json& j, const char* key, 
 }
 
 // UNet2DConditionModel's keys (Stable Diffusion 1.x/2.x): the cross-attention transformers.
-void read_condition_keys(const Reader& r, const json& j, UNet2DConfig& c) {
+void read_condition_keys(const ConfigReader& r, UNet2DConfig& c) {
+  const json& j = r.doc();
   const size_t n = c.block_out_channels.size();
   r.integer("cross_attention_dim", c.cross_attention_dim);
-  ONYX_CHECK(c.cross_attention_dim >= 1, r.what, ": cross_attention_dim must be >= 1");
+  ONYX_CHECK(c.cross_attention_dim >= 1, r.what(), ": cross_attention_dim must be >= 1");
   // diffusers' naming: num_attention_heads, else attention_head_dim (which means heads here)
   const bool named = j.contains("num_attention_heads") && !j["num_attention_heads"].is_null();
-  c.heads = per_block(r, j, named ? "num_attention_heads" : "attention_head_dim", 8, n);
-  c.transformer_layers = per_block(r, j, "transformer_layers_per_block", 1, n);
+  c.heads = per_block(r, named ? "num_attention_heads" : "attention_head_dim", 8, n);
+  c.transformer_layers = per_block(r, "transformer_layers_per_block", 1, n);
   c.up_transformer_layers.assign(c.transformer_layers.rbegin(), c.transformer_layers.rend());
   if (j.contains("reverse_transformer_layers_per_block") &&
       !j["reverse_transformer_layers_per_block"].is_null())
-    c.up_transformer_layers = per_block(r, j, "reverse_transformer_layers_per_block", 1, n);
+    c.up_transformer_layers = per_block(r, "reverse_transformer_layers_per_block", 1, n);
   r.boolean("use_linear_projection", c.use_linear_projection);
   bool b = false;
   for (const char* key : {"only_cross_attention", "dual_cross_attention", "resnet_skip_time_act",
                           "class_embeddings_concat"}) {
     r.boolean(key, b);
-    ONYX_CHECK(!b, r.what, ": ", key, " true is not supported");
+    ONYX_CHECK(!b, r.what(), ": ", key, " true is not supported");
   }
   for (const char* key :
        {"encoder_hid_dim", "encoder_hid_dim_type", "addition_embed_type", "time_cond_proj_dim",
@@ -158,9 +100,9 @@ void read_condition_keys(const Reader& r, const json& j, UNet2DConfig& c) {
   r.only("conv_out_kernel", {"3"});
   r.only("resnet_out_scale_factor", {"1", "1.0"});
   const json* ca = r.find("cross_attention_dim");
-  ONYX_CHECK(!ca || ca->is_number_integer(), r.what,
+  ONYX_CHECK(!ca || ca->is_number_integer(), r.what(),
              ": cross_attention_dim must be one integer (a list per block is not supported)");
-  ONYX_CHECK(!j.contains("layers_per_block") || j["layers_per_block"].is_number_integer(), r.what,
+  ONYX_CHECK(!j.contains("layers_per_block") || j["layers_per_block"].is_number_integer(), r.what(),
              ": layers_per_block must be one integer (a list per block is not supported)");
 }
 
@@ -174,14 +116,8 @@ std::string diffusers_class_name(const std::string& text) {
 }
 
 UNet2DConfig parse_unet2d_config(const std::string& text, const std::string& what) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(cat(what, ": invalid JSON: ", e.what()));
-  }
-  ONYX_CHECK(j.is_object(), what, ": expected a JSON object at the top level");
-  Reader r{j, what};
+  ConfigReader r(text, what);
+  const json& j = r.doc();
   std::string cls;
   r.string("_class_name", cls);
   ONYX_CHECK(cls == "UNet2DModel" || cls == "UNet2DConditionModel", what, ": _class_name '", cls,
@@ -218,12 +154,12 @@ UNet2DConfig parse_unet2d_config(const std::string& text, const std::string& wha
   r.integer("time_embedding_dim", c.time_embedding_dim);
   r.integer("freq_shift", c.freq_shift);
   r.boolean("flip_sin_to_cos", c.flip_sin_to_cos);
-  r.list("down_block_types", c.down_block_types);
-  r.list("up_block_types", c.up_block_types);
+  r.strings("down_block_types", c.down_block_types);
+  r.strings("up_block_types", c.up_block_types);
   c.mid_block_type =
       j.contains("mid_block_type") && j["mid_block_type"].is_null() ? "" : c.mid_block_type;
   r.string("mid_block_type", c.mid_block_type);
-  r.list("block_out_channels", c.block_out_channels);
+  r.integers("block_out_channels", c.block_out_channels);
   r.integer("layers_per_block", c.layers_per_block);
   r.number("mid_block_scale_factor", c.mid_block_scale_factor);
   r.integer("downsample_padding", c.downsample_padding);
@@ -247,7 +183,7 @@ UNet2DConfig parse_unet2d_config(const std::string& text, const std::string& wha
   r.only("class_embed_type", {"null"});  // classes come from num_class_embeds
   r.integer("num_class_embeds", c.num_class_embeds);
   ONYX_CHECK(c.num_class_embeds >= 0, what, ": num_class_embeds must be >= 0");
-  if (c.conditional) read_condition_keys(r, j, c);
+  if (c.conditional) read_condition_keys(r, c);
   check_blocks(c, what);
   return c;
 }

@@ -20,6 +20,18 @@ void save_and_list(const std::string& output, const std::map<std::string, Tensor
     std::cout << k << ": " << dtype_name(t.dtype()) << " " << shape_str(t.shape()) << "\n";
 }
 
+// One forward + backward of `ts` on `in`: "loss" and every parameter's gradient into `output`.
+int write_gradients(train::TrainingSession& ts, const std::map<std::string, Tensor>& in,
+                    uint64_t seed, const std::string& output) {
+  double loss = ts.forward_backward(in, /*accumulate=*/false, seed, /*training=*/true);
+  std::map<std::string, Tensor> result;
+  result["loss"] = Tensor::scalar_f32((float)loss);
+  for (auto& p : ts.parameters()) result[p] = ts.grads().view(p);
+  io::save_safetensors(output, result);
+  std::cout << "loss " << loss << "; " << ts.parameters().size() << " gradients\n";
+  return 0;
+}
+
 // A diffusers denoiser: the sampling graph's model_output for sample, timestep and the
 // conditioning inputs (class_labels, encoder_hidden_states).
 int run_diffusers_folder(const std::string& dir, const std::string& inputs,
@@ -43,13 +55,7 @@ int grad_diffusers_folder(const std::string& dir, const std::string& inputs,
   autodiff::GradientOptions opts;
   opts.loss = m.loss;
   train::TrainingSession ts(m.graph, opts);
-  double loss = ts.forward_backward(in, /*accumulate=*/false, seed, /*training=*/true);
-  std::map<std::string, Tensor> result;
-  result["loss"] = Tensor::scalar_f32((float)loss);
-  for (auto& p : ts.parameters()) result[p] = ts.grads().view(p);
-  io::save_safetensors(output, result);
-  std::cout << "loss " << loss << "; " << ts.parameters().size() << " gradients\n";
-  return 0;
+  return write_gradients(ts, in, seed, output);
 }
 
 }  // namespace
@@ -91,13 +97,7 @@ int grad_hf_folder_cli(const std::string& dir, const std::string& inputs, const 
   opts.loss = m.model.loss;
   opts.frozen = m.model.frozen;  // (Whisper's encoder positions, BART's final_logits_bias)
   train::TrainingSession ts(std::make_shared<ir::Graph>(std::move(fwd)), opts);
-  double loss = ts.forward_backward(in, /*accumulate=*/false, seed, /*training=*/true);
-  std::map<std::string, Tensor> result;
-  result["loss"] = Tensor::scalar_f32((float)loss);
-  for (auto& p : ts.parameters()) result[p] = ts.grads().view(p);
-  io::save_safetensors(output, result);
-  std::cout << "loss " << loss << "; " << ts.parameters().size() << " gradients\n";
-  return 0;
+  return write_gradients(ts, in, seed, output);
 }
 
 }  // namespace onyx::cli
