@@ -403,11 +403,21 @@ static Tensor shift_tokens_right(const Tensor& labels, int64_t pad, int64_t star
 std::function<void(std::map<std::string, Tensor>&)> default_input_filler(const BuiltModel& m) {
   std::set<std::string> names = defaulted_inputs(m);
   const int64_t pad = m.config.pad_token_id, start = m.config.s2s.decoder_start_token_id;
-  return [names, pad, start](std::map<std::string, Tensor>& inputs) {
+  // learned decoder positions (Whisper's max_target_positions, BART's max_position_embeddings)
+  const std::string type = m.config.model_type;
+  const int64_t positions =
+      type == "whisper" || type == "bart" ? m.config.max_position_embeddings : 0;
+  return [names, pad, start, type, positions](std::map<std::string, Tensor>& inputs) {
     auto labels = inputs.find("labels");
     if (names.count("decoder_input_ids") && !inputs.count("decoder_input_ids") &&
         labels != inputs.end())
       inputs["decoder_input_ids"] = shift_tokens_right(labels->second, pad, start);
+    auto dec = inputs.find("decoder_input_ids");
+    if (positions && dec != inputs.end() && dec->second.rank() == 2)
+      ONYX_CHECK(dec->second.dim(1) <= positions, "decoder inputs (labels) of ", dec->second.dim(1),
+                 " tokens: the ", type, " decoder has ", positions, " positions (",
+                 type == "whisper" ? "max_target_positions" : "max_position_embeddings",
+                 "); truncate the labels to at most that");
     auto ids = inputs.find("input_ids");
     if (ids == inputs.end()) return;
     Shape s = ids->second.shape();

@@ -21,7 +21,8 @@ Cases (one PASS / FAIL line each):
                    mask), ragged labels, one shared token table for both stacks and the LM head
   bart-scaled      scale_embedding (tokens * sqrt(d_model)), relu, an untrained
                    final_logits_bias that is not zero
-  whisper-wrong-length  input features not 2 * max_source_positions frames long: a clear error
+  whisper-wrong-length  input features not 2 * max_source_positions frames long, labels longer
+                  than max_target_positions: clear errors
                    naming the input and both lengths, as Transformers refuses them
   t5               T5 (relu feed-forward, decoder output scaled by d_model^-0.5): relative
                    position buckets over 16 / 14 positions (8 buckets, max_distance 12: exact,
@@ -219,7 +220,14 @@ def case_wrong_length(tmp):
              check=False)
     err = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
     ok = p.returncode != 0 and "input_features" in err and "24" in err and "20" in err
-    return ok, f"exit {p.returncode}: {err}"
+    # labels longer than the decoder's 20 positions (max_target_positions)
+    save_file({"input_features": rng.normal(0, 1, (1, 16, 24)).astype(np.float32),
+               "labels": np.full((1, 25), 5, np.int64)}, f"{d}/in2.safetensors")
+    p2 = onyx("grad", d, "--inputs", f"{d}/in2.safetensors", "--output", f"{d}/g.safetensors",
+              check=False)
+    err2 = p2.stderr.strip().splitlines()[-1] if p2.stderr.strip() else ""
+    ok = ok and p2.returncode != 0 and "max_target_positions" in err2 and "25" in err2
+    return ok, f"exit {p.returncode}: {err} | exit {p2.returncode}: {err2}"
 
 
 def generated_rows(out_file):
