@@ -605,8 +605,18 @@ void bind_functions(nb::module_& m) {
       "diffusion_sample",
       [](const std::string& model, const std::string& scheduler, int64_t steps, int64_t num_images,
          std::vector<int64_t> class_labels, int64_t batch_size, uint64_t seed,
-         const std::string& scheduler_config) {
+         const std::string& scheduler_config, nb::object encoder_hidden_states,
+         nb::object negative_encoder_hidden_states, double guidance_scale) {
         diffusion::SampleOptions o;
+        if (!encoder_hidden_states.is_none()) {
+          o.encoder_hidden_states =
+              tensor_from_array(encoder_hidden_states, "encoder_hidden_states");
+          num_images = o.encoder_hidden_states->dim(0);
+        }
+        if (!negative_encoder_hidden_states.is_none())
+          o.negative_encoder_hidden_states =
+              tensor_from_array(negative_encoder_hidden_states, "negative_encoder_hidden_states");
+        o.guidance_scale = guidance_scale;
         o.scheduler = scheduler;
         o.num_inference_steps = steps;
         o.num_images = class_labels.empty() ? num_images : (int64_t)class_labels.size();
@@ -623,9 +633,8 @@ void bind_functions(nb::module_& m) {
       "model"_a, "scheduler"_a, "num_inference_steps"_a, "num_images"_a, "class_labels"_a,
       "batch_size"_a, "seed"_a, "scheduler_config"_a, "encoder_hidden_states"_a.none(),
       "negative_encoder_hidden_states"_a.none(), "guidance_scale"_a,
-      "Images (N,C,H,W) float32 in [0, 1] from a diffusers UNet2DModel / UNet2DConditionModel "
-      "folder, as `onyx sample` "
-      "(src/diffusion/sampler.h).");
+      "Images (N,C,H,W) float32 in [0, 1] from a diffusers UNet2DModel / UNet2DConditionModel / "
+      "DiTTransformer2DModel folder, as `onyx sample` (src/diffusion/sampler.h).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,
         "Threads of onyx's kernels, oneDNN and OpenBLAS (the CLI's --threads).");
 }
