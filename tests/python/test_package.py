@@ -2018,9 +2018,11 @@ def case_diffusion_sample(onyx, tmp):
     pil = onyx.diffusion.to_pil(got1)
     ok = (np.array_equal(got1, want1) and np.array_equal(got2, want2) and got2.shape == (2, 2, 8, 8)
           and len(pil) == 3 and pil[0].size == (8, 8))
-    return ok, (f"class-conditional DDIM {got1.shape} identical to the CLI's: "
-                f"{np.array_equal(got1, want1)}; guided UNet2DConditionModel {got2.shape}: "
-                f"{np.array_equal(got2, want2)}; to_pil {len(pil)} x {pil[0].size}")
+    msg = (f"class-conditional DDIM {got1.shape} identical to the CLI's: "
+           f"{np.array_equal(got1, want1)}; guided UNet2DConditionModel {got2.shape}: "
+           f"{np.array_equal(got2, want2)}; to_pil {len(pil)} x {pil[0].size}")
+    assert ok, msg
+    return msg
 
 
 def case_seq2seq_trainer(onyx, tmp):
