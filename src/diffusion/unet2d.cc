@@ -1,9 +1,11 @@
-// diffusion/unet2d.cc — see unet2d.h. The module structure follows diffusers 0.42's UNet2DModel,
-// ResnetBlock2D, Attention (the spatial self-attention of AttnDownBlock2D / AttnUpBlock2D /
-// UNetMidBlock2D: group_norm, to_q/to_k/to_v, to_out.0, residual, rescale_output_factor),
-// Downsample2D (strided conv) and Upsample2D (nearest x2, conv). The attention is emitted as the
-// MatMul/Softmax chain the attention fusion turns into onyx.Attention; GroupNorm is ONNX
-// GroupNormalization (opset 21: per-channel scale and bias), so the graph is opset 21.
+// diffusion/unet2d.cc — see unet2d.h. The module structure follows diffusers 0.42's UNet2DModel
+// and UNet2DConditionModel: ResnetBlock2D, Attention (the spatial self-attention of
+// AttnDownBlock2D / AttnUpBlock2D / UNetMidBlock2D: group_norm, to_q/to_k/to_v, to_out.0, residual,
+// rescale_output_factor), Transformer2DModel and BasicTransformerBlock (the CrossAttn blocks'
+// self- and cross-attention and GEGLU feed-forward), Downsample2D (strided conv) and Upsample2D
+// (nearest x2, conv). Attention is emitted as the MatMul/Softmax chain the attention fusion turns
+// into onyx.Attention; GroupNorm is ONNX GroupNormalization (opset 21: per-channel scale and
+// bias), so the graph is opset 21.
 #include "diffusion/unet2d.h"
 
 #include <cmath>
