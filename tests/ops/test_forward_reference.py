@@ -190,6 +190,20 @@ class OnyxStopGradient(OpRun):
         return (x.copy(),)
 
 
+class OnyxDrawNormal(OpRun):  # the given tensor passed through (the table's rows give one)
+    op_domain = "onyx"
+
+    def _run(self, given, like):
+        return (given.copy(),)
+
+
+class OnyxDrawIntegers(OpRun):
+    op_domain = "onyx"
+
+    def _run(self, given, like, high=None):
+        return (given.copy(),)
+
+
 class MsGelu(OpRun):
     op_domain = "com.microsoft"
 
@@ -270,6 +284,7 @@ CUSTOM = {("onyx", "Gelu"): OnyxGelu, ("onyx", "LayerNormalization"): OnyxLayerN
           ("onyx", "DropoutAdd"): OnyxDropoutAdd,
           ("onyx", "LinearCrossEntropy"): OnyxLinearCrossEntropy,
           ("onyx", "LinearLogProbs"): OnyxLinearLogProbs, ("onyx", "StopGradient"): OnyxStopGradient,
+          ("onyx", "DrawNormal"): OnyxDrawNormal, ("onyx", "DrawIntegers"): OnyxDrawIntegers,
           ("onyx", "Dequantize4Bit"): OnyxDequantize4Bit, ("onyx", "MatMul4Bit"): OnyxMatMul4Bit,
           ("com.microsoft", "Gelu"): MsGelu, ("com.microsoft", "FastGelu"): MsFastGelu,
           ("com.microsoft", "BiasGelu"): MsBiasGelu}
