@@ -611,6 +611,9 @@ void bind_functions(nb::module_& m) {
         if (!encoder_hidden_states.is_none()) {
           o.encoder_hidden_states =
               tensor_from_array(encoder_hidden_states, "encoder_hidden_states");
+          ONYX_CHECK(o.encoder_hidden_states->rank() == 3,
+                     "encoder_hidden_states must be (N, sequence, dim), got ",
+                     shape_str(o.encoder_hidden_states->shape()));
           num_images = o.encoder_hidden_states->dim(0);
         }
         if (!negative_encoder_hidden_states.is_none())

@@ -85,6 +85,8 @@ int run_sample(SampleArgs& a) {
     auto f = io::load_safetensors(a.noise).tensors;
     ONYX_CHECK(f.count("latents"), "'", a.noise, "' has no 'latents'");
     o.latents = f.at("latents");
+    ONYX_CHECK(o.latents->rank() == 4, "'", a.noise, "': latents must be (N, C, H, W), got ",
+               shape_str(o.latents->shape()));
     o.num_images = o.latents->dim(0);
     if (f.count("step_noise")) o.step_noise = f.at("step_noise");
   }
@@ -93,6 +95,9 @@ int run_sample(SampleArgs& a) {
     ONYX_CHECK(f.count("encoder_hidden_states"), "'", a.conditions,
                "' has no 'encoder_hidden_states'");
     o.encoder_hidden_states = f.at("encoder_hidden_states");
+    ONYX_CHECK(o.encoder_hidden_states->rank() == 3, "'", a.conditions,
+               "': encoder_hidden_states must be (N, sequence, dim), got ",
+               shape_str(o.encoder_hidden_states->shape()));
     if (f.count("negative_encoder_hidden_states"))
       o.negative_encoder_hidden_states = f.at("negative_encoder_hidden_states");
     if (o.class_labels.empty() && !o.latents) o.num_images = o.encoder_hidden_states->dim(0);
