@@ -427,19 +427,11 @@ void set_diffusion_key(RunConfig& c, const std::string& key, const YAML::Node& v
     return;
   }
   if (key == "use_ema" || key == "ema_use_warmup") {
-    ONYX_CHECK(t == "true" || t == "false", what, ": '", key, "' must be true or false, got '", t,
-               "'");
-    (key == "use_ema" ? d.ema.enabled : d.ema.use_ema_warmup) = t == "true";
+    (key == "use_ema" ? d.ema.enabled : d.ema.use_ema_warmup) = true_or_false(t, key, what);
     return;
   }
-  double x = 0;
-  try {
-    size_t pos = 0;
-    x = std::stod(t, &pos);
-    ONYX_CHECK(pos == t.size() && x >= 0, "x");
-  } catch (const std::exception&) {
-    throw Error(cat(what, ": '", key, "' must be a number >= 0, got '", t, "'"));
-  }
+  const double x = finite_number(t, key, what);
+  ONYX_CHECK(x >= 0, what, ": '", key, "' must be a number >= 0, got '", t, "'");
   if (key == "snr_gamma") d.snr_gamma = x;
   if (key == "class_dropout_prob") {
     ONYX_CHECK(x < 1, what, ": 'class_dropout_prob' must be in [0, 1), got ", x);
@@ -449,7 +441,11 @@ void set_diffusion_key(RunConfig& c, const std::string& key, const YAML::Node& v
   if (key == "ema_min_decay") d.ema.min_decay = x;
   if (key == "ema_power") d.ema.power = x;
   if (key == "ema_inv_gamma") d.ema.inv_gamma = x;
-  if (key == "ema_update_after_step") d.ema.update_after_step = (int64_t)x;
+  if (key == "ema_update_after_step") {
+    ONYX_CHECK(x == std::floor(x) && x < 1e15, what,
+               ": 'ema_update_after_step' must be a non-negative integer, got '", t, "'");
+    d.ema.update_after_step = (int64_t)x;
+  }
 }
 
 void set_key(RunConfig& c, const std::string& key, const YAML::Node& v, const std::string& what) {
@@ -1046,9 +1042,10 @@ Model diffusion_model(const RunConfig& c) {
 
 Model model_from_config(const RunConfig& c) {
   Model m;
+  const bool diffusers = c.model_spec.empty() && diffusion::is_diffusers_folder(c.model);
   if (!c.model_spec.empty()) {
     m = model_from_spec(c);
-  } else if (diffusion::is_diffusers_folder(c.model)) {
+  } else if (diffusers) {
     m = diffusion_model(c);
   } else if (fs::is_directory(c.model)) {
     m = from_built(models::load_hf_folder(c.model, std::nullopt, c.args.seed, c.quantization,
@@ -1082,8 +1079,7 @@ Model model_from_config(const RunConfig& c) {
     models::LoraSpec spec = *c.lora;
     if (spec.base_model_name_or_path.empty()) spec.base_model_name_or_path = c.model;
     // a diffusers UNet is no PEFT task: PeftModel.from_pretrained(unet, folder) opens it
-    if (diffusion::is_diffusers_folder(c.model) && spec.task_type == "CAUSAL_LM")
-      spec.task_type = "";
+    if (diffusers && spec.task_type == "CAUSAL_LM") spec.task_type = "";
     std::map<std::string, Tensor> initial;
     if (!c.lora_initial.empty()) initial = io::load_safetensors(c.lora_initial).tensors;
     models::LoraResult r = models::apply_lora(*m.graph, spec, (uint64_t)c.args.seed, initial);
