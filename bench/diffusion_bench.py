@@ -22,14 +22,12 @@ resident set size. Also the float32 GEMM ceiling of this run (onyx_bench gemm_ce
 the convolution FLOPs of a step, to read the rates against. Prints a Markdown table and writes
 OUT/diffusion_results.json.
 """
-import argparse
 import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from seq2seq_bench import gemm_ceiling, peer_rows  # noqa: E402
+from seq2seq_bench import bench_setup, gemm_ceiling, peer_rows  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -116,18 +114,8 @@ def make_model(kind, tmp, total, rng):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="fashion,sd-blocks")
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=0, help="0: all cores")
-    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-diffusion"))
-    a = ap.parse_args()
+    a, tmp, threads, env = bench_setup("diffusion", "fashion,sd-blocks")
     import numpy as np
-    os.makedirs(a.out, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="diffusion-", dir=a.out)
-    threads = a.threads or os.cpu_count()
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     results = {}
     for kind in a.models.split(","):
         folder, data, B, n, shape, flops = make_model(kind, tmp, a.warmup + a.steps,

@@ -141,19 +141,25 @@ def gemm_ceiling(env):
                                                    p.stdout)}
 
 
-def main():
+def bench_setup(name, models):
+    """The benches' command line (--models, --steps, --warmup, --threads, --out) and what it
+    sets up: (args, a temporary folder under --out, threads, the environment for the peers)."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="whisper,t5")
+    ap.add_argument("--models", default=models)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="0: all cores")
-    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-seq2seq"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-" + name))
     a = ap.parse_args()
-    import numpy as np
     os.makedirs(a.out, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="seq2seq-", dir=a.out)
+    tmp = tempfile.mkdtemp(prefix=name + "-", dir=a.out)
     threads = a.threads or os.cpu_count()
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    return a, tmp, threads, dict(os.environ, OMP_NUM_THREADS=str(threads))
+
+
+def main():
+    a, tmp, threads, env = bench_setup("seq2seq", "whisper,t5")
+    import numpy as np
     results = {}
     for kind in a.models.split(","):
         folder, data, B, n, shape = make_model(kind, tmp, a.warmup + a.steps,
