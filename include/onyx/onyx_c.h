@@ -60,6 +60,10 @@ typedef struct onyx_trainer onyx_trainer;
 int onyx_c_api_version(void);
 /* The message of this thread's last failed call ("" when none); valid until its next call. */
 const char* onyx_last_error(void);
+/* One line on the build and this CPU, as `onyx --version` prints it: the SIMD path the kernels
+ * run (avx512, avx2, neon or portable), the compiled ones, the ones this CPU runs, and the GEMMs'
+ * instruction set. Static storage; thread-safe. */
+const char* onyx_build_info(void);
 
 /* A trainer from a run config — YAML or JSON text with the keys of an `onyx train` config file
  * (model, loss, train_data, eval_data, metrics, lora, any TrainingArguments, ...); relative paths

@@ -13,6 +13,7 @@
 
 #include "config/run_config.h"
 #include "ir/onnx_io.h"
+#include "kernels/cpu/simd/dispatch.h"
 #include "onyx/trainer.h"
 #include "passes/inference_export.h"
 #include "quant/store_4bit.h"
@@ -88,6 +89,11 @@ extern "C" {
 int onyx_c_api_version(void) { return ONYX_C_API_VERSION; }
 
 const char* onyx_last_error(void) { return last_error.c_str(); }
+
+const char* onyx_build_info(void) {
+  static const std::string info = onyx::simd::describe();
+  return info.c_str();
+}
 
 onyx_status onyx_trainer_create(const char* config_text, const char* base_dir, onyx_trainer** out) {
   if (!config_text || !out) return invalid("onyx_trainer_create: config_text and out are required");

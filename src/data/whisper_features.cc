@@ -1,13 +1,10 @@
 // data/whisper_features.cc — see whisper_features.h.
 #include "data/whisper_features.h"
 
-#include <fftw3.h>
-
 #include <algorithm>
 #include <cmath>
-#include <memory>
-#include <mutex>
 
+#include "data/stft.h"
 #include "onyx/error.h"
 
 namespace onyx::data {
@@ -28,12 +25,6 @@ double mel_to_hz(double mel) {
 // numpy.linspace(start, stop, n)[i]: start + i * step, the last exactly stop.
 double linspace(double start, double stop, int64_t n, int64_t i) {
   return i == n - 1 ? stop : start + (double)i * ((stop - start) / (double)(n - 1));
-}
-
-// FFTW plans are made under a lock (its planner is not thread-safe); executing one is.
-std::mutex& planner_lock() {
-  static std::mutex m;
-  return m;
 }
 
 void check_config(const WhisperFeatureConfig& c) {
@@ -81,30 +72,16 @@ Tensor whisper_input_features(const std::vector<float>& audio, const WhisperFeat
   for (int64_t i = 0; i < nfft; i++)
     window[i] = 0.5 - 0.5 * std::cos(2.0 * M_PI * (double)i / (double)nfft);  // periodic Hann
   const std::vector<double> filters = whisper_mel_filters(c);
-  std::vector<double> frame(nfft), power(bins);
-  std::unique_ptr<fftw_complex, decltype(&fftw_free)> spec(
-      (fftw_complex*)fftw_malloc(sizeof(fftw_complex) * bins), &fftw_free);
-  fftw_plan plan;
-  {
-    std::lock_guard<std::mutex> lock(planner_lock());
-    plan = fftw_plan_dft_r2c_1d((int)nfft, frame.data(), spec.get(), FFTW_ESTIMATE);
-  }
-  ONYX_CHECK(plan, "Whisper features: FFTW could not plan a ", nfft, "-point transform");
+  // power spectra of frames 0 .. frames-1 (the STFT's last frame, t = frames, is dropped)
+  const std::vector<double> power = stft_power(x, window, c.hop_length, frames);
   std::vector<double> logmel(M * frames);
-  for (int64_t t = 0; t < frames; t++) {  // (the STFT's last frame, t = frames, is dropped)
-    for (int64_t i = 0; i < nfft; i++) frame[i] = x[t * c.hop_length + i] * window[i];
-    fftw_execute(plan);
-    for (int64_t k = 0; k < bins; k++)
-      power[k] = spec.get()[k][0] * spec.get()[k][0] + spec.get()[k][1] * spec.get()[k][1];
+  for (int64_t t = 0; t < frames; t++) {
+    const double* p = power.data() + t * bins;
     for (int64_t m = 0; m < M; m++) {
       double s = 0;
-      for (int64_t k = 0; k < bins; k++) s += filters[k * M + m] * power[k];
+      for (int64_t k = 0; k < bins; k++) s += filters[k * M + m] * p[k];
       logmel[m * frames + t] = std::log10(std::max(s, 1e-10));
     }
-  }
-  {
-    std::lock_guard<std::mutex> lock(planner_lock());
-    fftw_destroy_plan(plan);
   }
   const double floor = *std::max_element(logmel.begin(), logmel.end()) - 8.0;
   Tensor out(DType::Float32, {M, frames});

@@ -72,6 +72,9 @@ std::shared_ptr<RewardFunction> builtin_reward(const nlohmann::json& spec, const
                                                const std::string& dir = ".");
 std::shared_ptr<RewardFunction> python_reward(const nlohmann::json& spec, const std::string& dir,
                                               const std::string& what);
+// The `regex` reward (train/regex_reward.cc; an error in a build without ICU).
+std::shared_ptr<RewardFunction> regex_reward(const std::string& name, const std::string& pattern,
+                                             bool dotall, const std::string& what);
 
 // One sampled sequence: the prompt's ids and the completion's.
 struct Rollout {

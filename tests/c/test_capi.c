@@ -279,6 +279,7 @@ int main(int argc, char** argv) {
   char path[1024];
   const char* dir = argc > 1 ? argv[1] : ".";
   check(onyx_c_api_version() == ONYX_C_API_VERSION, "onyx_c_api_version", "");
+  check(strncmp(onyx_build_info(), "cpu path ", 9) == 0, "onyx_build_info", onyx_build_info());
   make_rows(ids);
   snprintf(path, sizeof path, "%s/data.safetensors", dir);
   if (!write_data(path, ids)) {

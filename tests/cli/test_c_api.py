@@ -12,6 +12,12 @@ Cases (one PASS / FAIL line each):
               folder opens in Transformers and its exported model.onnx gives Transformers' logits
               in onnxruntime (1e-5) and continues a count
 
+With ONYX_C_BUILD=build-aarch64 ONYX_C_EMULATOR=qemu-aarch64-static (scripts/test.sh does this
+after scripts/build_aarch64.sh) the same cases run the cross-built aarch64 programs under qemu, and
+  c-example-x86-vs-aarch64  the example's printed losses (every tenth step, held-out before and
+              after) equal the x86 build's (build/onyx_c_example) within 2e-4 — what two GEMM
+              libraries' summation orders leave after 60 steps, at the 4 decimals printed
+
 Run: ONYX=build/onyx build/venv/bin/python tests/cli/test_c_api.py
 Ends with "N passed, M failed"; exits 1 if any case failed.
 """
@@ -23,14 +29,23 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
 from case_runner import run_cases  # noqa: E402
 
-BUILD = os.path.dirname(os.path.abspath(os.environ.get("ONYX", "build/onyx")))
+NATIVE_BUILD = os.path.dirname(os.path.abspath(os.environ.get("ONYX", "build/onyx")))
+BUILD = os.path.abspath(os.environ.get("ONYX_C_BUILD", NATIVE_BUILD))
+EMULATOR = os.environ.get("ONYX_C_EMULATOR", "").split()  # e.g. qemu-aarch64-static
+
+
+def c_program(name, build=None):
+    """The argv prefix that runs program `name` of BUILD (under the emulator when one is set)."""
+    if build is not None:
+        return [os.path.join(build, name)]
+    return EMULATOR + [os.path.join(BUILD, name)]
 
 
 def case_c_tests(tmp):
     scratch = os.path.join(tmp, "c-tests")
     os.makedirs(scratch)
-    p = subprocess.run([os.path.join(BUILD, "onyx_c_tests"), scratch], capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(c_program("onyx_c_tests") + [scratch], capture_output=True, text=True,
+                       timeout=600)
     passed = len(re.findall(r"^PASS ", p.stdout, re.M))
     failed = re.findall(r"^FAIL .*$", p.stdout, re.M)
     ok = p.returncode == 0 and passed >= 18 and not failed
@@ -44,8 +59,8 @@ def case_c_example(tmp):
     import torch
     import transformers as tr
     out = os.path.join(tmp, "c-example")
-    p = subprocess.run([os.path.join(BUILD, "onyx_c_example"), out], capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(c_program("onyx_c_example") + [out], capture_output=True, text=True,
+                       timeout=600)
     if p.returncode != 0:
         return False, f"exit {p.returncode}: {p.stdout[-400:]} {p.stderr[-400:]}"
     held = re.search(r"held-out loss: ([\d.]+) before, ([\d.]+) after", p.stdout)
@@ -65,8 +80,31 @@ def case_c_example(tmp):
                 if held else p.stdout[-400:])
 
 
+def printed_losses(stdout):
+    return [float(x) for x in re.findall(r"^step \d+: loss ([\d.]+)", stdout, re.M)] + \
+        [float(x) for x in re.findall(r"([\d.]+) (?:before|after)", stdout)]
+
+
+def case_c_example_across(tmp):
+    runs = {}
+    for label, argv in (("x86", c_program("onyx_c_example", NATIVE_BUILD)),
+                        ("emulated", c_program("onyx_c_example"))):
+        p = subprocess.run(argv + [os.path.join(tmp, label)], capture_output=True, text=True,
+                           timeout=600)
+        if p.returncode != 0:
+            return False, f"{label}: exit {p.returncode}: {p.stderr[-400:]}"
+        runs[label] = printed_losses(p.stdout)
+    a, b = runs["x86"], runs["emulated"]
+    diff = max((abs(x - y) for x, y in zip(a, b)), default=float("inf"))
+    ok = len(a) == len(b) == 8 and diff <= 2e-4
+    return ok, f"{len(a)} printed losses, largest difference {diff:.1e} (x86 {a[-3:]}, emulated {b[-3:]})"
+
+
 def main():
-    return run_cases([("c-tests", case_c_tests), ("c-example", case_c_example)], "onyx-test-c-")
+    cases = [("c-tests", case_c_tests), ("c-example", case_c_example)]
+    if EMULATOR:
+        cases.append(("c-example-x86-vs-aarch64", case_c_example_across))
+    return run_cases(cases, "onyx-test-c-")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ using passes::GraphIndex;
 
 ir::Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
               const std::string& domain = "") {
-  return passes::make_node(op, domain, std::move(in), std::move(out), {}, op + "_" + out[0]);
+  const std::string name =
+      op + "_" + out[0];  // before out is moved (argument order is unspecified)
+  return passes::make_node(op, domain, std::move(in), std::move(out), {}, name);
 }
 
 TEST(PassToolkit, AttributeFactories) {

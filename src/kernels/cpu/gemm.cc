@@ -5,12 +5,12 @@
 // what the libraries leave to the caller on this machine (PERF.md):
 //  - oneDNN primitive creation costs far more than running a small GEMM, so matmul primitives are
 //    cached per (shape, strides, transposes, alpha, beta, threads) in a mutex-guarded map;
-//  - OpenBLAS (Debian's pthread build) keeps its own thread pool; it is resized to the OpenMP
-//    thread count before each call so the two pools never ask for more threads than cores.
+//  - OpenBLAS (gemm_openblas.cc) is a second backend, chosen with ONYX_GEMM=openblas.
 #include "kernels/cpu/gemm.h"
 
-#include <cblas.h>
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "kernels/cpu/gemm_openblas.h"
 #include "kernels/cpu/onednn_scratch.h"
 #include "kernels/cpu/simd/dispatch.h"
 #include "kernels/cpu/simd/simd.h"
@@ -41,7 +42,11 @@ GemmBackend backend_from_env() {
   for (char& c : v) c = (char)std::tolower((unsigned char)c);
   if (v == "onednn" || v == "dnnl") return GemmBackend::OneDNN;
   if (v == "onednn_matmul") return GemmBackend::OneDNNMatmul;
-  if (v == "openblas" || v == "blas") return GemmBackend::OpenBLAS;
+  if (v == "openblas" || v == "blas") {
+    ONYX_CHECK(openblas_available(), "ONYX_GEMM=", s,
+               ": this minimal build (-DONYX_MINIMAL=ON) has no OpenBLAS; use 'onednn'");
+    return GemmBackend::OpenBLAS;
+  }
   throw Error(cat("ONYX_GEMM=", s, ": expected 'onednn', 'onednn_matmul' or 'openblas'"));
 }
 
@@ -65,28 +70,6 @@ void check_args(bool transA, bool transB, int64_t M, int64_t N, int64_t K, int64
                  ldb >= std::max<int64_t>(1, transB ? K : N) && ldc >= std::max<int64_t>(1, N),
              "sgemm: leading dimensions too small: M=", M, " N=", N, " K=", K, " transA=", transA,
              " transB=", transB, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
-}
-
-// ---- OpenBLAS --------------------------------------------------------------------------------
-
-// Keeps OpenBLAS's pthread pool at the OpenMP thread count (1 inside a parallel region, where the
-// caller's threads already occupy the cores).
-void sync_openblas_threads() {
-  static std::atomic<int> current{0};
-  int want = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (current.load(std::memory_order_relaxed) != want) {
-    openblas_set_num_threads(want);
-    current.store(want, std::memory_order_relaxed);
-  }
-}
-
-void openblas_sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
-                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                    int64_t ldc) {
-  sync_openblas_threads();
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-              (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C,
-              (blasint)ldc);
 }
 
 // ---- oneDNN ----------------------------------------------------------------------------------
@@ -423,6 +406,7 @@ void f32_to_bf16_portable(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
+#if defined(__x86_64__)
 // 16 floats -> 16 bf16 with AVX512_BF16 (round to nearest even, NaN quiet).
 __attribute__((target("avx512f,avx512bf16,avx512vl"))) void f32_to_bf16_avx512(const float* x,
                                                                                uint16_t* y,
@@ -434,6 +418,10 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void f32_to_bf16_avx512(c
   }
   if (i < n) f32_to_bf16_portable(x + i, y + i, n - i);
 }
+#else
+// (never called: cpu_has_avx512_bf16() is false off x86)
+void f32_to_bf16_avx512(const float* x, uint16_t* y, int64_t n) { f32_to_bf16_portable(x, y, n); }
+#endif
 
 // Elements per parallel chunk of the conversions (memory bound: large chunks).
 constexpr int64_t kConvertGrain = 1 << 16;
@@ -468,11 +456,15 @@ void fill_rows(void* C, int64_t R, size_t row_bytes, const void* row) {
 }
 
 bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
   static const bool has = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vl");
   }();
   return has;
+#else
+  return false;
+#endif
 }
 
 namespace {
@@ -689,7 +681,17 @@ GemmBackend gemm_backend() {
   return (GemmBackend)b;
 }
 
-void set_gemm_backend(GemmBackend b) { g_backend.store((int)b, std::memory_order_relaxed); }
+void set_gemm_backend(GemmBackend b) {
+  ONYX_CHECK(b != GemmBackend::OpenBLAS || openblas_available(),
+             "the OpenBLAS GEMM backend is not in this minimal build (-DONYX_MINIMAL=ON)");
+  g_backend.store((int)b, std::memory_order_relaxed);
+}
+
+std::vector<GemmBackend> available_gemm_backends() {
+  std::vector<GemmBackend> out = {GemmBackend::OneDNN, GemmBackend::OneDNNMatmul};
+  if (openblas_available()) out.push_back(GemmBackend::OpenBLAS);
+  return out;
+}
 
 const char* gemm_backend_name(GemmBackend b) {
   switch (b) {

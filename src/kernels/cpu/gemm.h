@@ -26,7 +26,9 @@ namespace onyx::kernels {
 enum class GemmBackend { OneDNN, OneDNNMatmul, OpenBLAS };
 
 GemmBackend gemm_backend();  // ONYX_GEMM=onednn|onednn_matmul|openblas at first use; default OneDNN
-void set_gemm_backend(GemmBackend b);
+void set_gemm_backend(GemmBackend b);  // OpenBLAS in a build without it: throws, unchanged
+// The backends this build has (OpenBLAS is left out of a minimal build, -DONYX_MINIMAL=ON).
+std::vector<GemmBackend> available_gemm_backends();
 const char* gemm_backend_name(GemmBackend b);
 
 // C(M,N) = alpha * op(A) * op(B) + beta * C.

@@ -14,6 +14,9 @@
 // last pair has a zero high half.
 #include "kernels/cpu/small_gemm_bf16.h"
 
+#include "onyx/error.h"
+
+#if defined(__x86_64__)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,7 +24,6 @@
 #include <vector>
 
 #include "kernels/cpu/simd/simd.h"
-#include "onyx/error.h"
 
 namespace onyx::kernels {
 namespace {
@@ -199,3 +201,16 @@ void small_gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
 }
 
 }  // namespace onyx::kernels
+#else  // not x86-64: no vdpbf16ps; the attention kernel takes oneDNN's bf16 matmul
+
+namespace onyx::kernels {
+
+bool small_gemm_bf16_supported() { return false; }
+
+void small_gemm_bf16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
+                     const uint16_t*, int64_t, float, float*, int64_t) {
+  throw Error("small_gemm_bf16 needs AVX512_BF16 (an x86-64 CPU)");
+}
+
+}  // namespace onyx::kernels
+#endif

@@ -57,7 +57,7 @@ void ErfArray(const float* u, float* e, int64_t n) {
     const float* ub = u + b0;
     float* eb = e + b0;
     const auto tail_mask = hn::FirstN(d, (size_t)(m - full));
-    const VF tail = hn::MaskedLoad(tail_mask, d, ub + full);  // zero-filled: zeros stay inner
+    const VF tail = LoadTail(tail_mask, d, ub + full);  // zero-filled: zeros stay inner
     auto any = ErfOuterMask(d, tail);
     for (int64_t i = 0; i < full; i += L) any = hn::Or(any, ErfOuterMask(d, hn::LoadU(d, ub + i)));
     size_t cnt = 0;
@@ -77,7 +77,7 @@ void ErfArray(const float* u, float* e, int64_t n) {
       }
       if (full < m) queue(tail, full);
     }
-    if (full < m) hn::BlendedStore(ErfInner(d, tail), tail_mask, d, eb + full);
+    if (full < m) StoreTail(ErfInner(d, tail), tail_mask, d, eb + full);
     if (cnt == 0) continue;
     hn::StoreU(hn::Zero(d), d, cu + cnt);  // defined values in the last vector
     for (size_t j = 0; j < cnt; j += L) hn::Store(ErfOuter(d, hn::Load(d, cu + j)), d, cu + j);
@@ -115,8 +115,8 @@ void GeluErfArray(const float* x, float* y, int64_t n) {
     }
     if (full < m) {  // the tail through a masked vector
       const auto tm = hn::FirstN(d, (size_t)(m - full));
-      const VF v = hn::MaskedLoad(tm, d, xb + full);
-      hn::BlendedStore(gelu(v, Erf(d, hn::Mul(v, c))), tm, d, yb + full);
+      const VF v = LoadTail(tm, d, xb + full);
+      StoreTail(gelu(v, Erf(d, hn::Mul(v, c))), tm, d, yb + full);
     }
   }
 }

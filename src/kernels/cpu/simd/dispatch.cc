@@ -38,7 +38,14 @@ struct Path {
 // Highway 1.0.3 treats as unable to build EMU128), else HWY_EMU128; the build has no -march, so it
 // is always compiled.
 constexpr int64_t kPortable = HWY_SCALAR | HWY_EMU128;
+#if HWY_ARCH_X86
 constexpr Path kPaths[] = {{"avx512", HWY_AVX3}, {"avx2", HWY_AVX2}, {"portable", kPortable}};
+#else
+// aarch64: NEON (with AES, as Highway's NEON target needs) and the portable path; SVE is not
+// compiled (CMakeLists.txt says why), its names are here so ONYX_CPU=sve says so.
+constexpr Path kPaths[] = {
+    {"sve2", HWY_SVE2}, {"sve", HWY_SVE}, {"neon", HWY_NEON}, {"portable", kPortable}};
+#endif
 
 // The targets this CPU runs, asked of Highway once, before any selection disables some.
 int64_t cpu_targets() {
@@ -62,7 +69,7 @@ struct SelectAtStartup {
     try {
       const std::string path = env && *env ? env : "auto";
       select_path(path);
-      if (path == "avx2" || path == "portable") {
+      if (HWY_ARCH_X86 && (path == "avx2" || path == "portable")) {
         auto isa = path == "avx2" ? dnnl::cpu_isa::avx2 : dnnl::cpu_isa::sse41;
         if (dnnl::set_max_cpu_isa(isa) != dnnl::status::success)
           throw Error("oneDNN did not accept an instruction-set cap");
@@ -105,8 +112,11 @@ void select_path(const std::string& path) {
       want = &p;
       break;
     }
-  if (!want)
-    throw Error(cat("unknown CPU path '", path, "' (expected auto, avx512, avx2 or portable)"));
+  if (!want) {
+    std::string names = "auto";
+    for (const Path& p : kPaths) names += cat(", ", p.name);
+    throw Error(cat("unknown CPU path '", path, "' (expected ", names, ")"));
+  }
   if (!(HWY_TARGETS & want->target))
     throw Error(cat("CPU path '", want->name, "' is not compiled into this build"));
   if (!runs(*want))
@@ -122,6 +132,7 @@ void select_path(const std::string& path) {
 bool native_bf16_conversions() { return g_native_bf16; }
 
 std::string onednn_isa() {
+  if (!HWY_ARCH_X86) return "aarch64";  // oneDNN's aarch64 levels are not in its public enum
   using I = dnnl::cpu_isa;
   switch (dnnl::get_effective_cpu_isa()) {
     case I::sse41:

@@ -1,17 +1,20 @@
 // kernels/cpu/simd/dispatch.h — which SIMD path the hand-written kernels run (AVX-512, AVX2 or
-// portable), chosen once at start-up from the CPU's features, or forced.
+// portable on x86-64; NEON or portable on aarch64), chosen once at start-up from the CPU's
+// features, or forced.
 //
 // The kernels in this directory are compiled once per path by Highway (foreach_target.h) and
 // called through its dynamic dispatch tables; this file picks the table entry. ONYX_CPU (read at
-// program start: auto | avx512 | avx2 | portable) forces a path, so CI runs the kernel tables on
-// every one; forcing a path the CPU lacks is an error at start-up.
+// program start: auto | avx512 | avx2 | neon | portable) forces a path, so CI runs the kernel
+// tables on every one; forcing a path the CPU lacks or the build has not compiled is an error at
+// start-up.
 #pragma once
 #include <string>
 #include <vector>
 
 namespace onyx::simd {
 
-// The paths compiled into this build, best first: "avx512", "avx2", "portable".
+// The paths compiled into this build, best first: "avx512", "avx2", "portable" (x86-64) or
+// "neon", "portable" (aarch64).
 std::vector<std::string> compiled_paths();
 // The compiled paths this CPU can run.
 std::vector<std::string> supported_paths();

@@ -23,8 +23,9 @@ using kernels::Philox4x32;
 
 // The 32 words of dropout group `g` in element order: element j of the group takes word j / 8 of
 // counter {lo32(8g + j % 8), hi32(8g + j % 8), 0, 0}.
+// (NEON's 128-bit vectors hold four of the eight generators: it takes the scalar loop.)
 HWY_INLINE void GroupWords(uint64_t g, uint32_t k0, uint32_t k1, uint32_t* HWY_RESTRICT u) {
-#if HWY_TARGET == HWY_SCALAR
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_NEON
   for (int l = 0; l < 8; l++) {
     const Philox4x32::Counter c = Philox4x32::generate(
         {(uint32_t)(g * 8 + l), (uint32_t)((g * 8 + l) >> 32), 0, 0}, {k0, k1});

@@ -8,7 +8,9 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/simd/layout.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 

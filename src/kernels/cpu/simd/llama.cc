@@ -88,11 +88,11 @@ ONYX_SIMD_NO_FP_CONTRACT HWY_INLINE void RotaryRowT(const float* x, const float*
   }
   if (i < h) {
     const auto m = hn::FirstN(d, (size_t)(h - i));
-    RotaryVec<TRANSPOSED>(hn::MaskedLoad(m, d, x + i), hn::MaskedLoad(m, d, x + h + i),
-                          hn::MaskedLoad(m, d, c + i), hn::MaskedLoad(m, d, c + h + i),
-                          hn::MaskedLoad(m, d, s + i), hn::MaskedLoad(m, d, s + h + i), y1, y2);
-    hn::BlendedStore(y1, m, d, y + i);
-    hn::BlendedStore(y2, m, d, y + h + i);
+    RotaryVec<TRANSPOSED>(LoadTail(m, d, x + i), LoadTail(m, d, x + h + i), LoadTail(m, d, c + i),
+                          LoadTail(m, d, c + h + i), LoadTail(m, d, s + i),
+                          LoadTail(m, d, s + h + i), y1, y2);
+    StoreTail(y1, m, d, y + i);
+    StoreTail(y2, m, d, y + h + i);
   }
 }
 

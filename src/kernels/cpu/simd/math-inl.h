@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 HWY_BEFORE_NAMESPACE();
 namespace onyx::simd::HWY_NAMESPACE {
@@ -28,13 +29,41 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// x's NaN lanes into y (the portable path; the x86 ones already propagate them).
+// x's NaN lanes into y (the portable and NEON paths, whose Min / Max return the number beside a
+// NaN; the x86 ones already propagate them).
 template <class D, class V>
 HWY_INLINE V KeepNaN(D, V x, V y) {
-#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_NEON
   return hn::IfThenElse(hn::IsNaN(x), x, y);
 #else
   return y;
+#endif
+}
+
+// The tail of an array, m = FirstN(d, count): LoadTail reads its count elements (zeros after
+// them), StoreTail writes them, and neither touches memory past them. x86's masked loads and
+// stores skip the lanes off the mask; NEON has none — Highway's MaskedLoad there reads the whole
+// vector (past the array's end, which may fault at a page's edge) and its BlendedStore rewrites it
+// (racing with a thread that writes just past the end) — so there the tail goes through a buffer.
+template <class D, class M, typename T>
+HWY_INLINE hn::Vec<D> LoadTail(M m, D d, const T* HWY_RESTRICT p) {
+#if HWY_TARGET == HWY_NEON
+  HWY_ALIGN T buf[hn::MaxLanes(D())] = {};
+  std::memcpy(buf, p, hn::CountTrue(d, m) * sizeof(T));
+  return hn::Load(d, buf);
+#else
+  return hn::MaskedLoad(m, d, p);
+#endif
+}
+
+template <class D, class M, typename T>
+HWY_INLINE void StoreTail(hn::Vec<D> v, M m, D d, T* HWY_RESTRICT p) {
+#if HWY_TARGET == HWY_NEON
+  HWY_ALIGN T buf[hn::MaxLanes(D())];
+  hn::Store(v, d, buf);
+  std::memcpy(p, buf, hn::CountTrue(d, m) * sizeof(T));
+#else
+  hn::BlendedStore(v, m, d, p);
 #endif
 }
 
@@ -187,8 +216,8 @@ HWY_INLINE void ForEachVector(int64_t n, F body) {
          [d, i](VF v, float* p) { hn::StoreU(v, d, p + i); });
   if (i < n) {
     const auto m = hn::FirstN(d, (size_t)(n - i));
-    body([d, i, m](const float* p) { return hn::MaskedLoad(m, d, p + i); },
-         [d, i, m](VF v, float* p) { hn::BlendedStore(v, m, d, p + i); });
+    body([d, i, m](const float* p) { return LoadTail(m, d, p + i); },
+         [d, i, m](VF v, float* p) { StoreTail(v, m, d, p + i); });
   }
 }
 

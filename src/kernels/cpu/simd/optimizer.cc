@@ -84,12 +84,11 @@ void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, const 
   }
   if (i < n) {  // the missing lanes are zeros, computed and not stored
     const auto t = hn::FirstN(d, (size_t)(n - i));
-    VF pi = hn::MaskedLoad(t, d, p + i), mi = hn::MaskedLoad(t, d, m + i),
-       vi = hn::MaskedLoad(t, d, v + i);
-    AdamWVec(d, k, hn::MaskedLoad(t, d, g + i), pi, mi, vi);
-    hn::BlendedStore(pi, t, d, p + i);
-    hn::BlendedStore(mi, t, d, m + i);
-    hn::BlendedStore(vi, t, d, v + i);
+    VF pi = LoadTail(t, d, p + i), mi = LoadTail(t, d, m + i), vi = LoadTail(t, d, v + i);
+    AdamWVec(d, k, LoadTail(t, d, g + i), pi, mi, vi);
+    StoreTail(pi, t, d, p + i);
+    StoreTail(mi, t, d, m + i);
+    StoreTail(vi, t, d, v + i);
   }
 }
 
@@ -133,11 +132,11 @@ void SgdRange(float* p, const float* g, float* buf, int64_t n, const SgdConstant
   }
   if (i < n) {
     const auto t = hn::FirstN(d, (size_t)(n - i));
-    VF b = kReadBuf ? hn::MaskedLoad(t, d, buf + i) : hn::Zero(d);
-    VF pi = SgdVec<kDecay, kMomentum, kFirst, kNesterov>(
-        d, wd, mu, nlr, hn::MaskedLoad(t, d, p + i), hn::MaskedLoad(t, d, g + i), b);
-    if constexpr (kMomentum) hn::BlendedStore(b, t, d, buf + i);
-    hn::BlendedStore(pi, t, d, p + i);
+    VF b = kReadBuf ? LoadTail(t, d, buf + i) : hn::Zero(d);
+    VF pi = SgdVec<kDecay, kMomentum, kFirst, kNesterov>(d, wd, mu, nlr, LoadTail(t, d, p + i),
+                                                         LoadTail(t, d, g + i), b);
+    if constexpr (kMomentum) StoreTail(b, t, d, buf + i);
+    StoreTail(pi, t, d, p + i);
   }
 }
 

@@ -31,7 +31,7 @@ HWY_INLINE float RowSum(const float* x, int64_t n) {
     a3 = hn::Add(a3, hn::LoadU(d, x + i + 3 * L));
   }
   for (; i + L <= n; i += L) a0 = hn::Add(a0, hn::LoadU(d, x + i));
-  if (i < n) a1 = hn::Add(a1, hn::MaskedLoad(hn::FirstN(d, (size_t)(n - i)), d, x + i));
+  if (i < n) a1 = hn::Add(a1, LoadTail(hn::FirstN(d, (size_t)(n - i)), d, x + i));
   return ReduceSum(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)));
 }
 
@@ -52,7 +52,7 @@ HWY_INLINE float RowSumSqDev(const float* x, int64_t n, float c) {
   }
   if (i < n) {
     const auto m = hn::FirstN(d, (size_t)(n - i));
-    VF d0 = hn::IfThenElseZero(m, hn::Sub(hn::MaskedLoad(m, d, x + i), vc));
+    VF d0 = hn::IfThenElseZero(m, hn::Sub(LoadTail(m, d, x + i), vc));
     a1 = hn::MulAdd(d0, d0, a1);
   }
   return ReduceSum(d, hn::Add(a0, a1));
@@ -74,7 +74,7 @@ HWY_INLINE float RowExtreme(const float* x, int64_t n) {
   for (; i + L <= n; i += L) a0 = op(a0, hn::LoadU(d, x + i));
   if (i < n) {
     const auto m = hn::FirstN(d, (size_t)(n - i));
-    a1 = op(a1, hn::IfThenElse(m, hn::MaskedLoad(m, d, x + i), ident));
+    a1 = op(a1, hn::IfThenElse(m, LoadTail(m, d, x + i), ident));
   }
   return MAX ? ReduceMax(d, op(a0, a1)) : ReduceMin(d, op(a0, a1));
 }
@@ -94,8 +94,8 @@ HWY_INLINE float RowSumExp(const float* x, int64_t n, float mx, float* y) {
   }
   if (i < n) {
     const auto m = hn::FirstN(d, (size_t)(n - i));
-    VF e = hn::IfThenElseZero(m, ExpNeg(d, hn::Sub(hn::MaskedLoad(m, d, x + i), vm)));
-    if (y) hn::BlendedStore(e, m, d, y + i);
+    VF e = hn::IfThenElseZero(m, ExpNeg(d, hn::Sub(LoadTail(m, d, x + i), vm)));
+    if (y) StoreTail(e, m, d, y + i);
     acc = hn::Add(acc, e);
   }
   return ReduceSum(d, acc);

@@ -54,7 +54,7 @@ void SoftmaxGradRow(const float* dy, const float* y, float* dx, int64_t n) {
   for (; i + L <= n; i += L) a0 = hn::MulAdd(hn::LoadU(d, dy + i), hn::LoadU(d, y + i), a0);
   if (i < n) {
     const auto m = hn::FirstN(d, (size_t)(n - i));
-    a1 = hn::MulAdd(hn::MaskedLoad(m, d, dy + i), hn::MaskedLoad(m, d, y + i), a1);
+    a1 = hn::MulAdd(LoadTail(m, d, dy + i), LoadTail(m, d, y + i), a1);
   }
   const VF vs = hn::Set(d, ReduceSum(d, hn::Add(a0, a1)));
   ForEachVector(n, [&](auto ld, auto st) { st(hn::Mul(ld(y), hn::Sub(ld(dy), vs)), dx); });
