@@ -9,7 +9,8 @@ dataset, as a device without tokenizers would hold them), full fine-tune, batch 
   build/venv/bin/python bench/device_bench.py [--steps 30] [--qemu]
 
 Builds what is missing, incrementally: build-minimal/ (x86-64 minimal: onyx_c, onyx_c_train) and,
-through scripts/build_aarch64.sh, build-aarch64/. --qemu also runs the fine-tune on the aarch64
+through scripts/build_aarch64.sh, build-aarch64/ and build-aarch64-full/ (the full build against an
+unpacked arm64 Debian; its sizes count that sysroot's libraries). --qemu also runs the fine-tune on the aarch64
 build under qemu-aarch64-static (its peak RSS includes the emulator's; its time is not a speed).
 Prints Markdown tables (the README's "On a device" section is one run of it).
 """
@@ -44,26 +45,39 @@ def needed(path):
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", sh(["readelf", "-d", path]))
 
 
-def loaded_libraries(lib, arch):
-    """The shared libraries `lib` loads (transitively), by path, without the C/C++ runtimes."""
+def loaded_libraries(lib, arch, root="/"):
+    """The shared libraries `lib` loads (transitively) from the system at `root`, by path, without
+    the C/C++ runtimes."""
+    dirs = [os.path.join(root, d.lstrip("/")) for d in LIBDIRS[arch]]
     seen, todo = {}, needed(lib)
     while todo:
         name = todo.pop()
         if name in seen or name.startswith(RUNTIMES):
             continue
-        path = next((os.path.join(d, name) for d in LIBDIRS[arch] if os.path.exists(os.path.join(d, name))), None)
-        assert path, f"{name} (needed by {lib}) not found in {LIBDIRS[arch]}"
-        seen[name] = os.path.realpath(path)
+        path = next((os.path.join(d, name) for d in dirs if os.path.exists(os.path.join(d, name))), None)
+        assert path, f"{name} (needed by {lib}) not found in {dirs}"
+        seen[name] = os.path.realpath(path) if root == "/" else resolve_in(root, path)
         todo += needed(path)
     return seen
 
 
-def sizes(lib, arch):
+def resolve_in(root, path):
+    """`path` with its symbolic links followed inside `root` (a sysroot's absolute links)."""
+    for _ in range(40):
+        if not os.path.islink(path):
+            return path
+        target = os.readlink(path)
+        path = os.path.join(root, target.lstrip("/")) if os.path.isabs(target) else \
+            os.path.join(os.path.dirname(path), target)
+    raise RuntimeError(f"too many links at {path}")
+
+
+def sizes(lib, arch, root="/"):
     with tempfile.TemporaryDirectory() as tmp:
         stripped = os.path.join(tmp, "lib.so")
         sh([STRIP[arch], "-o", stripped, lib])
         own = os.path.getsize(stripped)
-    deps = loaded_libraries(lib, arch)
+    deps = loaded_libraries(lib, arch, root)
     dep_bytes = sum(os.path.getsize(p) for p in set(deps.values()))
     return own, dep_bytes, sorted(deps)
 
@@ -127,10 +141,13 @@ def main():
               ("minimal", "x86-64"): build_minimal_x86()}
     subprocess.run(["bash", os.path.join(REPO, "scripts", "build_aarch64.sh"), "onyx_c", "onyx_c_train"], check=True)
     builds[("minimal", "aarch64")] = os.path.join(REPO, "build-aarch64")
+    subprocess.run(["bash", os.path.join(REPO, "scripts", "build_aarch64.sh"), "--full", "onyx_c"], check=True)
+    builds[("full", "aarch64")] = os.path.join(REPO, "build-aarch64-full")
+    roots = {("full", "aarch64"): os.path.join(REPO, "build-aarch64-full", "sysroot")}
     print("| build | arch | libonyx_c.so stripped | + libraries it loads | libraries |")
     print("|---|---|---|---|---|")
     for (kind, arch), d in builds.items():
-        own, dep, names = sizes(os.path.join(d, "libonyx_c.so"), arch)
+        own, dep, names = sizes(os.path.join(d, "libonyx_c.so"), arch, roots.get((kind, arch), "/"))
         print(f"| {kind} | {arch} | {own / 2**20:.1f} MiB | {(own + dep) / 2**20:.1f} MiB | "
               f"{', '.join(n.split('.so')[0] for n in names)} |")
     with tempfile.TemporaryDirectory() as tmp:

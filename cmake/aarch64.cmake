@@ -18,3 +18,19 @@ if(ONYX_AARCH64_OVERLAY)
   list(APPEND CMAKE_PREFIX_PATH ${ONYX_AARCH64_OVERLAY}/usr)
 endif()
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+
+# The full build (scripts/build_aarch64.sh --full) compiles against a whole arm64 Debian unpacked
+# into ONYX_AARCH64_SYSROOT instead (the -dev packages of OpenMPI, ICU, OpenBLAS and Cairo cannot
+# be installed beside their amd64 twins at all): headers, libraries, CMake and pkg-config files
+# from there only (OpenMPI by its library names: scripts/build_aarch64.sh --full names them, as its
+# compiler wrapper is an x86 program).
+if(ONYX_AARCH64_SYSROOT)
+  set(CMAKE_SYSROOT ${ONYX_AARCH64_SYSROOT})
+  set(CMAKE_FIND_ROOT_PATH ${ONYX_AARCH64_SYSROOT})
+  set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+  set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+  set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+  set(ENV{PKG_CONFIG_SYSROOT_DIR} ${ONYX_AARCH64_SYSROOT})
+  set(ENV{PKG_CONFIG_LIBDIR}
+      "${ONYX_AARCH64_SYSROOT}/usr/lib/aarch64-linux-gnu/pkgconfig:${ONYX_AARCH64_SYSROOT}/usr/share/pkgconfig")
+endif()

@@ -61,7 +61,8 @@ gtest_tally() {  # gtest_tally LOG RC LABEL: a gtest run's counts from its log i
   local log=$1 rc=$2 label=$3 np nf ns
   np=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\..*/\1/p' "$log" | tail -1)
   nf=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -1)
-  ns=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -1)
+  # ("N tests." under --gtest_brief, "N tests, listed below:" without it)
+  ns=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}[.,].*/\1/p' "$log" | tail -1)
   np=${np:-0} nf=${nf:-0} ns=${ns:-0}
   [ "$rc" -ne 0 ] && [ "$nf" -eq 0 ] && nf=1
   grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -20
