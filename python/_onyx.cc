@@ -606,8 +606,9 @@ void bind_functions(nb::module_& m) {
       [](const std::string& model, const std::string& scheduler, int64_t steps, int64_t num_images,
          std::vector<int64_t> class_labels, int64_t batch_size, uint64_t seed,
          const std::string& scheduler_config, nb::object encoder_hidden_states,
-         nb::object negative_encoder_hidden_states, double guidance_scale) {
+         nb::object negative_encoder_hidden_states, double guidance_scale, double eta) {
         diffusion::SampleOptions o;
+        o.eta = eta;
         if (!encoder_hidden_states.is_none()) {
           o.encoder_hidden_states =
               tensor_from_array(encoder_hidden_states, "encoder_hidden_states");
@@ -635,7 +636,7 @@ void bind_functions(nb::module_& m) {
       },
       "model"_a, "scheduler"_a, "num_inference_steps"_a, "num_images"_a, "class_labels"_a,
       "batch_size"_a, "seed"_a, "scheduler_config"_a, "encoder_hidden_states"_a.none(),
-      "negative_encoder_hidden_states"_a.none(), "guidance_scale"_a,
+      "negative_encoder_hidden_states"_a.none(), "guidance_scale"_a, "eta"_a,
       "Images (N,C,H,W) float32 in [0, 1] from a diffusers UNet2DModel / UNet2DConditionModel / "
       "DiTTransformer2DModel folder, as `onyx sample` (src/diffusion/sampler.h).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,

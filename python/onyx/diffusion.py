@@ -15,10 +15,10 @@ __all__ = ["sample", "to_pil"]
 
 def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inference_steps=None,
            batch_size=64, seed=0, scheduler_config=None, encoder_hidden_states=None,
-           negative_encoder_hidden_states=None, guidance_scale=1.0):
+           negative_encoder_hidden_states=None, guidance_scale=1.0, eta=0.0):
     """Images (N, C, H, W) float32 in [0, 1] as a numpy array. `class_labels`: one per image for
     a class-conditional UNet (then num_images is their number). `scheduler`: "ddpm" or "ddim"
-    (eta 0); `num_inference_steps` defaults to the pipelines' (1000, 50). `scheduler_config`: a
+    (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise); `num_inference_steps` defaults to the pipelines' (1000, 50). `scheduler_config`: a
     scheduler_config.json (default: the folder's, else DDPMScheduler's defaults). A
     UNet2DConditionModel takes `encoder_hidden_states` (N, S, D) float32 (the text encoder's
     output per image), and with guidance_scale > 1 `negative_encoder_hidden_states` (the empty or
@@ -31,7 +31,7 @@ def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inferen
                                   int(num_images), [int(c) for c in (class_labels or [])],
                                   int(batch_size), int(seed), str(scheduler_config or ""),
                                   arr(encoder_hidden_states), arr(negative_encoder_hidden_states),
-                                  float(guidance_scale))
+                                  float(guidance_scale), float(eta))
 
 
 def to_pil(images):

@@ -181,14 +181,17 @@ void NoiseSchedule::ddpm_step(const float* out, int64_t t, int64_t prev_t, const
   }
 }
 
-void NoiseSchedule::ddim_step(const float* out, int64_t t, int64_t prev_t, float* x,
-                              int64_t n) const {
+void NoiseSchedule::ddim_step(const float* out, int64_t t, int64_t prev_t, float eta,
+                              const float* noise, float* x, int64_t n) const {
   const float a_t = alphas_cumprod_.at(t);
   const float a_prev = prev_t >= 0           ? alphas_cumprod_.at(prev_t)
                        : c_.set_alpha_to_one ? 1.0f
                                              : alphas_cumprod_.at(0);
-  const float b_t = 1 - a_t;
-  const float dir = std::pow(1 - a_prev - 0.0f, 0.5f);  // eta = 0: std_dev_t = 0
+  const float b_t = 1 - a_t, b_prev = 1 - a_prev;
+  // DDIMScheduler._get_variance, and std_dev_t = eta * variance ** 0.5 (float32, as there)
+  const float variance = (b_prev / b_t) * (1 - a_t / a_prev);
+  const float std_dev = eta * std::pow(variance, 0.5f);
+  const float dir = std::pow(1 - a_prev - std_dev * std_dev, 0.5f);
   for (int64_t i = 0; i < n; i++) {
     const float x0 = predict_x0(out[i], x[i], a_t, b_t);
     const float eps = c_.prediction_type == "epsilon" ? out[i]
@@ -196,6 +199,7 @@ void NoiseSchedule::ddim_step(const float* out, int64_t t, int64_t prev_t, float
                           ? (x[i] - std::pow(a_t, 0.5f) * out[i]) / std::pow(b_t, 0.5f)
                           : std::pow(a_t, 0.5f) * out[i] + std::pow(b_t, 0.5f) * x[i];
     x[i] = std::pow(a_prev, 0.5f) * x0 + dir * eps;
+    if (eta > 0) x[i] = x[i] + std_dev * noise[i];
   }
 }
 

@@ -52,11 +52,12 @@ class NoiseSchedule {
 
   // One reverse step on x_t (n floats) given the model output at t; `prev_t` is the next timestep
   // of inference_timesteps (or -1 after the last). DDPM adds sigma_t * noise (n floats; unused at
-  // t = 0); DDIM with eta = 0 is deterministic.
+  // t = 0); DDIM adds eta * sigma_t * noise (DDIMScheduler.step's variance_noise; unread when
+  // eta is 0, which is deterministic).
   void ddpm_step(const float* model_output, int64_t t, int64_t prev_t, const float* noise,
                  float* sample, int64_t n) const;
-  void ddim_step(const float* model_output, int64_t t, int64_t prev_t, float* sample,
-                 int64_t n) const;
+  void ddim_step(const float* model_output, int64_t t, int64_t prev_t, float eta,
+                 const float* noise, float* sample, int64_t n) const;
 
  private:
   // x0 predicted from x_t and the model output, then clipped (clip_sample).

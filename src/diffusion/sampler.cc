@@ -4,6 +4,7 @@
 #include "diffusion/sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/normal_draw.h"
@@ -66,6 +67,10 @@ void check_conditions(const Denoiser& d, const SampleOptions& o, int64_t N) {
 void check_options(const Denoiser& d, const SampleOptions& o, const Shape& image, int64_t steps) {
   const int64_t N = o.num_images;
   ONYX_CHECK(N >= 1 && N <= 100000, "num_images must be in [1, 100000], got ", N);
+  ONYX_CHECK(std::isfinite(o.eta) && o.eta >= 0 && o.eta <= 1, "eta must be in [0, 1], got ",
+             o.eta);
+  ONYX_CHECK(o.eta == 0 || o.scheduler == "ddim", "eta is DDIM's (the scheduler is '", o.scheduler,
+             "')");
   ONYX_CHECK(o.batch_size >= 1, "batch_size must be >= 1");
   const int64_t m = d.size_multiple;
   ONYX_CHECK(image[2] % m == 0 && image[3] % m == 0, "image size ", image[2], "x", image[3],
@@ -169,15 +174,17 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
       feeds["timestep"] =
           Tensor::from_vector<int64_t>(DType::Int64, {B}, std::vector<int64_t>(B, t));
       Tensor y = model_output(d, session, feeds, o, b, e);
-      if (o.scheduler == "ddpm") {
+      if (o.scheduler == "ddpm" || o.eta > 0) {
         const float* given =
             o.step_noise ? o.step_noise->data<float>() + i * N * per_image : nullptr;
         noise_rows(given, o.seed, (uint64_t)i + 1, b, e, per_image, noise.data<float>());
+      }
+      if (o.scheduler == "ddpm")
         s.ddpm_step(y.data<float>(), t, i + 1 < steps ? ts[i + 1] : -1, noise.data<float>(),
                     x.data<float>(), x.numel());
-      } else {
-        s.ddim_step(y.data<float>(), t, t - s.steps() / steps, x.data<float>(), x.numel());
-      }
+      else
+        s.ddim_step(y.data<float>(), t, t - s.steps() / steps, (float)o.eta, noise.data<float>(),
+                    x.data<float>(), x.numel());
       if (on_step)
         on_step(b / o.batch_size * steps + i + 1, (N + o.batch_size - 1) / o.batch_size * steps);
     }

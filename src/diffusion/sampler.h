@@ -18,7 +18,8 @@
 namespace onyx::diffusion {
 
 struct SampleOptions {
-  std::string scheduler = "ddpm";   // ddpm | ddim (DDIMScheduler from the same config, eta 0)
+  std::string scheduler = "ddpm";   // ddpm | ddim (DDIMScheduler from the same config)
+  double eta = 0;                   // DDIM's eta (DDIMPipeline's): the share of DDPM's noise, 0..1
   int64_t num_inference_steps = 0;  // 0: the pipeline's default (DDPM 1000, DDIM 50)
   int64_t num_images = 1;
   std::vector<int64_t> class_labels;  // one per image for a class-conditional UNet
@@ -32,7 +33,7 @@ struct SampleOptions {
   std::optional<Tensor> encoder_hidden_states, negative_encoder_hidden_states;
   double guidance_scale = 1.0;
   // Given noise instead of drawn (to compare with diffusers from the same draws): the starting
-  // latents (N,C,H,W) and DDPM's per-step noise (steps,N,C,H,W).
+  // latents (N,C,H,W) and the per-step noise of DDPM and of DDIM with eta > 0 (steps,N,C,H,W).
   std::optional<Tensor> latents, step_noise;
 };
 

@@ -17,6 +17,7 @@
                   the key, nothing written
   bad-inputs      a weights file of another shape, class labels outside num_class_embeds (train
                   and sample), too many inference steps, an unconditional sample given labels,
+                  DDIM's eta outside [0, 1] or given to DDPM,
                   a noise_scheduler with an unknown beta_schedule: exit 1 with the reason
 
 Run: ONYX=build/onyx build/venv/bin/python tests/cli/test_diffusion_cli.py [filter]
@@ -200,6 +201,8 @@ def case_bad_inputs(tmp):
     check(["sample", out, "--num_images", "2"], "class-conditional")
     check(["sample", out, "--per_class", "1", "--num_inference_steps", "5000"],
           "num_inference_steps 5000")
+    check(["sample", out, "--per_class", "1", "--scheduler", "ddim", "--eta", "1.5"], "eta", "1.5")
+    check(["sample", out, "--per_class", "1", "--eta", "0.5"], "eta is DDIM's", "ddpm")
     d = unet_folder(tmp, "uncond", num_class_embeds=None)
     onyx("train", train_config(tmp, d, data, f"{tmp}/uncond-out"), "--max_steps", "1")
     check(["sample", f"{tmp}/uncond-out", "--class_labels", "1"], "unconditional")

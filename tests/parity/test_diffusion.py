@@ -33,6 +33,8 @@ PASS / FAIL line each):
                    (num_inference_steps 12, output_type np): final images within 1e-4 absolute
   ddim-pipeline    the same for DDIMPipeline (DDIMScheduler.from_config of the same scheduler,
                    eta 0, 10 steps, trailing timestep spacing)
+  ddim-eta-pipeline DDIMPipeline with eta 0.6: `onyx sample --eta 0.6 --noise` with the latents and
+                   the variance noise DDIMScheduler.step drew at every step: the same images (1e-4)
   ddim-classes     cls's class-conditional UNet: `onyx sample --class_labels` against
                    DDIMPipeline's loop with the class labels passed to the UNet (8 steps)
   ddim-guidance    cond's UNet2DConditionModel: `onyx sample --encoder_hidden_states` (prompt and
@@ -290,29 +292,33 @@ def sample_with_onyx(d, draws, steps, scheduler, extra=()):
 def case_pipeline(tmp, kind):
     import diffusers.pipelines.ddim.pipeline_ddim as pddim
     import diffusers.pipelines.ddpm.pipeline_ddpm as pddpm
+    import diffusers.schedulers.scheduling_ddim as sddim
     import diffusers.schedulers.scheduling_ddpm as sddpm
     from diffusers import DDIMPipeline, DDIMScheduler, DDPMPipeline
     d, model, scheduler = make(tmp, "shift")
     model.eval()
     if kind == "ddpm":
         pipe, steps, mods = DDPMPipeline(unet=model, scheduler=scheduler), 12, (pddpm, sddpm)
-        extra = ()
-    else:
+        extra, eta = (), {}
+    else:  # ddim, or ddim-eta: DDIMPipeline's eta 0.6, the scheduler's variance noise captured
         ddim = DDIMScheduler.from_config(scheduler.config, timestep_spacing="trailing")
         with open(f"{d}/ddim.json", "w") as f:
             json.dump(dict(ddim.config), f)
-        pipe, steps, mods = DDIMPipeline(unet=model, scheduler=ddim), 10, (pddim,)
+        pipe, steps, mods = DDIMPipeline(unet=model, scheduler=ddim), 10, (pddim, sddim)
         extra = ("--scheduler_config", f"{d}/ddim.json")
+        eta = {"eta": 0.6} if kind == "ddim-eta" else {}
+        extra += ("--eta", "0.6") if eta else ()
     pipe.set_progress_bar_config(disable=True)
     with CapturedNoise(*mods) as cap, torch.no_grad():
         ref = pipe(batch_size=3, generator=torch.Generator().manual_seed(0),
-                   num_inference_steps=steps, output_type="np").images  # (N,H,W,C)
-    want = 1 + (steps - 1 if kind == "ddpm" else 0)  # DDPM draws no noise at t = 0
+                   num_inference_steps=steps, output_type="np", **eta).images  # (N,H,W,C)
+    # DDPM draws no noise at t = 0; DDIM with eta > 0 at every step
+    want = 1 + (steps - 1 if kind == "ddpm" else steps if eta else 0)
     if len(cap.draws) != want:
         return False, f"captured {len(cap.draws)} draws, expected {want}"
     if kind == "ddpm":
         cap.draws.append(torch.zeros_like(cap.draws[0]))  # the last step's (unused) noise
-    got = sample_with_onyx(d, cap.draws, steps, kind, extra).transpose(0, 2, 3, 1)
+    got = sample_with_onyx(d, cap.draws, steps, kind.split("-")[0], extra).transpose(0, 2, 3, 1)
     e = float(np.abs(got - ref).max())
     return e <= TOL, f"{steps} steps, 3 images, largest absolute difference {e:.1e}"
 
@@ -597,6 +603,7 @@ def main():
         cases.append((f"{name}-grad", lambda t, n=name: case_grad(t, n)))
     cases.append(("ddpm-pipeline", lambda t: case_pipeline(t, "ddpm")))
     cases.append(("ddim-pipeline", lambda t: case_pipeline(t, "ddim")))
+    cases.append(("ddim-eta-pipeline", lambda t: case_pipeline(t, "ddim-eta")))
     cases.append(("ddim-classes", case_ddim_classes))
     cases.append(("ddim-guidance", case_ddim_guidance))
     cases.append(("train-ema-snr", lambda t: case_train(t, "cls")))

@@ -2078,12 +2078,13 @@ def case_diffusion_sample(onyx, tmp):
     save_file({"encoder_hidden_states": cond, "negative_encoder_hidden_states": neg},
               f"{tmp}/prompts.safetensors")
     got1 = onyx.diffusion.sample(f"{tmp}/cls", class_labels=[0, 2, 1], scheduler="ddim",
-                                 num_inference_steps=4, seed=3)
+                                 num_inference_steps=4, seed=3, eta=0.6)
     got2 = onyx.diffusion.sample(f"{tmp}/cond", encoder_hidden_states=cond,
                                  negative_encoder_hidden_states=neg, guidance_scale=3.0,
                                  num_inference_steps=5, seed=4)
     subprocess.run([ONYX, "sample", f"{tmp}/cls", "--class_labels", "0,2,1", "--scheduler", "ddim",
-                    "--num_inference_steps", "4", "--seed", "3", "--tensors", f"{tmp}/a.st"],
+                    "--eta", "0.6", "--num_inference_steps", "4", "--seed", "3", "--tensors",
+                    f"{tmp}/a.st"],
                    check=True, capture_output=True)
     subprocess.run([ONYX, "sample", f"{tmp}/cond", "--encoder_hidden_states",
                     f"{tmp}/prompts.safetensors", "--guidance_scale", "3", "--num_inference_steps",
@@ -2092,7 +2093,7 @@ def case_diffusion_sample(onyx, tmp):
     pil = onyx.diffusion.to_pil(got1)
     ok = (np.array_equal(got1, want1) and np.array_equal(got2, want2) and got2.shape == (2, 2, 8, 8)
           and len(pil) == 3 and pil[0].size == (8, 8))
-    msg = (f"class-conditional DDIM {got1.shape} identical to the CLI's: "
+    msg = (f"class-conditional DDIM (eta 0.6) {got1.shape} identical to the CLI's: "
            f"{np.array_equal(got1, want1)}; guided UNet2DConditionModel {got2.shape}: "
            f"{np.array_equal(got2, want2)}; to_pil {len(pil)} x {pil[0].size}")
     assert ok, msg

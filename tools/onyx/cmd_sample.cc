@@ -131,6 +131,8 @@ Action add_sample_command(CLI::App& app) {
   cmd->add_option("--output", a->output, "PNG grid to write (one row per class with --per_class)");
   cmd->add_option("--tensors", a->tensors, "safetensors to write images (N,C,H,W) in [0, 1] to");
   cmd->add_option("--scheduler", a->o.scheduler, "ddpm (default) or ddim");
+  cmd->add_option("--eta", a->o.eta,
+                  "DDIM's eta in [0, 1] (default 0: deterministic; 1: DDPM's noise)");
   cmd->add_option("--scheduler_config", a->scheduler_config,
                   "scheduler_config.json (default: the model folder's, else DDPM's defaults)");
   cmd->add_option("--num_inference_steps", a->o.num_inference_steps,
@@ -141,8 +143,8 @@ Action add_sample_command(CLI::App& app) {
   cmd->add_option("--batch_size", a->o.batch_size, "images per UNet call (default 64)");
   cmd->add_option("--seed", a->o.seed, "noise seed");
   cmd->add_option("--noise", a->noise,
-                  "safetensors with the starting 'latents' (N,C,H,W) [and DDPM's 'step_noise' "
-                  "(steps,N,C,H,W)] instead of drawn noise");
+                  "safetensors with the starting 'latents' (N,C,H,W) [and the 'step_noise' of DDPM "
+                  "or DDIM with eta > 0 (steps,N,C,H,W)] instead of drawn noise");
   cmd->add_option("--scale", a->scale, "PNG pixels per image pixel (default 2)");
   cmd->add_option("--encoder_hidden_states", a->conditions,
                   "UNet2DConditionModel: safetensors with 'encoder_hidden_states' (N,S,D) [and "
