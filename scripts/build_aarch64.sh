@@ -5,6 +5,9 @@
 # the arm64 multiarch packages of the libraries (cmake/aarch64.cmake says why two of them come as
 # runtime packages plus an unpacked -dev package). scripts/test_aarch64.sh runs the result.
 #   bash scripts/build_aarch64.sh [ninja targets...]   (default: the C programs and onyx_tests)
+#   bash scripts/build_aarch64.sh --prepare            the packages and the CMake configure only
+#       (scripts/test.sh does that in the foreground, where apt-get cannot race another apt-get,
+#       and compiles in the background)
 #   bash scripts/build_aarch64.sh --full [targets...]  the full build into build-aarch64-full/
 #       (default target: libonyx_c.so, for bench/device_bench.py's sizes), against an arm64
 #       Debian 12 unpacked by debootstrap --foreign into build-aarch64-full/sysroot, since the
@@ -46,6 +49,8 @@ libopenmpi-dev bookworm "$ROOT" http://deb.debian.org/debian >"$ROOT.log" 2>&1
   echo "aarch64: done ($OUT/)"
   exit 0
 fi
+PREPARE_ONLY=0
+[ "${1:-}" = --prepare ] && { PREPARE_ONLY=1; shift; }
 OUT=${BUILD_AARCH64:-build-aarch64}
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -78,6 +83,7 @@ fi
 echo "aarch64: configuring with CMake into $OUT/ (minimal build, cross-compiled)"
 cmake -S . -B "$OUT" -G Ninja -DCMAKE_BUILD_TYPE=Release -DONYX_MINIMAL=ON \
   -DONYX_AARCH64_OVERLAY="$OVERLAY" $(toolchain "$OUT") >/dev/null
+((PREPARE_ONLY)) && exit 0
 TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=(onyx_c onyx_c_tests onyx_c_example onyx_c_train onyx_tests)
 echo "aarch64: compiling ${TARGETS[*]} on $(nproc) cores"
