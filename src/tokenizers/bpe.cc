@@ -145,11 +145,13 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::
   std::unordered_map<std::string, int64_t> vocab;
   std::vector<std::pair<std::string, std::string>> merges;
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
-  std::string unk_token;
+  std::string unk_token, suffix;
   try {
-    for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
-        ONYX_UNSUPPORTED(where(cat("model.", k, " is set; it is not supported")));
+    if (m.contains("continuing_subword_prefix") && m["continuing_subword_prefix"].is_string() &&
+        !m["continuing_subword_prefix"].get<std::string>().empty())
+      ONYX_UNSUPPORTED(where("model.continuing_subword_prefix is set; it is not supported"));
+    if (m.contains("end_of_word_suffix") && m["end_of_word_suffix"].is_string())
+      suffix = m["end_of_word_suffix"].get<std::string>();
     if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
       ONYX_UNSUPPORTED(where("model.dropout (BPE dropout) is not supported"));
     auto flag = [&](const char* key) {
@@ -194,6 +196,7 @@ std::shared_ptr<BpeTokenizer> BpeTokenizer::from_tokenizer_json(const nlohmann::
   tok->byte_fallback_ = byte_fallback;
   tok->fuse_unk_ = fuse_unk;
   tok->ignore_merges_ = ignore_merges;
+  tok->suffix_ = suffix;
   if (!unk_token.empty()) {
     auto it = tok->vocab_.find(unk_token);
     ONYX_CHECK(it != tok->vocab_.end(),
@@ -371,7 +374,7 @@ void BpeTokenizer::encode_word(const std::string& piece, std::vector<int64_t>& i
     size_t off = 0;
     for (size_t c = 0; c < nchars; off += blen[c], ++c) {
       const std::string ch = piece.substr(off, blen[c]);
-      auto it = vocab_.find(ch);
+      auto it = vocab_.find(c + 1 == nchars && !suffix_.empty() ? ch + suffix_ : ch);
       if (it != vocab_.end()) {
         if (unk_pending) sym.push_back((int32_t)unk_id_);
         unk_pending = false;
@@ -428,6 +431,27 @@ std::vector<std::string> BpeTokenizer::tokenize(const std::string& text) const {
   return out;
 }
 
+namespace {
+// transformers' CLIPTokenizer.decode after the backend's: the suffix replaced by spaces, the
+// text stripped of white space at both ends.
+std::string suffix_to_spaces(const std::string& text, const std::string& suffix) {
+  std::string s;
+  size_t prev = 0;
+  for (size_t p = text.find(suffix); p != std::string::npos; p = text.find(suffix, prev)) {
+    s.append(text, prev, p - prev).push_back(' ');
+    prev = p + suffix.size();
+  }
+  s.append(text, prev, std::string::npos);
+  std::u32string u = unicode::decode_utf8(s);
+  // Python's str.isspace: White_Space and the separators U+001C..U+001F
+  auto space = [](char32_t c) { return unicode::is_white_space(c) || (c >= 0x1C && c <= 0x1F); };
+  size_t b = 0, e = u.size();
+  while (b < e && space(u[b])) ++b;
+  while (e > b && space(u[e - 1])) --e;
+  return unicode::encode_utf8(u.substr(b, e - b));
+}
+}  // namespace
+
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
   for (auto id : ids)
     ONYX_CHECK(id >= 0 && id < (int64_t)id_to_token_.size(), source_, ": cannot decode id ", id,
@@ -436,7 +460,8 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
     for (auto id : ids) tokens.push_back(id_to_token_[id]);
-    return pipe_->decode(std::move(tokens));
+    std::string text = pipe_->decode(std::move(tokens));
+    return suffix_.empty() ? text : suffix_to_spaces(text, suffix_);
   }
   std::string out;
   for (auto id : ids) append_byte_level(id_to_token_[id], out);

@@ -100,6 +100,9 @@ class BpeTokenizer : public Tokenizer {
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
   int64_t unk_id_ = -1;
   int64_t fallback_id_[256];  // id of <0xXX>, or -1
+  // model.end_of_word_suffix (CLIP's "</w>"): joined to each word's last character before the
+  // merges; decode turns it back into spaces, as transformers' CLIPTokenizer.decode does
+  std::string suffix_;
 
   BpeConfig cfg_;
   std::unordered_map<std::string, int64_t> vocab_;

@@ -9,6 +9,7 @@
 #include <unicode/unistr.h>
 #include <unicode/utext.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <functional>
@@ -28,6 +29,37 @@ struct Regex::Impl {
   bool is_literal = false;
 };
 
+namespace {
+// The pattern with \p{L} and \p{N} (also \p{Letter}, \p{Number}; inside or outside brackets)
+// as the explicit sets of tokenizers' regex engine (unicode::regex_class_set); other escapes
+// are kept as they are.
+std::string with_tokenizers_classes(const std::string& p) {
+  std::string out;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] != '\\' || i + 1 == p.size()) {
+      out.push_back(p[i]);
+      continue;
+    }
+    bool replaced = false;
+    for (auto [name, letter] :
+         {std::pair{"p{L}", true}, {"p{Letter}", true}, {"p{N}", false}, {"p{Number}", false}}) {
+      const size_t n = std::char_traits<char>::length(name);
+      if (p.compare(i + 1, n, name) == 0) {
+        out += unicode::regex_class_set(letter);
+        i += n;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) {  // any other escape, as it is (an escaped backslash included)
+      out.push_back(p[i]);
+      out.push_back(p[++i]);
+    }
+  }
+  return out;
+}
+}  // namespace
+
 Regex::Regex(const std::string& pattern, bool literal, const std::string& where)
     : impl_(std::make_unique<Impl>()) {
   impl_->is_literal = literal;
@@ -38,8 +70,8 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& where)
   }
   UErrorCode status = U_ZERO_ERROR;
   UParseError pe{};
-  impl_->pattern.reset(
-      icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0, pe, status));
+  impl_->pattern.reset(icu::RegexPattern::compile(
+      icu::UnicodeString::fromUTF8(with_tokenizers_classes(pattern)), 0, pe, status));
   if (U_FAILURE(status))
     throw Error(cat(where, ": invalid regex '", pattern, "': ", u_errorName(status),
                     " (ICU regex, near character ", pe.offset, ")"));
@@ -139,7 +171,7 @@ std::string utf8_lossy(const std::string& s) {
 // ---- the steps ----
 
 struct Pipeline::NormStep {
-  enum Kind { Form, Prepend, Replace } kind;
+  enum Kind { Form, Prepend, Replace, Lowercase } kind;
   NormalForm form = NormalForm::NFC;
   std::string text;  // Prepend's string, Replace's content
   std::shared_ptr<Regex> pattern;
@@ -147,7 +179,11 @@ struct Pipeline::NormStep {
 
 struct Pipeline::PreStep {
   enum Kind { Split, ByteLevel, Metaspace } kind;
-  std::shared_ptr<Regex> pattern;                   // Split
+  std::shared_ptr<Regex> pattern;  // Split
+  // Split: what becomes of the delimiters (the matches, or with invert the stretches between)
+  enum Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
+  Behavior behavior = Isolated;
+  bool invert = false;
   bool add_prefix_space = false, use_regex = true;  // ByteLevel
   std::string replacement;                          // Metaspace
   enum Scheme { Always, First, Never } scheme = Always;
@@ -221,7 +257,71 @@ std::string replace_all(const Regex& re, const std::string& s, const std::string
   return out;
 }
 
+Pipeline::PreStep::Behavior split_behavior(const Reader& r, const std::string& name,
+                                           const std::string& jpath) {
+  using B = Pipeline::PreStep;
+  for (auto [n, b] : {std::pair{"Removed", B::Removed},
+                      {"Isolated", B::Isolated},
+                      {"MergedWithPrevious", B::MergedWithPrevious},
+                      {"MergedWithNext", B::MergedWithNext},
+                      {"Contiguous", B::Contiguous}})
+    if (name == n) return b;
+  throw Error(r.where(jpath, cat("'", name, "' is not a Split behavior")));
+}
+
 }  // namespace
+
+// Split as tokenizers' NormalizedString::split: the text as matches and the stretches between
+// (with invert the stretches are the delimiters), the delimiters removed, kept apart, merged into
+// the piece before or after, or runs of them merged; empty pieces dropped.
+void Pipeline::split_piece(const PreStep& st, const PrePiece& pc, std::vector<PrePiece>& out) {
+  struct Seg {
+    size_t b, e;
+    bool delim;
+  };
+  std::vector<Seg> segs;
+  size_t prev = 0;
+  for (auto [b, e] : st.pattern->find_all(pc.text)) {
+    if (b > prev) segs.push_back({prev, b, st.invert});
+    segs.push_back({b, e, !st.invert});
+    prev = e;
+  }
+  if (prev < pc.text.size()) segs.push_back({prev, pc.text.size(), st.invert});
+  std::vector<Seg> kept;  // delim now means: removed
+  bool previous_delim = false;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    // MergedWithNext runs back to front (below), the others front to back
+    const Seg& sg = st.behavior == PreStep::MergedWithNext ? segs[segs.size() - 1 - i] : segs[i];
+    bool merge = false;
+    switch (st.behavior) {
+      case PreStep::Removed:
+        kept.push_back(sg);
+        continue;
+      case PreStep::Isolated:
+        break;
+      case PreStep::Contiguous:
+        merge = sg.delim == previous_delim;
+        break;
+      case PreStep::MergedWithPrevious:
+      case PreStep::MergedWithNext:
+        merge = sg.delim && !previous_delim;
+        break;
+    }
+    previous_delim = sg.delim;
+    if (merge && !kept.empty()) {
+      if (st.behavior == PreStep::MergedWithNext)
+        kept.back().b = sg.b;
+      else
+        kept.back().e = sg.e;
+    } else {
+      kept.push_back({sg.b, sg.e, false});
+    }
+  }
+  if (st.behavior == PreStep::MergedWithNext) std::reverse(kept.begin(), kept.end());
+  for (auto& k : kept)
+    if (!k.delim && k.e > k.b)
+      out.push_back({pc.text.substr(k.b, k.e - k.b), pc.at_start && k.b == 0});
+}
 
 std::shared_ptr<const Pipeline> Pipeline::parse(const nlohmann::json& j, const std::string& path) {
   auto p = std::make_shared<Pipeline>();
@@ -252,10 +352,12 @@ std::shared_ptr<const Pipeline> Pipeline::parse(const nlohmann::json& j, const s
         step->kind = NormStep::Replace;
         step->pattern = r.pattern(n, jp);
         step->text = r.str(n, jp, "content");
+      } else if (t == "Lowercase") {
+        step->kind = NormStep::Lowercase;
       } else {
         ONYX_UNSUPPORTED(r.where(jp, cat("normalizer type '", t,
                                          "' is not supported (NFC, NFD, NFKC, NFKD, Prepend, "
-                                         "Replace and Sequence are)")));
+                                         "Replace, Lowercase and Sequence are)")));
       }
       p->norm_.push_back(step);
     };
@@ -275,12 +377,8 @@ std::shared_ptr<const Pipeline> Pipeline::parse(const nlohmann::json& j, const s
         return;
       } else if (t == "Split") {
         step->kind = PreStep::Split;
-        const std::string behavior = r.str(n, jp, "behavior");
-        if (behavior != "Isolated")
-          ONYX_UNSUPPORTED(r.where(jp + ".behavior", cat("Split behavior '", behavior,
-                                                         "' is not supported (Isolated is)")));
-        if (n.value("invert", false))
-          ONYX_UNSUPPORTED(r.where(jp + ".invert", "Split with invert true is not supported"));
+        step->behavior = split_behavior(r, r.str(n, jp, "behavior"), jp + ".behavior");
+        step->invert = n.value("invert", false);
         step->pattern = r.pattern(n, jp);
       } else if (t == "ByteLevel") {
         step->kind = PreStep::ByteLevel;
@@ -378,6 +476,12 @@ std::string Pipeline::normalize(const std::string& text) const {
       case NormStep::Replace:
         s = replace_all(*st->pattern, s, st->text);
         break;
+      case NormStep::Lowercase: {  // Rust's char::to_lowercase, a code point at a time
+        std::u32string lower;
+        for (char32_t c : unicode::decode_utf8(s)) unicode::append_lower(c, lower);
+        s = unicode::encode_utf8(lower);
+        break;
+      }
     }
   }
   return s;
@@ -389,20 +493,9 @@ std::vector<PrePiece> Pipeline::pre_tokenize(const std::string& text, bool at_st
     std::vector<PrePiece> next;
     for (auto& pc : pieces) {
       switch (st->kind) {
-        case PreStep::Split: {  // Isolated: matches and the stretches between them
-          size_t prev = 0;
-          bool first = pc.at_start;
-          auto put = [&](size_t b, size_t e) {
-            if (e > b) next.push_back({pc.text.substr(b, e - b), first && b == 0});
-          };
-          for (auto [b, e] : st->pattern->find_all(pc.text)) {
-            put(prev, b);
-            put(b, e);
-            prev = e;
-          }
-          put(prev, pc.text.size());
+        case PreStep::Split:
+          split_piece(*st, pc, next);
           break;
-        }
         case PreStep::ByteLevel: {
           std::string t = pc.text;
           if (st->add_prefix_space && (t.empty() || t[0] != ' ')) t = " " + t;

@@ -2,8 +2,8 @@
 // tokenizer.json, as the `tokenizers` library runs them around a BPE model (Llama 3, Qwen2, Llama
 // 2, Mistral and GPT-2 files):
 //   normalizer     NFC, NFD, NFKC, NFKD (ICU's Normalizer2), Prepend, Replace (String or Regex),
-//                  Sequence, null
-//   pre_tokenizer  Split (Regex or String pattern, behavior Isolated, invert false), ByteLevel
+//                  Lowercase, Sequence, null
+//   pre_tokenizer  Split (Regex or String pattern, every behavior, invert), ByteLevel
 //                  (GPT-2's regex when use_regex, then the bytes-to-unicode map), Metaspace
 //                  (replacement, prepend_scheme always/first/never, split), Sequence, null
 //   decoder        ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence, null
@@ -74,6 +74,8 @@ class Pipeline {
   ~Pipeline();
 
  private:
+  static void split_piece(const PreStep& st, const PrePiece& pc, std::vector<PrePiece>& out);
+
   std::vector<std::shared_ptr<NormStep>> norm_;
   std::vector<std::shared_ptr<PreStep>> pre_;
   std::vector<std::shared_ptr<DecStep>> dec_;

@@ -4,6 +4,7 @@
 // build without them (-DONYX_MINIMAL=ON: no ICU) still has these for chat templates and datasets.
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -49,7 +50,32 @@ uint8_t lookup_run(const uint32_t (&runs)[N], char32_t c) {
   return (uint8_t)(*(it - 1) & 0xF);
 }
 
-CharClass lookup_class(char32_t c) { return (CharClass)lookup_run(kCharClassRuns, c); }
+template <size_t N>
+bool in_ranges(const uint32_t (&ranges)[N][2], char32_t c) {
+  auto it = std::upper_bound(std::begin(ranges), std::end(ranges), (uint32_t)c,
+                             [](uint32_t v, const uint32_t(&r)[2]) { return v < r[0]; });
+  return it != std::begin(ranges) && c <= (*(it - 1))[1];
+}
+
+// The Unicode database's class, with letters and numbers as tokenizers' regex engine has them
+// (its tables are newer than Python's: a letter it knows is a letter here too).
+CharClass lookup_class(char32_t c) {
+  if (in_ranges(kOnigLetter, c)) return CharClass::Letter;
+  if (in_ranges(kOnigNumber, c)) return CharClass::Number;
+  const auto k = (CharClass)lookup_run(kCharClassRuns, c);
+  return k == CharClass::Letter || k == CharClass::Number ? CharClass::Other : k;
+}
+
+template <size_t N>
+std::string icu_set(const uint32_t (&ranges)[N][2]) {
+  std::string s = "[";
+  char buf[40];
+  for (auto& r : ranges) {
+    std::snprintf(buf, sizeof buf, r[0] == r[1] ? "\\x{%x}" : "\\x{%x}-\\x{%x}", r[0], r[1]);
+    s += buf;
+  }
+  return s + "]";
+}
 
 const std::array<CharClass, 256>& latin1_classes() {
   static const std::array<CharClass, 256> t = [] {
@@ -77,6 +103,11 @@ CharClass char_class(char32_t c) {
   if (c < 256) return latin1_classes()[c];
   if (c > 0x10FFFF) return CharClass::Control;
   return lookup_class(c);
+}
+
+const std::string& regex_class_set(bool letter) {
+  static const std::string letters = icu_set(kOnigLetter), numbers = icu_set(kOnigNumber);
+  return letter ? letters : numbers;
 }
 
 bool is_white_space(char32_t c) {

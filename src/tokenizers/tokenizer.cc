@@ -404,6 +404,111 @@ std::shared_ptr<Tokenizer> from_tokenizer_json(const std::string& path) {
   return tokenizer_from_json_text(read_text_file(path), path);
 }
 
+// tokenizer_config.json of a folder (an empty object without one).
+nlohmann::json tokenizer_config(const fs::path& dir) {
+  const std::string file = (dir / "tokenizer_config.json").string();
+  if (!fs::exists(file)) return nlohmann::json::object();
+  auto tc = io::parse_json(read_text_file(file), cat("tokenizer config '", file, "'"));
+  ONYX_CHECK(tc.is_object(), "tokenizer config '", file, "' is not a JSON object");
+  return tc;
+}
+
+// A special token of tokenizer_config.json: a string or {"content": ...} (older files).
+std::string config_token(const nlohmann::json& tc, const char* key, const std::string& fallback) {
+  if (!tc.contains(key) || tc[key].is_null()) return fallback;
+  const auto& v = tc[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
+  throw Error(cat("tokenizer config: ", key, " should be a string or {\"content\": ...}"));
+}
+
+// transformers' CLIPTokenizer from vocab.json and merges.txt (Stable Diffusion's tokenizer
+// folders have no tokenizer.json): the tokenizer.json its constructor builds — NFC, white space
+// runs to one space, Lowercase; CLIP's Split (Removed, invert) then ByteLevel; BPE with
+// end_of_word_suffix "</w>"; RobertaProcessing with <|startoftext|> and <|endoftext|> — read
+// as any tokenizer.json.
+std::shared_ptr<Tokenizer> clip_from_files(const fs::path& dir, const nlohmann::json& tc) {
+  const std::string vocab_file = (dir / "vocab.json").string();
+  const std::string merges_file = (dir / "merges.txt").string();
+  nlohmann::json vocab =
+      io::parse_json(read_text_file(vocab_file), cat("CLIP vocabulary '", vocab_file, "'"));
+  ONYX_CHECK(vocab.is_object(), "CLIP vocabulary '", vocab_file, "' is not a JSON object");
+  nlohmann::json merges = nlohmann::json::array();
+  std::istringstream lines(read_text_file(merges_file));
+  std::string line;
+  for (bool first = true; std::getline(lines, line); first = false) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if ((first && line.rfind("#version", 0) == 0) || line.empty()) continue;
+    merges.push_back(line);
+  }
+  const std::string bos = config_token(tc, "bos_token", "<|startoftext|>");
+  const std::string eos = config_token(tc, "eos_token", "<|endoftext|>");
+  const std::string unk = config_token(tc, "unk_token", "<|endoftext|>");
+  const std::string pad = config_token(tc, "pad_token", "<|endoftext|>");
+  auto id_of = [&](const std::string& t) {
+    ONYX_CHECK(vocab.contains(t) && vocab[t].is_number_integer(), "CLIP vocabulary '", vocab_file,
+               "' has no token '", t, "' (named by tokenizer_config.json or CLIP's default)");
+    return vocab[t].get<int64_t>();
+  };
+  nlohmann::json added = nlohmann::json::array();
+  std::vector<std::string> specials;
+  for (const auto& t : {bos, eos, unk, pad})
+    if (std::find(specials.begin(), specials.end(), t) == specials.end()) specials.push_back(t);
+  for (const auto& t : specials)
+    added.push_back({{"id", id_of(t)},
+                     {"content", t},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  const nlohmann::json byte_level = {{"type", "ByteLevel"},
+                                     {"add_prefix_space", false},
+                                     {"trim_offsets", true},
+                                     {"use_regex", true}};
+  nlohmann::json decoder = byte_level;
+  decoder["add_prefix_space"] = true;
+  nlohmann::json j = {
+      {"added_tokens", added},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "NFC"}},
+          {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}},
+          {{"type", "Lowercase"}}}}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern",
+            {{"Regex",
+              "<\\|startoftext\\|>|<\\|endoftext\\|>|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|"
+              "[^\\s\\p{L}\\p{N}]+"}}},
+           {"behavior", "Removed"},
+           {"invert", true}},
+          byte_level}}}},
+      {"post_processor",
+       {{"type", "RobertaProcessing"},
+        {"sep", {eos, id_of(eos)}},
+        {"cls", {bos, id_of(bos)}},
+        {"trim_offsets", false},
+        {"add_prefix_space", false}}},
+      {"decoder", decoder},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", unk},
+        {"continuing_subword_prefix", ""},
+        {"end_of_word_suffix", "</w>"},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", merges}}}};
+  return tokenizer_from_json_text(j.dump(), (dir / "merges.txt").string());
+}
+
 }  // namespace
 
 std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path) {
@@ -432,8 +537,13 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path) {
       }
       return WordPieceTokenizer::from_vocab_txt((d / "vocab.txt").string(), cfg);
     }
-    if (fs::exists(d / "vocab.json") && fs::exists(d / "merges.txt"))
+    if (fs::exists(d / "vocab.json") && fs::exists(d / "merges.txt")) {
+      const auto tc = tokenizer_config(d);
+      const bool named = tc.contains("tokenizer_class") && tc["tokenizer_class"].is_string();
+      const std::string cls = named ? tc["tokenizer_class"].get<std::string>() : "";
+      if (cls == "CLIPTokenizer" || cls == "CLIPTokenizerFast") return clip_from_files(d, tc);
       return BpeTokenizer::from_files((d / "vocab.json").string(), (d / "merges.txt").string());
+    }
     throw Error(cat("tokenizer folder '", path,
                     "' has no tokenizer.json, vocab.txt, or vocab.json with merges.txt"));
   }

@@ -160,13 +160,14 @@ int64_t checked_pad_id(const nlohmann::json& tokenizer_json, int64_t vocab_size,
 // (gaps), no more — an id of 2^31 - 1 would allocate 2^31 entries.
 constexpr int64_t kMaxIdGap = 1 << 16;
 
-// Unicode helpers shared by the tokenizers, from the tables that tests/data/gen_unicode_tables.py
-// generates (src/data/unicode_tables.inc). char_class comes from the Unicode Character Database
-// (Unicode 14, complete for every script), as byte-level BPE's regex classes. The is_bert_*
-// helpers, append_lower and append_strip_accents are what Hugging Face tokenizers' BertNormalizer
-// and BertPreTokenizer do, read from that library: its categories are Unicode 8's, so a code point
-// assigned later (or not at all) is an ordinary character to BERT, neither control, punctuation
-// nor mark.
+// Unicode helpers shared by the tokenizers, from the tables that
+// tests/tokenizers/gen_unicode_tables.py generates (src/tokenizers/unicode_tables.inc). char_class
+// comes from the Unicode Character Database (Unicode 14, complete for every script), its letters
+// and numbers from Hugging Face tokenizers' regex engine (\p{L}, \p{N}: newer Unicode tables), as
+// byte-level BPE's regex classes. The is_bert_* helpers, append_lower and append_strip_accents are
+// what Hugging Face tokenizers' BertNormalizer and BertPreTokenizer do, read from that library: its
+// categories are Unicode 8's, so a code point assigned later (or not at all) is an ordinary
+// character to BERT, neither control, punctuation nor mark.
 namespace unicode {
 
 enum class CharClass : uint8_t {
@@ -186,6 +187,10 @@ CharClass char_class(char32_t c);
 inline bool is_letter(char32_t c) { return char_class(c) == CharClass::Letter; }
 inline bool is_number(char32_t c) { return char_class(c) == CharClass::Number; }
 bool is_white_space(char32_t c);  // the Unicode White_Space property (as regex \s)
+// An ICU regex set ("[\x{41}-\x{5a}...]") of what tokenizers' regex engine (Oniguruma) matches
+// with \p{L} (letter) or \p{N}: hf_pipeline.cc's regexes use it in place of ICU's own classes,
+// whose Unicode version (Debian 12's ICU: 15.0) is older.
+const std::string& regex_class_set(bool letter);
 bool is_cjk(char32_t c);  // the CJK ideograph blocks BERT surrounds with spaces (HF's ranges)
 // ASCII punctuation/symbols or \p{P} (Unicode 8), as BertPreTokenizer splits off.
 bool is_bert_punctuation(char32_t c);

@@ -25,6 +25,14 @@ Writes
                   TemplateProcessing("<s> $A")
       metaspace/  the same model without byte fallback (unknown characters -> one fused <unk>),
                   Metaspace pre-tokenizer and decoder (prepend_scheme "first", split)
+      clip/       CLIP's (Stable Diffusion's text encoder): merges trained with CLIP's pipeline
+                  (NFC, whitespace runs to one space, Lowercase; Split(CLIP's regex, Removed,
+                  invert) + ByteLevel; BPE with end_of_word_suffix "</w>"), laid out as CLIP's
+                  vocab.json (the 256 byte tokens, the same with "</w>", one per merge,
+                  <|startoftext|>, <|endoftext|>) and merges.txt, and the tokenizer.json and
+                  tokenizer_config.json transformers' CLIPTokenizer saves from those two files
+                  (Stable Diffusion's tokenizer folders have no tokenizer.json); its lines have no
+                  pairs, and "decoded" is CLIPTokenizer.decode's ("</w>" to spaces, stripped)
     each with tokenizer.json and reference.jsonl, whose lines also hold "with_special" (the ids of
     encode(text), the post-processor's template added), "decoded" (decode(ids), special tokens
     kept) and, every 50th line, "pair_with" (the next line), "pair_ids" and "pair_type_ids" (the
@@ -305,6 +313,53 @@ def train_sentencepiece(gl, byte_fallback, metaspace):
     return tok
 
 
+CLIP_REGEX = (r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|"
+              r"[^\s\p{L}\p{N}]+")
+
+
+def train_clip(gl, d):
+    """CLIP's files in d (vocab.json, merges.txt and what CLIPTokenizer saves); returns the tokenizer."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import CLIPTokenizer
+    tok = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                           normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(CLIP_REGEX), behavior="removed", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.train_from_iterator(gl, trainers.BpeTrainer(
+        vocab_size=6000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), end_of_word_suffix="</w>",
+        show_progress=False))
+    merges = json.loads(tok.to_str())["model"]["merges"]
+    merges = [m if isinstance(m, list) else m.split(" ") for m in merges]
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokens = alphabet + [a + "</w>" for a in alphabet] + [a + b for a, b in merges]
+    tokens += ["<|startoftext|>", "<|endoftext|>"]
+    vocab = {t: i for i, t in enumerate(dict.fromkeys(tokens))}
+    with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    clip = CLIPTokenizer(vocab=vocab, merges=[(a, b) for a, b in merges], model_max_length=77)
+    clip.save_pretrained(d)
+    return clip
+
+
+def make_clip(tk, out, texts, gl):
+    d = os.path.join(out, "clip")
+    os.makedirs(d)
+    clip = train_clip(gl, d)
+    tok = tk.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    ids = encode_all(tok, texts)
+    with_special = [e.ids for e in tok.encode_batch(texts, add_special_tokens=True)]
+    # CLIPTokenizer.decode: the backend's ByteLevel decode, "</w>" to spaces, stripped
+    decoded = [clip.decode(i, skip_special_tokens=False) for i in ids]
+    with open(os.path.join(d, "reference.jsonl"), "w", encoding="utf-8") as f:
+        for t, i, w, dec in zip(texts, ids, with_special, decoded):
+            f.write(json.dumps({"text": t, "ids": i, "with_special": w, "decoded": dec}, ensure_ascii=False) + "\n")
+    return sum(map(len, ids))
+
+
 def make_llama_family(tk, out, texts, gl):
     """Trains the four tokenizers, saves them and their references under out/<style>."""
     styles = {
@@ -316,7 +371,7 @@ def make_llama_family(tk, out, texts, gl):
         "sentencepiece": lambda: train_sentencepiece(gl, True, False),
         "metaspace": lambda: train_sentencepiece(gl, False, True),
     }
-    assert tuple(styles) == LLAMA_STYLES
+    assert tuple(styles) + ("clip",) == LLAMA_STYLES
     ntok = 0
     for name, train in styles.items():
         d = os.path.join(out, name)
@@ -340,10 +395,10 @@ def make_llama_family(tk, out, texts, gl):
                     line.update(pair_with=texts[k + 1], pair_ids=pair_of[k].ids, pair_type_ids=pair_of[k].type_ids)
                 f.write(json.dumps(line, ensure_ascii=False) + "\n")
         ntok += sum(map(len, ids))
-    return ntok
+    return ntok + make_clip(tk, out, texts, gl)
 
 
-LLAMA_STYLES = ("llama3", "qwen2", "sentencepiece", "metaspace")
+LLAMA_STYLES = ("llama3", "qwen2", "sentencepiece", "metaspace", "clip")
 
 
 def up_to_date(outs, inputs, version):
@@ -397,8 +452,8 @@ def main():
             # every 4th gloss checked (all of them train), the joins, the hand-written lines and the
             # code point sweep that shows each character's regex class
             (llama_out, texts_from(gl[::4], BPE_LINES + LLAMA_LINES + BPE_SWEEP),
-             lambda t, x: make_llama_family(tk, t, x, gl), "Llama-family BPE (trained: llama3, qwen2, sentencepiece, "
-             "metaspace)")):
+             lambda t, x: make_llama_family(tk, t, x, gl), "Llama-family and CLIP BPE (trained: llama3, qwen2, "
+             "sentencepiece, metaspace, clip)")):
         tmp = out + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
