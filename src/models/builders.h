@@ -15,6 +15,7 @@ BuiltModel build_vit(const HfConfig& c, Task task, int64_t seed);         // vit
 BuiltModel build_llama(const HfConfig& c, Task task, int64_t seed);       // llama, mistral, qwen2
 BuiltModel build_seq2seq(const HfConfig& c, Task task, int64_t seed);     // whisper, bart
 BuiltModel build_t5(const HfConfig& c, Task task, int64_t seed);          // t5, mt5
+BuiltModel build_clip_text(const HfConfig& c, Task task, int64_t seed);   // clip_text_model
 // The decoders with a key/value cache (hf_model.h: build_hf_decoder_with_past).
 BuiltModel build_gpt2_with_past(const HfConfig& c, int64_t seed);
 BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed);

@@ -261,6 +261,8 @@ std::string GraphBuilder::activation(const std::string& x, const std::string& ac
     return op("Mul", {op("Mul", {x, scalar_f32(0.5f)}), op("Add", {t, scalar_f32(1.0f)})});
   }
   if (act == "silu") return op("Mul", {x, op("Sigmoid", {x})});
+  if (act == "quick_gelu")
+    return op("Mul", {x, op("Sigmoid", {op("Mul", {x, scalar_f32(1.702f)})})});
   throw Error(cat("activation '", act, "' is not supported"));
 }
 

@@ -87,7 +87,8 @@ class GraphBuilder {
                         double init_std, int64_t padding_idx = -1);
   // nn.Dropout: a Dropout node (training_mode on) when p > 0, else x itself.
   std::string dropout(const std::string& x, double p);
-  // ACT2FN[act]: gelu (erf), gelu_new / gelu_pytorch_tanh / gelu_fast (tanh), relu, silu.
+  // ACT2FN[act]: gelu (erf), gelu_new / gelu_pytorch_tanh / gelu_fast (tanh), relu, silu,
+  // quick_gelu (x * sigmoid(1.702 x)).
   std::string activation(const std::string& x, const std::string& act);
 
   // ---- attention pieces ----

@@ -162,6 +162,22 @@ void read_gpt2_keys(Reader& r, HfConfig& c) {
              ": scale_attn_by_inverse_layer_idx = true is not supported");
 }
 
+void read_clip_text_keys(Reader& r, HfConfig& c) {  // clip_text_model (CLIPTextConfig)
+  c.hidden_size = r.integer({"hidden_size"}, 512);
+  c.num_hidden_layers = r.integer({"num_hidden_layers"}, 12);
+  c.num_attention_heads = r.integer({"num_attention_heads"}, 8);
+  c.intermediate_size = r.integer({"intermediate_size"}, 2048);
+  c.hidden_act = r.string({"hidden_act"}, "quick_gelu");
+  c.layer_norm_eps = r.number({"layer_norm_eps"}, 1e-5);
+  c.attention_probs_dropout_prob = r.number({"attention_dropout"}, 0.0);
+  c.hidden_dropout_prob = c.embd_pdrop = 0;  // (CLIP has no other dropout)
+  c.vocab_size = r.integer({"vocab_size"}, 49408);
+  c.max_position_embeddings = r.integer({"max_position_embeddings"}, 77);
+  c.pad_token_id = r.integer({"pad_token_id"}, 1);
+  c.eos_token_id = r.integer({"eos_token_id"}, 49407);
+  c.initializer_range = r.number({"initializer_factor"}, 1.0);
+}
+
 void read_llama_keys(Reader& r, HfConfig& c) {  // llama, mistral, qwen2
   const std::string& t = c.model_type;
   const std::string& what = r.what;
@@ -372,10 +388,12 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
     read_seq2seq_keys(r, c);
   } else if (t == "t5" || t == "mt5") {
     read_t5_keys(r, c);
+  } else if (t == "clip_text_model") {
+    read_clip_text_keys(r, c);
   } else {
     throw Error(cat(what, ": model_type '", t,
                     "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, "
-                    "qwen2, whisper, bart, t5, mt5)"));
+                    "qwen2, whisper, bart, t5, mt5, clip_text_model)"));
   }
   if (const json* q = r.find({"quantization_config"}))
     c.quantization = quant::parse_bnb_config(*q, what, /*strict=*/false);
@@ -393,13 +411,13 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
     check_positive(r, c.vocab_size, "vocab_size");
     check_positive(r, c.max_position_embeddings, "max_position_embeddings");
   }
-  static const char* acts[] = {"gelu",      "gelu_new", "gelu_pytorch_tanh",
-                               "gelu_fast", "relu",     "silu"};
+  static const char* acts[] = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast",
+                               "relu", "silu",     "quick_gelu"};
   bool act_ok = false;
   for (const char* a : acts) act_ok |= c.hidden_act == a;
   ONYX_CHECK(act_ok, what, ": activation '", c.hidden_act,
              "' (key 'hidden_act' / 'activation_function' / 'activation') is not supported "
-             "(gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu)");
+             "(gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu, quick_gelu)");
 
   // Labels: id2label's size (keys "0".."n-1"), overridden by an explicit num_labels.
   if (const json* m = r.find({"id2label"})) {
@@ -522,6 +540,19 @@ std::string hf_config_to_json(const HfConfig& c, const std::string& architecture
     j["decoder_start_token_id"] = c.s2s.decoder_start_token_id;
     j["is_encoder_decoder"] = true;
     if (t == "t5") j["scale_decoder_outputs"] = c.s2s.scale_decoder_outputs;
+  } else if (t == "clip_text_model") {
+    j["hidden_size"] = c.hidden_size;
+    j["num_hidden_layers"] = c.num_hidden_layers;
+    j["num_attention_heads"] = c.num_attention_heads;
+    j["intermediate_size"] = c.intermediate_size;
+    j["hidden_act"] = c.hidden_act;
+    j["layer_norm_eps"] = c.layer_norm_eps;
+    j["attention_dropout"] = c.attention_probs_dropout_prob;
+    j["vocab_size"] = c.vocab_size;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["pad_token_id"] = c.pad_token_id;
+    j["eos_token_id"] = c.eos_token_id;
+    j["initializer_factor"] = c.initializer_range;
   } else if (t == "whisper" || t == "bart") {
     j["d_model"] = c.hidden_size;
     j["encoder_layers"] = c.num_hidden_layers;

@@ -34,23 +34,25 @@ std::string base_model_prefix(const std::string& model_type) {
       model_type == "whisper" || model_type == "bart")
     return "model";
   if (model_type == "t5" || model_type == "mt5") return "transformer";
+  if (model_type == "clip_text_model") return "text_model";  // (Transformers 4's names carry it)
   return model_type;  // "bert", "roberta", "distilbert", "vit"
 }
 
 std::string architecture_name(const std::string& model_type, Task t) {
-  std::string stem = model_type == "bert"         ? "Bert"
-                     : model_type == "roberta"    ? "Roberta"
-                     : model_type == "distilbert" ? "DistilBert"
-                     : model_type == "gpt2"       ? "GPT2"
-                     : model_type == "vit"        ? "ViT"
-                     : model_type == "llama"      ? "Llama"
-                     : model_type == "mistral"    ? "Mistral"
-                     : model_type == "qwen2"      ? "Qwen2"
-                     : model_type == "whisper"    ? "Whisper"
-                     : model_type == "bart"       ? "Bart"
-                     : model_type == "t5"         ? "T5"
-                     : model_type == "mt5"        ? "MT5"
-                                                  : model_type;
+  std::string stem = model_type == "bert"              ? "Bert"
+                     : model_type == "roberta"         ? "Roberta"
+                     : model_type == "distilbert"      ? "DistilBert"
+                     : model_type == "gpt2"            ? "GPT2"
+                     : model_type == "vit"             ? "ViT"
+                     : model_type == "llama"           ? "Llama"
+                     : model_type == "mistral"         ? "Mistral"
+                     : model_type == "qwen2"           ? "Qwen2"
+                     : model_type == "whisper"         ? "Whisper"
+                     : model_type == "bart"            ? "Bart"
+                     : model_type == "t5"              ? "T5"
+                     : model_type == "mt5"             ? "MT5"
+                     : model_type == "clip_text_model" ? "CLIPText"
+                                                       : model_type;
   switch (t) {
     case Task::SequenceClassification:
       return stem + "ForSequenceClassification";
@@ -87,7 +89,8 @@ const std::vector<std::pair<std::string, std::vector<Task>>>& built_model_types(
       {"whisper", {T::Seq2SeqLM}},
       {"bart", {T::Seq2SeqLM}},
       {"t5", {T::Seq2SeqLM}},
-      {"mt5", {T::Seq2SeqLM}}};
+      {"mt5", {T::Seq2SeqLM}},
+      {"clip_text_model", {T::Base}}};
   return types;
 }
 
@@ -363,11 +366,12 @@ BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {
   if (t == "vit") return build_vit(c, task, seed);
   if (t == "llama" || t == "mistral" || t == "qwen2") return build_llama(c, task, seed);
   if (t == "t5" || t == "mt5") return build_t5(c, task, seed);
+  if (t == "clip_text_model") return build_clip_text(c, task, seed);
   if (is_encoder_decoder(t)) return build_seq2seq(c, task, seed);
   throw Error(
       cat("model_type '", t,
           "' is not supported (bert, roberta, distilbert, gpt2, vit, llama, mistral, qwen2, "
-          "whisper, bart, t5, mt5)"));
+          "whisper, bart, t5, mt5, clip_text_model)"));
 }
 
 }  // namespace onyx::models

@@ -22,12 +22,14 @@ namespace onyx::models {
 // (hidden_size / n_embd / dim, ...); unknown keys are ignored but kept in raw_json for saving.
 struct HfConfig {
   std::string model_type;  // "bert" | "roberta" | "distilbert" | "gpt2" | "vit" | "llama" | ...
+                           // | "clip_text_model" (initializer_range holds its initializer_factor)
   std::vector<std::string> architectures;
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
   int64_t intermediate_size = 0;    // GPT-2: n_inner, default 4 * n_embd
-  std::string hidden_act = "gelu";  // "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh" (tanh), "relu"
+  std::string hidden_act = "gelu";  // "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh" (tanh),
+                                    // "relu", "silu", "quick_gelu" (x sigmoid(1.702 x), CLIP)
   double layer_norm_eps = 1e-12;
   double hidden_dropout_prob = 0.1;  // BERT hidden / GPT-2 resid_pdrop / DistilBERT dropout
   double attention_probs_dropout_prob = 0.1;  // GPT-2 attn_pdrop / DistilBERT attention_dropout
@@ -38,6 +40,8 @@ struct HfConfig {
   int64_t vocab_size = 0;
   int64_t type_vocab_size = 2;
   int64_t pad_token_id = 0;
+  // CLIP's pooler: the state at the first eos_token_id (the legacy 2: at the largest id)
+  int64_t eos_token_id = -1;
   int64_t image_size = 224, patch_size = 16, num_channels = 3;  // ViT
   bool qkv_bias = true;                                         // ViT
   int64_t num_labels = 2;
