@@ -34,8 +34,9 @@ const std::vector<std::pair<std::string, std::set<std::string>>>& layers() {
       {"templates", {"onyx", "io", "tokenizers"}},
       {"data", {"onyx", "io", "tokenizers", "templates"}},
       {"dist", {"onyx", "runtime"}},
-      {"diffusion",  // diffusers' UNets as graphs, noise schedules, the sampler
-       {"onyx", "io", "ir", "quant", "runtime", "kernels", "autodiff", "passes", "models"}},
+      {"diffusion",  // diffusers' UNets as graphs, noise schedules, the sampler, the text encoder
+       {"onyx", "io", "ir", "quant", "runtime", "kernels", "autodiff", "passes", "models",
+        "tokenizers"}},
       {"generate",
        {"onyx", "io", "ir", "quant", "runtime", "kernels", "autodiff", "passes", "models",
         "tokenizers", "templates"}},

@@ -87,6 +87,9 @@ struct Model {
   // Files saved next to the weights in output_dir and every checkpoint, so that Transformers'
   // AutoTokenizer / AutoImageProcessor open the folder (tokenizer.json, vocab.txt, ...).
   std::vector<std::string> processor_files;
+  // Folders copied into output_dir by save_model (not into checkpoints): name there -> source
+  // (text-to-image training: the frozen text_encoder/ and tokenizer/ the sampler needs).
+  std::map<std::string, std::string> side_folders;
   std::function<void(std::map<std::string, Tensor>&)> fill_defaults;
   // BatchNormalization running_var updated with the unbiased batch variance (PyTorch's BatchNorm)
   // instead of the population variance the ONNX spec defines (config batch_norm_running_var).

@@ -15,14 +15,19 @@ __all__ = ["sample", "to_pil"]
 
 def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inference_steps=None,
            batch_size=64, seed=0, scheduler_config=None, encoder_hidden_states=None,
-           negative_encoder_hidden_states=None, guidance_scale=1.0, eta=0.0):
+           negative_encoder_hidden_states=None, guidance_scale=1.0, eta=0.0, prompt=None,
+           negative_prompt=None, num_images_per_prompt=1, text_encoder=None, tokenizer=None):
     """Images (N, C, H, W) float32 in [0, 1] as a numpy array. `class_labels`: one per image for
     a class-conditional UNet (then num_images is their number). `scheduler`: "ddpm" or "ddim"
     (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise); `num_inference_steps` defaults to the pipelines' (1000, 50). `scheduler_config`: a
     scheduler_config.json (default: the folder's, else DDPMScheduler's defaults). A
     UNet2DConditionModel takes `encoder_hidden_states` (N, S, D) float32 (the text encoder's
     output per image), and with guidance_scale > 1 `negative_encoder_hidden_states` (the empty or
-    negative prompt's) for classifier-free guidance."""
+    negative prompt's) for classifier-free guidance — or `prompt` (a string or a list of them),
+    encoded as StableDiffusionPipeline encodes it by the folder's text_encoder/ and tokenizer/
+    (onyx train's output of text-to-image training, or the pipeline's beside the UNet folder; or
+    the `text_encoder` and `tokenizer` folders given), `num_images_per_prompt` images each, with
+    `negative_prompt` ("" by default) as guidance's unconditional side."""
     import numpy as np
 
     def arr(x):
@@ -31,7 +36,10 @@ def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inferen
                                   int(num_images), [int(c) for c in (class_labels or [])],
                                   int(batch_size), int(seed), str(scheduler_config or ""),
                                   arr(encoder_hidden_states), arr(negative_encoder_hidden_states),
-                                  float(guidance_scale), float(eta))
+                                  float(guidance_scale), float(eta),
+                                  [prompt] if isinstance(prompt, str) else list(prompt or []),
+                                  str(negative_prompt or ""), int(num_images_per_prompt),
+                                  str(text_encoder or ""), str(tokenizer or ""))
 
 
 def to_pil(images):

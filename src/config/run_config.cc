@@ -19,6 +19,7 @@
 #include "data/speech_dataset.h"
 #include "data/text_datasets.h"
 #include "diffusion/diffusers_folder.h"
+#include "diffusion/text_encoder.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
 #include "models/hf_weights.h"
@@ -401,7 +402,10 @@ const std::vector<std::string>& diffusion_keys() {
                                              "ema_power",
                                              "ema_inv_gamma",
                                              "ema_use_warmup",
-                                             "ema_update_after_step"};
+                                             "ema_update_after_step",
+                                             "text_encoder",
+                                             "tokenizer",
+                                             "captions"};
   return k;
 }
 bool is_diffusion_key(const std::string& key) {
@@ -417,6 +421,21 @@ void set_diffusion_key(RunConfig& c, const std::string& key, const YAML::Node& v
       d.noise_scheduler_json = yaml_to_json(v).dump();
     else
       d.noise_scheduler = resolve(fs::path(c.path).parent_path().string(), scalar(v, key, what));
+    return;
+  }
+  if (key == "text_encoder" || key == "tokenizer") {
+    (key == "text_encoder" ? d.text_encoder : d.tokenizer) =
+        resolve(fs::path(c.path).parent_path().string(), scalar(v, key, what));
+    return;
+  }
+  if (key == "captions") {
+    ONYX_CHECK(v.IsSequence() && v.size() > 0, what,
+               ": 'captions' must be a list of strings, one per class label");
+    d.captions.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+      ONYX_CHECK(v[i].IsScalar(), what, ": captions[", i, "] must be a string");
+      d.captions.push_back(v[i].as<std::string>());
+    }
     return;
   }
   const std::string t = scalar(v, key, what);
@@ -1021,6 +1040,25 @@ Model model_from_spec(const RunConfig& c) {
   return from_built(std::move(b), c.path);
 }
 
+// The frozen text encoder of text-to-image training: the config's text_encoder / tokenizer, or
+// for a UNet that takes encoder_hidden_states the pipeline's folders beside it (none: the data
+// brings encoder_hidden_states).
+std::shared_ptr<diffusion::TextEncoder> text_encoder(const RunConfig& c, const Model& m) {
+  const RunConfig::Diffusion& d = c.diffusion;
+  const std::string what = cat("config '", c.path, "'");
+  ONYX_CHECK(d.text_encoder.empty() == d.tokenizer.empty(), what,
+             ": 'text_encoder' and 'tokenizer' go together (a CLIPTextModel folder and its "
+             "tokenizer folder)");
+  if (!d.text_encoder.empty()) return diffusion::TextEncoder::open(d.text_encoder, d.tokenizer);
+  bool conditional = false;
+  for (auto& in : m.graph->inputs) conditional |= in.name == "encoder_hidden_states";
+  auto encoder = conditional ? diffusion::TextEncoder::beside(c.model) : nullptr;
+  ONYX_CHECK(encoder || d.captions.empty(), what,
+             ": 'captions' need a text encoder (text_encoder and tokenizer, or a pipeline's "
+             "text_encoder/ and tokenizer/ beside the model folder)");
+  return encoder;
+}
+
 // A diffusers model folder trained as diffusers' example scripts train it (diffusion/unet2d.h);
 // the scheduler's config is saved with the model.
 Model diffusion_model(const RunConfig& c) {
@@ -1035,6 +1073,7 @@ Model diffusion_model(const RunConfig& c) {
   Model m =
       diffusion::load_denoiser_training(c.model, o, (uint64_t)c.args.seed, d.class_dropout_prob);
   m.side_files["scheduler_config.json"] = diffusion::schedule_config_json(o.schedule);
+  if (auto encoder = text_encoder(c, m)) diffusion::condition_on_text(m, encoder, d.captions);
   return m;
 }
 

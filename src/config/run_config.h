@@ -83,6 +83,11 @@ struct RunConfig {
     double snr_gamma = 0;              // 0: off
     double class_dropout_prob = 0.1;   // DiT: labels dropped to the null class in training
     EmaConfig ema;
+    // Text-to-image (a UNet2DConditionModel): the frozen CLIPTextModel folder and its tokenizer
+    // (default: the pipeline's text_encoder/ and tokenizer/ beside the model folder), and the
+    // caption of each class label when the data has labels rather than input_ids.
+    std::string text_encoder, tokenizer;
+    std::vector<std::string> captions;
   } diffusion;
   // keys of DPOConfig / GRPOConfig given before `trainer:` said which (applied when it does)
   std::vector<std::pair<std::string, std::string>> pending_method_keys;

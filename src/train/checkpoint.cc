@@ -129,7 +129,18 @@ std::map<std::string, Tensor> Trainer::weights() {
   return weights;
 }
 
-void Trainer::save_model(const std::string& dir) { save_model_files(dir, impl_->ema != nullptr); }
+void Trainer::save_model(const std::string& dir) {
+  save_model_files(dir, impl_->ema != nullptr);
+  if (impl_->comm->rank() != 0) return;
+  for (auto& [name, from] : model_.side_folders) {
+    const fs::path to = fs::path(dir) / name;
+    std::error_code ec;
+    if (fs::exists(to) && fs::equivalent(from, to, ec)) continue;  // saving into the pipeline
+    fs::create_directories(to, ec);
+    fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
+    ONYX_CHECK(!ec, "cannot copy '", from, "' to '", to.string(), "': ", ec.message());
+  }
+}
 
 void Trainer::save_model_files(const std::string& dir, bool ema_weights) {
   if (impl_->comm->rank() != 0) return;  // data parallel: rank 0 writes the model

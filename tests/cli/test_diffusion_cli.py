@@ -206,6 +206,22 @@ def case_bad_inputs(tmp):
     d = unet_folder(tmp, "uncond", num_class_embeds=None)
     onyx("train", train_config(tmp, d, data, f"{tmp}/uncond-out"), "--max_steps", "1")
     check(["sample", f"{tmp}/uncond-out", "--class_labels", "1"], "unconditional")
+    # text-to-image: keys that go together, an encoder that is not CLIP's or lacks weights
+    check(["train", train_config(tmp, d, data, f"{tmp}/o4", f"text_encoder: {d}")],
+          "'text_encoder' and 'tokenizer' go together")
+    check(["train", train_config(tmp, d, data, f"{tmp}/o5", "captions: [a, b]")],
+          "'captions' need a text encoder")
+    check(["train", train_config(tmp, d, data, f"{tmp}/o6", f"text_encoder: {d}\ntokenizer: {d}")],
+          "config.json's model_type is missing", "CLIPTextModel")
+    te = f"{tmp}/te"
+    os.makedirs(te, exist_ok=True)
+    with open(f"{te}/config.json", "w") as f:
+        json.dump({"model_type": "clip_text_model", "architectures": ["CLIPTextModel"],
+                   "vocab_size": 520, "hidden_size": 8, "intermediate_size": 8,
+                   "num_hidden_layers": 1, "num_attention_heads": 2}, f)
+    check(["sample", f"{tmp}/uncond-out", "--prompt", "a", "--text_encoder", te, "--tokenizer", te],
+          te, "model.safetensors")
+    check(["sample", f"{tmp}/uncond-out", "--prompt", "a"], "text_encoder/ and tokenizer/")
     return ok, " | ".join(msgs)
 
 

@@ -81,6 +81,7 @@ Ends with "N passed, M failed"; exits 1 if any case failed.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -442,6 +443,68 @@ def case_train(tmp, name):
                 f"worst rel {w_final:.1e} ({n_final}), checkpoint ema/ {w_ck:.1e}")
 
 
+def tiny_clip_pipeline(tmp, unet_dir):
+    """A pipeline folder around the "cond" UNet: unet/, a tiny random CLIPTextModel (hidden size
+    24, the UNet's cross_attention_dim) in text_encoder/ and a CLIP tokenizer (the byte alphabet,
+    a few merges, model_max_length 12) in tokenizer/, as Stable Diffusion's folders hold them."""
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+    from tokenizers import pre_tokenizers
+    pipe = os.path.join(tmp, "pipe")
+    shutil.copytree(unet_dir, os.path.join(pipe, "unet"))
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    merges = [("s", "h"), ("i", "r"), ("sh", "ir"), ("shir", "t</w>"), ("o", "o"), ("b", "oo")]
+    tokens = alphabet + [a + "</w>" for a in alphabet] + [a + b for a, b in merges]
+    tokens += ["<|startoftext|>", "<|endoftext|>"]
+    vocab = {t: i for i, t in enumerate(dict.fromkeys(tokens))}
+    tok = CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=12)
+    tok.save_pretrained(os.path.join(pipe, "tokenizer"))
+    torch.manual_seed(7)
+    enc = CLIPTextModel(CLIPTextConfig(vocab_size=len(vocab), hidden_size=24, intermediate_size=40,
+                                       num_hidden_layers=2, num_attention_heads=4,
+                                       max_position_embeddings=16,
+                                       bos_token_id=vocab["<|startoftext|>"],
+                                       eos_token_id=vocab["<|endoftext|>"])).eval()
+    enc.save_pretrained(os.path.join(pipe, "text_encoder"))
+    return pipe, tok, enc
+
+
+def case_train_text(tmp):
+    """train_text_to_image.py's step: captions per class label through the frozen text encoder
+    of the pipeline folder (tokenized to model_max_length, no attention mask), the UNet trained
+    on its last hidden state; losses and EMA weights as the PyTorch loop; output_dir gets the
+    text_encoder/ and tokenizer/ folders."""
+    d, model, scheduler = make(tmp, "cond")
+    pipe, tok, enc = tiny_clip_pipeline(tmp, d)
+    captions = ["a photo of a shirt", "a red dress, long", "two boots!"]
+    rng = np.random.default_rng(6)
+    data = {"pixel_values": rng.uniform(-1, 1, (16, 4, 16, 16)).astype(np.float32),
+            "noise": rng.standard_normal((16, 4, 16, 16)).astype(np.float32),
+            "timesteps": rng.integers(0, 1000, 16).astype(np.int64),
+            "labels": rng.integers(0, 3, 16).astype(np.int64)}
+    save_file(data, f"{tmp}/text.safetensors")
+    out = f"{tmp}/out-text"
+    logs = onyx_train(os.path.join(pipe, "unet"), f"{tmp}/text.safetensors", out, captions=captions)
+    ids = tok([captions[k] for k in data["labels"]], padding="max_length", truncation=True,
+              max_length=tok.model_max_length, return_tensors="pt").input_ids
+    with torch.no_grad():
+        hidden = enc(ids)[0]
+    ref_data = {k: v for k, v in data.items() if k != "labels"}
+    ref_data["encoder_hidden_states"] = hidden.numpy()
+    got = [e["loss"] for e in logs if "loss" in e]
+    ref, shadow = reference_run(model, scheduler, ref_data, 10)
+    if len(got) != len(ref):
+        return False, f"{len(got)} logged losses, expected {len(ref)}"
+    lerr = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+    saved = type(model).from_pretrained(out)
+    w, wn = worst_tensor({n: p.detach().numpy() for n, p in saved.named_parameters()}, shadow)
+    copied = all(os.path.exists(os.path.join(out, f)) for f in
+                 ("text_encoder/config.json", "tokenizer/tokenizer_config.json"))
+    return (lerr < TOL and w < TOL and copied,
+            f"ids {tuple(ids.shape)}, losses {got[0]:.4f} -> {got[-1]:.4f}, worst rel {lerr:.1e}; "
+            f"EMA weights worst rel {w:.1e} ({wn}); text_encoder/ and tokenizer/ in output_dir: "
+            f"{copied}")
+
+
 def case_resume(tmp):
     d, _, _ = make(tmp, "cls")
     rng = np.random.default_rng(6)
@@ -555,6 +618,35 @@ def case_ddim_guidance(tmp):
     return against_references(got, ref32, ref64, "6 steps, guidance 4")
 
 
+def case_ddim_prompt(tmp):
+    """`onyx sample --prompt` on the pipeline's unet/: the prompts and the empty negative prompt
+    through the pipeline's text_encoder/ and tokenizer/ (StableDiffusionPipeline.encode_prompt),
+    then the guided DDIM loop, against the same loop on Transformers' encoder output."""
+    import warnings
+    from diffusers import DDIMScheduler
+    d, model, scheduler = make(tmp, "cond")
+    model.eval()
+    pipe, tok, enc = tiny_clip_pipeline(tmp, d)
+    prompts = ["a photo of a shirt", "two boots!"]
+
+    def hidden(texts):
+        ids = tok(texts, padding="max_length", truncation=True, max_length=tok.model_max_length,
+                  return_tensors="pt").input_ids
+        with torch.no_grad():
+            return enc(ids)[0]
+    cond, neg = hidden(prompts), hidden(["", ""])
+    ddim = DDIMScheduler.from_config(scheduler.config)
+    ddim.set_timesteps(5)
+    x = torch.randn((2, 4, 16, 16), generator=torch.Generator().manual_seed(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref32 = guided_ddim(model, ddim, x, cond, neg, 3.0, torch.float32)
+        ref64 = guided_ddim(model, ddim, x, cond, neg, 3.0, torch.float64)
+    got = sample_with_onyx(os.path.join(pipe, "unet"), [x], 5, "ddim",
+                           ("--prompt", *prompts, "--guidance_scale", "3"))
+    return against_references(got, ref32, ref64, "5 steps, 2 prompts, guidance 3")
+
+
 def case_dit_guidance(tmp):
     import warnings
     from diffusers import DDIMScheduler
@@ -606,9 +698,11 @@ def main():
     cases.append(("ddim-eta-pipeline", lambda t: case_pipeline(t, "ddim-eta")))
     cases.append(("ddim-classes", case_ddim_classes))
     cases.append(("ddim-guidance", case_ddim_guidance))
+    cases.append(("ddim-prompt", case_ddim_prompt))
     cases.append(("train-ema-snr", lambda t: case_train(t, "cls")))
     cases.append(("train-cond-ema-snr", lambda t: case_train(t, "cond")))
     cases.append(("train-dit-ema-snr", lambda t: case_train(t, "dit")))
+    cases.append(("train-text-to-image", case_train_text))
     cases.append(("dit-guidance", case_dit_guidance))
     cases.append(("train-resume", case_resume))
     cases.append(("lora", case_lora))

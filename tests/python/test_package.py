@@ -2059,7 +2059,8 @@ def tiny_seq2seq(kind):
 def case_diffusion_sample(onyx, tmp):
     """onyx.diffusion.sample = `onyx sample --tensors` on the same folder and arguments: a
     class-conditional UNet2DModel (DDIM) and a UNet2DConditionModel with encoder hidden states and
-    classifier-free guidance (DDPM); to_pil gives PIL images of the UNet's size."""
+    classifier-free guidance (DDPM), and with prompts through a CLIP text encoder (two images per
+    prompt, a negative prompt); to_pil gives PIL images of the UNet's size."""
     import torch
     from diffusers import UNet2DConditionModel, UNet2DModel
     from safetensors.numpy import load_file, save_file
@@ -2090,12 +2091,33 @@ def case_diffusion_sample(onyx, tmp):
                     f"{tmp}/prompts.safetensors", "--guidance_scale", "3", "--num_inference_steps",
                     "5", "--seed", "4", "--tensors", f"{tmp}/b.st"], check=True, capture_output=True)
     want1, want2 = load_file(f"{tmp}/a.st")["images"], load_file(f"{tmp}/b.st")["images"]
+    # prompts through a CLIP text encoder (hidden size 6) and its tokenizer
+    from tokenizers import pre_tokenizers
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {t: i for i, t in enumerate(alphabet + [a + "</w>" for a in alphabet]
+                                        + ["<|startoftext|>", "<|endoftext|>"])}
+    CLIPTokenizer(vocab=vocab, merges=[], model_max_length=8).save_pretrained(f"{tmp}/tok")
+    CLIPTextModel(CLIPTextConfig(vocab_size=len(vocab), hidden_size=6, intermediate_size=8,
+                                 num_hidden_layers=1, num_attention_heads=2,
+                                 max_position_embeddings=8, bos_token_id=len(vocab) - 2,
+                                 eos_token_id=len(vocab) - 1)).save_pretrained(f"{tmp}/te")
+    got3 = onyx.diffusion.sample(f"{tmp}/cond", prompt=["a cat", "dog"], num_images_per_prompt=2,
+                                 negative_prompt="blur", guidance_scale=2.0, text_encoder=f"{tmp}/te",
+                                 tokenizer=f"{tmp}/tok", num_inference_steps=3, seed=5)
+    subprocess.run([ONYX, "sample", f"{tmp}/cond", "--prompt", "a cat", "dog", "--per_prompt", "2",
+                    "--negative_prompt", "blur", "--guidance_scale", "2", "--text_encoder",
+                    f"{tmp}/te", "--tokenizer", f"{tmp}/tok", "--num_inference_steps", "3",
+                    "--seed", "5", "--tensors", f"{tmp}/c.st"], check=True, capture_output=True)
+    want3 = load_file(f"{tmp}/c.st")["images"]
     pil = onyx.diffusion.to_pil(got1)
     ok = (np.array_equal(got1, want1) and np.array_equal(got2, want2) and got2.shape == (2, 2, 8, 8)
+          and np.array_equal(got3, want3) and got3.shape == (4, 2, 8, 8)
           and len(pil) == 3 and pil[0].size == (8, 8))
     msg = (f"class-conditional DDIM (eta 0.6) {got1.shape} identical to the CLI's: "
            f"{np.array_equal(got1, want1)}; guided UNet2DConditionModel {got2.shape}: "
-           f"{np.array_equal(got2, want2)}; to_pil {len(pil)} x {pil[0].size}")
+           f"{np.array_equal(got2, want2)}; prompts x 2 through a CLIP text encoder {got3.shape}: "
+           f"{np.array_equal(got3, want3)}; to_pil {len(pil)} x {pil[0].size}")
     assert ok, msg
     return msg
 

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "diffusion/diffusers_folder.h"
 #include "diffusion/sampler.h"
+#include "diffusion/text_encoder.h"
 #include "io/safetensors.h"
 
 namespace onyx::cli {
@@ -21,6 +22,7 @@ namespace {
 struct SampleArgs {
   std::string model, output, tensors, noise, scheduler_config, conditions;
   diffusion::SampleOptions o;
+  diffusion::PromptOptions prompts;
   int64_t per_class = 0, scale = 2;
 };
 
@@ -102,6 +104,11 @@ int run_sample(SampleArgs& a) {
       o.negative_encoder_hidden_states = f.at("negative_encoder_hidden_states");
     if (o.class_labels.empty() && !o.latents) o.num_images = o.encoder_hidden_states->dim(0);
   }
+  if (!a.prompts.prompts.empty()) {
+    ONYX_CHECK(a.conditions.empty(), "--prompt and --encoder_hidden_states: give one");
+    diffusion::encode_prompts(a.model, a.prompts, o);
+    cols = a.prompts.per_prompt;
+  }
   auto schedule = diffusion::find_schedule_config(a.model, a.scheduler_config);
   Tensor images = diffusion::sample_images(d, schedule, o, [](int64_t i, int64_t n) {
     if (i % 10 == 0 || i == n) std::cerr << "\rsampling: UNet call " << i << "/" << n << std::flush;
@@ -149,6 +156,14 @@ Action add_sample_command(CLI::App& app) {
   cmd->add_option("--encoder_hidden_states", a->conditions,
                   "UNet2DConditionModel: safetensors with 'encoder_hidden_states' (N,S,D) [and "
                   "'negative_encoder_hidden_states' for --guidance_scale]");
+  cmd->add_option("--prompt", a->prompts.prompts,
+                  "UNet2DConditionModel: prompts (one row of the grid each), encoded by the "
+                  "model folder's text_encoder/ and tokenizer/ (or its pipeline's)");
+  cmd->add_option("--negative_prompt", a->prompts.negative_prompt,
+                  "the prompt guidance steers away from (default \"\")");
+  cmd->add_option("--per_prompt", a->prompts.per_prompt, "images per prompt (default 1)");
+  cmd->add_option("--text_encoder", a->prompts.text_encoder, "a CLIPTextModel folder");
+  cmd->add_option("--tokenizer", a->prompts.tokenizer, "its tokenizer folder");
   cmd->add_option("--guidance_scale", a->o.guidance_scale,
                   "classifier-free guidance (> 1: uncond + scale * (cond - uncond))");
   return [a]() { return run_sample(*a); };
