@@ -99,6 +99,11 @@ struct Model {
   // model when set.
   std::map<std::string, std::string> adapter_tensors;
   std::string adapter_config_json;
+  // A diffusers pipeline component's name ("unet"): its LoRA adapters are also written as
+  // pytorch_lora_weights.safetensors, the file diffusers' LoRA scripts save and
+  // load_lora_weights / load_lora_adapter read ("unet.<module>.lora.down|up.weight", the LoRA
+  // config in the "lora_adapter_metadata" header entry).
+  std::string diffusers_lora_component;
   // Frozen weights stored in bfloat16 (config model_init_kwargs.dtype: bfloat16): bf16
   // initializers of the graph, read by the GEMMs with bf16 inputs and float32 accumulation.
   // Saved as BF16 tensors; generation widens copies of them to float32.

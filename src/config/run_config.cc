@@ -1132,6 +1132,10 @@ Model model_from_config(const RunConfig& c) {
                  "', which no adapted module of this model has");
     m.adapter_tensors = r.adapter_tensors;
     m.adapter_config_json = models::adapter_config_json(spec);
+    // a UNet2DConditionModel's adapters also as diffusers' own LoRA file (its loaders take that
+    // model, not UNet2DModel or DiT)
+    for (auto& in : m.graph->inputs)
+      if (diffusers && in.name == "encoder_hidden_states") m.diffusers_lora_component = "unet";
   }
   m.frozen.insert(c.frozen.begin(), c.frozen.end());
   if (c.quantization) store_quantized(c, m);

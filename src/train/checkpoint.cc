@@ -129,6 +129,36 @@ std::map<std::string, Tensor> Trainer::weights() {
   return weights;
 }
 
+// PEFT's adapter tensors ("base_model.model.<module>.lora_A.weight") as diffusers' LoRA file:
+// "<component>.<module>.lora.down.weight" (A) and ".lora.up.weight" (B), as
+// convert_state_dict_to_diffusers and save_lora_weights write them, with the LoRA config's keys
+// (prefixed "<component>.") as the header's lora_adapter_metadata, which carries lora_alpha.
+// Adapters with trained biases have no such layout: only PEFT's files are written then.
+static void save_diffusers_lora(const std::string& dir, const std::map<std::string, Tensor>& peft,
+                                const std::string& config_json, const std::string& component) {
+  auto replace_end = [](const std::string& s, const std::string& end, const std::string& by,
+                        std::string& out) {
+    if (s.size() < end.size() || s.compare(s.size() - end.size(), end.size(), end) != 0)
+      return false;
+    out = s.substr(0, s.size() - end.size()) + by;
+    return true;
+  };
+  const std::string prefix = "base_model.model.";
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : peft) {
+    std::string module = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name, key;
+    if (!replace_end(module, ".lora_A.weight", ".lora.down.weight", key) &&
+        !replace_end(module, ".lora_B.weight", ".lora.up.weight", key))
+      return;
+    out[component + "." + key] = t;
+  }
+  const nlohmann::json config = nlohmann::json::parse(config_json);
+  nlohmann::json meta = nlohmann::json::object();
+  for (auto it = config.begin(); it != config.end(); ++it) meta[component + "." + it.key()] = *it;
+  io::save_safetensors((fs::path(dir) / "pytorch_lora_weights.safetensors").string(), out,
+                       {{"format", "pt"}, {"lora_adapter_metadata", meta.dump(2)}});
+}
+
 void Trainer::save_model(const std::string& dir) {
   save_model_files(dir, impl_->ema != nullptr);
   if (impl_->comm->rank() != 0) return;
@@ -177,6 +207,9 @@ void Trainer::save_model_files(const std::string& dir, bool ema_weights) {
                          {{"format", "pt"}});
     io::write_file_atomic((fs::path(dir) / "adapter_config.json").string(),
                           model_.adapter_config_json);
+    if (!model_.diffusers_lora_component.empty())
+      save_diffusers_lora(dir, adapter, model_.adapter_config_json,
+                          model_.diffusers_lora_component);
   }
   for (auto& f : model_.processor_files) {
     fs::path to = fs::path(dir) / fs::path(f).filename();

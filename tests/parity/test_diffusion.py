@@ -505,6 +505,34 @@ def case_train_text(tmp):
             f"{copied}")
 
 
+def case_lora_diffusers_file(tmp):
+    """LoRA on a UNet2DConditionModel (lora_alpha 8 over r 4): output_dir also holds
+    pytorch_lora_weights.safetensors as diffusers' LoRA scripts save it, which diffusers'
+    load_lora_adapter (what StableDiffusionPipeline.load_lora_weights calls for the UNet) opens on
+    the base folder: its output equals PEFT's loading of onyx's adapter_model.safetensors."""
+    from peft import PeftModel
+    d, model, scheduler = make(tmp, "cond")
+    rng = np.random.default_rng(12)
+    data = {"pixel_values": rng.uniform(-1, 1, (8, 4, 16, 16)).astype(np.float32),
+            "encoder_hidden_states": rng.standard_normal((8, 5, 24)).astype(np.float32)}
+    save_file(data, f"{tmp}/lora-cond.safetensors")
+    out = f"{tmp}/out-lora-cond"
+    onyx_train(d, f"{tmp}/lora-cond.safetensors", out, snr_gamma=0.0, use_ema=False, max_steps=4,
+               lora={"r": 4, "lora_alpha": 8, "target_modules": ["to_q", "to_k", "to_v", "to_out.0"]})
+    diff = UNet2DConditionModel.from_pretrained(d).eval()
+    diff.load_lora_adapter(out, prefix="unet", weight_name="pytorch_lora_weights.safetensors")
+    peft = PeftModel.from_pretrained(UNet2DConditionModel.from_pretrained(out), out).eval()
+    f = feeds("cond", 13)
+    args = (torch.tensor(f["pixel_values"]), torch.tensor(f["timesteps"]),
+            torch.tensor(f["encoder_hidden_states"]))
+    with torch.no_grad():
+        want, have = peft(*args).sample.numpy(), diff(*args).sample.numpy()
+        base = UNet2DConditionModel.from_pretrained(d).eval()(*args).sample.numpy()
+    e, moved = rel(have, want), rel(base, want)
+    return e < TOL and moved > 1e-3, (f"diffusers-loaded vs PEFT-loaded output rel {e:.1e} (the "
+                                      f"adapters move the output by {moved:.1e})")
+
+
 def case_resume(tmp):
     d, _, _ = make(tmp, "cls")
     rng = np.random.default_rng(6)
@@ -706,6 +734,7 @@ def main():
     cases.append(("dit-guidance", case_dit_guidance))
     cases.append(("train-resume", case_resume))
     cases.append(("lora", case_lora))
+    cases.append(("lora-diffusers-file", case_lora_diffusers_file))
     cases.append(("draws", case_draws))
     return run_cases(cases, "onyx-test-diffusion-")
 
