@@ -43,12 +43,7 @@ struct UNet {
   // nn.GroupNorm(groups, ch, eps) over (B, ch, ...); eps < 0: the config's norm_eps.
   std::string group_norm(const std::string& x, const std::string& name, int64_t groups, int64_t ch,
                          double eps = -1) {
-    std::string scale = b.param(name + ".weight", {ch}, Init::ones());
-    std::string bias = b.param(name + ".bias", {ch}, Init::zeros());
-    b.set_scope(name);
-    return b.op("GroupNormalization", {x, scale, bias},
-                {{"num_groups", Attr::of_int(groups)},
-                 {"epsilon", Attr::of_float((float)(eps < 0 ? c.norm_eps : eps))}});
+    return diffusion::group_norm(b, x, name, groups, ch, eps < 0 ? c.norm_eps : eps);
   }
 
   // diffusers' Attention of a BasicTransformerBlock: queries from x (B,T,C), keys and values
@@ -109,49 +104,26 @@ struct UNet {
     return b.op("Add", {h, x});
   }
 
-  // ResnetBlock2D. x (B,cin,H,W) -> (B,cout,H,W)
+  // ResnetBlock2D with the time embedding. x (B,cin,H,W) -> (B,cout,H,W)
   std::string resnet(const std::string& x, const std::string& p, int64_t cin, int64_t cout,
                      double output_scale) {
-    const int64_t G = c.norm_num_groups;
-    const bool scale_shift = c.resnet_time_scale_shift == "scale_shift";
-    std::string h =
-        conv(act(group_norm(x, p + ".norm1", G, cin)), p + ".conv1", cin, cout, 3, 1, 1);
-    std::string t =
-        linear(temb, p + ".time_emb_proj", c.time_embed_dim(), scale_shift ? 2 * cout : cout);
-    b.set_scope(p);
-    t = b.op("Unsqueeze", {t, b.const_i64({2, 3})});  // (B, cout or 2 cout, 1, 1)
-    if (!scale_shift) h = b.op("Add", {h, t});
-    h = group_norm(h, p + ".norm2", G, cout);
-    if (scale_shift) {  // h * (1 + scale) + shift
-      b.set_scope(p);
-      auto parts =
-          b.op_n("Split", {t}, {{"axis", Attr::of_int(1)}, {"num_outputs", Attr::of_int(2)}}, 2);
-      h = b.op("Add", {b.op("Mul", {h, b.op("Add", {parts[0], b.scalar_f32(1)})}), parts[1]});
-    }
-    h = conv(b.dropout(act(h), c.dropout), p + ".conv2", cout, cout, 3, 1, 1);
-    std::string skip = cin == cout ? x : conv(x, p + ".conv_shortcut", cin, cout, 1, 1, 0);
-    b.set_scope(p);
-    std::string y = b.op("Add", {skip, h});
-    return output_scale == 1 ? y : b.op("Div", {y, b.scalar_f32((float)output_scale)});
+    ResnetOptions o;
+    o.groups = c.norm_num_groups;
+    o.eps = c.norm_eps;
+    o.act = c.act_fn == "swish" ? "silu" : c.act_fn;
+    o.temb = temb;
+    o.temb_dim = c.time_embed_dim();
+    o.scale_shift = c.resnet_time_scale_shift == "scale_shift";
+    o.dropout = c.dropout;
+    o.output_scale = output_scale;
+    return resnet_block(b, x, p, cin, cout, o);
   }
 
   // Attention over the H*W positions of x (B,ch,H,W), residual added. groups 0: no group_norm.
   std::string attention(const std::string& x, const std::string& p, int64_t ch, int64_t groups,
                         double rescale) {
-    const int64_t hd = c.attention_head_dim ? c.attention_head_dim : ch, nh = ch / hd;
-    std::string h = groups ? group_norm(x, p + ".group_norm", groups, ch) : x;
-    b.set_scope(p);
-    h = b.op("Reshape", {h, b.const_i64({0, 0, -1})});                 // (B,ch,HW)
-    h = b.op("Transpose", {h}, {{"perm", Attr::of_ints({0, 2, 1})}});  // (B,HW,ch)
-    std::string q = linear(h, p + ".to_q", ch, ch), k = linear(h, p + ".to_k", ch, ch),
-                v = linear(h, p + ".to_v", ch, ch);
-    b.set_scope(p);
-    std::string y = attention_core(b, q, k, v, ch, nh);  // (B,HW,ch)
-    y = linear(y, p + ".to_out.0", ch, ch);
-    b.set_scope(p);
-    y = b.op("Transpose", {y}, {{"perm", Attr::of_ints({0, 2, 1})}});  // (B,ch,HW)
-    y = b.op("Add", {b.op("Reshape", {y, b.op("Shape", {x})}), x});
-    return rescale == 1 ? y : b.op("Div", {y, b.scalar_f32((float)rescale)});
+    const int64_t hd = c.attention_head_dim ? c.attention_head_dim : ch;
+    return spatial_attention(b, x, p, ch, ch / hd, groups, c.norm_eps, rescale);
   }
 
   // Timesteps (sinusoidal, diffusers' get_timestep_embedding) then TimestepEmbedding; plus the

@@ -84,6 +84,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -449,7 +450,7 @@ def tiny_clip_pipeline(tmp, unet_dir):
     a few merges, model_max_length 12) in tokenizer/, as Stable Diffusion's folders hold them."""
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
     from tokenizers import pre_tokenizers
-    pipe = os.path.join(tmp, "pipe")
+    pipe = tempfile.mkdtemp(dir=tmp, prefix="pipe-")  # (each case its own)
     shutil.copytree(unet_dir, os.path.join(pipe, "unet"))
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     merges = [("s", "h"), ("i", "r"), ("sh", "ir"), ("shir", "t</w>"), ("o", "o"), ("b", "oo")]
