@@ -16,6 +16,8 @@ namespace {
 
 constexpr const char* kWeights = "diffusion_pytorch_model.safetensors";
 
+}  // namespace
+
 std::string read_text(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   ONYX_CHECK(f, "'", p.string(), "': cannot open");
@@ -24,7 +26,6 @@ std::string read_text(const fs::path& p) {
   return s.str();
 }
 
-// Puts the file's tensors into the graph's initializers, every name and shape checked.
 void apply_weights(ir::Graph& g, const fs::path& file) {
   auto st = io::load_safetensors(file.string());
   std::string missing, unexpected;
@@ -54,8 +55,6 @@ void apply_weights(ir::Graph& g, const fs::path& file) {
                          n_unexpected > 5 ? ", ..." : "", ")")
                    : "");
 }
-
-}  // namespace
 
 bool is_diffusers_folder(const std::string& dir) {
   fs::path p = fs::path(dir) / "config.json";

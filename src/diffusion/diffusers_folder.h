@@ -4,6 +4,7 @@
 // the noise scheduler's config that goes with it.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,14 @@
 #include "diffusion/unet2d.h"
 
 namespace onyx::diffusion {
+
+// Puts a diffusion_pytorch_model.safetensors' tensors into the graph's initializers (as float32),
+// every name and shape checked: a tensor the graph lacks, or a graph weight the file lacks, is an
+// error naming them.
+void apply_weights(ir::Graph& g, const std::filesystem::path& file);
+
+// A folder's file as text (config.json); a file that cannot be read is an error naming it.
+std::string read_text(const std::filesystem::path& p);
 
 // config.json of `dir` names a diffusers class (`_class_name`).
 bool is_diffusers_folder(const std::string& dir);

@@ -60,6 +60,15 @@ std::string attention_core(GraphBuilder& b, const std::string& q, const std::str
   return b.merge_heads(b.op("MatMul", {s, b.split_heads(v, heads, hd)}), C);
 }
 
+std::string upsample_nearest2x(GraphBuilder& b, const std::string& x) {
+  return b.op(
+      "Resize",
+      {x, "", b.const_tensor(Tensor::from_vector<float>(DType::Float32, {4}, {1, 1, 2, 2}))},
+      {{"mode", Attr::of_string("nearest")},
+       {"coordinate_transformation_mode", Attr::of_string("asymmetric")},
+       {"nearest_mode", Attr::of_string("floor")}});
+}
+
 std::string group_norm(GraphBuilder& b, const std::string& x, const std::string& name,
                        int64_t groups, int64_t ch, double eps) {
   std::string scale = b.param(name + ".weight", {ch}, Init::ones());

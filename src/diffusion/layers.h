@@ -27,6 +27,9 @@ std::string timestep_features(models::GraphBuilder& b, const std::string& t, int
 std::string attention_core(models::GraphBuilder& b, const std::string& q, const std::string& k,
                            const std::string& v, int64_t C, int64_t heads);
 
+// Upsample2D's F.interpolate(x, scale_factor=2, mode="nearest") on (B,C,H,W).
+std::string upsample_nearest2x(models::GraphBuilder& b, const std::string& x);
+
 // nn.GroupNorm(groups, ch, eps) over (B, ch, ...): "<name>.weight" (ones), "<name>.bias" (zeros).
 std::string group_norm(models::GraphBuilder& b, const std::string& x, const std::string& name,
                        int64_t groups, int64_t ch, double eps);

@@ -209,12 +209,7 @@ struct UNet {
       }
       if (i + 1 < n) {
         b.set_scope(p + ".upsamplers.0");
-        x = b.op(
-            "Resize",
-            {x, "", b.const_tensor(Tensor::from_vector<float>(DType::Float32, {4}, {1, 1, 2, 2}))},
-            {{"mode", Attr::of_string("nearest")},
-             {"coordinate_transformation_mode", Attr::of_string("asymmetric")},
-             {"nearest_mode", Attr::of_string("floor")}});
+        x = upsample_nearest2x(b, x);
         x = conv(x, p + ".upsamplers.0.conv", cur, cur, 3, 1, 1);
       }
     }

@@ -676,6 +676,49 @@ def case_ddim_prompt(tmp):
     return against_references(got, ref32, ref64, "5 steps, 2 prompts, guidance 3")
 
 
+VAES = {
+    # two blocks, one resnet each, the mid block's attention, quant convs: SD's layout, small
+    "vae": dict(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16),
+                down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+                layers_per_block=1, norm_num_groups=4, sample_size=16),
+    # three blocks, two resnets, no attention, no quant convs (as Flux's), one latent channel more
+    "vae-plain": dict(in_channels=1, out_channels=1, latent_channels=5, block_out_channels=(8, 8, 16),
+                      down_block_types=("DownEncoderBlock2D",) * 3,
+                      up_block_types=("UpDecoderBlock2D",) * 3, layers_per_block=2,
+                      norm_num_groups=8, use_quant_conv=False, use_post_quant_conv=False,
+                      mid_block_add_attention=False, scaling_factor=0.3, shift_factor=0.1),
+}
+
+
+def make_vae(tmp, name):
+    from diffusers import AutoencoderKL
+    torch.manual_seed(len(name) + 20)
+    vae = AutoencoderKL(**VAES[name]).eval()
+    with torch.no_grad():
+        for p in vae.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    d = os.path.join(tmp, name)
+    vae.save_pretrained(d)
+    return d, vae
+
+
+def case_vae_forward(tmp, name):
+    """`onyx run` on an AutoencoderKL folder: the latent distribution's mean and (clamped)
+    log-variance and the decoded mean against diffusers' encode / decode (float32, 1e-4)."""
+    d, vae = make_vae(tmp, name)
+    c = VAES[name]
+    x = np.random.default_rng(3).uniform(-1, 1, (2, c["in_channels"], 16, 24)).astype(np.float32)
+    save_file({"sample": x}, f"{d}/in.safetensors")
+    onyx("run", d, "--inputs", f"{d}/in.safetensors", "--output", f"{d}/out.safetensors")
+    got = load_file(f"{d}/out.safetensors")
+    with torch.no_grad():
+        dist = vae.encode(torch.tensor(x)).latent_dist
+        ref = {"latent_mean": dist.mean, "latent_logvar": dist.logvar,
+               "model_output": vae.decode(dist.mode()).sample}
+    errs = {k: rel(got[k], v.numpy()) for k, v in ref.items()}
+    return max(errs.values()) < TOL, ", ".join(f"{k} rel {e:.1e}" for k, e in errs.items())
+
+
 def case_dit_guidance(tmp):
     import warnings
     from diffusers import DDIMScheduler
@@ -722,6 +765,8 @@ def main():
     for name in CONFIGS:
         cases.append((f"{name}-forward", lambda t, n=name: case_forward(t, n)))
         cases.append((f"{name}-grad", lambda t, n=name: case_grad(t, n)))
+    for name in VAES:
+        cases.append((f"{name}-forward", lambda t, n=name: case_vae_forward(t, n)))
     cases.append(("ddpm-pipeline", lambda t: case_pipeline(t, "ddpm")))
     cases.append(("ddim-pipeline", lambda t: case_pipeline(t, "ddim")))
     cases.append(("ddim-eta-pipeline", lambda t: case_pipeline(t, "ddim-eta")))

@@ -1,9 +1,12 @@
 // hf_folder.cc — see hf_folder.h.
 #include "hf_folder.h"
 
+#include <filesystem>
 #include <iostream>
 
 #include "diffusion/diffusers_folder.h"
+#include "diffusion/unet2d_config.h"
+#include "diffusion/vae.h"
 #include "io/safetensors.h"
 #include "models/hf_weights.h"
 #include "passes/inference_export.h"
@@ -36,7 +39,9 @@ int write_gradients(train::TrainingSession& ts, const std::map<std::string, Tens
 // conditioning inputs (class_labels, encoder_hidden_states).
 int run_diffusers_folder(const std::string& dir, const std::string& inputs,
                          const std::string& output) {
-  runtime::Session s(diffusion::load_denoiser(dir).graph);
+  const bool vae = diffusion::diffusers_class_name(diffusion::read_text(
+                       std::filesystem::path(dir) / "config.json")) == "AutoencoderKL";
+  runtime::Session s(vae ? diffusion::load_vae_graph(dir) : diffusion::load_denoiser(dir).graph);
   s.check_supported();
   save_and_list(output, s.run(io::load_safetensors(inputs).tensors));
   return 0;

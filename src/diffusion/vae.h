@@ -1,0 +1,57 @@
+// diffusion/vae.h — diffusers' AutoencoderKL (Stable Diffusion's VAE) as graphs: its config.json
+// (`_class_name` AutoencoderKL) with diffusers' defaults, the encoder (DownEncoderBlock2D stack,
+// the mid block's resnets and attention, quant_conv) to the latent distribution's mean and
+// log-variance (clamped to [-30, 20] as DiagonalGaussianDistribution), and the decoder
+// (post_quant_conv, UpDecoderBlock2D stack) from latents to images; every GroupNorm with eps 1e-6.
+// Anything else in the config is an error naming the key.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "onyx/tensor.h"
+
+namespace onyx::diffusion {
+
+struct VaeConfig {
+  int64_t in_channels = 3, out_channels = 3, latent_channels = 4;
+  std::vector<int64_t> block_out_channels = {64};
+  int64_t layers_per_block = 1, norm_num_groups = 32, sample_size = 32;
+  std::string act_fn = "silu";
+  double scaling_factor = 0.18215, shift_factor = 0;  // latents = (z - shift) * scaling
+  bool use_quant_conv = true, use_post_quant_conv = true, mid_block_add_attention = true;
+};
+
+VaeConfig parse_vae_config(const std::string& json_text, const std::string& what);
+
+// The whole AutoencoderKL.forward (sample_posterior False): input "sample" (B,C,H,W); outputs
+// "latent_mean", "latent_logvar" (B,L,H/f,W/f) and "model_output", the decoded mean.
+std::shared_ptr<ir::Graph> build_vae(const VaeConfig& c, uint64_t seed);
+
+// build_vae with a folder's weights (`onyx run VAE_FOLDER`).
+std::shared_ptr<ir::Graph> load_vae_graph(const std::string& dir);
+
+// A VAE folder (config.json + diffusion_pytorch_model.safetensors) for the pipelines: images to
+// latents and back, as train_text_to_image.py (vae.encode(x).latent_dist, times
+// scaling_factor) and StableDiffusionPipeline (vae.decode(latents / scaling_factor)) use it.
+class Vae {
+ public:
+  static std::shared_ptr<Vae> open(const std::string& dir);
+  // The pipeline's vae/ beside a unet/ folder (or in it: onyx train's output), else null.
+  static std::shared_ptr<Vae> of_model(const std::string& unet_dir);
+  ~Vae();
+  // (B,C,H,W) in [-1, 1] -> the latent distribution's mean and std (B,L,h,w).
+  std::pair<Tensor, Tensor> encode(const Tensor& images) const;
+  // Latents as the UNet sees them (scaled) -> images (B,C,H,W) in the model's range.
+  Tensor decode(const Tensor& latents) const;
+  const VaeConfig& config() const;
+  const std::string& dir() const;
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace onyx::diffusion
