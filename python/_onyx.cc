@@ -29,6 +29,7 @@
 #include "diffusion/diffusers_folder.h"
 #include "diffusion/sampler.h"
 #include "diffusion/text_encoder.h"
+#include "diffusion/vae.h"
 #include "models/hf_model.h"
 #include "models/lora.h"
 #include "onyx/custom_ops.h"
@@ -609,7 +610,7 @@ void bind_functions(nb::module_& m) {
          const std::string& scheduler_config, nb::object encoder_hidden_states,
          nb::object negative_encoder_hidden_states, double guidance_scale, double eta,
          std::vector<std::string> prompts, const std::string& negative_prompt, int64_t per_prompt,
-         const std::string& text_encoder, const std::string& tokenizer) {
+         const std::string& text_encoder, const std::string& tokenizer, const std::string& vae) {
         diffusion::SampleOptions o;
         diffusion::PromptOptions p{std::move(prompts), negative_prompt, per_prompt, text_encoder,
                                    tokenizer};
@@ -636,6 +637,7 @@ void bind_functions(nb::module_& m) {
         o.seed = seed;
         Tensor images = without_gil([&] {
           if (!p.prompts.empty()) diffusion::encode_prompts(model, p, o);
+          diffusion::decode_with_vae(model, vae, o);
           return diffusion::sample_images(diffusion::load_denoiser(model),
                                           diffusion::find_schedule_config(model, scheduler_config),
                                           o);
@@ -645,7 +647,7 @@ void bind_functions(nb::module_& m) {
       "model"_a, "scheduler"_a, "num_inference_steps"_a, "num_images"_a, "class_labels"_a,
       "batch_size"_a, "seed"_a, "scheduler_config"_a, "encoder_hidden_states"_a.none(),
       "negative_encoder_hidden_states"_a.none(), "guidance_scale"_a, "eta"_a, "prompts"_a,
-      "negative_prompt"_a, "per_prompt"_a, "text_encoder"_a, "tokenizer"_a,
+      "negative_prompt"_a, "per_prompt"_a, "text_encoder"_a, "tokenizer"_a, "vae"_a,
       "Images (N,C,H,W) float32 in [0, 1] from a diffusers UNet2DModel / UNet2DConditionModel / "
       "DiTTransformer2DModel folder, as `onyx sample` (src/diffusion/sampler.h).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,

@@ -16,7 +16,8 @@ __all__ = ["sample", "to_pil"]
 def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inference_steps=None,
            batch_size=64, seed=0, scheduler_config=None, encoder_hidden_states=None,
            negative_encoder_hidden_states=None, guidance_scale=1.0, eta=0.0, prompt=None,
-           negative_prompt=None, num_images_per_prompt=1, text_encoder=None, tokenizer=None):
+           negative_prompt=None, num_images_per_prompt=1, text_encoder=None, tokenizer=None,
+           vae=None):
     """Images (N, C, H, W) float32 in [0, 1] as a numpy array. `class_labels`: one per image for
     a class-conditional UNet (then num_images is their number). `scheduler`: "ddpm" or "ddim"
     (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise); `num_inference_steps` defaults to the pipelines' (1000, 50). `scheduler_config`: a
@@ -27,7 +28,9 @@ def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inferen
     encoded as StableDiffusionPipeline encodes it by the folder's text_encoder/ and tokenizer/
     (onyx train's output of text-to-image training, or the pipeline's beside the UNet folder; or
     the `text_encoder` and `tokenizer` folders given), `num_images_per_prompt` images each, with
-    `negative_prompt` ("" by default) as guidance's unconditional side."""
+    `negative_prompt` ("" by default) as guidance's unconditional side. A latent model's images
+    are decoded by `vae` (an AutoencoderKL folder; default the folder's vae/ or its pipeline's;
+    "none": the latents themselves)."""
     import numpy as np
 
     def arr(x):
@@ -39,7 +42,7 @@ def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inferen
                                   float(guidance_scale), float(eta),
                                   [prompt] if isinstance(prompt, str) else list(prompt or []),
                                   str(negative_prompt or ""), int(num_images_per_prompt),
-                                  str(text_encoder or ""), str(tokenizer or ""))
+                                  str(text_encoder or ""), str(tokenizer or ""), str(vae or ""))
 
 
 def to_pil(images):

@@ -20,6 +20,7 @@
 #include "data/text_datasets.h"
 #include "diffusion/diffusers_folder.h"
 #include "diffusion/text_encoder.h"
+#include "diffusion/vae.h"
 #include "io/safetensors.h"
 #include "models/hf_model.h"
 #include "models/hf_weights.h"
@@ -405,7 +406,8 @@ const std::vector<std::string>& diffusion_keys() {
                                              "ema_update_after_step",
                                              "text_encoder",
                                              "tokenizer",
-                                             "captions"};
+                                             "captions",
+                                             "vae"};
   return k;
 }
 bool is_diffusion_key(const std::string& key) {
@@ -421,6 +423,11 @@ void set_diffusion_key(RunConfig& c, const std::string& key, const YAML::Node& v
       d.noise_scheduler_json = yaml_to_json(v).dump();
     else
       d.noise_scheduler = resolve(fs::path(c.path).parent_path().string(), scalar(v, key, what));
+    return;
+  }
+  if (key == "vae") {
+    const std::string path = scalar(v, key, what);
+    d.vae = path == "none" ? path : resolve(fs::path(c.path).parent_path().string(), path);
     return;
   }
   if (key == "text_encoder" || key == "tokenizer") {
@@ -1074,6 +1081,10 @@ Model diffusion_model(const RunConfig& c) {
       diffusion::load_denoiser_training(c.model, o, (uint64_t)c.args.seed, d.class_dropout_prob);
   m.side_files["scheduler_config.json"] = diffusion::schedule_config_json(o.schedule);
   if (auto encoder = text_encoder(c, m)) diffusion::condition_on_text(m, encoder, d.captions);
+  if (d.vae != "none") {
+    auto vae = d.vae.empty() ? diffusion::Vae::of_model(c.model) : diffusion::Vae::open(d.vae);
+    if (vae) diffusion::train_on_latents(m, vae, (uint64_t)c.args.seed);
+  }
   return m;
 }
 

@@ -88,6 +88,9 @@ struct RunConfig {
     // caption of each class label when the data has labels rather than input_ids.
     std::string text_encoder, tokenizer;
     std::vector<std::string> captions;
+    // Latent diffusion: the frozen AutoencoderKL folder ("" = the pipeline's vae/ beside the
+    // model folder when there is one; "none" = train on pixel_values as given).
+    std::string vae;
   } diffusion;
   // keys of DPOConfig / GRPOConfig given before `trainer:` said which (applied when it does)
   std::vector<std::pair<std::string, std::string>> pending_method_keys;

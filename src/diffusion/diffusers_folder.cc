@@ -26,14 +26,14 @@ std::string read_text(const fs::path& p) {
   return s.str();
 }
 
-void apply_weights(ir::Graph& g, const fs::path& file) {
+void apply_weights(ir::Graph& g, const fs::path& file, bool part) {
   auto st = io::load_safetensors(file.string());
   std::string missing, unexpected;
   int n_missing = 0, n_unexpected = 0;
   for (auto& [name, t] : st.tensors) {
     auto it = g.initializers.find(name);
     if (it == g.initializers.end()) {
-      if (n_unexpected++ < 5) unexpected += (unexpected.empty() ? "" : ", ") + name;
+      if (!part && n_unexpected++ < 5) unexpected += (unexpected.empty() ? "" : ", ") + name;
       continue;
     }
     ONYX_CHECK(t.shape() == it->second.shape(), "'", file.string(), "': tensor '", name,

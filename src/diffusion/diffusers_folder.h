@@ -15,8 +15,9 @@ namespace onyx::diffusion {
 
 // Puts a diffusion_pytorch_model.safetensors' tensors into the graph's initializers (as float32),
 // every name and shape checked: a tensor the graph lacks, or a graph weight the file lacks, is an
-// error naming them.
-void apply_weights(ir::Graph& g, const std::filesystem::path& file);
+// error naming them. `part`: the graph is a part of the file's model (a VAE's encoder): the
+// file's other tensors are left out.
+void apply_weights(ir::Graph& g, const std::filesystem::path& file, bool part = false);
 
 // A folder's file as text (config.json); a file that cannot be read is an error naming it.
 std::string read_text(const std::filesystem::path& p);

@@ -148,7 +148,10 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
                         : o.scheduler == "ddpm" ? 1000
                                                 : 50;
   const std::vector<int64_t> ts = s.inference_timesteps(steps);
-  const int64_t H = o.height ? o.height : d.sample_size, W = o.width ? o.width : H;
+  // the size: given, else the given latents', else the config's sample_size
+  const bool from_latents = o.latents && o.latents->rank() == 4 && !o.height && !o.width;
+  const int64_t H = from_latents ? o.latents->dim(2) : o.height ? o.height : d.sample_size;
+  const int64_t W = from_latents ? o.latents->dim(3) : o.width ? o.width : H;
   ONYX_CHECK(H >= 1 && W >= 1, "no image size: the model's config has no sample_size");
   const int64_t C = d.in_channels;
   const Shape image = {o.num_images, C, H, W};
@@ -156,7 +159,7 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
   const int64_t per_image = C * H * W, N = o.num_images;
   runtime::Session session(d.graph);
   session.check_supported();
-  Tensor out(DType::Float32, image);
+  Tensor out;  // (N, ...) as the first batch's images give it
   for (int64_t b = 0; b < N; b += o.batch_size) {
     const int64_t e = std::min(N, b + o.batch_size), B = e - b;
     Tensor x(DType::Float32, {B, C, H, W});
@@ -188,9 +191,16 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
       if (on_step)
         on_step(b / o.batch_size * steps + i + 1, (N + o.batch_size - 1) / o.batch_size * steps);
     }
-    float* dst = out.data<float>() + b * per_image;
-    const float* src = x.data<float>();
-    for (int64_t k = 0; k < x.numel(); k++) dst[k] = std::clamp(src[k] / 2 + 0.5f, 0.0f, 1.0f);
+    const Tensor images = o.decode ? o.decode(x) : x;
+    if (!b) {
+      Shape all = images.shape();
+      all[0] = N;
+      out = Tensor(DType::Float32, all);
+    }
+    const int64_t per = images.numel() / B;
+    float* dst = out.data<float>() + b * per;
+    const float* src = images.data<float>();
+    for (int64_t k = 0; k < images.numel(); k++) dst[k] = std::clamp(src[k] / 2 + 0.5f, 0.0f, 1.0f);
   }
   return out;
 }

@@ -35,6 +35,9 @@ struct SampleOptions {
   // Given noise instead of drawn (to compare with diffusers from the same draws): the starting
   // latents (N,C,H,W) and the per-step noise of DDPM and of DDIM with eta > 0 (steps,N,C,H,W).
   std::optional<Tensor> latents, step_noise;
+  // Latent diffusion: the final latents (B,C,h,w) to images before the output transform (a VAE's
+  // decoder: StableDiffusionPipeline's vae.decode(latents / scaling_factor)); null: none.
+  std::function<Tensor(const Tensor&)> decode;
 };
 
 // Images (N,C,H,W) float32 in [0, 1]. `on_step(i, steps)` after each denoising step.

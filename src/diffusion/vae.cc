@@ -8,6 +8,7 @@
 #include "diffusion/config_reader.h"
 #include "diffusion/diffusers_folder.h"
 #include "diffusion/layers.h"
+#include "kernels/cpu/normal_draw.h"
 #include "runtime/session.h"
 
 namespace fs = std::filesystem;
@@ -203,7 +204,7 @@ std::shared_ptr<Vae> Vae::open(const std::string& dir) {
     output(b, mean, "latent_mean", c.latent_channels);
     output(b, std, "latent_std", c.latent_channels);
     auto g = std::make_shared<ir::Graph>(b.take());
-    apply_weights(*g, weights);
+    apply_weights(*g, weights, /*part=*/true);
     m.encoder = std::make_unique<runtime::Session>(g);
   }
   {  // the decoder: latents / scaling_factor + shift_factor -> images
@@ -215,7 +216,7 @@ std::shared_ptr<Vae> Vae::open(const std::string& dir) {
     if (c.shift_factor != 0) z = b.op("Add", {z, b.scalar_f32((float)c.shift_factor)});
     output(b, net.decoder(z), "images", c.out_channels);
     auto g = std::make_shared<ir::Graph>(b.take());
-    apply_weights(*g, weights);
+    apply_weights(*g, weights, /*part=*/true);
     m.decoder = std::make_unique<runtime::Session>(g);
   }
   m.encoder->check_supported();
@@ -260,5 +261,64 @@ Tensor Vae::decode(const Tensor& latents) const {
 
 const VaeConfig& Vae::config() const { return impl_->config; }
 const std::string& Vae::dir() const { return impl_->dir; }
+
+}  // namespace onyx::diffusion
+
+namespace onyx::diffusion {
+namespace {
+
+// FNV-1a over the tensor's bytes, mixed with the seed: the key of a batch's latent draws.
+uint64_t batch_key(uint64_t seed, const Tensor& t) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  const auto* p = static_cast<const unsigned char*>(t.raw());
+  for (int64_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+void decode_with_vae(const std::string& model_dir, const std::string& spec, SampleOptions& o) {
+  if (spec == "none") return;
+  std::shared_ptr<const Vae> vae = spec.empty() ? Vae::of_model(model_dir) : Vae::open(spec);
+  if (vae) o.decode = [vae](const Tensor& latents) { return vae->decode(latents); };
+}
+
+void train_on_latents(Model& m, std::shared_ptr<const Vae> vae, uint64_t seed) {
+  const VaeConfig& c = vae->config();
+  for (auto& in : m.graph->inputs)
+    if (in.name == "pixel_values" && in.has_shape && in.shape.size() == 4 && in.shape[1] > 0)
+      ONYX_CHECK(in.shape[1] == c.latent_channels, "the VAE '", vae->dir(), "' makes ",
+                 c.latent_channels, "-channel latents; the UNet takes ", in.shape[1],
+                 " channels (in_channels)");
+  auto previous = m.fill_defaults;
+  m.fill_defaults = [vae, seed, previous](std::map<std::string, Tensor>& batch) {
+    auto px = batch.find("pixel_values");
+    ONYX_CHECK(px != batch.end(), "latent diffusion training needs pixel_values (the images)");
+    auto [mean, std] = vae->encode(px->second);
+    const VaeConfig& c = vae->config();
+    Tensor z(DType::Float32, mean.shape());
+    auto given = batch.find("latent_noise");
+    if (given != batch.end()) {
+      ONYX_CHECK(given->second.dtype() == DType::Float32 && given->second.shape() == mean.shape(),
+                 "latent_noise must be float32 ", shape_str(mean.shape()), ", got ",
+                 shape_str(given->second.shape()));
+      std::copy(given->second.data<float>(), given->second.data<float>() + z.numel(),
+                z.data<float>());
+      batch.erase(given);
+    } else {
+      const auto key =
+          kernels::Philox4x32::key_from(kernels::mix_seed(batch_key(seed, px->second)));
+      kernels::philox_normals(key, 0, z.data<float>(), z.numel());
+    }
+    const float* mu = mean.data<float>();
+    const float* sd = std.data<float>();
+    float* o = z.data<float>();
+    for (int64_t i = 0; i < z.numel(); ++i)
+      o[i] = (mu[i] + sd[i] * o[i] - (float)c.shift_factor) * (float)c.scaling_factor;
+    px->second = z;
+    if (previous) previous(batch);
+  };
+  m.side_folders["vae"] = vae->dir();
+}
 
 }  // namespace onyx::diffusion

@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "diffusion/sampler.h"
 #include "ir/graph.h"
 #include "onyx/tensor.h"
+#include "onyx/trainer.h"
 
 namespace onyx::diffusion {
 
@@ -53,5 +55,17 @@ class Vae {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Latent diffusion training (train_text_to_image.py's step): each batch's pixel_values become
+// latents = (mean + std * eps - shift_factor) * scaling_factor of the frozen VAE's encoding,
+// before the UNet's objective sees them. eps is the batch's `latent_noise` (B,L,h,w) when it has
+// one, else drawn by Philox under a key of the run seed and the batch's pixels (the same batch
+// draws the same eps, in a resumed run too). save_model copies the VAE's folder into
+// output_dir/vae for sampling. The UNet's in_channels must be the VAE's latent_channels.
+void train_on_latents(Model& m, std::shared_ptr<const Vae> vae, uint64_t seed);
+
+// Sampling a latent model: o.decode set to the VAE's decoder — `spec` a VAE folder, "" for the
+// model folder's vae/ or its pipeline's (none there: pixel space), "none" for no decoding.
+void decode_with_vae(const std::string& model_dir, const std::string& spec, SampleOptions& o);
 
 }  // namespace onyx::diffusion

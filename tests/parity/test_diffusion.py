@@ -612,8 +612,9 @@ def against_references(got, ref32, ref64, what):
                 f"float64 run {e64:.1e} (diffusers float32's own {torch_err:.1e})")
 
 
-def guided_ddim(model, ddim, x, cond, neg, scale, dtype):
-    """Stable Diffusion's pipeline loop (the UNet on [negative, prompt], guided, DDIM) in dtype."""
+def guided_ddim(model, ddim, x, cond, neg, scale, dtype, transform=True):
+    """Stable Diffusion's pipeline loop (the UNet on [negative, prompt], guided, DDIM) in dtype;
+    the output transform x/2 + 0.5 unless `transform` is False (latents, for a VAE)."""
     m = model.to(dtype)
     x, cond, neg = x.to(dtype), cond.to(dtype), neg.to(dtype)
     with torch.no_grad():
@@ -622,7 +623,7 @@ def guided_ddim(model, ddim, x, cond, neg, scale, dtype):
             uncond, text = out.chunk(2)
             x = ddim.step(uncond + scale * (text - uncond), t, x).prev_sample
     model.float()
-    return (x / 2 + 0.5).clamp(0, 1).float().numpy()
+    return (x / 2 + 0.5).clamp(0, 1).float().numpy() if transform else x.float().numpy()
 
 
 def case_ddim_guidance(tmp):
@@ -719,6 +720,95 @@ def case_vae_forward(tmp, name):
     return max(errs.values()) < TOL, ", ".join(f"{k} rel {e:.1e}" for k, e in errs.items())
 
 
+def latent_pipeline(tmp):
+    """Stable Diffusion's folder layout in small: the "cond" UNet, a CLIP text encoder and
+    tokenizer, and the "vae" AutoencoderKL (3x16x16 images <-> 4x8x8 latents) in vae/."""
+    d, model, scheduler = make(tmp, "cond")
+    pipe, tok, enc = tiny_clip_pipeline(tmp, d)
+    vd, vae = make_vae(tmp, "vae")
+    shutil.copytree(vd, os.path.join(pipe, "vae"))
+    return pipe, model, scheduler, tok, enc, vae
+
+
+def case_train_latents(tmp):
+    """train_text_to_image.py's step whole: images through the frozen VAE (latent_dist mean +
+    std * the batch's latent_noise, times scaling_factor), captions through the text encoder, the
+    UNet on the latents; losses and EMA weights as the PyTorch loop, vae/ copied to output_dir."""
+    pipe, model, scheduler, tok, enc, vae = latent_pipeline(tmp)
+    captions = ["a photo of a shirt", "two boots!"]
+    rng = np.random.default_rng(14)
+    data = {"pixel_values": rng.uniform(-1, 1, (16, 3, 16, 16)).astype(np.float32),
+            "latent_noise": rng.standard_normal((16, 4, 8, 8)).astype(np.float32),
+            "noise": rng.standard_normal((16, 4, 8, 8)).astype(np.float32),
+            "timesteps": rng.integers(0, 1000, 16).astype(np.int64),
+            "labels": rng.integers(0, 2, 16).astype(np.int64)}
+    save_file(data, f"{tmp}/latent.safetensors")
+    out = f"{tmp}/out-latent"
+    logs = onyx_train(os.path.join(pipe, "unet"), f"{tmp}/latent.safetensors", out, captions=captions)
+    with torch.no_grad():
+        dist = vae.encode(torch.tensor(data["pixel_values"])).latent_dist
+        latents = (dist.mean + dist.std * torch.tensor(data["latent_noise"])) * vae.config.scaling_factor
+        ids = tok([captions[k] for k in data["labels"]], padding="max_length", truncation=True,
+                  max_length=tok.model_max_length, return_tensors="pt").input_ids
+        hidden = enc(ids)[0]
+    ref_data = {"pixel_values": latents.numpy(), "noise": data["noise"],
+                "timesteps": data["timesteps"], "encoder_hidden_states": hidden.numpy()}
+    got = [e["loss"] for e in logs if "loss" in e]
+    ref, shadow = reference_run(model, scheduler, ref_data, 10)
+    if len(got) != len(ref):
+        return False, f"{len(got)} logged losses, expected {len(ref)}"
+    lerr = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+    saved = type(model).from_pretrained(out)
+    w, wn = worst_tensor({n: p.detach().numpy() for n, p in saved.named_parameters()}, shadow)
+    copied = os.path.exists(os.path.join(out, "vae", "diffusion_pytorch_model.safetensors"))
+    # without latent_noise the draws are onyx's own: the same in two runs of one seed
+    drawn = {k: v for k, v in data.items() if k != "latent_noise"}
+    save_file(drawn, f"{tmp}/drawn.safetensors")
+    runs = [[e["loss"] for e in onyx_train(os.path.join(pipe, "unet"), f"{tmp}/drawn.safetensors",
+                                           f"{tmp}/out-drawn{k}", captions=captions, max_steps=2)
+             if "loss" in e] for k in range(2)]
+    same = runs[0] == runs[1] and runs[0] != got[:2]
+    return (lerr < TOL and w < TOL and copied and same,
+            f"latents {tuple(latents.shape)}, losses {got[0]:.4f} -> {got[-1]:.4f}, worst rel "
+            f"{lerr:.1e}; EMA weights worst rel {w:.1e} ({wn}); vae/ in output_dir: {copied}; "
+            f"drawn latents: two runs equal, unlike the given draws: {same}")
+
+
+def case_sample_latents(tmp):
+    """`onyx sample --prompt` on the pipeline's unet/: the guided DDIM loop on latents, decoded by
+    the pipeline's vae/ (vae.decode(latents / scaling_factor), then the pipeline's x/2 + 0.5)."""
+    import warnings
+    from diffusers import DDIMScheduler
+    pipe, model, scheduler, tok, enc, vae = latent_pipeline(tmp)
+    model.eval()
+
+    def hidden(texts):
+        ids = tok(texts, padding="max_length", truncation=True, max_length=tok.model_max_length,
+                  return_tensors="pt").input_ids
+        with torch.no_grad():
+            return enc(ids)[0]
+    cond, neg = hidden(["a photo of a shirt"]), hidden([""])
+    ddim = DDIMScheduler.from_config(scheduler.config)
+    ddim.set_timesteps(4)
+    x = torch.randn((1, 4, 8, 8), generator=torch.Generator().manual_seed(5))
+
+    def decoded(dtype):
+        lat = guided_ddim(model, ddim, x, cond, neg, 2.0, dtype, transform=False)
+        v = vae.to(dtype)
+        with torch.no_grad():
+            img = v.decode(torch.tensor(lat).to(dtype) / vae.config.scaling_factor).sample
+        vae.float()
+        return (img / 2 + 0.5).clamp(0, 1).float().numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref32, ref64 = decoded(torch.float32), decoded(torch.float64)
+    got = sample_with_onyx(os.path.join(pipe, "unet"), [x], 4, "ddim",
+                           ("--prompt", "a photo of a shirt", "--guidance_scale", "2"))
+    if got.shape != ref32.shape:
+        return False, f"images {got.shape}, diffusers {ref32.shape}"
+    return against_references(got, ref32, ref64, "4 steps, decoded to 3x16x16")
+
+
 def case_dit_guidance(tmp):
     import warnings
     from diffusers import DDIMScheduler
@@ -777,6 +867,8 @@ def main():
     cases.append(("train-cond-ema-snr", lambda t: case_train(t, "cond")))
     cases.append(("train-dit-ema-snr", lambda t: case_train(t, "dit")))
     cases.append(("train-text-to-image", case_train_text))
+    cases.append(("train-latent-text-to-image", case_train_latents))
+    cases.append(("sample-latent-prompt", case_sample_latents))
     cases.append(("dit-guidance", case_dit_guidance))
     cases.append(("train-resume", case_resume))
     cases.append(("lora", case_lora))

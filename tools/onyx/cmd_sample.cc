@@ -14,13 +14,14 @@
 #include "diffusion/diffusers_folder.h"
 #include "diffusion/sampler.h"
 #include "diffusion/text_encoder.h"
+#include "diffusion/vae.h"
 #include "io/safetensors.h"
 
 namespace onyx::cli {
 namespace {
 
 struct SampleArgs {
-  std::string model, output, tensors, noise, scheduler_config, conditions;
+  std::string model, output, tensors, noise, scheduler_config, conditions, vae;
   diffusion::SampleOptions o;
   diffusion::PromptOptions prompts;
   int64_t per_class = 0, scale = 2;
@@ -109,6 +110,7 @@ int run_sample(SampleArgs& a) {
     diffusion::encode_prompts(a.model, a.prompts, o);
     cols = a.prompts.per_prompt;
   }
+  diffusion::decode_with_vae(a.model, a.vae, o);
   auto schedule = diffusion::find_schedule_config(a.model, a.scheduler_config);
   Tensor images = diffusion::sample_images(d, schedule, o, [](int64_t i, int64_t n) {
     if (i % 10 == 0 || i == n) std::cerr << "\rsampling: UNet call " << i << "/" << n << std::flush;
@@ -164,6 +166,9 @@ Action add_sample_command(CLI::App& app) {
   cmd->add_option("--per_prompt", a->prompts.per_prompt, "images per prompt (default 1)");
   cmd->add_option("--text_encoder", a->prompts.text_encoder, "a CLIPTextModel folder");
   cmd->add_option("--tokenizer", a->prompts.tokenizer, "its tokenizer folder");
+  cmd->add_option("--vae", a->vae,
+                  "an AutoencoderKL folder decoding the latents (default: the model folder's "
+                  "vae/ or its pipeline's; none: no decoding)");
   cmd->add_option("--guidance_scale", a->o.guidance_scale,
                   "classifier-free guidance (> 1: uncond + scale * (cond - uncond))");
   return [a]() { return run_sample(*a); };
