@@ -407,7 +407,8 @@ const std::vector<std::string>& diffusion_keys() {
                                              "text_encoder",
                                              "tokenizer",
                                              "captions",
-                                             "vae"};
+                                             "vae",
+                                             "proportion_empty_prompts"};
   return k;
 }
 bool is_diffusion_key(const std::string& key) {
@@ -462,6 +463,10 @@ void set_diffusion_key(RunConfig& c, const std::string& key, const YAML::Node& v
   if (key == "class_dropout_prob") {
     ONYX_CHECK(x < 1, what, ": 'class_dropout_prob' must be in [0, 1), got ", x);
     d.class_dropout_prob = x;
+  }
+  if (key == "proportion_empty_prompts") {
+    ONYX_CHECK(x <= 1, what, ": 'proportion_empty_prompts' must be in [0, 1], got ", x);
+    d.proportion_empty_prompts = x;
   }
   if (key == "ema_max_decay") d.ema.decay = x;
   if (key == "ema_min_decay") d.ema.min_decay = x;
@@ -1060,9 +1065,9 @@ std::shared_ptr<diffusion::TextEncoder> text_encoder(const RunConfig& c, const M
   bool conditional = false;
   for (auto& in : m.graph->inputs) conditional |= in.name == "encoder_hidden_states";
   auto encoder = conditional ? diffusion::TextEncoder::beside(c.model) : nullptr;
-  ONYX_CHECK(encoder || d.captions.empty(), what,
-             ": 'captions' need a text encoder (text_encoder and tokenizer, or a pipeline's "
-             "text_encoder/ and tokenizer/ beside the model folder)");
+  ONYX_CHECK(encoder || (d.captions.empty() && d.proportion_empty_prompts == 0), what,
+             ": 'captions' and 'proportion_empty_prompts' need a text encoder (text_encoder and "
+             "tokenizer, or a pipeline's text_encoder/ and tokenizer/ beside the model folder)");
   return encoder;
 }
 
@@ -1080,7 +1085,9 @@ Model diffusion_model(const RunConfig& c) {
   Model m =
       diffusion::load_denoiser_training(c.model, o, (uint64_t)c.args.seed, d.class_dropout_prob);
   m.side_files["scheduler_config.json"] = diffusion::schedule_config_json(o.schedule);
-  if (auto encoder = text_encoder(c, m)) diffusion::condition_on_text(m, encoder, d.captions);
+  if (auto encoder = text_encoder(c, m))
+    diffusion::condition_on_text(m, encoder, d.captions, d.proportion_empty_prompts,
+                                 (uint64_t)c.args.seed);
   if (d.vae != "none") {
     auto vae = d.vae.empty() ? diffusion::Vae::of_model(c.model) : diffusion::Vae::open(d.vae);
     if (vae) diffusion::train_on_latents(m, vae, (uint64_t)c.args.seed);

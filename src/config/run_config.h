@@ -88,6 +88,7 @@ struct RunConfig {
     // caption of each class label when the data has labels rather than input_ids.
     std::string text_encoder, tokenizer;
     std::vector<std::string> captions;
+    double proportion_empty_prompts = 0;  // captions replaced by "" (train_text_to_image.py's)
     // Latent diffusion: the frozen AutoencoderKL folder ("" = the pipeline's vae/ beside the
     // model folder when there is one; "none" = train on pixel_values as given).
     std::string vae;

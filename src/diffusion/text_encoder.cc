@@ -7,6 +7,7 @@
 
 #include "io/json.h"
 #include "ir/graph.h"
+#include "kernels/cpu/philox.h"
 #include "models/hf_weights.h"
 #include "runtime/session.h"
 #include "tokenizers/tokenizer.h"
@@ -123,8 +124,39 @@ int64_t TextEncoder::max_length() const { return impl_->max_length; }
 const std::string& TextEncoder::encoder_dir() const { return impl_->encoder_dir; }
 const std::string& TextEncoder::tokenizer_dir() const { return impl_->tokenizer_dir; }
 
+namespace {
+
+// FNV-1a over a tensor's bytes, continuing from h.
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// Rows of input_ids (N, L) replaced by the empty prompt's with probability p each, the draw
+// keyed on the seed, the row's ids and its pixels (when the batch has pixel_values).
+void drop_captions(Tensor& ids, const Tensor& empty, const Tensor* pixels, double p,
+                   uint64_t seed) {
+  const int64_t N = ids.dim(0), L = ids.dim(1);
+  const int64_t per_image = pixels ? pixels->nbytes() / N : 0;
+  for (int64_t r = 0; r < N; ++r) {
+    int64_t* row = ids.data<int64_t>() + r * L;
+    uint64_t h = fnv1a(1469598103934665603ull ^ seed, row, (size_t)L * sizeof(int64_t));
+    if (pixels)
+      h = fnv1a(h, static_cast<const char*>(pixels->raw()) + r * per_image, (size_t)per_image);
+    const double u = (double)(kernels::mix_seed(h) >> 11) * 0x1.0p-53;
+    if (u < p) std::copy(empty.data<int64_t>(), empty.data<int64_t>() + L, row);
+  }
+}
+
+}  // namespace
+
 void condition_on_text(Model& m, std::shared_ptr<const TextEncoder> encoder,
-                       std::vector<std::string> captions) {
+                       std::vector<std::string> captions, double proportion_empty_prompts,
+                       uint64_t seed) {
+  ONYX_CHECK(proportion_empty_prompts >= 0 && proportion_empty_prompts <= 1,
+             "proportion_empty_prompts must be in [0, 1], got ", proportion_empty_prompts);
+  const Tensor empty = encoder->input_ids({""});
   const ir::ValueInfo* in = nullptr;
   for (auto& v : m.graph->inputs)
     if (v.name == "encoder_hidden_states") in = &v;
@@ -135,7 +167,8 @@ void condition_on_text(Model& m, std::shared_ptr<const TextEncoder> encoder,
                "' gives ", encoder->hidden_size(),
                "-wide hidden states; the UNet's cross_attention_dim is ", in->shape[2]);
   auto previous = m.fill_defaults;
-  m.fill_defaults = [encoder, captions, previous](std::map<std::string, Tensor>& batch) {
+  m.fill_defaults = [encoder, captions, previous, empty, p = proportion_empty_prompts,
+                     seed](std::map<std::string, Tensor>& batch) {
     if (!batch.count("encoder_hidden_states")) {
       if (!captions.empty() && !batch.count("input_ids")) {
         auto labels = batch.find("labels");
@@ -156,6 +189,13 @@ void condition_on_text(Model& m, std::shared_ptr<const TextEncoder> encoder,
       ONYX_CHECK(ids != batch.end(),
                  "text-to-image training needs input_ids (tokenized captions), captions per "
                  "class with labels, or encoder_hidden_states in the data");
+      if (p > 0) {
+        ONYX_CHECK(ids->second.dtype() == DType::Int64 && ids->second.rank() == 2 &&
+                       ids->second.dim(1) == empty.dim(1),
+                   "input_ids must be (batch, ", empty.dim(1), ") int64 (the tokenizer's length)");
+        auto px = batch.find("pixel_values");
+        drop_captions(ids->second, empty, px == batch.end() ? nullptr : &px->second, p, seed);
+      }
       batch["encoder_hidden_states"] = encoder->encode(ids->second);
     }
     batch.erase("input_ids");

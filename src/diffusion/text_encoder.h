@@ -49,11 +49,15 @@ class TextEncoder {
 
 // Text-to-image training on a UNet2DConditionModel's training model (objective.h): each batch's
 // encoder_hidden_states from its input_ids, or — with `captions`, one per class — from the
-// caption of each row's label, through the frozen encoder (train_text_to_image.py's step). A
-// batch that brings its own encoder_hidden_states keeps them. save_model copies the encoder's
+// caption of each row's label, through the frozen encoder (train_text_to_image.py's step). With
+// `proportion_empty_prompts` p, each row's caption is the empty prompt with probability p (the
+// script's --proportion_empty_prompts, which teaches the unconditional output that guidance
+// needs): the draw is keyed on `seed` and the row's ids and pixels, so a resumed run repeats it.
+// A batch that brings its own encoder_hidden_states keeps them. save_model copies the encoder's
 // and the tokenizer's folders into output_dir (text_encoder/, tokenizer/) for sampling.
 void condition_on_text(Model& m, std::shared_ptr<const TextEncoder> encoder,
-                       std::vector<std::string> captions);
+                       std::vector<std::string> captions, double proportion_empty_prompts = 0,
+                       uint64_t seed = 0);
 
 // Prompts for sampling a UNet2DConditionModel, as StableDiffusionPipeline encodes them.
 struct PromptOptions {

@@ -210,7 +210,7 @@ def case_bad_inputs(tmp):
     check(["train", train_config(tmp, d, data, f"{tmp}/o4", f"text_encoder: {d}")],
           "'text_encoder' and 'tokenizer' go together")
     check(["train", train_config(tmp, d, data, f"{tmp}/o5", "captions: [a, b]")],
-          "'captions' need a text encoder")
+          "'captions' and 'proportion_empty_prompts' need a text encoder")
     check(["train", train_config(tmp, d, data, f"{tmp}/o6", f"text_encoder: {d}\ntokenizer: {d}")],
           "config.json's model_type is missing", "CLIPTextModel")
     te = f"{tmp}/te"

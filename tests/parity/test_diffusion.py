@@ -500,10 +500,21 @@ def case_train_text(tmp):
     w, wn = worst_tensor({n: p.detach().numpy() for n, p in saved.named_parameters()}, shadow)
     copied = all(os.path.exists(os.path.join(out, f)) for f in
                  ("text_encoder/config.json", "tokenizer/tokenizer_config.json"))
-    return (lerr < TOL and w < TOL and copied,
+    # proportion_empty_prompts 1: every caption is the empty prompt
+    model2 = type(model).from_pretrained(os.path.join(pipe, "unet"))
+    logs = onyx_train(os.path.join(pipe, "unet"), f"{tmp}/text.safetensors", f"{out}-empty",
+                      captions=captions, proportion_empty_prompts=1.0)
+    ids = tok([""] * 16, padding="max_length", truncation=True, max_length=tok.model_max_length,
+              return_tensors="pt").input_ids
+    with torch.no_grad():
+        ref_data["encoder_hidden_states"] = enc(ids)[0].numpy()
+    ref_empty, _ = reference_run(model2, scheduler, ref_data, 10)
+    got_empty = [e["loss"] for e in logs if "loss" in e]
+    eerr = max(abs(a - b) / abs(b) for a, b in zip(got_empty, ref_empty))
+    return (lerr < TOL and w < TOL and copied and eerr < TOL,
             f"ids {tuple(ids.shape)}, losses {got[0]:.4f} -> {got[-1]:.4f}, worst rel {lerr:.1e}; "
             f"EMA weights worst rel {w:.1e} ({wn}); text_encoder/ and tokenizer/ in output_dir: "
-            f"{copied}")
+            f"{copied}; proportion_empty_prompts 1 as the loop on empty prompts: {eerr:.1e}")
 
 
 def case_lora_diffusers_file(tmp):
