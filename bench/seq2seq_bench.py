@@ -15,7 +15,9 @@ batches in order. onyx's steady step time is the difference of train_runtime bet
 warmup + steps optimizer steps and one of warmup steps (graph building cancels out); PyTorch's
 is the median of the steps after the warmup ones (for torch.compile, after its compilation in
 the warmup steps). Peak RSS: GNU time's maximum resident set size. Also the float32 GEMM ceiling
-of this run (onyx_bench gemm_ceiling/f32: 512×768 · 768×2048) to read the rates against.
+of this run (onyx_bench gemm_ceiling/f32: 512×768 · 768×2048) to read the rates against, and
+what it allows: the step's FLOPs (PyTorch's FlopCounterMode) at that rate, the least time any
+implementation could take.
 Prints a Markdown table and writes OUT/seq2seq_results.json.
 """
 import argparse
@@ -49,7 +51,15 @@ for s in range(warmup + steps):
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step(); opt.zero_grad(set_to_none=True)
     times.append(time.perf_counter() - t0); losses.append(loss.item())
-print(json.dumps({"step_s": statistics.median(times[warmup:]), "losses": losses}))
+flops = 0
+if not compiled:  # one more step's forward and backward, its FLOPs counted by PyTorch
+    from torch.utils.flop_counter import FlopCounterMode
+    batch = {k: torch.tensor(v[:B]) for k, v in d.items()}
+    with FlopCounterMode(display=False) as fc:
+        fwd(**batch).loss.backward()
+    opt.zero_grad(set_to_none=True)
+    flops = fc.get_total_flops()
+print(json.dumps({"step_s": statistics.median(times[warmup:]), "losses": losses, "flops": flops}))
 """
 
 
@@ -126,7 +136,8 @@ def peer_rows(kind, folder, data, B, a, threads, env, tmp, torch_script):
         out, rss = timed([sys.executable, "-c", torch_script, folder, data, str(a.steps),
                           str(a.warmup), str(threads), compiled, str(B)], env)
         r = json.loads(out.strip().splitlines()[-1])
-        rows.append({"peer": name, "step_s": r["step_s"], "rss_mib": rss, "losses": r["losses"]})
+        rows.append({"peer": name, "step_s": r["step_s"], "rss_mib": rss, "losses": r["losses"],
+                     "flops": r.get("flops", 0)})
         print(f"{kind} {name}: {r['step_s']:.3f} s/step", flush=True)
     return rows
 
@@ -139,6 +150,23 @@ def gemm_ceiling(env):
                        text=True, env=env)
     return {m[1]: float(m[2]) for m in re.finditer(r"gemm_ceiling/(\w+)\S*\s.*?GFLOPS=([\d.]+)G",
                                                    p.stdout)}
+
+
+def print_ceiling_bound(rows, ceiling):
+    """What the GEMM ceiling allows: the step's FLOPs (PyTorch's FlopCounterMode over one eager
+    step: matmuls, convolutions and the attention kernels it knows) at the ceiling's rate, and the
+    largest speed-up over the better PyTorch peer any implementation could reach on this machine."""
+    flops = max((row.get("flops", 0) for row in rows), default=0)
+    rate = max(ceiling.values(), default=0)
+    if not flops or not rate:
+        return
+    bound = flops / (rate * 1e9)
+    best = min(row["step_s"] for row in rows if row["peer"] != "onyx")
+    onyx = next(row["step_s"] for row in rows if row["peer"] == "onyx")
+    print(f"step FLOPs (FlopCounterMode): {flops / 1e9:.0f} GFLOP; at the GEMM ceiling "
+          f"({rate:.0f} GFLOP/s) at least {bound:.2f} s/step, so no implementation exceeds "
+          f"{best / bound:.2f}× the better PyTorch peer here; onyx runs at "
+          f"{flops / 1e9 / onyx:.0f} GFLOP/s ({bound / onyx:.0%} of the ceiling)")
 
 
 def bench_setup(name, models):
@@ -179,6 +207,7 @@ def main():
                   f"{row['losses'][0]:.4f} → {row['losses'][-1]:.4f} |")
         print(f"\nonyx vs the better of PyTorch eager and torch.compile: "
               f"{r['speedup_vs_best_torch']:.2f}× (> 1: onyx faster)")
+        print_ceiling_bound(r["rows"], ceiling)
     if ceiling:
         print("\nfloat32 GEMM ceiling this run (GFLOP/s): " +
               ", ".join(f"{k} {v:.0f}" for k, v in ceiling.items()))
