@@ -56,6 +56,15 @@ void apply_weights(ir::Graph& g, const fs::path& file, bool part) {
                    : "");
 }
 
+std::string pipeline_root(const std::string& model_dir) {
+  const fs::path dir = fs::absolute(fs::path(model_dir)).lexically_normal();
+  const fs::path d = dir.has_filename() ? dir : dir.parent_path();  // (a trailing slash)
+  const fs::path parent = d.parent_path();
+  if (fs::is_regular_file(parent / "model_index.json") || d.filename() == "unet")
+    return parent.string();
+  return "";
+}
+
 bool is_diffusers_folder(const std::string& dir) {
   fs::path p = fs::path(dir) / "config.json";
   if (!fs::is_regular_file(p)) return false;

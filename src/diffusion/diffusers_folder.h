@@ -22,6 +22,11 @@ void apply_weights(ir::Graph& g, const std::filesystem::path& file, bool part = 
 // A folder's file as text (config.json); a file that cannot be read is an error naming it.
 std::string read_text(const std::filesystem::path& p);
 
+// The diffusers pipeline folder a model folder belongs to — its parent, when that has
+// model_index.json or the model folder is named unet/ — or "" when it stands alone. Its other
+// components (vae/, text_encoder/, tokenizer/, scheduler/) are the model's.
+std::string pipeline_root(const std::string& model_dir);
+
 // config.json of `dir` names a diffusers class (`_class_name`).
 bool is_diffusers_folder(const std::string& dir);
 

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "diffusion/diffusers_folder.h"
 #include "io/json.h"
 #include "ir/graph.h"
 #include "kernels/cpu/philox.h"
@@ -71,8 +72,9 @@ std::shared_ptr<TextEncoder> TextEncoder::open(const std::string& encoder_dir,
 }
 
 std::shared_ptr<TextEncoder> TextEncoder::beside(const std::string& unet_dir) {
-  const fs::path parent = fs::absolute(fs::path(unet_dir)).lexically_normal().parent_path();
-  const fs::path enc = parent / "text_encoder", tok = parent / "tokenizer";
+  const std::string root = pipeline_root(unet_dir);
+  if (root.empty()) return nullptr;
+  const fs::path parent(root), enc = parent / "text_encoder", tok = parent / "tokenizer";
   if (!fs::is_directory(enc) && !fs::is_directory(tok)) return nullptr;
   ONYX_CHECK(fs::is_directory(enc) && fs::is_directory(tok), "the pipeline folder '",
              parent.string(), "' has ", fs::is_directory(enc) ? "text_encoder/" : "tokenizer/",

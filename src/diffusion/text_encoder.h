@@ -22,8 +22,9 @@ class TextEncoder {
   // missing weight would be random); `tokenizer_dir`: its tokenizer folder. Errors name them.
   static std::shared_ptr<TextEncoder> open(const std::string& encoder_dir,
                                            const std::string& tokenizer_dir);
-  // A pipeline's text_encoder/ and tokenizer/ beside the model folder `unet_dir` (its parent's),
-  // or null when the parent has neither.
+  // A pipeline's text_encoder/ and tokenizer/ beside the model folder `unet_dir`
+  // (diffusers_folder.h: pipeline_root), or null when it is in no pipeline or the pipeline has
+  // neither.
   static std::shared_ptr<TextEncoder> beside(const std::string& unet_dir);
   // The model folder's own text_encoder/ and tokenizer/ (onyx train's output_dir), else beside.
   static std::shared_ptr<TextEncoder> of_model(const std::string& unet_dir);

@@ -41,7 +41,8 @@ std::shared_ptr<ir::Graph> load_vae_graph(const std::string& dir);
 class Vae {
  public:
   static std::shared_ptr<Vae> open(const std::string& dir);
-  // The pipeline's vae/ beside a unet/ folder (or in it: onyx train's output), else null.
+  // The model folder's own vae/ (onyx train's output), else its pipeline's (pipeline_root),
+  // else null.
   static std::shared_ptr<Vae> of_model(const std::string& unet_dir);
   ~Vae();
   // (B,C,H,W) in [-1, 1] -> the latent distribution's mean and std (B,L,h,w).

@@ -447,6 +447,17 @@ HfConfig parse_hf_config(const std::string& text, const std::string& what) {
   return c;
 }
 
+namespace {
+// The sizes most model types keep under Transformers' standard key names.
+void write_standard_sizes(json& j, const HfConfig& c) {
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["intermediate_size"] = c.intermediate_size;
+  j["hidden_act"] = c.hidden_act;
+}
+}  // namespace
+
 std::string hf_config_to_json(const HfConfig& c, const std::string& architecture) {
   json j = json::object();
   if (!c.raw_json.empty()) {
@@ -460,11 +471,7 @@ std::string hf_config_to_json(const HfConfig& c, const std::string& architecture
   j["model_type"] = t;
   j["architectures"] = json::array({architecture});
   if (t == "bert" || t == "roberta" || t == "vit") {
-    j["hidden_size"] = c.hidden_size;
-    j["num_hidden_layers"] = c.num_hidden_layers;
-    j["num_attention_heads"] = c.num_attention_heads;
-    j["intermediate_size"] = c.intermediate_size;
-    j["hidden_act"] = c.hidden_act;
+    write_standard_sizes(j, c);
     j["layer_norm_eps"] = c.layer_norm_eps;
     j["hidden_dropout_prob"] = c.hidden_dropout_prob;
     j["attention_probs_dropout_prob"] = c.attention_probs_dropout_prob;
@@ -509,13 +516,9 @@ std::string hf_config_to_json(const HfConfig& c, const std::string& architecture
     j["n_positions"] = c.max_position_embeddings;
     j["initializer_range"] = c.initializer_range;
   } else if (t == "llama" || t == "mistral" || t == "qwen2") {
-    j["hidden_size"] = c.hidden_size;
-    j["num_hidden_layers"] = c.num_hidden_layers;
-    j["num_attention_heads"] = c.num_attention_heads;
+    write_standard_sizes(j, c);
     j["num_key_value_heads"] = c.num_key_value_heads;
-    j["intermediate_size"] = c.intermediate_size;
     if (c.head_dim) j["head_dim"] = c.head_dim;
-    j["hidden_act"] = c.hidden_act;
     j["rms_norm_eps"] = c.layer_norm_eps;
     j["attention_dropout"] = c.attention_probs_dropout_prob;
     j["vocab_size"] = c.vocab_size;
@@ -541,11 +544,7 @@ std::string hf_config_to_json(const HfConfig& c, const std::string& architecture
     j["is_encoder_decoder"] = true;
     if (t == "t5") j["scale_decoder_outputs"] = c.s2s.scale_decoder_outputs;
   } else if (t == "clip_text_model") {
-    j["hidden_size"] = c.hidden_size;
-    j["num_hidden_layers"] = c.num_hidden_layers;
-    j["num_attention_heads"] = c.num_attention_heads;
-    j["intermediate_size"] = c.intermediate_size;
-    j["hidden_act"] = c.hidden_act;
+    write_standard_sizes(j, c);
     j["layer_norm_eps"] = c.layer_norm_eps;
     j["attention_dropout"] = c.attention_probs_dropout_prob;
     j["vocab_size"] = c.vocab_size;

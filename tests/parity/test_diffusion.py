@@ -469,6 +469,27 @@ def tiny_clip_pipeline(tmp, unet_dir):
     return pipe, tok, enc
 
 
+def clip_hidden(tok, enc, texts):
+    """The text encoder's last hidden state of texts as the scripts and the pipeline make it."""
+    ids = tok(texts, padding="max_length", truncation=True, max_length=tok.model_max_length,
+              return_tensors="pt").input_ids
+    with torch.no_grad():
+        return enc(ids)[0]
+
+
+def against_loop(logs, model, scheduler, ref_data, out):
+    """onyx's logged losses and output_dir's (EMA) weights against reference_run on ref_data:
+    (losses, worst loss rel, worst weight rel, its tensor), or a message when the counts differ."""
+    got = [e["loss"] for e in logs if "loss" in e]
+    ref, shadow = reference_run(model, scheduler, ref_data, 10)
+    if len(got) != len(ref):
+        return f"{len(got)} logged losses, expected {len(ref)}"
+    lerr = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+    saved = type(model).from_pretrained(out)
+    w, wn = worst_tensor({n: p.detach().numpy() for n, p in saved.named_parameters()}, shadow)
+    return got, lerr, w, wn
+
+
 def case_train_text(tmp):
     """train_text_to_image.py's step: captions per class label through the frozen text encoder
     of the pipeline folder (tokenized to model_max_length, no attention mask), the UNet trained
@@ -485,34 +506,25 @@ def case_train_text(tmp):
     save_file(data, f"{tmp}/text.safetensors")
     out = f"{tmp}/out-text"
     logs = onyx_train(os.path.join(pipe, "unet"), f"{tmp}/text.safetensors", out, captions=captions)
-    ids = tok([captions[k] for k in data["labels"]], padding="max_length", truncation=True,
-              max_length=tok.model_max_length, return_tensors="pt").input_ids
-    with torch.no_grad():
-        hidden = enc(ids)[0]
+    hidden = clip_hidden(tok, enc, [captions[k] for k in data["labels"]])
     ref_data = {k: v for k, v in data.items() if k != "labels"}
     ref_data["encoder_hidden_states"] = hidden.numpy()
-    got = [e["loss"] for e in logs if "loss" in e]
-    ref, shadow = reference_run(model, scheduler, ref_data, 10)
-    if len(got) != len(ref):
-        return False, f"{len(got)} logged losses, expected {len(ref)}"
-    lerr = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
-    saved = type(model).from_pretrained(out)
-    w, wn = worst_tensor({n: p.detach().numpy() for n, p in saved.named_parameters()}, shadow)
+    r = against_loop(logs, model, scheduler, ref_data, out)
+    if isinstance(r, str):
+        return False, r
+    got, lerr, w, wn = r
     copied = all(os.path.exists(os.path.join(out, f)) for f in
                  ("text_encoder/config.json", "tokenizer/tokenizer_config.json"))
     # proportion_empty_prompts 1: every caption is the empty prompt
     model2 = type(model).from_pretrained(os.path.join(pipe, "unet"))
     logs = onyx_train(os.path.join(pipe, "unet"), f"{tmp}/text.safetensors", f"{out}-empty",
                       captions=captions, proportion_empty_prompts=1.0)
-    ids = tok([""] * 16, padding="max_length", truncation=True, max_length=tok.model_max_length,
-              return_tensors="pt").input_ids
-    with torch.no_grad():
-        ref_data["encoder_hidden_states"] = enc(ids)[0].numpy()
+    ref_data["encoder_hidden_states"] = clip_hidden(tok, enc, [""] * 16).numpy()
     ref_empty, _ = reference_run(model2, scheduler, ref_data, 10)
     got_empty = [e["loss"] for e in logs if "loss" in e]
     eerr = max(abs(a - b) / abs(b) for a, b in zip(got_empty, ref_empty))
     return (lerr < TOL and w < TOL and copied and eerr < TOL,
-            f"ids {tuple(ids.shape)}, losses {got[0]:.4f} -> {got[-1]:.4f}, worst rel {lerr:.1e}; "
+            f"hidden {tuple(hidden.shape)}, losses {got[0]:.4f} -> {got[-1]:.4f}, worst rel {lerr:.1e}; "
             f"EMA weights worst rel {w:.1e} ({wn}); text_encoder/ and tokenizer/ in output_dir: "
             f"{copied}; proportion_empty_prompts 1 as the loop on empty prompts: {eerr:.1e}")
 
@@ -669,13 +681,7 @@ def case_ddim_prompt(tmp):
     model.eval()
     pipe, tok, enc = tiny_clip_pipeline(tmp, d)
     prompts = ["a photo of a shirt", "two boots!"]
-
-    def hidden(texts):
-        ids = tok(texts, padding="max_length", truncation=True, max_length=tok.model_max_length,
-                  return_tensors="pt").input_ids
-        with torch.no_grad():
-            return enc(ids)[0]
-    cond, neg = hidden(prompts), hidden(["", ""])
+    cond, neg = clip_hidden(tok, enc, prompts), clip_hidden(tok, enc, ["", ""])
     ddim = DDIMScheduler.from_config(scheduler.config)
     ddim.set_timesteps(5)
     x = torch.randn((2, 4, 16, 16), generator=torch.Generator().manual_seed(4))
@@ -709,7 +715,7 @@ def make_vae(tmp, name):
     with torch.no_grad():
         for p in vae.parameters():
             p.add_(torch.randn_like(p) * 0.05)
-    d = os.path.join(tmp, name)
+    d = os.path.join(tmp, f"autoencoder-{name}")
     vae.save_pretrained(d)
     return d, vae
 
@@ -759,18 +765,13 @@ def case_train_latents(tmp):
     with torch.no_grad():
         dist = vae.encode(torch.tensor(data["pixel_values"])).latent_dist
         latents = (dist.mean + dist.std * torch.tensor(data["latent_noise"])) * vae.config.scaling_factor
-        ids = tok([captions[k] for k in data["labels"]], padding="max_length", truncation=True,
-                  max_length=tok.model_max_length, return_tensors="pt").input_ids
-        hidden = enc(ids)[0]
+    hidden = clip_hidden(tok, enc, [captions[k] for k in data["labels"]])
     ref_data = {"pixel_values": latents.numpy(), "noise": data["noise"],
                 "timesteps": data["timesteps"], "encoder_hidden_states": hidden.numpy()}
-    got = [e["loss"] for e in logs if "loss" in e]
-    ref, shadow = reference_run(model, scheduler, ref_data, 10)
-    if len(got) != len(ref):
-        return False, f"{len(got)} logged losses, expected {len(ref)}"
-    lerr = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
-    saved = type(model).from_pretrained(out)
-    w, wn = worst_tensor({n: p.detach().numpy() for n, p in saved.named_parameters()}, shadow)
+    r = against_loop(logs, model, scheduler, ref_data, out)
+    if isinstance(r, str):
+        return False, r
+    got, lerr, w, wn = r
     copied = os.path.exists(os.path.join(out, "vae", "diffusion_pytorch_model.safetensors"))
     # without latent_noise the draws are onyx's own: the same in two runs of one seed
     drawn = {k: v for k, v in data.items() if k != "latent_noise"}
@@ -792,13 +793,7 @@ def case_sample_latents(tmp):
     from diffusers import DDIMScheduler
     pipe, model, scheduler, tok, enc, vae = latent_pipeline(tmp)
     model.eval()
-
-    def hidden(texts):
-        ids = tok(texts, padding="max_length", truncation=True, max_length=tok.model_max_length,
-                  return_tensors="pt").input_ids
-        with torch.no_grad():
-            return enc(ids)[0]
-    cond, neg = hidden(["a photo of a shirt"]), hidden([""])
+    cond, neg = clip_hidden(tok, enc, ["a photo of a shirt"]), clip_hidden(tok, enc, [""])
     ddim = DDIMScheduler.from_config(scheduler.config)
     ddim.set_timesteps(4)
     x = torch.randn((1, 4, 8, 8), generator=torch.Generator().manual_seed(5))
