@@ -55,10 +55,8 @@ ONYX_REFUSES = {
     "gpt2: unk_token not in vocab": r"model.unk_token '<nope>' is not in model.vocab",
     "llama: normalizer no type": r"normalizer: has no \"type\"",
     "llama: normalizer Replace String \"\"": r"the String pattern is empty",
-    "llama: normalizer Lowercase": r"normalizer type 'Lowercase' is not supported",
     "bert: WP normalizer NFC": r"normalizer type 'NFC' is not supported with WordPiece",
     "gpt2: pre_tokenizer Whitespace": r"pre_tokenizer type 'Whitespace' is not supported",
-    "llama3: Split behavior Removed": r"Split behavior 'Removed' is not supported",
     "bert: WP pre_tokenizer Whitespace": r"pre_tokenizer type 'Whitespace' is not supported",
     "gpt2: decoder WordPiece (on BPE)": r"decoder type 'WordPiece' is not supported",
     # tokenizers panics when it applies that template (encode with special tokens); onyx refuses
