@@ -225,9 +225,11 @@ std::shared_ptr<Vae> Vae::open(const std::string& dir) {
 }
 
 std::shared_ptr<Vae> Vae::of_model(const std::string& unet_dir) {
-  for (fs::path p : {fs::path(unet_dir) / "vae",
-                     fs::absolute(fs::path(unet_dir)).lexically_normal().parent_path() / "vae"})
-    if (fs::is_directory(p)) return open(p.string());
+  const fs::path own = fs::path(unet_dir) / "vae";
+  if (fs::is_directory(own)) return open(own.string());
+  const std::string root = pipeline_root(unet_dir);
+  if (!root.empty() && fs::is_directory(fs::path(root) / "vae"))
+    return open((fs::path(root) / "vae").string());
   return nullptr;
 }
 

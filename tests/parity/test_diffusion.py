@@ -815,6 +815,34 @@ def case_sample_latents(tmp):
     return against_references(got, ref32, ref64, "4 steps, decoded to 3x16x16")
 
 
+def case_pipeline_folders(tmp):
+    """A model folder takes the VAE of its pipeline only (a unet/ folder, or one whose parent
+    has model_index.json), not a vae/ that merely sits beside it."""
+    d, _, _ = make(tmp, "cond")
+    vd, _ = make_vae(tmp, "vae")
+    shapes = {}
+    for layout in ("stray", "unet", "model_index"):
+        root = os.path.join(tmp, f"layout-{layout}")
+        model = os.path.join(root, "unet" if layout == "unet" else "denoiser")
+        shutil.copytree(d, model)
+        shutil.copytree(vd, os.path.join(root, "vae"))
+        if layout == "model_index":
+            with open(os.path.join(root, "model_index.json"), "w") as f:
+                json.dump({"_class_name": "StableDiffusionPipeline"}, f)
+        x = torch.randn((1, 4, 8, 8), generator=torch.Generator().manual_seed(1))
+        shapes[layout] = sample_with_onyx(model, [x], 2, "ddim", ("--encoder_hidden_states",
+                                                                  prompts_file(tmp))).shape
+    want = {"stray": (1, 4, 8, 8), "unet": (1, 3, 16, 16), "model_index": (1, 3, 16, 16)}
+    return shapes == want, f"image shapes by layout: {shapes}"
+
+
+def prompts_file(tmp):
+    path = os.path.join(tmp, "one-prompt.safetensors")
+    rng = np.random.default_rng(2)
+    save_file({"encoder_hidden_states": rng.standard_normal((1, 5, 24)).astype(np.float32)}, path)
+    return path
+
+
 def case_dit_guidance(tmp):
     import warnings
     from diffusers import DDIMScheduler
@@ -875,6 +903,7 @@ def main():
     cases.append(("train-text-to-image", case_train_text))
     cases.append(("train-latent-text-to-image", case_train_latents))
     cases.append(("sample-latent-prompt", case_sample_latents))
+    cases.append(("pipeline-folders", case_pipeline_folders))
     cases.append(("dit-guidance", case_dit_guidance))
     cases.append(("train-resume", case_resume))
     cases.append(("lora", case_lora))
