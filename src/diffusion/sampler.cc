@@ -195,6 +195,9 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
     if (!b) {
       Shape all = images.shape();
       all[0] = N;
+      const double gib = (double)shape_numel(all) * 4 / (1 << 30);
+      ONYX_CHECK(gib <= 8, N, " decoded images of ", shape_str(Shape(all.begin() + 1, all.end())),
+                 " need ", gib, " GiB (at most 8 in one run): sample fewer");
       out = Tensor(DType::Float32, all);
     }
     const int64_t per = images.numel() / B;

@@ -128,13 +128,6 @@ const std::string& TextEncoder::tokenizer_dir() const { return impl_->tokenizer_
 
 namespace {
 
-// FNV-1a over a tensor's bytes, continuing from h.
-uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 // Rows of input_ids (N, L) replaced by the empty prompt's with probability p each, the draw
 // keyed on the seed, the row's ids and its pixels (when the batch has pixel_values).
 void drop_captions(Tensor& ids, const Tensor& empty, const Tensor* pixels, double p,
@@ -143,9 +136,10 @@ void drop_captions(Tensor& ids, const Tensor& empty, const Tensor* pixels, doubl
   const int64_t per_image = pixels ? pixels->nbytes() / N : 0;
   for (int64_t r = 0; r < N; ++r) {
     int64_t* row = ids.data<int64_t>() + r * L;
-    uint64_t h = fnv1a(1469598103934665603ull ^ seed, row, (size_t)L * sizeof(int64_t));
+    uint64_t h = kernels::fnv1a_bytes(kernels::kFnvOffset ^ seed, row, (size_t)L * sizeof(int64_t));
     if (pixels)
-      h = fnv1a(h, static_cast<const char*>(pixels->raw()) + r * per_image, (size_t)per_image);
+      h = kernels::fnv1a_bytes(h, static_cast<const char*>(pixels->raw()) + r * per_image,
+                               (size_t)per_image);
     const double u = (double)(kernels::mix_seed(h) >> 11) * 0x1.0p-53;
     if (u < p) std::copy(empty.data<int64_t>(), empty.data<int64_t>() + L, row);
   }

@@ -2,6 +2,7 @@
 // (models/autoencoders/vae.py: Encoder, Decoder; DiagonalGaussianDistribution).
 #include "diffusion/vae.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 
@@ -261,6 +262,31 @@ Tensor Vae::decode(const Tensor& latents) const {
   return impl_->decoder->run({{"latents", latents}}).at("images");
 }
 
+Tensor Vae::decode_rows(const Tensor& latents, int64_t rows) const {
+  const int64_t N = latents.rank() >= 1 ? latents.dim(0) : 0;
+  if (N <= rows) return decode(latents);
+  const int64_t per_latent = latents.numel() / N;
+  Tensor out;
+  for (int64_t b = 0; b < N; b += rows) {
+    const int64_t e = std::min(N, b + rows);
+    Shape s = latents.shape();
+    s[0] = e - b;
+    Tensor part(DType::Float32, s);
+    std::copy(latents.data<float>() + b * per_latent, latents.data<float>() + e * per_latent,
+              part.data<float>());
+    Tensor images = decode(part);
+    if (!b) {
+      Shape all = images.shape();
+      all[0] = N;
+      out = Tensor(DType::Float32, all);
+    }
+    const int64_t per_image = images.numel() / (e - b);
+    std::copy(images.data<float>(), images.data<float>() + images.numel(),
+              out.data<float>() + b * per_image);
+  }
+  return out;
+}
+
 const VaeConfig& Vae::config() const { return impl_->config; }
 const std::string& Vae::dir() const { return impl_->dir; }
 
@@ -269,12 +295,9 @@ const std::string& Vae::dir() const { return impl_->dir; }
 namespace onyx::diffusion {
 namespace {
 
-// FNV-1a over the tensor's bytes, mixed with the seed: the key of a batch's latent draws.
+// The seed and the batch's pixels: the key of its latent draws.
 uint64_t batch_key(uint64_t seed, const Tensor& t) {
-  uint64_t h = 1469598103934665603ull ^ seed;
-  const auto* p = static_cast<const unsigned char*>(t.raw());
-  for (int64_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
+  return kernels::fnv1a_bytes(kernels::kFnvOffset ^ seed, t.raw(), (size_t)t.nbytes());
 }
 
 }  // namespace
@@ -282,7 +305,7 @@ uint64_t batch_key(uint64_t seed, const Tensor& t) {
 void decode_with_vae(const std::string& model_dir, const std::string& spec, SampleOptions& o) {
   if (spec == "none") return;
   std::shared_ptr<const Vae> vae = spec.empty() ? Vae::of_model(model_dir) : Vae::open(spec);
-  if (vae) o.decode = [vae](const Tensor& latents) { return vae->decode(latents); };
+  if (vae) o.decode = [vae](const Tensor& latents) { return vae->decode_rows(latents, 4); };
 }
 
 void train_on_latents(Model& m, std::shared_ptr<const Vae> vae, uint64_t seed) {

@@ -49,6 +49,9 @@ class Vae {
   std::pair<Tensor, Tensor> encode(const Tensor& images) const;
   // Latents as the UNet sees them (scaled) -> images (B,C,H,W) in the model's range.
   Tensor decode(const Tensor& latents) const;
+  // decode, `rows` latents at a time (a VAE's activations at image size are large: the sampler
+  // decodes its batches so).
+  Tensor decode_rows(const Tensor& latents, int64_t rows) const;
   const VaeConfig& config() const;
   const std::string& dir() const;
   struct Impl;

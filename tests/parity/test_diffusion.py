@@ -829,17 +829,18 @@ def case_pipeline_folders(tmp):
         if layout == "model_index":
             with open(os.path.join(root, "model_index.json"), "w") as f:
                 json.dump({"_class_name": "StableDiffusionPipeline"}, f)
-        x = torch.randn((1, 4, 8, 8), generator=torch.Generator().manual_seed(1))
+        n = 6 if layout == "unet" else 1  # (6: the VAE decodes 4 rows at a time)
+        x = torch.randn((n, 4, 8, 8), generator=torch.Generator().manual_seed(1))
         shapes[layout] = sample_with_onyx(model, [x], 2, "ddim", ("--encoder_hidden_states",
-                                                                  prompts_file(tmp))).shape
-    want = {"stray": (1, 4, 8, 8), "unet": (1, 3, 16, 16), "model_index": (1, 3, 16, 16)}
+                                                                  prompts_file(tmp, n))).shape
+    want = {"stray": (1, 4, 8, 8), "unet": (6, 3, 16, 16), "model_index": (1, 3, 16, 16)}
     return shapes == want, f"image shapes by layout: {shapes}"
 
 
-def prompts_file(tmp):
-    path = os.path.join(tmp, "one-prompt.safetensors")
+def prompts_file(tmp, n):
+    path = os.path.join(tmp, f"prompts-{n}.safetensors")
     rng = np.random.default_rng(2)
-    save_file({"encoder_hidden_states": rng.standard_normal((1, 5, 24)).astype(np.float32)}, path)
+    save_file({"encoder_hidden_states": rng.standard_normal((n, 5, 24)).astype(np.float32)}, path)
     return path
 
 

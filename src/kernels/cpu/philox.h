@@ -54,4 +54,12 @@ inline uint64_t mix_seed(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// FNV-1a over n bytes, continuing from h: keys draws on data (a batch's pixels, a row's ids).
+inline uint64_t fnv1a_bytes(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+inline constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+
 }  // namespace onyx::kernels
