@@ -413,14 +413,16 @@ nlohmann::json tokenizer_config(const fs::path& dir) {
   return tc;
 }
 
-// A special token of tokenizer_config.json: a string or {"content": ...} (older files).
-std::string config_token(const nlohmann::json& tc, const char* key, const std::string& fallback) {
+// A special token of tokenizer_config.json (in `dir`): a string or {"content": ...} (older files).
+std::string config_token(const nlohmann::json& tc, const fs::path& dir, const char* key,
+                         const std::string& fallback) {
   if (!tc.contains(key) || tc[key].is_null()) return fallback;
   const auto& v = tc[key];
   if (v.is_string()) return v.get<std::string>();
   if (v.is_object() && v.contains("content") && v["content"].is_string())
     return v["content"].get<std::string>();
-  throw Error(cat("tokenizer config: ", key, " should be a string or {\"content\": ...}"));
+  throw Error(cat("tokenizer config '", (dir / "tokenizer_config.json").string(), "': ", key,
+                  " should be a string or {\"content\": ...}, got ", v.dump()));
 }
 
 // transformers' CLIPTokenizer from vocab.json and merges.txt (Stable Diffusion's tokenizer
@@ -442,10 +444,10 @@ std::shared_ptr<Tokenizer> clip_from_files(const fs::path& dir, const nlohmann::
     if ((first && line.rfind("#version", 0) == 0) || line.empty()) continue;
     merges.push_back(line);
   }
-  const std::string bos = config_token(tc, "bos_token", "<|startoftext|>");
-  const std::string eos = config_token(tc, "eos_token", "<|endoftext|>");
-  const std::string unk = config_token(tc, "unk_token", "<|endoftext|>");
-  const std::string pad = config_token(tc, "pad_token", "<|endoftext|>");
+  const std::string bos = config_token(tc, dir, "bos_token", "<|startoftext|>");
+  const std::string eos = config_token(tc, dir, "eos_token", "<|endoftext|>");
+  const std::string unk = config_token(tc, dir, "unk_token", "<|endoftext|>");
+  const std::string pad = config_token(tc, dir, "pad_token", "<|endoftext|>");
   auto id_of = [&](const std::string& t) {
     ONYX_CHECK(vocab.contains(t) && vocab[t].is_number_integer(), "CLIP vocabulary '", vocab_file,
                "' has no token '", t, "' (named by tokenizer_config.json or CLIP's default)");

@@ -197,6 +197,16 @@ TEST(LlamaTokenizerReference, ClipFromVocabAndMerges) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'<|nothere|>'"), std::string::npos) << e.what();
   }
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"tokenizer_class": "CLIPTokenizer", "bos_token": 5})";
+  try {
+    load_tokenizer(dir.string());
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("tokenizer_config.json"), std::string::npos) << w;
+    EXPECT_NE(w.find("bos_token"), std::string::npos) << w;
+  }
   fs::remove_all(dir);
 }
 
