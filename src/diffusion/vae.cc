@@ -26,14 +26,12 @@ struct VaeNet {
   GraphBuilder& b;
   const VaeConfig& c;
 
-  std::string act(const std::string& x) {
-    return b.activation(x, c.act_fn == "swish" ? "silu" : c.act_fn);
-  }
+  std::string act(const std::string& x) { return b.activation(x, c.act_fn); }
   std::string resnet(const std::string& x, const std::string& p, int64_t cin, int64_t cout) {
     ResnetOptions o;
     o.groups = c.norm_num_groups;
     o.eps = kEps;
-    o.act = c.act_fn == "swish" ? "silu" : c.act_fn;
+    o.act = c.act_fn;
     return resnet_block(b, x, p, cin, cout, o);  // (no time embedding)
   }
   // UNetMidBlock2D without a time embedding: resnet, attention (one head), resnet.
@@ -133,6 +131,7 @@ VaeConfig parse_vae_config(const std::string& text, const std::string& what) {
   r.integer("sample_size", c.sample_size);
   r.string("act_fn", c.act_fn);
   r.one_of("act_fn", c.act_fn, {"silu", "swish", "gelu", "relu"});
+  if (c.act_fn == "swish") c.act_fn = "silu";  // (diffusers' get_activation: the same)
   r.number("scaling_factor", c.scaling_factor);
   r.number("shift_factor", c.shift_factor);
   r.boolean("use_quant_conv", c.use_quant_conv);

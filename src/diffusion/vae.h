@@ -21,7 +21,7 @@ struct VaeConfig {
   int64_t in_channels = 3, out_channels = 3, latent_channels = 4;
   std::vector<int64_t> block_out_channels = {64};
   int64_t layers_per_block = 1, norm_num_groups = 32, sample_size = 32;
-  std::string act_fn = "silu";
+  std::string act_fn = "silu";  // GraphBuilder::activation's names ("swish" is read as silu)
   double scaling_factor = 0.18215, shift_factor = 0;  // latents = (z - shift) * scaling
   bool use_quant_conv = true, use_post_quant_conv = true, mid_block_add_attention = true;
 };
