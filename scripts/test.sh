@@ -164,7 +164,10 @@ if [ -n "$AARCH64_PID" ]; then
   wait "$AARCH64_PID"
   grep -E '^aarch64: (compiling|done)' "$LOGDIR/aarch64-build.log" | sed 's/^/  /'
   if [ "$(cat "$LOGDIR/aarch64.done" 2>/dev/null)" = ran ]; then
-    gtest_tally "$LOGDIR/gtest-aarch64.log" "$(cat "$LOGDIR/gtest-aarch64.rc")" "aarch64 unit tests"
+    for log in "$LOGDIR"/gtest-aarch64-*.log; do
+      path=${log##*/gtest-aarch64-} path=${path%.log}
+      gtest_tally "$log" "$(cat "$log.rc")" "aarch64 unit tests, $path path"
+    done
     grep -a -E '^(PASS|FAIL)' "$LOGDIR/c-api-aarch64.log" | sed 's/^/  aarch64 /' | cut -c1-400
     tally "$LOGDIR/c-api-aarch64.log"
   else

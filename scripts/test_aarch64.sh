@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Compiles the minimal arm64 build (scripts/build_aarch64.sh) and runs it under qemu-aarch64-static
-# (issue #42): every unit test it has (the NEON path), then the C tests and the C example, whose
-# printed losses must equal this machine's (tests/cli/test_c_api.py). Writes its logs into LOGDIR:
-#   aarch64-build.log, gtest-aarch64.log (+ .rc), c-api-aarch64.log, and aarch64.done at the end.
+# (issue #42): its unit tests on emulated CPUs that pick each kernel path (src/kernels/cpu/simd/
+# dispatch.cc), then the C tests and the C example, whose printed losses must equal this machine's
+# (tests/cli/test_c_api.py). qemu's `max` CPU has SVE2 with 512-bit vectors (path sve2); with
+# sve256=on it is a 256-bit SVE machine (path sve_256, as Neoverse V1), with sve128=on a 128-bit
+# SVE2 one (sve2_128, as Neoverse N2 / Grace), with sve=off a NEON one. Every unit test runs on
+# sve2 and on neon; on sve_256 and sve2_128 the tests that run the kernels on every path
+# (each also runs sve2, sve, neon and portable there: the other widths' tails and reductions).
+# Writes its logs into LOGDIR: aarch64-build.log, gtest-aarch64-PATH.log (+ .rc) per path,
+# c-api-aarch64.log, and aarch64.done at the end.
 # scripts/test.sh runs it in the background under `nice -n 19` after `build_aarch64.sh --prepare`
 # (the apt-get part) while its own tests run, so the cross-compile and the emulated tests use the
 # cores those tests leave idle, then counts the logs.
@@ -12,13 +18,24 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 LOGDIR=${1:?usage: scripts/test_aarch64.sh LOGDIR}
 PY=$BUILD/venv/bin/python
-rm -f "$LOGDIR"/aarch64.done "$LOGDIR"/gtest-aarch64.* "$LOGDIR"/c-api-aarch64.log
+rm -f "$LOGDIR"/aarch64.done "$LOGDIR"/gtest-aarch64* "$LOGDIR"/c-api-aarch64.log
 finish() { echo "$1" >"$LOGDIR/aarch64.done"; exit 0; }
 bash scripts/build_aarch64.sh >"$LOGDIR/aarch64-build.log" 2>&1 || finish build-failed
+KERNEL_TESTS='SimdPaths.*:SimdNn.*:VecMath.*:Optimizer.*:Bnb4Kernels.*'
+# unit_tests PATH QEMU_CPU [FILTER]: the unit tests on an emulated CPU whose best path is PATH.
 # Bounded: a hang fails the run. Generous, as the tests share the cores with the foreground's.
-ONYX_BENCH_EXPORTS=$PWD/$BUILD/bench-exports timeout 3600 \
-  qemu-aarch64-static build-aarch64/onyx_tests --gtest_brief=1 >"$LOGDIR/gtest-aarch64.log" 2>&1
-echo $? >"$LOGDIR/gtest-aarch64.rc"
+unit_tests() {
+  local log=$LOGDIR/gtest-aarch64-$1.log
+  # (ONYX_EXPECT_CPU_PATH: SimdPaths.EveryPathIsCompiledAndTheBestIsChosen checks the choice)
+  QEMU_CPU=$2 ONYX_EXPECT_CPU_PATH=$1 ONYX_BENCH_EXPORTS=$PWD/$BUILD/bench-exports timeout 3600 \
+    qemu-aarch64-static build-aarch64/onyx_tests --gtest_brief=1 --gtest_filter="${3:-*}" \
+    >"$log" 2>&1
+  echo $? >"$log.rc"
+}
+unit_tests sve2 max
+unit_tests neon max,sve=off
+unit_tests sve_256 max,sve256=on "$KERNEL_TESTS"
+unit_tests sve2_128 max,sve128=on "$KERNEL_TESTS"
 ONYX="$BUILD/onyx" ONYX_C_BUILD=build-aarch64 ONYX_C_EMULATOR=qemu-aarch64-static \
   $PY tests/cli/test_c_api.py >"$LOGDIR/c-api-aarch64.log" 2>&1
 finish ran

@@ -1,5 +1,6 @@
 // test_simd_paths.cc — the SIMD kernels of src/kernels/cpu/simd/ on every path this CPU can run
-// (AVX-512, AVX2, portable; kernels/cpu/simd/dispatch.h): each entry point against a float64
+// (AVX-512, AVX2, portable; on aarch64 SVE2/SVE at their widths, NEON, portable;
+// kernels/cpu/simd/dispatch.h): each entry point against a float64
 // reference, and the paths against each other — bit-identical where the arithmetic has one
 // answer (dropout draws, transposes, float16 conversions, the ReLU gradient), within a
 // few ulp where a path may fuse a multiply-add the portable one rounds twice. Lengths cover the
@@ -82,6 +83,8 @@ TEST_F(SimdPaths, EveryPathIsCompiledAndTheBestIsChosen) {
   EXPECT_EQ(cpu.back(), "portable");
   simd::select_path("auto");
   EXPECT_EQ(simd::chosen_path(), cpu.front());
+  // scripts/test_aarch64.sh runs the tests on emulated CPUs picked for one path each
+  if (const char* want = std::getenv("ONYX_EXPECT_CPU_PATH")) EXPECT_EQ(cpu.front(), want);
   EXPECT_THROW(simd::select_path("sse9"), Error);
   EXPECT_EQ(simd::chosen_path(), cpu.front());  // a refused selection changes nothing
   EXPECT_NE(simd::describe().find("cpu path " + cpu.front()), std::string::npos);

@@ -41,10 +41,12 @@ constexpr int64_t kPortable = HWY_SCALAR | HWY_EMU128;
 #if HWY_ARCH_X86
 constexpr Path kPaths[] = {{"avx512", HWY_AVX3}, {"avx2", HWY_AVX2}, {"portable", kPortable}};
 #else
-// aarch64: NEON (with AES, as Highway's NEON target needs) and the portable path; SVE is not
-// compiled (CMakeLists.txt says why), its names are here so ONYX_CPU=sve says so.
-constexpr Path kPaths[] = {
-    {"sve2", HWY_SVE2}, {"sve", HWY_SVE}, {"neon", HWY_NEON}, {"portable", kPortable}};
+// aarch64: SVE2 with 128-bit vectors (Neoverse N2 / V2), SVE with 256-bit ones (Neoverse V1),
+// SVE2 and SVE at whatever length the CPU has, NEON (with AES, as Highway's NEON target needs),
+// and the portable path.
+constexpr Path kPaths[] = {{"sve2_128", HWY_SVE2_128}, {"sve_256", HWY_SVE_256},
+                           {"sve2", HWY_SVE2},         {"sve", HWY_SVE},
+                           {"neon", HWY_NEON},         {"portable", kPortable}};
 #endif
 
 // The targets this CPU runs, asked of Highway once, before any selection disables some.

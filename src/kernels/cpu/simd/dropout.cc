@@ -21,27 +21,20 @@ namespace onyx::simd::HWY_NAMESPACE {
 
 using kernels::Philox4x32;
 
-// The 32 words of dropout group `g` in element order: element j of the group takes word j / 8 of
-// counter {lo32(8g + j % 8), hi32(8g + j % 8), 0, 0}.
-// (NEON's 128-bit vectors hold four of the eight generators: it takes the scalar loop.)
-HWY_INLINE void GroupWords(uint64_t g, uint32_t k0, uint32_t k1, uint32_t* HWY_RESTRICT u) {
-#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_NEON
-  for (int l = 0; l < 8; l++) {
-    const Philox4x32::Counter c = Philox4x32::generate(
-        {(uint32_t)(g * 8 + l), (uint32_t)((g * 8 + l) >> 32), 0, 0}, {k0, k1});
-    for (int w = 0; w < 4; w++) u[w * 8 + l] = c[w];
-  }
-#else
-  const hn::FixedTag<uint32_t, 8> du;
+// Philox for the N generators of counters c0 .. c0 + N - 1 of dropout group words u (generator l
+// writes u[w * 8 + l] for its words w): N 32x32 -> 64-bit products per MulEven pair.
+template <size_t N>
+HWY_INLINE void PhiloxLanes(uint64_t ctr, uint32_t k0, uint32_t k1, uint32_t* HWY_RESTRICT u) {
+  const hn::FixedTag<uint32_t, N> du;
   const hn::Repartition<uint64_t, decltype(du)> d64;
   using VU = hn::Vec<decltype(du)>;
-  const uint64_t ctr = g * 8;
   VU c0 = hn::Add(hn::Set(du, (uint32_t)ctr), hn::Iota(du, 0));
   VU c1 = hn::Set(du, (uint32_t)(ctr >> 32)), c2 = hn::Zero(du), c3 = hn::Zero(du);
-  const VU m0 = hn::Set(du, Philox4x32::kMul0), m1 = hn::Set(du, Philox4x32::kMul1);
-  // 32x32 -> 64-bit products of 8 lanes, split into high and low words.
-  auto mulhilo = [&](VU a, VU m, VU& hi, VU& lo) {
-    const VU pe = hn::BitCast(du, hn::MulEven(a, m));  // lanes 0,2,4,6 as (lo, hi) pairs
+  // The multipliers are broadcast in mulhilo: a capture by copy cannot hold SVE's sizeless vectors.
+  // 32x32 -> 64-bit products of N lanes, split into high and low words.
+  auto mulhilo = [&](VU a, uint32_t mul, VU& hi, VU& lo) {
+    const VU m = hn::Set(du, mul);
+    const VU pe = hn::BitCast(du, hn::MulEven(a, m));  // even lanes as (lo, hi) pairs
     const VU po =
         hn::BitCast(du, hn::MulEven(hn::BitCast(du, hn::ShiftRight<32>(hn::BitCast(d64, a))), m));
     lo = hn::OddEven(hn::BitCast(du, hn::ShiftLeft<32>(hn::BitCast(d64, po))), pe);
@@ -53,8 +46,8 @@ HWY_INLINE void GroupWords(uint64_t g, uint32_t k0, uint32_t k1, uint32_t* HWY_R
       k1 += Philox4x32::kWeyl1;
     }
     VU hi0, lo0, hi1, lo1;
-    mulhilo(c0, m0, hi0, lo0);
-    mulhilo(c2, m1, hi1, lo1);
+    mulhilo(c0, Philox4x32::kMul0, hi0, lo0);
+    mulhilo(c2, Philox4x32::kMul1, hi1, lo1);
     const VU n0 = hn::Xor(hn::Xor(hi1, c1), hn::Set(du, k0));
     const VU n2 = hn::Xor(hn::Xor(hi0, c3), hn::Set(du, k1));
     c0 = n0;
@@ -66,6 +59,24 @@ HWY_INLINE void GroupWords(uint64_t g, uint32_t k0, uint32_t k1, uint32_t* HWY_R
   hn::StoreU(c1, du, u + 8);
   hn::StoreU(c2, du, u + 16);
   hn::StoreU(c3, du, u + 24);
+}
+
+// The 32 words of dropout group `g` in element order: element j of the group takes word j / 8 of
+// counter {lo32(8g + j % 8), hi32(8g + j % 8), 0, 0}. Eight generators in one vector where it holds
+// eight words (x86), two vectors of four on the 128-bit paths (NEON, SVE, whose fixed-size vectors
+// Highway caps at 128 bits), the scalar loop on Highway's scalar target.
+HWY_INLINE void GroupWords(uint64_t g, uint32_t k0, uint32_t k1, uint32_t* HWY_RESTRICT u) {
+#if HWY_TARGET == HWY_SCALAR
+  for (int l = 0; l < 8; l++) {
+    const Philox4x32::Counter c = Philox4x32::generate(
+        {(uint32_t)(g * 8 + l), (uint32_t)((g * 8 + l) >> 32), 0, 0}, {k0, k1});
+    for (int w = 0; w < 4; w++) u[w * 8 + l] = c[w];
+  }
+#elif HWY_TARGET == HWY_NEON || HWY_TARGET == HWY_EMU128 || ONYX_SIMD_SVE
+  PhiloxLanes<4>(g * 8, k0, k1, u);
+  PhiloxLanes<4>(g * 8 + 4, k0, k1, u + 4);
+#else
+  PhiloxLanes<8>(g * 8, k0, k1, u);
 #endif
 }
 

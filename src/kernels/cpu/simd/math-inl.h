@@ -27,13 +27,17 @@ namespace onyx::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
+// Highway's SVE targets (sizeless vectors: no struct members, arrays or by-copy lambda captures).
+#define ONYX_SIMD_SVE                                                              \
+  (HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || HWY_TARGET == HWY_SVE_256 || \
+   HWY_TARGET == HWY_SVE2_128)
 using VF = hn::Vec<DF>;
 
-// x's NaN lanes into y (the portable and NEON paths, whose Min / Max return the number beside a
-// NaN; the x86 ones already propagate them).
+// x's NaN lanes into y (the portable, NEON and SVE paths, whose Min / Max return the number beside
+// a NaN; the x86 ones already propagate them).
 template <class D, class V>
 HWY_INLINE V KeepNaN(D, V x, V y) {
-#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_NEON
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_NEON || ONYX_SIMD_SVE
   return hn::IfThenElse(hn::IsNaN(x), x, y);
 #else
   return y;
@@ -216,8 +220,8 @@ HWY_INLINE void ForEachVector(int64_t n, F body) {
          [d, i](VF v, float* p) { hn::StoreU(v, d, p + i); });
   if (i < n) {
     const auto m = hn::FirstN(d, (size_t)(n - i));
-    body([d, i, m](const float* p) { return LoadTail(m, d, p + i); },
-         [d, i, m](VF v, float* p) { StoreTail(v, m, d, p + i); });
+    body([d, i, &m](const float* p) { return LoadTail(m, d, p + i); },
+         [d, i, &m](VF v, float* p) { StoreTail(v, m, d, p + i); });
   }
 }
 

@@ -47,9 +47,6 @@ HWY_INLINE V Fma(D d, V a, V b, V c) {
 }
 
 // ---- AdamW --------------------------------------------------------------------------------------
-struct AdamWVecs {
-  VF keep, b1, c1, b2, c2, bc2, eps, nss, gs;
-};
 
 // One vector of the update, operation for operation as torch 1.13's float32 CPU kernels:
 //   g = g * grad_scale                             clip_grad_norm_'s mul_ (1: none)
@@ -57,27 +54,26 @@ struct AdamWVecs {
 //   m = fma(g, 1-b1, m * b1)                       mul_, add_(alpha) (vectorized add is an FMA)
 //   v = fma((1-b2) * g, g, v * b2)                 mul_, addcmul_ (FMA in torch's build)
 //   p = p + (-step_size * m) / (sqrt(v) / sqrt(bc2) + eps)      sqrt, div, add_, addcdiv_
-HWY_INLINE void AdamWVec(DF d, const AdamWVecs& k, VF g, VF& p, VF& m, VF& v) {
-  g = hn::Mul(g, k.gs);
-  p = hn::Mul(p, k.keep);
-  m = Fma(d, g, k.c1, hn::Mul(m, k.b1));
-  v = Fma(d, hn::Mul(k.c2, g), g, hn::Mul(v, k.b2));
-  const VF denom = hn::Add(hn::Div(hn::Sqrt(v), k.bc2), k.eps);
-  p = hn::Add(p, hn::Div(hn::Mul(k.nss, m), denom));
+// The constants are broadcast here rather than kept as vectors in a struct (SVE's vectors are
+// sizeless: no struct member can hold one); inlined into the loop, the broadcasts are hoisted.
+HWY_INLINE void AdamWVec(DF d, const AdamWConstants& c, float keep, VF g, VF& p, VF& m, VF& v) {
+  g = hn::Mul(g, hn::Set(d, c.grad_scale));
+  p = hn::Mul(p, hn::Set(d, keep));
+  m = Fma(d, g, hn::Set(d, c.one_minus_beta1), hn::Mul(m, hn::Set(d, c.beta1)));
+  v = Fma(d, hn::Mul(hn::Set(d, c.one_minus_beta2), g), g, hn::Mul(v, hn::Set(d, c.beta2)));
+  const VF denom =
+      hn::Add(hn::Div(hn::Sqrt(v), hn::Set(d, c.bias_correction2_sqrt)), hn::Set(d, c.eps));
+  p = hn::Add(p, hn::Div(hn::Mul(hn::Set(d, c.neg_step_size), m), denom));
 }
 
 void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConstants& c,
                  float keep) {
   const DF d;
   const int64_t L = (int64_t)hn::Lanes(d);
-  const AdamWVecs k{
-      hn::Set(d, keep),    hn::Set(d, c.beta1),           hn::Set(d, c.one_minus_beta1),
-      hn::Set(d, c.beta2), hn::Set(d, c.one_minus_beta2), hn::Set(d, c.bias_correction2_sqrt),
-      hn::Set(d, c.eps),   hn::Set(d, c.neg_step_size),   hn::Set(d, c.grad_scale)};
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     VF pi = hn::LoadU(d, p + i), mi = hn::LoadU(d, m + i), vi = hn::LoadU(d, v + i);
-    AdamWVec(d, k, hn::LoadU(d, g + i), pi, mi, vi);
+    AdamWVec(d, c, keep, hn::LoadU(d, g + i), pi, mi, vi);
     hn::StoreU(pi, d, p + i);
     hn::StoreU(mi, d, m + i);
     hn::StoreU(vi, d, v + i);
@@ -85,7 +81,7 @@ void AdamWUpdate(float* p, const float* g, float* m, float* v, int64_t n, const 
   if (i < n) {  // the missing lanes are zeros, computed and not stored
     const auto t = hn::FirstN(d, (size_t)(n - i));
     VF pi = LoadTail(t, d, p + i), mi = LoadTail(t, d, m + i), vi = LoadTail(t, d, v + i);
-    AdamWVec(d, k, LoadTail(t, d, g + i), pi, mi, vi);
+    AdamWVec(d, c, keep, LoadTail(t, d, g + i), pi, mi, vi);
     StoreTail(pi, t, d, p + i);
     StoreTail(mi, t, d, m + i);
     StoreTail(vi, t, d, v + i);
@@ -171,17 +167,37 @@ void SgdUpdate(float* p, const float* g, float* buf, int64_t n, const SgdConstan
 // add.
 constexpr int64_t kSpan = 16;
 
-HWY_INLINE double SumSquares(const float* x, int64_t n) {
+#if ONYX_SIMD_SVE
+// SVE's vectors are sizeless, so they cannot be array elements, and their width is known only at
+// run time: eight named 2-lane accumulators (lane l of accumulator a is s[2a + l]) keep the order.
+HWY_INLINE void SpanSquares(const float* x, int64_t n, int64_t& i, double* s) {
+  const hn::FixedTag<double, 2> dd;
+  const hn::FixedTag<float, 2> dh;
+  using VD = hn::Vec<decltype(dd)>;
+  VD a0 = hn::Zero(dd), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  auto add = [&](VD& a, const float* p) {
+    const VD xd = hn::PromoteTo(dd, hn::LoadU(dh, p));
+    a = hn::MulAdd(xd, xd, a);
+  };
+  for (; i + kSpan <= n; i += kSpan) {
+    add(a0, x + i), add(a1, x + i + 2), add(a2, x + i + 4), add(a3, x + i + 6);
+    add(a4, x + i + 8), add(a5, x + i + 10), add(a6, x + i + 12), add(a7, x + i + 14);
+  }
+  hn::StoreU(a0, dd, s), hn::StoreU(a1, dd, s + 2), hn::StoreU(a2, dd, s + 4);
+  hn::StoreU(a3, dd, s + 6), hn::StoreU(a4, dd, s + 8), hn::StoreU(a5, dd, s + 10);
+  hn::StoreU(a6, dd, s + 12), hn::StoreU(a7, dd, s + 14);
+}
+#else
+HWY_INLINE void SpanSquares(const float* x, int64_t n, int64_t& i, double* s) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> dh;  // as many floats as dd has doubles
   using VD = hn::Vec<decltype(dd)>;
-  constexpr int64_t L = (int64_t)hn::MaxLanes(decltype(dd)());  // exact on x86 and portable
+  constexpr int64_t L = (int64_t)hn::MaxLanes(decltype(dd)());  // exact on x86, NEON, portable
   static_assert(kSpan % L == 0, "a span of 16 floats is whole vectors of doubles");
   constexpr int64_t kA = kSpan / L;
   VD acc[kA];  // unrolled, so in registers
 #pragma GCC unroll 16
   for (int64_t a = 0; a < kA; ++a) acc[a] = hn::Zero(dd);
-  int64_t i = 0;
   for (; i + kSpan <= n; i += kSpan) {
 #pragma GCC unroll 16
     for (int64_t a = 0; a < kA; ++a) {
@@ -189,9 +205,15 @@ HWY_INLINE double SumSquares(const float* x, int64_t n) {
       acc[a] = hn::MulAdd(xd, xd, acc[a]);
     }
   }
-  HWY_ALIGN double s[kSpan];
 #pragma GCC unroll 16
-  for (int64_t a = 0; a < kA; ++a) hn::Store(acc[a], dd, s + a * L);
+  for (int64_t a = 0; a < kA; ++a) hn::StoreU(acc[a], dd, s + a * L);
+}
+#endif
+
+HWY_INLINE double SumSquares(const float* x, int64_t n) {
+  int64_t i = 0;
+  double s[kSpan];
+  SpanSquares(x, n, i, s);
   double t[4];
   for (int l = 0; l < 4; ++l) t[l] = (s[l] + s[4 + l]) + (s[8 + l] + s[12 + l]);
   double sum = (t[0] + t[1]) + (t[2] + t[3]);

@@ -103,7 +103,7 @@ HWY_INLINE float RowSumExp(const float* x, int64_t n, float mx, float* y) {
 
 HWY_INLINE void RowScale(float* y, int64_t n, float s) {
   const VF vs = hn::Set(DF(), s);
-  Map(y, y, n, [vs](DF, VF v) { return hn::Mul(v, vs); });
+  Map(y, y, n, [&vs](DF, VF v) { return hn::Mul(v, vs); });
 }
 
 }  // namespace onyx::simd::HWY_NAMESPACE

@@ -30,7 +30,7 @@ void LogSoftmaxRow(const float* x, float* y, int64_t n) {
   const float m = RowMax(x, n);
   const float ls = std::log(RowSumExp(x, n, m, nullptr));
   const VF vm = hn::Set(DF(), m), vl = hn::Set(DF(), ls);
-  Map(x, y, n, [vm, vl](DF, VF v) { return hn::Sub(hn::Sub(v, vm), vl); });
+  Map(x, y, n, [&vm, &vl](DF, VF v) { return hn::Sub(hn::Sub(v, vm), vl); });
 }
 
 void SoftmaxColsExp(const float* x, const float* m, float* y, float* s, int64_t n) {
@@ -96,12 +96,12 @@ void AttentionGradRowDropout(const float* p, const float* pd, float* ds, int64_t
 
 void ScaledExpRow(const float* x, float* y, int64_t n, float c) {
   const VF vc = hn::Set(DF(), c);
-  Map(x, y, n, [vc](DF d, VF v) { return hn::Mul(ExpNeg(d, v), vc); });
+  Map(x, y, n, [&vc](DF d, VF v) { return hn::Mul(ExpNeg(d, v), vc); });
 }
 
 void RowMulSub(float* y, int64_t n, float a, float b) {
   const VF va = hn::Set(DF(), a), vb = hn::Set(DF(), b);
-  Map(y, y, n, [va, vb](DF, VF v) { return hn::MulSub(v, va, vb); });
+  Map(y, y, n, [&va, &vb](DF, VF v) { return hn::MulSub(v, va, vb); });
 }
 
 }  // namespace onyx::simd::HWY_NAMESPACE
