@@ -22,20 +22,22 @@ if [ "${1:-}" = --full ]; then
   bash scripts/apt_install.sh cmake ninja-build g++-aarch64-linux-gnu debootstrap | sed 's/^/aarch64: /'
   OUT=build-aarch64-full
   ROOT=$PWD/$OUT/sysroot
-  if [ ! -f "$ROOT/.unpacked" ]; then
+  DEV=libstdc++-12-dev,nlohmann-json3-dev,libcli11-dev,libonnx-dev,libprotobuf-dev,libdnnl-dev,\
+libopenblas-dev,libyaml-cpp-dev,zlib1g-dev,libcairo2-dev,libicu-dev,libfftw3-dev,libpng-dev,\
+libjpeg-dev,libgtest-dev,libgmock-dev,libbenchmark-dev,libhwy-dev,libopenmpi-dev
+  # (unpacked again when the list changes: the stamp holds the list it was made with)
+  if [ "$(cat "$ROOT/.unpacked" 2>/dev/null)" != "$DEV" ]; then
     echo "aarch64: an arm64 Debian 12 with the -dev packages into $OUT/sysroot (debootstrap --foreign)"
     rm -rf "$ROOT" && mkdir -p "$ROOT"
-    debootstrap --arch=arm64 --foreign --variant=minbase --include=libstdc++-12-dev,nlohmann-json3-dev,\
-libcli11-dev,libonnx-dev,libprotobuf-dev,libdnnl-dev,libopenblas-dev,libyaml-cpp-dev,zlib1g-dev,\
-libcairo2-dev,libicu-dev,libfftw3-dev,libgtest-dev,libgmock-dev,libbenchmark-dev,libhwy-dev,\
-libopenmpi-dev bookworm "$ROOT" http://deb.debian.org/debian >"$ROOT.log" 2>&1
+    debootstrap --arch=arm64 --foreign --variant=minbase --include="$DEV" \
+      bookworm "$ROOT" http://deb.debian.org/debian >"$ROOT.log" 2>&1
     for deb in "$ROOT"/var/cache/apt/archives/*.deb; do dpkg-deb -x "$deb" "$ROOT"; done
     # the links the packages' maintainer scripts (update-alternatives) would make
     lib=$ROOT/usr/lib/aarch64-linux-gnu inc=$ROOT/usr/include/aarch64-linux-gnu
     for f in libopenblas.so libopenblas.so.0; do ln -sf "openblas-pthread/$f" "$lib/$f"; done
     for h in cblas.h f77blas.h openblas_config.h; do ln -sf "openblas-pthread/$h" "$inc/$h"; done
     ln -sfn ../../lib/aarch64-linux-gnu/openmpi/include "$inc/mpi"
-    touch "$ROOT/.unpacked"
+    echo "$DEV" >"$ROOT/.unpacked"
   fi
   echo "aarch64: configuring the full build with CMake into $OUT/"
   lib=$ROOT/usr/lib/aarch64-linux-gnu

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the readers of files from downloaded model folders (fuzz/: chat templates and
-# conversations, tokenizer.json, safetensors, config.json / generation_config.json, WAV audio) with
+# conversations, tokenizer.json, safetensors, config.json / generation_config.json, WAV audio, PNG
+# and JPEG images: the first byte picks the channels and the resize) with
 # libFuzzer under AddressSanitizer and UndefinedBehaviorSanitizer.
 #   bash scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60 s, every target)
 # Installs clang-16 (Debian) for libFuzzer, builds build-fuzz/ (only the readers), runs the targets
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(chat_template tokenizer safetensors config wav)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(chat_template tokenizer safetensors config wav image)
 BUILD=${ONYX_FUZZ_BUILD:-build-fuzz}
 bash scripts/apt_install.sh clang-16 libclang-rt-16-dev llvm-16  # libFuzzer; llvm-symbolizer
 bash scripts/setup.sh >/dev/null
@@ -26,9 +27,10 @@ ninja -C "$BUILD" "${TARGETS[@]/#/fuzz_}" >"$BUILD/build.log" 2>&1 ||
   { grep -A5 -E "error|FAILED" "$BUILD/build.log" | head -30; echo "0 passed, 1 failed"; exit 1; }
 
 declare -A MAX_LEN=([chat_template]=8192 [tokenizer]=32768 [safetensors]=4096 [config]=4096
-                   [wav]=4096)
+                   [wav]=4096 [image]=4096)
 declare -A DICT=([chat_template]=fuzz/jinja.dict [tokenizer]=fuzz/json.dict
-                 [safetensors]=fuzz/json.dict [config]=fuzz/json.dict [wav]=fuzz/wav.dict)
+                 [safetensors]=fuzz/json.dict [config]=fuzz/json.dict [wav]=fuzz/wav.dict
+                 [image]=fuzz/image.dict)
 run_target() {  # run_target NAME: prints its summary line into $BUILD/findings/NAME.result
   local t=$1 work=$BUILD/fuzz-work/$1 findings=$BUILD/findings/$1
   rm -rf "$work" "$findings" && mkdir -p "$work" "$findings"

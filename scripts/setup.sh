@@ -24,6 +24,7 @@ PKGS=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libdnnl-dev libopenblas-dev libomp-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcairo2-dev libicu-dev libfftw3-dev
+  libpng-dev libjpeg-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
   openmpi-bin libopenmpi-dev iproute2
   python3 python3-venv tmux clang-format debootstrap
@@ -76,4 +77,16 @@ make_venv "$BUILD/venv" reference "${REF_PKGS[@]}"
 make_venv "$BUILD/venv-ortt" "ORT Training" "${ORTT_PKGS[@]}"
 make_venv "$BUILD/venv-cuda" "CUDA libraries" "${CUDA_PKGS[@]}"
 make_venv "$BUILD/venv-wheel" "wheel tools" "${WHEEL_PKGS[@]}"
+# torchvision, for the image transforms of diffusers' training scripts (tests/parity/
+# test_image_folder.py), apart from the reference venv: its PyPI wheel is built against CUDA's
+# torch, so its operators cannot load beside the CPU torch, and Transformers imports torchvision
+# wherever it is installed. The test puts this folder on its path and uses only the transforms.
+TV_PKG=torchvision==0.28.0
+if [ "$(cat "$BUILD/torchvision-ref/.onyx-stamp" 2>/dev/null)" != "$TV_PKG" ]; then
+  echo "setup: $TV_PKG into $BUILD/torchvision-ref (no dependencies)"
+  rm -rf "$BUILD/torchvision-ref"
+  "$BUILD/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    --target "$BUILD/torchvision-ref" "$TV_PKG" 2> >(grep -v "^WARNING: Location" >&2)
+  echo "$TV_PKG" >"$BUILD/torchvision-ref/.onyx-stamp"
+fi
 echo "setup: reference environments ready"

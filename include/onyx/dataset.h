@@ -24,6 +24,14 @@ class Dataset {
     (void)length_column;
     return {};
   }
+  // Called by the Trainer before each training epoch's batches (and on resuming inside one) with
+  // the epoch and the run's data seed: a dataset with random augmentations (an image folder's
+  // random crop and flip) draws them keyed on both, so each epoch differs and a resumed run
+  // repeats the uninterrupted one. Datasets without randomness ignore it.
+  virtual void set_epoch(int64_t epoch, uint64_t seed) {
+    (void)epoch;
+    (void)seed;
+  }
 };
 
 }  // namespace onyx::data

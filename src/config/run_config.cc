@@ -14,6 +14,7 @@
 #include "data/chat_template.h"
 #include "data/dataset.h"
 #include "data/idx_dataset.h"
+#include "data/image_folder.h"
 #include "data/preference_dataset.h"
 #include "data/prompt_dataset.h"
 #include "data/speech_dataset.h"
@@ -818,6 +819,29 @@ data::ChatTemplateFiles chat_template_files(const std::string& tok_path, const s
   }
   return files;
 }
+
+// An image folder's captions as input_ids: the dataset's `tokenizer`, else the config's, else the
+// tokenizer/ of the pipeline the model folder is in; none: the captions are not read. The length
+// is `max_length`, else the tokenizer's model_max_length (CLIP's 77 when it has none).
+std::function<Tensor(const std::vector<std::string>&)> caption_tokenizer(std::string dir,
+                                                                         int64_t max_length,
+                                                                         const RunConfig& c,
+                                                                         const std::string& what) {
+  if (!dir.empty()) dir = resolve(c.dir, dir);
+  if (dir.empty()) dir = c.diffusion.tokenizer;
+  if (dir.empty() && !c.model.empty()) {
+    const std::string root = diffusion::pipeline_root(c.model);
+    if (!root.empty() && fs::is_directory(fs::path(root) / "tokenizer"))
+      dir = (fs::path(root) / "tokenizer").string();
+  }
+  if (dir.empty()) return {};
+  ONYX_CHECK(max_length >= 0, what, ": max_length must be positive, got ", max_length);
+  if (max_length == 0) max_length = diffusion::model_max_length(dir, 77);
+  std::shared_ptr<const tokenizers::Tokenizer> tok = tokenizers::load_tokenizer(dir);
+  return [tok, max_length](const std::vector<std::string>& captions) {
+    return diffusion::prompt_ids(*tok, captions, max_length);
+  };
+}
 }  // namespace
 
 std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunConfig& c,
@@ -872,6 +896,19 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       std::string images = resolve(c.dir, need("images"));
       ds = std::make_shared<data::IdxImageDataset>(images, resolve(c.dir, need("labels")), o);
     }
+  } else if (type == "image_folder") {
+    data::ImageFolderOptions o;
+    o.split = take("split", which == "train_data" ? "train" : "test");
+    o.training = which == "train_data";
+    if (kv.count("resolution")) o.resolution = to_int("resolution", take("resolution"));
+    if (kv.count("center_crop")) o.center_crop = to_bool("center_crop");
+    if (kv.count("random_flip")) o.random_flip = to_bool("random_flip");
+    if (kv.count("channels")) o.channels = (int)to_int("channels", take("channels"));
+    o.caption_column = take("caption_column", o.caption_column);
+    const int64_t max_length =
+        kv.count("max_length") ? to_int("max_length", take("max_length")) : 0;
+    o.tokenize = caption_tokenizer(take("tokenizer"), max_length, c, what);
+    ds = std::make_shared<data::ImageFolderDataset>(resolve(c.dir, need("folder")), o);
   } else if (type == "prompts") {
     ONYX_CHECK(c.trainer == "grpo", what,
                ": type prompts is GRPO's data (set `trainer: grpo` and its reward_funcs)");
@@ -958,8 +995,8 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
   } else {
     throw Error(
         cat(what, ": unknown dataset type '", type,
-            "' (safetensors, idx_images, text_classification, causal_lm, sft, preference, prompts, "
-            "speech)"));
+            "' (safetensors, idx_images, image_folder, text_classification, causal_lm, sft, "
+            "preference, prompts, speech)"));
   }
   ONYX_CHECK(kv.empty(), what, ": unknown key '", kv.begin()->first, "' for a ", type, " dataset");
   return ds;

@@ -26,10 +26,6 @@ struct TextEncoder::Impl {
   std::mutex run_mu;  // one run at a time (the session's arena is shared)
 };
 
-namespace {
-
-// tokenizer_config.json's model_max_length, when it is a sensible one (Transformers writes a huge
-// sentinel for "none"); else the encoder's position count.
 int64_t model_max_length(const std::string& tokenizer_dir, int64_t positions) {
   const fs::path file = fs::path(tokenizer_dir) / "tokenizer_config.json";
   if (!fs::exists(file)) return positions;
@@ -42,7 +38,18 @@ int64_t model_max_length(const std::string& tokenizer_dir, int64_t positions) {
   return positions;
 }
 
-}  // namespace
+Tensor prompt_ids(const tokenizers::Tokenizer& tokenizer, const std::vector<std::string>& prompts,
+                  int64_t max_length) {
+  const int64_t L = max_length;
+  Tensor ids(DType::Int64, {(int64_t)prompts.size(), L});
+  tokenizers::EncodeOptions o;
+  o.max_length = o.pad_to = L;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto e = tokenizer.encode(prompts[i], o);
+    std::copy(e.input_ids.begin(), e.input_ids.end(), ids.data<int64_t>() + (int64_t)i * L);
+  }
+  return ids;
+}
 
 std::shared_ptr<TextEncoder> TextEncoder::open(const std::string& encoder_dir,
                                                const std::string& tokenizer_dir) {
@@ -91,15 +98,7 @@ std::shared_ptr<TextEncoder> TextEncoder::of_model(const std::string& unet_dir) 
 TextEncoder::~TextEncoder() = default;
 
 Tensor TextEncoder::input_ids(const std::vector<std::string>& prompts) const {
-  const int64_t L = impl_->max_length;
-  Tensor ids(DType::Int64, {(int64_t)prompts.size(), L});
-  tokenizers::EncodeOptions o;
-  o.max_length = o.pad_to = L;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto e = impl_->tokenizer->encode(prompts[i], o);
-    std::copy(e.input_ids.begin(), e.input_ids.end(), ids.data<int64_t>() + (int64_t)i * L);
-  }
-  return ids;
+  return prompt_ids(*impl_->tokenizer, prompts, impl_->max_length);
 }
 
 Tensor TextEncoder::encode(const Tensor& input_ids) const {

@@ -13,8 +13,17 @@
 #include "diffusion/sampler.h"
 #include "onyx/tensor.h"
 #include "onyx/trainer.h"
+#include "tokenizers/tokenizer.h"
 
 namespace onyx::diffusion {
+
+// tokenizer_config.json's model_max_length, when it is a sensible one (Transformers writes a huge
+// sentinel for "none") and at most `positions`; else `positions`.
+int64_t model_max_length(const std::string& tokenizer_dir, int64_t positions);
+// (N, max_length) int64: each prompt with its special tokens, truncated and padded to max_length
+// (tokenizer(prompts, max_length=, padding="max_length", truncation=True)).
+Tensor prompt_ids(const tokenizers::Tokenizer& tokenizer, const std::vector<std::string>& prompts,
+                  int64_t max_length);
 
 class TextEncoder {
  public:

@@ -725,6 +725,7 @@ TrainOutput Trainer::train_loop() {
   while (I.epoch < state_.num_train_epochs && state_.global_step < state_.max_steps &&
          !control_.should_training_stop) {
     auto batches = train_batches(I.epoch);
+    train_ds_->set_epoch(I.epoch, I.data_seed);
     if (I.batches_done == 0)
       for (auto& cb : callbacks_) cb->on_epoch_begin(a, state_, control_);
     while (I.batches_done < (int64_t)batches.size() && state_.global_step < state_.max_steps) {

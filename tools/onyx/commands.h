@@ -26,5 +26,6 @@ Action add_chat_template_command(CLI::App& app);
 Action add_generate_command(CLI::App& app);
 Action add_whisper_features_command(CLI::App& app);
 Action add_sample_command(CLI::App& app);
+Action add_batch_command(CLI::App& app);
 
 }  // namespace onyx::cli

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   add(onyx::cli::add_generate_command);
   add(onyx::cli::add_whisper_features_command);
   add(onyx::cli::add_sample_command);
+  add(onyx::cli::add_batch_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
