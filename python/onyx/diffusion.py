@@ -19,8 +19,10 @@ def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inferen
            negative_prompt=None, num_images_per_prompt=1, text_encoder=None, tokenizer=None,
            vae=None):
     """Images (N, C, H, W) float32 in [0, 1] as a numpy array. `class_labels`: one per image for
-    a class-conditional UNet (then num_images is their number). `scheduler`: "ddpm" or "ddim"
-    (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise); `num_inference_steps` defaults to the pipelines' (1000, 50). `scheduler_config`: a
+    a class-conditional UNet (then num_images is their number). `scheduler`: "ddpm", "ddim"
+    (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise) or "dpmsolver"
+    (DPMSolverMultistepScheduler); `num_inference_steps` defaults to the pipelines' (1000, 50,
+    50). `scheduler_config`: a
     scheduler_config.json (default: the folder's, else DDPMScheduler's defaults). A
     UNet2DConditionModel takes `encoder_hidden_states` (N, S, D) float32 (the text encoder's
     output per image), and with guidance_scale > 1 `negative_encoder_hidden_states` (the empty or

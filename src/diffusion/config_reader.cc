@@ -1,6 +1,9 @@
 // diffusion/config_reader.cc — see config_reader.h.
 #include "diffusion/config_reader.h"
 
+#include <cmath>
+#include <string>
+
 #include "io/json.h"
 #include "onyx/error.h"
 
@@ -8,8 +11,46 @@ namespace onyx::diffusion {
 
 using json = nlohmann::json;
 
+namespace {
+
+// Python's json module writes float('inf') and float('nan') as the bare words Infinity, -Infinity
+// and NaN, which JSON does not have (diffusers' DPMSolverMultistepScheduler saves
+// "lambda_min_clipped": -Infinity). Outside strings they become the strings "Infinity",
+// "-Infinity" and "NaN", which number() reads back as the values.
+std::string quote_python_non_finite(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size())
+        out += text[++i];
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (const char* word : {"-Infinity", "Infinity", "NaN"}) {
+      const size_t n = std::char_traits<char>::length(word);
+      if (text.compare(i, n, word) == 0) {
+        out += cat("\"", word, "\"");
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 ConfigReader::ConfigReader(const std::string& text, std::string what)
-    : j_(io::parse_json(text, what)), what_(std::move(what)) {
+    : j_(io::parse_json(quote_python_non_finite(text), what)), what_(std::move(what)) {
   ONYX_CHECK(j_.is_object(), what_, ": expected a JSON object at the top level");
 }
 
@@ -27,6 +68,13 @@ void ConfigReader::integer(const char* key, int64_t& v) const {
 
 void ConfigReader::number(const char* key, double& v) const {
   if (const json* x = find(key)) {
+    if (x->is_string()) {  // Python's non-finite floats (quote_python_non_finite)
+      const std::string s = x->get<std::string>();
+      ONYX_CHECK(s == "Infinity" || s == "-Infinity" || s == "NaN", what_, ": '", key,
+                 "' must be a number, got ", x->dump());
+      v = s == "NaN" ? NAN : s == "Infinity" ? INFINITY : -INFINITY;
+      return;
+    }
     ONYX_CHECK(x->is_number(), what_, ": '", key, "' must be a number, got ", x->dump());
     v = x->get<double>();
   }

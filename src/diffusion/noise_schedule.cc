@@ -36,11 +36,31 @@ std::vector<float> cosine_betas(int64_t n) {
   return v;
 }
 
+// DPMSolverMultistepScheduler's keys (other schedulers' configs lack them: the defaults stay).
+// Only their types are checked here: a pipeline's scheduler config also sets up training, which
+// does not use them; dpm_solver.cc checks the values when it samples.
+void read_dpm_solver_keys(const ConfigReader& r, ScheduleConfig& c) {
+  r.integer("solver_order", c.solver_order);
+  r.string("algorithm_type", c.algorithm_type);
+  r.string("solver_type", c.solver_type);
+  r.boolean("lower_order_final", c.lower_order_final);
+  r.boolean("euler_at_final", c.euler_at_final);
+  r.string("final_sigmas_type", c.final_sigmas_type);
+  r.number("lambda_min_clipped", c.lambda_min_clipped);
+  for (const char* k : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
+                        "use_lu_lambdas", "use_flow_sigmas", "use_dynamic_shifting"}) {
+    bool on = false;
+    r.boolean(k, on);
+    if (on) c.dpm_unsupported.push_back(k);
+  }
+}
+
 }  // namespace
 
 ScheduleConfig parse_schedule_config(const std::string& text, const std::string& what) {
   ConfigReader r(text, what);
   ScheduleConfig c;
+  c.origin = what;
   r.integer("num_train_timesteps", c.num_train_timesteps);
   r.string("beta_schedule", c.beta_schedule);
   r.number("beta_start", c.beta_start);
@@ -51,9 +71,12 @@ ScheduleConfig parse_schedule_config(const std::string& text, const std::string&
   r.number("clip_sample_range", c.clip_sample_range);
   r.boolean("set_alpha_to_one", c.set_alpha_to_one);
   r.integer("steps_offset", c.steps_offset);
+  c.timestep_spacing_given = r.find("timestep_spacing") != nullptr;
   r.string("timestep_spacing", c.timestep_spacing);
-  r.only("trained_betas", {"null"});  // (give beta_schedule)
-  r.only("thresholding", {"false"});  // dynamic thresholding is not built
+  r.only("trained_betas", {"null"});            // (give beta_schedule)
+  r.only("thresholding", {"false"});            // dynamic thresholding is not built
+  r.only("rescale_betas_zero_snr", {"false"});  // (the zero-terminal-SNR betas are not built)
+  read_dpm_solver_keys(r, c);
   ONYX_CHECK(c.num_train_timesteps >= 2 && c.num_train_timesteps <= 100000, what,
              ": num_train_timesteps must be in [2, 100000], got ", c.num_train_timesteps);
   r.one_of("beta_schedule", c.beta_schedule, {"linear", "scaled_linear", "squaredcos_cap_v2"});

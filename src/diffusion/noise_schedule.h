@@ -7,6 +7,7 @@
 // sqrt(1 - alphas_cumprod[t]) — a small difference of numbers near 1 at small t — is the same
 // float as diffusers'.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,16 @@ struct ScheduleConfig {  // scheduler_config.json (DDPMScheduler / DDIMScheduler
   bool set_alpha_to_one = true;  // DDIM: alpha_prod of the step before t = 0
   int64_t steps_offset = 0;
   std::string timestep_spacing = "leading";  // leading | trailing | linspace
+  bool timestep_spacing_given = false;       // (DPMSolverMultistepScheduler's default: linspace)
+  // DPMSolverMultistepScheduler (diffusion/dpm_solver.h)
+  int64_t solver_order = 2;                    // 1, 2 or 3
+  std::string algorithm_type = "dpmsolver++";  // dpmsolver++ | dpmsolver
+  std::string solver_type = "midpoint";        // midpoint | heun
+  bool lower_order_final = true, euler_at_final = false;
+  std::string final_sigmas_type = "zero";  // zero | sigma_min
+  double lambda_min_clipped = -INFINITY;
+  std::vector<std::string> dpm_unsupported;     // use_karras_sigmas etc. set: refused when sampling
+  std::string origin = "the scheduler config";  // where it was read (for messages)
 };
 
 // Parses scheduler_config.json text (any diffusers scheduler's keys; those listed above are read,

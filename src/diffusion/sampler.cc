@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "diffusion/dpm_solver.h"
 #include "kernels/cpu/normal_draw.h"
 #include "runtime/session.h"
 
@@ -141,13 +142,16 @@ Tensor model_output(const Denoiser& d, runtime::Session& session,
 
 Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const SampleOptions& o,
                      const std::function<void(int64_t, int64_t)>& on_step) {
-  ONYX_CHECK(o.scheduler == "ddpm" || o.scheduler == "ddim", "scheduler '", o.scheduler,
-             "' is not supported (ddpm, ddim)");
+  ONYX_CHECK(o.scheduler == "ddpm" || o.scheduler == "ddim" || o.scheduler == "dpmsolver",
+             "scheduler '", o.scheduler, "' is not supported (ddpm, ddim, dpmsolver)");
   NoiseSchedule s(schedule);
-  const int64_t steps = o.num_inference_steps   ? o.num_inference_steps
+  const int64_t asked = o.num_inference_steps   ? o.num_inference_steps
                         : o.scheduler == "ddpm" ? 1000
                                                 : 50;
-  const std::vector<int64_t> ts = s.inference_timesteps(steps);
+  const bool dpm = o.scheduler == "dpmsolver";
+  const std::vector<int64_t> ts =
+      dpm ? DpmSolver(s, asked).timesteps() : s.inference_timesteps(asked);
+  const int64_t steps = (int64_t)ts.size();
   // the size: given, else the given latents', else the config's sample_size
   const bool from_latents = o.latents && o.latents->rank() == 4 && !o.height && !o.width;
   const int64_t H = from_latents ? o.latents->dim(2) : o.height ? o.height : d.sample_size;
@@ -171,6 +175,8 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
           DType::Int64, {B},
           std::vector<int64_t>(o.class_labels.begin() + b, o.class_labels.begin() + e));
     Tensor noise(DType::Float32, x.shape());
+    std::optional<DpmSolver> solver;  // (its state is the batch's: the last outputs)
+    if (dpm) solver.emplace(s, asked);
     for (int64_t i = 0; i < steps; i++) {
       const int64_t t = ts[i];
       feeds["sample"] = x;
@@ -182,7 +188,9 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
             o.step_noise ? o.step_noise->data<float>() + i * N * per_image : nullptr;
         noise_rows(given, o.seed, (uint64_t)i + 1, b, e, per_image, noise.data<float>());
       }
-      if (o.scheduler == "ddpm")
+      if (dpm)
+        solver->step(y.data<float>(), x.data<float>(), x.numel());
+      else if (o.scheduler == "ddpm")
         s.ddpm_step(y.data<float>(), t, i + 1 < steps ? ts[i + 1] : -1, noise.data<float>(),
                     x.data<float>(), x.numel());
       else

@@ -18,7 +18,9 @@
 namespace onyx::diffusion {
 
 struct SampleOptions {
-  std::string scheduler = "ddpm";   // ddpm | ddim (DDIMScheduler from the same config)
+  // ddpm | ddim | dpmsolver: DDPMScheduler, DDIMScheduler or DPMSolverMultistepScheduler
+  // (diffusion/dpm_solver.h) made from the same config, as from_config makes them
+  std::string scheduler = "ddpm";
   double eta = 0;                   // DDIM's eta (DDIMPipeline's): the share of DDPM's noise, 0..1
   int64_t num_inference_steps = 0;  // 0: the pipeline's default (DDPM 1000, DDIM 50)
   int64_t num_images = 1;

@@ -203,6 +203,16 @@ def case_bad_inputs(tmp):
           "num_inference_steps 5000")
     check(["sample", out, "--per_class", "1", "--scheduler", "ddim", "--eta", "1.5"], "eta", "1.5")
     check(["sample", out, "--per_class", "1", "--eta", "0.5"], "eta is DDIM's", "ddpm")
+    # DPMSolverMultistepScheduler's options that are not built, in a config Python's json wrote
+    for key, value, needle in (("use_karras_sigmas", "true", "use_karras_sigmas"),
+                               ("algorithm_type", '"sde-dpmsolver++"', "sde-dpmsolver++"),
+                               ("solver_order", "4", "solver_order")):
+        with open(f"{tmp}/dpm-{key}.json", "w") as f:
+            f.write('{"_class_name": "DPMSolverMultistepScheduler", "lambda_min_clipped": '
+                    f'-Infinity, "{key}": {value}}}')
+        check(["sample", out, "--per_class", "1", "--scheduler", "dpmsolver", "--scheduler_config",
+               f"{tmp}/dpm-{key}.json"], f"dpm-{key}.json", needle)
+    check(["sample", out, "--per_class", "1", "--scheduler", "euler"], "euler", "dpmsolver")
     d = unet_folder(tmp, "uncond", num_class_embeds=None)
     onyx("train", train_config(tmp, d, data, f"{tmp}/uncond-out"), "--max_steps", "1")
     check(["sample", f"{tmp}/uncond-out", "--class_labels", "1"], "unconditional")

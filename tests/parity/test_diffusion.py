@@ -344,6 +344,49 @@ def case_ddim_classes(tmp):
     return e <= TOL, f"8 steps, classes 4,0,2,2, largest absolute difference {e:.1e}"
 
 
+def case_dpmsolver(tmp):
+    """`onyx sample --scheduler dpmsolver`: DPMSolverMultistepScheduler's loop from the same
+    latents. Its configurations: from the model's DDPM config as from_config makes it (DPM-Solver++
+    2M, midpoint, leading spacing), and from scheduler_config.json files DPMSolverMultistepScheduler
+    saved ("lambda_min_clipped": -Infinity): order 3 with Heun over 16 linspace steps, order 2
+    trailing, DPM-Solver (noise prediction) with sigma_min as the final sigma."""
+    from diffusers import DPMSolverMultistepScheduler
+    d, model, scheduler = make(tmp, "cls")
+    model.eval()
+    variants = [("2M leading", None, 10),
+                ("3 heun linspace", dict(solver_order=3, solver_type="heun"), 16),
+                ("2M trailing", dict(timestep_spacing="trailing"), 7),
+                ("dpmsolver sigma_min", dict(algorithm_type="dpmsolver", final_sigmas_type="sigma_min",
+                                             prediction_type="v_prediction"), 9)]
+    labels = torch.tensor([4, 0, 2])
+    msgs, ok = [], True
+    for k, (name, cfg, steps) in enumerate(variants):
+        extra = ("--class_labels", "4,0,2")
+        if cfg is None:  # (the folder's file, as from_pretrained reads it: leading spacing)
+            sched = DPMSolverMultistepScheduler.from_pretrained(d)
+        else:
+            sched = DPMSolverMultistepScheduler(**dict(
+                {key: scheduler.config[key] for key in ("num_train_timesteps", "beta_schedule",
+                                                        "beta_start", "beta_end")}, **cfg))
+            sched.save_pretrained(f"{d}/dpm{k}")
+            extra += ("--scheduler_config", f"{d}/dpm{k}/scheduler_config.json")
+        latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(k))
+        refs = []
+        for dtype in (torch.float32, torch.float64):  # (float64: the rounding-free answer)
+            sched.set_timesteps(steps)
+            m, x = model.to(dtype), latents.to(dtype)
+            with torch.no_grad():
+                for t in sched.timesteps:
+                    x = sched.step(m(x, t, class_labels=labels).sample, t, x).prev_sample
+            refs.append((x / 2 + 0.5).clamp(0, 1).float().numpy())
+        model.float()
+        got = sample_with_onyx(d, [latents], steps, "dpmsolver", extra)
+        good, msg = against_references(got, refs[0], refs[1], f"{name}, {steps} steps")
+        ok &= good
+        msgs.append(msg)
+    return ok, "; ".join(msgs)
+
+
 TRAIN = dict(per_device_train_batch_size=4, max_steps=10, learning_rate=2e-3, adam_beta1=0.95,
              adam_beta2=0.999, weight_decay=1e-6, lr_scheduler_type="cosine", warmup_steps=2,
              max_grad_norm=1.0, logging_steps=1, train_sampling_strategy="sequential",
@@ -896,6 +939,7 @@ def main():
     cases.append(("ddim-pipeline", lambda t: case_pipeline(t, "ddim")))
     cases.append(("ddim-eta-pipeline", lambda t: case_pipeline(t, "ddim-eta")))
     cases.append(("ddim-classes", case_ddim_classes))
+    cases.append(("dpmsolver", case_dpmsolver))
     cases.append(("ddim-guidance", case_ddim_guidance))
     cases.append(("ddim-prompt", case_ddim_prompt))
     cases.append(("train-ema-snr", lambda t: case_train(t, "cls")))

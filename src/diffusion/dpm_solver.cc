@@ -1,0 +1,190 @@
+// diffusion/dpm_solver.cc — see dpm_solver.h. Formulas from diffusers 0.42's
+// scheduling_dpmsolver_multistep.py; every per-step scalar is float32 in diffusers' order (its 0-d
+// float32 tensors), every update an elementwise float32 expression evaluated as torch evaluates
+// it (one rounding per operation). Each update has the form
+//   x = ((A·x − B·D0) + C1·D1) + C2·D2
+// (a subtraction in diffusers is the addition of the negated coefficient: the same float).
+#include "diffusion/dpm_solver.h"
+
+#include <cmath>
+
+#include "onyx/error.h"
+
+namespace onyx::diffusion {
+namespace {
+
+// numpy's round (half to even) of a double, as an int64.
+int64_t round_even(double v) { return (int64_t)std::nearbyint(v); }
+
+// set_timesteps' integer timesteps, largest first, for `last` usable training steps.
+std::vector<int64_t> dpm_timesteps(const ScheduleConfig& c, int64_t last, int64_t k) {
+  const std::string spacing = c.timestep_spacing_given ? c.timestep_spacing : "linspace";
+  std::vector<int64_t> ts;
+  if (spacing == "linspace") {  // np.linspace(0, last - 1, k + 1).round()[::-1][:-1]
+    const double step = (double)(last - 1) / (double)k;
+    for (int64_t i = k; i >= 1; --i) ts.push_back(i == k ? last - 1 : round_even(i * step));
+  } else if (spacing == "leading") {  // (arange(k + 1) * (last // (k + 1)))[::-1][:-1] + offset
+    const int64_t ratio = last / (k + 1);
+    for (int64_t i = k; i >= 1; --i) ts.push_back(i * ratio + c.steps_offset);
+  } else {  // trailing: np.arange(last, 0, -T / k).round() - 1
+    const double ratio = (double)c.num_train_timesteps / (double)k;
+    const int64_t n = (int64_t)std::ceil((double)last / ratio);
+    for (int64_t j = 0; j < n; ++j) ts.push_back(round_even((double)last - j * ratio) - 1);
+  }
+  return ts;
+}
+
+void check_config(const ScheduleConfig& c) {
+  const std::string& what = c.origin;
+  ONYX_CHECK(c.dpm_unsupported.empty(), what, ": DPMSolverMultistepScheduler with ",
+             c.dpm_unsupported.empty() ? "" : c.dpm_unsupported.front(),
+             " is not built (its default sigmas are)");
+  ONYX_CHECK(c.algorithm_type == "dpmsolver++" || c.algorithm_type == "dpmsolver", what,
+             ": DPMSolverMultistepScheduler's algorithm_type '", c.algorithm_type,
+             "' is not built (dpmsolver++, dpmsolver)");
+  ONYX_CHECK(c.solver_order >= 1 && c.solver_order <= 3, what,
+             ": solver_order must be 1, 2 or 3, got ", c.solver_order);
+  ONYX_CHECK(c.solver_type == "midpoint" || c.solver_type == "heun", what, ": solver_type '",
+             c.solver_type, "' is not one of midpoint, heun");
+  ONYX_CHECK(c.final_sigmas_type == "zero" || c.final_sigmas_type == "sigma_min", what,
+             ": final_sigmas_type '", c.final_sigmas_type, "' is not one of zero, sigma_min");
+  ONYX_CHECK(c.algorithm_type == "dpmsolver++" || c.final_sigmas_type == "sigma_min", what,
+             ": final_sigmas_type zero needs algorithm_type dpmsolver++ (diffusers refuses it for "
+             "dpmsolver too: choose sigma_min)");
+  ONYX_CHECK(!std::isnan(c.lambda_min_clipped), what, ": lambda_min_clipped is NaN");
+}
+
+// x = ((A·x − B·d0) + c1·d1) + c2·d2, the terms present.
+void combine(float* x, int64_t n, float A, float B, const float* d0, float c1 = 0,
+             const float* d1 = nullptr, float c2 = 0, const float* d2 = nullptr) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = A * x[i] - B * d0[i];
+    if (d1) v = v + c1 * d1[i];
+    if (d2) v = v + c2 * d2[i];
+    x[i] = v;
+  }
+}
+
+}  // namespace
+
+DpmSolver::DpmSolver(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
+  check_config(c_);
+  const int64_t T = s.steps();
+  ONYX_CHECK(steps >= 1 && steps <= T, "num_inference_steps ", steps, " must be in [1, ", T,
+             "] (num_train_timesteps)");
+  const std::vector<float>& ac = s.alphas_cumprod();
+  std::vector<float> sig(T);
+  int64_t clipped = 0;  // searchsorted(flip(lambda_t), lambda_min_clipped): lambdas below it
+  for (int64_t t = 0; t < T; ++t) {
+    sig[t] = std::sqrt((1.0f - ac[t]) / ac[t]);
+    const float lambda = std::log(std::sqrt(ac[t])) - std::log(std::sqrt(1.0f - ac[t]));
+    clipped += lambda < c_.lambda_min_clipped;
+  }
+  timesteps_ = dpm_timesteps(c_, T - clipped, steps);
+  for (int64_t t : timesteps_) {
+    ONYX_CHECK(t >= 0 && t < T, "DPMSolverMultistepScheduler's timestep ", t, " is outside [0, ", T,
+               ") (steps_offset ", c_.steps_offset, ")");
+    sigmas_.push_back(sig[t]);
+  }
+  sigmas_.push_back(c_.final_sigmas_type == "zero" ? 0.0f : sig[0]);
+}
+
+DpmSolver::Point DpmSolver::point(int64_t i) const {
+  const float s = sigmas_.at(i);
+  Point p;
+  p.alpha = 1.0f / std::sqrt(s * s + 1.0f);
+  p.sigma = s * p.alpha;
+  p.lambda = std::log(p.alpha) - std::log(p.sigma);
+  return p;
+}
+
+// convert_model_output: the data prediction x0 (dpmsolver++) or the noise prediction (dpmsolver).
+void DpmSolver::convert(const float* m, const float* x, float* out, int64_t n) const {
+  const Point p = point(index_);
+  const std::string& pt = c_.prediction_type;
+  const bool data = c_.algorithm_type == "dpmsolver++";
+  for (int64_t i = 0; i < n; ++i) {
+    if (pt == "sample")
+      out[i] = data ? m[i] : (x[i] - p.alpha * m[i]) / p.sigma;
+    else if (pt == "epsilon")
+      out[i] = data ? (x[i] - p.sigma * m[i]) / p.alpha : m[i];
+    else  // v_prediction
+      out[i] = data ? p.alpha * x[i] - p.sigma * m[i] : p.alpha * m[i] + p.sigma * x[i];
+  }
+}
+
+void DpmSolver::first_order(const float* m0, float* x, int64_t n) const {
+  const Point t = point(index_ + 1), s = point(index_);
+  const float h = t.lambda - s.lambda;
+  if (c_.algorithm_type == "dpmsolver++")
+    combine(x, n, t.sigma / s.sigma, t.alpha * (std::exp(-h) - 1.0f), m0);
+  else
+    combine(x, n, t.alpha / s.alpha, t.sigma * (std::exp(h) - 1.0f), m0);
+}
+
+void DpmSolver::second_order(float* x, int64_t n) const {
+  const Point t = point(index_ + 1), s0 = point(index_), s1 = point(index_ - 1);
+  const std::vector<float>&m0 = outputs_.back(), &m1 = outputs_[outputs_.size() - 2];
+  const float h = t.lambda - s0.lambda, h0 = s0.lambda - s1.lambda;
+  const float r0 = h0 / h, inv_r0 = 1.0f / r0;
+  std::vector<float> d1(n);
+  for (int64_t i = 0; i < n; ++i) d1[i] = inv_r0 * (m0[i] - m1[i]);
+  const bool data = c_.algorithm_type == "dpmsolver++";
+  const float A = data ? t.sigma / s0.sigma : t.alpha / s0.alpha;
+  const float B = data ? t.alpha * (std::exp(-h) - 1.0f) : t.sigma * (std::exp(h) - 1.0f);
+  float c1;
+  if (c_.solver_type == "midpoint")
+    c1 = -(0.5f * B);
+  else
+    c1 = data ? t.alpha * ((std::exp(-h) - 1.0f) / h + 1.0f)
+              : -(t.sigma * ((std::exp(h) - 1.0f) / h - 1.0f));
+  combine(x, n, A, B, m0.data(), c1, d1.data());
+}
+
+void DpmSolver::third_order(float* x, int64_t n) const {
+  const Point t = point(index_ + 1), s0 = point(index_), s1 = point(index_ - 1),
+              s2 = point(index_ - 2);
+  const size_t k = outputs_.size();
+  const std::vector<float>&m0 = outputs_[k - 1], &m1 = outputs_[k - 2], &m2 = outputs_[k - 3];
+  const float h = t.lambda - s0.lambda, h0 = s0.lambda - s1.lambda, h1 = s1.lambda - s2.lambda;
+  const float r0 = h0 / h, r1 = h1 / h;
+  const float inv_r0 = 1.0f / r0, inv_r1 = 1.0f / r1, w = r0 / (r0 + r1),
+              inv_sum = 1.0f / (r0 + r1);
+  std::vector<float> d1(n), d2(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float d10 = inv_r0 * (m0[i] - m1[i]), d11 = inv_r1 * (m1[i] - m2[i]);
+    d1[i] = d10 + w * (d10 - d11);
+    d2[i] = inv_sum * (d10 - d11);
+  }
+  const bool data = c_.algorithm_type == "dpmsolver++";
+  const float e = data ? std::exp(-h) : std::exp(h);
+  const float A = data ? t.sigma / s0.sigma : t.alpha / s0.alpha;
+  const float B = data ? t.alpha * (e - 1.0f) : t.sigma * (e - 1.0f);
+  const float c1 = data ? t.alpha * ((e - 1.0f) / h + 1.0f) : -(t.sigma * ((e - 1.0f) / h - 1.0f));
+  const float c2 = data ? -(t.alpha * ((e - 1.0f + h) / (h * h) - 0.5f))
+                        : -(t.sigma * ((e - 1.0f - h) / (h * h) - 0.5f));
+  combine(x, n, A, B, m0.data(), c1, d1.data(), c2, d2.data());
+}
+
+void DpmSolver::step(const float* model_output, float* x, int64_t n) {
+  const int64_t K = (int64_t)timesteps_.size();
+  ONYX_CHECK(index_ < K, "DPMSolverMultistepScheduler: step ", index_ + 1, " of ", K);
+  const bool lower_final =
+      index_ == K - 1 &&
+      (c_.euler_at_final || (c_.lower_order_final && K < 15) || c_.final_sigmas_type == "zero");
+  const bool lower_second = index_ == K - 2 && c_.lower_order_final && K < 15;
+  std::vector<float> m(n);
+  convert(model_output, x, m.data(), n);
+  outputs_.push_back(std::move(m));
+  if ((int64_t)outputs_.size() > c_.solver_order) outputs_.erase(outputs_.begin());
+  if (c_.solver_order == 1 || lower_order_nums_ < 1 || lower_final)
+    first_order(outputs_.back().data(), x, n);
+  else if (c_.solver_order == 2 || lower_order_nums_ < 2 || lower_second)
+    second_order(x, n);
+  else
+    third_order(x, n);
+  if (lower_order_nums_ < c_.solver_order) ++lower_order_nums_;
+  ++index_;
+}
+
+}  // namespace onyx::diffusion
