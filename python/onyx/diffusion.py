@@ -20,9 +20,10 @@ def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inferen
            vae=None):
     """Images (N, C, H, W) float32 in [0, 1] as a numpy array. `class_labels`: one per image for
     a class-conditional UNet (then num_images is their number). `scheduler`: "ddpm", "ddim"
-    (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise) or "dpmsolver"
-    (DPMSolverMultistepScheduler); `num_inference_steps` defaults to the pipelines' (1000, 50,
-    50). `scheduler_config`: a
+    (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise), "dpmsolver"
+    (DPMSolverMultistepScheduler), "euler" or "euler_ancestral" (Euler(Ancestral)Discrete-
+    Scheduler); `num_inference_steps` defaults to the pipelines' (DDPM 1000, the others 50).
+    `scheduler_config`: a
     scheduler_config.json (default: the folder's, else DDPMScheduler's defaults). A
     UNet2DConditionModel takes `encoder_hidden_states` (N, S, D) float32 (the text encoder's
     output per image), and with guidance_scale > 1 `negative_encoder_hidden_states` (the empty or

@@ -36,8 +36,8 @@ std::vector<int64_t> dpm_timesteps(const ScheduleConfig& c, int64_t last, int64_
 
 void check_config(const ScheduleConfig& c) {
   const std::string& what = c.origin;
-  ONYX_CHECK(c.dpm_unsupported.empty(), what, ": DPMSolverMultistepScheduler with ",
-             c.dpm_unsupported.empty() ? "" : c.dpm_unsupported.front(),
+  ONYX_CHECK(c.unsupported_sigmas.empty(), what, ": DPMSolverMultistepScheduler with ",
+             c.unsupported_sigmas.empty() ? "" : c.unsupported_sigmas.front(),
              " is not built (its default sigmas are)");
   ONYX_CHECK(c.algorithm_type == "dpmsolver++" || c.algorithm_type == "dpmsolver", what,
              ": DPMSolverMultistepScheduler's algorithm_type '", c.algorithm_type,

@@ -36,10 +36,11 @@ std::vector<float> cosine_betas(int64_t n) {
   return v;
 }
 
-// DPMSolverMultistepScheduler's keys (other schedulers' configs lack them: the defaults stay).
+// DPMSolverMultistepScheduler's and the Euler schedulers' keys (other schedulers' configs lack
+// them: the defaults stay).
 // Only their types are checked here: a pipeline's scheduler config also sets up training, which
-// does not use them; dpm_solver.cc checks the values when it samples.
-void read_dpm_solver_keys(const ConfigReader& r, ScheduleConfig& c) {
+// does not use them; dpm_solver.cc and euler.cc check the values when they sample.
+void read_sampler_keys(const ConfigReader& r, ScheduleConfig& c) {
   r.integer("solver_order", c.solver_order);
   r.string("algorithm_type", c.algorithm_type);
   r.string("solver_type", c.solver_type);
@@ -47,11 +48,13 @@ void read_dpm_solver_keys(const ConfigReader& r, ScheduleConfig& c) {
   r.boolean("euler_at_final", c.euler_at_final);
   r.string("final_sigmas_type", c.final_sigmas_type);
   r.number("lambda_min_clipped", c.lambda_min_clipped);
+  r.string("interpolation_type", c.interpolation_type);
+  r.string("timestep_type", c.timestep_type);
   for (const char* k : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
                         "use_lu_lambdas", "use_flow_sigmas", "use_dynamic_shifting"}) {
     bool on = false;
     r.boolean(k, on);
-    if (on) c.dpm_unsupported.push_back(k);
+    if (on) c.unsupported_sigmas.push_back(k);
   }
 }
 
@@ -76,7 +79,7 @@ ScheduleConfig parse_schedule_config(const std::string& text, const std::string&
   r.only("trained_betas", {"null"});            // (give beta_schedule)
   r.only("thresholding", {"false"});            // dynamic thresholding is not built
   r.only("rescale_betas_zero_snr", {"false"});  // (the zero-terminal-SNR betas are not built)
-  read_dpm_solver_keys(r, c);
+  read_sampler_keys(r, c);
   ONYX_CHECK(c.num_train_timesteps >= 2 && c.num_train_timesteps <= 100000, what,
              ": num_train_timesteps must be in [2, 100000], got ", c.num_train_timesteps);
   r.one_of("beta_schedule", c.beta_schedule, {"linear", "scaled_linear", "squaredcos_cap_v2"});

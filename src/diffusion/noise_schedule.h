@@ -33,7 +33,10 @@ struct ScheduleConfig {  // scheduler_config.json (DDPMScheduler / DDIMScheduler
   bool lower_order_final = true, euler_at_final = false;
   std::string final_sigmas_type = "zero";  // zero | sigma_min
   double lambda_min_clipped = -INFINITY;
-  std::vector<std::string> dpm_unsupported;     // use_karras_sigmas etc. set: refused when sampling
+  // Euler(Ancestral)DiscreteScheduler (diffusion/euler.h)
+  std::string interpolation_type = "linear", timestep_type = "discrete";
+  // DPM-Solver's and Euler's use_karras_sigmas etc. that are set: refused when sampling
+  std::vector<std::string> unsupported_sigmas;
   std::string origin = "the scheduler config";  // where it was read (for messages)
 };
 

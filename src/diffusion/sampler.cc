@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "diffusion/dpm_solver.h"
+#include "diffusion/steppers.h"
 #include "kernels/cpu/normal_draw.h"
 #include "runtime/session.h"
 
@@ -138,20 +138,30 @@ Tensor model_output(const Denoiser& d, runtime::Session& session,
   return d.out_channels == d.in_channels ? y : first_channels(y, d.in_channels);
 }
 
+// The sampling graph with a float32 `timestep` input (the Euler schedulers' fractional
+// timesteps): valid because every consumer of the input casts it to float32 (the sinusoidal time
+// features), which the test here makes sure of.
+std::shared_ptr<ir::Graph> with_float_timestep(const ir::Graph& g) {
+  auto out = std::make_shared<ir::Graph>(g);
+  for (const ir::Node& n : out->nodes)
+    for (const std::string& in : n.inputs)
+      ONYX_CHECK(in != "timestep" ||
+                     (n.op_type == "Cast" && n.attr_int("to", 0) == (int64_t)DType::Float32),
+                 "the model's timestep input feeds '", n.name, "' (", n.op_type,
+                 "), not only a cast to float: it cannot take the Euler schedulers' fractional "
+                 "timesteps");
+  for (ir::ValueInfo& v : out->inputs)
+    if (v.name == "timestep") v.dtype = DType::Float32;
+  return out;
+}
+
 }  // namespace
 
 Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const SampleOptions& o,
                      const std::function<void(int64_t, int64_t)>& on_step) {
-  ONYX_CHECK(o.scheduler == "ddpm" || o.scheduler == "ddim" || o.scheduler == "dpmsolver",
-             "scheduler '", o.scheduler, "' is not supported (ddpm, ddim, dpmsolver)");
   NoiseSchedule s(schedule);
-  const int64_t asked = o.num_inference_steps   ? o.num_inference_steps
-                        : o.scheduler == "ddpm" ? 1000
-                                                : 50;
-  const bool dpm = o.scheduler == "dpmsolver";
-  const std::vector<int64_t> ts =
-      dpm ? DpmSolver(s, asked).timesteps() : s.inference_timesteps(asked);
-  const int64_t steps = (int64_t)ts.size();
+  const auto probe = Stepper::make(o.scheduler, s, o.num_inference_steps, o.eta);
+  const int64_t steps = probe->steps();
   // the size: given, else the given latents', else the config's sample_size
   const bool from_latents = o.latents && o.latents->rank() == 4 && !o.height && !o.width;
   const int64_t H = from_latents ? o.latents->dim(2) : o.height ? o.height : d.sample_size;
@@ -161,41 +171,33 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
   const Shape image = {o.num_images, C, H, W};
   check_options(d, o, image, steps);
   const int64_t per_image = C * H * W, N = o.num_images;
-  runtime::Session session(d.graph);
+  runtime::Session session(probe->float_timesteps() ? with_float_timestep(*d.graph) : d.graph);
   session.check_supported();
   Tensor out;  // (N, ...) as the first batch's images give it
   for (int64_t b = 0; b < N; b += o.batch_size) {
     const int64_t e = std::min(N, b + o.batch_size), B = e - b;
+    auto stepper = Stepper::make(o.scheduler, s, o.num_inference_steps, o.eta);
     Tensor x(DType::Float32, {B, C, H, W});
     noise_rows(o.latents ? o.latents->data<float>() : nullptr, o.seed, 0, b, e, per_image,
                x.data<float>());
+    if (const float sigma = stepper->init_noise_sigma(); sigma != 1.0f)
+      for (int64_t k = 0; k < x.numel(); k++) x.data<float>()[k] = x.data<float>()[k] * sigma;
     std::map<std::string, Tensor> feeds;
     if (d.classes)
       feeds["class_labels"] = Tensor::from_vector<int64_t>(
           DType::Int64, {B},
           std::vector<int64_t>(o.class_labels.begin() + b, o.class_labels.begin() + e));
     Tensor noise(DType::Float32, x.shape());
-    std::optional<DpmSolver> solver;  // (its state is the batch's: the last outputs)
-    if (dpm) solver.emplace(s, asked);
     for (int64_t i = 0; i < steps; i++) {
-      const int64_t t = ts[i];
-      feeds["sample"] = x;
-      feeds["timestep"] =
-          Tensor::from_vector<int64_t>(DType::Int64, {B}, std::vector<int64_t>(B, t));
+      feeds["sample"] = stepper->model_input(i, x);
+      feeds["timestep"] = stepper->timestep(i, B);
       Tensor y = model_output(d, session, feeds, o, b, e);
-      if (o.scheduler == "ddpm" || o.eta > 0) {
+      if (stepper->draws_noise()) {
         const float* given =
             o.step_noise ? o.step_noise->data<float>() + i * N * per_image : nullptr;
         noise_rows(given, o.seed, (uint64_t)i + 1, b, e, per_image, noise.data<float>());
       }
-      if (dpm)
-        solver->step(y.data<float>(), x.data<float>(), x.numel());
-      else if (o.scheduler == "ddpm")
-        s.ddpm_step(y.data<float>(), t, i + 1 < steps ? ts[i + 1] : -1, noise.data<float>(),
-                    x.data<float>(), x.numel());
-      else
-        s.ddim_step(y.data<float>(), t, t - s.steps() / steps, (float)o.eta, noise.data<float>(),
-                    x.data<float>(), x.numel());
+      stepper->step(i, y.data<float>(), noise.data<float>(), x.data<float>(), x.numel());
       if (on_step)
         on_step(b / o.batch_size * steps + i + 1, (N + o.batch_size - 1) / o.batch_size * steps);
     }

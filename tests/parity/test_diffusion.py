@@ -387,6 +387,61 @@ def case_dpmsolver(tmp):
     return ok, "; ".join(msgs)
 
 
+def case_euler(tmp):
+    """`onyx sample --scheduler euler | euler_ancestral`: EulerDiscreteScheduler's and
+    EulerAncestralDiscreteScheduler's loop as the pipelines run it (latents times
+    init_noise_sigma, scale_model_input, the UNet on float32 timesteps — fractional with linspace
+    spacing, their default — and the step; the ancestral step's noise captured) from the same
+    draws: linspace (fractional timesteps), the model folder's DDPM file (leading), trailing with
+    v-prediction and sigma_min."""
+    import diffusers.schedulers.scheduling_euler_ancestral_discrete as sanc
+    from diffusers import EulerAncestralDiscreteScheduler, EulerDiscreteScheduler
+    d, model, scheduler = make(tmp, "cls")
+    model.eval()
+    base = {key: scheduler.config[key] for key in ("num_train_timesteps", "beta_schedule",
+                                                  "beta_start", "beta_end")}
+    variants = [("euler linspace", EulerDiscreteScheduler, {}, 9),
+                ("euler leading (the folder's file)", EulerDiscreteScheduler, None, 8),
+                ("euler trailing v sigma_min", EulerDiscreteScheduler,
+                 dict(timestep_spacing="trailing", prediction_type="v_prediction",
+                      final_sigmas_type="sigma_min"), 7),
+                ("euler_ancestral linspace", EulerAncestralDiscreteScheduler, {}, 9),
+                ("euler_ancestral leading v", EulerAncestralDiscreteScheduler,
+                 dict(timestep_spacing="leading", steps_offset=1, prediction_type="v_prediction"), 6)]
+    labels = torch.tensor([1, 3, 4])
+    msgs, ok = [], True
+    for k, (name, cls, cfg, steps) in enumerate(variants):
+        extra = ("--class_labels", "1,3,4")
+        if cfg is None:
+            sched = cls.from_pretrained(d)
+        else:
+            sched = cls(**dict(base, **cfg))
+            sched.save_pretrained(f"{d}/euler{k}")
+            extra += ("--scheduler_config", f"{d}/euler{k}/scheduler_config.json")
+        latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(10 + k))
+        refs, draws = [], None
+        for dtype in (torch.float32, torch.float64):  # (float64: the rounding-free answer)
+            sched.set_timesteps(steps)
+            m, x = model.to(dtype), latents.to(dtype) * sched.init_noise_sigma
+            noise = iter(draws or [])
+            with CapturedNoise(sanc) as cap, torch.no_grad():
+                if dtype == torch.float64:  # the float32 run's draws again
+                    sanc.randn_tensor = lambda *a, **kw: next(noise).to(torch.float64)
+                for t in sched.timesteps:
+                    out = m(sched.scale_model_input(x, t), t, class_labels=labels).sample
+                    x = sched.step(out, t, x, generator=torch.Generator().manual_seed(7)).prev_sample
+            draws = draws or cap.draws
+            refs.append((x / 2 + 0.5).clamp(0, 1).float().numpy())
+        model.float()
+        scheduler_name = "euler_ancestral" if cls is EulerAncestralDiscreteScheduler else "euler"
+        got = sample_with_onyx(d, [latents] + [t.float() for t in draws], steps, scheduler_name,
+                               extra)
+        good, msg = against_references(got, refs[0], refs[1], f"{name}, {steps} steps")
+        ok &= good
+        msgs.append(msg)
+    return ok, "; ".join(msgs)
+
+
 TRAIN = dict(per_device_train_batch_size=4, max_steps=10, learning_rate=2e-3, adam_beta1=0.95,
              adam_beta2=0.999, weight_decay=1e-6, lr_scheduler_type="cosine", warmup_steps=2,
              max_grad_norm=1.0, logging_steps=1, train_sampling_strategy="sequential",
@@ -940,6 +995,7 @@ def main():
     cases.append(("ddim-eta-pipeline", lambda t: case_pipeline(t, "ddim-eta")))
     cases.append(("ddim-classes", case_ddim_classes))
     cases.append(("dpmsolver", case_dpmsolver))
+    cases.append(("euler", case_euler))
     cases.append(("ddim-guidance", case_ddim_guidance))
     cases.append(("ddim-prompt", case_ddim_prompt))
     cases.append(("train-ema-snr", lambda t: case_train(t, "cls")))

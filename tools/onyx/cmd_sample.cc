@@ -140,8 +140,9 @@ Action add_sample_command(CLI::App& app) {
   cmd->add_option("--output", a->output, "PNG grid to write (one row per class with --per_class)");
   cmd->add_option("--tensors", a->tensors, "safetensors to write images (N,C,H,W) in [0, 1] to");
   cmd->add_option("--scheduler", a->o.scheduler,
-                  "ddpm (default), ddim, or dpmsolver (DPM-Solver++ 2M by default: "
-                  "DPMSolverMultistepScheduler, good in 20-25 steps)");
+                  "ddpm (default), ddim, dpmsolver (DPM-Solver++ 2M by default: "
+                  "DPMSolverMultistepScheduler), euler or euler_ancestral (Euler(Ancestral)"
+                  "DiscreteScheduler); the last three are good in 20-30 steps");
   cmd->add_option("--eta", a->o.eta,
                   "DDIM's eta in [0, 1] (default 0: deterministic; 1: DDPM's noise)");
   cmd->add_option("--scheduler_config", a->scheduler_config,

@@ -1,0 +1,34 @@
+// diffusion/euler.h — diffusers' EulerDiscreteScheduler and EulerAncestralDiscreteScheduler (Karras
+// et al. 2022's Euler step on sigma = sqrt((1 − ᾱ) / ᾱ); the ancestral one adds fresh noise each
+// step) as their set_timesteps, init_noise_sigma, scale_model_input and step compute. Their
+// timesteps are float32 — fractional with linspace spacing, their default — so the UNet is fed a
+// float timestep (sampler.cc: the sampling graph's timestep input only ever feeds a cast to float).
+// Karras / exponential / beta sigmas, log-linear interpolation, continuous timesteps and s_churn
+// are refused when sampling.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "diffusion/noise_schedule.h"
+
+namespace onyx::diffusion {
+
+class EulerSampler {
+ public:
+  EulerSampler(const NoiseSchedule& schedule, int64_t steps, bool ancestral);
+  const std::vector<float>& timesteps() const { return timesteps_; }
+  // The initial noise's scale: the largest sigma, or sqrt(sigma_max² + 1) with leading spacing.
+  float init_noise_sigma() const;
+  // scale_model_input: x / sqrt(sigma² + 1) at step i, into out (n floats).
+  void scale_input(int64_t i, const float* x, float* out, int64_t n) const;
+  // One step i on x given the model's output on the scaled input; `noise` (n floats) is the
+  // ancestral step's fresh noise (unread by the plain Euler step).
+  void step(int64_t i, const float* model_output, const float* noise, float* x, int64_t n) const;
+
+ private:
+  ScheduleConfig c_;
+  bool ancestral_;
+  std::vector<float> timesteps_, sigmas_;  // sigmas_: one per timestep, and the final one
+};
+
+}  // namespace onyx::diffusion
