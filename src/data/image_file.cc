@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 
+#include "data/image_transforms.h"
 #include "onyx/error.h"
 
 namespace onyx::data {
@@ -222,73 +223,6 @@ Image8 convert(const Decoded& d, int channels) {
 }
 
 }  // namespace
-
-int exif_orientation(const uint8_t* p, size_t n) {
-  if (n < 8) return 0;
-  const bool little = !std::memcmp(p, "II*\0", 4);
-  if (!little && std::memcmp(p, "MM\0*", 4)) return 0;
-  auto u16 = [&](size_t at) {
-    return little ? (unsigned)p[at] | (unsigned)p[at + 1] << 8
-                  : (unsigned)p[at] << 8 | (unsigned)p[at + 1];
-  };
-  auto u32 = [&](size_t at) {
-    return little ? (uint32_t)u16(at) | (uint32_t)u16(at + 2) << 16
-                  : (uint32_t)u16(at) << 16 | (uint32_t)u16(at + 2);
-  };
-  const uint32_t ifd = u32(4);
-  if (ifd > n || n - ifd < 2) return 0;
-  const unsigned entries = u16(ifd);
-  for (unsigned e = 0; e < entries; ++e) {
-    const size_t at = ifd + 2 + (size_t)e * 12;
-    if (at + 12 > n) return 0;
-    if (u16(at) == 0x0112 && u16(at + 2) == 3 && u32(at + 4) >= 1) {  // Orientation, SHORT
-      const unsigned v = u16(at + 8);
-      return v >= 1 && v <= 8 ? (int)v : 0;
-    }
-  }
-  return 0;
-}
-
-Image8 apply_orientation(const Image8& im, int orientation) {
-  if (orientation < 2 || orientation > 8) return im;
-  const int64_t W = im.width, H = im.height;
-  const bool swap = orientation >= 5;  // TRANSPOSE, ROTATE_270, TRANSVERSE, ROTATE_90
-  Image8 out;
-  out.width = swap ? H : W;
-  out.height = swap ? W : H;
-  out.channels = im.channels;
-  out.pixels.resize(im.pixels.size());
-  for (int64_t y = 0; y < out.height; ++y)
-    for (int64_t x = 0; x < out.width; ++x) {
-      int64_t sx = x, sy = y;  // the source pixel of output (x, y), as PIL's Image.transpose
-      switch (orientation) {
-        case 2:
-          sx = W - 1 - x;
-          break;  // FLIP_LEFT_RIGHT
-        case 3:
-          sx = W - 1 - x, sy = H - 1 - y;
-          break;  // ROTATE_180
-        case 4:
-          sy = H - 1 - y;
-          break;  // FLIP_TOP_BOTTOM
-        case 5:
-          sx = y, sy = x;
-          break;  // TRANSPOSE
-        case 6:
-          sx = y, sy = H - 1 - x;
-          break;  // ROTATE_270 (clockwise)
-        case 7:
-          sx = W - 1 - y, sy = H - 1 - x;
-          break;  // TRANSVERSE
-        default:
-          sx = W - 1 - y, sy = x;
-          break;  // 8: ROTATE_90 (counter-clockwise)
-      }
-      for (int c = 0; c < im.channels; ++c)
-        out.pixels[(size_t)((y * out.width + x) * im.channels + c)] = im.at(sy, sx, c);
-    }
-  return out;
-}
 
 Image8 decode_image(const std::string& bytes, const std::string& what, int channels) {
   ONYX_CHECK(channels == 1 || channels == 3,

@@ -36,10 +36,4 @@ Image8 read_image(const std::string& path, int channels = 3);
 // The same from a file's bytes (errors name `what`): the fuzz target's way in.
 Image8 decode_image(const std::string& bytes, const std::string& what, int channels = 3);
 
-// The EXIF orientation (1..8) in an EXIF block (a TIFF header and IFD0, without JPEG's "Exif\0\0"
-// prefix), or 0 when it has none or is malformed (PIL ignores a malformed one too).
-int exif_orientation(const uint8_t* data, size_t size);
-// PIL's ImageOps.exif_transpose for orientation 2..8 (1 and 0: unchanged).
-Image8 apply_orientation(const Image8& im, int orientation);
-
 }  // namespace onyx::data

@@ -1,7 +1,5 @@
 // data/image_file_absent.cc — the minimal build's stand-in for data/image_file.cc (PNG and JPEG
 // decoding need libpng and libjpeg, which the minimal build does without; cmake/minimal.cmake).
-// The EXIF and orientation helpers need no library and are image_file.cc's, restated here so a
-// minimal build links the same names.
 #include "data/image_file.h"
 #include "onyx/error.h"
 
@@ -16,9 +14,5 @@ Image8 decode_image(const std::string&, const std::string& what, int) {
 Image8 read_image(const std::string& path, int channels) {
   return decode_image("", cat("image file '", path, "'"), channels);
 }
-
-int exif_orientation(const uint8_t*, size_t) { return 0; }
-
-Image8 apply_orientation(const Image8& im, int) { return im; }
 
 }  // namespace onyx::data

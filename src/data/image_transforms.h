@@ -6,6 +6,7 @@
 // (hand-written: no library reproduces Pillow's integer resampling, and a float resize differs by
 // up to one level in many pixels).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "data/image_file.h"
@@ -28,6 +29,12 @@ void resized_shorter_side(int64_t width, int64_t height, int64_t size, int64_t& 
 Image8 crop(const Image8& im, int64_t left, int64_t top, int64_t width, int64_t height);
 int64_t center_crop_offset(int64_t size, int64_t crop_size);
 Image8 flip_left_right(const Image8& im);
+
+// The EXIF orientation (1..8) in an EXIF block (a TIFF header and IFD0, without JPEG's "Exif\0\0"
+// prefix), or 0 when it has none or is malformed (PIL ignores a malformed one too).
+int exif_orientation(const uint8_t* data, size_t size);
+// PIL's ImageOps.exif_transpose for orientation 2..8 (1 and 0: unchanged).
+Image8 apply_orientation(const Image8& im, int orientation);
 
 // ToTensor then Normalize([0.5], [0.5]): out[c][y][x] = (v / 255 - 0.5) / 0.5 in float32, CHW.
 void to_normalized_chw(const Image8& im, float* out);
