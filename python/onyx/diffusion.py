@@ -13,18 +13,19 @@ from . import _onyx
 __all__ = ["sample", "to_pil"]
 
 
-def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inference_steps=None,
+def sample(model, class_labels=None, num_images=1, scheduler=None, num_inference_steps=None,
            batch_size=64, seed=0, scheduler_config=None, encoder_hidden_states=None,
            negative_encoder_hidden_states=None, guidance_scale=1.0, eta=0.0, prompt=None,
            negative_prompt=None, num_images_per_prompt=1, text_encoder=None, tokenizer=None,
            vae=None):
     """Images (N, C, H, W) float32 in [0, 1] as a numpy array. `class_labels`: one per image for
-    a class-conditional UNet (then num_images is their number). `scheduler`: "ddpm", "ddim"
-    (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise), "dpmsolver"
-    (DPMSolverMultistepScheduler), "euler" or "euler_ancestral" (Euler(Ancestral)Discrete-
-    Scheduler); `num_inference_steps` defaults to the pipelines' (DDPM 1000, the others 50).
-    `scheduler_config`: a
-    scheduler_config.json (default: the folder's, else DDPMScheduler's defaults). A
+    a class-conditional UNet (then num_images is their number). `scheduler`: the folder's (its
+    scheduler config's _class_name, as diffusers' pipelines step with it; DDPM when it names
+    none), or "ddpm", "ddim" (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise),
+    "dpmsolver" (DPMSolverMultistepScheduler), "euler" or "euler_ancestral"
+    (Euler(Ancestral)DiscreteScheduler); `num_inference_steps` defaults to the pipelines' (DDPM
+    1000, the others 50). `scheduler_config`: a scheduler_config.json (default: the folder's,
+    else DDPMScheduler's defaults). A
     UNet2DConditionModel takes `encoder_hidden_states` (N, S, D) float32 (the text encoder's
     output per image), and with guidance_scale > 1 `negative_encoder_hidden_states` (the empty or
     negative prompt's) for classifier-free guidance — or `prompt` (a string or a list of them),
@@ -38,7 +39,7 @@ def sample(model, class_labels=None, num_images=1, scheduler="ddpm", num_inferen
 
     def arr(x):
         return None if x is None else np.ascontiguousarray(x, dtype=np.float32)
-    return _onyx.diffusion_sample(str(model), scheduler, int(num_inference_steps or 0),
+    return _onyx.diffusion_sample(str(model), scheduler or "", int(num_inference_steps or 0),
                                   int(num_images), [int(c) for c in (class_labels or [])],
                                   int(batch_size), int(seed), str(scheduler_config or ""),
                                   arr(encoder_hidden_states), arr(negative_encoder_hidden_states),

@@ -64,6 +64,7 @@ ScheduleConfig parse_schedule_config(const std::string& text, const std::string&
   ConfigReader r(text, what);
   ScheduleConfig c;
   c.origin = what;
+  r.string("_class_name", c.class_name);
   r.integer("num_train_timesteps", c.num_train_timesteps);
   r.string("beta_schedule", c.beta_schedule);
   r.number("beta_start", c.beta_start);

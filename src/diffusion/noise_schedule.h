@@ -14,7 +14,8 @@
 
 namespace onyx::diffusion {
 
-struct ScheduleConfig {  // scheduler_config.json (DDPMScheduler / DDIMScheduler keys)
+struct ScheduleConfig {    // scheduler_config.json (DDPMScheduler / DDIMScheduler keys)
+  std::string class_name;  // _class_name: the scheduler a pipeline steps with ("": none named)
   int64_t num_train_timesteps = 1000;
   std::string beta_schedule = "linear";  // linear | scaled_linear | squaredcos_cap_v2
   double beta_start = 0.0001, beta_end = 0.02;

@@ -157,8 +157,14 @@ std::shared_ptr<ir::Graph> with_float_timestep(const ir::Graph& g) {
 
 }  // namespace
 
-Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const SampleOptions& o,
+std::string scheduler_name(const SampleOptions& o, const ScheduleConfig& schedule) {
+  return o.scheduler.empty() ? Stepper::of_config(schedule) : o.scheduler;
+}
+
+Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const SampleOptions& given,
                      const std::function<void(int64_t, int64_t)>& on_step) {
+  SampleOptions o = given;
+  o.scheduler = scheduler_name(given, schedule);
   NoiseSchedule s(schedule);
   const auto probe = Stepper::make(o.scheduler, s, o.num_inference_steps, o.eta);
   const int64_t steps = probe->steps();

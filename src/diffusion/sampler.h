@@ -18,9 +18,9 @@
 namespace onyx::diffusion {
 
 struct SampleOptions {
-  // ddpm | ddim | dpmsolver: DDPMScheduler, DDIMScheduler or DPMSolverMultistepScheduler
-  // (diffusion/dpm_solver.h) made from the same config, as from_config makes them
-  std::string scheduler = "ddpm";
+  // ddpm | ddim | dpmsolver | euler | euler_ancestral (diffusion/steppers.h), made from the
+  // scheduler config as from_config makes them; "": the one the config names (its _class_name)
+  std::string scheduler;
   double eta = 0;                   // DDIM's eta (DDIMPipeline's): the share of DDPM's noise, 0..1
   int64_t num_inference_steps = 0;  // 0: the pipeline's default (DDPM 1000, DDIM 50)
   int64_t num_images = 1;
@@ -41,6 +41,9 @@ struct SampleOptions {
   // decoder: StableDiffusionPipeline's vae.decode(latents / scaling_factor)); null: none.
   std::function<Tensor(const Tensor&)> decode;
 };
+
+// The scheduler sample_images steps with: o.scheduler, else the one `schedule` names.
+std::string scheduler_name(const SampleOptions& o, const ScheduleConfig& schedule);
 
 // Images (N,C,H,W) float32 in [0, 1]. `on_step(i, steps)` after each denoising step.
 // Errors name what is wrong: no class labels for a class-conditional UNet (or labels out of

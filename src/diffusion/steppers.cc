@@ -2,6 +2,8 @@
 // (dpm_solver.h) and Euler (euler.h) behind Stepper.
 #include "diffusion/steppers.h"
 
+#include <map>
+
 #include "diffusion/dpm_solver.h"
 #include "diffusion/euler.h"
 #include "onyx/error.h"
@@ -92,6 +94,23 @@ const std::vector<std::string>& Stepper::names() {
   static const std::vector<std::string> n = {"ddpm", "ddim", "dpmsolver", "euler",
                                              "euler_ancestral"};
   return n;
+}
+
+std::string Stepper::of_config(const ScheduleConfig& c) {
+  static const std::map<std::string, std::string> by_class = {
+      {"", "ddpm"},
+      {"DDPMScheduler", "ddpm"},
+      {"DDIMScheduler", "ddim"},
+      {"DPMSolverMultistepScheduler", "dpmsolver"},
+      {"EulerDiscreteScheduler", "euler"},
+      {"EulerAncestralDiscreteScheduler", "euler_ancestral"}};
+  auto it = by_class.find(c.class_name);
+  if (it != by_class.end()) return it->second;
+  std::string all;
+  for (const auto& n : names()) all += (all.empty() ? "" : ", ") + n;
+  throw Error(cat(c.origin, " names ", c.class_name,
+                  ", which onyx does not step: choose one with --scheduler (", all,
+                  "; each made from this config, as from_config makes it)"));
 }
 
 std::unique_ptr<Stepper> Stepper::make(const std::string& name, const NoiseSchedule& s,

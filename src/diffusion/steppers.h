@@ -22,6 +22,11 @@ class Stepper {
   static std::unique_ptr<Stepper> make(const std::string& name, const NoiseSchedule& schedule,
                                        int64_t steps, double eta);
   static const std::vector<std::string>& names();
+  // The scheduler a pipeline folder's scheduler config names (_class_name: DDPMScheduler -> ddpm,
+  // DDIMScheduler -> ddim, DPMSolverMultistepScheduler -> dpmsolver, EulerDiscreteScheduler ->
+  // euler, EulerAncestralDiscreteScheduler -> euler_ancestral; none named: ddpm), as diffusers'
+  // pipelines step with the folder's scheduler; one onyx does not step is an error naming it.
+  static std::string of_config(const ScheduleConfig& c);
   virtual ~Stepper() = default;
   virtual int64_t steps() const = 0;
   virtual bool float_timesteps() const { return false; }

@@ -213,6 +213,19 @@ def case_bad_inputs(tmp):
         check(["sample", out, "--per_class", "1", "--scheduler", "dpmsolver", "--scheduler_config",
                f"{tmp}/dpm-{key}.json"], f"dpm-{key}.json", needle)
     check(["sample", out, "--per_class", "1", "--scheduler", "heun"], "heun", "euler_ancestral")
+    # without --scheduler, the one the config names (as a pipeline steps with its folder's)
+    for cls, name in (("DDIMScheduler", "(ddim)"), ("EulerAncestralDiscreteScheduler",
+                                                     "(euler_ancestral)")):
+        with open(f"{tmp}/named.json", "w") as f:
+            json.dump({"_class_name": cls}, f)
+        p = onyx("sample", out, "--per_class", "1", "--num_inference_steps", "2",
+                 "--scheduler_config", f"{tmp}/named.json")
+        ok &= name in p.stdout
+        msgs.append(f"{cls}: {p.stdout.strip()}")
+    with open(f"{tmp}/pndm.json", "w") as f:
+        json.dump({"_class_name": "PNDMScheduler", "skip_prk_steps": True}, f)
+    check(["sample", out, "--per_class", "1", "--scheduler_config", f"{tmp}/pndm.json"],
+          "pndm.json", "PNDMScheduler", "--scheduler")
     d = unet_folder(tmp, "uncond", num_class_embeds=None)
     onyx("train", train_config(tmp, d, data, f"{tmp}/uncond-out"), "--max_steps", "1")
     check(["sample", f"{tmp}/uncond-out", "--class_labels", "1"], "unconditional")

@@ -124,8 +124,8 @@ int run_sample(SampleArgs& a) {
     io::save_safetensors(a.tensors, out);
   }
   if (!a.output.empty()) write_grid_png(images, std::min(cols, o.num_images), a.scale, a.output);
-  std::cout << "sampled " << o.num_images << " images (" << o.scheduler << ")"
-            << (a.output.empty() ? "" : "; grid in " + a.output) << "\n";
+  std::cout << "sampled " << o.num_images << " images (" << diffusion::scheduler_name(o, schedule)
+            << ")" << (a.output.empty() ? "" : "; grid in " + a.output) << "\n";
   return 0;
 }
 
@@ -140,7 +140,8 @@ Action add_sample_command(CLI::App& app) {
   cmd->add_option("--output", a->output, "PNG grid to write (one row per class with --per_class)");
   cmd->add_option("--tensors", a->tensors, "safetensors to write images (N,C,H,W) in [0, 1] to");
   cmd->add_option("--scheduler", a->o.scheduler,
-                  "ddpm (default), ddim, dpmsolver (DPM-Solver++ 2M by default: "
+                  "the folder's scheduler (its config's _class_name; DDPM when it names "
+                  "none), or ddpm, ddim, dpmsolver (DPM-Solver++ 2M by default: "
                   "DPMSolverMultistepScheduler), euler or euler_ancestral (Euler(Ancestral)"
                   "DiscreteScheduler); the last three are good in 20-30 steps");
   cmd->add_option("--eta", a->o.eta,
