@@ -22,8 +22,8 @@ def sample(model, class_labels=None, num_images=1, scheduler=None, num_inference
     a class-conditional UNet (then num_images is their number). `scheduler`: the folder's (its
     scheduler config's _class_name, as diffusers' pipelines step with it; DDPM when it names
     none), or "ddpm", "ddim" (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise),
-    "dpmsolver" (DPMSolverMultistepScheduler), "euler" or "euler_ancestral"
-    (Euler(Ancestral)DiscreteScheduler); `num_inference_steps` defaults to the pipelines' (DDPM
+    "dpmsolver" (DPMSolverMultistepScheduler), "euler", "euler_ancestral"
+    (Euler(Ancestral)DiscreteScheduler) or "pndm" (PNDMScheduler's PLMS); `num_inference_steps` defaults to the pipelines' (DDPM
     1000, the others 50). `scheduler_config`: a scheduler_config.json (default: the folder's,
     else DDPMScheduler's defaults). A
     UNet2DConditionModel takes `encoder_hidden_states` (N, S, D) float32 (the text encoder's

@@ -73,7 +73,9 @@ ScheduleConfig parse_schedule_config(const std::string& text, const std::string&
   r.string("variance_type", c.variance_type);
   r.boolean("clip_sample", c.clip_sample);
   r.number("clip_sample_range", c.clip_sample_range);
+  c.set_alpha_to_one_given = r.find("set_alpha_to_one") != nullptr;
   r.boolean("set_alpha_to_one", c.set_alpha_to_one);
+  r.boolean("skip_prk_steps", c.skip_prk_steps);
   r.integer("steps_offset", c.steps_offset);
   c.timestep_spacing_given = r.find("timestep_spacing") != nullptr;
   r.string("timestep_spacing", c.timestep_spacing);

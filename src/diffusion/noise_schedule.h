@@ -23,7 +23,9 @@ struct ScheduleConfig {    // scheduler_config.json (DDPMScheduler / DDIMSchedul
   std::string variance_type = "fixed_small";  // DDPM: fixed_small | fixed_small_log
   bool clip_sample = true;
   double clip_sample_range = 1.0;
-  bool set_alpha_to_one = true;  // DDIM: alpha_prod of the step before t = 0
+  bool set_alpha_to_one = true;         // DDIM: alpha_prod of the step before t = 0
+  bool set_alpha_to_one_given = false;  // (PNDMScheduler's default is false)
+  bool skip_prk_steps = false;          // PNDMScheduler: PLMS steps only (Stable Diffusion's)
   int64_t steps_offset = 0;
   std::string timestep_spacing = "leading";  // leading | trailing | linspace
   bool timestep_spacing_given = false;       // (DPMSolverMultistepScheduler's default: linspace)

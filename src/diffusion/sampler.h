@@ -18,7 +18,7 @@
 namespace onyx::diffusion {
 
 struct SampleOptions {
-  // ddpm | ddim | dpmsolver | euler | euler_ancestral (diffusion/steppers.h), made from the
+  // ddpm | ddim | dpmsolver | euler | euler_ancestral | pndm (diffusion/steppers.h), made from the
   // scheduler config as from_config makes them; "": the one the config names (its _class_name)
   std::string scheduler;
   double eta = 0;                   // DDIM's eta (DDIMPipeline's): the share of DDPM's noise, 0..1

@@ -2,6 +2,8 @@
 // (dpm_solver.h) and Euler (euler.h) behind Stepper.
 #include "diffusion/steppers.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "diffusion/dpm_solver.h"
@@ -88,11 +90,89 @@ class EulerStepper : public Stepper {
   bool ancestral_;
 };
 
+// PNDMScheduler with skip_prk_steps (Stable Diffusion 1.x's): PLMS, the linear multistep update
+// on the last four model outputs, after a first step that averages the first two outputs
+// (step_plms's counter 1). Float32 as diffusers' tensors.
+class PlmsStepper : public Stepper {
+ public:
+  PlmsStepper(const NoiseSchedule& s, int64_t k) : s_(s), ratio_(s.steps() / k) {
+    const ScheduleConfig& c = s.config();
+    ONYX_CHECK(c.skip_prk_steps, c.origin,
+               ": PNDMScheduler's Runge-Kutta warm-up steps (skip_prk_steps false) are not built; "
+               "with skip_prk_steps true it is PLMS, as Stable Diffusion's folders set it");
+    ONYX_CHECK(c.prediction_type == "epsilon" || c.prediction_type == "v_prediction", c.origin,
+               ": PNDMScheduler takes prediction_type epsilon or v_prediction, not ",
+               c.prediction_type);
+    final_ = c.set_alpha_to_one_given && c.set_alpha_to_one ? 1.0f : s.alphas_cumprod()[0];
+    std::vector<int64_t> t = s.inference_timesteps(k);  // largest first
+    std::reverse(t.begin(), t.end());
+    // concatenate(t[:-1], t[-2:-1], t[-1:])[::-1]: the second-largest timestep twice
+    std::vector<int64_t> plms(t.begin(), t.end() - 1);
+    if (k >= 2) plms.push_back(t[k - 2]);
+    plms.push_back(t[k - 1]);
+    ts_.assign(plms.rbegin(), plms.rend());
+  }
+  int64_t steps() const override { return (int64_t)ts_.size(); }
+  Tensor timestep(int64_t i, int64_t B) const override { return int_timesteps(ts_[i], B); }
+  void step(int64_t i, const float* m, const float*, float* x, int64_t n) override {
+    int64_t t = ts_[i], prev = t - ratio_;
+    if (counter_ == 1) {  // the repeated timestep: from the first sample, with the mean output
+      prev = t;
+      t = t + ratio_;
+    } else {
+      if (ets_.size() > 3) ets_.erase(ets_.begin());
+      ets_.emplace_back(m, m + n);
+    }
+    if (counter_ == 0) cur_sample_.assign(x, x + n);
+    const float* sample = ets_.size() == 1 && counter_ == 1 ? cur_sample_.data() : x;
+    std::vector<float> e(n), out(n);
+    for (int64_t j = 0; j < n; ++j) e[j] = combined(m, j);
+    prev_sample(sample, t, prev, e.data(), out.data(), n);
+    std::copy(out.begin(), out.end(), x);
+    ++counter_;
+  }
+
+ private:
+  // step_plms's model output at element j: the outputs so far combined (Adams-Bashforth weights).
+  float combined(const float* m, int64_t j) const {
+    const size_t k = ets_.size();
+    auto e = [&](size_t back) { return ets_[k - back][j]; };
+    if (k == 1) return counter_ == 0 ? m[j] : (m[j] + e(1)) / 2.0f;
+    if (k == 2) return (3.0f * e(1) - e(2)) / 2.0f;
+    if (k == 3) return (23.0f * e(1) - 16.0f * e(2) + 5.0f * e(3)) / 12.0f;
+    return (float)(1.0 / 24) * (55.0f * e(1) - 59.0f * e(2) + 37.0f * e(3) - 9.0f * e(4));
+  }
+
+  // _get_prev_sample: formula (9) of the PNDM paper.
+  void prev_sample(const float* x, int64_t t, int64_t prev, const float* m, float* out,
+                   int64_t n) const {
+    const float a = s_.alphas_cumprod().at(t);
+    const float a_prev = prev >= 0 ? s_.alphas_cumprod().at(prev) : final_;
+    const float b = 1.0f - a, b_prev = 1.0f - a_prev;
+    const float sample_coeff = std::sqrt(a_prev / a);
+    const float denom = a * std::sqrt(b_prev) + std::sqrt(a * b * a_prev);
+    const bool v = s_.config().prediction_type == "v_prediction";
+    const float sa = std::sqrt(a), sb = std::sqrt(b);
+    for (int64_t j = 0; j < n; ++j) {
+      const float mo = v ? sa * m[j] + sb * x[j] : m[j];
+      out[j] = sample_coeff * x[j] - (a_prev - a) * mo / denom;
+    }
+  }
+
+  const NoiseSchedule& s_;
+  int64_t ratio_;
+  float final_ = 1.0f;
+  std::vector<int64_t> ts_;
+  std::vector<std::vector<float>> ets_;
+  std::vector<float> cur_sample_;
+  int64_t counter_ = 0;
+};
+
 }  // namespace
 
 const std::vector<std::string>& Stepper::names() {
-  static const std::vector<std::string> n = {"ddpm", "ddim", "dpmsolver", "euler",
-                                             "euler_ancestral"};
+  static const std::vector<std::string> n = {
+      "ddpm", "ddim", "dpmsolver", "euler", "euler_ancestral", "pndm"};
   return n;
 }
 
@@ -103,7 +183,8 @@ std::string Stepper::of_config(const ScheduleConfig& c) {
       {"DDIMScheduler", "ddim"},
       {"DPMSolverMultistepScheduler", "dpmsolver"},
       {"EulerDiscreteScheduler", "euler"},
-      {"EulerAncestralDiscreteScheduler", "euler_ancestral"}};
+      {"EulerAncestralDiscreteScheduler", "euler_ancestral"},
+      {"PNDMScheduler", "pndm"}};
   auto it = by_class.find(c.class_name);
   if (it != by_class.end()) return it->second;
   std::string all;
@@ -119,6 +200,7 @@ std::unique_ptr<Stepper> Stepper::make(const std::string& name, const NoiseSched
   if (name == "ddpm") return std::make_unique<DdpmStepper>(s, k);
   if (name == "ddim") return std::make_unique<DdimStepper>(s, k, eta);
   if (name == "dpmsolver") return std::make_unique<DpmStepper>(s, k);
+  if (name == "pndm") return std::make_unique<PlmsStepper>(s, k);
   if (name == "euler" || name == "euler_ancestral")
     return std::make_unique<EulerStepper>(s, k, name == "euler_ancestral");
   std::string all;

@@ -222,10 +222,14 @@ def case_bad_inputs(tmp):
                  "--scheduler_config", f"{tmp}/named.json")
         ok &= name in p.stdout
         msgs.append(f"{cls}: {p.stdout.strip()}")
-    with open(f"{tmp}/pndm.json", "w") as f:
-        json.dump({"_class_name": "PNDMScheduler", "skip_prk_steps": True}, f)
-    check(["sample", out, "--per_class", "1", "--scheduler_config", f"{tmp}/pndm.json"],
-          "pndm.json", "PNDMScheduler", "--scheduler")
+    with open(f"{tmp}/lms.json", "w") as f:
+        json.dump({"_class_name": "LMSDiscreteScheduler"}, f)
+    check(["sample", out, "--per_class", "1", "--scheduler_config", f"{tmp}/lms.json"],
+          "lms.json", "LMSDiscreteScheduler", "--scheduler")
+    with open(f"{tmp}/prk.json", "w") as f:
+        json.dump({"_class_name": "PNDMScheduler", "skip_prk_steps": False}, f)
+    check(["sample", out, "--per_class", "1", "--scheduler_config", f"{tmp}/prk.json"],
+          "prk.json", "skip_prk_steps")
     d = unet_folder(tmp, "uncond", num_class_embeds=None)
     onyx("train", train_config(tmp, d, data, f"{tmp}/uncond-out"), "--max_steps", "1")
     check(["sample", f"{tmp}/uncond-out", "--class_labels", "1"], "unconditional")

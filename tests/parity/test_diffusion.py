@@ -442,6 +442,51 @@ def case_euler(tmp):
     return ok, "; ".join(msgs)
 
 
+def case_pndm(tmp):
+    """`onyx sample --scheduler pndm`: PNDMScheduler with skip_prk_steps (PLMS, Stable Diffusion
+    1.x's folders' scheduler: steps_offset 1, set_alpha_to_one false) against its loop from the
+    same latents, epsilon and v-prediction, and the scheduler a folder's config names picked
+    without --scheduler."""
+    from diffusers import PNDMScheduler
+    d, model, scheduler = make(tmp, "cls")
+    model.eval()
+    base = {key: scheduler.config[key] for key in ("num_train_timesteps", "beta_schedule",
+                                                  "beta_start", "beta_end")}
+    variants = [("plms leading", dict(skip_prk_steps=True, steps_offset=1), 12),
+                ("plms v trailing", dict(skip_prk_steps=True, prediction_type="v_prediction",
+                                         timestep_spacing="trailing", set_alpha_to_one=True), 5)]
+    labels = torch.tensor([0, 2, 4])
+    msgs, ok = [], True
+    for k, (name, cfg, steps) in enumerate(variants):
+        sched = PNDMScheduler(**dict(base, **cfg))
+        sched.save_pretrained(f"{d}/pndm{k}")
+        latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(20 + k))
+        refs = []
+        for dtype in (torch.float32, torch.float64):
+            sched.set_timesteps(steps)
+            m, x = model.to(dtype), latents.to(dtype)
+            with torch.no_grad():
+                for t in sched.timesteps:
+                    x = sched.step(m(x, t, class_labels=labels).sample, t, x).prev_sample
+            refs.append((x / 2 + 0.5).clamp(0, 1).float().numpy())
+        model.float()
+        extra = ("--class_labels", "0,2,4", "--scheduler_config",
+                 f"{d}/pndm{k}/scheduler_config.json")
+        got = sample_with_onyx(d, [latents], steps, "pndm", extra)
+        good, msg = against_references(got, refs[0], refs[1],
+                                       f"{name}, {len(sched.timesteps)} UNet calls")
+        ok &= good
+        msgs.append(msg)
+    # no --scheduler: the config's _class_name (PNDMScheduler) picks it
+    save_file({"latents": latents.numpy()}, f"{d}/noise.safetensors")
+    p = onyx("sample", d, "--noise", f"{d}/noise.safetensors", "--class_labels", "0,2,4",
+             "--num_inference_steps", "5", "--scheduler_config", f"{d}/pndm1/scheduler_config.json",
+             "--tensors", f"{d}/named.safetensors")
+    same = np.array_equal(load_file(f"{d}/named.safetensors")["images"], got)
+    ok &= "(pndm)" in p.stdout and same
+    return ok, "; ".join(msgs) + f"; picked by the config's _class_name: {same}"
+
+
 TRAIN = dict(per_device_train_batch_size=4, max_steps=10, learning_rate=2e-3, adam_beta1=0.95,
              adam_beta2=0.999, weight_decay=1e-6, lr_scheduler_type="cosine", warmup_steps=2,
              max_grad_norm=1.0, logging_steps=1, train_sampling_strategy="sequential",
@@ -996,6 +1041,7 @@ def main():
     cases.append(("ddim-classes", case_ddim_classes))
     cases.append(("dpmsolver", case_dpmsolver))
     cases.append(("euler", case_euler))
+    cases.append(("pndm", case_pndm))
     cases.append(("ddim-guidance", case_ddim_guidance))
     cases.append(("ddim-prompt", case_ddim_prompt))
     cases.append(("train-ema-snr", lambda t: case_train(t, "cls")))

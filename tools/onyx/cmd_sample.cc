@@ -143,7 +143,8 @@ Action add_sample_command(CLI::App& app) {
                   "the folder's scheduler (its config's _class_name; DDPM when it names "
                   "none), or ddpm, ddim, dpmsolver (DPM-Solver++ 2M by default: "
                   "DPMSolverMultistepScheduler), euler or euler_ancestral (Euler(Ancestral)"
-                  "DiscreteScheduler); the last three are good in 20-30 steps");
+                  "DiscreteScheduler), pndm (PNDMScheduler's PLMS, Stable Diffusion 1.x's); all "
+                  "but ddpm are good in 20-50 steps");
   cmd->add_option("--eta", a->o.eta,
                   "DDIM's eta in [0, 1] (default 0: deterministic; 1: DDPM's noise)");
   cmd->add_option("--scheduler_config", a->scheduler_config,
