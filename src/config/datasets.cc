@@ -48,6 +48,14 @@ data::ChatTemplateFiles chat_template_files(const std::string& tok_path, const s
   return files;
 }
 
+// A text dataset's options take the chat template found for it.
+template <class Options>
+void set_chat_template(Options& o, const data::ChatTemplateFiles& files) {
+  o.chat_template = files.source;
+  o.chat_template_origin = files.origin;
+  o.special_tokens = files.special_tokens;
+}
+
 // An image folder's captions as input_ids: the dataset's `tokenizer`, else the config's, else the
 // tokenizer/ of the pipeline the model folder is in; none: the captions are not read. The length
 // is `max_length`, else the tokenizer's model_max_length (CLIP's 77 when it has none).
@@ -145,10 +153,7 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     const std::string tok_path = resolve(c.dir, need("tokenizer"));
     data::PromptOptions o;
     o.format = take("format");
-    auto files = chat_template_files(tok_path, take("chat_template"), c, what);
-    o.chat_template = files.source;
-    o.chat_template_origin = files.origin;
-    o.special_tokens = files.special_tokens;
+    set_chat_template(o, chat_template_files(tok_path, take("chat_template"), c, what));
     auto prompts = std::make_shared<data::PromptDataset>(resolve(c.dir, need("path")),
                                                          tokenizers::load_tokenizer(tok_path), o);
     try {
@@ -163,10 +168,7 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
     if (kv.count("max_length")) o.max_length = to_int("max_length", take("max_length"));
     o.truncation_mode = take("truncation_mode", o.truncation_mode);
     if (kv.count("pad_multiple")) o.pad_multiple = to_int("pad_multiple", take("pad_multiple"));
-    auto files = chat_template_files(tok_path, take("chat_template"), c, what);
-    o.chat_template = files.source;
-    o.chat_template_origin = files.origin;
-    o.special_tokens = files.special_tokens;
+    set_chat_template(o, chat_template_files(tok_path, take("chat_template"), c, what));
     ds = std::make_shared<data::PreferenceDataset>(resolve(c.dir, need("path")),
                                                    tokenizers::load_tokenizer(tok_path), o);
   } else if (type == "speech") {
@@ -198,10 +200,7 @@ std::shared_ptr<data::Dataset> dataset_from_spec(const DataSpec& d, const RunCon
       if (kv.count("packing")) o.packing = to_bool("packing");
       if (kv.count("assistant_only_loss")) o.assistant_only_loss = to_bool("assistant_only_loss");
       o.eos_token = take("eos_token");  // SFTConfig.eos_token
-      auto files = chat_template_files(tok_path, take("chat_template"), c, what);
-      o.chat_template = files.source;
-      o.chat_template_origin = files.origin;
-      o.special_tokens = files.special_tokens;
+      set_chat_template(o, chat_template_files(tok_path, take("chat_template"), c, what));
       ds = std::make_shared<data::SftDataset>(path, tok, o);
     } else if (type == "causal_lm") {
       data::CausalLMOptions o;
