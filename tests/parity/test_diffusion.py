@@ -79,6 +79,7 @@ PASS / FAIL line each):
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_diffusion.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -344,6 +345,31 @@ def case_ddim_classes(tmp):
     return e <= TOL, f"8 steps, classes 4,0,2,2, largest absolute difference {e:.1e}"
 
 
+def scheduler_loop_refs(model, sched, latents, steps, labels, noise_module=None):
+    """A pipeline's loop with `sched` on the class-conditional model from `latents`, in float32
+    and in float64 (the rounding-free answer): the latents times init_noise_sigma, each input
+    through scale_model_input (both the identity but for the Euler schedulers), the step. With
+    `noise_module` (a scheduler module drawing per-step noise) the float32 run's draws are
+    captured and given again to the float64 run. Returns ([images32, images64], the draws)."""
+    refs, draws = [], None
+    for dtype in (torch.float32, torch.float64):
+        sched.set_timesteps(steps)
+        m, x = model.to(dtype), latents.to(dtype) * sched.init_noise_sigma
+        noise = iter(draws or [])
+        kw = {"generator": torch.Generator().manual_seed(7)} if noise_module else {}
+        cap = CapturedNoise(noise_module) if noise_module else None
+        with cap or contextlib.nullcontext(), torch.no_grad():
+            if noise_module and dtype == torch.float64:  # the float32 run's draws again
+                noise_module.randn_tensor = lambda *a, **k: next(noise).to(torch.float64)
+            for t in sched.timesteps:
+                out = m(sched.scale_model_input(x, t), t, class_labels=labels).sample
+                x = sched.step(out, t, x, **kw).prev_sample
+        draws = draws or (cap.draws if cap else [])
+        refs.append((x / 2 + 0.5).clamp(0, 1).float().numpy())
+    model.float()
+    return refs, draws
+
+
 def case_dpmsolver(tmp):
     """`onyx sample --scheduler dpmsolver`: DPMSolverMultistepScheduler's loop from the same
     latents. Its configurations: from the model's DDPM config as from_config makes it (DPM-Solver++
@@ -371,15 +397,7 @@ def case_dpmsolver(tmp):
             sched.save_pretrained(f"{d}/dpm{k}")
             extra += ("--scheduler_config", f"{d}/dpm{k}/scheduler_config.json")
         latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(k))
-        refs = []
-        for dtype in (torch.float32, torch.float64):  # (float64: the rounding-free answer)
-            sched.set_timesteps(steps)
-            m, x = model.to(dtype), latents.to(dtype)
-            with torch.no_grad():
-                for t in sched.timesteps:
-                    x = sched.step(m(x, t, class_labels=labels).sample, t, x).prev_sample
-            refs.append((x / 2 + 0.5).clamp(0, 1).float().numpy())
-        model.float()
+        refs, _ = scheduler_loop_refs(model, sched, latents, steps, labels)
         got = sample_with_onyx(d, [latents], steps, "dpmsolver", extra)
         good, msg = against_references(got, refs[0], refs[1], f"{name}, {steps} steps")
         ok &= good
@@ -419,20 +437,7 @@ def case_euler(tmp):
             sched.save_pretrained(f"{d}/euler{k}")
             extra += ("--scheduler_config", f"{d}/euler{k}/scheduler_config.json")
         latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(10 + k))
-        refs, draws = [], None
-        for dtype in (torch.float32, torch.float64):  # (float64: the rounding-free answer)
-            sched.set_timesteps(steps)
-            m, x = model.to(dtype), latents.to(dtype) * sched.init_noise_sigma
-            noise = iter(draws or [])
-            with CapturedNoise(sanc) as cap, torch.no_grad():
-                if dtype == torch.float64:  # the float32 run's draws again
-                    sanc.randn_tensor = lambda *a, **kw: next(noise).to(torch.float64)
-                for t in sched.timesteps:
-                    out = m(sched.scale_model_input(x, t), t, class_labels=labels).sample
-                    x = sched.step(out, t, x, generator=torch.Generator().manual_seed(7)).prev_sample
-            draws = draws or cap.draws
-            refs.append((x / 2 + 0.5).clamp(0, 1).float().numpy())
-        model.float()
+        refs, draws = scheduler_loop_refs(model, sched, latents, steps, labels, sanc)
         scheduler_name = "euler_ancestral" if cls is EulerAncestralDiscreteScheduler else "euler"
         got = sample_with_onyx(d, [latents] + [t.float() for t in draws], steps, scheduler_name,
                                extra)
@@ -461,15 +466,7 @@ def case_pndm(tmp):
         sched = PNDMScheduler(**dict(base, **cfg))
         sched.save_pretrained(f"{d}/pndm{k}")
         latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(20 + k))
-        refs = []
-        for dtype in (torch.float32, torch.float64):
-            sched.set_timesteps(steps)
-            m, x = model.to(dtype), latents.to(dtype)
-            with torch.no_grad():
-                for t in sched.timesteps:
-                    x = sched.step(m(x, t, class_labels=labels).sample, t, x).prev_sample
-            refs.append((x / 2 + 0.5).clamp(0, 1).float().numpy())
-        model.float()
+        refs, _ = scheduler_loop_refs(model, sched, latents, steps, labels)
         extra = ("--class_labels", "0,2,4", "--scheduler_config",
                  f"{d}/pndm{k}/scheduler_config.json")
         got = sample_with_onyx(d, [latents], steps, "pndm", extra)
