@@ -5,17 +5,18 @@
 //   ConvGradInput(dY, W)  strides pads dilations group input_shape   dX of Conv (N,C,in...)
 //   ConvGradWeight(dY, X) strides pads dilations group kernel_shape  dW of Conv (M,C/group,k...)
 //
-// Conv in float32 runs oneDNN's convolution primitive on the plain layouts (no reorders of
-// activations or weights: weights change every training step). Primitive creation costs far more
-// than a small convolution, so primitives are cached per geometry. float16/bfloat16 are converted
-// to float32 around it; float64 uses a direct loop. Hand-written: the ONNX attribute semantics
-// (auto_pad, kernel_shape checks, output size) and the cache.
-// The gradients are hand-written because they are the backward of every conv layer and patch
-// embedding: im2col + GEMM (+ col2im; conv_common.h, shared with ConvTranspose) with the
-// per-sample work threaded over samples (per-thread partial dW, summed in a fixed order, so results
-// are deterministic for a given thread count); kernels::gemm (sgemm for float32, a plain loop for
-// float64), float16/bfloat16 converted to float32 around the same code. ConvGradWeight writes the
-// weight gradient straight into the trainer's flat gradient buffer
+// Conv and both gradients in float32 run oneDNN's convolutions on its blocked layouts, reordered
+// from and to the plain tensors (conv_onednn.cc), wherever that measured faster
+// (conv_onednn::preferred: not for 1×1 kernels, image-channel inputs, or too little work per
+// weight element); elsewhere the forward runs oneDNN's primitive on the plain layouts. Primitive
+// creation costs far more than a small convolution, so primitives are cached per geometry.
+// float16/bfloat16 are converted to float32 around it; float64 uses a direct loop. Hand-written:
+// the ONNX attribute semantics (auto_pad, kernel_shape checks, output size) and the cache.
+// The plain gradients are hand-written: im2col + GEMM (+ col2im; conv_common.h, shared with
+// ConvTranspose) with the per-sample work threaded over samples (per-thread partial dW, summed in a
+// fixed order, so results are deterministic for a given thread count); kernels::gemm (sgemm for
+// float32, a plain loop for float64), float16/bfloat16 converted to float32 around the same code.
+// ConvGradWeight writes the weight gradient straight into the trainer's flat gradient buffer
 // (passes/gradient_into_buffer.cc); accumulating micro-batches it adds out + (the gradient as
 // computed alone), so gradient accumulation is bit-identical to a separate onyx.AccumulateGrad.
 // Mixed precision (KernelContext::bf16_gemm, TrainingArguments.bf16; float32 tensors): Conv and
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "kernels/conv/conv_common.h"
+#include "kernels/conv/conv_onednn.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/nn_util.h"
 #include "kernels/cpu/onednn_scratch.h"
@@ -50,10 +52,8 @@ using nnutil::from_f32;
 using nnutil::to_f32;
 
 // X (N,C,in...) * W (M,C/group,k...) [+ B (M)] → Y (N,M,out...)
-struct ConvGeom {
+struct ConvGeom : conv_onednn::ConvDims {
   int nsp = 0;  // spatial dims: 1, 2 or 3
-  int64_t N = 0, C = 0, M = 0, group = 1;
-  std::vector<int64_t> in, k, out, stride, dil, pad_b, pad_e;
   Shape out_shape() const {
     Shape s{N, M};
     s.insert(s.end(), out.begin(), out.end());
@@ -225,6 +225,8 @@ void run_conv(const CachedConv& e, const void* X, const void* W, const float* B,
 }
 
 void conv_f32(const ConvGeom& g, const float* X, const float* W, const float* B, float* Y) {
+  if (conv_onednn::preferred(g, conv_onednn::Pass::Forward))
+    return conv_onednn::forward(g, X, W, B, Y);
   run_conv(*get_conv(g, B != nullptr), X, W, B, Y);
 }
 
@@ -529,6 +531,11 @@ void conv_grad_input_compute(KernelContext& ctx) {
     std::memset(dx.raw(), 0, dx.nbytes());
     return;
   }
+  if (dx.dtype() == DType::Float32 && kernels::low_precision(ctx) == kernels::LowPrecision::None) {
+    const ConvGeom d = conv_geom(ctx.node, dx.shape(), w.shape(), nullptr);
+    if (conv_onednn::preferred(d, conv_onednn::Pass::GradInput))
+      return conv_onednn::grad_input(d, dy.data<float>(), w.data<float>(), dx.data<float>());
+  }
   dispatch_float(
       ctx.node, dx,
       [&](auto* D, auto* W, auto* X) {
@@ -554,6 +561,24 @@ void conv_grad_weight_infer(InferContext& ctx) {
   ctx.set_output(0, dy.dtype, w);
 }
 
+// dW of dY and X into `dw`: oneDNN's blocked primitive where it is preferred (float32), else
+// im2col + GEMM.
+void weight_gradient(KernelContext& ctx, const ConvG& g, const Tensor& dy, const Tensor& x,
+                     Tensor& dw) {
+  if (dw.dtype() == DType::Float32 && kernels::low_precision(ctx) == kernels::LowPrecision::None) {
+    const ConvGeom d = conv_geom(ctx.node, x.shape(), dw.shape(), nullptr);
+    if (conv_onednn::preferred(d, conv_onednn::Pass::GradWeight))
+      return conv_onednn::grad_weight(d, dy.data<float>(), x.data<float>(), dw.data<float>());
+  }
+  dispatch_float(
+      ctx.node, dw,
+      [&](auto* D, auto* X, auto* W) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
+        conv_grad_weight<T>(g, kernels::low_precision(ctx), D, X, W);
+      },
+      dy, x);
+}
+
 void conv_grad_weight_compute(KernelContext& ctx) {
   const Tensor& dy = ctx.input(0);  // (N, M, out...)
   const Tensor& x = ctx.input(1);   // (N, C, in...)
@@ -567,13 +592,7 @@ void conv_grad_weight_compute(KernelContext& ctx) {
                ": accumulation supports float32 gradients, got ", dtype_name(dw.dtype()));
     if (dy.numel() == 0 || x.numel() == 0) return;
     Tensor tmp(DType::Float32, dw.shape());
-    dispatch_float(
-        ctx.node, tmp,
-        [&](auto* D, auto* X, auto* W) {
-          using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
-          conv_grad_weight<T>(g, kernels::low_precision(ctx), D, X, W);
-        },
-        dy, x);
+    weight_gradient(ctx, g, dy, x, tmp);
     const float* src = tmp.data<float>();
     float* out = dw.data<float>();
     parallel_for(dw.numel(), 1 << 15, [&](int64_t b, int64_t e) {
@@ -586,13 +605,7 @@ void conv_grad_weight_compute(KernelContext& ctx) {
     std::memset(dw.raw(), 0, dw.nbytes());
     return;
   }
-  dispatch_float(
-      ctx.node, dw,
-      [&](auto* D, auto* X, auto* W) {
-        using T = std::remove_cv_t<std::remove_pointer_t<decltype(W)>>;
-        conv_grad_weight<T>(g, kernels::low_precision(ctx), D, X, W);
-      },
-      dy, x);
+  weight_gradient(ctx, g, dy, x, dw);
 }
 
 }  // namespace

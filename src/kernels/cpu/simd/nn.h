@@ -49,6 +49,16 @@ float rms_norm_row(const float* x, float* y, int64_t n, const float* scale, floa
 void rms_norm_grad_row(const float* dy, const float* x, const float* scale, float inv, int64_t n,
                        float* dx, float* ds, bool normalized = false);
 
+// GroupNormalization's rows (float32; one channel's positions of one sample):
+// y = (x - c) * a + b
+void scale_shift_row(const float* x, float* y, int64_t n, float c, float a, float b);
+// *s_dy = sum(dy), *s_dyx = sum(dy * (x - c))
+void norm_grad_sums_row(const float* dy, const float* x, int64_t n, float c, float* s_dy,
+                        float* s_dyx);
+// dx = dy * a + (x - c) * b + e
+void norm_grad_row(const float* dy, const float* x, float* dx, int64_t n, float a, float b, float c,
+                   float e);
+
 // ---- SwiGLU and rotary (llama.cc) ---------------------------------------------------------------
 // y = silu(g) * u over a block (y may alias g or u).
 void swiglu(const float* g, const float* u, float* y, int64_t n);

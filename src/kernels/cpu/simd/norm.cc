@@ -1,7 +1,7 @@
 // kernels/cpu/simd/norm.cc — the rows of LayerNormalization (and InstanceNormalization, which
-// normalizes through it), onyx.RMSNorm and their fused gradients LayerNormGrad / RMSNormGrad, for
-// every SIMD path (see nn.h). The op kernels (nn.cc) keep dtypes, shapes, threading and the
-// blocked dscale / dbias reduction; these run one row.
+// normalizes through it), onyx.RMSNorm and their fused gradients LayerNormGrad / RMSNormGrad, and
+// GroupNormalization's per-channel rows, for every SIMD path (see nn.h). The op kernels (nn.cc)
+// keep dtypes, shapes, threading and the blocked dscale / dbias reduction; these run one row.
 // Hand-written because GCC 12 at -O2 does not vectorize the float reductions (the statistics and
 // the gradients' row sums), and these rows sit on the transformer hot path forward and backward.
 #undef HWY_TARGET_INCLUDE
@@ -107,6 +107,36 @@ void RmsNormGradRow(const float* dy, const float* x, const float* scale, float i
   });
 }
 
+// GroupNorm's rows (kernels/norm/group_norm.cc): y = (x - c) * a + b, one channel's stretch.
+void ScaleShiftRow(const float* x, float* y, int64_t n, float c, float a, float b) {
+  const VF vc = hn::Set(DF(), c), va = hn::Set(DF(), a), vb = hn::Set(DF(), b);
+  ForEachVector(n, [&](auto ld, auto st) { st(hn::MulAdd(hn::Sub(ld(x), vc), va, vb), y); });
+}
+
+// *s_dy = sum(dy), *s_dyx = sum(dy * (x - c)). (The tail's zero-filled lanes have dy = 0.)
+void GradSumsRow(const float* dy, const float* x, int64_t n, float c, float* s_dy, float* s_dyx) {
+  const DF d;
+  const VF vc = hn::Set(d, c);
+  VF a = hn::Zero(d), b = a;
+  ForEachVector(n, [&](auto ld, auto) {
+    const VF dv = ld(dy);
+    a = hn::Add(a, dv);
+    b = hn::MulAdd(dv, hn::Sub(ld(x), vc), b);
+  });
+  *s_dy = ReduceSum(d, a);
+  *s_dyx = ReduceSum(d, b);
+}
+
+// dx = dy * a + (x - c) * b + e.
+void GradRow(const float* dy, const float* x, float* dx, int64_t n, float a, float b, float c,
+             float e) {
+  const DF d;
+  const VF va = hn::Set(d, a), vb = hn::Set(d, b), vc = hn::Set(d, c), ve = hn::Set(d, e);
+  ForEachVector(n, [&](auto ld, auto st) {
+    st(hn::MulAdd(ld(dy), va, hn::MulAdd(hn::Sub(ld(x), vc), vb, ve)), dx);
+  });
+}
+
 }  // namespace onyx::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -116,6 +146,20 @@ HWY_EXPORT(LayerNormRow);
 HWY_EXPORT(LayerNormGradRow);
 HWY_EXPORT(RmsNormRow);
 HWY_EXPORT(RmsNormGradRow);
+HWY_EXPORT(ScaleShiftRow);
+HWY_EXPORT(GradSumsRow);
+HWY_EXPORT(GradRow);
+void scale_shift_row(const float* x, float* y, int64_t n, float c, float a, float b) {
+  HWY_DYNAMIC_DISPATCH(ScaleShiftRow)(x, y, n, c, a, b);
+}
+void norm_grad_sums_row(const float* dy, const float* x, int64_t n, float c, float* s_dy,
+                        float* s_dyx) {
+  HWY_DYNAMIC_DISPATCH(GradSumsRow)(dy, x, n, c, s_dy, s_dyx);
+}
+void norm_grad_row(const float* dy, const float* x, float* dx, int64_t n, float a, float b, float c,
+                   float e) {
+  HWY_DYNAMIC_DISPATCH(GradRow)(dy, x, dx, n, a, b, c, e);
+}
 void layer_norm_row(const float* x, float* y, int64_t n, const float* scale, const float* bias,
                     float eps, float* mean, float* inv, float* xhat) {
   HWY_DYNAMIC_DISPATCH(LayerNormRow)(x, y, n, scale, bias, eps, mean, inv, xhat);
