@@ -351,6 +351,134 @@ void outer_inner(const Shape& s, int axis, int64_t& outer, int64_t& inner) {
   for (size_t i = axis + 1; i < s.size(); i++) inner *= s[i];
 }
 
+// ---- one-tap maps (nearest-neighbour resizes, Pad's gradient) ---------------------------------
+// A map whose outputs each copy one input position (a tap of weight 1, the others 0) is a gather
+// forward and a sum of copies backward: no weights, no double intermediates. Same values as the
+// general path: a copy is exact, and the backward adds the same terms in the same order in double.
+
+// The source position per output (-1: extrapolated, a constant), or empty if `m` weighs its taps.
+std::vector<int64_t> picks_of(const AxisMap& m) {
+  std::vector<int64_t> pick(m.out, -1);
+  for (int64_t j = 0; j < m.out; j++) {
+    if (m.extrap[j]) continue;
+    for (int64_t t = 0; t < m.taps; t++) {
+      const double w = m.w[j * m.taps + t];
+      if (w == 1 && pick[j] < 0)
+        pick[j] = m.idx[j * m.taps + t];
+      else if (w != 0)
+        return {};
+    }
+    if (pick[j] < 0) return {};
+  }
+  return pick;
+}
+
+// y (outer, out, inner) = x (outer, in, inner) gathered along the middle axis (no -1 picks).
+template <class T>
+void gather_axis(const std::vector<int64_t>& pick, int64_t in, const T* x, T* y, int64_t outer,
+                 int64_t inner) {
+  const int64_t out = (int64_t)pick.size();
+  parallel_for(outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out * inner)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t o = b; o < e; o++) {
+                   const T* xo = x + o * in * inner;
+                   T* yo = y + o * out * inner;
+                   if (inner == 1) {
+                     for (int64_t j = 0; j < out; j++) yo[j] = xo[pick[j]];
+                   } else {
+                     for (int64_t j = 0; j < out; j++)
+                       std::memcpy((void*)(yo + j * inner), (const void*)(xo + pick[j] * inner),
+                                   inner * sizeof(T));
+                   }
+                 }
+               });
+}
+
+// Forward of maps that all pick: true if it ran.
+template <class T>
+bool gather_resize(const ResizePlan& p, const T* x, T* y) {
+  std::vector<std::vector<int64_t>> picks;
+  for (const AxisMap& m : p.maps) {
+    picks.push_back(picks_of(m));
+    if (picks.back().empty() || std::count(picks.back().begin(), picks.back().end(), -1) > 0)
+      return false;
+  }
+  Shape cur = p.in;
+  std::vector<T> a, b;  // intermediates (exact copies)
+  const T* src = x;
+  for (size_t s = 0; s < p.maps.size(); s++) {
+    const AxisMap& m = p.maps[s];
+    int64_t outer, inner;
+    outer_inner(cur, m.axis, outer, inner);
+    cur[m.axis] = m.out;
+    T* dst = y;
+    if (s + 1 < p.maps.size()) {
+      std::vector<T>& buf = s % 2 == 0 ? a : b;
+      buf.resize(shape_numel(cur));
+      dst = buf.data();
+    }
+    gather_axis(picks[s], m.in, src, dst, outer, inner);
+    src = dst;
+  }
+  return true;
+}
+
+// The outputs that copy each input position, as CSR (start has in + 1 entries).
+void invert_picks(const std::vector<int64_t>& pick, int64_t in, std::vector<int64_t>& start,
+                  std::vector<int64_t>& src) {
+  start.assign(in + 1, 0);
+  for (int64_t i : pick)
+    if (i >= 0) start[i + 1]++;
+  for (int64_t i = 0; i < in; i++) start[i + 1] += start[i];
+  src.resize(start[in]);
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  for (int64_t j = 0; j < (int64_t)pick.size(); j++)
+    if (pick[j] >= 0) src[fill[pick[j]]++] = j;
+}
+
+// Backward of one picking map, or of two on the last two axes (an image's H and W), in one pass:
+// dx[o, i(, k)] = sum over the outputs that copied it (the inner map's sums first); true if it ran.
+template <class T>
+bool scatter_resize_grad(const ResizePlan& p, const T* dy, T* dx) {
+  const size_t nm = p.maps.size(), r = p.in.size();
+  if (nm == 0 || nm > 2 ||
+      (nm == 2 && (p.maps[0].axis != (int)r - 2 || p.maps[1].axis != (int)r - 1)))
+    return false;
+  std::vector<int64_t> start[2], src[2];
+  for (size_t s = 0; s < nm; s++) {
+    const std::vector<int64_t> pick = picks_of(p.maps[s]);
+    if (pick.empty()) return false;
+    invert_picks(pick, p.maps[s].in, start[s], src[s]);
+  }
+  const AxisMap& m = p.maps[0];
+  int64_t outer, inner;
+  outer_inner(p.in, m.axis, outer, inner);
+  const int64_t out_inner = nm == 2 ? p.maps[1].out : inner;  // dY's inner extent
+  parallel_for(outer * m.in, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, inner)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t row = b; row < e; row++) {
+                   const int64_t o = row / m.in, i = row % m.in;
+                   T* d = dx + row * inner;
+                   for (int64_t k = 0; k < inner; k++) {
+                     double sum = 0;
+                     for (int64_t q = start[0][i]; q < start[0][i + 1]; q++) {
+                       const T* dyr = dy + (o * m.out + src[0][q]) * out_inner;
+                       if (nm == 1) {
+                         sum += Elem<T>::load(dyr[k]);
+                         continue;
+                       }
+                       double part = 0;
+                       for (int64_t u = start[1][k]; u < start[1][k + 1]; u++)
+                         part += Elem<T>::load(dyr[src[1][u]]);
+                       sum += part;
+                     }
+                     d[k] = Elem<T>::store(sum);
+                   }
+                 }
+               });
+  return true;
+}
+
 // Runs the maps (forward) or their transposes in reverse order (backward) from `x` into `y`,
 // intermediates in double.
 template <class T, bool BACKWARD>
@@ -361,6 +489,11 @@ void run_maps(const ResizePlan& p, const T* x, T* y) {
   if (nm == 0) {
     std::memcpy((void*)y, (const void*)x, shape_numel(cur) * sizeof(T));
     return;
+  }
+  if constexpr (BACKWARD) {
+    if (scatter_resize_grad(p, x, y)) return;
+  } else {
+    if (gather_resize(p, x, y)) return;
   }
   std::unique_ptr<double[]> a, b;  // ping-pong intermediates (not zero-filled: fully written)
   int64_t a_size = 0, b_size = 0;
