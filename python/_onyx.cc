@@ -610,8 +610,10 @@ void bind_functions(nb::module_& m) {
          const std::string& scheduler_config, nb::object encoder_hidden_states,
          nb::object negative_encoder_hidden_states, double guidance_scale, double eta,
          std::vector<std::string> prompts, const std::string& negative_prompt, int64_t per_prompt,
-         const std::string& text_encoder, const std::string& tokenizer, const std::string& vae) {
+         const std::string& text_encoder, const std::string& tokenizer, const std::string& vae,
+         bool use_karras_sigmas) {
         diffusion::SampleOptions o;
+        o.use_karras_sigmas = use_karras_sigmas;
         diffusion::PromptOptions p{std::move(prompts), negative_prompt, per_prompt, text_encoder,
                                    tokenizer};
         ONYX_CHECK(p.prompts.empty() || encoder_hidden_states.is_none(),
@@ -648,6 +650,7 @@ void bind_functions(nb::module_& m) {
       "batch_size"_a, "seed"_a, "scheduler_config"_a, "encoder_hidden_states"_a.none(),
       "negative_encoder_hidden_states"_a.none(), "guidance_scale"_a, "eta"_a, "prompts"_a,
       "negative_prompt"_a, "per_prompt"_a, "text_encoder"_a, "tokenizer"_a, "vae"_a,
+      "use_karras_sigmas"_a = false,
       "Images (N,C,H,W) float32 in [0, 1] from a diffusers UNet2DModel / UNet2DConditionModel / "
       "DiTTransformer2DModel folder, as `onyx sample` (src/diffusion/sampler.h).");
   m.def("set_num_threads", &runtime::set_num_threads, "n"_a,

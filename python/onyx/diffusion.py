@@ -17,13 +17,15 @@ def sample(model, class_labels=None, num_images=1, scheduler=None, num_inference
            batch_size=64, seed=0, scheduler_config=None, encoder_hidden_states=None,
            negative_encoder_hidden_states=None, guidance_scale=1.0, eta=0.0, prompt=None,
            negative_prompt=None, num_images_per_prompt=1, text_encoder=None, tokenizer=None,
-           vae=None):
+           vae=None, use_karras_sigmas=False):
     """Images (N, C, H, W) float32 in [0, 1] as a numpy array. `class_labels`: one per image for
     a class-conditional UNet (then num_images is their number). `scheduler`: the folder's (its
     scheduler config's _class_name, as diffusers' pipelines step with it; DDPM when it names
     none), or "ddpm", "ddim" (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise),
     "dpmsolver" (DPMSolverMultistepScheduler), "euler", "euler_ancestral"
-    (Euler(Ancestral)DiscreteScheduler) or "pndm" (PNDMScheduler's PLMS); `num_inference_steps` defaults to the pipelines' (DDPM
+    (Euler(Ancestral)DiscreteScheduler) or "pndm" (PNDMScheduler's PLMS); `use_karras_sigmas`:
+    dpmsolver or euler on Karras sigmas ("DPM++ 2M Karras"), as from_config(config,
+    use_karras_sigmas=True) makes them. `num_inference_steps` defaults to the pipelines' (DDPM
     1000, the others 50). `scheduler_config`: a scheduler_config.json (default: the folder's,
     else DDPMScheduler's defaults). A
     UNet2DConditionModel takes `encoder_hidden_states` (N, S, D) float32 (the text encoder's
@@ -46,7 +48,8 @@ def sample(model, class_labels=None, num_images=1, scheduler=None, num_inference
                                   float(guidance_scale), float(eta),
                                   [prompt] if isinstance(prompt, str) else list(prompt or []),
                                   str(negative_prompt or ""), int(num_images_per_prompt),
-                                  str(text_encoder or ""), str(tokenizer or ""), str(vae or ""))
+                                  str(text_encoder or ""), str(tokenizer or ""), str(vae or ""),
+                                  bool(use_karras_sigmas))
 
 
 def to_pil(images):

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "diffusion/karras.h"
 #include "onyx/error.h"
 
 namespace onyx::diffusion {
@@ -80,13 +81,29 @@ DpmSolver::DpmSolver(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
     const float lambda = std::log(std::sqrt(ac[t])) - std::log(std::sqrt(1.0f - ac[t]));
     clipped += lambda < c_.lambda_min_clipped;
   }
-  timesteps_ = dpm_timesteps(c_, T - clipped, steps);
-  for (int64_t t : timesteps_) {
-    ONYX_CHECK(t >= 0 && t < T, "DPMSolverMultistepScheduler's timestep ", t, " is outside [0, ", T,
-               ") (steps_offset ", c_.steps_offset, ")");
-    sigmas_.push_back(sig[t]);
+  if (c_.karras_sigmas) {
+    karras_schedule(sig, steps);
+  } else {
+    timesteps_ = dpm_timesteps(c_, T - clipped, steps);
+    for (int64_t t : timesteps_) {
+      ONYX_CHECK(t >= 0 && t < T, "DPMSolverMultistepScheduler's timestep ", t, " is outside [0, ",
+                 T, ") (steps_offset ", c_.steps_offset, ")");
+      sigmas_.push_back(sig[t]);
+    }
   }
   sigmas_.push_back(c_.final_sigmas_type == "zero" ? 0.0f : sig[0]);
+}
+
+// use_karras_sigmas: Karras sigmas between the table's ends (lambda_min_clipped unused, as in
+// diffusers), each sigma's timestep rounded half to even (truncated for squaredcos_cap_v2).
+void DpmSolver::karras_schedule(const std::vector<float>& sig, int64_t steps) {
+  std::vector<float> log_sigmas;
+  for (float s : sig) log_sigmas.push_back(std::log(s));
+  for (double s : karras_sigmas(sig.front(), sig.back(), steps)) {
+    const double t = sigma_to_t(s, log_sigmas);
+    timesteps_.push_back(c_.beta_schedule == "squaredcos_cap_v2" ? (int64_t)t : round_even(t));
+    sigmas_.push_back((float)s);
+  }
 }
 
 DpmSolver::Point DpmSolver::point(int64_t i) const {

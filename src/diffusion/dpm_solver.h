@@ -2,8 +2,9 @@
 // Lu et al. 2022: multistep solvers of orders 1-3, midpoint or Heun second-order terms) as its
 // set_timesteps and step compute, for sampling in 20-25 steps what DDIM needs 50 for. Its
 // defaults are Stable Diffusion's usual "DPM++ 2M": dpmsolver++, order 2, midpoint, a first-order
-// last step (final_sigmas_type zero), linspace timesteps. The stochastic variants (sde-*) and the
-// Karras / exponential / beta / Lu sigma schedules are refused when sampling.
+// last step (final_sigmas_type zero), linspace timesteps; use_karras_sigmas gives "DPM++ 2M
+// Karras" (diffusion/karras.h). The stochastic variants (sde-*) and the exponential / beta / Lu
+// sigma schedules are refused when sampling.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -29,6 +30,7 @@ class DpmSolver {
     float alpha, sigma, lambda;
   };
   Point point(int64_t i) const;
+  void karras_schedule(const std::vector<float>& table_sigmas, int64_t steps);
   void convert(const float* model_output, const float* x, float* out, int64_t n) const;
   void first_order(const float* m0, float* x, int64_t n) const;
   void second_order(float* x, int64_t n) const;

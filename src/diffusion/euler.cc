@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "diffusion/karras.h"
 #include "onyx/error.h"
 
 namespace onyx::diffusion {
@@ -72,11 +73,21 @@ EulerSampler::EulerSampler(const NoiseSchedule& s, int64_t steps, bool ancestral
   std::vector<float> sig(T);
   for (int64_t t = 0; t < T; ++t) sig[t] = std::sqrt((1.0f - ac[t]) / ac[t]);
   timesteps_ = euler_timesteps(c_, steps);
+  std::vector<double> sigmas;  // float64, as numpy's interp gives them
   for (float t : timesteps_) {
     ONYX_CHECK(t >= 0 && t <= (float)(T - 1), "the Euler scheduler's timestep ", t,
                " is outside [0, ", T - 1, "] (steps_offset ", c_.steps_offset, ")");
-    sigmas_.push_back((float)interp((double)t, sig));
+    sigmas.push_back(interp((double)t, sig));
   }
+  if (c_.karras_sigmas && !ancestral) {  // between the interpolated ends, or the config's
+    sigmas = karras_sigmas(std::isnan(c_.sigma_min) ? sigmas.back() : c_.sigma_min,
+                           std::isnan(c_.sigma_max) ? sigmas.front() : c_.sigma_max, steps);
+    std::vector<float> log_sigmas;
+    for (float s : sig) log_sigmas.push_back(std::log(s));
+    timesteps_.clear();
+    for (double s : sigmas) timesteps_.push_back((float)sigma_to_t(s, log_sigmas));
+  }
+  for (double s : sigmas) sigmas_.push_back((float)s);
   sigmas_.push_back(!ancestral && c_.final_sigmas_type == "sigma_min" ? sig[0] : 0.0f);
 }
 

@@ -3,8 +3,9 @@
 // step) as their set_timesteps, init_noise_sigma, scale_model_input and step compute. Their
 // timesteps are float32 — fractional with linspace spacing, their default — so the UNet is fed a
 // float timestep (sampler.cc: the sampling graph's timestep input only ever feeds a cast to float).
-// Karras / exponential / beta sigmas, log-linear interpolation, continuous timesteps and s_churn
-// are refused when sampling.
+// Karras sigmas (use_karras_sigmas, with sigma_min / sigma_max; the ancestral scheduler has no such
+// key) are taken; exponential / beta sigmas, log-linear interpolation, continuous timesteps and
+// s_churn are refused when sampling.
 #pragma once
 #include <cstdint>
 #include <vector>

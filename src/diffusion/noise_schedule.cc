@@ -50,8 +50,11 @@ void read_sampler_keys(const ConfigReader& r, ScheduleConfig& c) {
   r.number("lambda_min_clipped", c.lambda_min_clipped);
   r.string("interpolation_type", c.interpolation_type);
   r.string("timestep_type", c.timestep_type);
-  for (const char* k : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
-                        "use_lu_lambdas", "use_flow_sigmas", "use_dynamic_shifting"}) {
+  r.boolean("use_karras_sigmas", c.karras_sigmas);
+  r.number("sigma_min", c.sigma_min);
+  r.number("sigma_max", c.sigma_max);
+  for (const char* k : {"use_exponential_sigmas", "use_beta_sigmas", "use_lu_lambdas",
+                        "use_flow_sigmas", "use_dynamic_shifting"}) {
     bool on = false;
     r.boolean(k, on);
     if (on) c.unsupported_sigmas.push_back(k);

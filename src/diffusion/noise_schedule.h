@@ -38,7 +38,11 @@ struct ScheduleConfig {    // scheduler_config.json (DDPMScheduler / DDIMSchedul
   double lambda_min_clipped = -INFINITY;
   // Euler(Ancestral)DiscreteScheduler (diffusion/euler.h)
   std::string interpolation_type = "linear", timestep_type = "discrete";
-  // DPM-Solver's and Euler's use_karras_sigmas etc. that are set: refused when sampling
+  // DPM-Solver's and Euler's use_karras_sigmas (diffusion/karras.h), and Euler's sigma_min /
+  // sigma_max for it (NaN: null, the table's)
+  bool karras_sigmas = false;
+  double sigma_min = NAN, sigma_max = NAN;
+  // DPM-Solver's and Euler's other sigma schedules that are set: refused when sampling
   std::vector<std::string> unsupported_sigmas;
   std::string origin = "the scheduler config";  // where it was read (for messages)
 };

@@ -165,7 +165,13 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
                      const std::function<void(int64_t, int64_t)>& on_step) {
   SampleOptions o = given;
   o.scheduler = scheduler_name(given, schedule);
-  NoiseSchedule s(schedule);
+  ScheduleConfig config = schedule;
+  if (o.use_karras_sigmas) {
+    ONYX_CHECK(o.scheduler == "dpmsolver" || o.scheduler == "euler",
+               "use_karras_sigmas is for the dpmsolver and euler schedulers, not ", o.scheduler);
+    config.karras_sigmas = true;
+  }
+  NoiseSchedule s(config);
   const auto probe = Stepper::make(o.scheduler, s, o.num_inference_steps, o.eta);
   const int64_t steps = probe->steps();
   // the size: given, else the given latents', else the config's sample_size

@@ -204,7 +204,7 @@ def case_bad_inputs(tmp):
     check(["sample", out, "--per_class", "1", "--scheduler", "ddim", "--eta", "1.5"], "eta", "1.5")
     check(["sample", out, "--per_class", "1", "--eta", "0.5"], "eta is DDIM's", "ddpm")
     # DPMSolverMultistepScheduler's options that are not built, in a config Python's json wrote
-    for key, value, needle in (("use_karras_sigmas", "true", "use_karras_sigmas"),
+    for key, value, needle in (("use_exponential_sigmas", "true", "use_exponential_sigmas"),
                                ("algorithm_type", '"sde-dpmsolver++"', "sde-dpmsolver++"),
                                ("solver_order", "4", "solver_order")):
         with open(f"{tmp}/dpm-{key}.json", "w") as f:
@@ -213,6 +213,8 @@ def case_bad_inputs(tmp):
         check(["sample", out, "--per_class", "1", "--scheduler", "dpmsolver", "--scheduler_config",
                f"{tmp}/dpm-{key}.json"], f"dpm-{key}.json", needle)
     check(["sample", out, "--per_class", "1", "--scheduler", "heun"], "heun", "euler_ancestral")
+    check(["sample", out, "--per_class", "1", "--scheduler", "ddim", "--use_karras_sigmas"],
+          "use_karras_sigmas", "ddim")
     # without --scheduler, the one the config names (as a pipeline steps with its folder's)
     for cls, name in (("DDIMScheduler", "(ddim)"), ("EulerAncestralDiscreteScheduler",
                                                      "(euler_ancestral)")):

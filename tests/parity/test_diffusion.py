@@ -375,7 +375,8 @@ def case_dpmsolver(tmp):
     latents. Its configurations: from the model's DDPM config as from_config makes it (DPM-Solver++
     2M, midpoint, leading spacing), and from scheduler_config.json files DPMSolverMultistepScheduler
     saved ("lambda_min_clipped": -Infinity): order 3 with Heun over 16 linspace steps, order 2
-    trailing, DPM-Solver (noise prediction) with sigma_min as the final sigma."""
+    trailing, DPM-Solver (noise prediction) with sigma_min as the final sigma, and Karras sigmas
+    (use_karras_sigmas: "DPM++ 2M Karras") with orders 2 and 3."""
     from diffusers import DPMSolverMultistepScheduler
     d, model, scheduler = make(tmp, "cls")
     model.eval()
@@ -383,13 +384,19 @@ def case_dpmsolver(tmp):
                 ("3 heun linspace", dict(solver_order=3, solver_type="heun"), 16),
                 ("2M trailing", dict(timestep_spacing="trailing"), 7),
                 ("dpmsolver sigma_min", dict(algorithm_type="dpmsolver", final_sigmas_type="sigma_min",
-                                             prediction_type="v_prediction"), 9)]
+                                             prediction_type="v_prediction"), 9),
+                ("2M Karras (the folder's file, --use_karras_sigmas)", "karras", 12),
+                ("3 heun Karras sigma_min", dict(use_karras_sigmas=True, solver_order=3,
+                                                 solver_type="heun", final_sigmas_type="sigma_min"), 8)]
     labels = torch.tensor([4, 0, 2])
     msgs, ok = [], True
     for k, (name, cfg, steps) in enumerate(variants):
         extra = ("--class_labels", "4,0,2")
         if cfg is None:  # (the folder's file, as from_pretrained reads it: leading spacing)
             sched = DPMSolverMultistepScheduler.from_pretrained(d)
+        elif cfg == "karras":  # the same with use_karras_sigmas, given on the command line
+            sched = DPMSolverMultistepScheduler.from_pretrained(d, use_karras_sigmas=True)
+            extra += ("--use_karras_sigmas",)
         else:
             sched = DPMSolverMultistepScheduler(**dict(
                 {key: scheduler.config[key] for key in ("num_train_timesteps", "beta_schedule",
@@ -411,7 +418,8 @@ def case_euler(tmp):
     init_noise_sigma, scale_model_input, the UNet on float32 timesteps — fractional with linspace
     spacing, their default — and the step; the ancestral step's noise captured) from the same
     draws: linspace (fractional timesteps), the model folder's DDPM file (leading), trailing with
-    v-prediction and sigma_min."""
+    v-prediction and sigma_min, Karras sigmas (their timesteps fractional in any spacing; a
+    configured sigma_max)."""
     import diffusers.schedulers.scheduling_euler_ancestral_discrete as sanc
     from diffusers import EulerAncestralDiscreteScheduler, EulerDiscreteScheduler
     d, model, scheduler = make(tmp, "cls")
@@ -423,6 +431,9 @@ def case_euler(tmp):
                 ("euler trailing v sigma_min", EulerDiscreteScheduler,
                  dict(timestep_spacing="trailing", prediction_type="v_prediction",
                       final_sigmas_type="sigma_min"), 7),
+                ("euler Karras", EulerDiscreteScheduler, dict(use_karras_sigmas=True), 9),
+                ("euler Karras leading sigma_max 9", EulerDiscreteScheduler,
+                 dict(use_karras_sigmas=True, timestep_spacing="leading", sigma_max=9.0), 6),
                 ("euler_ancestral linspace", EulerAncestralDiscreteScheduler, {}, 9),
                 ("euler_ancestral leading v", EulerAncestralDiscreteScheduler,
                  dict(timestep_spacing="leading", steps_offset=1, prediction_type="v_prediction"), 6)]

@@ -2060,7 +2060,8 @@ def case_diffusion_sample(onyx, tmp):
     """onyx.diffusion.sample = `onyx sample --tensors` on the same folder and arguments: a
     class-conditional UNet2DModel (DDIM) and a UNet2DConditionModel with encoder hidden states and
     classifier-free guidance (DDPM), and with prompts through a CLIP text encoder (two images per
-    prompt, a negative prompt); to_pil gives PIL images of the UNet's size."""
+    prompt, a negative prompt), and DPM-Solver on Karras sigmas; to_pil gives PIL images of the
+    UNet's size."""
     import torch
     from diffusers import UNet2DConditionModel, UNet2DModel
     from safetensors.numpy import load_file, save_file
@@ -2110,14 +2111,29 @@ def case_diffusion_sample(onyx, tmp):
                     f"{tmp}/te", "--tokenizer", f"{tmp}/tok", "--num_inference_steps", "3",
                     "--seed", "5", "--tensors", f"{tmp}/c.st"], check=True, capture_output=True)
     want3 = load_file(f"{tmp}/c.st")["images"]
+    # DPM++ 2M Karras: the same images as the CLI's --use_karras_sigmas, not its default sigmas'
+    got4 = onyx.diffusion.sample(f"{tmp}/cond", encoder_hidden_states=cond, scheduler="dpmsolver",
+                                 use_karras_sigmas=True, num_inference_steps=4, seed=6)
+    want4 = {}
+    for flag in ("--use_karras_sigmas", None):
+        subprocess.run([ONYX, "sample", f"{tmp}/cond", "--encoder_hidden_states",
+                        f"{tmp}/prompts.safetensors", "--scheduler", "dpmsolver",
+                        "--num_inference_steps", "4", "--seed", "6", "--tensors", f"{tmp}/d.st"]
+                       + ([flag] if flag else []), check=True, capture_output=True)
+        want4[flag] = load_file(f"{tmp}/d.st")["images"]
+    karras = np.array_equal(got4, want4["--use_karras_sigmas"]) and not np.array_equal(
+        got4, want4[None])
     pil = onyx.diffusion.to_pil(got1)
     ok = (np.array_equal(got1, want1) and np.array_equal(got2, want2) and got2.shape == (2, 2, 8, 8)
-          and np.array_equal(got3, want3) and got3.shape == (4, 2, 8, 8)
+          and np.array_equal(got3, want3) and got3.shape == (4, 2, 8, 8) and karras
           and len(pil) == 3 and pil[0].size == (8, 8))
     msg = (f"class-conditional DDIM (eta 0.6) {got1.shape} identical to the CLI's: "
            f"{np.array_equal(got1, want1)}; guided UNet2DConditionModel {got2.shape}: "
            f"{np.array_equal(got2, want2)}; prompts x 2 through a CLIP text encoder {got3.shape}: "
-           f"{np.array_equal(got3, want3)}; to_pil {len(pil)} x {pil[0].size}")
+           f"{np.array_equal(got3, want3)}; DPM++ 2M Karras = the CLI's --use_karras_sigmas "
+           f"(and not its default sigmas): {karras} (largest differences "
+           f"{np.abs(got4 - want4['--use_karras_sigmas']).max():.1e}, "
+           f"{np.abs(got4 - want4[None]).max():.1e}); to_pil {len(pil)} x {pil[0].size}")
     assert ok, msg
     return msg
 

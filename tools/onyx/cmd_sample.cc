@@ -145,6 +145,9 @@ Action add_sample_command(CLI::App& app) {
                   "DPMSolverMultistepScheduler), euler or euler_ancestral (Euler(Ancestral)"
                   "DiscreteScheduler), pndm (PNDMScheduler's PLMS, Stable Diffusion 1.x's); all "
                   "but ddpm are good in 20-50 steps");
+  cmd->add_flag("--use_karras_sigmas", a->o.use_karras_sigmas,
+                "dpmsolver / euler with Karras sigmas (\"DPM++ 2M Karras\"), as the scheduler "
+                "config's use_karras_sigmas");
   cmd->add_option("--eta", a->o.eta,
                   "DDIM's eta in [0, 1] (default 0: deterministic; 1: DDPM's noise)");
   cmd->add_option("--scheduler_config", a->scheduler_config,
