@@ -269,6 +269,58 @@ def case_whisper_generate(tmp, beams):
                     ["--max_new_tokens", "14", "--num_beams", str(beams)], strip_start=False)
 
 
+def case_whisper_language(tmp):
+    """A multilingual Whisper's prompt as Transformers' generate builds it from the generation
+    config (lang_to_id, task_to_id, no_timestamps_token_id, forced_decoder_ids [[1, null], [2,
+    transcribe]]): with no language each row's language detected (= detect_language), then
+    transcribe and <|notimestamps|>; --language (a name, a code) and --task translate as
+    generate(language=, task=); the new tokens equal Transformers' in each. An English-only model
+    refuses --language, as Transformers refuses it."""
+    m = whisper(init_std=0.2, max_target_positions=40).eval()
+    langs = {"<|en|>": V - 7, "<|de|>": V - 6, "<|fr|>": V - 5, "<|ja|>": V - 4}
+    with torch.no_grad():  # language logits that vary with the audio: rows detect differently
+        m.proj_out.weight[V - 7:V - 3] = 8 * torch.randn(
+            4, 64, generator=torch.Generator().manual_seed(3))
+    g = m.generation_config
+    g.lang_to_id, g.task_to_id = langs, {"transcribe": V - 3, "translate": V - 2}
+    g.is_multilingual, g.no_timestamps_token_id = True, V - 1
+    g.forced_decoder_ids = [[1, None], [2, V - 3]]
+    d = os.path.join(tmp, "whisper-lang")
+    m.save_pretrained(d)
+    rng = np.random.default_rng(8)
+    feats = rng.normal(0, 1, (4, 16, 24)).astype(np.float32)
+    save_file({"input_features": feats}, f"{d}/enc.safetensors")
+    x = torch.tensor(feats)
+    with torch.no_grad():
+        detected = m.detect_language(x).tolist()
+    ok, msgs = True, []
+    for flags, kw, lang, task in (([], {}, None, V - 3),
+                                  (["--language", "german", "--task", "translate"],
+                                   {"language": "german", "task": "translate"}, V - 6, V - 2),
+                                  (["--language", "fr"], {"language": "fr"}, V - 5, V - 3)):
+        onyx("generate", d, "--encoder_inputs", f"{d}/enc.safetensors", "--output",
+             f"{d}/out.jsonl", "--max_new_tokens", "8", *flags)
+        with open(f"{d}/out.jsonl") as f:
+            rows = [json.loads(line) for line in f]
+        with torch.no_grad():
+            ref = m.generate(x, max_new_tokens=8, **kw).tolist()
+        want_prompts = [[2, detected[r] if lang is None else lang, task, V - 1] for r in range(4)]
+        got_new = [r["completion_ids"] for r in rows]
+        want_new = [until_eos(r, 1) for r in ref]
+        good = [r["prompt_ids"] for r in rows] == want_prompts and got_new == want_new
+        ok &= good
+        msgs.append(f"{' '.join(flags) or 'detected'}: prompts {[r['prompt_ids'] for r in rows]}"
+                    + ("" if good else f" (want {want_prompts}); new {got_new} vs {want_new}"))
+    g.is_multilingual = False
+    m.save_pretrained(d)
+    p = onyx("generate", d, "--encoder_inputs", f"{d}/enc.safetensors", "--language", "de",
+             check=False)
+    err = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    ok &= p.returncode != 0 and "English-only" in err
+    msgs.append(f"English-only --language: exit {p.returncode}: {err}")
+    return ok, "; ".join(msgs)
+
+
 def case_bart_generate(tmp, beams):
     m = bart(init_std=0.2, max_position_embeddings=40).eval()
     with torch.no_grad():  # eos likely enough that rows (and hypotheses) end at several lengths
@@ -310,6 +362,7 @@ def main():
         ("mt5", lambda t: check(t, "mt5", t5(tr.MT5ForConditionalGeneration), t5_feeds(10))),
         ("whisper-generate-greedy", lambda t: case_whisper_generate(t, 1)),
         ("whisper-generate-beams", lambda t: case_whisper_generate(t, 3)),
+        ("whisper-language", case_whisper_language),
         ("bart-generate-greedy", lambda t: case_bart_generate(t, 1)),
         ("bart-generate-beams", lambda t: case_bart_generate(t, 4)),
         ("t5-generate-greedy", lambda t: case_t5_generate(t, 1)),

@@ -22,6 +22,7 @@
 #include "data/wav.h"
 #include "data/whisper_features.h"
 #include "generate/generate.h"
+#include "generate/whisper_prompt.h"
 #include "io/safetensors.h"
 #include "onyx/error.h"
 #include "tokenizers/tokenizer.h"
@@ -97,6 +98,7 @@ struct GenerateOpts {
   std::string encoder_inputs;
   std::vector<std::string> audio;
   std::vector<int64_t> decoder_prompt_ids;
+  std::string language, task;  // Whisper's
   // Decoding flags: set only when given (CLI11 leaves an absent optional empty), so that any
   // value given, -3 included, reaches the validation instead of reading as "absent".
   std::optional<int64_t> max_new_tokens, top_k, no_repeat_ngram_size, min_new_tokens, num_beams;
@@ -144,6 +146,10 @@ void add_prompt_options(CLI::App* cmd, GenerateOpts& o) {
                   "an encoder–decoder's decoder prompt after decoder_start_token_id (Whisper's "
                   "language / task / no-timestamps tokens), comma-separated")
       ->delimiter(',');
+  cmd->add_option("--language", o.language,
+                  "Whisper: the spoken language (a code such as de, a name such as german, or "
+                  "<|de|>; default: the generation config's, else detected per input)");
+  cmd->add_option("--task", o.task, "Whisper: transcribe (default) or translate (into English)");
 }
 
 void add_output_options(CLI::App* cmd, GenerateOpts& o) {
@@ -384,6 +390,55 @@ std::map<std::string, Tensor> tokenized_encoder_inputs(const std::vector<Prompt>
   return {{"input_ids", ids}, {"attention_mask", mask}};
 }
 
+// Whisper's language detection (Transformers' detect_language): each row's most likely language
+// token after the start token alone, every other token masked — one greedy step with no other
+// logits processor.
+std::vector<int64_t> detect_languages(generate::Generator& gen,
+                                      const generate::WhisperPromptConfig& w, int64_t start,
+                                      const std::map<std::string, Tensor>& enc, int64_t rows,
+                                      int64_t batch_size) {
+  generate::GenerationConfig one;
+  one.max_new_tokens = 1;
+  one.length_given = true;
+  one.decoder_start_token_id = start;
+  std::set<int64_t> langs;
+  for (const auto& [token, id] : w.lang_to_id) langs.insert(id);
+  for (int64_t t = 0; t < gen.config().vocab_size; t++)
+    if (!langs.count(t)) one.suppress_tokens.push_back(t);
+  std::vector<int64_t> out;
+  for (int64_t first = 0; first < rows; first += batch_size) {
+    const int64_t last = std::min(rows, first + batch_size);
+    std::vector<std::vector<int64_t>> ids((size_t)(last - first), {start});
+    for (const auto& row : gen.generate(ids, one, nullptr, row_slice(enc, first, last)))
+      out.push_back(row.at(0));
+  }
+  return out;
+}
+
+// Each row's decoder prompt: decoder_start_token_id and --decoder_prompt_ids, or for Whisper
+// (without --decoder_prompt_ids) the language / task / no-timestamps prompt Transformers builds.
+std::vector<std::vector<int64_t>> decoder_prompts(const GenerateOpts& o, generate::Generator& gen,
+                                                  const generate::GenerationConfig& cfg,
+                                                  const std::map<std::string, Tensor>& enc) {
+  const models::HfConfig& c = gen.config();
+  const int64_t rows = enc.begin()->second.dim(0);
+  const int64_t start =
+      cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id : c.s2s.decoder_start_token_id;
+  ONYX_CHECK(c.model_type == "whisper" || (o.language.empty() && o.task.empty()),
+             "generate: --language and --task are Whisper's");
+  if (c.model_type != "whisper" || !o.decoder_prompt_ids.empty()) {
+    ONYX_CHECK(o.language.empty() && o.task.empty(),
+               "generate: --decoder_prompt_ids gives the whole prompt: drop --language / --task");
+    std::vector<int64_t> p = {start};
+    p.insert(p.end(), o.decoder_prompt_ids.begin(), o.decoder_prompt_ids.end());
+    return std::vector<std::vector<int64_t>>((size_t)rows, p);
+  }
+  const auto w = generate::read_whisper_prompt_config(o.model);
+  return generate::whisper_prompts(w, start, o.language, o.task, rows, [&] {
+    return detect_languages(gen, w, start, enc, rows, o.batch_size);
+  });
+}
+
 // An encoder–decoder's generation: one output per encoder row, decoded from decoder_start_token_id
 // (+ --decoder_prompt_ids) in batches of --batch_size.
 int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
@@ -411,15 +466,13 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
   }
   ONYX_CHECK(!enc.empty() && enc.begin()->second.rank() >= 1, "generate: no encoder inputs");
   const int64_t rows = enc.begin()->second.dim(0);
-  std::vector<int64_t> start = {cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id
-                                                                : c.s2s.decoder_start_token_id};
-  start.insert(start.end(), o.decoder_prompt_ids.begin(), o.decoder_prompt_ids.end());
+  const std::vector<std::vector<int64_t>> starts = decoder_prompts(o, gen, cfg, enc);
   CompletionSink sink(o.output, tok, rows > 1);
   GenerateTotals total;
   const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
   for (int64_t first = 0; first < rows; first += o.batch_size) {
     const int64_t last = std::min(rows, first + o.batch_size);
-    std::vector<std::vector<int64_t>> ids((size_t)(last - first), start);
+    std::vector<std::vector<int64_t>> ids(starts.begin() + first, starts.begin() + last);
     auto t0 = std::chrono::steady_clock::now();
     auto res = gen.generate(ids, cfg, &total.stats, row_slice(enc, first, last));
     total.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -429,7 +482,7 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
       std::vector<int64_t> text_ids;
       for (int64_t id : new_ids)
         if (!eos.count(id)) text_ids.push_back(id);
-      sink.write(Prompt{}, start, new_ids, text_ids);
+      sink.write(Prompt{}, starts[(size_t)i], new_ids, text_ids);
     }
   }
   sink.finish((size_t)rows);
