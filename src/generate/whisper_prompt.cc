@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <set>
 
 #include "io/json.h"
 #include "onyx/error.h"
@@ -237,6 +238,25 @@ std::vector<std::vector<int64_t>> whisper_prompts(
     prompts.push_back(std::move(p));
   }
   return prompts;
+}
+
+std::vector<int64_t> detect_whisper_languages(Generator& gen, const WhisperPromptConfig& c,
+                                              int64_t start,
+                                              const std::map<std::string, Tensor>& encoder_inputs) {
+  ONYX_CHECK(!encoder_inputs.empty(), "language detection: no encoder inputs");
+  GenerationConfig one;
+  one.max_new_tokens = 1;
+  one.length_given = true;
+  one.decoder_start_token_id = start;
+  std::set<int64_t> langs;
+  for (const auto& [token, id] : c.lang_to_id) langs.insert(id);
+  for (int64_t t = 0; t < gen.config().vocab_size; t++)
+    if (!langs.count(t)) one.suppress_tokens.push_back(t);
+  const int64_t rows = encoder_inputs.begin()->second.dim(0);
+  std::vector<std::vector<int64_t>> ids((size_t)rows, {start});
+  std::vector<int64_t> out;
+  for (const auto& row : gen.generate(ids, one, nullptr, encoder_inputs)) out.push_back(row.at(0));
+  return out;
 }
 
 }  // namespace onyx::generate

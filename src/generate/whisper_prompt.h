@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "generate/generate.h"
+
 namespace onyx::generate {
 
 // generation_config.json's Whisper keys (config.json's forced_decoder_ids as the fallback).
@@ -40,5 +42,12 @@ int64_t whisper_language_id(const WhisperPromptConfig& c, const std::string& lan
 std::vector<std::vector<int64_t>> whisper_prompts(
     const WhisperPromptConfig& c, int64_t decoder_start_token_id, const std::string& language,
     const std::string& task, int64_t rows, const std::function<std::vector<int64_t>()>& detect);
+
+// Transformers' detect_language: each row's most likely language token (of lang_to_id's) after
+// the start token alone — one greedy step, every other token masked, no other logits processor.
+// `encoder_inputs`: one row per prompt, as Generator::generate takes them.
+std::vector<int64_t> detect_whisper_languages(Generator& gen, const WhisperPromptConfig& c,
+                                              int64_t decoder_start_token_id,
+                                              const std::map<std::string, Tensor>& encoder_inputs);
 
 }  // namespace onyx::generate

@@ -1,14 +1,18 @@
 // seq2seq_generation.cc — predict_with_generate for an encoder–decoder (Whisper, BART, T5), as
 // Transformers' Seq2SeqTrainer.prediction_step: each eval batch's encoder inputs generate from
-// decoder_start_token_id with generation_max_length / generation_num_beams over the model's
-// generation config; the predictions are generate()'s sequences (the start token, the new tokens,
-// finished rows padded with pad_token_id to the batch's longest, and every row to the generation
-// config's max_length when shorter; Whisper's without the start token, as its generate() strips
-// the decoder prompt), joined across batches padded with -100.
+// decoder_start_token_id (Whisper: the language / task / no-timestamps prompt its generate()
+// builds, the language detected per row when the config names none) with generation_max_length /
+// generation_num_beams over the model's generation config; the predictions are generate()'s
+// sequences (the start token, the new tokens, finished rows padded with pad_token_id to the batch's
+// longest, and every row to the generation config's max_length when shorter; Whisper's without the
+// start token, as its generate() strips the decoder prompt), joined across batches padded with
+// -100.
 #include <algorithm>
+#include <filesystem>
 
 #include "data/dataset.h"
 #include "generate/generate.h"
+#include "generate/whisper_prompt.h"
 #include "train/trainer_internal.h"
 
 namespace onyx {
@@ -57,6 +61,11 @@ Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::G
   }
   if (args_.generation_num_beams) cfg.num_beams = *args_.generation_num_beams;
   if (cfg.num_beams > 1) cfg.do_sample = false;
+  generate::WhisperPromptConfig whisper;  // its generation_config.json's prompt keys, if any
+  for (auto& f : model_.processor_files)
+    if (mc.model_type == "whisper" &&
+        std::filesystem::path(f).filename() == "generation_config.json")
+      whisper = generate::read_whisper_prompt_config(std::filesystem::path(f).parent_path());
   std::vector<std::vector<int64_t>> rows;
   train::GenerationScore score;
   for (auto& idx :
@@ -64,8 +73,13 @@ Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::G
     auto batch = load_batch(ds, idx);
     ONYX_CHECK(batch.count("labels"), "predict_with_generate: the eval dataset has no labels");
     const Tensor& labels = batch.at("labels");
+    const auto enc = encoder_inputs(gen, batch);
     std::vector<std::vector<int64_t>> prompts(idx.size(), {start});
-    auto out = gen.generate(prompts, cfg, nullptr, encoder_inputs(gen, batch));
+    if (mc.model_type == "whisper")
+      prompts = generate::whisper_prompts(whisper, start, "", "", (int64_t)idx.size(), [&] {
+        return generate::detect_whisper_languages(gen, whisper, start, enc);
+      });
+    auto out = gen.generate(prompts, cfg, nullptr, enc);
     size_t longest = 0;
     for (auto& o : out) longest = std::max(longest, o.size() + (keeps_start ? 1 : 0));
     for (size_t r = 0; r < out.size(); r++) {

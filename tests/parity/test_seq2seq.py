@@ -297,7 +297,8 @@ def case_whisper_language(tmp):
     for flags, kw, lang, task in (([], {}, None, V - 3),
                                   (["--language", "german", "--task", "translate"],
                                    {"language": "german", "task": "translate"}, V - 6, V - 2),
-                                  (["--language", "fr"], {"language": "fr"}, V - 5, V - 3)):
+                                  (["--language", "fr"], {"language": "fr"}, V - 5, V - 3),
+                                  (["--num_beams", "3"], {"num_beams": 3}, None, V - 3)):
         onyx("generate", d, "--encoder_inputs", f"{d}/enc.safetensors", "--output",
              f"{d}/out.jsonl", "--max_new_tokens", "8", *flags)
         with open(f"{d}/out.jsonl") as f:

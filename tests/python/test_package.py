@@ -2142,12 +2142,27 @@ def case_seq2seq_trainer(onyx, tmp):
     """onyx.Seq2SeqTrainer = transformers.Seq2SeqTrainer on BART, Whisper and T5: the logged losses
     with gradient_accumulation_steps 2 (Transformers sums the micro-batches' mean losses for these
     models: matched), predict_with_generate's eval metrics from compute_metrics over the generated
-    ids and predict()'s ids, greedy and evaluate(num_beams=3, max_length=6)."""
+    ids and predict()'s ids, greedy and evaluate(num_beams=3, max_length=6); a multilingual
+    Whisper's generation config makes the prompt (language detected per row)."""
     import copy
+    import torch
     import transformers
     out = []
-    for kind in ("bart", "whisper", "t5"):
-        model, ds = tiny_seq2seq(kind)
+    for kind in ("bart", "whisper", "whisper-multilingual", "t5"):
+        model, ds = tiny_seq2seq(kind.split("-")[0])
+        if kind == "whisper-multilingual":  # its prompt: detected language, task, notimestamps
+            g = model.generation_config
+            g.lang_to_id = {"<|en|>": 58, "<|de|>": 59, "<|fr|>": 60}
+            g.task_to_id, g.no_timestamps_token_id = {"transcribe": 61, "translate": 62}, 63
+            g.is_multilingual, g.forced_decoder_ids = True, [[1, None], [2, 61]]
+            # pad = eos, as in Whisper's checkpoints: Transformers' Whisper generate() returns a
+            # row that ended early with its eos replaced by padding, which shows only when they
+            # differ (onyx keeps the eos; the decoded text is the same)
+            model.config.pad_token_id = g.pad_token_id = 2
+            with torch.no_grad():  # a decoder whose tokens depend on the prompt's
+                for name, w in model.named_parameters():
+                    if "decoder" in name and w.dim() == 2 and "embed" not in name:
+                        w.mul_(3)
         ref_model = copy.deepcopy(model)
         seen = {}
 

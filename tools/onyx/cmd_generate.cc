@@ -390,31 +390,6 @@ std::map<std::string, Tensor> tokenized_encoder_inputs(const std::vector<Prompt>
   return {{"input_ids", ids}, {"attention_mask", mask}};
 }
 
-// Whisper's language detection (Transformers' detect_language): each row's most likely language
-// token after the start token alone, every other token masked — one greedy step with no other
-// logits processor.
-std::vector<int64_t> detect_languages(generate::Generator& gen,
-                                      const generate::WhisperPromptConfig& w, int64_t start,
-                                      const std::map<std::string, Tensor>& enc, int64_t rows,
-                                      int64_t batch_size) {
-  generate::GenerationConfig one;
-  one.max_new_tokens = 1;
-  one.length_given = true;
-  one.decoder_start_token_id = start;
-  std::set<int64_t> langs;
-  for (const auto& [token, id] : w.lang_to_id) langs.insert(id);
-  for (int64_t t = 0; t < gen.config().vocab_size; t++)
-    if (!langs.count(t)) one.suppress_tokens.push_back(t);
-  std::vector<int64_t> out;
-  for (int64_t first = 0; first < rows; first += batch_size) {
-    const int64_t last = std::min(rows, first + batch_size);
-    std::vector<std::vector<int64_t>> ids((size_t)(last - first), {start});
-    for (const auto& row : gen.generate(ids, one, nullptr, row_slice(enc, first, last)))
-      out.push_back(row.at(0));
-  }
-  return out;
-}
-
 // Each row's decoder prompt: decoder_start_token_id and --decoder_prompt_ids, or for Whisper
 // (without --decoder_prompt_ids) the language / task / no-timestamps prompt Transformers builds.
 std::vector<std::vector<int64_t>> decoder_prompts(const GenerateOpts& o, generate::Generator& gen,
@@ -435,7 +410,7 @@ std::vector<std::vector<int64_t>> decoder_prompts(const GenerateOpts& o, generat
   }
   const auto w = generate::read_whisper_prompt_config(o.model);
   return generate::whisper_prompts(w, start, o.language, o.task, rows, [&] {
-    return detect_languages(gen, w, start, enc, rows, o.batch_size);
+    return generate::detect_whisper_languages(gen, w, start, enc);
   });
 }
 
@@ -466,15 +441,15 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
   }
   ONYX_CHECK(!enc.empty() && enc.begin()->second.rank() >= 1, "generate: no encoder inputs");
   const int64_t rows = enc.begin()->second.dim(0);
-  const std::vector<std::vector<int64_t>> starts = decoder_prompts(o, gen, cfg, enc);
   CompletionSink sink(o.output, tok, rows > 1);
   GenerateTotals total;
   const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
   for (int64_t first = 0; first < rows; first += o.batch_size) {
     const int64_t last = std::min(rows, first + o.batch_size);
-    std::vector<std::vector<int64_t>> ids(starts.begin() + first, starts.begin() + last);
+    const auto batch = row_slice(enc, first, last);
+    const std::vector<std::vector<int64_t>> ids = decoder_prompts(o, gen, cfg, batch);
     auto t0 = std::chrono::steady_clock::now();
-    auto res = gen.generate(ids, cfg, &total.stats, row_slice(enc, first, last));
+    auto res = gen.generate(ids, cfg, &total.stats, batch);
     total.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (int64_t i = first; i < last; i++) {
       const auto& new_ids = res[(size_t)(i - first)];
@@ -482,7 +457,7 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
       std::vector<int64_t> text_ids;
       for (int64_t id : new_ids)
         if (!eos.count(id)) text_ids.push_back(id);
-      sink.write(Prompt{}, starts[(size_t)i], new_ids, text_ids);
+      sink.write(Prompt{}, ids[(size_t)(i - first)], new_ids, text_ids);
     }
   }
   sink.finish((size_t)rows);
