@@ -61,41 +61,55 @@ void check_config(const ScheduleConfig& c, bool ancestral) {
              ": final_sigmas_type '", c.final_sigmas_type, "' is not one of zero, sigma_min");
 }
 
-}  // namespace
-
-EulerSampler::EulerSampler(const NoiseSchedule& s, int64_t steps, bool ancestral)
-    : c_(s.config()), ancestral_(ancestral) {
-  check_config(c_, ancestral);
+// set_timesteps' float32 timesteps and float64 sigmas (one per timestep): the table's sigmas
+// interpolated at the timesteps, or with use_karras_sigmas Karras sigmas between their ends
+// (`bounds`: the config's sigma_min / sigma_max where given, as EulerDiscreteScheduler takes
+// them) and each one's fractional timestep.
+void sigma_schedule(const NoiseSchedule& s, int64_t steps, bool karras, bool bounds,
+                    std::vector<float>& timesteps, std::vector<double>& sigmas) {
+  const ScheduleConfig& c = s.config();
   const int64_t T = s.steps();
   ONYX_CHECK(steps >= 1 && steps <= T, "num_inference_steps ", steps, " must be in [1, ", T,
              "] (num_train_timesteps)");
   const std::vector<float>& ac = s.alphas_cumprod();
   std::vector<float> sig(T);
   for (int64_t t = 0; t < T; ++t) sig[t] = std::sqrt((1.0f - ac[t]) / ac[t]);
-  timesteps_ = euler_timesteps(c_, steps);
-  std::vector<double> sigmas;  // float64, as numpy's interp gives them
-  for (float t : timesteps_) {
-    ONYX_CHECK(t >= 0 && t <= (float)(T - 1), "the Euler scheduler's timestep ", t,
-               " is outside [0, ", T - 1, "] (steps_offset ", c_.steps_offset, ")");
+  timesteps = euler_timesteps(c, steps);
+  sigmas.clear();
+  for (float t : timesteps) {
+    ONYX_CHECK(t >= 0 && t <= (float)(T - 1), c.origin, ": timestep ", t, " is outside [0, ", T - 1,
+               "] (steps_offset ", c.steps_offset, ")");
     sigmas.push_back(interp((double)t, sig));
   }
-  if (c_.karras_sigmas && !ancestral) {  // between the interpolated ends, or the config's
-    sigmas = karras_sigmas(std::isnan(c_.sigma_min) ? sigmas.back() : c_.sigma_min,
-                           std::isnan(c_.sigma_max) ? sigmas.front() : c_.sigma_max, steps);
-    std::vector<float> log_sigmas;
-    for (float s : sig) log_sigmas.push_back(std::log(s));
-    timesteps_.clear();
-    for (double s : sigmas) timesteps_.push_back((float)sigma_to_t(s, log_sigmas));
-  }
-  for (double s : sigmas) sigmas_.push_back((float)s);
-  sigmas_.push_back(!ancestral && c_.final_sigmas_type == "sigma_min" ? sig[0] : 0.0f);
+  if (!karras) return;
+  sigmas = karras_sigmas(bounds && !std::isnan(c.sigma_min) ? c.sigma_min : sigmas.back(),
+                         bounds && !std::isnan(c.sigma_max) ? c.sigma_max : sigmas.front(), steps);
+  std::vector<float> log_sigmas;
+  for (float v : sig) log_sigmas.push_back(std::log(v));
+  timesteps.clear();
+  for (double v : sigmas) timesteps.push_back((float)sigma_to_t(v, log_sigmas));
 }
 
-float EulerSampler::init_noise_sigma() const {
-  const float mx = *std::max_element(sigmas_.begin(), sigmas_.end());
-  const std::string spacing = c_.timestep_spacing_given ? c_.timestep_spacing : "linspace";
+// init_noise_sigma: the largest sigma, or sqrt(sigma_max² + 1) with leading spacing.
+float noise_sigma(const ScheduleConfig& c, const std::vector<float>& sigmas) {
+  const float mx = *std::max_element(sigmas.begin(), sigmas.end());
+  const std::string spacing = c.timestep_spacing_given ? c.timestep_spacing : "linspace";
   return spacing == "linspace" || spacing == "trailing" ? mx : std::sqrt(mx * mx + 1.0f);
 }
+
+}  // namespace
+
+EulerSampler::EulerSampler(const NoiseSchedule& s, int64_t steps, bool ancestral)
+    : c_(s.config()), ancestral_(ancestral) {
+  check_config(c_, ancestral);
+  std::vector<double> sigmas;
+  sigma_schedule(s, steps, c_.karras_sigmas && !ancestral, true, timesteps_, sigmas);
+  for (double v : sigmas) sigmas_.push_back((float)v);
+  const float first = std::sqrt((1.0f - s.alphas_cumprod()[0]) / s.alphas_cumprod()[0]);
+  sigmas_.push_back(!ancestral && c_.final_sigmas_type == "sigma_min" ? first : 0.0f);
+}
+
+float EulerSampler::init_noise_sigma() const { return noise_sigma(c_, sigmas_); }
 
 void EulerSampler::scale_input(int64_t i, const float* x, float* out, int64_t n) const {
   const float s = sigmas_.at(i), d = std::sqrt(s * s + 1.0f);
@@ -122,6 +136,71 @@ void EulerSampler::step(int64_t i, const float* m, const float* noise, float* x,
     float prev = x[k] + derivative * dt;
     if (ancestral_) prev = prev + noise[k] * up;
     x[k] = prev;
+  }
+}
+
+}  // namespace onyx::diffusion
+
+namespace onyx::diffusion {
+
+HeunSampler::HeunSampler(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
+  ONYX_CHECK(c_.unsupported_sigmas.empty(), c_.origin, ": HeunDiscreteScheduler with ",
+             c_.unsupported_sigmas.empty() ? "" : c_.unsupported_sigmas.front(),
+             " is not built (its default and Karras sigmas are)");
+  ONYX_CHECK(c_.prediction_type == "epsilon" || c_.prediction_type == "v_prediction" ||
+                 c_.prediction_type == "sample",
+             c_.origin, ": prediction_type '", c_.prediction_type,
+             "' is not one of epsilon, "
+             "v_prediction, sample");
+  std::vector<float> ts;
+  std::vector<double> sigmas;
+  sigma_schedule(s, steps, c_.karras_sigmas, false, ts, sigmas);
+  sigmas.push_back(0.0);
+  // every timestep but the first twice, every sigma but the first and the last twice
+  for (size_t k = 0; k < ts.size(); ++k)
+    for (int rep = 0; rep < (k == 0 ? 1 : 2); ++rep) timesteps_.push_back(ts[k]);
+  for (size_t k = 0; k < sigmas.size(); ++k)
+    for (int rep = 0; rep < (k == 0 || k + 1 == sigmas.size() ? 1 : 2); ++rep)
+      sigmas_.push_back((float)sigmas[k]);
+}
+
+float HeunSampler::init_noise_sigma() const { return noise_sigma(c_, sigmas_); }
+
+void HeunSampler::scale_input(int64_t i, const float* x, float* out, int64_t n) const {
+  const float s = sigmas_.at(i), d = std::sqrt(s * s + 1.0f);
+  for (int64_t k = 0; k < n; ++k) out[k] = x[k] / d;
+}
+
+void HeunSampler::step(int64_t i, const float* m, float* x, int64_t n) {
+  const bool first = derivative_.empty();
+  const float sigma = sigmas_.at(first ? i : i - 1), next = sigmas_.at(first ? i + 1 : i);
+  const float sigma_hat = sigma * 1.0f, in = first ? sigma_hat : next;  // (gamma 0)
+  const std::string& pt = c_.prediction_type;
+  const float v_out = -in / std::sqrt(in * in + 1.0f), v_in = in * in + 1.0f;
+  // clip_sample: HeunDiscreteScheduler's default is off (a DDPM file's key, when there, counts)
+  const bool clip = c_.clip_sample_given && c_.clip_sample;
+  const float r = (float)c_.clip_sample_range;
+  if (first) {
+    derivative_.resize(n);
+    sample_.assign(x, x + n);
+    dt_ = next - sigma_hat;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    float x0 = pt == "sample"    ? m[k]
+               : pt == "epsilon" ? x[k] - in * m[k]
+                                 : m[k] * v_out + x[k] / v_in;
+    if (clip) x0 = std::clamp(x0, -r, r);
+    if (first) {
+      derivative_[k] = (x[k] - x0) / sigma_hat;
+      x[k] = x[k] + derivative_[k] * dt_;
+    } else {
+      const float d = (derivative_[k] + (x[k] - x0) / next) / 2.0f;
+      x[k] = sample_[k] + d * dt_;
+    }
+  }
+  if (!first) {
+    derivative_.clear();
+    sample_.clear();
   }
 }
 

@@ -32,4 +32,25 @@ class EulerSampler {
   std::vector<float> timesteps_, sigmas_;  // sigmas_: one per timestep, and the final one
 };
 
+// diffusers' HeunDiscreteScheduler (Karras et al. 2022's second-order Heun step): every step but
+// the last calls the denoiser twice — at sigma (an Euler step) and at the next sigma (the
+// derivatives averaged) —, so its timesteps are 2k - 1 (every one after the first twice), float32
+// as Euler's; Karras sigmas taken, the others refused; clip_sample only where the config says so.
+class HeunSampler {
+ public:
+  HeunSampler(const NoiseSchedule& schedule, int64_t steps);
+  const std::vector<float>& timesteps() const { return timesteps_; }
+  float init_noise_sigma() const;
+  void scale_input(int64_t i, const float* x, float* out, int64_t n) const;
+  // Denoiser call i's step on x: the first-order half keeps the derivative and the sample, the
+  // second-order half finishes from them.
+  void step(int64_t i, const float* model_output, float* x, int64_t n);
+
+ private:
+  ScheduleConfig c_;
+  std::vector<float> timesteps_, sigmas_;   // sigmas_: 2k, the last 0
+  std::vector<float> derivative_, sample_;  // between the two halves of a step
+  float dt_ = 0;
+};
+
 }  // namespace onyx::diffusion

@@ -74,6 +74,7 @@ ScheduleConfig parse_schedule_config(const std::string& text, const std::string&
   r.number("beta_end", c.beta_end);
   r.string("prediction_type", c.prediction_type);
   r.string("variance_type", c.variance_type);
+  c.clip_sample_given = r.find("clip_sample") != nullptr;
   r.boolean("clip_sample", c.clip_sample);
   r.number("clip_sample_range", c.clip_sample_range);
   c.set_alpha_to_one_given = r.find("set_alpha_to_one") != nullptr;

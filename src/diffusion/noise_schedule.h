@@ -22,6 +22,7 @@ struct ScheduleConfig {    // scheduler_config.json (DDPMScheduler / DDIMSchedul
   std::string prediction_type = "epsilon";    // epsilon | v_prediction | sample
   std::string variance_type = "fixed_small";  // DDPM: fixed_small | fixed_small_log
   bool clip_sample = true;
+  bool clip_sample_given = false;  // (HeunDiscreteScheduler's default is false)
   double clip_sample_range = 1.0;
   bool set_alpha_to_one = true;         // DDIM: alpha_prod of the step before t = 0
   bool set_alpha_to_one_given = false;  // (PNDMScheduler's default is false)

@@ -18,11 +18,13 @@
 namespace onyx::diffusion {
 
 struct SampleOptions {
-  // ddpm | ddim | dpmsolver | euler | euler_ancestral | pndm (diffusion/steppers.h), made from the
-  // scheduler config as from_config makes them; "": the one the config names (its _class_name)
+  // ddpm | ddim | dpmsolver | euler | euler_ancestral | heun | pndm (diffusion/steppers.h), made
+  // from the scheduler config as from_config makes them; "": the one the config names (its
+  // _class_name)
   std::string scheduler;
   double eta = 0;  // DDIM's eta (DDIMPipeline's): the share of DDPM's noise, 0..1
-  // Karras sigmas for dpmsolver / euler, as from_config(config, use_karras_sigmas=True) makes them
+  // Karras sigmas for dpmsolver / euler / heun, as from_config(config, use_karras_sigmas=True)
+  // makes them
   bool use_karras_sigmas = false;
   int64_t num_inference_steps = 0;  // 0: the pipeline's default (DDPM 1000, DDIM 50)
   int64_t num_images = 1;

@@ -1,5 +1,5 @@
 // diffusion/steppers.cc — see steppers.h: DDPM and DDIM (noise_schedule.h), DPM-Solver
-// (dpm_solver.h) and Euler (euler.h) behind Stepper.
+// (dpm_solver.h), Euler and Heun (euler.h) behind Stepper.
 #include "diffusion/steppers.h"
 
 #include <algorithm>
@@ -90,6 +90,29 @@ class EulerStepper : public Stepper {
   bool ancestral_;
 };
 
+class HeunStepper : public Stepper {
+ public:
+  HeunStepper(const NoiseSchedule& s, int64_t k) : heun_(s, k) {}
+  int64_t steps() const override { return (int64_t)heun_.timesteps().size(); }
+  bool float_timesteps() const override { return true; }
+  float init_noise_sigma() const override { return heun_.init_noise_sigma(); }
+  Tensor timestep(int64_t i, int64_t B) const override {
+    return Tensor::from_vector<float>(DType::Float32, {B},
+                                      std::vector<float>(B, heun_.timesteps()[i]));
+  }
+  Tensor model_input(int64_t i, const Tensor& x) const override {
+    Tensor in(DType::Float32, x.shape());
+    heun_.scale_input(i, x.data<float>(), in.data<float>(), x.numel());
+    return in;
+  }
+  void step(int64_t i, const float* y, const float*, float* x, int64_t n) override {
+    heun_.step(i, y, x, n);
+  }
+
+ private:
+  HeunSampler heun_;
+};
+
 // PNDMScheduler with skip_prk_steps (Stable Diffusion 1.x's): PLMS, the linear multistep update
 // on the last four model outputs, after a first step that averages the first two outputs
 // (step_plms's counter 1). Float32 as diffusers' tensors.
@@ -172,7 +195,7 @@ class PlmsStepper : public Stepper {
 
 const std::vector<std::string>& Stepper::names() {
   static const std::vector<std::string> n = {
-      "ddpm", "ddim", "dpmsolver", "euler", "euler_ancestral", "pndm"};
+      "ddpm", "ddim", "dpmsolver", "euler", "euler_ancestral", "heun", "pndm"};
   return n;
 }
 
@@ -184,6 +207,7 @@ std::string Stepper::of_config(const ScheduleConfig& c) {
       {"DPMSolverMultistepScheduler", "dpmsolver"},
       {"EulerDiscreteScheduler", "euler"},
       {"EulerAncestralDiscreteScheduler", "euler_ancestral"},
+      {"HeunDiscreteScheduler", "heun"},
       {"PNDMScheduler", "pndm"}};
   auto it = by_class.find(c.class_name);
   if (it != by_class.end()) return it->second;
@@ -201,6 +225,7 @@ std::unique_ptr<Stepper> Stepper::make(const std::string& name, const NoiseSched
   if (name == "ddim") return std::make_unique<DdimStepper>(s, k, eta);
   if (name == "dpmsolver") return std::make_unique<DpmStepper>(s, k);
   if (name == "pndm") return std::make_unique<PlmsStepper>(s, k);
+  if (name == "heun") return std::make_unique<HeunStepper>(s, k);
   if (name == "euler" || name == "euler_ancestral")
     return std::make_unique<EulerStepper>(s, k, name == "euler_ancestral");
   std::string all;

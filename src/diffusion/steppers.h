@@ -1,4 +1,4 @@
-// diffusion/steppers.h — the sampling schedulers (DDPM, DDIM, DPM-Solver, Euler, PNDM's PLMS)
+// diffusion/steppers.h — the sampling schedulers (DDPM, DDIM, DPM-Solver, Euler, Heun, PNDM's PLMS)
 // behind one interface, for sampler.cc's loop: their timesteps, what the denoiser is fed at each
 // (the timestep as int64, or float32 for the Euler schedulers' fractional ones; the sample, scaled
 // by Euler's scale_model_input), the initial noise's scale, and the step. One Stepper per batch of
@@ -16,7 +16,8 @@ namespace onyx::diffusion {
 
 class Stepper {
  public:
-  // `name`: ddpm | ddim | dpmsolver | euler | euler_ancestral | pndm; `steps`: num_inference_steps
+  // `name`: ddpm | ddim | dpmsolver | euler | euler_ancestral | heun | pndm; `steps`:
+  // num_inference_steps
   // (0: the pipelines' default: DDPM 1000, the others 50); `eta`: DDIM's. Errors name what is not
   // supported.
   static std::unique_ptr<Stepper> make(const std::string& name, const NoiseSchedule& schedule,
@@ -24,7 +25,8 @@ class Stepper {
   static const std::vector<std::string>& names();
   // The scheduler a pipeline folder's scheduler config names (_class_name: DDPMScheduler -> ddpm,
   // DDIMScheduler -> ddim, DPMSolverMultistepScheduler -> dpmsolver, EulerDiscreteScheduler ->
-  // euler, EulerAncestralDiscreteScheduler -> euler_ancestral, PNDMScheduler -> pndm; none
+  // euler, EulerAncestralDiscreteScheduler -> euler_ancestral, HeunDiscreteScheduler -> heun,
+  // PNDMScheduler -> pndm; none
   // named: ddpm), as diffusers'
   // pipelines step with the folder's scheduler; one onyx does not step is an error naming it.
   static std::string of_config(const ScheduleConfig& c);

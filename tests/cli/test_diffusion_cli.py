@@ -212,7 +212,8 @@ def case_bad_inputs(tmp):
                     f'-Infinity, "{key}": {value}}}')
         check(["sample", out, "--per_class", "1", "--scheduler", "dpmsolver", "--scheduler_config",
                f"{tmp}/dpm-{key}.json"], f"dpm-{key}.json", needle)
-    check(["sample", out, "--per_class", "1", "--scheduler", "heun"], "heun", "euler_ancestral")
+    check(["sample", out, "--per_class", "1", "--scheduler", "lms"], "lms", "euler_ancestral",
+          "heun")
     check(["sample", out, "--per_class", "1", "--scheduler", "ddim", "--use_karras_sigmas"],
           "use_karras_sigmas", "ddim")
     # without --scheduler, the one the config names (as a pipeline steps with its folder's)

@@ -458,6 +458,40 @@ def case_euler(tmp):
     return ok, "; ".join(msgs)
 
 
+def case_heun(tmp):
+    """`onyx sample --scheduler heun`: HeunDiscreteScheduler's loop (two UNet calls a step, the
+    last step one: 2k - 1 calls at float32 timesteps, the derivatives of a step's two calls
+    averaged) from the same latents: linspace, Karras sigmas with v-prediction, and the model
+    folder's DDPM file (leading spacing, clip_sample true there, so clipped as from_config makes
+    it)."""
+    from diffusers import HeunDiscreteScheduler
+    d, model, scheduler = make(tmp, "cls")
+    model.eval()
+    base = {key: scheduler.config[key] for key in ("num_train_timesteps", "beta_schedule",
+                                                  "beta_start", "beta_end")}
+    variants = [("heun linspace", {}, 6),
+                ("heun Karras v", dict(use_karras_sigmas=True, prediction_type="v_prediction"), 5),
+                ("heun (the folder's DDPM file)", None, 4)]
+    labels = torch.tensor([3, 1, 0])
+    msgs, ok = [], True
+    for k, (name, cfg, steps) in enumerate(variants):
+        extra = ("--class_labels", "3,1,0")
+        if cfg is None:
+            sched = HeunDiscreteScheduler.from_pretrained(d)
+        else:
+            sched = HeunDiscreteScheduler(**dict(base, **cfg))
+            sched.save_pretrained(f"{d}/heun{k}")
+            extra += ("--scheduler_config", f"{d}/heun{k}/scheduler_config.json")
+        latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(30 + k))
+        refs, _ = scheduler_loop_refs(model, sched, latents, steps, labels)
+        got = sample_with_onyx(d, [latents], steps, "heun", extra)
+        good, msg = against_references(got, refs[0], refs[1],
+                                       f"{name}, {len(sched.timesteps)} UNet calls")
+        ok &= good
+        msgs.append(msg)
+    return ok, "; ".join(msgs)
+
+
 def case_pndm(tmp):
     """`onyx sample --scheduler pndm`: PNDMScheduler with skip_prk_steps (PLMS, Stable Diffusion
     1.x's folders' scheduler: steps_offset 1, set_alpha_to_one false) against its loop from the
@@ -1049,6 +1083,7 @@ def main():
     cases.append(("ddim-classes", case_ddim_classes))
     cases.append(("dpmsolver", case_dpmsolver))
     cases.append(("euler", case_euler))
+    cases.append(("heun", case_heun))
     cases.append(("pndm", case_pndm))
     cases.append(("ddim-guidance", case_ddim_guidance))
     cases.append(("ddim-prompt", case_ddim_prompt))

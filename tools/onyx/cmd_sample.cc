@@ -143,11 +143,13 @@ Action add_sample_command(CLI::App& app) {
                   "the folder's scheduler (its config's _class_name; DDPM when it names "
                   "none), or ddpm, ddim, dpmsolver (DPM-Solver++ 2M by default: "
                   "DPMSolverMultistepScheduler), euler or euler_ancestral (Euler(Ancestral)"
-                  "DiscreteScheduler), pndm (PNDMScheduler's PLMS, Stable Diffusion 1.x's); all "
-                  "but ddpm are good in 20-50 steps");
-  cmd->add_flag("--use_karras_sigmas", a->o.use_karras_sigmas,
-                "dpmsolver / euler with Karras sigmas (\"DPM++ 2M Karras\"), as the scheduler "
-                "config's use_karras_sigmas");
+                  "DiscreteScheduler), heun (HeunDiscreteScheduler: two UNet calls a step), pndm "
+                  "(PNDMScheduler's PLMS, Stable Diffusion 1.x's); all but ddpm are good in 20-50 "
+                  "steps");
+  cmd->add_flag(
+      "--use_karras_sigmas", a->o.use_karras_sigmas,
+      "dpmsolver / euler / heun with Karras sigmas (\"DPM++ 2M Karras\"), as the scheduler "
+      "config's use_karras_sigmas");
   cmd->add_option("--eta", a->o.eta,
                   "DDIM's eta in [0, 1] (default 0: deterministic; 1: DDPM's noise)");
   cmd->add_option("--scheduler_config", a->scheduler_config,
