@@ -90,6 +90,12 @@ void sigma_schedule(const NoiseSchedule& s, int64_t steps, bool karras, bool bou
   for (double v : sigmas) timesteps.push_back((float)sigma_to_t(v, log_sigmas));
 }
 
+// scale_model_input: x / sqrt(sigma² + 1).
+void scale_by_sigma(float sigma, const float* x, float* out, int64_t n) {
+  const float d = std::sqrt(sigma * sigma + 1.0f);
+  for (int64_t k = 0; k < n; ++k) out[k] = x[k] / d;
+}
+
 // init_noise_sigma: the largest sigma, or sqrt(sigma_max² + 1) with leading spacing.
 float noise_sigma(const ScheduleConfig& c, const std::vector<float>& sigmas) {
   const float mx = *std::max_element(sigmas.begin(), sigmas.end());
@@ -112,8 +118,7 @@ EulerSampler::EulerSampler(const NoiseSchedule& s, int64_t steps, bool ancestral
 float EulerSampler::init_noise_sigma() const { return noise_sigma(c_, sigmas_); }
 
 void EulerSampler::scale_input(int64_t i, const float* x, float* out, int64_t n) const {
-  const float s = sigmas_.at(i), d = std::sqrt(s * s + 1.0f);
-  for (int64_t k = 0; k < n; ++k) out[k] = x[k] / d;
+  scale_by_sigma(sigmas_.at(i), x, out, n);
 }
 
 void EulerSampler::step(int64_t i, const float* m, const float* noise, float* x, int64_t n) const {
@@ -139,10 +144,6 @@ void EulerSampler::step(int64_t i, const float* m, const float* noise, float* x,
   }
 }
 
-}  // namespace onyx::diffusion
-
-namespace onyx::diffusion {
-
 HeunSampler::HeunSampler(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
   ONYX_CHECK(c_.unsupported_sigmas.empty(), c_.origin, ": HeunDiscreteScheduler with ",
              c_.unsupported_sigmas.empty() ? "" : c_.unsupported_sigmas.front(),
@@ -167,8 +168,7 @@ HeunSampler::HeunSampler(const NoiseSchedule& s, int64_t steps) : c_(s.config())
 float HeunSampler::init_noise_sigma() const { return noise_sigma(c_, sigmas_); }
 
 void HeunSampler::scale_input(int64_t i, const float* x, float* out, int64_t n) const {
-  const float s = sigmas_.at(i), d = std::sqrt(s * s + 1.0f);
-  for (int64_t k = 0; k < n; ++k) out[k] = x[k] / d;
+  scale_by_sigma(sigmas_.at(i), x, out, n);
 }
 
 void HeunSampler::step(int64_t i, const float* m, float* x, int64_t n) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "diffusion/dpm_solver.h"
 #include "diffusion/euler.h"
@@ -64,53 +65,47 @@ class DpmStepper : public Stepper {
   DpmSolver solver_;
 };
 
-class EulerStepper : public Stepper {
+// Euler and Heun: float32 timesteps, the denoiser's input scaled by scale_model_input.
+template <class Sampler>
+class SigmaStepper : public Stepper {
  public:
-  EulerStepper(const NoiseSchedule& s, int64_t k, bool ancestral)
-      : euler_(s, k, ancestral), ancestral_(ancestral) {}
-  int64_t steps() const override { return (int64_t)euler_.timesteps().size(); }
+  int64_t steps() const override { return (int64_t)sampler_.timesteps().size(); }
   bool float_timesteps() const override { return true; }
-  bool draws_noise() const override { return ancestral_; }
-  float init_noise_sigma() const override { return euler_.init_noise_sigma(); }
+  float init_noise_sigma() const override { return sampler_.init_noise_sigma(); }
   Tensor timestep(int64_t i, int64_t B) const override {
     return Tensor::from_vector<float>(DType::Float32, {B},
-                                      std::vector<float>(B, euler_.timesteps()[i]));
+                                      std::vector<float>(B, sampler_.timesteps()[i]));
   }
   Tensor model_input(int64_t i, const Tensor& x) const override {
     Tensor in(DType::Float32, x.shape());
-    euler_.scale_input(i, x.data<float>(), in.data<float>(), x.numel());
+    sampler_.scale_input(i, x.data<float>(), in.data<float>(), x.numel());
     return in;
   }
+
+ protected:
+  explicit SigmaStepper(Sampler sampler) : sampler_(std::move(sampler)) {}
+  Sampler sampler_;
+};
+
+class EulerStepper : public SigmaStepper<EulerSampler> {
+ public:
+  EulerStepper(const NoiseSchedule& s, int64_t k, bool ancestral)
+      : SigmaStepper(EulerSampler(s, k, ancestral)), ancestral_(ancestral) {}
+  bool draws_noise() const override { return ancestral_; }
   void step(int64_t i, const float* y, const float* noise, float* x, int64_t n) override {
-    euler_.step(i, y, noise, x, n);
+    sampler_.step(i, y, noise, x, n);
   }
 
  private:
-  EulerSampler euler_;
   bool ancestral_;
 };
 
-class HeunStepper : public Stepper {
+class HeunStepper : public SigmaStepper<HeunSampler> {
  public:
-  HeunStepper(const NoiseSchedule& s, int64_t k) : heun_(s, k) {}
-  int64_t steps() const override { return (int64_t)heun_.timesteps().size(); }
-  bool float_timesteps() const override { return true; }
-  float init_noise_sigma() const override { return heun_.init_noise_sigma(); }
-  Tensor timestep(int64_t i, int64_t B) const override {
-    return Tensor::from_vector<float>(DType::Float32, {B},
-                                      std::vector<float>(B, heun_.timesteps()[i]));
-  }
-  Tensor model_input(int64_t i, const Tensor& x) const override {
-    Tensor in(DType::Float32, x.shape());
-    heun_.scale_input(i, x.data<float>(), in.data<float>(), x.numel());
-    return in;
-  }
+  HeunStepper(const NoiseSchedule& s, int64_t k) : SigmaStepper(HeunSampler(s, k)) {}
   void step(int64_t i, const float* y, const float*, float* x, int64_t n) override {
-    heun_.step(i, y, x, n);
+    sampler_.step(i, y, x, n);
   }
-
- private:
-  HeunSampler heun_;
 };
 
 // PNDMScheduler with skip_prk_steps (Stable Diffusion 1.x's): PLMS, the linear multistep update

@@ -370,6 +370,16 @@ def scheduler_loop_refs(model, sched, latents, steps, labels, noise_module=None)
     return refs, draws
 
 
+def scheduler_variant(d, cls, base, cfg, name, extra):
+    """The scheduler of one variant and onyx's flags for it: `cfg` None is the model folder's
+    file (as from_pretrained reads it), else `cls(**base, **cfg)` saved to d/name."""
+    if cfg is None:
+        return cls.from_pretrained(d), extra
+    sched = cls(**dict(base, **cfg))
+    sched.save_pretrained(f"{d}/{name}")
+    return sched, extra + ("--scheduler_config", f"{d}/{name}/scheduler_config.json")
+
+
 def case_dpmsolver(tmp):
     """`onyx sample --scheduler dpmsolver`: DPMSolverMultistepScheduler's loop from the same
     latents. Its configurations: from the model's DDPM config as from_config makes it (DPM-Solver++
@@ -440,13 +450,8 @@ def case_euler(tmp):
     labels = torch.tensor([1, 3, 4])
     msgs, ok = [], True
     for k, (name, cls, cfg, steps) in enumerate(variants):
-        extra = ("--class_labels", "1,3,4")
-        if cfg is None:
-            sched = cls.from_pretrained(d)
-        else:
-            sched = cls(**dict(base, **cfg))
-            sched.save_pretrained(f"{d}/euler{k}")
-            extra += ("--scheduler_config", f"{d}/euler{k}/scheduler_config.json")
+        sched, extra = scheduler_variant(d, cls, base, cfg, f"euler{k}",
+                                         ("--class_labels", "1,3,4"))
         latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(10 + k))
         refs, draws = scheduler_loop_refs(model, sched, latents, steps, labels, sanc)
         scheduler_name = "euler_ancestral" if cls is EulerAncestralDiscreteScheduler else "euler"
@@ -475,13 +480,8 @@ def case_heun(tmp):
     labels = torch.tensor([3, 1, 0])
     msgs, ok = [], True
     for k, (name, cfg, steps) in enumerate(variants):
-        extra = ("--class_labels", "3,1,0")
-        if cfg is None:
-            sched = HeunDiscreteScheduler.from_pretrained(d)
-        else:
-            sched = HeunDiscreteScheduler(**dict(base, **cfg))
-            sched.save_pretrained(f"{d}/heun{k}")
-            extra += ("--scheduler_config", f"{d}/heun{k}/scheduler_config.json")
+        sched, extra = scheduler_variant(d, HeunDiscreteScheduler, base, cfg, f"heun{k}",
+                                         ("--class_labels", "3,1,0"))
         latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(30 + k))
         refs, _ = scheduler_loop_refs(model, sched, latents, steps, labels)
         got = sample_with_onyx(d, [latents], steps, "heun", extra)

@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -428,6 +429,17 @@ ConvG conv_g(const ir::Node& node, const Shape& x, const Shape& w, const Shape& 
   return g;
 }
 
+// The geometry of a gradient node's convolution (X shape x, W shape w) when its float32 `pass`
+// (writing `out`) runs on oneDNN's blocked layouts (conv_onednn::preferred; not in low precision).
+std::optional<ConvGeom> blocked_pass(const KernelContext& ctx, const Tensor& out, const Shape& x,
+                                     const Shape& w, conv_onednn::Pass pass) {
+  if (out.dtype() != DType::Float32 || kernels::low_precision(ctx) != kernels::LowPrecision::None)
+    return std::nullopt;
+  ConvGeom d = conv_geom(ctx.node, x, w, nullptr);
+  if (!conv_onednn::preferred(d, pass)) return std::nullopt;
+  return d;
+}
+
 // dX (N, C, in...) from dY (N, M, out...) and W (M, Cg, k...):
 // per sample and group, dcol (Cg·k, out) = W_g^T (Cg·k, Mg) · dY_ng (Mg, out), then col2im.
 template <class T>
@@ -531,11 +543,8 @@ void conv_grad_input_compute(KernelContext& ctx) {
     std::memset(dx.raw(), 0, dx.nbytes());
     return;
   }
-  if (dx.dtype() == DType::Float32 && kernels::low_precision(ctx) == kernels::LowPrecision::None) {
-    const ConvGeom d = conv_geom(ctx.node, dx.shape(), w.shape(), nullptr);
-    if (conv_onednn::preferred(d, conv_onednn::Pass::GradInput))
-      return conv_onednn::grad_input(d, dy.data<float>(), w.data<float>(), dx.data<float>());
-  }
+  if (auto d = blocked_pass(ctx, dx, dx.shape(), w.shape(), conv_onednn::Pass::GradInput))
+    return conv_onednn::grad_input(*d, dy.data<float>(), w.data<float>(), dx.data<float>());
   dispatch_float(
       ctx.node, dx,
       [&](auto* D, auto* W, auto* X) {
@@ -565,11 +574,8 @@ void conv_grad_weight_infer(InferContext& ctx) {
 // im2col + GEMM.
 void weight_gradient(KernelContext& ctx, const ConvG& g, const Tensor& dy, const Tensor& x,
                      Tensor& dw) {
-  if (dw.dtype() == DType::Float32 && kernels::low_precision(ctx) == kernels::LowPrecision::None) {
-    const ConvGeom d = conv_geom(ctx.node, x.shape(), dw.shape(), nullptr);
-    if (conv_onednn::preferred(d, conv_onednn::Pass::GradWeight))
-      return conv_onednn::grad_weight(d, dy.data<float>(), x.data<float>(), dw.data<float>());
-  }
+  if (auto d = blocked_pass(ctx, dw, x.shape(), dw.shape(), conv_onednn::Pass::GradWeight))
+    return conv_onednn::grad_weight(*d, dy.data<float>(), x.data<float>(), dw.data<float>());
   dispatch_float(
       ctx.node, dw,
       [&](auto* D, auto* X, auto* W) {
