@@ -40,30 +40,63 @@ void check_config(const ScheduleConfig& c) {
   ONYX_CHECK(c.unsupported_sigmas.empty(), what, ": DPMSolverMultistepScheduler with ",
              c.unsupported_sigmas.empty() ? "" : c.unsupported_sigmas.front(),
              " is not built (its default sigmas are)");
-  ONYX_CHECK(c.algorithm_type == "dpmsolver++" || c.algorithm_type == "dpmsolver", what,
-             ": DPMSolverMultistepScheduler's algorithm_type '", c.algorithm_type,
-             "' is not built (dpmsolver++, dpmsolver)");
+  ONYX_CHECK(c.algorithm_type == "dpmsolver++" || c.algorithm_type == "dpmsolver" ||
+                 c.algorithm_type == "sde-dpmsolver++" || c.algorithm_type == "sde-dpmsolver",
+             what, ": DPMSolverMultistepScheduler's algorithm_type '", c.algorithm_type,
+             "' is not one of dpmsolver++, dpmsolver, sde-dpmsolver++, sde-dpmsolver");
+  ONYX_CHECK(c.algorithm_type != "sde-dpmsolver" || c.solver_order < 3, what,
+             ": sde-dpmsolver has no third-order update (diffusers fails on it): solver_order 1 "
+             "or 2");
   ONYX_CHECK(c.solver_order >= 1 && c.solver_order <= 3, what,
              ": solver_order must be 1, 2 or 3, got ", c.solver_order);
   ONYX_CHECK(c.solver_type == "midpoint" || c.solver_type == "heun", what, ": solver_type '",
              c.solver_type, "' is not one of midpoint, heun");
   ONYX_CHECK(c.final_sigmas_type == "zero" || c.final_sigmas_type == "sigma_min", what,
              ": final_sigmas_type '", c.final_sigmas_type, "' is not one of zero, sigma_min");
-  ONYX_CHECK(c.algorithm_type == "dpmsolver++" || c.final_sigmas_type == "sigma_min", what,
-             ": final_sigmas_type zero needs algorithm_type dpmsolver++ (diffusers refuses it for "
-             "dpmsolver too: choose sigma_min)");
+  ONYX_CHECK(c.algorithm_type.ends_with("dpmsolver++") || c.final_sigmas_type == "sigma_min", what,
+             ": final_sigmas_type zero needs algorithm_type dpmsolver++ or sde-dpmsolver++ "
+             "(diffusers refuses it for the others too: choose sigma_min)");
   ONYX_CHECK(!std::isnan(c.lambda_min_clipped), what, ": lambda_min_clipped is NaN");
 }
 
-// x = ((A·x − B·d0) + c1·d1) + c2·d2, the terms present.
-void combine(float* x, int64_t n, float A, float B, const float* d0, float c1 = 0,
-             const float* d1 = nullptr, float c2 = 0, const float* d2 = nullptr) {
+// One update's coefficients: x = (((A·x − B·d0) + c1·d1) + c2·d2) + cn·noise, the terms present
+// (cn: the SDE variants' fresh noise).
+struct Update {
+  float A = 0, B = 0, c1 = 0, c2 = 0, cn = 0;
+};
+
+void combine(float* x, int64_t n, const Update& u, const float* d0, const float* d1,
+             const float* d2, const float* noise) {
   for (int64_t i = 0; i < n; ++i) {
-    float v = A * x[i] - B * d0[i];
-    if (d1) v = v + c1 * d1[i];
-    if (d2) v = v + c2 * d2[i];
+    float v = u.A * x[i] - u.B * d0[i];
+    if (d1) v = v + u.c1 * d1[i];
+    if (d2) v = v + u.c2 * d2[i];
+    if (noise) v = v + u.cn * noise[i];
     x[i] = v;
   }
+}
+
+// The terms every order shares: A (the sample's) and B (the first output's) and the noise's, for
+// t from s0 with h = lambda_t − lambda_s0.
+Update base_update(const std::string& algorithm, float alpha_t, float sigma_t, float alpha_s,
+                   float sigma_s, float h) {
+  Update u;
+  if (algorithm == "dpmsolver++") {
+    u.A = sigma_t / sigma_s;
+    u.B = alpha_t * (std::exp(-h) - 1.0f);
+  } else if (algorithm == "dpmsolver") {
+    u.A = alpha_t / alpha_s;
+    u.B = sigma_t * (std::exp(h) - 1.0f);
+  } else if (algorithm == "sde-dpmsolver++") {
+    u.A = sigma_t / sigma_s * std::exp(-h);
+    u.B = -(alpha_t * (1.0f - std::exp(-2.0f * h)));
+    u.cn = sigma_t * std::sqrt(1.0f - std::exp(-2.0f * h));
+  } else {  // sde-dpmsolver
+    u.A = alpha_t / alpha_s;
+    u.B = 2.0f * (sigma_t * (std::exp(h) - 1.0f));
+    u.cn = sigma_t * std::sqrt(std::exp(2.0f * h) - 1.0f);
+  }
+  return u;
 }
 
 }  // namespace
@@ -115,11 +148,12 @@ DpmSolver::Point DpmSolver::point(int64_t i) const {
   return p;
 }
 
-// convert_model_output: the data prediction x0 (dpmsolver++) or the noise prediction (dpmsolver).
+// convert_model_output: the data prediction x0 ((sde-)dpmsolver++) or the noise prediction
+// ((sde-)dpmsolver).
 void DpmSolver::convert(const float* m, const float* x, float* out, int64_t n) const {
   const Point p = point(index_);
   const std::string& pt = c_.prediction_type;
-  const bool data = c_.algorithm_type == "dpmsolver++";
+  const bool data = c_.algorithm_type.ends_with("dpmsolver++");
   for (int64_t i = 0; i < n; ++i) {
     if (pt == "sample")
       out[i] = data ? m[i] : (x[i] - p.alpha * m[i]) / p.sigma;
@@ -130,35 +164,37 @@ void DpmSolver::convert(const float* m, const float* x, float* out, int64_t n) c
   }
 }
 
-void DpmSolver::first_order(const float* m0, float* x, int64_t n) const {
+void DpmSolver::first_order(const float* m0, const float* noise, float* x, int64_t n) const {
   const Point t = point(index_ + 1), s = point(index_);
-  const float h = t.lambda - s.lambda;
-  if (c_.algorithm_type == "dpmsolver++")
-    combine(x, n, t.sigma / s.sigma, t.alpha * (std::exp(-h) - 1.0f), m0);
-  else
-    combine(x, n, t.alpha / s.alpha, t.sigma * (std::exp(h) - 1.0f), m0);
+  const Update u =
+      base_update(c_.algorithm_type, t.alpha, t.sigma, s.alpha, s.sigma, t.lambda - s.lambda);
+  combine(x, n, u, m0, nullptr, nullptr, noise);
 }
 
-void DpmSolver::second_order(float* x, int64_t n) const {
+void DpmSolver::second_order(const float* noise, float* x, int64_t n) const {
   const Point t = point(index_ + 1), s0 = point(index_), s1 = point(index_ - 1);
   const std::vector<float>&m0 = outputs_.back(), &m1 = outputs_[outputs_.size() - 2];
   const float h = t.lambda - s0.lambda, h0 = s0.lambda - s1.lambda;
   const float r0 = h0 / h, inv_r0 = 1.0f / r0;
   std::vector<float> d1(n);
   for (int64_t i = 0; i < n; ++i) d1[i] = inv_r0 * (m0[i] - m1[i]);
-  const bool data = c_.algorithm_type == "dpmsolver++";
-  const float A = data ? t.sigma / s0.sigma : t.alpha / s0.alpha;
-  const float B = data ? t.alpha * (std::exp(-h) - 1.0f) : t.sigma * (std::exp(h) - 1.0f);
-  float c1;
-  if (c_.solver_type == "midpoint")
-    c1 = -(0.5f * B);
-  else
-    c1 = data ? t.alpha * ((std::exp(-h) - 1.0f) / h + 1.0f)
-              : -(t.sigma * ((std::exp(h) - 1.0f) / h - 1.0f));
-  combine(x, n, A, B, m0.data(), c1, d1.data());
+  const std::string& a = c_.algorithm_type;
+  Update u = base_update(a, t.alpha, t.sigma, s0.alpha, s0.sigma, h);
+  const bool midpoint = c_.solver_type == "midpoint";
+  if (a == "dpmsolver++" || a == "dpmsolver")
+    u.c1 = midpoint             ? -(0.5f * u.B)
+           : a == "dpmsolver++" ? t.alpha * ((std::exp(-h) - 1.0f) / h + 1.0f)
+                                : -(t.sigma * ((std::exp(h) - 1.0f) / h - 1.0f));
+  else if (a == "sde-dpmsolver++")
+    u.c1 = midpoint ? 0.5f * (t.alpha * (1.0f - std::exp(-2.0f * h)))
+                    : t.alpha * ((1.0f - std::exp(-2.0f * h)) / (-2.0f * h) + 1.0f);
+  else  // sde-dpmsolver
+    u.c1 = midpoint ? -(t.sigma * (std::exp(h) - 1.0f))
+                    : -(2.0f * (t.sigma * ((std::exp(h) - 1.0f) / h - 1.0f)));
+  combine(x, n, u, m0.data(), d1.data(), nullptr, noise);
 }
 
-void DpmSolver::third_order(float* x, int64_t n) const {
+void DpmSolver::third_order(const float* noise, float* x, int64_t n) const {
   const Point t = point(index_ + 1), s0 = point(index_), s1 = point(index_ - 1),
               s2 = point(index_ - 2);
   const size_t k = outputs_.size();
@@ -173,17 +209,25 @@ void DpmSolver::third_order(float* x, int64_t n) const {
     d1[i] = d10 + w * (d10 - d11);
     d2[i] = inv_sum * (d10 - d11);
   }
-  const bool data = c_.algorithm_type == "dpmsolver++";
-  const float e = data ? std::exp(-h) : std::exp(h);
-  const float A = data ? t.sigma / s0.sigma : t.alpha / s0.alpha;
-  const float B = data ? t.alpha * (e - 1.0f) : t.sigma * (e - 1.0f);
-  const float c1 = data ? t.alpha * ((e - 1.0f) / h + 1.0f) : -(t.sigma * ((e - 1.0f) / h - 1.0f));
-  const float c2 = data ? -(t.alpha * ((e - 1.0f + h) / (h * h) - 0.5f))
-                        : -(t.sigma * ((e - 1.0f - h) / (h * h) - 0.5f));
-  combine(x, n, A, B, m0.data(), c1, d1.data(), c2, d2.data());
+  const std::string& a = c_.algorithm_type;
+  Update u = base_update(a, t.alpha, t.sigma, s0.alpha, s0.sigma, h);
+  if (a == "sde-dpmsolver++") {
+    const float e2 = 1.0f - std::exp(-2.0f * h), q = 2.0f * h;
+    u.c1 = t.alpha * (e2 / (-2.0f * h) + 1.0f);
+    u.c2 = t.alpha * ((e2 - 2.0f * h) / (q * q) - 0.5f);
+  } else {
+    const bool data = a == "dpmsolver++";
+    const float e = data ? std::exp(-h) : std::exp(h);
+    u.c1 = data ? t.alpha * ((e - 1.0f) / h + 1.0f) : -(t.sigma * ((e - 1.0f) / h - 1.0f));
+    u.c2 = data ? -(t.alpha * ((e - 1.0f + h) / (h * h) - 0.5f))
+                : -(t.sigma * ((e - 1.0f - h) / (h * h) - 0.5f));
+  }
+  combine(x, n, u, m0.data(), d1.data(), d2.data(), noise);
 }
 
-void DpmSolver::step(const float* model_output, float* x, int64_t n) {
+void DpmSolver::step(const float* model_output, const float* noise, float* x, int64_t n) {
+  ONYX_CHECK(!sde() || noise, "DPMSolverMultistepScheduler ", c_.algorithm_type,
+             ": each step needs its noise");
   const int64_t K = (int64_t)timesteps_.size();
   ONYX_CHECK(index_ < K, "DPMSolverMultistepScheduler: step ", index_ + 1, " of ", K);
   const bool lower_final =
@@ -194,12 +238,13 @@ void DpmSolver::step(const float* model_output, float* x, int64_t n) {
   convert(model_output, x, m.data(), n);
   outputs_.push_back(std::move(m));
   if ((int64_t)outputs_.size() > c_.solver_order) outputs_.erase(outputs_.begin());
+  if (!sde()) noise = nullptr;
   if (c_.solver_order == 1 || lower_order_nums_ < 1 || lower_final)
-    first_order(outputs_.back().data(), x, n);
+    first_order(outputs_.back().data(), noise, x, n);
   else if (c_.solver_order == 2 || lower_order_nums_ < 2 || lower_second)
-    second_order(x, n);
+    second_order(noise, x, n);
   else
-    third_order(x, n);
+    third_order(noise, x, n);
   if (lower_order_nums_ < c_.solver_order) ++lower_order_nums_;
   ++index_;
 }

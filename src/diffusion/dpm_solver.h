@@ -3,8 +3,9 @@
 // set_timesteps and step compute, for sampling in 20-25 steps what DDIM needs 50 for. Its
 // defaults are Stable Diffusion's usual "DPM++ 2M": dpmsolver++, order 2, midpoint, a first-order
 // last step (final_sigmas_type zero), linspace timesteps; use_karras_sigmas gives "DPM++ 2M
-// Karras" (diffusion/karras.h). The stochastic variants (sde-*) and the exponential / beta / Lu
-// sigma schedules are refused when sampling.
+// Karras" (diffusion/karras.h); the stochastic variants sde-dpmsolver++ ("DPM++ 2M SDE") and
+// sde-dpmsolver add fresh noise each step. The exponential / beta / Lu sigma schedules are
+// refused when sampling.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -22,8 +23,11 @@ class DpmSolver {
   // One step on the sample x (n floats) given the model's output at timesteps()[step_index()]:
   // the output converted to the data (dpmsolver++) or noise (dpmsolver) prediction, kept for the
   // next steps' higher-order terms, and x moved to the next timestep.
-  void step(const float* model_output, float* x, int64_t n);
+  // The SDE variants (sde-dpmsolver++, sde-dpmsolver) add `noise` (n standard normal draws, one
+  // set per step) with the step's weight; the others take nullptr.
+  void step(const float* model_output, const float* noise, float* x, int64_t n);
   int64_t step_index() const { return index_; }
+  bool sde() const { return c_.algorithm_type.starts_with("sde-"); }
 
  private:
   struct Point {  // one sigma's (alpha_t, sigma_t, lambda_t), float32 as diffusers' 0-d tensors
@@ -32,9 +36,9 @@ class DpmSolver {
   Point point(int64_t i) const;
   void karras_schedule(const std::vector<float>& table_sigmas, int64_t steps);
   void convert(const float* model_output, const float* x, float* out, int64_t n) const;
-  void first_order(const float* m0, float* x, int64_t n) const;
-  void second_order(float* x, int64_t n) const;
-  void third_order(float* x, int64_t n) const;
+  void first_order(const float* m0, const float* noise, float* x, int64_t n) const;
+  void second_order(const float* noise, float* x, int64_t n) const;
+  void third_order(const float* noise, float* x, int64_t n) const;
 
   ScheduleConfig c_;
   std::vector<int64_t> timesteps_;

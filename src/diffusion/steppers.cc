@@ -57,8 +57,9 @@ class DpmStepper : public Stepper {
   Tensor timestep(int64_t i, int64_t B) const override {
     return int_timesteps(solver_.timesteps()[i], B);
   }
-  void step(int64_t, const float* y, const float*, float* x, int64_t n) override {
-    solver_.step(y, x, n);
+  bool draws_noise() const override { return solver_.sde(); }
+  void step(int64_t, const float* y, const float* noise, float* x, int64_t n) override {
+    solver_.step(y, noise, x, n);
   }
 
  private:

@@ -205,7 +205,7 @@ def case_bad_inputs(tmp):
     check(["sample", out, "--per_class", "1", "--eta", "0.5"], "eta is DDIM's", "ddpm")
     # DPMSolverMultistepScheduler's options that are not built, in a config Python's json wrote
     for key, value, needle in (("use_exponential_sigmas", "true", "use_exponential_sigmas"),
-                               ("algorithm_type", '"sde-dpmsolver++"', "sde-dpmsolver++"),
+                               ("algorithm_type", '"deis"', "deis"),
                                ("solver_order", "4", "solver_order")):
         with open(f"{tmp}/dpm-{key}.json", "w") as f:
             f.write('{"_class_name": "DPMSolverMultistepScheduler", "lambda_min_clipped": '

@@ -385,11 +385,15 @@ def case_dpmsolver(tmp):
     latents. Its configurations: from the model's DDPM config as from_config makes it (DPM-Solver++
     2M, midpoint, leading spacing), and from scheduler_config.json files DPMSolverMultistepScheduler
     saved ("lambda_min_clipped": -Infinity): order 3 with Heun over 16 linspace steps, order 2
-    trailing, DPM-Solver (noise prediction) with sigma_min as the final sigma, and Karras sigmas
-    (use_karras_sigmas: "DPM++ 2M Karras") with orders 2 and 3."""
+    trailing, DPM-Solver (noise prediction) with sigma_min as the final sigma, Karras sigmas
+    (use_karras_sigmas: "DPM++ 2M Karras") with orders 2 and 3, and the SDE variants ("DPM++ 2M
+    SDE Karras", order 3 Heun, sde-dpmsolver) with each step's noise captured and given again."""
+    import diffusers.schedulers.scheduling_dpmsolver_multistep as sdpm
     from diffusers import DPMSolverMultistepScheduler
     d, model, scheduler = make(tmp, "cls")
     model.eval()
+    base = {key: scheduler.config[key] for key in ("num_train_timesteps", "beta_schedule",
+                                                  "beta_start", "beta_end")}
     variants = [("2M leading", None, 10),
                 ("3 heun linspace", dict(solver_order=3, solver_type="heun"), 16),
                 ("2M trailing", dict(timestep_spacing="trailing"), 7),
@@ -397,25 +401,28 @@ def case_dpmsolver(tmp):
                                              prediction_type="v_prediction"), 9),
                 ("2M Karras (the folder's file, --use_karras_sigmas)", "karras", 12),
                 ("3 heun Karras sigma_min", dict(use_karras_sigmas=True, solver_order=3,
-                                                 solver_type="heun", final_sigmas_type="sigma_min"), 8)]
+                                                 solver_type="heun", final_sigmas_type="sigma_min"), 8),
+                ("2M SDE Karras", dict(algorithm_type="sde-dpmsolver++", use_karras_sigmas=True), 10),
+                ("3 SDE heun", dict(algorithm_type="sde-dpmsolver++", solver_order=3,
+                                    solver_type="heun"), 8),
+                ("sde-dpmsolver sigma_min", dict(algorithm_type="sde-dpmsolver",
+                                                 final_sigmas_type="sigma_min"), 7)]
     labels = torch.tensor([4, 0, 2])
     msgs, ok = [], True
     for k, (name, cfg, steps) in enumerate(variants):
         extra = ("--class_labels", "4,0,2")
-        if cfg is None:  # (the folder's file, as from_pretrained reads it: leading spacing)
-            sched = DPMSolverMultistepScheduler.from_pretrained(d)
-        elif cfg == "karras":  # the same with use_karras_sigmas, given on the command line
+        if cfg == "karras":  # the folder's file with use_karras_sigmas, given on the command line
             sched = DPMSolverMultistepScheduler.from_pretrained(d, use_karras_sigmas=True)
             extra += ("--use_karras_sigmas",)
-        else:
-            sched = DPMSolverMultistepScheduler(**dict(
-                {key: scheduler.config[key] for key in ("num_train_timesteps", "beta_schedule",
-                                                        "beta_start", "beta_end")}, **cfg))
-            sched.save_pretrained(f"{d}/dpm{k}")
-            extra += ("--scheduler_config", f"{d}/dpm{k}/scheduler_config.json")
+        else:  # (None: the folder's file, as from_pretrained reads it: leading spacing)
+            sched, extra = scheduler_variant(d, DPMSolverMultistepScheduler, base, cfg, f"dpm{k}",
+                                             extra)
+        sde = sched.config.algorithm_type.startswith("sde-")
         latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(k))
-        refs, _ = scheduler_loop_refs(model, sched, latents, steps, labels)
-        got = sample_with_onyx(d, [latents], steps, "dpmsolver", extra)
+        refs, draws = scheduler_loop_refs(model, sched, latents, steps, labels,
+                                          sdpm if sde else None)
+        got = sample_with_onyx(d, [latents] + [t.float() for t in draws], steps, "dpmsolver",
+                               extra)
         good, msg = against_references(got, refs[0], refs[1], f"{name}, {steps} steps")
         ok &= good
         msgs.append(msg)
