@@ -3,8 +3,8 @@
 // set_timesteps and step compute, for sampling in 20-25 steps what DDIM needs 50 for. Its
 // defaults are Stable Diffusion's usual "DPM++ 2M": dpmsolver++, order 2, midpoint, a first-order
 // last step (final_sigmas_type zero), linspace timesteps; use_karras_sigmas gives "DPM++ 2M
-// Karras" (diffusion/karras.h); the stochastic variants sde-dpmsolver++ ("DPM++ 2M SDE") and
-// sde-dpmsolver add fresh noise each step. The exponential / beta / Lu sigma schedules are
+// Karras" (diffusion/sigma_schedules.h); the stochastic variants sde-dpmsolver++ ("DPM++ 2M SDE")
+// and sde-dpmsolver add fresh noise each step. The exponential / beta / Lu sigma schedules are
 // refused when sampling.
 #pragma once
 #include <cstdint>
@@ -34,7 +34,7 @@ class DpmSolver {
     float alpha, sigma, lambda;
   };
   Point point(int64_t i) const;
-  void karras_schedule(const std::vector<float>& table_sigmas, int64_t steps);
+  void converted_schedule(const std::vector<float>& table_sigmas, int64_t steps);
   void convert(const float* model_output, const float* x, float* out, int64_t n) const;
   void first_order(const float* m0, const float* noise, float* x, int64_t n) const;
   void second_order(const float* noise, float* x, int64_t n) const;

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "diffusion/karras.h"
+#include "diffusion/sigma_schedules.h"
 #include "onyx/error.h"
 
 namespace onyx::diffusion {
@@ -49,7 +49,7 @@ void check_config(const ScheduleConfig& c, bool ancestral) {
   const std::string& what = c.origin;
   ONYX_CHECK(c.unsupported_sigmas.empty(), what, ": the Euler schedulers with ",
              c.unsupported_sigmas.empty() ? "" : c.unsupported_sigmas.front(),
-             " are not built (their default sigmas are)");
+             " are not built (their default, Karras and exponential sigmas are)");
   ONYX_CHECK(c.interpolation_type == "linear", what, ": interpolation_type '", c.interpolation_type,
              "' is not built (linear)");
   ONYX_CHECK(c.timestep_type == "discrete", what, ": timestep_type '", c.timestep_type,
@@ -62,10 +62,10 @@ void check_config(const ScheduleConfig& c, bool ancestral) {
 }
 
 // set_timesteps' float32 timesteps and float64 sigmas (one per timestep): the table's sigmas
-// interpolated at the timesteps, or with use_karras_sigmas Karras sigmas between their ends
+// interpolated at the timesteps, or (`convert`) the Karras or exponential sigmas between their ends
 // (`bounds`: the config's sigma_min / sigma_max where given, as EulerDiscreteScheduler takes
 // them) and each one's fractional timestep.
-void sigma_schedule(const NoiseSchedule& s, int64_t steps, bool karras, bool bounds,
+void sigma_schedule(const NoiseSchedule& s, int64_t steps, bool convert, bool bounds,
                     std::vector<float>& timesteps, std::vector<double>& sigmas) {
   const ScheduleConfig& c = s.config();
   const int64_t T = s.steps();
@@ -81,9 +81,10 @@ void sigma_schedule(const NoiseSchedule& s, int64_t steps, bool karras, bool bou
                "] (steps_offset ", c.steps_offset, ")");
     sigmas.push_back(interp((double)t, sig));
   }
-  if (!karras) return;
-  sigmas = karras_sigmas(bounds && !std::isnan(c.sigma_min) ? c.sigma_min : sigmas.back(),
-                         bounds && !std::isnan(c.sigma_max) ? c.sigma_max : sigmas.front(), steps);
+  if (!convert || (!c.karras_sigmas && !c.exponential_sigmas)) return;
+  sigmas =
+      converted_sigmas(c, bounds && !std::isnan(c.sigma_min) ? c.sigma_min : sigmas.back(),
+                       bounds && !std::isnan(c.sigma_max) ? c.sigma_max : sigmas.front(), steps);
   std::vector<float> log_sigmas;
   for (float v : sig) log_sigmas.push_back(std::log(v));
   timesteps.clear();
@@ -109,7 +110,7 @@ EulerSampler::EulerSampler(const NoiseSchedule& s, int64_t steps, bool ancestral
     : c_(s.config()), ancestral_(ancestral) {
   check_config(c_, ancestral);
   std::vector<double> sigmas;
-  sigma_schedule(s, steps, c_.karras_sigmas && !ancestral, true, timesteps_, sigmas);
+  sigma_schedule(s, steps, !ancestral, true, timesteps_, sigmas);
   for (double v : sigmas) sigmas_.push_back((float)v);
   const float first = std::sqrt((1.0f - s.alphas_cumprod()[0]) / s.alphas_cumprod()[0]);
   sigmas_.push_back(!ancestral && c_.final_sigmas_type == "sigma_min" ? first : 0.0f);
@@ -147,7 +148,7 @@ void EulerSampler::step(int64_t i, const float* m, const float* noise, float* x,
 HeunSampler::HeunSampler(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
   ONYX_CHECK(c_.unsupported_sigmas.empty(), c_.origin, ": HeunDiscreteScheduler with ",
              c_.unsupported_sigmas.empty() ? "" : c_.unsupported_sigmas.front(),
-             " is not built (its default and Karras sigmas are)");
+             " is not built (its default, Karras and exponential sigmas are)");
   ONYX_CHECK(c_.prediction_type == "epsilon" || c_.prediction_type == "v_prediction" ||
                  c_.prediction_type == "sample",
              c_.origin, ": prediction_type '", c_.prediction_type,
@@ -155,7 +156,7 @@ HeunSampler::HeunSampler(const NoiseSchedule& s, int64_t steps) : c_(s.config())
              "v_prediction, sample");
   std::vector<float> ts;
   std::vector<double> sigmas;
-  sigma_schedule(s, steps, c_.karras_sigmas, false, ts, sigmas);
+  sigma_schedule(s, steps, true, false, ts, sigmas);
   sigmas.push_back(0.0);
   // every timestep but the first twice, every sigma but the first and the last twice
   for (size_t k = 0; k < ts.size(); ++k)

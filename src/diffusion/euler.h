@@ -3,9 +3,9 @@
 // step) as their set_timesteps, init_noise_sigma, scale_model_input and step compute. Their
 // timesteps are float32 — fractional with linspace spacing, their default — so the UNet is fed a
 // float timestep (sampler.cc: the sampling graph's timestep input only ever feeds a cast to float).
-// Karras sigmas (use_karras_sigmas, with sigma_min / sigma_max; the ancestral scheduler has no such
-// key) are taken; exponential / beta sigmas, log-linear interpolation, continuous timesteps and
-// s_churn are refused when sampling.
+// Karras and exponential sigmas (use_karras_sigmas / use_exponential_sigmas, with sigma_min /
+// sigma_max; the ancestral scheduler has no such keys) are taken; beta sigmas, log-linear
+// interpolation, continuous timesteps and s_churn are refused when sampling.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -35,7 +35,8 @@ class EulerSampler {
 // diffusers' HeunDiscreteScheduler (Karras et al. 2022's second-order Heun step): every step but
 // the last calls the denoiser twice — at sigma (an Euler step) and at the next sigma (the
 // derivatives averaged) —, so its timesteps are 2k - 1 (every one after the first twice), float32
-// as Euler's; Karras sigmas taken, the others refused; clip_sample only where the config says so.
+// as Euler's; Karras and exponential sigmas taken, beta sigmas refused; clip_sample only where the
+// config says so.
 class HeunSampler {
  public:
   HeunSampler(const NoiseSchedule& schedule, int64_t steps);

@@ -51,10 +51,11 @@ void read_sampler_keys(const ConfigReader& r, ScheduleConfig& c) {
   r.string("interpolation_type", c.interpolation_type);
   r.string("timestep_type", c.timestep_type);
   r.boolean("use_karras_sigmas", c.karras_sigmas);
+  r.boolean("use_exponential_sigmas", c.exponential_sigmas);
   r.number("sigma_min", c.sigma_min);
   r.number("sigma_max", c.sigma_max);
-  for (const char* k : {"use_exponential_sigmas", "use_beta_sigmas", "use_lu_lambdas",
-                        "use_flow_sigmas", "use_dynamic_shifting"}) {
+  for (const char* k :
+       {"use_beta_sigmas", "use_lu_lambdas", "use_flow_sigmas", "use_dynamic_shifting"}) {
     bool on = false;
     r.boolean(k, on);
     if (on) c.unsupported_sigmas.push_back(k);

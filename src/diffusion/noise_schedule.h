@@ -39,9 +39,10 @@ struct ScheduleConfig {    // scheduler_config.json (DDPMScheduler / DDIMSchedul
   double lambda_min_clipped = -INFINITY;
   // Euler(Ancestral)DiscreteScheduler (diffusion/euler.h)
   std::string interpolation_type = "linear", timestep_type = "discrete";
-  // DPM-Solver's and Euler's use_karras_sigmas (diffusion/karras.h), and Euler's sigma_min /
-  // sigma_max for it (NaN: null, the table's)
-  bool karras_sigmas = false;
+  // DPM-Solver's, Euler's and Heun's use_karras_sigmas / use_exponential_sigmas
+  // (diffusion/sigma_schedules.h), and Euler's sigma_min / sigma_max for them (NaN: null, the
+  // table's)
+  bool karras_sigmas = false, exponential_sigmas = false;
   double sigma_min = NAN, sigma_max = NAN;
   // DPM-Solver's and Euler's other sigma schedules that are set: refused when sampling
   std::vector<std::string> unsupported_sigmas;

@@ -451,6 +451,7 @@ def case_euler(tmp):
                 ("euler Karras", EulerDiscreteScheduler, dict(use_karras_sigmas=True), 9),
                 ("euler Karras leading sigma_max 9", EulerDiscreteScheduler,
                  dict(use_karras_sigmas=True, timestep_spacing="leading", sigma_max=9.0), 6),
+                ("euler exponential", EulerDiscreteScheduler, dict(use_exponential_sigmas=True), 7),
                 ("euler_ancestral linspace", EulerAncestralDiscreteScheduler, {}, 9),
                 ("euler_ancestral leading v", EulerAncestralDiscreteScheduler,
                  dict(timestep_spacing="leading", steps_offset=1, prediction_type="v_prediction"), 6)]
@@ -483,7 +484,9 @@ def case_heun(tmp):
                                                   "beta_start", "beta_end")}
     variants = [("heun linspace", {}, 6),
                 ("heun Karras v", dict(use_karras_sigmas=True, prediction_type="v_prediction"), 5),
-                ("heun (the folder's DDPM file)", None, 4)]
+                ("heun (the folder's DDPM file)", None, 4),
+                ("heun exponential leading", dict(use_exponential_sigmas=True,
+                                                  timestep_spacing="leading"), 4)]
     labels = torch.tensor([3, 1, 0])
     msgs, ok = [], True
     for k, (name, cfg, steps) in enumerate(variants):
