@@ -7,8 +7,9 @@
 //
 // Conv and both gradients in float32 run oneDNN's convolutions on its blocked layouts, reordered
 // from and to the plain tensors (conv_onednn.cc), wherever that measured faster
-// (conv_onednn::preferred: not for 1×1 kernels, image-channel inputs, or too little work per
-// weight element); elsewhere the forward runs oneDNN's primitive on the plain layouts. Primitive
+// (conv_onednn::preferred: not the forward or input gradient of 1×1 kernels, not image-channel
+// inputs, not too little work per weight element); elsewhere the forward runs oneDNN's primitive
+// on the plain layouts. Primitive
 // creation costs far more than a small convolution, so primitives are cached per geometry.
 // float16/bfloat16 are converted to float32 around it; float64 uses a direct loop. Hand-written:
 // the ONNX attribute semantics (auto_pad, kernel_shape checks, output size) and the cache.

@@ -5,13 +5,15 @@
 // implementation, which ran the Fashion-MNIST UNet's 3×3 convolutions of 32–64 channels about
 // 1.5× slower than the direct kernels including the reorders. Each geometry's primitive and its
 // reorders are made once and cached; the blocked copies, oneDNN's scratchpad and the reorders'
-// live in the calling thread's scratch buffer (onednn_scratch.h), so nothing is allocated per call.
+// live in the calling thread's scratch buffer (onednn_scratch.h), so nothing is allocated per call
+// (but for convolutions over 64 MiB of them, which get a buffer for the call).
 // Hand-written: only the caching and the operand plumbing; the convolutions are oneDNN's.
 #include "kernels/conv/conv_onednn.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <map>
 #include <memory>
@@ -20,6 +22,7 @@
 #include <unordered_map>
 
 #include "kernels/cpu/onednn_scratch.h"
+#include "onyx/error.h"
 
 namespace onyx::kernels::conv_onednn {
 namespace {
@@ -158,7 +161,9 @@ std::shared_ptr<Cached> make(const ConvDims& d, Pass pass, bool bias) {
   return c;
 }
 
-const Cached& cached(const ConvDims& d, Pass pass, bool bias) {
+// The geometry's pass, shared: a caller keeps it alive while it runs even if another thread
+// clears the cache meanwhile.
+std::shared_ptr<const Cached> cached(const ConvDims& d, Pass pass, bool bias) {
   static std::mutex mu;
   static std::map<std::vector<int64_t>, std::shared_ptr<const Cached>> cache;
   std::vector<int64_t> key{(int64_t)pass, bias, d.N, d.C, d.M, d.group, omp_get_max_threads()};
@@ -168,15 +173,29 @@ const Cached& cached(const ConvDims& d, Pass pass, bool bias) {
   }
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
-  if (it != cache.end()) return *it->second;
+  if (it != cache.end()) return it->second;
   if (cache.size() >= 1024) cache.clear();  // a bound for shape-changing runs
-  return *cache.emplace(key, make(d, pass, bias)).first->second;
+  return cache.emplace(key, make(d, pass, bias)).first->second;
 }
 
 // Reorders the inputs in, runs the primitive, reorders the output out.
+// Up to this many bytes of blocked copies and scratchpad stay in the calling thread's scratch
+// buffer between calls; a larger convolution (a VAE's at 512 pixels) gets a buffer of its own
+// for the call, so no thread keeps hundreds of MB.
+constexpr size_t kKeptScratch = size_t(64) << 20;
+
 void run(const Cached& c, const float* a, const float* b, const float* bias, float* out) {
   thread_local dnnl::stream stream(engine());
-  char* scratch = static_cast<char*>(onednn_thread_scratch(std::max<size_t>(c.total_bytes, 64)));
+  std::unique_ptr<char, decltype(&std::free)> own(nullptr, &std::free);
+  char* scratch;
+  if (c.total_bytes <= kKeptScratch) {
+    scratch = static_cast<char*>(onednn_thread_scratch(std::max<size_t>(c.total_bytes, 64)));
+  } else {
+    own.reset(static_cast<char*>(std::aligned_alloc(64, (c.total_bytes + 63) / 64 * 64)));
+    ONYX_CHECK(own != nullptr, "convolution: could not allocate ", c.total_bytes,
+               " bytes for oneDNN's blocked operands");
+    scratch = own.get();
+  }
   auto mem = [&](const dnnl::memory::desc& md, const void* p) {
     return dnnl::memory(md, engine(), const_cast<void*>(p));
   };
@@ -207,20 +226,22 @@ void run(const Cached& c, const float* a, const float* b, const float* bias, flo
 }  // namespace
 
 void forward(const ConvDims& d, const float* X, const float* W, const float* B, float* Y) {
-  run(cached(d, Pass::Forward, B != nullptr), X, W, B, Y);
+  run(*cached(d, Pass::Forward, B != nullptr), X, W, B, Y);
 }
 
 void grad_input(const ConvDims& d, const float* dY, const float* W, float* dX) {
-  run(cached(d, Pass::GradInput, false), dY, W, nullptr, dX);
+  run(*cached(d, Pass::GradInput, false), dY, W, nullptr, dX);
 }
 
 void grad_weight(const ConvDims& d, const float* dY, const float* X, float* dW) {
-  run(cached(d, Pass::GradWeight, false), dY, X, nullptr, dW);
+  run(*cached(d, Pass::GradWeight, false), dY, X, nullptr, dW);
 }
 
 // Measured per geometry on a 2-core AVX2 EPYC (the Fashion-MNIST UNet at batch 64 and SD 1.5's
 // block stack at batch 2, bench/diffusion_bench.py), blocked time / plain time:
-// - 1×1 kernels at stride 1 without pads are one GEMM on plain tensors: plain wins (1.3–1.8).
+// - 1×1 kernels at stride 1 without pads are one GEMM on plain tensors: plain wins the forward
+//   and the input gradient (1.3–1.8). (Their weight gradients were not measured apart from the
+//   3×3 ones of the same shapes, which blocked wins: they stay blocked.)
 // - The forward and the input gradient reorder the weights on every call (1280·1280·9 floats
 //   are 59 MB), so they pay off only with enough work per weight element, N·(output positions):
 //   forward 0.6–0.9 from 2,048 up, 1.0–2.6 at 32–512; input gradient 0.5–0.8 from 256 up,

@@ -354,7 +354,9 @@ void outer_inner(const Shape& s, int axis, int64_t& outer, int64_t& inner) {
 // ---- one-tap maps (nearest-neighbour resizes, Pad's gradient) ---------------------------------
 // A map whose outputs each copy one input position (a tap of weight 1, the others 0) is a gather
 // forward and a sum of copies backward: no weights, no double intermediates. Same values as the
-// general path: a copy is exact, and the backward adds the same terms in the same order in double.
+// general path for finite inputs (a copy is exact, and the backward adds the same terms in the
+// same order in double); where the general path's zero-weight taps multiply an inf or NaN
+// neighbour into NaN, or turn -0 into +0, the copy keeps the picked value.
 
 // The source position per output (-1: extrapolated, a constant), or empty if `m` weighs its taps.
 std::vector<int64_t> picks_of(const AxisMap& m) {
