@@ -44,12 +44,6 @@ void check_config(const ScheduleConfig& c) {
                  c.algorithm_type == "sde-dpmsolver++" || c.algorithm_type == "sde-dpmsolver",
              what, ": DPMSolverMultistepScheduler's algorithm_type '", c.algorithm_type,
              "' is not one of dpmsolver++, dpmsolver, sde-dpmsolver++, sde-dpmsolver");
-  // diffusers truncates the exponential sigmas' fractional timesteps, which a one-ulp difference
-  // in the noise table flips (999 vs 998.99999...): onyx's float32 table is not torch's bit for
-  // bit, so they are not offered rather than offered wrong.
-  ONYX_CHECK(!c.exponential_sigmas, what,
-             ": DPMSolverMultistepScheduler with use_exponential_sigmas is not built (Euler's and "
-             "Heun's are)");
   ONYX_CHECK(c.algorithm_type != "sde-dpmsolver" || c.solver_order < 3, what,
              ": sde-dpmsolver has no third-order update (diffusers fails on it): solver_order 1 "
              "or 2");
@@ -120,7 +114,7 @@ DpmSolver::DpmSolver(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
     const float lambda = std::log(std::sqrt(ac[t])) - std::log(std::sqrt(1.0f - ac[t]));
     clipped += lambda < c_.lambda_min_clipped;
   }
-  if (c_.karras_sigmas) {
+  if (c_.karras_sigmas || c_.exponential_sigmas) {
     converted_schedule(sig, steps);
   } else {
     timesteps_ = dpm_timesteps(c_, T - clipped, steps);
@@ -133,13 +127,14 @@ DpmSolver::DpmSolver(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
   sigmas_.push_back(c_.final_sigmas_type == "zero" ? 0.0f : sig[0]);
 }
 
-// use_karras_sigmas: those sigmas between the table's ends (lambda_min_clipped unused, as in
-// diffusers), each sigma's timestep rounded half to even but with squaredcos_cap_v2, where it is
-// truncated (diffusers' int64 cast).
+// use_karras_sigmas / use_exponential_sigmas: those sigmas between the table's ends
+// (lambda_min_clipped unused, as in diffusers), each sigma's timestep rounded half to even for
+// Karras sigmas but with squaredcos_cap_v2, else truncated (diffusers' int64 cast: a timestep a
+// hair under an integer drops to the one below, so the table must be torch's bit for bit).
 void DpmSolver::converted_schedule(const std::vector<float>& sig, int64_t steps) {
   std::vector<float> log_sigmas;
   for (float s : sig) log_sigmas.push_back(std::log(s));
-  const bool round = c_.beta_schedule != "squaredcos_cap_v2";
+  const bool round = c_.karras_sigmas && c_.beta_schedule != "squaredcos_cap_v2";
   for (double s : converted_sigmas(c_, sig.front(), sig.back(), steps)) {
     const double t = sigma_to_t(s, log_sigmas);
     timesteps_.push_back(round ? round_even(t) : (int64_t)t);

@@ -13,13 +13,16 @@
 namespace onyx::diffusion {
 namespace {
 
-// torch.linspace(start, end, n, dtype=float32) as its CPU kernel computes it.
+// torch.linspace(start, end, n, dtype=float32) as its CPU kernel computes it: start + step·i up
+// to the halfway point, end − step·(n − 1 − i) after it, each one fused multiply-add (the kernel
+// is compiled for AVX2 / AVX-512 with FMA contraction, and for aarch64 likewise; unfused, a fifth
+// of SD's 1,000 betas came out an ulp off torch's).
 std::vector<float> linspace_f32(double start_d, double end_d, int64_t n) {
   const float start = (float)start_d, end = (float)end_d;
   const float step = n > 1 ? (end - start) / (float)(n - 1) : 0.0f;
   std::vector<float> v(n);
   for (int64_t i = 0; i < n; i++)
-    v[i] = i < n / 2 ? start + step * (float)i : end - step * (float)(n - i - 1);
+    v[i] = i < n / 2 ? std::fma(step, (float)i, start) : std::fma(-step, (float)(n - i - 1), end);
   if (n == 1) v[0] = start;
   return v;
 }

@@ -3,9 +3,9 @@
 // min-SNR loss weights, and one reverse step of each sampler.
 //
 // The tables are computed as diffusers computes them in float32 (torch.linspace's float32
-// formula, 1 - beta in float32, torch.cumprod accumulating in double and rounding each entry), so
-// sqrt(1 - alphas_cumprod[t]) — a small difference of numbers near 1 at small t — is the same
-// float as diffusers'.
+// formula with its fused multiply-adds, 1 - beta in float32, torch.cumprod accumulating in double
+// and rounding each entry), so sqrt(1 - alphas_cumprod[t]) — a small difference of numbers near 1
+// at small t — is the same float as diffusers'.
 #pragma once
 #include <cmath>
 #include <cstdint>

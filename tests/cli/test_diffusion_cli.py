@@ -205,7 +205,8 @@ def case_bad_inputs(tmp):
     check(["sample", out, "--per_class", "1", "--eta", "0.5"], "eta is DDIM's", "ddpm")
     # DPMSolverMultistepScheduler's options that are not built, in a config Python's json wrote
     for key, value, needle in (("use_beta_sigmas", "true", "use_beta_sigmas"),
-                               ("use_exponential_sigmas", "true", "use_exponential_sigmas"),
+                               ("use_karras_sigmas", 'true, "use_exponential_sigmas": true',
+                                "choose one"),
                                ("algorithm_type", '"deis"', "deis"),
                                ("solver_order", "4", "solver_order")):
         with open(f"{tmp}/dpm-{key}.json", "w") as f:

@@ -387,7 +387,8 @@ def case_dpmsolver(tmp):
     saved ("lambda_min_clipped": -Infinity): order 3 with Heun over 16 linspace steps, order 2
     trailing, DPM-Solver (noise prediction) with sigma_min as the final sigma, Karras sigmas
     (use_karras_sigmas: "DPM++ 2M Karras") with orders 2 and 3, and the SDE variants ("DPM++ 2M
-    SDE Karras", order 3 Heun, sde-dpmsolver) with each step's noise captured and given again."""
+    SDE Karras", order 3 Heun, sde-dpmsolver) with each step's noise captured and given again,
+    and exponential sigmas (their timesteps truncated: the noise table must be torch's exactly)."""
     import diffusers.schedulers.scheduling_dpmsolver_multistep as sdpm
     from diffusers import DPMSolverMultistepScheduler
     d, model, scheduler = make(tmp, "cls")
@@ -406,7 +407,8 @@ def case_dpmsolver(tmp):
                 ("3 SDE heun", dict(algorithm_type="sde-dpmsolver++", solver_order=3,
                                     solver_type="heun"), 8),
                 ("sde-dpmsolver sigma_min", dict(algorithm_type="sde-dpmsolver",
-                                                 final_sigmas_type="sigma_min"), 7)]
+                                                 final_sigmas_type="sigma_min"), 7),
+                ("2M exponential", dict(use_exponential_sigmas=True), 9)]
     labels = torch.tensor([4, 0, 2])
     msgs, ok = [], True
     for k, (name, cfg, steps) in enumerate(variants):
