@@ -107,10 +107,9 @@ DpmSolver::DpmSolver(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
   ONYX_CHECK(steps >= 1 && steps <= T, "num_inference_steps ", steps, " must be in [1, ", T,
              "] (num_train_timesteps)");
   const std::vector<float>& ac = s.alphas_cumprod();
-  std::vector<float> sig(T);
+  const std::vector<float> sig = s.sigmas();
   int64_t clipped = 0;  // searchsorted(flip(lambda_t), lambda_min_clipped): lambdas below it
   for (int64_t t = 0; t < T; ++t) {
-    sig[t] = std::sqrt((1.0f - ac[t]) / ac[t]);
     const float lambda = std::log(std::sqrt(ac[t])) - std::log(std::sqrt(1.0f - ac[t]));
     clipped += lambda < c_.lambda_min_clipped;
   }
@@ -132,14 +131,11 @@ DpmSolver::DpmSolver(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
 // Karras sigmas but with squaredcos_cap_v2, else truncated (diffusers' int64 cast: a timestep a
 // hair under an integer drops to the one below, so the table must be torch's bit for bit).
 void DpmSolver::converted_schedule(const std::vector<float>& sig, int64_t steps) {
-  std::vector<float> log_sigmas;
-  for (float s : sig) log_sigmas.push_back(std::log(s));
   const bool round = c_.karras_sigmas && c_.beta_schedule != "squaredcos_cap_v2";
-  for (double s : converted_sigmas(c_, sig.front(), sig.back(), steps)) {
-    const double t = sigma_to_t(s, log_sigmas);
+  const std::vector<double> sigmas = converted_sigmas(c_, sig.front(), sig.back(), steps);
+  for (double t : sigma_timesteps(sigmas, sig))
     timesteps_.push_back(round ? round_even(t) : (int64_t)t);
-    sigmas_.push_back((float)s);
-  }
+  for (double s : sigmas) sigmas_.push_back((float)s);
 }
 
 DpmSolver::Point DpmSolver::point(int64_t i) const {

@@ -71,9 +71,7 @@ void sigma_schedule(const NoiseSchedule& s, int64_t steps, bool convert, bool bo
   const int64_t T = s.steps();
   ONYX_CHECK(steps >= 1 && steps <= T, "num_inference_steps ", steps, " must be in [1, ", T,
              "] (num_train_timesteps)");
-  const std::vector<float>& ac = s.alphas_cumprod();
-  std::vector<float> sig(T);
-  for (int64_t t = 0; t < T; ++t) sig[t] = std::sqrt((1.0f - ac[t]) / ac[t]);
+  const std::vector<float> sig = s.sigmas();
   timesteps = euler_timesteps(c, steps);
   sigmas.clear();
   for (float t : timesteps) {
@@ -85,10 +83,8 @@ void sigma_schedule(const NoiseSchedule& s, int64_t steps, bool convert, bool bo
   sigmas =
       converted_sigmas(c, bounds && !std::isnan(c.sigma_min) ? c.sigma_min : sigmas.back(),
                        bounds && !std::isnan(c.sigma_max) ? c.sigma_max : sigmas.front(), steps);
-  std::vector<float> log_sigmas;
-  for (float v : sig) log_sigmas.push_back(std::log(v));
   timesteps.clear();
-  for (double v : sigmas) timesteps.push_back((float)sigma_to_t(v, log_sigmas));
+  for (double t : sigma_timesteps(sigmas, sig)) timesteps.push_back((float)t);
 }
 
 // scale_model_input: x / sqrt(sigma² + 1).
@@ -112,8 +108,7 @@ EulerSampler::EulerSampler(const NoiseSchedule& s, int64_t steps, bool ancestral
   std::vector<double> sigmas;
   sigma_schedule(s, steps, !ancestral, true, timesteps_, sigmas);
   for (double v : sigmas) sigmas_.push_back((float)v);
-  const float first = std::sqrt((1.0f - s.alphas_cumprod()[0]) / s.alphas_cumprod()[0]);
-  sigmas_.push_back(!ancestral && c_.final_sigmas_type == "sigma_min" ? first : 0.0f);
+  sigmas_.push_back(!ancestral && c_.final_sigmas_type == "sigma_min" ? s.sigmas()[0] : 0.0f);
 }
 
 float EulerSampler::init_noise_sigma() const { return noise_sigma(c_, sigmas_); }

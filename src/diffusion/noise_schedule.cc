@@ -153,6 +153,13 @@ std::vector<float> NoiseSchedule::sqrt_one_minus_alphas_cumprod() const {
   return v;
 }
 
+std::vector<float> NoiseSchedule::sigmas() const {
+  std::vector<float> v(alphas_cumprod_.size());
+  for (size_t i = 0; i < v.size(); i++)
+    v[i] = std::sqrt((1.0f - alphas_cumprod_[i]) / alphas_cumprod_[i]);
+  return v;
+}
+
 std::vector<float> NoiseSchedule::min_snr_weights(double gamma) const {
   auto a = sqrt_alphas_cumprod(), s = sqrt_one_minus_alphas_cumprod();
   const float g = (float)gamma;

@@ -67,6 +67,8 @@ class NoiseSchedule {
   // Per timestep, float32 as diffusers' add_noise / get_velocity / compute_snr index them:
   std::vector<float> sqrt_alphas_cumprod() const;            // alphas_cumprod ** 0.5
   std::vector<float> sqrt_one_minus_alphas_cumprod() const;  // (1 - alphas_cumprod) ** 0.5
+  // ((1 - alphas_cumprod) / alphas_cumprod) ** 0.5: the sigma table of DPM-Solver, Euler and Heun
+  std::vector<float> sigmas() const;
   // diffusers' training examples' min-SNR weights: min(snr, gamma) / snr (epsilon),
   // min(snr, gamma) / (snr + 1) (v_prediction), min(snr, gamma) (sample), snr = (a / s)^2.
   std::vector<float> min_snr_weights(double gamma) const;

@@ -42,6 +42,15 @@ std::vector<double> converted_sigmas(const ScheduleConfig& c, double sigma_min, 
   return {};
 }
 
+std::vector<double> sigma_timesteps(const std::vector<double>& sigmas,
+                                    const std::vector<float>& table_sigmas) {
+  std::vector<float> log_sigmas;
+  for (float s : table_sigmas) log_sigmas.push_back(std::log(s));
+  std::vector<double> t;
+  for (double s : sigmas) t.push_back(sigma_to_t(s, log_sigmas));
+  return t;
+}
+
 double sigma_to_t(double sigma, const std::vector<float>& log_sigmas) {
   const double log_sigma = std::log(std::max(sigma, 1e-10));
   const int64_t n = (int64_t)log_sigmas.size();

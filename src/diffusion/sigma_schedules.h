@@ -21,6 +21,10 @@ std::vector<double> exponential_sigmas(double sigma_min, double sigma_max, int64
 std::vector<double> converted_sigmas(const ScheduleConfig& c, double sigma_min, double sigma_max,
                                      int64_t k);
 
+// Each of `sigmas`' fractional timestep in the table `table_sigmas` (sigma_to_t over its logs).
+std::vector<double> sigma_timesteps(const std::vector<double>& sigmas,
+                                    const std::vector<float>& table_sigmas);
+
 // The timestep whose log-sigma `sigma` is, interpolated linearly between the two neighbouring
 // entries of `log_sigmas` (ascending, one per training timestep; at least two) and clamped to
 // them.

@@ -9,10 +9,10 @@
 // from and to the plain tensors (conv_onednn.cc), wherever that measured faster
 // (conv_onednn::preferred: not the forward or input gradient of 1×1 kernels, not image-channel
 // inputs, not too little work per weight element); elsewhere the forward runs oneDNN's primitive
-// on the plain layouts. Primitive
-// creation costs far more than a small convolution, so primitives are cached per geometry.
-// float16/bfloat16 are converted to float32 around it; float64 uses a direct loop. Hand-written:
-// the ONNX attribute semantics (auto_pad, kernel_shape checks, output size) and the cache.
+// on the plain layouts. Primitive creation costs far more than a small convolution, so primitives
+// are cached per geometry. float16/bfloat16 are converted to float32 around it; float64 uses a
+// direct loop. Hand-written: the ONNX attribute semantics (auto_pad, kernel_shape checks, output
+// size) and the cache.
 // The plain gradients are hand-written: im2col + GEMM (+ col2im; conv_common.h, shared with
 // ConvTranspose) with the per-sample work threaded over samples (per-thread partial dW, summed in a
 // fixed order, so results are deterministic for a given thread count); kernels::gemm (sgemm for
