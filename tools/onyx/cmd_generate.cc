@@ -390,27 +390,21 @@ std::map<std::string, Tensor> tokenized_encoder_inputs(const std::vector<Prompt>
   return {{"input_ids", ids}, {"attention_mask", mask}};
 }
 
-// Each row's decoder prompt: decoder_start_token_id and --decoder_prompt_ids, or for Whisper
-// (without --decoder_prompt_ids) the language / task / no-timestamps prompt Transformers builds.
+// Each row of `enc`'s decoder prompt: `start` and --decoder_prompt_ids, or with `whisper` (a
+// Whisper model's prompt keys, read once) the language / task / no-timestamps prompt Transformers
+// builds, the language detected per row where neither --language nor the config gives it.
 std::vector<std::vector<int64_t>> decoder_prompts(const GenerateOpts& o, generate::Generator& gen,
-                                                  const generate::GenerationConfig& cfg,
+                                                  int64_t start,
+                                                  const generate::WhisperPromptConfig* whisper,
                                                   const std::map<std::string, Tensor>& enc) {
-  const models::HfConfig& c = gen.config();
   const int64_t rows = enc.begin()->second.dim(0);
-  const int64_t start =
-      cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id : c.s2s.decoder_start_token_id;
-  ONYX_CHECK(c.model_type == "whisper" || (o.language.empty() && o.task.empty()),
-             "generate: --language and --task are Whisper's");
-  if (c.model_type != "whisper" || !o.decoder_prompt_ids.empty()) {
-    ONYX_CHECK(o.language.empty() && o.task.empty(),
-               "generate: --decoder_prompt_ids gives the whole prompt: drop --language / --task");
+  if (!whisper) {
     std::vector<int64_t> p = {start};
     p.insert(p.end(), o.decoder_prompt_ids.begin(), o.decoder_prompt_ids.end());
     return std::vector<std::vector<int64_t>>((size_t)rows, p);
   }
-  const auto w = generate::read_whisper_prompt_config(o.model);
-  return generate::whisper_prompts(w, start, o.language, o.task, rows, [&] {
-    return generate::detect_whisper_languages(gen, w, start, enc);
+  return generate::whisper_prompts(*whisper, start, o.language, o.task, rows, [&] {
+    return generate::detect_whisper_languages(gen, *whisper, start, enc);
   });
 }
 
@@ -441,13 +435,24 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
   }
   ONYX_CHECK(!enc.empty() && enc.begin()->second.rank() >= 1, "generate: no encoder inputs");
   const int64_t rows = enc.begin()->second.dim(0);
+  const int64_t start =
+      cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id : c.s2s.decoder_start_token_id;
+  const bool whisper_prompt = c.model_type == "whisper" && o.decoder_prompt_ids.empty();
+  ONYX_CHECK(whisper_prompt || (o.language.empty() && o.task.empty()),
+             c.model_type == "whisper"
+                 ? "generate: --decoder_prompt_ids gives the whole prompt: drop --language / --task"
+                 : "generate: --language and --task are Whisper's");
+  const generate::WhisperPromptConfig whisper = whisper_prompt
+                                                    ? generate::read_whisper_prompt_config(o.model)
+                                                    : generate::WhisperPromptConfig{};
   CompletionSink sink(o.output, tok, rows > 1);
   GenerateTotals total;
   const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
   for (int64_t first = 0; first < rows; first += o.batch_size) {
     const int64_t last = std::min(rows, first + o.batch_size);
     const auto batch = row_slice(enc, first, last);
-    const std::vector<std::vector<int64_t>> ids = decoder_prompts(o, gen, cfg, batch);
+    const std::vector<std::vector<int64_t>> ids =
+        decoder_prompts(o, gen, start, whisper_prompt ? &whisper : nullptr, batch);
     auto t0 = std::chrono::steady_clock::now();
     auto res = gen.generate(ids, cfg, &total.stats, batch);
     total.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
