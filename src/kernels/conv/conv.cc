@@ -126,11 +126,6 @@ ConvGeom conv_geom(const ir::Node& node, const Shape& x, const Shape& w, const S
 
 // ---- float32 via oneDNN ----------------------------------------------------------------------
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
 struct CachedConv {
   dnnl::convolution_forward prim;
   dnnl::memory::desc x_md, w_md, b_md, y_md;
@@ -195,7 +190,7 @@ std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias, boo
   try {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
+    dnnl::convolution_forward::primitive_desc pd(d, attr, conv_onednn::engine());
     if (!bf16 || std::string(pd.impl_info_str()).find("ref") == std::string::npos) {
       e->scratch_md = pd.scratchpad_desc();
       e->prim = dnnl::convolution_forward(pd);
@@ -212,8 +207,8 @@ std::shared_ptr<const CachedConv> get_conv(const ConvGeom& g, bool has_bias, boo
 
 // Runs a cached primitive: X and W float32 or bf16 bits (as it was made), B and Y float32.
 void run_conv(const CachedConv& e, const void* X, const void* W, const float* B, float* Y) {
-  thread_local dnnl::stream stream(cpu_engine());
-  auto& eng = cpu_engine();
+  thread_local dnnl::stream stream(conv_onednn::engine());
+  auto& eng = conv_onednn::engine();
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, dnnl::memory(e.x_md, eng, const_cast<void*>(X))},
       {DNNL_ARG_WEIGHTS, dnnl::memory(e.w_md, eng, const_cast<void*>(W))},

@@ -31,11 +31,6 @@ using dims = dnnl::memory::dims;
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
 tag plain_tag(size_t ndims) {
   static const tag tags[] = {tag::a, tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde, tag::abcdef};
   return tags[std::min<size_t>(ndims, 6)];
@@ -224,6 +219,11 @@ void run(const Cached& c, const float* a, const float* b, const float* bias, flo
 }
 
 }  // namespace
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
 
 void forward(const ConvDims& d, const float* X, const float* W, const float* B, float* Y) {
   run(*cached(d, Pass::Forward, B != nullptr), X, W, B, Y);

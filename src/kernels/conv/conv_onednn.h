@@ -4,6 +4,7 @@
 // tensors around it (conv_onednn.cc).
 #pragma once
 #include <cstdint>
+#include <dnnl.hpp>
 #include <vector>
 
 namespace onyx::kernels::conv_onednn {
@@ -14,6 +15,9 @@ struct ConvDims {
   int64_t N = 0, C = 0, M = 0, group = 1;
   std::vector<int64_t> in, k, out, stride, dil, pad_b, pad_e;
 };
+
+// The CPU engine the convolution primitives (these and conv.cc's plain ones) are made on.
+dnnl::engine& engine();
 
 // Y = conv(X, W) + B (B may be null).
 void forward(const ConvDims& d, const float* X, const float* W, const float* B, float* Y);

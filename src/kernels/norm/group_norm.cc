@@ -128,7 +128,7 @@ void channel_sums(const GNDims& d, const T* xq, const T* dq, double mean, double
       for (int64_t i = 0; i < d.S; i++) {
         const double gv = Elem<T>::load(dr[i]);
         a += gv;
-        b += gv * (Elem<T>::load(xr[i]) - mean) * inv;
+        b += gv * ((Elem<T>::load(xr[i]) - mean) * inv);  // dy · x̂, as before
       }
       sdy[cc] = a;
       sdyx[cc] = b;
