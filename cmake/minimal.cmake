@@ -8,6 +8,7 @@
 #   GRPO's regex reward (ICU)    src/train/regex_reward.cc                  src/train/regex_reward_absent.cc
 #   audio features (FFTW)        src/data/stft.cc                           src/data/stft_absent.cc
 #   images (libpng, libjpeg)     src/data/image_file.cc                     src/data/image_file_absent.cc
+#   resampling (libswresample)   src/data/resample.cc                       src/data/resample_absent.cc
 #   OpenBLAS GEMM backend        src/kernels/cpu/gemm_openblas.cc           src/kernels/cpu/gemm_openblas_absent.cc
 #   data parallelism (MPI)       nothing: src/dist/ runs single-process when MPI is not found
 #
@@ -17,6 +18,7 @@ set(ONYX_MINIMAL_LEFT_OUT
   src/tokenizers/tokenizer.cc src/tokenizers/bpe.cc src/tokenizers/wordpiece.cc
   src/tokenizers/hf_pipeline.cc src/tokenizers/tokenizer_schema.cc
   src/train/regex_reward.cc src/data/stft.cc src/data/image_file.cc
+  src/data/resample.cc
   src/kernels/cpu/gemm_openblas.cc)
 # The unit tests of what a minimal build leaves out: the tokenizers, and the tests that tokenize
 # (text datasets, chat templates, GRPO's completions).

@@ -24,7 +24,7 @@ PKGS=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libdnnl-dev libopenblas-dev libomp-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcairo2-dev libicu-dev libfftw3-dev
-  libpng-dev libjpeg-dev
+  libpng-dev libjpeg-dev libswresample-dev ffmpeg
   libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
   openmpi-bin libopenmpi-dev iproute2
   python3 python3-venv tmux clang-format debootstrap

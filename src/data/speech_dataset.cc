@@ -70,11 +70,7 @@ SpeechDataset::SpeechDataset(const std::string& manifest,
                opts_.audio_field, "' (a WAV file) and '", opts_.text_field, "' (its transcript)");
     fs::path file = a->get<std::string>();
     if (file.is_relative()) file = dir / file;
-    WavAudio w = read_wav(file.string(), opts_.features.samples());
-    ONYX_CHECK(w.sample_rate == opts_.features.sampling_rate, where, ": '", file.string(),
-               "' is sampled at ", w.sample_rate, " Hz; the features need ",
-               opts_.features.sampling_rate, " Hz (onyx does not resample: `sox in.wav -r ",
-               opts_.features.sampling_rate, " out.wav`)");
+    WavAudio w = read_wav_at(file.string(), opts_.features.sampling_rate, opts_.features.samples());
     audio_.push_back(std::move(w.samples));
     labels_.push_back(transcript_labels(*tok, t->get<std::string>(), opts_, where));
   }

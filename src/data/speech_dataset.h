@@ -2,8 +2,8 @@
 // (JSONL / JSON / CSV / TSV rows with the audio file and its transcript; relative paths are
 // relative to the manifest) read into Whisper's log-mel input features and tokenized labels, as
 // Transformers' fine-tuning recipe prepares them: input_features from WhisperFeatureExtractor
-// (data/whisper_features.h; the audio at the extractor's sampling rate — onyx does not resample:
-// `sox in.wav -r 16000 out.wav` does), labels = the tokenizer's ids of the transcript (its
+// (data/whisper_features.h; audio at another rate resampled to the extractor's as FFmpeg does,
+// data/resample.h), labels = the tokenizer's ids of the transcript (its
 // post-processor's special tokens included) without a leading decoder start token (the model
 // prepends it when shifting labels into decoder_input_ids), padded with -100.
 #pragma once

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "data/resample.h"
 #include "onyx/error.h"
 
 namespace onyx::data {
@@ -133,6 +134,21 @@ WavAudio read_wav(const std::string& path, int64_t max_samples) {
   const int64_t size = in.tellg();
   in.seekg(0);
   return read_stream(in, size, what, max_samples);
+}
+
+WavAudio read_wav_at(const std::string& path, int64_t rate, int64_t max_samples) {
+  const int64_t file_rate = read_wav(path, 0).sample_rate;  // the headers only
+  if (file_rate == rate) return read_wav(path, max_samples);
+  // An output sample depends on the input within the filter's reach: 64 output samples' worth
+  // and 256 input samples more are well beyond it at every ratio.
+  int64_t need = -1;
+  if (max_samples >= 0)
+    need = (int64_t)std::ceil((max_samples + 64) * ((double)file_rate / (double)rate)) + 256;
+  WavAudio a = read_wav(path, need);
+  a.samples = resample(a.samples, file_rate, rate, "WAV file '" + path + "'");
+  if (max_samples >= 0 && (int64_t)a.samples.size() > max_samples) a.samples.resize(max_samples);
+  a.sample_rate = rate;
+  return a;
 }
 
 WavAudio parse_wav(const std::string& bytes, const std::string& what, int64_t max_samples) {

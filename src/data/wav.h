@@ -22,6 +22,10 @@ struct WavAudio {
 
 // Reads `path`; at most `max_samples` frames (the rest of the file is not read); < 0: all.
 WavAudio read_wav(const std::string& path, int64_t max_samples = -1);
+// Reads `path` as mono samples at `rate` Hz: resampled (data/resample.h) when the file has
+// another rate. At most `max_samples` of them (< 0: all): the first max_samples equal those of
+// the whole file resampled; only as much of the file is read as they depend on.
+WavAudio read_wav_at(const std::string& path, int64_t rate, int64_t max_samples = -1);
 // The same from a file's bytes (errors name `what`): the fuzz target's way in.
 WavAudio parse_wav(const std::string& bytes, const std::string& what, int64_t max_samples = -1);
 

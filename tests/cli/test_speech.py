@@ -8,8 +8,8 @@ synthesizes a small set (6 words, espeak-ng voices, sox noise), then
   train-speech    `onyx train` with `train_data: {type: speech, ...}` on the manifest: the loss
                   falls, predict_with_generate reports eval_gen_* metrics, and the run's folder
                   generates with --audio (transcripts decoded by the saved tokenizer)
-  bad-audio       a 22.05 kHz WAV in the manifest, a row without "text", a missing file: exit 1
-                  naming the file / line and what is wrong (the sample rate with the sox command)
+  bad-audio       an A-law WAV in the manifest, a row without "text", a missing file: exit 1
+                  naming the file / line and what is wrong; a 22.05 kHz WAV trains (resampled)
 
 Run: ONYX=build/onyx build/venv/bin/python tests/cli/test_speech.py [filter]
 Ends with "N passed, M failed"; exits 1 if any case failed.
@@ -116,11 +116,13 @@ def case_train(s):
 def case_bad_audio(s):
     tmp, data = s["tmp"], s["data"]
     good = rows(s, "train")[0]
-    wav22 = os.path.join(tmp, "r22.wav")
+    wav22, alaw = os.path.join(tmp, "r22.wav"), os.path.join(tmp, "alaw.wav")
     subprocess.run(["sox", os.path.join(data, good["audio"]), "-r", "22050", wav22], check=True)
-    cases = [({"audio": wav22, "text": "x"}, ["22050 Hz", "sox"]),
+    subprocess.run(["sox", os.path.join(data, good["audio"]), "-e", "a-law", alaw], check=True)
+    cases = [({"audio": alaw, "text": "x"}, ["alaw.wav", "encoding 6 is not supported"]),
              ({"audio": good["audio"]}, ["line 1", "'text'"]),
-             ({"audio": "nowhere.wav", "text": "x"}, ["nowhere.wav"])]
+             ({"audio": "nowhere.wav", "text": "x"}, ["nowhere.wav"]),
+             ({"audio": wav22, "text": good["text"]}, None)]
     msgs = []
     for row, want in cases:
         man = os.path.join(data, "bad.jsonl")
@@ -133,7 +135,12 @@ def case_bad_audio(s):
                     "max_steps: 1\n")
         p = onyx("train", cfg, check=False)
         err = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
-        if p.returncode == 0 or not all(w in err for w in want):
+        if want is None:  # trains
+            if p.returncode != 0:
+                return False, f"{row}: exit {p.returncode}: {err}"
+            msgs.append("22.05 kHz: trained")
+            continue
+        elif p.returncode == 0 or not all(w in err for w in want):
             return False, f"{row}: exit {p.returncode}: {err}"
         msgs.append(err[:90])
     return True, "; ".join(msgs)

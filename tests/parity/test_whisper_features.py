@@ -10,8 +10,17 @@ Cases (one PASS / FAIL line each):
                  averaged) and given to WhisperFeatureExtractor(feature_size=80): every feature
                  within 1e-4 (absolute) of onyx's, shape (N, 80, 3000)
   mel-128        whisper-large-v3's 128 mel bins (--feature_size 128): within 1e-4
-  errors         a 44.1 kHz file (onyx does not resample: the message says to), A-law encoding, a
-                 text file, a header cut off: exit 1 naming the file and the reason, nothing written
+  resampled      WAV files at 8, 22.05, 44.1 and 48 kHz (PCM16 0.77 s, float32 4.2 s, 24-bit stereo
+                 2 s, PCM16 31 s) against Transformers' speech-recognition pipeline's preprocessing:
+                 `ffmpeg_read` (the ffmpeg command, -ac 1 -ar 16000) then WhisperFeatureExtractor:
+                 every feature within 1e-4 (stereo: onyx averages the channels, as soundfile,
+                 librosa and torchaudio do; ffmpeg's -ac 1 mixes them at -3 dB, (L + R) / sqrt(2),
+                 so that file's pipeline samples are scaled by 1 / sqrt(2) first); and for the
+                 mono files onyx's resampling equals
+                 ffmpeg's sample for sample: the features of the file equal (exactly) onyx's own
+                 features of ffmpeg's 16 kHz float32 rendering of it
+  errors         a file at 50 Hz (rates must be 100 Hz - 1 MHz), A-law encoding, a text file, a
+                 header cut off: exit 1 naming the file and the reason, nothing written
 
 Run: ONYX=build/onyx build/venv/bin/python tests/parity/test_whisper_features.py
 Ends with "N passed, M failed"; exits 1 if any case failed.
@@ -147,6 +156,55 @@ def case_mel_128(tmp):
     return got.shape == want.shape == (2, 128, 3000) and err < 1e-4, f"{got.shape}: worst abs {err:.1e}"
 
 
+RESAMPLED = [  # name, rate, seconds, channels, encoding, bits
+    ("pcm16-8k", 8000, 0.7731, 1, 1, 16),
+    ("float32-22k", 22050, 4.2, 1, 3, 32),
+    ("pcm24-stereo-48k", 48000, 2.0, 2, 1, 24),
+    ("pcm16-44k-31s", 44100, 31.0, 1, 1, 16),
+]
+
+
+def pipeline_features(path, channels):
+    """What Transformers' ASR pipeline gives the model for an audio file: ffmpeg_read's samples
+    (ffmpeg -ac 1 -ar 16000 -f f32le), then WhisperFeatureExtractor; a stereo file's samples
+    brought from ffmpeg's (L + R) / sqrt(2) to the channels' mean."""
+    from transformers import WhisperFeatureExtractor
+    from transformers.pipelines.audio_utils import ffmpeg_read
+    samples = ffmpeg_read(open(path, "rb").read(), RATE)
+    if channels == 2:
+        samples = (samples.astype(np.float64) * np.sqrt(0.5)).astype(np.float32)
+    return WhisperFeatureExtractor(feature_size=80)(samples, sampling_rate=RATE,
+                                                    return_tensors="np").input_features[0]
+
+
+def case_resampled(tmp):
+    paths, mono16k = [], []
+    for i, (name, rate, secs, ch, code, bits) in enumerate(RESAMPLED):
+        t = np.arange(int(secs * rate)) / rate
+        x = np.stack([0.5 * np.sin(2 * np.pi * (300 + 900 * c + 2500 * t / secs) * t)
+                      + 0.02 * np.random.default_rng(i).standard_normal(t.size)
+                      for c in range(ch)], axis=1)
+        p = os.path.join(tmp, name + ".wav")
+        with open(p, "wb") as f:
+            f.write(wav_bytes(x, code, bits, rate=rate))
+        paths.append(p)
+        if ch == 1:  # ffmpeg's own 16 kHz rendering, as a float32 WAV onyx reads unchanged
+            q = os.path.join(tmp, name + "-ffmpeg16k.wav")
+            subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", p, "-ac",
+                            "1", "-ar", str(RATE), "-c:a", "pcm_f32le", q], check=True)
+            mono16k.append(q)
+    got = onyx_features(tmp, paths, "resampled")
+    want = np.stack([pipeline_features(p, r[3]) for p, r in zip(paths, RESAMPLED)])
+    errs = np.abs(got - want).reshape(len(paths), -1).max(axis=1)
+    mono = [i for i, r in enumerate(RESAMPLED) if r[3] == 1]
+    same = onyx_features(tmp, mono16k, "ffmpeg16k")
+    exact = int((got[mono] != same).sum())
+    ok = got.shape == want.shape and errs.max() < 1e-4 and exact == 0
+    return ok, (f"{len(paths)} files against the pipeline: worst abs {errs.max():.1e} "
+                f"({RESAMPLED[int(errs.argmax())][0]}); mono files vs ffmpeg's 16 kHz samples: "
+                f"{exact} features differ")
+
+
 def case_errors(tmp):
     msgs, ok = [], True
 
@@ -162,7 +220,7 @@ def case_errors(tmp):
         ok &= good
         msgs.append(f"{name}: {'ok' if good else 'exit %d %r' % (r.returncode, r.stderr[-200:])}")
 
-    expect("rate-44100", wav_bytes(signal(0.2), 1, 16, rate=44100), "44100 Hz")
+    expect("rate-50", wav_bytes(signal(0.2), 1, 16, rate=50), "rates must be 100 Hz - 1 MHz")
     alaw = bytearray(wav_bytes(signal(0.2), 1, 16))
     alaw[20:22] = struct.pack("<H", 6)
     expect("alaw", bytes(alaw), "encoding 6 is not supported")
@@ -173,7 +231,8 @@ def case_errors(tmp):
 
 def main():
     return run_cases([("features", case_features), ("mel-128", case_mel_128),
-                      ("errors", case_errors)], "onyx-test-whisper-features-")
+                      ("resampled", case_resampled), ("errors", case_errors)],
+                     "onyx-test-whisper-features-")
 
 
 if __name__ == "__main__":

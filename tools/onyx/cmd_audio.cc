@@ -1,8 +1,8 @@
 // cmd_audio.cc — `onyx whisper-features AUDIO.wav [...] --output FEATURES.safetensors
 // [--feature_size 80]`: Whisper's log-mel input features of WAV files
 // (data/whisper_features.h), as Transformers' WhisperFeatureExtractor gives them, stacked into
-// one `input_features` tensor (N, feature_size, 3000). The audio must be at 16 kHz (onyx does
-// not resample: `sox in.wav -r 16000 out.wav` does); channels are averaged.
+// one `input_features` tensor (N, feature_size, 3000). Audio at another rate is resampled to
+// 16 kHz as FFmpeg does (data/resample.h); channels are averaged.
 #include <iostream>
 
 #include "commands.h"
@@ -13,9 +13,10 @@
 namespace onyx::cli {
 
 Action add_whisper_features_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("whisper-features",
-                                 "Whisper's log-mel input features of 16 kHz WAV files, as "
-                                 "WhisperFeatureExtractor computes them, into a .safetensors file");
+  auto* cmd =
+      app.add_subcommand("whisper-features",
+                         "Whisper's log-mel input features of WAV files (resampled to 16 kHz), as "
+                         "WhisperFeatureExtractor computes them, into a .safetensors file");
   auto files = std::make_shared<std::vector<std::string>>();
   auto output = std::make_shared<std::string>();
   auto config = std::make_shared<data::WhisperFeatureConfig>();
@@ -32,10 +33,7 @@ Action add_whisper_features_command(CLI::App& app) {
     Tensor all(DType::Float32, {(int64_t)files->size(), c.feature_size, c.frames()});
     const int64_t each = c.feature_size * c.frames();
     for (size_t i = 0; i < files->size(); i++) {
-      const data::WavAudio a = data::read_wav((*files)[i], c.samples());
-      ONYX_CHECK(a.sample_rate == c.sampling_rate, "WAV file '", (*files)[i], "' is sampled at ",
-                 a.sample_rate, " Hz; Whisper's features need ", c.sampling_rate,
-                 " Hz (resample it first, e.g. `sox in.wav -r ", c.sampling_rate, " out.wav`)");
+      const data::WavAudio a = data::read_wav_at((*files)[i], c.sampling_rate, c.samples());
       const Tensor f = data::whisper_input_features(a.samples, c);
       std::copy(f.data<float>(), f.data<float>() + each, all.data<float>() + (int64_t)i * each);
     }

@@ -141,7 +141,8 @@ void add_prompt_options(CLI::App* cmd, GenerateOpts& o) {
   cmd->add_option("--encoder_inputs,--encoder-inputs", o.encoder_inputs,
                   "an encoder–decoder's encoder inputs, one row per output (.safetensors: "
                   "input_features, or input_ids and attention_mask)");
-  cmd->add_option("--audio", o.audio, "Whisper: a 16 kHz WAV file to transcribe (repeatable)");
+  cmd->add_option("--audio", o.audio,
+                  "Whisper: a WAV file to transcribe (resampled to 16 kHz; repeatable)");
   cmd->add_option("--decoder_prompt_ids,--decoder-prompt-ids", o.decoder_prompt_ids,
                   "an encoder–decoder's decoder prompt after decoder_start_token_id (Whisper's "
                   "language / task / no-timestamps tokens), comma-separated")
@@ -358,10 +359,7 @@ Tensor whisper_audio_features(const std::vector<std::string>& files, const model
   Tensor all(DType::Float32, {(int64_t)files.size(), fc.feature_size, frames});
   const int64_t each = fc.feature_size * frames;
   for (size_t i = 0; i < files.size(); i++) {
-    const data::WavAudio a = data::read_wav(files[i], fc.samples());
-    ONYX_CHECK(a.sample_rate == fc.sampling_rate, "WAV file '", files[i], "' is sampled at ",
-               a.sample_rate, " Hz; Whisper needs ", fc.sampling_rate,
-               " Hz (resample it first, e.g. `sox in.wav -r 16000 out.wav`)");
+    const data::WavAudio a = data::read_wav_at(files[i], fc.sampling_rate, fc.samples());
     Tensor f = data::whisper_input_features(a.samples, fc);
     std::copy(f.data<float>(), f.data<float>() + each, all.data<float>() + (int64_t)i * each);
   }
