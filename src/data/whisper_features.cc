@@ -56,11 +56,43 @@ std::vector<double> whisper_mel_filters(const WhisperFeatureConfig& c) {
   return f;
 }
 
-Tensor whisper_input_features(const std::vector<float>& audio, const WhisperFeatureConfig& c) {
+namespace {
+
+// The log10 mel spectrogram (M, frames) of x, the audio reflect-padded by n_fft / 2 on both
+// sides. The STFT runs over blocks of frames, so long audio never holds all its spectra at once.
+std::vector<double> log_mel(const std::vector<double>& x, const WhisperFeatureConfig& c,
+                            int64_t frames) {
+  const int64_t nfft = c.n_fft, bins = nfft / 2 + 1, M = c.feature_size, block = 1000;
+  std::vector<double> window(nfft);
+  for (int64_t i = 0; i < nfft; i++)
+    window[i] = 0.5 - 0.5 * std::cos(2.0 * M_PI * (double)i / (double)nfft);  // periodic Hann
+  const std::vector<double> filters = whisper_mel_filters(c);
+  std::vector<double> logmel(M * frames);
+  for (int64_t t0 = 0; t0 < frames; t0 += block) {
+    const int64_t T = std::min(block, frames - t0);
+    const auto first = x.begin() + t0 * c.hop_length;
+    const std::vector<double> part(first, first + (T - 1) * c.hop_length + nfft);
+    const std::vector<double> power = stft_power(part, window, c.hop_length, T);
+    for (int64_t t = 0; t < T; t++) {
+      const double* p = power.data() + t * bins;
+      for (int64_t m = 0; m < M; m++) {
+        double s = 0;
+        for (int64_t k = 0; k < bins; k++) s += filters[k * M + m] * p[k];
+        logmel[m * frames + t0 + t] = std::log10(std::max(s, 1e-10));
+      }
+    }
+  }
+  return logmel;
+}
+
+// The features of `audio` zero-padded or cut to n samples: n / hop_length frames.
+Tensor features_of_length(const std::vector<float>& audio, const WhisperFeatureConfig& c,
+                          int64_t n) {
   check_config(c);
-  const int64_t n = c.samples(), nfft = c.n_fft, pad = nfft / 2, bins = nfft / 2 + 1;
-  const int64_t frames = c.frames(), M = c.feature_size;
-  // the chunk, reflect-padded by n_fft / 2 on both sides (torch.stft's center=True)
+  const int64_t pad = c.n_fft / 2, frames = n / c.hop_length, M = c.feature_size;
+  ONYX_CHECK(frames >= 1 && n > pad, "Whisper features: ", n, " samples are too few (more than ",
+             pad, " needed)");
+  // the audio, reflect-padded by n_fft / 2 on both sides (torch.stft's center=True)
   std::vector<double> x(n + 2 * pad, 0.0);
   const int64_t len = std::min<int64_t>(n, (int64_t)audio.size());
   for (int64_t i = 0; i < len; i++) x[pad + i] = audio[i];
@@ -68,26 +100,23 @@ Tensor whisper_input_features(const std::vector<float>& audio, const WhisperFeat
     x[pad - 1 - i] = x[pad + 1 + i];
     x[pad + n + i] = x[pad + n - 2 - i];
   }
-  std::vector<double> window(nfft);
-  for (int64_t i = 0; i < nfft; i++)
-    window[i] = 0.5 - 0.5 * std::cos(2.0 * M_PI * (double)i / (double)nfft);  // periodic Hann
-  const std::vector<double> filters = whisper_mel_filters(c);
-  // power spectra of frames 0 .. frames-1 (the STFT's last frame, t = frames, is dropped)
-  const std::vector<double> power = stft_power(x, window, c.hop_length, frames);
-  std::vector<double> logmel(M * frames);
-  for (int64_t t = 0; t < frames; t++) {
-    const double* p = power.data() + t * bins;
-    for (int64_t m = 0; m < M; m++) {
-      double s = 0;
-      for (int64_t k = 0; k < bins; k++) s += filters[k * M + m] * p[k];
-      logmel[m * frames + t] = std::log10(std::max(s, 1e-10));
-    }
-  }
+  // (the STFT's last frame, t = frames, is dropped)
+  const std::vector<double> logmel = log_mel(x, c, frames);
   const double floor = *std::max_element(logmel.begin(), logmel.end()) - 8.0;
   Tensor out(DType::Float32, {M, frames});
   float* o = out.data<float>();
   for (int64_t i = 0; i < M * frames; i++) o[i] = (float)((std::max(logmel[i], floor) + 4.0) / 4.0);
   return out;
+}
+
+}  // namespace
+
+Tensor whisper_input_features(const std::vector<float>& audio, const WhisperFeatureConfig& c) {
+  return features_of_length(audio, c, c.samples());
+}
+
+Tensor whisper_long_input_features(const std::vector<float>& audio, const WhisperFeatureConfig& c) {
+  return features_of_length(audio, c, (int64_t)audio.size());
 }
 
 }  // namespace onyx::data

@@ -27,6 +27,11 @@ struct WhisperFeatureConfig {
 // The (feature_size, frames) features of `audio` (mono, at config.sampling_rate; longer audio is
 // cut to chunk_length seconds, as the extractor's truncation).
 Tensor whisper_input_features(const std::vector<float>& audio, const WhisperFeatureConfig& config);
+// The features of all of `audio` (long-form transcription: the extractor's truncation=False,
+// padding="longest" on one input): audio.size() / hop_length frames, clamped to the maximum of
+// the whole recording less 8.
+Tensor whisper_long_input_features(const std::vector<float>& audio,
+                                   const WhisperFeatureConfig& config);
 
 // The (n_fft / 2 + 1, feature_size) mel filter bank (Transformers' mel_filter_bank with Whisper's
 // arguments), in double precision.

@@ -40,7 +40,7 @@ static bool has_processors(const GenerationConfig& cfg) {
   return cfg.repetition_penalty != 1.0 || cfg.no_repeat_ngram_size > 0 || cfg.min_length > 0 ||
          cfg.min_new_tokens > 0 || cfg.forced_bos_token_id >= 0 ||
          !cfg.forced_eos_token_ids.empty() || !cfg.suppress_tokens.empty() ||
-         !cfg.begin_suppress_tokens.empty();
+         !cfg.begin_suppress_tokens.empty() || cfg.whisper_timestamp_begin >= 0;
 }
 
 // Every logit -inf but those of `keep` (0 there): the forced-token processors.
@@ -48,6 +48,50 @@ static void force_tokens(float* s, int64_t V, const std::vector<int64_t>& keep) 
   std::fill(s, s + V, -std::numeric_limits<float>::infinity());
   for (int64_t k : keep)
     if (k >= 0 && k < V) s[k] = 0;
+}
+
+// Every logit of [from, to) -inf.
+static void forbid(float* s, int64_t from, int64_t to) {
+  std::fill(s + std::max<int64_t>(from, 0), s + std::max(from, to),
+            -std::numeric_limits<float>::infinity());
+}
+
+// Transformers' WhisperTimeStampLogitsProcessor (generation_config.h) on row s (V) after `fresh`
+// new tokens, the last of `seq`.
+static void whisper_timestamp_rules(float* s, int64_t V, const GenerationConfig& cfg,
+                                    const std::vector<int64_t>& seq, int64_t fresh) {
+  const int64_t tb = cfg.whisper_timestamp_begin, n = (int64_t)seq.size();
+  const int64_t eos = cfg.eos_token_ids.empty() ? tb : cfg.eos_token_ids[0];
+  forbid(s, tb - 1, tb);  // <|notimestamps|>
+  const bool last_was_timestamp = fresh >= 1 && seq[n - 1] >= tb;
+  const bool penultimate_was_timestamp = fresh < 2 || seq[n - 2] >= tb;
+  if (last_was_timestamp) {
+    if (penultimate_was_timestamp)
+      forbid(s, tb, V);  // a pair is closed: text
+    else
+      forbid(s, 0, eos);  // a lone timestamp: its pair, or the end
+  }
+  int64_t lowest = tb;  // timestamps never decrease; <|0.00|> only as the first
+  for (int64_t i = n - 1; i >= n - fresh; i--)
+    if (seq[i] >= tb) {
+      lowest = last_was_timestamp && !penultimate_was_timestamp ? seq[i] : seq[i] + 1;
+      break;
+    }
+  forbid(s, tb, std::min(lowest, V));
+  if (fresh == 0) {  // the first new token: a timestamp, an early one
+    forbid(s, 0, tb);
+    if (cfg.max_initial_timestamp_index >= 0)
+      forbid(s, std::min(V, tb + cfg.max_initial_timestamp_index + 1), V);
+  }
+  // the timestamps' total probability against the likeliest text token's (log-sum-exp over the
+  // timestamps > the largest text logit, both relative to the same normalizer)
+  float text_max = -std::numeric_limits<float>::infinity(), ts_max = text_max;
+  for (int64_t v = 0; v < tb; v++) text_max = std::max(text_max, s[v]);
+  for (int64_t v = tb; v < V; v++) ts_max = std::max(ts_max, s[v]);
+  if (ts_max == -std::numeric_limits<float>::infinity()) return;
+  double sum = 0;
+  for (int64_t v = tb; v < V; v++) sum += std::exp((double)s[v] - ts_max);
+  if (ts_max + std::log(sum) > (double)text_max) forbid(s, 0, tb);
 }
 
 // Transformers' logits processors of `cfg` on one row's next-token logits s (V), in its order.
@@ -88,6 +132,7 @@ static void process_logits(float* s, int64_t V, const GenerationConfig& cfg,
   if (len == begin)
     for (int64_t t : cfg.begin_suppress_tokens)
       if (t < V) s[t] = ninf;
+  if (cfg.whisper_timestamp_begin >= 0) whisper_timestamp_rules(s, V, cfg, seq, fresh);
 }
 
 // Beam search as Transformers' _beam_search (5.x) runs it, for B0 prompts of num_beams rows each

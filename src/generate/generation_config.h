@@ -56,6 +56,14 @@ struct GenerationConfig {
   int64_t min_new_tokens = 0;
   int64_t forced_bos_token_id = -1;
   std::vector<int64_t> forced_eos_token_ids, suppress_tokens, begin_suppress_tokens;
+  // Whisper's timestamps (WhisperTimeStampLogitsProcessor, after the processors above; -1: off):
+  // <|notimestamps|> never; the first new token a timestamp, at most <|0.00|> +
+  // max_initial_timestamp_index (-1: any); timestamps in pairs (after a lone one: a timestamp or
+  // eos, after a pair: text), never decreasing, <|0.00|> only first; a timestamp whenever the
+  // timestamps' summed probability beats every text token's. Ids >= whisper_timestamp_begin are
+  // timestamps; ids below the first eos id are text.
+  int64_t whisper_timestamp_begin = -1;
+  int64_t max_initial_timestamp_index = -1;
   // An encoder–decoder's first decoder token (generation_config.json or config.json's
   // decoder_start_token_id; -1: none given).
   int64_t decoder_start_token_id = -1;

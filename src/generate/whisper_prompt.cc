@@ -114,6 +114,12 @@ void read_keys(const json& j, const std::string& what, WhisperPromptConfig& c) {
                ": return_timestamps must be true or false");
     c.return_timestamps = j["return_timestamps"].get<bool>();
   }
+  if (j.contains("max_initial_timestamp_index") && !j["max_initial_timestamp_index"].is_null()) {
+    const json& m = j["max_initial_timestamp_index"];
+    ONYX_CHECK(m.is_number_integer() && m.get<int64_t>() >= 0 && m.get<int64_t>() < (1 << 20), what,
+               ": max_initial_timestamp_index must be a non-negative integer, got ", m.dump());
+    c.max_initial_timestamp_index = m.get<int64_t>();
+  }
   if (j.contains("forced_decoder_ids"))
     c.forced_decoder_ids = forced_ids(j["forced_decoder_ids"], what + ": forced_decoder_ids");
   c.language = text(j, "language", what);
@@ -175,9 +181,9 @@ std::vector<int64_t> forced_prompt(const WhisperPromptConfig& c, int64_t start) 
   return init;
 }
 
-// The task token, <|notimestamps|>, and no nulls.
+// The task token, <|notimestamps|> (with timestamps: none), and no nulls.
 void finish_prompt(const WhisperPromptConfig& c, const std::string& language,
-                   const std::string& task, std::vector<int64_t>& p) {
+                   const std::string& task, bool timestamps, std::vector<int64_t>& p) {
   if (!task.empty()) {
     ONYX_CHECK(task == "transcribe" || task == "translate", "task '", task,
                "' is not one of transcribe, translate");
@@ -193,8 +199,10 @@ void finish_prompt(const WhisperPromptConfig& c, const std::string& language,
       p.push_back(c.task_to_id.at("transcribe"));
     }
   }
-  if (c.no_timestamps_token_id >= 0 && p.back() != c.no_timestamps_token_id)
+  if (!timestamps && c.no_timestamps_token_id >= 0 && p.back() != c.no_timestamps_token_id)
     p.push_back(c.no_timestamps_token_id);
+  else if (timestamps && p.back() == c.no_timestamps_token_id)
+    p.pop_back();
   p.erase(std::remove(p.begin(), p.end(), -1), p.end());
 }
 
@@ -202,10 +210,11 @@ void finish_prompt(const WhisperPromptConfig& c, const std::string& language,
 
 std::vector<std::vector<int64_t>> whisper_prompts(
     const WhisperPromptConfig& c, int64_t decoder_start_token_id, const std::string& language_flag,
-    const std::string& task_flag, int64_t rows,
+    const std::string& task_flag, bool timestamps, int64_t rows,
     const std::function<std::vector<int64_t>()>& detect) {
-  ONYX_CHECK(!c.return_timestamps,
-             "generation_config.json sets return_timestamps: Whisper's timestamps are not built");
+  ONYX_CHECK(!timestamps || c.no_timestamps_token_id >= 0,
+             "timestamps: this model's generation_config.json has no no_timestamps_token_id "
+             "(the timestamp tokens follow it)");
   ONYX_CHECK(!c.is_multilingual.has_value() || *c.is_multilingual ||
                  (language_flag.empty() && task_flag.empty()),
              "--language / --task: this is an English-only Whisper (is_multilingual false)");
@@ -234,7 +243,7 @@ std::vector<std::vector<int64_t>> whisper_prompts(
       else
         p.push_back(lang[r]);
     }
-    finish_prompt(c, language, task, p);
+    finish_prompt(c, language, task, timestamps, p);
     prompts.push_back(std::move(p));
   }
   return prompts;

@@ -2,7 +2,8 @@
 // WhisperForConditionalGeneration.generate builds it (_retrieve_init_tokens): the decoder start
 // token (<|startoftranscript|>), then the language token — given, from the generation config's
 // forced_decoder_ids, or detected per row as the most likely language token after the start
-// token —, the task token (<|transcribe|> / <|translate|>), and <|notimestamps|>.
+// token —, the task token (<|transcribe|> / <|translate|>), and <|notimestamps|> (not with
+// timestamps).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -25,7 +26,8 @@ struct WhisperPromptConfig {
   // (position, token or null): the old way of giving language and task
   std::vector<std::pair<int64_t, std::optional<int64_t>>> forced_decoder_ids;
   bool return_timestamps = false;
-  std::string language, task;  // the config's own ("": none)
+  int64_t max_initial_timestamp_index = -1;  // -1: the key is absent (no limit)
+  std::string language, task;                // the config's own ("": none)
 };
 
 WhisperPromptConfig read_whisper_prompt_config(const std::string& folder);
@@ -35,13 +37,15 @@ WhisperPromptConfig read_whisper_prompt_config(const std::string& folder);
 int64_t whisper_language_id(const WhisperPromptConfig& c, const std::string& language);
 
 // Each of `rows` rows' decoder prompt. `language` / `task` ("": not given) override the config's,
-// as generate(language=, task=) does. `detect()` gives each row's language token when the prompt
-// has none (called at most once). Errors as Transformers': a language or task for an
-// English-only model or a config without lang_to_id / task_to_id, an unknown task,
-// forced_decoder_ids that skip a position; return_timestamps is not built.
+// as generate(language=, task=) does; `timestamps`: return_timestamps (no <|notimestamps|>).
+// `detect()` gives each row's language token when the prompt has none (called at most once).
+// Errors as Transformers': a language or task for an English-only model or a config without
+// lang_to_id / task_to_id, an unknown task, forced_decoder_ids that skip a position,
+// timestamps without no_timestamps_token_id.
 std::vector<std::vector<int64_t>> whisper_prompts(
     const WhisperPromptConfig& c, int64_t decoder_start_token_id, const std::string& language,
-    const std::string& task, int64_t rows, const std::function<std::vector<int64_t>()>& detect);
+    const std::string& task, bool timestamps, int64_t rows,
+    const std::function<std::vector<int64_t>()>& detect);
 
 // Transformers' detect_language: each row's most likely language token (of lang_to_id's) after
 // the start token alone — one greedy step, every other token masked, no other logits processor.

@@ -66,6 +66,9 @@ Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::G
     if (mc.model_type == "whisper" &&
         std::filesystem::path(f).filename() == "generation_config.json")
       whisper = generate::read_whisper_prompt_config(std::filesystem::path(f).parent_path());
+  ONYX_CHECK(!whisper.return_timestamps,
+             "predict_with_generate: generation_config.json sets return_timestamps; onyx's "
+             "Seq2SeqTrainer generates without timestamps (set it false)");
   std::vector<std::vector<int64_t>> rows;
   train::GenerationScore score;
   for (auto& idx :
@@ -76,7 +79,7 @@ Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::G
     const auto enc = encoder_inputs(gen, batch);
     std::vector<std::vector<int64_t>> prompts(idx.size(), {start});
     if (mc.model_type == "whisper")
-      prompts = generate::whisper_prompts(whisper, start, "", "", (int64_t)idx.size(), [&] {
+      prompts = generate::whisper_prompts(whisper, start, "", "", false, (int64_t)idx.size(), [&] {
         return generate::detect_whisper_languages(gen, whisper, start, enc);
       });
     auto out = gen.generate(prompts, cfg, nullptr, enc);

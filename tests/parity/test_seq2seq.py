@@ -29,6 +29,19 @@ Cases (one PASS / FAIL line each):
                    log-spaced and clipped distances), 2 encoder and 3 decoder blocks
   t5-v1.1-gated    feed_forward_proj gated-gelu, tie_word_embeddings false (no output scaling)
   mt5              MT5ForConditionalGeneration (gated-gelu, never scaled)
+  whisper-timestamps-{short,long,beams,max-length}  `onyx generate --encoder_inputs
+                   --return_timestamps` = Transformers' generate(return_timestamps=True,
+                   return_segments=True): each row's tokens (timestamps included) and its segments'
+                   start / end times and tokens, with the timestamp rules
+                   (WhisperTimeStampLogitsProcessor, max_initial_timestamp_index) and the
+                   window-by-window decoding: 3 rows of one window each (rows that end mid-speech
+                   decode again from their last timestamp pair), features of ~3 windows
+                   (long-form: timestamps on without the flag), beam search, and max_length
+                   growing by the prompt's length at every window as Transformers grows it;
+                   -audio: `--audio` WAV files (a 1-s window: max_source_positions 50): a 2.5-s
+                   file (long-form, its whole spectrogram) alone and two short ones batched with
+                   --return_timestamps, against WhisperFeatureExtractor(truncation=False,
+                   padding="longest") / its 1-s padding and generate(return_timestamps=True)
   {whisper,bart,t5}-generate-{greedy,beams}  `onyx generate --encoder_inputs` = Transformers'
                    generate() token for token, batched (BART's input padded), greedy and beam
                    search; Whisper's suppress_tokens / begin_suppress_tokens, BART's forced eos,
@@ -322,6 +335,102 @@ def case_whisper_language(tmp):
     return ok, "; ".join(msgs)
 
 
+def timestamp_whisper(**kw):
+    """A Whisper whose last 26 tokens are timestamps (<|0.00|> .. <|0.50|>, after
+    <|notimestamps|> = V - 27), the first timestamp at most <|0.02|>."""
+    m = whisper(init_std=0.2, max_target_positions=40, **kw).eval()
+    g = m.generation_config
+    g.no_timestamps_token_id, g.max_initial_timestamp_index = V - 27, 1
+    return m
+
+
+def case_whisper_timestamps(tmp, kind):
+    m = timestamp_whisper()
+    frames = 70 if kind == "long" else 24
+    rows = 1 if kind == "long" else 6
+    x = np.random.default_rng(11).normal(0, 1, (rows, 16, frames)).astype(np.float32)
+    flags, kw = ["--max_new_tokens", "16"], {"max_new_tokens": 16}
+    if kind == "beams":
+        flags, kw = flags + ["--num_beams", "3"], {**kw, "num_beams": 3}
+    if kind == "max-length":
+        m.generation_config.max_length = 6
+        flags, kw = [], {}
+    if kind != "long":
+        flags.append("--return_timestamps")
+    d = os.path.join(tmp, f"whisper-ts-{kind}")
+    m.save_pretrained(d)
+    save_file({"input_features": x}, f"{d}/enc.safetensors")
+    onyx("generate", d, "--encoder_inputs", f"{d}/enc.safetensors", "--output", f"{d}/out.jsonl",
+         *flags)
+    with open(f"{d}/out.jsonl") as f:
+        got = [json.loads(line) for line in f]
+    with torch.no_grad():
+        ref = m.generate(torch.tensor(x), return_timestamps=True, return_segments=True, **kw)
+    tb = V - 26
+    ok, n_segments, msgs = len(got) == rows, 0, []
+    for r in range(rows):
+        want_tokens = [int(t) for t in ref["sequences"][r].tolist()]
+        while want_tokens and want_tokens[-1] == 1:  # right padding (pad = eos: never a token)
+            want_tokens.pop()
+        want_segs = [(round(float(s["start"]), 2), round(float(s["end"]), 2),
+                      [int(t) for t in s["tokens"].tolist()]) for s in ref["segments"][r]]
+        got_segs = [(s["start"], s["end"]) for s in got[r]["segments"]]
+        same = (got[r]["completion_ids"] == want_tokens
+                and got_segs == [(a, b) for a, b, _ in want_segs]
+                and sum(len(t) for _, _, t in want_segs) == len(want_tokens))
+        ok &= same
+        n_segments += len(want_segs)
+        if not same:
+            msgs.append(f"row {r}: onyx {got[r]['completion_ids']} {got_segs} vs Transformers "
+                        f"{want_tokens} {[(a, b) for a, b, _ in want_segs]}")
+    pairs = sum(1 for r in got for a, b in zip(r["completion_ids"], r["completion_ids"][1:])
+                if a >= tb and b >= tb)
+    ok &= n_segments > rows and pairs > 0  # segments were split, windows decoded again
+    return ok, (f"{rows} rows x {frames} frames: {n_segments} segments, {pairs} timestamp pairs, "
+                f"tokens and times = Transformers'" if ok else "; ".join(msgs) or
+                f"too few segments ({n_segments}) or pairs ({pairs}) to test")
+
+
+def case_whisper_timestamps_audio(tmp):
+    import wave
+    m = timestamp_whisper(max_source_positions=50)
+    d = os.path.join(tmp, "whisper-ts-audio")
+    m.save_pretrained(d)
+    fe = tr.WhisperFeatureExtractor(feature_size=16, chunk_length=1)
+    rng = np.random.default_rng(12)
+    audio, paths = [], []
+    for i, secs in enumerate((2.5, 0.6, 0.9)):
+        t = np.arange(int(secs * 16000)) / 16000
+        x = 0.3 * np.sin(2 * np.pi * (300 + 200 * i + 500 * t) * t) + 0.05 * rng.standard_normal(t.size)
+        pcm = np.round(np.clip(x, -1, 1) * 32767).astype(np.int16)
+        paths.append(os.path.join(d, f"a{i}.wav"))
+        with wave.open(paths[-1], "wb") as w:
+            w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(pcm.tobytes())
+        audio.append(pcm.astype(np.float32) / 32768)
+    onyx("generate", d, *sum([["--audio", p] for p in paths], []), "--return_timestamps",
+         "--max_new_tokens", "16", "--output", f"{d}/out.jsonl")
+    with open(f"{d}/out.jsonl") as f:
+        got = [json.loads(line) for line in f]
+    long_in = fe(audio[0], sampling_rate=16000, truncation=False, padding="longest",
+                 return_tensors="pt").input_features
+    short_in = fe(audio[1:], sampling_rate=16000, return_tensors="pt").input_features
+    want = []
+    with torch.no_grad():
+        for x in (long_in, short_in):
+            out = m.generate(x, return_timestamps=True, return_segments=True, max_new_tokens=16)
+            for r in range(x.shape[0]):
+                toks = [int(t) for t in out["sequences"][r].tolist()]
+                while toks and toks[-1] == 1:
+                    toks.pop()
+                want.append((toks, [(round(float(s["start"]), 2), round(float(s["end"]), 2))
+                                    for s in out["segments"][r]]))
+    have = [(r["completion_ids"], [(s["start"], s["end"]) for s in r["segments"]]) for r in got]
+    ok = have == want and long_in.shape[-1] == 250 and len(want[0][1]) > 1
+    return ok, (f"3 files ({long_in.shape[-1]} frames long-form + 2 batched): "
+                f"{sum(len(s) for _, s in want)} segments = Transformers'" if ok else
+                f"onyx {have} vs Transformers {want}")
+
+
 def case_bart_generate(tmp, beams):
     m = bart(init_std=0.2, max_position_embeddings=40).eval()
     with torch.no_grad():  # eos likely enough that rows (and hypotheses) end at several lengths
@@ -364,6 +473,11 @@ def main():
         ("whisper-generate-greedy", lambda t: case_whisper_generate(t, 1)),
         ("whisper-generate-beams", lambda t: case_whisper_generate(t, 3)),
         ("whisper-language", case_whisper_language),
+        ("whisper-timestamps-short", lambda t: case_whisper_timestamps(t, "short")),
+        ("whisper-timestamps-long", lambda t: case_whisper_timestamps(t, "long")),
+        ("whisper-timestamps-beams", lambda t: case_whisper_timestamps(t, "beams")),
+        ("whisper-timestamps-max-length", lambda t: case_whisper_timestamps(t, "max-length")),
+        ("whisper-timestamps-audio", case_whisper_timestamps_audio),
         ("bart-generate-greedy", lambda t: case_bart_generate(t, 1)),
         ("bart-generate-beams", lambda t: case_bart_generate(t, 4)),
         ("t5-generate-greedy", lambda t: case_t5_generate(t, 1)),

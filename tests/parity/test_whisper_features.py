@@ -19,6 +19,9 @@ Cases (one PASS / FAIL line each):
                  mono files onyx's resampling equals
                  ffmpeg's sample for sample: the features of the file equal (exactly) onyx's own
                  features of ffmpeg's 16 kHz float32 rendering of it
+  long-form      --no_truncation on files of 3.2, 31 and 45 s (one 44.1 kHz) against
+                 WhisperFeatureExtractor(truncation=False, padding="longest"): every feature
+                 within 1e-4, shape (3, 80, 4500); one 45 s file alone: (1, 80, 4500)
   errors         a file at 50 Hz (rates must be 100 Hz - 1 MHz), A-law encoding, a text file, a
                  header cut off: exit 1 naming the file and the reason, nothing written
 
@@ -205,6 +208,32 @@ def case_resampled(tmp):
                 f"{exact} features differ")
 
 
+def case_long_form(tmp):
+    from transformers import WhisperFeatureExtractor
+    from transformers.pipelines.audio_utils import ffmpeg_read
+    specs = [("long-3.2s", RATE, 3.2), ("long-31s", RATE, 31.0), ("long-45s-44k", 44100, 45.0)]
+    paths, samples = [], []
+    for i, (name, rate, secs) in enumerate(specs):
+        t = np.arange(int(secs * rate)) / rate
+        x = (0.4 * np.sin(2 * np.pi * (250 + 40 * t) * t) * (1 + np.sin(2 * np.pi * 0.3 * t))
+             + 0.02 * np.random.default_rng(20 + i).standard_normal(t.size))[:, None]
+        p = os.path.join(tmp, name + ".wav")
+        with open(p, "wb") as f:
+            f.write(wav_bytes(x, 1, 16, rate=rate))
+        paths.append(p)
+        samples.append(ffmpeg_read(open(p, "rb").read(), RATE) if rate != RATE else decoded(p))
+    fe = WhisperFeatureExtractor(feature_size=80)
+    msgs, ok = [], True
+    for group in (paths, paths[2:]):
+        got = onyx_features(tmp, group, f"long{len(group)}", "--no_truncation")
+        want = fe([samples[paths.index(p)] for p in group], sampling_rate=RATE, truncation=False,
+                  padding="longest", return_tensors="np").input_features
+        err = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
+        ok &= got.shape == want.shape and err < 1e-4
+        msgs.append(f"{len(group)} files {got.shape} (want {want.shape}): worst abs {err:.1e}")
+    return ok, "; ".join(msgs)
+
+
 def case_errors(tmp):
     msgs, ok = [], True
 
@@ -231,7 +260,8 @@ def case_errors(tmp):
 
 def main():
     return run_cases([("features", case_features), ("mel-128", case_mel_128),
-                      ("resampled", case_resampled), ("errors", case_errors)],
+                      ("resampled", case_resampled), ("long-form", case_long_form),
+                      ("errors", case_errors)],
                      "onyx-test-whisper-features-")
 
 

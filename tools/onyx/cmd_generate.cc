@@ -7,6 +7,7 @@
 // texts; its decoder prompt is decoder_start_token_id, then any --decoder_prompt_ids (Whisper's
 // language and task tokens).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -19,13 +20,12 @@
 
 #include "commands.h"
 #include "data/chat_template.h"
-#include "data/wav.h"
-#include "data/whisper_features.h"
 #include "generate/generate.h"
 #include "generate/whisper_prompt.h"
 #include "io/safetensors.h"
 #include "onyx/error.h"
 #include "tokenizers/tokenizer.h"
+#include "whisper_audio.h"
 
 namespace fs = std::filesystem;
 
@@ -106,6 +106,7 @@ struct GenerateOpts {
   int64_t batch_size = 8;
   uint64_t seed = 0;
   bool do_sample = false, greedy = false, timings = false, chat = false;
+  bool return_timestamps = false;  // Whisper's
 };
 
 void add_decoding_options(CLI::App* cmd, GenerateOpts& o) {
@@ -151,6 +152,8 @@ void add_prompt_options(CLI::App* cmd, GenerateOpts& o) {
                   "Whisper: the spoken language (a code such as de, a name such as german, or "
                   "<|de|>; default: the generation config's, else detected per input)");
   cmd->add_option("--task", o.task, "Whisper: transcribe (default) or translate (into English)");
+  cmd->add_flag("--return_timestamps,--return-timestamps", o.return_timestamps,
+                "Whisper: segments with their start and end times (always for audio over 30 s)");
 }
 
 void add_output_options(CLI::App* cmd, GenerateOpts& o) {
@@ -254,15 +257,27 @@ class CompletionSink {
     out_ = std::make_unique<std::ofstream>(tmp_);
     ONYX_CHECK(*out_, path_, ": cannot write");
   }
+  // `segments`: Whisper's, [{start, end, text}] (null: none), written as "segments" and printed
+  // one per line
   void write(const Prompt& p, const std::vector<int64_t>& prompt_ids,
-             const std::vector<int64_t>& new_ids, const std::vector<int64_t>& text_ids) {
+             const std::vector<int64_t>& new_ids, const std::vector<int64_t>& text_ids,
+             const nlohmann::json& segments = nullptr) {
     if (out_) {
       nlohmann::json j = {{"prompt_ids", prompt_ids}, {"completion_ids", new_ids}};
       if (tok_) {
         j["prompt"] = p.as_ids ? tok_->decode(p.ids) : p.text;
         j["completion"] = tok_->decode(text_ids);
       }
+      if (!segments.is_null()) j["segments"] = segments;
       *out_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (tok_ && !segments.is_null()) {
+      for (const auto& s : segments) {
+        char span[64];
+        std::snprintf(span, sizeof span, "[%.2f -> %.2f] ", s["start"].get<double>(),
+                      s["end"].get<double>());
+        std::cout << span << s.value("text", "") << "\n";
+      }
+      if (separate_) std::cout << "\n";
     } else if (tok_) {
       std::cout << (p.as_ids ? tok_->decode(p.ids) : p.text) << tok_->decode(text_ids) << "\n";
       if (separate_) std::cout << "\n";
@@ -346,26 +361,6 @@ std::map<std::string, Tensor> row_slice(const std::map<std::string, Tensor>& all
   return out;
 }
 
-// Whisper's input features of the --audio files, framed for the model: 2 * max_source_positions
-// frames (30 s for the released models).
-Tensor whisper_audio_features(const std::vector<std::string>& files, const models::HfConfig& c) {
-  data::WhisperFeatureConfig fc;
-  fc.feature_size = c.s2s.num_mel_bins;
-  const int64_t frames = 2 * c.s2s.max_source_positions;
-  ONYX_CHECK(frames % (fc.sampling_rate / fc.hop_length) == 0, "generate: --audio needs ",
-             "max_source_positions a multiple of 50 (whole seconds of audio); the model has ",
-             c.s2s.max_source_positions, "; give --encoder_inputs instead");
-  fc.chunk_length = frames / (fc.sampling_rate / fc.hop_length);
-  Tensor all(DType::Float32, {(int64_t)files.size(), fc.feature_size, frames});
-  const int64_t each = fc.feature_size * frames;
-  for (size_t i = 0; i < files.size(); i++) {
-    const data::WavAudio a = data::read_wav_at(files[i], fc.sampling_rate, fc.samples());
-    Tensor f = data::whisper_input_features(a.samples, fc);
-    std::copy(f.data<float>(), f.data<float>() + each, all.data<float>() + (int64_t)i * each);
-  }
-  return all;
-}
-
 // BART's and T5's encoder inputs from the prompts' texts: tokenized with special tokens, padded on
 // the right with pad_token_id, attention_mask 0 there (as the tokenizer's padding side).
 std::map<std::string, Tensor> tokenized_encoder_inputs(const std::vector<Prompt>& prompts,
@@ -401,9 +396,67 @@ std::vector<std::vector<int64_t>> decoder_prompts(const GenerateOpts& o, generat
     p.insert(p.end(), o.decoder_prompt_ids.begin(), o.decoder_prompt_ids.end());
     return std::vector<std::vector<int64_t>>((size_t)rows, p);
   }
-  return generate::whisper_prompts(*whisper, start, o.language, o.task, rows, [&] {
+  return generate::whisper_prompts(*whisper, start, o.language, o.task, false, rows, [&] {
     return generate::detect_whisper_languages(gen, *whisper, start, enc);
   });
+}
+
+// Whisper's transcription of `audio` with timestamps or of audio over 30 s (whisper_audio.h):
+// each file's tokens, its text and its segments [{start, end, text}] to the sink.
+int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
+                              const generate::GenerationConfig& cfg,
+                              const std::vector<WhisperAudio>& audio,
+                              const tokenizers::Tokenizer* tok, int64_t start) {
+  ONYX_CHECK(o.decoder_prompt_ids.empty(), "generate: --return_timestamps and audio over 30 s ",
+             "decode with Whisper's own prompt (--language / --task): drop --decoder_prompt_ids");
+  const generate::WhisperPromptConfig whisper = generate::read_whisper_prompt_config(o.model);
+  const TranscribeOptions opts{o.language, o.task, o.return_timestamps || whisper.return_timestamps,
+                               o.batch_size};
+  GenerateTotals total;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto files = transcribe_files(gen, cfg, whisper, start, audio, opts, &total.stats);
+  total.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t tb = whisper.no_timestamps_token_id + 1;  // the timestamps: not text
+  auto text_ids = [&](const std::vector<int64_t>& ids) {
+    std::vector<int64_t> t;
+    for (int64_t id : ids)
+      if (tb <= 0 || id < tb) t.push_back(id);
+    return t;
+  };
+  auto centiseconds = [](double s) { return std::round(s * 100.0) / 100.0; };
+  CompletionSink sink(o.output, tok, files.size() > 1);
+  for (const FileTranscript& f : files) {
+    nlohmann::json segments = nlohmann::json::array();
+    for (const auto& s : f.transcript.segments)
+      segments.push_back({{"start", centiseconds(s.start)},
+                          {"end", centiseconds(s.end)},
+                          {"text", tok ? tok->decode(text_ids(s.tokens)) : ""}});
+    total.generated += (int64_t)f.transcript.tokens.size();
+    sink.write(Prompt{}, f.prompt, f.transcript.tokens, text_ids(f.transcript.tokens), segments);
+  }
+  sink.finish(files.size());
+  if (o.timings) print_timings(total);
+  return 0;
+}
+
+// Whisper input features given as --encoder_inputs, one file's worth per row (all its frames).
+std::vector<WhisperAudio> feature_rows(const Tensor& features, const models::HfConfig& c) {
+  ONYX_CHECK(features.rank() == 3 && features.dtype() == DType::Float32 &&
+                 features.dim(1) == c.s2s.num_mel_bins,
+             "generate: Whisper's input_features must be float32 (N, ", c.s2s.num_mel_bins,
+             ", frames)");
+  std::vector<WhisperAudio> rows;
+  const int64_t mel = features.dim(1), frames = features.dim(2);
+  for (int64_t r = 0; r < features.dim(0); r++) {
+    WhisperAudio a;
+    a.features = Tensor(DType::Float32, {mel, frames});
+    std::memcpy(a.features.data<float>(), features.data<float>() + r * mel * frames,
+                (size_t)(mel * frames) * sizeof(float));
+    a.frames = frames;
+    a.window = 2 * c.s2s.max_source_positions;
+    rows.push_back(std::move(a));
+  }
+  return rows;
 }
 
 // An encoder–decoder's generation: one output per encoder row, decoded from decoder_start_token_id
@@ -420,11 +473,32 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
   ONYX_CHECK((int)!o.encoder_inputs.empty() + (int)!o.audio.empty() + (int)!prompts.empty() == 1,
              "generate: an encoder–decoder takes one of --encoder_inputs, --audio (Whisper) or "
              "text prompts (BART)");
+  const int64_t start =
+      cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id : c.s2s.decoder_start_token_id;
+  // Whisper with timestamps, or audio longer than its window: window after window
+  const bool timestamps =
+      c.model_type == "whisper" &&
+      (o.return_timestamps || (o.decoder_prompt_ids.empty() &&
+                               generate::read_whisper_prompt_config(o.model).return_timestamps));
+  ONYX_CHECK(!o.return_timestamps || c.model_type == "whisper",
+             "generate: --return_timestamps is Whisper's");
   if (!o.encoder_inputs.empty()) {
     enc = io::load_safetensors(o.encoder_inputs).tensors;
+    if (c.model_type == "whisper" && enc.count("input_features")) {
+      const Tensor& f = enc.at("input_features");
+      if (timestamps || (f.rank() == 3 && f.dim(2) > 2 * c.s2s.max_source_positions))
+        return run_whisper_transcription(o, gen, cfg, feature_rows(f, c), tok, start);
+    }
   } else if (!o.audio.empty()) {
     ONYX_CHECK(c.model_type == "whisper", "generate: --audio is for Whisper models");
-    enc["input_features"] = whisper_audio_features(o.audio, c);
+    std::vector<WhisperAudio> audio;
+    bool long_audio = false;
+    for (const auto& f : o.audio) {
+      audio.push_back(read_whisper_audio(f, c));
+      long_audio |= audio.back().long_form();
+    }
+    if (timestamps || long_audio) return run_whisper_transcription(o, gen, cfg, audio, tok, start);
+    enc["input_features"] = stack_whisper_windows(audio);
   } else {
     ONYX_CHECK(c.model_type != "whisper" && tok, "generate: a ", c.model_type,
                " model generates from --encoder_inputs",
@@ -433,8 +507,6 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
   }
   ONYX_CHECK(!enc.empty() && enc.begin()->second.rank() >= 1, "generate: no encoder inputs");
   const int64_t rows = enc.begin()->second.dim(0);
-  const int64_t start =
-      cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id : c.s2s.decoder_start_token_id;
   const bool whisper_prompt = c.model_type == "whisper" && o.decoder_prompt_ids.empty();
   ONYX_CHECK(whisper_prompt || (o.language.empty() && o.task.empty()),
              c.model_type == "whisper"

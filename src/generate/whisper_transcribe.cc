@@ -1,0 +1,134 @@
+// whisper_transcribe.cc — see whisper_transcribe.h.
+#include "generate/whisper_transcribe.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "onyx/error.h"
+
+namespace onyx::generate {
+namespace {
+
+constexpr int64_t kInputStride = 2;         // the encoder's two convolutions' strides
+constexpr double kTimePrecision = 0.02;     // seconds per timestamp step
+constexpr float kFeaturePrecision = 0.01f;  // seconds per feature frame (hop / rate)
+
+// One window's new tokens (no eos) split into segments as Transformers' _retrieve_segment
+// splits them; returns how many frames the next window starts after this one's.
+int64_t split_segments(const std::vector<int64_t>& seq, int64_t tb, int64_t window_frames,
+                       double offset, std::vector<WhisperSegment>& out) {
+  const int64_t n = (int64_t)seq.size();
+  auto is_ts = [&](int64_t i) { return seq[(size_t)i] >= tb; };
+  const bool single_ending = n >= 2 && !is_ts(n - 2) && is_ts(n - 1);
+  std::vector<int64_t> slices;  // ends of the segments: after each timestamp pair
+  for (int64_t i = 0; i + 1 < n; i++)
+    if (is_ts(i) && is_ts(i + 1)) slices.push_back(i + 1);
+  if (slices.empty()) {  // one segment: the whole window (its last timestamp, if any, ends it)
+    double end_pos = (int64_t)((float)window_frames * kFeaturePrecision / (float)kTimePrecision);
+    for (int64_t i = n - 1; i >= 0; i--)
+      if (is_ts(i)) {
+        if (seq[(size_t)i] != tb) end_pos = (double)(seq[(size_t)i] - tb);
+        break;
+      }
+    out.push_back({offset, offset + end_pos * kTimePrecision, seq});
+    return window_frames;
+  }
+  if (single_ending)
+    slices.push_back(n);
+  else
+    slices.back() += 1;  // the last pair's second timestamp stays in the last segment
+  int64_t last = 0;
+  for (size_t k = 0; k < slices.size(); k++) {
+    std::vector<int64_t> toks(seq.begin() + last, seq.begin() + slices[k]);
+    const bool is_last = k + 1 == slices.size();
+    const int64_t end_tok = toks[toks.size() - (!is_last || single_ending ? 1 : 2)];
+    out.push_back({offset + (double)(toks[0] - tb) * kTimePrecision,
+                   offset + (double)(end_tok - tb) * kTimePrecision, std::move(toks)});
+    last = slices[k];
+  }
+  // a lone timestamp at the end: nothing is said after it; else the unfinished speech after the
+  // last pair is decoded again from that pair's time
+  return single_ending ? window_frames : (seq[(size_t)last - 2] - tb) * kInputStride;
+}
+
+}  // namespace
+
+Tensor whisper_window(const Tensor& features, const std::vector<int64_t>& rows,
+                      const std::vector<int64_t>& seek, const std::vector<int64_t>& count,
+                      int64_t window) {
+  const int64_t mel = features.dim(1), frames = features.dim(2);
+  Tensor out = Tensor::zeros(DType::Float32, {(int64_t)rows.size(), mel, window});
+  for (size_t i = 0; i < rows.size(); i++) {
+    const int64_t n = std::min({count[i], window, frames - seek[i]});
+    for (int64_t m = 0; m < mel && n > 0; m++) {
+      const float* src = features.data<float>() + (rows[i] * mel + m) * frames + seek[i];
+      std::memcpy(out.data<float>() + ((int64_t)i * mel + m) * window, src,
+                  (size_t)n * sizeof(float));
+    }
+  }
+  return out;
+}
+
+std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& features,
+                                                  const std::vector<int64_t>& frames,
+                                                  const std::vector<std::vector<int64_t>>& prompts,
+                                                  GenerationConfig cfg, int64_t timestamp_begin,
+                                                  GenerationStats* stats) {
+  const models::HfConfig& c = gen.config();
+  const int64_t B = features.rank() == 3 ? features.dim(0) : -1;
+  ONYX_CHECK(B >= 1 && (int64_t)frames.size() == B && (int64_t)prompts.size() == B,
+             "whisper_transcribe: features (B, mel, frames) with B frame counts and prompts");
+  for (int64_t f : frames)
+    ONYX_CHECK(f >= 1 && f <= features.dim(2), "whisper_transcribe: a row of ", f,
+               " frames in features of ", features.dim(2));
+  const int64_t window = 2 * c.s2s.max_source_positions, tb = timestamp_begin;
+  const int64_t max_pos = c.max_position_embeddings;  // max_target_positions
+  const int64_t max_length = cfg.max_length;
+  std::vector<WhisperTranscript> out((size_t)B);
+  std::vector<int64_t> seek((size_t)B, 0);
+  for (int64_t call = 0;; call++) {
+    std::vector<int64_t> rows, at, count;  // the rows still being decoded, in order
+    std::vector<std::vector<int64_t>> row_prompts;
+    for (int64_t r = 0; r < B; r++)
+      if (seek[r] < frames[r]) {
+        rows.push_back(r);
+        at.push_back(seek[r]);
+        count.push_back(std::min(frames[r] - seek[r], window));
+        row_prompts.push_back(prompts[r]);
+      }
+    if (rows.empty()) break;
+    // Transformers raises max_length by the prompt's length (up to max_target_positions / 2 - 1)
+    // at every window, so later windows may run longer (the first: Generator's own adjustment)
+    if (cfg.max_new_tokens < 0) {
+      size_t L = 0;
+      for (const auto& p : row_prompts) L = std::max(L, p.size());
+      cfg.max_length = std::min(max_length + call * std::min(max_pos / 2 - 1, (int64_t)L), max_pos);
+    }
+    const auto res =
+        gen.generate(row_prompts, cfg, stats,
+                     {{"input_features", whisper_window(features, rows, at, count, window)}});
+    const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
+    for (size_t i = 0; i < rows.size(); i++) {
+      std::vector<int64_t> seq = res[i];
+      if (!seq.empty() && eos.count(seq.back())) seq.pop_back();
+      const double offset = (double)seek[rows[i]] * kTimePrecision / kInputStride;
+      std::vector<WhisperSegment>& segs = out[(size_t)rows[i]].segments;
+      if (tb >= 0) {
+        // (a window whose segments end at 0.00 would be decoded again forever; the timestamp
+        // rules never produce that, a model decoding without them might: it moves on)
+        const int64_t advance = split_segments(seq, tb, count[i], offset, segs);
+        seek[rows[i]] += advance > 0 ? advance : count[i];
+      } else {
+        segs.push_back({offset, offset + (double)count[i] * (double)kFeaturePrecision, seq});
+        seek[rows[i]] += count[i];
+      }
+    }
+  }
+  for (WhisperTranscript& t : out)
+    for (const WhisperSegment& s : t.segments)
+      t.tokens.insert(t.tokens.end(), s.tokens.begin(), s.tokens.end());
+  return out;
+}
+
+}  // namespace onyx::generate

@@ -1,0 +1,47 @@
+// generate/whisper_transcribe.h — Whisper's transcription with timestamps and of audio longer
+// than 30 s, as Transformers' (5.x) WhisperForConditionalGeneration.generate runs it: the input
+// features are decoded 30-s window by window (seek), each window's tokens split into segments at
+// its timestamp pairs (<|t0|> text <|t1|><|t1|> ...); the next window starts at the last
+// complete segment's end, or after the window when it ended with a lone timestamp (no speech
+// after it) or had no timestamp pair. Without timestamps a window is one segment and the next
+// starts after it. The decoder prompt is the same for every window (condition_on_prev_tokens,
+// temperature fallback, the compression-ratio / log-probability / no-speech thresholds and
+// prompt_ids are not built).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "generate/generate.h"
+
+namespace onyx::generate {
+
+struct WhisperSegment {
+  double start = 0, end = 0;    // seconds from the start of the audio
+  std::vector<int64_t> tokens;  // timestamps included
+};
+
+struct WhisperTranscript {
+  std::vector<int64_t> tokens;  // the segments' tokens in order: generate()'s sequence (no eos)
+  std::vector<WhisperSegment> segments;
+};
+
+// `features` (B, mel, frames): rows of Whisper input features, row r's audio in its first
+// frames[r] frames (the rest padding); `prompts`: each row's decoder prompt (whisper_prompts);
+// `cfg` with whisper_timestamp_begin set for timestamps (else -1); `timestamp_begin`: the first
+// timestamp token's id, which splits the windows' tokens into segments whether or not timestamps
+// were asked for, as in Transformers (-1: a model without timestamp tokens; a window is then one
+// segment). The window is 2 * max_source_positions frames; one shorter than that is padded with
+// zeros, as Transformers pads it.
+std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& features,
+                                                  const std::vector<int64_t>& frames,
+                                                  const std::vector<std::vector<int64_t>>& prompts,
+                                                  GenerationConfig cfg, int64_t timestamp_begin,
+                                                  GenerationStats* stats = nullptr);
+
+// Rows `rows` of `features` (B, mel, frames), frames [seek[i], seek[i] + count[i]) of each,
+// zero-padded to `window` frames: (rows.size(), mel, window).
+Tensor whisper_window(const Tensor& features, const std::vector<int64_t>& rows,
+                      const std::vector<int64_t>& seek, const std::vector<int64_t>& count,
+                      int64_t window);
+
+}  // namespace onyx::generate
