@@ -333,6 +333,29 @@ void bm_grad_b_bf16(benchmark::State& state, int64_t R, int64_t K, int64_t N,
   set_flops(state, 2.0 * R * K * N);
 }
 
+// The float32 weight gradient dW (K,N) = Xᵀ · dY (onyx.MatMulGradB: X (R,K) read transposed;
+// kernels::sgemm splits the rows of the small outputs, gemm.cc), or with `transposed_copy` the
+// same product as oneDNN's NN sgemm after copying X transposed (K,R) — the copy timed.
+void bm_grad_b_f32(benchmark::State& state, int64_t R, int64_t K, int64_t N, bool transposed_copy) {
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  std::vector<float> x = random_vec(R * K, 1), dy = random_vec(R * N, 2), xt(R * K), c(K * N);
+  for (auto _ : state) {
+    if (transposed_copy) {
+      onyx::runtime::parallel_for(K / 16, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t r0 = 0; r0 < R; r0 += 64)
+          for (int64_t k = k0 * 16; k < k1 * 16; k++)
+            for (int64_t r = r0; r < std::min(R, r0 + 64); r++) xt[k * R + r] = x[r * K + k];
+      });
+      onyx::kernels::sgemm(false, false, K, N, R, 1.f, xt.data(), R, dy.data(), N, 0.f, c.data(),
+                           N);
+    } else {
+      onyx::kernels::sgemm(true, false, K, N, R, 1.f, x.data(), K, dy.data(), N, 0.f, c.data(), N);
+    }
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * R * K * N);
+}
+
 // A linear layer's bf16 forward, Y (M,N) = X (M,K) · Wᵀ + bias with X and W bf16 (W declared
 // stable: read prepacked, as in training) and Y bf16: in one oneDNN primitive whose epilogue adds
 // the bias and rounds (kernels::linear_mixed_bf16), or `separate`: the bias rows written first,
@@ -389,6 +412,62 @@ void bm_tile_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bool
   }
   onyx::runtime::set_num_threads(threads);
   set_flops(state, 2.0 * M * N * K);
+}
+
+// A float32 attention tile GEMM as the fused attention kernel runs it: single-threaded (its tiles
+// are spread over the pool), the heads read in place (leading dimensions lda / ldb / ldc), C +=
+// when `accumulate` (dK and dV sum over query blocks).
+struct F32Tile {
+  int64_t M, N, K;
+  bool ta, tb;
+  int64_t lda, ldb, ldc;
+  bool accumulate;
+  const char* what;
+};
+void bm_tile_f32(benchmark::State& state, F32Tile t) {
+  const int threads = onyx::runtime::num_threads();
+  onyx::runtime::set_num_threads(1);
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  std::vector<float> a = random_vec((t.ta ? t.K : t.M) * t.lda, 1);
+  std::vector<float> b = random_vec((t.tb ? t.N : t.K) * t.ldb, 2);
+  std::vector<float> c(t.M * t.ldc);
+  for (auto _ : state) {
+    onyx::kernels::sgemm(t.ta, t.tb, t.M, t.N, t.K, 1.f, a.data(), t.lda, b.data(), t.ldb,
+                         t.accumulate ? 1.f : 0.f, c.data(), t.ldc);
+    benchmark::DoNotOptimize(c.data());
+  }
+  onyx::runtime::set_num_threads(threads);
+  set_flops(state, 2.0 * t.M * t.N * t.K);
+}
+
+// The fused onyx.Attention / onyx.AttentionGrad node (float32, no mask) on (B, T, H·D) inputs.
+void bm_attention_node(benchmark::State& state, int64_t B, int64_t T, int64_t H, int64_t D,
+                       bool grad) {
+  onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
+  const int64_t C = H * D;
+  auto t = [&](uint32_t seed) {
+    return onyx::Tensor::from_vector(onyx::DType::Float32, {B, T, C}, random_vec(B * T * C, seed));
+  };
+  onyx::ir::Node fwd;
+  fwd.op_type = "Attention";
+  fwd.domain = "onyx";
+  fwd.inputs = {"q", "k", "v"};
+  fwd.outputs = {"o", "lse"};
+  fwd.attrs["num_heads"] = onyx::ir::Attribute::of_int(H);
+  fwd.attrs["scale"] = onyx::ir::Attribute::of_float(1.0f / std::sqrt((float)D));
+  fwd.attrs["causal"] = onyx::ir::Attribute::of_int(0);
+  const onyx::Tensor q = t(1), k = t(2), v = t(3), dO = t(4);
+  const auto out = onyx::runtime::run_node(fwd, 1, {q, k, v});
+  onyx::ir::Node bwd = fwd;
+  bwd.op_type = "AttentionGrad";
+  bwd.inputs = {"do", "q", "k", "v", "", "lse"};
+  bwd.outputs = {"dq", "dk", "dv"};
+  for (auto _ : state) {
+    auto r = grad ? onyx::runtime::run_node(bwd, 1, {dO, q, k, v, onyx::Tensor(), out[1]})
+                  : onyx::runtime::run_node(fwd, 1, {q, k, v});
+    benchmark::DoNotOptimize(r[0].raw());
+  }
+  set_flops(state, (grad ? 10.0 : 4.0) * B * H * T * T * D);  // the backward recomputes S
 }
 
 // Multi-threaded runs are timed by the wall clock. Single-threaded runs (OMP_NUM_THREADS=1) use the
@@ -492,6 +571,14 @@ void register_all() {
                                        .c_str(),
                                    bm_attention_tile, which, mode == 1, mode == 2)
           ->Apply(time_mode);
+  register_shapes("grad_b_f32",
+                  {{6000, 512, 2048},
+                   {6000, 2048, 512},
+                   {6000, 512, 512},
+                   {1024, 768, 768},
+                   {3200, 192, 192},
+                   {8192, 128, 128}},
+                  "transposed_copy", bm_grad_b_f32);
   register_shapes("grad_b_bf16",
                   {{3200, 192, 192},
                    {3200, 192, 768},
@@ -517,6 +604,23 @@ void register_all() {
       benchmark::RegisterBenchmark(
           (std::string("tile_bf16/") + t.what + (small ? "/small_gemm" : "/onednn")).c_str(),
           bm_tile_bf16, t.M, t.N, t.K, t.ta, t.tb, small);
+  // Whisper-base's encoder attention (T 1500, 8 heads of 64; 64 query rows per tile): the fused
+  // node, and its float32 tile GEMMs one by one
+  for (bool grad : {false, true})
+    benchmark::RegisterBenchmark(grad ? "attention_node/whisper_B4_T1500/backward"
+                                      : "attention_node/whisper_B4_T1500/forward",
+                                 bm_attention_node, 4, 1500, 8, 64, grad)
+        ->Unit(benchmark::kMillisecond)
+        ->Apply(time_mode);
+  for (F32Tile t : {F32Tile{64, 1500, 64, false, true, 512, 512, 1500, false, "QKt"},
+                    F32Tile{64, 64, 1500, false, false, 1500, 512, 512, false, "PV"},
+                    F32Tile{1500, 64, 64, true, false, 1500, 512, 512, true, "PtdO"},
+                    F32Tile{64, 64, 1500, false, false, 1500, 512, 512, false, "dSK"},
+                    F32Tile{1500, 64, 1500, true, false, 1500, 512, 512, true, "PtdO_all_rows"},
+                    F32Tile{64, 1500, 64, true, false, 512, 1500, 1500, true, "dOtP"},
+                    F32Tile{512, 2048, 768, false, false, 768, 2048, 2048, false, "ceiling"}})
+    benchmark::RegisterBenchmark((std::string("tile_f32/whisper/") + t.what).c_str(), bm_tile_f32,
+                                 t);
   benchmark::RegisterBenchmark("matmul_node/(16x128x768)x(768x3072)", bm_matmul_node, 16, 128, 768,
                                3072)
       ->Unit(benchmark::kMillisecond)

@@ -283,6 +283,33 @@ TEST(Sgemm, BetaZeroIgnoresNaN) {
   for (float c : C) EXPECT_EQ(c, 2.f);
 }
 
+// Aᵀ·B over thousands of rows into a small output: sgemm splits the rows over the threads
+// (split_rows_tn in gemm.cc) on a multi-threaded full build; the sum is the same product.
+TEST(Sgemm, ManyRowsTransposedA) {
+  const int64_t M = 37, N = 29, K = 3001, lda = 40, ldb = 31, ldc = 33;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> A(K * lda), B(K * ldb);
+  for (auto& x : A) x = u(rng);
+  for (auto& x : B) x = u(rng);
+  for (float beta : {0.f, 0.5f}) {
+    std::vector<float> C(M * ldc);
+    for (auto& x : C) x = beta == 0.f ? NAN : u(rng);
+    const std::vector<float> C0 = C;
+    kernels::sgemm(true, false, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+    for (int64_t i = 0; i < M; i++) {
+      for (int64_t j = 0; j < N; j++) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; k++) acc += (double)A[k * lda + i] * B[k * ldb + j];
+        const double want = 0.75 * acc + (beta == 0.f ? 0.0 : beta * C0[i * ldc + j]);
+        ASSERT_NEAR(C[i * ldc + j], want, 1e-3) << "beta " << beta << " at " << i << "," << j;
+      }
+      for (int64_t j = N; j < ldc; j++)  // padding untouched
+        ASSERT_TRUE(std::isnan(C[i * ldc + j]) == std::isnan(C0[i * ldc + j]));
+    }
+  }
+}
+
 // ---- Conv ------------------------------------------------------------------------------------
 
 struct ConvCase {

@@ -5,7 +5,12 @@
 // what the libraries leave to the caller on this machine (PERF.md):
 //  - oneDNN primitive creation costs far more than running a small GEMM, so matmul primitives are
 //    cached per (shape, strides, transposes, alpha, beta, threads) in a mutex-guarded map;
-//  - OpenBLAS (gemm_openblas.cc) is a second backend, chosen with ONYX_GEMM=openblas.
+//  - OpenBLAS (gemm_openblas.cc) is a second backend, chosen with ONYX_GEMM=openblas;
+//  - Aᵀ·B over many rows into a small output (a weight gradient: 512x512 from 6000 rows) runs as
+//    single-threaded OpenBLAS products of each thread's share of the rows, their partials added
+//    (split_rows_tn): oneDNN's sgemm ran that shape at 56-120 GFLOP/s, the split at 136-178
+//    (onyx_bench grad_b_f32, 2 cores), with no OpenBLAS thread pool (whose spinning workers
+//    slowed the GEMMs after them when OpenBLAS ran threaded).
 #include "kernels/cpu/gemm.h"
 
 #if defined(__x86_64__)
@@ -23,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/cpu/gemm_openblas.h"
 #include "kernels/cpu/onednn_scratch.h"
@@ -765,12 +771,48 @@ void check_gemm_environment() {
   prepack_mode();
 }
 
+namespace {
+
+// Whether C = alpha · Aᵀ B + beta · C goes through sgemm_split_rows_tn (see the header).
+bool split_rows_tn(bool transA, bool transB, int64_t M, int64_t N, int64_t K) {
+  return transA && !transB && M * N <= 512 * 512 && K >= 2048 && openblas_available() &&
+         runtime::num_threads() > 1 && !omp_in_parallel();
+}
+
+// C (M,N) = alpha · Aᵀ B + beta · C, A (K,M) and B (K,N): each thread's share of the K rows as one
+// single-threaded OpenBLAS product into its own partial, the partials then added in thread order.
+void sgemm_split_rows_tn(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                         const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int64_t T = runtime::num_threads();
+  std::vector<float> part((size_t)(T * M * N));
+  runtime::parallel_for(T, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; p++) {
+      const int64_t r0 = p * K / T, r1 = (p + 1) * K / T;
+      openblas_sgemm(true, false, M, N, r1 - r0, 1.0f, A + r0 * lda, lda, B + r0 * ldb, ldb, 0.0f,
+                     part.data() + p * M * N, N);
+    }
+  });
+  runtime::parallel_for(M, 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++)
+      for (int64_t j = 0; j < N; j++) {
+        float s = part[(size_t)(i * N + j)];
+        for (int64_t p = 1; p < T; p++) s += part[(size_t)((p * M + i) * N + j)];
+        float& c = C[i * ldc + j];
+        c = beta == 0.0f ? alpha * s : alpha * s + beta * c;
+      }
+  });
+}
+
+}  // namespace
+
 void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_args(transA, transB, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
   GemmBackend be = gemm_backend();
+  if (be == GemmBackend::OneDNN && split_rows_tn(transA, transB, M, N, K))
+    return sgemm_split_rows_tn(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (be == GemmBackend::OpenBLAS)
     openblas_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else if (be == GemmBackend::OneDNNMatmul)
