@@ -42,6 +42,10 @@ Cases (one PASS / FAIL line each):
                    file (long-form, its whole spectrogram) alone and two short ones batched with
                    --return_timestamps, against WhisperFeatureExtractor(truncation=False,
                    padding="longest") / its 1-s padding and generate(return_timestamps=True)
+  whisper-prompt-ids  `--prompt_ids` (<|startofprev|> and text tokens before every window's
+                   prompt) = generate(prompt_ids=...), without timestamps and with them; without,
+                   this model (it has timestamp tokens) still emits timestamp pairs, where
+                   Transformers 5 splits the window and decodes again from the pair: onyx too
   {whisper,bart,t5}-generate-{greedy,beams}  `onyx generate --encoder_inputs` = Transformers'
                    generate() token for token, batched (BART's input padded), greedy and beam
                    search; Whisper's suppress_tokens / begin_suppress_tokens, BART's forced eos,
@@ -431,6 +435,37 @@ def case_whisper_timestamps_audio(tmp):
                 f"onyx {have} vs Transformers {want}")
 
 
+def case_whisper_prompt_ids(tmp):
+    m = timestamp_whisper()
+    m.generation_config.prev_sot_token_id = V - 28
+    d = os.path.join(tmp, "whisper-prompt-ids")
+    m.save_pretrained(d)
+    x = np.random.default_rng(13).normal(0, 1, (3, 16, 24)).astype(np.float32)
+    save_file({"input_features": x}, f"{d}/enc.safetensors")
+    prev = [V - 28, 10, 11, 12, 13]
+    ok, msgs = True, []
+    for ts in (False, True):
+        onyx("generate", d, "--encoder_inputs", f"{d}/enc.safetensors", "--output",
+             f"{d}/out.jsonl", "--max_new_tokens", "10", "--prompt_ids",
+             ",".join(map(str, prev)), *(["--return_timestamps"] if ts else []))
+        with open(f"{d}/out.jsonl") as f:
+            rows = [json.loads(line) for line in f]
+        with torch.no_grad():
+            ref = m.generate(torch.tensor(x), max_new_tokens=10, prompt_ids=torch.tensor(prev),
+                             return_timestamps=ts, return_segments=ts)
+        want = []  # the windows' tokens, right-padded with pad = eos (never a token): unpadded
+        for r in (ref["sequences"] if ts else ref).tolist():
+            while r and r[-1] == 1:
+                r.pop()
+            want.append(r)
+        got = [r["completion_ids"] for r in rows]
+        good = got == want and all(r["prompt_ids"][:5] == prev for r in rows)
+        ok &= good
+        msgs.append(f"{'timestamps' if ts else 'plain'}: {[len(r) for r in got]} tokens" +
+                    ("" if good else f" onyx {got} vs {want}"))
+    return ok, "; ".join(msgs)
+
+
 def case_bart_generate(tmp, beams):
     m = bart(init_std=0.2, max_position_embeddings=40).eval()
     with torch.no_grad():  # eos likely enough that rows (and hypotheses) end at several lengths
@@ -478,6 +513,7 @@ def main():
         ("whisper-timestamps-beams", lambda t: case_whisper_timestamps(t, "beams")),
         ("whisper-timestamps-max-length", lambda t: case_whisper_timestamps(t, "max-length")),
         ("whisper-timestamps-audio", case_whisper_timestamps_audio),
+        ("whisper-prompt-ids", case_whisper_prompt_ids),
         ("bart-generate-greedy", lambda t: case_bart_generate(t, 1)),
         ("bart-generate-beams", lambda t: case_bart_generate(t, 4)),
         ("t5-generate-greedy", lambda t: case_t5_generate(t, 1)),

@@ -98,7 +98,9 @@ struct GenerateOpts {
   std::string encoder_inputs;
   std::vector<std::string> audio;
   std::vector<int64_t> decoder_prompt_ids;
-  std::string language, task;  // Whisper's
+  std::string language, task;       // Whisper's
+  std::vector<int64_t> prompt_ids;  // Whisper's previous-text prompt (<|startofprev|> ...)
+  std::string initial_prompt;       // the same from text
   // Decoding flags: set only when given (CLI11 leaves an absent optional empty), so that any
   // value given, -3 included, reaches the validation instead of reading as "absent".
   std::optional<int64_t> max_new_tokens, top_k, no_repeat_ngram_size, min_new_tokens, num_beams;
@@ -152,6 +154,14 @@ void add_prompt_options(CLI::App* cmd, GenerateOpts& o) {
                   "Whisper: the spoken language (a code such as de, a name such as german, or "
                   "<|de|>; default: the generation config's, else detected per input)");
   cmd->add_option("--task", o.task, "Whisper: transcribe (default) or translate (into English)");
+  cmd->add_option("--prompt_ids,--prompt-ids", o.prompt_ids,
+                  "Whisper: a previous-text prompt's ids (<|startofprev|>, then text tokens), put "
+                  "before every window's decoder prompt as generate(prompt_ids=) does; "
+                  "comma-separated")
+      ->delimiter(',');
+  cmd->add_option("--initial_prompt,--initial-prompt", o.initial_prompt,
+                  "Whisper: that prompt from text (spellings, names, style), tokenized as "
+                  "WhisperProcessor.get_prompt_ids does");
   cmd->add_flag("--return_timestamps,--return-timestamps", o.return_timestamps,
                 "Whisper: segments with their start and end times (always for audio over 30 s)");
 }
@@ -383,26 +393,60 @@ std::map<std::string, Tensor> tokenized_encoder_inputs(const std::vector<Prompt>
   return {{"input_ids", ids}, {"attention_mask", mask}};
 }
 
+// Whisper's previous-text prompt: --prompt_ids, or --initial_prompt as WhisperProcessor's
+// get_prompt_ids tokenizes it (<|startofprev|>, then " " + the stripped text without special
+// tokens; a special token in the text is an error, as there).
+std::vector<int64_t> whisper_previous_text(const GenerateOpts& o,
+                                           const tokenizers::Tokenizer* tok) {
+  ONYX_CHECK(o.prompt_ids.empty() || o.initial_prompt.empty(),
+             "generate: give --prompt_ids or --initial_prompt, not both");
+  if (o.initial_prompt.empty()) return o.prompt_ids;
+  ONYX_CHECK(tok, "generate: --initial_prompt needs the model's tokenizer (--tokenizer)");
+  const auto prev = tok->token_id("<|startofprev|>");
+  ONYX_CHECK(prev, "generate: --initial_prompt: the tokenizer has no <|startofprev|> token");
+  const auto first = o.initial_prompt.find_first_not_of(" \t\r\n");
+  const auto last = o.initial_prompt.find_last_not_of(" \t\r\n");
+  const std::string text =
+      first == std::string::npos ? "" : o.initial_prompt.substr(first, last - first + 1);
+  tokenizers::EncodeOptions plain;
+  plain.add_special_tokens = false;
+  std::vector<int64_t> ids = {*prev};
+  const auto eos = tok->eos_id();  // <|endoftext|>: the special and timestamp tokens follow it
+  for (int64_t id : tok->encode(" " + text, plain).input_ids) {
+    const tokenizers::AddedToken* added = tok->added_token(id);
+    ONYX_CHECK(!(eos && id >= *eos) && !(added && added->special),
+               "generate: --initial_prompt contains the special token '", tok->token_bytes(id),
+               "'");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
 // Each row of `enc`'s decoder prompt: `start` and --decoder_prompt_ids, or with `whisper` (a
 // Whisper model's prompt keys, read once) the language / task / no-timestamps prompt Transformers
 // builds, the language detected per row where neither --language nor the config gives it.
 std::vector<std::vector<int64_t>> decoder_prompts(const GenerateOpts& o, generate::Generator& gen,
                                                   int64_t start,
                                                   const generate::WhisperPromptConfig* whisper,
-                                                  const std::map<std::string, Tensor>& enc) {
+                                                  const std::map<std::string, Tensor>& enc,
+                                                  const tokenizers::Tokenizer* tok) {
   const int64_t rows = enc.begin()->second.dim(0);
   if (!whisper) {
     std::vector<int64_t> p = {start};
     p.insert(p.end(), o.decoder_prompt_ids.begin(), o.decoder_prompt_ids.end());
     return std::vector<std::vector<int64_t>>((size_t)rows, p);
   }
-  return generate::whisper_prompts(*whisper, start, o.language, o.task, false, rows, [&] {
+  auto prompts = generate::whisper_prompts(*whisper, start, o.language, o.task, false, rows, [&] {
     return generate::detect_whisper_languages(gen, *whisper, start, enc);
   });
+  const std::vector<int64_t> previous = whisper_previous_text(o, tok);
+  for (auto& p : prompts) p.insert(p.begin(), previous.begin(), previous.end());
+  return prompts;
 }
 
-// Whisper's transcription of `audio` with timestamps or of audio over 30 s (whisper_audio.h):
-// each file's tokens, its text and its segments [{start, end, text}] to the sink.
+// Whisper's transcription of `audio` window by window (whisper_audio.h): each file's tokens (no
+// eos, as Transformers 5 returns them), its text and, with timestamps or audio over 30 s, its
+// segments [{start, end, text}] to the sink.
 int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
                               const generate::GenerationConfig& cfg,
                               const std::vector<WhisperAudio>& audio,
@@ -411,7 +455,7 @@ int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
              "decode with Whisper's own prompt (--language / --task): drop --decoder_prompt_ids");
   const generate::WhisperPromptConfig whisper = generate::read_whisper_prompt_config(o.model);
   const TranscribeOptions opts{o.language, o.task, o.return_timestamps || whisper.return_timestamps,
-                               o.batch_size};
+                               o.batch_size, whisper_previous_text(o, tok)};
   GenerateTotals total;
   const auto t0 = std::chrono::steady_clock::now();
   const auto files = transcribe_files(gen, cfg, whisper, start, audio, opts, &total.stats);
@@ -425,12 +469,15 @@ int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
   };
   auto centiseconds = [](double s) { return std::round(s * 100.0) / 100.0; };
   CompletionSink sink(o.output, tok, files.size() > 1);
+  bool long_form = false;
+  for (const WhisperAudio& a : audio) long_form |= a.long_form();
   for (const FileTranscript& f : files) {
-    nlohmann::json segments = nlohmann::json::array();
+    nlohmann::json segments = opts.timestamps || long_form ? nlohmann::json::array() : nullptr;
     for (const auto& s : f.transcript.segments)
-      segments.push_back({{"start", centiseconds(s.start)},
-                          {"end", centiseconds(s.end)},
-                          {"text", tok ? tok->decode(text_ids(s.tokens)) : ""}});
+      if (!segments.is_null())
+        segments.push_back({{"start", centiseconds(s.start)},
+                            {"end", centiseconds(s.end)},
+                            {"text", tok ? tok->decode(text_ids(s.tokens)) : ""}});
     total.generated += (int64_t)f.transcript.tokens.size();
     sink.write(Prompt{}, f.prompt, f.transcript.tokens, text_ids(f.transcript.tokens), segments);
   }
@@ -475,18 +522,23 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
              "text prompts (BART)");
   const int64_t start =
       cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id : c.s2s.decoder_start_token_id;
-  // Whisper with timestamps, or audio longer than its window: window after window
+  // Whisper window after window (whisper_audio.h): with timestamps, for audio longer than its
+  // window, and whenever the vocabulary has timestamp tokens — Transformers 5 splits every
+  // window's tokens at timestamp pairs, asked for or not, and decodes again from the last pair
+  const bool own_prompt = c.model_type == "whisper" && o.decoder_prompt_ids.empty();
+  const generate::WhisperPromptConfig wcfg =
+      own_prompt ? generate::read_whisper_prompt_config(o.model) : generate::WhisperPromptConfig{};
   const bool timestamps =
-      c.model_type == "whisper" &&
-      (o.return_timestamps || (o.decoder_prompt_ids.empty() &&
-                               generate::read_whisper_prompt_config(o.model).return_timestamps));
+      c.model_type == "whisper" && (o.return_timestamps || wcfg.return_timestamps);
+  const bool windowed = timestamps || (wcfg.no_timestamps_token_id >= 0 &&
+                                       wcfg.no_timestamps_token_id + 1 < c.vocab_size);
   ONYX_CHECK(!o.return_timestamps || c.model_type == "whisper",
              "generate: --return_timestamps is Whisper's");
   if (!o.encoder_inputs.empty()) {
     enc = io::load_safetensors(o.encoder_inputs).tensors;
     if (c.model_type == "whisper" && enc.count("input_features")) {
       const Tensor& f = enc.at("input_features");
-      if (timestamps || (f.rank() == 3 && f.dim(2) > 2 * c.s2s.max_source_positions))
+      if (windowed || (f.rank() == 3 && f.dim(2) > 2 * c.s2s.max_source_positions))
         return run_whisper_transcription(o, gen, cfg, feature_rows(f, c), tok, start);
     }
   } else if (!o.audio.empty()) {
@@ -497,7 +549,7 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
       audio.push_back(read_whisper_audio(f, c));
       long_audio |= audio.back().long_form();
     }
-    if (timestamps || long_audio) return run_whisper_transcription(o, gen, cfg, audio, tok, start);
+    if (windowed || long_audio) return run_whisper_transcription(o, gen, cfg, audio, tok, start);
     enc["input_features"] = stack_whisper_windows(audio);
   } else {
     ONYX_CHECK(c.model_type != "whisper" && tok, "generate: a ", c.model_type,
@@ -508,10 +560,12 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
   ONYX_CHECK(!enc.empty() && enc.begin()->second.rank() >= 1, "generate: no encoder inputs");
   const int64_t rows = enc.begin()->second.dim(0);
   const bool whisper_prompt = c.model_type == "whisper" && o.decoder_prompt_ids.empty();
-  ONYX_CHECK(whisper_prompt || (o.language.empty() && o.task.empty()),
+  ONYX_CHECK(whisper_prompt || (o.language.empty() && o.task.empty() && o.prompt_ids.empty() &&
+                                o.initial_prompt.empty()),
              c.model_type == "whisper"
-                 ? "generate: --decoder_prompt_ids gives the whole prompt: drop --language / --task"
-                 : "generate: --language and --task are Whisper's");
+                 ? "generate: --decoder_prompt_ids gives the whole prompt: drop --language / "
+                   "--task / --prompt_ids / --initial_prompt"
+                 : "generate: --language, --task, --prompt_ids and --initial_prompt are Whisper's");
   const generate::WhisperPromptConfig whisper = whisper_prompt
                                                     ? generate::read_whisper_prompt_config(o.model)
                                                     : generate::WhisperPromptConfig{};
@@ -522,7 +576,7 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
     const int64_t last = std::min(rows, first + o.batch_size);
     const auto batch = row_slice(enc, first, last);
     const std::vector<std::vector<int64_t>> ids =
-        decoder_prompts(o, gen, start, whisper_prompt ? &whisper : nullptr, batch);
+        decoder_prompts(o, gen, start, whisper_prompt ? &whisper : nullptr, batch, tok);
     auto t0 = std::chrono::steady_clock::now();
     auto res = gen.generate(ids, cfg, &total.stats, batch);
     total.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

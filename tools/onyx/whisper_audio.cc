@@ -82,13 +82,13 @@ std::vector<FileTranscript> transcribe_batch(generate::Generator& gen,
   }
   const bool timestamps = o.timestamps || long_form;
   const int64_t window = audio[first].window;
-  const auto prompts =
-      generate::whisper_prompts(whisper, start, o.language, o.task, timestamps, B, [&] {
-        // Transformers' detect_language reads the first window
-        const Tensor first_window = generate::whisper_window(features, rows, seek, count, window);
-        return generate::detect_whisper_languages(gen, whisper, start,
-                                                  {{"input_features", first_window}});
-      });
+  auto prompts = generate::whisper_prompts(whisper, start, o.language, o.task, timestamps, B, [&] {
+    // Transformers' detect_language reads the first window
+    const Tensor first_window = generate::whisper_window(features, rows, seek, count, window);
+    return generate::detect_whisper_languages(gen, whisper, start,
+                                              {{"input_features", first_window}});
+  });
+  for (auto& p : prompts) p.insert(p.begin(), o.previous.begin(), o.previous.end());
   const int64_t tb = whisper.no_timestamps_token_id >= 0 ? whisper.no_timestamps_token_id + 1 : -1;
   cfg.whisper_timestamp_begin = timestamps ? tb : -1;
   cfg.max_initial_timestamp_index = whisper.max_initial_timestamp_index;

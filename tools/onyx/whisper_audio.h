@@ -31,6 +31,7 @@ struct TranscribeOptions {
   std::string language, task;  // "": the config's, else detected (per file)
   bool timestamps = false;     // --return_timestamps (long-form files always have them)
   int64_t batch_size = 8;
+  std::vector<int64_t> previous;  // a previous-text prompt before every window's (prompt_ids)
 };
 struct FileTranscript {
   std::vector<int64_t> prompt;  // the decoder prompt (the same for every window)
