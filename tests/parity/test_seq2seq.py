@@ -45,7 +45,9 @@ Cases (one PASS / FAIL line each):
   whisper-prompt-ids  `--prompt_ids` (<|startofprev|> and text tokens before every window's
                    prompt) = generate(prompt_ids=...), without timestamps and with them; without,
                    this model (it has timestamp tokens) still emits timestamp pairs, where
-                   Transformers 5 splits the window and decodes again from the pair: onyx too
+                   Transformers 5 splits the window and decodes again from the pair: onyx too;
+                   `--initial_prompt TEXT` = WhisperProcessor.get_prompt_ids(TEXT) (a Whisper
+                   tokenizer made from GPT-2's files); a special token in the text: exit 1
   {whisper,bart,t5}-generate-{greedy,beams}  `onyx generate --encoder_inputs` = Transformers'
                    generate() token for token, batched (BART's input padded), greedy and beam
                    search; Whisper's suppress_tokens / begin_suppress_tokens, BART's forced eos,
@@ -466,6 +468,30 @@ def case_whisper_prompt_ids(tmp):
     return ok, "; ".join(msgs)
 
 
+def case_whisper_initial_prompt(tmp):
+    gpt2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/data/gpt2-tokenizer")
+    tok = tr.WhisperTokenizerFast.from_pretrained(gpt2)
+    tok.add_special_tokens({"additional_special_tokens": ["<|startoftranscript|>",
+                                                          "<|startofprev|>", "<|notimestamps|>"]})
+    m = whisper(vocab_size=len(tok), decoder_start_token_id=len(tok) - 3).eval()
+    d = os.path.join(tmp, "whisper-initial-prompt")
+    m.save_pretrained(d)
+    tok.save_pretrained(d)
+    x = np.random.default_rng(14).normal(0, 1, (1, 16, 24)).astype(np.float32)
+    save_file({"input_features": x}, f"{d}/enc.safetensors")
+    text = "  Hello world, Onyx! "
+    onyx("generate", d, "--encoder_inputs", f"{d}/enc.safetensors", "--output", f"{d}/out.jsonl",
+         "--max_new_tokens", "3", "--initial_prompt", text)
+    with open(f"{d}/out.jsonl") as f:
+        got = json.loads(f.readline())["prompt_ids"]
+    want = [int(t) for t in tok.get_prompt_ids(text)]
+    p = onyx("generate", d, "--encoder_inputs", f"{d}/enc.safetensors", "--initial_prompt",
+             "say <|startoftranscript|>", check=False)
+    err = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+    ok = got[:len(want)] == want and p.returncode == 1 and "special token" in err
+    return ok, f"prompt {got[:len(want)]} (get_prompt_ids {want}); special token: {err[-80:]}"
+
+
 def case_bart_generate(tmp, beams):
     m = bart(init_std=0.2, max_position_embeddings=40).eval()
     with torch.no_grad():  # eos likely enough that rows (and hypotheses) end at several lengths
@@ -514,6 +540,7 @@ def main():
         ("whisper-timestamps-max-length", lambda t: case_whisper_timestamps(t, "max-length")),
         ("whisper-timestamps-audio", case_whisper_timestamps_audio),
         ("whisper-prompt-ids", case_whisper_prompt_ids),
+        ("whisper-initial-prompt", case_whisper_initial_prompt),
         ("bart-generate-greedy", lambda t: case_bart_generate(t, 1)),
         ("bart-generate-beams", lambda t: case_bart_generate(t, 4)),
         ("t5-generate-greedy", lambda t: case_t5_generate(t, 1)),
