@@ -101,41 +101,47 @@ Update base_update(const std::string& algorithm, float alpha_t, float sigma_t, f
 
 }  // namespace
 
-DpmSolver::DpmSolver(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
-  check_config(c_);
+MultistepSchedule multistep_schedule(const NoiseSchedule& s, int64_t steps, bool unipc) {
+  const ScheduleConfig& c = s.config();
+  const char* who = unipc ? "UniPCMultistepScheduler" : "DPMSolverMultistepScheduler";
   const int64_t T = s.steps();
   ONYX_CHECK(steps >= 1 && steps <= T, "num_inference_steps ", steps, " must be in [1, ", T,
              "] (num_train_timesteps)");
   const std::vector<float>& ac = s.alphas_cumprod();
   const std::vector<float> sig = s.sigmas();
-  int64_t clipped = 0;  // searchsorted(flip(lambda_t), lambda_min_clipped): lambdas below it
-  for (int64_t t = 0; t < T; ++t) {
-    const float lambda = std::log(std::sqrt(ac[t])) - std::log(std::sqrt(1.0f - ac[t]));
-    clipped += lambda < c_.lambda_min_clipped;
-  }
-  if (c_.karras_sigmas || c_.exponential_sigmas) {
-    converted_schedule(sig, steps);
+  MultistepSchedule m;
+  if (c.karras_sigmas || c.exponential_sigmas) {
+    // those sigmas between the table's ends (lambda_min_clipped unused, as in diffusers), each
+    // sigma's timestep rounded half to even for Karras sigmas (DPM-Solver: but with
+    // squaredcos_cap_v2), else truncated (diffusers' int64 cast: a timestep a hair under an
+    // integer drops to the one below, so the table must be torch's bit for bit)
+    const bool round = c.karras_sigmas && (unipc || c.beta_schedule != "squaredcos_cap_v2");
+    const std::vector<double> sigmas = converted_sigmas(c, sig.front(), sig.back(), steps);
+    for (double t : sigma_timesteps(sigmas, sig))
+      m.timesteps.push_back(round ? round_even(t) : (int64_t)t);
+    for (double v : sigmas) m.sigmas.push_back((float)v);
   } else {
-    timesteps_ = dpm_timesteps(c_, T - clipped, steps);
-    for (int64_t t : timesteps_) {
-      ONYX_CHECK(t >= 0 && t < T, "DPMSolverMultistepScheduler's timestep ", t, " is outside [0, ",
-                 T, ") (steps_offset ", c_.steps_offset, ")");
-      sigmas_.push_back(sig[t]);
+    int64_t clipped = 0;  // searchsorted(flip(lambda_t), lambda_min_clipped): lambdas below it
+    for (int64_t t = 0; t < T && !unipc; ++t) {
+      const float lambda = std::log(std::sqrt(ac[t])) - std::log(std::sqrt(1.0f - ac[t]));
+      clipped += lambda < c.lambda_min_clipped;
+    }
+    m.timesteps = dpm_timesteps(c, T - clipped, steps);
+    for (int64_t t : m.timesteps) {
+      ONYX_CHECK(t >= 0 && t < T, who, "'s timestep ", t, " is outside [0, ", T, ") (steps_offset ",
+                 c.steps_offset, ")");
+      m.sigmas.push_back(sig[t]);
     }
   }
-  sigmas_.push_back(c_.final_sigmas_type == "zero" ? 0.0f : sig[0]);
+  m.sigmas.push_back(c.final_sigmas_type == "zero" ? 0.0f : sig[0]);
+  return m;
 }
 
-// use_karras_sigmas / use_exponential_sigmas: those sigmas between the table's ends
-// (lambda_min_clipped unused, as in diffusers), each sigma's timestep rounded half to even for
-// Karras sigmas but with squaredcos_cap_v2, else truncated (diffusers' int64 cast: a timestep a
-// hair under an integer drops to the one below, so the table must be torch's bit for bit).
-void DpmSolver::converted_schedule(const std::vector<float>& sig, int64_t steps) {
-  const bool round = c_.karras_sigmas && c_.beta_schedule != "squaredcos_cap_v2";
-  const std::vector<double> sigmas = converted_sigmas(c_, sig.front(), sig.back(), steps);
-  for (double t : sigma_timesteps(sigmas, sig))
-    timesteps_.push_back(round ? round_even(t) : (int64_t)t);
-  for (double s : sigmas) sigmas_.push_back((float)s);
+DpmSolver::DpmSolver(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
+  check_config(c_);
+  MultistepSchedule m = multistep_schedule(s, steps, false);
+  timesteps_ = std::move(m.timesteps);
+  sigmas_ = std::move(m.sigmas);
 }
 
 DpmSolver::Point DpmSolver::point(int64_t i) const {

@@ -14,6 +14,15 @@
 
 namespace onyx::diffusion {
 
+// The timesteps and sigmas (one per timestep, then the final one) set_timesteps gives in
+// DPMSolverMultistepScheduler and (`unipc`) UniPCMultistepScheduler, which differ only in that
+// UniPC has no lambda_min_clipped and always rounds Karras sigmas' timesteps.
+struct MultistepSchedule {
+  std::vector<int64_t> timesteps;
+  std::vector<float> sigmas;
+};
+MultistepSchedule multistep_schedule(const NoiseSchedule& schedule, int64_t steps, bool unipc);
+
 class DpmSolver {
  public:
   // The scheduler of `schedule`'s config after set_timesteps(steps); errors name what is not
@@ -34,7 +43,6 @@ class DpmSolver {
     float alpha, sigma, lambda;
   };
   Point point(int64_t i) const;
-  void converted_schedule(const std::vector<float>& table_sigmas, int64_t steps);
   void convert(const float* model_output, const float* x, float* out, int64_t n) const;
   void first_order(const float* m0, const float* noise, float* x, int64_t n) const;
   void second_order(const float* noise, float* x, int64_t n) const;

@@ -46,7 +46,11 @@ std::vector<float> cosine_betas(int64_t n) {
 void read_sampler_keys(const ConfigReader& r, ScheduleConfig& c) {
   r.integer("solver_order", c.solver_order);
   r.string("algorithm_type", c.algorithm_type);
+  c.solver_type_given = r.find("solver_type") != nullptr;
   r.string("solver_type", c.solver_type);
+  r.boolean("predict_x0", c.predict_x0);
+  if (const nlohmann::json* d = r.find("disable_corrector"); d && !(d->is_array() && d->empty()))
+    r.integers("disable_corrector", c.disable_corrector);
   r.boolean("lower_order_final", c.lower_order_final);
   r.boolean("euler_at_final", c.euler_at_final);
   r.string("final_sigmas_type", c.final_sigmas_type);

@@ -33,7 +33,12 @@ struct ScheduleConfig {    // scheduler_config.json (DDPMScheduler / DDIMSchedul
   // DPMSolverMultistepScheduler (diffusion/dpm_solver.h)
   int64_t solver_order = 2;                    // 1, 2 or 3
   std::string algorithm_type = "dpmsolver++";  // dpmsolver++ | dpmsolver
-  std::string solver_type = "midpoint";        // midpoint | heun
+  std::string solver_type = "midpoint";        // midpoint | heun (UniPC: bh1 | bh2)
+  bool solver_type_given = false;              // (UniPCMultistepScheduler's default: bh2)
+  // UniPCMultistepScheduler (diffusion/unipc.h): the data prediction (else the noise's), and the
+  // steps whose corrector is skipped
+  bool predict_x0 = true;
+  std::vector<int64_t> disable_corrector;
   bool lower_order_final = true, euler_at_final = false;
   std::string final_sigmas_type = "zero";  // zero | sigma_min
   double lambda_min_clipped = -INFINITY;

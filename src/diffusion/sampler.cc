@@ -167,8 +167,9 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
   o.scheduler = scheduler_name(given, schedule);
   ScheduleConfig config = schedule;
   if (o.use_karras_sigmas) {
-    ONYX_CHECK(o.scheduler == "dpmsolver" || o.scheduler == "euler" || o.scheduler == "heun",
-               "use_karras_sigmas is for the dpmsolver, euler and heun schedulers, not ",
+    ONYX_CHECK(o.scheduler == "dpmsolver" || o.scheduler == "euler" || o.scheduler == "heun" ||
+                   o.scheduler == "unipc",
+               "use_karras_sigmas is for the dpmsolver, euler, heun and unipc schedulers, not ",
                o.scheduler);
     config.karras_sigmas = true;
   }

@@ -9,6 +9,7 @@
 
 #include "diffusion/dpm_solver.h"
 #include "diffusion/euler.h"
+#include "diffusion/unipc.h"
 #include "onyx/error.h"
 
 namespace onyx::diffusion {
@@ -64,6 +65,21 @@ class DpmStepper : public Stepper {
 
  private:
   DpmSolver solver_;
+};
+
+class UniPcStepper : public Stepper {
+ public:
+  UniPcStepper(const NoiseSchedule& s, int64_t k) : solver_(s, k) {}
+  int64_t steps() const override { return (int64_t)solver_.timesteps().size(); }
+  Tensor timestep(int64_t i, int64_t B) const override {
+    return int_timesteps(solver_.timesteps()[i], B);
+  }
+  void step(int64_t, const float* y, const float*, float* x, int64_t n) override {
+    solver_.step(y, x, n);
+  }
+
+ private:
+  UniPc solver_;
 };
 
 // Euler and Heun: float32 timesteps, the denoiser's input scaled by scale_model_input.
@@ -191,7 +207,7 @@ class PlmsStepper : public Stepper {
 
 const std::vector<std::string>& Stepper::names() {
   static const std::vector<std::string> n = {
-      "ddpm", "ddim", "dpmsolver", "euler", "euler_ancestral", "heun", "pndm"};
+      "ddpm", "ddim", "dpmsolver", "euler", "euler_ancestral", "heun", "pndm", "unipc"};
   return n;
 }
 
@@ -204,7 +220,8 @@ std::string Stepper::of_config(const ScheduleConfig& c) {
       {"EulerDiscreteScheduler", "euler"},
       {"EulerAncestralDiscreteScheduler", "euler_ancestral"},
       {"HeunDiscreteScheduler", "heun"},
-      {"PNDMScheduler", "pndm"}};
+      {"PNDMScheduler", "pndm"},
+      {"UniPCMultistepScheduler", "unipc"}};
   auto it = by_class.find(c.class_name);
   if (it != by_class.end()) return it->second;
   std::string all;
@@ -221,6 +238,7 @@ std::unique_ptr<Stepper> Stepper::make(const std::string& name, const NoiseSched
   if (name == "ddim") return std::make_unique<DdimStepper>(s, k, eta);
   if (name == "dpmsolver") return std::make_unique<DpmStepper>(s, k);
   if (name == "pndm") return std::make_unique<PlmsStepper>(s, k);
+  if (name == "unipc") return std::make_unique<UniPcStepper>(s, k);
   if (name == "heun") return std::make_unique<HeunStepper>(s, k);
   if (name == "euler" || name == "euler_ancestral")
     return std::make_unique<EulerStepper>(s, k, name == "euler_ancestral");

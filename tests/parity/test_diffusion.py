@@ -504,6 +504,50 @@ def case_heun(tmp):
     return ok, "; ".join(msgs)
 
 
+def case_unipc(tmp):
+    """`onyx sample --scheduler unipc`: UniPCMultistepScheduler's loop from the same latents (the
+    corrector with each new output, then the predictor): the folder's DDPM file (leading), bh1 of
+    order 3, order 3 on Karras sigmas with sigma_min, the noise prediction (predict_x0 false) with
+    v-prediction and trailing spacing, disable_corrector on exponential sigmas, and order 1; bh1
+    or predict_x0 false with the zero final sigma (NaN images in diffusers) refused, exit 1."""
+    from diffusers import UniPCMultistepScheduler
+    d, model, scheduler = make(tmp, "cls")
+    model.eval()
+    base = {key: scheduler.config[key] for key in ("num_train_timesteps", "beta_schedule",
+                                                  "beta_start", "beta_end")}
+    variants = [("bh2 2 (the folder's file)", None, 10),
+                ("bh1 3 linspace sigma_min", dict(solver_order=3, solver_type="bh1",
+                                                  final_sigmas_type="sigma_min"), 12),
+                ("bh2 3 Karras sigma_min", dict(solver_order=3, use_karras_sigmas=True,
+                                                final_sigmas_type="sigma_min"), 8),
+                ("noise prediction v trailing sigma_min", dict(
+                    predict_x0=False, timestep_spacing="trailing", prediction_type="v_prediction",
+                    final_sigmas_type="sigma_min"), 7),
+                ("disable_corrector [0, 2] exponential", dict(disable_corrector=[0, 2],
+                                                              use_exponential_sigmas=True), 9),
+                ("order 1", dict(solver_order=1), 6)]
+    labels = torch.tensor([1, 3, 2])
+    msgs, ok = [], True
+    for k, (name, cfg, steps) in enumerate(variants):
+        sched, extra = scheduler_variant(d, UniPCMultistepScheduler, base, cfg, f"unipc{k}",
+                                         ("--class_labels", "1,3,2"))
+        latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(40 + k))
+        refs, _ = scheduler_loop_refs(model, sched, latents, steps, labels)
+        got = sample_with_onyx(d, [latents], steps, "unipc", extra)
+        good, msg = against_references(got, refs[0], refs[1], f"{name}, {steps} steps")
+        ok &= good
+        msgs.append(msg)
+    UniPCMultistepScheduler(**dict(base, solver_type="bh1")).save_pretrained(f"{d}/unipc-nan")
+    p = subprocess.run([ONYX, "sample", d, "--scheduler", "unipc", "--scheduler_config",
+                        f"{d}/unipc-nan/scheduler_config.json", "--num_inference_steps", "4",
+                        "--class_labels", "1", "--output", f"{d}/nan.png"],
+                       capture_output=True, text=True, timeout=300)
+    refused = p.returncode == 1 and "sigma_min" in p.stderr and not os.path.exists(f"{d}/nan.png")
+    ok &= refused
+    msgs.append(f"bh1 with the zero final sigma: exit {p.returncode}")
+    return ok, "; ".join(msgs)
+
+
 def case_pndm(tmp):
     """`onyx sample --scheduler pndm`: PNDMScheduler with skip_prk_steps (PLMS, Stable Diffusion
     1.x's folders' scheduler: steps_offset 1, set_alpha_to_one false) against its loop from the
@@ -1097,6 +1141,7 @@ def main():
     cases.append(("euler", case_euler))
     cases.append(("heun", case_heun))
     cases.append(("pndm", case_pndm))
+    cases.append(("unipc", case_unipc))
     cases.append(("ddim-guidance", case_ddim_guidance))
     cases.append(("ddim-prompt", case_ddim_prompt))
     cases.append(("train-ema-snr", lambda t: case_train(t, "cls")))

@@ -144,11 +144,12 @@ Action add_sample_command(CLI::App& app) {
                   "none), or ddpm, ddim, dpmsolver (DPM-Solver++ 2M by default: "
                   "DPMSolverMultistepScheduler), euler or euler_ancestral (Euler(Ancestral)"
                   "DiscreteScheduler), heun (HeunDiscreteScheduler: two UNet calls a step), pndm "
-                  "(PNDMScheduler's PLMS, Stable Diffusion 1.x's); all but ddpm are good in 20-50 "
-                  "steps");
+                  "(PNDMScheduler's PLMS, Stable Diffusion 1.x's), unipc (UniPCMultistepScheduler: "
+                  "UniPC's predictor-corrector, good in 10-20 steps); all but ddpm are good in "
+                  "20-50 steps");
   cmd->add_flag(
       "--use_karras_sigmas", a->o.use_karras_sigmas,
-      "dpmsolver / euler / heun with Karras sigmas (\"DPM++ 2M Karras\"), as the scheduler "
+      "dpmsolver / euler / heun / unipc with Karras sigmas (\"DPM++ 2M Karras\"), as the scheduler "
       "config's use_karras_sigmas");
   cmd->add_option("--eta", a->o.eta,
                   "DDIM's eta in [0, 1] (default 0: deterministic; 1: DDPM's noise)");
