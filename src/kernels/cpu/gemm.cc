@@ -6,11 +6,13 @@
 //  - oneDNN primitive creation costs far more than running a small GEMM, so matmul primitives are
 //    cached per (shape, strides, transposes, alpha, beta, threads) in a mutex-guarded map;
 //  - OpenBLAS (gemm_openblas.cc) is a second backend, chosen with ONYX_GEMM=openblas;
-//  - Aᵀ·B over many rows into a small output (a weight gradient: 512x512 from 6000 rows) runs as
-//    single-threaded OpenBLAS products of each thread's share of the rows, their partials added
-//    (split_rows_tn): oneDNN's sgemm ran that shape at 56-120 GFLOP/s, the split at 136-178
-//    (onyx_bench grad_b_f32, 2 cores), with no OpenBLAS thread pool (whose spinning workers
-//    slowed the GEMMs after them when OpenBLAS ran threaded).
+//  - Aᵀ·B over many rows into a small output (a weight gradient: 512x512 from 512-6000 rows)
+//    runs as single-threaded OpenBLAS products of each thread's share of the rows, their partials
+//    added (split_rows_tn): oneDNN's sgemm ran 512x512 at 56-120 GFLOP/s from 6000 rows, 106-108
+//    from 1024 and 116 from 512; the split at 136-178, 154-155 and 136 (onyx_bench grad_b_f32,
+//    2 cores) — with no OpenBLAS thread pool, whose spinning workers slowed the GEMMs after them
+//    when OpenBLAS ran threaded. From 128 rows, or into 512x2048, the split lost (70 vs 117,
+//    152 vs 165 GFLOP/s).
 #include "kernels/cpu/gemm.h"
 
 #if defined(__x86_64__)
@@ -775,7 +777,7 @@ namespace {
 
 // Whether C = alpha · Aᵀ B + beta · C goes through sgemm_split_rows_tn (see the header).
 bool split_rows_tn(bool transA, bool transB, int64_t M, int64_t N, int64_t K) {
-  return transA && !transB && M * N <= 512 * 512 && K >= 2048 && openblas_available() &&
+  return transA && !transB && M * N <= 512 * 512 && K >= 512 && openblas_available() &&
          runtime::num_threads() > 1 && !omp_in_parallel();
 }
 
