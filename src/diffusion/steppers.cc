@@ -125,22 +125,37 @@ class HeunStepper : public SigmaStepper<HeunSampler> {
   }
 };
 
-// PNDMScheduler with skip_prk_steps (Stable Diffusion 1.x's): PLMS, the linear multistep update
-// on the last four model outputs, after a first step that averages the first two outputs
-// (step_plms's counter 1). Float32 as diffusers' tensors.
-class PlmsStepper : public Stepper {
+// PNDMScheduler: PLMS, the linear multistep update on the last four model outputs — after a
+// first step that averages the first two outputs (step_plms's counter 1) with skip_prk_steps
+// (Stable Diffusion 1.x's folders), else after the pseudo Runge-Kutta warm-up (step_prk: three
+// fourth-order steps of four model calls each, on the four largest timesteps and their
+// midpoints; the class's default). Float32 as diffusers' tensors.
+class PndmStepper : public Stepper {
  public:
-  PlmsStepper(const NoiseSchedule& s, int64_t k) : s_(s), ratio_(s.steps() / k) {
+  PndmStepper(const NoiseSchedule& s, int64_t k) : s_(s), ratio_(s.steps() / k) {
     const ScheduleConfig& c = s.config();
-    ONYX_CHECK(c.skip_prk_steps, c.origin,
-               ": PNDMScheduler's Runge-Kutta warm-up steps (skip_prk_steps false) are not built; "
-               "with skip_prk_steps true it is PLMS, as Stable Diffusion's folders set it");
+    ONYX_CHECK(c.skip_prk_steps || k >= 4, c.origin, ": PNDMScheduler's Runge-Kutta warm-up ",
+               "(skip_prk_steps false) needs num_inference_steps >= 4, got ", k);
     ONYX_CHECK(c.prediction_type == "epsilon" || c.prediction_type == "v_prediction", c.origin,
                ": PNDMScheduler takes prediction_type epsilon or v_prediction, not ",
                c.prediction_type);
     final_ = c.set_alpha_to_one_given && c.set_alpha_to_one ? 1.0f : s.alphas_cumprod()[0];
     std::vector<int64_t> t = s.inference_timesteps(k);  // largest first
     std::reverse(t.begin(), t.end());
+    if (!c.skip_prk_steps) {
+      // (t[-4:].repeat(2) + tile([0, T // k // 2], 4))[:-1].repeat(2)[1:-1][::-1], then
+      // t[:-3][::-1]
+      half_ = s.steps() / k / 2;
+      std::vector<int64_t> pairs, twice;
+      for (int64_t j = k - 4; j < k; ++j) pairs.insert(pairs.end(), {t[j], t[j] + half_});
+      pairs.pop_back();
+      for (int64_t v : pairs) twice.insert(twice.end(), {v, v});
+      prk_.assign(twice.rbegin() + 1, twice.rend() - 1);
+      ts_ = prk_;
+      for (int64_t j = k - 4; j >= 0; --j) ts_.push_back(t[j]);
+      counter_ = 0;
+      return;
+    }
     // concatenate(t[:-1], t[-2:-1], t[-1:])[::-1]: the second-largest timestep twice
     std::vector<int64_t> plms(t.begin(), t.end() - 1);
     if (k >= 2) plms.push_back(t[k - 2]);
@@ -150,6 +165,7 @@ class PlmsStepper : public Stepper {
   int64_t steps() const override { return (int64_t)ts_.size(); }
   Tensor timestep(int64_t i, int64_t B) const override { return int_timesteps(ts_[i], B); }
   void step(int64_t i, const float* m, const float*, float* x, int64_t n) override {
+    if (counter_ < (int64_t)prk_.size()) return step_prk(m, x, n);
     int64_t t = ts_[i], prev = t - ratio_;
     if (counter_ == 1) {  // the repeated timestep: from the first sample, with the mean output
       prev = t;
@@ -168,6 +184,31 @@ class PlmsStepper : public Stepper {
   }
 
  private:
+  // step_prk: the four calls of a Runge-Kutta step each move from its first sample (to the
+  // midpoint, the midpoint, the end, the end), the last with the outputs weighted 1/6, 1/3, 1/3,
+  // 1/6; the first call's output is kept for PLMS.
+  void step_prk(const float* m, float* x, int64_t n) {
+    const int64_t phase = counter_ % 4, t_in = prk_[counter_];
+    const int64_t prev = t_in - (counter_ % 2 ? 0 : half_);
+    const int64_t t = prk_[counter_ / 4 * 4];
+    const float w = phase == 0 || phase == 3 ? (float)(1.0 / 6) : (float)(1.0 / 3);
+    std::vector<float> out(n), mo(m, m + n);
+    if (phase == 0) {
+      prk_sum_.assign(n, 0.0f);
+      ets_.emplace_back(m, m + n);
+      prk_sample_.assign(x, x + n);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      if (phase < 3)
+        prk_sum_[j] = prk_sum_[j] + w * m[j];
+      else
+        mo[j] = prk_sum_[j] + w * m[j];
+    }
+    prev_sample(prk_sample_.data(), t, prev, mo.data(), out.data(), n);
+    std::copy(out.begin(), out.end(), x);
+    ++counter_;
+  }
+
   // step_plms's model output at element j: the outputs so far combined (Adams-Bashforth weights).
   float combined(const float* m, int64_t j) const {
     const size_t k = ets_.size();
@@ -200,6 +241,9 @@ class PlmsStepper : public Stepper {
   std::vector<int64_t> ts_;
   std::vector<std::vector<float>> ets_;
   std::vector<float> cur_sample_;
+  std::vector<int64_t> prk_;                 // the Runge-Kutta calls' timesteps (none: PLMS only)
+  int64_t half_ = 0;                         // T // k // 2: a midpoint's offset
+  std::vector<float> prk_sum_, prk_sample_;  // the weighted outputs so far, the step's start
   int64_t counter_ = 0;
 };
 
@@ -237,7 +281,7 @@ std::unique_ptr<Stepper> Stepper::make(const std::string& name, const NoiseSched
   if (name == "ddpm") return std::make_unique<DdpmStepper>(s, k);
   if (name == "ddim") return std::make_unique<DdimStepper>(s, k, eta);
   if (name == "dpmsolver") return std::make_unique<DpmStepper>(s, k);
-  if (name == "pndm") return std::make_unique<PlmsStepper>(s, k);
+  if (name == "pndm") return std::make_unique<PndmStepper>(s, k);
   if (name == "unipc") return std::make_unique<UniPcStepper>(s, k);
   if (name == "heun") return std::make_unique<HeunStepper>(s, k);
   if (name == "euler" || name == "euler_ancestral")

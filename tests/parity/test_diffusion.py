@@ -551,8 +551,9 @@ def case_unipc(tmp):
 def case_pndm(tmp):
     """`onyx sample --scheduler pndm`: PNDMScheduler with skip_prk_steps (PLMS, Stable Diffusion
     1.x's folders' scheduler: steps_offset 1, set_alpha_to_one false) against its loop from the
-    same latents, epsilon and v-prediction, and the scheduler a folder's config names picked
-    without --scheduler."""
+    same latents, epsilon and v-prediction; without skip_prk_steps (the class's default: the
+    Runge-Kutta warm-up, 12 UNet calls, then PLMS) leading and v-prediction linspace; and the
+    scheduler a folder's config names picked without --scheduler."""
     from diffusers import PNDMScheduler
     d, model, scheduler = make(tmp, "cls")
     model.eval()
@@ -560,7 +561,10 @@ def case_pndm(tmp):
                                                   "beta_start", "beta_end")}
     variants = [("plms leading", dict(skip_prk_steps=True, steps_offset=1), 12),
                 ("plms v trailing", dict(skip_prk_steps=True, prediction_type="v_prediction",
-                                         timestep_spacing="trailing", set_alpha_to_one=True), 5)]
+                                         timestep_spacing="trailing", set_alpha_to_one=True), 5),
+                ("prk warm-up leading (the class's default)", dict(steps_offset=1), 10),
+                ("prk v linspace", dict(prediction_type="v_prediction",
+                                        timestep_spacing="linspace"), 6)]
     labels = torch.tensor([0, 2, 4])
     msgs, ok = [], True
     for k, (name, cfg, steps) in enumerate(variants):
@@ -578,8 +582,9 @@ def case_pndm(tmp):
     # no --scheduler: the config's _class_name (PNDMScheduler) picks it
     save_file({"latents": latents.numpy()}, f"{d}/noise.safetensors")
     p = onyx("sample", d, "--noise", f"{d}/noise.safetensors", "--class_labels", "0,2,4",
-             "--num_inference_steps", "5", "--scheduler_config", f"{d}/pndm1/scheduler_config.json",
-             "--tensors", f"{d}/named.safetensors")
+             "--num_inference_steps", str(steps), "--scheduler_config",
+             f"{d}/pndm{len(variants) - 1}/scheduler_config.json", "--tensors",
+             f"{d}/named.safetensors")
     same = np.array_equal(load_file(f"{d}/named.safetensors")["images"], got)
     ok &= "(pndm)" in p.stdout and same
     return ok, "; ".join(msgs) + f"; picked by the config's _class_name: {same}"
