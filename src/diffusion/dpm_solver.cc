@@ -144,21 +144,16 @@ DpmSolver::DpmSolver(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
   sigmas_ = std::move(m.sigmas);
 }
 
-DpmSolver::Point DpmSolver::point(int64_t i) const {
-  const float s = sigmas_.at(i);
-  Point p;
+SigmaPoint sigma_point(float s) {
+  SigmaPoint p;
   p.alpha = 1.0f / std::sqrt(s * s + 1.0f);
   p.sigma = s * p.alpha;
   p.lambda = std::log(p.alpha) - std::log(p.sigma);
   return p;
 }
 
-// convert_model_output: the data prediction x0 ((sde-)dpmsolver++) or the noise prediction
-// ((sde-)dpmsolver).
-void DpmSolver::convert(const float* m, const float* x, float* out, int64_t n) const {
-  const Point p = point(index_);
-  const std::string& pt = c_.prediction_type;
-  const bool data = c_.algorithm_type.ends_with("dpmsolver++");
+void convert_model_output(const std::string& pt, bool data, const SigmaPoint& p, const float* m,
+                          const float* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     if (pt == "sample")
       out[i] = data ? m[i] : (x[i] - p.alpha * m[i]) / p.sigma;
@@ -167,6 +162,12 @@ void DpmSolver::convert(const float* m, const float* x, float* out, int64_t n) c
     else  // v_prediction
       out[i] = data ? p.alpha * x[i] - p.sigma * m[i] : p.alpha * m[i] + p.sigma * x[i];
   }
+}
+
+// the data prediction x0 ((sde-)dpmsolver++) or the noise prediction ((sde-)dpmsolver)
+void DpmSolver::convert(const float* m, const float* x, float* out, int64_t n) const {
+  convert_model_output(c_.prediction_type, c_.algorithm_type.ends_with("dpmsolver++"),
+                       point(index_), m, x, out, n);
 }
 
 void DpmSolver::first_order(const float* m0, const float* noise, float* x, int64_t n) const {

@@ -8,6 +8,7 @@
 // refused when sampling.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "diffusion/noise_schedule.h"
@@ -22,6 +23,17 @@ struct MultistepSchedule {
   std::vector<float> sigmas;
 };
 MultistepSchedule multistep_schedule(const NoiseSchedule& schedule, int64_t steps, bool unipc);
+
+// One sigma's (alpha_t, sigma_t, lambda_t) as both schedulers' _sigma_to_alpha_sigma_t and
+// log(alpha_t) - log(sigma_t) give them: float32, as diffusers' 0-d tensors.
+struct SigmaPoint {
+  float alpha, sigma, lambda;
+};
+SigmaPoint sigma_point(float sigma);
+// convert_model_output of both: the model's output m at point p turned into the data prediction
+// x0 (`data`) or the noise prediction, for prediction_type epsilon, sample or v_prediction.
+void convert_model_output(const std::string& prediction_type, bool data, const SigmaPoint& p,
+                          const float* m, const float* x, float* out, int64_t n);
 
 class DpmSolver {
  public:
@@ -39,10 +51,8 @@ class DpmSolver {
   bool sde() const { return c_.algorithm_type.starts_with("sde-"); }
 
  private:
-  struct Point {  // one sigma's (alpha_t, sigma_t, lambda_t), float32 as diffusers' 0-d tensors
-    float alpha, sigma, lambda;
-  };
-  Point point(int64_t i) const;
+  using Point = SigmaPoint;
+  Point point(int64_t i) const { return sigma_point(sigmas_.at(i)); }
   void convert(const float* model_output, const float* x, float* out, int64_t n) const;
   void first_order(const float* m0, const float* noise, float* x, int64_t n) const;
   void second_order(const float* noise, float* x, int64_t n) const;

@@ -70,28 +70,9 @@ UniPc::UniPc(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
   sigmas_ = std::move(m.sigmas);
 }
 
-UniPc::Point UniPc::point(int64_t i) const {
-  const float s = sigmas_.at(i);
-  Point p;
-  p.alpha = 1.0f / std::sqrt(s * s + 1.0f);
-  p.sigma = s * p.alpha;
-  p.lambda = std::log(p.alpha) - std::log(p.sigma);
-  return p;
-}
-
 // convert_model_output: the data prediction (predict_x0) or the noise prediction.
 void UniPc::convert(const float* m, const float* x, float* out, int64_t n) const {
-  const Point p = point(index_);
-  const std::string& pt = c_.prediction_type;
-  const bool data = c_.predict_x0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (pt == "sample")
-      out[i] = data ? m[i] : (x[i] - p.alpha * m[i]) / p.sigma;
-    else if (pt == "epsilon")
-      out[i] = data ? (x[i] - p.sigma * m[i]) / p.alpha : m[i];
-    else  // v_prediction
-      out[i] = data ? p.alpha * x[i] - p.sigma * m[i] : p.alpha * m[i] + p.sigma * x[i];
-  }
+  convert_model_output(c_.prediction_type, c_.predict_x0, point(index_), m, x, out, n);
 }
 
 // From sigma index s0 to t; the older outputs at sigma indices first_older, first_older - 1, ...

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "diffusion/dpm_solver.h"
 #include "diffusion/noise_schedule.h"
 
 namespace onyx::diffusion {
@@ -23,16 +24,14 @@ class UniPc {
   void step(const float* model_output, float* x, int64_t n);
 
  private:
-  struct Point {  // one sigma's (alpha_t, sigma_t, lambda_t), float32 as diffusers' 0-d tensors
-    float alpha, sigma, lambda;
-  };
+  using Point = SigmaPoint;
   // A step's scalars: B_h, h·phi_1 (expm1 of -h or h), the rk ratios, and the rhos (for the
   // differences D1 then, in the corrector, the new output's difference last)
   struct Coefficients {
     float B_h = 0, h_phi_1 = 0;
     std::vector<float> rks, rhos;
   };
-  Point point(int64_t i) const;
+  Point point(int64_t i) const { return sigma_point(sigmas_.at(i)); }
   Coefficients coefficients(int64_t t, int64_t s0, int64_t first_older, int64_t order,
                             bool corrector) const;
   void convert(const float* model_output, const float* x, float* out, int64_t n) const;

@@ -380,6 +380,25 @@ def scheduler_variant(d, cls, base, cfg, name, extra):
     return sched, extra + ("--scheduler_config", f"{d}/{name}/scheduler_config.json")
 
 
+def compare_variants(d, model, cls, base, variants, labels, seed, scheduler, count_calls=False):
+    """Each (name, cfg, steps) variant of the deterministic scheduler `cls` (scheduler_variant)
+    sampled by `onyx sample --scheduler <scheduler>` and by diffusers' loop from the same latents:
+    (all within bounds, the messages)."""
+    msgs, ok = [], True
+    flag = ",".join(str(int(v)) for v in labels)
+    for k, (name, cfg, steps) in enumerate(variants):
+        sched, extra = scheduler_variant(d, cls, base, cfg, f"{scheduler}{k}",
+                                         ("--class_labels", flag))
+        latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(seed + k))
+        refs, _ = scheduler_loop_refs(model, sched, latents, steps, labels)
+        got = sample_with_onyx(d, [latents], steps, scheduler, extra)
+        what = f"{len(sched.timesteps)} UNet calls" if count_calls else f"{steps} steps"
+        good, msg = against_references(got, refs[0], refs[1], f"{name}, {what}")
+        ok &= good
+        msgs.append(msg)
+    return ok, msgs
+
+
 def case_dpmsolver(tmp):
     """`onyx sample --scheduler dpmsolver`: DPMSolverMultistepScheduler's loop from the same
     latents. Its configurations: from the model's DDPM config as from_config makes it (DPM-Solver++
@@ -489,18 +508,8 @@ def case_heun(tmp):
                 ("heun (the folder's DDPM file)", None, 4),
                 ("heun exponential leading", dict(use_exponential_sigmas=True,
                                                   timestep_spacing="leading"), 4)]
-    labels = torch.tensor([3, 1, 0])
-    msgs, ok = [], True
-    for k, (name, cfg, steps) in enumerate(variants):
-        sched, extra = scheduler_variant(d, HeunDiscreteScheduler, base, cfg, f"heun{k}",
-                                         ("--class_labels", "3,1,0"))
-        latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(30 + k))
-        refs, _ = scheduler_loop_refs(model, sched, latents, steps, labels)
-        got = sample_with_onyx(d, [latents], steps, "heun", extra)
-        good, msg = against_references(got, refs[0], refs[1],
-                                       f"{name}, {len(sched.timesteps)} UNet calls")
-        ok &= good
-        msgs.append(msg)
+    ok, msgs = compare_variants(d, model, HeunDiscreteScheduler, base, variants,
+                                torch.tensor([3, 1, 0]), 30, "heun", count_calls=True)
     return ok, "; ".join(msgs)
 
 
@@ -526,17 +535,8 @@ def case_unipc(tmp):
                 ("disable_corrector [0, 2] exponential", dict(disable_corrector=[0, 2],
                                                               use_exponential_sigmas=True), 9),
                 ("order 1", dict(solver_order=1), 6)]
-    labels = torch.tensor([1, 3, 2])
-    msgs, ok = [], True
-    for k, (name, cfg, steps) in enumerate(variants):
-        sched, extra = scheduler_variant(d, UniPCMultistepScheduler, base, cfg, f"unipc{k}",
-                                         ("--class_labels", "1,3,2"))
-        latents = torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(40 + k))
-        refs, _ = scheduler_loop_refs(model, sched, latents, steps, labels)
-        got = sample_with_onyx(d, [latents], steps, "unipc", extra)
-        good, msg = against_references(got, refs[0], refs[1], f"{name}, {steps} steps")
-        ok &= good
-        msgs.append(msg)
+    ok, msgs = compare_variants(d, model, UniPCMultistepScheduler, base, variants,
+                                torch.tensor([1, 3, 2]), 40, "unipc")
     UniPCMultistepScheduler(**dict(base, solver_type="bh1")).save_pretrained(f"{d}/unipc-nan")
     p = subprocess.run([ONYX, "sample", d, "--scheduler", "unipc", "--scheduler_config",
                         f"{d}/unipc-nan/scheduler_config.json", "--num_inference_steps", "4",
