@@ -6,6 +6,7 @@
 // FILE.safetensors, Whisper's features of --audio WAV files, or BART's / T5's tokenized --prompt
 // texts; its decoder prompt is decoder_start_token_id, then any --decoder_prompt_ids (Whisper's
 // language and task tokens).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -506,6 +507,21 @@ std::vector<WhisperAudio> feature_rows(const Tensor& features, const models::HfC
   return rows;
 }
 
+// Whether Whisper decodes window after window (whisper_audio.h) whatever the input's length: with
+// timestamps, and whenever the vocabulary has timestamp tokens — Transformers 5 splits every
+// window's tokens at timestamp pairs, asked for or not, and decodes again from the last pair.
+// (Audio longer than the window always does.)
+bool whisper_windowed(const GenerateOpts& o, const models::HfConfig& c) {
+  ONYX_CHECK(!o.return_timestamps || c.model_type == "whisper",
+             "generate: --return_timestamps is Whisper's");
+  if (c.model_type != "whisper") return false;
+  const generate::WhisperPromptConfig w = o.decoder_prompt_ids.empty()
+                                              ? generate::read_whisper_prompt_config(o.model)
+                                              : generate::WhisperPromptConfig{};
+  return o.return_timestamps || w.return_timestamps ||
+         (w.no_timestamps_token_id >= 0 && w.no_timestamps_token_id + 1 < c.vocab_size);
+}
+
 // An encoder–decoder's generation: one output per encoder row, decoded from decoder_start_token_id
 // (+ --decoder_prompt_ids) in batches of --batch_size.
 int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
@@ -522,18 +538,7 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
              "text prompts (BART)");
   const int64_t start =
       cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id : c.s2s.decoder_start_token_id;
-  // Whisper window after window (whisper_audio.h): with timestamps, for audio longer than its
-  // window, and whenever the vocabulary has timestamp tokens — Transformers 5 splits every
-  // window's tokens at timestamp pairs, asked for or not, and decodes again from the last pair
-  const bool own_prompt = c.model_type == "whisper" && o.decoder_prompt_ids.empty();
-  const generate::WhisperPromptConfig wcfg =
-      own_prompt ? generate::read_whisper_prompt_config(o.model) : generate::WhisperPromptConfig{};
-  const bool timestamps =
-      c.model_type == "whisper" && (o.return_timestamps || wcfg.return_timestamps);
-  const bool windowed = timestamps || (wcfg.no_timestamps_token_id >= 0 &&
-                                       wcfg.no_timestamps_token_id + 1 < c.vocab_size);
-  ONYX_CHECK(!o.return_timestamps || c.model_type == "whisper",
-             "generate: --return_timestamps is Whisper's");
+  const bool windowed = whisper_windowed(o, c);
   if (!o.encoder_inputs.empty()) {
     enc = io::load_safetensors(o.encoder_inputs).tensors;
     if (c.model_type == "whisper" && enc.count("input_features")) {
@@ -544,11 +549,9 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
   } else if (!o.audio.empty()) {
     ONYX_CHECK(c.model_type == "whisper", "generate: --audio is for Whisper models");
     std::vector<WhisperAudio> audio;
-    bool long_audio = false;
-    for (const auto& f : o.audio) {
-      audio.push_back(read_whisper_audio(f, c));
-      long_audio |= audio.back().long_form();
-    }
+    for (const auto& f : o.audio) audio.push_back(read_whisper_audio(f, c));
+    const bool long_audio = std::any_of(audio.begin(), audio.end(),
+                                        [](const WhisperAudio& a) { return a.long_form(); });
     if (windowed || long_audio) return run_whisper_transcription(o, gen, cfg, audio, tok, start);
     enc["input_features"] = stack_whisper_windows(audio);
   } else {
