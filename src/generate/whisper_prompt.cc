@@ -120,6 +120,13 @@ void read_keys(const json& j, const std::string& what, WhisperPromptConfig& c) {
                ": max_initial_timestamp_index must be a non-negative integer, got ", m.dump());
     c.max_initial_timestamp_index = m.get<int64_t>();
   }
+  if (j.contains("prev_sot_token_id") && !j["prev_sot_token_id"].is_null())
+    c.prev_sot_token_id = token_id(j["prev_sot_token_id"], what + ": prev_sot_token_id");
+  if (j.contains("condition_on_prev_tokens") && !j["condition_on_prev_tokens"].is_null()) {
+    ONYX_CHECK(j["condition_on_prev_tokens"].is_boolean(), what,
+               ": condition_on_prev_tokens must be true or false");
+    c.condition_on_prev_tokens = j["condition_on_prev_tokens"].get<bool>();
+  }
   if (j.contains("forced_decoder_ids"))
     c.forced_decoder_ids = forced_ids(j["forced_decoder_ids"], what + ": forced_decoder_ids");
   c.language = text(j, "language", what);

@@ -27,7 +27,9 @@ struct WhisperPromptConfig {
   std::vector<std::pair<int64_t, std::optional<int64_t>>> forced_decoder_ids;
   bool return_timestamps = false;
   int64_t max_initial_timestamp_index = -1;  // -1: the key is absent (no limit)
-  std::string language, task;                // the config's own ("": none)
+  int64_t prev_sot_token_id = -1;            // <|startofprev|> (-1: absent)
+  bool condition_on_prev_tokens = false;
+  std::string language, task;  // the config's own ("": none)
 };
 
 WhisperPromptConfig read_whisper_prompt_config(const std::string& folder);

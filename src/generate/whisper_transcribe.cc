@@ -52,6 +52,38 @@ int64_t split_segments(const std::vector<int64_t>& seq, int64_t tb, int64_t wind
   return single_ending ? window_frames : (seq[(size_t)last - 2] - tb) * kInputStride;
 }
 
+// The decoder prompts of one window's rows: prompt_ids then the row's prompt, or with
+// condition_on_prev_tokens (once row 0 has history, as Transformers checks it) <|startofprev|>,
+// the last max_target_positions / 2 - 1 tokens of the row's history — each segment without the
+// second timestamp of a closing pair — and the row's prompt.
+std::vector<std::vector<int64_t>> window_prompts(
+    const std::vector<int64_t>& rows, const std::vector<std::vector<int64_t>>& prompts,
+    const std::vector<std::vector<std::vector<int64_t>>>& history, const WhisperWindows& w,
+    int64_t max_pos) {
+  std::vector<std::vector<int64_t>> out;
+  const bool condition = w.condition_on_prev_tokens && !history[0].empty();
+  for (int64_t r : rows) {
+    std::vector<int64_t> p;
+    if (!condition) {
+      p = w.prompt_ids;
+    } else {
+      std::vector<int64_t> prev;
+      for (const auto& toks : history[(size_t)r]) {
+        const bool pair_end =
+            w.timestamp_begin >= 0 && toks.size() > 2 && toks[toks.size() - 2] >= w.timestamp_begin;
+        prev.insert(prev.end(), toks.begin(), toks.end() - (pair_end ? 1 : 0));
+      }
+      const size_t keep = (size_t)(max_pos / 2 - 1);
+      if (prev.size() > keep) prev.erase(prev.begin(), prev.end() - (ptrdiff_t)keep);
+      if (w.prev_sot_token_id >= 0) p.push_back(w.prev_sot_token_id);
+      p.insert(p.end(), prev.begin(), prev.end());
+    }
+    p.insert(p.end(), prompts[(size_t)r].begin(), prompts[(size_t)r].end());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor whisper_window(const Tensor& features, const std::vector<int64_t>& rows,
@@ -73,7 +105,7 @@ Tensor whisper_window(const Tensor& features, const std::vector<int64_t>& rows,
 std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& features,
                                                   const std::vector<int64_t>& frames,
                                                   const std::vector<std::vector<int64_t>>& prompts,
-                                                  GenerationConfig cfg, int64_t timestamp_begin,
+                                                  GenerationConfig cfg, const WhisperWindows& w,
                                                   GenerationStats* stats) {
   const models::HfConfig& c = gen.config();
   const int64_t B = features.rank() == 3 ? features.dim(0) : -1;
@@ -82,38 +114,45 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
   for (int64_t f : frames)
     ONYX_CHECK(f >= 1 && f <= features.dim(2), "whisper_transcribe: a row of ", f,
                " frames in features of ", features.dim(2));
-  const int64_t window = 2 * c.s2s.max_source_positions, tb = timestamp_begin;
+  const int64_t window = 2 * c.s2s.max_source_positions, tb = w.timestamp_begin;
   const int64_t max_pos = c.max_position_embeddings;  // max_target_positions
-  const int64_t max_length = cfg.max_length;
   std::vector<WhisperTranscript> out((size_t)B);
   std::vector<int64_t> seek((size_t)B, 0);
-  for (int64_t call = 0;; call++) {
+  // each row's decoded tokens per segment, for condition_on_prev_tokens: prompt_ids' text first
+  // (without <|startofprev|>), as Transformers' "first-segment" prompt
+  std::vector<std::vector<std::vector<int64_t>>> history((size_t)B);
+  if (!w.prompt_ids.empty())
+    for (auto& h : history)
+      h.push_back(std::vector<int64_t>(
+          w.prompt_ids.begin() + (w.prompt_ids[0] == w.prev_sot_token_id ? 1 : 0),
+          w.prompt_ids.end()));
+  for (;;) {
     std::vector<int64_t> rows, at, count;  // the rows still being decoded, in order
-    std::vector<std::vector<int64_t>> row_prompts;
     for (int64_t r = 0; r < B; r++)
       if (seek[r] < frames[r]) {
         rows.push_back(r);
         at.push_back(seek[r]);
         count.push_back(std::min(frames[r] - seek[r], window));
-        row_prompts.push_back(prompts[r]);
       }
     if (rows.empty()) break;
-    // Transformers raises max_length by the prompt's length (up to max_target_positions / 2 - 1)
-    // at every window, so later windows may run longer (the first: Generator's own adjustment)
-    if (cfg.max_new_tokens < 0) {
-      size_t L = 0;
-      for (const auto& p : row_prompts) L = std::max(L, p.size());
-      cfg.max_length = std::min(max_length + call * std::min(max_pos / 2 - 1, (int64_t)L), max_pos);
-    }
+    const auto row_prompts = window_prompts(rows, prompts, history, w, max_pos);
     const auto res =
         gen.generate(row_prompts, cfg, stats,
                      {{"input_features", whisper_window(features, rows, at, count, window)}});
+    // Transformers raises max_length by the prompt's length (up to max_target_positions / 2 - 1)
+    // at every window, so later windows may run longer (each window: Generator's own adjustment)
+    if (cfg.max_new_tokens < 0) {
+      size_t L = 0;
+      for (const auto& p : row_prompts) L = std::max(L, p.size());
+      cfg.max_length = std::min(cfg.max_length + std::min(max_pos / 2 - 1, (int64_t)L), max_pos);
+    }
     const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
     for (size_t i = 0; i < rows.size(); i++) {
       std::vector<int64_t> seq = res[i];
       if (!seq.empty() && eos.count(seq.back())) seq.pop_back();
       const double offset = (double)seek[rows[i]] * kTimePrecision / kInputStride;
       std::vector<WhisperSegment>& segs = out[(size_t)rows[i]].segments;
+      const size_t before = segs.size();
       if (tb >= 0) {
         // (a window whose segments end at 0.00 would be decoded again forever; the timestamp
         // rules never produce that, a model decoding without them might: it moves on)
@@ -123,6 +162,8 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
         segs.push_back({offset, offset + (double)count[i] * (double)kFeaturePrecision, seq});
         seek[rows[i]] += count[i];
       }
+      for (size_t k = before; k < segs.size(); ++k)
+        history[(size_t)rows[i]].push_back(segs[k].tokens);
     }
   }
   for (WhisperTranscript& t : out)

@@ -4,9 +4,10 @@
 // its timestamp pairs (<|t0|> text <|t1|><|t1|> ...); the next window starts at the last
 // complete segment's end, or after the window when it ended with a lone timestamp (no speech
 // after it) or had no timestamp pair. Without timestamps a window is one segment and the next
-// starts after it. The decoder prompt is the same for every window (condition_on_prev_tokens,
-// temperature fallback, the compression-ratio / log-probability / no-speech thresholds and
-// prompt_ids are not built).
+// starts after it. Every window's decoder prompt is the row's prompt, after prompt_ids when given
+// — or, with condition_on_prev_tokens, after <|startofprev|> and the last max_target_positions /
+// 2 - 1 tokens decoded so far (prompt_ids' text first), rows left-padded. Temperature fallback
+// and the compression-ratio / log-probability / no-speech thresholds are not built.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -25,17 +26,25 @@ struct WhisperTranscript {
   std::vector<WhisperSegment> segments;
 };
 
+struct WhisperWindows {
+  // the first timestamp token's id, which splits the windows' tokens into segments whether or
+  // not timestamps were asked for, as in Transformers (-1: a model without timestamp tokens; a
+  // window is then one segment)
+  int64_t timestamp_begin = -1;
+  std::vector<int64_t> prompt_ids;  // generate(prompt_ids=): <|startofprev|> and text tokens
+  bool condition_on_prev_tokens = false;
+  int64_t prev_sot_token_id = -1;  // <|startofprev|> (-1: none put before the history)
+};
+
 // `features` (B, mel, frames): rows of Whisper input features, row r's audio in its first
 // frames[r] frames (the rest padding); `prompts`: each row's decoder prompt (whisper_prompts);
-// `cfg` with whisper_timestamp_begin set for timestamps (else -1); `timestamp_begin`: the first
-// timestamp token's id, which splits the windows' tokens into segments whether or not timestamps
-// were asked for, as in Transformers (-1: a model without timestamp tokens; a window is then one
-// segment). The window is 2 * max_source_positions frames; one shorter than that is padded with
-// zeros, as Transformers pads it.
+// `cfg` with whisper_timestamp_begin set for timestamps (else -1). The window is
+// 2 * max_source_positions frames; one shorter than that is padded with zeros, as Transformers
+// pads it.
 std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& features,
                                                   const std::vector<int64_t>& frames,
                                                   const std::vector<std::vector<int64_t>>& prompts,
-                                                  GenerationConfig cfg, int64_t timestamp_begin,
+                                                  GenerationConfig cfg, const WhisperWindows& w,
                                                   GenerationStats* stats = nullptr);
 
 // Rows `rows` of `features` (B, mel, frames), frames [seek[i], seek[i] + count[i]) of each,

@@ -468,6 +468,47 @@ def case_whisper_prompt_ids(tmp):
     return ok, "; ".join(msgs)
 
 
+def case_whisper_condition(tmp):
+    """--condition_on_prev_tokens = generate(condition_on_prev_tokens=True): 8 one-window rows with
+    timestamps cut at 6 new tokens (one of them decodes a second window, after its history), one
+    ~3-window row, and prompt_ids with it (the prompt's text opens the history). Not reached here:
+    several rows conditioned on histories of different lengths at once (left-padded)."""
+    m = timestamp_whisper()
+    m.generation_config.prev_sot_token_id = V - 28
+    d = os.path.join(tmp, "whisper-condition")
+    m.save_pretrained(d)
+    rng = np.random.default_rng(15)
+    ok, msgs = True, []
+    for name, shape, prev, new in (("8 rows", (8, 16, 24), None, 6),
+                                   ("long", (1, 16, 70), None, 16),
+                                   ("long + prompt_ids", (1, 16, 70), [V - 28, 10, 11, 12], 16)):
+        x = rng.normal(0, 1, shape).astype(np.float32)
+        save_file({"input_features": x}, f"{d}/enc.safetensors")
+        flags = ["--prompt_ids", ",".join(map(str, prev))] if prev else []
+        onyx("generate", d, "--encoder_inputs", f"{d}/enc.safetensors", "--output",
+             f"{d}/out.jsonl", "--max_new_tokens", str(new), "--return_timestamps",
+             "--condition_on_prev_tokens", *flags)
+        with open(f"{d}/out.jsonl") as f:
+            got = [(r["completion_ids"], [(s["start"], s["end"]) for s in r["segments"]])
+                   for r in map(json.loads, f)]
+        kw = {"prompt_ids": torch.tensor(prev)} if prev else {}
+        with torch.no_grad():
+            ref = m.generate(torch.tensor(x), max_new_tokens=new, return_timestamps=True,
+                             return_segments=True, condition_on_prev_tokens=True, **kw)
+        want = []
+        for r in range(shape[0]):
+            toks = [int(t) for t in ref["sequences"][r].tolist()]
+            while toks and toks[-1] == 1:
+                toks.pop()
+            want.append((toks, [(round(float(s["start"]), 2), round(float(s["end"]), 2))
+                                for s in ref["segments"][r]]))
+        good = got == want
+        ok &= good
+        windows = sum(len(s) for _, s in want)
+        msgs.append(f"{name}: {windows} segments" + ("" if good else f" onyx {got} vs {want}"))
+    return ok, "; ".join(msgs)
+
+
 def case_whisper_initial_prompt(tmp):
     gpt2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/data/gpt2-tokenizer")
     tok = tr.WhisperTokenizerFast.from_pretrained(gpt2)
@@ -541,6 +582,7 @@ def main():
         ("whisper-timestamps-audio", case_whisper_timestamps_audio),
         ("whisper-prompt-ids", case_whisper_prompt_ids),
         ("whisper-initial-prompt", case_whisper_initial_prompt),
+        ("whisper-condition", case_whisper_condition),
         ("bart-generate-greedy", lambda t: case_bart_generate(t, 1)),
         ("bart-generate-beams", lambda t: case_bart_generate(t, 4)),
         ("t5-generate-greedy", lambda t: case_t5_generate(t, 1)),

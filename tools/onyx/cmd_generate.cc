@@ -110,6 +110,7 @@ struct GenerateOpts {
   uint64_t seed = 0;
   bool do_sample = false, greedy = false, timings = false, chat = false;
   bool return_timestamps = false;  // Whisper's
+  bool condition_on_prev_tokens = false;
 };
 
 void add_decoding_options(CLI::App* cmd, GenerateOpts& o) {
@@ -163,6 +164,9 @@ void add_prompt_options(CLI::App* cmd, GenerateOpts& o) {
   cmd->add_option("--initial_prompt,--initial-prompt", o.initial_prompt,
                   "Whisper: that prompt from text (spellings, names, style), tokenized as "
                   "WhisperProcessor.get_prompt_ids does");
+  cmd->add_flag("--condition_on_prev_tokens,--condition-on-prev-tokens", o.condition_on_prev_tokens,
+                "Whisper: each 30-s window decoded after <|startofprev|> and the text decoded so "
+                "far (long-form audio), as generate(condition_on_prev_tokens=True)");
   cmd->add_flag("--return_timestamps,--return-timestamps", o.return_timestamps,
                 "Whisper: segments with their start and end times (always for audio over 30 s)");
 }
@@ -455,8 +459,12 @@ int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
   ONYX_CHECK(o.decoder_prompt_ids.empty(), "generate: --return_timestamps and audio over 30 s ",
              "decode with Whisper's own prompt (--language / --task): drop --decoder_prompt_ids");
   const generate::WhisperPromptConfig whisper = generate::read_whisper_prompt_config(o.model);
-  const TranscribeOptions opts{o.language, o.task, o.return_timestamps || whisper.return_timestamps,
-                               o.batch_size, whisper_previous_text(o, tok)};
+  const TranscribeOptions opts{o.language,
+                               o.task,
+                               o.return_timestamps || whisper.return_timestamps,
+                               o.batch_size,
+                               whisper_previous_text(o, tok),
+                               o.condition_on_prev_tokens || whisper.condition_on_prev_tokens};
   GenerateTotals total;
   const auto t0 = std::chrono::steady_clock::now();
   const auto files = transcribe_files(gen, cfg, whisper, start, audio, opts, &total.stats);

@@ -88,13 +88,24 @@ std::vector<FileTranscript> transcribe_batch(generate::Generator& gen,
     return generate::detect_whisper_languages(gen, whisper, start,
                                               {{"input_features", first_window}});
   });
-  for (auto& p : prompts) p.insert(p.begin(), o.previous.begin(), o.previous.end());
-  const int64_t tb = whisper.no_timestamps_token_id >= 0 ? whisper.no_timestamps_token_id + 1 : -1;
-  cfg.whisper_timestamp_begin = timestamps ? tb : -1;
+  generate::WhisperWindows w;
+  w.timestamp_begin = whisper.no_timestamps_token_id >= 0 ? whisper.no_timestamps_token_id + 1 : -1;
+  w.prompt_ids = o.previous;
+  w.condition_on_prev_tokens = o.condition_on_prev_tokens;
+  // <|startofprev|>: the config's, else (as Transformers) the second-last suppressed token
+  w.prev_sot_token_id = whisper.prev_sot_token_id >= 0 ? whisper.prev_sot_token_id
+                        : cfg.suppress_tokens.size() >= 2
+                            ? cfg.suppress_tokens[cfg.suppress_tokens.size() - 2]
+                            : -1;
+  cfg.whisper_timestamp_begin = timestamps ? w.timestamp_begin : -1;
   cfg.max_initial_timestamp_index = whisper.max_initial_timestamp_index;
-  const auto res = generate::whisper_transcribe(gen, features, frames, prompts, cfg, tb, stats);
+  const auto res = generate::whisper_transcribe(gen, features, frames, prompts, cfg, w, stats);
   std::vector<FileTranscript> out;
-  for (int64_t r = 0; r < B; r++) out.push_back({prompts[(size_t)r], res[(size_t)r]});
+  for (int64_t r = 0; r < B; r++) {
+    std::vector<int64_t> first = o.previous;  // the first window's prompt
+    first.insert(first.end(), prompts[(size_t)r].begin(), prompts[(size_t)r].end());
+    out.push_back({first, res[(size_t)r]});
+  }
   return out;
 }
 

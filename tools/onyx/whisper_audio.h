@@ -32,6 +32,7 @@ struct TranscribeOptions {
   bool timestamps = false;     // --return_timestamps (long-form files always have them)
   int64_t batch_size = 8;
   std::vector<int64_t> previous;  // a previous-text prompt before every window's (prompt_ids)
+  bool condition_on_prev_tokens = false;  // each window after the text decoded so far
 };
 struct FileTranscript {
   std::vector<int64_t> prompt;  // the decoder prompt (the same for every window)
