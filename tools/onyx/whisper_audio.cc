@@ -102,9 +102,9 @@ std::vector<FileTranscript> transcribe_batch(generate::Generator& gen,
   const auto res = generate::whisper_transcribe(gen, features, frames, prompts, cfg, w, stats);
   std::vector<FileTranscript> out;
   for (int64_t r = 0; r < B; r++) {
-    std::vector<int64_t> first = o.previous;  // the first window's prompt
-    first.insert(first.end(), prompts[(size_t)r].begin(), prompts[(size_t)r].end());
-    out.push_back({first, res[(size_t)r]});
+    std::vector<int64_t> opening = o.previous;  // the first window's prompt
+    opening.insert(opening.end(), prompts[(size_t)r].begin(), prompts[(size_t)r].end());
+    out.push_back({opening, res[(size_t)r]});
   }
   return out;
 }
