@@ -23,9 +23,9 @@ def sample(model, class_labels=None, num_images=1, scheduler=None, num_inference
     scheduler config's _class_name, as diffusers' pipelines step with it; DDPM when it names
     none), or "ddpm", "ddim" (with `eta`, DDIMPipeline's: 0 deterministic, 1 DDPM's noise),
     "dpmsolver" (DPMSolverMultistepScheduler), "euler", "euler_ancestral"
-    (Euler(Ancestral)DiscreteScheduler), "heun" (HeunDiscreteScheduler), "pndm"
-    (PNDMScheduler's PLMS) or "unipc" (UniPCMultistepScheduler); `use_karras_sigmas`: dpmsolver,
-    euler, heun or unipc on Karras sigmas
+    (Euler(Ancestral)DiscreteScheduler), "heun" (HeunDiscreteScheduler), "lms"
+    (LMSDiscreteScheduler), "pndm" (PNDMScheduler) or "unipc" (UniPCMultistepScheduler);
+    `use_karras_sigmas`: dpmsolver, euler, heun, lms or unipc on Karras sigmas
     ("DPM++ 2M Karras"), as from_config(config, use_karras_sigmas=True) makes them. `num_inference_steps` defaults to the pipelines' (DDPM
     1000, the others 50). `scheduler_config`: a scheduler_config.json (default: the folder's,
     else DDPMScheduler's defaults). A

@@ -200,4 +200,65 @@ void HeunSampler::step(int64_t i, const float* m, float* x, int64_t n) {
   }
 }
 
+LmsSampler::LmsSampler(const NoiseSchedule& s, int64_t steps) : c_(s.config()) {
+  ONYX_CHECK(c_.unsupported_sigmas.empty(), c_.origin, ": LMSDiscreteScheduler with ",
+             c_.unsupported_sigmas.empty() ? "" : c_.unsupported_sigmas.front(),
+             " is not built (its default, Karras and exponential sigmas are)");
+  std::vector<double> sigmas;
+  sigma_schedule(s, steps, true, false, timesteps_, sigmas);
+  for (double v : sigmas) sigmas_.push_back((float)v);
+  sigmas_.push_back(0.0f);
+}
+
+float LmsSampler::init_noise_sigma() const { return noise_sigma(c_, sigmas_); }
+
+void LmsSampler::scale_input(int64_t i, const float* x, float* out, int64_t n) const {
+  scale_by_sigma(sigmas_.at(i), x, out, n);
+}
+
+// ∫ from sigma_i to sigma_{i+1} of Π_{j != k, j < order} (tau − s_{i−j}) / (s_{i−k} − s_{i−j}):
+// the product expanded into polynomial coefficients, integrated term by term (double).
+double LmsSampler::coefficient(int64_t order, int64_t i, int64_t k) const {
+  std::vector<double> poly = {1.0};  // poly[d]: the coefficient of tau^d
+  for (int64_t j = 0; j < order; ++j) {
+    if (j == k) continue;
+    const double root = sigmas_.at(i - j), scale = 1.0 / ((double)sigmas_.at(i - k) - root);
+    std::vector<double> next(poly.size() + 1, 0.0);
+    for (size_t d = 0; d < poly.size(); ++d) {
+      next[d + 1] += poly[d] * scale;
+      next[d] -= poly[d] * root * scale;
+    }
+    poly = std::move(next);
+  }
+  const double a = sigmas_.at(i), b = sigmas_.at(i + 1);
+  double sum = 0;
+  for (size_t d = 0; d < poly.size(); ++d)
+    sum += poly[d] * (std::pow(b, (double)d + 1) - std::pow(a, (double)d + 1)) / ((double)d + 1);
+  return sum;
+}
+
+void LmsSampler::step(int64_t i, const float* m, float* x, int64_t n) {
+  const float sigma = sigmas_.at(i);
+  const std::string& pt = c_.prediction_type;
+  const float v_out = -sigma / std::sqrt(sigma * sigma + 1.0f), v_in = sigma * sigma + 1.0f;
+  std::vector<float> d(n);
+  for (int64_t k = 0; k < n; ++k) {
+    const float x0 = pt == "sample"    ? m[k]
+                     : pt == "epsilon" ? x[k] - sigma * m[k]
+                                       : m[k] * v_out + x[k] / v_in;
+    d[k] = (x[k] - x0) / sigma;
+  }
+  derivatives_.push_back(std::move(d));
+  if (derivatives_.size() > 4) derivatives_.erase(derivatives_.begin());
+  const int64_t order = std::min<int64_t>(i + 1, 4);
+  std::vector<float> coeffs;
+  for (int64_t k = 0; k < order; ++k) coeffs.push_back((float)coefficient(order, i, k));
+  const size_t newest = derivatives_.size() - 1;
+  for (int64_t e = 0; e < n; ++e) {
+    float sum = coeffs[0] * derivatives_[newest][e];  // (Python's sum: 0 + the first term)
+    for (int64_t k = 1; k < order; ++k) sum = sum + coeffs[k] * derivatives_[newest - k][e];
+    x[e] = x[e] + sum;
+  }
+}
+
 }  // namespace onyx::diffusion

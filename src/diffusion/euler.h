@@ -54,4 +54,25 @@ class HeunSampler {
   float dt_ = 0;
 };
 
+// diffusers' LMSDiscreteScheduler (the linear multistep method on Euler's sigmas): each step
+// moves x by the last four derivatives (x − x0) / sigma, weighted by the integrals over
+// [sigma_i, sigma_{i+1}] of their Lagrange basis polynomials (diffusers integrates them with
+// scipy's quad; here exactly, they are polynomials of degree <= 3). Euler's timesteps and
+// scaling; Karras and exponential sigmas taken, beta sigmas refused.
+class LmsSampler {
+ public:
+  LmsSampler(const NoiseSchedule& schedule, int64_t steps);
+  const std::vector<float>& timesteps() const { return timesteps_; }
+  float init_noise_sigma() const;
+  void scale_input(int64_t i, const float* x, float* out, int64_t n) const;
+  void step(int64_t i, const float* model_output, float* x, int64_t n);
+
+ private:
+  // get_lms_coefficient(order, i, k)
+  double coefficient(int64_t order, int64_t i, int64_t k) const;
+  ScheduleConfig c_;
+  std::vector<float> timesteps_, sigmas_;        // sigmas_: one per timestep, and 0
+  std::vector<std::vector<float>> derivatives_;  // the last four, newest last
+};
+
 }  // namespace onyx::diffusion

@@ -168,8 +168,9 @@ Tensor sample_images(const Denoiser& d, const ScheduleConfig& schedule, const Sa
   ScheduleConfig config = schedule;
   if (o.use_karras_sigmas) {
     ONYX_CHECK(o.scheduler == "dpmsolver" || o.scheduler == "euler" || o.scheduler == "heun" ||
-                   o.scheduler == "unipc",
-               "use_karras_sigmas is for the dpmsolver, euler, heun and unipc schedulers, not ",
+                   o.scheduler == "unipc" || o.scheduler == "lms",
+               "use_karras_sigmas is for the dpmsolver, euler, heun, lms and unipc schedulers, "
+               "not ",
                o.scheduler);
     config.karras_sigmas = true;
   }

@@ -125,6 +125,14 @@ class HeunStepper : public SigmaStepper<HeunSampler> {
   }
 };
 
+class LmsStepper : public SigmaStepper<LmsSampler> {
+ public:
+  LmsStepper(const NoiseSchedule& s, int64_t k) : SigmaStepper(LmsSampler(s, k)) {}
+  void step(int64_t i, const float* y, const float*, float* x, int64_t n) override {
+    sampler_.step(i, y, x, n);
+  }
+};
+
 // PNDMScheduler: PLMS, the linear multistep update on the last four model outputs — after a
 // first step that averages the first two outputs (step_plms's counter 1) with skip_prk_steps
 // (Stable Diffusion 1.x's folders), else after the pseudo Runge-Kutta warm-up (step_prk: three
@@ -251,7 +259,7 @@ class PndmStepper : public Stepper {
 
 const std::vector<std::string>& Stepper::names() {
   static const std::vector<std::string> n = {
-      "ddpm", "ddim", "dpmsolver", "euler", "euler_ancestral", "heun", "pndm", "unipc"};
+      "ddpm", "ddim", "dpmsolver", "euler", "euler_ancestral", "heun", "lms", "pndm", "unipc"};
   return n;
 }
 
@@ -264,6 +272,7 @@ std::string Stepper::of_config(const ScheduleConfig& c) {
       {"EulerDiscreteScheduler", "euler"},
       {"EulerAncestralDiscreteScheduler", "euler_ancestral"},
       {"HeunDiscreteScheduler", "heun"},
+      {"LMSDiscreteScheduler", "lms"},
       {"PNDMScheduler", "pndm"},
       {"UniPCMultistepScheduler", "unipc"}};
   auto it = by_class.find(c.class_name);
@@ -284,6 +293,7 @@ std::unique_ptr<Stepper> Stepper::make(const std::string& name, const NoiseSched
   if (name == "pndm") return std::make_unique<PndmStepper>(s, k);
   if (name == "unipc") return std::make_unique<UniPcStepper>(s, k);
   if (name == "heun") return std::make_unique<HeunStepper>(s, k);
+  if (name == "lms") return std::make_unique<LmsStepper>(s, k);
   if (name == "euler" || name == "euler_ancestral")
     return std::make_unique<EulerStepper>(s, k, name == "euler_ancestral");
   std::string all;

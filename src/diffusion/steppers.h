@@ -16,7 +16,8 @@ namespace onyx::diffusion {
 
 class Stepper {
  public:
-  // `name`: ddpm | ddim | dpmsolver | euler | euler_ancestral | heun | pndm | unipc; `steps`:
+  // `name`: ddpm | ddim | dpmsolver | euler | euler_ancestral | heun | lms | pndm | unipc;
+  // `steps`:
   // num_inference_steps
   // (0: the pipelines' default: DDPM 1000, the others 50); `eta`: DDIM's. Errors name what is not
   // supported.
@@ -26,7 +27,7 @@ class Stepper {
   // The scheduler a pipeline folder's scheduler config names (_class_name: DDPMScheduler -> ddpm,
   // DDIMScheduler -> ddim, DPMSolverMultistepScheduler -> dpmsolver, EulerDiscreteScheduler ->
   // euler, EulerAncestralDiscreteScheduler -> euler_ancestral, HeunDiscreteScheduler -> heun,
-  // PNDMScheduler -> pndm, UniPCMultistepScheduler -> unipc; none
+  // LMSDiscreteScheduler -> lms, PNDMScheduler -> pndm, UniPCMultistepScheduler -> unipc; none
   // named: ddpm), as diffusers'
   // pipelines step with the folder's scheduler; one onyx does not step is an error naming it.
   static std::string of_config(const ScheduleConfig& c);

@@ -548,6 +548,27 @@ def case_unipc(tmp):
     return ok, "; ".join(msgs)
 
 
+def case_lms(tmp):
+    """`onyx sample --scheduler lms`: LMSDiscreteScheduler's loop (Euler's sigmas and scaling, the
+    step on the last four derivatives weighted by their Lagrange polynomials' integrals, which
+    diffusers takes from scipy's quad) from the same latents: linspace (fractional timesteps),
+    the folder's DDPM file (leading), Karras sigmas with v-prediction, trailing with
+    sample-prediction."""
+    from diffusers import LMSDiscreteScheduler
+    d, model, scheduler = make(tmp, "cls")
+    model.eval()
+    base = {key: scheduler.config[key] for key in ("num_train_timesteps", "beta_schedule",
+                                                  "beta_start", "beta_end")}
+    variants = [("lms linspace", {}, 9),
+                ("lms (the folder's DDPM file)", None, 8),
+                ("lms Karras v", dict(use_karras_sigmas=True, prediction_type="v_prediction"), 7),
+                ("lms trailing sample", dict(timestep_spacing="trailing",
+                                             prediction_type="sample"), 6)]
+    ok, msgs = compare_variants(d, model, LMSDiscreteScheduler, base, variants,
+                                torch.tensor([2, 0, 3]), 50, "lms")
+    return ok, "; ".join(msgs)
+
+
 def case_pndm(tmp):
     """`onyx sample --scheduler pndm`: PNDMScheduler with skip_prk_steps (PLMS, Stable Diffusion
     1.x's folders' scheduler: steps_offset 1, set_alpha_to_one false) against its loop from the
@@ -1147,6 +1168,7 @@ def main():
     cases.append(("heun", case_heun))
     cases.append(("pndm", case_pndm))
     cases.append(("unipc", case_unipc))
+    cases.append(("lms", case_lms))
     cases.append(("ddim-guidance", case_ddim_guidance))
     cases.append(("ddim-prompt", case_ddim_prompt))
     cases.append(("train-ema-snr", lambda t: case_train(t, "cls")))

@@ -143,14 +143,15 @@ Action add_sample_command(CLI::App& app) {
                   "the folder's scheduler (its config's _class_name; DDPM when it names "
                   "none), or ddpm, ddim, dpmsolver (DPM-Solver++ 2M by default: "
                   "DPMSolverMultistepScheduler), euler or euler_ancestral (Euler(Ancestral)"
-                  "DiscreteScheduler), heun (HeunDiscreteScheduler: two UNet calls a step), pndm "
+                  "DiscreteScheduler), heun (HeunDiscreteScheduler: two UNet calls a step), lms "
+                  "(LMSDiscreteScheduler), pndm "
                   "(PNDMScheduler's PLMS, Stable Diffusion 1.x's), unipc (UniPCMultistepScheduler: "
                   "UniPC's predictor-corrector, good in 10-20 steps); all but ddpm are good in "
                   "20-50 steps");
-  cmd->add_flag(
-      "--use_karras_sigmas", a->o.use_karras_sigmas,
-      "dpmsolver / euler / heun / unipc with Karras sigmas (\"DPM++ 2M Karras\"), as the scheduler "
-      "config's use_karras_sigmas");
+  cmd->add_flag("--use_karras_sigmas", a->o.use_karras_sigmas,
+                "dpmsolver / euler / heun / lms / unipc with Karras sigmas (\"DPM++ 2M Karras\"), "
+                "as the scheduler "
+                "config's use_karras_sigmas");
   cmd->add_option("--eta", a->o.eta,
                   "DDIM's eta in [0, 1] (default 0: deterministic; 1: DDPM's noise)");
   cmd->add_option("--scheduler_config", a->scheduler_config,
