@@ -214,8 +214,8 @@ def case_bad_inputs(tmp):
                     f'-Infinity, "{key}": {value}}}')
         check(["sample", out, "--per_class", "1", "--scheduler", "dpmsolver", "--scheduler_config",
                f"{tmp}/dpm-{key}.json"], f"dpm-{key}.json", needle)
-    check(["sample", out, "--per_class", "1", "--scheduler", "lms"], "lms", "euler_ancestral",
-          "heun")
+    check(["sample", out, "--per_class", "1", "--scheduler", "deis"], "deis", "euler_ancestral",
+          "unipc")
     check(["sample", out, "--per_class", "1", "--scheduler", "ddim", "--use_karras_sigmas"],
           "use_karras_sigmas", "ddim")
     # without --scheduler, the one the config names (as a pipeline steps with its folder's)
@@ -227,14 +227,14 @@ def case_bad_inputs(tmp):
                  "--scheduler_config", f"{tmp}/named.json")
         ok &= name in p.stdout
         msgs.append(f"{cls}: {p.stdout.strip()}")
-    with open(f"{tmp}/lms.json", "w") as f:
-        json.dump({"_class_name": "LMSDiscreteScheduler"}, f)
-    check(["sample", out, "--per_class", "1", "--scheduler_config", f"{tmp}/lms.json"],
-          "lms.json", "LMSDiscreteScheduler", "--scheduler")
+    with open(f"{tmp}/kdpm2.json", "w") as f:
+        json.dump({"_class_name": "KDPM2DiscreteScheduler"}, f)
+    check(["sample", out, "--per_class", "1", "--scheduler_config", f"{tmp}/kdpm2.json"],
+          "kdpm2.json", "KDPM2DiscreteScheduler", "--scheduler")
     with open(f"{tmp}/prk.json", "w") as f:
         json.dump({"_class_name": "PNDMScheduler", "skip_prk_steps": False}, f)
-    check(["sample", out, "--per_class", "1", "--scheduler_config", f"{tmp}/prk.json"],
-          "prk.json", "skip_prk_steps")
+    check(["sample", out, "--per_class", "1", "--num_inference_steps", "3", "--scheduler_config",
+           f"{tmp}/prk.json"], "prk.json", "num_inference_steps >= 4")
     d = unet_folder(tmp, "uncond", num_class_embeds=None)
     onyx("train", train_config(tmp, d, data, f"{tmp}/uncond-out"), "--max_steps", "1")
     check(["sample", f"{tmp}/uncond-out", "--class_labels", "1"], "unconditional")
