@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "data/stft.h"
+#include "data/wav.h"
 #include "onyx/error.h"
 
 namespace onyx::data {
@@ -113,6 +114,14 @@ Tensor features_of_length(const std::vector<float>& audio, const WhisperFeatureC
 
 Tensor whisper_input_features(const std::vector<float>& audio, const WhisperFeatureConfig& c) {
   return features_of_length(audio, c, c.samples());
+}
+
+std::vector<float> read_whole_recording(const std::string& path, const WhisperFeatureConfig& c) {
+  const int64_t limit = kMaxRecordingSeconds * c.sampling_rate;
+  std::vector<float> samples = read_wav_at(path, c.sampling_rate, limit + 1).samples;
+  ONYX_CHECK((int64_t)samples.size() <= limit, "WAV file '", path, "' is longer than ",
+             kMaxRecordingSeconds / 3600, " hours: split it");
+  return samples;
 }
 
 Tensor whisper_long_input_features(const std::vector<float>& audio, const WhisperFeatureConfig& c) {

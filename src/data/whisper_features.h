@@ -8,6 +8,7 @@
 // one of our own) and returned as float32: within ~1e-6 of Transformers' float32 torch path.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "onyx/tensor.h"
@@ -32,6 +33,13 @@ Tensor whisper_input_features(const std::vector<float>& audio, const WhisperFeat
 // the whole recording less 8.
 Tensor whisper_long_input_features(const std::vector<float>& audio,
                                    const WhisperFeatureConfig& config);
+
+// Long-form input: a WAV file's mono samples at config.sampling_rate, all of them (resampled as
+// data/resample.h does); a recording over kMaxRecordingSeconds (its features are held in memory)
+// is an error saying to split it.
+constexpr int64_t kMaxRecordingSeconds = 2 * 3600;
+std::vector<float> read_whole_recording(const std::string& path,
+                                        const WhisperFeatureConfig& config);
 
 // The (n_fft / 2 + 1, feature_size) mel filter bank (Transformers' mel_filter_bank with Whisper's
 // arguments), in double precision.

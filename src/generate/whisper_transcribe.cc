@@ -118,6 +118,7 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
   const int64_t max_pos = c.max_position_embeddings;  // max_target_positions
   std::vector<WhisperTranscript> out((size_t)B);
   std::vector<int64_t> seek((size_t)B, 0);
+  const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
   // each row's decoded tokens per segment, for condition_on_prev_tokens: prompt_ids' text first
   // (without <|startofprev|>), as Transformers' "first-segment" prompt
   std::vector<std::vector<std::vector<int64_t>>> history((size_t)B);
@@ -146,7 +147,6 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
       for (const auto& p : row_prompts) L = std::max(L, p.size());
       cfg.max_length = std::min(cfg.max_length + std::min(max_pos / 2 - 1, (int64_t)L), max_pos);
     }
-    const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
     for (size_t i = 0; i < rows.size(); i++) {
       std::vector<int64_t> seq = res[i];
       if (!seq.empty() && eos.count(seq.back())) seq.pop_back();

@@ -38,11 +38,9 @@ Action add_whisper_features_command(CLI::App& app) {
                " is not a number of mel bins (1-512)");
     std::vector<std::vector<float>> audio;
     size_t longest = 0;
-    const int64_t limit = *whole ? 7200 * c.sampling_rate : c.samples();
     for (const std::string& f : *files) {
-      audio.push_back(data::read_wav_at(f, c.sampling_rate, limit + (*whole ? 1 : 0)).samples);
-      ONYX_CHECK((int64_t)audio.back().size() <= limit, "WAV file '", f,
-                 "' is longer than 2 hours: split it");
+      audio.push_back(*whole ? data::read_whole_recording(f, c)
+                             : data::read_wav_at(f, c.sampling_rate, c.samples()).samples);
       longest = std::max(longest, audio.back().size());
     }
     const int64_t frames = *whole ? (int64_t)longest / c.hop_length : c.frames();

@@ -454,11 +454,11 @@ std::vector<std::vector<int64_t>> decoder_prompts(const GenerateOpts& o, generat
 // segments [{start, end, text}] to the sink.
 int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
                               const generate::GenerationConfig& cfg,
+                              const generate::WhisperPromptConfig& whisper,
                               const std::vector<WhisperAudio>& audio,
                               const tokenizers::Tokenizer* tok, int64_t start) {
   ONYX_CHECK(o.decoder_prompt_ids.empty(), "generate: --return_timestamps and audio over 30 s ",
              "decode with Whisper's own prompt (--language / --task): drop --decoder_prompt_ids");
-  const generate::WhisperPromptConfig whisper = generate::read_whisper_prompt_config(o.model);
   const TranscribeOptions opts{o.language,
                                o.task,
                                o.return_timestamps || whisper.return_timestamps,
@@ -518,14 +518,13 @@ std::vector<WhisperAudio> feature_rows(const Tensor& features, const models::HfC
 // Whether Whisper decodes window after window (whisper_audio.h) whatever the input's length: with
 // timestamps, and whenever the vocabulary has timestamp tokens — Transformers 5 splits every
 // window's tokens at timestamp pairs, asked for or not, and decodes again from the last pair.
-// (Audio longer than the window always does.)
-bool whisper_windowed(const GenerateOpts& o, const models::HfConfig& c) {
+// (Audio longer than the window always does.) `w`: the model's prompt keys (empty with
+// --decoder_prompt_ids).
+bool whisper_windowed(const GenerateOpts& o, const models::HfConfig& c,
+                      const generate::WhisperPromptConfig& w) {
   ONYX_CHECK(!o.return_timestamps || c.model_type == "whisper",
              "generate: --return_timestamps is Whisper's");
   if (c.model_type != "whisper") return false;
-  const generate::WhisperPromptConfig w = o.decoder_prompt_ids.empty()
-                                              ? generate::read_whisper_prompt_config(o.model)
-                                              : generate::WhisperPromptConfig{};
   return o.return_timestamps || w.return_timestamps ||
          (w.no_timestamps_token_id >= 0 && w.no_timestamps_token_id + 1 < c.vocab_size);
 }
@@ -546,13 +545,17 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
              "text prompts (BART)");
   const int64_t start =
       cfg.decoder_start_token_id >= 0 ? cfg.decoder_start_token_id : c.s2s.decoder_start_token_id;
-  const bool windowed = whisper_windowed(o, c);
+  const bool whisper_prompt = c.model_type == "whisper" && o.decoder_prompt_ids.empty();
+  const generate::WhisperPromptConfig whisper = whisper_prompt
+                                                    ? generate::read_whisper_prompt_config(o.model)
+                                                    : generate::WhisperPromptConfig{};
+  const bool windowed = whisper_windowed(o, c, whisper);
   if (!o.encoder_inputs.empty()) {
     enc = io::load_safetensors(o.encoder_inputs).tensors;
     if (c.model_type == "whisper" && enc.count("input_features")) {
       const Tensor& f = enc.at("input_features");
       if (windowed || (f.rank() == 3 && f.dim(2) > 2 * c.s2s.max_source_positions))
-        return run_whisper_transcription(o, gen, cfg, feature_rows(f, c), tok, start);
+        return run_whisper_transcription(o, gen, cfg, whisper, feature_rows(f, c), tok, start);
     }
   } else if (!o.audio.empty()) {
     ONYX_CHECK(c.model_type == "whisper", "generate: --audio is for Whisper models");
@@ -560,7 +563,8 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
     for (const auto& f : o.audio) audio.push_back(read_whisper_audio(f, c));
     const bool long_audio = std::any_of(audio.begin(), audio.end(),
                                         [](const WhisperAudio& a) { return a.long_form(); });
-    if (windowed || long_audio) return run_whisper_transcription(o, gen, cfg, audio, tok, start);
+    if (windowed || long_audio)
+      return run_whisper_transcription(o, gen, cfg, whisper, audio, tok, start);
     enc["input_features"] = stack_whisper_windows(audio);
   } else {
     ONYX_CHECK(c.model_type != "whisper" && tok, "generate: a ", c.model_type,
@@ -570,16 +574,12 @@ int run_generate_seq2seq(const GenerateOpts& o, generate::Generator& gen,
   }
   ONYX_CHECK(!enc.empty() && enc.begin()->second.rank() >= 1, "generate: no encoder inputs");
   const int64_t rows = enc.begin()->second.dim(0);
-  const bool whisper_prompt = c.model_type == "whisper" && o.decoder_prompt_ids.empty();
   ONYX_CHECK(whisper_prompt || (o.language.empty() && o.task.empty() && o.prompt_ids.empty() &&
                                 o.initial_prompt.empty()),
              c.model_type == "whisper"
                  ? "generate: --decoder_prompt_ids gives the whole prompt: drop --language / "
                    "--task / --prompt_ids / --initial_prompt"
                  : "generate: --language, --task, --prompt_ids and --initial_prompt are Whisper's");
-  const generate::WhisperPromptConfig whisper = whisper_prompt
-                                                    ? generate::read_whisper_prompt_config(o.model)
-                                                    : generate::WhisperPromptConfig{};
   CompletionSink sink(o.output, tok, rows > 1);
   GenerateTotals total;
   const std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());

@@ -4,15 +4,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "data/wav.h"
 #include "data/whisper_features.h"
 #include "onyx/error.h"
 
 namespace onyx::cli {
-
-namespace {
-constexpr int64_t kMaxAudioSeconds = 2 * 3600;  // long-form input bound (features in memory)
-}
 
 WhisperAudio read_whisper_audio(const std::string& file, const models::HfConfig& c) {
   data::WhisperFeatureConfig fc;
@@ -22,17 +17,14 @@ WhisperAudio read_whisper_audio(const std::string& file, const models::HfConfig&
              "max_source_positions a multiple of 50 (whole seconds of audio); the model has ",
              c.s2s.max_source_positions, "; give --encoder_inputs instead");
   fc.chunk_length = window / (fc.sampling_rate / fc.hop_length);
-  const int64_t limit = kMaxAudioSeconds * fc.sampling_rate;
-  const data::WavAudio a = data::read_wav_at(file, fc.sampling_rate, limit + 1);
-  ONYX_CHECK((int64_t)a.samples.size() <= limit, "WAV file '", file, "' is longer than ",
-             kMaxAudioSeconds / 3600, " hours: split it");
+  const std::vector<float> samples = data::read_whole_recording(file, fc);
   WhisperAudio w;
   w.window = window;
-  if ((int64_t)a.samples.size() <= fc.samples()) {
-    w.features = data::whisper_input_features(a.samples, fc);
+  if ((int64_t)samples.size() <= fc.samples()) {
+    w.features = data::whisper_input_features(samples, fc);
   } else {
     // (the pipeline's truncation=False: the whole recording, normalized to its own maximum)
-    w.features = data::whisper_long_input_features(a.samples, fc);
+    w.features = data::whisper_long_input_features(samples, fc);
   }
   w.frames = w.features.dim(1);
   return w;
