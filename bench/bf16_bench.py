@@ -52,16 +52,6 @@ def per_model(spec_text, name):
     return over.get(name, default)
 
 
-def gemm_ceilings(onyx_bench):
-    """GFLOP/s of onyx_bench gemm_ceiling/f32 and /bf16 (same shape), or {} without onyx_bench."""
-    if not os.access(onyx_bench, os.X_OK):
-        return {}
-    p = subprocess.run([onyx_bench, "--benchmark_filter=gemm_ceiling/"], capture_output=True,
-                       text=True, timeout=600)
-    return {m[1]: float(m[2]) for m in
-            re.finditer(r"gemm_ceiling/(\w+)\S*\s.*?GFLOPS=([\d.]+)G", p.stdout)}
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="bert-mini,gpt2-tiny,vit-tiny,bert-base,gpt2-small,llama")
@@ -77,7 +67,7 @@ def main():
             ap.error(f"unknown peer {p!r}; known: {', '.join(PEERS)}")
     os.makedirs(a.out, exist_ok=True)
     onyx_bench = os.path.join(os.path.dirname(a.onyx), "onyx_bench")
-    ceil = gemm_ceilings(onyx_bench)
+    ceil = tb.gemm_ceilings(onyx_bench)
     print("GEMM ceilings (512x768x2048, GFLOP/s): " +
           (", ".join(f"{k} {v:.0f}" for k, v in ceil.items()) or "onyx_bench not built"), flush=True)
     # The kernel path and oneDNN's instruction set: bf16 GEMMs run natively only on

@@ -37,6 +37,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import train_bench as tb  # noqa: E402
 ONYX = os.environ.get("ONYX", os.path.join(ROOT, "build", "onyx"))
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0,
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
@@ -169,16 +171,10 @@ def main():
           f"{rows[2]['rss_mib'] / rows[0]['rss_mib']:.2f}× with the bf16 base), "
           f"{rows[4]['rss_mib'] / rows[3]['rss_mib']:.2f}× (PyTorch; "
           f"{rows[5]['rss_mib'] / rows[3]['rss_mib']:.2f}×)")
-    ceiling = {}
-    bench_bin = os.path.join(ROOT, "build", "onyx_bench")
-    if os.path.exists(bench_bin):
-        p = subprocess.run([bench_bin, "--benchmark_filter=gemm_ceiling/"], capture_output=True,
-                           text=True, env=env)
-        for m in re.finditer(r"gemm_ceiling/(\w+)\S*\s.*?GFLOPS=([\d.]+)G", p.stdout):
-            ceiling[m[1]] = float(m[2])
-        if ceiling:
-            print("GEMM ceiling this run (512×768 · 768×2048, GFLOP/s): " +
-                  ", ".join(f"{k} {v:.0f}" for k, v in ceiling.items()))
+    ceiling = tb.gemm_ceilings(os.path.join(ROOT, "build", "onyx_bench"), env=env)
+    if ceiling:
+        print("GEMM ceiling this run (512×768 · 768×2048, GFLOP/s): " +
+              ", ".join(f"{k} {v:.0f}" for k, v in ceiling.items()))
     with open(os.path.join(args.out, "llama_results.json"), "w") as f:
         json.dump({"params": n_params, "batch": args.batch, "seq": args.seq, "threads": threads,
                    "rows": rows, "speedup_full": full, "speedup_lora": lora,

@@ -29,6 +29,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import train_bench as tb  # noqa: E402
 ONYX = os.environ.get("ONYX", os.path.join(ROOT, "build", "onyx"))
 
 TORCH_SCRIPT = r"""
@@ -143,13 +145,8 @@ def peer_rows(kind, folder, data, B, a, threads, env, tmp, torch_script):
 
 
 def gemm_ceiling(env):
-    bench_bin = os.path.join(ROOT, "build", "onyx_bench")
-    if not os.path.exists(bench_bin):
-        return {}
-    p = subprocess.run([bench_bin, "--benchmark_filter=gemm_ceiling/f32"], capture_output=True,
-                       text=True, env=env)
-    return {m[1]: float(m[2]) for m in re.finditer(r"gemm_ceiling/(\w+)\S*\s.*?GFLOPS=([\d.]+)G",
-                                                   p.stdout)}
+    """The float32 GEMM ceiling of this run: {'f32': GFLOP/s} (train_bench.gemm_ceilings)."""
+    return tb.gemm_ceilings(os.path.join(ROOT, "build", "onyx_bench"), "gemm_ceiling/f32", env)
 
 
 def print_ceiling_bound(rows, ceiling):

@@ -279,6 +279,21 @@ def sgemm_ceiling(onyx_bench, one_thread=False):
         return None, f"cannot parse onyx_bench output: {e}"
 
 
+def gemm_ceilings(onyx_bench, bench_filter="gemm_ceiling/", env=None):
+    """GFLOP/s of onyx_bench's gemm_ceiling/ rows (oneDNN float32 sgemm, bf16 matmul and bf16
+    prepacked on 512x768x2048) by name ({'f32': ..., 'bf16': ..., 'bf16_prepacked': ...}), or {}
+    without onyx_bench. Read from its JSON: the console's unit moves from G/s to T/s on AMX."""
+    if not os.access(onyx_bench, os.X_OK):
+        return {}
+    p = subprocess.run([onyx_bench, f"--benchmark_filter={bench_filter}", "--benchmark_format=json"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    try:
+        rows = json.loads(p.stdout)["benchmarks"]
+    except (ValueError, KeyError):
+        return {}
+    return {b["name"].split("/")[1]: b["GFLOPS"] / 1e9 for b in rows if "GFLOPS" in b}
+
+
 # ------------------------------------------------------------------------------------------------
 # Preparation: export, initial weights, dataset
 
