@@ -388,14 +388,18 @@ void bm_linear_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bo
 }
 
 // One attention tile product in bf16, single-threaded as the attention kernel runs it, by
-// oneDNN's matmul (gemm_bf16) or by the hand-written small_gemm_bf16: C (M,N) = op(A) · op(B) over
-// K, operands in their own contiguous buffers.
+// oneDNN's matmul (gemm_bf16) or by the hand-written small_gemm_bf16 (path: its default, AMX where
+// the CPU has it; or forced onto vdpbf16ps): C (M,N) = op(A) · op(B) over K, operands in their own
+// contiguous buffers.
+enum class TilePath { OneDnn, Small, SmallVdpbf16ps };
 void bm_tile_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
-                  bool small) {
+                  TilePath path) {
+  const bool small = path != TilePath::OneDnn;
   if (small && !onyx::kernels::small_gemm_bf16_supported()) {
     state.SkipWithError("no AVX512_BF16");
     return;
   }
+  if (path == TilePath::SmallVdpbf16ps) onyx::kernels::force_small_gemm_bf16_amx(0);
   const int threads = onyx::runtime::num_threads();
   onyx::runtime::set_num_threads(1);
   std::vector<uint16_t> a = random_bf16(M * K, 1), b = random_bf16(K * N, 2);
@@ -411,6 +415,7 @@ void bm_tile_bf16(benchmark::State& state, int64_t M, int64_t N, int64_t K, bool
     benchmark::DoNotOptimize(c.data());
   }
   onyx::runtime::set_num_threads(threads);
+  onyx::kernels::force_small_gemm_bf16_amx(-1);
   set_flops(state, 2.0 * M * N * K);
 }
 
@@ -441,13 +446,24 @@ void bm_tile_f32(benchmark::State& state, F32Tile t) {
 }
 
 // The fused onyx.Attention / onyx.AttentionGrad node (float32, no mask) on (B, T, H·D) inputs.
+// bf16: as mixed precision runs it — Q, K, V stored bf16, the output bf16 (output_dtype), dO
+// float32, the tiles in bf16 (RunOptions::bf16_gemm).
 void bm_attention_node(benchmark::State& state, int64_t B, int64_t T, int64_t H, int64_t D,
-                       bool grad) {
+                       bool grad, bool bf16 = false) {
   onyx::kernels::set_gemm_backend(GemmBackend::OneDNN);
   const int64_t C = H * D;
   auto t = [&](uint32_t seed) {
     return onyx::Tensor::from_vector(onyx::DType::Float32, {B, T, C}, random_vec(B * T * C, seed));
   };
+  auto qkv = [&](uint32_t seed) {
+    if (!bf16) return t(seed);
+    const std::vector<float> v = random_vec(B * T * C, seed);
+    std::vector<uint16_t> h(v.size());
+    onyx::kernels::f32_to_bf16(v.data(), h.data(), (int64_t)v.size());
+    return onyx::Tensor::from_vector(onyx::DType::BFloat16, {B, T, C}, h);
+  };
+  onyx::runtime::RunOptions opts;
+  opts.bf16_gemm = bf16;
   onyx::ir::Node fwd;
   fwd.op_type = "Attention";
   fwd.domain = "onyx";
@@ -456,15 +472,17 @@ void bm_attention_node(benchmark::State& state, int64_t B, int64_t T, int64_t H,
   fwd.attrs["num_heads"] = onyx::ir::Attribute::of_int(H);
   fwd.attrs["scale"] = onyx::ir::Attribute::of_float(1.0f / std::sqrt((float)D));
   fwd.attrs["causal"] = onyx::ir::Attribute::of_int(0);
-  const onyx::Tensor q = t(1), k = t(2), v = t(3), dO = t(4);
-  const auto out = onyx::runtime::run_node(fwd, 1, {q, k, v});
+  if (bf16) fwd.attrs["output_dtype"] = onyx::ir::Attribute::of_int(16);
+  const onyx::Tensor q = qkv(1), k = qkv(2), v = qkv(3), dO = t(4);
+  const auto out = onyx::runtime::run_node(fwd, 1, {q, k, v}, opts);
   onyx::ir::Node bwd = fwd;
   bwd.op_type = "AttentionGrad";
   bwd.inputs = {"do", "q", "k", "v", "", "lse"};
   bwd.outputs = {"dq", "dk", "dv"};
+  bwd.attrs.erase("output_dtype");
   for (auto _ : state) {
-    auto r = grad ? onyx::runtime::run_node(bwd, 1, {dO, q, k, v, onyx::Tensor(), out[1]})
-                  : onyx::runtime::run_node(fwd, 1, {q, k, v});
+    auto r = grad ? onyx::runtime::run_node(bwd, 1, {dO, q, k, v, onyx::Tensor(), out[1]}, opts)
+                  : onyx::runtime::run_node(fwd, 1, {q, k, v}, opts);
     benchmark::DoNotOptimize(r[0].raw());
   }
   set_flops(state, (grad ? 10.0 : 4.0) * B * H * T * T * D);  // the backward recomputes S
@@ -603,18 +621,30 @@ void register_all() {
        {Tile{50, 50, 64, false, true, "vit/QKt"}, Tile{50, 64, 50, false, false, "vit/PV"},
         Tile{50, 64, 50, true, false, "vit/PtdO"}, Tile{64, 128, 64, false, true, "bert/QKt"},
         Tile{64, 64, 128, false, false, "bert/PV"}, Tile{128, 64, 64, true, false, "bert/PtdO"}})
-    for (bool small : {false, true})
-      benchmark::RegisterBenchmark(
-          (std::string("tile_bf16/") + t.what + (small ? "/small_gemm" : "/onednn")).c_str(),
-          bm_tile_bf16, t.M, t.N, t.K, t.ta, t.tb, small);
+    for (auto [path, name] : {std::pair{TilePath::OneDnn, "/onednn"},
+                              {TilePath::Small, "/small_gemm"},
+                              {TilePath::SmallVdpbf16ps, "/small_gemm_vdpbf16ps"}})
+      benchmark::RegisterBenchmark((std::string("tile_bf16/") + t.what + name).c_str(),
+                                   bm_tile_bf16, t.M, t.N, t.K, t.ta, t.tb, path);
   // Whisper-base's encoder attention (T 1500, 8 heads of 64; 64 query rows per tile): the fused
   // node, and its float32 tile GEMMs one by one
   for (bool grad : {false, true})
     benchmark::RegisterBenchmark(grad ? "attention_node/whisper_B4_T1500/backward"
                                       : "attention_node/whisper_B4_T1500/forward",
-                                 bm_attention_node, 4, 1500, 8, 64, grad)
+                                 bm_attention_node, 4, 1500, 8, 64, grad, false)
         ->Unit(benchmark::kMillisecond)
         ->Apply(time_mode);
+  // bench_models' bert-mini (B16 T128, 4 heads of 64) and vit-tiny (B64 T50, 3 heads of 64) in
+  // bf16, as their mixed-precision steps run them
+  for (auto [name, B, T, H] :
+       {std::tuple{"bert_mini_B16_T128", 16, 128, 4}, std::tuple{"vit_tiny_B64_T50", 64, 50, 3}})
+    for (bool grad : {false, true})
+      benchmark::RegisterBenchmark(
+          (std::string("attention_node/") + name + (grad ? "/backward" : "/forward") + "/bf16")
+              .c_str(),
+          bm_attention_node, B, T, H, 64, grad, true)
+          ->Unit(benchmark::kMillisecond)
+          ->Apply(time_mode);
   for (F32Tile t : {F32Tile{64, 1500, 64, false, true, 512, 512, 1500, false, "QKt"},
                     F32Tile{64, 64, 1500, false, false, 1500, 512, 512, false, "PV"},
                     F32Tile{1500, 64, 64, true, false, 1500, 512, 512, true, "PtdO"},

@@ -105,14 +105,18 @@ struct Operand {
 };
 
 // C = alpha * op(A) op(B) + beta * C: on bf16 operands the hand-written small_gemm_bf16 (AVX512_
-// BF16: 1.2-1.6x oneDNN's matmul on these tiles, onyx_bench tile_bf16) — except a transposed B
-// wider than 64 columns (the scores Q·Kᵀ of longer sequences), where packing Kᵀ costs more than
-// it gains (0.93x at 64x128x64) and oneDNN's gemm_bf16 runs; sgemm on float32 ones (both
-// operands are of one kind: the mode's).
+// BF16: 1.2-1.6x oneDNN's matmul on these tiles, onyx_bench tile_bf16) — except, without AMX, a
+// transposed B wider than 64 columns (the scores Q·Kᵀ of longer sequences), where packing Kᵀ
+// costs more than it gains (0.93x at 64x128x64) and oneDNN's gemm_bf16 runs. With AMX
+// small_gemm_bf16 takes every tile: oneDNN 2.6 runs a transposed B read in place from the heads
+// (row stride C) by its gemm:jit, not by its AMX kernels — ~45 µs for bert-mini's 64x128x64
+// scores, 20x the AMX tile kernel. sgemm on float32 operands (both operands are of one kind: the
+// mode's).
 void tile_gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
                int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
   static const bool small = kernels::small_gemm_bf16_supported();
-  if (A.h != nullptr && small && (!transB || N <= 64))
+  static const bool amx = kernels::small_gemm_bf16_amx();
+  if (A.h != nullptr && small && (!transB || N <= 64 || amx))
     kernels::small_gemm_bf16(transA, transB, M, N, K, alpha, A.h, lda, B.h, ldb, beta, C, ldc);
   else if (A.h != nullptr)
     kernels::gemm_bf16(transA, transB, M, N, K, alpha, A.h, lda, B.h, ldb, beta, C, ldc);
@@ -137,8 +141,12 @@ struct Rounder {
     const size_t n = (size_t)(rows * cols);
     if (m == TileMode::Bf16Native) {
       if (h.size() < n) h.resize(n);
-      for (int64_t i = 0; i < rows; i++)
-        kernels::f32_to_bf16(src + i * ld, h.data() + i * cols, cols);
+      if (ld == cols) {
+        kernels::f32_to_bf16(src, h.data(), rows * cols);
+      } else {
+        for (int64_t i = 0; i < rows; i++)
+          kernels::f32_to_bf16(src + i * ld, h.data() + i * cols, cols);
+      }
       return {{nullptr, h.data()}, cols};
     }
     if (f.size() < n) f.resize(n);

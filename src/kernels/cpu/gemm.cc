@@ -415,16 +415,20 @@ void f32_to_bf16_portable(const float* x, uint16_t* y, int64_t n) {
 }
 
 #if defined(__x86_64__)
-// 16 floats -> 16 bf16 with AVX512_BF16 (round to nearest even, NaN quiet).
-__attribute__((target("avx512f,avx512bf16,avx512vl"))) void f32_to_bf16_avx512(const float* x,
-                                                                               uint16_t* y,
-                                                                               int64_t n) {
+// 16 floats -> 16 bf16 with AVX512_BF16 (round to nearest even, NaN quiet); the last < 16 by a
+// masked load and store (attention's rows of 50 or 200 are converted one by one).
+__attribute__((target("avx512f,avx512bw,avx512bf16,avx512vl"))) void f32_to_bf16_avx512(
+    const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
     _mm256_storeu_si256((__m256i*)(y + i), (__m256i)v);
   }
-  if (i < n) f32_to_bf16_portable(x + i, y + i, n - i);
+  if (i < n) {
+    const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+    __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + i));
+    _mm256_mask_storeu_epi16(y + i, k, (__m256i)v);
+  }
 }
 #else
 // (never called: cpu_has_avx512_bf16() is false off x86)
@@ -490,12 +494,14 @@ void force_bf16_gemm_native(int native) {
 
 void f32_to_bf16(const float* x, uint16_t* y, int64_t n) {
   const bool fast = simd::native_bf16_conversions();
-  runtime::parallel_for(n, kConvertGrain, [&](int64_t b, int64_t e) {
+  auto convert = [&](int64_t b, int64_t e) {
     if (fast)
       f32_to_bf16_avx512(x + b, y + b, e - b);
     else
       f32_to_bf16_portable(x + b, y + b, e - b);
-  });
+  };
+  if (n <= kConvertGrain) return convert(0, n);  // (a tile's row: no threading to ask about)
+  runtime::parallel_for(n, kConvertGrain, convert);
 }
 
 void bf16_to_f32(const uint16_t* x, float* y, int64_t n) {

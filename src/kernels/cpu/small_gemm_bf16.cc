@@ -12,14 +12,27 @@
 // of those words. A is read in place where its pairs are words of its rows (no transA, K even);
 // otherwise packed pair-major (Ap[kp][i]), a transposed A by the same interleave as B. An odd K's
 // last pair has a zero high half.
+//
+// AMX (where small_gemm_bf16_amx()): a B tile is 16 pair rows × 16 columns of such words — Bp's
+// layout, its rows padded with zero pairs to a multiple of 16 — and an A tile 16 rows × 16 pairs,
+// a row's pairs consecutive: Ap (Mp × Kw words, zero-padded to whole tiles) holds A's rows as
+// stored, or a transposed A interleaved pair-major and transposed by words. Each block of 2×2 C
+// tiles (32×32 float32) accumulates in tile registers over K and is stored into C (or, at C's
+// edges and for other alpha / beta, into a scratch that alpha / beta are applied from). The tile
+// configuration (all eight tiles 16 rows × 64 bytes) is loaded on every call: oneDNN's AMX
+// kernels load their own.
 #include "kernels/cpu/small_gemm_bf16.h"
 
 #include "onyx/error.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -150,7 +163,167 @@ BlockFn block_fn(int rows, int nv) {
   }
 }
 
+// ---- AMX ----------------------------------------------------------------------------------------
+
+#define ONYX_AMX_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+
+constexpr int64_t kTile = 16;  // rows of a tile; 16 words (pairs, or float32 lanes) a row
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// CPUID leaf 7: AMX-TILE (EDX bit 24) and AMX-BF16 (bit 22); then Linux's permission to use the
+// tile data state (ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18), which it grants per
+// process (oneDNN asks for it too).
+bool amx_available() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
+  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+std::atomic<int> g_force_amx{-1};
+
+// palette 1, the eight tiles 16 rows × 64 bytes
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// Ap (Mp × Kw words, zeros outside op(A)): row i holds op(A)'s pairs (i, 0..Kp).
+void pack_a_rows(bool transA, int64_t M, int64_t K, const uint16_t* A, int64_t lda, int64_t Mp,
+                 int64_t Kw, std::vector<uint32_t>& tmp, uint32_t* Ap) {
+  const int64_t Kp = (K + 1) / 2;
+  if (!transA) {
+    for (int64_t i = 0; i < M; i++) {
+      uint16_t* row = reinterpret_cast<uint16_t*>(Ap + i * Kw);
+      std::memcpy(row, A + i * lda, (size_t)K * sizeof(uint16_t));
+      std::memset(row + K, 0, (size_t)(2 * Kw - K) * sizeof(uint16_t));
+    }
+  } else {
+    // pair-major first (tmp[kp][i], as vdpbf16ps's packing), then the words transposed
+    const int64_t Mw = round_up(M, 16);
+    if (tmp.size() < (size_t)(Kp * Mw)) tmp.resize((size_t)(Kp * Mw));
+    for (int64_t kp = 0; kp < Kp; kp++)
+      interleave_rows(A + 2 * kp * lda, 2 * kp + 1 < K ? A + (2 * kp + 1) * lda : nullptr, M, Mw,
+                      tmp.data() + kp * Mw);
+    for (int64_t kp0 = 0; kp0 < Kp; kp0 += 8)
+      simd::transpose_strip32(Ap + kp0, Kw, tmp.data() + kp0 * Mw, Mw, M,
+                              std::min<int64_t>(8, Kp - kp0));
+    for (int64_t i = 0; i < M; i++) std::fill(Ap + i * Kw + Kp, Ap + (i + 1) * Kw, 0u);
+  }
+  std::fill(Ap + M * Kw, Ap + Mp * Kw, 0u);
+}
+
+// A block of 16·MT × 16·NT results: Ap's rows [i0, ..) · Bp's columns [j0, ..) over Kw pairs,
+// written as float32 to c (row stride ldc floats) — added to what c holds when load_c.
+template <int MT, int NT>
+ONYX_AMX_TARGET void amx_block(const uint32_t* Ap, int64_t Kw, const uint32_t* Bp, int64_t Np,
+                               int64_t i0, int64_t j0, float* c, int64_t ldc, bool load_c) {
+  // tiles 0-3: C (row block r, column block q at 2r + q); 4-5: A; 6-7: B
+  const int64_t a_stride = Kw * 4, b_stride = Np * 4, c_stride = ldc * 4;
+  if (load_c) {
+    _tile_loadd(0, c, c_stride);
+    if (NT > 1) _tile_loadd(1, c + kTile, c_stride);
+    if (MT > 1) _tile_loadd(2, c + kTile * ldc, c_stride);
+    if (MT > 1 && NT > 1) _tile_loadd(3, c + kTile * ldc + kTile, c_stride);
+  } else {
+    _tile_zero(0);
+    if (NT > 1) _tile_zero(1);
+    if (MT > 1) _tile_zero(2);
+    if (MT > 1 && NT > 1) _tile_zero(3);
+  }
+  for (int64_t k0 = 0; k0 < Kw; k0 += kTile) {
+    _tile_loadd(4, Ap + i0 * Kw + k0, a_stride);
+    _tile_loadd(6, Bp + k0 * Np + j0, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    if (NT > 1) {
+      _tile_loadd(7, Bp + k0 * Np + j0 + kTile, b_stride);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if (MT > 1) {
+      _tile_loadd(5, Ap + (i0 + kTile) * Kw + k0, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      if (NT > 1) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, c_stride);
+  if (NT > 1) _tile_stored(1, c + kTile, c_stride);
+  if (MT > 1) _tile_stored(2, c + kTile * ldc, c_stride);
+  if (MT > 1 && NT > 1) _tile_stored(3, c + kTile * ldc + kTile, c_stride);
+}
+
+using AmxBlockFn = void (*)(const uint32_t*, int64_t, const uint32_t*, int64_t, int64_t, int64_t,
+                            float*, int64_t, bool);
+
+// C (M × N, ldc) = alpha · Cb + beta · C, Cb a block's results (row stride ldb floats).
+ONYX_BF16_TARGET void amx_epilogue(int64_t M, int64_t N, const float* Cb, int64_t ldb, float alpha,
+                                   float beta, float* C, int64_t ldc) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j += 16) {
+      const int64_t m = std::min<int64_t>(16, N - j);
+      const __mmask16 k = (__mmask16)(m == 16 ? 0xffffu : (1u << m) - 1u);
+      float* c = C + i * ldc + j;
+      __m512 y = _mm512_loadu_ps(Cb + i * ldb + j);
+      if (alpha != 1.0f) y = _mm512_mul_ps(y, va);
+      if (beta != 0.0f) {
+        const __m512 old = _mm512_maskz_loadu_ps(k, c);
+        y = _mm512_add_ps(y, beta == 1.0f ? old : _mm512_mul_ps(old, vb));
+      }
+      _mm512_mask_storeu_ps(c, k, y);
+    }
+}
+
+// Blocks of 2×2 tiles (1 at an odd edge). A block wholly inside C is written to C by the tile
+// stores (started from C's values when beta is 1) where alpha is 1 and beta 0 or 1; any other
+// block goes through a 32×32 scratch and amx_epilogue.
+ONYX_AMX_TARGET void small_gemm_amx(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                                    float alpha, const uint16_t* A, int64_t lda, const uint16_t* B,
+                                    int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int64_t Kp = (K + 1) / 2, Kw = round_up(Kp, kTile);
+  const int64_t Mp = round_up(M, kTile), Np = round_up(N, kTile);
+  thread_local std::vector<uint32_t> ap, bp, tmp;
+  if (ap.size() < (size_t)(Mp * Kw)) ap.resize((size_t)(Mp * Kw));
+  if (bp.size() < (size_t)(Kw * Np)) bp.resize((size_t)(Kw * Np));
+  pack_a_rows(transA, M, K, A, lda, Mp, Kw, tmp, ap.data());
+  pack_b(transB, N, K, B, ldb, Np, bp.data());
+  std::fill(bp.data() + Kp * Np, bp.data() + Kw * Np, 0u);
+  static const TileConfig config;
+  static constexpr AmxBlockFn blocks[2][2] = {{amx_block<1, 1>, amx_block<1, 2>},
+                                              {amx_block<2, 1>, amx_block<2, 2>}};
+  const bool direct = alpha == 1.0f && (beta == 0.0f || beta == 1.0f);
+  alignas(64) float scratch[2 * kTile * 2 * kTile];
+  _tile_loadconfig(&config);
+  for (int64_t i0 = 0; i0 < Mp; i0 += 2 * kTile) {
+    const int mt = Mp - i0 > kTile ? 2 : 1;
+    for (int64_t j0 = 0; j0 < Np; j0 += 2 * kTile) {
+      const int nt = Np - j0 > kTile ? 2 : 1;
+      const AmxBlockFn block = blocks[mt - 1][nt - 1];
+      float* c = C + i0 * ldc + j0;
+      if (direct && i0 + kTile * mt <= M && j0 + kTile * nt <= N) {
+        block(ap.data(), Kw, bp.data(), Np, i0, j0, c, ldc, beta != 0.0f);
+        continue;
+      }
+      block(ap.data(), Kw, bp.data(), Np, i0, j0, scratch, 2 * kTile, false);
+      amx_epilogue(std::min<int64_t>(kTile * mt, M - i0), std::min<int64_t>(kTile * nt, N - j0),
+                   scratch, 2 * kTile, alpha, beta, c, ldc);
+    }
+  }
+  _tile_release();
+}
+
 }  // namespace
+
+bool small_gemm_bf16_amx() {
+  static const bool ok = small_gemm_bf16_supported() && amx_available();
+  return ok;
+}
+
+void force_small_gemm_bf16_amx(int amx) {
+  g_force_amx.store(amx < 0 ? -1 : (amx ? 1 : 0), std::memory_order_relaxed);
+}
 
 bool small_gemm_bf16_supported() {
   static const bool ok = __builtin_cpu_supports("avx512bf16") &&
@@ -164,6 +337,9 @@ void small_gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
   ONYX_CHECK(small_gemm_bf16_supported(), "small_gemm_bf16 needs AVX512_BF16");
   ONYX_CHECK(M >= 0 && N >= 0 && K >= 0, "small_gemm_bf16: negative size");
   if (M == 0 || N == 0) return;
+  const int force = g_force_amx.load(std::memory_order_relaxed);
+  if (force != 0 && small_gemm_bf16_amx() && K > 0)
+    return small_gemm_amx(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   const int64_t Kp = (K + 1) / 2, Np = (N + 15) / 16 * 16;
   thread_local std::vector<uint32_t> bp, ap;
   if (bp.size() < (size_t)(Kp * Np)) bp.resize((size_t)(Kp * Np));
@@ -206,6 +382,8 @@ void small_gemm_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
 namespace onyx::kernels {
 
 bool small_gemm_bf16_supported() { return false; }
+bool small_gemm_bf16_amx() { return false; }
+void force_small_gemm_bf16_amx(int) {}
 
 void small_gemm_bf16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
                      const uint16_t*, int64_t, float, float*, int64_t) {

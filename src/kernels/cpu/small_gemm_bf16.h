@@ -10,7 +10,12 @@
 // per-call setup target large products; this kernel runs the same tiles at 270-460.
 // Hand-written because no library at hand does these small shapes well: the operands are packed
 // into vdpbf16ps's pair layout (two consecutive k of a row or column in one 32-bit word) and
-// multiplied in 4-row × 64-column register blocks.
+// multiplied in 4-row × 64-column register blocks. On CPUs with AMX (Intel Xeon since Sapphire
+// Rapids) the same packed pairs are AMX's tile layout and the products run on the tile unit
+// (tdpbf16ps, 2×2 tiles of 16×16 float32 per block): there vdpbf16ps reached 74-102 GFLOP/s on
+// these tiles and oneDNN's AMX matmul 150-450 (onyx_bench tile_bf16, a 2-core Xeon), but called
+// from inside the attention kernel's threads oneDNN's per-call work made the attention slower
+// than vdpbf16ps; oneDNN 2.6 has no public small-GEMM (brgemm) interface.
 #pragma once
 #include <cstdint>
 
@@ -18,6 +23,13 @@ namespace onyx::kernels {
 
 // Whether small_gemm_bf16 can run here: the CPU has AVX512_BF16 (and AVX512BW/VL).
 bool small_gemm_bf16_supported();
+// Whether it runs on AMX tiles: the CPU has AMX-TILE and AMX-BF16 and the kernel granted this
+// process the tile state (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM), asked for on the first call).
+bool small_gemm_bf16_amx();
+// Tests: 1 / 0 makes small_gemm_bf16 take the AMX / vdpbf16ps path (AMX only where
+// small_gemm_bf16_amx()), -1 restores the default (AMX where available). Not thread-safe
+// against running kernels.
+void force_small_gemm_bf16_amx(int amx);
 
 // C = alpha · op(A) · op(B) + beta · C (beta 0: C is not read). Products of bf16 values are exact
 // in float32; they are summed in float32 with vdpbf16ps's rounding (two products per step, as
