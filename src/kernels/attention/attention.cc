@@ -109,9 +109,10 @@ struct Operand {
 // transposed B wider than 64 columns (the scores Q·Kᵀ of longer sequences), where packing Kᵀ
 // costs more than it gains (0.93x at 64x128x64) and oneDNN's gemm_bf16 runs. With AMX
 // small_gemm_bf16 takes every tile: oneDNN 2.6 runs a transposed B read in place from the heads
-// (row stride C) by its gemm:jit, not by its AMX kernels — ~45 µs for bert-mini's 64x128x64
-// scores, 20x the AMX tile kernel. sgemm on float32 operands (both operands are of one kind: the
-// mode's).
+// (row stride C) by its gemm:jit, not by its AMX kernels — ~4 µs for bert-mini's 64x128x64
+// scores alone (onyx_bench tile_bf16/bert/QKt_in_heads), but ~45-50 µs a call from the
+// attention's two threads (ONEDNN_VERBOSE in a training step), against ~4 µs for the AMX tile
+// kernel. sgemm on float32 operands (both operands are of one kind: the mode's).
 void tile_gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
                int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
   static const bool small = kernels::small_gemm_bf16_supported();
