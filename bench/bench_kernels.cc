@@ -516,11 +516,13 @@ void register_all() {
   struct Shape {
     int64_t M, N, K;
   };
+  // (the last three: vit-tiny's linear layers, 3200 rows of 192 / 768)
   const Shape shapes[] = {{2048, 768, 768},  {2048, 3072, 768}, {2048, 256, 256},
-                          {2048, 256, 1024}, {2048, 1024, 256}, {2048, 50257, 256}};
+                          {2048, 256, 1024}, {2048, 1024, 256}, {2048, 50257, 256},
+                          {3200, 192, 192},  {3200, 768, 192},  {3200, 192, 768}};
   for (auto sh : shapes) {
     for (bool transB : {false, true}) {
-      if (transB && sh.N != 768 && sh.N != 50257) continue;  // transB only on two shapes
+      if (transB && sh.N != 768 && sh.N != 50257 && sh.M != 3200) continue;  // transB: 5 shapes
       for (auto be : kBackends) {
         std::string name = std::string("sgemm/") + onyx::kernels::gemm_backend_name(be) + "/" +
                            std::to_string(sh.M) + "x" + std::to_string(sh.N) + "x" +

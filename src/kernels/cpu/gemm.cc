@@ -652,6 +652,18 @@ bool linear_native(bool transB, int64_t M, int64_t N, int64_t K, float alpha, Bf
 }
 }  // namespace
 
+void linear_f32(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                int64_t lda, const float* B, int64_t ldb, const float* bias, float* Y) {
+  if (M <= 0 || N <= 0) return;
+  lda = std::max<int64_t>(1, lda);
+  ldb = std::max<int64_t>(1, ldb);
+  if (K > 0 && bias && gemm_backend() != GemmBackend::OpenBLAS &&
+      try_packed_matmul(false, transB, M, N, K, alpha, A, lda, B, ldb, 0.0f, Y, N, false, bias))
+    return;
+  if (bias) fill_rows(Y, M, (size_t)N * sizeof(float), bias);  // (the GEMM adds onto them)
+  sgemm(false, transB, M, N, K, alpha, A, lda, B, ldb, bias ? 1.0f : 0.0f, Y, N);
+}
+
 void linear_mixed_bf16(bool transB, int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A,
                        int64_t lda, Bf16Operand B, int64_t ldb, const LinearOut& Y) {
   ONYX_CHECK((Y.f32 == nullptr) != (Y.bf16 == nullptr),
