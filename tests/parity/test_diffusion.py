@@ -894,10 +894,15 @@ def case_lora(tmp):
 
 def against_references(got, ref32, ref64, what):
     """Guided sampling multiplies rounding: within 1e-4 of diffusers' float32 run, or of its
-    float64 run within 1e-4 or 1.5x diffusers float32's own distance to it."""
+    float64 run within 1e-4 or 2.5x diffusers float32's own distance to it. (Multistep solvers
+    carry each step's rounding into the next: on AVX2 onyx's float32 runs stayed within 1.5x of
+    diffusers' own distance; on a 2-core AVX-512 Xeon, whose oneDNN kernels sum in another order,
+    DPM-Solver++ 2M trailing reached 2.1x and UniPC bh2 order 3 Karras 1.9x, and within 1.5x with
+    ONYX_CPU=avx2; the mutations tried — LMS run as second order, UniPC without its corrector —
+    miss by 0.15 to 1.0.)"""
     e32, e64 = float(np.abs(got - ref32).max()), float(np.abs(got - ref64).max())
     torch_err = float(np.abs(ref32 - ref64).max())
-    ok = e32 <= TOL or e64 <= max(TOL, 1.5 * torch_err)
+    ok = e32 <= TOL or e64 <= max(TOL, 2.5 * torch_err)
     return ok, (f"{what}: largest absolute difference to diffusers float32 {e32:.1e}, to its "
                 f"float64 run {e64:.1e} (diffusers float32's own {torch_err:.1e})")
 
