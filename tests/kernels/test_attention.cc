@@ -3,11 +3,12 @@
 // (Reshape/Transpose/MatMul/Div/Add/Where/Softmax/...) run through runtime::Session: forward
 // outputs, and dQ/dK/dV against autodiff of the unfused graph, for several B/H/T/D, with and
 // without masks, causal, cross-attention (Tq != Tk) and Dv != D, query-block boundaries (T > 64, T
-// not a multiple of 8). Also: the saved LSE, determinism across thread counts, and errors for bad
-// shapes. Finite differences: tests/autodiff/gradcheck_attention.inc. Attention dropout
-// (dropout_ratio): inert outside training runs, the same mask as the unfused Softmax → Dropout →
-// MatMul for a run seed (forward and backward), drop fraction and expectation, finite differences
-// for a fixed seed, bit-identical repeats over thread counts.
+// not a multiple of 8; 128-row blocks over 512+ keys). Also: the saved LSE, determinism across
+// thread counts, and errors for bad shapes. Finite differences:
+// tests/autodiff/gradcheck_attention.inc. Attention dropout (dropout_ratio): inert outside training
+// runs, the same mask as the unfused Softmax → Dropout → MatMul for a run seed (forward and
+// backward), drop fraction and expectation, finite differences for a fixed seed, bit-identical
+// repeats over thread counts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -137,6 +138,8 @@ std::vector<Spec> specs() {
   add(2, 9, 9, 4, 8, 8, Mask::Padding, true, 2);
   add(2, 130, 130, 6, 16, 16, Mask::Full, true, 2);
   add(1, 7, 11, 4, 8, 5, Mask::None, false, 1);
+  // 512 keys or more without a causal mask: 128-row query blocks (300 = 128 + 128 + 44)
+  add(1, 300, 520, 2, 8, 8, Mask::Padding, false);
   return v;
 }
 

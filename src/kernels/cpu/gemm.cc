@@ -657,7 +657,7 @@ void linear_f32(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const
   if (M <= 0 || N <= 0) return;
   lda = std::max<int64_t>(1, lda);
   ldb = std::max<int64_t>(1, ldb);
-  if (K > 0 && bias && gemm_backend() != GemmBackend::OpenBLAS &&
+  if (K > 0 && gemm_backend() != GemmBackend::OpenBLAS &&
       try_packed_matmul(false, transB, M, N, K, alpha, A, lda, B, ldb, 0.0f, Y, N, false, bias))
     return;
   if (bias) fill_rows(Y, M, (size_t)N * sizeof(float), bias);  // (the GEMM adds onto them)

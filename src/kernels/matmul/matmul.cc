@@ -175,7 +175,7 @@ void matmul_t(const MatMulShape& s, T alpha, const T* A, const T* B, T* C,
     // (na·M, K) x op(B): a shared 2-D right operand — one GEMM over every row of A; with a bias,
     // float32's linear_f32, or Y starts as the bias rows and the GEMM adds onto them (beta = 1).
     if constexpr (std::is_same_v<T, float>) {
-      if (bias) return kernels::linear_f32(s.tb, na * M, N, K, alpha, A, lda, B, ldb, bias, C);
+      return kernels::linear_f32(s.tb, na * M, N, K, alpha, A, lda, B, ldb, bias, C);
     }
     if (bias) kernels::fill_rows(C, na * M, N * sizeof(T), bias);  // the GEMM adds onto it
     gemm<T>(false, s.tb, na * M, N, K, alpha, A, lda, B, ldb, bias ? T(1) : T(0), C, N);
