@@ -641,6 +641,13 @@ void register_all() {
                                  bm_attention_node, 4, 1500, 8, 64, grad, false)
         ->Unit(benchmark::kMillisecond)
         ->Apply(time_mode);
+  // the Fashion-MNIST diffusion example's UNet at 14x14 (B64, T 196, 2 heads of 64), float32
+  for (bool grad : {false, true})
+    benchmark::RegisterBenchmark(
+        grad ? "attention_node/unet_B64_T196/backward" : "attention_node/unet_B64_T196/forward",
+        bm_attention_node, 64, 196, 2, 64, grad, false)
+        ->Unit(benchmark::kMillisecond)
+        ->Apply(time_mode);
   // bench_models' bert-mini (B16 T128, 4 heads of 64) and vit-tiny (B64 T50, 3 heads of 64) in
   // bf16, as their mixed-precision steps run them
   for (auto [name, B, T, H] :

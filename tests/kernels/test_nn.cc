@@ -268,8 +268,9 @@ TEST(Reduce, FastAndGeneralPathsMatchNaive) {
   Shape s{2, 3, 4, 5};
   Tensor x = randn(s, 9);
   const float* xp = x.data<float>();
-  std::vector<std::vector<int64_t>> cases{{3},    {0},    {0, 1},       {1},
-                                          {0, 2}, {1, 3}, {0, 1, 2, 3}, {2, 3}};
+  // {0, 2, 3} and {0, 3}: reduced, kept, reduced (a convolution's bias gradient's shape)
+  std::vector<std::vector<int64_t>> cases{{3},    {0},          {0, 1}, {1},       {0, 2},
+                                          {1, 3}, {0, 1, 2, 3}, {2, 3}, {0, 2, 3}, {0, 3}};
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceLogSumExp", "ReduceL2"}) {
     for (auto& axes : cases) {
       // ReduceSum takes axes as an input from opset 13, the others as an attribute until 18.

@@ -247,6 +247,21 @@ void reduce_middle(const T* x, T* y, int64_t O, int64_t R, int64_t I) {  // x (O
   }
 }
 
+// [R1, K, R2] reduced over R1 and R2 (a convolution's bias gradient: ReduceSum of (N, C, H, W)
+// over N, H, W), float32 Sum or Mean: out[k] = the SIMD sums of its R1 contiguous rows of R2,
+// added in order. The general path below read the same elements one offset at a time: 2 ms
+// against ~0.4 for (64, 32, 28, 28) (the Fashion-MNIST UNet, ONYX_PROFILE=shapes).
+template <RedOp op>
+void reduce_outer_inner(const float* x, float* y, int64_t R1, int64_t K, int64_t R2) {
+  parallel_for(K, grain_for(R1 * R2), [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; k++) {
+      float acc = 0.f;
+      for (int64_t r = 0; r < R1; r++) acc += simd::row_sum(x + (r * K + k) * R2, R2);
+      y[k] = op == RedOp::Mean ? acc / (float)(R1 * R2) : acc;
+    }
+  });
+}
+
 // Any axis set: per output element, reduce over a precomputed list of reduced-subspace offsets.
 template <RedOp op, class T>
 void reduce_general(const T* x, T* y, const Shape& in, const std::vector<bool>& red) {
@@ -324,6 +339,10 @@ void reduce_typed(const Tensor& xt, Tensor& yt, const ReduceSpec& s) {
       reduce_rows<op, T>(x, y, O, R);
     else
       reduce_middle<op, T>(x, y, O, R, I);
+  } else if (std::is_same_v<T, float> && (op == RedOp::Sum || op == RedOp::Mean) && g == 3 &&
+             gred[0] && !gred[1] && gred[2]) {
+    if constexpr (std::is_same_v<T, float> && (op == RedOp::Sum || op == RedOp::Mean))
+      reduce_outer_inner<op>(x, y, gsize[0], gsize[1], gsize[2]);
   } else {
     reduce_general<op, T>(x, y, in, s.reduced);
   }

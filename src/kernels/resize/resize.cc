@@ -396,6 +396,33 @@ void gather_axis(const std::vector<int64_t>& pick, int64_t in, const T* x, T* y,
                });
 }
 
+// y (outer, H', W') = x (outer, H, W) picked along both last axes in one pass (an image's
+// nearest-neighbour upsampling): each output row gathered from its source row, or copied from
+// the output row before it when both pick the same source row. Two gather_axis passes wrote and
+// read a whole intermediate: 6 ms against ~1 ms for the Fashion-MNIST UNet's (64, 64, 14, 14)
+// -> 28 x 28 (ONYX_PROFILE=shapes).
+template <class T>
+void gather_last_two(const std::vector<int64_t>& pick_h, const std::vector<int64_t>& pick_w,
+                     int64_t H, int64_t W, const T* x, T* y, int64_t outer) {
+  const int64_t Ho = (int64_t)pick_h.size(), Wo = (int64_t)pick_w.size();
+  parallel_for(outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, Ho * Wo)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t o = b; o < e; o++) {
+                   const T* xo = x + o * H * W;
+                   T* yo = y + o * Ho * Wo;
+                   for (int64_t i = 0; i < Ho; i++) {
+                     T* row = yo + i * Wo;
+                     if (i > 0 && pick_h[i] == pick_h[i - 1]) {
+                       std::memcpy((void*)row, (const void*)(row - Wo), Wo * sizeof(T));
+                       continue;
+                     }
+                     const T* src = xo + pick_h[i] * W;
+                     for (int64_t j = 0; j < Wo; j++) row[j] = src[pick_w[j]];
+                   }
+                 }
+               });
+}
+
 // Forward of maps that all pick: true if it ran.
 template <class T>
 bool gather_resize(const ResizePlan& p, const T* x, T* y) {
@@ -404,6 +431,13 @@ bool gather_resize(const ResizePlan& p, const T* x, T* y) {
     picks.push_back(picks_of(m));
     if (picks.back().empty() || std::count(picks.back().begin(), picks.back().end(), -1) > 0)
       return false;
+  }
+  const int rank = (int)p.in.size();
+  if (p.maps.size() == 2 && rank >= 2 && p.maps[0].axis == rank - 2 && p.maps[1].axis == rank - 1) {
+    int64_t outer, inner;
+    outer_inner(p.in, rank - 2, outer, inner);
+    gather_last_two(picks[0], picks[1], p.maps[0].in, p.maps[1].in, x, y, outer);
+    return true;
   }
   Shape cur = p.in;
   std::vector<T> a, b;  // intermediates (exact copies)
