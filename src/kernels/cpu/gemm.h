@@ -147,14 +147,14 @@ void gemm_mixed_bf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K, 
 void fill_rows(void* C, int64_t R, size_t row_bytes, const void* row);
 
 // Y(M,N) = alpha · A(M,K) · op(B) (+ bias, every row, when given; float32 throughout), A
-// row-major with row stride lda, Y contiguous: a linear layer's forward, or its input gradient
-// (B the weight untransposed, no bias). Where B is a weight declared stable and oneDNN's float32
-// matmul reads it in a blocked layout (its brgemm kernels: AVX-512), one primitive on the
-// prepacked weight (adding the bias in its epilogue, while the tile is in cache); elsewhere
-// (AVX2's plain layout, a B that is not a weight) sgemm, accumulating onto the bias rows written
-// first. Measured on an AVX-512 Xeon (ONYX_PREPACK=0 / 1 alternated, three runs each): vit-tiny's
-// float32 step 3.5% faster, bert-mini's 3%, bert-base's unchanged; on a Zen 4, Whisper-base's
-// bias-free k_proj forward (6000×512·512×512ᵀ) 122 → 160 GFLOP/s (ONYX_PROFILE=shapes).
+// row-major with row stride lda, Y contiguous: a linear layer's forward. Where B is a weight
+// declared stable and oneDNN's float32 matmul reads it in a blocked layout (its brgemm kernels:
+// AVX-512), one primitive on the prepacked weight (adding the bias in its epilogue, while the tile
+// is in cache); elsewhere (AVX2's plain layout, a B that is not a weight) sgemm, accumulating onto
+// the bias rows written first. Measured on an AVX-512 Xeon (ONYX_PREPACK=0 / 1 alternated, three
+// runs each): vit-tiny's float32 step 3.5% faster, bert-mini's 3%, bert-base's unchanged; on a Zen
+// 4, Whisper-base's bias-free k_proj forward (6000×512·512×512ᵀ) 122 → 160 GFLOP/s
+// (ONYX_PROFILE=shapes).
 void linear_f32(bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                 int64_t lda, const float* B, int64_t ldb, const float* bias, float* Y);
 

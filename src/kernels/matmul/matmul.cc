@@ -172,10 +172,14 @@ void matmul_t(const MatMulShape& s, T alpha, const T* A, const T* B, T* C,
   const int64_t na = shape_numel(s.a_batch), nbm = shape_numel(s.b_batch);
   const int64_t nb = shape_numel(s.batch);
   if (nbm == 1 && !s.ta) {
-    // (na·M, K) x op(B): a shared 2-D right operand — one GEMM over every row of A; with a bias,
-    // float32's linear_f32, or Y starts as the bias rows and the GEMM adds onto them (beta = 1).
+    // (na·M, K) x op(B): a shared 2-D right operand — one GEMM over every row of A. A float32
+    // linear layer's forward (B transposed, or a bias) through linear_f32 (a weight packed once
+    // per step, the bias in the epilogue); an input gradient's X·W stays on sgemm: packing W in
+    // its second layout too cost bert-base ~340 MB of resident memory for no measured gain
+    // beyond noise. Otherwise Y starts as the bias rows and the GEMM adds onto them (beta = 1).
     if constexpr (std::is_same_v<T, float>) {
-      return kernels::linear_f32(s.tb, na * M, N, K, alpha, A, lda, B, ldb, bias, C);
+      if (bias || s.tb)
+        return kernels::linear_f32(s.tb, na * M, N, K, alpha, A, lda, B, ldb, bias, C);
     }
     if (bias) kernels::fill_rows(C, na * M, N * sizeof(T), bias);  // the GEMM adds onto it
     gemm<T>(false, s.tb, na * M, N, K, alpha, A, lda, B, ldb, bias ? T(1) : T(0), C, N);
