@@ -122,15 +122,49 @@ else
   head -20 "$LOGDIR/ops.diff"; FAILED=$((FAILED + 1))
 fi
 
-# tests/python: the `onyx` Python package (pip install . into $BUILD/python-target, incremental)
-for t in tests/ops/test_*.py tests/parity/test_*.py tests/cli/test_*.py tests/python/test_*.py; do
+# The Python test files, two at a time: most of them keep one core busy (a Python driver, tiny
+# models, a subprocess at a time), so two lanes halve their ~19 minutes of serial time. They write
+# only into their own temporary folders; the one dependency is test_readme.py, which imports the
+# package test_package.py installs ($BUILD/python-target) and so starts once that has finished.
+# The longest start first (seconds in a serial run: package 366, grpo 123, ...), the rest in name
+# order; each file's log is reported whole, in the serial order, when all have finished.
+PY_TESTS=(tests/ops/test_*.py tests/parity/test_*.py tests/cli/test_*.py tests/python/test_*.py)
+PY_LONG_FIRST=(tests/python/test_package.py tests/parity/test_grpo.py tests/parity/test_dpo.py
+               tests/cli/test_plan.py tests/parity/test_diffusion.py tests/parity/test_hf_exports.py
+               tests/parity/test_grad_parity.py tests/cli/test_chat_template.py)
+PY_LAST=tests/python/test_readme.py
+PY_LANES=${ONYX_TEST_LANES:-2}
+py_log() { echo "$LOGDIR/$(basename "$1").log"; }
+run_py_test() {  # one file into its log, and its seconds beside it (.seconds) once it has finished
+  local log start
+  log=$(py_log "$1") start=$(date +%s)
+  rm -f "$log.seconds"
+  ONYX="$BUILD/onyx" $PY "$1" >"$log" 2>&1
+  echo $(($(date +%s) - start)) >"$log.seconds"
+}
+py_queue=("${PY_LONG_FIRST[@]}")
+for t in "${PY_TESTS[@]}"; do
+  [[ " ${PY_LONG_FIRST[*]} $PY_LAST " == *" $t "* ]] || py_queue+=("$t")
+done
+py_queue+=("$PY_LAST")
+section "Python tests (tests/ops, parity, cli, python), $PY_LANES at a time; each reported below with its seconds"
+for t in "${py_queue[@]}"; do
   [ -f "$t" ] || continue
-  section "$t"
-  ONYX="$BUILD/onyx" $PY "$t" >"$LOGDIR/$(basename "$t").log" 2>&1
+  while [ "$(jobs -rp | grep -vc "^${AARCH64_PID:-none}\$")" -ge "$PY_LANES" ]; do wait -n; done
+  if [ "$t" = "$PY_LAST" ]; then
+    while [ ! -f "$(py_log tests/python/test_package.py).seconds" ]; do wait -n; done
+  fi
+  run_py_test "$t" &
+done
+while [ "$(jobs -rp | grep -vc "^${AARCH64_PID:-none}\$")" -gt 0 ]; do wait -n; done
+for t in "${PY_TESTS[@]}"; do
+  [ -f "$t" ] || continue
+  log=$(py_log "$t")
+  echo "-- $t ($(cat "$log.seconds" 2>/dev/null || echo '?') s)"
   # every failure's line first (the tail alone hides those of early cases), then the tail
-  grep -a -E '^FAIL' "$LOGDIR/$(basename "$t").log" | cut -c1-1500 | head -n 20 || true
-  tail -n 15 "$LOGDIR/$(basename "$t").log"
-  tally "$LOGDIR/$(basename "$t").log"
+  grep -a -E '^FAIL' "$log" | cut -c1-1500 | head -n 20 || true
+  tail -n 15 "$log"
+  tally "$log"
 done
 
 section "loader tests under AddressSanitizer"
