@@ -139,13 +139,15 @@ static void process_logits(float* s, int64_t V, const GenerationConfig& cfg,
 // (flat row b * nb + j). seqs: the running rows as its running_sequences hold them (left padding,
 // prompt, new tokens); logits: the prefill's (B0 * nb, V); pads: padding per row; the best
 // finished hypothesis of each prompt goes to result[b] (its new tokens, eos included when it
-// ended so). advance(from): reorders the cache so that row r is row from[r]'s, runs the rows'
-// last tokens (seqs[r].back()) and returns the next logits. Scores are float32 as there.
+// ended so) and its score to best_score[b] (sequences_scores). advance(from): reorders the cache
+// so that row r is row from[r]'s, runs the rows' last tokens (seqs[r].back()) and returns the
+// next logits. Scores are float32 as there.
 template <class Advance>
 static void beam_search(const GenerationConfig& cfg, int64_t B0, int64_t L, int64_t max_new,
                         const std::set<int64_t>& eos, const std::vector<int64_t>& pads,
                         std::vector<std::vector<int64_t>>& seqs, Tensor logits,
-                        std::vector<std::vector<int64_t>>& result, Advance advance) {
+                        std::vector<std::vector<int64_t>>& result, std::vector<double>& best_score,
+                        Advance advance) {
   const int64_t nb = cfg.num_beams, B = B0 * nb, V = logits.dim(1);
   const int64_t K = std::max<int64_t>(2, 1 + (int64_t)eos.size()) * nb;  // beams_to_keep
   const int64_t max_len = L + max_new;
@@ -277,16 +279,25 @@ static void beam_search(const GenerationConfig& cfg, int64_t B0, int64_t L, int6
   for (int64_t b = 0; b < B0; b++) {
     const auto& q = fin_seq[b * nb];
     result[b].assign(q.begin() + std::min<int64_t>(L, (int64_t)q.size()), q.end());
+    best_score[b] = fin_score[b * nb];
   }
 }
 
-int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u) {
-  if (!cfg.do_sample || cfg.temperature <= 0) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < V; i++)
-      if (logits[i] > logits[best]) best = i;
-    return best;
-  }
+// log_softmax(x * scale)[k] over the finite entries of x (V).
+static double scaled_log_softmax_at(const float* x, int64_t V, double scale, int64_t k) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < V; i++)
+    if (std::isfinite(x[i])) mx = std::max(mx, (double)x[i] * scale);
+  double sum = 0;
+  for (int64_t i = 0; i < V; i++)
+    if (std::isfinite(x[i])) sum += std::exp((double)x[i] * scale - mx);
+  return (double)x[k] * scale - mx - std::log(sum);
+}
+
+// The sampling warpers on logits (V), in Transformers' order: / temperature, then top-k, then
+// top-p; what they remove is -inf.
+static std::vector<float> warped_for_sampling(const float* logits, int64_t V,
+                                              const GenerationConfig& cfg) {
   const float ninf = -std::numeric_limits<float>::infinity();
   std::vector<float> s(V);
   for (int64_t i = 0; i < V; i++) s[i] = (float)(logits[i] / cfg.temperature);
@@ -314,20 +325,37 @@ int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, 
       if (cum <= 1.0 - cfg.top_p) x = ninf;
     }
   }
+  return s;
+}
+
+int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u,
+                   double* logprob) {
+  if (!cfg.do_sample || cfg.temperature <= 0) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; i++)
+      if (logits[i] > logits[best]) best = i;
+    if (logprob) *logprob = scaled_log_softmax_at(logits, V, 1.0, best);
+    return best;
+  }
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::vector<float> s = warped_for_sampling(logits, V, cfg);
   float mx = ninf;
   for (float x : s) mx = std::max(mx, x);
   std::vector<double> p(V);
   double total = 0;
   for (int64_t i = 0; i < V; i++) total += p[i] = s[i] == ninf ? 0.0 : std::exp((double)s[i] - mx);
   double target = u * total, cum = 0;
-  int64_t last = 0;
-  for (int64_t i = 0; i < V; i++) {
+  int64_t last = 0, picked = -1;
+  for (int64_t i = 0; i < V && picked < 0; i++) {
     if (p[i] == 0) continue;
     last = i;
     cum += p[i];
-    if (cum > target) return i;
+    if (cum > target) picked = i;
   }
-  return last;
+  if (picked < 0) picked = last;
+  // Transformers' Whisper rescales the warped scores by the temperature before its log_softmax
+  if (logprob) *logprob = scaled_log_softmax_at(s.data(), V, cfg.temperature, picked);
+  return picked;
 }
 
 Generator::Generator(models::BuiltModel decoder, std::optional<models::BuiltModel> encoder)
@@ -668,9 +696,45 @@ int64_t Generator::checked_new_tokens(const GenerationConfig& cfg, int64_t L, in
   return max_new;
 }
 
+namespace {
+
+// The prefill's inputs, (B, L) each: the prompts left-padded with `pad`, their mask, and
+// positions that count real tokens (pads at 0), as Transformers'
+// _prepare_position_ids_for_generation; and each row's next position.
+struct Prefill {
+  std::vector<int64_t> ids, mask, pos, next_pos;
+};
+Prefill left_padded(const std::vector<std::vector<int64_t>>& prompts, int64_t L, int64_t pad) {
+  const int64_t B = (int64_t)prompts.size();
+  Prefill p{std::vector<int64_t>((size_t)(B * L), pad), std::vector<int64_t>((size_t)(B * L), 0),
+            std::vector<int64_t>((size_t)(B * L), 0), std::vector<int64_t>((size_t)B)};
+  for (int64_t r = 0; r < B; r++) {
+    const int64_t n = (int64_t)prompts[r].size(), off = L - n;
+    for (int64_t i = 0; i < n; i++) {
+      p.ids[r * L + off + i] = prompts[r][i];
+      p.mask[r * L + off + i] = 1;
+      p.pos[r * L + off + i] = i;
+    }
+    p.next_pos[r] = n;
+  }
+  return p;
+}
+
+// Rows 0, n, 2n, ... of `t` (rows, V): each prompt's first beam.
+Tensor every_nth_row(const Tensor& t, int64_t n) {
+  const int64_t rows = t.dim(0) / n, V = t.dim(1);
+  Tensor out(DType::Float32, {rows, V});
+  for (int64_t p = 0; p < rows; p++)
+    std::memcpy(out.data<float>() + p * V, t.data<float>() + p * n * V, (size_t)V * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::vector<int64_t>> Generator::generate(
     const std::vector<std::vector<int64_t>>& given, const GenerationConfig& cfg,
-    GenerationStats* stats, const std::map<std::string, Tensor>& encoder_inputs) {
+    GenerationStats* stats, const std::map<std::string, Tensor>& encoder_inputs,
+    GenerationScores* scores) {
   using clock = std::chrono::steady_clock;
   ONYX_CHECK(!given.empty(), "generate: no prompts");
   validate_generation_config(cfg, "generate");
@@ -736,45 +800,42 @@ std::vector<std::vector<int64_t>> Generator::generate(
   };
 
   std::vector<std::vector<int64_t>> result(B / nb);
-  if (max_new == 0) return result;
-  // Prefill: left padding; positions count real tokens (pads at 0), as Transformers'
-  // _prepare_position_ids_for_generation.
-  std::vector<int64_t> ids((size_t)(B * L), pad), mask((size_t)(B * L), 0), pos((size_t)(B * L), 0);
-  std::vector<int64_t> next_pos(B);
-  for (int64_t r = 0; r < B; r++) {
-    const int64_t n = (int64_t)prompts[r].size(), off = L - n;
-    for (int64_t i = 0; i < n; i++) {
-      ids[r * L + off + i] = prompts[r][i];
-      mask[r * L + off + i] = 1;
-      pos[r * L + off + i] = i;
-    }
-    next_pos[r] = n;
+  if (scores) {
+    scores->sum_logprobs.assign((size_t)(B / nb), 0.0);
+    scores->counted.assign((size_t)(B / nb), 0);
+    scores->first_logits = Tensor();
   }
+  if (max_new == 0) return result;
+  auto [ids, mask, pos, next_pos] = left_padded(prompts, L, pad);
   auto t0 = clock::now();
   Tensor logits = step(ids, mask, pos, L);
   if (stats) stats->prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  if (scores) scores->first_logits = every_nth_row(logits, nb);
   std::vector<bool> done(B, false);
   const bool processors = has_processors(cfg);
   // with processors: each row as Transformers' input_ids holds it (padding, prompt, new tokens)
   std::vector<std::vector<int64_t>> seqs;
-  std::vector<float> scores;
+  std::vector<float> processed;
   if (processors || nb > 1)
     for (int64_t r = 0; r < B; r++)
       seqs.emplace_back(ids.begin() + r * L, ids.begin() + (r + 1) * L);
   if (nb > 1) {
     std::vector<int64_t> pads(B);
     for (int64_t r = 0; r < B; r++) pads[r] = L - (int64_t)prompts[r].size();
-    beam_search(cfg, B / nb, L, max_new, eos, pads, seqs, logits, result, [&](const auto& from) {
-      reorder(from, next_pos);
-      std::vector<int64_t> tok(B), one(B, 1), p(B);
-      for (int64_t r = 0; r < B; r++) tok[r] = seqs[r].back(), p[r] = next_pos[r]++;
-      auto t1 = clock::now();
-      Tensor out = step(tok, one, p, 1);
-      if (stats)
-        stats->step_seconds.push_back(std::chrono::duration<double>(clock::now() - t1).count());
-      return out;
-    });
+    std::vector<double> best((size_t)(B / nb), 0.0);
+    beam_search(
+        cfg, B / nb, L, max_new, eos, pads, seqs, logits, result, best, [&](const auto& from) {
+          reorder(from, next_pos);
+          std::vector<int64_t> tok(B), one(B, 1), p(B);
+          for (int64_t r = 0; r < B; r++) tok[r] = seqs[r].back(), p[r] = next_pos[r]++;
+          auto t1 = clock::now();
+          Tensor out = step(tok, one, p, 1);
+          if (stats)
+            stats->step_seconds.push_back(std::chrono::duration<double>(clock::now() - t1).count());
+          return out;
+        });
     if (stats) stats->compiled_signatures = compiled_count_;
+    if (scores) scores->sum_logprobs = best;
     return result;
   }
   for (int64_t t = 0;; t++) {
@@ -788,12 +849,17 @@ std::vector<std::vector<int64_t>> Generator::generate(
       double u = cfg.do_sample ? unif(rng) : 0.0;
       const float* row = logits.data<float>() + r * V;
       if (processors) {
-        scores.assign(row, row + V);
-        process_logits(scores.data(), V, cfg, seqs[r], L - (int64_t)prompts[r].size(), t, eos,
+        processed.assign(row, row + V);
+        process_logits(processed.data(), V, cfg, seqs[r], L - (int64_t)prompts[r].size(), t, eos,
                        L + max_new);
-        row = scores.data();
+        row = processed.data();
       }
-      tok[r] = pick_token(row, V, cfg, u);
+      double logprob = 0;
+      tok[r] = pick_token(row, V, cfg, u, scores ? &logprob : nullptr);
+      if (scores) {
+        scores->sum_logprobs[(size_t)r] += logprob;
+        scores->counted[(size_t)r]++;
+      }
       result[r].push_back(tok[r]);
       if (processors) seqs[r].push_back(tok[r]);
       if (eos.count(tok[r])) done[r] = true;

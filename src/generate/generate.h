@@ -41,6 +41,20 @@ struct GenerationStats {
   int64_t compiled_signatures = 0;   // optimized graphs built (prefill + one per cache block)
 };
 
+// What generate() can report besides the tokens (its `scores` argument), per prompt, for Whisper's
+// temperature fallback (whisper_transcribe.h) as Transformers' output_scores gives it.
+struct GenerationScores {
+  // Greedy and sampling: the sum, over the new tokens (eos included), of each token's
+  // log-probability under the processed scores (the logits processors, and when sampling top-k /
+  // top-p, applied; the temperature undone), with `counted` tokens summed. Beam search: the best
+  // hypothesis' score (Transformers' sequences_scores: summed log-probabilities / length ^
+  // length_penalty), counted 0.
+  std::vector<double> sum_logprobs;
+  std::vector<int64_t> counted;
+  // (prompts, V): the raw logits after each prompt's last token (empty when max_new_tokens is 0)
+  Tensor first_logits;
+};
+
 class Generator {
  public:
   // `decoder` from build_hf_decoder_with_past, weights in its initializers; for an
@@ -57,7 +71,8 @@ class Generator {
   // An encoder–decoder needs `encoder_inputs` (the encoder graph's inputs, one row per prompt).
   std::vector<std::vector<int64_t>> generate(
       const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& cfg,
-      GenerationStats* stats = nullptr, const std::map<std::string, Tensor>& encoder_inputs = {});
+      GenerationStats* stats = nullptr, const std::map<std::string, Tensor>& encoder_inputs = {},
+      GenerationScores* scores = nullptr);
   bool is_encoder_decoder() const { return encoder_graph_ != nullptr; }
   // The encoder's graph (is_encoder_decoder() only).
   const ir::Graph& encoder_graph() const { return *encoder_graph_; }
@@ -95,7 +110,9 @@ class Generator {
 };
 
 // Picks the next token from one row of logits (V) as configured (greedy or sampled); `u` is a
-// uniform draw in [0, 1) used when sampling. Exposed for tests.
-int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u);
+// uniform draw in [0, 1) used when sampling. With `logprob`, also the token's log-probability
+// under the logits as sampling masks them (top-k / top-p), at temperature 1. Exposed for tests.
+int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u,
+                   double* logprob = nullptr);
 
 }  // namespace onyx::generate

@@ -127,6 +127,14 @@ void read_keys(const json& j, const std::string& what, WhisperPromptConfig& c) {
                ": condition_on_prev_tokens must be true or false");
     c.condition_on_prev_tokens = j["condition_on_prev_tokens"].get<bool>();
   }
+  for (auto [key, value] :
+       {std::pair{"compression_ratio_threshold", &c.compression_ratio_threshold},
+        std::pair{"logprob_threshold", &c.logprob_threshold},
+        std::pair{"no_speech_threshold", &c.no_speech_threshold}})
+    if (j.contains(key) && !j[key].is_null()) {
+      ONYX_CHECK(j[key].is_number(), what, ": ", key, " must be a number, got ", j[key].dump());
+      *value = j[key].get<double>();
+    }
   if (j.contains("forced_decoder_ids"))
     c.forced_decoder_ids = forced_ids(j["forced_decoder_ids"], what + ": forced_decoder_ids");
   c.language = text(j, "language", what);

@@ -29,6 +29,8 @@ struct WhisperPromptConfig {
   int64_t max_initial_timestamp_index = -1;  // -1: the key is absent (no limit)
   int64_t prev_sot_token_id = -1;            // <|startofprev|> (-1: absent)
   bool condition_on_prev_tokens = false;
+  // the temperature fallback's thresholds (whisper_fallback.h), when the file sets them
+  std::optional<double> compression_ratio_threshold, logprob_threshold, no_speech_threshold;
   std::string language, task;  // the config's own ("": none)
 };
 

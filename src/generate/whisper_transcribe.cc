@@ -52,23 +52,27 @@ int64_t split_segments(const std::vector<int64_t>& seq, int64_t tb, int64_t wind
   return single_ending ? window_frames : (seq[(size_t)last - 2] - tb) * kInputStride;
 }
 
-// The decoder prompts of one window's rows: prompt_ids then the row's prompt, or with
-// condition_on_prev_tokens (once row 0 has history, as Transformers checks it) <|startofprev|>,
-// the last max_target_positions / 2 - 1 tokens of the row's history — each segment without the
-// second timestamp of a closing pair — and the row's prompt.
+// The decoder prompts of one window's rows: prompt_ids then the row's prompt, or when a row is
+// conditioned on its history (`conditioned`: condition_on_prev_tokens and its last decoding at a
+// low temperature) and row 0 has history, as Transformers checks it, <|startofprev|>, the last
+// max_target_positions / 2 - 1 tokens of the conditioned rows' history — each segment without
+// the second timestamp of a closing pair — and the row's prompt.
 std::vector<std::vector<int64_t>> window_prompts(
     const std::vector<int64_t>& rows, const std::vector<std::vector<int64_t>>& prompts,
-    const std::vector<std::vector<std::vector<int64_t>>>& history, const WhisperWindows& w,
-    int64_t max_pos) {
+    const std::vector<std::vector<std::vector<int64_t>>>& history,
+    const std::vector<char>& conditioned, const WhisperWindows& w, int64_t max_pos) {
   std::vector<std::vector<int64_t>> out;
-  const bool condition = w.condition_on_prev_tokens && !history[0].empty();
+  const bool condition =
+      std::find(conditioned.begin(), conditioned.end(), 1) != conditioned.end() &&
+      !history[0].empty();
   for (int64_t r : rows) {
     std::vector<int64_t> p;
     if (!condition) {
       p = w.prompt_ids;
     } else {
       std::vector<int64_t> prev;
-      for (const auto& toks : history[(size_t)r]) {
+      static const std::vector<std::vector<int64_t>> kNone;
+      for (const auto& toks : conditioned[(size_t)r] ? history[(size_t)r] : kNone) {
         const bool pair_end =
             w.timestamp_begin >= 0 && toks.size() > 2 && toks[toks.size() - 2] >= w.timestamp_begin;
         prev.insert(prev.end(), toks.begin(), toks.end() - (pair_end ? 1 : 0));
@@ -114,6 +118,7 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
   for (int64_t f : frames)
     ONYX_CHECK(f >= 1 && f <= features.dim(2), "whisper_transcribe: a row of ", f,
                " frames in features of ", features.dim(2));
+  validate_whisper_fallback(w.fallback, c.vocab_size);
   const int64_t window = 2 * c.s2s.max_source_positions, tb = w.timestamp_begin;
   const int64_t max_pos = c.max_position_embeddings;  // max_target_positions
   std::vector<WhisperTranscript> out((size_t)B);
@@ -122,6 +127,8 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
   // each row's decoded tokens per segment, for condition_on_prev_tokens: prompt_ids' text first
   // (without <|startofprev|>), as Transformers' "first-segment" prompt
   std::vector<std::vector<std::vector<int64_t>>> history((size_t)B);
+  std::vector<char> conditioned((size_t)B, w.condition_on_prev_tokens ? 1 : 0);
+  uint64_t draws = 0;  // sampled passes so far
   if (!w.prompt_ids.empty())
     for (auto& h : history)
       h.push_back(std::vector<int64_t>(
@@ -136,10 +143,13 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
         count.push_back(std::min(frames[r] - seek[r], window));
       }
     if (rows.empty()) break;
-    const auto row_prompts = window_prompts(rows, prompts, history, w, max_pos);
-    const auto res =
-        gen.generate(row_prompts, cfg, stats,
-                     {{"input_features", whisper_window(features, rows, at, count, window)}});
+    const auto row_prompts = window_prompts(rows, prompts, history, conditioned, w, max_pos);
+    std::vector<int64_t> sot_index;  // where each row's own prompt starts
+    for (size_t i = 0; i < rows.size(); i++)
+      sot_index.push_back((int64_t)(row_prompts[i].size() - prompts[(size_t)rows[i]].size()));
+    const auto res = decode_window(gen, row_prompts, sot_index,
+                                   whisper_window(features, rows, at, count, window), cfg,
+                                   w.fallback, stats, draws);
     // Transformers raises max_length by the prompt's length (up to max_target_positions / 2 - 1)
     // at every window, so later windows may run longer (each window: Generator's own adjustment)
     if (cfg.max_new_tokens < 0) {
@@ -148,7 +158,12 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
       cfg.max_length = std::min(cfg.max_length + std::min(max_pos / 2 - 1, (int64_t)L), max_pos);
     }
     for (size_t i = 0; i < rows.size(); i++) {
-      std::vector<int64_t> seq = res[i];
+      conditioned[(size_t)rows[i]] = w.condition_on_prev_tokens && res[i].temperature < 0.5;
+      if (res[i].skip) {  // unlikely and silent: the next window after this one
+        seek[rows[i]] += count[i];
+        continue;
+      }
+      std::vector<int64_t> seq = res[i].tokens;
       if (!seq.empty() && eos.count(seq.back())) seq.pop_back();
       const double offset = (double)seek[rows[i]] * kTimePrecision / kInputStride;
       std::vector<WhisperSegment>& segs = out[(size_t)rows[i]].segments;
@@ -162,8 +177,13 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
         segs.push_back({offset, offset + (double)count[i] * (double)kFeaturePrecision, seq});
         seek[rows[i]] += count[i];
       }
-      for (size_t k = before; k < segs.size(); ++k)
+      for (size_t k = before; k < segs.size(); ++k) {
+        segs[k].temperature = res[i].temperature;
+        segs[k].avg_logprob = res[i].avg_logprob;
+        segs[k].compression_ratio = res[i].compression_ratio;
+        segs[k].no_speech_prob = res[i].no_speech_prob;
         history[(size_t)rows[i]].push_back(segs[k].tokens);
+      }
     }
   }
   for (WhisperTranscript& t : out)

@@ -6,19 +6,26 @@
 // after it) or had no timestamp pair. Without timestamps a window is one segment and the next
 // starts after it. Every window's decoder prompt is the row's prompt, after prompt_ids when given
 // — or, with condition_on_prev_tokens, after <|startofprev|> and the last max_target_positions /
-// 2 - 1 tokens decoded so far (prompt_ids' text first), rows left-padded. Temperature fallback
-// and the compression-ratio / log-probability / no-speech thresholds are not built.
+// 2 - 1 tokens decoded so far (prompt_ids' text first), rows left-padded. Each window is decoded
+// with the temperature fallback and its compression-ratio / log-probability / no-speech
+// thresholds when they are given (whisper_fallback.h); a row decoded at a temperature of 0.5 or
+// more is not conditioned on its history at the next window, and a skipped window leaves no
+// segment.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "generate/generate.h"
+#include "generate/whisper_fallback.h"
 
 namespace onyx::generate {
 
 struct WhisperSegment {
   double start = 0, end = 0;    // seconds from the start of the audio
   std::vector<int64_t> tokens;  // timestamps included
+  // its window's decoding (whisper_fallback.h): the temperature that decoded it and the values
+  // the thresholds compare (no_speech_prob NaN unless no_speech_threshold is set)
+  double temperature = 0, avg_logprob = NAN, compression_ratio = NAN, no_speech_prob = NAN;
 };
 
 struct WhisperTranscript {
@@ -34,6 +41,7 @@ struct WhisperWindows {
   std::vector<int64_t> prompt_ids;  // generate(prompt_ids=): <|startofprev|> and text tokens
   bool condition_on_prev_tokens = false;
   int64_t prev_sot_token_id = -1;  // <|startofprev|> (-1: none put before the history)
+  WhisperFallback fallback;
 };
 
 // `features` (B, mel, frames): rows of Whisper input features, row r's audio in its first

@@ -105,7 +105,9 @@ struct GenerateOpts {
   // Decoding flags: set only when given (CLI11 leaves an absent optional empty), so that any
   // value given, -3 included, reaches the validation instead of reading as "absent".
   std::optional<int64_t> max_new_tokens, top_k, no_repeat_ngram_size, min_new_tokens, num_beams;
-  std::optional<double> temperature, top_p, repetition_penalty;
+  std::optional<double> top_p, repetition_penalty;
+  std::vector<double> temperature;  // one: sampling's; several: Whisper's fallback temperatures
+  std::optional<double> compression_ratio_threshold, logprob_threshold, no_speech_threshold;
   int64_t batch_size = 8;
   uint64_t seed = 0;
   bool do_sample = false, greedy = false, timings = false, chat = false;
@@ -119,7 +121,11 @@ void add_decoding_options(CLI::App* cmd, GenerateOpts& o) {
   cmd->add_flag("--do_sample,--do-sample", o.do_sample,
                 "sample (implied by --temperature, --top_k or --top_p)");
   cmd->add_flag("--greedy", o.greedy, "greedy decoding even if generation_config.json samples");
-  cmd->add_option("--temperature", o.temperature, "sampling temperature (0: greedy)");
+  cmd->add_option("--temperature", o.temperature,
+                  "sampling temperature (0: greedy); Whisper: several, comma-separated (0,0.2,"
+                  "0.4,0.6,0.8,1), are the temperature fallback's, as generate(temperature=(...)): "
+                  "a window failing a threshold below is decoded again at the next")
+      ->delimiter(',');
   cmd->add_option("--top_k,--top-k", o.top_k, "keep the k most likely tokens (0: all; default 50)");
   cmd->add_option("--top_p,--top-p", o.top_p, "nucleus sampling: smallest set with this mass");
   cmd->add_option("--seed", o.seed, "sampling seed (default 0)");
@@ -169,6 +175,16 @@ void add_prompt_options(CLI::App* cmd, GenerateOpts& o) {
                 "far (long-form audio), as generate(condition_on_prev_tokens=True)");
   cmd->add_flag("--return_timestamps,--return-timestamps", o.return_timestamps,
                 "Whisper: segments with their start and end times (always for audio over 30 s)");
+  cmd->add_option("--compression_ratio_threshold,--compression-ratio-threshold",
+                  o.compression_ratio_threshold,
+                  "Whisper: a window whose tokens compress (zlib) by more than this is decoded "
+                  "again at the next --temperature (1.35 is usual)");
+  cmd->add_option("--logprob_threshold,--logprob-threshold", o.logprob_threshold,
+                  "Whisper: a window whose tokens' average log-probability is below this is "
+                  "decoded again at the next --temperature (-1.0 is usual)");
+  cmd->add_option("--no_speech_threshold,--no-speech-threshold", o.no_speech_threshold,
+                  "Whisper: a window below --logprob_threshold whose <|nospeech|> probability is "
+                  "above this is skipped as silence (0.6 is usual)");
 }
 
 void add_output_options(CLI::App* cmd, GenerateOpts& o) {
@@ -238,10 +254,19 @@ generate::GenerationConfig decoding_config(const GenerateOpts& o, const generate
   if (cfg.eos_token_ids.empty() && tok && tok->eos_id()) cfg.eos_token_ids = {*tok->eos_id()};
   if (o.max_new_tokens) cfg.max_new_tokens = *o.max_new_tokens;
   cfg.length_given |= o.max_new_tokens.has_value();
-  if (o.do_sample || o.temperature || o.top_k || o.top_p) cfg.do_sample = true;
+  // several temperatures are Whisper's fallback (whisper_fallback_options), set per pass
+  const std::optional<double> temperature =
+      o.temperature.size() == 1 ? std::optional<double>(o.temperature[0]) : std::nullopt;
+  ONYX_CHECK(gen.config().model_type == "whisper" ||
+                 (o.temperature.size() <= 1 && !o.compression_ratio_threshold &&
+                  !o.logprob_threshold && !o.no_speech_threshold),
+             "generate: several --temperature values and the --compression_ratio_threshold / "
+             "--logprob_threshold / --no_speech_threshold flags are Whisper's temperature "
+             "fallback");
+  if (o.do_sample || temperature || o.top_k || o.top_p) cfg.do_sample = true;
   if (o.greedy) cfg.do_sample = false;
-  if (o.temperature) cfg.temperature = *o.temperature;
-  if (o.temperature && *o.temperature == 0) cfg.do_sample = false;  // documented: greedy
+  if (temperature) cfg.temperature = *temperature;
+  if (temperature && *temperature == 0) cfg.do_sample = false;  // documented: greedy
   if (o.top_k) cfg.top_k = *o.top_k;
   if (o.top_p) cfg.top_p = *o.top_p;
   if (o.repetition_penalty) cfg.repetition_penalty = *o.repetition_penalty;
@@ -449,6 +474,20 @@ std::vector<std::vector<int64_t>> decoder_prompts(const GenerateOpts& o, generat
   return prompts;
 }
 
+// Whisper's temperature fallback (generate/whisper_fallback.h): several --temperature values, and
+// the thresholds from the flags over generation_config.json's.
+generate::WhisperFallback whisper_fallback(const GenerateOpts& o,
+                                           const generate::WhisperPromptConfig& w) {
+  generate::WhisperFallback f;
+  if (o.temperature.size() > 1) f.temperatures = o.temperature;
+  f.compression_ratio_threshold =
+      o.compression_ratio_threshold ? o.compression_ratio_threshold : w.compression_ratio_threshold;
+  f.logprob_threshold = o.logprob_threshold ? o.logprob_threshold : w.logprob_threshold;
+  f.no_speech_threshold = o.no_speech_threshold ? o.no_speech_threshold : w.no_speech_threshold;
+  f.no_speech_token_id = w.no_timestamps_token_id >= 1 ? w.no_timestamps_token_id - 1 : -1;
+  return f;
+}
+
 // Whisper's transcription of `audio` window by window (whisper_audio.h): each file's tokens (no
 // eos, as Transformers 5 returns them), its text and, with timestamps or audio over 30 s, its
 // segments [{start, end, text}] to the sink.
@@ -457,14 +496,16 @@ int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
                               const generate::WhisperPromptConfig& whisper,
                               const std::vector<WhisperAudio>& audio,
                               const tokenizers::Tokenizer* tok, int64_t start) {
-  ONYX_CHECK(o.decoder_prompt_ids.empty(), "generate: --return_timestamps and audio over 30 s ",
-             "decode with Whisper's own prompt (--language / --task): drop --decoder_prompt_ids");
+  ONYX_CHECK(o.decoder_prompt_ids.empty(),
+             "generate: --return_timestamps, the temperature fallback and audio over 30 s decode "
+             "with Whisper's own prompt (--language / --task): drop --decoder_prompt_ids");
   const TranscribeOptions opts{o.language,
                                o.task,
                                o.return_timestamps || whisper.return_timestamps,
                                o.batch_size,
                                whisper_previous_text(o, tok),
-                               o.condition_on_prev_tokens || whisper.condition_on_prev_tokens};
+                               o.condition_on_prev_tokens || whisper.condition_on_prev_tokens,
+                               whisper_fallback(o, whisper)};
   GenerateTotals total;
   const auto t0 = std::chrono::steady_clock::now();
   const auto files = transcribe_files(gen, cfg, whisper, start, audio, opts, &total.stats);
@@ -480,13 +521,22 @@ int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
   CompletionSink sink(o.output, tok, files.size() > 1);
   bool long_form = false;
   for (const WhisperAudio& a : audio) long_form |= a.long_form();
+  const bool fallback = !opts.fallback.temperatures.empty() || opts.fallback.scores_needed();
   for (const FileTranscript& f : files) {
-    nlohmann::json segments = opts.timestamps || long_form ? nlohmann::json::array() : nullptr;
-    for (const auto& s : f.transcript.segments)
-      if (!segments.is_null())
-        segments.push_back({{"start", centiseconds(s.start)},
+    nlohmann::json segments =
+        opts.timestamps || long_form || fallback ? nlohmann::json::array() : nullptr;
+    for (const auto& s : f.transcript.segments) {
+      if (segments.is_null()) continue;
+      // the window's decoding, as OpenAI's whisper reports it per segment (NaN: null)
+      nlohmann::json seg = {{"start", centiseconds(s.start)},
                             {"end", centiseconds(s.end)},
-                            {"text", tok ? tok->decode(text_ids(s.tokens)) : ""}});
+                            {"text", tok ? tok->decode(text_ids(s.tokens)) : ""},
+                            {"temperature", s.temperature},
+                            {"avg_logprob", s.avg_logprob},
+                            {"compression_ratio", s.compression_ratio}};
+      if (!std::isnan(s.no_speech_prob)) seg["no_speech_prob"] = s.no_speech_prob;
+      segments.push_back(std::move(seg));
+    }
     total.generated += (int64_t)f.transcript.tokens.size();
     sink.write(Prompt{}, f.prompt, f.transcript.tokens, text_ids(f.transcript.tokens), segments);
   }
@@ -525,7 +575,9 @@ bool whisper_windowed(const GenerateOpts& o, const models::HfConfig& c,
   ONYX_CHECK(!o.return_timestamps || c.model_type == "whisper",
              "generate: --return_timestamps is Whisper's");
   if (c.model_type != "whisper") return false;
-  return o.return_timestamps || w.return_timestamps ||
+  const generate::WhisperFallback f = whisper_fallback(o, w);
+  return o.return_timestamps || w.return_timestamps || !f.temperatures.empty() ||
+         f.scores_needed() ||
          (w.no_timestamps_token_id >= 0 && w.no_timestamps_token_id + 1 < c.vocab_size);
 }
 

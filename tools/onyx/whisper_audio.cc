@@ -84,6 +84,7 @@ std::vector<FileTranscript> transcribe_batch(generate::Generator& gen,
   w.timestamp_begin = whisper.no_timestamps_token_id >= 0 ? whisper.no_timestamps_token_id + 1 : -1;
   w.prompt_ids = o.previous;
   w.condition_on_prev_tokens = o.condition_on_prev_tokens;
+  w.fallback = o.fallback;
   // <|startofprev|>: the config's, else (as Transformers) the second-last suppressed token
   w.prev_sot_token_id = whisper.prev_sot_token_id >= 0 ? whisper.prev_sot_token_id
                         : cfg.suppress_tokens.size() >= 2

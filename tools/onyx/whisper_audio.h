@@ -33,6 +33,7 @@ struct TranscribeOptions {
   int64_t batch_size = 8;
   std::vector<int64_t> previous;  // a previous-text prompt before every window's (prompt_ids)
   bool condition_on_prev_tokens = false;  // each window after the text decoded so far
+  generate::WhisperFallback fallback;     // temperatures and thresholds (none: one pass)
 };
 struct FileTranscript {
   std::vector<int64_t> prompt;  // the decoder prompt (the same for every window)
