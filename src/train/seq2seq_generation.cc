@@ -6,13 +6,17 @@
 // sequences (the start token, the new tokens, finished rows padded with pad_token_id to the batch's
 // longest, and every row to the generation config's max_length when shorter; Whisper's without the
 // start token, as its generate() strips the decoder prompt), joined across batches padded with
-// -100.
+// -100. A Whisper whose vocabulary has timestamp tokens decodes as Transformers 5's generate()
+// does even without timestamps: a window whose tokens hold a timestamp pair is split there and
+// decoded again from the pair (generate/whisper_transcribe.h); its prediction is the segments'
+// tokens, without the eos.
 #include <algorithm>
 #include <filesystem>
 
 #include "data/dataset.h"
 #include "generate/generate.h"
 #include "generate/whisper_prompt.h"
+#include "generate/whisper_transcribe.h"
 #include "train/trainer_internal.h"
 
 namespace onyx {
@@ -39,6 +43,23 @@ std::vector<int64_t> reference(const Tensor& labels, int64_t r) {
   std::vector<int64_t> out;
   for (int64_t t = 0; t < T; t++)
     if (l[t] != -100) out.push_back(l[t]);
+  return out;
+}
+
+// Whisper's window-by-window decoding of one eval batch (a model with timestamp tokens): each
+// row's segments' tokens.
+std::vector<std::vector<int64_t>> whisper_windows(generate::Generator& gen,
+                                                  const std::map<std::string, Tensor>& enc,
+                                                  const std::vector<std::vector<int64_t>>& prompts,
+                                                  const generate::GenerationConfig& cfg,
+                                                  int64_t timestamp_begin) {
+  const Tensor& features = enc.at("input_features");
+  generate::WhisperWindows w;
+  w.timestamp_begin = timestamp_begin;
+  const std::vector<int64_t> frames((size_t)features.dim(0), features.dim(2));
+  std::vector<std::vector<int64_t>> out;
+  for (auto& t : generate::whisper_transcribe(gen, features, frames, prompts, cfg, w))
+    out.push_back(std::move(t.tokens));
   return out;
 }
 
@@ -69,6 +90,11 @@ Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::G
   ONYX_CHECK(!whisper.return_timestamps,
              "predict_with_generate: generation_config.json sets return_timestamps; onyx's "
              "Seq2SeqTrainer generates without timestamps (set it false)");
+  // timestamp tokens after <|notimestamps|>: Transformers splits windows at their pairs
+  const int64_t timestamp_begin =
+      whisper.no_timestamps_token_id >= 0 && whisper.no_timestamps_token_id + 1 < mc.vocab_size
+          ? whisper.no_timestamps_token_id + 1
+          : -1;
   std::vector<std::vector<int64_t>> rows;
   train::GenerationScore score;
   for (auto& idx :
@@ -82,7 +108,8 @@ Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::G
       prompts = generate::whisper_prompts(whisper, start, "", "", false, (int64_t)idx.size(), [&] {
         return generate::detect_whisper_languages(gen, whisper, start, enc);
       });
-    auto out = gen.generate(prompts, cfg, nullptr, enc);
+    auto out = timestamp_begin >= 0 ? whisper_windows(gen, enc, prompts, cfg, timestamp_begin)
+                                    : gen.generate(prompts, cfg, nullptr, enc);
     size_t longest = 0;
     for (auto& o : out) longest = std::max(longest, o.size() + (keeps_start ? 1 : 0));
     for (size_t r = 0; r < out.size(); r++) {

@@ -2143,13 +2143,18 @@ def case_seq2seq_trainer(onyx, tmp):
     with gradient_accumulation_steps 2 (Transformers sums the micro-batches' mean losses for these
     models: matched), predict_with_generate's eval metrics from compute_metrics over the generated
     ids and predict()'s ids, greedy and evaluate(num_beams=3, max_length=6); a multilingual
-    Whisper's generation config makes the prompt (language detected per row)."""
+    Whisper's generation config makes the prompt (language detected per row); a Whisper with
+    timestamp tokens (41..63, after <|notimestamps|> = 40): Transformers 5 splits a window at a
+    timestamp pair its tokens hold and decodes again from the pair, which some rows show."""
     import copy
     import torch
     import transformers
     out = []
-    for kind in ("bart", "whisper", "whisper-multilingual", "t5"):
+    for kind in ("bart", "whisper", "whisper-multilingual", "whisper-timestamps", "t5"):
         model, ds = tiny_seq2seq(kind.split("-")[0])
+        if kind == "whisper-timestamps":  # rows opening with a timestamp pair, learnt
+            model.generation_config.no_timestamps_token_id = 40
+            ds = ds.map(lambda r: {"labels": [42, 42] + r["labels"][:-2]})
         if kind == "whisper-multilingual":  # its prompt: detected language, task, notimestamps
             g = model.generation_config
             g.lang_to_id = {"<|en|>": 58, "<|de|>": 59, "<|fr|>": 60}
@@ -2202,6 +2207,10 @@ def case_seq2seq_trainer(onyx, tmp):
             assert e_ref["eval_first_token_match"] == e_got["eval_first_token_match"]
         p_ref, p_got = ref.predict(evals), t.predict(evals)
         assert (np.asarray(p_ref.predictions) == p_got.predictions).all(), f"{kind}: predict ids"
+        if kind == "whisper-timestamps":  # the case needs rows that were split
+            pairs = sum(1 for row in p_got.predictions for x, y in zip(row, row[1:])
+                        if x > 40 and y > 40)
+            assert pairs > 0, f"no timestamp pair in the predictions: {p_got.predictions}"
         out.append(f"{kind}: 4 losses within {worst:.1e}, generated ids {a.shape} = HF's "
                    "(greedy, 3 beams)")
     return "; ".join(out)
