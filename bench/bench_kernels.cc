@@ -284,9 +284,10 @@ void bm_matmul_4bit(benchmark::State& state, int64_t N, int64_t K, bool transB, 
   set_flops(state, 2.0 * M * N * K);
 }
 
-// Conv node (NCHW), e.g. a ViT patch embedding or a ResNet 3x3 layer.
+// Conv node (NCHW), e.g. a ViT patch embedding or a ResNet 3x3 layer; bf16: as mixed precision
+// runs it (RunOptions::bf16_gemm: operands rounded to bf16, float32 accumulation).
 void bm_conv_node(benchmark::State& state, int64_t N, int64_t C, int64_t H, int64_t M, int64_t k,
-                  int64_t stride, int64_t pad) {
+                  int64_t stride, int64_t pad, bool bf16) {
   onyx::ir::Node node;
   node.op_type = "Conv";
   node.inputs = {"x", "w"};
@@ -304,8 +305,10 @@ void bm_conv_node(benchmark::State& state, int64_t N, int64_t C, int64_t H, int6
   auto w =
       onyx::Tensor::from_vector(onyx::DType::Float32, {M, C, k, k}, random_vec(M * C * k * k, 2));
   int64_t OH = (H + 2 * pad - k) / stride + 1;
+  onyx::runtime::RunOptions opts;
+  opts.bf16_gemm = bf16;
   for (auto _ : state) {
-    auto out = onyx::runtime::run_node(node, 17, {x, w});
+    auto out = onyx::runtime::run_node(node, 17, {x, w}, opts);
     benchmark::DoNotOptimize(out[0].raw());
   }
   set_flops(state, 2.0 * N * M * OH * OH * C * k * k);
@@ -683,12 +686,23 @@ void register_all() {
             ->Unit(benchmark::kMillisecond)
             ->Apply(time_mode);
   benchmark::RegisterBenchmark("conv_node/patch16_1x3x224_to_768", bm_conv_node, 1, 3, 224, 768, 16,
-                               16, 0)
+                               16, 0, false)
       ->Unit(benchmark::kMillisecond)
       ->Apply(time_mode);
-  benchmark::RegisterBenchmark("conv_node/3x3_8x64x56_to_64", bm_conv_node, 8, 64, 56, 64, 3, 1, 1)
+  benchmark::RegisterBenchmark("conv_node/3x3_8x64x56_to_64", bm_conv_node, 8, 64, 56, 64, 3, 1, 1,
+                               false)
       ->Unit(benchmark::kMillisecond)
       ->Apply(time_mode);
+  // the Fashion UNet's (bench/diffusion_bench.py) 3x3 convolutions, float32 and bf16
+  for (auto [C, H, M] : {std::array<int64_t, 3>{32, 28, 32}, {64, 14, 64}, {64, 7, 64}})
+    for (bool bf16 : {false, true})
+      benchmark::RegisterBenchmark(
+          ("conv_node/unet_3x3_64x" + std::to_string(C) + "x" + std::to_string(H) + "_to_" +
+           std::to_string(M) + (bf16 ? "/bf16" : "/f32"))
+              .c_str(),
+          bm_conv_node, 64, C, H, M, 3, 1, 1, bf16)
+          ->Unit(benchmark::kMillisecond)
+          ->Apply(time_mode);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 PyTorch 2.13 eager and torch.compile running diffusers' own module, side by side in one run.
 
   build/venv/bin/python bench/diffusion_bench.py [--models fashion,sd-blocks] [--steps 3]
-      [--warmup 2] [--threads 0] [--out build/bench-diffusion]
+      [--warmup 2] [--threads 0] [--out build/bench-diffusion] [--bf16]
 
 The models (diffusers' UNet2DModel, random init, saved with save_pretrained):
   fashion    examples/fashion_diffusion/unet/config.json — the example's class-conditional UNet
@@ -20,13 +20,17 @@ steps (graph building cancels out); PyTorch's is the median of the steps after t
 (for torch.compile, after its compilation in the warmup steps). Peak RSS: GNU time's maximum
 resident set size. Also the float32 GEMM ceiling of this run (onyx_bench gemm_ceiling/f32) and
 the convolution FLOPs of a step, to read the rates against. Prints a Markdown table and writes
-OUT/diffusion_results.json.
+OUT/diffusion_results.json. With --bf16 each model also runs in mixed precision: onyx with bf16: true
+against PyTorch's CPU autocast to bfloat16 around the forward and the loss (what accelerate's
+mixed_precision="bf16" does in diffusers' scripts), eager and compiled, with the bf16 GEMM ceiling
+beside (a CPU without AVX512_BF16 or AMX runs bf16 emulated: compare it there as such).
 """
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_bench as tb  # noqa: E402
 from seq2seq_bench import bench_setup, gemm_ceiling, peer_rows  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,6 +41,7 @@ import torch.nn.functional as F
 from diffusers import DDPMScheduler, UNet2DModel
 from safetensors.numpy import load_file
 folder, data, steps, warmup, threads, compiled, B = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1", int(sys.argv[7])
+bf16 = sys.argv[8:] == ["bf16"]
 if threads > 0: torch.set_num_threads(threads)
 m = UNet2DModel.from_pretrained(folder); m.train()
 sched = DDPMScheduler()
@@ -49,8 +54,9 @@ for s in range(warmup + steps):
     b = {k: torch.tensor(v[s * B:(s + 1) * B]) for k, v in d.items()}
     t0 = time.perf_counter()
     noisy = sched.add_noise(b["pixel_values"], b["noise"], b["timesteps"])
-    pred = fwd(noisy, b["timesteps"], class_labels=b.get("class_labels")).sample
-    loss = F.mse_loss(pred.float(), b["noise"].float())
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        pred = fwd(noisy, b["timesteps"], class_labels=b.get("class_labels")).sample
+        loss = F.mse_loss(pred.float(), b["noise"].float())
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step(); opt.zero_grad(set_to_none=True)
@@ -114,7 +120,8 @@ def make_model(kind, tmp, total, rng):
 
 
 def main():
-    a, tmp, threads, env = bench_setup("diffusion", "fashion,sd-blocks")
+    a, tmp, threads, env = bench_setup("diffusion", "fashion,sd-blocks",
+                                       [("--bf16", dict(action="store_true"))])
     import numpy as np
     results = {}
     for kind in a.models.split(","):
@@ -124,7 +131,14 @@ def main():
         best = min(rows[1]["step_s"], rows[2]["step_s"])
         results[kind] = {"params": n, "shape": shape, "rows": rows, "conv_gflop_per_step":
                          flops / 1e9, "speedup_vs_best_torch": best / rows[0]["step_s"]}
-    ceiling = gemm_ceiling(env)
+        if a.bf16:
+            half = peer_rows(kind, folder, data, B, a, threads, env, tmp, TORCH_SCRIPT, bf16=True)
+            results[kind]["rows"] += half
+            results[kind]["bf16_speedup_vs_best_torch"] = (
+                min(half[1]["step_s"], half[2]["step_s"]) / half[0]["step_s"])
+            results[kind]["bf16_over_fp32"] = rows[0]["step_s"] / half[0]["step_s"]
+    ceiling = tb.gemm_ceilings(os.path.join(ROOT, "build", "onyx_bench"),
+                               "gemm_ceiling/(f32|bf16)/", env) if a.bf16 else gemm_ceiling(env)
     for kind, r in results.items():
         print(f"\n{kind}: {r['params'] / 1e6:.1f}M parameters, {r['shape']}, {threads} threads, "
               f"{a.steps} steady steps, {r['conv_gflop_per_step']:.1f} GFLOP of convolutions "
@@ -137,8 +151,12 @@ def main():
                   f"{row['losses'][0]:.4f} → {row['losses'][-1]:.4f} |")
         print(f"\nonyx vs the better of PyTorch eager and torch.compile: "
               f"{r['speedup_vs_best_torch']:.2f}× (> 1: onyx faster)")
+        if "bf16_speedup_vs_best_torch" in r:
+            print(f"onyx bf16 vs the better PyTorch autocast peer: "
+                  f"{r['bf16_speedup_vs_best_torch']:.2f}×; onyx bf16 over onyx float32: "
+                  f"{r['bf16_over_fp32']:.2f}×")
     if ceiling:
-        print("\nfloat32 GEMM ceiling this run (GFLOP/s): " +
+        print("\nGEMM ceilings this run (GFLOP/s): " +
               ", ".join(f"{k} {v:.0f}" for k, v in ceiling.items()))
     with open(os.path.join(a.out, "diffusion_results.json"), "w") as f:
         json.dump({"threads": threads, "models": results, "gemm_ceiling_gflops": ceiling}, f,

@@ -106,15 +106,18 @@ def make_model(kind, tmp, total, rng):
     return folder, path, B, n, shape
 
 
-def onyx_step(folder, data, B, steps, warmup, threads, env, tmp):
-    """onyx's steady s/step (difference of two runs), its losses and peak RSS."""
+def onyx_step(folder, data, B, steps, warmup, threads, env, tmp, bf16=False):
+    """onyx's steady s/step (difference of two runs), its losses and peak RSS; `bf16`: the run
+    config's bf16 (mixed precision)."""
     runs = {}
     for n in (warmup, warmup + steps):
-        out = os.path.join(tmp, f"onyx-{os.path.basename(folder)}-{n}")
+        out = os.path.join(tmp, f"onyx-{os.path.basename(folder)}-{n}{'-bf16' if bf16 else ''}")
         c = {"model": folder, "train_data": data, "output_dir": out, "max_steps": n,
              "per_device_train_batch_size": B, "learning_rate": 1e-4, "weight_decay": 0.0,
              "max_grad_norm": 1.0, "lr_scheduler_type": "constant", "logging_steps": 1,
              "save_strategy": "no", "disable_tqdm": True, "train_sampling_strategy": "sequential"}
+        if bf16:
+            c["bf16"] = True
         with open(out + ".yaml", "w") as f:
             for k, v in c.items():
                 f.write(f"{k}: {json.dumps(v)}\n")
@@ -126,17 +129,20 @@ def onyx_step(folder, data, B, steps, warmup, threads, env, tmp):
     return step, runs[warmup + steps][1], runs[warmup + steps][2]
 
 
-def peer_rows(kind, folder, data, B, a, threads, env, tmp, torch_script):
+def peer_rows(kind, folder, data, B, a, threads, env, tmp, torch_script, bf16=False):
     """onyx, PyTorch eager and torch.compile on the same model and batches: one row each
     (peer, step_s, rss_mib, losses). `torch_script` takes folder, data, steps, warmup, threads,
-    compiled (0/1), batch size and prints {"step_s", "losses"} as its last line."""
-    rows = []
-    step, losses, rss = onyx_step(folder, data, B, a.steps, a.warmup, threads, env, tmp)
-    rows.append({"peer": "onyx", "step_s": step, "rss_mib": rss, "losses": losses})
-    print(f"{kind} onyx: {step:.3f} s/step", flush=True)
+    compiled (0/1), batch size (and with `bf16` a last "bf16": CPU autocast to bfloat16) and
+    prints {"step_s", "losses"} as its last line; onyx then trains with bf16: true."""
+    rows, tag = [], " bf16" if bf16 else ""
+    step, losses, rss = onyx_step(folder, data, B, a.steps, a.warmup, threads, env, tmp, bf16)
+    rows.append({"peer": "onyx" + tag, "step_s": step, "rss_mib": rss, "losses": losses})
+    print(f"{kind} onyx{tag}: {step:.3f} s/step", flush=True)
     for name, compiled in (("torch eager", "0"), ("torch.compile", "1")):
+        name += " autocast" if bf16 else ""
         out, rss = timed([sys.executable, "-c", torch_script, folder, data, str(a.steps),
-                          str(a.warmup), str(threads), compiled, str(B)], env)
+                          str(a.warmup), str(threads), compiled, str(B)] + (["bf16"] if bf16 else []),
+                         env)
         r = json.loads(out.strip().splitlines()[-1])
         rows.append({"peer": name, "step_s": r["step_s"], "rss_mib": rss, "losses": r["losses"],
                      "flops": r.get("flops", 0)})
@@ -166,10 +172,13 @@ def print_ceiling_bound(rows, ceiling):
           f"{flops / 1e9 / onyx:.0f} GFLOP/s ({bound / onyx:.0%} of the ceiling)")
 
 
-def bench_setup(name, models):
-    """The benches' command line (--models, --steps, --warmup, --threads, --out) and what it
-    sets up: (args, a temporary folder under --out, threads, the environment for the peers)."""
+def bench_setup(name, models, more=()):
+    """The benches' command line (--models, --steps, --warmup, --threads, --out, and `more`:
+    (flag, add_argument keywords) pairs) and what it sets up: (args, a temporary folder under
+    --out, threads, the environment for the peers)."""
     ap = argparse.ArgumentParser()
+    for flag, kw in more:
+        ap.add_argument(flag, **kw)
     ap.add_argument("--models", default=models)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)

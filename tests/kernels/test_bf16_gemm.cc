@@ -391,8 +391,9 @@ TEST(Bf16Gemm, Bf16InputsAreTheFloat32OpOnWidenedValues) {
 // Conv, ConvGradInput, ConvGradWeight and ConvTranspose under bf16_gemm (mixed precision, as
 // autocast runs conv): the float32 ops on the bf16-rounded operands (float32 accumulation, so
 // within float32 summation error of them: on the widened path the same bits), and measurably off
-// the unrounded float32 ops. A ViT patch embedding (kernel = stride 4) and a padded 3x3 conv with
-// groups.
+// the unrounded float32 ops. A ViT patch embedding (kernel = stride 4), a padded 3x3 conv with
+// groups, and a 3x3 conv of 16 channels over 1,024 output positions, which every pass runs on
+// oneDNN's blocked layouts (conv_onednn.h: its bf16 convolutions where the CPU has AVX512_BF16).
 TEST(Bf16Gemm, ConvAndItsGradientsTakeBf16RoundedOperands) {
   struct Case {
     Shape x, w;
@@ -400,7 +401,8 @@ TEST(Bf16Gemm, ConvAndItsGradientsTakeBf16RoundedOperands) {
     int64_t group;
   };
   const Case cases[] = {{{3, 3, 16, 16}, {8, 3, 4, 4}, {4, 4}, {0, 0, 0, 0}, 1},
-                        {{2, 4, 9, 7}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, 2}};
+                        {{2, 4, 9, 7}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, 2},
+                        {{4, 16, 16, 16}, {16, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1}};
   runtime::RunOptions mixed;
   mixed.bf16_gemm = true;
   auto rel = [](const Tensor& got, const Tensor& want) {

@@ -222,8 +222,10 @@ void run_conv(const CachedConv& e, const void* X, const void* W, const float* B,
 }
 
 void conv_f32(const ConvGeom& g, const float* X, const float* W, const float* B, float* Y) {
-  if (conv_onednn::preferred(g, conv_onednn::Pass::Forward))
-    return conv_onednn::forward(g, X, W, B, Y);
+  if (conv_onednn::preferred(g, conv_onednn::Pass::Forward)) {
+    conv_onednn::forward(g, X, W, B, Y);
+    return;
+  }
   run_conv(*get_conv(g, B != nullptr), X, W, B, Y);
 }
 
@@ -234,7 +236,11 @@ void conv_f32(const ConvGeom& g, const float* X, const float* W, const float* B,
 // same products, a different accumulation order.
 void conv_low_precision(kernels::LowPrecision lp, const ConvGeom& g, const float* X, int64_t nx,
                         const float* W, int64_t nw, const float* B, float* Y) {
-  if (lp == kernels::LowPrecision::Bf16 && kernels::bf16_gemm_native())
+  const bool native = lp == kernels::LowPrecision::Bf16 && kernels::bf16_gemm_native();
+  if (native && conv_onednn::preferred(g, conv_onednn::Pass::Forward) &&
+      conv_onednn::forward(g, X, W, B, Y, /*bf16=*/true))
+    return;
+  if (native)
     if (auto e = get_conv(g, B != nullptr, /*bf16=*/true)) {
       std::vector<uint16_t> xh((size_t)nx), wh((size_t)nw);
       kernels::f32_to_bf16(X, xh.data(), nx);
@@ -426,10 +432,14 @@ ConvG conv_g(const ir::Node& node, const Shape& x, const Shape& w, const Shape& 
 }
 
 // The geometry of a gradient node's convolution (X shape x, W shape w) when its float32 `pass`
-// (writing `out`) runs on oneDNN's blocked layouts (conv_onednn::preferred; not in low precision).
+// (writing `out`) runs on oneDNN's blocked layouts (conv_onednn::preferred): in float32, or in
+// bf16 mixed precision where the CPU has native bf16 (then `bf16` is set; a geometry oneDNN has
+// no fast bf16 implementation for still falls back, from the conv_onednn call).
 std::optional<ConvGeom> blocked_pass(const KernelContext& ctx, const Tensor& out, const Shape& x,
-                                     const Shape& w, conv_onednn::Pass pass) {
-  if (out.dtype() != DType::Float32 || kernels::low_precision(ctx) != kernels::LowPrecision::None)
+                                     const Shape& w, conv_onednn::Pass pass, bool& bf16) {
+  const kernels::LowPrecision lp = kernels::low_precision(ctx);
+  bf16 = lp == kernels::LowPrecision::Bf16 && kernels::bf16_gemm_native();
+  if (out.dtype() != DType::Float32 || (lp != kernels::LowPrecision::None && !bf16))
     return std::nullopt;
   ConvGeom d = conv_geom(ctx.node, x, w, nullptr);
   if (!conv_onednn::preferred(d, pass)) return std::nullopt;
@@ -539,8 +549,10 @@ void conv_grad_input_compute(KernelContext& ctx) {
     std::memset(dx.raw(), 0, dx.nbytes());
     return;
   }
-  if (auto d = blocked_pass(ctx, dx, dx.shape(), w.shape(), conv_onednn::Pass::GradInput))
-    return conv_onednn::grad_input(*d, dy.data<float>(), w.data<float>(), dx.data<float>());
+  bool bf16 = false;
+  if (auto d = blocked_pass(ctx, dx, dx.shape(), w.shape(), conv_onednn::Pass::GradInput, bf16))
+    if (conv_onednn::grad_input(*d, dy.data<float>(), w.data<float>(), dx.data<float>(), bf16))
+      return;
   dispatch_float(
       ctx.node, dx,
       [&](auto* D, auto* W, auto* X) {
@@ -570,8 +582,10 @@ void conv_grad_weight_infer(InferContext& ctx) {
 // im2col + GEMM.
 void weight_gradient(KernelContext& ctx, const ConvG& g, const Tensor& dy, const Tensor& x,
                      Tensor& dw) {
-  if (auto d = blocked_pass(ctx, dw, x.shape(), dw.shape(), conv_onednn::Pass::GradWeight))
-    return conv_onednn::grad_weight(*d, dy.data<float>(), x.data<float>(), dw.data<float>());
+  bool bf16 = false;
+  if (auto d = blocked_pass(ctx, dw, x.shape(), dw.shape(), conv_onednn::Pass::GradWeight, bf16))
+    if (conv_onednn::grad_weight(*d, dy.data<float>(), x.data<float>(), dw.data<float>(), bf16))
+      return;
   dispatch_float(
       ctx.node, dw,
       [&](auto* D, auto* X, auto* W) {

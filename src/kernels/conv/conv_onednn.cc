@@ -6,7 +6,9 @@
 // 1.5× slower than the direct kernels including the reorders. Each geometry's primitive and its
 // reorders are made once and cached; the blocked copies, oneDNN's scratchpad and the reorders'
 // live in the calling thread's scratch buffer (onednn_scratch.h), so nothing is allocated per call
-// (but for convolutions over 64 MiB of them, which get a buffer for the call).
+// (but for convolutions over 64 MiB of them, which get a buffer for the call). In mixed precision
+// the same passes run as oneDNN's bf16 convolutions: the reorders into the blocked layouts round
+// the float32 inputs to bf16 on the way (no separate rounding pass), the results stay float32.
 // Hand-written: only the caching and the operand plumbing; the convolutions are oneDNN's.
 #include "kernels/conv/conv_onednn.h"
 
@@ -19,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 
 #include "kernels/cpu/onednn_scratch.h"
@@ -52,6 +55,7 @@ struct Cached {
   Operand a, b, out;
   dnnl::memory::desc bias;
   size_t scratch_bytes = 0, total_bytes = 0;
+  std::string impl;  // oneDNN's implementation name
 };
 
 size_t round_up(size_t n) { return (n + 63) / 64 * 64; }
@@ -89,7 +93,9 @@ struct Descs {
   dims stride, dil, pad_b, pad_e;
 };
 
-Descs descs(const ConvDims& d, bool bias) {
+// The pass's operand descriptors: onyx's plain float32 ones, and the primitive's (any layout) in
+// float32, or with `bf16` the pass's two inputs in bf16 (its result float32).
+Descs descs(const ConvDims& d, bool bias, Pass pass, bool bf16) {
   Descs s;
   dims xd{d.N, d.C}, yd{d.N, d.M}, wd;
   xd.insert(xd.end(), d.in.begin(), d.in.end());
@@ -99,9 +105,10 @@ Descs descs(const ConvDims& d, bool bias) {
   s.x = dnnl::memory::desc(xd, dt::f32, plain_tag(xd.size()));
   s.w = dnnl::memory::desc(wd, dt::f32, plain_tag(wd.size()));
   s.y = dnnl::memory::desc(yd, dt::f32, plain_tag(yd.size()));
-  s.any_x = dnnl::memory::desc(xd, dt::f32, tag::any);
-  s.any_w = dnnl::memory::desc(wd, dt::f32, tag::any);
-  s.any_y = dnnl::memory::desc(yd, dt::f32, tag::any);
+  auto in = [&](bool is_input) { return bf16 && is_input ? dt::bf16 : dt::f32; };
+  s.any_x = dnnl::memory::desc(xd, in(pass != Pass::GradInput), tag::any);
+  s.any_w = dnnl::memory::desc(wd, in(pass != Pass::GradWeight), tag::any);
+  s.any_y = dnnl::memory::desc(yd, in(pass != Pass::Forward), tag::any);
   if (bias) s.bias = dnnl::memory::desc({d.M}, dt::f32, tag::a);
   s.stride.assign(d.stride.begin(), d.stride.end());
   s.pad_b.assign(d.pad_b.begin(), d.pad_b.end());
@@ -117,16 +124,38 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Descs& s) {
   return dnnl::convolution_forward::primitive_desc(fd, user_scratchpad(), engine());
 }
 
-std::shared_ptr<Cached> make(const ConvDims& d, Pass pass, bool bias) {
-  const Descs s = descs(d, bias && pass == Pass::Forward);
+std::shared_ptr<Cached> make_pass(const Descs& s, Pass pass);
+
+// The pass's primitive and reorders; nullptr for a bf16 pass oneDNN has only its reference
+// implementation (or none) for.
+std::shared_ptr<Cached> make(const ConvDims& d, Pass pass, bool bias, bool bf16) {
+  if (!bf16) return make_pass(descs(d, bias && pass == Pass::Forward, pass, false), pass);
+  try {
+    auto c = make_pass(descs(d, bias && pass == Pass::Forward, pass, true), pass);
+    return c->impl.find("ref") == std::string::npos ? c : nullptr;
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+}
+
+std::shared_ptr<Cached> make_pass(const Descs& s, Pass pass) {
   auto c = std::make_shared<Cached>();
-  auto fwd = forward_pd(s);
+  // (a backward pass's forward hint: the forward of the same types, its input bf16 if the
+  // pass's are)
+  Descs hint = s;
+  if (pass != Pass::Forward) {
+    const dt t = s.any_y.data_type();
+    hint.any_x = dnnl::memory::desc(s.x.dims(), t, tag::any);
+    hint.any_w = dnnl::memory::desc(s.w.dims(), t, tag::any);
+  }
+  auto fwd = forward_pd(hint);
   dnnl::memory::desc scratch;
   if (pass == Pass::Forward) {
     c->prim = dnnl::convolution_forward(fwd);
     c->arg_a = DNNL_ARG_SRC, c->arg_b = DNNL_ARG_WEIGHTS, c->arg_out = DNNL_ARG_DST;
     c->a = {s.x, fwd.src_desc()}, c->b = {s.w, fwd.weights_desc()}, c->out = {s.y, fwd.dst_desc()};
     c->bias = s.bias;
+    c->impl = fwd.impl_info_str();
     scratch = fwd.scratchpad_desc();
   } else if (pass == Pass::GradInput) {
     dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, s.any_x, s.any_w,
@@ -136,6 +165,7 @@ std::shared_ptr<Cached> make(const ConvDims& d, Pass pass, bool bias) {
     c->arg_a = DNNL_ARG_DIFF_DST, c->arg_b = DNNL_ARG_WEIGHTS, c->arg_out = DNNL_ARG_DIFF_SRC;
     c->a = {s.y, pd.diff_dst_desc()}, c->b = {s.w, pd.weights_desc()};
     c->out = {s.x, pd.diff_src_desc()};
+    c->impl = pd.impl_info_str();
     scratch = pd.scratchpad_desc();
   } else {
     dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, s.any_x,
@@ -146,6 +176,7 @@ std::shared_ptr<Cached> make(const ConvDims& d, Pass pass, bool bias) {
     c->arg_a = DNNL_ARG_DIFF_DST, c->arg_b = DNNL_ARG_SRC, c->arg_out = DNNL_ARG_DIFF_WEIGHTS;
     c->a = {s.y, pd.diff_dst_desc()}, c->b = {s.x, pd.src_desc()};
     c->out = {s.w, pd.diff_weights_desc()};
+    c->impl = pd.impl_info_str();
     scratch = pd.scratchpad_desc();
   }
   c->scratch_bytes = scratch.get_size();
@@ -158,10 +189,11 @@ std::shared_ptr<Cached> make(const ConvDims& d, Pass pass, bool bias) {
 
 // The geometry's pass, shared: a caller keeps it alive while it runs even if another thread
 // clears the cache meanwhile.
-std::shared_ptr<const Cached> cached(const ConvDims& d, Pass pass, bool bias) {
+std::shared_ptr<const Cached> cached(const ConvDims& d, Pass pass, bool bias, bool bf16) {
   static std::mutex mu;
   static std::map<std::vector<int64_t>, std::shared_ptr<const Cached>> cache;
-  std::vector<int64_t> key{(int64_t)pass, bias, d.N, d.C, d.M, d.group, omp_get_max_threads()};
+  std::vector<int64_t> key{(int64_t)pass, bias, bf16,    d.N,
+                           d.C,           d.M,  d.group, omp_get_max_threads()};
   for (auto* v : {&d.in, &d.k, &d.out, &d.stride, &d.dil, &d.pad_b, &d.pad_e}) {
     key.push_back((int64_t)v->size());
     key.insert(key.end(), v->begin(), v->end());
@@ -170,7 +202,7 @@ std::shared_ptr<const Cached> cached(const ConvDims& d, Pass pass, bool bias) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= 1024) cache.clear();  // a bound for shape-changing runs
-  return cache.emplace(key, make(d, pass, bias)).first->second;
+  return cache.emplace(key, make(d, pass, bias, bf16)).first->second;
 }
 
 // Reorders the inputs in, runs the primitive, reorders the output out.
@@ -225,16 +257,23 @@ dnnl::engine& engine() {
   return e;
 }
 
-void forward(const ConvDims& d, const float* X, const float* W, const float* B, float* Y) {
-  run(*cached(d, Pass::Forward, B != nullptr), X, W, B, Y);
+bool forward(const ConvDims& d, const float* X, const float* W, const float* B, float* Y,
+             bool bf16) {
+  auto c = cached(d, Pass::Forward, B != nullptr, bf16);
+  if (c) run(*c, X, W, B, Y);
+  return c != nullptr;
 }
 
-void grad_input(const ConvDims& d, const float* dY, const float* W, float* dX) {
-  run(*cached(d, Pass::GradInput, false), dY, W, nullptr, dX);
+bool grad_input(const ConvDims& d, const float* dY, const float* W, float* dX, bool bf16) {
+  auto c = cached(d, Pass::GradInput, false, bf16);
+  if (c) run(*c, dY, W, nullptr, dX);
+  return c != nullptr;
 }
 
-void grad_weight(const ConvDims& d, const float* dY, const float* X, float* dW) {
-  run(*cached(d, Pass::GradWeight, false), dY, X, nullptr, dW);
+bool grad_weight(const ConvDims& d, const float* dY, const float* X, float* dW, bool bf16) {
+  auto c = cached(d, Pass::GradWeight, false, bf16);
+  if (c) run(*c, dY, X, nullptr, dW);
+  return c != nullptr;
 }
 
 // Measured per geometry on a 2-core AVX2 EPYC (the Fashion-MNIST UNet at batch 64 and SD 1.5's

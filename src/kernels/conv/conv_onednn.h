@@ -19,12 +19,19 @@ struct ConvDims {
 // The CPU engine the convolution primitives (these and conv.cc's plain ones) are made on.
 dnnl::engine& engine();
 
+// Each pass's operands and result are float32 in onyx's tensors. With `bf16` (mixed precision, a
+// CPU with AVX512_BF16 or AMX) its two inputs enter oneDNN's bf16 convolution rounded to bf16 —
+// by the reorders into the blocked layouts, round to nearest even, as kernels::f32_to_bf16
+// rounds — and it accumulates and writes float32; such a pass returns false, having done
+// nothing, where oneDNN has only its reference implementation for the geometry.
+
 // Y = conv(X, W) + B (B may be null).
-void forward(const ConvDims& d, const float* X, const float* W, const float* B, float* Y);
+bool forward(const ConvDims& d, const float* X, const float* W, const float* B, float* Y,
+             bool bf16 = false);
 // dX from dY and W.
-void grad_input(const ConvDims& d, const float* dY, const float* W, float* dX);
+bool grad_input(const ConvDims& d, const float* dY, const float* W, float* dX, bool bf16 = false);
 // dW from dY and X.
-void grad_weight(const ConvDims& d, const float* dY, const float* X, float* dW);
+bool grad_weight(const ConvDims& d, const float* dY, const float* X, float* dW, bool bf16 = false);
 
 enum class Pass { Forward, GradInput, GradWeight };
 
