@@ -22,8 +22,9 @@
 // computed alone), so gradient accumulation is bit-identical to a separate onyx.AccumulateGrad.
 // Mixed precision (KernelContext::bf16_gemm, TrainingArguments.bf16; float32 tensors): Conv and
 // both gradients take bf16-rounded operands with float32 accumulation, as PyTorch's CPU autocast
-// runs conv — the forward on oneDNN's bf16 convolution where the CPU has AVX512_BF16, else on the
-// rounded values widened back to float32; the gradients' GEMMs through kernels::gemm_as_bf16.
+// runs conv — where the CPU has native bf16, the passes conv_onednn::preferred picks as oneDNN's
+// blocked bf16 convolutions, the other forwards as its plain-layout one; elsewhere on the rounded
+// values widened back to float32; the plain gradients' GEMMs through kernels::gemm_as_bf16.
 #include <omp.h>
 
 #include <algorithm>
