@@ -2,7 +2,7 @@
 T5-small-shaped model, onyx against PyTorch 2.13 eager and torch.compile, side by side in one run.
 
   build/venv/bin/python bench/seq2seq_bench.py [--models whisper,t5] [--steps 3] [--warmup 2]
-      [--threads 0] [--out build/bench-seq2seq]
+      [--threads 0] [--out build/bench-seq2seq] [--bf16]
 
 The models (random init, Transformers', saved with save_pretrained; dropout as configured there):
   whisper-base  WhisperConfig(d_model 512, 6 + 6 layers, 8 heads, ffn 2048, 80 mel bins, 1500
@@ -18,7 +18,10 @@ the warmup steps). Peak RSS: GNU time's maximum resident set size. Also the floa
 of this run (onyx_bench gemm_ceiling/f32: 512×768 · 768×2048) to read the rates against, and
 what it allows: the step's FLOPs (PyTorch's FlopCounterMode) at that rate, the least time any
 implementation could take.
-Prints a Markdown table and writes OUT/seq2seq_results.json.
+Prints a Markdown table and writes OUT/seq2seq_results.json. With --bf16 each model also runs in
+mixed precision: onyx with bf16: true against PyTorch's CPU autocast to bfloat16 around the
+forward (Transformers' Trainer with --bf16 on the CPU), eager and compiled, with the bf16 GEMM
+ceiling beside.
 """
 import argparse
 import json
@@ -37,6 +40,7 @@ TORCH_SCRIPT = r"""
 import json, statistics, sys, time, torch, transformers as tr
 from safetensors.numpy import load_file
 folder, data, steps, warmup, threads, compiled, B = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1", int(sys.argv[7])
+bf16 = sys.argv[8:] == ["bf16"]
 if threads > 0: torch.set_num_threads(threads)
 m = tr.AutoModelForSeq2SeqLM.from_pretrained(folder) if "whisper" not in folder else tr.WhisperForConditionalGeneration.from_pretrained(folder)
 m.train()
@@ -48,13 +52,14 @@ times, losses = [], []
 for s in range(warmup + steps):
     batch = {k: torch.tensor(v[s * B:(s + 1) * B]) for k, v in d.items()}
     t0 = time.perf_counter()
-    loss = fwd(**batch).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = fwd(**batch).loss
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step(); opt.zero_grad(set_to_none=True)
     times.append(time.perf_counter() - t0); losses.append(loss.item())
 flops = 0
-if not compiled:  # one more step's forward and backward, its FLOPs counted by PyTorch
+if not compiled and not bf16:  # one more step's forward and backward, its FLOPs counted by PyTorch
     from torch.utils.flop_counter import FlopCounterMode
     batch = {k: torch.tensor(v[:B]) for k, v in d.items()}
     with FlopCounterMode(display=False) as fc:
@@ -192,7 +197,8 @@ def bench_setup(name, models, more=()):
 
 
 def main():
-    a, tmp, threads, env = bench_setup("seq2seq", "whisper,t5")
+    a, tmp, threads, env = bench_setup("seq2seq", "whisper,t5",
+                                       [("--bf16", dict(action="store_true"))])
     import numpy as np
     results = {}
     for kind in a.models.split(","):
@@ -202,20 +208,31 @@ def main():
         best = min(rows[1]["step_s"], rows[2]["step_s"])
         results[kind] = {"params": n, "shape": shape, "rows": rows,
                          "speedup_vs_best_torch": best / rows[0]["step_s"]}
-    ceiling = gemm_ceiling(env)
+        if a.bf16:
+            half = peer_rows(kind, folder, data, B, a, threads, env, tmp, TORCH_SCRIPT, bf16=True)
+            results[kind].update(
+                bf16_rows=half, bf16_over_fp32=rows[0]["step_s"] / half[0]["step_s"],
+                bf16_speedup_vs_best_torch=min(half[1]["step_s"], half[2]["step_s"]) /
+                half[0]["step_s"])
+    ceiling = tb.gemm_ceilings(os.path.join(ROOT, "build", "onyx_bench"),
+                               "gemm_ceiling/(f32|bf16)/", env) if a.bf16 else gemm_ceiling(env)
     for kind, r in results.items():
         print(f"\n{kind}: {r['params'] / 1e6:.0f}M parameters, {r['shape']}, {threads} threads, "
               f"{a.steps} steady steps\n")
         print("| peer | s/step | peak RSS (MiB) | loss step 1 → last |")
         print("|---|---|---|---|")
-        for row in r["rows"]:
+        for row in r["rows"] + r.get("bf16_rows", []):
             print(f"| {row['peer']} | {row['step_s']:.3f} | {row['rss_mib']:.0f} | "
                   f"{row['losses'][0]:.4f} → {row['losses'][-1]:.4f} |")
         print(f"\nonyx vs the better of PyTorch eager and torch.compile: "
               f"{r['speedup_vs_best_torch']:.2f}× (> 1: onyx faster)")
-        print_ceiling_bound(r["rows"], ceiling)
+        if "bf16_rows" in r:
+            print(f"onyx bf16 vs the better PyTorch autocast peer: "
+                  f"{r['bf16_speedup_vs_best_torch']:.2f}×; onyx bf16 over onyx float32: "
+                  f"{r['bf16_over_fp32']:.2f}×")
+        print_ceiling_bound(r["rows"], {k: v for k, v in ceiling.items() if k == "f32"})
     if ceiling:
-        print("\nfloat32 GEMM ceiling this run (GFLOP/s): " +
+        print("\nGEMM ceilings this run (GFLOP/s): " +
               ", ".join(f"{k} {v:.0f}" for k, v in ceiling.items()))
     with open(os.path.join(a.out, "seq2seq_results.json"), "w") as f:
         json.dump({"threads": threads, "models": results, "gemm_ceiling_gflops": ceiling}, f,
