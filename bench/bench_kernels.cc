@@ -693,14 +693,20 @@ void register_all() {
                                false)
       ->Unit(benchmark::kMillisecond)
       ->Apply(time_mode);
-  // the Fashion UNet's (bench/diffusion_bench.py) 3x3 convolutions, float32 and bf16
-  for (auto [C, H, M] : {std::array<int64_t, 3>{32, 28, 32}, {64, 14, 64}, {64, 7, 64}})
+  // the Fashion UNet's (bench/diffusion_bench.py) convolutions, float32 and bf16: 3x3 ones, its
+  // image-channel input and a 1x1 shortcut (these two stay on plain layouts)
+  for (auto [C, H, M, k] : {std::array<int64_t, 4>{32, 28, 32, 3},
+                            {64, 14, 64, 3},
+                            {64, 7, 64, 3},
+                            {1, 28, 32, 3},
+                            {96, 28, 32, 1}})
     for (bool bf16 : {false, true})
       benchmark::RegisterBenchmark(
-          ("conv_node/unet_3x3_64x" + std::to_string(C) + "x" + std::to_string(H) + "_to_" +
-           std::to_string(M) + (bf16 ? "/bf16" : "/f32"))
+          ("conv_node/unet_" + std::to_string(k) + "x" + std::to_string(k) + "_64x" +
+           std::to_string(C) + "x" + std::to_string(H) + "_to_" + std::to_string(M) +
+           (bf16 ? "/bf16" : "/f32"))
               .c_str(),
-          bm_conv_node, 64, C, H, M, 3, 1, 1, bf16)
+          bm_conv_node, 64, C, H, M, k, 1, k / 2, bf16)
           ->Unit(benchmark::kMillisecond)
           ->Apply(time_mode);
 }
