@@ -254,7 +254,7 @@ generate::GenerationConfig decoding_config(const GenerateOpts& o, const generate
   if (cfg.eos_token_ids.empty() && tok && tok->eos_id()) cfg.eos_token_ids = {*tok->eos_id()};
   if (o.max_new_tokens) cfg.max_new_tokens = *o.max_new_tokens;
   cfg.length_given |= o.max_new_tokens.has_value();
-  // several temperatures are Whisper's fallback (whisper_fallback_options), set per pass
+  // several temperatures are Whisper's fallback (whisper_fallback below), set per pass
   const std::optional<double> temperature =
       o.temperature.size() == 1 ? std::optional<double>(o.temperature[0]) : std::nullopt;
   ONYX_CHECK(gen.config().model_type == "whisper" ||
@@ -489,8 +489,9 @@ generate::WhisperFallback whisper_fallback(const GenerateOpts& o,
 }
 
 // Whisper's transcription of `audio` window by window (whisper_audio.h): each file's tokens (no
-// eos, as Transformers 5 returns them), its text and, with timestamps or audio over 30 s, its
-// segments [{start, end, text}] to the sink.
+// eos, as Transformers 5 returns them), its text and, with timestamps, the temperature fallback
+// or audio over 30 s, its segments [{start, end, text, temperature, avg_logprob,
+// compression_ratio[, no_speech_prob]}] to the sink.
 int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
                               const generate::GenerationConfig& cfg,
                               const generate::WhisperPromptConfig& whisper,
