@@ -135,6 +135,7 @@ PY_LONG_FIRST=(tests/python/test_package.py tests/parity/test_grpo.py tests/pari
 PY_LAST=tests/python/test_readme.py
 PY_LANES=${ONYX_TEST_LANES:-2}
 py_log() { echo "$LOGDIR/$(basename "$1").log"; }
+py_running() { jobs -rp | grep -vc "^${AARCH64_PID:-none}\$"; }  # (the aarch64 job is not one)
 run_py_test() {  # one file into its log, and its seconds beside it (.seconds) once it has finished
   local log start
   log=$(py_log "$1") start=$(date +%s)
@@ -150,13 +151,13 @@ py_queue+=("$PY_LAST")
 section "Python tests (tests/ops, parity, cli, python), $PY_LANES at a time; each reported below with its seconds"
 for t in "${py_queue[@]}"; do
   [ -f "$t" ] || continue
-  while [ "$(jobs -rp | grep -vc "^${AARCH64_PID:-none}\$")" -ge "$PY_LANES" ]; do wait -n; done
+  while [ "$(py_running)" -ge "$PY_LANES" ]; do wait -n; done
   if [ "$t" = "$PY_LAST" ]; then
     while [ ! -f "$(py_log tests/python/test_package.py).seconds" ]; do wait -n; done
   fi
   run_py_test "$t" &
 done
-while [ "$(jobs -rp | grep -vc "^${AARCH64_PID:-none}\$")" -gt 0 ]; do wait -n; done
+while [ "$(py_running)" -gt 0 ]; do wait -n; done
 for t in "${PY_TESTS[@]}"; do
   [ -f "$t" ] || continue
   log=$(py_log "$t")

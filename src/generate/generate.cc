@@ -283,8 +283,7 @@ static void beam_search(const GenerationConfig& cfg, int64_t B0, int64_t L, int6
   }
 }
 
-// log_softmax(x * scale)[k] over the finite entries of x (V).
-static double scaled_log_softmax_at(const float* x, int64_t V, double scale, int64_t k) {
+double log_softmax_at(const float* x, int64_t V, int64_t k, double scale) {
   double mx = -std::numeric_limits<double>::infinity();
   for (int64_t i = 0; i < V; i++)
     if (std::isfinite(x[i])) mx = std::max(mx, (double)x[i] * scale);
@@ -334,7 +333,7 @@ int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, 
     int64_t best = 0;
     for (int64_t i = 1; i < V; i++)
       if (logits[i] > logits[best]) best = i;
-    if (logprob) *logprob = scaled_log_softmax_at(logits, V, 1.0, best);
+    if (logprob) *logprob = log_softmax_at(logits, V, best);
     return best;
   }
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -354,7 +353,7 @@ int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, 
   }
   if (picked < 0) picked = last;
   // Transformers' Whisper rescales the warped scores by the temperature before its log_softmax
-  if (logprob) *logprob = scaled_log_softmax_at(s.data(), V, cfg.temperature, picked);
+  if (logprob) *logprob = log_softmax_at(s.data(), V, picked, cfg.temperature);
   return picked;
 }
 

@@ -115,4 +115,8 @@ class Generator {
 int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u,
                    double* logprob = nullptr);
 
+// log_softmax(x * scale)[k] over the finite entries of x (V): -inf entries (masked tokens) take
+// no share.
+double log_softmax_at(const float* x, int64_t V, int64_t k, double scale = 1.0);
+
 }  // namespace onyx::generate

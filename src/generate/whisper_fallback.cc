@@ -31,14 +31,6 @@ std::vector<T> take(const std::vector<T>& v, const std::vector<size_t>& rows) {
   return out;
 }
 
-double softmax_at(const float* x, int64_t V, int64_t k) {
-  float mx = x[0];
-  for (int64_t i = 1; i < V; i++) mx = std::max(mx, x[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < V; i++) sum += std::exp((double)x[i] - mx);
-  return std::exp((double)x[k] - mx) / sum;
-}
-
 // Transformers' WhisperNoSpeechDetection: each row's probability of <|nospeech|> from the raw
 // logits right after its <|startoftranscript|> — the first pass's prefill logits where that token
 // ends the prompt, else one more prefill over the prompt up to it.
@@ -54,7 +46,8 @@ std::vector<double> no_speech_probs(Generator& gen,
     if (sot_index[i] + 1 < (int64_t)prompts[i].size())
       inner.push_back(i);
     else
-      out[i] = softmax_at(first.first_logits.data<float>() + (int64_t)i * V, V, token);
+      out[i] =
+          std::exp(log_softmax_at(first.first_logits.data<float>() + (int64_t)i * V, V, token));
   }
   if (inner.empty()) return out;
   std::vector<std::vector<int64_t>> heads;
@@ -67,7 +60,8 @@ std::vector<double> no_speech_probs(Generator& gen,
   GenerationScores sc;
   gen.generate(heads, one, nullptr, {{"input_features", take_rows(features, inner)}}, &sc);
   for (size_t j = 0; j < inner.size(); j++)
-    out[inner[j]] = softmax_at(sc.first_logits.data<float>() + (int64_t)j * V, V, token);
+    out[inner[j]] =
+        std::exp(log_softmax_at(sc.first_logits.data<float>() + (int64_t)j * V, V, token));
   return out;
 }
 
@@ -136,8 +130,10 @@ std::vector<WindowDecoding> decode_window(Generator& gen,
   for (size_t k = 0; k < passes && !pending.empty(); k++) {
     const GenerationConfig c = pass_config(cfg, f, k, draws);
     GenerationScores sc;
-    const auto res = gen.generate(take(prompts, pending), c, stats,
-                                  {{"input_features", take_rows(features, pending)}}, &sc);
+    // (the first pass decodes every row: the window's features as they are)
+    const Tensor rows = k == 0 ? features : take_rows(features, pending);
+    const auto res =
+        gen.generate(take(prompts, pending), c, stats, {{"input_features", rows}}, &sc);
     if (k == 0 && f.no_speech_threshold && sc.first_logits.defined())
       no_speech = no_speech_probs(gen, prompts, sot_index, features, c, sc, f.no_speech_token_id);
     std::vector<size_t> retry;

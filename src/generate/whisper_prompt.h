@@ -32,6 +32,13 @@ struct WhisperPromptConfig {
   // the temperature fallback's thresholds (whisper_fallback.h), when the file sets them
   std::optional<double> compression_ratio_threshold, logprob_threshold, no_speech_threshold;
   std::string language, task;  // the config's own ("": none)
+  // The first timestamp token (<|0.00|>, after <|notimestamps|>), or -1 when a vocabulary of
+  // `vocab_size` tokens has none.
+  int64_t timestamp_begin(int64_t vocab_size) const {
+    return no_timestamps_token_id >= 0 && no_timestamps_token_id + 1 < vocab_size
+               ? no_timestamps_token_id + 1
+               : -1;
+  }
 };
 
 WhisperPromptConfig read_whisper_prompt_config(const std::string& folder);

@@ -91,10 +91,7 @@ Metrics Trainer::seq2seq_generation_metrics(const data::Dataset& ds, generate::G
              "predict_with_generate: generation_config.json sets return_timestamps; onyx's "
              "Seq2SeqTrainer generates without timestamps (set it false)");
   // timestamp tokens after <|notimestamps|>: Transformers splits windows at their pairs
-  const int64_t timestamp_begin =
-      whisper.no_timestamps_token_id >= 0 && whisper.no_timestamps_token_id + 1 < mc.vocab_size
-          ? whisper.no_timestamps_token_id + 1
-          : -1;
+  const int64_t timestamp_begin = whisper.timestamp_begin(mc.vocab_size);
   std::vector<std::vector<int64_t>> rows;
   train::GenerationScore score;
   for (auto& idx :

@@ -578,8 +578,7 @@ bool whisper_windowed(const GenerateOpts& o, const models::HfConfig& c,
   if (c.model_type != "whisper") return false;
   const generate::WhisperFallback f = whisper_fallback(o, w);
   return o.return_timestamps || w.return_timestamps || !f.temperatures.empty() ||
-         f.scores_needed() ||
-         (w.no_timestamps_token_id >= 0 && w.no_timestamps_token_id + 1 < c.vocab_size);
+         f.scores_needed() || w.timestamp_begin(c.vocab_size) >= 0;
 }
 
 // An encoder–decoder's generation: one output per encoder row, decoded from decoder_start_token_id
