@@ -759,9 +759,7 @@ std::vector<std::vector<int64_t>> Generator::generate(
   const std::map<std::string, Tensor> cross =
       encoder_graph_ ? encode(encoder_inputs, (int64_t)given.size(), nb)
                      : std::map<std::string, Tensor>{};
-  const int64_t pad = cfg.pad_token_id >= 0        ? cfg.pad_token_id
-                      : !cfg.eos_token_ids.empty() ? cfg.eos_token_ids[0]
-                                                   : 0;
+  const int64_t pad = padding_token(cfg);
   std::set<int64_t> eos(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
   std::mt19937_64 rng(cfg.seed);
   std::uniform_real_distribution<double> unif(0.0, 1.0);
@@ -873,6 +871,82 @@ std::vector<std::vector<int64_t>> Generator::generate(
   }
   if (stats) stats->compiled_signatures = compiled_count_;
   return result;
+}
+
+int64_t padding_token(const GenerationConfig& cfg) {
+  return cfg.pad_token_id >= 0        ? cfg.pad_token_id
+         : !cfg.eos_token_ids.empty() ? cfg.eos_token_ids[0]
+                                      : 0;
+}
+
+Tensor Generator::cross_attentions(const std::vector<std::vector<int64_t>>& prompts,
+                                   const std::vector<std::vector<int64_t>>& tokens, int64_t pad,
+                                   const std::vector<std::pair<int64_t, int64_t>>& heads,
+                                   const std::map<std::string, Tensor>& encoder_inputs) {
+  ONYX_CHECK(encoder_graph_, "cross_attentions: the model is not an encoder–decoder");
+  const int64_t B = (int64_t)prompts.size();
+  ONYX_CHECK(B >= 1 && (int64_t)tokens.size() == B, "cross_attentions: ", B, " prompts and ",
+             tokens.size(), " token rows");
+  const int64_t L = padded_length(prompts, 1, model_.config.vocab_size);
+  int64_t N = 0;
+  for (const auto& t : tokens) N = std::max(N, (int64_t)t.size());
+  ONYX_CHECK(N >= 1, "cross_attentions: no generated tokens");
+  if (!cross_graph_ || cross_heads_ != heads) {  // the graph, on the decoder's weights
+    models::BuiltModel m = models::build_hf_cross_attentions(model_.config, heads);
+    auto g = std::make_shared<ir::Graph>(*m.model.graph);
+    for (auto& [name, t] : g->initializers) t = graph_->initializers.at(name);
+    cross_graph_ = g;
+    cross_heads_ = heads;
+    cross_compiled_.reset();
+  }
+  // the teacher-forced run: prompts (left-padded), then the tokens but the last
+  const int64_t T = L + N - 1;
+  Prefill p = left_padded(prompts, L, pad);
+  std::vector<int64_t> ids((size_t)(B * T), pad), mask((size_t)(B * T), 1), pos((size_t)(B * T));
+  for (int64_t r = 0; r < B; r++) {
+    for (int64_t i = 0; i < T; i++) {
+      const int64_t j = i - L;  // the token's index among the row's new tokens
+      ids[r * T + i] = j < 0                           ? p.ids[r * L + i]
+                       : j < (int64_t)tokens[r].size() ? tokens[r][j]
+                                                       : pad;
+      mask[r * T + i] = j < 0 ? p.mask[r * L + i] : 1;
+      pos[r * T + i] = j < 0 ? p.pos[r * L + i] : p.next_pos[r] + j;
+    }
+  }
+  std::map<std::string, Tensor> given = encode(encoder_inputs, B, 1);
+  given["input_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, T}, ids);
+  given["position_ids"] = Tensor::from_vector<int64_t>(DType::Int64, {B, T}, pos);
+  given["attention_mask"] = Tensor::from_vector<int64_t>(DType::Int64, {B, T}, mask);
+  std::vector<int64_t> cp((size_t)T);
+  for (int64_t i = 0; i < T; i++) cp[i] = i;
+  given["cache_position"] = Tensor::from_vector<int64_t>(DType::Int64, {T}, cp);
+  for (int64_t l = 0; l < layers_; l++) {  // an empty cache
+    given[cat("past_keys.", l)] = Tensor::zeros(DType::Float32, {B, kv_heads_, head_dim_, 0});
+    given[cat("past_values.", l)] = Tensor::zeros(DType::Float32, {B, kv_heads_, 0, head_dim_});
+  }
+  std::map<std::string, Tensor> feeds;
+  std::map<std::string, TensorMeta> sig;
+  std::set<std::string> weights;
+  for (auto& in : cross_graph_->inputs) {
+    feeds[in.name] = given.at(in.name);
+    sig[in.name] = feeds[in.name].meta();
+  }
+  for (auto& [name, t] : cross_graph_->initializers) {
+    weights.insert(name);
+    auto w = weight_feeds_.find(name);
+    if (w != weight_feeds_.end()) feeds[name] = w->second;
+  }
+  if (!cross_compiled_ || cross_compiled_->signature != sig) {
+    auto c = std::make_unique<Compiled>();
+    c->signature = sig;
+    c->graph = std::make_shared<ir::Graph>(
+        passes::optimize_forward(*cross_graph_, sig, weights, passes::OptimizeOptions{}, nullptr));
+    c->session = std::make_unique<runtime::Session>(c->graph, weights);
+    cross_compiled_ = std::move(c);
+  }
+  for (auto& in : cross_graph_->inputs)  // (the optimized graph drops those it does not read)
+    if (!cross_compiled_->graph->find_input(in.name)) feeds.erase(in.name);
+  return cross_compiled_->session->run(feeds).at("cross_attentions");
 }
 
 }  // namespace onyx::generate

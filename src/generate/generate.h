@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "generate/generation_config.h"
@@ -74,6 +75,16 @@ class Generator {
       GenerationStats* stats = nullptr, const std::map<std::string, Tensor>& encoder_inputs = {},
       GenerationScores* scores = nullptr);
   bool is_encoder_decoder() const { return encoder_graph_ != nullptr; }
+  // An encoder–decoder's cross-attention probabilities of `heads` ((decoder layer, head) pairs),
+  // (rows, heads, L + N - 1, S), as the decoder computes them while generating `tokens` after
+  // `prompts`: each row's prompt left-padded to the longest (L) as generate() pads it, then its
+  // tokens right-padded with `pad` to the longest (N >= 1), the last position left out (nothing
+  // is generated from it) — what Transformers' output_attentions gives per step, stacked.
+  // `encoder_inputs` as generate()'s (one row per prompt).
+  Tensor cross_attentions(const std::vector<std::vector<int64_t>>& prompts,
+                          const std::vector<std::vector<int64_t>>& tokens, int64_t pad,
+                          const std::vector<std::pair<int64_t, int64_t>>& heads,
+                          const std::map<std::string, Tensor>& encoder_inputs);
   // The encoder's graph (is_encoder_decoder() only).
   const ir::Graph& encoder_graph() const { return *encoder_graph_; }
   const models::HfConfig& config() const { return model_.config; }
@@ -107,6 +118,10 @@ class Generator {
   std::set<std::string> encoder_weights_;
   std::map<std::string, Tensor> encoder_weight_feeds_;
   std::unique_ptr<Compiled> encoder_compiled_;
+  // cross_attentions(): its graph (for cross_heads_) and last compiled form
+  std::shared_ptr<const ir::Graph> cross_graph_;
+  std::vector<std::pair<int64_t, int64_t>> cross_heads_;
+  std::unique_ptr<Compiled> cross_compiled_;
 };
 
 // Picks the next token from one row of logits (V) as configured (greedy or sampled); `u` is a
@@ -114,6 +129,9 @@ class Generator {
 // under the logits as sampling masks them (top-k / top-p), at temperature 1. Exposed for tests.
 int64_t pick_token(const float* logits, int64_t V, const GenerationConfig& cfg, double u,
                    double* logprob = nullptr);
+
+// The token generate() pads rows with: pad_token_id, else the first eos token, else 0.
+int64_t padding_token(const GenerationConfig& cfg);
 
 // log_softmax(x * scale)[k] over the finite entries of x (V): -inf entries (masked tokens) take
 // no share.

@@ -120,7 +120,7 @@ std::vector<WindowDecoding> decode_window(Generator& gen,
                                           const std::vector<int64_t>& sot_index,
                                           const Tensor& features, const GenerationConfig& cfg,
                                           const WhisperFallback& f, GenerationStats* stats,
-                                          uint64_t& draws) {
+                                          uint64_t& draws, const WindowTiming* timing) {
   const int64_t V = gen.config().vocab_size;
   std::vector<WindowDecoding> out(prompts.size());
   std::vector<size_t> pending(prompts.size());
@@ -136,6 +136,10 @@ std::vector<WindowDecoding> decode_window(Generator& gen,
         gen.generate(take(prompts, pending), c, stats, {{"input_features", rows}}, &sc);
     if (k == 0 && f.no_speech_threshold && sc.first_logits.defined())
       no_speech = no_speech_probs(gen, prompts, sot_index, features, c, sc, f.no_speech_token_id);
+    std::vector<std::vector<double>> times;
+    if (timing)
+      times = whisper_token_times(gen, take(prompts, pending), res, rows,
+                                  take(timing->num_frames, pending), padding_token(c), timing->how);
     std::vector<size_t> retry;
     for (size_t j = 0; j < pending.size(); j++) {
       WindowDecoding& d = out[pending[j]];
@@ -146,6 +150,7 @@ std::vector<WindowDecoding> decode_window(Generator& gen,
                       : sc.counted[j] ? sc.sum_logprobs[j] / (double)sc.counted[j]
                                       : NAN;
       d.no_speech_prob = no_speech[pending[j]];
+      if (timing) d.token_times = times[j];
       const bool unlikely = f.logprob_threshold && d.avg_logprob < *f.logprob_threshold;
       d.skip = f.no_speech_threshold && unlikely && d.no_speech_prob > *f.no_speech_threshold;
       const bool repetitive =

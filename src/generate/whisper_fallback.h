@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "generate/generate.h"
+#include "generate/whisper_token_times.h"
 
 namespace onyx::generate {
 
@@ -47,6 +48,15 @@ struct WindowDecoding {
   // threshold); avg_logprob is beam search's sequences_score, as Transformers compares it
   double avg_logprob = NAN, compression_ratio = NAN, no_speech_prob = NAN;
   bool skip = false;  // unlikely and silent: no segment
+  // with token timestamps: each new token's time, seconds from the window's start
+  std::vector<double> token_times;
+};
+
+// Token timestamps for a window's rows (whisper_token_times.h): how, and each row's frames of
+// audio from the window's start (whisper_token_times' num_frames).
+struct WindowTiming {
+  const WhisperTokenTiming& how;
+  std::vector<int64_t> num_frames;
 };
 
 // Transformers' _retrieve_compression_ratio: the tokens as little-endian integers of
@@ -55,12 +65,13 @@ double whisper_compression_ratio(const std::vector<int64_t>& tokens, int64_t voc
 
 // The rows of one window: `prompts` (each row's whole decoder prompt, <|startoftranscript|> at
 // sot_index[i]), `features` (rows, mel, window). `draws` counts the sampled passes so far (each
-// gets its own seed, cfg.seed + draws).
+// gets its own seed, cfg.seed + draws). With `timing`, each decoding's token times, computed on
+// the batch of the generate() call that decoded it (its padding, as Transformers').
 std::vector<WindowDecoding> decode_window(Generator& gen,
                                           const std::vector<std::vector<int64_t>>& prompts,
                                           const std::vector<int64_t>& sot_index,
                                           const Tensor& features, const GenerationConfig& cfg,
                                           const WhisperFallback& f, GenerationStats* stats,
-                                          uint64_t& draws);
+                                          uint64_t& draws, const WindowTiming* timing = nullptr);
 
 }  // namespace onyx::generate

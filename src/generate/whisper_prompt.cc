@@ -93,6 +93,20 @@ std::string text(const json& j, const char* key, const std::string& what) {
   return j[key].get<std::string>();
 }
 
+// [[layer, head], ...]: non-negative integer pairs (the model checks the ranges).
+std::vector<std::pair<int64_t, int64_t>> alignment_heads(const json& j, const std::string& what) {
+  ONYX_CHECK(j.is_array(), what, " must be a list of [layer, head] pairs, got ", j.dump());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const json& p : j) {
+    ONYX_CHECK(p.is_array() && p.size() == 2 && p[0].is_number_integer() &&
+                   p[1].is_number_integer() && p[0].get<int64_t>() >= 0 && p[1].get<int64_t>() >= 0,
+               what, ": each entry must be a pair of non-negative integers [layer, head], got ",
+               p.dump());
+    out.emplace_back(p[0].get<int64_t>(), p[1].get<int64_t>());
+  }
+  return out;
+}
+
 void read_keys(const json& j, const std::string& what, WhisperPromptConfig& c) {
   if (j.contains("lang_to_id") && !j["lang_to_id"].is_null()) {
     c.lang_to_id = id_map(j["lang_to_id"], what + ": lang_to_id");
@@ -137,6 +151,8 @@ void read_keys(const json& j, const std::string& what, WhisperPromptConfig& c) {
     }
   if (j.contains("forced_decoder_ids"))
     c.forced_decoder_ids = forced_ids(j["forced_decoder_ids"], what + ": forced_decoder_ids");
+  if (j.contains("alignment_heads") && !j["alignment_heads"].is_null())
+    c.alignment_heads = alignment_heads(j["alignment_heads"], what + ": alignment_heads");
   c.language = text(j, "language", what);
   c.task = text(j, "task", what);
 }
@@ -148,11 +164,18 @@ WhisperPromptConfig read_whisper_prompt_config(const std::string& folder) {
   const fs::path gen = fs::path(folder) / "generation_config.json";
   if (fs::exists(gen)) read_keys(io::read_json_file(gen.string()), gen.string(), c);
   const fs::path cfg = fs::path(folder) / "config.json";
-  if (c.forced_decoder_ids.empty() && fs::exists(cfg)) {  // (the model config's, as a fallback)
-    const json j = io::read_json_file(cfg.string());
-    if (j.contains("forced_decoder_ids"))
-      c.forced_decoder_ids =
-          forced_ids(j["forced_decoder_ids"], cfg.string() + ": forced_decoder_ids");
+  if (!fs::exists(cfg)) return c;
+  const json j = io::read_json_file(cfg.string());
+  if (c.forced_decoder_ids.empty() && j.contains("forced_decoder_ids"))  // (a fallback)
+    c.forced_decoder_ids =
+        forced_ids(j["forced_decoder_ids"], cfg.string() + ": forced_decoder_ids");
+  if (j.contains("median_filter_width") && !j["median_filter_width"].is_null()) {
+    const json& w = j["median_filter_width"];
+    ONYX_CHECK(w.is_number_integer() && w.get<int64_t>() > 0 && w.get<int64_t>() % 2 == 1 &&
+                   w.get<int64_t>() < 1000,
+               cfg.string(), ": median_filter_width must be an odd positive integer, got ",
+               w.dump());
+    c.median_filter_width = w.get<int64_t>();
   }
   return c;
 }

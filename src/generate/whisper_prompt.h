@@ -32,6 +32,10 @@ struct WhisperPromptConfig {
   // the temperature fallback's thresholds (whisper_fallback.h), when the file sets them
   std::optional<double> compression_ratio_threshold, logprob_threshold, no_speech_threshold;
   std::string language, task;  // the config's own ("": none)
+  // token timestamps (whisper_token_times.h): generation_config.json's alignment_heads [[layer,
+  // head], ...] and config.json's median_filter_width
+  std::vector<std::pair<int64_t, int64_t>> alignment_heads;
+  int64_t median_filter_width = 7;
   // The first timestamp token (<|0.00|>, after <|notimestamps|>), or -1 when a vocabulary of
   // `vocab_size` tokens has none.
   int64_t timestamp_begin(int64_t vocab_size) const {

@@ -118,6 +118,9 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
   for (int64_t f : frames)
     ONYX_CHECK(f >= 1 && f <= features.dim(2), "whisper_transcribe: a row of ", f,
                " frames in features of ", features.dim(2));
+  ONYX_CHECK(w.num_frames.empty() || (int64_t)w.num_frames.size() == B,
+             "whisper_transcribe: ", w.num_frames.size(), " token-timestamp frame counts for ", B,
+             " rows");
   validate_whisper_fallback(w.fallback, c.vocab_size);
   const int64_t window = 2 * c.s2s.max_source_positions, tb = w.timestamp_begin;
   const int64_t max_pos = c.max_position_embeddings;  // max_target_positions
@@ -147,9 +150,12 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
     std::vector<int64_t> sot_index;  // where each row's own prompt starts
     for (size_t i = 0; i < rows.size(); i++)
       sot_index.push_back((int64_t)(row_prompts[i].size() - prompts[(size_t)rows[i]].size()));
-    const auto res = decode_window(gen, row_prompts, sot_index,
-                                   whisper_window(features, rows, at, count, window), cfg,
-                                   w.fallback, stats, draws);
+    WindowTiming timing{w.token_timing, {}};
+    for (int64_t r : rows)  // (Transformers' num_frames - seek)
+      timing.num_frames.push_back(w.num_frames.empty() ? kWholeWindow : w.num_frames[r] - seek[r]);
+    const auto res = decode_window(
+        gen, row_prompts, sot_index, whisper_window(features, rows, at, count, window), cfg,
+        w.fallback, stats, draws, w.token_timing.enabled() ? &timing : nullptr);
     // Transformers raises max_length by the prompt's length (up to max_target_positions / 2 - 1)
     // at every window, so later windows may run longer (each window: Generator's own adjustment)
     if (cfg.max_new_tokens < 0) {
@@ -177,7 +183,11 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
         segs.push_back({offset, offset + (double)count[i] * (double)kFeaturePrecision, seq});
         seek[rows[i]] += count[i];
       }
+      size_t at_token = 0;  // the segments cover the window's tokens from its first
       for (size_t k = before; k < segs.size(); ++k) {
+        if (!res[i].token_times.empty())
+          for (size_t j = 0; j < segs[k].tokens.size(); j++)
+            segs[k].token_times.push_back(res[i].token_times[at_token++] + offset);
         segs[k].temperature = res[i].temperature;
         segs[k].avg_logprob = res[i].avg_logprob;
         segs[k].compression_ratio = res[i].compression_ratio;
@@ -187,8 +197,10 @@ std::vector<WhisperTranscript> whisper_transcribe(Generator& gen, const Tensor& 
     }
   }
   for (WhisperTranscript& t : out)
-    for (const WhisperSegment& s : t.segments)
+    for (const WhisperSegment& s : t.segments) {
       t.tokens.insert(t.tokens.end(), s.tokens.begin(), s.tokens.end());
+      t.token_times.insert(t.token_times.end(), s.token_times.begin(), s.token_times.end());
+    }
   return out;
 }
 

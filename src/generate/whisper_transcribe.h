@@ -26,11 +26,14 @@ struct WhisperSegment {
   // its window's decoding (whisper_fallback.h): the temperature that decoded it and the values
   // the thresholds compare (no_speech_prob NaN unless no_speech_threshold is set)
   double temperature = 0, avg_logprob = NAN, compression_ratio = NAN, no_speech_prob = NAN;
+  // with token timestamps: each token's time, seconds from the start of the audio
+  std::vector<double> token_times;
 };
 
 struct WhisperTranscript {
   std::vector<int64_t> tokens;  // the segments' tokens in order: generate()'s sequence (no eos)
   std::vector<WhisperSegment> segments;
+  std::vector<double> token_times;  // the segments' token_times in order (token timestamps)
 };
 
 struct WhisperWindows {
@@ -42,6 +45,10 @@ struct WhisperWindows {
   bool condition_on_prev_tokens = false;
   int64_t prev_sot_token_id = -1;  // <|startofprev|> (-1: none put before the history)
   WhisperFallback fallback;
+  // token timestamps (off without alignment heads), and each row's frames of audio for them
+  // (Transformers' num_frames: the attention mask's sum; empty: every window whole)
+  WhisperTokenTiming token_timing;
+  std::vector<int64_t> num_frames;
 };
 
 // `features` (B, mel, frames): rows of Whisper input features, row r's audio in its first

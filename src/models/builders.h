@@ -20,6 +20,10 @@ BuiltModel build_clip_text(const HfConfig& c, Task task, int64_t seed);   // cli
 BuiltModel build_gpt2_with_past(const HfConfig& c, int64_t seed);
 BuiltModel build_llama_with_past(const HfConfig& c, int64_t seed);
 BuiltModel build_seq2seq_with_past(const HfConfig& c, int64_t seed);
+// Whisper's and BART's decoder-with-past through the last of `heads` ((layer, head) pairs), its
+// output "cross_attentions" (B, heads, T, S) (hf_model.h: build_hf_cross_attentions).
+BuiltModel build_seq2seq_cross_attentions(const HfConfig& c,
+                                          const std::vector<std::pair<int64_t, int64_t>>& heads);
 // An encoder–decoder's encoder for generation (hf_model.h: build_hf_encoder).
 BuiltModel build_seq2seq_encoder(const HfConfig& c, int64_t seed);
 BuiltModel build_t5_with_past(const HfConfig& c, int64_t seed);

@@ -358,6 +358,13 @@ BuiltModel build_hf_encoder(const HfConfig& c, int64_t seed) {
   return build_seq2seq_encoder(c, seed);
 }
 
+BuiltModel build_hf_cross_attentions(const HfConfig& c,
+                                     const std::vector<std::pair<int64_t, int64_t>>& heads) {
+  ONYX_CHECK(c.model_type == "whisper" || c.model_type == "bart", "model_type '", c.model_type,
+             "': cross-attention weights are built for whisper and bart");
+  return build_seq2seq_cross_attentions(c, heads);
+}
+
 BuiltModel build_hf_model(const HfConfig& c, Task task, int64_t seed) {
   const std::string& t = c.model_type;
   if (t == "bert" || t == "roberta") return build_bert(c, task, seed);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "onyx/trainer.h"
@@ -159,6 +160,11 @@ BuiltModel build_hf_decoder_with_past(const HfConfig& config, int64_t seed = 0);
 // attention_mask), once per input.
 bool is_encoder_decoder(const std::string& model_type);
 BuiltModel build_hf_encoder(const HfConfig& config, int64_t seed = 0);
+// Whisper's and BART's decoder-with-past (its inputs) through the last layer `heads` names, whose
+// output "cross_attentions" (B, heads.size(), T, S) holds the cross-attention probabilities of
+// each (decoder layer, head) pair in order: Whisper's alignment heads, for token timestamps.
+BuiltModel build_hf_cross_attentions(const HfConfig& config,
+                                     const std::vector<std::pair<int64_t, int64_t>>& heads);
 
 // The base model's prefix in Transformers ("bert", "roberta", "distilbert", "transformer", "vit",
 // "model" for the Llama family).

@@ -28,6 +28,9 @@ struct EncoderDecoder {
   // cross-attention's keys and values as inputs (build_seq2seq_encoder's outputs).
   bool with_past = false;
   std::string position_ids, self_pad;
+  int64_t decoder_layers = -1;  // the decoder's layers built (-1: all)
+  // per decoder layer (with_past): its cross-attention's probabilities (B,nh,T,S)
+  std::vector<std::string> cross_probs;
 
   Init w() const { return Init::normal(c.initializer_range); }
 
@@ -62,14 +65,17 @@ struct EncoderDecoder {
     return {b.split_heads_transposed(k, nh, hs), b.split_heads(v, nh, hs)};
   }
 
-  // softmax(q kt [* scale] [causal] [+ mask]) v, dropout on the probabilities. -> (B,nh,T,hs)
+  // softmax(q kt [* scale] [causal] [+ mask]) v, dropout on the probabilities. -> (B,nh,T,hs);
+  // `probs` (when given) names the probabilities.
   std::string attend(const std::string& q, const std::string& kt, const std::string& v, int64_t hs,
-                     const std::string& mask, const std::string& causal) {
+                     const std::string& mask, const std::string& causal,
+                     std::string* probs = nullptr) {
     std::string s = b.op("MatMul", {q, kt});  // (B,nh,T,S)
     if (!whisper) s = b.op("Mul", {s, b.scalar_f32((float)std::pow((double)hs, -0.5))});
     if (!causal.empty()) s = b.op("Where", {causal, s, b.scalar_f32(kMaskValue)});
     if (!mask.empty()) s = b.op("Add", {s, mask});
     s = b.op("Softmax", {s}, {{"axis", Attr::of_int(-1)}});
+    if (probs) *probs = s;
     s = b.dropout(s, c.attention_probs_dropout_prob);
     return b.op("MatMul", {s, v});
   }
@@ -147,7 +153,8 @@ struct EncoderDecoder {
     std::string v = b.input(cat("cross_values.", layer), DType::Float32, {-1, nh, -1, hs},
                             {"batch_size", "", "encoder_length", ""});
     b.set_scope(p);
-    return out_proj(p, attend(q, kt, v, hs, enc_mask, ""));
+    cross_probs.resize((size_t)c.s2s.decoder_layers);
+    return out_proj(p, attend(q, kt, v, hs, enc_mask, "", &cross_probs[(size_t)layer]));
   }
 
   // BART's token table (model.shared), scaled when scale_embedding. ids (B,T) -> (B,T,C)
@@ -266,9 +273,11 @@ struct EncoderDecoder {
                         b, "past_values.0",  // declared by layer 0's self-attention
                         b.input("cache_position", DType::Int64, {-1}, {"sequence_length"}), 0)
                   : causal_mask(ids);
-    for (int64_t i = 0; i < c.s2s.decoder_layers; i++)
+    const int64_t layers = decoder_layers < 0 ? c.s2s.decoder_layers : decoder_layers;
+    for (int64_t i = 0; i < layers; i++)
       h = decoder_layer(cat("model.decoder.layers.", i), i, h, enc, causal, enc_mask);
-    if (whisper) h = b.layer_norm(h, "model.decoder.layer_norm", C, c.layer_norm_eps);
+    if (whisper && layers == c.s2s.decoder_layers)
+      h = b.layer_norm(h, "model.decoder.layer_norm", C, c.layer_norm_eps);
     return h;
   }
 };
@@ -327,23 +336,29 @@ BuiltModel build_seq2seq_encoder(const HfConfig& c, int64_t seed) {
 // The decoder with a key/value cache (build_hf_decoder_with_past's interface, input_ids being
 // the decoder's tokens) plus cross_keys.<l> / cross_values.<l> from build_seq2seq_encoder and,
 // for BART, encoder_attention_mask (B,S).
+// The decoder-with-past's inputs and its layers (m.decoder_layers of them) over input_ids: (B,S,C).
+static std::string decode_with_past(GraphBuilder& b, EncoderDecoder& m) {
+  const HfConfig& c = m.c;
+  if (!m.whisper)
+    b.param("model.shared.weight", {c.vocab_size, c.hidden_size},
+            Init::normal(c.initializer_range, c.pad_token_id));
+  std::string ids = token_input(b, "input_ids");
+  m.self_pad = additive_attention_mask(b, cached_attention_mask_input(b));
+  m.position_ids = token_input(b, "position_ids");
+  std::string enc_mask;
+  if (!m.whisper)
+    enc_mask = additive_attention_mask(b, b.input("encoder_attention_mask", DType::Int64, {-1, -1},
+                                                  {"batch_size", "encoder_length"}));
+  return m.decode(ids, "", enc_mask);
+}
+
 BuiltModel build_seq2seq_with_past(const HfConfig& c, int64_t seed) {
   const bool whisper = c.model_type == "whisper";
   GraphBuilder b(architecture_name(c.model_type, Task::Seq2SeqLM) + "DecoderWithPast",
                  (uint64_t)seed);
   EncoderDecoder m{b, c, whisper, true};
   const std::string shared = "model.shared.weight";
-  if (!whisper)
-    b.param(shared, {c.vocab_size, c.hidden_size},
-            Init::normal(c.initializer_range, c.pad_token_id));
-  std::string ids = token_input(b, "input_ids");
-  m.self_pad = additive_attention_mask(b, cached_attention_mask_input(b));
-  m.position_ids = token_input(b, "position_ids");
-  std::string enc_mask;
-  if (!whisper)
-    enc_mask = additive_attention_mask(b, b.input("encoder_attention_mask", DType::Int64, {-1, -1},
-                                                  {"batch_size", "encoder_length"}));
-  std::string h = m.decode(ids, "", enc_mask);  // (B,S,C)
+  std::string h = decode_with_past(b, m);  // (B,S,C)
   b.set_scope(whisper ? "proj_out" : "lm_head");
   std::string s = b.op("Squeeze", {b.dim_of(h, 1), b.const_i64({0})});
   std::string last =
@@ -361,6 +376,34 @@ BuiltModel build_seq2seq_with_past(const HfConfig& c, int64_t seed) {
   else
     out.tied.push_back({"lm_head.weight", shared});
   return out;
+}
+
+// The decoder-with-past's inputs through the last layer `heads` names; output "cross_attentions"
+// (B, heads, S, encoder_length): the cross-attention probabilities of each (layer, head) in
+// `heads`, in that order.
+BuiltModel build_seq2seq_cross_attentions(const HfConfig& c,
+                                          const std::vector<std::pair<int64_t, int64_t>>& heads) {
+  ONYX_CHECK(!heads.empty(), "cross-attention weights: no (layer, head) pairs");
+  const int64_t nh = c.s2s.decoder_attention_heads;
+  int64_t last = 0;
+  for (auto [layer, head] : heads) {
+    ONYX_CHECK(layer >= 0 && layer < c.s2s.decoder_layers && head >= 0 && head < nh,
+               "alignment head [", layer, ", ", head, "] is not one of the model's (",
+               c.s2s.decoder_layers, " decoder layers of ", nh, " heads)");
+    last = std::max(last, layer);
+  }
+  GraphBuilder b(architecture_name(c.model_type, Task::Seq2SeqLM) + "CrossAttentions", 0);
+  EncoderDecoder m{b, c, c.model_type == "whisper", true};
+  m.decoder_layers = last + 1;
+  decode_with_past(b, m);
+  b.set_scope("cross_attentions");
+  std::vector<std::string> picked;
+  for (auto [layer, head] : heads)  // (B,nh,T,S) -> (B,1,T,S)
+    picked.push_back(b.op("Gather", {m.cross_probs[(size_t)layer], b.const_i64({head})},
+                          {{"axis", Attr::of_int(1)}}));
+  b.op("Concat", picked, {{"axis", Attr::of_int(1)}}, "cross_attentions");
+  b.output("cross_attentions", DType::Float32, {-1, (int64_t)heads.size(), -1, -1});
+  return finish_encoder(b, c);
 }
 
 }  // namespace onyx::models

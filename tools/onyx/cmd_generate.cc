@@ -23,6 +23,7 @@
 #include "data/chat_template.h"
 #include "generate/generate.h"
 #include "generate/whisper_prompt.h"
+#include "generate/whisper_words.h"
 #include "io/safetensors.h"
 #include "onyx/error.h"
 #include "tokenizers/tokenizer.h"
@@ -112,6 +113,7 @@ struct GenerateOpts {
   uint64_t seed = 0;
   bool do_sample = false, greedy = false, timings = false, chat = false;
   bool return_timestamps = false;  // Whisper's
+  bool return_token_timestamps = false, word_timestamps = false;
   bool condition_on_prev_tokens = false;
 };
 
@@ -175,6 +177,13 @@ void add_prompt_options(CLI::App* cmd, GenerateOpts& o) {
                 "far (long-form audio), as generate(condition_on_prev_tokens=True)");
   cmd->add_flag("--return_timestamps,--return-timestamps", o.return_timestamps,
                 "Whisper: segments with their start and end times (always for audio over 30 s)");
+  cmd->add_flag(
+      "--return_token_timestamps,--return-token-timestamps", o.return_token_timestamps,
+      "Whisper: each token's time (\"token_timestamps\", from the cross-attention of "
+      "generation_config.json's alignment_heads), as generate(return_token_timestamps=True)");
+  cmd->add_flag("--word_timestamps,--word-timestamps", o.word_timestamps,
+                "Whisper: each word's start and end (\"words\"), as the pipeline's "
+                "return_timestamps=\"word\"; implies --return_timestamps and token timestamps");
   cmd->add_option("--compression_ratio_threshold,--compression-ratio-threshold",
                   o.compression_ratio_threshold,
                   "Whisper: a window whose tokens compress (zlib) by more than this is decoded "
@@ -297,21 +306,26 @@ class CompletionSink {
     out_ = std::make_unique<std::ofstream>(tmp_);
     ONYX_CHECK(*out_, path_, ": cannot write");
   }
-  // `segments`: Whisper's, [{start, end, text}] (null: none), written as "segments" and printed
-  // one per line
+  // `whisper`: Whisper's keys (null ones left out): "segments" [{start, end, text, ...}],
+  // "token_timestamps", "words" [{text, start, end}]; without --output the words, else the
+  // segments, are printed one per line
   void write(const Prompt& p, const std::vector<int64_t>& prompt_ids,
              const std::vector<int64_t>& new_ids, const std::vector<int64_t>& text_ids,
-             const nlohmann::json& segments = nullptr) {
+             const nlohmann::json& whisper = nlohmann::json::object()) {
+    const nlohmann::json& spans = whisper.contains("words")      ? whisper["words"]
+                                  : whisper.contains("segments") ? whisper["segments"]
+                                                                 : nlohmann::json();
     if (out_) {
       nlohmann::json j = {{"prompt_ids", prompt_ids}, {"completion_ids", new_ids}};
       if (tok_) {
         j["prompt"] = p.as_ids ? tok_->decode(p.ids) : p.text;
         j["completion"] = tok_->decode(text_ids);
       }
-      if (!segments.is_null()) j["segments"] = segments;
+      for (const auto& [key, value] : whisper.items())
+        if (!value.is_null()) j[key] = value;
       *out_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    } else if (tok_ && !segments.is_null()) {
-      for (const auto& s : segments) {
+    } else if (tok_ && !spans.is_null()) {
+      for (const auto& s : spans) {
         char span[64];
         std::snprintf(span, sizeof span, "[%.2f -> %.2f] ", s["start"].get<double>(),
                       s["end"].get<double>());
@@ -488,6 +502,36 @@ generate::WhisperFallback whisper_fallback(const GenerateOpts& o,
   return f;
 }
 
+// --return_token_timestamps / --word_timestamps: the model's alignment heads (none: off); an
+// error without them (as Transformers) or, for words, without a tokenizer.
+generate::WhisperTokenTiming token_timing(const GenerateOpts& o,
+                                          const generate::WhisperPromptConfig& whisper,
+                                          const tokenizers::Tokenizer* tok) {
+  if (!o.return_token_timestamps && !o.word_timestamps) return {};
+  ONYX_CHECK(!whisper.alignment_heads.empty(),
+             "generate: --return_token_timestamps / --word_timestamps need alignment_heads in the "
+             "model's generation_config.json ([[decoder layer, head], ...]: the cross-attention "
+             "heads that follow the audio)");
+  ONYX_CHECK(
+      tok || !o.word_timestamps,
+      "generate: --word_timestamps needs the tokenizer (in the model folder or --tokenizer)");
+  return {whisper.alignment_heads, whisper.median_filter_width};
+}
+
+// A file's words [{text, start, end}] (--word_timestamps), split as its language is written.
+nlohmann::json words_json(const FileTranscript& f, const generate::WhisperPromptConfig& whisper,
+                          const tokenizers::Tokenizer& tok) {
+  std::string language;  // the prompt's language token, as "<|xx|>"
+  for (int64_t id : f.prompt)
+    for (const auto& [name, lid] : whisper.lang_to_id)
+      if (lid == id) language = name;
+  nlohmann::json words = nlohmann::json::array();
+  for (const auto& w : generate::whisper_words(f.transcript.tokens, f.transcript.token_times,
+                                               whisper.no_timestamps_token_id + 1, tok, language))
+    words.push_back({{"text", w.text}, {"start", w.start}, {"end", w.end}});
+  return words;
+}
+
 // Whisper's transcription of `audio` window by window (whisper_audio.h): each file's tokens (no
 // eos, as Transformers 5 returns them), its text and, with timestamps, the temperature fallback
 // or audio over 30 s, its segments [{start, end, text, temperature, avg_logprob,
@@ -500,13 +544,15 @@ int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
   ONYX_CHECK(o.decoder_prompt_ids.empty(),
              "generate: --return_timestamps, the temperature fallback and audio over 30 s decode "
              "with Whisper's own prompt (--language / --task): drop --decoder_prompt_ids");
-  const TranscribeOptions opts{o.language,
-                               o.task,
-                               o.return_timestamps || whisper.return_timestamps,
-                               o.batch_size,
-                               whisper_previous_text(o, tok),
-                               o.condition_on_prev_tokens || whisper.condition_on_prev_tokens,
-                               whisper_fallback(o, whisper)};
+  const TranscribeOptions opts{
+      o.language,
+      o.task,
+      o.return_timestamps || o.word_timestamps || whisper.return_timestamps,
+      o.batch_size,
+      whisper_previous_text(o, tok),
+      o.condition_on_prev_tokens || whisper.condition_on_prev_tokens,
+      whisper_fallback(o, whisper),
+      token_timing(o, whisper, tok)};
   GenerateTotals total;
   const auto t0 = std::chrono::steady_clock::now();
   const auto files = transcribe_files(gen, cfg, whisper, start, audio, opts, &total.stats);
@@ -539,7 +585,10 @@ int run_whisper_transcription(const GenerateOpts& o, generate::Generator& gen,
       segments.push_back(std::move(seg));
     }
     total.generated += (int64_t)f.transcript.tokens.size();
-    sink.write(Prompt{}, f.prompt, f.transcript.tokens, text_ids(f.transcript.tokens), segments);
+    nlohmann::json extra = {{"segments", segments}};
+    if (opts.token_timing.enabled()) extra["token_timestamps"] = f.transcript.token_times;
+    if (o.word_timestamps) extra["words"] = words_json(f, whisper, *tok);
+    sink.write(Prompt{}, f.prompt, f.transcript.tokens, text_ids(f.transcript.tokens), extra);
   }
   sink.finish(files.size());
   if (o.timings) print_timings(total);
@@ -573,12 +622,15 @@ std::vector<WhisperAudio> feature_rows(const Tensor& features, const models::HfC
 // --decoder_prompt_ids).
 bool whisper_windowed(const GenerateOpts& o, const models::HfConfig& c,
                       const generate::WhisperPromptConfig& w) {
-  ONYX_CHECK(!o.return_timestamps || c.model_type == "whisper",
-             "generate: --return_timestamps is Whisper's");
+  ONYX_CHECK((!o.return_timestamps && !o.return_token_timestamps && !o.word_timestamps) ||
+                 c.model_type == "whisper",
+             "generate: --return_timestamps, --return_token_timestamps and --word_timestamps are "
+             "Whisper's");
   if (c.model_type != "whisper") return false;
   const generate::WhisperFallback f = whisper_fallback(o, w);
-  return o.return_timestamps || w.return_timestamps || !f.temperatures.empty() ||
-         f.scores_needed() || w.timestamp_begin(c.vocab_size) >= 0;
+  return o.return_timestamps || o.return_token_timestamps || o.word_timestamps ||
+         w.return_timestamps || !f.temperatures.empty() || f.scores_needed() ||
+         w.timestamp_begin(c.vocab_size) >= 0;
 }
 
 // An encoder–decoder's generation: one output per encoder row, decoded from decoder_start_token_id

@@ -27,6 +27,7 @@ WhisperAudio read_whisper_audio(const std::string& file, const models::HfConfig&
     w.features = data::whisper_long_input_features(samples, fc);
   }
   w.frames = w.features.dim(1);
+  w.sound_frames = ((int64_t)samples.size() + fc.hop_length - 1) / fc.hop_length;
   return w;
 }
 
@@ -85,6 +86,10 @@ std::vector<FileTranscript> transcribe_batch(generate::Generator& gen,
   w.prompt_ids = o.previous;
   w.condition_on_prev_tokens = o.condition_on_prev_tokens;
   w.fallback = o.fallback;
+  w.token_timing = o.token_timing;
+  for (size_t i = first; i < last && w.token_timing.enabled(); i++)
+    if (audio[i].sound_frames >= 0) w.num_frames.push_back(audio[i].sound_frames);
+  if ((int64_t)w.num_frames.size() != B) w.num_frames.clear();  // (features given: no crop)
   // <|startofprev|>: the config's, else (as Transformers) the second-last suppressed token
   w.prev_sot_token_id = whisper.prev_sot_token_id >= 0 ? whisper.prev_sot_token_id
                         : cfg.suppress_tokens.size() >= 2

@@ -20,6 +20,9 @@ namespace onyx::cli {
 struct WhisperAudio {
   Tensor features;
   int64_t frames = 0, window = 0;
+  // frames of sound (the feature extractor's attention mask: samples / 160 rounded up), for
+  // token timestamps; -1: every frame (features given as they are)
+  int64_t sound_frames = -1;
   bool long_form() const { return frames > window; }
 };
 WhisperAudio read_whisper_audio(const std::string& file, const models::HfConfig& c);
@@ -32,8 +35,9 @@ struct TranscribeOptions {
   bool timestamps = false;     // --return_timestamps (long-form files always have them)
   int64_t batch_size = 8;
   std::vector<int64_t> previous;  // a previous-text prompt before every window's (prompt_ids)
-  bool condition_on_prev_tokens = false;  // each window after the text decoded so far
-  generate::WhisperFallback fallback;     // temperatures and thresholds (none: one pass)
+  bool condition_on_prev_tokens = false;      // each window after the text decoded so far
+  generate::WhisperFallback fallback;         // temperatures and thresholds (none: one pass)
+  generate::WhisperTokenTiming token_timing;  // token timestamps (none: off)
 };
 struct FileTranscript {
   std::vector<int64_t> prompt;  // the decoder prompt (the same for every window)
