@@ -49,6 +49,24 @@ void median_filter(std::vector<float>& x, int64_t rows, int64_t m, int64_t width
   }
 }
 
+// Python's len(range(length)[:stop]): a negative stop leaves -stop out.
+int64_t slice_length(int64_t stop, int64_t length) {
+  return stop >= 0 ? std::min(stop, length) : std::max<int64_t>(0, length + stop);
+}
+
+// The positions of row r's probabilities kept, of S: the first num_frames[r] // 2 (Python's
+// rounding down). When every row has the same count Transformers crops twice (once for the
+// batch, once per row), which leaves fewer for a negative count (a window after the audio's
+// end): matched, so the times are the pipeline's.
+int64_t cropped_positions(const std::vector<int64_t>& num_frames, size_t r, int64_t S) {
+  const int64_t f = num_frames[r];
+  const int64_t stop = f >= 0 ? f / 2 : -((1 - f) / 2);
+  const int64_t once = slice_length(stop, S);
+  const bool same =
+      std::all_of(num_frames.begin(), num_frames.end(), [&](int64_t x) { return x == f; });
+  return same ? slice_length(stop, once) : once;
+}
+
 }  // namespace
 
 std::pair<std::vector<int64_t>, std::vector<int64_t>> dynamic_time_warping(
@@ -95,9 +113,9 @@ std::vector<double> alignment_times(const std::vector<float>& w, int64_t heads, 
   ONYX_CHECK(median_filter_width >= 1 && median_filter_width % 2 == 1,
              "token timestamps: median_filter_width must be an odd number, got ",
              median_filter_width);
+  ONYX_CHECK(frames >= 0 && frames <= S, "token timestamps: ", frames, " of ", S, " positions");
   if (n == 0) return {};
-  // Python's [..., :frames]: a negative count leaves that many out
-  const int64_t m = frames >= 0 ? std::min(frames, S) : std::max<int64_t>(0, S + frames);
+  const int64_t m = frames;
   std::vector<float> x((size_t)(heads * n * m));
   for (int64_t h = 0; h < heads; h++)
     for (int64_t i = 0; i < n; i++)
@@ -141,10 +159,8 @@ std::vector<std::vector<double>> whisper_token_times(
     std::vector<float> rows((size_t)(H * n * S));  // the generated tokens' rows (not the prompt's)
     for (int64_t h = 0; h < H; h++)
       std::copy_n(w.data<float>() + ((r * H + h) * T + L) * S, n * S, rows.data() + h * n * S);
-    // (Python's num_frames // 2, rounded down)
-    const int64_t frames = num_frames[r] >= 0 ? num_frames[r] / 2 : -((1 - num_frames[r]) / 2);
-    const std::vector<double> t =
-        alignment_times(rows, H, n, S, frames, timing.median_filter_width);
+    const std::vector<double> t = alignment_times(
+        rows, H, n, S, cropped_positions(num_frames, r, S), timing.median_filter_width);
     for (size_t j = 0; j < tokens[r].size(); j++) out[r].push_back(t[std::min(j, t.size() - 1)]);
   }
   return out;

@@ -34,16 +34,17 @@ struct WhisperTokenTiming {
 // The rows of one window as generate() decoded them: `prompts`, their new `tokens` (eos
 // included when emitted), `features` (rows, mel, window) and per row the frames of audio from
 // the window's start (`num_frames`: Transformers' num_frames - seek, negative where the window
-// starts after the audio's end, cropping as Python's [..., :num_frames // 2] does;
-// kWholeWindow: no crop). Each row's times of its new tokens, in seconds from the window's start.
+// starts after the audio's end, cropping as Python's [..., :num_frames // 2] does — twice
+// where every row has the same count, as Transformers; kWholeWindow: no crop). Each row's times
+// of its new tokens, in seconds from the window's start.
 std::vector<std::vector<double>> whisper_token_times(
     Generator& gen, const std::vector<std::vector<int64_t>>& prompts,
     const std::vector<std::vector<int64_t>>& tokens, const Tensor& features,
     const std::vector<int64_t>& num_frames, int64_t pad, const WhisperTokenTiming& timing);
 
 // The steps above on one row's probabilities `w` (heads, n, S) of its n generated tokens but the
-// last, cropped to the first `frames` positions (negative: all but the last -frames): each
-// token's time (n of them). Exposed for tests.
+// last, cropped to the first `frames` positions (0 <= frames <= S): each token's time (n of
+// them). Exposed for tests.
 std::vector<double> alignment_times(const std::vector<float>& w, int64_t heads, int64_t n,
                                     int64_t S, int64_t frames, int64_t median_filter_width);
 
