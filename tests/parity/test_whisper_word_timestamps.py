@@ -13,7 +13,7 @@ Cases (one PASS / FAIL line each):
   tokens-long      one row of 70 frames (three windows): the times carry each window's offset
   tokens-beams     one row, num_beams 3
   words-{short,long}  a Whisper over GPT-2's BPE vocabulary with Whisper's special and timestamp
-                   tokens (1-s windows), biased to emit words with and without a leading space,
+                   tokens (1-s windows), steered to say words with and without a leading space,
                    punctuation and the two byte tokens of one character: `onyx generate --audio
                    WAV... --word_timestamps` gives the same words with the same start and end
                    times as pipeline(return_timestamps="word") on the same samples — three
@@ -21,6 +21,9 @@ Cases (one PASS / FAIL line each):
   words-beams      one short file alone with num_beams 5 (the pipeline's default): its second
                    window starts after the audio's end, where Transformers crops the weights
                    twice for a batch whose rows have one frame count (matched)
+  words-chinese    --language zh on the three short files: split at characters (" caf", "é", "s")
+                   = WhisperTokenizer._decode_asr's grouping with the language set to chinese,
+                   on onyx's own tokens and times
   errors           no alignment_heads in generation_config.json, a head outside the model,
                    --word_timestamps on a BART: exit 1 naming the cause
 
@@ -100,14 +103,14 @@ def case_tokens(tmp, kind):
 # ---- words: a Whisper over GPT-2's byte-level BPE ----------------------------------------------
 
 SPECIALS = ["<|startoftranscript|>", "<|en|>", "<|de|>", "<|translate|>", "<|transcribe|>",
-            "<|startoflm|>", "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>"]
+            "<|startoflm|>", "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>", "<|zh|>"]
 WINDOW_S, RATE = 1, 16000
 # tokens the model is biased to: words with and without a leading space, punctuation (closing,
 # opening, alone) and "é" as its two byte tokens
 # (a timestamp's time is its index * 0.02 s)
-SCRIPT = ["<|0.00|>", " the", " cat", "s", " sat", ",", "<|0.30|>", "<|0.30|>", " on", " the",
-          " mat", ".", " (", "well", ")", "<|0.60|>", "<|0.60|>", " caf", "Ã", "©", "!", " \"",
-          "ting", "'", "-", " a", "<|0.90|>", "<|0.90|>"]
+SCRIPT = ["<|0.00|>", " the", " caf", "Ã", "©", "s", " sat", ",", " \"", "ting", "'", "-", " a",
+          "!", "<|0.30|>", "<|0.30|>", " on", " the", " mat", ".", " (", "well", ")", "<|0.60|>",
+          "<|0.60|>", " cat", "<|0.90|>", "<|0.90|>"]
 BYTE_TOKENS = {"Ã", "©"}  # GPT-2's tokens of the bytes C3 A9: "é"
 
 
@@ -169,7 +172,7 @@ def word_setup(tmp):
     steer(m, tok, eos)
     g = m.generation_config
     g.decoder_start_token_id = ids["<|startoftranscript|>"]
-    g.lang_to_id = {"<|en|>": ids["<|en|>"], "<|de|>": ids["<|de|>"]}
+    g.lang_to_id = {t: ids[t] for t in ("<|en|>", "<|de|>", "<|zh|>")}
     g.task_to_id = {"translate": ids["<|translate|>"], "transcribe": ids["<|transcribe|>"]}
     g.is_multilingual = True
     g.no_timestamps_token_id = ids["<|notimestamps|>"]
@@ -197,7 +200,7 @@ def word_setup(tmp):
         audio[name] = (path, pcm.astype(np.float32) / 32768.0)
     pipe = tr.pipeline("automatic-speech-recognition", model=m, tokenizer=tok,
                        feature_extractor=fe, device="cpu")
-    return d, audio, pipe
+    return d, audio, pipe, tok
 
 
 shared_words = with_shared(word_setup)
@@ -212,7 +215,7 @@ def pipeline_words(pipe, arrays, batch_size, beams):
 
 
 def case_words(shared, kind):
-    d, audio, pipe = shared
+    d, audio, pipe, _ = shared
     names = {"short": ["a", "b", "c"], "long": ["long"], "beams": ["b"]}[kind]
     beams = 5 if kind == "beams" else 1
     got = onyx_rows(d, "--audio", *[audio[n][0] for n in names], "--word_timestamps",
@@ -228,6 +231,36 @@ def case_words(shared, kind):
     ok = not msgs and n >= 6 and punct > 0
     return ok, "; ".join(msgs) or f"{n} words of {len(names)} files ({punct} with punctuation) " \
                                   f"= the pipeline's, e.g. {want[0][:4]}"
+
+
+def case_words_chinese(shared):
+    """--language zh: the words split at characters, = the pipeline's grouping
+    (WhisperTokenizer._decode_asr) on onyx's tokens and times with the tokenizer's language set
+    to chinese (the pipeline itself never sees the language: generate() strips its token)."""
+    d, audio, _, tok = shared
+    names = ["a", "b", "c"]
+    got = onyx_rows(d, "--audio", *[audio[n][0] for n in names], "--word_timestamps",
+                    "--max_new_tokens", "30", "--language", "zh")
+    tok.language = "chinese"
+    msgs, n = [], 0
+    try:
+        for name, g in zip(names, got):
+            _, out = tok._decode_asr([{"tokens": torch.tensor([g["completion_ids"]]),
+                                       "token_timestamps": torch.tensor([g["token_timestamps"]])}],
+                                     return_timestamps="word", return_language=False,
+                                     time_precision=0.02)
+            want = [(c["text"], round(float(c["timestamp"][0]), 2),
+                     round(float(c["timestamp"][1]), 2)) for c in out["chunks"]]
+            mine = [(x["text"], round(x["start"], 2), round(x["end"], 2)) for x in g["words"]]
+            if mine != want:
+                msgs.append(f"{name}: onyx {mine} vs {want}")
+            n += len(want)
+    finally:
+        tok.language = None
+    words = [w["text"] for g in got for w in g["words"]]
+    ok = not msgs and n > 0 and "é" in words and "s" in words  # split at characters
+    return ok, "; ".join(msgs) or f"{n} words of {len(names)} files = _decode_asr's, e.g. " \
+                                  f"{words[:14]}"
 
 
 def case_errors(tmp):
@@ -265,6 +298,7 @@ def main():
              for k in ("plain", "timestamps", "long", "beams")]
     cases += [(f"words-{k}", shared_words(lambda s, k=k: case_words(s, k)))
               for k in ("short", "long", "beams")]
+    cases.append(("words-chinese", shared_words(case_words_chinese)))
     cases.append(("errors", case_errors))
     sys.exit(run_cases(cases, "onyx-word-ts-"))
 
