@@ -494,6 +494,22 @@ Generator::Compiled& Generator::compiled_for(int64_t batch, int64_t new_tokens, 
   return *compiled_.back();
 }
 
+// `slot`'s compiled form of graph `g` for the input signature `sig`, compiled again when the
+// signature changed (an encoder's, cross_attentions' graph: one form kept).
+Generator::Compiled& Generator::compiled_once(std::unique_ptr<Compiled>& slot, const ir::Graph& g,
+                                              const std::map<std::string, TensorMeta>& sig,
+                                              const std::set<std::string>& weights) {
+  if (!slot || slot->signature != sig) {
+    auto c = std::make_unique<Compiled>();
+    c->signature = sig;
+    c->graph = std::make_shared<ir::Graph>(
+        passes::optimize_forward(g, sig, weights, passes::OptimizeOptions{}, nullptr));
+    c->session = std::make_unique<runtime::Session>(c->graph, weights);
+    slot = std::move(c);
+  }
+  return *slot;
+}
+
 std::map<std::string, Tensor> Generator::encode(const std::map<std::string, Tensor>& inputs,
                                                 int64_t rows, int64_t repeat) {
   std::map<std::string, TensorMeta> sig;
@@ -507,15 +523,8 @@ std::map<std::string, Tensor> Generator::encode(const std::map<std::string, Tens
     sig[in.name] = it->second.meta();
     feeds[in.name] = it->second;
   }
-  if (!encoder_compiled_ || encoder_compiled_->signature != sig) {
-    auto c = std::make_unique<Compiled>();
-    c->signature = sig;
-    c->graph = std::make_shared<ir::Graph>(passes::optimize_forward(
-        *encoder_graph_, sig, encoder_weights_, passes::OptimizeOptions{}, nullptr));
-    c->session = std::make_unique<runtime::Session>(c->graph, encoder_weights_);
-    encoder_compiled_ = std::move(c);
-  }
-  auto out = encoder_compiled_->session->run(feeds);
+  auto out =
+      compiled_once(encoder_compiled_, *encoder_graph_, sig, encoder_weights_).session->run(feeds);
   if (graph_->find_input("encoder_attention_mask"))  // BART's cross-attention mask
     out["encoder_attention_mask"] = inputs.at("attention_mask");
   if (repeat > 1)  // beams: row r of a prompt's beams is the prompt's row (repeat_interleave)
@@ -936,17 +945,10 @@ Tensor Generator::cross_attentions(const std::vector<std::vector<int64_t>>& prom
     auto w = weight_feeds_.find(name);
     if (w != weight_feeds_.end()) feeds[name] = w->second;
   }
-  if (!cross_compiled_ || cross_compiled_->signature != sig) {
-    auto c = std::make_unique<Compiled>();
-    c->signature = sig;
-    c->graph = std::make_shared<ir::Graph>(
-        passes::optimize_forward(*cross_graph_, sig, weights, passes::OptimizeOptions{}, nullptr));
-    c->session = std::make_unique<runtime::Session>(c->graph, weights);
-    cross_compiled_ = std::move(c);
-  }
+  const Compiled& c = compiled_once(cross_compiled_, *cross_graph_, sig, weights);
   for (auto& in : cross_graph_->inputs)  // (the optimized graph drops those it does not read)
-    if (!cross_compiled_->graph->find_input(in.name)) feeds.erase(in.name);
-  return cross_compiled_->session->run(feeds).at("cross_attentions");
+    if (!c.graph->find_input(in.name)) feeds.erase(in.name);
+  return c.session->run(feeds).at("cross_attentions");
 }
 
 }  // namespace onyx::generate

@@ -98,6 +98,9 @@ class Generator {
   struct Compiled;
   Compiled& compiled_for(int64_t batch, int64_t new_tokens, int64_t past,
                          const std::map<std::string, Tensor>& cross);
+  static Compiled& compiled_once(std::unique_ptr<Compiled>& slot, const ir::Graph& g,
+                                 const std::map<std::string, TensorMeta>& sig,
+                                 const std::set<std::string>& weights);
   // The encoder run on `inputs`: cross_keys.N / cross_values.N (and BART's
   // encoder_attention_mask), each row repeated `repeat` times (beams).
   std::map<std::string, Tensor> encode(const std::map<std::string, Tensor>& inputs, int64_t rows,
